@@ -1,0 +1,210 @@
+"""``runner run / validate / resume / report / emulate``.
+
+Exit codes: 0 every job succeeded, 1 a job did not, 2 bad configuration or usage, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.console import Console
+
+from .compactor.compactor import Compactor
+from .compactor.summarizer import Summarizer
+from .config import ConfigError, Settings, load_settings
+from .jobs import JobError, JobSpec, find_task_files, load_jobs
+from .models.base import Model
+from .report import load_run, run_table
+from .scheduler import Batch, BatchResult, new_run_id, run_batch
+
+DEFAULT_CONFIG = Path("config.toml")
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="runner", description="Run batches of agent jobs concurrently.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", type=Path, default=None,
+                       help="config file (default: ./config.toml when it exists)")
+
+    run = sub.add_parser("run", help="run every task file in JOBS_DIR (default: jobs/)")
+    run.add_argument("targets", nargs="*", type=Path, help="task files or directories (default: jobs)")
+    common(run)
+    run.add_argument("--concurrency", type=int, help="jobs at once (overrides [runner] concurrency)")
+    run.add_argument("--backend", choices=["auto", "anthropic", "offline"], help="model backend")
+    run.add_argument("--only", action="append", metavar="NAME", help="run only this job (repeatable)")
+    run.add_argument("--output-dir", type=Path, help="where runs/<run-id> goes (overrides [runner] output_dir)")
+    run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="same as `runner resume RUN_DIR`")
+
+    validate = sub.add_parser("validate", help="check config and task files; run nothing")
+    validate.add_argument("targets", nargs="*", type=Path)
+    common(validate)
+
+    resume = sub.add_parser("resume", help="rerun the jobs of RUN_DIR that did not succeed")
+    resume.add_argument("run_dir", type=Path)
+    common(resume)
+    resume.add_argument("--backend", choices=["auto", "anthropic", "offline"])
+    resume.add_argument("--concurrency", type=int)
+
+    report = sub.add_parser("report", help="print the table of a finished or running run")
+    report.add_argument("run_dir", type=Path)
+
+    emulate = sub.add_parser("emulate", help="serve the local Messages-API emulator")
+    emulate.add_argument("--host", default="127.0.0.1")
+    emulate.add_argument("--port", type=int, default=8765)
+    emulate.add_argument("--config", type=Path, default=None, help="emulator settings (TOML)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "validate":
+            return cmd_validate(args)
+        if args.command == "report":
+            return cmd_report(args)
+        if args.command == "emulate":
+            from .emulator.cli import serve
+
+            return serve(args)
+        if args.command == "resume" or (args.command == "run" and args.resume):
+            from .resume import cmd_resume
+
+            return cmd_resume(args)
+        return cmd_run(args)
+    except ConfigError as e:
+        for line in e.problems:
+            err.print(f"[red]error[/]: {line}", highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    path = args.config
+    if path is None and DEFAULT_CONFIG.is_file():
+        path = DEFAULT_CONFIG
+    settings = load_settings(path)
+    if getattr(args, "concurrency", None) is not None:
+        if args.concurrency < 1:
+            raise ConfigError([f"--concurrency: expected a whole number >= 1, got {args.concurrency}"])
+        settings.runner.concurrency = args.concurrency
+    if getattr(args, "backend", None):
+        settings.runner.backend = args.backend
+    if getattr(args, "output_dir", None):
+        settings.runner.output_dir = args.output_dir
+    return settings
+
+
+def collect(targets: list[Path], settings: Settings) -> tuple[list[JobSpec], list[JobError], list[str]]:
+    files, missing = find_task_files(targets or [Path("jobs")])
+    specs, errors = load_jobs(files, settings)
+    return specs, errors, missing
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    specs, errors, missing = collect(args.targets, settings)
+    for line in missing:
+        err.print(f"[red]error[/]: {line}", highlight=False)
+    for error in errors:
+        for line in error.problems:
+            err.print(f"[red]error[/]: {line}", highlight=False)
+    for spec in specs:
+        out.print(f"ok     {spec.name} ({spec.source}): workspace {spec.workspace}, tools {', '.join(spec.tools)}",
+                  highlight=False)
+    if not specs and not errors:
+        err.print("[red]error[/]: no task files found")
+        return 2
+    return 2 if errors or missing else 0
+
+
+def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
+    """The model for jobs and the batch's Summarizer; says loudly when it is the offline model."""
+    backend = settings.runner.backend
+    if backend == "auto":
+        backend = "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
+    s = settings.summarizer
+    if backend == "offline":
+        from .models.offline import OfflineModel
+
+        err.print("[bold yellow]Using the embedded offline model[/] (no ANTHROPIC_API_KEY, or backend = offline): "
+                  "a deterministic survey policy, not a language model; token counts are estimates.")
+        model: Model = OfflineModel()
+        summarizer = Summarizer(None, s.model, max_concurrent=s.max_concurrent,
+                                requests_per_minute=s.requests_per_minute)
+        return model, summarizer, backend
+    if not os.environ.get("ANTHROPIC_API_KEY"):
+        raise ConfigError(["backend = anthropic needs ANTHROPIC_API_KEY in the environment"])
+    from .models.anthropic import AnthropicModel
+
+    model = AnthropicModel(max_retries=settings.limits.max_retries, timeout=settings.runner.request_timeout_s)
+    summarizer = Summarizer(model, s.model, max_concurrent=s.max_concurrent,
+                            requests_per_minute=s.requests_per_minute, max_input_chars=s.max_input_chars,
+                            max_output_tokens=s.max_output_tokens)
+    return model, summarizer, backend
+
+
+def execute(batch: Batch, settings: Settings) -> int:
+    """Run a batch with the live display, print the table, return the exit code."""
+    from .display import make_display
+
+    result: BatchResult = anyio.run(run_batch, batch, make_display(err))
+    document = load_run(batch.run_dir)
+    out.print(run_table(document["jobs"], title=f"run {batch.run_dir}"))
+    out.print(f"files: {batch.run_dir}", highlight=False)
+    if result.interrupted:
+        err.print("interrupted: running jobs were cancelled; `runner resume` continues them")
+        return 130
+    return 0 if result.ok else 1
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    specs, errors, missing = collect(args.targets, settings)
+    if missing:
+        raise ConfigError(missing)
+    if args.only:
+        known = {s.name for s in specs} | {e.name for e in errors}
+        unknown = [n for n in args.only if n not in known]
+        if unknown:
+            raise ConfigError([f"--only: no job named {n!r} (known: {', '.join(sorted(known))})" for n in unknown])
+        specs = [s for s in specs if s.name in args.only]
+        errors = [e for e in errors if e.name in args.only]
+    if not specs and not errors:
+        raise ConfigError(["no task files found (expected *.toml files in the jobs directory)"])
+    for error in errors:
+        err.print(f"[red]job {error.name} will fail[/]: {error.message}", highlight=False)
+    model, summarizer, backend = make_backend(settings)
+    run_dir = settings.runner.output_dir / new_run_id()
+    batch = Batch(run_dir=run_dir, specs=specs, errors=errors, model=model, compactor=Compactor(summarizer),
+                  summary_model=settings.summarizer.model, concurrency=settings.runner.concurrency,
+                  meta=_meta(settings, backend))
+    return execute(batch, settings)
+
+
+def _meta(settings: Settings, backend: str) -> dict[str, Any]:
+    return {"backend": backend, "model": settings.runner.model, "summary_model": settings.summarizer.model,
+            "concurrency": settings.runner.concurrency}
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    document = load_run(args.run_dir)
+    out.print(run_table(document.get("jobs", []), title=f"run {args.run_dir} ({document.get('state')})"))
+    totals = document.get("totals", {})
+    out.print(f"{totals.get('jobs', 0)} jobs, {totals.get('succeeded', 0)} succeeded, "
+              f"cost ${totals.get('cost_usd', 0):.4f}", highlight=False)
+    return 0 if totals.get("succeeded", 0) == totals.get("jobs", -1) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""The Compactor: one per batch, shared by every session; keeps each history inside its budget.
+
+:meth:`Compactor.prepare` runs before every model call, cheapest and most recoverable stage first:
+tool_result_budget, snip, then (only when over the context limit) micro_compact, fit_tool_results
+and, last, compact_history. :meth:`Compactor.reactive` answers a "prompt is too long" refusal;
+:meth:`Compactor.compact` serves the ``compact`` tool.
+
+Guarantees:
+- Nothing removed from context is lost: every output is written to the job directory before the
+  placeholder that names it is adopted, and every message is in ``transcript.jsonl``.
+- Each stage that changes the history appends one line to ``events.jsonl`` and bumps
+  ``compactions[stage]``.
+- ``prepare`` does work proportional to what changed since the last call: sizes are measured once
+  per message and kept as a running total.
+- The circuit breaker: after ``max_summary_failures`` consecutive summary failures, the job's
+  summaries come from the deterministic fallback, without a model call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import Limits
+from ..messages import Message
+from ..models.base import Usage
+from ..store import JobStore
+from . import stages
+from .fallback import fallback_summary
+from .stages import Outcome
+from .summarizer import Summarizer
+from .window import Window
+
+TRANSCRIPT = "transcript.jsonl"
+EVENTS = "events.jsonl"
+
+
+@dataclass
+class CompactionState:
+    """One session's compaction state; the session owns it, the shared Compactor works on it."""
+
+    store: JobStore
+    limits: Limits
+    active_request: str
+    window: Window = field(default_factory=Window)
+    transcript_len: int = 0
+    compactions: Counter[str] = field(default_factory=Counter)
+    persisted_bytes: int = 0
+    summary_failures: int = 0
+    summarizer_usage: Usage = field(default_factory=Usage)
+    # token-aware trigger: real usage of the last call, and the window size it was measured at
+    last_tokens: int | None = None
+    last_chars: int = 0
+
+    async def add(self, message: Message) -> None:
+        """Append a message to the transcript (on disk first) and to the window."""
+        await self.store.append_jsonl(TRANSCRIPT, [message])
+        self.transcript_len += 1
+        self.window.append(message, self.transcript_len)
+
+    def restore(self, messages: list[Message]) -> None:
+        """Load a transcript already on disk (resume) into the window."""
+        for message in messages:
+            self.transcript_len += 1
+            self.window.append(message, self.transcript_len)
+        self.window.mark_seen()
+
+    def observe_usage(self, usage: Usage) -> None:
+        """Calibrate the token estimate from a reply's real usage (what the model saw as input)."""
+        if usage.context_tokens:
+            self.last_tokens = usage.context_tokens
+            self.last_chars = self.window.total
+
+    def char_limit(self) -> int:
+        """The context limit in characters: the char limit, or tighter, the token limit converted
+        with the ratio observed on the last call."""
+        limit = self.limits.context_char_limit
+        token_limit = self.limits.context_token_limit
+        if token_limit and self.last_tokens and self.last_chars:
+            ratio = self.last_tokens / self.last_chars
+            limit = min(limit, int(self.last_chars + (token_limit - self.last_tokens) / ratio))
+        elif token_limit:
+            limit = min(limit, token_limit * 3)  # no measurement yet: a cautious 3 chars per token
+        return max(limit, 1)
+
+
+class Compactor:
+    """Shared by all sessions of a batch. Holds no per-session state of its own."""
+
+    def __init__(self, summarizer: Summarizer):
+        self.summarizer = summarizer
+
+    async def prepare(self, state: CompactionState) -> list[Message]:
+        """Compact ``state``'s window as needed; return the messages to send."""
+        limits, window = state.limits, state.window
+        if limits.compaction == "off":
+            return window.messages
+        await self._apply(state, "tool_result_budget", stages.tool_result_budget(
+            window.entries, limits.batch_char_limit, limits.large_result_chars, limits.preview_chars,
+            state.store.reserve))
+        if limits.compaction == "server":
+            return window.messages
+        await self._apply(state, "snip", stages.snip(window.entries, limits.snip_trigger, limits.snip_head,
+                                                     limits.snip_target))
+        limit = state.char_limit()
+        if window.total > limit:
+            target = int(limit * 0.8)
+            await self._apply(state, "micro_compact", stages.micro_compact(
+                window.entries, window.total, target, limits.keep_recent_results, state.store.reserve))
+            if window.total > limit:
+                await self._apply(state, "fit_tool_results", stages.fit_tool_results(
+                    window.entries, window.total, target, limits.fit_preview_chars, state.store.reserve))
+            if window.total > limit:
+                await self.compact_history(state, "compact_history")
+        return window.messages
+
+    async def compact_history(self, state: CompactionState, stage: str = "compact_history") -> None:
+        """5/7. Summarize everything but the trailing messages the model has not seen yet."""
+        entries = state.window.entries
+        tail_start = stages.unseen_tail_start(entries)
+        if tail_start == 0:
+            return
+        await self._summarize_into(state, stage, "Compacted", tail_start)
+
+    async def compact(self, state: CompactionState) -> None:
+        """7. The ``compact`` tool: runs after the whole tool batch, every tool_use answered."""
+        await self.compact_history(state, "compact_tool")
+
+    async def reactive(self, state: CompactionState) -> bool:
+        """6. After "prompt is too long": summarize all but the newest ``keep_recent_messages``
+        (pair-safe). Returns False when there is nothing left to summarize."""
+        entries = state.window.entries
+        tail_start = stages.safe_tail_start(entries, max(0, len(entries) - state.limits.keep_recent_messages))
+        while tail_start < len(entries) and entries[tail_start].message["role"] != "assistant":
+            tail_start += 1  # the summary is a user message; the kept tail starts with the assistant
+        if tail_start == 0:
+            tail_start = stages.unseen_tail_start(entries)
+        if tail_start == 0:
+            return False
+        await self._summarize_into(state, "reactive_compact", "Reactive compact", tail_start)
+        return True
+
+    async def _summarize_into(self, state: CompactionState, stage: str, label: str, tail_start: int) -> None:
+        entries = state.window.entries
+        old = [e.message for e in entries[:tail_start]]
+        text = await self._summary(state, old)
+        summary_path = await state.store.write_summary(text)
+        seqs = [e.seq for e in entries[:tail_start] if e.seq is not None]
+        where = f"{TRANSCRIPT} (messages 1-{max(seqs)} of this session)" if seqs else TRANSCRIPT
+        message = stages.summary_message(label, state.active_request, text, f"{where}; summary in {summary_path}")
+        outcome = Outcome(stages.replace_with_summary(entries, tail_start, message), paths=[summary_path])
+        await self._apply(state, stage, outcome)
+
+    async def _summary(self, state: CompactionState, messages: list[Message]) -> str:
+        budget = max(4_000, state.limits.context_char_limit // 4)
+        breaker_open = state.summary_failures >= state.limits.max_summary_failures
+        if self.summarizer.available and not breaker_open:
+            try:
+                summary = await self.summarizer.summarize(messages, state.active_request)
+            except Exception as e:  # counted for the breaker; this compaction still happens
+                state.summary_failures += 1
+                await state.store.append_jsonl(EVENTS, [{"ts": time.time(), "stage": "summary_failed",
+                                                         "error": f"{type(e).__name__}: {e}"[:300],
+                                                         "consecutive_failures": state.summary_failures}])
+            else:
+                state.summary_failures = 0
+                state.summarizer_usage.add(summary.usage)
+                return summary.text
+        return fallback_summary(messages, budget)
+
+    async def _apply(self, state: CompactionState, stage: str, outcome: Outcome | None) -> None:
+        if outcome is None:
+            return
+        before = state.window.snapshot()
+        for item in outcome.persist:  # on disk before any placeholder names it
+            await state.store.write_output(item.path, item.content)
+            state.persisted_bytes += len(item.content.encode("utf-8", "surrogatepass"))
+        state.window.replace(outcome.entries)
+        after = state.window.snapshot()
+        state.compactions[stage] += 1
+        event: dict[str, Any] = {"ts": round(time.time(), 3), "stage": stage,
+                                 "messages_before": before["messages"], "messages_after": after["messages"],
+                                 "chars_before": before["chars"], "chars_after": after["chars"],
+                                 "paths": sorted(set(outcome.paths))}
+        await state.store.append_jsonl(EVENTS, [event])
+
+    async def after_server_compaction(self, state: CompactionState) -> None:
+        """The API compacted server-side: it ignores everything before the newest reply's compaction
+        block, so the window keeps only the first user message and that reply (both on disk)."""
+        entries = state.window.entries
+        if len(entries) > 2 and entries[0].message["role"] == "user":
+            await self._apply(state, "server_compaction", Outcome([entries[0], entries[-1]]))
+        else:
+            state.compactions["server_compaction"] += 1

@@ -1,0 +1,75 @@
+"""The deterministic fallback summary: built without a model, from the history alone.
+
+Used when the summarizer's circuit breaker is open, when a summary call fails, and as the offline
+model's summarizer. It keeps what a model needs to continue: files read and changed, commands with
+their outcome, errors seen, the assistant's own notes (newest first, within a budget), its last
+text, and counts of what was archived.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..messages import Message, result_text, text_of, tool_results, tool_uses
+
+NOTES_HEADING = "### Assistant notes (newest first)"
+
+
+def _one_line(text: str, limit: int = 160) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def fallback_summary(messages: list[Message], notes_budget: int = 12_000) -> str:
+    reads: Counter[str] = Counter()
+    changed: list[str] = []
+    commands: list[str] = []
+    other: list[str] = []
+    errors: list[str] = []
+    uses: dict[str, dict] = {}
+    texts: list[str] = []
+    for message in messages:
+        if message.get("role") == "assistant":
+            text = text_of(message).strip()
+            if text:
+                texts.append(text)
+            for use in tool_uses(message):
+                uses[str(use.get("id"))] = use
+        for result in tool_results(message):
+            use = uses.get(str(result.get("tool_use_id")), {})
+            name, args = use.get("name", "?"), use.get("input") or {}
+            failed = bool(result.get("is_error"))
+            if name == "read":
+                reads[str(args.get("file_path"))] += 1
+            elif name in ("write", "edit"):
+                changed.append(f"{name} {args.get('file_path')}" + (" (failed)" if failed else ""))
+            elif name == "bash":
+                commands.append(f"`{_one_line(str(args.get('command')), 120)}` → {'exit != 0' if failed else 'exit 0'}")
+            elif name not in ("compact", "?"):
+                shown = ", ".join(f"{k}={v!r}" for k, v in sorted(args.items()))
+                other.append(f"{name}({_one_line(shown, 140)})")
+            if failed:
+                errors.append(f"{name}: {_one_line(result_text(result))}")
+    out = [f"Summary built without a model from {len(messages)} messages "
+           f"({sum(len(tool_uses(m)) for m in messages)} tool calls)."]
+    out += ["### Files read"] + ([f"- {p}" + (f" ({n} times)" if n > 1 else "") for p, n in reads.items()]
+                                 or ["- none"])
+    out += ["### Files written or edited"] + ([f"- {c}" for c in changed] or ["- none"])
+    out += ["### Commands run"] + ([f"- {c}" for c in commands[-30:]] or ["- none"])
+    if other:
+        out += ["### Other tool calls"] + [f"- {c}" for c in other[-30:]]
+    if errors:
+        out += ["### Errors seen"] + [f"- {e}" for e in errors[-20:]]
+    if texts:
+        out += ["### Last assistant text", texts[-1]]
+        kept, used = [], len(texts[-1])
+        for text in reversed(texts[:-1]):
+            if used + len(text) > notes_budget:
+                break
+            kept.append(text)
+            used += len(text)
+        if kept:
+            out += [NOTES_HEADING] + kept
+        if len(kept) < len(texts) - 1:
+            out.append(f"({len(texts) - 1 - len(kept)} older assistant messages left out; see the transcript)")
+    return "\n".join(out)

@@ -1,0 +1,263 @@
+"""The compaction stages: pure functions from a list of entries to a list of entries.
+
+No stage mutates its input or touches the disk. A stage that removes content from context returns
+the outputs to save as :class:`Persist` requests; the Compactor writes them *before* it adopts the
+new list, so a placeholder never points at a file that does not exist. Every stage keeps a request
+API-valid: no ``tool_use`` is separated from its ``tool_result``, roles keep alternating.
+
+``name_for(tool_use_id, content)`` gives the path (relative to the job directory) an output is saved
+under; it is deterministic, so calling a stage twice gives the same answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..messages import Message, blocks, has_tool_use, is_tool_result_message, user_text, with_content
+from .window import Entry
+
+NameFor = Callable[[str, str], str]
+PLACEHOLDER_PREFIX = "[Earlier tool result saved at "
+PERSISTED_TAG = "<persisted-output>"
+_SAVED_AT = re.compile(r"Full output saved to: (\S+)")
+MICRO_MIN_CHARS = 120
+
+
+@dataclass(frozen=True)
+class Persist:
+    path: str
+    content: str
+
+
+@dataclass
+class Outcome:
+    """A stage's result: the new entries and the outputs to save first."""
+
+    entries: list[Entry]
+    persist: list[Persist] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+
+
+def output_text(content: Any) -> str | None:
+    """The exact text a tool_result's content is saved as, or None if it cannot be saved as text.
+
+    A string is saved as is; a list holding one text block as that block's text; a list of several
+    text blocks as its JSON. Content with images or documents stays in context.
+    """
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(b, dict) and b.get("type") == "text" for b in content):
+        if len(content) == 1:
+            return str(content[0].get("text", ""))
+        return json.dumps(content, ensure_ascii=False)
+    return None
+
+
+def size_of(content: Any) -> int:
+    text = output_text(content)
+    return len(text) if text is not None else len(json.dumps(content, ensure_ascii=False))
+
+
+def persisted_marker(path: str, text: str, preview_chars: int) -> str:
+    lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+    return (f"{PERSISTED_TAG}\nFull output saved to: {path}\nOriginal size: {len(text)} chars, {lines} lines\n"
+            f"Preview:\n{text[:preview_chars]}\n</persisted-output>")
+
+
+def saved_path(content: Any) -> str | None:
+    """The path a placeholder or persisted-output marker already points at."""
+    if isinstance(content, str):
+        if content.startswith(PERSISTED_TAG):
+            match = _SAVED_AT.search(content)
+            return match.group(1) if match else None
+        if content.startswith(PLACEHOLDER_PREFIX):
+            return content[len(PLACEHOLDER_PREFIX):].rstrip("]")
+    return None
+
+
+def _replace_results(entry: Entry, new: dict[int, str]) -> Entry:
+    content = list(blocks(entry.message))
+    for index, text in new.items():
+        content[index] = {**content[index], "content": text}
+    return entry.replaced(with_content(entry.message, content))
+
+
+def _result_slots(entry: Entry) -> list[tuple[int, dict[str, Any]]]:
+    if entry.message.get("role") != "user" or isinstance(entry.message.get("content"), str):
+        return []
+    return [(i, b) for i, b in enumerate(entry.message["content"])
+            if isinstance(b, dict) and b.get("type") == "tool_result"]
+
+
+def _persist_slots(entry: Entry, ranked: list[tuple[int, dict[str, Any]]], over: Callable[[int], bool],
+                   min_chars: int, preview: int, name_for: NameFor, out: Outcome) -> tuple[Entry, int]:
+    """Persist results of ``entry`` in ``ranked`` order while ``over(saved_so_far)``."""
+    new: dict[int, str] = {}
+    saved = 0
+    for index, block in ranked:
+        if not over(saved):
+            break
+        text = output_text(block.get("content"))
+        if text is None or len(text) <= min_chars or saved_path(text):
+            continue
+        path = name_for(str(block.get("tool_use_id", "")), text)
+        marker = persisted_marker(path, text, preview)
+        new[index] = marker
+        saved += len(text) - len(marker)
+        out.persist.append(Persist(path, text))
+        out.paths.append(path)
+    return (_replace_results(entry, new), saved) if new else (entry, 0)
+
+
+def tool_result_budget(entries: list[Entry], batch_char_limit: int, large_result_chars: int,
+                       preview_chars: int, name_for: NameFor) -> Outcome | None:
+    """1. The newest batch of tool results is over ``batch_char_limit``: persist its largest results
+    over ``large_result_chars``, each replaced by a marker with a preview, until the batch fits."""
+    if not entries:
+        return None
+    last = entries[-1]
+    slots = _result_slots(last)
+    total = sum(size_of(b.get("content")) for _, b in slots)
+    if total <= batch_char_limit:
+        return None
+    ranked = sorted(slots, key=lambda s: size_of(s[1].get("content")), reverse=True)
+    out = Outcome(entries)
+    entry, _ = _persist_slots(last, ranked, lambda saved: total - saved > batch_char_limit, large_result_chars,
+                              preview_chars, name_for, out)
+    if entry is last:
+        return None
+    out.entries = [*entries[:-1], entry]
+    return out
+
+
+def _merge(a: Entry, b: Entry) -> Entry:
+    """Two neighbours with one role as one entry (text after tool_results, as the API requires)."""
+    merged = with_content(a.message, blocks(a.message) + blocks(b.message))
+    return Entry.of(merged, a.seq if a.seq is not None else b.seq, a.seen and b.seen)
+
+
+def join(*parts: list[Entry]) -> list[Entry]:
+    """Concatenate runs of entries, merging same-role neighbours at the joins only."""
+    out: list[Entry] = []
+    for part in parts:
+        if not part:
+            continue
+        if out and out[-1].message["role"] == part[0].message["role"]:
+            out[-1] = _merge(out[-1], part[0])
+            out.extend(part[1:])
+        else:
+            out.extend(part)
+    return out
+
+
+def safe_tail_start(entries: list[Entry], start: int) -> int:
+    """Move a cut point back so the kept tail never begins with an orphaned tool_result."""
+    while 0 < start < len(entries) and is_tool_result_message(entries[start].message) \
+            and has_tool_use(entries[start - 1].message):
+        start -= 1
+    return start
+
+
+def archived_range(archived: list[Entry]) -> str:
+    seqs = [e.seq for e in archived if e.seq is not None]
+    return f"transcript.jsonl messages {min(seqs)}-{max(seqs)}" if seqs else "transcript.jsonl"
+
+
+def snip(entries: list[Entry], trigger: int, head: int, target: int) -> Outcome | None:
+    """2. Over ``trigger`` messages: keep the first ``head`` and the newest messages, ``target`` in all,
+    with one marker in the middle naming the archived transcript range. Pair-safe at both edges."""
+    if len(entries) <= trigger:
+        return None
+    head_end = min(head, len(entries))
+    if has_tool_use(entries[head_end - 1].message):
+        while head_end < len(entries) and is_tool_result_message(entries[head_end].message):
+            head_end += 1
+    tail_start = safe_tail_start(entries, max(head_end, len(entries) - (target - head_end - 1)))
+    if tail_start <= head_end:
+        return None
+    archived = entries[head_end:tail_start]
+    marker = Entry.of(user_text(f"[{len(archived)} messages archived: {archived_range(archived)}]"),
+                      seen=True)
+    return Outcome(join(entries[:head_end], [marker], entries[tail_start:]))
+
+
+def micro_compact(entries: list[Entry], total: int, target: int, keep_recent: int,
+                  name_for: NameFor) -> Outcome | None:
+    """3. Replace tool results the model has already seen, oldest first, except the newest
+    ``keep_recent``, with a one-line placeholder naming where each is saved, until ``total`` is
+    at most ``target``."""
+    seen = [(pos, index, block) for pos, entry in enumerate(entries) if entry.seen
+            for index, block in _result_slots(entry)]
+    candidates = seen[:-keep_recent] if keep_recent else seen
+    out = Outcome(entries)
+    changed: dict[int, dict[int, str]] = {}
+    for pos, index, block in candidates:
+        if total <= target:
+            break
+        content = block.get("content")
+        text = output_text(content)
+        if text is None or len(text) <= MICRO_MIN_CHARS or (isinstance(content, str)
+                                                              and content.startswith(PLACEHOLDER_PREFIX)):
+            continue
+        path = saved_path(text)
+        if path is None:
+            path = name_for(str(block.get("tool_use_id", "")), text)
+            out.persist.append(Persist(path, text))
+        placeholder = f"{PLACEHOLDER_PREFIX}{path}]"
+        changed.setdefault(pos, {})[index] = placeholder
+        out.paths.append(path)
+        total -= len(json.dumps(content, ensure_ascii=False)) - len(json.dumps(placeholder, ensure_ascii=False))
+    if not changed:
+        return None
+    new_entries = list(entries)
+    for pos, new in changed.items():
+        new_entries[pos] = _replace_results(entries[pos], new)
+    out.entries = new_entries
+    return out
+
+
+def fit_tool_results(entries: list[Entry], total: int, target: int, preview_chars: int,
+                     name_for: NameFor) -> Outcome | None:
+    """4. Persist results the model has not seen yet, largest first, keeping a short preview and the
+    path, until ``total`` is at most ``target``. The model still sees every new result, at least
+    as a preview."""
+    unseen = [(pos, index, block) for pos, entry in enumerate(entries) if not entry.seen
+              for index, block in _result_slots(entry)]
+    ranked = sorted(unseen, key=lambda s: size_of(s[2].get("content")), reverse=True)
+    out = Outcome(entries)
+    new_entries = list(entries)
+    for pos, index, block in ranked:
+        if total <= target:
+            break
+        entry, saved = _persist_slots(new_entries[pos], [(index, block)], lambda _: True, preview_chars,
+                                      preview_chars, name_for, out)
+        new_entries[pos] = entry
+        total -= saved
+    if not out.persist:
+        return None
+    out.entries = new_entries
+    return out
+
+
+def unseen_tail_start(entries: list[Entry]) -> int:
+    """Where the trailing run of messages the model has not seen begins (pair-safe)."""
+    start = len(entries)
+    while start > 0 and not entries[start - 1].seen:
+        start -= 1
+    return safe_tail_start(entries, start)
+
+
+def summary_message(label: str, active_request: str, summary: str, where: str) -> Message:
+    """The one message that replaces summarized history."""
+    summary = summary.replace(active_request, "(the current user request, above)") if active_request else summary
+    return user_text(f"[{label}]\n\nCurrent user request:\n{active_request}\n\nConversation summary:\n{summary}\n\n"
+                     f"Full transcript: {where}. Read any part back with the recall tool.")
+
+
+def replace_with_summary(entries: list[Entry], tail_start: int, message: Message) -> list[Entry]:
+    """``message`` followed by ``entries[tail_start:]``, merged where roles would repeat."""
+    return join([Entry.of(message, seen=False)], entries[tail_start:])

@@ -1,0 +1,67 @@
+"""The in-context history of one session, with each message's size measured once.
+
+An :class:`Entry` is a message plus its size in characters (measured when it is created, never
+again), its line number in ``transcript.jsonl`` (``None`` for messages compaction made), and whether
+a model call has already included it. :class:`Window` keeps the running total, so checking a
+threshold costs O(1) and appending costs O(size of the new message).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..messages import Message, measure
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    message: Message
+    chars: int
+    seq: int | None = None
+    seen: bool = False
+
+    @classmethod
+    def of(cls, message: Message, seq: int | None = None, seen: bool = False) -> Entry:
+        return cls(message, measure(message), seq, seen)
+
+    def replaced(self, message: Message) -> Entry:
+        return Entry(message, measure(message), self.seq, self.seen)
+
+
+class Window:
+    """Entries in order, their running size, and the message list to send."""
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+        self.messages: list[Message] = []
+        self.total = 0
+        self._seen = 0  # entries[:_seen] have been sent to the model
+
+    def append(self, message: Message, seq: int | None = None) -> None:
+        entry = Entry.of(message, seq)
+        self.entries.append(entry)
+        self.messages.append(message)
+        self.total += entry.chars
+
+    def replace(self, entries: list[Entry]) -> None:
+        """Adopt a stage's output (O(len(entries)); stages run rarely)."""
+        self.entries = entries
+        self.messages = [e.message for e in entries]
+        self.total = sum(e.chars for e in entries)
+        self._seen = 0
+        while self._seen < len(entries) and entries[self._seen].seen:
+            self._seen += 1
+
+    def mark_seen(self) -> None:
+        """Everything in the window has now been sent to the model (O(new entries))."""
+        for i in range(self._seen, len(self.entries)):
+            e = self.entries[i]
+            self.entries[i] = Entry(e.message, e.chars, e.seq, True)
+        self._seen = len(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"messages": len(self.entries), "chars": self.total}

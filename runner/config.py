@@ -1,0 +1,179 @@
+"""Settings: ``config.toml`` plus ``RUNNER_*`` environment overrides, through pydantic-settings.
+
+Precedence for a job's limits, lowest to highest: the built-in defaults of :class:`Limits`,
+``[limits]``, ``[jobs.<name>]``, then the task file's own ``[limits]`` table.
+Environment variables override the file: ``RUNNER_RUNNER__CONCURRENCY=4``,
+``RUNNER_LIMITS__MAX_TURNS=50`` (sections and keys joined by ``__``).
+
+Every problem becomes a :class:`ConfigError` whose lines name the file, the key and what was expected.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
+
+Compaction = Literal["client", "server", "off"]
+
+
+class ConfigError(Exception):
+    """Bad configuration or task file; ``problems`` holds one line per problem."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class Limits(BaseModel):
+    """Per-job limits. The compaction thresholds keep the names and defaults of DESIGN.md."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_turns: int = Field(200, ge=1, le=100_000)
+    timeout_s: float = Field(3600.0, gt=0, le=7 * 24 * 3600)
+    max_output_tokens: int = Field(8000, ge=1, le=128_000)
+    max_cost_usd: float | None = Field(None, gt=0, le=100_000)
+    max_retries: int = Field(4, ge=0, le=20)
+    compaction: Compaction = "client"
+    # 1. tool_result_budget
+    batch_char_limit: int = Field(200_000, ge=1_000)
+    large_result_chars: int = Field(30_000, ge=200)
+    preview_chars: int = Field(2_000, ge=0)
+    # 2. snip
+    snip_trigger: int = Field(50, ge=8)
+    snip_head: int = Field(3, ge=1)
+    snip_target: int = Field(30, ge=4)
+    # 3. micro_compact and 4. fit_tool_results
+    context_char_limit: int = Field(50_000, ge=2_000)
+    keep_recent_results: int = Field(3, ge=0)
+    fit_preview_chars: int = Field(1_000, ge=0)
+    # token-aware trigger (off when unset): last real usage plus an estimate of what was added since
+    context_token_limit: int | None = Field(None, ge=1_000)
+    # 6. reactive compact
+    keep_recent_messages: int = Field(5, ge=1)
+    max_reactive_retries: int = Field(1, ge=0, le=10)
+    # 8. circuit breaker
+    max_summary_failures: int = Field(3, ge=1)
+    # server-side compaction (compaction = "server")
+    server_trigger_tokens: int = Field(150_000, ge=50_000)
+    server_instructions: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Limits:
+        if not self.snip_head < self.snip_target < self.snip_trigger:
+            raise ValueError(
+                f"need snip_head < snip_target < snip_trigger, got {self.snip_head}, "
+                f"{self.snip_target}, {self.snip_trigger}"
+            )
+        if self.preview_chars >= self.large_result_chars:
+            raise ValueError("preview_chars must be smaller than large_result_chars")
+        return self
+
+
+class RunnerSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: int = Field(8, ge=1, le=10_000)
+    output_dir: Path = Path("runs")
+    backend: Literal["auto", "anthropic", "offline"] = "auto"
+    model: str = Field("claude-sonnet-4-5", min_length=1)
+    request_timeout_s: float = Field(600.0, gt=0, le=3600)
+
+
+class SummarizerSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field("claude-haiku-4-5", min_length=1)
+    max_concurrent: int = Field(4, ge=1, le=1000)
+    requests_per_minute: int = Field(50, ge=1, le=100_000)
+    max_input_chars: int = Field(400_000, ge=10_000)
+    max_output_tokens: int = Field(2_000, ge=100)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RUNNER_", env_nested_delimiter="__", extra="forbid")
+
+    runner: RunnerSection = RunnerSection()
+    summarizer: SummarizerSection = SummarizerSection()
+    limits: Limits = Limits()
+    jobs: dict[str, dict[str, Any]] = {}
+
+    def limits_for(self, job: str, task_limits: dict[str, Any] | None = None) -> Limits:
+        """Merge ``[limits]`` < ``[jobs.<job>]`` < the task file's ``[limits]``."""
+        merged = {**self.limits.model_dump(exclude_unset=False), **self.jobs.get(job, {}), **(task_limits or {})}
+        return Limits.model_validate(merged)
+
+
+def describe_errors(source: str, error: ValidationError, prefix: str = "") -> list[str]:
+    """One line per pydantic error: ``file: key: what was expected (got value)``."""
+    lines = []
+    for err in error.errors():
+        key = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        got = err.get("input")
+        shown = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {_short(got)})"
+        lines.append(f"{source}: {key or '(top level)'}: {msg}{shown}")
+    return lines
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file, turning every failure into a one-line :class:`ConfigError`."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ConfigError([f"{path}: cannot read: {e.strerror or e}"]) from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError([f"{path}: not UTF-8 text (is it a binary file?)"]) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError([f"{path}: TOML syntax error: {e}"]) from None
+
+
+def load_settings(path: Path | None) -> Settings:
+    """Load settings from ``path`` (optional) and the environment; env wins over the file."""
+    if path is not None:
+        if not path.is_file():
+            raise ConfigError([f"{path}: config file not found"])
+        read_toml(path)  # syntax, encoding and readability errors, named
+    toml_file = path
+
+    class _Loaded(Settings):
+        @classmethod
+        def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                       file_secret_settings):
+            sources = [init_settings, env_settings]
+            if toml_file is not None:
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+            return tuple(sources)
+
+    source = str(path) if path is not None else "environment"
+    try:
+        settings = _Loaded()
+    except ValidationError as e:
+        raise ConfigError(describe_errors(source, e)) from None
+    problems = []
+    for name, table in settings.jobs.items():
+        if not isinstance(table, dict):
+            problems.append(f"{source}: jobs.{name}: expected a table of limits")
+            continue
+        try:
+            settings.limits_for(name)
+        except ValidationError as e:
+            problems += describe_errors(source, e, prefix=f"jobs.{name}")
+    if problems:
+        raise ConfigError(problems)
+    return settings

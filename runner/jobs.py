@@ -1,0 +1,193 @@
+"""Task files (``jobs/*.toml``) to validated :class:`JobSpec` objects.
+
+A task file holds one job::
+
+    prompt = "Survey this package ..."          # required
+    workspace = "{stdlib}/email"                # required; absolute, or relative to the task file
+    name = "email-survey"                       # optional, default: the file stem
+    model = "claude-sonnet-4-5"                 # optional, default: [runner] model
+    system = "You are ..."                      # optional
+    tools = ["read", "glob", "grep"]            # optional; bash, write, edit only when listed
+    [limits]                                    # optional, overrides any limit for this job
+    max_turns = 80
+
+``{stdlib}`` in ``workspace`` is replaced by this Python's standard library directory, so demo
+jobs can survey a large real codebase on every machine.
+
+Loading never raises for one bad file: each problem becomes a :class:`JobError` naming the file
+and the field, and the other files still load.
+"""
+
+from __future__ import annotations
+
+import re
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .config import ConfigError, Limits, Settings, describe_errors, read_toml
+
+ToolName = Literal["read", "glob", "grep", "bash", "write", "edit"]
+DEFAULT_TOOLS: tuple[ToolName, ...] = ("read", "glob", "grep")
+MAX_PROMPT_CHARS = 200_000
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+class TaskFile(BaseModel):
+    """The fields a task file may hold, as written."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    workspace: str = Field(min_length=1)
+    name: str | None = Field(None, pattern=NAME_PATTERN)
+    model: str | None = Field(None, min_length=1)
+    system: str | None = None
+    tools: list[ToolName] = list(DEFAULT_TOOLS)
+    limits: dict[str, Any] = {}
+
+    @field_validator("prompt")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be blank")
+        return v
+
+    @field_validator("tools")
+    @classmethod
+    def _unique(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("lists a tool twice")
+        return v
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job, resolved: limits merged, workspace absolute and existing."""
+
+    name: str
+    source: Path
+    prompt: str
+    workspace: Path
+    model: str
+    system: str | None
+    tools: tuple[str, ...]
+    limits: Limits
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "source": str(self.source),
+            "prompt": self.prompt,
+            "workspace": str(self.workspace),
+            "model": self.model,
+            "system": self.system,
+            "tools": list(self.tools),
+            "limits": self.limits.model_dump(mode="json"),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobSpec:
+        return cls(
+            name=data["name"],
+            source=Path(data["source"]),
+            prompt=data["prompt"],
+            workspace=Path(data["workspace"]),
+            model=data["model"],
+            system=data.get("system"),
+            tools=tuple(data["tools"]),
+            limits=Limits.model_validate(data["limits"]),
+        )
+
+
+@dataclass(frozen=True)
+class JobError:
+    """A task file that could not become a job."""
+
+    name: str
+    source: Path
+    problems: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        return "; ".join(self.problems)
+
+
+def expand_workspace(raw: str, task_file: Path) -> Path:
+    text = raw.replace("{stdlib}", sysconfig.get_paths()["stdlib"])
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        path = task_file.parent / path
+    return path.resolve()
+
+
+def load_job(task_file: Path, settings: Settings) -> JobSpec | JobError:
+    """Load one task file; every problem is reported, none raised."""
+    fallback_name = task_file.stem
+    try:
+        data = read_toml(task_file)
+    except ConfigError as e:
+        return JobError(fallback_name, task_file, tuple(e.problems))
+    try:
+        task = TaskFile.model_validate(data)
+    except ValidationError as e:
+        name = data.get("name") if isinstance(data.get("name"), str) else fallback_name
+        return JobError(name if re.match(NAME_PATTERN, name) else fallback_name, task_file,
+                        tuple(describe_errors(str(task_file), e)))
+    name = task.name or fallback_name
+    problems: list[str] = []
+    if not re.match(NAME_PATTERN, name):
+        problems.append(f"{task_file}: name: file stem {name!r} is not a valid job name; set name = \"...\"")
+    workspace = expand_workspace(task.workspace, task_file)
+    if not workspace.is_dir():
+        problems.append(f"{task_file}: workspace: directory {str(workspace)!r} does not exist")
+    limits = None
+    try:
+        limits = settings.limits_for(name, task.limits)
+    except ValidationError as e:
+        problems += describe_errors(str(task_file), e, prefix="limits")
+    if problems or limits is None:
+        return JobError(name, task_file, tuple(problems))
+    return JobSpec(
+        name=name,
+        source=task_file,
+        prompt=task.prompt,
+        workspace=workspace,
+        model=task.model or settings.runner.model,
+        system=task.system,
+        tools=tuple(task.tools),
+        limits=limits,
+    )
+
+
+def find_task_files(targets: list[Path]) -> tuple[list[Path], list[str]]:
+    """Expand directories to their ``*.toml`` files (sorted); report targets that do not exist."""
+    files: list[Path] = []
+    problems: list[str] = []
+    for target in targets:
+        if target.is_dir():
+            files += sorted(p for p in target.glob("*.toml") if p.is_file())
+        elif target.is_file():
+            files.append(target)
+        else:
+            problems.append(f"{target}: no such file or directory")
+    return files, problems
+
+
+def load_jobs(task_files: list[Path], settings: Settings) -> tuple[list[JobSpec], list[JobError]]:
+    """Load every task file; duplicate job names are errors for the later files."""
+    specs: list[JobSpec] = []
+    errors: list[JobError] = []
+    seen: dict[str, Path] = {}
+    for task_file in task_files:
+        result = load_job(task_file, settings)
+        if result.name in seen:
+            errors.append(JobError(result.name + f"@{task_file.stem}", task_file, (
+                f"{task_file}: name: job name {result.name!r} is already used by {seen[result.name]}",)))
+            continue
+        seen[result.name] = task_file
+        (specs if isinstance(result, JobSpec) else errors).append(result)
+    return specs, errors

@@ -1,0 +1,146 @@
+"""Plain-JSON message helpers and the request invariants the Messages API enforces.
+
+History is a list of dicts in the API's parameter shape. These helpers never mutate their input.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+Message = dict[str, Any]
+
+
+def blocks(message: Message) -> list[dict[str, Any]]:
+    """The content of a message as a list of blocks (a string becomes one text block)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content or [] if isinstance(b, dict)]
+
+
+def tool_uses(message: Message) -> list[dict[str, Any]]:
+    if message.get("role") != "assistant":
+        return []
+    return [b for b in blocks(message) if b.get("type") == "tool_use"]
+
+
+def tool_results(message: Message) -> list[dict[str, Any]]:
+    if message.get("role") != "user":
+        return []
+    return [b for b in blocks(message) if b.get("type") == "tool_result"]
+
+
+def has_tool_use(message: Message) -> bool:
+    return bool(tool_uses(message))
+
+
+def is_tool_result_message(message: Message) -> bool:
+    return bool(tool_results(message))
+
+
+def text_of(message: Message) -> str:
+    return "\n".join(b.get("text", "") for b in blocks(message) if b.get("type") == "text")
+
+
+def result_text(block: dict[str, Any]) -> str:
+    """A tool_result's content as text (list content: its text blocks joined)."""
+    content = block.get("content", "")
+    if isinstance(content, str):
+        return content
+    parts = []
+    for item in content or []:
+        if isinstance(item, dict):
+            parts.append(item.get("text", "") if item.get("type") == "text" else f"[{item.get('type')}]")
+    return "\n".join(parts)
+
+
+def measure(message: Message) -> int:
+    """A message's size in characters, as the seeds count it (its JSON text)."""
+    return len(json.dumps(message, ensure_ascii=False))
+
+
+def with_content(message: Message, content: Any) -> Message:
+    return {**message, "content": content}
+
+
+def replace_result_content(message: Message, new_content: dict[str, str]) -> Message:
+    """A copy of ``message`` whose tool_results named in ``new_content`` (by id) hold new text."""
+    out = []
+    for block in blocks(message):
+        if block.get("type") == "tool_result" and block.get("tool_use_id") in new_content:
+            block = {**block, "content": new_content[block["tool_use_id"]]}
+        out.append(block)
+    return with_content(message, out)
+
+
+def user_text(text: str) -> Message:
+    return {"role": "user", "content": text}
+
+
+def merge_adjacent(messages: list[Message]) -> list[Message]:
+    """Merge neighbours with the same role into one message, so roles alternate."""
+    merged: list[Message] = []
+    for message in messages:
+        if merged and merged[-1]["role"] == message["role"]:
+            merged[-1] = with_content(merged[-1], blocks(merged[-1]) + blocks(message))
+        else:
+            merged.append(message)
+    return merged
+
+
+def request_problems(messages: list[Message], active_request: str | None = None) -> list[str]:
+    """Every way ``messages`` breaks the API's rules (empty list: a valid request).
+
+    Checks: the first message is from the user; roles alternate; every tool_result answers a
+    tool_use of the assistant message right before it; every tool_use is answered in the next user
+    message; tool_use ids are unique; with ``active_request``, that text appears exactly once.
+    """
+    problems = list(_problems(messages))
+    if active_request is not None:
+        count = sum(_count_text(m, active_request) for m in messages)
+        if count != 1:
+            problems.append(f"the current user request appears {count} times, expected exactly once")
+    return problems
+
+
+def _count_text(message: Message, needle: str) -> int:
+    return sum(b.get("text", "").count(needle) for b in blocks(message) if b.get("type") == "text")
+
+
+def _problems(messages: list[Message]) -> Iterator[str]:
+    if not messages:
+        yield "messages: at least one message is required"
+        return
+    if messages[0].get("role") != "user":
+        yield "messages.0: the first message must use the user role"
+    seen_ids: set[str] = set()
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            yield f"messages.{i}.role: expected 'user' or 'assistant', got {role!r}"
+            continue
+        content = message.get("content")
+        if not isinstance(content, (str, list)) or (isinstance(content, list) and not content):
+            yield f"messages.{i}.content: expected a string or a non-empty list of blocks"
+        if i and messages[i - 1].get("role") == role:
+            yield f"messages.{i}: roles must alternate, two {role} messages in a row"
+        previous_uses = {b.get("id") for b in tool_uses(messages[i - 1])} if i else set()
+        if role == "user":
+            for block in tool_results(message):
+                if block.get("tool_use_id") not in previous_uses:
+                    yield (f"messages.{i}: tool_result {block.get('tool_use_id')!r} has no matching tool_use "
+                           "in the previous message")
+        else:
+            for block in tool_uses(message):
+                if block.get("id") in seen_ids:
+                    yield f"messages.{i}: tool_use id {block.get('id')!r} is not unique"
+                seen_ids.add(block.get("id"))
+            uses = {b.get("id") for b in tool_uses(message)}
+            if uses and i + 1 < len(messages):
+                answered = {b.get("tool_use_id") for b in tool_results(messages[i + 1])}
+                missing = uses - answered
+                if missing:
+                    yield (f"messages.{i}: tool_use ids {sorted(missing)} were found without tool_result "
+                           "blocks immediately after")

@@ -1,0 +1,102 @@
+"""The real backend: ``AsyncAnthropic`` from the official SDK.
+
+- Honours ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL`` (an Anthropic-compatible local server,
+  such as ``runner emulate``, works too).
+- Retries are the SDK's own (429, 529, 5xx, dropped connections; ``retry-after`` honoured), with the
+  job's ``max_retries``. A "prompt is too long" answer is never retried: it becomes
+  :class:`PromptTooLong`, which the session answers with reactive compaction.
+- Prompt caching: one ``cache_control`` breakpoint on the system prompt and one on the newest message,
+  so each turn reads the prefix the previous turn wrote.
+- Server-side compaction: a request with ``context_management`` goes to the beta endpoint with the
+  compaction beta; the reply's usage is the sum over ``usage.iterations``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anthropic
+
+from .base import PromptTooLong, Reply, Request, Usage
+
+COMPACTION_BETA = "compact-2026-01-12"
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def is_prompt_too_long(error: Exception) -> bool:
+    """The API's answer to an over-long prompt: 413, or 400 ``invalid_request_error`` saying so."""
+    if isinstance(error, anthropic.ContentTooLargeError):
+        return True
+    if isinstance(error, anthropic.BadRequestError):
+        message = (error.api_message or str(error)).lower()
+        return "prompt is too long" in message or "prompt_too_long" in message
+    return False
+
+
+def with_cache_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A copy of ``messages`` whose newest message carries a ``cache_control`` breakpoint."""
+    if not messages:
+        return messages
+    last = messages[-1]
+    content = last["content"]
+    if isinstance(content, str):
+        if not content:
+            return messages
+        content = [{"type": "text", "text": content}]
+    content = list(content)
+    for i in range(len(content) - 1, -1, -1):
+        block = content[i]
+        if block.get("type") in ("text", "tool_result", "tool_use", "image", "document", "compaction") and not (
+            block.get("type") == "text" and not block.get("text")
+        ):
+            content[i] = {**block, "cache_control": EPHEMERAL}
+            break
+    return [*messages[:-1], {**last, "content": content}]
+
+
+class AnthropicModel:
+    """One client for the whole batch; ``max_retries`` is applied per request."""
+
+    name = "anthropic"
+
+    def __init__(self, *, api_key: str | None = None, base_url: str | None = None, max_retries: int = 4,
+                 timeout: float = 600.0, http_client: Any = None,
+                 on_rate_limited: Callable[[], None] | None = None):
+        kwargs: dict[str, Any] = {"max_retries": max_retries, "timeout": timeout}
+        if api_key is not None:
+            kwargs["api_key"] = api_key
+        if base_url is not None:
+            kwargs["base_url"] = base_url
+        if http_client is not None:
+            kwargs["http_client"] = http_client
+        self.client = anthropic.AsyncAnthropic(**kwargs)
+
+    async def create(self, request: Request) -> Reply:
+        client = self.client if request.max_retries is None else self.client.with_options(
+            max_retries=request.max_retries)
+        kwargs: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_tokens,
+            "messages": with_cache_breakpoint(request.messages),
+        }
+        if request.tools:
+            kwargs["tools"] = request.tools
+        if request.system:
+            kwargs["system"] = [{"type": "text", "text": request.system, "cache_control": EPHEMERAL}]
+        try:
+            if request.context_management:
+                response = await client.beta.messages.create(
+                    **kwargs, context_management=request.context_management, betas=[COMPACTION_BETA])
+            else:
+                response = await client.messages.create(**kwargs)
+        except anthropic.APIStatusError as e:
+            if is_prompt_too_long(e):
+                raise PromptTooLong(e.api_message or str(e)) from e
+            raise
+        content = [block.model_dump(mode="json", exclude_none=True) for block in response.content]
+        return Reply(content=content, stop_reason=response.stop_reason or "end_turn",
+                     usage=Usage.from_api(response.usage))
+
+    async def aclose(self) -> None:
+        await self.client.close()

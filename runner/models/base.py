@@ -1,0 +1,86 @@
+"""The small interface every model backend implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+@dataclass
+class Usage:
+    """Billed tokens. ``context_tokens`` is what the model actually saw as input."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    @property
+    def context_tokens(self) -> int:
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
+    def add(self, other: Usage) -> None:
+        for name in USAGE_FIELDS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def to_json(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in USAGE_FIELDS}
+
+    @classmethod
+    def from_api(cls, usage: Any) -> Usage:
+        """From an SDK ``usage`` object or dict; sums ``iterations`` when present (server compaction)."""
+        data = usage if isinstance(usage, dict) else (usage.model_dump() if usage is not None else {})
+        iterations = data.get("iterations") or []
+        if iterations:
+            total = cls()
+            for it in iterations:
+                total.add(cls(**{k: int(it.get(k) or 0) for k in USAGE_FIELDS}))
+            return total
+        return cls(**{k: int(data.get(k) or 0) for k in USAGE_FIELDS})
+
+
+@dataclass
+class Reply:
+    """One model response, as plain JSON blocks."""
+
+    content: list[dict[str, Any]]
+    stop_reason: str
+    usage: Usage = field(default_factory=Usage)
+    estimated: bool = False  # usage was estimated, not reported by an API
+
+    def message(self) -> dict[str, Any]:
+        return {"role": "assistant", "content": self.content}
+
+
+@dataclass
+class Request:
+    """Everything a model call needs; ``messages`` are already compacted."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    max_tokens: int
+    system: str | None = None
+    context_management: dict[str, Any] | None = None
+    max_retries: int | None = None  # per-job override of the backend's retry count
+
+
+class PromptTooLong(Exception):
+    """The API refused the request as longer than the model's context window."""
+
+
+class ModelRefused(Exception):
+    """A model call failed in a way that retrying will not fix (bad request, auth, ...)."""
+
+
+class Model(Protocol):
+    """A backend: given a request, return a reply. Raise :class:`PromptTooLong` for an overlong
+    prompt; any other exception fails the job that made the call (after the backend's own retries)."""
+
+    name: str
+
+    async def create(self, request: Request) -> Reply: ...
+
+    async def aclose(self) -> None: ...

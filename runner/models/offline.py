@@ -1,0 +1,43 @@
+"""The embedded offline model: the deterministic survey policy behind the :class:`Model` interface.
+
+Its usage is an estimate (about four characters per token), marked ``estimated`` so reports say so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from .base import Reply, Request, Usage
+from .policy import decide
+
+CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(text: str) -> int:
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def request_chars(request: Request) -> int:
+    return len(json.dumps([request.system, request.messages, request.tools], ensure_ascii=False))
+
+
+class OfflineModel:
+    """Answers from :func:`runner.models.policy.decide`; never calls a network."""
+
+    name = "offline"
+
+    def __init__(self, batch_size: int = 4):
+        self.batch_size = batch_size
+
+    async def create(self, request: Request) -> Reply:
+        tool_names = {t["name"] for t in request.tools}
+        content, stop_reason = decide(request.messages, tool_names, self.batch_size)
+        usage = Usage(
+            input_tokens=math.ceil(request_chars(request) / CHARS_PER_TOKEN),
+            output_tokens=estimate_tokens(json.dumps(content, ensure_ascii=False)),
+        )
+        return Reply(content=content, stop_reason=stop_reason, usage=usage, estimated=True)
+
+    async def aclose(self) -> None:
+        return None

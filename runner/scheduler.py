@@ -1,0 +1,187 @@
+"""The batch: every job in one anyio task group, at most ``concurrency`` at a time.
+
+Guarantees:
+- Isolation: an exception, a timeout, ``max_turns`` or ``max_cost_usd`` ends only the job it
+  happened in; the others run on.
+- Cancellation (Ctrl-C or SIGTERM): every running job stops, writes its files with status
+  ``cancelled``, and ``run.json`` says so; :func:`run_batch` then reports ``interrupted``.
+- ``run.json`` is rewritten (atomically) whenever a job starts or ends, so it is always current.
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+
+from .compactor.compactor import Compactor
+from .jobs import JobError, JobSpec
+from .messages import Message
+from .models.base import Model
+from .session import JobProgress, JobResult, Session
+from .store import JobStore, write_atomic
+
+
+class Display(Protocol):
+    def start(self, progress: dict[str, JobProgress]) -> None: ...
+    def job_started(self, progress: JobProgress) -> None: ...
+    def job_finished(self, result: JobResult) -> None: ...
+    def stop(self) -> None: ...
+
+
+class NoDisplay:
+    def start(self, progress: dict[str, JobProgress]) -> None: ...
+    def job_started(self, progress: JobProgress) -> None: ...
+    def job_finished(self, result: JobResult) -> None: ...
+    def stop(self) -> None: ...
+
+
+def new_run_id() -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+@dataclass
+class BatchResult:
+    run_dir: Path
+    results: dict[str, JobResult] = field(default_factory=dict)
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.interrupted and all(r.status == "succeeded" for r in self.results.values())
+
+
+@dataclass
+class Batch:
+    """What to run and with what; ``histories`` continue resumed jobs from their transcripts."""
+
+    run_dir: Path
+    specs: list[JobSpec]
+    model: Model
+    compactor: Compactor
+    summary_model: str
+    concurrency: int
+    errors: list[JobError] = field(default_factory=list)
+    histories: dict[str, list[Message]] = field(default_factory=dict)
+    kept: dict[str, dict[str, Any]] = field(default_factory=dict)  # earlier results of jobs not rerun
+    meta: dict[str, Any] = field(default_factory=dict)
+    handle_signals: bool = True
+
+
+async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult:
+    display = display or NoDisplay()
+    out = BatchResult(batch.run_dir)
+    progress = {s.name: JobProgress(s.name) for s in batch.specs}
+    run_json = _RunJson(batch, progress)
+    await anyio.Path(batch.run_dir).mkdir(parents=True, exist_ok=True)
+    for error in batch.errors:
+        out.results[error.name] = await _record_load_error(batch.run_dir, error)
+    run_json.results.update(out.results)
+    await run_json.write()
+    limiter = anyio.CapacityLimiter(batch.concurrency)
+    display.start(progress)
+
+    async def run_one(spec: JobSpec) -> None:
+        async with limiter:
+            store = JobStore(batch.run_dir / spec.name)
+            await store.open()
+            display.job_started(progress[spec.name])
+            await run_json.write()
+            session = Session(spec, batch.model, batch.compactor, store, batch.summary_model, progress[spec.name],
+                              batch.histories.get(spec.name))
+            try:
+                result = await session.run()
+            finally:
+                out.results[spec.name] = session.result
+                run_json.results[spec.name] = session.result
+                with anyio.CancelScope(shield=True):
+                    await run_json.write()
+                display.job_finished(session.result)
+            del result
+
+    try:
+        async with anyio.create_task_group() as tg:
+            if batch.handle_signals:
+                tg.start_soon(_cancel_on_signal, tg.cancel_scope, lambda: setattr(out, "interrupted", True))
+            async with anyio.create_task_group() as jobs:
+                for spec in batch.specs:
+                    jobs.start_soon(run_one, spec)
+            tg.cancel_scope.cancel()  # all jobs ended: stop the signal watcher
+    finally:
+        for spec in batch.specs:  # jobs that never started when the batch was cancelled
+            if spec.name not in out.results:
+                out.results[spec.name] = JobResult(spec.name, "cancelled", error="cancelled before it started",
+                                                   model=spec.model)
+                run_json.results[spec.name] = out.results[spec.name]
+        run_json.finished = True
+        run_json.interrupted = out.interrupted
+        with anyio.CancelScope(shield=True):
+            await run_json.write()
+        display.stop()
+    return out
+
+
+async def _cancel_on_signal(scope: anyio.CancelScope, mark: Callable[[], None]) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            mark()
+            scope.cancel()
+            return
+
+
+async def _record_load_error(run_dir: Path, error: JobError) -> JobResult:
+    result = JobResult(error.name, "failed", error=error.message)
+    store = JobStore(run_dir / error.name)
+    await store.open()
+    await store.write_json("metrics.json", result.to_json())
+    return result
+
+
+class _RunJson:
+    def __init__(self, batch: Batch, progress: dict[str, JobProgress]):
+        self.batch = batch
+        self.progress = progress
+        self.results: dict[str, JobResult] = {}
+        self.started = time.time()
+        self.finished = False
+        self.interrupted = False
+        self._lock = anyio.Lock()
+
+    async def write(self) -> None:
+        async with self._lock:
+            await write_atomic(self.batch.run_dir / "run.json", _json(self.document()))
+
+    def document(self) -> dict[str, Any]:
+        jobs: list[dict[str, Any]] = []
+        names = [*self.batch.kept, *(e.name for e in self.batch.errors), *(s.name for s in self.batch.specs)]
+        for name in dict.fromkeys(names):
+            if name in self.results:
+                jobs.append(self.results[name].to_json())
+            elif name in self.batch.kept:
+                jobs.append(self.batch.kept[name])
+            else:
+                p = self.progress[name]
+                jobs.append({"job": name, "status": p.status, "turns": p.turns})
+        totals = {"jobs": len(jobs), "cost_usd": round(sum(j.get("cost_usd", 0.0) for j in jobs), 6),
+                  "turns": sum(j.get("turns", 0) for j in jobs)}
+        for status in ("succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "cancelled"):
+            totals[status] = sum(1 for j in jobs if j.get("status") == status)
+        for key in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
+            totals[key] = sum((j.get("usage") or {}).get(key, 0) + (j.get("summarizer_usage") or {}).get(key, 0)
+                              for j in jobs)
+        state = "interrupted" if self.interrupted else ("finished" if self.finished else "running")
+        return {"run_id": self.batch.run_dir.name, "state": state, "started": self.started,
+                "updated": time.time(), **self.batch.meta, "totals": totals, "jobs": jobs}
+
+
+def _json(obj: Any) -> str:
+    import json
+
+    return json.dumps(obj, ensure_ascii=False, indent=2) + "\n"

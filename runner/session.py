@@ -1,0 +1,247 @@
+"""One job's agent loop: compact, call the model, run the tool calls, append the results, repeat.
+
+Every stop reason has one meaning (as in the SDK's tool runner):
+
+| stop_reason                     | what the loop does                                               |
+|---------------------------------|------------------------------------------------------------------|
+| ``tool_use``                    | run the calls (the whole batch), append one result per call      |
+| ``end_turn``, ``stop_sequence`` | done: the reply's text is the final answer                       |
+| ``max_tokens``                  | run any complete tool calls, else ask the model to continue      |
+| ``pause_turn``, ``compaction``  | the turn is not finished: send it back as it is                  |
+| ``model_context_window_exceeded`` | reactive compaction, then retry                                |
+| ``refusal``                     | the job fails with that reason                                   |
+
+Ends with a status: ``succeeded``, ``failed``, ``timeout``, ``max_turns``, ``budget_exceeded`` or
+``cancelled``. Whatever the ending, ``metrics.json`` is written (shielded from cancellation) and
+the transcript holds every message that was added.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from .compactor.compactor import CompactionState, Compactor
+from .jobs import JobSpec
+from .messages import Message, text_of, tool_uses
+from .models.base import Model, PromptTooLong, Reply, Request, Usage
+from .pricing import cost_usd
+from .store import JobStore
+from .tools import Toolset
+
+CONTINUE_AFTER_MAX_TOKENS = "Your reply was cut off by the output token limit. Continue from where you stopped."
+
+
+class JobEnded(Exception):
+    """Ends a job early with a status other than ``succeeded``."""
+
+    def __init__(self, status: str, error: str):
+        super().__init__(error)
+        self.status = status
+        self.error = error
+
+
+@dataclass
+class JobProgress:
+    """What the live display shows for a job; updated by its session."""
+
+    name: str
+    status: str = "queued"
+    turns: int = 0
+    context_chars: int = 0
+    compactions: int = 0
+    cost_usd: float = 0.0
+    started: float | None = None
+
+
+@dataclass
+class JobResult:
+    name: str
+    status: str
+    turns: int = 0
+    wall_s: float = 0.0
+    usage: Usage = field(default_factory=Usage)
+    summarizer_usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    compactions: dict[str, int] = field(default_factory=dict)
+    persisted_bytes: int = 0
+    error: str | None = None
+    estimated: bool = False
+    model: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job": self.name,
+            "status": self.status,
+            "model": self.model,
+            "turns": self.turns,
+            "wall_s": round(self.wall_s, 3),
+            "usage": self.usage.to_json(),
+            "summarizer_usage": self.summarizer_usage.to_json(),
+            "usage_estimated": self.estimated,
+            "cost_usd": round(self.cost_usd, 6),
+            "compactions": dict(sorted(self.compactions.items())),
+            "persisted_bytes": self.persisted_bytes,
+            "error": self.error,
+        }
+
+
+def context_management(spec: JobSpec) -> dict[str, Any] | None:
+    if spec.limits.compaction != "server":
+        return None
+    edit: dict[str, Any] = {"type": "compact_20260112",
+                            "trigger": {"type": "input_tokens", "value": spec.limits.server_trigger_tokens}}
+    if spec.limits.server_instructions:
+        edit["instructions"] = spec.limits.server_instructions
+    return {"edits": [edit]}
+
+
+class Session:
+    """Runs one job to an ending. ``history`` continues a resumed job from its transcript."""
+
+    def __init__(self, spec: JobSpec, model: Model, compactor: Compactor, store: JobStore, summary_model: str,
+                 progress: JobProgress | None = None, history: list[Message] | None = None):
+        self.spec = spec
+        self.model = model
+        self.compactor = compactor
+        self.store = store
+        self.summary_model = summary_model
+        self.progress = progress or JobProgress(spec.name)
+        self.state = CompactionState(store=store, limits=spec.limits, active_request=spec.prompt)
+        self.history = history
+        self.result = JobResult(spec.name, "running", model=spec.model)
+        self.final_text: str | None = None
+
+    async def run(self) -> JobResult:
+        started = time.monotonic()
+        self.progress.started = time.time()
+        self.progress.status = "running"
+        result = self.result
+        try:
+            with anyio.move_on_after(self.spec.limits.timeout_s) as scope:
+                await self._loop()
+            if scope.cancelled_caught:
+                raise JobEnded("timeout", f"timed out after {self.spec.limits.timeout_s:g} s")
+            result.status = "succeeded"
+        except JobEnded as e:
+            result.status, result.error = e.status, e.error
+        except anyio.get_cancelled_exc_class():
+            result.status, result.error = "cancelled", "cancelled before it finished"
+            raise
+        except Exception as e:  # one job's failure is its own; the batch goes on
+            result.status, result.error = "failed", _one_line(f"{type(e).__name__}: {e}")
+        finally:
+            result.wall_s = time.monotonic() - started
+            with anyio.CancelScope(shield=True):
+                await self._write_outputs()
+        return result
+
+    async def _loop(self) -> None:
+        spec, state = self.spec, self.state
+        await self.store.write_json("job.json", spec.to_json())
+        if self.history:
+            state.restore(self.history)
+            self.result.turns = sum(1 for m in self.history if m["role"] == "assistant")
+        else:
+            await state.add({"role": "user", "content": spec.prompt})
+        reactive_retries = 0
+        async with Toolset(str(spec.workspace), spec.tools, self.store) as toolset:
+            tools = toolset.definitions()
+            while True:
+                if self.result.turns >= spec.limits.max_turns:
+                    raise JobEnded("max_turns", f"reached max_turns = {spec.limits.max_turns}")
+                messages = await self.compactor.prepare(state)
+                self._update_progress()
+                request = Request(model=spec.model, messages=messages, tools=tools,
+                                  max_tokens=spec.limits.max_output_tokens, system=spec.system,
+                                  context_management=context_management(spec), max_retries=spec.limits.max_retries)
+                try:
+                    reply = await self.model.create(request)
+                except PromptTooLong as e:
+                    reactive_retries = await self._reactive(reactive_retries, str(e))
+                    continue
+                self._account(reply)
+                state.observe_usage(reply.usage)
+                state.window.mark_seen()
+                if reply.stop_reason == "model_context_window_exceeded":
+                    reactive_retries = await self._reactive(reactive_retries, "model context window exceeded")
+                    continue
+                reactive_retries = 0
+                if reply.content:
+                    await state.add(reply.message())
+                if any(b.get("type") == "compaction" for b in reply.content):
+                    await self.compactor.after_server_compaction(state)
+                if await self._handle(reply, toolset):
+                    return
+
+    async def _handle(self, reply: Reply, toolset: Toolset) -> bool:
+        """Act on a reply; True when the job is done."""
+        calls = tool_uses(reply.message())
+        stop = reply.stop_reason
+        if stop == "refusal":
+            raise JobEnded("failed", "the model refused to continue (stop_reason: refusal)")
+        if stop in ("pause_turn", "compaction") and reply.content:
+            return False
+        if calls and stop in ("tool_use", "max_tokens"):
+            results = await toolset.run_batch(calls)
+            await self.state.add({"role": "user", "content": results})
+            if toolset.compact_requested:
+                toolset.compact_requested = False
+                await self.compactor.compact(self.state)
+            return False
+        if stop == "max_tokens":
+            await self.state.add({"role": "user", "content": CONTINUE_AFTER_MAX_TOKENS})
+            return False
+        self.final_text = text_of(reply.message())
+        return True
+
+    async def _reactive(self, retries: int, reason: str) -> int:
+        if retries >= self.spec.limits.max_reactive_retries:
+            raise JobEnded("failed", f"prompt is too long even after reactive compaction ({_one_line(reason)})")
+        if not await self.compactor.reactive(self.state):
+            raise JobEnded("failed", f"prompt is too long and there is nothing left to compact ({_one_line(reason)})")
+        return retries + 1
+
+    def _account(self, reply: Reply) -> None:
+        result = self.result
+        result.turns += 1
+        result.usage.add(reply.usage)
+        result.estimated = result.estimated or reply.estimated
+        result.summarizer_usage = self.state.summarizer_usage
+        result.cost_usd = cost_usd(self.spec.model, result.usage) + cost_usd(self.summary_model,
+                                                                             result.summarizer_usage)
+        self._update_progress()
+        limit = self.spec.limits.max_cost_usd
+        if limit is not None and result.cost_usd >= limit:
+            raise JobEnded("budget_exceeded", f"spent ${result.cost_usd:.4f}, max_cost_usd is ${limit:g}")
+
+    def _update_progress(self) -> None:
+        p = self.progress
+        p.turns = self.result.turns
+        p.context_chars = self.state.window.total
+        p.compactions = sum(self.state.compactions.values())
+        p.cost_usd = self.result.cost_usd
+
+    async def _write_outputs(self) -> None:
+        result, state = self.result, self.state
+        result.compactions = dict(state.compactions)
+        result.persisted_bytes = state.persisted_bytes
+        result.summarizer_usage = state.summarizer_usage
+        result.cost_usd = cost_usd(self.spec.model, result.usage) + cost_usd(self.summary_model,
+                                                                             result.summarizer_usage)
+        self._update_progress()
+        self.progress.status = result.status
+        try:
+            if result.status == "succeeded" and self.final_text is not None:
+                await self.store.write_text("final.md", self.final_text)
+            await self.store.write_json("metrics.json", result.to_json())
+        except OSError as e:  # the disk failed us: say so in the result, do not hide the job's own outcome
+            result.error = (result.error or "") + f" (could not write job files: {e})"
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
