@@ -145,10 +145,14 @@ def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
         return model, summarizer, backend
     if not os.environ.get("ANTHROPIC_API_KEY"):
         raise ConfigError(["backend = anthropic needs ANTHROPIC_API_KEY in the environment"])
+    from .models.adaptive import AdaptiveLimit, AdaptiveModel
     from .models.anthropic import AnthropicModel
 
-    model = AnthropicModel(max_retries=settings.limits.max_retries, timeout=settings.runner.request_timeout_s)
-    summarizer = Summarizer(model, s.model, max_concurrent=s.max_concurrent,
+    limit = AdaptiveLimit(maximum=settings.runner.concurrency)
+    raw = AnthropicModel(max_retries=settings.limits.max_retries, timeout=settings.runner.request_timeout_s,
+                         on_rate_limited=limit.rate_limited)
+    model = AdaptiveModel(raw, limit)
+    summarizer = Summarizer(raw, s.model, max_concurrent=s.max_concurrent,
                             requests_per_minute=s.requests_per_minute, max_input_chars=s.max_input_chars,
                             max_output_tokens=s.max_output_tokens)
     return model, summarizer, backend

@@ -70,6 +70,7 @@ class Batch:
     concurrency: int
     errors: list[JobError] = field(default_factory=list)
     histories: dict[str, list[Message]] = field(default_factory=dict)
+    priors: dict[str, dict[str, Any]] = field(default_factory=dict)  # metrics of resumed jobs so far
     kept: dict[str, dict[str, Any]] = field(default_factory=dict)  # earlier results of jobs not rerun
     meta: dict[str, Any] = field(default_factory=dict)
     handle_signals: bool = True
@@ -95,16 +96,15 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
             display.job_started(progress[spec.name])
             await run_json.write()
             session = Session(spec, batch.model, batch.compactor, store, batch.summary_model, progress[spec.name],
-                              batch.histories.get(spec.name))
+                              batch.histories.get(spec.name), batch.priors.get(spec.name))
             try:
-                result = await session.run()
+                await session.run()
             finally:
                 out.results[spec.name] = session.result
                 run_json.results[spec.name] = session.result
                 with anyio.CancelScope(shield=True):
                     await run_json.write()
                 display.job_finished(session.result)
-            del result
 
     try:
         async with anyio.create_task_group() as tg:
@@ -161,14 +161,19 @@ class _RunJson:
     def document(self) -> dict[str, Any]:
         jobs: list[dict[str, Any]] = []
         names = [*self.batch.kept, *(e.name for e in self.batch.errors), *(s.name for s in self.batch.specs)]
+        sources = {**{e.name: str(e.source) for e in self.batch.errors},
+                   **{s.name: str(s.source) for s in self.batch.specs}}
         for name in dict.fromkeys(names):
             if name in self.results:
-                jobs.append(self.results[name].to_json())
+                job = self.results[name].to_json()
             elif name in self.batch.kept:
-                jobs.append(self.batch.kept[name])
+                job = dict(self.batch.kept[name])
             else:
                 p = self.progress[name]
-                jobs.append({"job": name, "status": p.status, "turns": p.turns})
+                job = {"job": name, "status": p.status, "turns": p.turns}
+            if name in sources:
+                job["source"] = sources[name]
+            jobs.append(job)
         totals = {"jobs": len(jobs), "cost_usd": round(sum(j.get("cost_usd", 0.0) for j in jobs), 6),
                   "turns": sum(j.get("turns", 0) for j in jobs)}
         for status in ("succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "cancelled"):

@@ -103,7 +103,8 @@ class Session:
     """Runs one job to an ending. ``history`` continues a resumed job from its transcript."""
 
     def __init__(self, spec: JobSpec, model: Model, compactor: Compactor, store: JobStore, summary_model: str,
-                 progress: JobProgress | None = None, history: list[Message] | None = None):
+                 progress: JobProgress | None = None, history: list[Message] | None = None,
+                 prior: dict[str, Any] | None = None):
         self.spec = spec
         self.model = model
         self.compactor = compactor
@@ -114,6 +115,12 @@ class Session:
         self.history = history
         self.result = JobResult(spec.name, "running", model=spec.model)
         self.final_text: str | None = None
+        if prior:  # a resumed job keeps what it already spent
+            self.result.usage = Usage(**(prior.get("usage") or {}))
+            self.state.summarizer_usage = Usage(**(prior.get("summarizer_usage") or {}))
+            self.state.compactions.update(prior.get("compactions") or {})
+            self.state.persisted_bytes = int(prior.get("persisted_bytes") or 0)
+            self.result.estimated = bool(prior.get("usage_estimated"))
 
     async def run(self) -> JobResult:
         started = time.monotonic()
@@ -176,6 +183,7 @@ class Session:
                     await self.compactor.after_server_compaction(state)
                 if await self._handle(reply, toolset):
                     return
+                await self._checkpoint()
 
     async def _handle(self, reply: Reply, toolset: Toolset) -> bool:
         """Act on a reply; True when the job is done."""
@@ -217,6 +225,13 @@ class Session:
         limit = self.spec.limits.max_cost_usd
         if limit is not None and result.cost_usd >= limit:
             raise JobEnded("budget_exceeded", f"spent ${result.cost_usd:.4f}, max_cost_usd is ${limit:g}")
+
+    async def _checkpoint(self) -> None:
+        """Write metrics.json as it stands (status ``running``): progress and spend survive a crash."""
+        result = self.result
+        result.compactions = dict(self.state.compactions)
+        result.persisted_bytes = self.state.persisted_bytes
+        await self.store.write_json("metrics.json", result.to_json())
 
     def _update_progress(self) -> None:
         p = self.progress

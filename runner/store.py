@@ -48,6 +48,14 @@ async def write_atomic(path: Path, text: str) -> None:
     await aiofiles.os.replace(tmp, path)
 
 
+def write_atomic_sync(path: Path, text: str) -> None:
+    """The blocking twin of :func:`write_atomic`, for code that runs before the event loop."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8", errors="surrogatepass", newline="") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def read_jsonl(path: Path) -> tuple[list[Any], list[str]]:
     """Records of a JSONL file, and a warning for each line that is not whole JSON."""
     records: list[Any] = []

@@ -68,6 +68,12 @@ class AnthropicModel:
             kwargs["api_key"] = api_key
         if base_url is not None:
             kwargs["base_url"] = base_url
+        if http_client is None and on_rate_limited is not None:
+            async def watch(response: Any) -> None:  # sees every attempt, including the SDK's retries
+                if response.status_code in (429, 529):
+                    on_rate_limited()
+
+            http_client = anthropic.DefaultAsyncHttpxClient(event_hooks={"response": [watch]})
         if http_client is not None:
             kwargs["http_client"] = http_client
         self.client = anthropic.AsyncAnthropic(**kwargs)

@@ -1,0 +1,136 @@
+"""``runner resume RUN_DIR``: rerun the jobs of a run that did not succeed, where they stopped.
+
+Guarantees:
+- A job whose status is ``succeeded`` is never touched: its files and its line in ``run.json`` stay.
+- Every other job continues from its transcript, cut back to its last complete turn (a reply whose
+  tool calls have no results yet is dropped, and run again); a job with no usable transcript starts
+  from the beginning.
+- A half-written last line in ``transcript.jsonl`` or ``events.jsonl`` (the runner was killed
+  mid-write) is reported and dropped, never a crash; the transcript is then rewritten whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from .config import ConfigError, Settings
+from .jobs import JobError, JobSpec, load_job
+from .messages import Message, has_tool_use, request_problems
+from .store import read_jsonl, write_atomic_sync
+
+TRANSCRIPT = "transcript.jsonl"
+
+
+@dataclass
+class ResumePlan:
+    specs: list[JobSpec] = field(default_factory=list)
+    errors: list[JobError] = field(default_factory=list)
+    histories: dict[str, list[Message]] = field(default_factory=dict)
+    priors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    kept: dict[str, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def last_complete_turn(messages: list[Message]) -> list[Message]:
+    """The longest prefix that ends after a complete turn: never on an assistant message whose tool
+    calls are unanswered, never on a final answer the job did not get to record."""
+    end = len(messages)
+    while end > 0 and messages[end - 1].get("role") == "assistant":
+        end -= 1
+    prefix = messages[:end]
+    while prefix and request_problems(prefix):
+        prefix = prefix[:-1]
+    return prefix
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def plan_resume(run_dir: Path, settings: Settings) -> ResumePlan:
+    run = _read_json(run_dir / "run.json")
+    if run is None:
+        raise ConfigError([f"{run_dir / 'run.json'}: missing or unreadable; is {run_dir} a run directory?"])
+    plan = ResumePlan()
+    for entry in run.get("jobs", []):
+        name = entry.get("job")
+        if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+            continue
+        job_dir = run_dir / name
+        metrics = _read_json(job_dir / "metrics.json") or {}
+        if metrics.get("status") == "succeeded" and entry.get("status") == "succeeded":
+            plan.kept[name] = metrics
+            continue
+        job = _read_json(job_dir / "job.json")
+        if job is None:
+            source = Path(entry.get("source") or metrics.get("source") or "")
+            loaded = load_job(source, settings) if source.is_file() else JobError(
+                name, source, (f"{job_dir}: no job.json and no task file to load it from",))
+            if isinstance(loaded, JobError):
+                plan.errors.append(loaded)
+                continue
+            plan.specs.append(loaded)
+            continue
+        try:
+            spec = JobSpec.from_json(job)
+        except (KeyError, ValueError, TypeError) as e:
+            plan.errors.append(JobError(name, job_dir / "job.json", (f"{job_dir / 'job.json'}: unreadable: {e}",)))
+            continue
+        plan.specs.append(spec)
+        transcript, warnings = read_jsonl(job_dir / TRANSCRIPT)
+        plan.notes += warnings
+        events, event_warnings = read_jsonl(job_dir / "events.jsonl")
+        if event_warnings:  # rewrite whole, so the next append starts on a fresh line
+            plan.notes += event_warnings
+            write_atomic_sync(job_dir / "events.jsonl", "".join(json.dumps(e, ensure_ascii=False) + "\n"
+                                                                for e in events))
+        history = last_complete_turn([m for m in transcript if isinstance(m, dict)])
+        if history and history[0].get("content") == spec.prompt:
+            plan.histories[name] = history
+            plan.priors[name] = metrics
+            if len(history) != len(transcript) or warnings:
+                write_atomic_sync(job_dir / TRANSCRIPT, "".join(json.dumps(m, ensure_ascii=False) + "\n"
+                                                                for m in history))
+                plan.notes.append(f"{name}: continuing from message {len(history)} of the transcript "
+                                  f"({len(transcript) - len(history)} dropped after the last complete turn)")
+            else:
+                plan.notes.append(f"{name}: continuing from message {len(history)} of the transcript")
+        else:
+            if transcript:
+                (job_dir / TRANSCRIPT).rename(job_dir / "transcript.unusable.jsonl")
+            plan.notes.append(f"{name}: no usable transcript; starting from the beginning")
+        if has_tool_use(history[-1]) if history else False:
+            plan.notes.append(f"{name}: warning: transcript ends on unanswered tool calls")
+    return plan
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from .cli import _meta, execute, make_backend, settings_from
+    from .compactor.compactor import Compactor
+    from .scheduler import Batch
+
+    run_dir: Path = getattr(args, "run_dir", None) or args.resume
+    settings = settings_from(args)
+    plan = plan_resume(run_dir, settings)
+    console = Console(stderr=True)
+    for note in plan.notes:
+        console.print(f"resume: {note}", highlight=False)
+    if not plan.specs and not plan.errors:
+        console.print(f"resume: every job of {run_dir} already succeeded; nothing to do")
+        return 0
+    model, summarizer, backend = make_backend(settings)
+    batch = Batch(run_dir=run_dir, specs=plan.specs, errors=plan.errors, model=model,
+                  compactor=Compactor(summarizer), summary_model=settings.summarizer.model,
+                  concurrency=settings.runner.concurrency, histories=plan.histories, priors=plan.priors,
+                  kept=plan.kept, meta={**_meta(settings, backend), "resumed": True})
+    return execute(batch, settings)

