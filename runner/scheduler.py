@@ -25,7 +25,7 @@ from .compactor.compactor import Compactor
 from .jobs import JobError, JobSpec
 from .messages import Message
 from .models.base import Model
-from .session import JobProgress, JobResult, Session
+from .session import JobProgress, JobResult, RunBudget, Session
 from .store import JobStore, write_atomic
 
 
@@ -74,6 +74,7 @@ class Batch:
     kept: dict[str, dict[str, Any]] = field(default_factory=dict)  # earlier results of jobs not rerun
     meta: dict[str, Any] = field(default_factory=dict)
     handle_signals: bool = True
+    run_budget: RunBudget = field(default_factory=RunBudget)
 
 
 async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult:
@@ -96,7 +97,7 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
             display.job_started(progress[spec.name])
             await run_json.write()
             session = Session(spec, batch.model, batch.compactor, store, batch.summary_model, progress[spec.name],
-                              batch.histories.get(spec.name), batch.priors.get(spec.name))
+                              batch.histories.get(spec.name), batch.priors.get(spec.name), batch.run_budget)
             try:
                 await session.run()
             finally:

@@ -35,6 +35,18 @@ from .tools import Toolset
 CONTINUE_AFTER_MAX_TOKENS = "Your reply was cut off by the output token limit. Continue from where you stopped."
 
 
+class RunBudget:
+    """A whole run's ``max_cost_usd``, shared by its jobs (``None``: no limit)."""
+
+    def __init__(self, limit: float | None = None):
+        self.limit = limit
+        self.spent = 0.0
+
+    @property
+    def exceeded(self) -> bool:
+        return self.limit is not None and self.spent >= self.limit
+
+
 class JobEnded(Exception):
     """Ends a job early with a status other than ``succeeded``."""
 
@@ -104,7 +116,7 @@ class Session:
 
     def __init__(self, spec: JobSpec, model: Model, compactor: Compactor, store: JobStore, summary_model: str,
                  progress: JobProgress | None = None, history: list[Message] | None = None,
-                 prior: dict[str, Any] | None = None):
+                 prior: dict[str, Any] | None = None, run_budget: RunBudget | None = None):
         self.spec = spec
         self.model = model
         self.compactor = compactor
@@ -115,6 +127,7 @@ class Session:
         self.history = history
         self.result = JobResult(spec.name, "running", model=spec.model)
         self.final_text: str | None = None
+        self.run_budget = run_budget or RunBudget()
         if prior:  # a resumed job keeps what it already spent
             self.result.usage = Usage(**(prior.get("usage") or {}))
             self.state.summarizer_usage = Usage(**(prior.get("summarizer_usage") or {}))
@@ -160,6 +173,7 @@ class Session:
             while True:
                 if self.result.turns >= spec.limits.max_turns:
                     raise JobEnded("max_turns", f"reached max_turns = {spec.limits.max_turns}")
+                self._check_run_budget()
                 messages = await self.compactor.prepare(state)
                 self._update_progress()
                 request = Request(model=spec.model, messages=messages, tools=tools,
@@ -219,12 +233,20 @@ class Session:
         result.usage.add(reply.usage)
         result.estimated = result.estimated or reply.estimated
         result.summarizer_usage = self.state.summarizer_usage
+        before = result.cost_usd
         result.cost_usd = cost_usd(self.spec.model, result.usage) + cost_usd(self.summary_model,
                                                                              result.summarizer_usage)
+        self.run_budget.spent += result.cost_usd - before
         self._update_progress()
         limit = self.spec.limits.max_cost_usd
         if limit is not None and result.cost_usd >= limit:
             raise JobEnded("budget_exceeded", f"spent ${result.cost_usd:.4f}, max_cost_usd is ${limit:g}")
+        self._check_run_budget()
+
+    def _check_run_budget(self) -> None:
+        if self.run_budget.exceeded:
+            raise JobEnded("budget_exceeded", f"the run spent ${self.run_budget.spent:.4f}, "
+                                              f"its max_cost_usd is ${self.run_budget.limit:g}")
 
     async def _checkpoint(self) -> None:
         """Write metrics.json as it stands (status ``running``): progress and spend survive a crash."""

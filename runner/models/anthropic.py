@@ -5,8 +5,9 @@
 - Retries are the SDK's own (429, 529, 5xx, dropped connections; ``retry-after`` honoured), with the
   job's ``max_retries``. A "prompt is too long" answer is never retried: it becomes
   :class:`PromptTooLong`, which the session answers with reactive compaction.
-- Prompt caching: one ``cache_control`` breakpoint on the system prompt and one on the newest message,
-  so each turn reads the prefix the previous turn wrote.
+- Prompt caching: ``cache_control`` breakpoints on the last tool definition, the system prompt and
+  the newest message (three of the four allowed), so each turn reads the prefix the previous turn
+  wrote, and a compaction that rewrites the history still reads the tools and system prompt.
 - Server-side compaction: a request with ``context_management`` goes to the beta endpoint with the
   compaction beta; the reply's usage is the sum over ``usage.iterations``.
 """
@@ -86,8 +87,8 @@ class AnthropicModel:
             "max_tokens": request.max_tokens,
             "messages": with_cache_breakpoint(request.messages),
         }
-        if request.tools:
-            kwargs["tools"] = request.tools
+        if request.tools:  # a breakpoint after the last tool caches the tool definitions with the system prompt
+            kwargs["tools"] = [*request.tools[:-1], {**request.tools[-1], "cache_control": EPHEMERAL}]
         if request.system:
             kwargs["system"] = [{"type": "text", "text": request.system, "cache_control": EPHEMERAL}]
         try:
