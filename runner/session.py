@@ -205,8 +205,11 @@ class Session:
         stop = reply.stop_reason
         if stop == "refusal":
             raise JobEnded("failed", "the model refused to continue (stop_reason: refusal)")
-        if stop in ("pause_turn", "compaction") and reply.content:
-            return False
+        if stop in ("pause_turn", "compaction"):
+            return False  # unfinished turn: sent back as it is (an empty one is simply asked again)
+        if stop == "max_tokens" and not reply.content:
+            raise JobEnded("failed", f"the model produced no output within max_output_tokens = "
+                                     f"{self.spec.limits.max_output_tokens}")
         if calls and stop in ("tool_use", "max_tokens"):
             results = await toolset.run_batch(calls)
             await self.state.add({"role": "user", "content": results})

@@ -1,0 +1,148 @@
+"""Fault injection and enforced rate limits, and the API's error responses.
+
+Guarantees:
+- Every decision is reproducible: a fault fires on request ``n`` when ``n`` is in its schedule or
+  ``Random((seed, kind, n)).random() < rate``, independent of timing and concurrency.
+- Rate limits are a sliding-window log over ``window_s`` seconds: a request is admitted only if the
+  requests already admitted in the window are fewer than ``rpm`` and their input tokens plus its own
+  are at most ``input_tokens_per_minute``. A refused request is not logged; its ``retry-after`` is
+  the time until enough of the window expires for it to fit (an integer, at least 1, as the API
+  sends it; ``retry-after-ms`` too when configured).
+- Errors have the API's shape ``{"type": "error", "error": {"type", "message"}, "request_id"}`` and
+  ``x-should-retry: true`` on 429, 500 and 529.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from starlette.responses import JSONResponse
+
+from .config import EmulatorConfig, Fault
+
+FAULT_ORDER = ("rate_limit", "overloaded", "server_error", "drop", "slow")
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+               405: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error",
+               500: "api_error", 529: "overloaded_error"}
+RETRYABLE = {429, 500, 529}
+
+
+def _chance(seed: int, kind: str, n: int) -> float:
+    return random.Random(f"{seed}:{kind}:{n}").random()
+
+
+def fires(fault: Fault, seed: int, kind: str, n: int) -> bool:
+    return n in fault.schedule or (fault.rate > 0 and _chance(seed, kind, n) < fault.rate)
+
+
+def pick_fault(config: EmulatorConfig, n: int) -> str | None:
+    """The first fault of :data:`FAULT_ORDER` that fires on request ``n``, or None."""
+    for kind in FAULT_ORDER:
+        if fires(getattr(config.faults, kind), config.seed, kind, n):
+            return kind
+    return None
+
+
+def latency_for(config: EmulatorConfig, n: int) -> float:
+    jitter = config.latency.jitter_s * _chance(config.seed, "latency", n) if config.latency.jitter_s else 0.0
+    return config.latency.seconds + jitter
+
+
+def new_request_id() -> str:
+    return "req_emu_" + uuid.uuid4().hex[:24]
+
+
+def retry_headers(seconds: float, with_ms: bool) -> dict[str, str]:
+    headers = {"retry-after": str(max(1, math.ceil(seconds)))}
+    if with_ms:
+        headers["retry-after-ms"] = str(max(1, math.ceil(seconds * 1000)))
+    return headers
+
+
+def api_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """An error response exactly as the API shapes it."""
+    request_id = new_request_id()
+    body = {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message},
+            "request_id": request_id}
+    out = {"request-id": request_id, **(headers or {})}
+    if status in RETRYABLE:
+        out["x-should-retry"] = "true"
+    return JSONResponse(body, status_code=status, headers=out)
+
+
+def _rfc3339(seconds_from_now: float) -> str:
+    moment = datetime.now(UTC) + timedelta(seconds=max(0.0, seconds_from_now))
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Admission:
+    """The rate limiter's answer: admitted or not, when to retry, and the headers to send."""
+
+    admitted: bool
+    retry_after_s: float = 0.0
+    limited_by: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class SlidingWindow:
+    """The log of admitted requests: (monotonic time, input tokens). ``admit`` runs on the app's one
+    event loop; ``count`` only reads."""
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self.log: deque[tuple[float, int]] = deque()
+
+    def _expire(self, now: float, window_s: float) -> None:
+        while self.log and now - self.log[0][0] >= window_s:
+            self.log.popleft()
+
+    def count(self, window_s: float) -> int:
+        """Requests admitted in the last ``window_s`` seconds; safe to call from another thread."""
+        now = self.clock()
+        return sum(1 for t, _ in list(self.log) if now - t < window_s)
+
+    def admit(self, config: EmulatorConfig, tokens: int) -> Admission:
+        """Check the configured limits for a request of ``tokens`` input tokens; log it if admitted."""
+        now, window = self.clock(), config.window_s
+        self._expire(now, window)
+        rpm, itpm = config.rpm, config.input_tokens_per_minute
+        used_tokens = sum(t for _, t in self.log)
+        wait, limited_by = 0.0, ""
+        if rpm is not None and len(self.log) >= rpm:
+            wait, limited_by = self.log[len(self.log) - rpm][0] + window - now, "requests"
+        if itpm is not None and used_tokens + tokens > itpm:
+            if tokens > itpm:
+                token_wait = window  # never fits; the API still answers 429
+            else:
+                freed, token_wait = 0, 0.0
+                for t, n in self.log:
+                    freed += n
+                    if used_tokens - freed + tokens <= itpm:
+                        token_wait = t + window - now
+                        break
+            if token_wait > wait:
+                wait, limited_by = token_wait, "input_tokens"
+        admitted = not limited_by
+        if admitted:
+            self.log.append((now, tokens))
+            used_tokens += tokens
+        headers: dict[str, str] = {}
+        reset_in = (self.log[0][0] + window - now) if self.log else 0.0
+        if rpm is not None:
+            headers.update({"anthropic-ratelimit-requests-limit": str(rpm),
+                            "anthropic-ratelimit-requests-remaining": str(max(0, rpm - len(self.log))),
+                            "anthropic-ratelimit-requests-reset": _rfc3339(reset_in)})
+        if itpm is not None:
+            headers.update({"anthropic-ratelimit-input-tokens-limit": str(itpm),
+                            "anthropic-ratelimit-input-tokens-remaining": str(max(0, itpm - used_tokens)),
+                            "anthropic-ratelimit-input-tokens-reset": _rfc3339(reset_in)})
+        if not admitted:
+            headers.update(retry_headers(wait, config.retry_after_ms))
+        return Admission(admitted, max(0.0, wait), limited_by, headers)

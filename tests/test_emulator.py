@@ -1,0 +1,548 @@
+"""The Messages-API emulator, driven by the real ``anthropic`` SDK over loopback HTTP."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from argparse import Namespace
+
+import anthropic
+import anyio
+import pytest
+
+from runner.compactor.fallback import fallback_summary
+from runner.compactor.summarizer import Summarizer
+from runner.emulator import EmulatorConfig, running_emulator
+from runner.emulator.app import effective_view, input_tokens
+from runner.emulator.cli import serve
+from runner.emulator.config import Fault
+from runner.emulator.faults import fires
+from runner.messages import request_problems
+from runner.models.anthropic import AnthropicModel, is_prompt_too_long
+from runner.models.base import PromptTooLong, Request
+from runner.models.policy import decide
+
+pytestmark = pytest.mark.anyio
+
+TOOLS = [{"name": n, "description": n, "input_schema": {"type": "object", "properties": {}}}
+         for n in ("glob", "read", "grep")]
+HELLO = [{"role": "user", "content": "Survey the workspace."}]
+ROOT = "/ws"
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_emulator(EmulatorConfig()) as handle:
+        yield handle
+
+
+@pytest.fixture
+def emu(server):
+    """The module's emulator, with a fresh config and zeroed counters for each test."""
+    server.reconfigure(EmulatorConfig(record_requests=True))
+    return server
+
+
+def client(handle, **kwargs) -> anthropic.AsyncAnthropic:
+    kwargs.setdefault("max_retries", 0)
+    return anthropic.AsyncAnthropic(base_url=handle.base_url, api_key="test-key", **kwargs)
+
+
+async def create(c: anthropic.AsyncAnthropic, messages=HELLO, **kwargs):
+    kwargs.setdefault("tools", TOOLS)
+    return await c.messages.create(model="emu-model", max_tokens=1000, messages=messages, **kwargs)
+
+
+def policy_history(files: dict[str, int], turns: int) -> list[dict]:
+    """A conversation the policy itself drove for ``turns`` turns over a fake workspace
+    (file name -> size in characters), ending with the last turn's tool results."""
+    history = list(HELLO)
+    for _ in range(turns):
+        content, _ = decide(history, {"glob", "read", "grep"})
+        history.append({"role": "assistant", "content": content})
+        results = []
+        for use in (b for b in content if b["type"] == "tool_use"):
+            if use["name"] == "glob":
+                output = "\n".join(f"{ROOT}/{name}" for name in files)
+            elif use["name"] == "read":
+                output = '"""Module doc."""\n' + "x = 1\n" * (files[use["input"]["file_path"][len(ROOT) + 1:]] // 6)
+            else:
+                output = "no matches"
+            results.append({"type": "tool_result", "tool_use_id": use["id"], "content": output})
+        history.append({"role": "user", "content": results})
+    return history
+
+
+BIG_WORKSPACE = {"a0.py": 60_000, "a1.py": 60_000, "a2.py": 60_000, "a3.py": 60_000, "b0.py": 600, "b1.py": 600}
+
+
+def plain(content) -> list[dict]:
+    return [b.model_dump(mode="json", exclude_none=True) for b in content]
+
+
+# --- replies ------------------------------------------------------------------------------------
+
+
+async def test_valid_request_gets_the_policy_reply(emu):
+    async with client(emu) as c:
+        response = await create(c)
+    content, stop = decide(HELLO, {"glob", "read", "grep"})
+    assert response.id.startswith("msg_") and response.role == "assistant" and response.type == "message"
+    assert response.model == "emu-model" and response.stop_sequence is None
+    assert response.stop_reason == stop == "tool_use"
+    assert [b["type"] for b in plain(response.content)] == [b["type"] for b in content]
+    assert plain(response.content)[1]["input"] == {"pattern": "**/*"}
+    expected_in = math.ceil(len(json.dumps([None, HELLO, TOOLS], ensure_ascii=False)) / 4)
+    assert response.usage.input_tokens == expected_in
+    assert response.usage.output_tokens == math.ceil(len(json.dumps(content, ensure_ascii=False)) / 4)
+    assert response.usage.cache_read_input_tokens == 0 and response.usage.cache_creation_input_tokens == 0
+    stats = emu.stats()
+    assert stats["outcomes"] == {"ok": 1} and stats["tokens"]["input_tokens"] == expected_in
+
+
+async def test_count_tokens_matches_the_estimate(emu):
+    async with client(emu) as c:
+        counted = await c.messages.count_tokens(model="emu-model", messages=HELLO, tools=TOOLS)
+    assert counted.input_tokens == input_tokens(None, HELLO, TOOLS)
+
+
+async def test_scripted_replies_are_served_in_order_then_the_policy(emu):
+    emu.set_script([{"content": "first", "stop_reason": "end_turn"},
+                    {"content": [{"type": "text", "text": "second"}], "stop_reason": "max_tokens"}])
+    async with client(emu) as c:
+        replies = [await create(c) for _ in range(3)]
+    assert [r.content[0].text for r in replies[:2]] == ["first", "second"]
+    assert [r.stop_reason for r in replies] == ["end_turn", "max_tokens", "tool_use"]
+
+
+async def test_enforced_max_tokens_cuts_the_reply(emu):
+    emu.config.enforce_max_tokens = True
+    emu.set_script([{"content": "word " * 400}])
+    async with client(emu) as c:
+        response = await c.messages.create(model="m", max_tokens=50, messages=HELLO)
+    assert response.stop_reason == "max_tokens" and 0 < len(response.content[0].text) <= 200
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+ORPHAN = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "?"}]}]
+TWO_USERS = [*HELLO, {"role": "user", "content": "again"}]
+ASSISTANT_FIRST = [{"role": "assistant", "content": "hello"}, *HELLO]
+UNANSWERED = [*HELLO, {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "glob", "input": {}}]},
+              {"role": "user", "content": "no result"}]
+NULL_CALLER = [*HELLO, {"role": "assistant", "content": [
+    {"type": "tool_use", "id": "t1", "name": "glob", "input": {}, "caller": None}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]
+EMPTY_TEXT = [{"role": "user", "content": [{"type": "text", "text": ""}]}]
+
+
+@pytest.mark.parametrize(("messages", "needle"), [
+    (ORPHAN, "has no matching tool_use"),
+    (TWO_USERS, "roles must alternate"),
+    (ASSISTANT_FIRST, "first message must use the user role"),
+    (UNANSWERED, "without tool_result blocks"),
+    (NULL_CALLER, "caller"),
+    (EMPTY_TEXT, "must be non-empty"),
+])
+async def test_invalid_messages_are_a_400(emu, messages, needle):
+    async with client(emu) as c:
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            await create(c, messages)
+    assert caught.value.status_code == 400 and caught.value.type == "invalid_request_error"
+    assert needle in caught.value.api_message
+    assert emu.state.outcomes["400"] == 1
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    ({"model": "m", "messages": HELLO}, "max_tokens: Field required"),
+    ({"model": "m", "messages": HELLO, "max_tokens": 0}, "max_tokens: expected a positive integer"),
+    ({"messages": HELLO, "max_tokens": 10}, "model: Field required"),
+    ({"model": "m", "messages": HELLO, "max_tokens": 10, "surprise": 1}, "surprise: Extra inputs"),
+    ({"model": "m", "messages": HELLO, "max_tokens": 10, "tools": [{"name": "t"}]}, "tools.0.input_schema"),
+    ({"model": "m", "messages": HELLO, "max_tokens": 10, "tools": [{"input_schema": {"type": "object"}}]},
+     "tools.0.name"),
+    ({"model": "m", "messages": HELLO, "max_tokens": 10, "system": [{"type": "image", "source": {}}]}, "system.0"),
+    ({"model": "m", "messages": HELLO, "max_tokens": 10, "system": 5}, "system: expected"),
+    ({"model": "m", "messages": HELLO, "max_tokens": 10,
+      "system": [{"type": "text", "text": "s", "cache_control": {"type": "forever"}}]}, "cache_control"),
+    ({"model": "m", "max_tokens": 10, "context_management": {"edits": []},
+      "messages": HELLO}, "context_management: needs the anthropic-beta header"),
+])
+async def test_invalid_bodies_are_a_400(emu, body, needle):
+    async with client(emu) as c:
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            await c.post("/v1/messages", cast_to=object, body=body)
+    assert needle in caught.value.api_message
+
+
+async def test_cache_control_is_allowed_on_blocks_but_at_most_four(emu):
+    cc = {"type": "ephemeral"}
+    system = [{"type": "text", "text": "sys", "cache_control": cc}]
+    tools = [{**TOOLS[0], "cache_control": cc}, *TOOLS[1:]]
+    messages = [{"role": "user", "content": [{"type": "text", "text": "a", "cache_control": cc},
+                                             {"type": "text", "text": "b", "cache_control": {**cc, "ttl": "1h"}}]}]
+    async with client(emu) as c:
+        assert (await create(c, messages, system=system, tools=tools)).stop_reason == "tool_use"
+        messages[0]["content"].append({"type": "text", "text": "c", "cache_control": cc})
+        with pytest.raises(anthropic.BadRequestError, match="A maximum of 4 blocks"):
+            await create(c, messages, system=system, tools=tools)
+
+
+def test_a_missing_api_key_is_a_401(emu):
+    request = urllib.request.Request(emu.base_url + "/v1/messages", data=b"{}", method="POST",
+                                     headers={"content-type": "application/json", "anthropic-version": "2023-06-01"})
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=5)
+    assert caught.value.code == 401
+    assert json.loads(caught.value.read())["error"]["type"] == "authentication_error"
+    assert emu.state.outcomes["401"] == 1 and emu.state.requests == 0
+
+
+async def test_a_configured_api_key_must_match(emu):
+    emu.config.api_key = "right"
+    async with client(emu) as c:
+        with pytest.raises(anthropic.AuthenticationError):
+            await create(c)
+
+
+def test_a_body_over_the_byte_limit_is_a_413(emu):
+    emu.config.max_request_bytes = 10
+    request = urllib.request.Request(emu.base_url + "/v1/messages", data=json.dumps({"x": "y" * 20}).encode(),
+                                     method="POST", headers={"x-api-key": "k", "anthropic-version": "2023-06-01"})
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=5)
+    assert caught.value.code == 413
+    assert json.loads(caught.value.read())["error"]["type"] == "request_too_large"
+
+
+async def test_over_the_context_window_is_prompt_too_long(emu):
+    emu.config.context_window_tokens = 50
+    async with client(emu) as c:
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            await create(c)
+    total = input_tokens(None, HELLO, TOOLS)
+    assert caught.value.api_message == f"prompt is too long: {total} tokens > 50 maximum"
+    assert is_prompt_too_long(caught.value)
+    model = AnthropicModel(base_url=emu.base_url, api_key="test-key", max_retries=0)
+    with pytest.raises(PromptTooLong):
+        await model.create(Request(model="m", messages=HELLO, tools=TOOLS, max_tokens=100))
+    await model.aclose()
+
+
+# --- faults and rate limits ---------------------------------------------------------------------
+
+
+async def test_429_with_retry_after_is_retried_by_the_sdk(emu):
+    emu.config.faults.rate_limit.schedule = [1, 2]
+    emu.config.retry_after_s = 0.3
+    emu.config.retry_after_ms = True
+    async with client(emu, max_retries=3) as c:
+        started = time.monotonic()
+        response = await create(c)
+        waited = time.monotonic() - started
+    assert response.stop_reason == "tool_use"
+    assert emu.state.outcomes["429"] == 2 and emu.state.outcomes["ok"] == 1
+    assert waited >= 0.6  # two retry-after waits of 0.3 s were honoured
+
+
+async def test_429_carries_the_api_headers(emu):
+    emu.config.faults.rate_limit.schedule = [1]
+    emu.config.rpm = 50
+    async with client(emu) as c:
+        with pytest.raises(anthropic.RateLimitError) as caught:
+            await create(c)
+    headers = caught.value.response.headers
+    assert headers["retry-after"] == "1" and headers["x-should-retry"] == "true"
+    assert headers["anthropic-ratelimit-requests-limit"] == "50"
+    assert caught.value.type == "rate_limit_error"
+
+
+@pytest.mark.parametrize(("fault", "outcome", "error"), [
+    ("overloaded", "529", anthropic.OverloadedError),
+    ("server_error", "500", anthropic.InternalServerError),
+    ("drop", "dropped", anthropic.APIConnectionError),
+])
+async def test_transient_faults_are_retried_and_succeed(emu, fault, outcome, error):
+    getattr(emu.config.faults, fault).schedule = [1, 3]
+    async with client(emu) as c:
+        with pytest.raises(error):
+            await create(c)  # request 1, no retries
+    async with client(emu, max_retries=2) as c:
+        response = await create(c)  # request 2 succeeds
+        response = await create(c)  # request 3 fails, its retry (4) succeeds
+    assert response.stop_reason == "tool_use"
+    assert emu.state.outcomes[outcome] == 2 and emu.state.outcomes["ok"] == 2
+
+
+async def test_a_response_slower_than_the_client_timeout_is_retried(emu):
+    emu.config.faults.slow.schedule = [1, 2]
+    emu.config.slow_s = 10
+    async with client(emu, timeout=0.5) as c:
+        with pytest.raises(anthropic.APITimeoutError):
+            await create(c)
+    async with client(emu, timeout=0.5, max_retries=2) as c:
+        assert (await create(c)).stop_reason == "tool_use"
+    assert emu.state.outcomes["slow"] == 2 and emu.state.outcomes["ok"] == 1
+
+
+async def test_faults_by_rate_are_reproducible():
+    fault = Fault(rate=0.3)
+    first = [fires(fault, 7, "overloaded", n) for n in range(1, 200)]
+    assert first == [fires(fault, 7, "overloaded", n) for n in range(1, 200)]
+    assert 30 < sum(first) < 90
+
+
+async def test_rpm_is_enforced_over_a_sliding_window(emu):
+    emu.config.rpm = 2
+    emu.config.window_s = 1.0
+    emu.config.retry_after_ms = True
+    outcomes: list[str] = []
+    async with client(emu) as c:
+        async def one() -> None:
+            try:
+                await create(c)
+                outcomes.append("ok")
+            except anthropic.RateLimitError as e:
+                assert e.response.headers["anthropic-ratelimit-requests-remaining"] == "0"
+                assert 0 < float(e.response.headers["retry-after-ms"]) <= 1000
+                outcomes.append("429")
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(one)
+    assert sorted(outcomes) == ["429"] * 3 + ["ok"] * 2
+    assert emu.stats()["requests_in_window"] <= 2
+    async with client(emu, max_retries=4) as c:  # the SDK waits out the window and gets through
+        for _ in range(3):
+            await create(c)
+    assert emu.state.outcomes["ok"] == 5
+
+
+async def test_input_tokens_per_minute_is_enforced(emu):
+    tokens = input_tokens(None, HELLO, TOOLS)
+    emu.config.input_tokens_per_minute = tokens + 10
+    async with client(emu) as c:
+        await create(c)
+        with pytest.raises(anthropic.RateLimitError) as caught:
+            await create(c)
+    headers = caught.value.response.headers
+    assert headers["anthropic-ratelimit-input-tokens-limit"] == str(tokens + 10)
+    assert headers["anthropic-ratelimit-input-tokens-remaining"] == "10"
+
+
+async def test_latency_and_peak_concurrency(emu):
+    emu.config.latency.seconds = 0.3
+    async with client(emu) as c, anyio.create_task_group() as tg:
+        for _ in range(5):
+            tg.start_soon(create, c)
+    stats = emu.stats()
+    assert stats["peak_concurrent"] == 5 and stats["concurrent"] == 0 and stats["outcomes"]["ok"] == 5
+
+
+def test_stats_endpoint(emu):
+    with urllib.request.urlopen(emu.base_url + "/_emulator/stats", timeout=5) as response:
+        stats = json.loads(response.read())
+    assert {"requests", "outcomes", "peak_concurrent", "requests_in_window", "tokens", "compactions",
+            "recorded_requests"} <= set(stats)
+
+
+# --- prompt caching -----------------------------------------------------------------------------
+
+
+async def test_an_identical_prefix_is_read_from_the_cache(emu):
+    system = [{"type": "text", "text": "You survey code. " * 400, "cache_control": {"type": "ephemeral"}}]
+    async with client(emu) as c:
+        first = await create(c, system=system)
+        second = await create(c, system=system)
+        other_model = await c.messages.create(model="other", max_tokens=100, messages=HELLO, system=system)
+    assert first.usage.cache_creation_input_tokens > 1024 and first.usage.cache_read_input_tokens == 0
+    assert second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
+    assert second.usage.cache_creation_input_tokens == 0
+    assert second.usage.input_tokens == first.usage.input_tokens
+    assert other_model.usage.cache_read_input_tokens == 0  # the cache is per model
+    small = [{"type": "text", "text": "short", "cache_control": {"type": "ephemeral"}}]
+    async with client(emu) as c:
+        for _ in range(2):
+            assert (await create(c, system=small)).usage.cache_read_input_tokens == 0  # under 1024 tokens
+
+
+async def test_the_runner_reads_the_prefix_its_previous_turn_wrote(emu):
+    """AnthropicModel puts a breakpoint on the newest message: the next turn reads it (lookback)."""
+    model = AnthropicModel(base_url=emu.base_url, api_key="test-key", max_retries=0)
+    history = policy_history({"a.py": 3_000, "b.py": 3_000}, turns=2)
+    first = await model.create(Request(model="m", messages=history, tools=TOOLS, max_tokens=1000, system="sys"))
+    results = [{"type": "tool_result", "tool_use_id": b["id"], "content": "1"} for b in first.content
+               if b["type"] == "tool_use"]
+    history = [*history, first.message(), {"role": "user", "content": results}]
+    second = await model.create(Request(model="m", messages=history, tools=TOOLS, max_tokens=1000, system="sys"))
+    await model.aclose()
+    assert first.usage.cache_creation_input_tokens > 1024
+    assert second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
+    assert second.usage.cache_creation_input_tokens > 0
+
+
+# --- server-side compaction ---------------------------------------------------------------------
+
+EDIT = {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 50_000}}]}
+
+
+async def test_server_compaction_returns_a_compaction_block_and_iterations(emu):
+    history = policy_history(BIG_WORKSPACE, turns=3)
+    async with client(emu) as c:
+        small = await c.beta.messages.create(model="m", max_tokens=1000, messages=HELLO, tools=TOOLS,
+                                             context_management=EDIT, betas=["compact-2026-01-12"])
+        assert small.content[0].type == "text" and small.usage.iterations is None
+        response = await c.beta.messages.create(model="m", max_tokens=1000, messages=history, tools=TOOLS,
+                                                context_management=EDIT, betas=["compact-2026-01-12"])
+    content = plain(response.content)
+    assert content[0]["type"] == "compaction"
+    assert content[0]["content"] == fallback_summary(history)
+    iterations = [it.model_dump() for it in response.usage.iterations]
+    assert [it["type"] for it in iterations] == ["compaction", "message"]
+    assert iterations[0]["input_tokens"] > 50_000
+    assert response.usage.input_tokens == iterations[1]["input_tokens"] < 50_000  # top level: the message only
+    assert response.usage.output_tokens == iterations[1]["output_tokens"]
+    # The policy answered from the compacted view: the summary (which carries its earlier notes)
+    # and the newest results, which it notes now; so it moves on to the outlines, re-reading nothing.
+    text = content[1]["text"]
+    assert "- file: b0.py | 618 | 101 | Module doc." in text and "- file: b1.py | " in text
+    assert [(b["name"], b["input"].get("path")) for b in content if b["type"] == "tool_use"] == [
+        ("grep", f"{ROOT}/a0.py")]
+    assert emu.state.compactions == 1
+
+    # The next turn: the API reads from the compaction block on, so no new compaction, and the
+    # policy knows the files from the notes after the block.
+    calls = [b for b in content if b["type"] == "tool_use"]
+    history = [*history, {"role": "assistant", "content": content},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b["id"], "content": "no matches"}
+                                            for b in calls]}]
+    async with client(emu) as c:
+        follow = await c.beta.messages.create(model="m", max_tokens=1000, messages=history, tools=TOOLS,
+                                              context_management=EDIT, betas=["compact-2026-01-12"])
+    assert follow.content[0].type != "compaction" and emu.state.compactions == 1
+    view = effective_view(history)
+    assert view[0]["content"].startswith("[Compacted]\n") and len(view) == 3
+    assert plain(follow.content) == decide(view, {"glob", "read", "grep"})[0]
+    assert [b.input["path"] for b in follow.content if b.type == "tool_use"] == [f"{ROOT}/a1.py"]
+    assert follow.usage.input_tokens < 50_000
+
+
+async def test_the_beta_path_is_served_with_or_without_the_query(emu):
+    async with client(emu) as c:
+        beta = await c.beta.messages.create(model="m", max_tokens=100, messages=HELLO, betas=["compact-2026-01-12"])
+        queried = await c.post("/v1/messages?beta=true", cast_to=object,
+                               body={"model": "m", "max_tokens": 100, "messages": HELLO})
+    assert beta.type == "message" and queried["type"] == "message"
+
+
+async def test_pause_after_compaction_returns_only_the_compaction(emu):
+    edit = {"edits": [{**EDIT["edits"][0], "pause_after_compaction": True, "instructions": "Keep file notes."}]}
+    async with client(emu) as c:
+        response = await c.beta.messages.create(model="m", max_tokens=1000, messages=policy_history(BIG_WORKSPACE, 3),
+                                                tools=TOOLS, context_management=edit, betas=["compact-2026-01-12"])
+    assert response.stop_reason == "compaction" and [b.type for b in response.content] == ["compaction"]
+    assert [it.type for it in response.usage.iterations] == ["compaction"] and response.usage.input_tokens == 0
+
+
+async def test_compaction_settings_are_validated(emu):
+    low = {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 10_000}}]}
+    async with client(emu) as c:
+        with pytest.raises(anthropic.BadRequestError, match="at least 50000"):
+            await c.beta.messages.create(model="m", max_tokens=10, messages=HELLO, context_management=low,
+                                         betas=["compact-2026-01-12"])
+        with pytest.raises(anthropic.BadRequestError, match="anthropic-beta"):
+            await c.beta.messages.create(model="m", max_tokens=10, messages=HELLO, context_management=EDIT)
+
+
+async def test_the_runner_backend_sums_server_compaction_iterations(emu):
+    model = AnthropicModel(base_url=emu.base_url, api_key="test-key", max_retries=0)
+    reply = await model.create(Request(model="m", messages=policy_history(BIG_WORKSPACE, turns=3), tools=TOOLS,
+                                       max_tokens=1000, context_management=EDIT))
+    await model.aclose()
+    assert reply.content[0]["type"] == "compaction"
+    assert reply.usage.input_tokens > 50_000  # compaction + message iterations
+    assert reply.usage.input_tokens == sum(emu.state.tokens[k] for k in ("input_tokens",))
+
+
+# --- the runner's own calls ---------------------------------------------------------------------
+
+
+async def test_the_runner_backend_gets_a_policy_reply(emu):
+    model = AnthropicModel(base_url=emu.base_url, api_key="test-key", max_retries=2)
+    emu.config.faults.overloaded.schedule = [1]
+    reply = await model.create(Request(model="m", messages=HELLO, tools=TOOLS, max_tokens=1000, system="Be brief."))
+    await model.aclose()
+    as_sent = [{"role": "user", "content": [{"type": "text", "text": HELLO[0]["content"]}]}]  # cache_control dropped
+    assert (reply.content, reply.stop_reason) == decide(as_sent, {"glob", "read", "grep"})
+    assert reply.usage.input_tokens > 0 and reply.usage.output_tokens > 0 and not reply.estimated
+    assert emu.state.outcomes["529"] == 1
+    recorded = emu.stats()["recorded_requests"]
+    assert len(recorded) == 2 and all(request_problems(r["messages"]) == [] for r in recorded)
+
+
+async def test_summary_requests_get_the_fallback_summary(emu):
+    model = AnthropicModel(base_url=emu.base_url, api_key="test-key", max_retries=0)
+    history = policy_history({"a.py": 600, "b.py": 600}, turns=2)
+    summary = await Summarizer(model, "summary-model").summarize(history, "Survey the workspace.")
+    await model.aclose()
+    assert summary.text == fallback_summary(history)
+    assert emu.state.summary_requests == 1 and summary.usage.output_tokens > 0
+
+
+async def test_cut_summary_input_skips_the_marker_line(emu):
+    model = AnthropicModel(base_url=emu.base_url, api_key="test-key", max_retries=0)
+    history = policy_history({"a.py": 3_000, "b.py": 3_000, "c.py": 3_000}, turns=2)
+    summarizer = Summarizer(model, "summary-model", max_input_chars=4_000)
+    summary = await summarizer.summarize(history, "Survey the workspace.")
+    await model.aclose()
+    assert summary.text.startswith("Summary built without a model from")
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+def test_runner_emulate_serves_until_terminated():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "runner", "emulate", "--port", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        banner, env_line = process.stdout.readline(), process.stdout.readline()
+        url = f"http://127.0.0.1:{port}"
+        assert url in banner
+        assert env_line.strip() == f"ANTHROPIC_BASE_URL={url} ANTHROPIC_API_KEY=emulator-key"
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(url + "/_emulator/stats", timeout=5) as response:
+                    assert json.loads(response.read())["requests"] == 0
+                break
+            except urllib.error.URLError:
+                time.sleep(0.05)
+        else:
+            pytest.fail("runner emulate did not answer")
+    finally:
+        process.terminate()
+        assert process.wait(timeout=10) in (0, -15)  # uvicorn re-raises SIGTERM after a graceful stop
+
+
+def test_cli_refuses_bad_config_and_non_loopback_hosts(tmp_path):
+    bad = tmp_path / "emu.toml"
+    bad.write_text("rpm = -1\n")
+    assert serve(Namespace(host="127.0.0.1", port=0, config=bad)) == 2
+    assert serve(Namespace(host="0.0.0.0", port=0, config=None)) == 2
+    good = tmp_path / "good.toml"
+    good.write_text("rpm = 10\nwindow_s = 2\n[faults.overloaded]\nrate = 0.1\n")
+    config = EmulatorConfig.from_toml(good)
+    assert config.rpm == 10 and config.faults.overloaded.rate == 0.1
