@@ -9,22 +9,33 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
 from rich.console import Console
+from rich.markup import escape
 
-from .compactor.compactor import Compactor
-from .compactor.summarizer import Summarizer
-from .config import ConfigError, Settings, load_settings
+from .config import ConfigError, RunnerSection, Settings, load_settings
 from .jobs import JobError, JobSpec, find_task_files, load_jobs
-from .models.base import Model
 from .report import load_run, run_table
-from .scheduler import Batch, BatchResult, new_run_id, run_batch
+
+if TYPE_CHECKING:  # the scheduler pulls in the SDK (~1.5 s); `validate` and `report` do not need it
+    from .compactor.summarizer import Summarizer
+    from .models.base import Model
+    from .scheduler import Batch
 
 DEFAULT_CONFIG = Path("config.toml")
 out = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+
+def print_error(line: str, label: str = "error") -> None:
+    """One problem as one line: user text is never read as rich markup, and never wrapped."""
+    err.print(f"[red]{label}[/]: {escape(line)}", highlight=False, soft_wrap=True)
+
+
+def plain_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Job records whose free text (names, errors) is escaped, so the table shows it verbatim."""
+    return [{**j, **{k: escape(j[k]) for k in ("job", "error") if isinstance(j.get(k), str)}} for j in jobs]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,31 +83,48 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "report":
             return cmd_report(args)
         if args.command == "emulate":
-            from .emulator.cli import serve
-
+            serve = _optional("runner.emulator.cli", "serve", "runner emulate")
             return serve(args)
         if args.command == "resume" or (args.command == "run" and args.resume):
-            from .resume import cmd_resume
-
+            cmd_resume = _optional("runner.resume", "cmd_resume", "runner resume")
             return cmd_resume(args)
         return cmd_run(args)
     except ConfigError as e:
         for line in e.problems:
-            err.print(f"[red]error[/]: {line}", highlight=False)
+            print_error(line)
         return 2
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
-    path = args.config
+def _optional(module: str, attr: str, command: str) -> Any:
+    """A command implemented in a module this installation may not have: a clear error, not a traceback."""
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except ModuleNotFoundError as e:
+        if e.name is None or not module.startswith(e.name):
+            raise
+        raise ConfigError([f"{command}: not available in this installation (module {module} is missing)"]) from None
+
+
+def config_path(args: argparse.Namespace) -> Path | None:
+    path = getattr(args, "config", None)
     if path is None and DEFAULT_CONFIG.is_file():
         path = DEFAULT_CONFIG
+    return path
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    path = config_path(args)
     settings = load_settings(path)
     if getattr(args, "concurrency", None) is not None:
-        if args.concurrency < 1:
-            raise ConfigError([f"--concurrency: expected a whole number >= 1, got {args.concurrency}"])
+        limit = RunnerSection.model_fields["concurrency"].metadata
+        top = next((m.le for m in limit if getattr(m, "le", None) is not None), None)
+        if args.concurrency < 1 or (top is not None and args.concurrency > top):
+            raise ConfigError([f"--concurrency: expected a whole number from 1 to {top}, got {args.concurrency}"])
         settings.runner.concurrency = args.concurrency
     if getattr(args, "backend", None):
         settings.runner.backend = args.backend
@@ -111,25 +139,39 @@ def collect(targets: list[Path], settings: Settings) -> tuple[list[JobSpec], lis
     return specs, errors, missing
 
 
+def warn_unused_job_tables(args: argparse.Namespace, settings: Settings, specs: list[JobSpec],
+                           errors: list[JobError]) -> None:
+    """A ``[jobs.<name>]`` table that names no loaded job is most likely a typo: say so (not an error,
+    since one config may serve several job directories)."""
+    names = {s.name for s in specs} | {e.name for e in errors}
+    source = config_path(args) or "environment"
+    for name in sorted(set(settings.jobs) - names):
+        print_error(f"{source}: jobs.{name}: no task file defines a job named {name!r}; these limits apply to "
+                    "nothing", label="warning")
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     specs, errors, missing = collect(args.targets, settings)
+    warn_unused_job_tables(args, settings, specs, errors)
     for line in missing:
-        err.print(f"[red]error[/]: {line}", highlight=False)
+        print_error(line)
     for error in errors:
         for line in error.problems:
-            err.print(f"[red]error[/]: {line}", highlight=False)
+            print_error(line)
     for spec in specs:
-        out.print(f"ok     {spec.name} ({spec.source}): workspace {spec.workspace}, tools {', '.join(spec.tools)}",
-                  highlight=False)
+        out.print(escape(f"ok     {spec.name} ({spec.source}): workspace {spec.workspace}, "
+                         f"tools {', '.join(spec.tools)}"), highlight=False, soft_wrap=True)
     if not specs and not errors:
-        err.print("[red]error[/]: no task files found")
+        print_error("no task files found")
         return 2
     return 2 if errors or missing else 0
 
 
 def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
     """The model for jobs and the batch's Summarizer; says loudly when it is the offline model."""
+    from .compactor.summarizer import Summarizer
+
     backend = settings.runner.backend
     if backend == "auto":
         backend = "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
@@ -160,12 +202,15 @@ def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
 
 def execute(batch: Batch, settings: Settings) -> int:
     """Run a batch with the live display, print the table, return the exit code."""
+    import anyio
+
     from .display import make_display
+    from .scheduler import BatchResult, run_batch
 
     result: BatchResult = anyio.run(run_batch, batch, make_display(err))
     document = load_run(batch.run_dir)
-    out.print(run_table(document["jobs"], title=f"run {batch.run_dir}"))
-    out.print(f"files: {batch.run_dir}", highlight=False)
+    out.print(run_table(plain_jobs(document["jobs"]), title=escape(f"run {batch.run_dir}")))
+    out.print(escape(f"files: {batch.run_dir}"), highlight=False, soft_wrap=True)
     if result.interrupted:
         err.print("interrupted: running jobs were cancelled; `runner resume` continues them")
         return 130
@@ -177,6 +222,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     specs, errors, missing = collect(args.targets, settings)
     if missing:
         raise ConfigError(missing)
+    warn_unused_job_tables(args, settings, specs, errors)
     if args.only:
         known = {s.name for s in specs} | {e.name for e in errors}
         unknown = [n for n in args.only if n not in known]
@@ -187,9 +233,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not specs and not errors:
         raise ConfigError(["no task files found (expected *.toml files in the jobs directory)"])
     for error in errors:
-        err.print(f"[red]job {error.name} will fail[/]: {error.message}", highlight=False)
+        print_error(error.message, label=f"job {escape(error.name)} will fail")
+    from .compactor.compactor import Compactor
+    from .scheduler import Batch, new_run_id
+
     model, summarizer, backend = make_backend(settings)
     run_dir = settings.runner.output_dir / new_run_id()
+    try:
+        run_dir.mkdir(parents=True)
+    except OSError as e:
+        raise ConfigError([f"{settings.runner.output_dir}: cannot create the run directory {run_dir}: "
+                           f"{e.strerror or e}"]) from None
     batch = Batch(run_dir=run_dir, specs=specs, errors=errors, model=model, compactor=Compactor(summarizer),
                   summary_model=settings.summarizer.model, concurrency=settings.runner.concurrency,
                   meta=_meta(settings, backend))
@@ -203,7 +257,11 @@ def _meta(settings: Settings, backend: str) -> dict[str, Any]:
 
 def cmd_report(args: argparse.Namespace) -> int:
     document = load_run(args.run_dir)
-    out.print(run_table(document.get("jobs", []), title=f"run {args.run_dir} ({document.get('state')})"))
+    if not isinstance(document, dict) or not isinstance(document.get("jobs", []), list) \
+            or not all(isinstance(j, dict) for j in document.get("jobs", [])):
+        raise ConfigError([f"{args.run_dir / 'run.json'}: not a run document (expected an object with a jobs list)"])
+    out.print(run_table(plain_jobs(document.get("jobs", [])),
+                        title=escape(f"run {args.run_dir} ({document.get('state')})")))
     totals = document.get("totals", {})
     out.print(f"{totals.get('jobs', 0)} jobs, {totals.get('succeeded', 0)} succeeded, "
               f"cost ${totals.get('cost_usd', 0):.4f}", highlight=False)

@@ -10,14 +10,27 @@ Every problem becomes a :class:`ConfigError` whose lines name the file, the key 
 
 from __future__ import annotations
 
+import os
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
 
 Compaction = Literal["client", "server", "off"]
+
+
+def _not_bool(value: Any) -> Any:
+    """TOML ``true``/``false`` is not a number (pydantic would quietly read ``true`` as 1)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, not {str(value).lower()}")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_not_bool)]
+Float = Annotated[float, BeforeValidator(_not_bool)]
 
 
 class ConfigError(Exception):
@@ -33,33 +46,33 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_turns: int = Field(200, ge=1, le=100_000)
-    timeout_s: float = Field(3600.0, gt=0, le=7 * 24 * 3600)
-    max_output_tokens: int = Field(8000, ge=1, le=128_000)
-    max_cost_usd: float | None = Field(None, gt=0, le=100_000)
-    max_retries: int = Field(4, ge=0, le=20)
+    max_turns: Int = Field(200, ge=1, le=100_000)
+    timeout_s: Float = Field(3600.0, gt=0, le=7 * 24 * 3600)
+    max_output_tokens: Int = Field(8000, ge=1, le=128_000)
+    max_cost_usd: Float | None = Field(None, gt=0, le=100_000)
+    max_retries: Int = Field(4, ge=0, le=20)
     compaction: Compaction = "client"
     # 1. tool_result_budget
-    batch_char_limit: int = Field(200_000, ge=1_000)
-    large_result_chars: int = Field(30_000, ge=200)
-    preview_chars: int = Field(2_000, ge=0)
+    batch_char_limit: Int = Field(200_000, ge=1_000)
+    large_result_chars: Int = Field(30_000, ge=200)
+    preview_chars: Int = Field(2_000, ge=0)
     # 2. snip
-    snip_trigger: int = Field(50, ge=8)
-    snip_head: int = Field(3, ge=1)
-    snip_target: int = Field(30, ge=4)
+    snip_trigger: Int = Field(50, ge=8)
+    snip_head: Int = Field(3, ge=1)
+    snip_target: Int = Field(30, ge=4)
     # 3. micro_compact and 4. fit_tool_results
-    context_char_limit: int = Field(50_000, ge=2_000)
-    keep_recent_results: int = Field(3, ge=0)
-    fit_preview_chars: int = Field(1_000, ge=0)
+    context_char_limit: Int = Field(50_000, ge=2_000)
+    keep_recent_results: Int = Field(3, ge=0)
+    fit_preview_chars: Int = Field(1_000, ge=0)
     # token-aware trigger (off when unset): last real usage plus an estimate of what was added since
-    context_token_limit: int | None = Field(None, ge=1_000)
+    context_token_limit: Int | None = Field(None, ge=1_000)
     # 6. reactive compact
-    keep_recent_messages: int = Field(5, ge=1)
-    max_reactive_retries: int = Field(1, ge=0, le=10)
+    keep_recent_messages: Int = Field(5, ge=1)
+    max_reactive_retries: Int = Field(1, ge=0, le=10)
     # 8. circuit breaker
-    max_summary_failures: int = Field(3, ge=1)
+    max_summary_failures: Int = Field(3, ge=1)
     # server-side compaction (compaction = "server")
-    server_trigger_tokens: int = Field(150_000, ge=50_000)
+    server_trigger_tokens: Int = Field(150_000, ge=50_000)
     server_instructions: str | None = None
 
     @model_validator(mode="after")
@@ -77,21 +90,21 @@ class Limits(BaseModel):
 class RunnerSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    concurrency: int = Field(8, ge=1, le=10_000)
+    concurrency: Int = Field(8, ge=1, le=10_000)
     output_dir: Path = Path("runs")
     backend: Literal["auto", "anthropic", "offline"] = "auto"
-    model: str = Field("claude-sonnet-4-5", min_length=1)
-    request_timeout_s: float = Field(600.0, gt=0, le=3600)
+    model: str = Field("claude-sonnet-5-5", min_length=1)
+    request_timeout_s: Float = Field(600.0, gt=0, le=3600)
 
 
 class SummarizerSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field("claude-haiku-4-5", min_length=1)
-    max_concurrent: int = Field(4, ge=1, le=1000)
-    requests_per_minute: int = Field(50, ge=1, le=100_000)
-    max_input_chars: int = Field(400_000, ge=10_000)
-    max_output_tokens: int = Field(2_000, ge=100)
+    model: str = Field("claude-haiku-5-5", min_length=1)
+    max_concurrent: Int = Field(4, ge=1, le=1000)
+    requests_per_minute: Int = Field(50, ge=1, le=100_000)
+    max_input_chars: Int = Field(400_000, ge=10_000)
+    max_output_tokens: Int = Field(2_000, ge=100)
 
 
 class Settings(BaseSettings):
@@ -108,8 +121,11 @@ class Settings(BaseSettings):
         return Limits.model_validate(merged)
 
 
-def describe_errors(source: str, error: ValidationError, prefix: str = "") -> list[str]:
-    """One line per pydantic error: ``file: key: what was expected (got value)``."""
+def describe_errors(source: str, error: ValidationError, prefix: str = "",
+                    source_for: Callable[[tuple[Any, ...]], str | None] | None = None) -> list[str]:
+    """One line per pydantic error: ``file: key: what was expected (got value)``.
+
+    ``source_for(loc)`` may name a different source for one error (an environment variable)."""
     lines = []
     for err in error.errors():
         key = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
@@ -118,10 +134,26 @@ def describe_errors(source: str, error: ValidationError, prefix: str = "") -> li
             msg = "unknown key"
         elif err["type"] == "missing":
             msg = "required key is missing"
+        elif err["type"] == "value_error" and msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
         got = err.get("input")
-        shown = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {_short(got)})"
-        lines.append(f"{source}: {key or '(top level)'}: {msg}{shown}")
+        # a whole table as "got" (a check across keys) says nothing the message does not
+        hidden = err["type"] in ("missing", "extra_forbidden") or (isinstance(got, dict) and bool(got))
+        shown = "" if hidden else f" (got {_short(got)})"
+        where = (source_for(tuple(err["loc"])) if source_for else None) or source
+        lines.append(f"{where}: {key or '(top level)'}: {msg}{shown}")
     return lines
+
+
+def _env_source(loc: tuple[Any, ...]) -> str | None:
+    """``environment variable RUNNER_X__Y`` when that variable set the value at ``loc``."""
+    if not loc:
+        return None
+    wanted = "RUNNER_" + "__".join(str(p) for p in loc).upper()
+    for name in os.environ:
+        if name.upper() == wanted:
+            return f"environment variable {name}"
+    return None
 
 
 def _short(value: Any) -> str:
@@ -146,7 +178,9 @@ def read_toml(path: Path) -> dict[str, Any]:
 def load_settings(path: Path | None) -> Settings:
     """Load settings from ``path`` (optional) and the environment; env wins over the file."""
     if path is not None:
-        if not path.is_file():
+        if path.is_dir():
+            raise ConfigError([f"{path}: config file is a directory, expected a TOML file"])
+        if not path.exists():
             raise ConfigError([f"{path}: config file not found"])
         read_toml(path)  # syntax, encoding and readability errors, named
     toml_file = path
@@ -164,7 +198,7 @@ def load_settings(path: Path | None) -> Settings:
     try:
         settings = _Loaded()
     except ValidationError as e:
-        raise ConfigError(describe_errors(source, e)) from None
+        raise ConfigError(describe_errors(source, e, source_for=_env_source)) from None
     problems = []
     for name, table in settings.jobs.items():
         if not isinstance(table, dict):
@@ -173,7 +207,8 @@ def load_settings(path: Path | None) -> Settings:
         try:
             settings.limits_for(name)
         except ValidationError as e:
-            problems += describe_errors(source, e, prefix=f"jobs.{name}")
+            problems += describe_errors(source, e, prefix=f"jobs.{name}",
+                                        source_for=lambda loc, n=name: _env_source(("jobs", n, *loc)))
     if problems:
         raise ConfigError(problems)
     return settings

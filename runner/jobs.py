@@ -5,7 +5,7 @@ A task file holds one job::
     prompt = "Survey this package ..."          # required
     workspace = "{stdlib}/email"                # required; absolute, or relative to the task file
     name = "email-survey"                       # optional, default: the file stem
-    model = "claude-sonnet-4-5"                 # optional, default: [runner] model
+    model = "claude-sonnet-5-5"                 # optional, default: [runner] model
     system = "You are ..."                      # optional
     tools = ["read", "glob", "grep"]            # optional; bash, write, edit only when listed
     [limits]                                    # optional, overrides any limit for this job
@@ -20,6 +20,7 @@ and the field, and the other files still load.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sysconfig
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ ToolName = Literal["read", "glob", "grep", "bash", "write", "edit"]
 DEFAULT_TOOLS: tuple[ToolName, ...] = ("read", "glob", "grep")
 MAX_PROMPT_CHARS = 200_000
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+RESERVED_NAMES = frozenset({"run.json"})  # the run directory's own files
 
 
 class TaskFile(BaseModel):
@@ -117,16 +119,46 @@ class JobError:
 
 
 def expand_workspace(raw: str, task_file: Path) -> Path:
+    """The workspace as an absolute path; OSError or ValueError for a path that cannot exist."""
     text = raw.replace("{stdlib}", sysconfig.get_paths()["stdlib"])
+    if "\0" in text:
+        raise ValueError("contains a NUL character")
     path = Path(text).expanduser()
     if not path.is_absolute():
         path = task_file.parent / path
     return path.resolve()
 
 
+def valid_name(name: str) -> bool:
+    return bool(re.match(NAME_PATTERN, name)) and name.lower() not in RESERVED_NAMES
+
+
+def safe_job_name(raw: str) -> str:
+    """A usable job (and directory) name for a task file that could not say its own."""
+    if valid_name(raw):
+        return raw
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", raw).lstrip("._-")[:48] or "job"
+    digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{cleaned}-{digest}"
+
+
+def _check_workspace(raw: str, task_file: Path) -> tuple[Path | None, str | None]:
+    try:
+        workspace = expand_workspace(raw, task_file)
+        if workspace.is_dir():
+            return workspace, None
+        if workspace.exists():
+            return None, f"{task_file}: workspace: {str(workspace)!r} is not a directory"
+        return None, f"{task_file}: workspace: directory {str(workspace)!r} does not exist"
+    except (OSError, ValueError, RuntimeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        shown = raw if len(raw) <= 80 else raw[:77] + "..."
+        return None, f"{task_file}: workspace: not a usable path ({reason}): {shown!r}"
+
+
 def load_job(task_file: Path, settings: Settings) -> JobSpec | JobError:
     """Load one task file; every problem is reported, none raised."""
-    fallback_name = task_file.stem
+    fallback_name = safe_job_name(task_file.stem)
     try:
         data = read_toml(task_file)
     except ConfigError as e:
@@ -135,21 +167,25 @@ def load_job(task_file: Path, settings: Settings) -> JobSpec | JobError:
         task = TaskFile.model_validate(data)
     except ValidationError as e:
         name = data.get("name") if isinstance(data.get("name"), str) else fallback_name
-        return JobError(name if re.match(NAME_PATTERN, name) else fallback_name, task_file,
+        return JobError(name if valid_name(name) else fallback_name, task_file,
                         tuple(describe_errors(str(task_file), e)))
-    name = task.name or fallback_name
+    name = task.name or task_file.stem
     problems: list[str] = []
-    if not re.match(NAME_PATTERN, name):
+    if name.lower() in RESERVED_NAMES:
+        problems.append(f"{task_file}: name: {name!r} is reserved (the run's own files use it); choose another")
+        name = safe_job_name(name)
+    elif not valid_name(name):
         problems.append(f"{task_file}: name: file stem {name!r} is not a valid job name; set name = \"...\"")
-    workspace = expand_workspace(task.workspace, task_file)
-    if not workspace.is_dir():
-        problems.append(f"{task_file}: workspace: directory {str(workspace)!r} does not exist")
+        name = safe_job_name(name)
+    workspace, problem = _check_workspace(task.workspace, task_file)
+    if problem:
+        problems.append(problem)
     limits = None
     try:
         limits = settings.limits_for(name, task.limits)
     except ValidationError as e:
         problems += describe_errors(str(task_file), e, prefix="limits")
-    if problems or limits is None:
+    if problems or limits is None or workspace is None:
         return JobError(name, task_file, tuple(problems))
     return JobSpec(
         name=name,
@@ -164,12 +200,17 @@ def load_job(task_file: Path, settings: Settings) -> JobSpec | JobError:
 
 
 def find_task_files(targets: list[Path]) -> tuple[list[Path], list[str]]:
-    """Expand directories to their ``*.toml`` files (sorted); report targets that do not exist."""
+    """Expand directories to their ``*.toml`` entries (sorted); report targets that do not exist.
+
+    Every non-hidden ``*.toml`` entry of a directory is a task file, including one that cannot be
+    read (a directory, a broken symlink), so that it is reported rather than silently skipped.
+    Hidden entries (editor lock and swap files such as ``.#job.toml``) are ignored.
+    """
     files: list[Path] = []
     problems: list[str] = []
     for target in targets:
         if target.is_dir():
-            files += sorted(p for p in target.glob("*.toml") if p.is_file())
+            files += sorted(p for p in target.glob("*.toml") if not p.name.startswith("."))
         elif target.is_file():
             files.append(target)
         else:
@@ -178,16 +219,41 @@ def find_task_files(targets: list[Path]) -> tuple[list[Path], list[str]]:
 
 
 def load_jobs(task_files: list[Path], settings: Settings) -> tuple[list[JobSpec], list[JobError]]:
-    """Load every task file; duplicate job names are errors for the later files."""
+    """Load every task file; duplicate job names are errors for the later files.
+
+    Every result gets a distinct name (a run uses it as a directory name): a task file that failed
+    to load, or a duplicate, is renamed ``<name>@<stem>`` (with a number when still taken).
+    """
+    results = [load_job(task_file, settings) for task_file in task_files]
     specs: list[JobSpec] = []
     errors: list[JobError] = []
-    seen: dict[str, Path] = {}
-    for task_file in task_files:
-        result = load_job(task_file, settings)
-        if result.name in seen:
-            errors.append(JobError(result.name + f"@{task_file.stem}", task_file, (
-                f"{task_file}: name: job name {result.name!r} is already used by {seen[result.name]}",)))
-            continue
-        seen[result.name] = task_file
-        (specs if isinstance(result, JobSpec) else errors).append(result)
+    claimed: dict[str, Path] = {}
+    for result in results:  # the first valid file with a name owns it
+        if isinstance(result, JobSpec) and result.name not in claimed:
+            claimed[result.name] = result.source
+    taken = set(claimed)
+    placed: set[str] = set()
+    for result in results:
+        if isinstance(result, JobSpec):
+            if claimed[result.name] == result.source and result.name not in placed:
+                specs.append(result)
+                placed.add(result.name)
+                continue
+            problems: tuple[str, ...] = (f"{result.source}: name: job name {result.name!r} is already used by "
+                                         f"{claimed[result.name]}",)
+        else:
+            problems = result.problems
+        name = result.name
+        if name in taken:
+            name = _unique(f"{result.name}@{safe_job_name(result.source.stem)}", taken)
+        taken.add(name)
+        errors.append(JobError(name, result.source, problems))
     return specs, errors
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}.{n}"
+    return candidate

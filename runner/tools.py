@@ -98,7 +98,7 @@ class Toolset:
         async def one(i: int) -> None:
             results[i] = await self.run(calls[i])
 
-        if all(c.get("name") in READ_ONLY for c in calls):
+        if all(isinstance(c, dict) and isinstance(c.get("name"), str) and c["name"] in READ_ONLY for c in calls):
             async with anyio.create_task_group() as tg:
                 for i in range(len(calls)):
                     tg.start_soon(one, i)
@@ -108,9 +108,14 @@ class Toolset:
         return [r for r in results if r is not None]
 
     async def run(self, call: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(call, dict):
+            return error_result("", f"a tool call must be a JSON object, got {type(call).__name__}")
         tool_use_id = str(call.get("id", ""))
         name = call.get("name")
         args = call.get("input")
+        if not isinstance(name, str):
+            return error_result(tool_use_id, f"the tool name must be a string, got {type(name).__name__}; "
+                                             f"available: {', '.join(sorted(self.names))}")
         if not isinstance(args, dict):
             return error_result(tool_use_id, f"{name}: input must be a JSON object, got {type(args).__name__}")
         if name == "compact":

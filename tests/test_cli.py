@@ -1,0 +1,227 @@
+"""The CLI as a user runs it: real subprocesses (``python -m runner``), no API key, the offline model."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from runner.messages import request_problems
+from runner.store import read_jsonl
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO_JOBS = ("project-self", "stdlib-asyncio", "stdlib-email", "stdlib-json")
+METRIC_KEYS = {"job", "status", "turns", "wall_s", "usage", "cost_usd", "compactions", "persisted_bytes", "error"}
+USAGE_KEYS = {"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"}
+PIPELINE = {"tool_result_budget", "snip", "micro_compact", "fit_tool_results", "compact_history"}
+
+
+def env() -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
+    out["PYTHONUNBUFFERED"] = "1"
+    return out
+
+
+def runner(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def no_traceback(proc: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_validate_the_repos_own_jobs():
+    proc = runner("validate", cwd=REPO)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    for name in DEMO_JOBS:
+        assert f"ok     {name} " in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path_factory.mktemp("demo-runs")
+    proc = runner("run", "--output-dir", str(out), cwd=REPO)
+    runs = list(out.iterdir())
+    assert len(runs) == 1, (proc.stdout, proc.stderr)
+    return proc, runs[0]
+
+
+def test_demo_run_succeeds_and_prints_the_table(demo_run):
+    proc, run_dir = demo_run
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    assert "offline model" in proc.stderr  # said loudly
+    for name in DEMO_JOBS:
+        assert re.search(rf"│ {re.escape(name)}\s+│ succeeded", proc.stdout), proc.stdout
+    assert f"files: {run_dir}" in proc.stdout
+    document = json.loads((run_dir / "run.json").read_text())
+    assert document["state"] == "finished" and document["backend"] == "offline"
+    assert {j["job"]: j["status"] for j in document["jobs"]} == dict.fromkeys(DEMO_JOBS, "succeeded")
+    assert document["totals"]["succeeded"] == document["totals"]["jobs"] == len(DEMO_JOBS)
+
+
+@pytest.mark.parametrize("name", DEMO_JOBS)
+def test_demo_job_files(demo_run, name):
+    _, run_dir = demo_run
+    job_dir = run_dir / name
+    spec = json.loads((job_dir / "job.json").read_text())
+    assert spec["name"] == name and Path(spec["workspace"]).is_dir()
+    assert (job_dir / "events.jsonl").is_file()
+    assert (job_dir / "tool-results").is_dir()
+    assert (job_dir / "final.md").read_text().startswith("# Survey of")
+
+    metrics = json.loads((job_dir / "metrics.json").read_text())
+    assert METRIC_KEYS <= set(metrics)
+    assert set(metrics["usage"]) >= USAGE_KEYS and all(isinstance(metrics["usage"][k], int) for k in USAGE_KEYS)
+    assert metrics["job"] == name and metrics["status"] == "succeeded" and metrics["error"] is None
+    assert metrics["turns"] >= 2 and metrics["wall_s"] >= 0 and metrics["cost_usd"] > 0
+    assert isinstance(metrics["compactions"], dict) and isinstance(metrics["persisted_bytes"], int)
+
+    # the transcript: every line is JSON, and the messages reload as a valid request at every user boundary
+    lines = (job_dir / "transcript.jsonl").read_text(encoding="utf-8").splitlines()
+    messages = [json.loads(line) for line in lines]
+    _, warnings = read_jsonl(job_dir / "transcript.jsonl")
+    assert not warnings
+    assert request_problems(messages, spec["prompt"]) == []
+    for end, message in enumerate(messages, 1):
+        if message["role"] == "user":
+            assert request_problems(messages[:end]) == [], f"invalid prefix ending at message {end}"
+    assert sum(m["role"] == "assistant" for m in messages) == metrics["turns"]
+
+    # every placeholder path names a file that exists and holds what was removed
+    for event in read_jsonl(job_dir / "events.jsonl")[0]:
+        for rel in event.get("paths", []):
+            assert (job_dir / rel).is_file(), rel
+    persisted = sum(p.stat().st_size for p in (job_dir / "tool-results").iterdir())
+    assert (persisted > 0) == (metrics["persisted_bytes"] > 0)
+
+
+def test_asyncio_job_uses_the_whole_pipeline_and_loses_no_file(demo_run):
+    _, run_dir = demo_run
+    metrics = json.loads((run_dir / "stdlib-asyncio" / "metrics.json").read_text())
+    assert PIPELINE <= {stage for stage, n in metrics["compactions"].items() if n > 0}, metrics["compactions"]
+    final = (run_dir / "stdlib-asyncio" / "final.md").read_text()
+    every_file = final.split("## Every file", 1)[1]
+    listed = set(re.findall(r"^\| ([^|]+\.py) \|", every_file, flags=re.M))
+    asyncio_dir = Path(sysconfig.get_paths()["stdlib"]) / "asyncio"
+    real = {str(p.relative_to(asyncio_dir)) for p in asyncio_dir.rglob("*.py") if "__pycache__" not in p.parts}
+    assert real and listed == real, (sorted(real - listed), sorted(listed - real))
+
+
+def test_report_prints_the_table(demo_run):
+    _, run_dir = demo_run
+    proc = runner("report", str(run_dir), cwd=run_dir.parent)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    for name in DEMO_JOBS:
+        assert re.search(rf"│ {re.escape(name)}\s+│ succeeded", proc.stdout), proc.stdout
+    assert f"{len(DEMO_JOBS)} jobs, {len(DEMO_JOBS)} succeeded" in proc.stdout
+
+
+def test_report_on_a_directory_that_is_not_a_run(tmp_path):
+    proc = runner("report", str(tmp_path), cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2 and "run.json" in proc.stderr
+    (tmp_path / "run.json").write_text("[1, 2]")
+    proc = runner("report", str(tmp_path), cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2 and "run.json" in proc.stderr
+
+
+@pytest.fixture
+def small_project(tmp_path: Path) -> Path:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "a.py").write_text('"""A."""\nx = 1\n')
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "one.toml").write_text('prompt = "survey"\nworkspace = "../ws"\n')
+    (tmp_path / "jobs" / "two.toml").write_text('prompt = "survey again"\nworkspace = "../ws"\n')
+    return tmp_path
+
+
+def test_unknown_only_name_is_a_usage_error(small_project):
+    proc = runner("run", "--only", "three", cwd=small_project)
+    no_traceback(proc)
+    assert proc.returncode == 2
+    assert "three" in proc.stderr and "--only" in proc.stderr
+    assert not (small_project / "runs").exists()
+
+
+def test_only_runs_the_named_job(small_project):
+    proc = runner("run", "--only", "two", "--backend", "offline", cwd=small_project)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    [run_dir] = list((small_project / "runs").iterdir())
+    assert [j["job"] for j in json.loads((run_dir / "run.json").read_text())["jobs"]] == ["two"]
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "10000000"])
+def test_bad_concurrency_is_a_usage_error(small_project, value):
+    proc = runner("run", "--concurrency", value, cwd=small_project)
+    no_traceback(proc)
+    assert proc.returncode == 2
+    assert "--concurrency" in proc.stderr
+    assert not (small_project / "runs").exists()
+
+
+@pytest.mark.parametrize("args", [["run", "--concurrency", "two"], ["frobnicate"], ["run", "--backend", "gpt"]])
+def test_argparse_errors_exit_2(small_project, args):
+    proc = runner(*args, cwd=small_project)
+    assert proc.returncode == 2
+    no_traceback(proc)
+
+
+def test_missing_jobs_directory_is_a_usage_error(tmp_path):
+    proc = runner("run", "nowhere", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2 and "nowhere" in proc.stderr
+    proc = runner("validate", cwd=tmp_path)
+    assert proc.returncode == 2
+    no_traceback(proc)
+
+
+def test_a_failed_job_makes_exit_code_1(small_project):
+    (small_project / "jobs" / "broken.toml").write_text('prompt = "x"\n')
+    proc = runner("run", "--backend", "offline", cwd=small_project)
+    no_traceback(proc)
+    assert proc.returncode == 1
+    assert "broken" in proc.stdout and "workspace" in proc.stdout
+
+
+def test_anthropic_backend_without_a_key_is_a_usage_error(small_project):
+    proc = runner("run", "--backend", "anthropic", cwd=small_project)
+    no_traceback(proc)
+    assert proc.returncode == 2 and "ANTHROPIC_API_KEY" in proc.stderr
+
+
+def test_output_dir_that_is_a_file_is_a_usage_error(small_project):
+    (small_project / "taken").write_text("a file, not a directory")
+    proc = runner("run", "--backend", "offline", "--output-dir", "taken", cwd=small_project)
+    no_traceback(proc)
+    assert proc.returncode == 2 and "taken" in proc.stderr
+
+
+def test_a_job_table_for_no_job_is_warned_about(small_project):
+    (small_project / "config.toml").write_text("[jobs.one]\nmax_turns = 30\n[jobs.onee]\nmax_turns = 3\n")
+    proc = runner("validate", cwd=small_project)
+    no_traceback(proc)
+    assert proc.returncode == 0
+    assert "warning: config.toml: jobs.onee:" in proc.stderr and "jobs.one:" not in proc.stderr
+
+
+def test_errors_with_brackets_are_shown_verbatim_on_one_line(small_project):
+    long_dir = small_project / ("d" * 150)
+    long_dir.mkdir()
+    (long_dir / "x[red]y[bold].toml").write_text('name = "[/x]"\nprompt = "p"\nworkspace = "."\n')
+    proc = runner("validate", str(long_dir), cwd=small_project)
+    no_traceback(proc)
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()
+    assert "x[red]y[bold].toml: name:" in line and "'[/x]'" in line

@@ -1,0 +1,179 @@
+"""The toolset over a real workspace with the SDK's real ``agent_toolset``: a model's mistake always becomes
+an ``is_error`` tool_result it can read, never an exception; ``recall`` stays inside the job directory and
+pages; the bash tool never sees ``ANTHROPIC_*`` variables."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from runner.store import JobStore
+from runner.tools import RECALL_PAGE_CHARS, Toolset
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    (ws / "pkg").mkdir(parents=True)
+    (ws / "pkg" / "mod.py").write_text('"""Module."""\n\ndef f():\n    return 1  # TODO: more\n')
+    (ws / "notes.txt").write_text("hello\n")
+    (tmp_path / "outside.txt").write_text("secret outside the workspace\n")
+    (ws / "escape").symlink_to(tmp_path / "outside.txt")
+    (ws / "escape-dir").symlink_to(tmp_path)
+    return ws
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> JobStore:
+    s = JobStore(tmp_path / "run" / "job")
+    await s.open()
+    return s
+
+
+def call(name, input, id="toolu_1"):  # noqa: A002
+    return {"type": "tool_use", "id": id, "name": name, "input": input}
+
+
+def assert_error(result: dict, *words: str) -> None:
+    assert result["type"] == "tool_result" and result["tool_use_id"]
+    assert result.get("is_error") is True, result
+    text = result["content"] if isinstance(result["content"], str) else str(result["content"])
+    assert text.strip(), result
+    for word in words:
+        assert word in text, (word, text)
+
+
+MISTAKES = [
+    pytest.param(call("read", {"file_path": "/etc/passwd"}), ("outside",), id="absolute-path-outside"),
+    pytest.param(call("read", {"file_path": "../outside.txt"}), ("outside",), id="relative-path-outside"),
+    pytest.param(call("read", {"file_path": "escape"}), ("outside",), id="symlink-to-file-outside"),
+    pytest.param(call("read", {"file_path": "escape-dir/outside.txt"}), ("outside",), id="symlink-dir-outside"),
+    pytest.param(call("glob", {"pattern": "*", "path": "/etc"}), ("outside",), id="glob-outside"),
+    pytest.param(call("grep", {"pattern": "root", "path": "/etc/passwd"}), ("outside",), id="grep-outside"),
+    pytest.param(call("read", {"file_path": "no-such-file.py"}), ("no such file",), id="missing-file"),
+    pytest.param(call("read", {"file_path": "pkg"}), (), id="read-a-directory"),
+    pytest.param(call("read", {"file_path": "a\x00b"}), (), id="nul-in-path"),
+    pytest.param(call("teleport", {"to": "mars"}), ("unknown tool", "teleport", "read"), id="unknown-tool"),
+    pytest.param(call("bash", {"command": "ls"}), ("unknown tool",), id="tool-not-offered"),
+    pytest.param(call("read", "pkg/mod.py"), ("JSON object", "str"), id="input-is-a-string"),
+    pytest.param(call("read", ["pkg/mod.py"]), ("JSON object",), id="input-is-a-list"),
+    pytest.param(call("read", None), ("JSON object",), id="input-is-null"),
+    pytest.param(call("read", {}), ("file_path",), id="missing-required-arg"),
+    pytest.param(call("grep", {"path": "."}), ("pattern",), id="grep-missing-pattern"),
+    pytest.param(call("read", {"file_path": 42}), ("file_path",), id="wrong-arg-type"),
+    pytest.param(call("read", {"file_path": "pkg/mod.py", "bogus": 1}), (), id="unexpected-arg"),
+    pytest.param(call("grep", {"pattern": "([unclosed"}), (), id="bad-regex"),
+    pytest.param(call(["read"], {"file_path": "notes.txt"}), ("tool name",), id="name-not-a-string"),
+    pytest.param(call(None, {}), ("tool name",), id="name-missing"),
+    pytest.param(call("recall", {"path": "../../etc/passwd"}), ("outside",), id="recall-escape"),
+    pytest.param(call("recall", {"path": "/etc/passwd"}), ("outside",), id="recall-absolute"),
+    pytest.param(call("recall", {}), ("path",), id="recall-missing-path"),
+    pytest.param(call("recall", {"path": "tool-results/none.txt"}), ("no such file",), id="recall-missing-file"),
+    pytest.param(call("recall", {"path": "transcript.jsonl", "offset": -1}), ("offset",), id="recall-bad-offset"),
+    pytest.param(call("recall", {"path": "transcript.jsonl", "limit": "all"}), ("limit",), id="recall-bad-limit"),
+    pytest.param(call("recall", "transcript.jsonl"), ("JSON object",), id="recall-input-string"),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("tool_call, words", MISTAKES)
+async def test_mistakes_become_error_results(workspace, store, tool_call, words):
+    async with Toolset(str(workspace), ("read", "glob", "grep"), store) as tools:
+        result = await tools.run(tool_call)
+    assert_error(result, *words)
+    assert result["tool_use_id"] == "toolu_1"
+    assert "secret outside" not in str(result["content"])
+
+
+@pytest.mark.anyio
+async def test_a_batch_of_mistakes_answers_every_call_in_order(workspace, store):
+    calls = [call("read", {"file_path": "notes.txt"}, "a"), call("nope", {}, "b"), call("read", "x", "c"),
+             call("read", {"file_path": "/etc/passwd"}, "d"), call("glob", {"pattern": "**/*.py"}, "e")]
+    async with Toolset(str(workspace), ("read", "glob", "grep"), store) as tools:
+        results = await tools.run_batch(calls)
+    assert [r["tool_use_id"] for r in results] == ["a", "b", "c", "d", "e"]
+    assert [bool(r.get("is_error")) for r in results] == [False, True, True, True, False]
+    assert "hello" in results[0]["content"]
+    assert "mod.py" in results[4]["content"]
+
+
+@pytest.mark.anyio
+async def test_good_calls_work(workspace, store):
+    async with Toolset(str(workspace), ("read", "glob", "grep"), store) as tools:
+        names = {d["name"] for d in tools.definitions()}
+        read = await tools.run(call("read", {"file_path": str(workspace / "pkg" / "mod.py")}))
+        grep = await tools.run(call("grep", {"pattern": "TODO"}))
+        compact = await tools.run(call("compact", {}))
+    assert names == {"read", "glob", "grep", "recall", "compact"}
+    assert not read.get("is_error") and "def f" in read["content"]
+    assert not grep.get("is_error") and "mod.py" in grep["content"]
+    assert not compact.get("is_error") and tools.compact_requested
+
+
+@pytest.mark.anyio
+async def test_recall_reads_only_inside_the_job_directory_and_pages(tmp_path, workspace, store):
+    text = "".join(f"line {i:05d}\n" for i in range(5000))  # 55,000 chars
+    rel = await store.persist_output("toolu_big", text)
+    (store.dir / "link-out").symlink_to(tmp_path / "outside.txt")
+    async with Toolset(str(workspace), ("read",), store) as tools:
+        first = await tools.run(call("recall", {"path": rel}))
+        page = await tools.run(call("recall", {"path": rel, "offset": 11, "limit": 22}))
+        last = await tools.run(call("recall", {"path": rel, "offset": len(text) - 11}))
+        past = await tools.run(call("recall", {"path": rel, "offset": len(text) + 100}))
+        link = await tools.run(call("recall", {"path": "link-out"}))
+        up = await tools.run(call("recall", {"path": "tool-results/../../../outside.txt"}))
+    assert not first.get("is_error")
+    assert first["content"].startswith(text[:RECALL_PAGE_CHARS])
+    assert f"next offset {RECALL_PAGE_CHARS}" in first["content"]
+    assert page["content"].startswith("line 00001\nline 00002\n")
+    assert "next offset 33" in page["content"]
+    assert last["content"].startswith("line 04999\n") and "end of file" in last["content"]
+    assert not past.get("is_error") and "end of file" in past["content"]
+    assert_error(link, "outside")
+    assert_error(up, "outside")
+
+    # every page, read in order, gives back the whole file
+    pieces, offset = [], 0
+    async with Toolset(str(workspace), ("read",), store) as tools:
+        while True:
+            got = (await tools.run(call("recall", {"path": rel, "offset": offset, "limit": 7000})))["content"]
+            body, _, tail = got.rpartition("\n[recall: ")
+            pieces.append(body)
+            if "end of file" in tail:
+                break
+            offset = int(tail.split("next offset ")[1].rstrip("]"))
+    assert "".join(pieces) == text
+
+
+@pytest.mark.anyio
+async def test_bash_sees_no_anthropic_variables(workspace, store, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-secret")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("RUNNER_TEST_MARKER", "visible")
+    async with Toolset(str(workspace), ("bash",), store) as tools:
+        result = await tools.run(call("bash", {"command": "env"}))
+        pwd = await tools.run(call("bash", {"command": "pwd"}, "toolu_2"))
+        failing = await tools.run(call("bash", {"command": "exit 3"}, "toolu_3"))
+    text = result["content"] if isinstance(result["content"], str) else str(result["content"])
+    assert "RUNNER_TEST_MARKER=visible" in text  # it is the environment, minus the credentials
+    assert "ANTHROPIC" not in text
+    assert "sk-ant-test-secret" not in text
+    assert str(workspace) in str(pwd["content"])
+    assert failing["type"] == "tool_result"  # a failing command is a result, not an exception
+    assert os.environ["ANTHROPIC_API_KEY"] == "sk-ant-test-secret"  # the runner's own env is untouched
+
+
+@pytest.mark.anyio
+async def test_bash_bad_input_is_an_error_result(workspace, store):
+    async with Toolset(str(workspace), ("bash",), store) as tools:
+        result = await tools.run(call("bash", {"command": 123}))
+        missing = await tools.run(call("bash", {}, "toolu_2"))
+    assert_error(result, "command")
+    assert_error(missing, "command")
