@@ -33,11 +33,6 @@ def print_error(line: str, label: str = "error") -> None:
     err.print(f"[red]{label}[/]: {escape(line)}", highlight=False, soft_wrap=True)
 
 
-def plain_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Job records whose free text (names, errors) is escaped, so the table shows it verbatim."""
-    return [{**j, **{k: escape(j[k]) for k in ("job", "error") if isinstance(j.get(k), str)}} for j in jobs]
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="runner", description="Run batches of agent jobs concurrently.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -209,7 +204,7 @@ def execute(batch: Batch, settings: Settings) -> int:
 
     result: BatchResult = anyio.run(run_batch, batch, make_display(err))
     document = load_run(batch.run_dir)
-    out.print(run_table(plain_jobs(document["jobs"]), title=escape(f"run {batch.run_dir}")))
+    out.print(run_table(document["jobs"], title=escape(f"run {batch.run_dir}")))
     out.print(escape(f"files: {batch.run_dir}"), highlight=False, soft_wrap=True)
     if result.interrupted:
         err.print("interrupted: running jobs were cancelled; `runner resume` continues them")
@@ -246,8 +241,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                            f"{e.strerror or e}"]) from None
     batch = Batch(run_dir=run_dir, specs=specs, errors=errors, model=model, compactor=Compactor(summarizer),
                   summary_model=settings.summarizer.model, concurrency=settings.runner.concurrency,
-                  meta=_meta(settings, backend))
+                  meta=_meta(settings, backend), **spending(settings))
     return execute(batch, settings)
+
+
+def spending(settings: Settings) -> dict[str, Any]:
+    """The run's budget and price table, for a Batch."""
+    from .pricing import PriceTable
+    from .session import RunBudget
+
+    return {"run_budget": RunBudget(settings.runner.max_cost_usd), "prices": PriceTable(settings.prices)}
 
 
 def _meta(settings: Settings, backend: str) -> dict[str, Any]:
@@ -260,7 +263,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not isinstance(document, dict) or not isinstance(document.get("jobs", []), list) \
             or not all(isinstance(j, dict) for j in document.get("jobs", [])):
         raise ConfigError([f"{args.run_dir / 'run.json'}: not a run document (expected an object with a jobs list)"])
-    out.print(run_table(plain_jobs(document.get("jobs", [])),
+    out.print(run_table(document.get("jobs", []),
                         title=escape(f"run {args.run_dir} ({document.get('state')})")))
     totals = document.get("totals", {})
     out.print(f"{totals.get('jobs', 0)} jobs, {totals.get('succeeded', 0)} succeeded, "

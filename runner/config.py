@@ -95,6 +95,18 @@ class RunnerSection(BaseModel):
     backend: Literal["auto", "anthropic", "offline"] = "auto"
     model: str = Field("claude-sonnet-5-5", min_length=1)
     request_timeout_s: Float = Field(600.0, gt=0, le=3600)
+    max_cost_usd: Float | None = Field(None, gt=0, le=1_000_000)  # for the whole run
+
+
+class Price(BaseModel):
+    """USD per million tokens; cache prices default to 1.25x (write) and 0.1x (read) of input."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: Float = Field(ge=0, le=10_000)
+    output: Float = Field(ge=0, le=10_000)
+    cache_write: Float | None = Field(None, ge=0, le=10_000)
+    cache_read: Float | None = Field(None, ge=0, le=10_000)
 
 
 class SummarizerSection(BaseModel):
@@ -114,6 +126,7 @@ class Settings(BaseSettings):
     summarizer: SummarizerSection = SummarizerSection()
     limits: Limits = Limits()
     jobs: dict[str, dict[str, Any]] = {}
+    prices: dict[str, Price] = {}
 
     def limits_for(self, job: str, task_limits: dict[str, Any] | None = None) -> Limits:
         """Merge ``[limits]`` < ``[jobs.<job>]`` < the task file's ``[limits]``."""

@@ -8,6 +8,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from .session import JobProgress, JobResult
 
@@ -24,13 +25,13 @@ class PlainDisplay:
         self.total = len(progress)
 
     def job_started(self, progress: JobProgress) -> None:
-        self.console.print(f"start  {progress.name}", highlight=False)
+        self.console.print(f"start  {progress.name}", highlight=False, markup=False)
 
     def job_finished(self, result: JobResult) -> None:
         self.done += 1
         tail = f" ({result.error})" if result.error else ""
         self.console.print(f"end    {result.name}: {result.status}, {result.turns} turns, "
-                           f"{result.wall_s:.1f} s [{self.done}/{self.total}]{tail}", highlight=False)
+                           f"{result.wall_s:.1f} s [{self.done}/{self.total}]{tail}", highlight=False, markup=False)
 
     def stop(self) -> None:
         return None
@@ -50,7 +51,7 @@ class LiveDisplay:
     def start(self, progress: dict[str, JobProgress]) -> None:
         self.progress = progress
         self.task = self.bar.add_task("jobs", total=len(progress))
-        self.live = Live(get_renderable=self._render, console=console_or(self.console), refresh_per_second=4,
+        self.live = Live(get_renderable=self._render, console=self.console, refresh_per_second=4,
                          transient=True)
         self.live.start()
 
@@ -61,7 +62,7 @@ class LiveDisplay:
         active = [p for p in self.progress.values() if p.status == "running"]
         now = time.time()
         for p in active[:30]:
-            table.add_row(p.name, p.status, str(p.turns), f"{p.context_chars:,}", str(p.compactions),
+            table.add_row(Text(p.name), p.status, str(p.turns), f"{p.context_chars:,}", str(p.compactions),
                           f"{p.cost_usd:.4f}", f"{now - (p.started or now):.0f}s")
         if len(active) > 30:
             table.add_row(f"... {len(active) - 30} more running", "", "", "", "", "", "")
@@ -74,15 +75,12 @@ class LiveDisplay:
         if self.task is not None:
             self.bar.advance(self.task)
         tail = f" ({result.error})" if result.error else ""
-        self.console.print(f"{result.name}: {result.status}, {result.turns} turns{tail}", highlight=False)
+        self.console.print(f"{result.name}: {result.status}, {result.turns} turns{tail}", highlight=False,
+                           markup=False)
 
     def stop(self) -> None:
         if self.live is not None:
             self.live.stop()
-
-
-def console_or(console: Console) -> Console:
-    return console
 
 
 def make_display(console: Console) -> PlainDisplay | LiveDisplay:

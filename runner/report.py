@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from .config import ConfigError
 
@@ -39,8 +40,8 @@ def run_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
         usage = job.get("usage") or {}
         comp = job.get("compactions") or {}
         status = job.get("status", "?")
-        table.add_row(
-            job.get("job", "?"),
+        table.add_row(  # free text goes in as Text: shown verbatim, never read as markup
+            Text(str(job.get("job", "?"))),
             f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]",
             str(job.get("turns", 0)),
             f"{usage.get('input_tokens', 0):,}",
@@ -50,7 +51,7 @@ def run_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
             _bytes(job.get("persisted_bytes", 0)),
             f"{job.get('cost_usd', 0.0):.4f}",
             f"{job.get('wall_s', 0.0):.1f}",
-            job.get("error") or "",
+            Text(str(job.get("error") or "")),
         )
     if estimated:
         table.caption = "* offline model: token counts and cost are estimates (4 chars per token)"

@@ -115,7 +115,7 @@ def plan_resume(run_dir: Path, settings: Settings) -> ResumePlan:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from .cli import _meta, execute, make_backend, settings_from
+    from .cli import _meta, execute, make_backend, settings_from, spending
     from .compactor.compactor import Compactor
     from .scheduler import Batch
 
@@ -124,7 +124,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     plan = plan_resume(run_dir, settings)
     console = Console(stderr=True)
     for note in plan.notes:
-        console.print(f"resume: {note}", highlight=False)
+        console.print(f"resume: {note}", highlight=False, markup=False)
     if not plan.specs and not plan.errors:
         console.print(f"resume: every job of {run_dir} already succeeded; nothing to do")
         return 0
@@ -132,5 +132,5 @@ def cmd_resume(args: argparse.Namespace) -> int:
     batch = Batch(run_dir=run_dir, specs=plan.specs, errors=plan.errors, model=model,
                   compactor=Compactor(summarizer), summary_model=settings.summarizer.model,
                   concurrency=settings.runner.concurrency, histories=plan.histories, priors=plan.priors,
-                  kept=plan.kept, meta={**_meta(settings, backend), "resumed": True})
+                  kept=plan.kept, meta={**_meta(settings, backend), "resumed": True}, **spending(settings))
     return execute(batch, settings)

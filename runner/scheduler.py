@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
+import anyio.abc
 
 from .compactor.compactor import Compactor
 from .jobs import JobError, JobSpec
 from .messages import Message
 from .models.base import Model
+from .pricing import PriceTable
 from .session import JobProgress, JobResult, RunBudget, Session
 from .store import JobStore, write_atomic
 
@@ -75,6 +77,7 @@ class Batch:
     meta: dict[str, Any] = field(default_factory=dict)
     handle_signals: bool = True
     run_budget: RunBudget = field(default_factory=RunBudget)
+    prices: PriceTable = field(default_factory=PriceTable)
 
 
 async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult:
@@ -82,35 +85,40 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
     out = BatchResult(batch.run_dir)
     progress = {s.name: JobProgress(s.name) for s in batch.specs}
     run_json = _RunJson(batch, progress)
-    await anyio.Path(batch.run_dir).mkdir(parents=True, exist_ok=True)
-    for error in batch.errors:
-        out.results[error.name] = await _record_load_error(batch.run_dir, error)
-    run_json.results.update(out.results)
-    await run_json.write()
     limiter = anyio.CapacityLimiter(batch.concurrency)
-    display.start(progress)
 
     async def run_one(spec: JobSpec) -> None:
         async with limiter:
-            store = JobStore(batch.run_dir / spec.name)
-            await store.open()
-            display.job_started(progress[spec.name])
-            await run_json.write()
-            session = Session(spec, batch.model, batch.compactor, store, batch.summary_model, progress[spec.name],
-                              batch.histories.get(spec.name), batch.priors.get(spec.name), batch.run_budget)
+            result = JobResult(spec.name, "cancelled", error="cancelled before it started", model=spec.model)
             try:
+                store = JobStore(batch.run_dir / spec.name)
+                await store.open()
+                display.job_started(progress[spec.name])
+                await run_json.write()
+                session = Session(spec, batch.model, batch.compactor, store, batch.summary_model,
+                                  progress[spec.name], batch.histories.get(spec.name), batch.priors.get(spec.name),
+                                  batch.run_budget, batch.prices)
+                result = session.result
                 await session.run()
+            except Exception as e:  # setting the job up failed (its directory, the disk): this job alone fails
+                result.status, result.error = "failed", _one_line(f"could not run the job: {type(e).__name__}: {e}")
             finally:
-                out.results[spec.name] = session.result
-                run_json.results[spec.name] = session.result
+                out.results[spec.name] = result
+                run_json.results[spec.name] = result
                 with anyio.CancelScope(shield=True):
-                    await run_json.write()
-                display.job_finished(session.result)
+                    await _quietly(run_json.write())
+                _quietly_call(display.job_finished, result)
 
     try:
         async with anyio.create_task_group() as tg:
-            if batch.handle_signals:
-                tg.start_soon(_cancel_on_signal, tg.cancel_scope, lambda: setattr(out, "interrupted", True))
+            if batch.handle_signals:  # listening before anything is written, so no Ctrl-C is missed
+                await tg.start(_cancel_on_signal, tg.cancel_scope, lambda: setattr(out, "interrupted", True))
+            await anyio.Path(batch.run_dir).mkdir(parents=True, exist_ok=True)
+            for error in batch.errors:
+                out.results[error.name] = await _record_load_error(batch.run_dir, error)
+            run_json.results.update(out.results)
+            await run_json.write()
+            display.start(progress)
             async with anyio.create_task_group() as jobs:
                 for spec in batch.specs:
                     jobs.start_soon(run_one, spec)
@@ -124,13 +132,35 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
         run_json.finished = True
         run_json.interrupted = out.interrupted
         with anyio.CancelScope(shield=True):
-            await run_json.write()
-        display.stop()
+            await _quietly(run_json.write())
+        _quietly_call(display.stop)
     return out
 
 
-async def _cancel_on_signal(scope: anyio.CancelScope, mark: Callable[[], None]) -> None:
+async def _quietly(awaitable: Any) -> None:
+    """Bookkeeping after a job ended must not end the batch; the job's own files say what happened."""
+    try:
+        await awaitable
+    except Exception:
+        pass
+
+
+def _quietly_call(fn: Callable[..., None], *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        pass
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+async def _cancel_on_signal(scope: anyio.CancelScope, mark: Callable[[], None], *,
+                            task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
         async for _ in signals:
             mark()
             scope.cancel()

@@ -28,7 +28,7 @@ from .compactor.compactor import CompactionState, Compactor
 from .jobs import JobSpec
 from .messages import Message, text_of, tool_uses
 from .models.base import Model, PromptTooLong, Reply, Request, Usage
-from .pricing import cost_usd
+from .pricing import DEFAULT_TABLE, PriceTable
 from .store import JobStore
 from .tools import Toolset
 
@@ -116,7 +116,8 @@ class Session:
 
     def __init__(self, spec: JobSpec, model: Model, compactor: Compactor, store: JobStore, summary_model: str,
                  progress: JobProgress | None = None, history: list[Message] | None = None,
-                 prior: dict[str, Any] | None = None, run_budget: RunBudget | None = None):
+                 prior: dict[str, Any] | None = None, run_budget: RunBudget | None = None,
+                 prices: PriceTable | None = None):
         self.spec = spec
         self.model = model
         self.compactor = compactor
@@ -128,6 +129,7 @@ class Session:
         self.result = JobResult(spec.name, "running", model=spec.model)
         self.final_text: str | None = None
         self.run_budget = run_budget or RunBudget()
+        self.prices = prices or DEFAULT_TABLE
         if prior:  # a resumed job keeps what it already spent
             self.result.usage = Usage(**(prior.get("usage") or {}))
             self.state.summarizer_usage = Usage(**(prior.get("summarizer_usage") or {}))
@@ -188,11 +190,13 @@ class Session:
                 state.observe_usage(reply.usage)
                 state.window.mark_seen()
                 if reply.stop_reason == "model_context_window_exceeded":
+                    self._check_budgets()
                     reactive_retries = await self._reactive(reactive_retries, "model context window exceeded")
                     continue
                 reactive_retries = 0
                 if reply.content:
                     await state.add(reply.message())
+                self._check_budgets()  # after the reply is on disk: what was paid for is kept
                 if any(b.get("type") == "compaction" for b in reply.content):
                     await self.compactor.after_server_compaction(state)
                 if await self._handle(reply, toolset):
@@ -237,10 +241,17 @@ class Session:
         result.estimated = result.estimated or reply.estimated
         result.summarizer_usage = self.state.summarizer_usage
         before = result.cost_usd
-        result.cost_usd = cost_usd(self.spec.model, result.usage) + cost_usd(self.summary_model,
-                                                                             result.summarizer_usage)
+        result.cost_usd = self._cost()
         self.run_budget.spent += result.cost_usd - before
         self._update_progress()
+
+    def _cost(self) -> float:
+        """The job's spend: its own calls on its model, its summaries on the summary model."""
+        return (self.prices.cost(self.spec.model, self.result.usage)
+                + self.prices.cost(self.summary_model, self.state.summarizer_usage))
+
+    def _check_budgets(self) -> None:
+        result = self.result
         limit = self.spec.limits.max_cost_usd
         if limit is not None and result.cost_usd >= limit:
             raise JobEnded("budget_exceeded", f"spent ${result.cost_usd:.4f}, max_cost_usd is ${limit:g}")
@@ -270,8 +281,7 @@ class Session:
         result.compactions = dict(state.compactions)
         result.persisted_bytes = state.persisted_bytes
         result.summarizer_usage = state.summarizer_usage
-        result.cost_usd = cost_usd(self.spec.model, result.usage) + cost_usd(self.summary_model,
-                                                                             result.summarizer_usage)
+        result.cost_usd = self._cost()
         self._update_progress()
         self.progress.status = result.status
         try:

@@ -280,8 +280,6 @@ def test_ctrl_c_cancels_the_run_and_records_every_job(tmp_path):
 
 
 @pytest.mark.anyio
-@pytest.mark.xfail(reason="scheduler.run_one: an error opening a job's store escapes the task group and "
-                          "crashes the whole batch", strict=False)
 async def test_a_job_whose_directory_cannot_be_made_fails_alone(tmp_path, workspace):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -293,8 +291,6 @@ async def test_a_job_whose_directory_cannot_be_made_fails_alone(tmp_path, worksp
 
 
 @pytest.mark.anyio
-@pytest.mark.xfail(reason="display.PlainDisplay.job_finished prints the job's error as rich markup: "
-                          "an error text with '[/...]' raises MarkupError and crashes the batch", strict=False)
 async def test_error_text_with_brackets_does_not_crash_the_display(tmp_path, workspace):
     from rich.console import Console
 

@@ -1,0 +1,45 @@
+"""Prices from config.toml, and a run-wide max_cost_usd that stops spending cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from runner.config import load_settings
+from runner.models.base import Usage
+from runner.pricing import PriceTable
+
+
+def test_price_table_defaults_overrides_and_fallback(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('[prices."claude-sonnet-5-5"]\ninput = 2.0\noutput = 10.0\ncache_read = 0.5\n')
+    table = PriceTable(load_settings(config).prices)
+    usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000, cache_creation_input_tokens=1_000_000,
+                  cache_read_input_tokens=1_000_000)
+    assert table.cost("claude-sonnet-5-5", usage) == 2.0 + 10.0 + 2.0 * 1.25 + 0.5
+    assert table.cost("claude-haiku-5-5", usage) == 1.0 + 5.0 + 1.25 + 0.1  # family default
+    assert table.cost("some-unknown-model", usage) == table.cost("claude-opus-5", usage)  # never free
+
+
+def test_run_budget_stops_every_job(tmp_path: Path) -> None:
+    (tmp_path / "jobs").mkdir()
+    for i in range(3):
+        (tmp_path / "jobs" / f"j{i}.toml").write_text(f'workspace = "{{stdlib}}/json"\nprompt = "Survey {i}."\n')
+    (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\nconcurrency = 1\nmax_cost_usd = 0.05\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
+    done = subprocess.run([sys.executable, "-m", "runner", "run"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    run = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
+    statuses = [j["status"] for j in run["jobs"]]
+    assert statuses == ["budget_exceeded"] * 3, run["jobs"]
+    assert "the run spent" in run["jobs"][-1]["error"]
+    assert 0.05 <= run["totals"]["cost_usd"] < 0.2  # it stopped right after crossing the line
+    for job in run["jobs"]:  # what was paid for is on disk
+        transcript = tmp_path / "runs" / run["run_id"] / job["job"] / "transcript.jsonl"
+        if job["turns"]:
+            lines = [json.loads(line) for line in transcript.read_text().splitlines()]
+            assert sum(m["role"] == "assistant" for m in lines) == job["turns"]
