@@ -23,7 +23,6 @@ again after its content was compacted away: information the strategy lost).
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import sysconfig

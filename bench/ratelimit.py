@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import json
 import sys
 from pathlib import Path
 
