@@ -187,7 +187,7 @@ def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
 
     limit = AdaptiveLimit(maximum=settings.runner.concurrency)
     raw = AnthropicModel(max_retries=settings.limits.max_retries, timeout=settings.runner.request_timeout_s,
-                         on_rate_limited=limit.rate_limited)
+                         on_rate_limited=limit.rate_limited, shards=-(-settings.runner.concurrency // 25))
     model = AdaptiveModel(raw, limit)
     summarizer = Summarizer(raw, s.model, max_concurrent=s.max_concurrent,
                             requests_per_minute=s.requests_per_minute, max_input_chars=s.max_input_chars,

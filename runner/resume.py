@@ -68,7 +68,7 @@ def plan_resume(run_dir: Path, settings: Settings) -> ResumePlan:
             continue
         job_dir = run_dir / name
         metrics = _read_json(job_dir / "metrics.json") or {}
-        if metrics.get("status") == "succeeded" and entry.get("status") == "succeeded":
+        if metrics.get("status") == "succeeded" and (job_dir / "final.md").exists():  # metrics.json is written last
             plan.kept[name] = metrics
             continue
         job = _read_json(job_dir / "job.json")

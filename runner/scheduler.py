@@ -10,6 +10,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import json
 import secrets
 import signal
 import time
@@ -117,7 +118,7 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
             for error in batch.errors:
                 out.results[error.name] = await _record_load_error(batch.run_dir, error)
             run_json.results.update(out.results)
-            await run_json.write()
+            await run_json.write(force=True)
             display.start(progress)
             async with anyio.create_task_group() as jobs:
                 for spec in batch.specs:
@@ -132,7 +133,7 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
         run_json.finished = True
         run_json.interrupted = out.interrupted
         with anyio.CancelScope(shield=True):
-            await _quietly(run_json.write())
+            await _quietly(run_json.write(force=True))
         _quietly_call(display.stop)
     return out
 
@@ -175,6 +176,9 @@ async def _record_load_error(run_dir: Path, error: JobError) -> JobResult:
     return result
 
 
+MIN_INTERVAL_S = 0.5
+
+
 class _RunJson:
     def __init__(self, batch: Batch, progress: dict[str, JobProgress]):
         self.batch = batch
@@ -184,9 +188,18 @@ class _RunJson:
         self.finished = False
         self.interrupted = False
         self._lock = anyio.Lock()
+        self._last_write = float("-inf")
 
-    async def write(self) -> None:
+    async def write(self, force: bool = False) -> None:
+        """Rewrite run.json; between the first and the last write, at most every ``MIN_INTERVAL_S``
+        (each write lists every job, so writing on every event would cost O(jobs^2) in a big batch).
+        Each job's own metrics.json is always current; ``runner resume`` trusts those."""
+        if not force and time.monotonic() - self._last_write < MIN_INTERVAL_S:
+            return
         async with self._lock:
+            if not force and time.monotonic() - self._last_write < MIN_INTERVAL_S:
+                return  # another writer did it while this one waited
+            self._last_write = time.monotonic()
             await write_atomic(self.batch.run_dir / "run.json", _json(self.document()))
 
     def document(self) -> dict[str, Any]:
@@ -217,7 +230,8 @@ class _RunJson:
                 "updated": time.time(), **self.batch.meta, "totals": totals, "jobs": jobs}
 
 
-def _json(obj: Any) -> str:
-    import json
-
-    return json.dumps(obj, ensure_ascii=False, indent=2) + "\n"
+def _json(doc: dict[str, Any]) -> str:
+    """run.json with one job per line: readable, and written by the C encoder (``indent`` is not)."""
+    head = {k: v for k, v in doc.items() if k != "jobs"}
+    jobs = ",\n    ".join(json.dumps(job, ensure_ascii=False) for job in doc["jobs"])
+    return json.dumps(head, ensure_ascii=False)[:-1] + f', "jobs": [\n    {jobs}\n]}}\n'

@@ -267,7 +267,7 @@ class Session:
         result = self.result
         result.compactions = dict(self.state.compactions)
         result.persisted_bytes = self.state.persisted_bytes
-        await self.store.write_json("metrics.json", result.to_json())
+        await self.store.write_json("metrics.json", result.to_json(), pretty=False)
 
     def _update_progress(self) -> None:
         p = self.progress

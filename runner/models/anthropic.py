@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -57,31 +58,42 @@ def with_cache_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]
 
 
 class AnthropicModel:
-    """One client for the whole batch; ``max_retries`` is applied per request."""
+    """The SDK behind the :class:`Model` interface; ``max_retries`` is applied per request.
+
+    ``shards`` clients, each with its own connection pool, take the calls in turn: the HTTP pool's
+    bookkeeping costs time in proportion to its size for every request, so hundreds of concurrent
+    jobs are served faster by several small pools than by one large one.
+    """
 
     name = "anthropic"
 
     def __init__(self, *, api_key: str | None = None, base_url: str | None = None, max_retries: int = 4,
                  timeout: float = 600.0, http_client: Any = None,
-                 on_rate_limited: Callable[[], None] | None = None):
+                 on_rate_limited: Callable[[], None] | None = None, shards: int = 1):
         kwargs: dict[str, Any] = {"max_retries": max_retries, "timeout": timeout}
         if api_key is not None:
             kwargs["api_key"] = api_key
         if base_url is not None:
             kwargs["base_url"] = base_url
-        if http_client is None and on_rate_limited is not None:
-            async def watch(response: Any) -> None:  # sees every attempt, including the SDK's retries
-                if response.status_code in (429, 529):
-                    on_rate_limited()
-
-            http_client = anthropic.DefaultAsyncHttpxClient(event_hooks={"response": [watch]})
         if http_client is not None:
-            kwargs["http_client"] = http_client
-        self.client = anthropic.AsyncAnthropic(**kwargs)
+            shards = 1
+        self.clients = []
+        for _ in range(max(1, shards)):
+            client = http_client
+            if client is None and on_rate_limited is not None:
+                async def watch(response: Any) -> None:  # sees every attempt, including the SDK's retries
+                    if response.status_code in (429, 529):
+                        on_rate_limited()
+
+                client = anthropic.DefaultAsyncHttpxClient(event_hooks={"response": [watch]})
+            self.clients.append(anthropic.AsyncAnthropic(**kwargs, **({"http_client": client} if client else {})))
+        self.client = self.clients[0]
+        self._turn = itertools.count()
 
     async def create(self, request: Request) -> Reply:
-        client = self.client if request.max_retries is None else self.client.with_options(
-            max_retries=request.max_retries)
+        client = self.clients[next(self._turn) % len(self.clients)]
+        if request.max_retries is not None:
+            client = client.with_options(max_retries=request.max_retries)
         kwargs: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_tokens,
@@ -106,4 +118,5 @@ class AnthropicModel:
                      usage=Usage.from_api(response.usage))
 
     async def aclose(self) -> None:
-        await self.client.close()
+        for client in self.clients:
+            await client.close()
