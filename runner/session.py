@@ -171,7 +171,8 @@ class Session:
             await state.add({"role": "user", "content": spec.prompt})
         reactive_retries = 0
         async with Toolset(str(spec.workspace), spec.tools, self.store) as toolset:
-            tools = toolset.definitions()
+            # the compact tool is the client pipeline's; with compaction off or server-side it is not offered
+            tools = [t for t in toolset.definitions() if t["name"] != "compact" or spec.limits.compaction == "client"]
             while True:
                 if self.result.turns >= spec.limits.max_turns:
                     raise JobEnded("max_turns", f"reached max_turns = {spec.limits.max_turns}")

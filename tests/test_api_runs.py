@@ -1,0 +1,158 @@
+"""Whole jobs on the ``anthropic`` backend: the real SDK over real HTTP against the emulator.
+
+Covers: a multi-turn job with parallel tool calls whose transcript reloads; 20 jobs with 20% of
+requests failing (429/529/500/dropped connections) all succeeding; an RPM limit the batch adapts to;
+and the API key never reaching any file the runner writes, nor the bash tool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from runner.compactor.compactor import Compactor
+from runner.compactor.summarizer import Summarizer
+from runner.config import Limits
+from runner.emulator import EmulatorConfig, running_emulator
+from runner.emulator.config import Fault, Faults
+from runner.jobs import JobSpec
+from runner.messages import request_problems, tool_uses
+from runner.models.adaptive import AdaptiveLimit, AdaptiveModel
+from runner.models.anthropic import AnthropicModel
+from runner.scheduler import Batch, run_batch
+from runner.store import read_jsonl
+
+pytestmark = pytest.mark.anyio
+SECRET = "sk-ant-test-9f3c1e77-never-write-me"
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_emulator(EmulatorConfig()) as handle:
+        yield handle
+
+
+def spec(name: str, workspace: Path, tools: tuple[str, ...] = ("read", "glob", "grep"), **limits) -> JobSpec:
+    return JobSpec(name=name, source=Path(f"{name}.toml"), prompt=f"Survey this workspace ({name}).",
+                   workspace=workspace, model="claude-sonnet-5-5", system="You survey code.", tools=tools,
+                   limits=Limits(**{"max_retries": 8, "timeout_s": 120, **limits}))
+
+
+async def run(server, specs: list[JobSpec], run_dir: Path, concurrency: int, adaptive: AdaptiveLimit | None = None):
+    raw = AnthropicModel(base_url=server.base_url, api_key=SECRET, max_retries=8,
+                         on_rate_limited=adaptive.rate_limited if adaptive else None)
+    model = AdaptiveModel(raw, adaptive) if adaptive else raw
+    summarizer = Summarizer(raw, "claude-haiku-5-5", requests_per_minute=10_000)
+    batch = Batch(run_dir=run_dir, specs=specs, model=model, compactor=Compactor(summarizer),
+                  summary_model="claude-haiku-5-5", concurrency=concurrency, handle_signals=False)
+    try:
+        return await run_batch(batch)
+    finally:
+        await raw.aclose()
+
+
+def small_workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for i in range(6):
+        (ws / f"m{i}.py").write_text(f'"""Module {i}."""\n\n' + "".join(f"def f{j}():\n    return {j}\n" for j in range(i + 2)))
+    return ws
+
+
+def check_transcript(job_dir: Path) -> list[dict]:
+    messages, warnings = read_jsonl(job_dir / "transcript.jsonl")
+    assert not warnings
+    assert not request_problems(messages), request_problems(messages)
+    assert messages[-1]["role"] == "assistant" and not tool_uses(messages[-1])  # complete: ends on the answer
+    return messages
+
+
+async def test_multi_turn_job_with_parallel_calls_completes_and_reloads(server, tmp_path):
+    server.reconfigure(EmulatorConfig(record_requests=True))
+    result = await run(server, [spec("json", small_workspace(tmp_path))], tmp_path / "run", 1)
+    assert result.results["json"].status == "succeeded", result.results["json"].error
+    messages = check_transcript(tmp_path / "run" / "json")
+    assert max(len(tool_uses(m)) for m in messages) >= 2  # parallel tool calls in one reply
+    assert result.results["json"].turns >= 5
+    assert result.results["json"].usage.cache_read_input_tokens > 0  # the prefix was read back from cache
+    recorded = server.state.snapshot()["recorded_requests"]
+    job_requests = [r for r in recorded if r.get("tools")]
+    assert len(job_requests) == result.results["json"].turns
+    for body in job_requests:  # every request the runner sent is valid and holds the request once
+        assert not request_problems(body["messages"], "Survey this workspace (json).")
+    assert (tmp_path / "run" / "json" / "final.md").read_text().count("| m") >= 6
+
+
+async def test_twenty_jobs_survive_twenty_percent_faults(server, tmp_path):
+    faults = Faults(rate_limit=Fault(rate=0.05), overloaded=Fault(rate=0.05), server_error=Fault(rate=0.05),
+                    drop=Fault(rate=0.05))
+    server.reconfigure(EmulatorConfig(faults=faults, retry_after_s=0.05, retry_after_ms=True, seed=7))
+    ws = small_workspace(tmp_path)
+    specs = [spec(f"job{i:02d}", ws) for i in range(20)]
+    result = await run(server, specs, tmp_path / "run", 20)
+    stats = server.state.snapshot()
+    failed = {k: v for k, v in stats["outcomes"].items() if k != "ok"}
+    assert sum(failed.values()) >= 20, stats["outcomes"]  # faults really happened
+    assert {r.status for r in result.results.values()} == {"succeeded"}, {
+        n: r.error for n, r in result.results.items() if r.status != "succeeded"}
+    for s in specs:
+        check_transcript(tmp_path / "run" / s.name)
+    print(f"20 jobs: {stats['outcomes']}")
+
+
+async def test_an_rpm_limit_is_met_with_few_429s(server, tmp_path):
+    server.reconfigure(EmulatorConfig(rpm=40, window_s=1.0))
+    ws = small_workspace(tmp_path)
+    limit = AdaptiveLimit(maximum=12, cooldown_s=0.5)
+    started = anyio.current_time()
+    result = await run(server, [spec(f"r{i}", ws) for i in range(12)], tmp_path / "run", 12, limit)
+    elapsed = anyio.current_time() - started
+    stats = server.state.snapshot()
+    ok, throttled = stats["outcomes"].get("ok", 0), stats["outcomes"].get("429", 0)
+    assert {r.status for r in result.results.values()} == {"succeeded"}
+    assert limit.decreases >= 1  # the batch did back off
+    assert throttled <= ok * 0.25, stats["outcomes"]  # and most requests went through first time
+    print(f"rpm 40/s: {ok} ok, {throttled} 429s, lowest limit {limit.lowest}, {elapsed:.1f} s")
+
+
+def test_the_api_key_is_written_nowhere(server, tmp_path):
+    server.reconfigure(EmulatorConfig(api_key=SECRET))
+    ws = small_workspace(tmp_path)
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "survey.toml").write_text(f'workspace = "{ws}"\nprompt = "Survey it."\n')
+    (tmp_path / "jobs" / "shell.toml").write_text(
+        f'workspace = "{ws}"\nprompt = "Survey it with a shell."\ntools = ["read", "glob", "grep", "bash"]\n')
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RUNNER_")},
+           "ANTHROPIC_API_KEY": SECRET, "ANTHROPIC_BASE_URL": server.base_url}
+    done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs", "--output-dir", "runs"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert SECRET not in done.stdout + done.stderr
+    run_dir = next((tmp_path / "runs").iterdir())
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert len(files) > 10
+    for path in files:
+        assert SECRET.encode() not in path.read_bytes(), path
+
+
+async def test_the_bash_tool_never_sees_the_key(tmp_path, monkeypatch):
+    from runner.store import JobStore
+    from runner.tools import Toolset
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    store = JobStore(tmp_path / "job")
+    await store.open()
+    async with Toolset(str(tmp_path), ("bash",), store) as tools:
+        result = await tools.run({"id": "t1", "name": "bash", "input": {"command": "env; echo done"}})
+    assert "done" in json.dumps(result) and SECRET not in json.dumps(result)
