@@ -13,18 +13,22 @@ Guarantees:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import aiofiles
 import aiofiles.os
+import anyio
 
 TOOL_RESULTS = "tool-results"
 SUMMARIES = "summaries"
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
+_TMP_IDS = itertools.count()
 
 
 def safe_name(raw: str) -> str:
@@ -40,20 +44,52 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False)
 
 
-async def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    async with aiofiles.open(tmp, "w", encoding="utf-8", errors="surrogatepass", newline="") as f:
-        await f.write(text)
-        await f.flush()
-    await aiofiles.os.replace(tmp, path)
-
-
 def write_atomic_sync(path: Path, text: str) -> None:
     """The blocking twin of :func:`write_atomic`, for code that runs before the event loop."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # a temporary name of its own per write: two writes of one file never share (and tear) one
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_TMP_IDS)}.tmp")
     with open(tmp, "w", encoding="utf-8", errors="surrogatepass", newline="") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+def _same_text(path: Path, content: str) -> bool:
+    """Whether the file at ``path`` holds exactly ``content``."""
+    if not os.path.exists(path):  # the usual case; cheaper than a failed open
+        return False
+    try:
+        with open(path, encoding="utf-8", errors="surrogatepass", newline="") as f:
+            return f.read() == content
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _save_sync(outputs: list[tuple[Path, str]], appends: list[tuple[Path, str]]) -> None:
+    for path, content in outputs:  # whole files first: an appended record may name them
+        if not _same_text(path, content):
+            write_atomic_sync(path, content)
+    for path, data in appends:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(data)
+
+
+# Each file operation is one hop to aiofiles' executor, not one per open/write/flush/close/replace:
+# a hop costs 50-200 µs of thread hand-off, which dominated the Compactor's time (bench/compactor.py).
+_write_atomic = aiofiles.os.wrap(write_atomic_sync)
+_save_in_thread = aiofiles.os.wrap(_save_sync)
+
+
+async def _shielded(operation: Any, *args: Any) -> None:
+    """Await a file operation running in a worker thread. A thread cannot be stopped, so a cancelled
+    caller still waits for its operation to land before the cancellation goes on: the next write of
+    the same file (say, the final metrics.json after a cancelled checkpoint) cannot overtake it."""
+    with anyio.CancelScope(shield=True):
+        await operation(*args)
+
+
+async def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary name next to ``path``, then rename it over ``path``."""
+    await _shielded(_write_atomic, path, text)
 
 
 def read_jsonl(path: Path) -> tuple[list[Any], list[str]]:
@@ -80,24 +116,42 @@ class JobStore:
 
     def __init__(self, directory: Path):
         self.dir = directory
-        self._names: dict[str, str] = {}
+        self._names: dict[str, str] = {}  # id + content hash -> reserved path
+        self._owners: dict[str, str] = {}  # reserved path -> its tool_use id (kept: reserve is O(1))
+        self._root: Path | None = None
 
     async def open(self) -> None:
         for sub in ("", TOOL_RESULTS, SUMMARIES):
             await aiofiles.os.makedirs(self.dir / sub, exist_ok=True)
+        self._root = self.dir.resolve()  # resolve() runs per persisted output; the root once
 
-    async def write_json(self, name: str, obj: Any) -> None:
-        await write_atomic(self.dir / name, json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
+    async def write_json(self, name: str, obj: Any, pretty: bool = True) -> None:
+        await write_atomic(self.dir / name, json.dumps(obj, ensure_ascii=False, indent=2 if pretty else None) + "\n")
 
     async def write_text(self, name: str, text: str) -> None:
         await write_atomic(self.dir / name, text)
 
     async def append_jsonl(self, name: str, records: list[Any]) -> None:
-        if not records:
-            return
-        data = "".join(dumps(r) + "\n" for r in records)
-        async with aiofiles.open(self.dir / name, "a", encoding="utf-8") as f:
-            await f.write(data)
+        await self.save(appends={name: records})
+
+    async def save(self, outputs: Sequence[tuple[str, str]] = (), appends: dict[str, list[Any]] | None = None) -> None:
+        """Persisted outputs ``(rel, content)``, each written whole (atomic) unless the same bytes are
+        already there, then JSONL ``records`` appended to their files; in that order, in one hop to
+        aiofiles' executor."""
+        items = [(self._output_path(rel), content) for rel, content in outputs]
+        lines = [(self.dir / name, "".join(dumps(r) + "\n" for r in records))
+                 for name, records in (appends or {}).items() if records]
+        if items or lines:
+            await _shielded(_save_in_thread, items, lines)
+
+    def _output_path(self, rel: str) -> Path:
+        """Where output ``rel`` is written. A name :meth:`reserve` made is one sanitized file name in
+        tool-results/, so it needs no realpath walk (tens of µs per output), only a check that
+        tool-results/ is still a real directory; the rename never follows a symlink at the name.
+        Any other name goes through :meth:`resolve`."""
+        if rel in self._owners and self._root is not None and not os.path.islink(self._root / TOOL_RESULTS):
+            return self._root / rel
+        return self.resolve(rel)
 
     def reserve(self, tool_use_id: str, content: str) -> str:
         """The path (relative to the job directory) that ``content`` of ``tool_use_id`` is saved under.
@@ -109,20 +163,23 @@ class JobStore:
         if key in self._names:
             return self._names[key]
         stem = safe_name(tool_use_id)
-        taken = set(self._names.values())
         rel = f"{TOOL_RESULTS}/{stem}.txt"
         n = 1
-        while rel in taken or ((self.dir / rel).exists() and not self._same(rel, content)):
+        while rel in self._owners or ((self.dir / rel).exists() and not self._same(rel, content)):
             n += 1
             rel = f"{TOOL_RESULTS}/{stem}.{n}.txt"
         self._names[key] = rel
+        self._owners[rel] = tool_use_id
         return rel
+
+    def reserved_for(self, tool_use_id: str, rel: str) -> bool:
+        """Whether ``rel`` was reserved here for an output of ``tool_use_id`` (a path named inside a
+        tool's output proves nothing: the output may merely look like a placeholder)."""
+        return self._owners.get(rel) == tool_use_id
 
     async def write_output(self, rel: str, content: str) -> None:
         """Save a persisted output whole (atomic), unless the same bytes are already there."""
-        target = self.resolve(rel)
-        if not target.exists() or not self._same(rel, content):
-            await write_atomic(target, content)
+        await self.save([(rel, content)])
 
     async def persist_output(self, tool_use_id: str, content: str) -> str:
         rel = self.reserve(tool_use_id, content)
@@ -130,11 +187,7 @@ class JobStore:
         return rel
 
     def _same(self, rel: str, content: str) -> bool:
-        try:
-            with open(self.dir / rel, encoding="utf-8", errors="surrogatepass", newline="") as f:
-                return f.read() == content
-        except (OSError, UnicodeDecodeError):
-            return False
+        return _same_text(self.dir / rel, content)
 
     async def write_summary(self, text: str) -> str:
         existing = len(list((self.dir / SUMMARIES).glob("*.md")))
@@ -144,7 +197,7 @@ class JobStore:
 
     def resolve(self, rel: str) -> Path:
         """The absolute path of ``rel`` inside the job directory; ValueError if it leaves it."""
-        root = self.dir.resolve()
+        root = self._root or self.dir.resolve()
         target = (root / rel).resolve()
         if target != root and root not in target.parents:
             raise ValueError(f"{rel}: outside the job directory")

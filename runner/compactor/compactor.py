@@ -7,7 +7,8 @@ and, last, compact_history. :meth:`Compactor.reactive` answers a "prompt is too 
 
 Guarantees:
 - Nothing removed from context is lost: every output is written to the job directory before the
-  placeholder that names it is adopted, and every message is in ``transcript.jsonl``.
+  messages whose placeholders name it leave the Compactor (or reach a summarizer), and every
+  message is in ``transcript.jsonl``. A call's outputs and events go in one executor hop.
 - Each stage that changes the history appends one line to ``events.jsonl`` and bumps
   ``compactions[stage]``.
 - ``prepare`` does work proportional to what changed since the last call: sizes are measured once
@@ -86,6 +87,21 @@ class CompactionState:
         return max(limit, 1)
 
 
+@dataclass
+class _Writes:
+    """Outputs and event lines queued by the stages of one call, written together."""
+
+    outputs: list[tuple[str, str]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    async def flush(self, store: JobStore) -> None:
+        """Outputs first, then the events that name them; one hop to aiofiles' executor."""
+        if self.outputs or self.events:
+            outputs, events = self.outputs, self.events
+            self.outputs, self.events = [], []
+            await store.save(outputs, {EVENTS: events})
+
+
 class Compactor:
     """Shared by all sessions of a batch. Holds no per-session state of its own."""
 
@@ -93,27 +109,35 @@ class Compactor:
         self.summarizer = summarizer
 
     async def prepare(self, state: CompactionState) -> list[Message]:
-        """Compact ``state``'s window as needed; return the messages to send."""
+        """Compact ``state``'s window as needed; return the messages to send.
+
+        The stages' outputs and events are written in one executor hop before this returns (and
+        before a summary is asked for), so nothing outside ``prepare`` ever sees a placeholder whose
+        file is not on disk; a failed write fails the call, and with it the job."""
         limits, window = state.limits, state.window
         if limits.compaction == "off":
             return window.messages
-        await self._apply(state, "tool_result_budget", stages.tool_result_budget(
+        writes = _Writes()
+        self._adopt(state, "tool_result_budget", stages.tool_result_budget(
             window.entries, limits.batch_char_limit, limits.large_result_chars, limits.preview_chars,
-            state.store.reserve))
-        if limits.compaction == "server":
-            return window.messages
-        await self._apply(state, "snip", stages.snip(window.entries, limits.snip_trigger, limits.snip_head,
-                                                     limits.snip_target))
-        limit = state.char_limit()
-        if window.total > limit:
-            target = int(limit * 0.8)
-            await self._apply(state, "micro_compact", stages.micro_compact(
-                window.entries, window.total, target, limits.keep_recent_results, state.store.reserve))
+            state.store.reserve), writes)
+        if limits.compaction != "server":
+            self._adopt(state, "snip", stages.snip(window.entries, limits.snip_trigger, limits.snip_head,
+                                                   limits.snip_target), writes)
+            limit = state.char_limit()
             if window.total > limit:
-                await self._apply(state, "fit_tool_results", stages.fit_tool_results(
-                    window.entries, window.total, target, limits.fit_preview_chars, state.store.reserve))
-            if window.total > limit:
-                await self.compact_history(state, "compact_history")
+                target = int(limit * 0.8)
+                self._adopt(state, "micro_compact", stages.micro_compact(
+                    window.entries, window.total, target, limits.keep_recent_results, state.store.reserve,
+                    state.store.reserved_for), writes)
+                if window.total > limit:
+                    self._adopt(state, "fit_tool_results", stages.fit_tool_results(
+                        window.entries, window.total, target, limits.fit_preview_chars, state.store.reserve),
+                        writes)
+                if window.total > limit:
+                    await writes.flush(state.store)
+                    await self.compact_history(state, "compact_history")
+        await writes.flush(state.store)
         return window.messages
 
     async def compact_history(self, state: CompactionState, stage: str = "compact_history") -> None:
@@ -171,20 +195,24 @@ class Compactor:
         return fallback_summary(messages, budget)
 
     async def _apply(self, state: CompactionState, stage: str, outcome: Outcome | None) -> None:
+        writes = _Writes()
+        self._adopt(state, stage, outcome, writes)
+        await writes.flush(state.store)
+
+    def _adopt(self, state: CompactionState, stage: str, outcome: Outcome | None, writes: _Writes) -> None:
+        """Adopt a stage's outcome, queueing its outputs and its event line in ``writes``."""
         if outcome is None:
             return
         before = state.window.snapshot()
-        for item in outcome.persist:  # on disk before any placeholder names it
-            await state.store.write_output(item.path, item.content)
-            state.persisted_bytes += len(item.content.encode("utf-8", "surrogatepass"))
         state.window.replace(outcome.entries)
         after = state.window.snapshot()
         state.compactions[stage] += 1
-        event: dict[str, Any] = {"ts": round(time.time(), 3), "stage": stage,
-                                 "messages_before": before["messages"], "messages_after": after["messages"],
-                                 "chars_before": before["chars"], "chars_after": after["chars"],
-                                 "paths": sorted(set(outcome.paths))}
-        await state.store.append_jsonl(EVENTS, [event])
+        state.persisted_bytes += sum(len(item.content.encode("utf-8", "surrogatepass")) for item in outcome.persist)
+        writes.outputs += [(item.path, item.content) for item in outcome.persist]
+        writes.events.append({"ts": round(time.time(), 3), "stage": stage,
+                              "messages_before": before["messages"], "messages_after": after["messages"],
+                              "chars_before": before["chars"], "chars_after": after["chars"],
+                              "paths": sorted(set(outcome.paths))})
 
     async def after_server_compaction(self, state: CompactionState) -> None:
         """The API compacted server-side: it ignores everything before the newest reply's compaction

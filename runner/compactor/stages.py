@@ -21,6 +21,7 @@ from ..messages import Message, blocks, has_tool_use, is_tool_result_message, us
 from .window import Entry
 
 NameFor = Callable[[str, str], str]
+SavedFor = Callable[[str, str], bool]  # (tool_use_id, path): was that id's output saved at path by us?
 PLACEHOLDER_PREFIX = "[Earlier tool result saved at "
 PERSISTED_TAG = "<persisted-output>"
 _SAVED_AT = re.compile(r"Full output saved to: (\S+)")
@@ -93,6 +94,22 @@ def _result_slots(entry: Entry) -> list[tuple[int, dict[str, Any]]]:
             if isinstance(b, dict) and b.get("type") == "tool_result"]
 
 
+def _marker(block: dict[str, Any], min_chars: int, preview: int, name_for: NameFor,
+            out: Outcome) -> tuple[str, int] | None:
+    """The persisted-output marker for ``block`` and the chars it saves, its output queued in ``out``;
+    None when the result is not text, not over ``min_chars``, already a marker, or would not shrink."""
+    text = output_text(block.get("content"))
+    if text is None or len(text) <= min_chars or saved_path(text):
+        return None
+    path = name_for(str(block.get("tool_use_id", "")), text)
+    marker = persisted_marker(path, text, preview)
+    if len(marker) >= len(text):  # a preview plus the marker's lines would not be smaller
+        return None
+    out.persist.append(Persist(path, text))
+    out.paths.append(path)
+    return marker, len(text) - len(marker)
+
+
 def _persist_slots(entry: Entry, ranked: list[tuple[int, dict[str, Any]]], over: Callable[[int], bool],
                    min_chars: int, preview: int, name_for: NameFor, out: Outcome) -> tuple[Entry, int]:
     """Persist results of ``entry`` in ``ranked`` order while ``over(saved_so_far)``."""
@@ -101,15 +118,10 @@ def _persist_slots(entry: Entry, ranked: list[tuple[int, dict[str, Any]]], over:
     for index, block in ranked:
         if not over(saved):
             break
-        text = output_text(block.get("content"))
-        if text is None or len(text) <= min_chars or saved_path(text):
-            continue
-        path = name_for(str(block.get("tool_use_id", "")), text)
-        marker = persisted_marker(path, text, preview)
-        new[index] = marker
-        saved += len(text) - len(marker)
-        out.persist.append(Persist(path, text))
-        out.paths.append(path)
+        made = _marker(block, min_chars, preview, name_for, out)
+        if made is not None:
+            new[index] = made[0]
+            saved += made[1]
     return (_replace_results(entry, new), saved) if new else (entry, 0)
 
 
@@ -186,10 +198,10 @@ def snip(entries: list[Entry], trigger: int, head: int, target: int) -> Outcome 
 
 
 def micro_compact(entries: list[Entry], total: int, target: int, keep_recent: int,
-                  name_for: NameFor) -> Outcome | None:
+                  name_for: NameFor, saved_for: SavedFor) -> Outcome | None:
     """3. Replace tool results the model has already seen, oldest first, except the newest
     ``keep_recent``, with a one-line placeholder naming where each is saved, until ``total`` is
-    at most ``target``."""
+    at most ``target``. A marker's path is reused only when ``saved_for`` confirms it."""
     seen = [(pos, index, block) for pos, entry in enumerate(entries) if entry.seen
             for index, block in _result_slots(entry)]
     candidates = seen[:-keep_recent] if keep_recent else seen
@@ -203,14 +215,15 @@ def micro_compact(entries: list[Entry], total: int, target: int, keep_recent: in
         if text is None or len(text) <= MICRO_MIN_CHARS or (isinstance(content, str)
                                                               and content.startswith(PLACEHOLDER_PREFIX)):
             continue
+        tool_use_id = str(block.get("tool_use_id", ""))
         path = saved_path(text)
-        if path is None:
-            path = name_for(str(block.get("tool_use_id", "")), text)
+        if path is None or not saved_for(tool_use_id, path):  # not ours: a tool output that looks like one
+            path = name_for(tool_use_id, text)
             out.persist.append(Persist(path, text))
         placeholder = f"{PLACEHOLDER_PREFIX}{path}]"
         changed.setdefault(pos, {})[index] = placeholder
         out.paths.append(path)
-        total -= len(json.dumps(content, ensure_ascii=False)) - len(json.dumps(placeholder, ensure_ascii=False))
+        total -= len(text) - len(placeholder)  # the JSON escapes saved too are not counted: an underestimate
     if not changed:
         return None
     new_entries = list(entries)
@@ -229,17 +242,19 @@ def fit_tool_results(entries: list[Entry], total: int, target: int, preview_char
               for index, block in _result_slots(entry)]
     ranked = sorted(unseen, key=lambda s: size_of(s[2].get("content")), reverse=True)
     out = Outcome(entries)
-    new_entries = list(entries)
+    changed: dict[int, dict[int, str]] = {}
     for pos, index, block in ranked:
         if total <= target:
             break
-        entry, saved = _persist_slots(new_entries[pos], [(index, block)], lambda _: True, preview_chars,
-                                      preview_chars, name_for, out)
-        new_entries[pos] = entry
-        total -= saved
-    if not out.persist:
+        made = _marker(block, preview_chars, preview_chars, name_for, out)
+        if made is not None:
+            changed.setdefault(pos, {})[index] = made[0]
+            total -= made[1]
+    if not changed:
         return None
-    out.entries = new_entries
+    out.entries = list(entries)
+    for pos, new in changed.items():  # each changed message is rebuilt and measured once
+        out.entries[pos] = _replace_results(entries[pos], new)
     return out
 
 

@@ -1,0 +1,186 @@
+"""JobStore: persisted outputs under hostile tool_use ids never leave ``tool-results/`` nor overwrite
+another id's output; whole files are atomic; JSONL is appended in order."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runner.store import TOOL_RESULTS, JobStore, read_jsonl, safe_name
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> JobStore:
+    s = JobStore(tmp_path / "run" / "job")
+    await s.open()
+    return s
+
+
+HOSTILE_IDS = ["../../x", "x" * 5_000, "", "a/b", "a_b", "a?b", "/etc/passwd", "..", ".", "tool-results/../../y",
+               "a\0b", "ä/ö", "CON", "a.2", "a", "toolu_01AbC", " ", "\n"]
+
+
+def files_under(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file())
+
+
+@pytest.mark.anyio
+async def test_hostile_ids_stay_inside_tool_results_and_never_collide(store: JobStore, tmp_path: Path):
+    paths = {}
+    for i, tool_use_id in enumerate(HOSTILE_IDS):
+        content = f"output {i} of {tool_use_id!r}\n" * 3
+        rel = await store.persist_output(tool_use_id, content)
+        paths[tool_use_id] = (rel, content)
+        target = store.resolve(rel)
+        assert target.parent == (store.dir / TOOL_RESULTS).resolve(), rel
+        assert len(target.name) < 120, "file names stay short even for a 5,000-char id"
+    assert len({rel for rel, _ in paths.values()}) == len(HOSTILE_IDS), "every id gets its own file"
+    for tool_use_id, (rel, content) in paths.items():  # nobody overwrote anybody
+        assert (store.dir / rel).read_text(encoding="utf-8") == content, tool_use_id
+    # nothing was written anywhere but tool-results/ (and the job's own empty subdirectories)
+    outside = [p for p in files_under(tmp_path) if (store.dir / TOOL_RESULTS) not in p.parents]
+    assert outside == []
+
+
+@pytest.mark.anyio
+async def test_ids_that_sanitize_alike_keep_both_results(store: JobStore):
+    assert safe_name("a/b").startswith("a_b") and safe_name("a?b").startswith("a_b")
+    rel_slash = await store.persist_output("a/b", "slash")
+    rel_under = await store.persist_output("a_b", "underscore")
+    rel_query = await store.persist_output("a?b", "query")
+    assert len({rel_slash, rel_under, rel_query}) == 3
+    assert (store.dir / rel_slash).read_text() == "slash"
+    assert (store.dir / rel_under).read_text() == "underscore"
+    assert (store.dir / rel_query).read_text() == "query"
+
+
+@pytest.mark.anyio
+async def test_an_id_that_spells_another_ids_sanitized_name_does_not_overwrite_it(store: JobStore):
+    first = await store.persist_output("a/b", "from a/b")
+    stem = Path(first).stem  # e.g. "a_b-1234abcd5678", itself a valid id
+    second = await store.persist_output(stem, "from the look-alike")
+    assert first != second
+    assert (store.dir / first).read_text() == "from a/b"
+    assert (store.dir / second).read_text() == "from the look-alike"
+
+
+@pytest.mark.anyio
+async def test_a_second_store_on_the_same_directory_does_not_overwrite(store: JobStore):
+    """A resumed job opens a new JobStore on the directory: files already there are respected."""
+    rel = await store.persist_output("toolu_1", "first process")
+    again = JobStore(store.dir)
+    await again.open()
+    assert await again.persist_output("toolu_1", "first process") == rel  # same bytes: same file
+    other = await again.persist_output("toolu_1", "second process, other content")
+    assert other != rel
+    assert (store.dir / rel).read_text() == "first process"
+    assert (store.dir / other).read_text() == "second process, other content"
+
+
+@pytest.mark.anyio
+async def test_reserve_is_deterministic_and_content_addressed(store: JobStore):
+    a = store.reserve("toolu_9", "x")
+    assert store.reserve("toolu_9", "x") == a
+    b = store.reserve("toolu_9", "y")
+    assert b != a
+    assert store.reserve("toolu_9", "y") == b
+
+
+@pytest.mark.anyio
+async def test_resolve_refuses_paths_outside_the_job_directory(store: JobStore):
+    for rel in ("../x", "/etc/passwd", "tool-results/../../x"):
+        with pytest.raises(ValueError):
+            store.resolve(rel)
+    os.symlink("/etc", store.dir / "tool-results" / "link")
+    with pytest.raises(ValueError):
+        store.resolve("tool-results/link/passwd")
+
+
+@pytest.mark.anyio
+async def test_symlinks_planted_in_the_job_directory_are_never_written_through(store: JobStore, tmp_path: Path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("untouched")
+    rel = store.reserve("toolu_link", "new content")
+    os.symlink(outside / "victim.txt", store.dir / rel)  # a link where the output is about to go
+    await store.write_output(rel, "new content")
+    assert (outside / "victim.txt").read_text() == "untouched"
+    assert not (store.dir / rel).is_symlink() and (store.dir / rel).read_text() == "new content"
+    # tool-results/ itself swapped for a link to elsewhere: refused, nothing written there
+    (store.dir / TOOL_RESULTS).rename(store.dir / "old-results")
+    os.symlink(outside, store.dir / TOOL_RESULTS)
+    with pytest.raises(ValueError):
+        await store.persist_output("toolu_after_swap", "content")
+    assert sorted(p.name for p in outside.iterdir()) == ["victim.txt"]
+
+
+@pytest.mark.anyio
+async def test_persisted_output_is_byte_exact_including_newlines_and_unicode(store: JobStore):
+    content = "line\r\nother\rline\n\ttab \"q\" \\ é 中文 🙂 \u2028 end"
+    rel = await store.persist_output("toolu_x", content)
+    assert (store.dir / rel).read_bytes() == content.encode("utf-8")
+    assert not [p for p in (store.dir / TOOL_RESULTS).iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_write_neither_tears_nor_overtakes_the_next_write(store: JobStore):
+    """A session cancelled mid-checkpoint then writes its final metrics.json: the final one must win."""
+    for _ in range(3):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store.write_json, "metrics.json", {"status": "running", "pad": "x" * 20_000_000})
+            with anyio.fail_after(10):
+                while not list(store.dir.glob(".metrics.json.*.tmp")):  # the worker thread is writing
+                    await anyio.sleep(0.0002)
+            tg.cancel_scope.cancel()
+        await store.write_json("metrics.json", {"status": "succeeded"})
+        await anyio.sleep(0.3)  # room for a straggling write to land, if one were still running
+        assert json.loads((store.dir / "metrics.json").read_text()) == {"status": "succeeded"}
+    assert not list(store.dir.glob(".metrics.json.*.tmp"))
+
+
+@pytest.mark.anyio
+async def test_save_writes_outputs_then_appends_records(store: JobStore):
+    await store.save([("tool-results/a.txt", "A"), ("tool-results/b.txt", "B")],
+                     {"events.jsonl": [{"n": 1}, {"n": 2}], "other.jsonl": []})
+    await store.append_jsonl("events.jsonl", [{"n": 3}])
+    assert (store.dir / "tool-results/a.txt").read_text() == "A"
+    assert (store.dir / "tool-results/b.txt").read_text() == "B"
+    records, warnings = read_jsonl(store.dir / "events.jsonl")
+    assert records == [{"n": 1}, {"n": 2}, {"n": 3}] and warnings == []
+    assert not (store.dir / "other.jsonl").exists()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ids=st.lists(st.one_of(st.sampled_from(HOSTILE_IDS), st.text(max_size=80)), min_size=1, max_size=12),
+       data=st.data())
+def test_any_ids_any_contents_each_result_keeps_its_own_file(tmp_path_factory, ids, data):
+    """Property: whatever the ids (repeated, empty, look-alike, path-like), each (id, content) pair gets a
+    file under tool-results/ that holds exactly that content."""
+    contents = [data.draw(st.text(max_size=200)) for _ in ids]
+    root = tmp_path_factory.mktemp("store")
+
+    async def main():
+        store = JobStore(root / "job")
+        await store.open()
+        saved = [(await store.persist_output(i, c), c) for i, c in zip(ids, contents, strict=True)]
+        for rel, content in saved:
+            target = store.resolve(rel)
+            assert target.parent == (store.dir / TOOL_RESULTS).resolve()
+            assert target.read_bytes() == content.encode("utf-8", "surrogatepass")
+        by_path: dict[str, set[tuple[str, str]]] = {}
+        for i, (rel, content) in zip(ids, saved, strict=True):
+            by_path.setdefault(rel, set()).add((i, content))
+        assert all(len(v) == 1 for v in by_path.values()), "two different (id, content) pairs share a file"
+
+    anyio.run(main)
