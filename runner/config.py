@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
 
-Compaction = Literal["client", "server", "off"]
+Compaction = Literal["client", "server", "mask", "off"]
 
 
 def _not_bool(value: Any) -> Any:
@@ -116,7 +116,7 @@ class SummarizerSection(BaseModel):
     max_concurrent: Int = Field(4, ge=1, le=1000)
     requests_per_minute: Int = Field(50, ge=1, le=100_000)
     max_input_chars: Int = Field(400_000, ge=10_000)
-    max_output_tokens: Int = Field(2_000, ge=100)
+    max_output_tokens: Int = Field(6_000, ge=100)
 
 
 class Settings(BaseSettings):

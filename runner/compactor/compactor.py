@@ -121,7 +121,11 @@ class Compactor:
         self._adopt(state, "tool_result_budget", stages.tool_result_budget(
             window.entries, limits.batch_char_limit, limits.large_result_chars, limits.preview_chars,
             state.store.reserve), writes)
-        if limits.compaction != "server":
+        if limits.compaction == "mask":  # observation masking only: every seen result but the newest few
+            self._adopt(state, "observation_mask", stages.micro_compact(
+                window.entries, window.total, 0, limits.keep_recent_results, state.store.reserve,
+                state.store.reserved_for), writes)
+        elif limits.compaction != "server":
             self._adopt(state, "snip", stages.snip(window.entries, limits.snip_trigger, limits.snip_head,
                                                    limits.snip_target), writes)
             limit = state.char_limit()
@@ -178,7 +182,7 @@ class Compactor:
         await self._apply(state, stage, outcome)
 
     async def _summary(self, state: CompactionState, messages: list[Message]) -> str:
-        budget = max(4_000, state.limits.context_char_limit // 4)
+        budget = max(4_000, state.limits.context_char_limit // 2)
         breaker_open = state.summary_failures >= state.limits.max_summary_failures
         if self.summarizer.available and not breaker_open:
             try:
@@ -204,6 +208,10 @@ class Compactor:
         if outcome is None:
             return
         before = state.window.snapshot()
+        old = state.window.entries
+        first_change = next((i for i, (a, b) in enumerate(zip(old, outcome.entries, strict=False)) if a is not b),
+                            min(len(old), len(outcome.entries)))
+        sent = sum(1 for e in old if e.seen)  # the prefix the last request sent, and may have cached
         state.window.replace(outcome.entries)
         after = state.window.snapshot()
         state.compactions[stage] += 1
@@ -212,7 +220,9 @@ class Compactor:
         writes.events.append({"ts": round(time.time(), 3), "stage": stage,
                               "messages_before": before["messages"], "messages_after": after["messages"],
                               "chars_before": before["chars"], "chars_after": after["chars"],
-                              "paths": sorted(set(outcome.paths))})
+                              "paths": sorted(set(outcome.paths)),
+                              # a rewrite inside what was already sent costs the prompt cache from there on
+                              "cache_invalidated_from": first_change if first_change < sent else None})
 
     async def after_server_compaction(self, state: CompactionState) -> None:
         """The API compacted server-side: it ignores everything before the newest reply's compaction

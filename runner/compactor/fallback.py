@@ -2,8 +2,8 @@
 
 Used when the summarizer's circuit breaker is open, when a summary call fails, and as the offline
 model's summarizer. It keeps what a model needs to continue: files read and changed, commands with
-their outcome, errors seen, the assistant's own notes (newest first, within a budget), its last
-text, and counts of what was archived.
+their outcome, errors seen, its last text, and every note line (``- ...``) the assistant wrote or
+an earlier summary carried, newest first, each once, within a budget.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from collections import Counter
 
 from ..messages import Message, result_text, text_of, tool_results, tool_uses
 
-NOTES_HEADING = "### Assistant notes (newest first)"
+NOTES_HEADING = "### Notes the assistant recorded (newest first, each once)"
+SUMMARY_LABELS = ("[Compacted]", "[Reactive compact]")
 
 
 def _one_line(text: str, limit: int = 160) -> str:
@@ -61,15 +62,36 @@ def fallback_summary(messages: list[Message], notes_budget: int = 12_000) -> str
     if errors:
         out += ["### Errors seen"] + [f"- {e}" for e in errors[-20:]]
     if texts:
-        out += ["### Last assistant text", texts[-1]]
-        kept, used = [], len(texts[-1])
-        for text in reversed(texts[:-1]):
-            if used + len(text) > notes_budget:
-                break
-            kept.append(text)
-            used += len(text)
-        if kept:
-            out += [NOTES_HEADING] + kept
-        if len(kept) < len(texts) - 1:
-            out.append(f"({len(texts) - 1 - len(kept)} older assistant messages left out; see the transcript)")
+        out += ["### Last assistant text", texts[-1][: notes_budget // 2]]
+    notes = note_lines(messages, skip=texts[-1] if texts else "")
+    kept, used = [], 0
+    for line in notes:
+        if used + len(line) + 1 > notes_budget:
+            break
+        kept.append(line)
+        used += len(line) + 1
+    if kept:
+        out += [NOTES_HEADING, *kept]
+    if len(kept) < len(notes):
+        out.append(f"({len(notes) - len(kept)} older notes left out; see the transcript)")
     return "\n".join(out)
+
+
+def note_lines(messages: list[Message], skip: str = "") -> list[str]:
+    """The bullet lines (``- ...``) the assistant wrote, and those an earlier summary carried, newest
+    first, each once: the facts a summary must keep, however often they were repeated."""
+    seen: set[str] = set(skip.split("\n"))
+    lines: list[str] = []
+    for message in reversed(messages):
+        if message.get("role") == "assistant":
+            text = text_of(message)
+        elif text_of(message).startswith(SUMMARY_LABELS):
+            text = text_of(message)
+        else:
+            continue
+        for line in reversed(text.split("\n")):
+            line = line.rstrip()
+            if line.startswith("- ") and line not in seen:
+                seen.add(line)
+                lines.append(line)
+    return lines

@@ -79,7 +79,7 @@ class Summarizer:
 
     def __init__(self, model: Model | None, model_name: str, *, max_concurrent: int = 4,
                  requests_per_minute: int = 50, window_s: float = 60.0, max_input_chars: int = 400_000,
-                 max_output_tokens: int = 2_000, clock: Callable[[], float] | None = None):
+                 max_output_tokens: int = 6_000, clock: Callable[[], float] | None = None):
         self.model = model
         self.model_name = model_name
         self.max_input_chars = max_input_chars

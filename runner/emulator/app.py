@@ -558,9 +558,14 @@ def answer(state: EmulatorState, body: dict[str, Any], view: list[Message]) -> t
         return copy.deepcopy(scripted.content), scripted.stop_reason
     if system_text(body.get("system")) == SYSTEM_PROMPT:
         state.summary_requests += 1
-        return [{"type": "text", "text": fallback_summary(conversation_of(view))}], "end_turn"
+        # a summary as long as the request's max_tokens allows (4 characters per token)
+        budget = max(2_000, int(body.get("max_tokens", 0)) * 4 - 4_000)
+        return [{"type": "text", "text": fallback_summary(conversation_of(view), budget)}], "end_turn"
     names = {t.get("name") for t in body.get("tools") or []}
     return decide(without_cache_control(view), names, config.batch_size)
+
+
+SERVER_SUMMARY_CHARS = 40_000  # about 10,000 tokens: the server's summary of a long context
 
 
 def compaction_edit(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -578,7 +583,7 @@ def build_message(state: EmulatorState, body: dict[str, Any], view: list[Message
     iterations: list[dict[str, Any]] = []
     trigger = ((edit or {}).get("trigger") or {}).get("value") or config.compaction_default_trigger
     if edit is not None and total > trigger:
-        summary = fallback_summary(summary_input(body["messages"]))
+        summary = fallback_summary(summary_input(body["messages"]), SERVER_SUMMARY_CHARS)
         prefix = [{"type": "compaction", "content": summary}]
         iterations.append({"type": "compaction", "input_tokens": total, "output_tokens": estimate(summary),
                            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0})

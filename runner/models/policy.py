@@ -32,6 +32,8 @@ TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
 OUTLINE_PATTERN = r"^(class |def |async def )"
 CHECKPOINT_EVERY = 6  # assistant turns between checkpoints; snip keeps far more than that
 SKIP_PARTS = ("__pycache__",)
+SAVED = re.compile(r"Full output saved to: (\S+)")
+RECALL_ALL = 1_000_000
 SIZE_LINE = re.compile(r"Original size: (\d+) chars, (\d+) lines")
 NOTE = re.compile(r"^- (file|error|outline|listing|todo|todo-scan): (.*)$", re.M)
 
@@ -47,6 +49,8 @@ class Facts:
     outlines: dict[str, int] = field(default_factory=dict)
     todos: list[str] | None = None
     requested: set[str] = field(default_factory=set)  # files whose read is visible in this history
+    recall_due: dict[str, tuple[str, int]] = field(default_factory=dict)  # persisted path -> kind, size
+    recalled: set[str] = field(default_factory=set)
 
 
 def rel(root: str | None, path: str) -> str:
@@ -104,20 +108,23 @@ def _count_matches(content: str) -> int:
 
 def _parse_notes(text: str, facts: Facts) -> None:
     for kind, rest in NOTE.findall(text):
-        parts = [p.strip() for p in rest.split(" | ")]
-        if kind == "listing":
-            facts.root = parts[0]
-            facts.listing = [p for p in parts[1].split(", ") if p] if len(parts) > 1 else []
-        elif kind == "file" and len(parts) >= 3:
-            facts.files[parts[0]] = (int(parts[1]), int(parts[2]), parts[3] if len(parts) > 3 else "")
-        elif kind == "error" and len(parts) >= 2:
-            facts.errors[parts[0]] = parts[1]
-        elif kind == "outline" and len(parts) >= 2:
-            facts.outlines[parts[0]] = int(parts[1])
-        elif kind == "todo-scan":
-            facts.todos = facts.todos if facts.todos is not None else []
-        elif kind == "todo":
-            facts.todos = (facts.todos or []) + [rest]
+        parts = [p.strip() for p in (rest + " ").split(" | ", 3)]  # a summary may strip a trailing space
+        try:
+            if kind == "listing":
+                facts.root = parts[0]
+                facts.listing = [p for p in parts[1].split(", ") if p] if len(parts) > 1 else []
+            elif kind == "file" and len(parts) >= 3:
+                facts.files[parts[0]] = (int(parts[1]), int(parts[2]), parts[3] if len(parts) > 3 else "")
+            elif kind == "error" and len(parts) >= 2:
+                facts.errors[parts[0]] = parts[1]
+            elif kind == "outline" and len(parts) >= 2:
+                facts.outlines[parts[0]] = int(parts[1])
+            elif kind == "todo-scan":
+                facts.todos = facts.todos if facts.todos is not None else []
+            elif kind == "todo" and rest not in (facts.todos or []):
+                facts.todos = (facts.todos or []) + [rest]
+        except ValueError:  # a note mangled by a summary: the fact counts as unknown
+            continue
 
 
 @dataclass
@@ -127,27 +134,57 @@ class Observation:
     notes: list[str] = field(default_factory=list)
 
 
+def _learn_listing(facts: Facts, content: str, notes: list[str] | None) -> None:
+    entries = [line.strip() for line in content.split("\n") if line.strip().startswith("/")]
+    root = os.path.commonpath(entries) if entries else (facts.root or "")
+    if len(entries) == 1:
+        root = os.path.dirname(root)
+    facts.root = root
+    listing = sorted({rel(root, e) for e in entries if not any(p in e.split("/") for p in SKIP_PARTS)})
+    dirs = {os.path.dirname(p) for p in listing}
+    facts.listing = [p for p in listing if p not in dirs]
+    if notes is not None:
+        notes.append(f"- listing: {root} | {', '.join(facts.listing)}")
+
+
+def _learn_todos(facts: Facts, content: str, notes: list[str] | None) -> None:
+    hits = [rel(facts.root, line.strip())[:160] for line in content.split("\n")
+            if line.strip() and not line.startswith(("no matches", "[output", "[recall"))]
+    facts.todos = hits
+    if notes is not None:
+        notes.append(f"- todo-scan: {len(hits)} matches")
+        notes += [f"- todo: {h}" for h in hits[:40]]
+
+
 def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: list[str] | None) -> None:
     name, args = use.get("name"), use.get("input") or {}
     content = result_text(result)
     placeholder = content.startswith("[Earlier tool result saved at")
-    if name == "glob" and not result.get("is_error") and not placeholder:
-        entries = [line.strip() for line in content.split("\n") if line.strip().startswith("/")]
-        root = os.path.commonpath(entries) if entries else (facts.root or "")
-        if len(entries) == 1:
-            root = os.path.dirname(root)
-        facts.root = root
-        listing = sorted({rel(root, e) for e in entries if not any(p in e.split("/") for p in SKIP_PARTS)})
-        dirs = {os.path.dirname(p) for p in listing}
-        facts.listing = [p for p in listing if p not in dirs]
-        if notes is not None:
-            notes.append(f"- listing: {root} | {', '.join(facts.listing)}")
+    failed = bool(result.get("is_error"))
+    persisted = content.startswith("<persisted-output>") and SAVED.search(content)
+    if name in ("glob", "grep") and persisted and not failed:
+        # only a preview is in context: read the whole output back with recall (once)
+        kind = "glob" if name == "glob" else ("todo" if args.get("pattern") == TODO_PATTERN else None)
+        size = SIZE_LINE.search(content)
+        if kind:
+            facts.recall_due[persisted.group(1)] = (kind, int(size.group(1)) if size else RECALL_ALL)
+            return
+    if name == "glob" and not failed and not placeholder:
+        _learn_listing(facts, content, notes)
+    elif name == "recall" and not failed and not placeholder:
+        path = str(args.get("path"))
+        facts.recalled.add(path)
+        kind = facts.recall_due.get(path, (None, 0))[0]
+        if kind == "glob" and not content.startswith("<persisted-output>"):
+            _learn_listing(facts, content, notes)
+        elif kind == "todo" and not content.startswith("<persisted-output>"):
+            _learn_todos(facts, content, notes)
     elif name == "read":
         path = rel(facts.root, str(args.get("file_path", "")))
         facts.requested.add(path)
         if placeholder:
             return
-        if result.get("is_error"):
+        if failed:
             facts.errors[path] = content.replace("\n", " ").replace(" | ", " / ")[:160]
             if notes is not None:
                 notes.append(f"- error: {path} | {facts.errors[path]}")
@@ -159,17 +196,11 @@ def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: lis
     elif name == "grep" and not placeholder:
         if args.get("pattern") == OUTLINE_PATTERN:
             path = rel(facts.root, str(args.get("path", "")))
-            facts.outlines[path] = 0 if result.get("is_error") else _count_matches(content)
+            facts.outlines[path] = 0 if failed else _count_matches(content)
             if notes is not None:
                 notes.append(f"- outline: {path} | {facts.outlines[path]}")
         elif args.get("pattern") == TODO_PATTERN:
-            hits = [] if result.get("is_error") or content.startswith("<persisted-output>") else [
-                rel(facts.root, line.strip())[:160] for line in content.split("\n")
-                if line.strip() and not line.startswith("no matches") and not line.startswith("[output")]
-            facts.todos = hits
-            if notes is not None:
-                notes.append(f"- todo-scan: {len(hits)} matches")
-                notes += [f"- todo: {h}" for h in hits[:40]]
+            _learn_todos(facts, "" if failed or persisted else content, notes)
 
 
 def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
@@ -268,7 +299,10 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
     pending_outline = [p for p in python if p not in facts.outlines]
     summarized = any(m["role"] == "user" and ("[Compacted]" in text_of(m) or "[Reactive compact]" in text_of(m))
                      for m in messages)
-    if facts.listing is None and "glob" in tool_names:
+    due = {kind: (path, size) for path, (kind, size) in facts.recall_due.items() if path not in facts.recalled}
+    if facts.listing is None and "glob" in due and "recall" in tool_names:
+        calls.append(("recall", {"path": due["glob"][0], "limit": due["glob"][1]}))
+    elif facts.listing is None and "glob" in tool_names:
         calls.append(("glob", {"pattern": "**/*"}))
     elif pending and "read" in tool_names:
         calls += [("read", {"file_path": os.path.join(root or "", p)}) for p in pending[:batch_size]]
@@ -276,6 +310,8 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
         calls.append(("compact", {}))
     elif pending_outline and "grep" in tool_names:
         calls.append(("grep", {"pattern": OUTLINE_PATTERN, "path": os.path.join(root or "", pending_outline[0])}))
+    elif facts.todos is None and "todo" in due and "recall" in tool_names:
+        calls.append(("recall", {"path": due["todo"][0], "limit": due["todo"][1]}))
     elif facts.todos is None and "grep" in tool_names:
         calls.append(("grep", {"pattern": TODO_PATTERN}))
     if not calls:
