@@ -5,9 +5,11 @@ over a workspace made of several standard-library packages, run once per strateg
 
 - ``none``: no compaction at all (the emulator's window is raised so it can finish);
 - ``seeds``: the seeds' pipeline as written: char limits, snip back to 50 messages every turn it is
-  over, micro_compact every turn it is over;
-- ``ours``: the client pipeline with its defaults (snip hysteresis 50 -> 30) plus the token-aware
-  trigger; prompt-cache breakpoints as always;
+  over, micro_compact every turn it is over (down to 80%), breakpoints only on the tools, the system
+  prompt and the newest message;
+- ``ours``: the client pipeline (snip hysteresis 50 -> 30), token-aware (12,500 tokens), cache-aware
+  (a breakpoint after the newest message compaction will not rewrite; micro_compact and
+  fit_tool_results go down to half the limit, so the cached prefix is rewritten half as often);
 - ``server``: the API's server-side compaction (``compact_20260112``);
 - ``masking``: observation masking only: every tool result older than the newest three is replaced
   by a placeholder, nothing else.
@@ -55,8 +57,10 @@ SMOKE_PACKAGES = ("json",)
 
 STRATEGIES: dict[str, dict[str, Any]] = {
     "none": {"compaction": "off"},
-    "seeds": {"snip_trigger": 51, "snip_target": 50, "snip_head": 3},
-    "ours": {"context_token_limit": 12_500},
+    "seeds": {"snip_trigger": 51, "snip_target": 50, "snip_head": 3, "cache_aware": False},
+    # token-aware (12,500 tokens: the seeds' 50,000 chars), cache-aware (a breakpoint after the newest
+    # settled message; compacting deeper, to half the limit, so the cache is rewritten half as often)
+    "ours": {"context_token_limit": 12_500, "compact_target_ratio": 0.5},
     "server": {"compaction": "server", "server_trigger_tokens": 50_000},
     "masking": {"compaction": "mask"},
 }

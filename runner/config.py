@@ -63,7 +63,11 @@ class Limits(BaseModel):
     # 3. micro_compact and 4. fit_tool_results
     context_char_limit: Int = Field(50_000, ge=2_000)
     keep_recent_results: Int = Field(3, ge=0)
+    # micro_compact and fit_tool_results bring the context down to this share of the limit
+    compact_target_ratio: Float = Field(0.8, ge=0.1, le=0.95)
     fit_preview_chars: Int = Field(1_000, ge=0)
+    # a prompt-cache breakpoint after the newest message compaction will not rewrite (see README)
+    cache_aware: bool = True
     # token-aware trigger (off when unset): last real usage plus an estimate of what was added since
     context_token_limit: Int | None = Field(None, ge=1_000)
     # 6. reactive compact

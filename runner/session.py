@@ -179,9 +179,11 @@ class Session:
                 self._check_run_budget()
                 messages = await self.compactor.prepare(state)
                 self._update_progress()
+                settled = state.window.settled_prefix() if spec.limits.cache_aware else 0
                 request = Request(model=spec.model, messages=messages, tools=tools,
                                   max_tokens=spec.limits.max_output_tokens, system=spec.system,
-                                  context_management=context_management(spec), max_retries=spec.limits.max_retries)
+                                  context_management=context_management(spec), max_retries=spec.limits.max_retries,
+                                  cache_points=(settled - 1,) if 0 < settled < len(messages) - 1 else ())
                 try:
                     reply = await self.model.create(request)
                 except PromptTooLong as e:

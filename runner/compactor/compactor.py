@@ -130,7 +130,7 @@ class Compactor:
                                                    limits.snip_target), writes)
             limit = state.char_limit()
             if window.total > limit:
-                target = int(limit * 0.8)
+                target = int(limit * limits.compact_target_ratio)
                 self._adopt(state, "micro_compact", stages.micro_compact(
                     window.entries, window.total, target, limits.keep_recent_results, state.store.reserve,
                     state.store.reserved_for), writes)

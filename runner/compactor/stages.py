@@ -18,14 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..messages import Message, blocks, has_tool_use, is_tool_result_message, user_text, with_content
-from .window import Entry
+from .window import MICRO_MIN_CHARS, PLACEHOLDER_PREFIX, Entry
 
 NameFor = Callable[[str, str], str]
 SavedFor = Callable[[str, str], bool]  # (tool_use_id, path): was that id's output saved at path by us?
-PLACEHOLDER_PREFIX = "[Earlier tool result saved at "
 PERSISTED_TAG = "<persisted-output>"
 _SAVED_AT = re.compile(r"Full output saved to: (\S+)")
-MICRO_MIN_CHARS = 120
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,7 @@ class Summarizer:
         prompt = (f"<conversation>\n{history}\n</conversation>\n\nThe agent's current task is stated "
                   f"separately; do not repeat it. {INSTRUCTIONS}")
         return Request(model=self.model_name, system=SYSTEM_PROMPT, messages=[{"role": "user", "content": prompt}],
-                       tools=[], max_tokens=self.max_output_tokens)
+                       tools=[], max_tokens=self.max_output_tokens, cache=False)
 
     async def summarize(self, messages: list[Message], active_request: str) -> Summary:
         if self.model is None:

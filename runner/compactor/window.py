@@ -11,7 +11,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..messages import Message, measure
+from ..messages import Message, measure, result_text, tool_results
+
+PLACEHOLDER_PREFIX = "[Earlier tool result saved at "
+MICRO_MIN_CHARS = 120
+
+
+def settled(message: Message) -> bool:
+    """True when micro_compact has nothing left to rewrite in ``message``: a prompt-cache breakpoint
+    placed after it stays valid until a snip or a summary rewrites the whole history."""
+    for block in tool_results(message):
+        content = block.get("content")
+        if isinstance(content, str) and content.startswith(PLACEHOLDER_PREFIX):
+            continue
+        if len(result_text(block)) > MICRO_MIN_CHARS:
+            return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +52,7 @@ class Window:
         self.messages: list[Message] = []
         self.total = 0
         self._seen = 0  # entries[:_seen] have been sent to the model
+        self._settled = 0  # entries[:_settled] are seen and settled
 
     def append(self, message: Message, seq: int | None = None) -> None:
         entry = Entry.of(message, seq)
@@ -52,6 +68,7 @@ class Window:
         self._seen = 0
         while self._seen < len(entries) and entries[self._seen].seen:
             self._seen += 1
+        self._settled = 0
 
     def mark_seen(self) -> None:
         """Everything in the window has now been sent to the model (O(new entries))."""
@@ -59,6 +76,13 @@ class Window:
             e = self.entries[i]
             self.entries[i] = Entry(e.message, e.chars, e.seq, True)
         self._seen = len(self.entries)
+
+    def settled_prefix(self) -> int:
+        """How many leading messages are seen and settled (amortized O(1): a pointer that only moves
+        forward until a stage replaces the entries)."""
+        while self._settled < self._seen and settled(self.entries[self._settled].message):
+            self._settled += 1
+        return self._settled
 
     def __len__(self) -> int:
         return len(self.entries)

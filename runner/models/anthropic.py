@@ -5,9 +5,10 @@
 - Retries are the SDK's own (429, 529, 5xx, dropped connections; ``retry-after`` honoured), with the
   job's ``max_retries``. A "prompt is too long" answer is never retried: it becomes
   :class:`PromptTooLong`, which the session answers with reactive compaction.
-- Prompt caching: ``cache_control`` breakpoints on the last tool definition, the system prompt and
-  the newest message (three of the four allowed), so each turn reads the prefix the previous turn
-  wrote, and a compaction that rewrites the history still reads the tools and system prompt.
+- Prompt caching: ``cache_control`` breakpoints on the last tool definition, the system prompt, the
+  newest message and the newest message compaction will not rewrite (the request's ``cache_points``):
+  the four the API allows. Each turn reads the prefix an earlier turn wrote, even when compaction has
+  just rewritten the messages after that point.
 - Server-side compaction: a request with ``context_management`` goes to the beta endpoint with the
   compaction beta; the reply's usage is the sum over ``usage.iterations``.
 """
@@ -36,25 +37,35 @@ def is_prompt_too_long(error: Exception) -> bool:
     return False
 
 
-def with_cache_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A copy of ``messages`` whose newest message carries a ``cache_control`` breakpoint."""
-    if not messages:
-        return messages
-    last = messages[-1]
-    content = last["content"]
+def _cacheable(block: dict[str, Any]) -> bool:
+    return block.get("type") in ("text", "tool_result", "tool_use", "image", "document", "compaction") and not (
+        block.get("type") == "text" and not block.get("text"))
+
+
+def _with_breakpoint(message: dict[str, Any]) -> dict[str, Any]:
+    content = message["content"]
     if isinstance(content, str):
         if not content:
-            return messages
+            return message
         content = [{"type": "text", "text": content}]
     content = list(content)
     for i in range(len(content) - 1, -1, -1):
-        block = content[i]
-        if block.get("type") in ("text", "tool_result", "tool_use", "image", "document", "compaction") and not (
-            block.get("type") == "text" and not block.get("text")
-        ):
-            content[i] = {**block, "cache_control": EPHEMERAL}
+        if _cacheable(content[i]):
+            content[i] = {**content[i], "cache_control": EPHEMERAL}
             break
-    return [*messages[:-1], {**last, "content": content}]
+    return {**message, "content": content}
+
+
+def with_cache_breakpoint(messages: list[dict[str, Any]], points: tuple[int, ...] = ()) -> list[dict[str, Any]]:
+    """A copy of ``messages`` with a ``cache_control`` breakpoint on the newest message and on each
+    message index in ``points`` (the history itself is never changed)."""
+    if not messages:
+        return messages
+    marked = {len(messages) - 1, *(p for p in points if 0 <= p < len(messages))}
+    out = list(messages)
+    for i in marked:
+        out[i] = _with_breakpoint(out[i])
+    return out
 
 
 class AnthropicModel:
@@ -97,12 +108,15 @@ class AnthropicModel:
         kwargs: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_tokens,
-            "messages": with_cache_breakpoint(request.messages),
+            "messages": (with_cache_breakpoint(request.messages, request.cache_points[:1]) if request.cache
+                         else request.messages),
         }
         if request.tools:  # a breakpoint after the last tool caches the tool definitions with the system prompt
-            kwargs["tools"] = [*request.tools[:-1], {**request.tools[-1], "cache_control": EPHEMERAL}]
+            kwargs["tools"] = ([*request.tools[:-1], {**request.tools[-1], "cache_control": EPHEMERAL}]
+                               if request.cache else request.tools)
         if request.system:
-            kwargs["system"] = [{"type": "text", "text": request.system, "cache_control": EPHEMERAL}]
+            kwargs["system"] = [{"type": "text", "text": request.system,
+                                 **({"cache_control": EPHEMERAL} if request.cache else {})}]
         try:
             if request.context_management:
                 response = await client.beta.messages.create(

@@ -65,6 +65,8 @@ class Request:
     system: str | None = None
     context_management: dict[str, Any] | None = None
     max_retries: int | None = None  # per-job override of the backend's retry count
+    cache_points: tuple[int, ...] = ()  # messages after which a prompt-cache breakpoint pays off
+    cache: bool = True  # False for one-off prompts (summaries): a cache write would cost 25% more for nothing
 
 
 class PromptTooLong(Exception):

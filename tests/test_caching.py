@@ -1,0 +1,107 @@
+"""Prompt caching: where breakpoints go, the settled prefix, observation masking, and the events that
+say when a compaction stage cost the cached prefix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runner.compactor.compactor import CompactionState, Compactor
+from runner.compactor.summarizer import Summarizer
+from runner.compactor.window import Window
+from runner.config import Limits
+from runner.emulator import EmulatorConfig, running_emulator
+from runner.jobs import JobSpec
+from runner.models.anthropic import AnthropicModel, with_cache_breakpoint
+from runner.session import Session
+from runner.store import JobStore, read_jsonl
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def call(i: int) -> dict:
+    return {"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "read", "input": {}}]}
+
+
+def result(i: int, text: str) -> dict:
+    return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}", "content": text}]}
+
+
+def test_breakpoints_go_on_the_newest_message_and_the_given_points_without_touching_the_history():
+    history = [{"role": "user", "content": "go"}, call(1), result(1, "x" * 50)]
+    marked = with_cache_breakpoint(history, (0,))
+    assert marked[0]["content"][0]["cache_control"] == {"type": "ephemeral"}
+    assert marked[2]["content"][0]["cache_control"] == {"type": "ephemeral"}
+    assert "cache_control" not in json.dumps(marked[1])
+    assert "cache_control" not in json.dumps(history)  # the stored history stays plain
+
+
+def test_the_settled_prefix_stops_at_the_first_result_micro_compact_would_still_rewrite():
+    window = Window()
+    window.append({"role": "user", "content": "go"})
+    window.append(call(1))
+    window.append(result(1, "[Earlier tool result saved at tool-results/t1.txt]"))
+    window.append(call(2))
+    window.append(result(2, "y" * 500))
+    window.append(call(3))
+    assert window.settled_prefix() == 0  # nothing is settled before the model has seen it
+    window.mark_seen()
+    assert window.settled_prefix() == 4  # up to the unsettled 500-char result
+    window.append(result(3, "short"))
+    assert window.settled_prefix() == 4  # new (unseen) messages never count
+
+
+async def test_observation_masking_keeps_only_the_newest_results(tmp_path: Path):
+    store = JobStore(tmp_path / "job")
+    await store.open()
+    state = CompactionState(store=store, limits=Limits(compaction="mask", keep_recent_results=2),
+                            active_request="go")
+    await state.add({"role": "user", "content": "go"})
+    for i in range(6):
+        await state.add(call(i))
+        await state.add(result(i, f"result {i} " + "z" * 300))
+        await Compactor(Summarizer(None, "m")).prepare(state)
+        state.window.mark_seen()
+    contents = [m["content"][0]["content"] for m in state.window.messages if m["role"] == "user" and
+                isinstance(m["content"], list)]
+    # the newest two seen results stay, and the newest result, which the model has not seen yet
+    assert all(c.startswith("[Earlier tool result saved at") for c in contents[:-3])
+    assert all(c.startswith("result") for c in contents[-3:])
+    events, _ = read_jsonl(store.dir / "events.jsonl")
+    assert {e["stage"] for e in events} == {"observation_mask"}
+    assert all(e["cache_invalidated_from"] is not None for e in events)  # each rewrite was inside the sent prefix
+
+
+async def test_a_cache_aware_session_reads_its_prefix_back_after_compaction(tmp_path: Path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for i in range(12):
+        (ws / f"m{i:02d}.py").write_text(f'"""Module {i}."""\n' + "x = 1\n" * (600 + 40 * i))
+    limits = Limits(context_char_limit=20_000, compact_target_ratio=0.5, max_turns=200)
+    spec = JobSpec(name="cached", source=Path("cached.toml"), prompt="Survey.", workspace=ws,
+                   model="claude-sonnet-5-5", system="You survey code. " * 200, tools=("read", "glob", "grep"),
+                   limits=limits)
+    with running_emulator(EmulatorConfig(record_requests=True, min_cacheable_tokens=256)) as emu:
+        model = AnthropicModel(base_url=emu.base_url, api_key="k", max_retries=0)
+        store = JobStore(tmp_path / "job")
+        await store.open()
+        summarizer = Summarizer(model, "claude-haiku-5-5")
+        result_ = await Session(spec, model, Compactor(summarizer), store, "claude-haiku-5-5").run()
+        await model.aclose()
+        recorded = emu.state.snapshot()["recorded_requests"]
+    assert result_.status == "succeeded", result_.error
+    job_requests = [r for r in recorded if r.get("tools")]
+    breakpoints = [json.dumps(r).count('"cache_control"') for r in job_requests]
+    assert max(breakpoints) == 4  # tools, system, the settled message, the newest message: the API's maximum
+    summary_requests = [r for r in recorded if not r.get("tools")]
+    assert summary_requests and all('"cache_control"' not in json.dumps(r) for r in summary_requests)
+    events, _ = read_jsonl(store.dir / "events.jsonl")
+    assert any(e["stage"] == "micro_compact" for e in events)
+    assert result_.usage.cache_read_input_tokens > result_.usage.cache_creation_input_tokens
