@@ -32,6 +32,7 @@ from .pricing import DEFAULT_TABLE, PriceTable
 from .store import JobStore
 from .tools import Toolset
 
+CHECKPOINT_INTERVAL_S = 1.0
 CONTINUE_AFTER_MAX_TOKENS = "Your reply was cut off by the output token limit. Continue from where you stopped."
 
 
@@ -129,6 +130,7 @@ class Session:
         self.result = JobResult(spec.name, "running", model=spec.model)
         self.final_text: str | None = None
         self.run_budget = run_budget or RunBudget()
+        self._last_checkpoint = float("-inf")
         self.prices = prices or DEFAULT_TABLE
         if prior:  # a resumed job keeps what it already spent
             self.result.usage = Usage(**(prior.get("usage") or {}))
@@ -197,16 +199,26 @@ class Session:
                     reactive_retries = await self._reactive(reactive_retries, "model context window exceeded")
                     continue
                 reactive_retries = 0
-                if reply.content:
+                compacted = any(b.get("type") == "compaction" for b in reply.content)
+                # a reply with tool calls is written together with their results (one write a turn); if
+                # the run dies in between, resume would drop the unanswered reply anyway
+                deferred = bool(reply.content) and not compacted and reply.stop_reason in (
+                    "tool_use", "max_tokens") and bool(tool_uses(reply.message()))
+                if reply.content and not deferred:
                     await state.add(reply.message())
-                self._check_budgets()  # after the reply is on disk: what was paid for is kept
-                if any(b.get("type") == "compaction" for b in reply.content):
+                try:
+                    self._check_budgets()
+                except JobEnded:
+                    if deferred:  # what was paid for is kept
+                        await state.add(reply.message())
+                    raise
+                if compacted:
                     await self.compactor.after_server_compaction(state)
-                if await self._handle(reply, toolset):
+                if await self._handle(reply, toolset, deferred):
                     return
                 await self._checkpoint()
 
-    async def _handle(self, reply: Reply, toolset: Toolset) -> bool:
+    async def _handle(self, reply: Reply, toolset: Toolset, deferred: bool = False) -> bool:
         """Act on a reply; True when the job is done."""
         calls = tool_uses(reply.message())
         stop = reply.stop_reason
@@ -219,7 +231,7 @@ class Session:
                                      f"{self.spec.limits.max_output_tokens}")
         if calls and stop in ("tool_use", "max_tokens"):
             results = await toolset.run_batch(calls)
-            await self.state.add({"role": "user", "content": results})
+            await self.state.add(*([reply.message()] if deferred else []), {"role": "user", "content": results})
             if toolset.compact_requested:
                 toolset.compact_requested = False
                 await self.compactor.compact(self.state)
@@ -266,7 +278,12 @@ class Session:
                                               f"its max_cost_usd is ${self.run_budget.limit:g}")
 
     async def _checkpoint(self) -> None:
-        """Write metrics.json as it stands (status ``running``): progress and spend survive a crash."""
+        """Write metrics.json as it stands (status ``running``), at most once a second: progress and
+        spend survive a crash."""
+        now = time.monotonic()
+        if now - self._last_checkpoint < CHECKPOINT_INTERVAL_S:
+            return
+        self._last_checkpoint = now
         result = self.result
         result.compactions = dict(self.state.compactions)
         result.persisted_bytes = self.state.persisted_bytes

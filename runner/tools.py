@@ -13,12 +13,21 @@ model can read.
 
 from __future__ import annotations
 
-import asyncio
+import functools
+import shutil
 from typing import Any
 
 import anyio
 from anthropic.lib.tools._beta_functions import ToolError, aclose_runnable_tool
-from anthropic.lib.tools.agent_toolset import AgentToolContext, beta_agent_toolset_20260401
+from anthropic.lib.tools.agent_toolset import (
+    AgentToolContext,
+    beta_bash_tool,
+    beta_edit_tool,
+    beta_glob_tool,
+    beta_grep_tool,
+    beta_read_tool,
+    beta_write_tool,
+)
 
 from .store import JobStore
 
@@ -27,6 +36,7 @@ READ_ONLY = frozenset({"read", "glob", "grep", "recall", "compact"})
 # SDK file tools do their file I/O synchronously inside ``async def``; run them on a worker thread
 # so one job's large read never stalls the event loop that every other job shares.
 _OFF_LOOP = frozenset({"read", "glob", "grep"})
+_RIPGREP = shutil.which("rg") is not None
 
 RECALL_TOOL = {
     "name": "recall",
@@ -58,6 +68,34 @@ COMPACT_TOOL = {
 }
 
 
+def _run_blocking(coroutine: Any) -> Any:
+    """Run, on a worker thread, a tool coroutine that never awaits: the SDK's read and glob, and grep
+    when it walks the tree itself, do their I/O synchronously, so the coroutine finishes on its first
+    step and needs no event loop of its own."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("the tool awaited where it was expected not to")
+
+
+TOOL_ORDER = ("bash", "read", "write", "edit", "glob", "grep")  # the order of the SDK's toolset
+_FILE_TOOLS = {"read": beta_read_tool, "write": beta_write_tool, "edit": beta_edit_tool,
+               "glob": beta_glob_tool, "grep": beta_grep_tool}
+
+
+@functools.lru_cache(maxsize=64)
+def _file_tools(workspace: str) -> dict[str, Any]:
+    """The SDK's file tools for one workspace, built once and shared by every job on it.
+
+    They hold no state beyond the workspace they are confined to, and building them costs about
+    10 ms of schema generation each time: a batch of 500 jobs on one codebase would spend seconds
+    on it before its first model call. ``bash`` owns a shell, so every job gets its own."""
+    context = AgentToolContext(workdir=workspace)
+    return {name: factory(context) for name, factory in _FILE_TOOLS.items()}
+
+
 def error_result(tool_use_id: str, text: str) -> dict[str, Any]:
     return {"type": "tool_result", "tool_use_id": tool_use_id, "content": text, "is_error": True}
 
@@ -68,7 +106,9 @@ class Toolset:
     def __init__(self, workspace: str, names: tuple[str, ...], store: JobStore):
         self.store = store
         self.context = AgentToolContext(workdir=workspace)
-        self._sdk = {t.name: t for t in beta_agent_toolset_20260401(self.context) if t.name in names}
+        shared = _file_tools(workspace)
+        self._sdk = {name: beta_bash_tool(self.context) if name == "bash" else shared[name]
+                     for name in TOOL_ORDER if name in names}
         self.compact_requested = False
 
     def definitions(self) -> list[dict[str, Any]]:
@@ -128,8 +168,8 @@ class Toolset:
         if tool is None:
             return error_result(tool_use_id, f"unknown tool {name!r}; available: {', '.join(sorted(self.names))}")
         try:
-            if name in _OFF_LOOP:
-                output = await anyio.to_thread.run_sync(lambda: asyncio.run(tool.call(args)))
+            if name in _OFF_LOOP and not (name == "grep" and _RIPGREP):  # rg is a subprocess: awaited here
+                output = await anyio.to_thread.run_sync(_run_blocking, tool.call(args))
             else:
                 output = await tool.call(args)
         except ToolError as e:

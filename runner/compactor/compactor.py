@@ -55,11 +55,12 @@ class CompactionState:
     last_tokens: int | None = None
     last_chars: int = 0
 
-    async def add(self, message: Message) -> None:
-        """Append a message to the transcript (on disk first) and to the window."""
-        await self.store.append_jsonl(TRANSCRIPT, [message])
-        self.transcript_len += 1
-        self.window.append(message, self.transcript_len)
+    async def add(self, *messages: Message) -> None:
+        """Append messages to the transcript (on disk first, in one write) and to the window."""
+        await self.store.append_jsonl(TRANSCRIPT, list(messages))
+        for message in messages:
+            self.transcript_len += 1
+            self.window.append(message, self.transcript_len)
 
     def restore(self, messages: list[Message]) -> None:
         """Load a transcript already on disk (resume) into the window."""

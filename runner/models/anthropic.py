@@ -68,6 +68,16 @@ def with_cache_breakpoint(messages: list[dict[str, Any]], points: tuple[int, ...
     return out
 
 
+def _http_client(**kwargs: Any) -> Any:
+    """The SDK's aiohttp transport when aiohttp is installed (it carries hundreds of concurrent requests
+    on a fraction of the CPU), else its default httpx transport."""
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        return anthropic.DefaultAsyncHttpxClient(**kwargs)
+    return anthropic.DefaultAioHttpClient(**kwargs)
+
+
 class AnthropicModel:
     """The SDK behind the :class:`Model` interface; ``max_retries`` is applied per request.
 
@@ -96,15 +106,20 @@ class AnthropicModel:
                     if response.status_code in (429, 529):
                         on_rate_limited()
 
-                client = anthropic.DefaultAsyncHttpxClient(event_hooks={"response": [watch]})
+                client = _http_client(event_hooks={"response": [watch]})
             self.clients.append(anthropic.AsyncAnthropic(**kwargs, **({"http_client": client} if client else {})))
         self.client = self.clients[0]
         self._turn = itertools.count()
+        self._with_retries: dict[tuple[int, int], Any] = {}
 
     async def create(self, request: Request) -> Reply:
-        client = self.clients[next(self._turn) % len(self.clients)]
-        if request.max_retries is not None:
-            client = client.with_options(max_retries=request.max_retries)
+        shard = next(self._turn) % len(self.clients)
+        client = self.clients[shard]
+        if request.max_retries is not None:  # one copy per (shard, retries), not one per call
+            key = (shard, request.max_retries)
+            if key not in self._with_retries:
+                self._with_retries[key] = client.with_options(max_retries=request.max_retries)
+            client = self._with_retries[key]
         kwargs: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_tokens,
