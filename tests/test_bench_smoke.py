@@ -1,0 +1,21 @@
+"""Every benchmark still runs (a smoke size of each, seconds); the numbers live in BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+@pytest.mark.parametrize("name", ["concurrency", "ratelimit", "cost", "compactor"])
+def test_benchmark_smoke(name: str) -> None:
+    before = (BENCH.parent / "BENCHMARKS.md").read_text()
+    done = subprocess.run([sys.executable, str(BENCH / f"{name}.py"), "--smoke"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stdout.strip()  # it printed its table
+    assert (BENCH.parent / "BENCHMARKS.md").read_text() == before  # a smoke run never rewrites the results
