@@ -6,6 +6,7 @@ Exit codes: 0 every job succeeded, 1 a job did not, 2 bad configuration or usage
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -155,7 +156,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for line in error.problems:
             print_error(line)
     for spec in specs:
-        out.print(escape(f"ok     {spec.name} ({spec.source}): workspace {spec.workspace}, "
+        out.print(escape(f"ok     {spec.name} ({_shown(spec.source)}): workspace {spec.workspace}, "
                          f"tools {', '.join(spec.tools)}"), highlight=False, soft_wrap=True)
     if not specs and not errors:
         print_error("no task files found")
@@ -233,6 +234,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .scheduler import Batch, new_run_id
 
     model, summarizer, backend = make_backend(settings)
+    specs = for_backend(specs, backend)
     run_dir = settings.runner.output_dir / new_run_id()
     try:
         run_dir.mkdir(parents=True)
@@ -243,6 +245,28 @@ def cmd_run(args: argparse.Namespace) -> int:
                   summary_model=settings.summarizer.model, concurrency=settings.runner.concurrency,
                   meta=_meta(settings, backend), **spending(settings))
     return execute(batch, settings)
+
+
+def _shown(path: Path) -> str:
+    """A path as the user would write it: relative to the working directory when it is inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def for_backend(specs: list[JobSpec], backend: str) -> list[JobSpec]:
+    """Server-side compaction is the API's: on the offline model, such jobs compact on the client."""
+    if backend != "offline":
+        return specs
+    out = []
+    for spec in specs:
+        if spec.limits.compaction == "server":
+            print_error(f"{spec.source}: limits.compaction: \"server\" needs the anthropic backend; job "
+                        f"{spec.name} uses \"client\" on the offline model", label="warning")
+            spec = dataclasses.replace(spec, limits=spec.limits.model_copy(update={"compaction": "client"}))
+        out.append(spec)
+    return out
 
 
 def spending(settings: Settings) -> dict[str, Any]:

@@ -189,7 +189,7 @@ def load_job(task_file: Path, settings: Settings) -> JobSpec | JobError:
         return JobError(name, task_file, tuple(problems))
     return JobSpec(
         name=name,
-        source=task_file,
+        source=task_file.absolute(),
         prompt=task.prompt,
         workspace=workspace,
         model=task.model or settings.runner.model,

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from .config import ConfigError, Settings
 from .jobs import JobError, JobSpec, load_job
-from .messages import Message, has_tool_use, request_problems
+from .messages import Message, has_tool_use, merge_adjacent, request_problems
 from .store import read_jsonl, write_atomic_sync
 
 TRANSCRIPT = "transcript.jsonl"
@@ -86,6 +86,9 @@ def plan_resume(run_dir: Path, settings: Settings) -> ResumePlan:
         except (KeyError, ValueError, TypeError) as e:
             plan.errors.append(JobError(name, job_dir / "job.json", (f"{job_dir / 'job.json'}: unreadable: {e}",)))
             continue
+        fresh = load_job(spec.source, settings) if spec.source.is_file() else None
+        if isinstance(fresh, JobSpec) and fresh.name == spec.name:
+            spec = fresh  # today's config and task file: a raised max_turns or budget takes effect
         plan.specs.append(spec)
         transcript, warnings = read_jsonl(job_dir / TRANSCRIPT)
         plan.notes += warnings
@@ -94,7 +97,8 @@ def plan_resume(run_dir: Path, settings: Settings) -> ResumePlan:
             plan.notes += event_warnings
             write_atomic_sync(job_dir / "events.jsonl", "".join(json.dumps(e, ensure_ascii=False) + "\n"
                                                                 for e in events))
-        history = last_complete_turn([m for m in transcript if isinstance(m, dict)])
+        # a paused turn and its continuation are two lines of the transcript and one message of the history
+        history = last_complete_turn(merge_adjacent([m for m in transcript if isinstance(m, dict)]))
         if history and history[0].get("content") == spec.prompt:
             plan.histories[name] = history
             plan.priors[name] = metrics
@@ -115,7 +119,7 @@ def plan_resume(run_dir: Path, settings: Settings) -> ResumePlan:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from .cli import _meta, execute, make_backend, settings_from, spending
+    from .cli import _meta, execute, for_backend, make_backend, settings_from, spending
     from .compactor.compactor import Compactor
     from .scheduler import Batch
 
@@ -129,6 +133,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         console.print(f"resume: every job of {run_dir} already succeeded; nothing to do")
         return 0
     model, summarizer, backend = make_backend(settings)
+    plan.specs = for_backend(plan.specs, backend)
     batch = Batch(run_dir=run_dir, specs=plan.specs, errors=plan.errors, model=model,
                   compactor=Compactor(summarizer), summary_model=settings.summarizer.model,
                   concurrency=settings.runner.concurrency, histories=plan.histories, priors=plan.priors,

@@ -205,8 +205,8 @@ class _RunJson:
     def document(self) -> dict[str, Any]:
         jobs: list[dict[str, Any]] = []
         names = [*self.batch.kept, *(e.name for e in self.batch.errors), *(s.name for s in self.batch.specs)]
-        sources = {**{e.name: str(e.source) for e in self.batch.errors},
-                   **{s.name: str(s.source) for s in self.batch.specs}}
+        sources = {**{e.name: str(e.source.absolute()) for e in self.batch.errors},
+                   **{s.name: str(s.source.absolute()) for s in self.batch.specs}}
         for name in dict.fromkeys(names):
             if name in self.results:
                 job = self.results[name].to_json()

@@ -6,7 +6,7 @@ Every stop reason has one meaning (as in the SDK's tool runner):
 |---------------------------------|------------------------------------------------------------------|
 | ``tool_use``                    | run the calls (the whole batch), append one result per call      |
 | ``end_turn``, ``stop_sequence`` | done: the reply's text is the final answer                       |
-| ``max_tokens``                  | run any complete tool calls, else ask the model to continue      |
+| ``max_tokens``                  | answer its tool calls "not run: cut off", or ask it to continue  |
 | ``pause_turn``, ``compaction``  | the turn is not finished: send it back as it is                  |
 | ``model_context_window_exceeded`` | reactive compaction, then retry                                |
 | ``refusal``                     | the job fails with that reason                                   |
@@ -18,6 +18,7 @@ the transcript holds every message that was added.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +31,7 @@ from .messages import Message, text_of, tool_uses
 from .models.base import Model, PromptTooLong, Reply, Request, Usage
 from .pricing import DEFAULT_TABLE, PriceTable
 from .store import JobStore
-from .tools import Toolset
+from .tools import Toolset, error_result
 
 CHECKPOINT_INTERVAL_S = 1.0
 CONTINUE_AFTER_MAX_TOKENS = "Your reply was cut off by the output token limit. Continue from where you stopped."
@@ -175,6 +176,9 @@ class Session:
         async with Toolset(str(spec.workspace), spec.tools, self.store) as toolset:
             # the compact tool is the client pipeline's; with compaction off or server-side it is not offered
             tools = [t for t in toolset.definitions() if t["name"] != "compact" or spec.limits.compaction == "client"]
+            state.overhead_chars = len(json.dumps([spec.system, tools], ensure_ascii=False))
+            if self.history:
+                self._check_budgets()  # a resumed job may already have spent its budget
             while True:
                 if self.result.turns >= spec.limits.max_turns:
                     raise JobEnded("max_turns", f"reached max_turns = {spec.limits.max_turns}")
@@ -229,7 +233,12 @@ class Session:
         if stop == "max_tokens" and not reply.content:
             raise JobEnded("failed", f"the model produced no output within max_output_tokens = "
                                      f"{self.spec.limits.max_output_tokens}")
-        if calls and stop in ("tool_use", "max_tokens"):
+        if calls and stop == "max_tokens":  # the last call may be cut off: run none, say so in each result
+            results = [error_result(str(c.get("id", "")), "not run: your reply was cut off by the output token "
+                                    "limit, so this call may be incomplete; send it again") for c in calls]
+            await self.state.add(*([reply.message()] if deferred else []), {"role": "user", "content": results})
+            return False
+        if calls and stop == "tool_use":
             results = await toolset.run_batch(calls)
             await self.state.add(*([reply.message()] if deferred else []), {"role": "user", "content": results})
             if toolset.compact_requested:

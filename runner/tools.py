@@ -169,7 +169,7 @@ class Toolset:
             return error_result(tool_use_id, f"unknown tool {name!r}; available: {', '.join(sorted(self.names))}")
         try:
             if name in _OFF_LOOP and not (name == "grep" and _RIPGREP):  # rg is a subprocess: awaited here
-                output = await anyio.to_thread.run_sync(_run_blocking, tool.call(args))
+                output = await anyio.to_thread.run_sync(lambda: _run_blocking(tool.call(args)))
             else:
                 output = await tool.call(args)
         except ToolError as e:

@@ -32,7 +32,7 @@ from . import stages
 from .fallback import fallback_summary
 from .stages import Outcome
 from .summarizer import Summarizer
-from .window import Window
+from .window import Entry, Window
 
 TRANSCRIPT = "transcript.jsonl"
 EVENTS = "events.jsonl"
@@ -55,25 +55,42 @@ class CompactionState:
     last_tokens: int | None = None
     last_chars: int = 0
 
+    # characters of everything a request carries besides the messages (system prompt, tool definitions)
+    overhead_chars: int = 0
+
     async def add(self, *messages: Message) -> None:
         """Append messages to the transcript (on disk first, in one write) and to the window."""
         await self.store.append_jsonl(TRANSCRIPT, list(messages))
         for message in messages:
             self.transcript_len += 1
+            self._append(message)
+
+    def _append(self, message: Message) -> None:
+        """A message with the same role as the newest one (the continuation of a paused turn) is merged
+        into it, so the request's roles keep alternating; the transcript keeps both as written."""
+        entries = self.window.entries
+        if entries and entries[-1].message["role"] == message["role"]:
+            merged = stages.join(entries[-1:], [Entry.of(message, self.transcript_len)])
+            self.window.replace([*entries[:-1], *merged])
+        else:
             self.window.append(message, self.transcript_len)
 
     def restore(self, messages: list[Message]) -> None:
-        """Load a transcript already on disk (resume) into the window."""
+        """Load a transcript already on disk (resume) into the window. The model saw everything but a
+        trailing user message (results it had not answered yet)."""
         for message in messages:
             self.transcript_len += 1
-            self.window.append(message, self.transcript_len)
-        self.window.mark_seen()
+            self._append(message)
+        entries = self.window.entries
+        unseen = entries[-1:] if entries and entries[-1].message["role"] == "user" else []
+        self.window.replace([Entry(e.message, e.chars, e.seq, True) for e in entries[:len(entries) - len(unseen)]]
+                            + unseen)
 
     def observe_usage(self, usage: Usage) -> None:
         """Calibrate the token estimate from a reply's real usage (what the model saw as input)."""
         if usage.context_tokens:
             self.last_tokens = usage.context_tokens
-            self.last_chars = self.window.total
+            self.last_chars = self.window.total + self.overhead_chars
 
     def char_limit(self) -> int:
         """The context limit in characters: the char limit, or tighter, the token limit converted
@@ -81,10 +98,11 @@ class CompactionState:
         limit = self.limits.context_char_limit
         token_limit = self.limits.context_token_limit
         if token_limit and self.last_tokens and self.last_chars:
-            ratio = self.last_tokens / self.last_chars
-            limit = min(limit, int(self.last_chars + (token_limit - self.last_tokens) / ratio))
-        elif token_limit:
-            limit = min(limit, token_limit * 3)  # no measurement yet: a cautious 3 chars per token
+            ratio = self.last_tokens / self.last_chars  # tokens per character of the whole request
+            whole = int(self.last_chars + (token_limit - self.last_tokens) / ratio)
+            limit = min(limit, whole - self.overhead_chars)
+        elif token_limit:  # no measurement yet: a cautious 3 chars per token
+            limit = min(limit, token_limit * 3 - self.overhead_chars)
         return max(limit, 1)
 
 

@@ -32,6 +32,9 @@ class OfflineModel:
 
     async def create(self, request: Request) -> Reply:
         tool_names = {t["name"] for t in request.tools}
+        if not {"glob", "read"} <= tool_names:
+            raise RuntimeError("the offline model surveys a workspace with glob, read and grep, and this job does "
+                               f"not offer them (tools: {', '.join(sorted(tool_names))}); run it with an API key")
         content, stop_reason = decide(request.messages, tool_names, self.batch_size)
         usage = Usage(
             input_tokens=math.ceil(request_chars(request) / CHARS_PER_TOKEN),

@@ -34,6 +34,7 @@ CHECKPOINT_EVERY = 6  # assistant turns between checkpoints; snip keeps far more
 SKIP_PARTS = ("__pycache__",)
 SAVED = re.compile(r"Full output saved to: (\S+)")
 RECALL_ALL = 1_000_000
+RECALL_PAGE = 20_000  # the most it reads back at once: a page that fits beside the rest of the context
 SIZE_LINE = re.compile(r"Original size: (\d+) chars, (\d+) lines")
 NOTE = re.compile(r"^- (file|error|outline|listing|todo|todo-scan): (.*)$", re.M)
 
@@ -156,6 +157,18 @@ def _learn_todos(facts: Facts, content: str, notes: list[str] | None) -> None:
         notes += [f"- todo: {h}" for h in hits[:40]]
 
 
+def _visible_text(content: str) -> str:
+    """The whole lines of a result as the model sees it: a persisted-output marker's preview, or the
+    text itself; a line cut off at the end of a preview or page is dropped."""
+    if content.startswith("<persisted-output>"):
+        content = content.split("Preview:\n", 1)[-1].rsplit("\n</persisted-output>", 1)[0]
+        content = content.rsplit("\n", 1)[0]
+    elif "\n[recall: characters" in content:
+        body, tail = content.rsplit("\n[recall: characters", 1)
+        content = body if "end of file" in tail else body.rsplit("\n", 1)[0]
+    return content
+
+
 def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: list[str] | None) -> None:
     name, args = use.get("name"), use.get("input") or {}
     content = result_text(result)
@@ -171,14 +184,16 @@ def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: lis
             return
     if name == "glob" and not failed and not placeholder:
         _learn_listing(facts, content, notes)
-    elif name == "recall" and not failed and not placeholder:
+    elif name == "recall" and not placeholder:
         path = str(args.get("path"))
         facts.recalled.add(path)
         kind = facts.recall_due.get(path, (None, 0))[0]
-        if kind == "glob" and not content.startswith("<persisted-output>"):
-            _learn_listing(facts, content, notes)
-        elif kind == "todo" and not content.startswith("<persisted-output>"):
-            _learn_todos(facts, content, notes)
+        # one page is all this policy reads back; what is still missing it does without
+        page = "" if failed else _visible_text(content)
+        if kind == "glob":
+            _learn_listing(facts, page, notes)
+        elif kind == "todo":
+            _learn_todos(facts, page, notes)
     elif name == "read":
         path = rel(facts.root, str(args.get("file_path", "")))
         facts.requested.add(path)
@@ -301,7 +316,7 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
                      for m in messages)
     due = {kind: (path, size) for path, (kind, size) in facts.recall_due.items() if path not in facts.recalled}
     if facts.listing is None and "glob" in due and "recall" in tool_names:
-        calls.append(("recall", {"path": due["glob"][0], "limit": due["glob"][1]}))
+        calls.append(("recall", {"path": due["glob"][0], "limit": min(due["glob"][1], RECALL_PAGE)}))
     elif facts.listing is None and "glob" in tool_names:
         calls.append(("glob", {"pattern": "**/*"}))
     elif pending and "read" in tool_names:
@@ -311,7 +326,7 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
     elif pending_outline and "grep" in tool_names:
         calls.append(("grep", {"pattern": OUTLINE_PATTERN, "path": os.path.join(root or "", pending_outline[0])}))
     elif facts.todos is None and "todo" in due and "recall" in tool_names:
-        calls.append(("recall", {"path": due["todo"][0], "limit": due["todo"][1]}))
+        calls.append(("recall", {"path": due["todo"][0], "limit": min(due["todo"][1], RECALL_PAGE)}))
     elif facts.todos is None and "grep" in tool_names:
         calls.append(("grep", {"pattern": TODO_PATTERN}))
     if not calls:

@@ -1,0 +1,129 @@
+"""Edge cases a long batch meets: paused turns, replies cut off mid tool call, oversized search output
+on the offline model, resuming with raised limits or from another directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.compactor.compactor import Compactor
+from runner.compactor.summarizer import Summarizer
+from runner.config import Limits
+from runner.emulator import EmulatorConfig, running_emulator
+from runner.jobs import JobSpec
+from runner.messages import merge_adjacent, request_problems
+from runner.models.anthropic import AnthropicModel
+from runner.session import Session
+from runner.store import JobStore, read_jsonl
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
+
+
+async def scripted_job(tmp_path: Path, script: list[dict]) -> tuple[Session, list[dict], list[dict]]:
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    (ws / "a.py").write_text('"""A."""\n')
+    spec = JobSpec(name="s", source=Path("s.toml"), prompt="Survey.", workspace=ws, model="claude-sonnet-5-5",
+                   system=None, tools=("read", "glob", "grep"), limits=Limits(max_retries=0, max_turns=20))
+    with running_emulator(EmulatorConfig(script=script, record_requests=True)) as emu:
+        model = AnthropicModel(base_url=emu.base_url, api_key="k", max_retries=0)
+        store = JobStore(tmp_path / "job")
+        await store.open()
+        session = Session(spec, model, Compactor(Summarizer(None, "m")), store, "m")
+        await session.run()
+        await model.aclose()
+        recorded = emu.state.snapshot()["recorded_requests"]
+    transcript, _ = read_jsonl(store.dir / "transcript.jsonl")
+    return session, recorded, transcript
+
+
+async def test_a_paused_turn_is_continued_in_the_same_assistant_message(tmp_path):
+    use = {"type": "tool_use", "id": "toolu_1", "name": "glob", "input": {"pattern": "*.py"}}
+    session, recorded, transcript = await scripted_job(tmp_path, [
+        {"content": "Working on it", "stop_reason": "pause_turn"},
+        {"content": [use], "stop_reason": "tool_use"},
+        {"content": "Done.", "stop_reason": "end_turn"},
+    ])
+    assert session.result.status == "succeeded", session.result.error
+    assert all(not request_problems(r["messages"]) for r in recorded)
+    assert not request_problems(merge_adjacent(transcript))  # the transcript reloads as one message per turn
+
+
+async def test_tool_calls_in_a_reply_cut_off_by_max_tokens_are_not_run(tmp_path):
+    cut = {"type": "tool_use", "id": "toolu_cut", "name": "read", "input": {"file_path": "a.py"}}
+    session, recorded, transcript = await scripted_job(tmp_path, [
+        {"content": [cut], "stop_reason": "max_tokens"},
+        {"content": "Done.", "stop_reason": "end_turn"},
+    ])
+    assert session.result.status == "succeeded"
+    result = transcript[2]["content"][0]
+    assert result["tool_use_id"] == "toolu_cut" and result["is_error"] and "cut off" in result["content"]
+
+
+def test_huge_search_output_does_not_loop_the_offline_model(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "big.py").write_text('"""Big."""\n' + "# TODO: item\n" * 12_000)
+    (ws / "small.py").write_text('"""Small."""\n')
+    (tmp_path / "job.toml").write_text(f'workspace = "{ws}"\nprompt = "Survey."\n')
+    done = subprocess.run([sys.executable, "-m", "runner", "run", "job.toml", "--backend", "offline",
+                           "--output-dir", "runs"], cwd=tmp_path, env=env(), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads(next((tmp_path / "runs").glob("*/job/metrics.json")).read_text())
+    assert metrics["turns"] < 20
+
+
+def test_resume_uses_todays_limits_and_works_from_another_directory(tmp_path):
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "j.toml").write_text('workspace = "{stdlib}/json"\nprompt = "Survey."\n'
+                                              "[limits]\nmax_turns = 3\n")
+    first = subprocess.run([sys.executable, "-m", "runner", "run", "jobs", "--backend", "offline",
+                            "--output-dir", "runs"], cwd=tmp_path, env=env(), capture_output=True, text=True,
+                           timeout=120)
+    assert first.returncode == 1
+    run_dir = next((tmp_path / "runs").iterdir())
+    assert json.loads((run_dir / "j" / "metrics.json").read_text())["status"] == "max_turns"
+    (tmp_path / "jobs" / "j.toml").write_text('workspace = "{stdlib}/json"\nprompt = "Survey."\n'
+                                              "[limits]\nmax_turns = 60\n")
+    again = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir), "--backend", "offline"],
+                           cwd="/", env=env(), capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    metrics = json.loads((run_dir / "j" / "metrics.json").read_text())
+    assert metrics["status"] == "succeeded" and metrics["turns"] > 3
+
+
+def test_server_compaction_on_the_offline_model_says_so_and_compacts_on_the_client(tmp_path):
+    (tmp_path / "j.toml").write_text('workspace = "{stdlib}/json"\nprompt = "Survey."\n'
+                                     '[limits]\ncompaction = "server"\ncontext_char_limit = 20_000\n')
+    done = subprocess.run([sys.executable, "-m", "runner", "run", "j.toml", "--backend", "offline",
+                           "--output-dir", "runs"], cwd=tmp_path, env=env(), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert 'warning: ' in done.stderr and '"server" needs the anthropic backend' in done.stderr
+    metrics = json.loads(next((tmp_path / "runs").glob("*/j/metrics.json")).read_text())
+    assert set(metrics["compactions"]) - {"tool_result_budget"}  # the client pipeline ran
+
+
+def test_a_job_the_offline_model_cannot_do_fails_with_a_reason(tmp_path):
+    (tmp_path / "j.toml").write_text('workspace = "."\nprompt = "Run the tests."\ntools = ["bash"]\n')
+    done = subprocess.run([sys.executable, "-m", "runner", "run", "j.toml", "--backend", "offline",
+                           "--output-dir", "runs"], cwd=tmp_path, env=env(), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1
+    metrics = json.loads(next((tmp_path / "runs").glob("*/j/metrics.json")).read_text())
+    assert metrics["status"] == "failed" and "glob, read and grep" in metrics["error"]
