@@ -32,10 +32,6 @@ pytestmark = pytest.mark.anyio
 SECRET = "sk-ant-test-9f3c1e77-never-write-me"
 
 
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
 
 @pytest.fixture(scope="module")
 def server():

@@ -21,10 +21,6 @@ from runner.store import JobStore, read_jsonl
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
 
 def call(i: int) -> dict:
     return {"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "read", "input": {}}]}

@@ -38,10 +38,6 @@ from runner.tools import Toolset
 REQUEST = "Survey the package in the workspace and list every TODO (request id 5d0c-compactor)."
 
 
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
 
 # --- random histories -----------------------------------------------------------------------------------
 

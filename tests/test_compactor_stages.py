@@ -28,10 +28,6 @@ from runner.store import JobStore, read_jsonl
 REQUEST = "Survey the workspace and report (stage tests, request #4711)."
 
 
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
 
 def name_for(tool_use_id: str, text: str) -> str:
     return f"tool-results/{tool_use_id}.txt"

@@ -24,10 +24,6 @@ from runner.store import JobStore, read_jsonl
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
 
 def env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}

@@ -36,10 +36,6 @@ HELLO = [{"role": "user", "content": "Survey the workspace."}]
 ROOT = "/ws"
 
 
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
 
 @pytest.fixture(scope="module")
 def server():

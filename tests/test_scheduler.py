@@ -27,11 +27,6 @@ from runner.store import read_jsonl
 
 
 @pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
-@pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     (ws / "pkg").mkdir(parents=True)

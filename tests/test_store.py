@@ -16,11 +16,6 @@ from runner.store import TOOL_RESULTS, JobStore, read_jsonl, safe_name
 
 
 @pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
-@pytest.fixture
 async def store(tmp_path: Path) -> JobStore:
     s = JobStore(tmp_path / "run" / "job")
     await s.open()

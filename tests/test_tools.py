@@ -14,11 +14,6 @@ from runner.tools import RECALL_PAGE_CHARS, Toolset
 
 
 @pytest.fixture
-def anyio_backend():
-    return "asyncio"
-
-
-@pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     (ws / "pkg").mkdir(parents=True)
