@@ -80,6 +80,12 @@ def _run_blocking(coroutine: Any) -> Any:
     raise RuntimeError("the tool awaited where it was expected not to")
 
 
+def _read_exact(path: Any) -> str:
+    """A saved output as it was written: no newline translation, so offsets match its stated size."""
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        return f.read()
+
+
 TOOL_ORDER = ("bash", "read", "write", "edit", "glob", "grep")  # the order of the SDK's toolset
 _FILE_TOOLS = {"read": beta_read_tool, "write": beta_write_tool, "edit": beta_edit_tool,
                "glob": beta_glob_tool, "grep": beta_grep_tool}
@@ -193,7 +199,7 @@ class Toolset:
             return error_result(tool_use_id, "recall: expected path (string), offset >= 0, limit >= 1 (integers)")
         try:
             target = self.store.resolve(path)
-            text = await anyio.Path(target).read_text(encoding="utf-8", errors="replace")
+            text = await anyio.to_thread.run_sync(_read_exact, target)
         except ValueError:
             return error_result(tool_use_id, f"recall: {path}: outside the job directory")
         except OSError:
