@@ -130,8 +130,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
     for note in plan.notes:
         console.print(f"resume: {note}", highlight=False, markup=False)
     if not plan.specs and not plan.errors:
-        console.print(f"resume: every job of {run_dir} already succeeded; nothing to do")
-        return 0
+        # run.json may lag behind the jobs' own files (the run was killed right after they ended)
+        console.print(f"resume: every job of {run_dir} already succeeded; nothing to run", markup=False)
+        batch = Batch(run_dir=run_dir, specs=[], model=None, compactor=None,  # type: ignore[arg-type]
+                      summary_model=settings.summarizer.model, concurrency=1, kept=plan.kept,
+                      meta={"resumed": True}, handle_signals=False)
+        return execute(batch, settings)
     model, summarizer, backend = make_backend(settings)
     plan.specs = for_backend(plan.specs, backend)
     batch = Batch(run_dir=run_dir, specs=plan.specs, errors=plan.errors, model=model,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import secrets
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -139,11 +140,12 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
 
 
 async def _quietly(awaitable: Any) -> None:
-    """Bookkeeping after a job ended must not end the batch; the job's own files say what happened."""
+    """Bookkeeping after a job ended must not end the batch; the job's own files say what happened.
+    The failure is still reported, on stderr."""
     try:
         await awaitable
-    except Exception:
-        pass
+    except Exception as e:
+        print(f"warning: could not update run.json: {type(e).__name__}: {e}", file=sys.stderr)
 
 
 def _quietly_call(fn: Callable[..., None], *args: Any) -> None:

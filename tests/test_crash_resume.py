@@ -112,7 +112,7 @@ def test_sigkill_then_resume(tmp_path: Path, point: str) -> None:
     assert "Traceback" not in resumed.stderr
     after = json.loads((run_dir / "run.json").read_text())
     assert len(after["jobs"]) == JOBS
-    assert {j["status"] for j in after["jobs"]} == {"succeeded"}, after["jobs"]
+    assert {j["status"] for j in after["jobs"]} == {"succeeded"}, (after["jobs"], resumed.stderr[-3000:])
     for name, metrics in done_before.items():  # succeeded jobs were not run again
         assert (run_dir / name / "metrics.json").read_bytes() == metrics
     _assert_not_torn(run_dir)
@@ -155,3 +155,21 @@ def test_last_complete_turn_drops_unanswered_calls() -> None:
     assert last_complete_turn([prompt, call, result]) == [prompt, call, result]
     assert last_complete_turn([prompt, call, result, call]) == [prompt, call, result]
     assert last_complete_turn([]) == []
+
+
+def test_resume_brings_a_lagging_run_json_up_to_date(tmp_path: Path) -> None:
+    """Killed right after the last jobs ended, run.json (rewritten at most every half second) can still
+    say "running" for jobs whose own files say they succeeded: resume trusts the jobs' files."""
+    _setup(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "runner", "run"], cwd=tmp_path, env=_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    run_dir, doc = _run_json(tmp_path)
+    doc["state"] = "running"
+    doc["jobs"][-1] = {"job": doc["jobs"][-1]["job"], "status": "running", "turns": 3}
+    (run_dir / "run.json").write_text(json.dumps(doc))
+    resumed = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)], cwd=tmp_path, env=_env(),
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    after = json.loads((run_dir / "run.json").read_text())
+    assert [j["status"] for j in after["jobs"]] == ["succeeded"] * JOBS and after["state"] == "finished"
