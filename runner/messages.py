@@ -65,14 +65,10 @@ def with_content(message: Message, content: Any) -> Message:
     return {**message, "content": content}
 
 
-def replace_result_content(message: Message, new_content: dict[str, str]) -> Message:
-    """A copy of ``message`` whose tool_results named in ``new_content`` (by id) hold new text."""
-    out = []
-    for block in blocks(message):
-        if block.get("type") == "tool_result" and block.get("tool_use_id") in new_content:
-            block = {**block, "content": new_content[block["tool_use_id"]]}
-        out.append(block)
-    return with_content(message, out)
+def one_line(text: str, limit: int = 300) -> str:
+    """``text`` on one line, cut to ``limit`` characters: for errors and summaries meant for people."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def user_text(text: str) -> Message:

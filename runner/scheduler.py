@@ -26,7 +26,7 @@ import anyio.abc
 
 from .compactor.compactor import Compactor
 from .jobs import JobError, JobSpec
-from .messages import Message
+from .messages import Message, one_line
 from .models.base import Model
 from .pricing import PriceTable
 from .session import JobProgress, JobResult, RunBudget, Session
@@ -103,7 +103,7 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
                 result = session.result
                 await session.run()
             except Exception as e:  # setting the job up failed (its directory, the disk): this job alone fails
-                result.status, result.error = "failed", _one_line(f"could not run the job: {type(e).__name__}: {e}")
+                result.status, result.error = "failed", one_line(f"could not run the job: {type(e).__name__}: {e}")
             finally:
                 out.results[spec.name] = result
                 run_json.results[spec.name] = result
@@ -154,10 +154,6 @@ def _quietly_call(fn: Callable[..., None], *args: Any) -> None:
     except Exception:
         pass
 
-
-def _one_line(text: str, limit: int = 300) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 async def _cancel_on_signal(scope: anyio.CancelScope, mark: Callable[[], None], *,

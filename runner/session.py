@@ -27,7 +27,7 @@ import anyio
 
 from .compactor.compactor import CompactionState, Compactor
 from .jobs import JobSpec
-from .messages import Message, text_of, tool_uses
+from .messages import Message, one_line, text_of, tool_uses
 from .models.base import Model, PromptTooLong, Reply, Request, Usage
 from .pricing import DEFAULT_TABLE, PriceTable
 from .store import JobStore
@@ -157,7 +157,7 @@ class Session:
             result.status, result.error = "cancelled", "cancelled before it finished"
             raise
         except Exception as e:  # one job's failure is its own; the batch goes on
-            result.status, result.error = "failed", _one_line(f"{type(e).__name__}: {e}")
+            result.status, result.error = "failed", one_line(f"{type(e).__name__}: {e}")
         finally:
             result.wall_s = time.monotonic() - started
             with anyio.CancelScope(shield=True):
@@ -253,9 +253,9 @@ class Session:
 
     async def _reactive(self, retries: int, reason: str) -> int:
         if retries >= self.spec.limits.max_reactive_retries:
-            raise JobEnded("failed", f"prompt is too long even after reactive compaction ({_one_line(reason)})")
+            raise JobEnded("failed", f"prompt is too long even after reactive compaction ({one_line(reason)})")
         if not await self.compactor.reactive(self.state):
-            raise JobEnded("failed", f"prompt is too long and there is nothing left to compact ({_one_line(reason)})")
+            raise JobEnded("failed", f"prompt is too long and there is nothing left to compact ({one_line(reason)})")
         return retries + 1
 
     def _account(self, reply: Reply) -> None:
@@ -320,7 +320,3 @@ class Session:
         except OSError as e:  # the disk failed us: say so in the result, do not hide the job's own outcome
             result.error = (result.error or "") + f" (could not write job files: {e})"
 
-
-def _one_line(text: str, limit: int = 300) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."

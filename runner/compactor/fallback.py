@@ -10,15 +10,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..messages import Message, result_text, text_of, tool_results, tool_uses
+from ..messages import Message, one_line, result_text, text_of, tool_results, tool_uses
 
 NOTES_HEADING = "### Notes the assistant recorded (newest first, each once)"
 SUMMARY_LABELS = ("[Compacted]", "[Reactive compact]")
 
-
-def _one_line(text: str, limit: int = 160) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def fallback_summary(messages: list[Message], notes_budget: int = 12_000) -> str:
@@ -45,12 +41,12 @@ def fallback_summary(messages: list[Message], notes_budget: int = 12_000) -> str
             elif name in ("write", "edit"):
                 changed.append(f"{name} {args.get('file_path')}" + (" (failed)" if failed else ""))
             elif name == "bash":
-                commands.append(f"`{_one_line(str(args.get('command')), 120)}` → {'exit != 0' if failed else 'exit 0'}")
+                commands.append(f"`{one_line(str(args.get('command')), 120)}` → {'exit != 0' if failed else 'exit 0'}")
             elif name not in ("compact", "?"):
                 shown = ", ".join(f"{k}={v!r}" for k, v in sorted(args.items()))
-                other.append(f"{name}({_one_line(shown, 140)})")
+                other.append(f"{name}({one_line(shown, 140)})")
             if failed:
-                errors.append(f"{name}: {_one_line(result_text(result))}")
+                errors.append(f"{name}: {one_line(result_text(result), 160)}")
     out = [f"Summary built without a model from {len(messages)} messages "
            f"({sum(len(tool_uses(m)) for m in messages)} tool calls)."]
     out += ["### Files read"] + ([f"- {p}" + (f" ({n} times)" if n > 1 else "") for p, n in reads.items()]

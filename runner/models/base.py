@@ -73,10 +73,6 @@ class PromptTooLong(Exception):
     """The API refused the request as longer than the model's context window."""
 
 
-class ModelRefused(Exception):
-    """A model call failed in a way that retrying will not fix (bad request, auth, ...)."""
-
-
 class Model(Protocol):
     """A backend: given a request, return a reply. Raise :class:`PromptTooLong` for an overlong
     prompt; any other exception fails the job that made the call (after the backend's own retries)."""

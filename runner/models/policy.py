@@ -33,7 +33,6 @@ OUTLINE_PATTERN = r"^(class |def |async def )"
 CHECKPOINT_EVERY = 6  # assistant turns between checkpoints; snip keeps far more than that
 SKIP_PARTS = ("__pycache__",)
 SAVED = re.compile(r"Full output saved to: (\S+)")
-RECALL_ALL = 1_000_000
 RECALL_PAGE = 20_000  # the most it reads back at once: a page that fits beside the rest of the context
 SIZE_LINE = re.compile(r"Original size: (\d+) chars, (\d+) lines")
 NOTE = re.compile(r"^- (file|error|outline|listing|todo|todo-scan): (.*)$", re.M)
@@ -49,7 +48,6 @@ class Facts:
     errors: dict[str, str] = field(default_factory=dict)
     outlines: dict[str, int] = field(default_factory=dict)
     todos: list[str] | None = None
-    requested: set[str] = field(default_factory=set)  # files whose read is visible in this history
     recall_due: dict[str, tuple[str, int]] = field(default_factory=dict)  # persisted path -> kind, size
     recalled: set[str] = field(default_factory=set)
 
@@ -128,13 +126,6 @@ def _parse_notes(text: str, facts: Facts) -> None:
             continue
 
 
-@dataclass
-class Observation:
-    """Facts learned from the newest tool results, to be written as notes."""
-
-    notes: list[str] = field(default_factory=list)
-
-
 def _learn_listing(facts: Facts, content: str, notes: list[str] | None) -> None:
     entries = [line.strip() for line in content.split("\n") if line.strip().startswith("/")]
     root = os.path.commonpath(entries) if entries else (facts.root or "")
@@ -180,7 +171,7 @@ def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: lis
         kind = "glob" if name == "glob" else ("todo" if args.get("pattern") == TODO_PATTERN else None)
         size = SIZE_LINE.search(content)
         if kind:
-            facts.recall_due[persisted.group(1)] = (kind, int(size.group(1)) if size else RECALL_ALL)
+            facts.recall_due[persisted.group(1)] = (kind, int(size.group(1)) if size else RECALL_PAGE)
             return
     if name == "glob" and not failed and not placeholder:
         _learn_listing(facts, content, notes)
@@ -196,7 +187,6 @@ def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: lis
             _learn_todos(facts, page, notes)
     elif name == "read":
         path = rel(facts.root, str(args.get("file_path", "")))
-        facts.requested.add(path)
         if placeholder:
             return
         if failed:
