@@ -28,6 +28,7 @@ class InstantModel:
     """A summary model that answers at once, recording when each call started."""
 
     name = "instant"
+    server_compaction = False
 
     def __init__(self) -> None:
         self.starts: list[float] = []

@@ -6,7 +6,6 @@ Exit codes: 0 every job succeeded, 1 a job did not, 2 bad configuration or usage
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -234,7 +233,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .scheduler import Batch, new_run_id
 
     model, summarizer, backend = make_backend(settings)
-    specs = for_backend(specs, backend)
+    warn_fallbacks(specs, model)
     run_dir = settings.runner.output_dir / new_run_id()
     try:
         run_dir.mkdir(parents=True)
@@ -255,18 +254,15 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def for_backend(specs: list[JobSpec], backend: str) -> list[JobSpec]:
-    """Server-side compaction is the API's: on the offline model, such jobs compact on the client."""
-    if backend != "offline":
-        return specs
-    out = []
+def warn_fallbacks(specs: list[JobSpec], model: Model) -> None:
+    """Say which jobs ask for a strategy this backend cannot run, and what they run instead."""
+    from .compactor.strategies import STRATEGIES
+
     for spec in specs:
-        if spec.limits.compaction == "server":
-            print_error(f"{spec.source}: limits.compaction: \"server\" needs the anthropic backend; job "
-                        f"{spec.name} uses \"client\" on the offline model", label="warning")
-            spec = dataclasses.replace(spec, limits=spec.limits.model_copy(update={"compaction": "client"}))
-        out.append(spec)
-    return out
+        strategy = STRATEGIES[spec.limits.compaction]
+        if strategy.server_side and not model.server_compaction:
+            print_error(f"{spec.source}: limits.compaction: \"{strategy.name}\" needs the anthropic backend; job "
+                        f"{spec.name} uses \"{strategy.fallback}\" on the {model.name} model", label="warning")
 
 
 def spending(settings: Settings) -> dict[str, Any]:

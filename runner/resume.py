@@ -119,7 +119,7 @@ def plan_resume(run_dir: Path, settings: Settings) -> ResumePlan:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from .cli import _meta, execute, for_backend, make_backend, settings_from, spending
+    from .cli import _meta, execute, make_backend, settings_from, spending, warn_fallbacks
     from .compactor.compactor import Compactor
     from .scheduler import Batch
 
@@ -137,7 +137,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
                       meta={"resumed": True}, handle_signals=False)
         return execute(batch, settings)
     model, summarizer, backend = make_backend(settings)
-    plan.specs = for_backend(plan.specs, backend)
+    warn_fallbacks(plan.specs, model)
     batch = Batch(run_dir=run_dir, specs=plan.specs, errors=plan.errors, model=model,
                   compactor=Compactor(summarizer), summary_model=settings.summarizer.model,
                   concurrency=settings.runner.concurrency, histories=plan.histories, priors=plan.priors,

@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 
 from .compactor.compactor import CompactionState, Compactor
+from .compactor.strategies import strategy_for
 from .jobs import JobSpec
 from .messages import Message, one_line, text_of, tool_uses
 from .models.base import Model, PromptTooLong, Reply, Request, Usage
@@ -103,16 +104,6 @@ class JobResult:
         }
 
 
-def context_management(spec: JobSpec) -> dict[str, Any] | None:
-    if spec.limits.compaction != "server":
-        return None
-    edit: dict[str, Any] = {"type": "compact_20260112",
-                            "trigger": {"type": "input_tokens", "value": spec.limits.server_trigger_tokens}}
-    if spec.limits.server_instructions:
-        edit["instructions"] = spec.limits.server_instructions
-    return {"edits": [edit]}
-
-
 class Session:
     """Runs one job to an ending. ``history`` continues a resumed job from its transcript."""
 
@@ -126,7 +117,8 @@ class Session:
         self.store = store
         self.summary_model = summary_model
         self.progress = progress or JobProgress(spec.name)
-        self.state = CompactionState(store=store, limits=spec.limits, active_request=spec.prompt)
+        self.state = CompactionState(store=store, limits=spec.limits, active_request=spec.prompt,
+                                     strategy=strategy_for(spec.limits, model.server_compaction))
         self.history = history
         self.result = JobResult(spec.name, "running", model=spec.model)
         self.final_text: str | None = None
@@ -174,8 +166,8 @@ class Session:
             await state.add({"role": "user", "content": spec.prompt})
         reactive_retries = 0
         async with Toolset(str(spec.workspace), spec.tools, self.store) as toolset:
-            # the compact tool is the client pipeline's; with compaction off or server-side it is not offered
-            tools = [t for t in toolset.definitions() if t["name"] != "compact" or spec.limits.compaction == "client"]
+            strategy = state.strategy
+            tools = [t for t in toolset.definitions() if t["name"] != "compact" or strategy.offers_compact_tool]
             state.overhead_chars = len(json.dumps([spec.system, tools], ensure_ascii=False))
             if self.history:
                 self._check_budgets()  # a resumed job may already have spent its budget
@@ -185,11 +177,10 @@ class Session:
                 self._check_run_budget()
                 messages = await self.compactor.prepare(state)
                 self._update_progress()
-                settled = state.window.settled_prefix() if spec.limits.cache_aware else 0
                 request = Request(model=spec.model, messages=messages, tools=tools,
                                   max_tokens=spec.limits.max_output_tokens, system=spec.system,
-                                  context_management=context_management(spec), max_retries=spec.limits.max_retries,
-                                  cache_points=(settled - 1,) if 0 < settled < len(messages) - 1 else ())
+                                  context_management=strategy.context_management(),
+                                  max_retries=spec.limits.max_retries, cache_points=strategy.cache_points(state.window))
                 try:
                     reply = await self.model.create(request)
                 except PromptTooLong as e:

@@ -247,6 +247,7 @@ class ScriptedModel:
     """Answers with the scripted replies in order; an exception in the script is raised instead."""
 
     name = "scripted"
+    server_compaction = True
 
     def __init__(self, script: list[Reply | Exception]):
         self.script = list(script)
@@ -368,6 +369,7 @@ async def test_compact_tool_runs_after_the_whole_batch(tmp_path: Path):
 
 class FailingModel:
     name = "failing"
+    server_compaction = True
 
     def __init__(self, fail: int | None = None):
         self.calls = 0
@@ -426,6 +428,7 @@ class SlowModel:
     """A summary model that takes a while, recording when each call starts and how many overlap."""
 
     name = "slow"
+    server_compaction = True
 
     def __init__(self, delay: float):
         self.delay = delay

@@ -55,6 +55,7 @@ class Wrapping:
     """The offline model, with a per-job twist chosen by a word in the job's prompt."""
 
     name = "wrapping"
+    server_compaction = False
 
     def __init__(self) -> None:
         self.inner = OfflineModel()

@@ -31,6 +31,7 @@ from ..store import JobStore
 from . import stages
 from .fallback import fallback_summary
 from .stages import Outcome
+from .strategies import Strategy, strategy_for
 from .summarizer import Summarizer
 from .window import Entry, Window
 
@@ -57,6 +58,12 @@ class CompactionState:
 
     # characters of everything a request carries besides the messages (system prompt, tool definitions)
     overhead_chars: int = 0
+    # the job's compaction strategy; by default the one its limits name
+    strategy: Strategy = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.strategy is None:
+            self.strategy = strategy_for(self.limits)
 
     async def add(self, *messages: Message) -> None:
         """Append messages to the transcript (on disk first, in one write) and to the window."""
@@ -121,6 +128,27 @@ class _Writes:
             await store.save(outputs, {EVENTS: events})
 
 
+class _StageRun:
+    """The :class:`~runner.compactor.strategies.Stages` a strategy works through in one ``prepare``."""
+
+    def __init__(self, compactor: Compactor, state: CompactionState):
+        self._compactor = compactor
+        self._state = state
+        self.window = state.window
+        self.limits = state.limits
+        self.writes = _Writes()
+        self.name_for = state.store.reserve
+        self.saved_for = state.store.reserved_for
+        self.char_limit = state.char_limit
+
+    def adopt(self, stage: str, outcome: Outcome | None) -> None:
+        self._compactor._adopt(self._state, stage, outcome, self.writes)
+
+    async def summarize(self, stage: str) -> None:
+        await self.writes.flush(self._state.store)
+        await self._compactor.compact_history(self._state, stage)
+
+
 class Compactor:
     """Shared by all sessions of a batch. Holds no per-session state of its own."""
 
@@ -128,40 +156,15 @@ class Compactor:
         self.summarizer = summarizer
 
     async def prepare(self, state: CompactionState) -> list[Message]:
-        """Compact ``state``'s window as needed; return the messages to send.
+        """Let the job's strategy compact ``state``'s window as needed; return the messages to send.
 
         The stages' outputs and events are written in one executor hop before this returns (and
         before a summary is asked for), so nothing outside ``prepare`` ever sees a placeholder whose
         file is not on disk; a failed write fails the call, and with it the job."""
-        limits, window = state.limits, state.window
-        if limits.compaction == "off":
-            return window.messages
-        writes = _Writes()
-        self._adopt(state, "tool_result_budget", stages.tool_result_budget(
-            window.entries, limits.batch_char_limit, limits.large_result_chars, limits.preview_chars,
-            state.store.reserve), writes)
-        if limits.compaction == "mask":  # observation masking only: every seen result but the newest few
-            self._adopt(state, "observation_mask", stages.micro_compact(
-                window.entries, window.total, 0, limits.keep_recent_results, state.store.reserve,
-                state.store.reserved_for), writes)
-        elif limits.compaction != "server":
-            self._adopt(state, "snip", stages.snip(window.entries, limits.snip_trigger, limits.snip_head,
-                                                   limits.snip_target), writes)
-            limit = state.char_limit()
-            if window.total > limit:
-                target = int(limit * limits.compact_target_ratio)
-                self._adopt(state, "micro_compact", stages.micro_compact(
-                    window.entries, window.total, target, limits.keep_recent_results, state.store.reserve,
-                    state.store.reserved_for), writes)
-                if window.total > limit:
-                    self._adopt(state, "fit_tool_results", stages.fit_tool_results(
-                        window.entries, window.total, target, limits.fit_preview_chars, state.store.reserve),
-                        writes)
-                if window.total > limit:
-                    await writes.flush(state.store)
-                    await self.compact_history(state, "compact_history")
-        await writes.flush(state.store)
-        return window.messages
+        run = _StageRun(self, state)
+        await state.strategy.prepare(run)
+        await run.writes.flush(state.store)
+        return state.window.messages
 
     async def compact_history(self, state: CompactionState, stage: str = "compact_history") -> None:
         """5/7. Summarize everything but the trailing messages the model has not seen yet."""

@@ -67,6 +67,7 @@ class AdaptiveModel:
         self.inner = inner
         self.limit = limit
         self.name = inner.name
+        self.server_compaction = inner.server_compaction
 
     async def create(self, request: Request) -> Reply:
         async with self.limit.limiter:

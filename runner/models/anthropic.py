@@ -87,6 +87,7 @@ class AnthropicModel:
     """
 
     name = "anthropic"
+    server_compaction = True
 
     def __init__(self, *, api_key: str | None = None, base_url: str | None = None, max_retries: int = 4,
                  timeout: float = 600.0, http_client: Any = None,

@@ -78,6 +78,7 @@ class Model(Protocol):
     prompt; any other exception fails the job that made the call (after the backend's own retries)."""
 
     name: str
+    server_compaction: bool  # the backend can send and answer the API's context_management edit
 
     async def create(self, request: Request) -> Reply: ...
 

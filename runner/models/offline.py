@@ -26,6 +26,7 @@ class OfflineModel:
     """Answers from :func:`runner.models.policy.decide`; never calls a network."""
 
     name = "offline"
+    server_compaction = False
 
     def __init__(self, batch_size: int = 4):
         self.batch_size = batch_size

@@ -1,0 +1,69 @@
+"""The interface every compaction strategy implements.
+
+A strategy owns two things: what it adds to a request (the server's ``context_management`` edit,
+the ``compact`` tool, prompt-cache points) and how it prepares the history before each model call.
+The session asks the job's strategy; it never compares mode names.
+
+:meth:`Strategy.prepare` works through a :class:`Stages` object, the narrow interface to the
+Compactor: ``adopt`` a pure stage's outcome (its outputs are written before the call returns),
+or ``summarize`` the history through the shared summary gate.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Protocol
+
+from ...config import Limits
+from ..stages import Outcome
+from ..window import Window
+
+
+class Stages(Protocol):
+    """What a strategy may do to a session's window during :meth:`Strategy.prepare`."""
+
+    window: Window
+    limits: Limits
+
+    def adopt(self, stage: str, outcome: Outcome | None) -> None:
+        """Adopt a pure stage's outcome; its outputs and event line are written before prepare returns."""
+
+    def char_limit(self) -> int:
+        """The context limit in characters (tighter when a token limit is set)."""
+
+    def name_for(self, tool_use_id: str, content: str) -> str:
+        """The path an output of ``tool_use_id`` is saved under."""
+
+    def saved_for(self, tool_use_id: str, path: str) -> bool:
+        """Whether ``path`` holds an output of ``tool_use_id`` that this job saved."""
+
+    async def summarize(self, stage: str) -> None:
+        """Replace the history the model has seen with a summary (outputs queued so far are written first)."""
+
+
+class Strategy(ABC):
+    """One way of keeping a history inside its budget. One instance per job."""
+
+    name: ClassVar[str]
+    #: the model may call ``compact`` itself
+    offers_compact_tool: ClassVar[bool] = False
+    #: the API compacts: a backend without server-side compaction runs ``fallback`` instead
+    server_side: ClassVar[bool] = False
+    fallback: ClassVar[str | None] = None
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+
+    def context_management(self) -> dict[str, Any] | None:
+        """What the request carries in ``context_management`` (None: nothing)."""
+        return None
+
+    def cache_points(self, window: Window) -> tuple[int, ...]:
+        """Messages after which a prompt-cache breakpoint pays off: the newest message compaction
+        will not rewrite (with ``cache_aware``), when it is not the newest message anyway."""
+        settled = window.settled_prefix() if self.limits.cache_aware else 0
+        return (settled - 1,) if 0 < settled < len(window) - 1 else ()
+
+    @abstractmethod
+    async def prepare(self, stages: Stages) -> None:
+        """Bring the window inside the budget, cheapest and most recoverable step first."""

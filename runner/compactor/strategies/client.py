@@ -1,0 +1,33 @@
+"""``client``: the whole pipeline of DESIGN.md, run by the runner before every model call.
+
+tool_result_budget and snip on every call; over the context limit micro_compact, then
+fit_tool_results, then a summary of the history. The model may also call ``compact`` itself.
+"""
+
+from __future__ import annotations
+
+from .. import stages as s
+from .base import Stages, Strategy
+
+
+class ClientStrategy(Strategy):
+    name = "client"
+    offers_compact_tool = True
+
+    async def prepare(self, stages: Stages) -> None:
+        limits, window = self.limits, stages.window
+        stages.adopt("tool_result_budget", s.tool_result_budget(
+            window.entries, limits.batch_char_limit, limits.large_result_chars, limits.preview_chars,
+            stages.name_for))
+        stages.adopt("snip", s.snip(window.entries, limits.snip_trigger, limits.snip_head, limits.snip_target))
+        limit = stages.char_limit()
+        if window.total <= limit:
+            return
+        target = int(limit * limits.compact_target_ratio)
+        stages.adopt("micro_compact", s.micro_compact(
+            window.entries, window.total, target, limits.keep_recent_results, stages.name_for, stages.saved_for))
+        if window.total > limit:
+            stages.adopt("fit_tool_results", s.fit_tool_results(
+                window.entries, window.total, target, limits.fit_preview_chars, stages.name_for))
+        if window.total > limit:
+            await stages.summarize("compact_history")

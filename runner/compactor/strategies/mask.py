@@ -1,0 +1,20 @@
+"""``mask``: observation masking only. Every tool result the model has seen, except the newest
+``keep_recent_results``, becomes a one-line placeholder naming where it is saved; an oversized new
+batch is persisted as in the client pipeline. No snip, no summary."""
+
+from __future__ import annotations
+
+from .. import stages as s
+from .base import Stages, Strategy
+
+
+class MaskStrategy(Strategy):
+    name = "mask"
+
+    async def prepare(self, stages: Stages) -> None:
+        limits, window = self.limits, stages.window
+        stages.adopt("tool_result_budget", s.tool_result_budget(
+            window.entries, limits.batch_char_limit, limits.large_result_chars, limits.preview_chars,
+            stages.name_for))
+        stages.adopt("observation_mask", s.micro_compact(
+            window.entries, window.total, 0, limits.keep_recent_results, stages.name_for, stages.saved_for))
