@@ -6,3 +6,112 @@ emulator, the benchmarks) imports them from here, so a change of wording is one 
 """
 
 from __future__ import annotations
+
+import re
+from typing import Any
+
+# --- a persisted output: the marker that replaces a large result, with a preview ------------------
+
+PERSISTED_TAG = "<persisted-output>"
+PERSISTED_END = "</persisted-output>"
+_SAVED_AT = re.compile(r"Full output saved to: (\S+)")
+_SIZE_LINE = re.compile(r"Original size: (\d+) chars, (\d+) lines")
+_PREVIEW = "Preview:\n"
+
+
+def line_count(text: str) -> int:
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
+
+def persisted_marker(path: str, text: str, preview_chars: int) -> str:
+    """What replaces a result saved at ``path``: where it is, its size, and its first characters."""
+    return (f"{PERSISTED_TAG}\nFull output saved to: {path}\nOriginal size: {len(text)} chars, "
+            f"{line_count(text)} lines\n{_PREVIEW}{text[:preview_chars]}\n{PERSISTED_END}")
+
+
+def is_persisted(content: str) -> bool:
+    return content.startswith(PERSISTED_TAG)
+
+
+def persisted_size(content: str) -> tuple[int, int] | None:
+    """(chars, lines) of the whole output a persisted-output marker stands for."""
+    match = _SIZE_LINE.search(content) if is_persisted(content) else None
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def persisted_preview(content: str) -> str:
+    """The preview a persisted-output marker carries (everything after ``Preview:``)."""
+    return content.split(_PREVIEW, 1)[-1].rsplit(f"\n{PERSISTED_END}", 1)[0]
+
+
+# --- a placeholder: the one line that replaces a result the model has already seen ---------------
+
+PLACEHOLDER_PREFIX = "[Earlier tool result saved at "
+
+
+def placeholder(path: str) -> str:
+    return f"{PLACEHOLDER_PREFIX}{path}]"
+
+
+def is_placeholder(content: str) -> bool:
+    return content.startswith(PLACEHOLDER_PREFIX)
+
+
+def saved_path(content: Any) -> str | None:
+    """The path a placeholder or persisted-output marker points at (None for any other content)."""
+    if isinstance(content, str):
+        if is_persisted(content):
+            match = _SAVED_AT.search(content)
+            return match.group(1) if match else None
+        if is_placeholder(content):
+            return content[len(PLACEHOLDER_PREFIX):].rstrip("]")
+    return None
+
+
+# --- snip: the marker that stands for the archived middle of a conversation -----------------------
+
+def archived_marker(count: int, where: str) -> str:
+    return f"[{count} messages archived: {where}]"
+
+
+def transcript_range(first: int, last: int) -> str:
+    return f"transcript.jsonl messages {first}-{last}"
+
+
+# --- summaries: the message that replaces summarized history --------------------------------------
+
+COMPACTED = "Compacted"
+REACTIVE_COMPACT = "Reactive compact"
+SUMMARY_LABELS = (f"[{COMPACTED}]", f"[{REACTIVE_COMPACT}]")
+
+
+def summary_text(label: str, active_request: str, summary: str, where: str) -> str:
+    return (f"[{label}]\n\nCurrent user request:\n{active_request}\n\nConversation summary:\n{summary}\n\n"
+            f"Full transcript: {where}. Read any part back with the recall tool.")
+
+
+def is_summary(text: str) -> bool:
+    """Whether a user message's text is a summary that replaced history."""
+    return text.startswith(SUMMARY_LABELS)
+
+
+def mentions_summary(text: str) -> bool:
+    return any(label in text for label in SUMMARY_LABELS)
+
+
+# --- recall: the footer of a page read back from the job directory ---------------------------------
+
+RECALL_FOOTER = "\n[recall: characters"
+
+
+def recall_footer(start: int, end: int, total: int) -> str:
+    tail = f"next offset {end}" if end < total else "end of file"
+    return f"{RECALL_FOOTER} {start}-{end} of {total}; {tail}]"
+
+
+def split_recall_page(content: str) -> tuple[str, bool] | None:
+    """(page text, whether it reaches the end of the file) for a recall result; None otherwise."""
+    if RECALL_FOOTER not in content:
+        return None
+    body, tail = content.rsplit(RECALL_FOOTER, 1)
+    return body, "end of file" in tail

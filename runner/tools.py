@@ -29,6 +29,7 @@ from anthropic.lib.tools.agent_toolset import (
     beta_write_tool,
 )
 
+from .protocol import recall_footer
 from .store import JobStore
 
 RECALL_PAGE_CHARS = 20_000
@@ -206,6 +207,5 @@ class Toolset:
             return error_result(tool_use_id, f"recall: {path}: no such file in the job directory")
         page = text[offset:offset + limit]
         end = offset + len(page)
-        tail = (f"\n[recall: characters {offset}-{end} of {len(text)}; next offset {end}]" if end < len(text)
-                else f"\n[recall: characters {offset}-{end} of {len(text)}; end of file]")
-        return {"type": "tool_result", "tool_use_id": tool_use_id, "content": page + tail}
+        return {"type": "tool_result", "tool_use_id": tool_use_id,
+                "content": page + recall_footer(offset, end, len(text))}

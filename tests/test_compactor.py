@@ -25,12 +25,13 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from runner.compactor.compactor import EVENTS, TRANSCRIPT, CompactionState, Compactor
-from runner.compactor.stages import PERSISTED_TAG, PLACEHOLDER_PREFIX, output_text, saved_path
+from runner.compactor.stages import output_text
 from runner.compactor.summarizer import Summarizer
 from runner.config import Limits
 from runner.jobs import JobSpec
 from runner.messages import request_problems, tool_results, tool_uses
 from runner.models.base import PromptTooLong, Reply, Request, Usage
+from runner.protocol import PERSISTED_TAG, PLACEHOLDER_PREFIX, saved_path
 from runner.session import Session
 from runner.store import JobStore, read_jsonl
 from runner.tools import Toolset

@@ -18,11 +18,12 @@ from hypothesis import strategies as st
 import runner.messages as messages_module
 from runner.compactor import stages
 from runner.compactor.compactor import EVENTS, CompactionState, Compactor
-from runner.compactor.stages import PLACEHOLDER_PREFIX, output_text, saved_path
+from runner.compactor.stages import output_text
 from runner.compactor.summarizer import Summarizer
 from runner.compactor.window import Entry, Window
 from runner.config import Limits
 from runner.messages import measure, request_problems
+from runner.protocol import PLACEHOLDER_PREFIX, saved_path
 from runner.store import JobStore, read_jsonl
 
 REQUEST = "Survey the workspace and report (stage tests, request #4711)."

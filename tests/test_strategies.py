@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from runner.compactor.compactor import CompactionState, Compactor
-from runner.compactor.stages import PLACEHOLDER_PREFIX, saved_path
 from runner.compactor.strategies import STRATEGIES, strategy_for
 from runner.compactor.summarizer import Summarizer
 from runner.config import Limits
 from runner.messages import request_problems, tool_results
+from runner.protocol import PLACEHOLDER_PREFIX, saved_path
 from runner.store import JobStore
 
 REQUEST = "Survey the package."

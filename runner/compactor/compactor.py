@@ -27,6 +27,7 @@ from typing import Any
 from ..config import Limits
 from ..messages import Message
 from ..models.base import Usage
+from ..protocol import COMPACTED, REACTIVE_COMPACT
 from ..store import JobStore
 from . import stages
 from .fallback import fallback_summary
@@ -172,7 +173,7 @@ class Compactor:
         tail_start = stages.unseen_tail_start(entries)
         if tail_start == 0:
             return
-        await self._summarize_into(state, stage, "Compacted", tail_start)
+        await self._summarize_into(state, stage, COMPACTED, tail_start)
 
     async def compact(self, state: CompactionState) -> None:
         """7. The ``compact`` tool: runs after the whole tool batch, every tool_use answered."""
@@ -189,7 +190,7 @@ class Compactor:
             tail_start = stages.unseen_tail_start(entries)
         if tail_start == 0:
             return False
-        await self._summarize_into(state, "reactive_compact", "Reactive compact", tail_start)
+        await self._summarize_into(state, "reactive_compact", REACTIVE_COMPACT, tail_start)
         return True
 
     async def _summarize_into(self, state: CompactionState, stage: str, label: str, tail_start: int) -> None:

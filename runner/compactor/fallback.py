@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections import Counter
 
 from ..messages import Message, one_line, result_text, text_of, tool_results, tool_uses
+from ..protocol import is_summary
 
 NOTES_HEADING = "### Notes the assistant recorded (newest first, each once)"
-SUMMARY_LABELS = ("[Compacted]", "[Reactive compact]")
 
 
 
@@ -81,7 +81,7 @@ def note_lines(messages: list[Message], skip: str = "") -> list[str]:
     for message in reversed(messages):
         if message.get("role") == "assistant":
             text = text_of(message)
-        elif text_of(message).startswith(SUMMARY_LABELS):
+        elif is_summary(text_of(message)):
             text = text_of(message)
         else:
             continue

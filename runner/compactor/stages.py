@@ -12,18 +12,24 @@ under; it is deterministic, so calling a stage twice gives the same answer.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..messages import Message, blocks, has_tool_use, is_tool_result_message, user_text, with_content
-from .window import MICRO_MIN_CHARS, PLACEHOLDER_PREFIX, Entry
+from ..protocol import (
+    archived_marker,
+    is_placeholder,
+    persisted_marker,
+    placeholder,
+    saved_path,
+    summary_text,
+    transcript_range,
+)
+from .window import MICRO_MIN_CHARS, Entry
 
 NameFor = Callable[[str, str], str]
 SavedFor = Callable[[str, str], bool]  # (tool_use_id, path): was that id's output saved at path by us?
-PERSISTED_TAG = "<persisted-output>"
-_SAVED_AT = re.compile(r"Full output saved to: (\S+)")
 
 
 @dataclass(frozen=True)
@@ -59,23 +65,6 @@ def output_text(content: Any) -> str | None:
 def size_of(content: Any) -> int:
     text = output_text(content)
     return len(text) if text is not None else len(json.dumps(content, ensure_ascii=False))
-
-
-def persisted_marker(path: str, text: str, preview_chars: int) -> str:
-    lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
-    return (f"{PERSISTED_TAG}\nFull output saved to: {path}\nOriginal size: {len(text)} chars, {lines} lines\n"
-            f"Preview:\n{text[:preview_chars]}\n</persisted-output>")
-
-
-def saved_path(content: Any) -> str | None:
-    """The path a placeholder or persisted-output marker already points at."""
-    if isinstance(content, str):
-        if content.startswith(PERSISTED_TAG):
-            match = _SAVED_AT.search(content)
-            return match.group(1) if match else None
-        if content.startswith(PLACEHOLDER_PREFIX):
-            return content[len(PLACEHOLDER_PREFIX):].rstrip("]")
-    return None
 
 
 def _replace_results(entry: Entry, new: dict[int, str]) -> Entry:
@@ -174,7 +163,7 @@ def safe_tail_start(entries: list[Entry], start: int) -> int:
 
 def archived_range(archived: list[Entry]) -> str:
     seqs = [e.seq for e in archived if e.seq is not None]
-    return f"transcript.jsonl messages {min(seqs)}-{max(seqs)}" if seqs else "transcript.jsonl"
+    return transcript_range(min(seqs), max(seqs)) if seqs else "transcript.jsonl"
 
 
 def snip(entries: list[Entry], trigger: int, head: int, target: int) -> Outcome | None:
@@ -190,7 +179,7 @@ def snip(entries: list[Entry], trigger: int, head: int, target: int) -> Outcome 
     if tail_start <= head_end:
         return None
     archived = entries[head_end:tail_start]
-    marker = Entry.of(user_text(f"[{len(archived)} messages archived: {archived_range(archived)}]"),
+    marker = Entry.of(user_text(archived_marker(len(archived), archived_range(archived))),
                       seen=True)
     return Outcome(join(entries[:head_end], [marker], entries[tail_start:]))
 
@@ -211,17 +200,17 @@ def micro_compact(entries: list[Entry], total: int, target: int, keep_recent: in
         content = block.get("content")
         text = output_text(content)
         if text is None or len(text) <= MICRO_MIN_CHARS or (isinstance(content, str)
-                                                              and content.startswith(PLACEHOLDER_PREFIX)):
+                                                              and is_placeholder(content)):
             continue
         tool_use_id = str(block.get("tool_use_id", ""))
         path = saved_path(text)
         if path is None or not saved_for(tool_use_id, path):  # not ours: a tool output that looks like one
             path = name_for(tool_use_id, text)
             out.persist.append(Persist(path, text))
-        placeholder = f"{PLACEHOLDER_PREFIX}{path}]"
-        changed.setdefault(pos, {})[index] = placeholder
+        short = placeholder(path)
+        changed.setdefault(pos, {})[index] = short
         out.paths.append(path)
-        total -= len(text) - len(placeholder)  # the JSON escapes saved too are not counted: an underestimate
+        total -= len(text) - len(short)  # the JSON escapes saved too are not counted: an underestimate
     if not changed:
         return None
     new_entries = list(entries)
@@ -267,8 +256,7 @@ def unseen_tail_start(entries: list[Entry]) -> int:
 def summary_message(label: str, active_request: str, summary: str, where: str) -> Message:
     """The one message that replaces summarized history."""
     summary = summary.replace(active_request, "(the current user request, above)") if active_request else summary
-    return user_text(f"[{label}]\n\nCurrent user request:\n{active_request}\n\nConversation summary:\n{summary}\n\n"
-                     f"Full transcript: {where}. Read any part back with the recall tool.")
+    return user_text(summary_text(label, active_request, summary, where))
 
 
 def replace_with_summary(entries: list[Entry], tail_start: int, message: Message) -> list[Entry]:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..messages import Message, measure, result_text, tool_results
+from ..protocol import is_placeholder
 
-PLACEHOLDER_PREFIX = "[Earlier tool result saved at "
 MICRO_MIN_CHARS = 120
 
 
@@ -22,7 +22,7 @@ def settled(message: Message) -> bool:
     placed after it stays valid until a snip or a summary rewrites the whole history."""
     for block in tool_results(message):
         content = block.get("content")
-        if isinstance(content, str) and content.startswith(PLACEHOLDER_PREFIX):
+        if isinstance(content, str) and is_placeholder(content):
             continue
         if len(result_text(block)) > MICRO_MIN_CHARS:
             return False

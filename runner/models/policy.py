@@ -27,14 +27,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..messages import Message, blocks, result_text, text_of, tool_results, tool_uses
+from ..protocol import (
+    is_persisted,
+    is_placeholder,
+    mentions_summary,
+    persisted_preview,
+    persisted_size,
+    saved_path,
+    split_recall_page,
+)
 
 TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
 OUTLINE_PATTERN = r"^(class |def |async def )"
 CHECKPOINT_EVERY = 6  # assistant turns between checkpoints; snip keeps far more than that
 SKIP_PARTS = ("__pycache__",)
-SAVED = re.compile(r"Full output saved to: (\S+)")
 RECALL_PAGE = 20_000  # the most it reads back at once: a page that fits beside the rest of the context
-SIZE_LINE = re.compile(r"Original size: (\d+) chars, (\d+) lines")
 NOTE = re.compile(r"^- (file|error|outline|listing|todo|todo-scan): (.*)$", re.M)
 
 
@@ -89,17 +96,16 @@ def _count_lines(text: str) -> int:
 
 def _file_facts(content: str) -> tuple[int, int, str]:
     """chars, lines, first doc line from a read result (whole, or a persisted-output marker)."""
-    size = SIZE_LINE.search(content)
-    if content.startswith("<persisted-output>") and size:
-        preview = content.split("Preview:\n", 1)[-1]
-        return int(size.group(1)), int(size.group(2)), first_doc_line(preview)
+    size = persisted_size(content)
+    if size:
+        return size[0], size[1], first_doc_line(persisted_preview(content))
     return len(content), _count_lines(content), first_doc_line(content)
 
 
 def _count_matches(content: str) -> int:
-    size = SIZE_LINE.search(content)
-    if content.startswith("<persisted-output>") and size:
-        return int(size.group(2))
+    size = persisted_size(content)
+    if size:
+        return size[1]
     if content.strip() in ("", "no matches"):
         return 0
     return len([line for line in content.split("\n") if line.strip() and not line.startswith("[output truncated")])
@@ -151,27 +157,27 @@ def _learn_todos(facts: Facts, content: str, notes: list[str] | None) -> None:
 def _visible_text(content: str) -> str:
     """The whole lines of a result as the model sees it: a persisted-output marker's preview, or the
     text itself; a line cut off at the end of a preview or page is dropped."""
-    if content.startswith("<persisted-output>"):
-        content = content.split("Preview:\n", 1)[-1].rsplit("\n</persisted-output>", 1)[0]
-        content = content.rsplit("\n", 1)[0]
-    elif "\n[recall: characters" in content:
-        body, tail = content.rsplit("\n[recall: characters", 1)
-        content = body if "end of file" in tail else body.rsplit("\n", 1)[0]
+    page = split_recall_page(content)
+    if is_persisted(content):
+        content = persisted_preview(content).rsplit("\n", 1)[0]
+    elif page is not None:
+        body, at_end = page
+        content = body if at_end else body.rsplit("\n", 1)[0]
     return content
 
 
 def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: list[str] | None) -> None:
     name, args = use.get("name"), use.get("input") or {}
     content = result_text(result)
-    placeholder = content.startswith("[Earlier tool result saved at")
+    placeholder = is_placeholder(content)
     failed = bool(result.get("is_error"))
-    persisted = content.startswith("<persisted-output>") and SAVED.search(content)
+    persisted = saved_path(content) if is_persisted(content) else None
     if name in ("glob", "grep") and persisted and not failed:
         # only a preview is in context: read the whole output back with recall (once)
         kind = "glob" if name == "glob" else ("todo" if args.get("pattern") == TODO_PATTERN else None)
-        size = SIZE_LINE.search(content)
+        size = persisted_size(content)
         if kind:
-            facts.recall_due[persisted.group(1)] = (kind, int(size.group(1)) if size else RECALL_PAGE)
+            facts.recall_due[persisted] = (kind, size[0] if size else RECALL_PAGE)
             return
     if name == "glob" and not failed and not placeholder:
         _learn_listing(facts, content, notes)
@@ -302,7 +308,7 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
     pending = [p for p in (facts.listing or []) if p not in known]
     python = [p for p in sorted(facts.files) if p.endswith(".py")]
     pending_outline = [p for p in python if p not in facts.outlines]
-    summarized = any(m["role"] == "user" and ("[Compacted]" in text_of(m) or "[Reactive compact]" in text_of(m))
+    summarized = any(m["role"] == "user" and mentions_summary(text_of(m))
                      for m in messages)
     due = {kind: (path, size) for path, (kind, size) in facts.recall_due.items() if path not in facts.recalled}
     if facts.listing is None and "glob" in due and "recall" in tool_names:
