@@ -268,7 +268,7 @@ def warn_fallbacks(specs: list[JobSpec], model: Model) -> None:
 def spending(settings: Settings) -> dict[str, Any]:
     """The run's budget and price table, for a Batch."""
     from .pricing import PriceTable
-    from .session import RunBudget
+    from .services import RunBudget
 
     return {"run_budget": RunBudget(settings.runner.max_cost_usd), "prices": PriceTable(settings.prices)}
 

@@ -26,10 +26,12 @@ import anyio.abc
 
 from .compactor.compactor import Compactor
 from .jobs import JobError, JobSpec
-from .messages import Message, one_line
+from .messages import Message
 from .models.base import Model
 from .pricing import PriceTable
-from .session import JobProgress, JobResult, RunBudget, Session
+from .runjob import Resumed, Services, run_job
+from .services import Budget, RunBudget
+from .session import JobProgress, JobResult
 from .store import JobStore, write_atomic
 
 
@@ -78,7 +80,7 @@ class Batch:
     kept: dict[str, dict[str, Any]] = field(default_factory=dict)  # earlier results of jobs not rerun
     meta: dict[str, Any] = field(default_factory=dict)
     handle_signals: bool = True
-    run_budget: RunBudget = field(default_factory=RunBudget)
+    run_budget: Budget = field(default_factory=RunBudget)
     prices: PriceTable = field(default_factory=PriceTable)
 
 
@@ -88,22 +90,17 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
     progress = {s.name: JobProgress(s.name) for s in batch.specs}
     run_json = _RunJson(batch, progress)
     limiter = anyio.CapacityLimiter(batch.concurrency)
+    services = Services(batch.model, batch.compactor, batch.summary_model, batch.prices, batch.run_budget)
 
     async def run_one(spec: JobSpec) -> None:
         async with limiter:
             result = JobResult(spec.name, "cancelled", error="cancelled before it started", model=spec.model)
             try:
-                store = JobStore(batch.run_dir / spec.name)
-                await store.open()
                 display.job_started(progress[spec.name])
                 await run_json.write()
-                session = Session(spec, batch.model, batch.compactor, store, batch.summary_model,
-                                  progress[spec.name], batch.histories.get(spec.name), batch.priors.get(spec.name),
-                                  batch.run_budget, batch.prices)
-                result = session.result
-                await session.run()
-            except Exception as e:  # setting the job up failed (its directory, the disk): this job alone fails
-                result.status, result.error = "failed", one_line(f"could not run the job: {type(e).__name__}: {e}")
+                history = batch.histories.get(spec.name)
+                resumed = Resumed(history, batch.priors.get(spec.name) or {}) if history else None
+                await run_job(spec, batch.run_dir, services, progress[spec.name], resumed, result)
             finally:
                 out.results[spec.name] = result
                 run_json.results[spec.name] = result

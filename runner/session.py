@@ -31,23 +31,12 @@ from .jobs import JobSpec
 from .messages import Message, one_line, text_of, tool_uses
 from .models.base import Model, PromptTooLong, Reply, Request, Usage
 from .pricing import DEFAULT_TABLE, PriceTable
+from .services import Budget, RunBudget
 from .store import JobStore
 from .tools import Toolset, error_result
 
 CHECKPOINT_INTERVAL_S = 1.0
 CONTINUE_AFTER_MAX_TOKENS = "Your reply was cut off by the output token limit. Continue from where you stopped."
-
-
-class RunBudget:
-    """A whole run's ``max_cost_usd``, shared by its jobs (``None``: no limit)."""
-
-    def __init__(self, limit: float | None = None):
-        self.limit = limit
-        self.spent = 0.0
-
-    @property
-    def exceeded(self) -> bool:
-        return self.limit is not None and self.spent >= self.limit
 
 
 class JobEnded(Exception):
@@ -109,8 +98,8 @@ class Session:
 
     def __init__(self, spec: JobSpec, model: Model, compactor: Compactor, store: JobStore, summary_model: str,
                  progress: JobProgress | None = None, history: list[Message] | None = None,
-                 prior: dict[str, Any] | None = None, run_budget: RunBudget | None = None,
-                 prices: PriceTable | None = None):
+                 prior: dict[str, Any] | None = None, run_budget: Budget | None = None,
+                 prices: PriceTable | None = None, result: JobResult | None = None):
         self.spec = spec
         self.model = model
         self.compactor = compactor
@@ -120,9 +109,10 @@ class Session:
         self.state = CompactionState(store=store, limits=spec.limits, active_request=spec.prompt,
                                      strategy=strategy_for(spec.limits, model.server_compaction))
         self.history = history
-        self.result = JobResult(spec.name, "running", model=spec.model)
+        self.result = result or JobResult(spec.name, "running", model=spec.model)
+        self.result.status, self.result.error = "running", None
         self.final_text: str | None = None
-        self.run_budget = run_budget or RunBudget()
+        self.run_budget: Budget = run_budget or RunBudget()
         self._last_checkpoint = float("-inf")
         self.prices = prices or DEFAULT_TABLE
         if prior:  # a resumed job keeps what it already spent
@@ -257,7 +247,7 @@ class Session:
         result.summarizer_usage = self.state.summarizer_usage
         before = result.cost_usd
         result.cost_usd = self._cost()
-        self.run_budget.spent += result.cost_usd - before
+        self.run_budget.charge(result.cost_usd - before)
         self._update_progress()
 
     def _cost(self) -> float:

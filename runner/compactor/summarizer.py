@@ -1,9 +1,10 @@
 """The Summarizer: one per batch, shared by every session, behind one rate-limited gate.
 
 Guarantees:
-- At most ``max_concurrent`` summary calls are in flight at once (an anyio ``CapacityLimiter``).
-- At most ``requests_per_minute`` calls start in any window of ``window_s`` seconds (a sliding-window
-  log; callers wait their turn in arrival order).
+- Every summary call takes a slot of the batch's one :class:`~runner.services.Gate`: by default a
+  :class:`~runner.services.LocalGate` (at most ``max_concurrent`` calls in flight, at most
+  ``requests_per_minute`` started in any ``window_s`` seconds, callers served in arrival order);
+  an executor spanning processes passes one gate for the whole cluster.
 - A summary input larger than ``max_input_chars`` is cut to its head and tail; the full history is
   on disk in the job's transcript.
 - Failures are raised to the caller (the Compactor counts them for its circuit breaker); retries of
@@ -13,14 +14,12 @@ Guarantees:
 from __future__ import annotations
 
 import json
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import anyio
-
 from ..messages import Message
 from ..models.base import Model, Reply, Request, Usage
+from ..services import Gate, LocalGate
 
 SYSTEM_PROMPT = (
     "You write the factual state summary of an AI agent's conversation, so that the agent can continue "
@@ -33,28 +32,6 @@ INSTRUCTIONS = (
     "remaining; User constraints; Next step. Keep every fact the agent recorded (paths, names, numbers, "
     "notes) verbatim where you can. Do not add anything that is not in the conversation."
 )
-
-
-class RateLimiter:
-    """At most ``rate`` acquisitions in any ``window_s`` seconds; fair (FIFO) under anyio."""
-
-    def __init__(self, rate: int, window_s: float = 60.0, clock: Callable[[], float] | None = None):
-        self.rate = rate
-        self.window_s = window_s
-        self._clock = clock or anyio.current_time
-        self._starts: deque[float] = deque()
-        self._lock = anyio.Lock()
-
-    async def acquire(self) -> None:
-        async with self._lock:  # anyio.Lock is FIFO: waiters keep their order
-            while True:
-                now = self._clock()
-                while self._starts and now - self._starts[0] >= self.window_s:
-                    self._starts.popleft()
-                if len(self._starts) < self.rate:
-                    self._starts.append(now)
-                    return
-                await anyio.sleep(self._starts[0] + self.window_s - now)
 
 
 @dataclass
@@ -79,13 +56,14 @@ class Summarizer:
 
     def __init__(self, model: Model | None, model_name: str, *, max_concurrent: int = 4,
                  requests_per_minute: int = 50, window_s: float = 60.0, max_input_chars: int = 400_000,
-                 max_output_tokens: int = 6_000, clock: Callable[[], float] | None = None):
+                 max_output_tokens: int = 6_000, clock: Callable[[], float] | None = None,
+                 gate: Gate | None = None):
         self.model = model
         self.model_name = model_name
         self.max_input_chars = max_input_chars
         self.max_output_tokens = max_output_tokens
-        self.capacity = anyio.CapacityLimiter(max_concurrent)
-        self.rate = RateLimiter(requests_per_minute, window_s, clock)
+        # the batch's one gate: given (a cluster-wide one), or this process's own
+        self.gate: Gate = gate or LocalGate(max_concurrent, requests_per_minute, window_s, clock)
         self.calls = 0
 
     @property
@@ -103,8 +81,7 @@ class Summarizer:
         if self.model is None:
             raise RuntimeError("no summary model is configured")
         request = self.request(messages, active_request)
-        async with self.capacity:
-            await self.rate.acquire()
+        async with self.gate.slot():
             self.calls += 1
             reply: Reply = await self.model.create(request)
         text = "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text").strip()

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import anyio
 
+from ..services import CallLimit
 from .base import Model, Reply, Request
 
 
@@ -53,6 +54,10 @@ class AdaptiveLimit:
             self.decreases += 1
             self.lowest = min(self.lowest, new)
 
+    def slot(self) -> anyio.CapacityLimiter:
+        """``async with limit.slot():`` around one model call."""
+        return self.limiter
+
     def succeeded(self) -> None:
         self._successes += 1
         if self._successes >= self.current and self.current < self.maximum:
@@ -63,14 +68,14 @@ class AdaptiveLimit:
 class AdaptiveModel:
     """Wraps a model: each call waits for a slot of the adaptive limit."""
 
-    def __init__(self, inner: Model, limit: AdaptiveLimit):
+    def __init__(self, inner: Model, limit: CallLimit):
         self.inner = inner
         self.limit = limit
         self.name = inner.name
         self.server_compaction = inner.server_compaction
 
     async def create(self, request: Request) -> Reply:
-        async with self.limit.limiter:
+        async with self.limit.slot():
             reply = await self.inner.create(request)
         self.limit.succeeded()
         return reply
