@@ -157,6 +157,21 @@ async def check_recoverable(state: CompactionState, messages: list[dict], toolse
     return replaced
 
 
+def check_effective(state: CompactionState) -> None:
+    """After ``prepare`` the window is within the limit, or holds only what no stage can shrink: every
+    message the model had seen is summarized away, and every new result is persisted or tiny. (A
+    compactor that does nothing fails this as soon as a history outgrows its limit.)"""
+    if state.window.total <= state.char_limit():
+        return
+    entries = state.window.entries
+    assert not any(e.seen for e in entries), "over the limit with seen messages left unsummarized"
+    for entry in entries:
+        for block in tool_results(entry.message):
+            text = output_text(block.get("content"))
+            assert text is None or saved_path(text) or len(text) <= state.limits.fit_preview_chars + 300, \
+                f"over the limit with a {len(text)}-char new result left whole"
+
+
 async def simulate(root: Path, limits: Limits, script: list[Turn], check_files: bool) -> CompactionState:
     """Drive the Compactor like runner/session.py: prepare, (model call), add the reply and its results."""
     store = JobStore(root / "job")
@@ -173,6 +188,7 @@ async def simulate(root: Path, limits: Limits, script: list[Turn], check_files: 
             sent = await compactor.prepare(state)
             assert request_problems(sent, REQUEST) == []
             assert state.window.total == sum(e.chars for e in state.window.entries)
+            check_effective(state)
             if check_files:
                 checked += await check_recoverable(state, sent, toolset)
             if turn.event == "reactive":  # the API said "prompt is too long"
@@ -190,6 +206,7 @@ async def simulate(root: Path, limits: Limits, script: list[Turn], check_files: 
                 assert request_problems(state.window.messages, REQUEST) == []
         sent = await compactor.prepare(state)
         assert request_problems(sent, REQUEST) == []
+        check_effective(state)
         if check_files:
             checked += await check_recoverable(state, sent, toolset)
     state.checked_replaced = checked  # type: ignore[attr-defined]
