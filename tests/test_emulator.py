@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import socket
 import subprocess
@@ -40,6 +41,7 @@ TOOLS = [{"name": n, "description": n, "input_schema": {"type": "object", "prope
          for n in ("glob", "read", "grep")]
 HELLO = [{"role": "user", "content": "Survey the workspace."}]
 ROOT = "/ws"
+REPO = Path(__file__).resolve().parent.parent
 
 
 
@@ -514,10 +516,24 @@ async def test_cut_summary_input_skips_the_marker_line(emu):
 # --- the command line ---------------------------------------------------------------------------
 
 
-def test_runner_emulate_serves_until_terminated():
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return probe.getsockname()[1]
+
+
+def stats_when_up(url: str) -> dict:
+    for _ in range(200):
+        try:
+            with urllib.request.urlopen(url + "/_emulator/stats", timeout=5) as response:
+                return json.loads(response.read())
+        except urllib.error.URLError:
+            time.sleep(0.05)
+    pytest.fail("runner emulate did not answer")
+
+
+def test_runner_emulate_serves_until_terminated():
+    port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "runner", "emulate", "--port", str(port)],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -525,18 +541,34 @@ def test_runner_emulate_serves_until_terminated():
         url = f"http://127.0.0.1:{port}"
         assert url in banner
         assert env_line.strip() == f"ANTHROPIC_BASE_URL={url} ANTHROPIC_API_KEY=emulator-key"
-        for _ in range(100):
-            try:
-                with urllib.request.urlopen(url + "/_emulator/stats", timeout=5) as response:
-                    assert json.loads(response.read())["requests"] == 0
-                break
-            except urllib.error.URLError:
-                time.sleep(0.05)
-        else:
-            pytest.fail("runner emulate did not answer")
+        assert stats_when_up(url)["requests"] == 0
     finally:
         process.terminate()
         assert process.wait(timeout=10) in (0, -15)  # uvicorn re-raises SIGTERM after a graceful stop
+
+
+def test_the_readmes_emulator_commands_work_as_written(tmp_path):
+    """``runner emulate --config emulator.toml`` from the top of the repository, then ``runner run``
+    against it (one demo job, to keep it short): the shipped faults happen, the SDK retries them."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "runner", "emulate", "--port", str(port), "--config",
+                                "emulator.toml"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        stats_when_up(url)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
+        done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs/stdlib-json.toml", "--backend",
+                               "anthropic", "--output-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True,
+                              timeout=120, env={**env, "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "emulator"})
+        stats = stats_when_up(url)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    assert done.returncode == 0, done.stderr
+    [metrics] = tmp_path.glob("*/stdlib-json/metrics.json")
+    assert json.loads(metrics.read_text())["status"] == "succeeded"
+    assert stats["outcomes"]["529"] == 2  # requests 3 and 10, as emulator.toml schedules them
+    assert set(stats["outcomes"]) <= {"ok", "429", "529"} and stats["outcomes"]["ok"] >= 10
 
 
 def test_cli_refuses_bad_config_and_non_loopback_hosts(tmp_path):
@@ -599,8 +631,6 @@ def test_runner_emulate_with_a_bad_config_is_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2 and done.stderr.startswith(f"error: {tmp_path / 'broken.toml'}: TOML syntax error")
     assert len(done.stderr.splitlines()) == 1
 
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_the_shipped_emulator_toml_and_the_readmes_example_load():
