@@ -548,22 +548,15 @@ def test_runner_emulate_serves_until_terminated():
 
 
 def test_the_readmes_emulator_commands_work_as_written(tmp_path):
-    """``runner emulate --config emulator.toml`` from the top of the repository, then ``runner run``
-    against it (one demo job, to keep it short): the shipped faults happen, the SDK retries them."""
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "runner", "emulate", "--port", str(port), "--config",
-                                "emulator.toml"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        stats_when_up(url)
+    """The shipped ``emulator.toml`` (served in process; ``runner emulate`` itself is tested above),
+    then ``runner run`` from the top of the repository against it, as the README says (one demo job,
+    to keep it short): the shipped faults happen, the SDK retries them, the job succeeds."""
+    with running_emulator(EmulatorConfig.from_toml(REPO / "emulator.toml")) as emu:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
         done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs/stdlib-json.toml", "--backend",
                                "anthropic", "--output-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True,
-                              timeout=120, env={**env, "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": "emulator"})
-        stats = stats_when_up(url)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+                              timeout=120, env={**env, "ANTHROPIC_BASE_URL": emu.base_url, "ANTHROPIC_API_KEY": "emulator"})
+        stats = emu.stats()
     assert done.returncode == 0, done.stderr
     [metrics] = tmp_path.glob("*/stdlib-json/metrics.json")
     assert json.loads(metrics.read_text())["status"] == "succeeded"
