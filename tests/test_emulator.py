@@ -4,25 +4,32 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import socket
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from argparse import Namespace
+from pathlib import Path
 
 import anthropic
 import anyio
 import pytest
+from pydantic import ValidationError
 
 from runner.compactor.fallback import fallback_summary
 from runner.compactor.summarizer import Summarizer
+from runner.config import ConfigError
 from runner.emulator import EmulatorConfig, running_emulator
-from runner.emulator.app import effective_view, input_tokens
 from runner.emulator.cli import serve
+from runner.emulator.compaction import effective_view
 from runner.emulator.config import Fault
 from runner.emulator.faults import fires
+from runner.emulator.tokens import input_tokens
 from runner.messages import request_problems
 from runner.models.anthropic import AnthropicModel, is_prompt_too_long
 from runner.models.base import PromptTooLong, Request
@@ -34,6 +41,7 @@ TOOLS = [{"name": n, "description": n, "input_schema": {"type": "object", "prope
          for n in ("glob", "read", "grep")]
 HELLO = [{"role": "user", "content": "Survey the workspace."}]
 ROOT = "/ws"
+REPO = Path(__file__).resolve().parent.parent
 
 
 
@@ -162,14 +170,14 @@ async def test_invalid_messages_are_a_400(emu, messages, needle):
 
 @pytest.mark.parametrize(("body", "needle"), [
     ({"model": "m", "messages": HELLO}, "max_tokens: Field required"),
-    ({"model": "m", "messages": HELLO, "max_tokens": 0}, "max_tokens: expected a positive integer"),
+    ({"model": "m", "messages": HELLO, "max_tokens": 0}, "max_tokens: Input should be greater than or equal to 1"),
     ({"messages": HELLO, "max_tokens": 10}, "model: Field required"),
     ({"model": "m", "messages": HELLO, "max_tokens": 10, "surprise": 1}, "surprise: Extra inputs"),
-    ({"model": "m", "messages": HELLO, "max_tokens": 10, "tools": [{"name": "t"}]}, "tools.0.input_schema"),
+    ({"model": "m", "messages": HELLO, "max_tokens": 10, "tools": [{"name": "t"}]}, "tools.0.custom.input_schema: Field required"),
     ({"model": "m", "messages": HELLO, "max_tokens": 10, "tools": [{"input_schema": {"type": "object"}}]},
-     "tools.0.name"),
+     "tools.0.custom.name: Field required"),
     ({"model": "m", "messages": HELLO, "max_tokens": 10, "system": [{"type": "image", "source": {}}]}, "system.0"),
-    ({"model": "m", "messages": HELLO, "max_tokens": 10, "system": 5}, "system: expected"),
+    ({"model": "m", "messages": HELLO, "max_tokens": 10, "system": 5}, "system: Input should be a valid list"),
     ({"model": "m", "messages": HELLO, "max_tokens": 10,
       "system": [{"type": "text", "text": "s", "cache_control": {"type": "forever"}}]}, "cache_control"),
     ({"model": "m", "max_tokens": 10, "context_management": {"edits": []},
@@ -508,10 +516,24 @@ async def test_cut_summary_input_skips_the_marker_line(emu):
 # --- the command line ---------------------------------------------------------------------------
 
 
-def test_runner_emulate_serves_until_terminated():
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return probe.getsockname()[1]
+
+
+def stats_when_up(url: str) -> dict:
+    for _ in range(200):
+        try:
+            with urllib.request.urlopen(url + "/_emulator/stats", timeout=5) as response:
+                return json.loads(response.read())
+        except urllib.error.URLError:
+            time.sleep(0.05)
+    pytest.fail("runner emulate did not answer")
+
+
+def test_runner_emulate_serves_until_terminated():
+    port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "runner", "emulate", "--port", str(port)],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
@@ -519,26 +541,101 @@ def test_runner_emulate_serves_until_terminated():
         url = f"http://127.0.0.1:{port}"
         assert url in banner
         assert env_line.strip() == f"ANTHROPIC_BASE_URL={url} ANTHROPIC_API_KEY=emulator-key"
-        for _ in range(100):
-            try:
-                with urllib.request.urlopen(url + "/_emulator/stats", timeout=5) as response:
-                    assert json.loads(response.read())["requests"] == 0
-                break
-            except urllib.error.URLError:
-                time.sleep(0.05)
-        else:
-            pytest.fail("runner emulate did not answer")
+        assert stats_when_up(url)["requests"] == 0
     finally:
         process.terminate()
         assert process.wait(timeout=10) in (0, -15)  # uvicorn re-raises SIGTERM after a graceful stop
 
 
+def test_the_readmes_emulator_commands_work_as_written(tmp_path):
+    """The shipped ``emulator.toml`` (served in process; ``runner emulate`` itself is tested above),
+    then ``runner run`` from the top of the repository against it, as the README says (one demo job,
+    to keep it short): the shipped faults happen, the SDK retries them, the job succeeds."""
+    with running_emulator(EmulatorConfig.from_toml(REPO / "emulator.toml")) as emu:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
+        done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs/stdlib-json.toml", "--backend",
+                               "anthropic", "--output-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True,
+                              timeout=120, env={**env, "ANTHROPIC_BASE_URL": emu.base_url, "ANTHROPIC_API_KEY": "emulator"})
+        stats = emu.stats()
+    assert done.returncode == 0, done.stderr
+    [metrics] = tmp_path.glob("*/stdlib-json/metrics.json")
+    assert json.loads(metrics.read_text())["status"] == "succeeded"
+    assert stats["outcomes"]["529"] == 2  # requests 3 and 10, as emulator.toml schedules them
+    assert set(stats["outcomes"]) <= {"ok", "429", "529"} and stats["outcomes"]["ok"] >= 10
+
+
 def test_cli_refuses_bad_config_and_non_loopback_hosts(tmp_path):
     bad = tmp_path / "emu.toml"
     bad.write_text("rpm = -1\n")
-    assert serve(Namespace(host="127.0.0.1", port=0, config=bad)) == 2
-    assert serve(Namespace(host="0.0.0.0", port=0, config=None)) == 2
+    with pytest.raises(ConfigError) as caught:
+        serve(Namespace(host="127.0.0.1", port=0, config=bad))
+    assert caught.value.problems == [f"{bad}: rpm: Input should be greater than or equal to 1 (got -1)"]
+    with pytest.raises(ConfigError) as caught:
+        serve(Namespace(host="0.0.0.0", port=0, config=None))
+    assert caught.value.problems[0].startswith("--host: the emulator binds only to loopback")
     good = tmp_path / "good.toml"
     good.write_text("rpm = 10\nwindow_s = 2\n[faults.overloaded]\nrate = 0.1\n")
     config = EmulatorConfig.from_toml(good)
-    assert config.rpm == 10 and config.faults.overloaded.rate == 0.1
+    assert config.rpm == 10 and config.window_s == 2.0 and config.faults.overloaded.rate == 0.1
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('rpm = "50"\n', "rpm: Input should be a valid integer (got '50')"),
+    ("seed = true\n", "seed: Input should be a valid integer (got True)"),
+    ('enforce_max_tokens = "yes"\n', "enforce_max_tokens: Input should be a valid boolean (got 'yes')"),
+    ('[latency]\nseconds = "2"\n', "latency.seconds: Input should be a valid number (got '2')"),
+    ("[faults.overloaded]\nschedule = [1, \"3\"]\n", "faults.overloaded.schedule.1: Input should be a valid integer (got '3')"),
+    ("rpn = 50\n", "rpn: unknown key"),
+    ("[faults.overload]\nrate = 0.1\n", "faults.overload: unknown key"),
+])
+def test_config_values_are_strict_and_errors_name_file_and_key(tmp_path, text, expected):
+    path = tmp_path / "emulator.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        EmulatorConfig.from_toml(path)
+    assert caught.value.problems == [f"{path}: {expected}"]
+
+
+def test_config_values_are_strict_when_set_at_run_time_too(emu):
+    with pytest.raises(ValidationError):
+        emu.config.rpm = "50"
+    emu.config.slow_s = 10  # a whole number is a number
+    assert emu.config.slow_s == 10.0
+
+
+def run_emulate(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner", "emulate", "--port", "0", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_runner_emulate_with_a_bad_config_is_one_line_and_exit_2(tmp_path):
+    bad = tmp_path / "emulator.toml"
+    bad.write_text('rpm = "50"\n[latency]\nsecond = 1\n')
+    done = run_emulate("--config", str(bad))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [f"error: {bad}: latency.second: unknown key",
+                                        f"error: {bad}: rpm: Input should be a valid integer (got '50')"]
+    for path, expected in [(tmp_path / "none.toml", "config file not found"),
+                           (tmp_path, "config file is a directory, expected a TOML file")]:
+        done = run_emulate("--config", str(path))
+        assert (done.returncode, done.stderr) == (2, f"error: {path}: {expected}\n")
+    (tmp_path / "broken.toml").write_text("rpm = \n")
+    done = run_emulate("--config", str(tmp_path / "broken.toml"))
+    assert done.returncode == 2 and done.stderr.startswith(f"error: {tmp_path / 'broken.toml'}: TOML syntax error")
+    assert len(done.stderr.splitlines()) == 1
+
+
+
+def test_the_shipped_emulator_toml_and_the_readmes_example_load():
+    """The README's ``runner emulate --config emulator.toml`` names a file that ships, and its TOML
+    example is a valid config."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## The emulator"):]
+    section = section[:section.index("\n## ", 1)]
+    assert "--config emulator.toml" in section
+    shipped = EmulatorConfig.from_toml(REPO / "emulator.toml")
+    assert shipped.faults.overloaded.schedule and shipped.rpm
+    examples = re.findall(r"```toml\n(.*?)```", section, re.S)
+    assert examples
+    for example in examples:
+        EmulatorConfig.model_validate(tomllib.loads(example))

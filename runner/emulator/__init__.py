@@ -10,9 +10,10 @@ Start one in tests with :func:`running_emulator` (a context manager; a free loop
 or from the shell with ``runner emulate [--port N] [--config emulator.toml]``.
 """
 
-from .app import EmulatorState, create_app
+from .app import create_app
 from .config import EmulatorConfig, Fault, Faults, Latency, ScriptedReply
 from .server import EmulatorHandle, running_emulator
+from .state import EmulatorState
 
 __all__ = ["EmulatorConfig", "EmulatorHandle", "EmulatorState", "Fault", "Faults", "Latency", "ScriptedReply",
            "create_app", "running_emulator"]

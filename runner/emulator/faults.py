@@ -10,6 +10,9 @@ Guarantees:
   sends it; ``retry-after-ms`` too when configured).
 - Errors have the API's shape ``{"type": "error", "error": {"type", "message"}, "request_id"}`` and
   ``x-should-retry: true`` on 429, 500 and 529.
+- A dropped connection (:class:`DroppedResponse`) sends the headers and part of the body, then the
+  server closes the connection; latency and slow answers (:func:`sleep_unless_disconnected`) end
+  early when the client leaves.
 """
 
 from __future__ import annotations
@@ -19,10 +22,14 @@ import random
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from starlette.responses import JSONResponse
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from .config import EmulatorConfig, Fault
 
@@ -95,7 +102,7 @@ class SlidingWindow:
     """The log of admitted requests: (monotonic time, input tokens). ``admit`` runs on the app's one
     event loop; ``count`` only reads."""
 
-    def __init__(self, clock=time.monotonic):
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.clock = clock
         self.log: deque[tuple[float, int]] = deque()
 
@@ -146,3 +153,41 @@ class SlidingWindow:
         if not admitted:
             headers.update(retry_headers(wait, config.retry_after_ms))
         return Admission(admitted, max(0.0, wait), limited_by, headers)
+
+
+def over_the_limit(config: EmulatorConfig, admission: Admission) -> str:
+    """The 429 message for a request the enforced limits refused, in the API's words."""
+    limit = config.rpm if admission.limited_by == "requests" else config.input_tokens_per_minute
+    return (f"This request would exceed the rate limit for your organization of {limit} "
+            f"{admission.limited_by.replace('_', ' ')} per {config.window_s:g} seconds. "
+            "Please wait before trying again (see the retry-after header).")
+
+
+class DroppedResponse(Response):
+    """Sends the headers and part of the body, then returns without finishing: uvicorn closes the
+    connection, and the client sees the body cut short."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"4096")]})
+        await send({"type": "http.response.body", "body": b'{"id": "msg_emu_', "more_body": True})
+
+
+DROP_LOG_MESSAGE = "ASGI callable returned without completing response."
+
+
+async def sleep_unless_disconnected(request: Request, seconds: float) -> bool:
+    """Sleep; False as soon as the client disconnects. Call only after the body was read."""
+    disconnected = False
+    async with anyio.create_task_group() as tg:
+        async def watch() -> None:
+            nonlocal disconnected
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            disconnected = True
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        await anyio.sleep(seconds)
+        tg.cancel_scope.cancel()
+    return not disconnected

@@ -23,8 +23,10 @@ from typing import Any
 
 import uvicorn
 
-from .app import DROP_LOG_MESSAGE, EmulatorState, create_app
+from .app import create_app
 from .config import EmulatorConfig, ScriptedReply
+from .faults import DROP_LOG_MESSAGE
+from .state import EmulatorState
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 

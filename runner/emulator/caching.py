@@ -1,0 +1,95 @@
+"""Prompt-caching accounting: which part of a request is read from the cache, which is written.
+
+Guarantees (of :class:`PromptCache`): a prefix ends at a block, in the API's cache order (tools,
+system, message blocks); it is written at every ``cache_control`` breakpoint of at least
+``min_cacheable_tokens``; a read is the longest live prefix ending at a breakpoint or up to
+``cache_lookback_blocks`` blocks before one (a read refreshes the TTL). ``creation`` is the part of
+the last breakpoint's prefix not read; read + creation never exceed the request's total. The cache
+is per model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..messages import Message, blocks
+from .config import EmulatorConfig
+from .tokens import CHARS_PER_TOKEN
+
+
+def without_cache_control(block: dict[str, Any]) -> dict[str, Any]:
+    """``block`` without its ``cache_control`` key (a copy)."""
+    return {k: v for k, v in block.items() if k != "cache_control"}
+
+
+def cache_segments(system: Any, tools: list[dict[str, Any]], messages: list[Message]) -> list[tuple[str, Any]]:
+    """The request in cache order (tools, system, message blocks): (JSON text without
+    cache_control, the block's cache_control or None)."""
+    out: list[tuple[str, Any]] = []
+    for tool in tools:
+        out.append((json.dumps(["tool", without_cache_control(tool)], sort_keys=True), tool.get("cache_control")))
+    system_blocks: list[dict[str, Any]] = [{"type": "text", "text": system}] if isinstance(system, str) else system or []
+    for block in system_blocks:
+        out.append((json.dumps(["system", without_cache_control(block)], sort_keys=True), block.get("cache_control")))
+    for i, message in enumerate(messages):
+        for block in blocks(message):
+            content = block.get("content")
+            nested = content if isinstance(content, list) else []
+            cc = block.get("cache_control") or next(
+                (item.get("cache_control") for item in nested if isinstance(item, dict) and item.get("cache_control")),
+                None)
+            out.append((json.dumps([i, message.get("role"), without_cache_control(block)], sort_keys=True), cc))
+    return out
+
+
+class PromptCache:
+    """Prefix hashes -> (expiry, tokens), per model (see the module's guarantees)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.entries: dict[str, tuple[float, int]] = {}
+        self.clock = clock
+        self._calls = 0
+
+    def account(self, model: str, system: Any, tools: list[dict[str, Any]], messages: list[Message], total: int,
+                config: EmulatorConfig) -> tuple[int, int]:
+        """(cache_read_input_tokens, cache_creation_input_tokens) for one request; updates the cache."""
+        now = self.clock()
+        self._calls += 1
+        if self._calls % 256 == 0:
+            self.entries = {k: v for k, v in self.entries.items() if v[0] > now}
+        segments = cache_segments(system, tools, messages)
+        breakpoints = [k for k, (_, cc) in enumerate(segments) if cc]
+        if not breakpoints:
+            return 0, 0
+        digest = hashlib.sha256(model.encode())
+        hashes, tokens, chars = [], [], 0
+        for text, _ in segments[: breakpoints[-1] + 1]:
+            digest.update(text.encode("utf-8", "surrogatepass") + b"\x00")
+            hashes.append(digest.hexdigest())
+            chars += len(text)
+            tokens.append(min(total, math.ceil(chars / CHARS_PER_TOKEN)))
+
+        def live(k: int) -> bool:
+            entry = self.entries.get(hashes[k])
+            return entry is not None and entry[0] > now
+
+        candidates = sorted({p for b in breakpoints for p in range(max(0, b - config.cache_lookback_blocks), b + 1)},
+                            reverse=True)
+        read = 0
+        for p in candidates:
+            if tokens[p] >= config.min_cacheable_tokens and live(p):
+                read = tokens[p]
+                self.entries[hashes[p]] = (now + config.cache_ttl_s, tokens[p])
+                break
+        last = breakpoints[-1]
+        creation = tokens[last] - read if tokens[last] >= config.min_cacheable_tokens and not live(last) else 0
+        for b in breakpoints:
+            if tokens[b] >= config.min_cacheable_tokens and not live(b):
+                ttl = 3600.0 if (segments[b][1] or {}).get("ttl") == "1h" else config.cache_ttl_s
+                self.entries[hashes[b]] = (now + ttl, tokens[b])
+        return read, max(0, creation)

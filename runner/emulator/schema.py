@@ -1,0 +1,293 @@
+"""The shape of a Messages API request, as pydantic models: what one message, block or tool may be.
+
+Guarantees:
+- Strict: no coercion (a string is never a number, ``true`` is never 1); unknown fields are
+  refused at every level (``extra="forbid"``), except in server tools, whose schema the API defines.
+- Errors carry the API's locations: a block's type is part of its path
+  (``messages.1.content.0.tool_use.id``), a custom tool's too (``tools.0.custom.name``); a field that
+  is a string or a list of blocks adds nothing (``messages.0.content.1.text.text``, see
+  :data:`BRANCH_TAGS`).
+- Rules that need the request's context read it from the validation context: ``betas`` (the
+  ``anthropic-beta`` header's values) and ``min_trigger`` (the smallest compaction trigger).
+- Rules across blocks and messages (first role, alternation, tool_use/tool_result pairing, which
+  block types each role may send, non-empty text) are not here: they are
+  :func:`runner.emulator.validation.conversation_problems`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+COMPACTION_BETA = "compact-2026-01-12"
+ID_PATTERN = r"^[a-zA-Z0-9_-]+$"
+TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,128}$"
+
+# The two sides of a "string or a list of blocks" field; the API's error paths leave them out.
+AS_STRING, AS_BLOCKS = "<string>", "<blocks>"
+BRANCH_TAGS = frozenset({AS_STRING, AS_BLOCKS})
+
+
+def _string_or_blocks(value: Any) -> str:
+    return AS_STRING if isinstance(value, str) else AS_BLOCKS
+
+
+def _betas(info: ValidationInfo) -> set[str]:
+    return set((info.context or {}).get("betas", ()))
+
+
+class Shape(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class CacheControl(Shape):
+    type: Literal["ephemeral"]
+    ttl: Literal["5m", "1h"] = "5m"
+
+
+class _Cacheable(Shape):
+    cache_control: CacheControl | None = None
+
+
+class TextBlock(_Cacheable):
+    type: Literal["text"]
+    text: str
+    citations: list[Any] | None = None
+
+
+class ImageBlock(_Cacheable):
+    type: Literal["image"]
+    source: dict[str, Any]
+
+
+class DocumentBlock(_Cacheable):
+    type: Literal["document"]
+    source: dict[str, Any]
+    title: str | None = None
+    context: str | None = None
+    citations: dict[str, Any] | None = None
+
+
+ResultItem = Annotated[TextBlock | ImageBlock | DocumentBlock, Field(discriminator="type")]
+ResultContent = Annotated[Annotated[str, Tag(AS_STRING)] | Annotated[list[ResultItem], Tag(AS_BLOCKS)],
+                          Discriminator(_string_or_blocks)]
+
+
+class ToolUseBlock(_Cacheable):
+    type: Literal["tool_use"]
+    id: str = Field(pattern=ID_PATTERN)
+    name: str
+    input: dict[str, Any]
+    caller: dict[str, Any] = Field(default_factory=dict)  # optional, but never null
+    toolset_name: str | None = None
+
+
+class ToolResultBlock(_Cacheable):
+    type: Literal["tool_result"]
+    tool_use_id: str = Field(pattern=ID_PATTERN)
+    content: ResultContent = ""
+    is_error: bool = False
+    toolset_name: str | None = None
+
+
+class ThinkingBlock(Shape):
+    type: Literal["thinking"]
+    thinking: str
+    signature: str
+
+
+class RedactedThinkingBlock(Shape):
+    type: Literal["redacted_thinking"]
+    data: str
+
+
+class CompactionBlock(_Cacheable):
+    type: Literal["compaction"]
+    content: str | None = None
+    encrypted_content: str | None = None
+    signature: str | None = None
+    tool_changes: list[Any] | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _non_empty(cls, value: str | None) -> str | None:
+        if value == "":
+            raise ValueError("compaction content must be non-empty or null")
+        return value
+
+    @model_validator(mode="after")
+    def _beta(self, info: ValidationInfo) -> CompactionBlock:
+        if COMPACTION_BETA not in _betas(info):
+            raise ValueError(f"compaction blocks need the anthropic-beta header {COMPACTION_BETA}")
+        return self
+
+
+Block = Annotated[TextBlock | ImageBlock | DocumentBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock
+                  | RedactedThinkingBlock | CompactionBlock, Field(discriminator="type")]
+MessageContent = Annotated[Annotated[str, Tag(AS_STRING)] | Annotated[list[Block], Tag(AS_BLOCKS)],
+                           Discriminator(_string_or_blocks)]
+
+
+class Message(Shape):
+    role: Literal["user", "assistant"]
+    content: MessageContent
+
+
+SystemContent = Annotated[Annotated[str, Tag(AS_STRING)] | Annotated[list[TextBlock], Tag(AS_BLOCKS)],
+                          Discriminator(_string_or_blocks)]
+
+
+class InputSchema(BaseModel):
+    """A tool's JSON schema: an object schema; the rest of JSON Schema is not checked."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    type: Literal["object"]
+
+
+class CustomTool(_Cacheable):
+    type: Literal["custom"] | None = None
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    description: str | None = None
+    input_schema: InputSchema
+    strict: bool | None = None
+    input_examples: list[Any] | None = None
+    defer_loading: bool | None = None
+    allowed_callers: list[Any] | None = None
+    eager_input_streaming: bool | None = None
+
+
+class ServerTool(BaseModel):
+    """A server or versioned tool (``type`` other than ``custom``): the API defines its schema."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    type: str
+    name: str = Field(pattern=TOOL_NAME_PATTERN)
+    cache_control: CacheControl | None = None
+
+
+def _tool_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else None
+    return "custom" if kind in (None, "custom") else "server"
+
+
+Tool = Annotated[Annotated[CustomTool, Tag("custom")] | Annotated[ServerTool, Tag("server")],
+                 Discriminator(_tool_kind)]
+
+
+class ToolChoiceAuto(Shape):
+    type: Literal["auto", "any", "none"]
+    disable_parallel_tool_use: bool | None = None
+
+
+class ToolChoiceTool(Shape):
+    type: Literal["tool"]
+    name: str
+    disable_parallel_tool_use: bool | None = None
+
+
+def _choice_kind(value: Any) -> str:
+    return "tool" if isinstance(value, dict) and value.get("type") == "tool" else "auto"
+
+
+ToolChoice = Annotated[Annotated[ToolChoiceAuto, Tag("auto")] | Annotated[ToolChoiceTool, Tag("tool")],
+                       Discriminator(_choice_kind)]
+
+
+class Trigger(Shape):
+    type: Literal["input_tokens"]
+    value: int
+
+    @field_validator("value")
+    @classmethod
+    def _at_least_the_minimum(cls, value: int, info: ValidationInfo) -> int:
+        minimum = (info.context or {}).get("min_trigger", 1)
+        if value < minimum:
+            raise ValueError(f"must be an integer of at least {minimum}")
+        return value
+
+
+class CompactEdit(Shape):
+    type: Literal["compact_20260112"]
+    trigger: Trigger | None = None
+    instructions: str | None = None
+    pause_after_compaction: bool = False
+
+
+class ContextManagement(Shape):
+    edits: list[CompactEdit]
+
+
+class CountTokensRequest(Shape):
+    """``POST /v1/messages/count_tokens``."""
+
+    model: str = Field(min_length=1)
+    messages: list[Message]
+    system: SystemContent | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    thinking: Any = None
+    output_config: Any = None
+    # beta fields
+    context_management: ContextManagement | None = None
+    container: Any = None
+    mcp_servers: Any = None
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_names(cls, tools: list[CustomTool | ServerTool] | None) -> list[CustomTool | ServerTool] | None:
+        names = [t.name for t in tools or []]
+        if len(set(names)) != len(names):
+            raise ValueError("Tool names must be unique.")
+        return tools
+
+    @field_validator("context_management")
+    @classmethod
+    def _needs_the_beta(cls, value: ContextManagement | None, info: ValidationInfo) -> ContextManagement | None:
+        if value is not None and COMPACTION_BETA not in _betas(info):
+            raise ValueError(f"needs the anthropic-beta header {COMPACTION_BETA}")
+        return value
+
+
+class MessagesRequest(CountTokensRequest):
+    """``POST /v1/messages``: what count_tokens takes, plus the generation settings."""
+
+    max_tokens: int = Field(ge=1)
+    stream: bool | None = None
+    temperature: float | None = Field(None, ge=0, le=1)
+    top_p: float | None = Field(None, ge=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    stop_sequences: list[str] | None = None
+    metadata: dict[str, Any] | None = None
+    service_tier: Any = None
+    inference_geo: Any = None
+
+    @field_validator("stream")
+    @classmethod
+    def _not_streamed(cls, value: bool | None) -> bool | None:
+        if value:
+            raise ValueError("the emulator answers without streaming; send stream=false")
+        return value
+
+
+def blocks_with_cache_control(request: CountTokensRequest) -> int:
+    """How many ``cache_control`` breakpoints a request sets (tools, system, message blocks and the
+    items inside tool results)."""
+    count = sum(1 for tool in request.tools or [] if tool.cache_control is not None)
+    if isinstance(request.system, list):
+        count += sum(1 for block in request.system if block.cache_control is not None)
+    for message in request.messages:
+        for block in message.content if isinstance(message.content, list) else []:
+            count += getattr(block, "cache_control", None) is not None
+            if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
+                count += sum(1 for item in block.content if item.cache_control is not None)
+    return count

@@ -1,0 +1,89 @@
+"""What a running emulator counts and remembers between requests.
+
+Guarantees: :class:`EmulatorState` is mutated only on the server's event loop; ``snapshot()`` may
+be called from any thread. ``outcomes`` keys: ok, 400, 401, 413, 429, 500, 529, dropped, slow
+(answered late, or the client gave up first), disconnected (the client left during the latency),
+internal_error (an emulator bug).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, deque
+from typing import Any
+
+from .caching import PromptCache
+from .config import EmulatorConfig
+from .faults import SlidingWindow
+from .tokens import USAGE_FIELDS
+
+
+class EmulatorState:
+    """Counters, the rate-limit window, the prompt cache and the script position."""
+
+    def __init__(self, config: EmulatorConfig):
+        self.config = config
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests = 0
+            self.outcomes: Counter[str] = Counter()
+            self.concurrent = 0
+            self.peak_concurrent = 0
+            self.tokens = dict.fromkeys(USAGE_FIELDS, 0)
+            self.compactions = 0
+            self.summary_requests = 0
+            self.count_tokens_requests = 0
+            self.recorded: deque[Any] = deque(maxlen=self.config.max_recorded)
+            self.script_position = 0
+            self.window = SlidingWindow()
+            self.cache = PromptCache()
+
+    def begin(self) -> int:
+        """A messages request starts: its number (1-based, in arrival order)."""
+        with self._lock:
+            self.requests += 1
+            self.concurrent += 1
+            self.peak_concurrent = max(self.peak_concurrent, self.concurrent)
+            return self.requests
+
+    def end(self) -> None:
+        with self._lock:
+            self.concurrent -= 1
+
+    def count(self, outcome: str) -> None:
+        with self._lock:
+            self.outcomes[outcome] += 1
+
+    def bill(self, usages: list[dict[str, Any]]) -> None:
+        with self._lock:
+            for usage in usages:
+                for name in USAGE_FIELDS:
+                    self.tokens[name] += int(usage.get(name) or 0)
+
+    def record(self, body: Any) -> None:
+        if self.config.record_requests:
+            with self._lock:
+                if self.recorded.maxlen != self.config.max_recorded:
+                    self.recorded = deque(self.recorded, maxlen=self.config.max_recorded)
+                self.recorded.append(body)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counters as JSON (what ``GET /_emulator/stats`` returns)."""
+        with self._lock:
+            return {
+                "requests": self.requests,
+                "outcomes": dict(self.outcomes),
+                "concurrent": self.concurrent,
+                "peak_concurrent": self.peak_concurrent,
+                "requests_in_window": self.window.count(self.config.window_s),
+                "window_s": self.config.window_s,
+                "tokens": dict(self.tokens),
+                "compactions": self.compactions,
+                "summary_requests": self.summary_requests,
+                "count_tokens_requests": self.count_tokens_requests,
+                "cache_entries": len(self.cache.entries),
+                "recorded_requests": list(self.recorded),
+            }

@@ -1,0 +1,92 @@
+"""Is a request body one the Messages API would take? Every problem, in the API's words.
+
+Two steps:
+1. The shape, by pydantic (:mod:`.schema`): field types (strict), required and unknown fields,
+   block types, id and tool name patterns, ``cache_control`` values, tool schemas, ``tool_choice``,
+   ``context_management`` and the beta header it and compaction blocks need.
+2. Only for a well-shaped body, the rules across blocks and messages, as small pure functions: the
+   first message is from the user, roles alternate, every tool_result answers a tool_use of the
+   message before and every tool_use is answered (:func:`runner.messages.request_problems`), only
+   the last message may be an empty assistant message, each role sends only its own block types,
+   text blocks are non-empty (except inside a tool_result), at most :data:`MAX_BREAKPOINTS`
+   ``cache_control`` breakpoints. The API reports these with a coarser location (``messages:``,
+   ``messages.3:``), and so does the emulator.
+
+Guarantees: :func:`validate` never raises for any JSON value; each problem is one
+``location: message`` string (the location as the API writes it, e.g.
+``messages.1.content.0.tool_use.id``); an empty list means the request is valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from ..messages import Message, request_problems
+from .schema import BRANCH_TAGS, CountTokensRequest, MessagesRequest, blocks_with_cache_control
+
+MAX_BREAKPOINTS = 4
+ROLE_OF_BLOCK = {"tool_use": "assistant", "thinking": "assistant", "redacted_thinking": "assistant",
+                 "compaction": "assistant", "tool_result": "user", "image": "user", "document": "user"}
+
+
+def validate(body: Any, *, betas: Iterable[str], count_tokens: bool, min_trigger: int) -> list[str]:
+    """Every problem of a request body. ``betas``: the ``anthropic-beta`` header's values;
+    ``min_trigger``: the smallest compaction trigger the server accepts."""
+    if not isinstance(body, dict):
+        return ["The request body must be a JSON object."]
+    model = CountTokensRequest if count_tokens else MessagesRequest
+    try:
+        request = model.model_validate(body, context={"betas": set(betas), "min_trigger": min_trigger})
+    except ValidationError as e:
+        return [describe(error) for error in e.errors()]
+    problems = conversation_problems(body["messages"])
+    problems += empty_text("system", [body.get("system")])
+    breakpoints = blocks_with_cache_control(request)
+    if breakpoints > MAX_BREAKPOINTS:
+        problems.append(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
+                        f"Found {breakpoints}.")
+    return problems
+
+
+def describe(error: ErrorDetails) -> str:
+    """One pydantic error as the API writes it: ``messages.0.content.1.text.text: Field required``."""
+    where = ".".join(str(part) for part in error["loc"] if part not in BRANCH_TAGS)
+    message = error["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
+
+
+def conversation_problems(messages: list[Message]) -> list[str]:
+    """The rules across the messages of a well-shaped request (see the module's docstring)."""
+    problems = request_problems(messages)
+    for i, message in enumerate(messages):
+        problems += empty_content(i, message, last=i == len(messages) - 1)
+        problems += misplaced_blocks(i, message)
+    return problems + empty_text("messages", [m["content"] for m in messages])
+
+
+def empty_content(i: int, message: Message, *, last: bool) -> list[str]:
+    if message["content"] == "" and not (last and message["role"] == "assistant"):
+        return [f"messages.{i}: all messages must have non-empty content except for the optional "
+                "final assistant message"]
+    return []
+
+
+def misplaced_blocks(i: int, message: Message) -> list[str]:
+    """Blocks of a type the message's role may not send (a tool_result from the assistant, ...)."""
+    role, content = message["role"], message["content"]
+    return [f"messages.{i}.content.{j}: {block['type']} blocks are not allowed in {role} messages"
+            for j, block in enumerate(content if isinstance(content, list) else [])
+            if ROLE_OF_BLOCK.get(block["type"], role) != role]
+
+
+def empty_text(field: str, contents: list[Any]) -> list[str]:
+    """One problem when a text block in ``contents`` (each a string, a list of blocks or None) is
+    empty; the items inside a tool_result may be."""
+    if any(isinstance(content, list) and any(b["type"] == "text" and not b["text"] for b in content)
+           for content in contents):
+        return [f"{field}: text content blocks must be non-empty"]
+    return []
