@@ -25,13 +25,23 @@ def _tokens(n: float) -> str:
     return f"{n:.0f}"
 
 
+def _short(value: float, places: int) -> str:
+    """A number in at most 9 characters: fewer decimals as it grows."""
+    for digits in range(places, -1, -1):
+        text = f"{value:.{digits}f}"
+        if len(text) <= 9:
+            return text
+    return f"{value:.3g}"
+
+
 def narrow_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
     estimated = any(j.get("usage_estimated") for j in jobs)
-    table = Table(title=title, title_justify="left")
-    table.add_column("job", no_wrap=True, overflow="ellipsis", max_width=24, ratio=1)
-    table.add_column("status", no_wrap=True)
-    for name in ("turns", "tok in/out", "cmp", "cost $" + ("*" if estimated else ""), "wall s"):
-        table.add_column(name, justify="right", no_wrap=True)
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    table.add_column("job", no_wrap=True, overflow="ellipsis", min_width=8, max_width=22)
+    table.add_column("status", no_wrap=True, min_width=9)
+    for name, width in (("turns", 5), ("tok in/out", 13), ("cmp", 3), ("cost $" + ("*" if estimated else ""), 9),
+                        ("wall s", 6)):
+        table.add_column(name, justify="right", no_wrap=True, min_width=width)
     for job in jobs:
         usage = job.get("usage") or {}
         status = str(job.get("status", "?"))
@@ -41,9 +51,9 @@ def narrow_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
                       str(job.get("turns", 0)),
                       f"{_tokens(usage.get('input_tokens', 0))}/{_tokens(usage.get('output_tokens', 0))}",
                       str(sum(v for v in comp.values() if isinstance(v, int))),
-                      f"{job.get('cost_usd', 0.0):.4f}", f"{job.get('wall_s', 0.0):.1f}")
-    table.caption = ("ok = succeeded; cmp = compactions; * estimated (offline model)" if estimated
-                     else "ok = succeeded; cmp = compactions")
+                      _short(job.get("cost_usd", 0.0), 4), _short(job.get("wall_s", 0.0), 1))
+    table.caption = ("ok = succeeded, cmp = compactions, * estimated (offline model)" if estimated
+                     else "ok = succeeded, cmp = compactions")
     return table
 
 
