@@ -155,10 +155,12 @@ def test_the_pages_render_in_a_real_browser(run, tmp_path):
     assert not re.search(r"CONSOLE.*(Uncaught|Error)", log), log
     lines = [attrs for tag, attrs in page.tags if tag == "polyline"]
     assert lines and all(len(a["points"].split()) > 1 for a in lines)  # the context and cost charts are drawn
-    calls = sum(1 for e in (run_dir / job_page.stem / "events.jsonl").read_text().splitlines() if "model_call" in e)
+    events = [json.loads(e) for e in (run_dir / job_page.stem / "events.jsonl").read_text().splitlines()]
+    calls = sum(1 for e in events if e["stage"] == "model_call")
+    drops = sum(1 for e in events if e["stage"] != "model_call" and "chars_before" in e)
     metrics = json.loads((run_dir / job_page.stem / "metrics.json").read_text())
-    assert calls == metrics["turns"]  # one point per model call
-    assert len(lines[0]["points"].split()) == calls
+    assert calls == metrics["turns"] and drops == sum(metrics["compactions"].values())
+    assert len(lines[0]["points"].split()) == calls + 2 * drops  # a point per call, and each compaction's drop
     saved = [attrs["href"] for tag, attrs in page.tags if tag == "a" and "tool-results/" in attrs.get("href", "")]
     assert saved and all((job_page.parent / h).resolve().is_file() for h in saved)  # links reach the outputs
 
@@ -207,3 +209,19 @@ def test_view_and_report_of_a_directory_that_is_not_a_run(tmp_path, capsys):
     assert main(["view", str(tmp_path)]) == 2
     assert main(["report", str(tmp_path), "--json"]) == 2
     assert "run.json: not found" in capsys.readouterr().err
+
+
+def test_serve_renders_the_pages_from_disk_and_serves_only_the_runs_files(run):
+    from starlette.testclient import TestClient
+
+    from runner.viewer.serve import create_app
+
+    _, run_dir = run
+    client = TestClient(create_app(run_dir))
+    index = client.get("/")
+    assert index.status_code == 200 and "stdlib-json" in index.text and 'http-equiv="refresh"' in index.text
+    page = client.get(f"/view/{page_name('stdlib-json')}")
+    assert page.status_code == 200 and "<polyline" in page.text
+    assert client.get("/stdlib-json/final.md").text == (run_dir / "stdlib-json" / "final.md").read_text()
+    assert client.get("/view/nope.html").status_code == 404
+    assert client.get("/..%2f..%2fetc/passwd").status_code == 404

@@ -58,9 +58,9 @@ def _fmt(value: float) -> str:
 
 def line_chart(series: Sequence[Series], *, title: str, x_label: str, left_label: str, right_label: str = "",
                limits: Sequence[tuple[float, str, bool]] = (), marks: Sequence[Mark] = (),
-               width: int = 760, height: int = 240, money: bool = False) -> str:
+               width: int = 760, height: int = 260, money: bool = False) -> str:
     """An SVG line chart; ``limits`` are horizontal lines ``(value, label, right_axis)``."""
-    left, right, top, bottom = 58, 58 if any(s.right for s in series) else 16, 26, 34
+    left, right, top, bottom = 58, 58 if any(s.right for s in series) else 16, 40, 34
     plot_w, plot_h = width - left - right, height - top - bottom
     xs = [x for s in series for x, _ in s.points] + [m.x for m in marks]
     x_max = max(xs, default=1) or 1
@@ -112,10 +112,10 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, left_label
         coords = " ".join(f"{px(x):.1f},{py(y, s.right):.1f}" for x, y in s.points)
         out.append(f'<polyline points="{coords}" fill="none" stroke="{s.color}" stroke-width="1.6" '
                    f'class="line"><title>{escape(s.label)}</title></polyline>')
-    legend_x = left + 8
+    legend_x = left  # a line of its own, under the title
     for s in series:
-        out.append(f'<rect x="{legend_x}" y="{top + 4}" width="10" height="3" fill="{s.color}"/>'
-                   f'<text x="{legend_x + 14}" y="{top + 9}" class="ax">{escape(s.label)}</text>')
+        out.append(f'<rect x="{legend_x}" y="25" width="10" height="3" fill="{s.color}"/>'
+                   f'<text x="{legend_x + 14}" y="30" class="ax">{escape(s.label)}</text>')
         legend_x += 14 + 7 * len(s.label) + 16
     out.append("</svg>")
     return "".join(out)

@@ -78,6 +78,12 @@ def _text(content: Any) -> str:
     return json.dumps(content, ensure_ascii=False)
 
 
+def _compact_json(value: Any) -> str:
+    """On one line when it is short, indented when it is not."""
+    line = json.dumps(value, ensure_ascii=False)
+    return line if len(line) <= 100 else json.dumps(value, ensure_ascii=False, indent=1)
+
+
 def _block(block: Any, job: JobData, start: Path, saved: dict[str, str]) -> dict[str, Any]:
     if not isinstance(block, dict):
         return {"kind": "other", "text": json.dumps(block, ensure_ascii=False)}
@@ -87,7 +93,7 @@ def _block(block: Any, job: JobData, start: Path, saved: dict[str, str]) -> dict
         return {"kind": "text", "text": text, "marker": text.lstrip().startswith(MARKERS)}
     if kind == "tool_use":
         return {"kind": "tool_use", "name": str(block.get("name", "?")), "id": str(block.get("id", "")),
-                "input": json.dumps(block.get("input"), ensure_ascii=False, indent=1)}
+                "input": _compact_json(block.get("input"))}
     if kind == "tool_result":
         text = _text(block.get("content"))
         ident = str(block.get("tool_use_id", ""))
@@ -138,24 +144,28 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
     timeline: dict[int, list[dict[str, Any]]] = {}  # compactions before model call n (n = calls seen + 1)
     compactions: list[dict[str, Any]] = []
     marks: list[Mark] = []
+    chars: list[tuple[float, float]] = []  # the size sent to each call, and each compaction's drop before it
     for event in events:
         if event.get("stage") == "model_call":
             calls.append(event)
+            chars.append((number(event.get("turn")), number(event.get("chars"))))
         else:
             shown = _event(event, job, start, problems)
             shown["before_call"] = len(calls) + 1
             compactions.append(shown)
+            if shown["chars_before"] or shown["chars_after"]:
+                chars += [(len(calls) + 0.5, shown["chars_before"]), (len(calls) + 0.5, shown["chars_after"])]
             timeline.setdefault(len(calls) + 1, []).append(shown)
             marks.append(Mark(len(calls) + 0.5, f"{shown['stage']} before call {len(calls) + 1}: "
                               f"{shown['chars_before']:,} -> {shown['chars_after']:,} chars", shown["color"]))
     limits = job.limits()
     char_limit = number(limits.get("context_char_limit"))
     token_limit = number(limits.get("context_token_limit"))
-    chars = [(number(c.get("turn")), number(c.get("chars"))) for c in calls]
     tokens = [(number(c.get("turn")), number(c.get("tokens"))) for c in calls if number(c.get("tokens"))]
     estimated = any(c.get("estimated") for c in calls)
     token_label = "tokens" + (" (estimated)" if estimated else "")
-    series = [Series("characters of messages", chars, "#1f77b4")]
+    series = [Series("characters of the messages (each compaction's drop drawn at its mark)",
+                     chars if calls else [], "#1f77b4")]
     if tokens:
         series.append(Series(token_label, tokens, "#ff7f0e", right=True))
     limit_lines = [(char_limit, f"context_char_limit {char_limit:,.0f}", False)] if char_limit else []
@@ -169,7 +179,7 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
         charts.append(line_chart([Series("cost so far", [(number(c.get("turn")), number(c.get("cost_usd")))
                                                          for c in calls], "#2ca02c")],
                                  title="cost over model calls", x_label="model call", left_label="USD", money=True,
-                                 height=180))
+                                 height=200))
     transcript = read_records(job.dir / "transcript.jsonl", problems)
     saved = _saved_outputs(job)
     items: list[dict[str, Any]] = []

@@ -8,6 +8,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,17 +63,32 @@ def _stale(job: JobData, page: Path) -> bool:
     return False
 
 
+def _stamp() -> str:
+    """What the pages were made with: a page written by other templates or code is out of date too."""
+    digest = hashlib.sha256()
+    here = Path(__file__).parent
+    for path in sorted([*here.glob("*.py"), *(here / "templates").glob("*.j2")]):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def write_view(run_dir: Path, out: Path | None = None, force: bool = False) -> ViewResult:
     """Write the index (default ``RUN_DIR/index.html``) and every job page that is out of date."""
     index = out or run_dir / "index.html"
     run = load_run(run_dir)
     pages = pages_dir_for(index)
     pages.mkdir(parents=True, exist_ok=True)
+    stamp_file, stamp = pages / ".made-by", _stamp()
+    try:
+        force = force or stamp_file.read_text() != stamp
+    except OSError:
+        force = True
     result = ViewResult(index, pages, problems=list(run.problems))
     for job in run.jobs:
         page = pages / page_name(job.name)
         if force or _stale(job, page):
             write_atomic_sync(page, render_job(job, pages, index))
             result.pages_written += 1
+    write_atomic_sync(stamp_file, stamp)
     write_atomic_sync(index, render_index(run, index))
     return result
