@@ -225,3 +225,42 @@ def test_serve_renders_the_pages_from_disk_and_serves_only_the_runs_files(run):
     assert client.get("/stdlib-json/final.md").text == (run_dir / "stdlib-json" / "final.md").read_text()
     assert client.get("/view/nope.html").status_code == 404
     assert client.get("/..%2f..%2fetc/passwd").status_code == 404
+
+
+def test_the_live_tally_tells_counts_eta_cost_against_the_limit_tokens_and_429s():
+    from runner.display import ApiCounts, Tally
+    from runner.models.base import Usage
+    from runner.session import JobProgress, JobResult, RunBudget
+
+    api = ApiCounts()
+    tally = Tally(RunBudget(5.0), api)
+    progress = {n: JobProgress(n) for n in "abcd"}
+    tally.start(progress)
+    assert "0/4 done" in tally.line() and "ETA -" in tally.line()  # nothing finished: no guess
+    progress["a"].status, progress["b"].status = "running", "running"
+    progress["a"].cost_usd, progress["a"].input_tokens, progress["a"].output_tokens = 1.25, 1000, 100
+    progress["b"].cost_usd, progress["b"].input_tokens = 0.5, 500
+    tally.finished(JobResult("a", "failed", usage=Usage(input_tokens=1000, output_tokens=100)))
+    api()
+    api()
+    line = tally.line(now=tally.started + 30)  # one of four done in 30 s: three more take 90 s
+    assert "1/4 done" in line and "ETA 1:30" in line
+    assert "1 failed" in line and "1 running" in line and "2 queued" in line
+    assert "$1.7500 of $5" in line and "tokens 1,500 in / 100 out" in line and "429/529 2" in line
+
+
+def test_the_live_display_renders_active_jobs_and_the_tally():
+    from io import StringIO
+
+    from runner.display import LiveDisplay
+    from runner.session import JobProgress
+
+    console = Console(file=StringIO(), width=80, force_terminal=True, color_system=None)
+    display = LiveDisplay(console)
+    progress = {"a-very-long-job-name-" * 3: JobProgress("a-very-long-job-name-" * 3, status="running", turns=3),
+                "b": JobProgress("b")}
+    display.tally.start(progress)
+    console.print(display._render())
+    text = console.file.getvalue()
+    assert "a-very-long-job-name-" in text and "0/2 done" in text and "1 queued" in text and "1 running" in text
+    assert max(len(line) for line in text.splitlines()) <= 80

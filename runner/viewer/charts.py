@@ -94,7 +94,7 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, left_label
     out.append(f'<text x="12" y="{top + plot_h / 2}" class="ax" text-anchor="middle" '
                f'transform="rotate(-90 12 {top + plot_h / 2})">{escape(left_label)}</text>')
     if right_label:
-        x = width - 6
+        x: float = width - 6
         out.append(f'<text x="{x}" y="{top + plot_h / 2}" class="ax" text-anchor="middle" '
                    f'transform="rotate(90 {x} {top + plot_h / 2})">{escape(right_label)}</text>')
     for mark in marks:

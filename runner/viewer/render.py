@@ -9,8 +9,11 @@ Guarantees:
 from __future__ import annotations
 
 import hashlib
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -20,6 +23,7 @@ from .charts import STAGE_COLORS
 from .data import JobData, RunData, load_run
 from .pages import index_context, job_context, link, page_name
 
+PAGES_PER_WORKER = 16
 JOB_FILES = ("metrics.json", "events.jsonl", "transcript.jsonl", "final.md", "job.json")
 _env = Environment(loader=PackageLoader("runner.viewer", "templates"), autoescape=select_autoescape(["j2", "html"]),
                    trim_blocks=True, lstrip_blocks=True)
@@ -63,6 +67,10 @@ def _stale(job: JobData, page: Path) -> bool:
     return False
 
 
+def _write_page(job: JobData, pages: Path, index: Path) -> None:
+    write_atomic_sync(pages / page_name(job.name), render_job(job, pages, index))
+
+
 def _stamp() -> str:
     """What the pages were made with: a page written by other templates or code is out of date too."""
     digest = hashlib.sha256()
@@ -84,11 +92,15 @@ def write_view(run_dir: Path, out: Path | None = None, force: bool = False) -> V
     except OSError:
         force = True
     result = ViewResult(index, pages, problems=list(run.problems))
-    for job in run.jobs:
-        page = pages / page_name(job.name)
-        if force or _stale(job, page):
-            write_atomic_sync(page, render_job(job, pages, index))
-            result.pages_written += 1
+    stale = [job for job in run.jobs if force or _stale(job, pages / page_name(job.name))]
+    workers = min(os.cpu_count() or 1, len(stale) // PAGES_PER_WORKER)
+    if workers > 1:  # rendering is CPU-bound: a big run's pages are written by one process per core
+        with ProcessPoolExecutor(workers) as pool:
+            list(pool.map(_write_page, stale, repeat(pages), repeat(index), chunksize=PAGES_PER_WORKER))
+    else:
+        for job in stale:
+            _write_page(job, pages, index)
+    result.pages_written = len(stale)
     write_atomic_sync(stamp_file, stamp)
     write_atomic_sync(index, render_index(run, index))
     return result
