@@ -36,13 +36,13 @@ def print_error(line: str, label: str = "error") -> None:
 
 
 EXIT_CODES = """exit codes:
-  0  every job succeeded
-  1  a job did not succeed
-  2  bad configuration or usage
+  0    every job succeeded
+  1    a job did not succeed
+  2    bad configuration or usage
   130  interrupted (Ctrl-C)"""
 EXIT_CODES_VIEW = """exit codes:
-  0  the pages were written (or the server stopped)
-  2  RUN_DIR is not a run directory, or bad usage"""
+  0    the pages were written (or the server stopped)
+  2    RUN_DIR is not a run directory, or bad usage"""
 
 
 def _version() -> str:
@@ -85,8 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print the run as one JSON document on stdout at the end (the table goes to stderr)")
 
     validate = sub.add_parser("validate", help="check config and task files; run nothing", epilog="""exit codes:
-  0  every file is valid
-  2  a problem was found (each is listed: file, field, expectation)""")
+  0    every file is valid
+  2    a problem was found (each is listed: file, field, expectation)""")
     validate.add_argument("targets", nargs="*", type=Path, metavar="JOBS_DIR_OR_FILE",
                           help="task files (*.toml) or directories of them (default: jobs)")
     common(validate)
@@ -98,9 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--concurrency", type=int)
 
     report = sub.add_parser("report", help="print the table of a finished or running run", epilog="""exit codes:
-  0  every job of the run succeeded
-  1  a job did not (or has not yet)
-  2  RUN_DIR is not a run directory""")
+  0    every job of the run succeeded
+  1    a job did not (or has not yet)
+  2    RUN_DIR is not a run directory""")
     report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory, runs/<run-id>")
     report.add_argument("--json", action="store_true",
                         help="print the run as one JSON document: run.json's fields and each job's metrics")
@@ -114,8 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--port", type=int, default=8000, help="port for --serve (default: 8000)")
 
     emulate = sub.add_parser("emulate", help="serve the local Messages-API emulator", epilog="""exit codes:
-  0  the server stopped
-  2  bad emulator configuration""")
+  0    the server stopped
+  2    bad emulator configuration""")
     emulate.add_argument("--host", default="127.0.0.1")
     emulate.add_argument("--port", type=int, default=8765)
     emulate.add_argument("--config", type=Path, default=None, help="emulator settings (TOML)")

@@ -264,3 +264,19 @@ def test_the_live_display_renders_active_jobs_and_the_tally():
     text = console.file.getvalue()
     assert "a-very-long-job-name-" in text and "0/2 done" in text and "1 queued" in text and "1 running" in text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_text_from_the_run_is_never_markup_on_the_pages(tmp_path):
+    name = '<img src=x onerror="alert(1)">'
+    job_dir = tmp_path / "run" / name
+    job_dir.mkdir(parents=True)
+    (job_dir / "metrics.json").write_text(json.dumps({"job": name, "status": "failed", "turns": 1,
+                                                      "error": "<script>alert(2)</script>"}))
+    (job_dir / "final.md").write_text("# Report\n\n<script>alert(3)</script>\n")
+    (job_dir / "transcript.jsonl").write_text(json.dumps({"role": "user", "content": "<b>hi</b>"}) + "\n")
+    result = write_view(tmp_path / "run")
+    pages = [result.index.read_text(), *(p.read_text() for p in result.pages_dir.glob("*.html"))]
+    assert len(pages) == 2
+    for page in pages:
+        assert "<img src=x" not in page and "<script>alert" not in page and "<b>hi" not in page
+    assert "&lt;script&gt;alert(3)" in pages[1] and "&lt;img src=x" in pages[0]
