@@ -6,6 +6,7 @@ Exit codes: 0 every job succeeded, 1 a job did not, 2 bad configuration or usage
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from rich.markup import escape
 
 from .config import ConfigError, RunnerSection, Settings, load_settings
 from .jobs import JobError, JobSpec, find_task_files, load_jobs
-from .report import load_run, run_table
+from .report import load_run, run_table, totals_line
 
 if TYPE_CHECKING:  # the scheduler pulls in the SDK (~1.5 s); `validate` and `report` do not need it
     from .compactor.summarizer import Summarizer
@@ -33,37 +34,87 @@ def print_error(line: str, label: str = "error") -> None:
     err.print(f"[red]{label}[/]: {escape(line)}", highlight=False, soft_wrap=True)
 
 
+EXIT_CODES = """exit codes:
+  0    every job succeeded
+  1    a job did not succeed
+  2    bad configuration or usage
+  130  interrupted (Ctrl-C)"""
+EXIT_CODES_VIEW = """exit codes:
+  0    the pages were written (or the server stopped)
+  2    RUN_DIR is not a run directory, or bad usage"""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("runner")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="runner", description="Run batches of agent jobs concurrently.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="runner", description="Run batches of agent jobs concurrently.",
+                                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"runner {_version()}")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+
+    class Sub:  # every subcommand lists its exit codes under its --help
+        @staticmethod
+        def add_parser(name: str, epilog: str = EXIT_CODES, **kwargs: Any) -> argparse.ArgumentParser:
+            return subparsers.add_parser(name, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                         description=kwargs.get("help"), **kwargs)
+
+    sub = Sub()
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--config", type=Path, default=None,
                        help="config file (default: ./config.toml when it exists)")
 
     run = sub.add_parser("run", help="run every task file in JOBS_DIR (default: jobs/)")
-    run.add_argument("targets", nargs="*", type=Path, help="task files or directories (default: jobs)")
+    run.add_argument("targets", nargs="*", type=Path, metavar="JOBS_DIR_OR_FILE",
+                     help="task files (*.toml) or directories of them (default: jobs)")
     common(run)
     run.add_argument("--concurrency", type=int, help="jobs at once (overrides [runner] concurrency)")
     run.add_argument("--backend", choices=["auto", "anthropic", "offline"], help="model backend")
     run.add_argument("--only", action="append", metavar="NAME", help="run only this job (repeatable)")
     run.add_argument("--output-dir", type=Path, help="where runs/<run-id> goes (overrides [runner] output_dir)")
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="same as `runner resume RUN_DIR`")
+    run.add_argument("--json", action="store_true",
+                     help="print the run as one JSON document on stdout at the end (the table goes to stderr)")
 
-    validate = sub.add_parser("validate", help="check config and task files; run nothing")
-    validate.add_argument("targets", nargs="*", type=Path)
+    validate = sub.add_parser("validate", help="check config and task files; run nothing", epilog="""exit codes:
+  0    every file is valid
+  2    a problem was found (each is listed: file, field, expectation)""")
+    validate.add_argument("targets", nargs="*", type=Path, metavar="JOBS_DIR_OR_FILE",
+                          help="task files (*.toml) or directories of them (default: jobs)")
     common(validate)
 
     resume = sub.add_parser("resume", help="rerun the jobs of RUN_DIR that did not succeed")
-    resume.add_argument("run_dir", type=Path)
+    resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory, runs/<run-id>")
     common(resume)
     resume.add_argument("--backend", choices=["auto", "anthropic", "offline"])
     resume.add_argument("--concurrency", type=int)
 
-    report = sub.add_parser("report", help="print the table of a finished or running run")
-    report.add_argument("run_dir", type=Path)
+    report = sub.add_parser("report", help="print the table of a finished or running run", epilog="""exit codes:
+  0    every job of the run succeeded
+  1    a job did not (or has not yet)
+  2    RUN_DIR is not a run directory""")
+    report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory, runs/<run-id>")
+    report.add_argument("--json", action="store_true",
+                        help="print the run as one JSON document: run.json's fields and each job's metrics")
 
-    emulate = sub.add_parser("emulate", help="serve the local Messages-API emulator")
+    view = sub.add_parser("view", help="write the run as HTML that opens from disk (no network)",
+                          epilog=EXIT_CODES_VIEW)
+    view.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory, runs/<run-id>")
+    view.add_argument("--out", type=Path, metavar="FILE",
+                      help="the index page (default: RUN_DIR/index.html; job pages go beside it)")
+    view.add_argument("--serve", action="store_true", help="serve the pages live on loopback instead of writing them")
+    view.add_argument("--port", type=int, default=8000, help="port for --serve (default: 8000)")
+
+    emulate = sub.add_parser("emulate", help="serve the local Messages-API emulator", epilog="""exit codes:
+  0    the server stopped
+  2    bad emulator configuration""")
     emulate.add_argument("--host", default="127.0.0.1")
     emulate.add_argument("--port", type=int, default=8765)
     emulate.add_argument("--config", type=Path, default=None, help="emulator settings (TOML)")
@@ -77,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_validate(args)
         if args.command == "report":
             return cmd_report(args)
+        if args.command == "view":
+            return cmd_view(args)
         if args.command == "emulate":
             serve = _optional("runner.emulator.cli", "serve", "runner emulate")
             return serve(args)
@@ -182,12 +235,18 @@ def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
         return model, summarizer, backend
     if not os.environ.get("ANTHROPIC_API_KEY"):
         raise ConfigError(["backend = anthropic needs ANTHROPIC_API_KEY in the environment"])
+    from .display import API
     from .models.adaptive import AdaptiveLimit, AdaptiveModel
     from .models.anthropic import AnthropicModel
 
     limit = AdaptiveLimit(maximum=settings.runner.concurrency)
+
+    def rate_limited() -> None:  # the batch backs off, and the live display counts it
+        limit.rate_limited()
+        API()
+
     raw = AnthropicModel(max_retries=settings.limits.max_retries, timeout=settings.runner.request_timeout_s,
-                         on_rate_limited=limit.rate_limited, shards=-(-settings.runner.concurrency // 25))
+                         on_rate_limited=rate_limited, shards=-(-settings.runner.concurrency // 25))
     model = AdaptiveModel(raw, limit)
     summarizer = Summarizer(raw, s.model, max_concurrent=s.max_concurrent,
                             requests_per_minute=s.requests_per_minute, max_input_chars=s.max_input_chars,
@@ -195,17 +254,23 @@ def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
     return model, summarizer, backend
 
 
-def execute(batch: Batch, settings: Settings) -> int:
+def execute(batch: Batch, settings: Settings, as_json: bool = False) -> int:
     """Run a batch with the live display, print the table, return the exit code."""
     import anyio
 
     from .display import make_display
     from .scheduler import BatchResult, run_batch
+    from .tables import fitting_table
+    from .viewer.data import run_document
 
-    result: BatchResult = anyio.run(run_batch, batch, make_display(err))
+    result: BatchResult = anyio.run(run_batch, batch, make_display(err, batch.run_budget))
     document = load_run(batch.run_dir)
-    out.print(run_table(document["jobs"], title=escape(f"run {batch.run_dir}")))
-    out.print(escape(f"files: {batch.run_dir}"), highlight=False, soft_wrap=True)
+    shown = err if as_json else out
+    shown.print(fitting_table(document["jobs"], escape(f"run {batch.run_dir}"), shown.width))
+    shown.print(totals_line(document), highlight=False)
+    shown.print(escape(f"files: {batch.run_dir}"), highlight=False, soft_wrap=True)
+    if as_json:
+        print(json.dumps(run_document(batch.run_dir), ensure_ascii=False, indent=1))
     if result.interrupted:
         err.print("interrupted: running jobs were cancelled; `runner resume` continues them")
         return 130
@@ -231,6 +296,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_error(error.message, label=f"job {escape(error.name)} will fail")
     from .compactor.compactor import Compactor
     from .scheduler import Batch, new_run_id
+    from .store import link_latest
 
     model, summarizer, backend = make_backend(settings)
     warn_fallbacks(specs, model)
@@ -243,7 +309,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     batch = Batch(run_dir=run_dir, specs=specs, errors=errors, model=model, compactor=Compactor(summarizer),
                   summary_model=settings.summarizer.model, concurrency=settings.runner.concurrency,
                   meta=_meta(settings, backend), **spending(settings))
-    return execute(batch, settings)
+    link_latest(run_dir)
+    return execute(batch, settings, as_json=args.json)
 
 
 def _shown(path: Path) -> str:
@@ -279,6 +346,8 @@ def _meta(settings: Settings, backend: str) -> dict[str, Any]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.json:
+        return report_json(args.run_dir)
     document = load_run(args.run_dir)
     if not isinstance(document, dict) or not isinstance(document.get("jobs", []), list) \
             or not all(isinstance(j, dict) for j in document.get("jobs", [])):
@@ -286,9 +355,38 @@ def cmd_report(args: argparse.Namespace) -> int:
     out.print(run_table(document.get("jobs", []),
                         title=escape(f"run {args.run_dir} ({document.get('state')})")))
     totals = document.get("totals", {})
-    out.print(f"{totals.get('jobs', 0)} jobs, {totals.get('succeeded', 0)} succeeded, "
-              f"cost ${totals.get('cost_usd', 0):.4f}", highlight=False)
+    out.print(totals_line(document), highlight=False)
     return 0 if totals.get("succeeded", 0) == totals.get("jobs", -1) else 1
+
+
+def report_json(run_dir: Path) -> int:
+    from .viewer.data import run_document
+
+    if not (run_dir / "run.json").exists() and not any(run_dir.glob("*/metrics.json")):
+        raise ConfigError([f"{run_dir / 'run.json'}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
+    document = run_document(run_dir)
+    print(json.dumps(document, ensure_ascii=False, indent=1))
+    totals = document["totals"]
+    return 0 if totals["succeeded"] == totals["jobs"] else 1
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from .viewer import write_view
+
+    if not (args.run_dir / "run.json").exists() and not any(args.run_dir.glob("*/metrics.json")):
+        raise ConfigError([f"{args.run_dir / 'run.json'}: not found; is {args.run_dir} a run directory "
+                           "(runs/<run-id>)?"])
+    if args.serve:
+        from .viewer.serve import serve
+
+        return serve(args.run_dir, args.port)
+    result = write_view(args.run_dir, args.out)
+    for problem in result.problems:
+        print_error(problem, label="warning")
+    out.print(escape(f"wrote {result.index} ({result.pages_written} job pages updated in {result.pages_dir})"),
+              highlight=False, soft_wrap=True)
+    out.print(escape(f"open: file://{result.index.resolve()}"), highlight=False, soft_wrap=True)
+    return 0
 
 
 if __name__ == "__main__":

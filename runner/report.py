@@ -64,3 +64,12 @@ def _bytes(n: int) -> str:
             return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
         n /= 1024
     return str(n)
+
+
+def totals_line(document: dict[str, Any]) -> str:
+    """One line of totals: jobs, each status that occurred, tokens and cost."""
+    totals = document.get("totals") or {}
+    statuses = ", ".join(f"{totals[s]} {s}" for s in ("succeeded", "failed", "timeout", "max_turns",
+                                                       "budget_exceeded", "cancelled") if totals.get(s))
+    tokens = f"{totals.get('input_tokens', 0):,} in / {totals.get('output_tokens', 0):,} out tokens"
+    return f"{totals.get('jobs', 0)} jobs, {statuses or '0 succeeded'}; {tokens}; cost ${totals.get('cost_usd', 0):.4f}"

@@ -135,11 +135,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
         batch = Batch(run_dir=run_dir, specs=[], model=None, compactor=None,  # type: ignore[arg-type]
                       summary_model=settings.summarizer.model, concurrency=1, kept=plan.kept,
                       meta={"resumed": True}, handle_signals=False)
-        return execute(batch, settings)
+        return execute(batch, settings, as_json=getattr(args, "json", False))
     model, summarizer, backend = make_backend(settings)
     warn_fallbacks(plan.specs, model)
     batch = Batch(run_dir=run_dir, specs=plan.specs, errors=plan.errors, model=model,
                   compactor=Compactor(summarizer), summary_model=settings.summarizer.model,
                   concurrency=settings.runner.concurrency, histories=plan.histories, priors=plan.priors,
                   kept=plan.kept, meta={**_meta(settings, backend), "resumed": True}, **spending(settings))
-    return execute(batch, settings)
+    return execute(batch, settings, as_json=getattr(args, "json", False))

@@ -59,6 +59,8 @@ class JobProgress:
     compactions: int = 0
     cost_usd: float = 0.0
     started: float | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
 
 
 @dataclass
@@ -91,6 +93,14 @@ class JobResult:
             "persisted_bytes": self.persisted_bytes,
             "error": self.error,
         }
+
+
+def model_call_event(result: JobResult, chars: int, reply: Reply) -> dict[str, Any]:
+    """The ``events.jsonl`` line of one answered model call: the context it carried (characters of the
+    messages, and tokens as the reply's usage counted them), and the job's spend so far."""
+    return {"ts": round(time.time(), 3), "stage": "model_call", "turn": result.turns, "chars": chars,
+            "tokens": reply.usage.context_tokens, "estimated": reply.estimated,
+            "cost_usd": round(result.cost_usd, 6)}
 
 
 class Session:
@@ -167,6 +177,7 @@ class Session:
                 self._check_run_budget()
                 messages = await self.compactor.prepare(state)
                 self._update_progress()
+                sent_chars = state.window.total
                 request = Request(model=spec.model, messages=messages, tools=tools,
                                   max_tokens=spec.limits.max_output_tokens, system=spec.system,
                                   context_management=strategy.context_management(),
@@ -177,6 +188,7 @@ class Session:
                     reactive_retries = await self._reactive(reactive_retries, str(e))
                     continue
                 self._account(reply)
+                await self.store.append_jsonl("events.jsonl", [model_call_event(self.result, sent_chars, reply)])
                 state.observe_usage(reply.usage)
                 state.window.mark_seen()
                 if reply.stop_reason == "model_context_window_exceeded":
@@ -285,6 +297,8 @@ class Session:
         p.context_chars = self.state.window.total
         p.compactions = sum(self.state.compactions.values())
         p.cost_usd = self.result.cost_usd
+        p.input_tokens = self.result.usage.input_tokens + self.state.summarizer_usage.input_tokens
+        p.output_tokens = self.result.usage.output_tokens + self.state.summarizer_usage.output_tokens
 
     async def _write_outputs(self) -> None:
         result, state = self.result, self.state

@@ -202,3 +202,18 @@ class JobStore:
         if target != root and root not in target.parents:
             raise ValueError(f"{rel}: outside the job directory")
         return target
+
+
+def link_latest(run_dir: Path) -> None:
+    """Point ``<output_dir>/latest`` at ``run_dir`` (a relative symlink, replaced atomically). Best effort:
+    a file system without symlinks leaves no link, and the run goes on."""
+    link = run_dir.parent / "latest"
+    tmp = run_dir.parent / f".latest.{os.getpid()}.{next(_TMP_IDS)}"
+    try:
+        os.symlink(run_dir.name, tmp)
+        os.replace(tmp, link)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass

@@ -11,7 +11,7 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
-@pytest.mark.parametrize("name", ["concurrency", "ratelimit", "cost", "compactor"])
+@pytest.mark.parametrize("name", ["concurrency", "ratelimit", "cost", "compactor", "viewer"])
 def test_benchmark_smoke(name: str) -> None:
     before = (BENCH.parent / "BENCHMARKS.md").read_text()
     done = subprocess.run([sys.executable, str(BENCH / f"{name}.py"), "--smoke"], capture_output=True, text=True,

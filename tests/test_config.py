@@ -165,7 +165,7 @@ def test_cli_uses_merged_limits_and_env(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "runner", "run", "--output-dir", "out"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    [run_dir] = list((tmp_path / "out").iterdir())
+    [run_dir] = [p for p in (tmp_path / "out").iterdir() if not p.is_symlink()]
     got = {name: json.loads((run_dir / name / "job.json").read_text())["limits"] for name in ("alpha", "beta", "gamma")}
     assert {n: (v["max_turns"], v["timeout_s"], v["max_output_tokens"], v["max_retries"]) for n, v in got.items()} == {
         "alpha": (30, 200, 1234, 4), "beta": (10, 100, 1234, 9), "gamma": (10, 100, 1234, 4)}

@@ -36,7 +36,7 @@ def _setup(tmp: Path) -> None:
 
 
 def _run_json(tmp: Path) -> tuple[Path | None, dict | None]:
-    runs = list((tmp / "runs").glob("*")) if (tmp / "runs").exists() else []
+    runs = [p for p in (tmp / "runs").glob("*") if not p.is_symlink()] if (tmp / "runs").exists() else []
     if not runs:
         return None, None
     try:

@@ -92,7 +92,7 @@ def test_resume_uses_todays_limits_and_works_from_another_directory(tmp_path):
                             "--output-dir", "runs"], cwd=tmp_path, env=env(), capture_output=True, text=True,
                            timeout=120)
     assert first.returncode == 1
-    run_dir = next((tmp_path / "runs").iterdir())
+    run_dir = next(p for p in (tmp_path / "runs").iterdir() if not p.is_symlink())
     assert json.loads((run_dir / "j" / "metrics.json").read_text())["status"] == "max_turns"
     (tmp_path / "jobs" / "j.toml").write_text('workspace = "{stdlib}/json"\nprompt = "Survey."\n'
                                               "[limits]\nmax_turns = 60\n")

@@ -1,0 +1,154 @@
+"""How big and how fast is ``runner view`` for a big run?
+
+A synthetic run of 500 jobs x 200 model calls (the files a real run leaves: run.json, and per job
+job.json, metrics.json, events.jsonl with one model_call line per call and a compaction every few
+calls, transcript.jsonl, final.md, persisted outputs), then:
+
+- the index alone: time to read every job's metrics and write ``index.html``, and its size
+  (targets: under 2 s and under 2 MB);
+- every page: the first ``write_view`` (index plus one page per job), and a second one with nothing
+  changed (job pages are rewritten only when their files are newer);
+- the largest job page.
+
+    python bench/viewer.py            # 500 jobs x 200 calls; writes bench/results/viewer.json and BENCHMARKS.md
+    python bench/viewer.py --smoke    # 20 jobs x 30 calls, seconds, writes nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from common import replace_section, write_result  # noqa: E402
+
+from runner.store import write_atomic_sync  # noqa: E402
+from runner.viewer.data import load_run  # noqa: E402
+from runner.viewer.render import render_index, write_view  # noqa: E402
+
+STATUSES = ["succeeded"] * 90 + ["failed"] * 4 + ["max_turns"] * 3 + ["timeout"] * 2 + ["cancelled"]
+STAGES = ["tool_result_budget", "snip", "micro_compact", "fit_tool_results", "compact_history"]
+
+
+def make_job(run_dir: Path, name: str, calls: int, rng: random.Random) -> dict:
+    job_dir = run_dir / name
+    (job_dir / "tool-results").mkdir(parents=True)
+    (job_dir / "summaries").mkdir()
+    limits = {"context_char_limit": 50_000, "context_token_limit": None, "max_turns": calls}
+    (job_dir / "job.json").write_text(json.dumps({"name": name, "model": "claude-sonnet-5-5", "limits": limits}))
+    transcript = [{"role": "user", "content": f"Survey package {name}."}]
+    events, chars, cost, compactions = [], 2_000, 0.0, {}
+    for turn in range(1, calls + 1):
+        if turn % 7 == 0:
+            stage = STAGES[rng.randrange(len(STAGES))]
+            compactions[stage] = compactions.get(stage, 0) + 1
+            rel = f"tool-results/toolu_{turn:04d}.txt"
+            (job_dir / rel).write_text("persisted output\n" * 200)
+            after = chars // 2
+            events.append({"ts": turn, "stage": stage, "messages_before": 40, "messages_after": 20,
+                           "chars_before": chars, "chars_after": after, "paths": [rel],
+                           "cache_invalidated_from": 3})
+            chars = after
+        chars += rng.randrange(500, 4_000)
+        cost += chars / 4 * 3e-6 + 0.002
+        events.append({"ts": turn, "stage": "model_call", "turn": turn, "chars": chars, "tokens": chars // 4,
+                       "estimated": False, "cost_usd": round(cost, 6)})
+        call_id = f"toolu_{turn:04d}"
+        transcript.append({"role": "assistant", "content": [
+            {"type": "text", "text": f"Reading file {turn}."},
+            {"type": "tool_use", "id": call_id, "name": "read", "input": {"file_path": f"/src/{name}/m{turn}.py"}}]})
+        transcript.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": call_id, "content": f"def f{turn}():\n    return {turn}\n" * 12}]})
+    transcript.append({"role": "assistant", "content": [{"type": "text", "text": f"# Report on {name}\n\nDone."}]})
+    (job_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (job_dir / "transcript.jsonl").write_text("".join(json.dumps(m) + "\n" for m in transcript))
+    (job_dir / "final.md").write_text(f"# Report on {name}\n\n- {calls} files read\n")
+    usage = {"input_tokens": int(cost * 250_000), "output_tokens": calls * 300,
+             "cache_creation_input_tokens": calls * 100, "cache_read_input_tokens": calls * 2_000}
+    metrics = {"job": name, "status": STATUSES[rng.randrange(len(STATUSES))], "model": "claude-sonnet-5-5",
+               "turns": calls, "wall_s": round(rng.uniform(60, 3_600), 3), "usage": usage,
+               "summarizer_usage": {k: 0 for k in usage}, "usage_estimated": False, "cost_usd": round(cost, 6),
+               "compactions": compactions, "persisted_bytes": 3400 * len(compactions), "error": None}
+    (job_dir / "metrics.json").write_text(json.dumps(metrics))
+    return metrics
+
+
+def make_run(run_dir: Path, jobs: int, calls: int) -> None:
+    rng = random.Random(1)
+    entries = [make_job(run_dir, f"nightly-analysis-{i:03d}", calls, rng) for i in range(jobs)]
+    (run_dir / "run.json").write_text(json.dumps({"run_id": run_dir.name, "state": "finished", "backend": "anthropic",
+                                                  "model": "claude-sonnet-5-5", "jobs": entries}))
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process and its finished children (the page workers): a shared machine's
+    other load changes the wall time, not this."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def measure(jobs: int, calls: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "20261130-000000-beef"
+        make_run(run_dir, jobs, calls)
+        index = run_dir / "index.html"
+        started, cpu = time.perf_counter(), cpu_s()
+        write_atomic_sync(index, render_index(load_run(run_dir), index))
+        index_s, index_cpu = time.perf_counter() - started, cpu_s() - cpu
+        index_bytes = index.stat().st_size
+        index.unlink()
+        started, cpu = time.perf_counter(), cpu_s()
+        first = write_view(run_dir)
+        first_s, first_cpu = time.perf_counter() - started, cpu_s() - cpu
+        time.sleep(0.01)
+        started, cpu = time.perf_counter(), cpu_s()
+        again = write_view(run_dir)
+        again_s, again_cpu = time.perf_counter() - started, cpu_s() - cpu
+        pages = sorted(p.stat().st_size for p in first.pages_dir.iterdir())
+        return {"jobs": jobs, "calls_per_job": calls, "index_s": round(index_s, 3), "index_cpu_s": round(index_cpu, 3),
+                "index_bytes": index_bytes, "all_pages_s": round(first_s, 3), "all_pages_cpu_s": round(first_cpu, 3),
+                "pages_written": first.pages_written, "unchanged_again_s": round(again_s, 3),
+                "unchanged_again_cpu_s": round(again_cpu, 3), "pages_rewritten_again": again.pages_written,
+                "largest_page_bytes": pages[-1], "all_pages_bytes": sum(pages)}
+
+
+def table(r: dict) -> str:
+    met = "met" if r["index_s"] < 2 and r["index_bytes"] < 2 * 2**20 else "MISSED"
+    return (f"## Run viewer: `runner view` of {r['jobs']} jobs x {r['calls_per_job']} model calls\n\n"
+            "Synthetic run on disk (every file a real run leaves). Targets: the index written in under 2 s and "
+            "under 2 MB.\n\n"
+            "| what | wall s | CPU s | size |\n|---|---:|---:|---:|\n"
+            f"| index.html alone (read every job's metrics, render, write) | {r['index_s']:.2f} | {r['index_cpu_s']:.2f} | "
+            f"{r['index_bytes'] / 2**20:.2f} MiB |\n"
+            f"| first `runner view` (index + {r['pages_written']} job pages, one process per core) | "
+            f"{r['all_pages_s']:.2f} | {r['all_pages_cpu_s']:.2f} | {r['all_pages_bytes'] / 2**20:.1f} MiB in all |\n"
+            f"| `runner view` again, nothing changed ({r['pages_rewritten_again']} pages rewritten) | "
+            f"{r['unchanged_again_s']:.2f} | {r['unchanged_again_cpu_s']:.2f} | |\n"
+            f"| largest job page (charts, compactions, transcript) | | | {r['largest_page_bytes'] / 2**10:.0f} KiB |\n\n"
+            "CPU s counts this process and its page workers; the wall times were taken on a machine shared with "
+            "other work.\n\n"
+            f"Index: {met}. A job page is loaded only when its job is opened.\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true")
+    args = parser.parse_args()
+    result = measure(20, 30) if args.smoke else measure(500, 200)
+    text = table(result)
+    print(text)
+    if not args.smoke:
+        write_result("viewer", result)
+        replace_section("viewer", text, "python bench/viewer.py")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Write the pages: Jinja2 templates (shipped in this package) filled from :mod:`.pages`.
+
+Guarantees:
+- Every page is written to a temporary name and renamed: a browser never reads a torn page.
+- Text from the run (job names, messages, errors) is HTML-escaped by the template engine.
+- A job's page is rewritten only when one of its files is newer than the page (or ``force``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from itertools import repeat
+from pathlib import Path
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from ..store import write_atomic_sync
+from .charts import STAGE_COLORS
+from .data import JobData, RunData, load_run
+from .pages import index_context, job_context, link, page_name
+
+PAGES_PER_WORKER = 16
+JOB_FILES = ("metrics.json", "events.jsonl", "transcript.jsonl", "final.md", "job.json")
+_env = Environment(loader=PackageLoader("runner.viewer", "templates"), autoescape=select_autoescape(["j2", "html"]),
+                   trim_blocks=True, lstrip_blocks=True)
+
+
+@dataclass
+class ViewResult:
+    index: Path
+    pages_dir: Path
+    pages_written: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+def pages_dir_for(index: Path) -> Path:
+    """Where the job pages of ``index`` go: ``view/`` beside ``index.html``, ``<stem>-view/`` otherwise."""
+    return index.parent / ("view" if index.name == "index.html" else f"{index.stem}-view")
+
+
+def render_index(run: RunData, index: Path, refresh: int | None = None) -> str:
+    pages = link(pages_dir_for(index), index.parent)
+    return _env.get_template("index.html.j2").render(
+        **index_context(run, pages), written=time.strftime("%Y-%m-%d %H:%M:%S"), refresh=refresh)
+
+
+def render_job(job: JobData, pages_dir: Path, index: Path, refresh: int | None = None) -> str:
+    context = job_context(job, pages_dir, link(index, pages_dir))
+    return _env.get_template("job.html.j2").render(**context, refresh=refresh, all_stage_colors=STAGE_COLORS)
+
+
+def _stale(job: JobData, page: Path) -> bool:
+    try:
+        written = page.stat().st_mtime
+    except OSError:
+        return True
+    for name in JOB_FILES:
+        try:
+            if (job.dir / name).stat().st_mtime >= written:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _write_page(job: JobData, pages: Path, index: Path) -> None:
+    write_atomic_sync(pages / page_name(job.name), render_job(job, pages, index))
+
+
+def _stamp() -> str:
+    """What the pages were made with: a page written by other templates or code is out of date too."""
+    digest = hashlib.sha256()
+    here = Path(__file__).parent
+    for path in sorted([*here.glob("*.py"), *(here / "templates").glob("*.j2")]):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def write_view(run_dir: Path, out: Path | None = None, force: bool = False) -> ViewResult:
+    """Write the index (default ``RUN_DIR/index.html``) and every job page that is out of date."""
+    index = out or run_dir / "index.html"
+    run = load_run(run_dir)
+    pages = pages_dir_for(index)
+    pages.mkdir(parents=True, exist_ok=True)
+    stamp_file, stamp = pages / ".made-by", _stamp()
+    try:
+        force = force or stamp_file.read_text() != stamp
+    except OSError:
+        force = True
+    result = ViewResult(index, pages, problems=list(run.problems))
+    stale = [job for job in run.jobs if force or _stale(job, pages / page_name(job.name))]
+    workers = min(os.cpu_count() or 1, len(stale) // PAGES_PER_WORKER)
+    if workers > 1:  # rendering is CPU-bound: a big run's pages are written by one process per core
+        with ProcessPoolExecutor(workers) as pool:
+            list(pool.map(_write_page, stale, repeat(pages), repeat(index), chunksize=PAGES_PER_WORKER))
+    else:
+        for job in stale:
+            _write_page(job, pages, index)
+    result.pages_written = len(stale)
+    write_atomic_sync(stamp_file, stamp)
+    write_atomic_sync(index, render_index(run, index))
+    return result

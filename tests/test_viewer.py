@@ -1,0 +1,282 @@
+"""``runner view``, ``report --json`` and ``run --json`` on real runs (the offline model, real files), and
+the pages in a real browser (Debian's headless ``chromium``; skipped, with the reason, where it is absent)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from runner.cli import main
+from runner.tables import fitting_table
+from runner.viewer import write_view
+from runner.viewer.pages import page_name
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
+    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One real run of two small demo jobs, with ``--json``."""
+    out = tmp_path_factory.mktemp("runs")
+    proc = cli("run", "jobs/stdlib-json.toml", "jobs/stdlib-email.toml", "--output-dir", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    return proc, (out / "latest").resolve()
+
+
+def test_run_json_is_the_report_document_and_latest_points_at_the_run(run):
+    proc, run_dir = run
+    assert run_dir.parent.joinpath("latest").is_symlink() and (run_dir / "run.json").is_file()
+    document = json.loads(proc.stdout)  # stdout holds the document and nothing else
+    report = cli("report", str(run_dir), "--json")
+    assert report.returncode == 0
+    assert json.loads(report.stdout) == document
+    assert re.search(r"2 jobs, 2 succeeded; [\d,]+ in / [\d,]+ out tokens; cost \$\d+\.\d{4}", proc.stderr)
+
+
+def test_report_json_of_a_finished_run_has_run_json_fields_and_each_jobs_metrics(run):
+    _, run_dir = run
+    document = json.loads(cli("report", str(run_dir), "--json").stdout)
+    run_json = json.loads((run_dir / "run.json").read_text())
+    for key in ("run_id", "state", "backend", "model", "started"):
+        assert document[key] == run_json[key]
+    assert document["state"] == "finished"
+    for job in document["jobs"]:  # ground truth: each job's own metrics.json, read here directly
+        metrics = json.loads((run_dir / job["job"] / "metrics.json").read_text())
+        assert {k: job[k] for k in metrics} == metrics
+    assert document["totals"]["cost_usd"] == pytest.approx(
+        sum(json.loads((run_dir / j / "metrics.json").read_text())["cost_usd"] for j in ("stdlib-json", "stdlib-email")))
+    assert document["totals"]["succeeded"] == document["totals"]["jobs"] == 2
+
+
+def _in_progress(run_dir: Path, target: Path) -> Path:
+    """A copy of a finished run made to look as a run in progress does on disk: run.json lagging behind
+    (state running, one job queued, one running at turn 1), a newer metrics.json checkpoint, and a
+    half-written last line in events.jsonl."""
+    shutil.copytree(run_dir, target)
+    doc = json.loads((target / "run.json").read_text())
+    doc["state"] = "running"
+    doc["jobs"] = [{"job": "stdlib-email", "status": "running", "turns": 1},
+                   {"job": "queued-one", "status": "queued", "turns": 0}]
+    (target / "run.json").write_text(json.dumps(doc))
+    metrics = json.loads((target / "stdlib-email" / "metrics.json").read_text())
+    metrics.update(status="running", turns=7)
+    (target / "stdlib-email" / "metrics.json").write_text(json.dumps(metrics))
+    (target / "stdlib-json" / "metrics.json").write_text('{"job": "stdlib-json", "status": "runn')  # torn
+    with open(target / "stdlib-email" / "events.jsonl", "a") as f:
+        f.write('{"stage": "sn')
+    return target
+
+
+def test_report_json_of_a_run_in_progress_shows_each_jobs_live_status(run, tmp_path):
+    _, run_dir = run
+    live = _in_progress(run_dir, tmp_path / "live")
+    proc = cli("report", str(live), "--json")
+    assert "Traceback" not in proc.stderr
+    assert proc.returncode == 1  # not every job has succeeded (yet)
+    document = json.loads(proc.stdout)
+    jobs = {j["job"]: j for j in document["jobs"]}
+    assert document["state"] == "running"
+    assert jobs["stdlib-email"]["status"] == "running" and jobs["stdlib-email"]["turns"] == 7  # metrics.json wins
+    assert jobs["queued-one"]["status"] == "queued"
+    assert "stdlib-json" in jobs  # found by its directory though run.json does not list it
+    assert any("stdlib-json/metrics.json" in p for p in document["problems"])
+    assert document["totals"]["running"] == 1 and document["totals"]["queued"] == 1
+
+
+def test_view_of_a_damaged_run_in_progress_writes_every_page(run, tmp_path):
+    _, run_dir = run
+    live = _in_progress(run_dir, tmp_path / "live")
+    (live / "stdlib-email" / "transcript.jsonl").write_bytes(b'{"role": "user", "content": "x"}\n\xff\xfe{"ro')
+    result = write_view(live)
+    index = result.index.read_text()
+    assert "in progress" in index and "queued-one" in index
+    page = (live / "view" / page_name("stdlib-email")).read_text()
+    assert "half-written last line" in page  # the damage is named on the page, not a traceback
+    assert "<polyline" in page
+
+
+class _Collect(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _chromium_dom(page: Path, tmp_path: Path) -> tuple[_Collect, str]:
+    """The DOM after scripts ran, and chromium's log (page console messages included)."""
+    proc = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+         "--enable-logging=stderr", "--log-level=0", "--dump-dom", page.resolve().as_uri()],
+        capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = _Collect()
+    dom.feed(proc.stdout)
+    return dom, proc.stderr
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (`apt-get install chromium`; .ci/run installs it)")
+def test_the_pages_render_in_a_real_browser(run, tmp_path):
+    _, run_dir = run
+    result = write_view(run_dir, tmp_path / "run.html")  # --out elsewhere: links still reach the run's files
+    dom, log = _chromium_dom(result.index, tmp_path)
+    assert not re.search(r"CONSOLE.*(Uncaught|Error)", log), log
+    body = next(attrs for tag, attrs in dom.tags if tag == "body")
+    assert body.get("data-ready") == "1"  # the table's script ran to its end
+    rows = [attrs["data-name"] for tag, attrs in dom.tags if tag == "tr" and "data-name" in attrs]
+    assert sorted(rows) == ["stdlib-email", "stdlib-json"]
+    assert sum(1 for tag, attrs in dom.tags if tag == "rect" and attrs.get("class") == "bar") == 2
+    links = [attrs["href"] for tag, attrs in dom.tags if tag == "a" and attrs.get("href", "").endswith(".html")]
+    assert len(links) == 2
+    job_page = (result.index.parent / links[0]).resolve()
+    page, log = _chromium_dom(job_page, tmp_path)
+    assert not re.search(r"CONSOLE.*(Uncaught|Error)", log), log
+    lines = [attrs for tag, attrs in page.tags if tag == "polyline"]
+    assert lines and all(len(a["points"].split()) > 1 for a in lines)  # the context and cost charts are drawn
+    events = [json.loads(e) for e in (run_dir / job_page.stem / "events.jsonl").read_text().splitlines()]
+    calls = sum(1 for e in events if e["stage"] == "model_call")
+    drops = sum(1 for e in events if e["stage"] != "model_call" and "chars_before" in e)
+    metrics = json.loads((run_dir / job_page.stem / "metrics.json").read_text())
+    assert calls == metrics["turns"] and drops == sum(metrics["compactions"].values())
+    assert len(lines[0]["points"].split()) == calls + 2 * drops  # a point per call, and each compaction's drop
+    saved = [attrs["href"] for tag, attrs in page.tags if tag == "a" and "tool-results/" in attrs.get("href", "")]
+    assert saved and all((job_page.parent / h).resolve().is_file() for h in saved)  # links reach the outputs
+
+
+def test_the_final_table_fits_80_columns_without_breaking_a_word():
+    statuses = ["succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "cancelled"]
+    jobs = [{"job": f"nightly-codebase-analysis-{i:03d}-with-a-long-name", "status": s, "turns": 200,
+             "usage": {"input_tokens": 12_345_678, "output_tokens": 987_654, "cache_read_input_tokens": 5_000_000,
+                       "cache_creation_input_tokens": 100_000},
+             "compactions": {"snip": 9, "micro_compact": 40, "compact_history": 3}, "persisted_bytes": 10**9,
+             "cost_usd": 123.456789, "wall_s": 3600.5, "usage_estimated": True,
+             "error": "a long error message that would wrap inside words in a narrow table"}
+            for i, s in enumerate(statuses)]
+    console = Console(width=80, record=True, color_system=None)
+    console.print(fitting_table(jobs, "run runs/20261130-010203-abcd", console.width))
+    text = console.export_text()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    rows = [line for line in lines if line.strip().startswith("nightly")]
+    assert len(rows) == len(jobs)  # one line per job: nothing wrapped
+    for row, status in zip(rows, statuses, strict=True):
+        cells = row.split()
+        assert cells[1] in (status, {"succeeded": "ok", "budget_exceeded": "budget"}.get(status))
+        assert cells[0].startswith("nightly-codebase-") and cells[0].endswith("…")  # cut, not wrapped
+        assert cells[5] == "123.4568" and cells[6] == "3600.5"
+    wide = Console(width=300, record=True, color_system=None)
+    wide.print(fitting_table(jobs, None, 300))
+    assert "a long error message" in wide.export_text()  # with room, the full table with errors
+
+
+def test_help_describes_positionals_and_exit_codes(capsys):
+    for command in ("run", "validate", "resume", "report", "view", "emulate"):
+        with pytest.raises(SystemExit) as exit_:
+            main([command, "--help"])
+        assert exit_.value.code == 0
+        text = capsys.readouterr().out
+        assert "exit codes:" in text and re.search(r"^\s+2\s+", text, re.M), command
+        if command in ("resume", "report", "view"):
+            assert re.search(r"RUN_DIR\s+a run directory", text), command
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert re.fullmatch(r"runner \d+\.\d+\.\d+\S*\n", capsys.readouterr().out)
+
+
+def test_view_and_report_of_a_directory_that_is_not_a_run(tmp_path, capsys):
+    assert main(["view", str(tmp_path)]) == 2
+    assert main(["report", str(tmp_path), "--json"]) == 2
+    assert "run.json: not found" in capsys.readouterr().err
+
+
+def test_serve_renders_the_pages_from_disk_and_serves_only_the_runs_files(run):
+    from starlette.testclient import TestClient
+
+    from runner.viewer.serve import create_app
+
+    _, run_dir = run
+    client = TestClient(create_app(run_dir))
+    index = client.get("/")
+    assert index.status_code == 200 and "stdlib-json" in index.text and 'http-equiv="refresh"' in index.text
+    page = client.get(f"/view/{page_name('stdlib-json')}")
+    assert page.status_code == 200 and "<polyline" in page.text
+    assert client.get("/stdlib-json/final.md").text == (run_dir / "stdlib-json" / "final.md").read_text()
+    assert client.get("/view/nope.html").status_code == 404
+    assert client.get("/..%2f..%2fetc/passwd").status_code == 404
+
+
+def test_the_live_tally_tells_counts_eta_cost_against_the_limit_tokens_and_429s():
+    from runner.display import ApiCounts, Tally
+    from runner.models.base import Usage
+    from runner.session import JobProgress, JobResult, RunBudget
+
+    api = ApiCounts()
+    tally = Tally(RunBudget(5.0), api)
+    progress = {n: JobProgress(n) for n in "abcd"}
+    tally.start(progress)
+    assert "0/4 done" in tally.line() and "ETA -" in tally.line()  # nothing finished: no guess
+    progress["a"].status, progress["b"].status = "running", "running"
+    progress["a"].cost_usd, progress["a"].input_tokens, progress["a"].output_tokens = 1.25, 1000, 100
+    progress["b"].cost_usd, progress["b"].input_tokens = 0.5, 500
+    tally.finished(JobResult("a", "failed", usage=Usage(input_tokens=1000, output_tokens=100)))
+    api()
+    api()
+    line = tally.line(now=tally.started + 30)  # one of four done in 30 s: three more take 90 s
+    assert "1/4 done" in line and "ETA 1:30" in line
+    assert "1 failed" in line and "1 running" in line and "2 queued" in line
+    assert "$1.7500 of $5" in line and "tokens 1,500 in / 100 out" in line and "429/529 2" in line
+
+
+def test_the_live_display_renders_active_jobs_and_the_tally():
+    from io import StringIO
+
+    from runner.display import LiveDisplay
+    from runner.session import JobProgress
+
+    console = Console(file=StringIO(), width=80, force_terminal=True, color_system=None)
+    display = LiveDisplay(console)
+    progress = {"a-very-long-job-name-" * 3: JobProgress("a-very-long-job-name-" * 3, status="running", turns=3),
+                "b": JobProgress("b")}
+    display.tally.start(progress)
+    console.print(display._render())
+    text = console.file.getvalue()
+    assert "a-very-long-job-name-" in text and "0/2 done" in text and "1 queued" in text and "1 running" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_text_from_the_run_is_never_markup_on_the_pages(tmp_path):
+    name = '<img src=x onerror="alert(1)">'
+    job_dir = tmp_path / "run" / name
+    job_dir.mkdir(parents=True)
+    (job_dir / "metrics.json").write_text(json.dumps({"job": name, "status": "failed", "turns": 1,
+                                                      "error": "<script>alert(2)</script>"}))
+    (job_dir / "final.md").write_text("# Report\n\n<script>alert(3)</script>\n")
+    (job_dir / "transcript.jsonl").write_text(json.dumps({"role": "user", "content": "<b>hi</b>"}) + "\n")
+    result = write_view(tmp_path / "run")
+    pages = [result.index.read_text(), *(p.read_text() for p in result.pages_dir.glob("*.html"))]
+    assert len(pages) == 2
+    for page in pages:
+        assert "<img src=x" not in page and "<script>alert" not in page and "<b>hi" not in page
+    assert "&lt;script&gt;alert(3)" in pages[1] and "&lt;img src=x" in pages[0]
