@@ -427,6 +427,7 @@ class Toolset:
         page = text[offset:offset + limit]
         end = offset + len(page)
         rest = protocol.RECALL_NEXT.format(end=end) if end < len(text) else protocol.RECALL_END
-        footer = protocol.RECALL_PAGE.format(page=offset // limit + 1, pages=max(1, math.ceil(len(text) / limit)),
+        before = math.ceil(offset / limit)  # pages before this one, at this page size
+        footer = protocol.RECALL_PAGE.format(page=before + 1, pages=before + max(1, math.ceil((len(text) - offset) / limit)),
                                              start=offset, end=end, total=len(text), rest=rest)
         return {"type": "tool_result", "tool_use_id": tool_use_id, "content": safe_text(page) + "\n" + footer}
