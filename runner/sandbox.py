@@ -21,6 +21,7 @@ Each call is a fresh shell: nothing (working directory, variables) carries over 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -76,9 +77,10 @@ def _limited(command: str) -> str:
     return f"ulimit -t {CPU_SECONDS} -v {MEMORY_KIB} -f {FILE_KIB} 2>/dev/null; {command}"
 
 
-def argv_for(command: str, *, workspace: str, writable: bool, network: bool) -> list[str]:
-    """The ``bwrap`` command line that runs ``command`` with bash in the sandbox described above."""
-    argv = [bwrap_path() or "bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
+def argv_for(command: str, *, workspace: str, writable: bool, network: bool, info_fd: int | None = None) -> list[str]:
+    """The ``bwrap`` command line that runs ``command`` with bash in the sandbox described above;
+    with ``info_fd``, bwrap writes there (JSON) the pid of the sandbox's init process."""
+    argv = [bwrap_path() or "bwrap", *(["--info-fd", str(info_fd)] if info_fd is not None else []), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--cap-drop", "ALL", "--clearenv"]
     if not network:
         argv.append("--unshare-net")
@@ -105,13 +107,23 @@ async def run_command(command: str, *, workspace: str, writable: bool, network: 
                       timeout_s: float) -> CommandResult:
     """Run ``command`` (bash) to its end or its deadline. A cancelled or timed-out call kills the
     whole process tree before this returns or raises."""
-    if sandbox == "bwrap":
-        argv = argv_for(command, workspace=workspace, writable=writable, network=network)
-    else:
-        argv = ["/bin/bash", "--noprofile", "--norc", "-c", _limited(command)]
-    process = await anyio.open_process(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, cwd=workspace, env=environment(),
-                                       start_new_session=True)
+    info_read, info_write = os.pipe()
+    try:
+        if sandbox == "bwrap":
+            argv = argv_for(command, workspace=workspace, writable=writable, network=network, info_fd=info_write)
+        else:  # no init to learn: the shell leads its own process group
+            argv = ["/bin/bash", "--noprofile", "--norc", "-c", _limited(command)]
+        process = await anyio.open_process(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                           stderr=subprocess.STDOUT, cwd=workspace, env=environment(),
+                                           start_new_session=True,
+                                           pass_fds=(info_write,) if sandbox == "bwrap" else ())
+    finally:
+        os.close(info_write)
+    try:  # bwrap writes the info and closes it once the sandbox runs (at once, or at its exit)
+        info = await anyio.to_thread.run_sync(_read_all, info_read)
+    finally:
+        os.close(info_read)
+    init_pid = _child_pid(info)
     kept = bytearray()
     total = 0
     exit_code: int | None = None
@@ -126,7 +138,7 @@ async def run_command(command: str, *, workspace: str, writable: bool, network: 
     finally:
         if exit_code is None:
             with anyio.CancelScope(shield=True):
-                _kill_tree(process.pid)
+                _kill_tree(process.pid, init_pid)
                 await process.wait()
         await process.aclose()
     text = kept.decode("utf-8", errors="backslashreplace")
@@ -135,10 +147,29 @@ async def run_command(command: str, *, workspace: str, writable: bool, network: 
     return CommandResult(text, exit_code, total)
 
 
-def _kill_tree(pid: int) -> None:
-    """Kill the call's process group (``bwrap`` and, through its PID namespace, everything inside)."""
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _child_pid(info: bytes) -> int | None:
     try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        pid = json.loads(info or b"{}").get("child-pid")
+    except ValueError:
+        return None
+    return pid if isinstance(pid, int) and pid > 1 else None
+
+
+def _kill_tree(pid: int, init_pid: int | None) -> None:
+    """Kill everything the call started. The sandbox's init first: the kernel kills every process of
+    its PID namespace and bwrap exits only once init is reaped, so when bwrap has exited nothing of
+    the call is left. Then bwrap's process group (and, without a sandbox, the shell's)."""
+    for kill, target in ((os.kill, init_pid), (os.killpg, pid)):
+        if target is not None:
+            try:
+                kill(target, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
