@@ -1,10 +1,9 @@
 """How the offline policy lists a whole workspace with a glob that shows at most 200 matches.
 
-It asks ``**/*`` and ``*`` of the workspace first. When the tool says the ``**/*`` listing was cut
+It asks ``*`` and ``**/*`` of the workspace first. When the tool says the ``**/*`` listing was cut
 (:func:`runner.protocol.glob_cut`), it narrows per directory: ``*/`` gives a directory's
-subdirectories, ``*`` its own entries, and ``**/*`` each subdirectory's tree, again narrowed when cut;
-a directory with more than 200 entries of its own is split by the first characters of the names
-(``[a-f]*``, ``[g-m]*``, ...). Every query is answered whole (a saved answer is read back page by
+subdirectories and ``*`` its own entries, for every directory it finds; a directory with more than
+200 entries of its own is split by the first characters of the names (``[a-f]*``, ``[g-m]*``, ...). Every query is answered whole (a saved answer is read back page by
 page), so the listing is complete when no query is left.
 
 Pure: answers in, the next queries and the files out. ``__pycache__`` (and other tool directories)
@@ -101,15 +100,8 @@ class Listing:
         if not self._get("", "**/*").cut:  # type: ignore[union-attr]
             return []
         queue = [""]
-        while queue:
+        while queue:  # every directory: its subdirectories (``*/``) and its own entries (``*``)
             d = queue.pop()
-            if d:
-                whole = self._get(d, "**/*")
-                if whole is None:
-                    todo.append((d, "**/*"))
-                    continue
-                if not whole.cut:
-                    continue
             subdirs = self._get(d, "*/")
             if subdirs is None:
                 todo.append((d, "*/"))

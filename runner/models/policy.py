@@ -35,6 +35,7 @@ from .listing import Listing
 TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
 OUTLINE_PATTERN = r"^(class |def |async def )"
 GLOBS_PER_TURN = 8
+BIG_TREE = 150  # files; a bigger tree's notes leave out the first docstring lines
 DOC_CHARS = 60  # of a first docstring line, in notes and the report
 TODO_CUT = "(search output cut)"
 TODO_LIST_MAX = 300  # TODO lines kept in notes and listed; more are counted
@@ -180,6 +181,8 @@ def _glob_note(query: tuple[str, str], span: tuple[int, int, int], cut: bool, na
 
 def _file_note(facts: Facts, path: str) -> str:
     chars, lines, doc = facts.files[path]
+    if len(facts.listing or ()) > BIG_TREE:  # facts of every file must fit in a context: no docs then
+        doc = ""
     return f"- file: {path} | {chars} | {lines} | {doc} | {facts.outlines.get(path, '')}"
 
 
