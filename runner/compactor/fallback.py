@@ -63,8 +63,6 @@ def fallback_summary(messages: list[Message], notes_budget: int = 12_000) -> str
     last = texts[-1] if texts else ""
     if len(last) > notes_budget // 2:  # cut at a line end: a note cut in half would be a wrong fact
         last = last[: notes_budget // 2].rsplit("\n", 1)[0]
-    if last:
-        out += ["### Last assistant text", last]
     notes = note_lines(messages, skip=last)
     kept, used = [], 0
     for line in notes:
@@ -76,6 +74,8 @@ def fallback_summary(messages: list[Message], notes_budget: int = 12_000) -> str
         out += [NOTES_HEADING, *kept]
     if len(kept) < len(notes):
         out.append(f"({len(notes) - len(kept)} older notes left out; see the transcript)")
+    if last:  # last: it is the newest text, so a later summary reads its notes as the newest
+        out += ["### Last assistant text", last]
     return "\n".join(out)
 
 

@@ -43,7 +43,7 @@ CHECKPOINT_EVERY = 6  # assistant turns between checkpoints; snip keeps far more
 SAVED = re.compile(r"Full output saved to: (\S+)")
 RECALL_PAGE = 20_000  # the most it reads back at once: a page that fits beside the rest of the context
 SIZE_LINE = re.compile(r"Original size: (\d+) chars, (\d+) lines")
-NOTE = re.compile(r"^- (file|error|outline|listing|glob|saved|todo|todo-part|todo-scan): (.*)$", re.M)
+NOTE = re.compile(r"^- (file|files|error|outline|listing|listing-of|listing-dir|glob|saved|todo|todo-part|todo-scan): (.*)$", re.M)
 
 
 class SurveyFailed(RuntimeError):
@@ -56,6 +56,8 @@ class Facts:
 
     root: str | None = None
     listing: list[str] | None = None  # relative paths of the workspace's entries
+    listing_count: int | None = None  # a big tree's listing is noted by directory: how many in all
+    listing_dirs: dict[str, list[str]] = field(default_factory=dict)
     files: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # rel -> chars, lines, doc
     errors: dict[str, str] = field(default_factory=dict)
     outlines: dict[str, int] = field(default_factory=dict)
@@ -125,7 +127,18 @@ def _parse_notes(text: str, facts: Facts) -> None:
     for kind, rest in NOTE.findall(text):
         parts = [p.strip() for p in (rest + " ").split(" | ", 4)]  # a summary may strip a trailing space
         try:
-            if kind == "listing":
+            if kind == "listing-of" and len(parts) >= 2:
+                facts.root, facts.listing_count = parts[0], int(parts[1])
+            elif kind == "listing-dir" and len(parts) >= 2:
+                facts.listing_dirs[parts[0]] = [p for p in parts[1].split(", ") if p]
+            elif kind == "files" and len(parts) >= 2:
+                for item in parts[1].split("; "):
+                    name, chars, lines, defs = item.rsplit(" ", 3)
+                    path = name if parts[0] == "." else f"{parts[0]}/{name}"
+                    facts.files[path] = (int(chars), int(lines), "")
+                    if defs != "-":
+                        facts.outlines[path] = int(defs)
+            elif kind == "listing":
                 facts.root = parts[0]
                 facts.listing = [p for p in parts[1].split(", ") if p] if len(parts) > 1 else []
             elif kind == "glob" and len(parts) >= 3:
@@ -177,6 +190,33 @@ def _glob_note(query: tuple[str, str], span: tuple[int, int, int], cut: bool, na
                root: str | None) -> str:
     return (f"- glob: {query[0] or '.'} | {query[1]} | {span[0]}-{span[1]}/{span[2]}{' cut' if cut else ''} | "
             f"{', '.join(names)} | {root or ''}")
+
+
+def _listing_notes(root: str | None, listing: list[str]) -> list[str]:
+    """The listing as notes: one line, or for a big tree a count and one line per directory (a
+    listing is only taken as whole when every directory's line is there)."""
+    if len(listing) <= BIG_TREE:
+        return [f"- listing: {root} | {', '.join(listing)}"]
+    by_dir: dict[str, list[str]] = {}
+    for path in listing:
+        by_dir.setdefault(os.path.dirname(path) or ".", []).append(os.path.basename(path))
+    return [f"- listing-of: {root} | {len(listing)}",
+            *(f"- listing-dir: {d} | {', '.join(names)}" for d, names in sorted(by_dir.items()))]
+
+
+def _group_file_notes(notes: list[str]) -> list[str]:
+    """A big tree's file notes, one line per directory: ``name chars lines defs`` items."""
+    grouped: dict[str, list[str]] = {}
+    out: list[str] = []
+    for note in notes:
+        match = re.match(r"^- file: (.*) \| (\d+) \| (\d+) \| .* \| (\d*)$", note)
+        if match is None or " " in os.path.basename(match.group(1)) or ";" in match.group(1):
+            out.append(note)
+            continue
+        path, chars, lines, defs = match.groups()
+        grouped.setdefault(os.path.dirname(path) or ".", []).append(
+            f"{os.path.basename(path)} {chars} {lines} {defs or '-'}")
+    return out + [f"- files: {d} | {'; '.join(items)}" for d, items in sorted(grouped.items())]
 
 
 def _file_note(facts: Facts, path: str) -> str:
@@ -313,6 +353,9 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
                 uses[use.get("id")] = use
         else:
             _parse_notes("\n".join(b.get("text", "") for b in blocks(message) if b.get("type") == "text"), facts)
+    if facts.listing is None and facts.listing_count is not None and \
+            sum(len(v) for v in facts.listing_dirs.values()) == facts.listing_count:
+        facts.listing = sorted(n if d == "." else f"{d}/{n}" for d, names in facts.listing_dirs.items() for n in names)
     new_notes: list[str] = []
     for index, message in enumerate(messages):
         newest = index == len(messages) - 1
@@ -323,7 +366,9 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
     if facts.listing is None and facts.glob.answers and not facts.glob.pending():
         facts.root = facts.glob.root
         facts.listing = facts.glob.files()
-        new_notes.append(f"- listing: {facts.root} | {', '.join(facts.listing)}")
+        new_notes += _listing_notes(facts.root, facts.listing)
+    if len(facts.listing or ()) > BIG_TREE:
+        new_notes = _group_file_notes(new_notes)
     if facts.todos is None and facts.todo_parts and _whole(facts.todo_parts, facts.todo_total):
         facts.todos = list(facts.todo_lines)
         facts.todo_count = _chain(facts.todo_parts)[1]
@@ -337,13 +382,14 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
 def checkpoint(facts: Facts) -> str:
     lines = ["## Checkpoint (everything learned so far)"]
     if facts.listing is not None:
-        lines.append(f"- listing: {facts.root} | {', '.join(facts.listing)}")
+        lines += _listing_notes(facts.root, facts.listing)
     else:
         for query, answer in sorted(facts.glob.answers.items()):
             for start, (end, names) in sorted(answer.parts.items()):
                 lines.append(_glob_note(query, (start, end, answer.total), answer.cut, [] if answer.cut else names,
                                         facts.glob.root))
-    lines += [_file_note(facts, p) for p in sorted(facts.files)]
+    file_notes = [_file_note(facts, p) for p in sorted(facts.files)]
+    lines += _group_file_notes(file_notes) if len(facts.listing or ()) > BIG_TREE else file_notes
     lines += [f"- error: {p} | {e}" for p, e in sorted(facts.errors.items())]
     lines += [f"- outline: {p} | {n}" for p, n in sorted(facts.outlines.items()) if p not in facts.files]
     lines += [_saved_note(path, due) for path, due in sorted(facts.recall_due.items())]
