@@ -61,8 +61,7 @@ PROBES = [
     "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; cat $p/cmdline; done",
     "cat {secret}",
     "cat ~/.anthropic* /root/* /home/*/* 2>&1; ls -la / /tmp /home /root",
-    "grep -rs -e sk-ant-sandbox / --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev --exclude-dir=usr "
-    "--exclude-dir=lib --exclude-dir=lib64 --exclude-dir=bin --exclude-dir=sbin; echo searched",
+    "ls /; grep -rs -e sk-ant-sandbox /etc /tmp /home /root /run /var /srv /mnt /media {outside}; echo searched",
 ]
 
 
@@ -70,7 +69,7 @@ async def test_the_key_is_unreachable_by_any_path(workspace, store, monkeypatch,
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
     monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", SECRET)
     async with Toolset(str(workspace), ("bash",), store) as tools:
-        results = [await tools.run(bash(p.format(secret=tmp_path / "secret.env"), f"toolu_{i}"))
+        results = [await tools.run(bash(p.format(secret=tmp_path / "secret.env", outside=tmp_path), f"toolu_{i}"))
                    for i, p in enumerate(PROBES)]
         pids = await tools.run(bash("ls /proc | grep -E '^[0-9]+$' | wc -l", "toolu_pids"))
     for probe, result in zip(PROBES, results, strict=True):
