@@ -78,6 +78,10 @@ class Limits(BaseModel):
     # server-side compaction (compaction = "server")
     server_trigger_tokens: Int = Field(150_000, ge=50_000)
     server_instructions: str | None = None
+    # tools: where bash runs, whether it may reach the network, how often one call may repeat
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    sandbox_network: bool = False
+    max_repeated_calls: Int = Field(3, ge=1, le=100)
 
     @model_validator(mode="after")
     def _consistent(self) -> Limits:

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .config import ConfigError, Limits, Settings, describe_errors, read_toml
+from .sandbox import bwrap_problem
 
 ToolName = Literal["read", "glob", "grep", "bash", "write", "edit"]
 DEFAULT_TOOLS: tuple[ToolName, ...] = ("read", "glob", "grep")
@@ -185,6 +186,9 @@ def load_job(task_file: Path, settings: Settings) -> JobSpec | JobError:
         limits = settings.limits_for(name, task.limits)
     except ValidationError as e:
         problems += describe_errors(str(task_file), e, prefix="limits")
+    if limits is not None and "bash" in task.tools and limits.sandbox == "bwrap" and (reason := bwrap_problem()):
+        problems.append(f"{task_file}: tools: lists bash, which runs under bwrap, but {reason}; "
+                        'fix that, or set limits.sandbox = "none" to run bash without a sandbox')
     if problems or limits is None or workspace is None:
         return JobError(name, task_file, tuple(problems))
     return JobSpec(

@@ -15,7 +15,7 @@ SHORT = {"tool_result_budget": "budget", "micro_compact": "micro", "fit_tool_res
          "compact_history": "history", "compact_tool": "tool", "reactive_compact": "reactive",
          "server_compaction": "server"}
 STATUS_STYLE = {"succeeded": "green", "failed": "red", "timeout": "yellow", "max_turns": "yellow",
-                "budget_exceeded": "yellow", "cancelled": "magenta", "running": "cyan", "queued": "dim"}
+                "budget_exceeded": "yellow", "stuck": "yellow", "cancelled": "magenta", "running": "cyan", "queued": "dim"}
 
 
 def load_run(run_dir: Path) -> dict[str, Any]:

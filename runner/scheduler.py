@@ -215,7 +215,7 @@ class _RunJson:
             jobs.append(job)
         totals = {"jobs": len(jobs), "cost_usd": round(sum(j.get("cost_usd", 0.0) for j in jobs), 6),
                   "turns": sum(j.get("turns", 0) for j in jobs)}
-        for status in ("succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "cancelled"):
+        for status in ("succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "stuck", "cancelled"):
             totals[status] = sum(1 for j in jobs if j.get("status") == status)
         for key in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
             totals[key] = sum((j.get("usage") or {}).get(key, 0) + (j.get("summarizer_usage") or {}).get(key, 0)

@@ -12,7 +12,7 @@ Every stop reason has one meaning (as in the SDK's tool runner):
 | ``refusal``                     | the job fails with that reason                                   |
 
 Ends with a status: ``succeeded``, ``failed``, ``timeout``, ``max_turns``, ``budget_exceeded`` or
-``cancelled``. Whatever the ending, ``metrics.json`` is written (shielded from cancellation) and
+``cancelled``, or ``stuck`` (the model kept repeating one call after being told). Whatever the ending, ``metrics.json`` is written (shielded from cancellation) and
 the transcript holds every message that was added.
 """
 
@@ -31,6 +31,7 @@ from .jobs import JobSpec
 from .messages import Message, one_line, text_of, tool_uses
 from .models.base import Model, PromptTooLong, Reply, Request, Usage
 from .pricing import DEFAULT_TABLE, PriceTable
+from .safe_request import api_valid
 from .services import Budget, RunBudget
 from .store import JobStore
 from .tools import Toolset, error_result
@@ -165,7 +166,7 @@ class Session:
         else:
             await state.add({"role": "user", "content": spec.prompt})
         reactive_retries = 0
-        async with Toolset(str(spec.workspace), spec.tools, self.store) as toolset:
+        async with Toolset(str(spec.workspace), spec.tools, self.store, spec.limits) as toolset:
             strategy = state.strategy
             tools = [t for t in toolset.definitions() if t["name"] != "compact" or strategy.offers_compact_tool]
             state.overhead_chars = len(json.dumps([spec.system, tools], ensure_ascii=False))
@@ -178,7 +179,7 @@ class Session:
                 messages = await self.compactor.prepare(state)
                 self._update_progress()
                 sent_chars = state.window.total
-                request = Request(model=spec.model, messages=messages, tools=tools,
+                request = Request(model=spec.model, messages=api_valid(messages), tools=tools,
                                   max_tokens=spec.limits.max_output_tokens, system=spec.system,
                                   context_management=strategy.context_management(),
                                   max_retries=spec.limits.max_retries, cache_points=strategy.cache_points(state.window))
@@ -232,8 +233,10 @@ class Session:
             await self.state.add(*([reply.message()] if deferred else []), {"role": "user", "content": results})
             return False
         if calls and stop == "tool_use":
-            results = await toolset.run_batch(calls)
+            results = await toolset.run_batch(calls, self.result.turns)
             await self.state.add(*([reply.message()] if deferred else []), {"role": "user", "content": results})
+            if stuck := toolset.stuck():
+                raise JobEnded("stuck", stuck)
             if toolset.compact_requested:
                 toolset.compact_requested = False
                 await self.compactor.compact(self.state)

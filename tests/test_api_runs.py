@@ -137,7 +137,7 @@ def test_the_api_key_is_written_nowhere(server, tmp_path):
     assert SECRET not in done.stdout + done.stderr
     run_dir = next(p for p in (tmp_path / "runs").iterdir() if not p.is_symlink())
     files = [p for p in run_dir.rglob("*") if p.is_file()]
-    assert len(files) > 10
+    assert len(files) >= 8  # run.json, and each job's job.json, transcript, final.md, metrics.json
     for path in files:
         assert SECRET.encode() not in path.read_bytes(), path
 

@@ -31,7 +31,7 @@ from runner.config import Limits
 from runner.jobs import JobSpec
 from runner.messages import request_problems, tool_results, tool_uses
 from runner.models.base import PromptTooLong, Reply, Request, Usage
-from runner.protocol import PERSISTED_TAG, PLACEHOLDER_PREFIX, saved_path
+from runner.protocol import PERSISTED_TAG, PLACEHOLDER_PREFIX, recall_page, saved_path, without_footer
 from runner.session import Session
 from runner.store import JobStore, read_jsonl
 from runner.tools import Toolset
@@ -147,12 +147,16 @@ async def check_recoverable(state: CompactionState, messages: list[dict], toolse
             assert path is not None and (content.startswith(PERSISTED_TAG) or content.startswith(PLACEHOLDER_PREFIX))
             target = state.store.resolve(path)
             assert target.read_bytes() == before.encode("utf-8"), f"{path} does not hold the original"
-            recalled = await toolset.run({"type": "tool_use", "id": "r", "name": "recall",
-                                          "input": {"path": path, "limit": 10**7}})
-            assert not recalled.get("is_error"), recalled
-            expected = before  # exactly: recall does no newline translation
-            assert recalled["content"].startswith(expected)
-            assert recalled["content"][len(expected):].startswith("\n[recall: characters 0-")
+            pages, offset = [], 0
+            while True:  # page by page, exactly: recall does no newline translation
+                recalled = await toolset.run({"type": "tool_use", "id": "r", "name": "recall",
+                                              "input": {"path": path, "offset": offset, "limit": 10**7}})
+                assert not recalled.get("is_error"), recalled
+                page, count, _, offset, total = recall_page(recalled["content"])
+                pages.append(without_footer(recalled["content"]))
+                if page == count:
+                    break
+            assert "".join(pages) == before and total == len(before)
             replaced += 1
     return replaced
 

@@ -1,14 +1,14 @@
 """The toolset over a real workspace with the SDK's real ``agent_toolset``: a model's mistake always becomes
 an ``is_error`` tool_result it can read, never an exception; ``recall`` stays inside the job directory and
-pages; the bash tool never sees ``ANTHROPIC_*`` variables."""
+pages. The sandbox, cut results and hostile calls are in test_sandbox.py and test_tool_trust.py."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from runner.protocol import recall_page, without_footer
 from runner.store import JobStore
 from runner.tools import RECALL_PAGE_CHARS, Toolset
 
@@ -126,9 +126,10 @@ async def test_recall_reads_only_inside_the_job_directory_and_pages(tmp_path, wo
         up = await tools.run(call("recall", {"path": "tool-results/../../../outside.txt"}))
     assert not first.get("is_error")
     assert first["content"].startswith(text[:RECALL_PAGE_CHARS])
-    assert f"next offset {RECALL_PAGE_CHARS}" in first["content"]
+    assert recall_page(first["content"]) == (1, 3, 0, RECALL_PAGE_CHARS, len(text))
+    assert f"next page: offset {RECALL_PAGE_CHARS}" in first["content"]
     assert page["content"].startswith("line 00001\nline 00002\n")
-    assert "next offset 33" in page["content"]
+    assert "next page: offset 33" in page["content"]
     assert last["content"].startswith("line 04999\n") and "end of file" in last["content"]
     assert not past.get("is_error") and "end of file" in past["content"]
     assert_error(link, "outside")
@@ -139,30 +140,13 @@ async def test_recall_reads_only_inside_the_job_directory_and_pages(tmp_path, wo
     async with Toolset(str(workspace), ("read",), store) as tools:
         while True:
             got = (await tools.run(call("recall", {"path": rel, "offset": offset, "limit": 7000})))["content"]
-            body, _, tail = got.rpartition("\n[recall: ")
-            pieces.append(body)
-            if "end of file" in tail:
+            page, pages, _, end, _ = recall_page(got)
+            pieces.append(without_footer(got))
+            if page == pages:
+                assert got.endswith("end of file]")
                 break
-            offset = int(tail.split("next offset ")[1].rstrip("]"))
+            offset = end
     assert "".join(pieces) == text
-
-
-@pytest.mark.anyio
-async def test_bash_sees_no_anthropic_variables(workspace, store, monkeypatch):
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-secret")
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:1")
-    monkeypatch.setenv("RUNNER_TEST_MARKER", "visible")
-    async with Toolset(str(workspace), ("bash",), store) as tools:
-        result = await tools.run(call("bash", {"command": "env"}))
-        pwd = await tools.run(call("bash", {"command": "pwd"}, "toolu_2"))
-        failing = await tools.run(call("bash", {"command": "exit 3"}, "toolu_3"))
-    text = result["content"] if isinstance(result["content"], str) else str(result["content"])
-    assert "RUNNER_TEST_MARKER=visible" in text  # it is the environment, minus the credentials
-    assert "ANTHROPIC" not in text
-    assert "sk-ant-test-secret" not in text
-    assert str(workspace) in str(pwd["content"])
-    assert failing["type"] == "tool_result"  # a failing command is a result, not an exception
-    assert os.environ["ANTHROPIC_API_KEY"] == "sk-ant-test-secret"  # the runner's own env is untouched
 
 
 @pytest.mark.anyio

@@ -14,6 +14,7 @@ from ..messages import Message, one_line, result_text, text_of, tool_results, to
 from ..protocol import is_summary
 
 NOTES_HEADING = "### Notes the assistant recorded (newest first, each once)"
+READS_SHOWN = 40  # the newest files read, by name
 
 
 
@@ -49,17 +50,20 @@ def fallback_summary(messages: list[Message], notes_budget: int = 12_000) -> str
                 errors.append(f"{name}: {one_line(result_text(result), 160)}")
     out = [f"Summary built without a model from {len(messages)} messages "
            f"({sum(len(tool_uses(m)) for m in messages)} tool calls)."]
-    out += ["### Files read"] + ([f"- {p}" + (f" ({n} times)" if n > 1 else "") for p, n in reads.items()]
-                                 or ["- none"])
+    shown_reads = [f"- {p}" + (f" ({n} times)" if n > 1 else "") for p, n in list(reads.items())[-READS_SHOWN:]]
+    out += ["### Files read"] + (shown_reads or ["- none"])
+    if len(reads) > READS_SHOWN:  # an index of every file would crowd out the notes that hold the facts
+        out.append(f"- and {len(reads) - READS_SHOWN} more (see the transcript)")
     out += ["### Files written or edited"] + ([f"- {c}" for c in changed] or ["- none"])
     out += ["### Commands run"] + ([f"- {c}" for c in commands[-30:]] or ["- none"])
     if other:
         out += ["### Other tool calls"] + [f"- {c}" for c in other[-30:]]
     if errors:
         out += ["### Errors seen"] + [f"- {e}" for e in errors[-20:]]
-    if texts:
-        out += ["### Last assistant text", texts[-1][: notes_budget // 2]]
-    notes = note_lines(messages, skip=texts[-1] if texts else "")
+    last = texts[-1] if texts else ""
+    if len(last) > notes_budget // 2:  # cut at a line end: a note cut in half would be a wrong fact
+        last = last[: notes_budget // 2].rsplit("\n", 1)[0]
+    notes = note_lines(messages, skip=last)
     kept, used = [], 0
     for line in notes:
         if used + len(line) + 1 > notes_budget:
@@ -70,6 +74,8 @@ def fallback_summary(messages: list[Message], notes_budget: int = 12_000) -> str
         out += [NOTES_HEADING, *kept]
     if len(kept) < len(notes):
         out.append(f"({len(notes) - len(kept)} older notes left out; see the transcript)")
+    if last:  # last: it is the newest text, so a later summary reads its notes as the newest
+        out += ["### Last assistant text", last]
     return "\n".join(out)
 
 

@@ -81,6 +81,13 @@ def _result_slots(entry: Entry) -> list[tuple[int, dict[str, Any]]]:
             if isinstance(b, dict) and b.get("type") == "tool_result"]
 
 
+def _recall_ids(entries: list[Entry]) -> set[str]:
+    """The ids of ``recall`` calls: their results are read-backs of saved outputs, never saved again
+    (persisting one would hand the model a preview of what it asked to read in full)."""
+    return {str(b.get("id")) for entry in entries if entry.message.get("role") == "assistant"
+            for b in blocks(entry.message) if b.get("type") == "tool_use" and b.get("name") == "recall"}
+
+
 def _marker(block: dict[str, Any], min_chars: int, preview: int, name_for: NameFor,
             out: Outcome) -> tuple[str, int] | None:
     """The persisted-output marker for ``block`` and the chars it saves, its output queued in ``out``;
@@ -123,7 +130,9 @@ def tool_result_budget(entries: list[Entry], batch_char_limit: int, large_result
     total = sum(size_of(b.get("content")) for _, b in slots)
     if total <= batch_char_limit:
         return None
-    ranked = sorted(slots, key=lambda s: size_of(s[1].get("content")), reverse=True)
+    recalls = _recall_ids(entries[-2:])
+    ranked = sorted((s for s in slots if str(s[1].get("tool_use_id")) not in recalls),
+                    key=lambda s: size_of(s[1].get("content")), reverse=True)
     out = Outcome(entries)
     entry, _ = _persist_slots(last, ranked, lambda saved: total - saved > batch_char_limit, large_result_chars,
                               preview_chars, name_for, out)
@@ -224,9 +233,10 @@ def fit_tool_results(entries: list[Entry], total: int, target: int, preview_char
                      name_for: NameFor) -> Outcome | None:
     """4. Persist results the model has not seen yet, largest first, keeping a short preview and the
     path, until ``total`` is at most ``target``. The model still sees every new result, at least
-    as a preview."""
+    as a preview. A ``recall`` result is never persisted again: the model sees it whole."""
+    recalls = _recall_ids(entries)
     unseen = [(pos, index, block) for pos, entry in enumerate(entries) if not entry.seen
-              for index, block in _result_slots(entry)]
+              for index, block in _result_slots(entry) if str(block.get("tool_use_id")) not in recalls]
     ranked = sorted(unseen, key=lambda s: size_of(s[2].get("content")), reverse=True)
     out = Outcome(entries)
     changed: dict[int, dict[int, str]] = {}

@@ -143,7 +143,7 @@ class AnthropicModel:
             if is_prompt_too_long(e):
                 raise PromptTooLong(e.api_message or str(e)) from e
             raise
-        content = [block.model_dump(mode="json", exclude_none=True) for block in response.content]
+        content = [block.model_dump(mode="json", exclude_none=True, warnings=False) for block in response.content]
         return Reply(content=content, stop_reason=response.stop_reason or "end_turn",
                      usage=Usage.from_api(response.usage))
 

@@ -4,7 +4,8 @@ It is not a language model. Given a conversation, it works out what it already k
 results still in view, from its own notes in earlier assistant text, from summaries) and takes the
 next step of a workspace survey:
 
-1. ``glob`` the workspace;
+1. ``glob`` the workspace, narrowed per directory when a listing was cut (:mod:`.listing`), leaving
+   out ``__pycache__`` and binary files;
 2. ``read`` every file, ``batch_size`` at a time (parallel tool calls);
 3. ``compact`` once, at the end of the read pass, when the tool is offered;
 4. ``grep`` each Python file for its top-level definitions (its outline);
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -28,21 +30,32 @@ from typing import Any
 
 from ..messages import Message, blocks, result_text, text_of, tool_results, tool_uses
 from ..protocol import (
+    glob_cut,
     is_persisted,
     is_placeholder,
     mentions_summary,
     persisted_preview,
     persisted_size,
+    recall_page,
     saved_path,
-    split_recall_page,
+    without_footer,
 )
+from .listing import Listing
 
 TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
 OUTLINE_PATTERN = r"^(class |def |async def )"
+GLOBS_PER_TURN = 8
+BIG_TREE = 150  # files; a bigger tree's notes leave out the first docstring lines
+DOC_CHARS = 60  # of a first docstring line, in notes and the report
+TODO_CUT = "(search output cut)"
+TODO_LIST_MAX = 300  # TODO lines kept in notes and listed; more are counted
 CHECKPOINT_EVERY = 6  # assistant turns between checkpoints; snip keeps far more than that
-SKIP_PARTS = ("__pycache__",)
 RECALL_PAGE = 20_000  # the most it reads back at once: a page that fits beside the rest of the context
-NOTE = re.compile(r"^- (file|error|outline|listing|todo|todo-scan): (.*)$", re.M)
+NOTE = re.compile(r"^- (file|files|error|outline|listing|listing-of|listing-dir|glob|saved|todo|todo-part|todo-scan): (.*)$", re.M)
+
+
+class SurveyFailed(RuntimeError):
+    """The survey found nothing it could read in a workspace that is not empty."""
 
 
 @dataclass
@@ -51,13 +64,19 @@ class Facts:
 
     root: str | None = None
     listing: list[str] | None = None  # relative paths of the workspace's entries
+    listing_count: int | None = None  # a big tree's listing is noted by directory: how many in all
+    listing_dirs: dict[str, list[str]] = field(default_factory=dict)
     files: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # rel -> chars, lines, doc
     errors: dict[str, str] = field(default_factory=dict)
     outlines: dict[str, int] = field(default_factory=dict)
-    todos: list[str] | None = None
-    recall_due: dict[str, tuple[str, int]] = field(default_factory=dict)  # persisted path -> kind, size
-    recalled: set[str] = field(default_factory=set)
-
+    todos: list[str] | None = None  # None until the scan is whole
+    todo_lines: list[str] = field(default_factory=list)
+    todo_parts: dict[int, tuple[int, int]] = field(default_factory=dict)  # pages: start -> (next start, hits)
+    todo_total: int = 0
+    todo_count: int = 0  # every hit of the scan; todo_lines lists the first TODO_LIST_MAX
+    glob: Listing = field(default_factory=Listing)
+    # persisted path -> kind ("glob" or "todo"), size, the glob's (path, pattern)
+    recall_due: dict[str, tuple[str, int, tuple[str, str]]] = field(default_factory=dict)
 
 def rel(root: str | None, path: str) -> str:
     if root and (path == root or path.startswith(root.rstrip("/") + "/")):
@@ -75,13 +94,13 @@ def first_doc_line(text: str) -> str:
             if line.startswith(quote):
                 body = line[len(quote):].replace(quote.lstrip("r"), "").strip()
                 if body:
-                    return body[:100]
+                    return body[:DOC_CHARS]
                 break
         else:
             if line.startswith("#"):
                 body = line.lstrip("#").strip()
                 if body:
-                    return body[:100]
+                    return body[:DOC_CHARS]
                 continue
             if line.startswith(("import ", "from ", "__", "class ", "def ")) or "=" in line:
                 return ""
@@ -113,84 +132,191 @@ def _count_matches(content: str) -> int:
 
 def _parse_notes(text: str, facts: Facts) -> None:
     for kind, rest in NOTE.findall(text):
-        parts = [p.strip() for p in (rest + " ").split(" | ", 3)]  # a summary may strip a trailing space
+        parts = [p.strip() for p in (rest + " ").split(" | ", 4)]  # a summary may strip a trailing space
         try:
-            if kind == "listing":
+            if kind == "listing-of" and len(parts) >= 2:
+                facts.root, facts.listing_count = parts[0], int(parts[1])
+            elif kind == "listing-dir" and len(parts) >= 2:
+                facts.listing_dirs[parts[0]] = [p for p in parts[1].split(", ") if p]
+            elif kind == "files" and len(parts) >= 2:
+                for item in parts[1].split("; "):
+                    name, chars, lines, defs = item.rsplit(" ", 3)
+                    path = name if parts[0] == "." else f"{parts[0]}/{name}"
+                    facts.files[path] = (int(chars), int(lines), "")
+                    if defs != "-":
+                        facts.outlines[path] = int(defs)
+            elif kind == "listing":
                 facts.root = parts[0]
                 facts.listing = [p for p in parts[1].split(", ") if p] if len(parts) > 1 else []
+            elif kind == "glob" and len(parts) >= 3:
+                span, _, cut = parts[2].partition(" ")
+                start, _, rest = span.partition("-")
+                end, _, total = rest.partition("/")
+                names = [p for p in parts[3].split(", ") if p] if len(parts) > 3 else []
+                facts.glob.root = facts.glob.root or (parts[4] if len(parts) > 4 else None)
+                facts.glob.record("" if parts[0] == "." else parts[0], parts[1], names,
+                                  (int(start), int(end), int(total)), cut == "cut")
+            elif kind == "saved" and len(parts) >= 5:
+                facts.recall_due[parts[1]] = (parts[0], int(parts[2]), ("" if parts[3] == "." else parts[3], parts[4]))
+            elif kind == "todo-part":
+                span, _, total = parts[0].partition("/")
+                start, _, end = span.partition("-")
+                facts.todo_parts[int(start)] = (int(end), int(parts[1]) if len(parts) > 1 and parts[1] else 0)
+                facts.todo_total = int(total)
             elif kind == "file" and len(parts) >= 3:
                 facts.files[parts[0]] = (int(parts[1]), int(parts[2]), parts[3] if len(parts) > 3 else "")
+                if len(parts) > 4 and parts[4].isdigit():  # the outline, counted from the whole text read
+                    facts.outlines[parts[0]] = int(parts[4])
             elif kind == "error" and len(parts) >= 2:
                 facts.errors[parts[0]] = parts[1]
             elif kind == "outline" and len(parts) >= 2:
                 facts.outlines[parts[0]] = int(parts[1])
             elif kind == "todo-scan":
-                facts.todos = facts.todos if facts.todos is not None else []
-            elif kind == "todo" and rest not in (facts.todos or []):
-                facts.todos = (facts.todos or []) + [rest]
+                facts.todos = []
+                facts.todo_count = int(parts[0].split()[0]) if parts[0].split()[0].isdigit() else 0
+            elif kind == "todo" and rest not in facts.todo_lines:
+                facts.todo_lines.append(rest)
         except ValueError:  # a note mangled by a summary: the fact counts as unknown
             continue
 
 
-def _learn_listing(facts: Facts, content: str, notes: list[str] | None) -> None:
-    entries = [line.strip() for line in content.split("\n") if line.strip().startswith("/")]
-    root = os.path.commonpath(entries) if entries else (facts.root or "")
-    if len(entries) == 1:
-        root = os.path.dirname(root)
-    facts.root = root
-    listing = sorted({rel(root, e) for e in entries if not any(p in e.split("/") for p in SKIP_PARTS)})
-    dirs = {os.path.dirname(p) for p in listing}
-    facts.listing = [p for p in listing if p not in dirs]
+def _entries(content: str) -> list[str]:
+    return [line.strip() for line in content.split("\n") if line.strip().startswith("/")]
+
+
+def _learn_glob(facts: Facts, query: tuple[str, str], content: str, span: tuple[int, int, int],
+                notes: list[str] | None) -> None:
+    """A glob answer (or one page of a saved one) for ``query``; noted so it survives compaction."""
+    cut = glob_cut(content) is not None
+    names = facts.glob.learn(query[0], query[1], _entries(content), span, cut)
+    if notes is not None:  # a cut answer's names are a sample the narrower queries list again
+        notes.append(_glob_note(query, span, cut, [] if cut else names, facts.glob.root))
+
+
+def _glob_note(query: tuple[str, str], span: tuple[int, int, int], cut: bool, names: list[str],
+               root: str | None) -> str:
+    return (f"- glob: {query[0] or '.'} | {query[1]} | {span[0]}-{span[1]}/{span[2]}{' cut' if cut else ''} | "
+            f"{', '.join(names)} | {root or ''}")
+
+
+def _listing_notes(root: str | None, listing: list[str]) -> list[str]:
+    """The listing as notes: one line, or for a big tree a count and one line per directory (a
+    listing is only taken as whole when every directory's line is there)."""
+    if len(listing) <= BIG_TREE:
+        return [f"- listing: {root} | {', '.join(listing)}"]
+    by_dir: dict[str, list[str]] = {}
+    for path in listing:
+        by_dir.setdefault(os.path.dirname(path) or ".", []).append(os.path.basename(path))
+    return [f"- listing-of: {root} | {len(listing)}",
+            *(f"- listing-dir: {d} | {', '.join(names)}" for d, names in sorted(by_dir.items()))]
+
+
+def _group_file_notes(notes: list[str]) -> list[str]:
+    """A big tree's file notes, one line per directory: ``name chars lines defs`` items."""
+    grouped: dict[str, list[str]] = {}
+    out: list[str] = []
+    for note in notes:
+        match = re.match(r"^- file: (.*) \| (\d+) \| (\d+) \| .* \| (\d*)$", note)
+        if match is None or " " in os.path.basename(match.group(1)) or ";" in match.group(1):
+            out.append(note)
+            continue
+        path, chars, lines, defs = match.groups()
+        grouped.setdefault(os.path.dirname(path) or ".", []).append(
+            f"{os.path.basename(path)} {chars} {lines} {defs or '-'}")
+    return out + [f"- files: {d} | {'; '.join(items)}" for d, items in sorted(grouped.items())]
+
+
+def _file_note(facts: Facts, path: str) -> str:
+    chars, lines, doc = facts.files[path]
+    if len(facts.listing or ()) > BIG_TREE:  # facts of every file must fit in a context: no docs then
+        doc = ""
+    return f"- file: {path} | {chars} | {lines} | {doc} | {facts.outlines.get(path, '')}"
+
+
+def _saved_note(path: str, due: tuple[str, int, tuple[str, str]]) -> str:
+    kind, size, query = due
+    return f"- saved: {kind} | {path} | {size} | {query[0] or '.'} | {query[1]}"
+
+
+def _learn_todos(facts: Facts, content: str, span: tuple[int, int, int], notes: list[str] | None) -> None:
+    hits = [rel(facts.root or facts.glob.root, line.strip())[:160] for line in content.split("\n")
+            if line.strip() and not line.startswith(("no matches", "[output", "[recall", "[grep"))]
+    listed = [h for h in hits if h not in facts.todo_lines][:max(0, TODO_LIST_MAX - len(facts.todo_lines))]
+    facts.todo_lines += listed
+    if "[output truncated at" in content and TODO_CUT not in facts.todo_lines:
+        facts.todo_lines.append(TODO_CUT)
+        listed.append(TODO_CUT)
+    facts.todo_parts[span[0]] = (span[1], len(hits))
+    facts.todo_total = span[2]
     if notes is not None:
-        notes.append(f"- listing: {root} | {', '.join(facts.listing)}")
+        notes.append(f"- todo-part: {span[0]}-{span[1]}/{span[2]} | {len(hits)}")
+        notes += [f"- todo: {h}" for h in listed]
 
 
-def _learn_todos(facts: Facts, content: str, notes: list[str] | None) -> None:
-    hits = [rel(facts.root, line.strip())[:160] for line in content.split("\n")
-            if line.strip() and not line.startswith(("no matches", "[output", "[recall"))]
-    facts.todos = hits
-    if notes is not None:
-        notes.append(f"- todo-scan: {len(hits)} matches")
-        notes += [f"- todo: {h}" for h in hits[:40]]
+def _chain(parts: dict[int, tuple[int, int]]) -> tuple[int, int]:
+    """Where the contiguous run of pages from offset 0 ends, and the hits in it."""
+    start, hits, steps = 0, 0, 0
+    while start in parts and steps <= len(parts):
+        start, hits, steps = parts[start][0], hits + parts[start][1], steps + 1
+    return start, hits
 
 
-def _visible_text(content: str) -> str:
-    """The whole lines of a result as the model sees it: a persisted-output marker's preview, or the
-    text itself; a line cut off at the end of a preview or page is dropped."""
-    page = split_recall_page(content)
-    if is_persisted(content):
-        content = persisted_preview(content).rsplit("\n", 1)[0]
-    elif page is not None:
-        body, at_end = page
-        content = body if at_end else body.rsplit("\n", 1)[0]
-    return content
+def _chain_end(parts: dict[int, tuple[int, int]]) -> int:
+    return _chain(parts)[0]
+
+
+def _whole(parts: dict[int, tuple[int, int]], total: int) -> bool:
+    return _chain_end(parts) >= total
+
+
+def _answered(facts: Facts, query: tuple[str, str]) -> bool:
+    answer = facts.glob.answers.get(query)
+    return answer is not None and answer.whole
+
+
+def _page(content: str) -> tuple[str, tuple[int, int, int]]:
+    """The whole lines of a recall page and its span (start, next start, total): a line cut at the
+    end of a page is left for the next page, which starts where that line does."""
+    footer = recall_page(content)
+    body = without_footer(content)
+    if footer is None:
+        return body, (0, 1, 1)
+    _, _, start, end, total = footer
+    if end < total and "\n" in body:
+        kept = body.rsplit("\n", 1)[0] + "\n"
+        end = start + len(kept)
+        body = kept
+    return body, (start, end, total)
 
 
 def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: list[str] | None) -> None:
     name, args = use.get("name"), use.get("input") or {}
+    if not isinstance(args, dict):
+        return
     content = result_text(result)
     placeholder = is_placeholder(content)
     failed = bool(result.get("is_error"))
     persisted = saved_path(content) if is_persisted(content) else None
+    query = (str(args.get("path") or ""), str(args.get("pattern", "")))
     if name in ("glob", "grep") and persisted and not failed:
-        # only a preview is in context: read the whole output back with recall (once)
+        # only a preview is in context: read the whole output back with recall, page by page
         kind = "glob" if name == "glob" else ("todo" if args.get("pattern") == TODO_PATTERN else None)
         size = persisted_size(content)
         if kind:
-            facts.recall_due[persisted] = (kind, size[0] if size else RECALL_PAGE)
+            facts.recall_due[persisted] = (kind, size[0] if size else RECALL_PAGE, query)
+            if notes is not None:
+                notes.append(_saved_note(persisted, facts.recall_due[persisted]))
             return
     if name == "glob" and not failed and not placeholder:
-        _learn_listing(facts, content, notes)
-    elif name == "recall" and not placeholder:
+        _learn_glob(facts, query, content, (0, 1, 1), notes)
+    elif name == "recall" and not placeholder and not failed:
         path = str(args.get("path"))
-        facts.recalled.add(path)
-        kind = facts.recall_due.get(path, (None, 0))[0]
-        # one page is all this policy reads back; what is still missing it does without
-        page = "" if failed else _visible_text(content)
+        kind, _, glob_query = facts.recall_due.get(path, (None, 0, ("", "")))
+        body, span = _page(content)
         if kind == "glob":
-            _learn_listing(facts, page, notes)
+            _learn_glob(facts, glob_query, body, span, notes)
         elif kind == "todo":
-            _learn_todos(facts, page, notes)
+            _learn_todos(facts, body, span, notes)
     elif name == "read":
         path = rel(facts.root, str(args.get("file_path", "")))
         if placeholder:
@@ -202,16 +328,18 @@ def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: lis
         else:
             chars, lines, doc = _file_facts(content)
             facts.files[path] = (chars, lines, doc.replace(" | ", " / "))
+            if path.endswith(".py") and not is_persisted(content):
+                facts.outlines[path] = len(re.findall(OUTLINE_PATTERN, content, re.M))
             if notes is not None:
-                notes.append(f"- file: {path} | {chars} | {lines} | {facts.files[path][2]}")
+                notes.append(_file_note(facts, path))
     elif name == "grep" and not placeholder:
         if args.get("pattern") == OUTLINE_PATTERN:
             path = rel(facts.root, str(args.get("path", "")))
             facts.outlines[path] = 0 if failed else _count_matches(content)
             if notes is not None:
                 notes.append(f"- outline: {path} | {facts.outlines[path]}")
-        elif args.get("pattern") == TODO_PATTERN:
-            _learn_todos(facts, "" if failed or persisted else content, notes)
+        elif args.get("pattern") == TODO_PATTERN and not persisted:
+            _learn_todos(facts, "" if failed else content, (0, 1, 1), notes)
 
 
 def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
@@ -232,6 +360,9 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
                 uses[use.get("id")] = use
         else:
             _parse_notes("\n".join(b.get("text", "") for b in blocks(message) if b.get("type") == "text"), facts)
+    if facts.listing is None and facts.listing_count is not None and \
+            sum(len(v) for v in facts.listing_dirs.values()) == facts.listing_count:
+        facts.listing = sorted(n if d == "." else f"{d}/{n}" for d, names in facts.listing_dirs.items() for n in names)
     new_notes: list[str] = []
     for index, message in enumerate(messages):
         newest = index == len(messages) - 1
@@ -239,6 +370,18 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
             use = uses.get(result.get("tool_use_id"))
             if use is not None:
                 _learn(facts, use, result, new_notes if newest else None)
+    if facts.listing is None and facts.glob.answers and not facts.glob.pending():
+        facts.root = facts.glob.root
+        facts.listing = facts.glob.files()
+        new_notes += _listing_notes(facts.root, facts.listing)
+    if len(facts.listing or ()) > BIG_TREE:
+        new_notes = _group_file_notes(new_notes)
+    if facts.todos is None and facts.todo_parts and _whole(facts.todo_parts, facts.todo_total):
+        facts.todos = list(facts.todo_lines)
+        facts.todo_count = _chain(facts.todo_parts)[1]
+        new_notes.append(f"- todo-scan: {facts.todo_count} matches")
+    elif facts.todos is not None:
+        facts.todos = list(facts.todo_lines)
     since = assistant_turns - last_checkpoint if last_checkpoint is not None else assistant_turns
     return facts, new_notes, since
 
@@ -246,13 +389,23 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
 def checkpoint(facts: Facts) -> str:
     lines = ["## Checkpoint (everything learned so far)"]
     if facts.listing is not None:
-        lines.append(f"- listing: {facts.root} | {', '.join(facts.listing)}")
-    lines += [f"- file: {p} | {c} | {n} | {d}" for p, (c, n, d) in sorted(facts.files.items())]
+        lines += _listing_notes(facts.root, facts.listing)
+    else:
+        for query, answer in sorted(facts.glob.answers.items()):
+            for start, (end, names) in sorted(answer.parts.items()):
+                lines.append(_glob_note(query, (start, end, answer.total), answer.cut, [] if answer.cut else names,
+                                        facts.glob.root))
+    file_notes = [_file_note(facts, p) for p in sorted(facts.files)]
+    lines += _group_file_notes(file_notes) if len(facts.listing or ()) > BIG_TREE else file_notes
     lines += [f"- error: {p} | {e}" for p, e in sorted(facts.errors.items())]
-    lines += [f"- outline: {p} | {n}" for p, n in sorted(facts.outlines.items())]
+    lines += [f"- outline: {p} | {n}" for p, n in sorted(facts.outlines.items()) if p not in facts.files]
+    lines += [_saved_note(path, due) for path, due in sorted(facts.recall_due.items())]
+    lines += [f"- todo: {t}" for t in facts.todo_lines]
     if facts.todos is not None:
-        lines.append(f"- todo-scan: {len(facts.todos)} matches")
-        lines += [f"- todo: {t}" for t in facts.todos[:40]]
+        lines.append(f"- todo-scan: {facts.todo_count} matches")
+    else:
+        lines += [f"- todo-part: {start}-{end}/{facts.todo_total} | {n}"
+                  for start, (end, n) in sorted(facts.todo_parts.items())]
     return "\n".join(lines)
 
 
@@ -276,9 +429,11 @@ def report(facts: Facts) -> str:
     out += ["", "## Largest files", "", "| file | lines | chars |", "|---|---:|---:|"]
     for path, (chars, lines, _) in sorted(files.items(), key=lambda kv: (-kv[1][0], kv[0]))[:10]:
         out.append(f"| {path} | {lines} | {chars} |")
-    todos = facts.todos or []
-    out += ["", f"## TODO / FIXME / XXX ({len(todos)} found)", ""]
-    out += [f"- `{t}`" for t in todos[:40]] or ["(none)"]
+    todos = [t for t in facts.todos or [] if t != TODO_CUT]
+    cut = "; the search output was cut, there may be more" if TODO_CUT in (facts.todos or []) else ""
+    listed = f", the first {len(todos)} listed" if facts.todo_count > len(todos) else ""
+    out += ["", f"## TODO / FIXME / XXX ({max(facts.todo_count, len(todos))} found{listed}{cut})", ""]
+    out += [f"- `{t}`" for t in todos] or ["(none)"]
     out += ["", "## Every file", "", "| file | lines | top-level definitions | first docstring or comment |",
             "|---|---:|---:|---|"]
     for path, (_, lines, doc) in sorted(files.items()):
@@ -310,21 +465,33 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
     pending_outline = [p for p in python if p not in facts.outlines]
     summarized = any(m["role"] == "user" and mentions_summary(text_of(m))
                      for m in messages)
-    due = {kind: (path, size) for path, (kind, size) in facts.recall_due.items() if path not in facts.recalled}
-    if facts.listing is None and "glob" in due and "recall" in tool_names:
-        calls.append(("recall", {"path": due["glob"][0], "limit": min(due["glob"][1], RECALL_PAGE)}))
+    # big workspaces are read more files at a time, so any tree is surveyed in a bounded number of turns
+    batch = max(batch_size, math.ceil(len(facts.listing or []) / 60))
+    glob_due = [(path, query) for path, (kind, _, query) in facts.recall_due.items()
+                if kind == "glob" and not _answered(facts, query)]
+    todo_due = [path for path, (kind, _, _) in facts.recall_due.items() if kind == "todo"]
+    if facts.listing is None and glob_due and "recall" in tool_names:
+        path, query = glob_due[0]
+        answer = facts.glob.answers.get(query)
+        calls.append(("recall", {"path": path, "offset": answer.next_start() if answer else 0}))
     elif facts.listing is None and "glob" in tool_names:
-        calls.append(("glob", {"pattern": "**/*"}))
+        waiting = {query for _, query in glob_due}
+        for path, pattern in [q for q in facts.glob.pending() if q not in waiting][:GLOBS_PER_TURN]:
+            calls.append(("glob", {"pattern": pattern, **({"path": path} if path else {})}))
     elif pending and "read" in tool_names:
-        calls += [("read", {"file_path": os.path.join(root or "", p)}) for p in pending[:batch_size]]
+        calls += [("read", {"file_path": os.path.join(root or "", p)}) for p in pending[:batch]]
     elif pending_outline and not summarized and "compact" in tool_names and not facts.outlines:
         calls.append(("compact", {}))
     elif pending_outline and "grep" in tool_names:
-        calls.append(("grep", {"pattern": OUTLINE_PATTERN, "path": os.path.join(root or "", pending_outline[0])}))
-    elif facts.todos is None and "todo" in due and "recall" in tool_names:
-        calls.append(("recall", {"path": due["todo"][0], "limit": min(due["todo"][1], RECALL_PAGE)}))
+        calls += [("grep", {"pattern": OUTLINE_PATTERN, "path": os.path.join(root or "", p)})
+                  for p in pending_outline[:batch]]
+    elif facts.todos is None and todo_due and "recall" in tool_names:
+        calls.append(("recall", {"path": todo_due[-1], "offset": _chain_end(facts.todo_parts)}))
     elif facts.todos is None and "grep" in tool_names:
         calls.append(("grep", {"pattern": TODO_PATTERN}))
+    if not calls and not facts.files and (facts.listing or facts.glob.seen_anything()):
+        raise SurveyFailed(f"the survey of {root or 'the workspace'} read no file of the "
+                           f"{len(facts.listing or [])} it listed")
     if not calls:
         return [{"type": "text", "text": report(facts)}], "end_turn"
     if since_checkpoint >= CHECKPOINT_EVERY or (calls[0][0] == "compact"):

@@ -1,0 +1,137 @@
+"""How the offline policy lists a whole workspace with a glob that shows at most 200 matches.
+
+It asks ``*`` and ``**/*`` of the workspace first. When the tool says the ``**/*`` listing was cut
+(:func:`runner.protocol.glob_cut`), it narrows per directory: ``*/`` gives a directory's
+subdirectories and ``*`` its own entries, for every directory it finds; a directory with more than
+200 entries of its own is split by the first characters of the names (``[a-f]*``, ``[g-m]*``, ...). Every query is answered whole (a saved answer is read back page by
+page), so the listing is complete when no query is left.
+
+Pure: answers in, the next queries and the files out. ``__pycache__`` (and other tool directories)
+and binary files by extension are left out.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+SKIP_DIRS = frozenset({"__pycache__", ".git", ".hg", ".svn", "node_modules", ".mypy_cache", ".pytest_cache",
+                       ".ruff_cache", ".tox", ".venv"})
+BINARY_EXTENSIONS = frozenset({
+    ".pyc", ".pyo", ".pyd", ".so", ".o", ".a", ".dll", ".dylib", ".exe", ".bin", ".class", ".jar", ".whl",
+    ".egg", ".zip", ".gz", ".bz2", ".xz", ".tar", ".tgz", ".7z", ".png", ".jpg", ".jpeg", ".gif", ".bmp",
+    ".ico", ".webp", ".pdf", ".woff", ".woff2", ".ttf", ".otf", ".db", ".sqlite", ".pickle", ".pkl", ".npy",
+    ".npz", ".mo", ".wav", ".mp3", ".mp4",
+})
+FIRST = ("*", "**/*")  # the first queries, at the workspace root (``*`` first: it gives the root)
+NAME_CLASSES = ("[a-f]", "[g-m]", "[n-s]", "[t-z]", "[A-Z]", "[!a-zA-Z]")
+
+
+def skipped(rel: str) -> bool:
+    parts = rel.split("/")
+    return any(p in SKIP_DIRS for p in parts) or os.path.splitext(rel)[1].lower() in BINARY_EXTENSIONS
+
+
+def split(pattern: str) -> list[str]:
+    """Patterns that together match exactly what ``pattern`` (``<prefix>*``) matches."""
+    prefix = pattern[:-1]
+    return [prefix + c + "*" for c in NAME_CLASSES] + ([prefix] if prefix else [])
+
+
+@dataclass
+class Answer:
+    """One query's answer, whole or in parts (a saved answer is read back in pages)."""
+
+    parts: dict[int, tuple[int, list[str]]] = field(default_factory=dict)  # start -> (next start, names)
+    total: int = 1
+    cut: bool = False
+
+    @property
+    def whole(self) -> bool:
+        start, steps = 0, 0
+        while start in self.parts and steps <= len(self.parts):
+            start, steps = self.parts[start][0], steps + 1
+        return start >= self.total
+
+    def next_start(self) -> int:
+        start, steps = 0, 0
+        while start in self.parts and steps <= len(self.parts):
+            start, steps = self.parts[start][0], steps + 1
+        return start
+
+    def names(self) -> list[str]:
+        return [n for k in sorted(self.parts) for n in self.parts[k][1]]
+
+
+@dataclass
+class Listing:
+    root: str | None = None
+    answers: dict[tuple[str, str], Answer] = field(default_factory=dict)
+
+    def learn(self, path: str, pattern: str, entries: list[str], span: tuple[int, int, int] = (0, 1, 1),
+              cut: bool = False) -> list[str]:
+        """Record (part of) the answer to ``glob(pattern, path)``: ``span`` is (start, next start,
+        total) of the part; returns its names relative to the root."""
+        if self.root is None and path == "" and pattern == "*" and entries:
+            self.root = os.path.dirname(entries[0].rstrip("/"))
+        names = [self.rel(e) for e in entries]  # absolute until the root is known; rel() again when used
+        self.record(path, pattern, names, span, cut)
+        return names
+
+    def record(self, path: str, pattern: str, names: list[str], span: tuple[int, int, int], cut: bool) -> None:
+        answer = self.answers.setdefault((path, pattern), Answer())
+        answer.parts[span[0]] = (span[1], names)
+        answer.total = span[2]
+        answer.cut = answer.cut or cut
+
+    def rel(self, entry: str) -> str:
+        root = (self.root or "").rstrip("/")
+        return entry[len(root) + 1:] if root and entry.startswith(root + "/") else entry
+
+    def _get(self, path: str, pattern: str) -> Answer | None:
+        answer = self.answers.get((path, pattern))
+        return answer if answer is not None and answer.whole else None
+
+    def pending(self) -> list[tuple[str, str]]:
+        """The queries still to ask (``(path, pattern)``; path relative to the root, '' for the root)."""
+        todo = [("", p) for p in FIRST if self._get("", p) is None]
+        if todo:
+            return todo
+        if not self._get("", "**/*").cut:  # type: ignore[union-attr]
+            return []
+        queue = [""]
+        while queue:  # every directory: its subdirectories (``*/``) and its own entries (``*``)
+            d = queue.pop()
+            subdirs = self._get(d, "*/")
+            if subdirs is None:
+                todo.append((d, "*/"))
+            else:
+                queue += [self.rel(n) for n in subdirs.names() if not skipped(self.rel(n))]
+            self._own(d, "*", todo)
+        return todo
+
+    def _own(self, d: str, pattern: str, todo: list[tuple[str, str]]) -> None:
+        answer = self._get(d, pattern)
+        if answer is None:
+            todo.append((d, pattern))
+        elif answer.cut:
+            for narrower in split(pattern):
+                if narrower != pattern:
+                    self._own(d, narrower, todo)
+
+    def files(self) -> list[str]:
+        """Every file found (relative to the root), without skipped ones; a name that is another's
+        parent, or a ``*/`` answer, is a directory."""
+        names: set[str] = set()
+        dirs: set[str] = set()
+        for (_, pattern), answer in self.answers.items():
+            (dirs if pattern == "*/" else names).update(self.rel(n) for n in answer.names())
+        for name in names:
+            parent = os.path.dirname(name)
+            while parent and parent not in dirs:
+                dirs.add(parent)
+                parent = os.path.dirname(parent)
+        return sorted(n for n in names - dirs if n and not skipped(n))
+
+    def seen_anything(self) -> bool:
+        return any(a.names() for a in self.answers.values())

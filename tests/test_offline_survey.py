@@ -1,0 +1,102 @@
+"""The offline policy against ground truth, over real trees and a grid of limits.
+
+Trees: ``encodings`` (a flat package of 120 modules whose ``__pycache__`` alone overflows one
+glob listing), ``idlelib`` (nested: ``idle_test/``, ``Icons/`` with binary files, 115 TODO lines),
+``email`` (nested: ``mime/``) and ``pip`` (nearly 500 modules in 70 directories). Ground truth is
+computed independently: every file under the tree that is not in ``__pycache__`` and is text (no
+NUL byte, valid UTF-8), and every TODO/FIXME/XXX line a plain ``grep -rnIE`` finds.
+
+The property: a survey that ends ``succeeded`` lists every such file and every such line. A survey
+that cannot keep what it learned inside its limits ends otherwise (``stuck``, ``max_turns``), never
+``succeeded`` with a partial report; the cells marked ``must`` succeed.
+"""
+
+from __future__ import annotations
+
+import email
+import encodings
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from runner.compactor.compactor import Compactor
+from runner.compactor.summarizer import Summarizer
+from runner.config import Limits
+from runner.jobs import JobSpec
+from runner.models.offline import OfflineModel
+from runner.session import Session
+from runner.store import JobStore
+
+pytestmark = pytest.mark.anyio
+STDLIB = Path(encodings.__file__).parent.parent
+TREES = {
+    "encodings": STDLIB / "encodings",
+    "idlelib": STDLIB / "idlelib",
+    "email": Path(email.__file__).parent,
+}
+try:
+    import pip
+
+    TREES["pip"] = Path(pip.__file__).parent
+except ImportError:  # pragma: no cover - every virtualenv has pip
+    pass
+LIMITS = {
+    "default": {},
+    "tight": {"context_char_limit": 30_000, "batch_char_limit": 30_000, "large_result_chars": 8_000},
+}
+MUST_SUCCEED = {("encodings", "default"), ("idlelib", "default"), ("email", "default"), ("email", "tight")}
+
+
+def text_files(root: Path) -> set[str]:
+    found = set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for name in filenames:
+            data = (Path(dirpath) / name).read_bytes()
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            if b"\0" not in data:
+                found.add(str((Path(dirpath) / name).relative_to(root)))
+    return found
+
+
+def todo_lines(root: Path) -> set[str]:
+    done = subprocess.run(["grep", "-rnIE", r"\b(TODO|FIXME|XXX)\b", "--exclude-dir=__pycache__", "."],
+                          cwd=root, capture_output=True, text=True, errors="replace")
+    return {":".join(line[2:].split(":", 2)[:2]) for line in done.stdout.splitlines()}  # path:line
+
+
+async def survey(root: Path, out: Path, limits: dict) -> tuple[str, str]:
+    spec = JobSpec(name="survey", source=Path("survey.toml"), prompt="Survey this package.", workspace=root,
+                   model="m", system=None, tools=("read", "glob", "grep"), limits=Limits(**limits))
+    store = JobStore(out)
+    await store.open()
+    result = await Session(spec, OfflineModel(), Compactor(Summarizer(None, "none")), store, "none").run()
+    final = out / "final.md"
+    return result.status, final.read_text() if final.exists() else ""
+
+
+@pytest.mark.parametrize("limits", list(LIMITS))
+@pytest.mark.parametrize("tree", list(TREES))
+async def test_a_survey_that_succeeds_is_complete(tree, limits, tmp_path):
+    root = TREES[tree]
+    status, report = await survey(root, tmp_path / "job", LIMITS[limits])
+    assert status in ("succeeded", "stuck", "max_turns"), status
+    if (tree, limits) in MUST_SUCCEED:
+        assert status == "succeeded"
+    if status != "succeeded":
+        return
+    listed = set(re.findall(r"^\| (\S+) \| \d+ \| \d* \|", report.split("## Every file", 1)[1], re.M))
+    files = text_files(root)
+    assert files <= listed, sorted(files - listed)[:10]
+    todos = todo_lines(root)
+    found = set(re.findall(r"^- `([^:`]+:\d+):", report, re.M))
+    assert todos <= found, sorted(todos - found)[:10]
+    count = int(re.search(r"## TODO / FIXME / XXX \((\d+) found", report).group(1))
+    assert count == len(todos)
+    assert "__pycache__" not in report
