@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..messages import Message, blocks, result_text, text_of, tool_results, tool_uses
+from ..protocol import is_seed_placeholder
 
 TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
 OUTLINE_PATTERN = r"^(class |def |async def )"
@@ -163,7 +164,7 @@ def _visible_text(content: str) -> str:
 def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: list[str] | None) -> None:
     name, args = use.get("name"), use.get("input") or {}
     content = result_text(result)
-    placeholder = content.startswith("[Earlier tool result saved at")
+    placeholder = content.startswith("[Earlier tool result saved at") or is_seed_placeholder(content)
     failed = bool(result.get("is_error"))
     persisted = content.startswith("<persisted-output>") and SAVED.search(content)
     if name in ("glob", "grep") and persisted and not failed:
