@@ -57,7 +57,7 @@ from runner.compactor.compactor import CompactionState, Compactor  # noqa: E402
 from runner.compactor.summarizer import Summarizer  # noqa: E402
 from runner.config import Limits  # noqa: E402
 from runner.messages import request_problems  # noqa: E402
-from runner.store import JobStore  # noqa: E402
+from runner.store import JobStore, write_atomic_sync  # noqa: E402
 
 SMOKE_SIZES = (30, 120)
 SEED_001_THRESHOLD = 50_000
@@ -163,7 +163,9 @@ async def run_ours(messages: list[dict[str, Any]], workdir: Path, check: bool) -
         state.window.mark_seen()  # the model call
         await state.add(*added)
         elapsed += time.perf_counter() - w
-    return {"s": elapsed, "compactions": dict(sorted(state.compactions.items())), "final_messages": len(state.window)}
+    files = sum(1 for _ in (store.dir / "tool-results").iterdir())
+    return {"s": elapsed, "compactions": dict(sorted(state.compactions.items())), "final_messages": len(state.window),
+            "files": files}
 
 
 def run_seed(seed: Seed000 | Seed001, messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -189,6 +191,26 @@ def run_floor(messages: list[dict[str, Any]], workdir: Path) -> dict[str, Any]:
     finally:
         os.close(fd)
     return {"s": elapsed}
+
+
+def file_costs(root: Path, n: int = 300) -> dict[str, float]:
+    """What one file creation (written whole, then renamed, as the store writes a persisted output) and
+    one append of the same bytes cost on the filesystem under ``root``, in µs: the two I/O operations
+    ours and the floor are made of."""
+    probe = root / "probe"
+    probe.mkdir()
+    text = "x" * 4_000
+    w = time.perf_counter()
+    for i in range(n):
+        write_atomic_sync(probe / f"{i}.txt", text)
+    create = (time.perf_counter() - w) / n * 1e6
+    fd = os.open(probe / "append.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    w = time.perf_counter()
+    for _ in range(n):
+        os.write(fd, text.encode())
+    append = (time.perf_counter() - w) / n * 1e6
+    os.close(fd)
+    return {"create_us": create, "append_us": append}
 
 
 def quiet_disk() -> None:
@@ -227,7 +249,7 @@ def measure(n: int, repeats: int, check: bool, root: Path) -> dict[str, Any]:
             "us_per_turn": {k: best[k] / turns * 1e6 for k in CONTESTANTS},
             "seed000_over_ours": ratio("seed000", "ours"), "seed001_over_ours": ratio("seed001", "ours"),
             "ours_over_floor": ratio("ours", "floor"),
-            "ours_compactions": ours.get("compactions"), "runs": [{k: round(v, 4) for k, v in r.items()} for r in runs]}
+            "ours_compactions": ours.get("compactions"), "ours_files": ours.get("files"), "runs": [{k: round(v, 4) for k, v in r.items()} for r in runs]}
 
 
 def _ratio(r: dict[str, float]) -> str:
@@ -281,11 +303,21 @@ def verdict_text(rows: list[dict[str, Any]]) -> str:
     def mark(ok: bool) -> str:
         return "met" if ok else "MISSED"
 
+    met = (vs000["best"] >= 10, vs001["best"] >= 1, floor["best"] <= 3, growth < 1.5)
+    files, costs = largest.get("ours_files") or 0, largest.get("file_costs") or {}
+    io = files * costs.get("create_us", 0) / 1e6
+    cause = (f" Where ours' time goes at {n} messages: it saves every result it takes out of context to a file of "
+             f"its own ({files:,} files; seed 001 saves none, the floor writes one file), and one file creation on "
+             f"this filesystem costs {costs.get('create_us', 0):.0f} µs against {costs.get('append_us', 0):.0f} µs "
+             f"for an append of the same bytes (a probe before the runs): at that rate about {io:.2f} s of ours' "
+             f"{largest['best_s']['ours']:.2f} s. The rest is two hand-offs per turn to aiofiles' worker thread "
+             "(the transcript append, and the stage's outputs with their event line) and the stages themselves."
+             if costs and not all(met) else "")
     return (f"Targets at {n} messages, measured: ours takes {vs000['best']:.1f}× less time than seed 000 "
             f"(target ≥ 10×: {mark(vs000['best'] >= 10)}); seed 001 takes {vs001['best']:.2f}× our time "
             f"(target ≥ 1.00×, no slower: {mark(vs001['best'] >= 1)}); ours is {floor['best']:.2f}× the floor "
             f"(target ≤ 3×: {mark(floor['best'] <= 3)}); our time per turn at {n} messages is {growth:.2f}× what "
-            f"it is at {smallest['messages']:,} (near-linear growth, target < 1.5×: {mark(growth < 1.5)}).")
+            f"it is at {smallest['messages']:,} (near-linear growth, target < 1.5×: {mark(growth < 1.5)})." + cause)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,8 +333,10 @@ def main(argv: list[str] | None = None) -> int:
     fs = filesystem(root.resolve())
     rows = []
     try:
+        costs = file_costs(root)
+        print(f"file creation {costs['create_us']:.0f} µs, append {costs['append_us']:.0f} µs", flush=True)
         for n in sizes:
-            row = measure(n, repeats, args.smoke, root)
+            row = {**measure(n, repeats, args.smoke, root), "file_costs": costs}
             rows.append(row)
             b = row["best_s"]
             print(f"{n:>6} messages: ours {b['ours']:.3f} s, seed 000 {b['seed000']:.3f} s, seed 001 "
