@@ -258,7 +258,8 @@ def table(rows: list[dict[str, Any]]) -> str:
              "| vs ours | files in report | re-reads |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        ratio = f"{r['cost_usd'] / ours['cost_usd']:.2f}x" if ours and ours["cost_usd"] else "-"
+        ratio = (f"{r['cost_usd'] / ours['cost_usd']:.2f}x" if ours and ours["cost_usd"] and finished(r)
+                 else "-")  # a run stopped early cost what it cost up to then: no ratio
         status = r["status"] if finished(r) else (f"**did not finish** ({r['status']}: stopped at {r['turns']} turns)"
                                                   if r["status"] == "max_turns" else f"**{r['status']}**")
         lines.append(f"| {r['strategy']} | {status} | {r['turns']} | {r['input_tokens']:,} | "
@@ -296,9 +297,12 @@ def findings(rows: list[dict[str, Any]]) -> str:
     fewest = min(r["rereads"] for r in rows if finished(r))
     ablation = by.get("seed 000 + our caching"), by.get("seed 000")
     extra = ""
-    if all(ablation) and finished(ablation[0]) and finished(ablation[1]):
+    if ablation[0] and ablation[1]:
+        same = ablation[0]["turns"] == ablation[1]["turns"]
         extra = (f" Caching alone takes revision 000 from ${ablation[1]['cost_usd']:.2f} to "
-                 f"${ablation[0]['cost_usd']:.2f}; the rest of the difference to ours is the pipeline.")
+                 f"${ablation[0]['cost_usd']:.2f} ({1 - ablation[0]['cost_usd'] / ablation[1]['cost_usd']:.0%} less"
+                 + (f", over the same {ablation[0]['turns']} turns" if same else "") + ")"
+                 + ("" if finished(ablation[0]) else ", and does not make it finish") + ".")
     return ("Targets: ours >= 2x cheaper than no compaction and than every anchor strategy that completes, with a "
             "complete report and no more re-reads. Measured: ours is " + "; ".join(parts) + ". "
             f"Report: {ours['files_in_report']} of {ours['files_in_workspace']} files ({mark(complete)}). "
