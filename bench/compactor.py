@@ -328,7 +328,7 @@ def verdict_text(rows: list[dict[str, Any]]) -> str:
              f"its own before the placeholder is sent ({files:,} files, written whole and renamed; seed 001 saves "
              f"none, the floor appends to one file). Writing them took {files_s:.2f} s of ours' "
              f"{largest['best_s']['ours']:.2f} s (timed in the store's worker thread). The other "
-             f"{largest['best_s']['ours'] - files_s:.2f} s is, in a cProfile of the same run, mostly the two "
+             f"{largest['best_s']['ours'] - files_s:.2f} s is, in a cProfile of ours on this session, mostly the two "
              "hand-offs per turn to that thread (the transcript append, and a stage's outputs with their event "
              "line: a queue put, a wake-up, the loop waiting), then the stages' own work." if not all(met) else "")
     return (f"Targets at {n} messages, measured: ours takes {vs000['best']:.1f}× less time than seed 000 "
