@@ -14,15 +14,39 @@ RESULTS = ROOT / "bench" / "results"
 BENCHMARKS = ROOT / "BENCHMARKS.md"
 
 
+# the 1-minute load average when this benchmark process started (each benchmark is its own process)
+START_LOAD = os.getloadavg()[0]
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (``platform.processor()`` is often empty on Linux)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine() -> str:
+    """Cores, RAM, kernel, CPU model and Python: what a table's numbers were measured on."""
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} cores, {mem_gib:.0f} GiB, Python {platform.python_version()}, {platform.machine()}"
+    return (f"{os.cpu_count()} cores, {mem_gib:.0f} GiB RAM, Linux {platform.release()}, {cpu_model()}, "
+            f"Python {platform.python_version()}")
+
+
+def load_note(load: float | None = None) -> str:
+    """The 1-minute load average at the start, next to the core count, so a reader can judge the noise."""
+    value = START_LOAD if load is None else load
+    return f"1-minute load average at start {value:.2f} on {os.cpu_count()} cores"
 
 
 def write_result(name: str, data: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps({"date": date.today().isoformat(), "machine": machine(), **data}, indent=2) + "\n")
+    path.write_text(json.dumps({"date": date.today().isoformat(), "machine": machine(), "load_1min": START_LOAD,
+                                **data}, indent=2) + "\n")
     return path
 
 
@@ -30,7 +54,8 @@ def replace_section(name: str, body: str, command: str) -> None:
     """Put ``body`` between ``<!-- name:start -->`` and ``<!-- name:end -->`` in BENCHMARKS.md."""
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     text = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n"
-    block = (f"{start}\n_{date.today().isoformat()}, {machine()}; command: `{command}`_\n\n{body.rstrip()}\n{end}")
+    block = (f"{start}\n_{date.today().isoformat()}, {machine()}; {load_note()}; command: `{command}`_\n\n"
+             f"{body.rstrip()}\n{end}")
     pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
     text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     BENCHMARKS.write_text(text)

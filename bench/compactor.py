@@ -1,28 +1,32 @@
-"""Benchmark: our Compactor against the seeds' pipeline, on the same synthetic sessions, in one run.
+"""Benchmark 4: the Compactor's overhead against the seeds' pipelines and the physical floor.
 
-    python bench/compactor.py            # 100, 1,000 and 5,000 messages; updates BENCHMARKS.md
-    python bench/compactor.py --smoke    # tiny sizes, a few seconds; touches only bench/results/
+    python bench/compactor.py            # 1,000 .. 5,000 messages, best of 3; updates BENCHMARKS.md
+    python bench/compactor.py --smoke    # tiny sizes, a few seconds; touches nothing
 
 Each synthetic session is a realistic agent history: the user request, then assistant turns (text
 plus one to three parallel tool_use blocks) each answered by a user message of tool results of 200
 to 40,000 characters (some list-shaped, some ``is_error``), with a few huge ones (100k to 300k). The
-session is fed turn by turn, the way ``runner/session.py`` drives the Compactor: ``prepare``, the
-model "sees" the request, the reply and its results are added.
+same session is fed turn by turn to four contestants, each in the way its own loop drives it:
 
-(a) ours: ``Compactor.prepare`` on a real ``CompactionState`` backed by a real ``JobStore`` in a
-    temporary directory; the Summarizer has no model, so summaries are the deterministic fallback.
-(b) seeds: ``bench/seeds_pipeline.py``, the seed lesson's algorithm as written (``json.dumps`` of
-    the history for every estimate, the transcript rewritten on every snip), also with the fallback
-    summary, also writing its files.
+- ``ours``: everything the runner does per message for compaction, as ``runner/session.py`` does it:
+  ``Compactor.prepare`` on a real ``CompactionState`` backed by a real ``JobStore``, the cache
+  breakpoint's ``settled_prefix``, ``mark_seen`` after the model call, and ``CompactionState.add`` of
+  the reply and its results (each message measured and appended to ``transcript.jsonl``). The
+  Summarizer has no model, so a summary is the deterministic fallback.
+- ``seed 000``: ``Seed000.prepare`` (the Vietnamese lesson with code, "Context Compact"), then the
+  turn's messages appended to its list, as its agent loop does.
+- ``seed 001``: ``Seed001.prepare`` (the English README, "s08: Context Compact"; THRESHOLD 50,000
+  chars), likewise. It keeps nothing: old results become a fixed placeholder with no file.
+- ``floor``: the least any runner that keeps every message can do: serialize each new message once
+  (``json.dumps``) and write the turn's lines with one ``os.write`` to a file opened once.
 
-Measured: time spent inside each ``prepare`` call (``perf_counter``, wall, which includes waiting for
-aiofiles' worker threads; ``process_time`` is recorded too), best of ``--repeats`` runs, each run
-starting after ``os.sync()``. Our per-message work outside ``prepare`` (measuring the message once and
-appending it to ``transcript.jsonl``) is reported as a separate column so nothing is hidden. The
-files go to the system temp dir (``--dir`` to choose); the full run adds the largest size on
-``/dev/shm`` (tmpfs), which shows the same work without the disk's noise. Run directories are
-deleted only at the end: deleting many files mid-run makes ext4 (with ``discard``) slow for the runs
-that follow. Results go to ``bench/results/compactor.json`` and, unless ``--smoke``, to
+Both seeds are transcribed in ``bench/seeds_pipeline.py``, their only change a model-free summary
+(the same deterministic fallback ours uses here). Measured: wall time (``perf_counter``) summed over
+the turns, each run after ``os.sync()``; the contestants run one after another on the same session
+in each of ``--repeats`` runs; the table gives the best run and the spread (worst / best - 1) of
+each, and each ratio with its range over the runs. Files go to the system temp dir (``--dir`` to
+choose) and are deleted only at the end (deleting many files mid-run makes ext4 with ``discard`` slow
+for the runs that follow). Results go to ``bench/results/compactor.json`` and, unless ``--smoke``, to
 ``BENCHMARKS.md`` between ``<!-- compactor:start -->`` and ``<!-- compactor:end -->``.
 """
 
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import random
 import shutil
@@ -45,17 +50,23 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import replace_section, write_result  # noqa: E402
-from seeds_pipeline import SeedsCompactor  # noqa: E402
+from common import load_note, replace_section, write_result  # noqa: E402
+from seeds_pipeline import Seed000, Seed001  # noqa: E402
 
+import runner.store  # noqa: E402
 from runner.compactor.compactor import CompactionState, Compactor  # noqa: E402
 from runner.compactor.summarizer import Summarizer  # noqa: E402
 from runner.config import Limits  # noqa: E402
 from runner.messages import request_problems  # noqa: E402
 from runner.store import JobStore  # noqa: E402
 
+SMOKE_SIZES = (30, 120)
+SEED_001_THRESHOLD = 50_000
+CONTESTANTS = ("floor", "ours", "seed000", "seed001")
+LABELS = {"floor": "floor", "ours": "ours", "seed000": "seed 000", "seed001": "seed 001"}
+
 REQUEST = "Survey the package in the workspace: list its modules, their public API and any TODOs. (bench)"
-SIZES = (100, 1_000, 5_000)
+SIZES = (1_000, 2_000, 3_000, 4_000, 5_000)
 SMOKE_SIZES = (30, 120)
 
 _WORDS = ("def class return import async await self value result error path file line module test "
@@ -117,70 +128,6 @@ def turns_of(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return [messages[i:i + 2] for i in range(1, len(messages), 2)]
 
 
-async def run_ours(messages: list[dict[str, Any]], workdir: Path, check: bool) -> dict[str, Any]:
-    store = JobStore(workdir / "job")
-    await store.open()
-    state = CompactionState(store=store, limits=Limits(), active_request=REQUEST)
-    compactor = Compactor(Summarizer(None, "fallback"))
-    t = {"ours": 0.0, "ours_cpu": 0.0, "add": 0.0}
-    await state.add(messages[0])
-    turns = 0
-    for added in [*turns_of(messages), []]:
-        w, c = time.perf_counter(), time.process_time()
-        sent = await compactor.prepare(state)
-        t["ours"] += time.perf_counter() - w
-        t["ours_cpu"] += time.process_time() - c
-        turns += 1
-        if check:
-            problems = request_problems(sent, REQUEST)
-            assert not problems, problems
-        state.window.mark_seen()  # the model call
-        w = time.perf_counter()
-        for message in added:
-            await state.add(message)
-        t["add"] += time.perf_counter() - w
-    return {**t, "turns": turns, "compactions": dict(sorted(state.compactions.items())),
-            "final_messages": len(state.window)}
-
-
-def run_seeds(messages: list[dict[str, Any]], workdir: Path) -> dict[str, Any]:
-    seeds = SeedsCompactor(workdir / "seeds")
-    turns = [copy.deepcopy(t) for t in turns_of(messages)]  # the seeds mutate blocks in place
-    history = [copy.deepcopy(messages[0])]
-    t = {"seeds": 0.0, "seeds_cpu": 0.0}
-    n = 0
-    for added in [*turns, []]:
-        w, c = time.perf_counter(), time.process_time()
-        history = seeds.prepare(history, REQUEST)
-        t["seeds"] += time.perf_counter() - w
-        t["seeds_cpu"] += time.process_time() - c
-        n += 1
-        history.extend(added)
-    return {**t, "turns": n, "final_messages": len(history)}
-
-
-def section(rows: list[dict[str, Any]], verdict: str, repeats: int) -> str:
-    lines = [
-        "## 4. Compactor overhead: ours vs the seeds' pipeline",
-        "",
-        "Synthetic sessions fed turn by turn (tool results 200..40,000 chars, ~1% of 100k..300k, 1-3 parallel "
-        "calls per turn, some list-shaped or `is_error`). Time is the total wall time inside `prepare` "
-        "(perf_counter; both pipelines on the same session in one process, both writing their files, both "
-        f"summarizing with the deterministic fallback); best of {repeats} runs each. `ours add` is our "
-        "per-message work outside `prepare` (measured once, appended to transcript.jsonl), shown so nothing "
-        "is hidden. The last row repeats the largest size on tmpfs: the same work without the disk's noise "
-        "(this VM's ext4 file creation varies 3-4× from minute to minute, and both pipelines create one file "
-        "per persisted output).",
-        "",
-        "| messages | files on | ours s | seeds s | ratio | ours µs/turn | seeds µs/turn | ours add s | ours CPU s "
-        "| seeds CPU s |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        lines.append(f"| {r['messages']:,} | {r['fs']} | {r['ours_s']:.3f} | {r['seeds_s']:.3f} | {r['ratio']:.1f}× | "
-                     f"{r['ours_us_per_turn']:.0f} | {r['seeds_us_per_turn']:.0f} | {r['ours_add_s']:.3f} | "
-                     f"{r['ours_cpu_s']:.3f} | {r['seeds_cpu_s']:.3f} |")
-    return "\n".join([*lines, "", verdict])
 
 
 def filesystem(path: Path) -> str:
@@ -196,6 +143,92 @@ def filesystem(path: Path) -> str:
     return kind
 
 
+class FileTimer:
+    """Times the store's whole-file writes (each persisted output: the existence check, the write to a
+    temporary name, the rename), where its worker thread does them: the part of ours' time that is one
+    file per output. Installed for one run of ours and removed after it."""
+
+    def __init__(self) -> None:
+        self.s = 0.0
+        self.files = 0
+        self._write, self._same = runner.store.write_atomic_sync, runner.store._same_text
+
+    def __enter__(self) -> FileTimer:
+        def write(path: Path, text: str) -> None:
+            w = time.perf_counter()
+            self._write(path, text)
+            self.s += time.perf_counter() - w
+            self.files += 1
+
+        def same(path: Path, content: str) -> bool:
+            w = time.perf_counter()
+            try:
+                return self._same(path, content)
+            finally:
+                self.s += time.perf_counter() - w
+
+        runner.store.write_atomic_sync, runner.store._same_text = write, same
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        runner.store.write_atomic_sync, runner.store._same_text = self._write, self._same
+
+
+async def run_ours(messages: list[dict[str, Any]], workdir: Path, check: bool) -> dict[str, Any]:
+    with FileTimer() as files:
+        result = await _run_ours(messages, workdir, check)
+    return {**result, "files": files.files, "files_s": files.s}
+
+
+async def _run_ours(messages: list[dict[str, Any]], workdir: Path, check: bool) -> dict[str, Any]:
+    store = JobStore(workdir / "job")
+    await store.open()
+    state = CompactionState(store=store, limits=Limits(), active_request=REQUEST)
+    compactor = Compactor(Summarizer(None, "fallback"))
+    elapsed = 0.0
+    w = time.perf_counter()
+    await state.add(messages[0])
+    elapsed += time.perf_counter() - w
+    for added in [*turns_of(messages), []]:
+        w = time.perf_counter()
+        sent = await compactor.prepare(state)
+        state.window.settled_prefix()  # the cache breakpoint the session places
+        elapsed += time.perf_counter() - w
+        if check:
+            problems = request_problems(sent, REQUEST)
+            assert not problems, problems
+        w = time.perf_counter()
+        state.window.mark_seen()  # the model call
+        await state.add(*added)
+        elapsed += time.perf_counter() - w
+    return {"s": elapsed, "compactions": dict(sorted(state.compactions.items())), "final_messages": len(state.window)}
+
+
+def run_seed(seed: Seed000 | Seed001, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    turns = [copy.deepcopy(t) for t in turns_of(messages)]  # the seeds mutate blocks in place
+    history = [copy.deepcopy(messages[0])]
+    elapsed = 0.0
+    for added in [*turns, []]:
+        w = time.perf_counter()
+        history = seed.prepare(history, REQUEST)
+        history.extend(added)
+        elapsed += time.perf_counter() - w
+    return {"s": elapsed, "final_messages": len(history)}
+
+
+def run_floor(messages: list[dict[str, Any]], workdir: Path) -> dict[str, Any]:
+    fd = os.open(workdir / "floor.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    elapsed = 0.0
+    try:
+        for added in [messages[:1], *turns_of(messages)]:
+            w = time.perf_counter()
+            os.write(fd, "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in added).encode())
+            elapsed += time.perf_counter() - w
+    finally:
+        os.close(fd)
+    return {"s": elapsed}
+
+
 def quiet_disk() -> None:
     """Flush what the previous run wrote (and freed), so its writeback is not billed to the next run."""
     if hasattr(os, "sync"):
@@ -204,69 +237,135 @@ def quiet_disk() -> None:
 
 def measure(n: int, repeats: int, check: bool, root: Path) -> dict[str, Any]:
     messages = synthetic_session(n, seed=0)
-    runs = []
-    for r in range(repeats):  # the same session through both, one after the other, in each repeat
-        workdir = root / f"{n}-{r}"  # kept until the end: deleting files mid-benchmark (ext4 discard)
-        workdir.mkdir()  # slows the disk for the runs that follow
+    runs: list[dict[str, float]] = []
+    ours: dict[str, Any] = {}
+    for r in range(repeats):  # the same session through all four, one after the other, in each repeat
+        workdir = root / f"{n}-{r}"  # kept until the end (see the module's docstring)
+        workdir.mkdir()
+        run: dict[str, float] = {}
+        quiet_disk()
+        run["floor"] = run_floor(messages, workdir)["s"]
         quiet_disk()
         ours = anyio.run(run_ours, messages, workdir, check)
+        run["ours"] = ours["s"]
+        run["ours_files_s"] = ours["files_s"]
         quiet_disk()
-        seeds = run_seeds(messages, workdir)
-        runs.append({**ours, **seeds, "ours_final_messages": ours["final_messages"],
-                     "seeds_final_messages": seeds["final_messages"]})
-    best = {k: min(r[k] for r in runs) for k in ("ours", "ours_cpu", "seeds", "seeds_cpu", "add")}
-    turns = runs[0]["turns"]
-    return {"messages": n, "turns": turns, "repeats": repeats,
-            "ours_s": best["ours"], "seeds_s": best["seeds"], "ratio": best["seeds"] / max(best["ours"], 1e-9),
-            "ours_us_per_turn": best["ours"] / turns * 1e6, "seeds_us_per_turn": best["seeds"] / turns * 1e6,
-            "ours_add_s": best["add"], "ours_cpu_s": best["ours_cpu"], "seeds_cpu_s": best["seeds_cpu"],
-            "cpu_ratio": best["seeds_cpu"] / max(best["ours_cpu"], 1e-9),
-            "ours_compactions": runs[0]["compactions"], "ours_final_messages": runs[0]["ours_final_messages"],
-            "seeds_final_messages": runs[0]["seeds_final_messages"],
-            "all_runs": [{k: round(r[k], 4) for k in ("ours", "seeds", "add")} for r in runs]}
+        run["seed000"] = run_seed(Seed000(workdir / "seed000"), messages)["s"]
+        quiet_disk()
+        run["seed001"] = run_seed(Seed001(workdir / "seed001", SEED_001_THRESHOLD), messages)["s"]
+        runs.append(run)
+    best = {k: min(r[k] for r in runs) for k in CONTESTANTS}
+    fastest = min(runs, key=lambda r: r["ours"])  # ours' best run, and how much of it was file writes
+    spread = {k: max(r[k] for r in runs) / max(best[k], 1e-9) - 1 for k in CONTESTANTS}
+    turns = len(turns_of(messages)) + 1
+
+    def ratio(num: str, den: str) -> dict[str, float]:
+        each = [r[num] / max(r[den], 1e-9) for r in runs]
+        return {"best": best[num] / max(best[den], 1e-9), "min": min(each), "max": max(each)}
+
+    return {"messages": n, "turns": turns, "repeats": repeats, "best_s": best, "spread": spread,
+            "us_per_turn": {k: best[k] / turns * 1e6 for k in CONTESTANTS},
+            "seed000_over_ours": ratio("seed000", "ours"), "seed001_over_ours": ratio("seed001", "ours"),
+            "ours_over_floor": ratio("ours", "floor"),
+            "ours_compactions": ours.get("compactions"), "ours_files": ours.get("files"),
+            "ours_files_s": fastest["ours_files_s"], "runs": [{k: round(v, 4) for k, v in r.items()} for r in runs]}
+
+
+def _ratio(r: dict[str, float]) -> str:
+    return f"{r['best']:.2f}× ({r['min']:.2f}–{r['max']:.2f})"
+
+
+def section(rows: list[dict[str, Any]], verdict: str, repeats: int, fs: str) -> str:
+    lines = [
+        "## 4. Compactor overhead: ours, the seeds as written, and the floor",
+        "",
+        "Synthetic sessions fed turn by turn (tool results 200..40,000 chars, ~1% of 100k..300k, 1-3 parallel "
+        "calls per turn, some list-shaped or `is_error`), the same session to each contestant, one after "
+        f"another in each of {repeats} runs; files on {fs}. Time is wall time summed over the turns, best of "
+        f"{repeats} runs, with the spread (worst / best - 1).",
+        "",
+        "- **ours**: everything the runner does per message for compaction: `prepare`, the cache "
+        "breakpoint's `settled_prefix`, `mark_seen`, and `CompactionState.add` of each message (measured once, "
+        "appended to `transcript.jsonl`).",
+        "- **seed 000**: the Vietnamese lesson with code (\"Context Compact\"), transcribed literally: a "
+        "`json.dumps` of the whole history for every estimate, micro_compact only over 50,000 chars, a transcript "
+        "file written on every snip.",
+        f"- **seed 001**: the English README (\"s08: Context Compact\"), transcribed literally, THRESHOLD "
+        f"{SEED_001_THRESHOLD:,} chars: micro_compact every turn with a fixed placeholder and no file (it keeps "
+        "nothing), snip without a transcript, no fit stage.",
+        "- **floor**: each new message serialized once (`json.dumps`) and the turn written with one `os.write` "
+        "to a file opened once.",
+        "",
+        "Both seeds summarize with the deterministic fallback (the only change to them); so does ours here.",
+        "",
+        "| messages | ours s | seed 000 s | seed 001 s | floor s | 000 / ours | 001 / ours | ours / floor "
+        "| ours µs/turn |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        b, sp = r["best_s"], r["spread"]
+        cells = " | ".join(f"{b[k]:.3f} ±{sp[k]:.0%}" for k in ("ours", "seed000", "seed001", "floor"))
+        lines.append(f"| {r['messages']:,} | {cells} | {_ratio(r['seed000_over_ours'])} | "
+                     f"{_ratio(r['seed001_over_ours'])} | {_ratio(r['ours_over_floor'])} | "
+                     f"{r['us_per_turn']['ours']:.0f} |")
+    lines += ["", "Ratios: of the best runs, with the range of the per-run ratios in brackets. ±: spread.", ""]
+    return "\n".join([*lines, verdict])
+
+
+def verdict_text(rows: list[dict[str, Any]]) -> str:
+    """The targets, checked against the table (computed, never typed in)."""
+    largest, smallest = rows[-1], rows[0]
+    n = f"{largest['messages']:,}"
+    vs000, vs001, floor = (largest["seed000_over_ours"], largest["seed001_over_ours"], largest["ours_over_floor"])
+    growth = largest["us_per_turn"]["ours"] / max(smallest["us_per_turn"]["ours"], 1e-9)
+
+    def mark(ok: bool) -> str:
+        return "met" if ok else "MISSED"
+
+    met = (vs000["best"] >= 10, vs001["best"] >= 1, floor["best"] <= 3, growth < 1.5)
+    files, files_s = largest.get("ours_files") or 0, largest.get("ours_files_s") or 0.0
+    cause = (f" Where ours' time goes at {n} messages: it saves every result it takes out of context to a file of "
+             f"its own before the placeholder is sent ({files:,} files, written whole and renamed; seed 001 saves "
+             f"none, the floor appends to one file). Writing them took {files_s:.2f} s of ours' "
+             f"{largest['best_s']['ours']:.2f} s (timed in the store's worker thread). The other "
+             f"{largest['best_s']['ours'] - files_s:.2f} s is, in a cProfile of ours on this session, mostly the two "
+             "hand-offs per turn to that thread (the transcript append, and a stage's outputs with their event "
+             "line: a queue put, a wake-up, the loop waiting), then the stages' own work." if not all(met) else "")
+    return (f"Targets at {n} messages, measured: ours takes {vs000['best']:.1f}× less time than seed 000 "
+            f"(target ≥ 10×: {mark(vs000['best'] >= 10)}); seed 001 takes {vs001['best']:.2f}× our time "
+            f"(target ≥ 1.00×, no slower: {mark(vs001['best'] >= 1)}); ours is {floor['best']:.2f}× the floor "
+            f"(target ≤ 3×: {mark(floor['best'] <= 3)}); our time per turn at {n} messages is {growth:.2f}× what "
+            f"it is at {smallest['messages']:,} (near-linear growth, target < 1.5×: {mark(growth < 1.5)})." + cause)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds; does not touch BENCHMARKS.md")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds; writes nothing")
     parser.add_argument("--repeats", type=int, default=None, help="runs per size, best kept (default 3; smoke 1)")
     parser.add_argument("--dir", default=None, help="where the runs write their files (default: the system temp dir)")
     args = parser.parse_args(argv)
     sizes = SMOKE_SIZES if args.smoke else SIZES
     repeats = args.repeats or (1 if args.smoke else 3)
-    plan = [(n, args.dir) for n in sizes]
-    if not args.smoke and args.dir is None and Path("/dev/shm").is_dir():
-        plan.append((sizes[-1], "/dev/shm"))
+    print(load_note(), flush=True)
+    root = Path(tempfile.mkdtemp(prefix="bench-compactor-", dir=args.dir))
+    fs = filesystem(root.resolve())
     rows = []
-    roots = []
     try:
-        for n, where in plan:
-            root = Path(tempfile.mkdtemp(prefix="bench-compactor-", dir=where))
-            roots.append(root)
-            row = {**measure(n, repeats, args.smoke, root), "fs": filesystem(root.resolve())}
+        for n in sizes:
+            row = measure(n, repeats, args.smoke, root)
             rows.append(row)
-            print(f"{n:>6} messages on {row['fs']}: ours {row['ours_s']:.3f} s ({row['ours_us_per_turn']:.0f} µs/turn), "
-                  f"seeds {row['seeds_s']:.3f} s ({row['seeds_us_per_turn']:.0f} µs/turn), ratio "
-                  f"{row['ratio']:.1f}×, ours add {row['ours_add_s']:.3f} s; {row['ours_compactions']}", flush=True)
+            b = row["best_s"]
+            print(f"{n:>6} messages: ours {b['ours']:.3f} s, seed 000 {b['seed000']:.3f} s, seed 001 "
+                  f"{b['seed001']:.3f} s, floor {b['floor']:.3f} s; {row['ours_compactions']}", flush=True)
     finally:
-        for root in roots:
-            shutil.rmtree(root, ignore_errors=True)
-    by_size = {r["messages"]: r for r in rows[:len(sizes)]}
-    largest, middle = by_size[sizes[-1]], by_size[sizes[-2]]
-    growth = largest["ours_us_per_turn"] / max(middle["ours_us_per_turn"], 1e-9)
-    extra = [f"{r['ratio']:.1f}× with the files on {r['fs']}" for r in rows[len(sizes):]]
-    verdict = (f"Target: at {largest['messages']:,} messages at least 20× less time in the compactor than the "
-               f"seeds' algorithm, and near-linear growth. Measured: {largest['ratio']:.1f}× with the files on "
-               f"{largest['fs']} ({'met' if largest['ratio'] >= 20 else 'MISSED'})"
-               + (f", {'; '.join(extra)}" if extra else "")
-               + f"; our time per turn at {largest['messages']:,} messages is {growth:.2f}× what it is at "
-               f"{middle['messages']:,} ({'near-linear' if growth < 1.5 else 'NOT near-linear'}).")
+        shutil.rmtree(root, ignore_errors=True)
+    verdict = verdict_text(rows)
     print(verdict)
-    command = "python bench/compactor.py" + (" --smoke" if args.smoke else "")
     if args.smoke:
         return 0
-    write_result("compactor", {"command": command, "rows": rows, "verdict": verdict})
-    replace_section("compactor", section(rows, verdict, repeats), command)
+    command = "python bench/compactor.py" + (f" --repeats {args.repeats}" if args.repeats else "")
+    write_result("compactor", {"command": command, "filesystem": fs, "rows": rows, "verdict": verdict})
+    replace_section("compactor", section(rows, verdict, repeats, fs), command)
     return 0
 
 

@@ -1,4 +1,7 @@
-"""Run every benchmark and rewrite BENCHMARKS.md: ``python bench/run_all.py`` (``--smoke`` for seconds)."""
+"""Run every benchmark and rewrite BENCHMARKS.md: ``python bench/run_all.py`` (``--smoke`` for seconds).
+
+Each benchmark runs in its own process, one after another, and stamps its table with the machine, the
+1-minute load average when it started and its command (``bench/common.py``): run it on a quiet machine."""
 
 from __future__ import annotations
 
@@ -12,6 +15,10 @@ BENCHES = ("concurrency.py", "ratelimit.py", "cost.py", "compactor.py", "viewer.
 def main() -> int:
     here = Path(__file__).resolve().parent
     extra = sys.argv[1:]
+    sys.path.insert(0, str(here))
+    from common import load_note, machine
+
+    print(f"{machine()}; {load_note()}", flush=True)
     for bench in BENCHES:
         print(f"== {bench} {' '.join(extra)}", flush=True)
         done = subprocess.run([sys.executable, str(here / bench), *extra])

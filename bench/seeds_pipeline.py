@@ -1,50 +1,65 @@
-"""The seeds' compaction pipeline, written as the seed lesson writes it (for comparison only).
+"""The seeds' compaction pipelines, each written as its lesson writes it (for comparison only).
 
-A faithful, straightforward transcription of ``/work/shared/seeds/000_*.txt`` (the Vietnamese lesson
-with code) and ``001_*.txt``: every size check is ``estimate_chars(messages)``, a ``json.dumps`` of
-the whole history; the stages mutate the blocks in place; ``snip_compact`` and ``compact_history``
-write the whole current history to a new file under ``.transcripts/`` each time they fire; outputs
-go to ``.task_outputs/tool-results/<tool_use_id>.txt``. The only departure: ``summarize_history``
-uses the runner's deterministic fallback summary instead of a model call, so the comparison with our
-Compactor (also run with the fallback) is like with like.
+Two revisions of the same lesson ("Context Compact", s08 of learn-claude-code):
 
-This module is not used by the runner; ``bench/compactor.py`` imports it.
+- :class:`Seed000` transcribes ``000_2c5c1e10c86de334.txt``, the Vietnamese lesson with code
+  ("Context Compact": tool_result_budget, snip_compact, micro_compact + fit_tool_results,
+  compact_history, reactive_compact). Every size check is ``estimate_chars(messages)``, a
+  ``json.dumps`` of the whole history; micro_compact runs only over ``CONTEXT_CHAR_LIMIT`` and
+  estimates again before every candidate block; snip_compact and compact_history write the whole
+  current history to a new file under ``.transcripts/`` each time they fire; replaced results are
+  saved under ``.task_outputs/tool-results/<tool_use_id>.txt``.
+- :class:`Seed001` transcribes ``001_e18dcfa67f9eda57.txt``, the English README
+  ("s08: Context Compact — Context Will Fill Up, Have a Way to Make Room"): tool_result_budget,
+  snip_compact (no transcript, a ``[snipped N messages ...]`` placeholder), micro_compact on every
+  turn (a fixed placeholder, nothing saved), then compact_history over ``THRESHOLD``. The lesson does
+  not define three helpers it calls; they come from its sibling revisions, as said where each is
+  written: ``persist_large_output`` from ``002_499f6b4171ec58cf.txt`` (the Chinese lesson, with
+  000's 30,000-char threshold), ``estimate_token_count`` as 000's ``estimate_chars`` (the issue and
+  the benchmarks give 001's threshold in characters), ``collect_tool_result_blocks`` as 000's
+  ``(message index, block index, block)`` list.
+
+Departures from the letter, all of them here:
+- ``summarize_history`` is a parameter. The compactor benchmark passes the runner's deterministic
+  fallback summary (model-free, the same one our Compactor uses there); the cost benchmark passes a
+  call to the job's model. This is the only change to what either pipeline does.
+- 001's ``tool_result_budget`` indexes ``last["content"]`` as a list of blocks; a history whose last
+  message is a plain string (the first request) is returned unchanged instead of raising.
+
+The placeholder texts come from ``runner/protocol.py``, the one home of the text protocol. This
+module is not used by the runner; ``bench/compactor.py`` and ``bench/cost.py`` import it.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from runner.compactor.fallback import fallback_summary
+from runner.protocol import SEED_001_MICRO_PLACEHOLDER, SEED_PERSISTED_TAG, seed_000_placeholder
 
 Message = dict[str, Any]
+Summarize = Callable[[list[Message]], str]
 
 
-class SeedsCompactor:
-    LARGE_RESULT_CHAR_LIMIT = 30_000
-    BATCH_CHAR_LIMIT = 200_000
-    PREVIEW_CHARS = 2_000
-    FIT_PREVIEW_CHARS = 1_000
-    MAX_MESSAGES = 50
-    CONTEXT_CHAR_LIMIT = 50_000
-    KEEP_RECENT_RESULTS = 3
-    KEEP_RECENT_MESSAGES = 5
+def model_free_summary(messages: list[Message]) -> str:
+    """The deterministic fallback summary, budgeted as our Compactor budgets it."""
+    return fallback_summary(messages, 25_000)
 
-    def __init__(self, workdir: Path):
+
+class _SeedFiles:
+    """What both revisions share: where they write (``.task_outputs/`` and ``.transcripts/``)."""
+
+    def __init__(self, workdir: Path, summarize: Summarize = model_free_summary):
         self.workdir = Path(workdir)
         self.outputs_dir = self.workdir / ".task_outputs" / "tool-results"
         self.transcripts_dir = self.workdir / ".transcripts"
         self.outputs_dir.mkdir(parents=True, exist_ok=True)
         self.transcripts_dir.mkdir(parents=True, exist_ok=True)
         self._transcripts = 0
-
-    # -- helpers ---------------------------------------------------------------------------------
-
-    @staticmethod
-    def estimate_chars(messages: list[Message]) -> int:
-        return len(json.dumps(messages, default=str, ensure_ascii=False))
+        self.summarize_history = summarize
 
     @staticmethod
     def has_tool_use(message: Message) -> bool:
@@ -70,29 +85,14 @@ class SeedsCompactor:
                     entries.append((mi, bi, block))
         return entries
 
-    def unseen_tool_result_positions(self, messages: list[Message]) -> set[tuple[int, int]]:
-        """Results after the last assistant message: the model has not consumed them yet."""
-        last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
-        return {(mi, bi) for mi, bi, _ in self.tool_result_entries(messages) if mi > last_assistant}
+    @staticmethod
+    def estimate_chars(messages: list[Message]) -> int:
+        return len(json.dumps(messages, default=str, ensure_ascii=False))
 
     def save_output(self, tool_use_id: str, content: str) -> str:
         path = self.outputs_dir / f"{tool_use_id}.txt"
         path.write_text(content, encoding="utf-8")
         return str(path.relative_to(self.workdir))
-
-    def persist_large_output(self, tool_use_id: str, content: str, preview_chars: int | None = None) -> str:
-        saved = self.save_output(tool_use_id, content)
-        preview = content[: self.PREVIEW_CHARS if preview_chars is None else preview_chars]
-        return f"<persisted-output>\nFull output saved to: {saved}\nPreview:\n{preview}\n</persisted-output>"
-
-    @staticmethod
-    def persisted_output_path(content: str) -> str | None:
-        if not content.startswith("<persisted-output>"):
-            return None
-        for line in content.splitlines():
-            if line.startswith("Full output saved to: "):
-                return line[len("Full output saved to: "):].strip()
-        return None
 
     def write_transcript(self, messages: list[Message]) -> str:
         self._transcripts += 1
@@ -102,16 +102,44 @@ class SeedsCompactor:
                 f.write(json.dumps(message, default=str, ensure_ascii=False) + "\n")
         return str(path.relative_to(self.workdir))
 
-    def summarize_history(self, messages: list[Message]) -> str:
-        return fallback_summary(messages, max(4_000, self.CONTEXT_CHAR_LIMIT // 4))
+
+class Seed000(_SeedFiles):
+    """Revision 000 (the Vietnamese lesson with code), function by function."""
+
+    LARGE_RESULT_CHAR_LIMIT = 30_000
+    BATCH_CHAR_LIMIT = 200_000
+    PREVIEW_CHARS = 2_000
+    FIT_PREVIEW_CHARS = 1_000
+    MAX_MESSAGES = 50
+    CONTEXT_CHAR_LIMIT = 50_000
+    KEEP_RECENT_RESULTS = 3
+    KEEP_RECENT_MESSAGES = 5
+
+    def unseen_tool_result_positions(self, messages: list[Message]) -> set[tuple[int, int]]:
+        """Results after the last assistant message: the model has not consumed them yet."""
+        last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+        return {(mi, bi) for mi, bi, _ in self.tool_result_entries(messages) if mi > last_assistant}
+
+    def persist_large_output(self, tool_use_id: str, content: str, preview_chars: int | None = None) -> str:
+        saved = self.save_output(tool_use_id, content)
+        preview = content[: self.PREVIEW_CHARS if preview_chars is None else preview_chars]
+        return f"{SEED_PERSISTED_TAG}\nFull output saved to: {saved}\nPreview:\n{preview}\n</persisted-output>"
+
+    @staticmethod
+    def persisted_output_path(content: str) -> str | None:
+        if not content.startswith(SEED_PERSISTED_TAG):
+            return None
+        for line in content.splitlines():
+            if line.startswith("Full output saved to: "):
+                return line[len("Full output saved to: "):].strip()
+        return None
 
     @staticmethod
     def summary_message(label: str, active_request: str, summary: str, transcript: str) -> Message:
         return {"role": "user", "content": (f"[{label}]\n\nCurrent user request:\n{active_request}\n\n"
                                             f"Conversation summary:\n{summary}\n\nFull transcript: {transcript}")}
 
-    # -- the four steps ----------------------------------------------------------------------------
-
+    # Bước 1
     def tool_result_budget(self, messages: list[Message], max_chars: int = BATCH_CHAR_LIMIT) -> list[Message]:
         if not messages:
             return messages
@@ -132,6 +160,7 @@ class SeedsCompactor:
             total = sum(len(str(item.get("content", ""))) for item in blocks)
         return messages
 
+    # Bước 2
     def snip_compact(self, messages: list[Message], max_messages: int = MAX_MESSAGES) -> list[Message]:
         if len(messages) <= max_messages:
             return messages
@@ -146,6 +175,7 @@ class SeedsCompactor:
         marker = {"role": "user", "content": f"[{tail_start - head_end} messages archived at {transcript}]"}
         return [*messages[:head_end], marker, *messages[tail_start:]]
 
+    # Bước 3
     def micro_compact(self, messages: list[Message], target_chars: int) -> list[Message]:
         results = self.tool_result_entries(messages)
         unseen = self.unseen_tool_result_positions(messages)
@@ -159,9 +189,10 @@ class SeedsCompactor:
             saved_path = self.persisted_output_path(content)
             if not saved_path:
                 saved_path = self.save_output(block["tool_use_id"], content)
-            block["content"] = f"[Earlier tool result saved at {saved_path}]"
+            block["content"] = seed_000_placeholder(saved_path)
         return messages
 
+    # Bước 3 (the prose: persist the largest unseen results, a 1,000-char preview and the path)
     def fit_tool_results(self, messages: list[Message], target_chars: int) -> list[Message]:
         unseen = self.unseen_tool_result_positions(messages)
         candidates = [block for mi, bi, block in self.tool_result_entries(messages) if (mi, bi) in unseen]
@@ -176,6 +207,7 @@ class SeedsCompactor:
                                                          self.FIT_PREVIEW_CHARS)
         return messages
 
+    # Bước 4
     def compact_history(self, messages: list[Message], active_request: str) -> list[Message]:
         transcript = self.write_transcript(messages)
         summary = self.summarize_history(messages)
@@ -191,4 +223,117 @@ class SeedsCompactor:
                 messages = self.fit_tool_results(messages, target)
             if self.estimate_chars(messages) > self.CONTEXT_CHAR_LIMIT:
                 messages = self.compact_history(messages, active_request)
+        return messages
+
+    # Khôi phục khi API từ chối
+    def reactive_compact(self, messages: list[Message], active_request: str) -> list[Message]:
+        transcript = self.write_transcript(messages)
+        tail_start = max(0, len(messages) - self.KEEP_RECENT_MESSAGES)
+        if tail_start > 0 and self.is_tool_result(messages[tail_start]) and self.has_tool_use(messages[tail_start - 1]):
+            tail_start -= 1
+        old_history = messages[:tail_start] if tail_start else messages
+        summary = self.summarize_history(old_history)
+        message = self.summary_message("Reactive compact", active_request, summary, transcript)
+        return [message, *messages[tail_start:]] if tail_start else [message]
+
+
+class Seed001(_SeedFiles):
+    """Revision 001 (the English README), function by function; ``threshold`` is its ``THRESHOLD``."""
+
+    KEEP_RECENT_TOOL_RESULTS = 3
+    PERSIST_THRESHOLD = 30_000  # 002's persist_large_output names it; 000 gives the number
+
+    def __init__(self, workdir: Path, threshold: int, summarize: Summarize = model_free_summary):
+        super().__init__(workdir, summarize)
+        self.THRESHOLD = threshold
+
+    _message_has_tool_use = staticmethod(_SeedFiles.has_tool_use)
+    _is_tool_result_message = staticmethod(_SeedFiles.is_tool_result)
+    collect_tool_result_blocks = staticmethod(_SeedFiles.tool_result_entries)
+    estimate_token_count = staticmethod(_SeedFiles.estimate_chars)
+
+    def persist_large_output(self, tool_use_id: str, output: str) -> str:  # as 002 writes it
+        if len(output) <= self.PERSIST_THRESHOLD:
+            return output
+        stored_path = self.save_output(tool_use_id, output)
+        preview = output[:2000]
+        return (f"{SEED_PERSISTED_TAG}\n"
+                f"Full output saved to: {stored_path}\n"
+                f"Preview:\n{preview}\n"
+                "</persisted-output>")
+
+    @staticmethod
+    def recalculate_total(blocks: list[tuple[int, dict[str, Any]]]) -> int:
+        return sum(len(str(b.get("content", ""))) for _, b in blocks)
+
+    # L1
+    def snip_compact(self, messages: list[Message], max_messages: int = 50) -> list[Message]:
+        if len(messages) <= max_messages:
+            return messages
+        head_end, tail_start = 3, len(messages) - (max_messages - 3)
+        if head_end > 0 and self._message_has_tool_use(messages[head_end - 1]):
+            while head_end < len(messages) and self._is_tool_result_message(messages[head_end]):
+                head_end += 1
+        if (tail_start > 0 and tail_start < len(messages)
+                and self._is_tool_result_message(messages[tail_start])
+                and self._message_has_tool_use(messages[tail_start - 1])):
+            tail_start -= 1
+        snipped = tail_start - head_end
+        placeholder = {"role": "user", "content": f"[snipped {snipped} messages from conversation middle]"}
+        return messages[:head_end] + [placeholder] + messages[tail_start:]
+
+    # L2
+    def micro_compact(self, messages: list[Message]) -> list[Message]:
+        tool_results = self.collect_tool_result_blocks(messages)
+        if len(tool_results) <= self.KEEP_RECENT_TOOL_RESULTS:
+            return messages
+        for _, _, block in tool_results[:-self.KEEP_RECENT_TOOL_RESULTS]:
+            if len(block.get("content", "")) > 120:
+                block["content"] = SEED_001_MICRO_PLACEHOLDER
+        return messages
+
+    # L3
+    def tool_result_budget(self, messages: list[Message], max_bytes: int = 200_000) -> list[Message]:
+        last = messages[-1]
+        if not isinstance(last.get("content"), list):  # departure: the first request is a plain string
+            return messages
+        blocks = [(i, b) for i, b in enumerate(last["content"])
+                  if b.get("type") == "tool_result"]
+        total = sum(len(str(b.get("content", ""))) for _, b in blocks)
+        if total <= max_bytes:
+            return messages
+        ranked = sorted(blocks, key=lambda p: len(str(p[1].get("content", ""))), reverse=True)
+        for _idx, block in ranked:
+            if total <= max_bytes:
+                break
+            block["content"] = self.persist_large_output(block["tool_use_id"], str(block["content"]))
+            total = self.recalculate_total(blocks)
+        return messages
+
+    # L4
+    def compact_history(self, messages: list[Message]) -> list[Message]:
+        self.write_transcript(messages)  # Save full conversation first
+        summary = self.summarize_history(messages)  # LLM generates summary
+        return [{"role": "user",
+                 "content": f"[Compacted]\n\n{summary}"}]
+
+    # Reactive
+    def reactive_compact(self, messages: list[Message]) -> list[Message]:
+        self.write_transcript(messages)
+        tail_start = max(0, len(messages) - 5)
+        if (tail_start > 0 and tail_start < len(messages)
+                and self._is_tool_result_message(messages[tail_start])
+                and self._message_has_tool_use(messages[tail_start - 1])):
+            tail_start -= 1
+        summary = self.summarize_history(messages[:tail_start])
+        return [{"role": "user",
+                 "content": f"[Reactive compact]\n\n{summary}"}, *messages[tail_start:]]
+
+    # Putting It All Together (the three pre-processors, then the threshold check)
+    def prepare(self, messages: list[Message], active_request: str = "") -> list[Message]:
+        messages[:] = self.tool_result_budget(messages)  # L3: persist large results
+        messages[:] = self.snip_compact(messages)  # L1: trim middle
+        messages[:] = self.micro_compact(messages)  # L2: old result placeholders
+        if self.estimate_token_count(messages) > self.THRESHOLD:
+            messages[:] = self.compact_history(messages)
         return messages

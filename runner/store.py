@@ -134,6 +134,12 @@ class JobStore:
     async def append_jsonl(self, name: str, records: list[Any]) -> None:
         await self.save(appends={name: records})
 
+    async def append_lines(self, name: str, lines: list[str]) -> None:
+        """Append records already serialized by :func:`dumps` (one JSON text each, no newline) to a JSONL
+        file, in one write and one hop: a caller that also needs each record's size serializes it once."""
+        if lines:
+            await _shielded(_save_in_thread, [], [(self.dir / name, "".join(line + "\n" for line in lines))])
+
     async def save(self, outputs: Sequence[tuple[str, str]] = (), appends: dict[str, list[Any]] | None = None) -> None:
         """Persisted outputs ``(rel, content)``, each written whole (atomic) unless the same bytes are
         already there, then JSONL ``records`` appended to their files; in that order, in one hop to

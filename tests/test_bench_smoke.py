@@ -11,6 +11,12 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
+# the rows each benchmark's smoke run must print (the like-with-like comparisons)
+ROWS = {"cost": ("| none |", "| seed 000 |", "| seed 000 + our caching |", "| seed 001 @ 50k |", "| seed 001 @ 200k |",
+                 "| ours |", "| server |", "| mask |"),
+        "compactor": ("seed 000", "seed 001", "floor", "1-minute load average at start")}
+
+
 @pytest.mark.parametrize("name", ["concurrency", "ratelimit", "cost", "compactor", "viewer"])
 def test_benchmark_smoke(name: str) -> None:
     before = (BENCH.parent / "BENCHMARKS.md").read_text()
@@ -18,4 +24,6 @@ def test_benchmark_smoke(name: str) -> None:
                           timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert done.stdout.strip()  # it printed its table
+    for row in ROWS.get(name, ()):
+        assert row in done.stdout, row
     assert (BENCH.parent / "BENCHMARKS.md").read_text() == before  # a smoke run never rewrites the results

@@ -28,7 +28,7 @@ from ..config import Limits
 from ..messages import Message
 from ..models.base import Usage
 from ..protocol import COMPACTED, REACTIVE_COMPACT
-from ..store import JobStore
+from ..store import JobStore, dumps
 from . import stages
 from .fallback import fallback_summary
 from .stages import Outcome
@@ -67,13 +67,15 @@ class CompactionState:
             self.strategy = strategy_for(self.limits)
 
     async def add(self, *messages: Message) -> None:
-        """Append messages to the transcript (on disk first, in one write) and to the window."""
-        await self.store.append_jsonl(TRANSCRIPT, list(messages))
-        for message in messages:
+        """Append messages to the transcript (on disk first, in one write) and to the window. Each
+        message is serialized once: its transcript line's length is its size in the window."""
+        lines = [dumps(message) for message in messages]
+        await self.store.append_lines(TRANSCRIPT, lines)
+        for message, line in zip(messages, lines, strict=True):
             self.transcript_len += 1
-            self._append(message)
+            self._append(message, len(line))
 
-    def _append(self, message: Message) -> None:
+    def _append(self, message: Message, chars: int | None = None) -> None:
         """A message with the same role as the newest one (the continuation of a paused turn) is merged
         into it, so the request's roles keep alternating; the transcript keeps both as written."""
         entries = self.window.entries
@@ -81,7 +83,7 @@ class CompactionState:
             merged = stages.join(entries[-1:], [Entry.of(message, self.transcript_len)])
             self.window.replace([*entries[:-1], *merged])
         else:
-            self.window.append(message, self.transcript_len)
+            self.window.append(message, self.transcript_len, chars)
 
     def restore(self, messages: list[Message]) -> None:
         """Load a transcript already on disk (resume) into the window. The model saw everything but a

@@ -54,8 +54,10 @@ class Window:
         self._seen = 0  # entries[:_seen] have been sent to the model
         self._settled = 0  # entries[:_settled] are seen and settled
 
-    def append(self, message: Message, seq: int | None = None) -> None:
-        entry = Entry.of(message, seq)
+    def append(self, message: Message, seq: int | None = None, chars: int | None = None) -> None:
+        """Append ``message``; ``chars``, when given, must be its :func:`measure` (the length of its JSON
+        text without ASCII escapes), from a caller that has serialized it already."""
+        entry = Entry(message, measure(message) if chars is None else chars, seq)
         self.entries.append(entry)
         self.messages.append(message)
         self.total += entry.chars

@@ -33,6 +33,7 @@ from ..protocol import (
     glob_cut,
     is_persisted,
     is_placeholder,
+    is_seed_placeholder,
     mentions_summary,
     persisted_preview,
     persisted_size,
@@ -294,7 +295,7 @@ def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: lis
     if not isinstance(args, dict):
         return
     content = result_text(result)
-    placeholder = is_placeholder(content)
+    placeholder = is_placeholder(content) or is_seed_placeholder(content)
     failed = bool(result.get("is_error"))
     persisted = saved_path(content) if is_persisted(content) else None
     query = (str(args.get("path") or ""), str(args.get("pattern", "")))
