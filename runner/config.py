@@ -10,6 +10,7 @@ Every problem becomes a :class:`ConfigError` whose lines name the file, the key 
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
 from collections.abc import Callable
@@ -177,6 +178,10 @@ def _env_source(loc: tuple[Any, ...]) -> str | None:
     return None
 
 
+def _job_env_source(job: str, loc: tuple[Any, ...]) -> str | None:
+    return _env_source(("jobs", job, *loc))
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -229,7 +234,7 @@ def load_settings(path: Path | None) -> Settings:
             settings.limits_for(name)
         except ValidationError as e:
             problems += describe_errors(source, e, prefix=f"jobs.{name}",
-                                        source_for=lambda loc, n=name: _env_source(("jobs", n, *loc)))
+                                        source_for=functools.partial(_job_env_source, name))
     if problems:
         raise ConfigError(problems)
     return settings

@@ -16,7 +16,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from .session import JobProgress, JobResult, RunBudget
+from .services import Budget
+from .session import JobProgress, JobResult
 
 
 class ApiCounts:
@@ -47,7 +48,7 @@ def _clock(seconds: float) -> str:
 class Tally:
     """What both displays report: counts, ETA, cost, tokens, retries; a pure summary of what it was told."""
 
-    def __init__(self, budget: RunBudget | None = None, api: ApiCounts = API):
+    def __init__(self, budget: Budget | None = None, api: ApiCounts = API):
         self.budget = budget
         self.api = api
         self.progress: dict[str, JobProgress] = {}
@@ -91,7 +92,7 @@ class Tally:
 class PlainDisplay:
     """One line when a job starts and one when it ends (with the run's tally); for logs and pipes."""
 
-    def __init__(self, console: Console, budget: RunBudget | None = None):
+    def __init__(self, console: Console, budget: Budget | None = None):
         self.console = console
         self.tally = Tally(budget)
 
@@ -114,7 +115,7 @@ class PlainDisplay:
 class LiveDisplay:
     """A row per active job (turns, context size, compactions, cost) under the run's tally line."""
 
-    def __init__(self, console: Console, budget: RunBudget | None = None):
+    def __init__(self, console: Console, budget: Budget | None = None):
         self.console = console
         self.tally = Tally(budget)
         self.live: Live | None = None
@@ -153,5 +154,5 @@ class LiveDisplay:
             self.live.stop()
 
 
-def make_display(console: Console, budget: RunBudget | None = None, **_: Any) -> PlainDisplay | LiveDisplay:
+def make_display(console: Console, budget: Budget | None = None, **_: Any) -> PlainDisplay | LiveDisplay:
     return LiveDisplay(console, budget) if console.is_terminal else PlainDisplay(console, budget)

@@ -167,7 +167,8 @@ def load_job(task_file: Path, settings: Settings) -> JobSpec | JobError:
     try:
         task = TaskFile.model_validate(data)
     except ValidationError as e:
-        name = data.get("name") if isinstance(data.get("name"), str) else fallback_name
+        raw = data.get("name")
+        name = raw if isinstance(raw, str) else fallback_name
         return JobError(name if valid_name(name) else fallback_name, task_file,
                         tuple(describe_errors(str(task_file), e)))
     name = task.name or task_file.stem

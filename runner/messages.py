@@ -122,20 +122,20 @@ def _problems(messages: list[Message]) -> Iterator[str]:
             yield f"messages.{i}.content: expected a string or a non-empty list of blocks"
         if i and messages[i - 1].get("role") == role:
             yield f"messages.{i}: roles must alternate, two {role} messages in a row"
-        previous_uses = {b.get("id") for b in tool_uses(messages[i - 1])} if i else set()
+        previous_uses = {str(b.get("id")) for b in tool_uses(messages[i - 1])} if i else set()
         if role == "user":
             for block in tool_results(message):
-                if block.get("tool_use_id") not in previous_uses:
+                if str(block.get("tool_use_id")) not in previous_uses:
                     yield (f"messages.{i}: tool_result {block.get('tool_use_id')!r} has no matching tool_use "
                            "in the previous message")
         else:
             for block in tool_uses(message):
-                if block.get("id") in seen_ids:
+                if str(block.get("id")) in seen_ids:
                     yield f"messages.{i}: tool_use id {block.get('id')!r} is not unique"
-                seen_ids.add(block.get("id"))
-            uses = {b.get("id") for b in tool_uses(message)}
+                seen_ids.add(str(block.get("id")))
+            uses = {str(b.get("id")) for b in tool_uses(message)}
             if uses and i + 1 < len(messages):
-                answered = {b.get("tool_use_id") for b in tool_results(messages[i + 1])}
+                answered = {str(b.get("tool_use_id")) for b in tool_results(messages[i + 1])}
                 missing = uses - answered
                 if missing:
                     yield (f"messages.{i}: tool_use ids {sorted(missing)} were found without tool_result "
