@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--only", action="append", metavar="NAME", help="run only this job (repeatable)")
     run.add_argument("--output-dir", type=Path, help="where runs/<run-id> goes (overrides [runner] output_dir)")
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="same as `runner resume RUN_DIR`")
+    executor_flags(run)
 
     validate = sub.add_parser("validate", help="check config and task files; run nothing")
     validate.add_argument("targets", nargs="*", type=Path)
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(resume)
     resume.add_argument("--backend", choices=["auto", "anthropic", "offline"])
     resume.add_argument("--concurrency", type=int)
+    executor_flags(resume)
 
     report = sub.add_parser("report", help="print the table of a finished or running run")
     report.add_argument("run_dir", type=Path)
@@ -68,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     emulate.add_argument("--port", type=int, default=8765)
     emulate.add_argument("--config", type=Path, default=None, help="emulator settings (TOML)")
     return parser
+
+
+def executor_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--executor", choices=["local", "ray"], help="where jobs run (overrides [runner] executor)")
+    p.add_argument("--ray-address", metavar="ADDRESS",
+                   help="join this Ray cluster (`auto`, or host:port); default: start a local Ray instance")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,6 +133,15 @@ def settings_from(args: argparse.Namespace) -> Settings:
         settings.runner.backend = args.backend
     if getattr(args, "output_dir", None):
         settings.runner.output_dir = args.output_dir
+    if getattr(args, "executor", None):
+        settings.runner.executor = args.executor
+    if getattr(args, "ray_address", None):
+        settings.runner.ray_address = args.ray_address
+    if settings.runner.executor == "ray" and args.command in ("run", "resume"):
+        from .executors import RAY_MISSING, ray_available
+
+        if not ray_available():
+            raise ConfigError([RAY_MISSING])
     return settings
 
 
@@ -202,7 +219,12 @@ def execute(batch: Batch, settings: Settings) -> int:
     from .display import make_display
     from .scheduler import BatchResult, run_batch
 
-    result: BatchResult = anyio.run(run_batch, batch, make_display(err))
+    if settings.runner.executor == "ray":
+        from .executors.ray_driver import run_on_ray
+
+        result: BatchResult = run_on_ray(batch, settings, make_display(err))
+    else:
+        result = anyio.run(run_batch, batch, make_display(err))
     document = load_run(batch.run_dir)
     out.print(run_table(document["jobs"], title=escape(f"run {batch.run_dir}")))
     out.print(escape(f"files: {batch.run_dir}"), highlight=False, soft_wrap=True)

@@ -95,6 +95,7 @@ class EmulatorState:
             self.tokens = dict.fromkeys(USAGE_FIELDS, 0)
             self.compactions = 0
             self.summary_requests = 0
+            self.summary_spans: list[tuple[float, float]] = []  # (arrived, answered) of each summary request
             self.count_tokens_requests = 0
             self.recorded: deque[dict[str, Any]] = deque(maxlen=self.config.max_recorded)
             self.script_position = 0
@@ -146,10 +147,21 @@ class EmulatorState:
                 "tokens": dict(self.tokens),
                 "compactions": self.compactions,
                 "summary_requests": self.summary_requests,
+                "summary_peak_concurrent": peak_overlap(self.summary_spans),
                 "count_tokens_requests": self.count_tokens_requests,
                 "cache_entries": len(self.cache.entries),
                 "recorded_requests": list(self.recorded),
             }
+
+
+def peak_overlap(spans: list[tuple[float, float]]) -> int:
+    """The most spans open at one instant (a span ending as another starts does not overlap it)."""
+    edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans], key=lambda e: (e[0], e[1]))
+    peak = current = 0
+    for _, step in edges:
+        current += step
+        peak = max(peak, current)
+    return peak
 
 
 # ---------------------------------------------------------------------------------------------
@@ -698,10 +710,14 @@ class Api:
         if refused is not None:
             return refused
         n = self.state.begin()
+        arrived = time.monotonic()
         try:
             return await self._messages(request, n)
         finally:
             self.state.end()
+            if getattr(request.state, "summary", False):
+                with self.state._lock:
+                    self.state.summary_spans.append((arrived, time.monotonic()))
 
     async def _messages(self, request: Request, n: int) -> Response:
         state, config = self.state, self.state.config
@@ -713,6 +729,7 @@ class Api:
         body = await self._body(request, raw, count_tokens=False)
         if isinstance(body, Response):
             return body
+        request.state.summary = system_text(body.get("system")) == SYSTEM_PROMPT
         tools = body.get("tools") or []
         view = effective_view(body["messages"])
         total = input_tokens(body.get("system"), view, tools)
