@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -269,3 +270,44 @@ def test_importing_the_runner_does_not_import_ray():
     code = ("import sys, runner.cli, runner.scheduler, runner.runjob, runner.executors; "
             "sys.exit('ray' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_a_worker_that_cannot_see_the_run_directory_is_one_error_before_any_job(cluster, tmp_path):
+    """The multi-machine case on one machine: the driver, in a mount namespace of its own, has a
+    private filesystem over its output directory; the cluster's workers do not see it."""
+    if not shutil.which("unshare") or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode:
+        pytest.skip("needs `unshare -m` (a private mount namespace) to give the driver storage the workers lack")
+    ws = workspace(tmp_path, files=2, lines=2)
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "a.toml").write_text(f'prompt = "Survey."\nworkspace = "{ws}"\n')
+    private = tmp_path / "private"
+    private.mkdir()
+    address = cluster.get_runtime_context().gcs_address
+    command = (f"mount -t tmpfs none {private} && {sys.executable} -m runner run jobs --backend offline "
+               f"--executor ray --ray-address {address} --output-dir {private}/runs")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", command], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error")]
+    assert done.returncode == 2, done.stderr
+    assert len(errors) == 1 and "cannot see the run directory" in errors[0] and "storage every node sees" in errors[0]
+    assert "Traceback" not in done.stderr
+    assert not (private / "runs").exists()  # the workers' side: nothing was written
+
+
+def test_the_run_budget_is_one_for_the_whole_cluster(cluster, tmp_path):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    ws = workspace(tmp_path, files=4, lines=5)
+    for i in range(8):
+        (jobs / f"j{i}.toml").write_text(f'prompt = "Survey {i}."\nworkspace = "{ws}"\n')
+    settings = settings_for(tmp_path, "[runner]\nmax_cost_usd = 0.08\n")
+    batch = offline_batch(tmp_path / "run", jobs, settings)
+    batch.run_budget = RunBudget(0.08)
+    result = on_ray(batch, settings)
+    document = json.loads((tmp_path / "run" / "run.json").read_text())
+    one_job = 0.0418  # what one of these jobs costs on the offline model (deterministic)
+    statuses = [r.status for r in result.results.values()]
+    assert "budget_exceeded" in statuses
+    # one budget for both workers: a budget per worker would let them spend 2 x 0.08
+    assert 0.08 <= document["totals"]["cost_usd"] < 0.08 + one_job, document["totals"]
+    assert sum(s == "succeeded" for s in statuses) <= 2, statuses

@@ -105,6 +105,7 @@ class Pool:
         self.size = size
         self.live: dict[str, _Worker] = {}
         self.started: list[dict[str, Any]] = []  # every worker started, for run.json
+        self.handles: list[Any] = []
         self.lost: list[str] = []
         self._ids = 0
         self._lock = anyio.Lock()
@@ -115,6 +116,7 @@ class Pool:
         handle = JobWorker.options(max_concurrency=self.config.runner.concurrency + 16,
                                    scheduling_strategy="SPREAD").remote(self.config, self.services, owner)
         worker = _Worker(owner, handle)
+        self.handles.append(handle)
         answer = await self._probe(worker)
         worker.where = {k: answer[k] for k in ("node", "node_id", "pid")}
         self.live[owner] = worker
@@ -142,9 +144,17 @@ class Pool:
         return answer
 
     async def start(self) -> None:
-        async with anyio.create_task_group() as tg:
-            for _ in range(self.size):
-                tg.start_soon(self._start_one)
+        """Start and probe every worker; the first problem found is the one raised."""
+        try:
+            async with anyio.create_task_group() as tg:
+                for _ in range(self.size):
+                    tg.start_soon(self._start_one)
+        except BaseExceptionGroup as group:
+            problems = group.subgroup(lambda e: isinstance(e, ConfigError))
+            first = problems.exceptions[0] if problems else group.exceptions[0]
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
 
     def pick(self) -> _Worker:
         return min(self.live.values(), key=lambda w: w.load)
@@ -165,8 +175,8 @@ class Pool:
                 raise RuntimeError("ray executor: every worker died and none could be started")
 
     def close(self) -> None:
-        for worker in self.live.values():
-            ray.kill(worker.handle)
+        for handle in self.handles:
+            ray.kill(handle)
 
 
 async def run_batch_ray(batch: Batch, settings: Settings, display: Display | None = None, *,
@@ -248,6 +258,11 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
 
     try:
         await pool.start()
+    except BaseException:
+        pool.close()
+        ray.kill(services)
+        raise
+    try:
         batch.meta = {**batch.meta, "executor": "ray", "workers": pool.started}
         async with anyio.create_task_group() as tg:
             await tg.start(_on_signals, lambda: tg.start_soon(stop, tg.cancel_scope), tg.cancel_scope.cancel)
