@@ -78,6 +78,14 @@ def _http_client(**kwargs: Any) -> Any:
     return anthropic.DefaultAioHttpClient(**kwargs)
 
 
+def reply_of(data: dict[str, Any]) -> Reply:
+    """A Messages API reply body as a :class:`Reply`: each content block as the API sent it, without
+    null fields (as ``model_dump(exclude_none=True)`` of the SDK's block would give)."""
+    content = [{k: v for k, v in block.items() if v is not None} for block in data.get("content") or []]
+    return Reply(content=content, stop_reason=data.get("stop_reason") or "end_turn",
+                 usage=Usage.from_api(data.get("usage") or {}))
+
+
 class AnthropicModel:
     """The SDK behind the :class:`Model` interface; ``max_retries`` is applied per request.
 
@@ -133,19 +141,17 @@ class AnthropicModel:
         if request.system:
             kwargs["system"] = [{"type": "text", "text": request.system,
                                  **({"cache_control": EPHEMERAL} if request.cache else {})}]
-        try:
+        try:  # the raw reply: the SDK's retries, timeouts and errors, without building its pydantic models
             if request.context_management:
-                response = await client.beta.messages.create(
+                raw = await client.beta.messages.with_raw_response.create(
                     **kwargs, context_management=request.context_management, betas=[COMPACTION_BETA])
             else:
-                response = await client.messages.create(**kwargs)
+                raw = await client.messages.with_raw_response.create(**kwargs)
         except anthropic.APIStatusError as e:
             if is_prompt_too_long(e):
                 raise PromptTooLong(e.api_message or str(e)) from e
             raise
-        content = [block.model_dump(mode="json", exclude_none=True) for block in response.content]
-        return Reply(content=content, stop_reason=response.stop_reason or "end_turn",
-                     usage=Usage.from_api(response.usage))
+        return reply_of(raw.http_response.json())
 
     async def aclose(self) -> None:
         for client in self.clients:
