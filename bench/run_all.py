@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHES = ("concurrency.py", "ratelimit.py", "cost.py", "compactor.py")
+BENCHES = ("concurrency.py", "ray_fault.py", "ratelimit.py", "cost.py", "compactor.py")
 
 
 def main() -> int:

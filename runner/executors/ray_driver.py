@@ -58,13 +58,17 @@ CANCEL_WAIT_S = 30.0
 def continue_point(job_dir: Path, spec: JobSpec, lost: dict[str, Any]) -> Resumed | None:
     """Where a job whose worker (``lost``) died continues: its transcript cut back to the last complete
     turn (rewritten so), and its metrics so far; ``None`` to start it over (no usable transcript).
-    ``events.jsonl`` gets a ``worker_lost`` line saying from which message the job continues."""
+    ``events.jsonl`` gets a ``worker_lost`` line saying from which message the job continues and how
+    many model turns it lost (they run again)."""
     transcript, warnings = read_jsonl(job_dir / TRANSCRIPT)
     events, _ = read_jsonl(job_dir / "events.jsonl")
     history = last_complete_turn(merge_adjacent([m for m in transcript if isinstance(m, dict)]))
     usable = bool(history) and history[0].get("content") == spec.prompt
+    kept = history if usable else []
+    rerun = sum(m.get("role") == "assistant" for m in transcript if isinstance(m, dict)) - sum(
+        m.get("role") == "assistant" for m in kept)
     events.append({"ts": time.time(), "stage": "worker_lost", "worker": lost,
-                   "continue_from_message": len(history) if usable else 0})
+                   "continue_from_message": len(kept), "turns_rerun": rerun})
     # rewritten whole: a half-written last line (the worker died mid-write) is dropped
     write_atomic_sync(job_dir / "events.jsonl", "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events))
     if not usable:

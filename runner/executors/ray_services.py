@@ -79,8 +79,13 @@ class RunServices:
         self._setup()
         await self._acquire(self.calls.limiter, token, None)
 
-    async def release(self, token: str) -> None:
-        """Give back ``token``'s slot, or stop its wait; a token not seen yet is refused when it comes."""
+    async def release(self, token: str, successes: int = 0) -> None:
+        """Give back ``token``'s slot, or stop its wait; a token not seen yet is refused when it comes.
+        ``successes``: calls that succeeded since the caller's last release (one message for both)."""
+        if successes:
+            self._setup()
+            for _ in range(successes):
+                self.calls.succeeded()
         limiter = self._held.pop(token, None)
         if limiter is not None:
             limiter.release_on_behalf_of(token)
@@ -131,12 +136,15 @@ class _Slots:
         try:
             await self.acquire.remote(token)
         except BaseException:  # cancelled while waiting: the actor gives the slot back or stops the wait
-            self.actor.release.remote(token)
+            self._release(token)
             raise
         try:
             yield
         finally:
-            self.actor.release.remote(token)
+            self._release(token)
+
+    def _release(self, token: str) -> None:
+        self.actor.release.remote(token)
 
 
 class RayGate(_Slots):
@@ -147,16 +155,22 @@ class RayGate(_Slots):
 
 
 class RayCallLimit(_Slots):
-    """The adaptive API concurrency (``runner.services.CallLimit``) of the whole cluster."""
+    """The adaptive API concurrency (``runner.services.CallLimit``) of the whole cluster. Successes are
+    counted here and told to the actor with the next release: two messages per call, not three."""
 
     def __init__(self, actor: Any, owner: str):
         super().__init__(actor, owner, "call_acquire")
+        self._successes = 0
+
+    def _release(self, token: str) -> None:
+        successes, self._successes = self._successes, 0
+        self.actor.release.remote(token, successes)
 
     def rate_limited(self) -> None:
         self.actor.rate_limited.remote()
 
     def succeeded(self) -> None:
-        self.actor.succeeded.remote()
+        self._successes += 1
 
 
 class RayBudget:
@@ -179,7 +193,7 @@ class RayBudget:
         return self.limit is not None and self.spent >= self.limit
 
     def charge(self, usd: float) -> None:
-        if not usd:
+        if not usd or self.limit is None:  # no limit: nothing to tell the cluster (metrics.json has the cost)
             return
         with self._lock:
             self._pending += usd

@@ -16,10 +16,12 @@
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable
 from typing import Any
 
 import anthropic
+import httpx2  # the SDK's HTTP library: its raw response type
 
 from .base import PromptTooLong, Reply, Request, Usage
 
@@ -141,17 +143,20 @@ class AnthropicModel:
         if request.system:
             kwargs["system"] = [{"type": "text", "text": request.system,
                                  **({"cache_control": EPHEMERAL} if request.cache else {})}]
-        try:  # the raw reply: the SDK's retries, timeouts and errors, without building its pydantic models
-            if request.context_management:
-                raw = await client.beta.messages.with_raw_response.create(
-                    **kwargs, context_management=request.context_management, betas=[COMPACTION_BETA])
-            else:
-                raw = await client.messages.with_raw_response.create(**kwargs)
+        path, options = "/v1/messages", {}
+        if request.context_management:
+            kwargs["context_management"] = request.context_management
+            path, options = "/v1/messages?beta=true", {"headers": {"anthropic-beta": COMPACTION_BETA}}
+        # the body serialized once by the C encoder: the SDK's retries, timeouts and error types, without
+        # its per-request walk over the parameters, its deep copy of them, or its pydantic reply models
+        body = json.dumps(kwargs, separators=(",", ":")).encode()
+        try:
+            response = await client.post(path, cast_to=httpx2.Response, content=body, options=options)
         except anthropic.APIStatusError as e:
             if is_prompt_too_long(e):
                 raise PromptTooLong(e.api_message or str(e)) from e
             raise
-        return reply_of(raw.http_response.json())
+        return reply_of(response.json())
 
     async def aclose(self) -> None:
         for client in self.clients:
