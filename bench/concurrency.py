@@ -61,6 +61,7 @@ class TreeSampler:
         self.root = root
         self.interval_s = interval_s
         self.cpu: dict[int, float] = {}
+        self.names: dict[int, str] = {}  # pid -> its command line's first word (Ray names its actors' processes)
         self.peak_rss = 0
         self.processes: set[int] = set()
         self._stop = threading.Event()
@@ -87,6 +88,11 @@ class TreeSampler:
         for pid in tree & stats.keys():
             fields = stats[pid]
             self.cpu[pid] = (int(fields[11]) + int(fields[12])) / self.TICK
+            if pid not in self.names:
+                try:
+                    self.names[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+                except OSError:
+                    self.names[pid] = "?"
             rss += int(fields[21]) * self.PAGE
         self.processes |= tree
         self.peak_rss = max(self.peak_rss, rss)
@@ -106,6 +112,16 @@ class TreeSampler:
     @property
     def cpu_s(self) -> float:
         return sum(self.cpu.values())
+
+    def cpu_by_role(self) -> dict[str, float]:
+        """CPU seconds of the runner itself (the driver), Ray's job workers, its services actor, the rest."""
+        roles: dict[str, float] = {}
+        for pid, cpu in self.cpu.items():
+            name = self.names.get(pid, "?")
+            role = ("driver" if pid == self.root else "workers" if "JobWorker" in name
+                    else "services" if "RunServices" in name else "ray system")
+            roles[role] = roles.get(role, 0.0) + cpu
+        return roles
 
 
 def run_one(n: int, latency: float, tmp: Path, executor: str = "local") -> dict[str, Any]:
@@ -151,7 +167,8 @@ def run_one(n: int, latency: float, tmp: Path, executor: str = "local") -> dict[
             "calls_per_session": sequential, "ideal_s": round(sequential * latency, 2), "wall_s": round(wall, 2),
             "wall_over_ideal": round(wall / (sequential * latency), 3),
             "cpu_s_per_call": round(tree.cpu_s / calls, 5), "peak_rss_mib": round(tree.peak_rss / 2**20, 1),
-            "processes": len(tree.processes), "peak_concurrent_at_emulator": counted.get("peak_concurrent")}
+            "processes": len(tree.processes), "peak_concurrent_at_emulator": counted.get("peak_concurrent"),
+            "cpu_ms_per_call_by_role": {k: round(v / calls * 1000, 2) for k, v in tree.cpu_by_role().items()}}
 
 
 def startup_s() -> float:
@@ -179,6 +196,14 @@ def findings(rows: list[dict[str, Any]], startup: float) -> str:
         parts.append(f"Ray: wall {ray['wall_over_ideal']:.2f}x ideal, {ray['cpu_s_per_call'] * 1000:.1f} ms of CPU per "
                      f"call over all its processes, peak RSS {ray['peak_rss_mib']} MiB over {ray['processes']} "
                      "processes (the driver, Ray's own, the services actor and 2 workers).")
+        roles = ray["cpu_ms_per_call_by_role"]
+        parts.append("Per call, by process: " + ", ".join(f"{k} {v:.1f} ms" for k, v in sorted(roles.items())) + ".")
+        worker_ms, services_ms = roles.get("workers", 0.0), roles.get("services", 0.0)
+        if worker_ms and services_ms:
+            parts.append(f"Extrapolated to 16 cores (not measured): the workers' {worker_ms:.1f} ms per call spreads over "
+                         f"the cores, but the services actor is one process, so its {services_ms:.1f} ms per call caps "
+                         f"the cluster at about {1000 / services_ms:.0f} calls a second, {2000 / services_ms:.0f} "
+                         "sessions at 2 s latency, whatever the cores.")
         if local:
             within = ray["wall_s"] <= 1.10 * local["wall_s"]
             parts.append(f"Ray's wall time is {ray['wall_s'] / local['wall_s']:.2f}x local's "
