@@ -174,7 +174,10 @@ class Pool:
                     entry["lost"] = True
             await _quietly(self.services.release_owner.remote(worker.owner))
             if len(self.live) < self.size and len(self.lost) <= 4 * self.size:
-                await self._start_one()
+                try:
+                    await self._start_one()
+                except Exception:  # noqa: BLE001 - the live workers carry on; none left is the error below
+                    pass
             if not self.live:
                 raise RuntimeError("ray executor: every worker died and none could be started")
 
