@@ -88,8 +88,8 @@ class TreeSampler:
         for pid in tree & stats.keys():
             fields = stats[pid]
             self.cpu[pid] = (int(fields[11]) + int(fields[12])) / self.TICK
-            if pid not in self.names:
-                try:
+            if "JobWorker" not in self.names.get(pid, "") and "RunServices" not in self.names.get(pid, ""):
+                try:  # read again: a Ray worker process takes its actor's name only when it becomes one
                     self.names[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
                 except OSError:
                     self.names[pid] = "?"

@@ -3,7 +3,9 @@
 200 survey jobs (the concurrency benchmark's) as a ``runner run --executor ray`` subprocess with 2
 workers against the emulator in its own process; once every job has started, one worker process
 gets SIGKILL. Reported: whether every job succeeded, how many jobs moved to another worker, and
-how many model turns ran twice (the ``turns_rerun`` of their ``worker_lost`` events).
+how many model calls were made twice: recorded turns dropped after the last complete turn (the
+``turns_rerun`` of the ``worker_lost`` events) and, from the emulator's count, every answered call
+no job recorded (those in flight on the dead worker).
 
     python bench/ray_fault.py            # 200 jobs, latency 0.5 s; writes bench/results/ray_fault.json
     python bench/ray_fault.py --smoke    # 10 jobs, latency 0.2 s; writes nothing
@@ -65,6 +67,7 @@ def run(n: int, latency: float, tmp: Path) -> dict[str, Any]:
             os.kill(killed, signal.SIGKILL)
         _, stderr = proc.communicate()
         wall = time.perf_counter() - started
+        counted = stats(base_url)
     finally:
         emulator.terminate()
         emulator.wait()
@@ -76,6 +79,9 @@ def run(n: int, latency: float, tmp: Path) -> dict[str, Any]:
     return {"jobs": n, "latency_s": latency, "killed_pid": killed, "exit_code": proc.returncode,
             "succeeded": document["totals"]["succeeded"], "turns": document["totals"]["turns"],
             "jobs_moved": len(lost), "turns_rerun": sum(e["turns_rerun"] for e in lost),
+            # every call the emulator answered that no job recorded: in flight on the dead worker, or dropped
+            "calls_made_twice": counted["outcomes"].get("ok", 0) - counted["summary_requests"]
+            - document["totals"]["turns"],
             "restarted_from_scratch": sum(e["continue_from_message"] == 0 for e in lost), "wall_s": round(wall, 2),
             "stderr_tail": stderr[-500:] if proc.returncode else ""}
 
@@ -90,7 +96,8 @@ def main() -> None:
     print(row, flush=True)
     if row["killed_pid"] is None:
         raise SystemExit("the run ended before a worker could be killed")
-    line = (f"| {row['jobs']} | {row['succeeded']} | {row['jobs_moved']} | {row['turns_rerun']} of {row['turns']} | "
+    line = (f"| {row['jobs']} | {row['succeeded']} | {row['jobs_moved']} | {row['turns_rerun']} | "
+            f"{row['calls_made_twice']} of {row['turns']} | "
             f"{row['restarted_from_scratch']} | {row['wall_s']} |")
     print(line)
     if not args.smoke:
@@ -99,10 +106,11 @@ def main() -> None:
             "## A Ray worker killed mid-run\n\n"
             f"{n} survey jobs on `--executor ray` (2 workers, emulator latency {latency:g} s); once every job has "
             "started, one worker process gets SIGKILL. Its jobs continue on the other worker (and a replacement) "
-            "from their last complete turn; turns run twice are the model turns the dead worker had made "
-            "after the last complete turn it wrote.\n\nTarget: every job succeeds.\n\n"
-            "| jobs | succeeded | jobs moved | turns run twice | restarted from scratch | wall s |\n"
-            "|---:|---:|---:|---:|---:|---:|\n" + line), "python bench/ray_fault.py")
+            "from their last complete turn. Turns dropped: recorded replies after the last complete turn, "
+            "run again; calls made twice: every call the emulator answered that no job recorded (in flight on "
+            "the dead worker, or dropped).\n\nTarget: every job succeeds.\n\n"
+            "| jobs | succeeded | jobs moved | turns dropped | calls made twice | restarted from scratch | wall s |\n"
+            "|---:|---:|---:|---:|---:|---:|---:|\n" + line), "python bench/ray_fault.py")
 
 
 if __name__ == "__main__":
