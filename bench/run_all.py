@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHES = ("concurrency.py", "ratelimit.py", "cost.py", "compactor.py", "viewer.py")
+BENCHES = ("concurrency.py", "ray_fault.py", "ratelimit.py", "cost.py", "compactor.py", "viewer.py")
 
 
 def main() -> int:

@@ -82,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="same as `runner resume RUN_DIR`")
     run.add_argument("--json", action="store_true",
                      help="print the run as one JSON document on stdout at the end (the table goes to stderr)")
+    executor_flags(run)
 
     validate = sub.add_parser("validate", help="check config and task files; run nothing", epilog="""exit codes:
   0    every file is valid
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(resume)
     resume.add_argument("--backend", choices=["auto", "anthropic", "offline"])
     resume.add_argument("--concurrency", type=int)
+    executor_flags(resume)
 
     report = sub.add_parser("report", help="print the table of a finished or running run", epilog="""exit codes:
   0    every job of the run succeeded
@@ -119,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
     emulate.add_argument("--port", type=int, default=8765)
     emulate.add_argument("--config", type=Path, default=None, help="emulator settings (TOML)")
     return parser
+
+
+def executor_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--executor", choices=["local", "ray"], help="where jobs run (overrides [runner] executor)")
+    p.add_argument("--ray-address", metavar="ADDRESS",
+                   help="join this Ray cluster (`auto`, or host:port); default: start a local Ray instance")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,6 +186,15 @@ def settings_from(args: argparse.Namespace) -> Settings:
         settings.runner.backend = args.backend
     if getattr(args, "output_dir", None):
         settings.runner.output_dir = args.output_dir
+    if getattr(args, "executor", None):
+        settings.runner.executor = args.executor
+    if getattr(args, "ray_address", None):
+        settings.runner.ray_address = args.ray_address
+    if settings.runner.executor == "ray" and args.command in ("run", "resume"):
+        from .executors import RAY_MISSING, ray_available
+
+        if not ray_available():
+            raise ConfigError([RAY_MISSING])
     return settings
 
 
@@ -263,7 +280,12 @@ def execute(batch: Batch, settings: Settings, as_json: bool = False) -> int:
     from .tables import fitting_table
     from .viewer.data import run_document
 
-    result: BatchResult = anyio.run(run_batch, batch, make_display(err, batch.run_budget))
+    if settings.runner.executor == "ray":
+        from .executors.ray_driver import run_on_ray
+
+        result: BatchResult = run_on_ray(batch, settings, make_display(err, batch.run_budget))
+    else:
+        result = anyio.run(run_batch, batch, make_display(err, batch.run_budget))
     document = load_run(batch.run_dir)
     shown = err if as_json else out
     shown.print(fitting_table(document["jobs"], escape(f"run {batch.run_dir}"), shown.width))

@@ -105,6 +105,8 @@ class RunnerSection(BaseModel):
     model: str = Field("claude-sonnet-5-5", min_length=1)
     request_timeout_s: Float = Field(600.0, gt=0, le=3600)
     max_cost_usd: Float | None = Field(None, gt=0, le=1_000_000)  # for the whole run
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str | None = Field(None, min_length=1)  # None: start a local Ray; "auto" or host:port: join
 
 
 class Price(BaseModel):

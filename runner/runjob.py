@@ -8,6 +8,8 @@ status ``cancelled``.
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,7 @@ async def run_job(spec: JobSpec, run_dir: Path, services: Services, progress: Jo
     filled in as the job goes, so a caller that is cancelled still holds what the job did."""
     progress = progress or JobProgress(spec.name)
     result = result or JobResult(spec.name, "running", model=spec.model)
+    result.worker = result.worker or {"node": socket.gethostname(), "pid": os.getpid()}
     try:
         store = JobStore(run_dir / spec.name)
         await store.open()

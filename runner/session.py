@@ -78,6 +78,7 @@ class JobResult:
     error: str | None = None
     estimated: bool = False
     model: str = ""
+    worker: dict[str, Any] | None = None  # where the job ran: node and pid
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,6 +94,7 @@ class JobResult:
             "compactions": dict(sorted(self.compactions.items())),
             "persisted_bytes": self.persisted_bytes,
             "error": self.error,
+            **({"worker": self.worker} if self.worker else {}),
         }
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any, cast
 
 from starlette.applications import Starlette
@@ -30,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..compactor.summarizer import SYSTEM_PROMPT
 from .compaction import effective_view
 from .faults import (
     DroppedResponse,
@@ -41,7 +43,7 @@ from .faults import (
     retry_headers,
     sleep_unless_disconnected,
 )
-from .replies import build_message
+from .replies import build_message, system_text
 from .state import EmulatorState
 from .tokens import input_tokens
 from .validation import validate
@@ -101,10 +103,13 @@ class Api:
         if refused is not None:
             return refused
         n = self.state.begin()
+        arrived = time.monotonic()
         try:
             return await self._messages(request, n)
         finally:
             self.state.end()
+            if getattr(request.state, "summary", False):
+                self.state.summary_answered(arrived, time.monotonic())
 
     async def _messages(self, request: Request, n: int) -> Response:
         state, config = self.state, self.state.config
@@ -116,6 +121,7 @@ class Api:
         body = self._body(request, raw, count_tokens=False)
         if isinstance(body, Response):
             return body
+        request.state.summary = system_text(body.get("system")) == SYSTEM_PROMPT
         view = effective_view(body["messages"])
         total = input_tokens(body.get("system"), view, body.get("tools") or [])
         if total > config.context_window_tokens:

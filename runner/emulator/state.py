@@ -35,6 +35,7 @@ class EmulatorState:
             self.tokens = dict.fromkeys(USAGE_FIELDS, 0)
             self.compactions = 0
             self.summary_requests = 0
+            self.summary_spans: list[tuple[float, float]] = []  # (arrived, answered) of each summary request
             self.count_tokens_requests = 0
             self.recorded: deque[Any] = deque(maxlen=self.config.max_recorded)
             self.script_position = 0
@@ -70,6 +71,11 @@ class EmulatorState:
                     self.recorded = deque(self.recorded, maxlen=self.config.max_recorded)
                 self.recorded.append(body)
 
+    def summary_answered(self, arrived: float, answered: float) -> None:
+        """A summary request that arrived at ``arrived`` was answered (or ended) at ``answered``."""
+        with self._lock:
+            self.summary_spans.append((arrived, answered))
+
     def snapshot(self) -> dict[str, Any]:
         """The counters as JSON (what ``GET /_emulator/stats`` returns)."""
         with self._lock:
@@ -83,7 +89,18 @@ class EmulatorState:
                 "tokens": dict(self.tokens),
                 "compactions": self.compactions,
                 "summary_requests": self.summary_requests,
+                "summary_peak_concurrent": peak_overlap(self.summary_spans),
                 "count_tokens_requests": self.count_tokens_requests,
                 "cache_entries": len(self.cache.entries),
                 "recorded_requests": list(self.recorded),
             }
+
+
+def peak_overlap(spans: list[tuple[float, float]]) -> int:
+    """The most spans open at one instant (a span ending as another starts does not overlap it)."""
+    edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    peak = current = 0
+    for _, step in edges:
+        current += step
+        peak = max(peak, current)
+    return peak

@@ -16,10 +16,12 @@
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable
 from typing import Any
 
 import anthropic
+import httpx2  # the SDK's HTTP library: its raw response type
 
 from .base import PromptTooLong, Reply, Request, Usage
 
@@ -78,6 +80,14 @@ def _http_client(**kwargs: Any) -> Any:
     return anthropic.DefaultAioHttpClient(**kwargs)
 
 
+def reply_of(data: dict[str, Any]) -> Reply:
+    """A Messages API reply body as a :class:`Reply`: each content block as the API sent it, without
+    null fields (as ``model_dump(exclude_none=True)`` of the SDK's block would give)."""
+    content = [{k: v for k, v in block.items() if v is not None} for block in data.get("content") or []]
+    return Reply(content=content, stop_reason=data.get("stop_reason") or "end_turn",
+                 usage=Usage.from_api(data.get("usage") or {}))
+
+
 class AnthropicModel:
     """The SDK behind the :class:`Model` interface; ``max_retries`` is applied per request.
 
@@ -133,19 +143,20 @@ class AnthropicModel:
         if request.system:
             kwargs["system"] = [{"type": "text", "text": request.system,
                                  **({"cache_control": EPHEMERAL} if request.cache else {})}]
+        path, options = "/v1/messages", {}
+        if request.context_management:
+            kwargs["context_management"] = request.context_management
+            path, options = "/v1/messages?beta=true", {"headers": {"anthropic-beta": COMPACTION_BETA}}
+        # the body serialized once by the C encoder: the SDK's retries, timeouts and error types, without
+        # its per-request walk over the parameters, its deep copy of them, or its pydantic reply models
+        body = json.dumps(kwargs, separators=(",", ":")).encode()
         try:
-            if request.context_management:
-                response = await client.beta.messages.create(
-                    **kwargs, context_management=request.context_management, betas=[COMPACTION_BETA])
-            else:
-                response = await client.messages.create(**kwargs)
+            response = await client.post(path, cast_to=httpx2.Response, content=body, options=options)
         except anthropic.APIStatusError as e:
             if is_prompt_too_long(e):
                 raise PromptTooLong(e.api_message or str(e)) from e
             raise
-        content = [block.model_dump(mode="json", exclude_none=True, warnings=False) for block in response.content]
-        return Reply(content=content, stop_reason=response.stop_reason or "end_turn",
-                     usage=Usage.from_api(response.usage))
+        return reply_of(response.json())
 
     async def aclose(self) -> None:
         for client in self.clients:

@@ -1,0 +1,336 @@
+"""The ``ray`` executor's driver: starts (or joins) Ray, starts the run's services actor and its
+workers, assigns jobs, collects their results, shows the live display and writes ``run.json``.
+
+Guarantees:
+- Before any job starts, every worker writes a probe file into the run directory and the driver
+  reads it back: a worker that cannot see the run directory is one :class:`ConfigError`.
+- A worker process that dies (kill -9, its node lost) loses no job: each of its jobs continues on
+  another worker from its last complete turn (as ``runner resume`` would continue it), at most
+  ``MAX_REQUEUES`` times per job; a replacement worker is started to keep the pool's size.
+- Ctrl-C (SIGINT or SIGTERM) cancels every job on every worker; each writes its files with status
+  ``cancelled`` and the batch reports ``interrupted``. A second Ctrl-C stops waiting for them.
+- Every job ends in a final state in ``run.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import ray
+from ray.exceptions import RayActorError
+
+from ..config import ConfigError, Settings
+from ..jobs import JobSpec
+from ..messages import merge_adjacent, one_line
+from ..resume import TRANSCRIPT, last_complete_turn
+from ..runjob import Resumed
+from ..scheduler import (
+    Batch,
+    BatchResult,
+    Display,
+    NoDisplay,
+    _quietly,
+    _quietly_call,
+    _record_load_error,
+    _RunJson,
+)
+from ..session import JobProgress, JobResult
+from ..store import read_jsonl, write_atomic_sync
+from .ray_services import RunServices
+from .ray_worker import JobWorker, WorkerConfig
+
+MAX_REQUEUES = 3
+POLL_INTERVAL_S = 0.5
+CANCEL_WAIT_S = 30.0
+
+
+def continue_point(job_dir: Path, spec: JobSpec, lost: dict[str, Any]) -> Resumed | None:
+    """Where a job whose worker (``lost``) died continues: its transcript cut back to the last complete
+    turn (rewritten so), and its metrics so far; ``None`` to start it over (no usable transcript).
+    ``events.jsonl`` gets a ``worker_lost`` line saying from which message the job continues and how
+    many model turns it lost (they run again)."""
+    transcript, warnings = read_jsonl(job_dir / TRANSCRIPT)
+    events, _ = read_jsonl(job_dir / "events.jsonl")
+    history = last_complete_turn(merge_adjacent([m for m in transcript if isinstance(m, dict)]))
+    usable = bool(history) and history[0].get("content") == spec.prompt
+    kept = history if usable else []
+    rerun = sum(m.get("role") == "assistant" for m in transcript if isinstance(m, dict)) - sum(
+        m.get("role") == "assistant" for m in kept)
+    events.append({"ts": time.time(), "stage": "worker_lost", "worker": lost,
+                   "continue_from_message": len(kept), "turns_rerun": rerun})
+    # rewritten whole: a half-written last line (the worker died mid-write) is dropped
+    write_atomic_sync(job_dir / "events.jsonl", "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events))
+    if not usable:
+        if transcript:
+            (job_dir / TRANSCRIPT).replace(job_dir / "transcript.unusable.jsonl")
+        return None
+    if len(history) != len(transcript) or warnings:
+        write_atomic_sync(job_dir / TRANSCRIPT, "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in history))
+    try:
+        prior = json.loads((job_dir / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        prior = {}
+    return Resumed(history, prior if isinstance(prior, dict) else {})
+
+
+def worker_config(batch: Batch, settings: Settings) -> WorkerConfig:
+    return WorkerConfig(backend=str(batch.meta.get("backend", "offline")), runner=settings.runner,
+                        summarizer=settings.summarizer, max_retries=settings.limits.max_retries,
+                        prices=batch.prices, budget_limit=batch.run_budget.limit,
+                        base_url=os.environ.get("ANTHROPIC_BASE_URL"))
+
+
+@dataclass
+class _Worker:
+    owner: str
+    handle: Any
+    where: dict[str, Any] = field(default_factory=dict)
+    load: int = 0
+
+
+class Pool:
+    """The run's workers: started and probed, picked least loaded, replaced when one dies."""
+
+    def __init__(self, run_dir: Path, config: WorkerConfig, services: Any, size: int):
+        self.run_dir = run_dir
+        self.config = config
+        self.services = services
+        self.size = size
+        self.live: dict[str, _Worker] = {}
+        self.started: list[dict[str, Any]] = []  # every worker started, for run.json
+        self.handles: list[Any] = []
+        self.lost: list[str] = []
+        self._ids = 0
+        self._lock = anyio.Lock()
+
+    async def _start_one(self) -> _Worker:
+        self._ids += 1
+        owner = f"w{self._ids}-{secrets.token_hex(3)}"
+        handle = JobWorker.options(max_concurrency=self.config.runner.concurrency + 16,
+                                   scheduling_strategy="SPREAD").remote(self.config, self.services, owner)
+        worker = _Worker(owner, handle)
+        self.handles.append(handle)
+        answer = await self._probe(worker)
+        worker.where = {k: answer[k] for k in ("node", "node_id", "pid")}
+        self.live[owner] = worker
+        self.started.append({"owner": owner, **worker.where})
+        return worker
+
+    async def _probe(self, worker: _Worker) -> dict[str, Any]:
+        token = secrets.token_hex(8)
+        path = self.run_dir.absolute() / f".probe-{worker.owner}"
+        try:
+            answer = await worker.handle.probe.remote(str(path), token)
+        except RayActorError as e:
+            raise ConfigError([f"ray executor: a worker could not start: {one_line(str(e.__cause__ or e))}"]) from None
+        where = f"ray worker on {answer['node']} (pid {answer['pid']})"
+        try:
+            seen = path.read_text(encoding="utf-8").strip()
+            path.unlink()
+        except OSError:
+            seen = None
+        if answer["error"] or seen != token:
+            reason = answer["error"] or f"its probe file {path.name} did not appear on the driver's side"
+            raise ConfigError([f"{self.run_dir}: the {where} cannot see the run directory ({reason}); on a "
+                               "multi-machine cluster the run directory must be on storage every node sees, "
+                               "at the same path"])
+        return answer
+
+    async def start(self) -> None:
+        """Start and probe every worker; the first problem found is the one raised."""
+        try:
+            async with anyio.create_task_group() as tg:
+                for _ in range(self.size):
+                    tg.start_soon(self._start_one)
+        except BaseExceptionGroup as group:
+            problems = group.subgroup(lambda e: isinstance(e, ConfigError))
+            first = problems.exceptions[0] if problems else group.exceptions[0]
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
+
+    def pick(self) -> _Worker:
+        return min(self.live.values(), key=lambda w: w.load)
+
+    async def replace(self, worker: _Worker) -> None:
+        """``worker`` died: give back what it held at the services, start another in its place."""
+        async with self._lock:
+            if self.live.pop(worker.owner, None) is None:
+                return  # another of its jobs already reported it
+            self.lost.append(worker.owner)
+            for entry in self.started:
+                if entry["owner"] == worker.owner:
+                    entry["lost"] = True
+            await _quietly(self.services.release_owner.remote(worker.owner))
+            if len(self.live) < self.size and len(self.lost) <= 4 * self.size:
+                try:
+                    await self._start_one()
+                except Exception:  # noqa: BLE001 - the live workers carry on; none left is the error below
+                    pass
+            if not self.live:
+                raise RuntimeError("ray executor: every worker died and none could be started")
+
+    def close(self) -> None:
+        for handle in self.handles:
+            ray.kill(handle)
+
+
+async def run_batch_ray(batch: Batch, settings: Settings, display: Display | None = None, *,
+                        workers: int | None = None, summary_window_s: float = 60.0) -> BatchResult:
+    """:func:`runner.scheduler.run_batch` on the Ray cluster this process is connected to."""
+    display = display or NoDisplay()
+    out = BatchResult(batch.run_dir)
+    progress = {s.name: JobProgress(s.name) for s in batch.specs}
+    run_json = _RunJson(batch, progress)
+    s = settings.summarizer
+    services = RunServices.options(name=f"runner-services-{batch.run_dir.name}-{secrets.token_hex(3)}",
+                                   get_if_exists=True).remote(
+        s.max_concurrent, s.requests_per_minute, summary_window_s, settings.runner.concurrency,
+        batch.run_budget.limit)
+    size = workers or max(1, min(batch.concurrency, int(ray.available_resources().get("CPU", 1))))
+    await anyio.Path(batch.run_dir).mkdir(parents=True, exist_ok=True)
+    pool = Pool(batch.run_dir, worker_config(batch, settings), services, size)
+    limiter = anyio.CapacityLimiter(batch.concurrency)
+    stopping = anyio.Event()
+
+    async def run_one(spec: JobSpec) -> None:
+        async with limiter:
+            result = JobResult(spec.name, "cancelled", error="cancelled before it started", model=spec.model)
+            if stopping.is_set():
+                out.results[spec.name] = run_json.results[spec.name] = result
+                return
+            try:
+                display.job_started(progress[spec.name])
+                await run_json.write()
+                history = batch.histories.get(spec.name)
+                resumed = Resumed(history, batch.priors.get(spec.name) or {}) if history else None
+                for attempt in range(MAX_REQUEUES + 1):
+                    worker = pool.pick()
+                    worker.load += 1
+                    try:
+                        result = await worker.handle.run.remote(str(batch.run_dir.absolute()), spec, resumed)
+                        break
+                    except RayActorError as e:
+                        await pool.replace(worker)
+                        if stopping.is_set():
+                            result.error = "cancelled; its worker died"
+                            break
+                        if attempt == MAX_REQUEUES:
+                            result = JobResult(spec.name, "failed", model=spec.model, error=one_line(
+                                f"its Ray worker died {attempt + 1} times; last: {type(e).__name__}"))
+                            break
+                        resumed = await anyio.to_thread.run_sync(continue_point, batch.run_dir / spec.name, spec,
+                                                                 {"owner": worker.owner, **worker.where})
+                    finally:
+                        worker.load -= 1
+            finally:
+                out.results[spec.name] = run_json.results[spec.name] = result
+                progress[spec.name].status = result.status
+                with anyio.CancelScope(shield=True):
+                    await _quietly(run_json.write())
+                _quietly_call(display.job_finished, result)
+
+    async def poll() -> None:
+        while True:
+            await anyio.sleep(POLL_INTERVAL_S)
+            for worker in list(pool.live.values()):
+                try:
+                    states = await worker.handle.poll.remote()
+                except RayActorError:
+                    continue  # its jobs report it
+                for name, state in states.items():
+                    if name in progress and name not in out.results:
+                        vars(progress[name]).update(state)
+
+    async def stop(scope: anyio.CancelScope) -> None:
+        """First signal: cancel every job on every worker and wait for their files; second: stop waiting."""
+        out.interrupted = True
+        stopping.set()
+        with anyio.move_on_after(CANCEL_WAIT_S):
+            for worker in list(pool.live.values()):
+                await _quietly(worker.handle.cancel_all.remote())
+            return
+        scope.cancel()
+
+    try:
+        await pool.start()
+    except BaseException:
+        pool.close()
+        ray.kill(services)
+        raise
+    try:
+        batch.meta = {**batch.meta, "executor": "ray", "workers": pool.started}
+        async with anyio.create_task_group() as tg:
+            await tg.start(_on_signals, lambda: tg.start_soon(stop, tg.cancel_scope), tg.cancel_scope.cancel)
+            tg.start_soon(poll)
+            for error in batch.errors:
+                out.results[error.name] = await _record_load_error(batch.run_dir, error)
+            run_json.results.update(out.results)
+            await run_json.write(force=True)
+            display.start(progress)
+            async with anyio.create_task_group() as jobs:
+                for spec in batch.specs:
+                    jobs.start_soon(run_one, spec)
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            if any(s.name not in out.results for s in batch.specs):  # cancelled while jobs ran
+                stopping.set()
+                with anyio.move_on_after(CANCEL_WAIT_S):
+                    for worker in list(pool.live.values()):
+                        await _quietly(worker.handle.cancel_all.remote())
+            for spec in batch.specs:
+                if spec.name not in out.results:
+                    out.results[spec.name] = run_json.results[spec.name] = JobResult(
+                        spec.name, "cancelled", error="cancelled before it started", model=spec.model)
+            run_json.finished = True
+            run_json.interrupted = out.interrupted
+            await _quietly(run_json.write(force=True))
+            for worker in list(pool.live.values()):
+                with anyio.move_on_after(5):
+                    await _quietly(worker.handle.aclose.remote())
+            pool.close()
+            ray.kill(services)
+            _quietly_call(display.stop)
+    return out
+
+
+async def _on_signals(first: Callable[[], None], second: Callable[[], None], *,
+                      task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
+        seen = 0
+        async for _ in signals:
+            seen += 1
+            (first if seen == 1 else second)()
+            if seen > 1:
+                return
+
+
+def run_on_ray(batch: Batch, settings: Settings, display: Display | None = None) -> BatchResult:
+    """Connect to Ray (``[runner] ray_address``; none: start a local instance), run the batch, disconnect."""
+    started = not ray.is_initialized()
+    if started:
+        address = settings.runner.ray_address
+        try:
+            ray.init(address=address or None, include_dashboard=False, logging_level=logging.WARNING,
+                     log_to_driver=False, configure_logging=True)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise ConfigError([f"runner.ray_address: could not connect to Ray at {address!r}: {one_line(str(e))}"
+                               if address else f"ray executor: could not start Ray: {one_line(str(e))}"]) from None
+    try:
+        return anyio.run(run_batch_ray, batch, settings, display)
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,313 @@
+"""The ``ray`` executor: the same run directory as the local one, the summary gate held across
+workers, a killed worker's jobs finished elsewhere from their last complete turn, and Ctrl-C.
+
+One small local Ray instance for the module (2 CPUs, no dashboard). Skipped, saying why, only when
+Ray cannot start on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from runner.cli import main
+from runner.compactor.compactor import Compactor
+from runner.compactor.summarizer import Summarizer
+from runner.config import Limits, load_settings
+from runner.emulator import EmulatorConfig, Latency, running_emulator
+from runner.jobs import JobSpec, find_task_files, load_jobs
+from runner.models.offline import OfflineModel
+from runner.pricing import PriceTable
+from runner.scheduler import Batch, run_batch
+from runner.services import RunBudget
+from runner.store import read_jsonl
+
+KEY = "test-key-ray"
+FINAL = {"succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "cancelled"}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A local Ray instance; its workers inherit this environment (the emulator's key)."""
+    try:
+        import ray
+    except ImportError as e:
+        pytest.skip(f"Ray cannot start on this machine: it is not installed ({e})")
+    saved = os.environ.get("ANTHROPIC_API_KEY")
+    os.environ["ANTHROPIC_API_KEY"] = KEY
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error")
+    except Exception as e:  # noqa: BLE001 - whatever stops Ray from starting is the skip reason
+        pytest.skip(f"Ray cannot start on this machine: {type(e).__name__}: {e}")
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        if saved is None:
+            os.environ.pop("ANTHROPIC_API_KEY", None)
+        else:
+            os.environ["ANTHROPIC_API_KEY"] = saved
+
+
+def settings_for(tmp_path: Path, text: str = ""):
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return load_settings(path)
+
+
+def offline_batch(run_dir: Path, jobs_dir: Path, settings) -> Batch:
+    files, _ = find_task_files([jobs_dir])
+    specs, errors = load_jobs(files, settings)
+    return Batch(run_dir=run_dir, specs=specs, errors=errors, model=OfflineModel(),
+                 compactor=Compactor(Summarizer(None, "claude-haiku-5-5")), summary_model="claude-haiku-5-5",
+                 concurrency=4, meta={"backend": "offline"}, handle_signals=False)
+
+
+def anthropic_batch(run_dir: Path, specs: list[JobSpec], settings) -> Batch:
+    return Batch(run_dir=run_dir, specs=specs, model=OfflineModel(), compactor=Compactor(Summarizer(None, "x")),
+                 summary_model=settings.summarizer.model, concurrency=settings.runner.concurrency,
+                 meta={"backend": "anthropic"}, run_budget=RunBudget(None), prices=PriceTable())
+
+
+def on_ray(batch: Batch, settings, **kwargs):
+    from runner.executors.ray_driver import run_batch_ray
+
+    return anyio.run(lambda: run_batch_ray(batch, settings, workers=2, **kwargs))
+
+
+def layout(run_dir: Path) -> set[str]:
+    return {str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file()}
+
+
+def workspace(tmp_path: Path, files: int = 12, lines: int = 600) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    for i in range(files):
+        (ws / f"m{i:02d}.py").write_text(f'"""Module {i}."""\n' + "x = 1\n" * (lines + 40 * i))
+    return ws
+
+
+def spec(name: str, ws: Path, **limits) -> JobSpec:
+    return JobSpec(name=name, source=Path(f"{name}.toml"), prompt=f"Survey this workspace ({name}).", workspace=ws,
+                   model="claude-sonnet-5-5", system="You survey code.", tools=("read", "glob", "grep"),
+                   limits=Limits(**{"max_retries": 8, "timeout_s": 120, **limits}))
+
+
+def test_a_ray_batch_writes_the_local_layout_and_statuses(cluster, tmp_path):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    ws = workspace(tmp_path, files=4, lines=5)
+    for i in range(3):
+        (jobs / f"ok{i}.toml").write_text(f'prompt = "Survey {i}."\nworkspace = "{ws}"\n')
+    (jobs / "short.toml").write_text(f'prompt = "Survey."\nworkspace = "{ws}"\n[limits]\nmax_turns = 2\n')
+    (jobs / "broken.toml").write_text('prompt = 3\n')
+    settings = settings_for(tmp_path)
+    local = anyio.run(run_batch, offline_batch(tmp_path / "local", jobs, settings))
+    ray_run = on_ray(offline_batch(tmp_path / "ray", jobs, settings), settings)
+
+    statuses = {n: r.status for n, r in local.results.items()}
+    assert statuses == {"ok0": "succeeded", "ok1": "succeeded", "ok2": "succeeded", "short": "max_turns",
+                        "broken": "failed"}
+    assert {n: r.status for n, r in ray_run.results.items()} == statuses
+    assert layout(tmp_path / "ray") == layout(tmp_path / "local")
+    document = json.loads((tmp_path / "ray" / "run.json").read_text())
+    assert document["state"] == "finished" and document["executor"] == "ray"
+    assert {j["job"]: j["status"] for j in document["jobs"]} == statuses
+    worker_pids = {w["pid"] for w in document["workers"]}
+    assert len(worker_pids) == 2 and os.getpid() not in worker_pids
+    for name in ("ok0", "ok1", "ok2", "short"):
+        local_metrics = json.loads((tmp_path / "local" / name / "metrics.json").read_text())
+        metrics = json.loads((tmp_path / "ray" / name / "metrics.json").read_text())
+        assert metrics["worker"]["pid"] in worker_pids and local_metrics["worker"]["pid"] == os.getpid()
+        assert metrics["turns"] == local_metrics["turns"]  # the offline policy is deterministic
+
+
+def test_the_summary_gate_holds_across_workers(cluster, tmp_path):
+    ws = workspace(tmp_path)
+    settings = settings_for(tmp_path, "[runner]\nconcurrency = 8\n[summarizer]\nmax_concurrent = 1\n"
+                                      "requests_per_minute = 2\n")
+    specs = [spec(f"job{i}", ws, context_char_limit=20_000, compact_target_ratio=0.5) for i in range(6)]
+    window_s = 1.0
+    with running_emulator(EmulatorConfig(latency=Latency(seconds=0.2))) as emu:
+        os.environ["ANTHROPIC_BASE_URL"] = emu.base_url
+        try:
+            result = on_ray(anthropic_batch(tmp_path / "run", specs, settings), settings, summary_window_s=window_s)
+        finally:
+            os.environ.pop("ANTHROPIC_BASE_URL")
+        stats = emu.state.snapshot()
+        spans = sorted(emu.state.summary_spans)
+    assert all(r.status == "succeeded" for r in result.results.values()), {n: r.error for n, r in result.results.items()}
+    pids = {json.loads((tmp_path / "run" / s.name / "metrics.json").read_text())["worker"]["pid"] for s in specs}
+    assert len(pids) == 2  # both workers ran jobs
+    summarized = [s.name for s in specs if (tmp_path / "run" / s.name / "summaries").is_dir()]
+    assert stats["summary_requests"] >= 4 and len(summarized) >= 3, stats["summary_requests"]
+    assert stats["summary_peak_concurrent"] == 1  # max_concurrent = 1 for the whole cluster
+    # requests_per_minute = 2 per 1 s window: any 3 summary requests arrive at least ~1 s apart
+    gaps = [spans[i + 2][0] - spans[i][0] for i in range(len(spans) - 2)]
+    assert min(gaps) > window_s - 0.15, gaps
+
+
+def _transcripts(run_dir: Path) -> dict[str, list[dict]]:
+    out = {}
+    for path in run_dir.glob("*/transcript.jsonl"):
+        out[path.parent.name] = read_jsonl(path)[0]
+    return out
+
+
+def test_a_killed_workers_jobs_finish_elsewhere_from_their_last_turn(cluster, tmp_path):
+    ws = workspace(tmp_path, files=10, lines=5)
+    settings = settings_for(tmp_path, "[runner]\nconcurrency = 8\n")
+    specs = [spec(f"job{i}", ws) for i in range(6)]
+    run_dir = tmp_path / "run"
+    seen: dict = {}
+
+    def kill_one_worker() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                document = json.loads((run_dir / "run.json").read_text())
+            except (OSError, ValueError):
+                document = {}
+            transcripts = _transcripts(run_dir) if document.get("workers") else {}
+            if sum(len(t) >= 4 for t in transcripts.values()) >= 4:
+                seen["pid"] = document["workers"][0]["pid"]
+                os.kill(seen["pid"], signal.SIGKILL)
+                time.sleep(0.05)
+                seen["transcripts"] = _transcripts(run_dir)
+                return
+            time.sleep(0.05)
+
+    with running_emulator(EmulatorConfig(latency=Latency(seconds=0.25))) as emu:
+        os.environ["ANTHROPIC_BASE_URL"] = emu.base_url
+        killer = threading.Thread(target=kill_one_worker)
+        killer.start()
+        try:
+            result = on_ray(anthropic_batch(run_dir, specs, settings), settings)
+        finally:
+            killer.join()
+            os.environ.pop("ANTHROPIC_BASE_URL")
+    assert "pid" in seen, "the batch ended before a worker could be killed"
+    assert {n: r.status for n, r in result.results.items()} == {s.name: "succeeded" for s in specs}
+    document = json.loads((run_dir / "run.json").read_text())
+    assert [w for w in document["workers"] if w.get("lost")] == [w for w in document["workers"]
+                                                                 if w["pid"] == seen["pid"]]
+    moved = 0
+    for s in specs:
+        metrics = json.loads((run_dir / s.name / "metrics.json").read_text())
+        assert metrics["status"] == "succeeded" and metrics["worker"]["pid"] != seen["pid"]
+        lost = [e for e in read_jsonl(run_dir / s.name / "events.jsonl")[0] if e.get("stage") == "worker_lost"]
+        if not lost:
+            continue
+        moved += 1
+        start = lost[0]["continue_from_message"]
+        before = seen["transcripts"][s.name]
+        after, _ = read_jsonl(run_dir / s.name / "transcript.jsonl")
+        assert start >= 3 and after[:start] == before[:start]  # continued from its own history, not restarted
+        assert len(before) - start <= 1  # at most the reply of an unfinished turn was dropped
+        assert after[0]["content"] == s.prompt and len(after) > start
+    assert moved >= 1
+
+
+def test_ctrl_c_cancels_every_job_on_every_worker(cluster, tmp_path):
+    ws = workspace(tmp_path, files=10, lines=5)
+    settings = settings_for(tmp_path, "[runner]\nconcurrency = 8\n")
+    specs = [spec(f"job{i}", ws) for i in range(6)]
+    run_dir = tmp_path / "run"
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if sum(len(t) >= 2 for t in _transcripts(run_dir).values()) >= 4:
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.05)
+
+    with running_emulator(EmulatorConfig(latency=Latency(seconds=0.5))) as emu:
+        os.environ["ANTHROPIC_BASE_URL"] = emu.base_url
+        thread = threading.Thread(target=interrupt)
+        thread.start()
+        try:
+            result = on_ray(anthropic_batch(run_dir, specs, settings), settings)
+        finally:
+            thread.join()
+            os.environ.pop("ANTHROPIC_BASE_URL")
+    assert result.interrupted
+    document = json.loads((run_dir / "run.json").read_text())
+    assert document["state"] == "interrupted"
+    statuses = {j["job"]: j["status"] for j in document["jobs"]}
+    assert set(statuses.values()) == {"cancelled"}, statuses
+    pids = set()
+    for s in specs:
+        metrics = json.loads((run_dir / s.name / "metrics.json").read_text())
+        assert metrics["status"] == "cancelled" and metrics["turns"] >= 1  # written by its worker when cancelled
+        pids.add(metrics["worker"]["pid"])
+        assert read_jsonl(run_dir / s.name / "transcript.jsonl")[0][0]["content"] == s.prompt
+    assert len(pids) == 2  # jobs on both workers were cancelled
+
+
+def test_choosing_ray_without_it_installed_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "a.toml").write_text(f'prompt = "x"\nworkspace = "{tmp_path}"\n')
+    assert main(["run", "--executor", "ray", "--backend", "offline"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "pip install" in lines[0] and "ray" in lines[0], lines
+    assert not (tmp_path / "runs").exists()
+
+
+def test_importing_the_runner_does_not_import_ray():
+    code = ("import sys, runner.cli, runner.scheduler, runner.runjob, runner.executors; "
+            "sys.exit('ray' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_a_worker_that_cannot_see_the_run_directory_is_one_error_before_any_job(cluster, tmp_path):
+    """The multi-machine case on one machine: the driver, in a mount namespace of its own, has a
+    private filesystem over its output directory; the cluster's workers do not see it."""
+    if not shutil.which("unshare") or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode:
+        pytest.skip("needs `unshare -m` (a private mount namespace) to give the driver storage the workers lack")
+    ws = workspace(tmp_path, files=2, lines=2)
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "a.toml").write_text(f'prompt = "Survey."\nworkspace = "{ws}"\n')
+    private = tmp_path / "private"
+    private.mkdir()
+    address = cluster.get_runtime_context().gcs_address
+    command = (f"mount -t tmpfs none {private} && {sys.executable} -m runner run jobs --backend offline "
+               f"--executor ray --ray-address {address} --output-dir {private}/runs")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", command], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error")]
+    assert done.returncode == 2, done.stderr
+    assert len(errors) == 1 and "cannot see the run directory" in errors[0] and "storage every node sees" in errors[0]
+    assert "Traceback" not in done.stderr
+    assert not (private / "runs").exists()  # the workers' side: nothing was written
+
+
+def test_the_run_budget_is_one_for_the_whole_cluster(cluster, tmp_path):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    ws = workspace(tmp_path, files=4, lines=5)
+    for i in range(8):
+        (jobs / f"j{i}.toml").write_text(f'prompt = "Survey {i}."\nworkspace = "{ws}"\n')
+    settings = settings_for(tmp_path, "[runner]\nmax_cost_usd = 0.08\n")
+    batch = offline_batch(tmp_path / "run", jobs, settings)
+    batch.run_budget = RunBudget(0.08)
+    result = on_ray(batch, settings)
+    document = json.loads((tmp_path / "run" / "run.json").read_text())
+    one_job = 0.0418  # what one of these jobs costs on the offline model (deterministic)
+    statuses = [r.status for r in result.results.values()]
+    assert "budget_exceeded" in statuses
+    # one budget for both workers: a budget per worker would let them spend 2 x 0.08
+    assert 0.08 <= document["totals"]["cost_usd"] < 0.08 + one_job, document["totals"]
+    assert sum(s == "succeeded" for s in statuses) <= 2, statuses
