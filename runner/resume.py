@@ -49,6 +49,17 @@ def last_complete_turn(messages: list[Message]) -> list[Message]:
     return prefix
 
 
+def raw_lines(raw: list[Message], merged: int) -> int:
+    """How many transcript lines make up the first ``merged`` messages of ``merge_adjacent(raw)``."""
+    groups = 0
+    for i, message in enumerate(raw):
+        if i == 0 or message.get("role") != raw[i - 1].get("role"):
+            groups += 1
+            if groups > merged:
+                return i
+    return len(raw)
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -97,18 +108,20 @@ def plan_resume(run_dir: Path, settings: Settings) -> ResumePlan:
             plan.notes += event_warnings
             write_atomic_sync(job_dir / "events.jsonl", "".join(json.dumps(e, ensure_ascii=False) + "\n"
                                                                 for e in events))
-        # a paused turn and its continuation are two lines of the transcript and one message of the history
-        history = last_complete_turn(merge_adjacent([m for m in transcript if isinstance(m, dict)]))
+        # a paused turn and its continuation are two lines of the transcript and one message of the history;
+        # the transcript is cut in whole lines, so context.jsonl's line numbers stay valid
+        raw = [m for m in transcript if isinstance(m, dict)]
+        history = raw[:raw_lines(raw, len(last_complete_turn(merge_adjacent(raw))))]
         if history and history[0].get("content") == spec.prompt:
             plan.histories[name] = history
             plan.priors[name] = metrics
             if len(history) != len(transcript) or warnings:
                 write_atomic_sync(job_dir / TRANSCRIPT, "".join(json.dumps(m, ensure_ascii=False) + "\n"
                                                                 for m in history))
-                plan.notes.append(f"{name}: continuing from message {len(history)} of the transcript "
+                plan.notes.append(f"{name}: continuing from line {len(history)} of the transcript "
                                   f"({len(transcript) - len(history)} dropped after the last complete turn)")
             else:
-                plan.notes.append(f"{name}: continuing from message {len(history)} of the transcript")
+                plan.notes.append(f"{name}: continuing from line {len(history)} of the transcript")
         else:
             if transcript:
                 (job_dir / TRANSCRIPT).rename(job_dir / "transcript.unusable.jsonl")

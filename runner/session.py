@@ -27,7 +27,7 @@ import anyio
 
 from .compactor.compactor import CompactionState, Compactor
 from .jobs import JobSpec
-from .messages import Message, one_line, text_of, tool_uses
+from .messages import Message, merge_adjacent, one_line, text_of, tool_uses
 from .models.base import Model, PromptTooLong, Reply, Request, Usage
 from .pricing import DEFAULT_TABLE, PriceTable
 from .store import JobStore
@@ -168,8 +168,8 @@ class Session:
         spec, state = self.spec, self.state
         await self.store.write_json("job.json", spec.to_json())
         if self.history:
-            state.restore(self.history)
-            self.result.turns = sum(1 for m in self.history if m["role"] == "assistant")
+            await state.resume(self.history)
+            self.result.turns = sum(1 for m in merge_adjacent(self.history) if m["role"] == "assistant")
         else:
             await state.add({"role": "user", "content": spec.prompt})
         reactive_retries = 0
