@@ -86,7 +86,10 @@ def _outcome(run_dir: Path) -> dict:
     transcript, _ = read_jsonl(job / "transcript.jsonl")
     events, _ = read_jsonl(job / "events.jsonl")
     summaries = [e for e in events if e["stage"] in ("compact_history", "compact_tool", "reactive_compact")]
-    return {"status": metrics["status"], "turns": metrics["turns"], "rereads": reread_count(transcript),
+    stages: dict[str, int] = {}
+    for e in events:
+        stages[e["stage"]] = stages.get(e["stage"], 0) + 1
+    return {"stages": stages, "chars_before": [e["chars_before"] for e in events], "status": metrics["status"], "turns": metrics["turns"], "rereads": reread_count(transcript),
             "summaries": len(summaries), "summary_files": len(list((job / "summaries").glob("*.md")))}
 
 
@@ -118,6 +121,9 @@ def test_killed_four_times_resumes_like_an_uninterrupted_run(tmp_path: Path) -> 
     assert abs(got["turns"] - expected["turns"]) <= 2, (got, expected)
     assert abs(got["rereads"] - expected["rereads"]) <= 2, (got, expected)
     assert got["summaries"] == expected["summaries"], (got, expected)  # nothing summarized twice
+    # the context never jumps back to the whole transcript (which would be snipped and compacted again)
+    assert got["stages"].get("snip", 0) == expected["stages"].get("snip", 0), (got, expected)
+    assert max(got["chars_before"]) <= 1.2 * max(expected["chars_before"]), (got, expected)
     assert got["summary_files"] <= expected["summary_files"] + kills  # at most one redone per kill mid-summary
 
 
