@@ -18,6 +18,7 @@ from rich.markup import escape
 from .config import ConfigError, RunnerSection, Settings, load_settings
 from .jobs import JobError, JobSpec, find_task_files, load_jobs
 from .report import load_run, run_table
+from .rundir import hold_run_dir
 
 if TYPE_CHECKING:  # the scheduler pulls in the SDK (~1.5 s); `validate` and `report` do not need it
     from .compactor.summarizer import Summarizer
@@ -58,8 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     resume = sub.add_parser("resume", help="rerun the jobs of RUN_DIR that did not succeed")
     resume.add_argument("run_dir", type=Path)
     common(resume)
-    resume.add_argument("--backend", choices=["auto", "anthropic", "offline"])
+    resume.add_argument("--backend", choices=["auto", "anthropic", "offline"],
+                        help="must match the run's own backend (a resumed run keeps it)")
     resume.add_argument("--concurrency", type=int)
+    resume.add_argument("--limits-from-config", action="store_true",
+                        help="use the limits of today's config and task files (default: the run's own)")
+    resume.add_argument("--only", action="append", metavar="NAME", help="resume only this job (repeatable)")
 
     report = sub.add_parser("report", help="print the table of a finished or running run")
     report.add_argument("run_dir", type=Path)
@@ -244,7 +249,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     batch = Batch(run_dir=run_dir, specs=specs, errors=errors, model=model, compactor=Compactor(summarizer),
                   summary_model=settings.summarizer.model, concurrency=settings.runner.concurrency,
                   meta=_meta(settings, backend), **spending(settings))
-    return execute(batch, settings)
+    with hold_run_dir(run_dir):
+        return execute(batch, settings)
 
 
 def _shown(path: Path) -> str:

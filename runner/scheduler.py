@@ -56,10 +56,11 @@ class BatchResult:
     run_dir: Path
     results: dict[str, JobResult] = field(default_factory=dict)
     interrupted: bool = False
+    kept_ok: bool = True  # every job kept from earlier (not rerun) had succeeded
 
     @property
     def ok(self) -> bool:
-        return not self.interrupted and all(r.status == "succeeded" for r in self.results.values())
+        return not self.interrupted and self.kept_ok and all(r.status == "succeeded" for r in self.results.values())
 
 
 @dataclass
@@ -84,7 +85,7 @@ class Batch:
 
 async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult:
     display = display or NoDisplay()
-    out = BatchResult(batch.run_dir)
+    out = BatchResult(batch.run_dir, kept_ok=all(m.get("status") == "succeeded" for m in batch.kept.values()))
     progress = {s.name: JobProgress(s.name) for s in batch.specs}
     run_json = _RunJson(batch, progress)
     limiter = anyio.CapacityLimiter(batch.concurrency)
