@@ -6,3 +6,8 @@ emulator, the benchmarks) imports them from here, so a change of wording is one 
 """
 
 from __future__ import annotations
+
+# the last request of a job about to hit a limit: answered without tools (tool_choice "none")
+OUT_OF_TURNS = ("You are out of turns ({reason}); no more tool calls can run. Write your report now from what "
+                "you have gathered so far, and say what you could not finish.")
+NO_TOOLS = {"type": "none"}

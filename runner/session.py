@@ -26,10 +26,12 @@ from typing import Any
 import anyio
 
 from .compactor.compactor import CompactionState, Compactor
+from .final_report import final_markdown
 from .jobs import JobSpec
 from .messages import Message, merge_adjacent, one_line, text_of, tool_uses
 from .models.base import Model, PromptTooLong, Reply, Request, Usage
 from .pricing import DEFAULT_TABLE, PriceTable
+from .protocol import NO_TOOLS, OUT_OF_TURNS
 from .store import JobStore
 from .tools import Toolset, error_result
 
@@ -50,12 +52,19 @@ class RunBudget:
 
 
 class JobEnded(Exception):
-    """Ends a job early with a status other than ``succeeded``."""
+    """Ends a job early with a status other than ``succeeded``; ``last_call``: the job is about to hit a
+    limit it kept a reserve for, and gets one last call without tools for its report."""
 
-    def __init__(self, status: str, error: str):
+    def __init__(self, status: str, error: str, last_call: bool = False):
         super().__init__(error)
         self.status = status
         self.error = error
+        self.last_call = last_call
+
+
+def time_reserve(timeout_s: float) -> float:
+    """The part of a job's timeout kept for its last call: a tenth, at most a minute."""
+    return min(60.0, timeout_s / 10)
 
 
 @dataclass
@@ -132,6 +141,9 @@ class Session:
         self.final_text: str | None = None
         self.run_budget = run_budget or RunBudget()
         self._last_checkpoint = float("-inf")
+        self._dearest_call = 0.0  # the reserve kept from max_cost_usd for the last call
+        self._most_output = 0
+        self._tools: list[dict[str, Any]] = []
         self.prices = prices or DEFAULT_TABLE
         if prior:  # a resumed job keeps what it already spent
             self.result.usage = Usage(**(prior.get("usage") or {}))
@@ -145,14 +157,21 @@ class Session:
         self.progress.started = time.time()
         self.progress.status = "running"
         result = self.result
+        timeout = self.spec.limits.timeout_s
         try:
-            with anyio.move_on_after(self.spec.limits.timeout_s) as scope:
-                await self._loop()
-            if scope.cancelled_caught:
-                raise JobEnded("timeout", f"timed out after {self.spec.limits.timeout_s:g} s")
-            result.status = "succeeded"
-        except JobEnded as e:
-            result.status, result.error = e.status, e.error
+            try:
+                with anyio.move_on_after(timeout - time_reserve(timeout)) as scope:
+                    await self._loop()
+                if scope.cancelled_caught:
+                    raise JobEnded("timeout", f"timed out after {timeout:g} s", last_call=True)
+                result.status = "succeeded"
+            except JobEnded as e:
+                result.status, result.error = e.status, e.error
+                if e.last_call:
+                    with anyio.move_on_after(time_reserve(timeout)):
+                        await self._last_call(e.error)
+        except JobEnded as e:  # the last call itself went over a limit: the report is built without it
+            result.error = f"{result.error}; {e.error}"
         except anyio.get_cancelled_exc_class():
             result.status, result.error = "cancelled", "cancelled before it finished"
             raise
@@ -177,12 +196,14 @@ class Session:
             # the compact tool is the client pipeline's; with compaction off or server-side it is not offered
             tools = [t for t in toolset.definitions() if t["name"] != "compact" or spec.limits.compaction == "client"]
             state.overhead_chars = len(json.dumps([spec.system, tools], ensure_ascii=False))
+            self._tools = tools
             if self.history:
                 self._check_budgets()  # a resumed job may already have spent its budget
             while True:
-                if self.result.turns >= spec.limits.max_turns:
-                    raise JobEnded("max_turns", f"reached max_turns = {spec.limits.max_turns}")
+                if self.result.turns + 1 >= spec.limits.max_turns:  # the last turn is kept for the report
+                    raise JobEnded("max_turns", f"reached max_turns = {spec.limits.max_turns}", last_call=True)
                 self._check_run_budget()
+                self._check_reserve()
                 messages = await self.compactor.prepare(state)
                 self._update_progress()
                 settled = state.window.settled_prefix() if spec.limits.cache_aware else 0
@@ -221,6 +242,24 @@ class Session:
                 if await self._handle(reply, toolset, deferred):
                     return
                 await self._checkpoint()
+
+    async def _last_call(self, reason: str) -> None:
+        """One call with the tools listed but none allowed: the model writes its report from what it has."""
+        spec, state = self.spec, self.state
+        messages = await self.compactor.prepare(state)
+        # the instruction goes with this request only: the transcript keeps alternating roles
+        messages = merge_adjacent([*messages, {"role": "user", "content": OUT_OF_TURNS.format(reason=reason)}])
+        await self.store.append_jsonl("events.jsonl", [{"ts": round(time.time(), 3), "stage": "last_call",
+                                                        "reason": reason}])
+        request = Request(model=spec.model, messages=messages, tools=self._tools,
+                          max_tokens=spec.limits.max_output_tokens, system=spec.system,
+                          context_management=context_management(spec), max_retries=spec.limits.max_retries,
+                          tool_choice=NO_TOOLS)
+        reply = await self.model.create(request)
+        self._account(reply)
+        if reply.content:
+            await state.add(reply.message())
+        self.final_text = text_of(reply.message())
 
     async def _handle(self, reply: Reply, toolset: Toolset, deferred: bool = False) -> bool:
         """Act on a reply; True when the job is done."""
@@ -266,6 +305,8 @@ class Session:
         result.summarizer_usage = self.state.summarizer_usage
         before = result.cost_usd
         result.cost_usd = self._cost()
+        self._dearest_call = max(self._dearest_call, result.cost_usd - before)
+        self._most_output = max(self._most_output, reply.usage.output_tokens)
         self.run_budget.spent += result.cost_usd - before
         self._update_progress()
 
@@ -280,6 +321,26 @@ class Session:
         if limit is not None and result.cost_usd >= limit:
             raise JobEnded("budget_exceeded", f"spent ${result.cost_usd:.4f}, max_cost_usd is ${limit:g}")
         self._check_run_budget()
+
+    def _check_reserve(self) -> None:
+        """Before a call: when one more call like the dearest so far could reach the job's budget, the
+        next call is the last one (the report)."""
+        limit = self.spec.limits.max_cost_usd
+        if limit is None:
+            return
+        reserve = max(self._dearest_call, self._next_call_cost())
+        if self.result.cost_usd + 2 * reserve >= limit:  # this call and the report's must both fit
+            raise JobEnded("budget_exceeded", f"spent ${self.result.cost_usd:.4f} of max_cost_usd ${limit:g}, "
+                                              f"keeping ${reserve:.4f} for the report", last_call=True)
+
+    def _next_call_cost(self) -> float:
+        """What a call carrying the current context would cost: its size in tokens from the last real
+        usage (tokens per character), and as much output as the largest reply so far."""
+        state = self.state
+        if not state.last_tokens or not state.last_chars:
+            return 0.0
+        tokens = state.last_tokens * (state.window.total + state.overhead_chars) / state.last_chars
+        return self.prices.cost(self.spec.model, Usage(input_tokens=int(tokens), output_tokens=self._most_output))
 
     def _check_run_budget(self) -> None:
         if self.run_budget.exceeded:
@@ -314,8 +375,9 @@ class Session:
         self._update_progress()
         self.progress.status = result.status
         try:
-            if result.status == "succeeded" and self.final_text is not None:
-                await self.store.write_text("final.md", self.final_text)
+            if result.status != "succeeded" or self.final_text is not None:
+                await self.store.write_text("final.md", final_markdown(result.status, result.error, self.final_text,
+                                                                       state.window.messages))
             await self.store.write_json("metrics.json", result.to_json())
         except OSError as e:  # the disk failed us: say so in the result, do not hide the job's own outcome
             result.error = (result.error or "") + f" (could not write job files: {e})"

@@ -151,10 +151,15 @@ async def test_every_context_record_decodes_to_the_window_it_was_written_from(tm
     assert result.status == "succeeded"
     records, warnings = read_jsonl(store.dir / "context.jsonl")
     transcript, _ = read_jsonl(store.dir / "transcript.jsonl")
-    assert not warnings and len(records) == len(windows) > 20
+    assert not warnings and len(records) == len(windows) > 10
     assert any("summary" in json.dumps(r) for r in records) and any('"saved"' in json.dumps(r) for r in records)
     for record_line, window in zip(records, windows, strict=True):
         entries = Recorder().decode(record_line["entries"], transcript[:record_line["n"]], store, spec.prompt)
         assert [e.message for e in entries] == window
+    # the newest record plus the transcript written after it is the window the job ended with
+    rebuilt = CompactionState(store=store, limits=spec.limits, active_request=spec.prompt)
+    assert await rebuilt.resume(transcript)
+    assert rebuilt.window.messages == session.state.window.messages
+    assert rebuilt.transcript_len == len(transcript)
     # by reference: the records together are far smaller than the windows they describe
     assert (store.dir / "context.jsonl").stat().st_size * 3 < sum(len(json.dumps(w)) for w in windows)

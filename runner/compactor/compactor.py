@@ -64,13 +64,15 @@ class CompactionState:
     recorder: Recorder = field(default_factory=Recorder)
 
     async def add(self, *messages: Message) -> None:
-        """Append messages to the transcript and to the window, and the new window to ``context.jsonl``
-        (one write: the transcript lines first)."""
+        """Append messages to the transcript (on disk first, in one write) and to the window.
+
+        The window after an add is the window of the newest ``context.jsonl`` record plus the transcript
+        lines written since (what :meth:`resume_from` rebuilds), so only a compaction writes a record."""
+        await self.store.append_jsonl(TRANSCRIPT, list(messages))
         for message in messages:
             self.transcript_len += 1
             self.recorder.added(message, self.transcript_len)
             self._append(message)
-        await self.store.save(appends={TRANSCRIPT: list(messages), CONTEXT: [self.context_record()]})
 
     def context_record(self) -> dict[str, Any]:
         """The window as ``context.jsonl`` records it: by reference (see :mod:`.context`)."""
@@ -96,8 +98,8 @@ class CompactionState:
             self.transcript_len += 1
             self.recorder.added(message, self.transcript_len)
             self._append(message)
-        if self.window.entries and self.window.entries[-1].message["role"] == "assistant":
-            self.window.mark_seen()
+        if len(transcript) > n:  # calls were made after the record: the model saw all but new results
+            self._mark_restored_seen()
 
     async def resume(self, transcript: list[Message]) -> bool:
         """Continue a resumed job: from the newest ``context.jsonl`` record that fits ``transcript`` (the

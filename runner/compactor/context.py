@@ -1,7 +1,8 @@
 """``context.jsonl``: the compacted context of a job, recorded by reference, and rebuilt on resume.
 
-One line is appended whenever the window changes (a message added, a compaction stage adopted). A
-line lists the window's entries; each block of each entry is a reference, not a copy:
+One line is appended whenever a compaction stage changes the window; the window at any later turn is
+that line plus the transcript lines written after it. A line lists the window's entries; each block of
+each entry is a reference, not a copy:
 
 - ``{"t": 12}``: message 12 of ``transcript.jsonl`` (1-based) as written; ``{"t": 12, "b": 3}`` its block 3;
 - ``{"t": 12, "b": 3, "saved": "tool-results/x.txt"}``: that tool_result with its content replaced by

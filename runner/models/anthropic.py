@@ -129,6 +129,8 @@ class AnthropicModel:
         if request.tools:  # a breakpoint after the last tool caches the tool definitions with the system prompt
             kwargs["tools"] = ([*request.tools[:-1], {**request.tools[-1], "cache_control": EPHEMERAL}]
                                if request.cache else request.tools)
+        if request.tool_choice is not None:
+            kwargs["tool_choice"] = request.tool_choice
         if request.system:
             kwargs["system"] = [{"type": "text", "text": request.system,
                                  **({"cache_control": EPHEMERAL} if request.cache else {})}]
