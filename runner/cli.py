@@ -212,6 +212,9 @@ def execute(batch: Batch, settings: Settings) -> int:
     document = load_run(batch.run_dir)
     out.print(run_table(document["jobs"], title=escape(f"run {batch.run_dir}")))
     out.print(escape(f"files: {batch.run_dir}"), highlight=False, soft_wrap=True)
+    if result.fatal:
+        print_error(result.fatal)
+        return 2
     if result.interrupted:
         err.print("interrupted: running jobs were cancelled; `runner resume` continues them")
         return 130

@@ -27,7 +27,7 @@ import anyio.abc
 from .compactor.compactor import Compactor
 from .jobs import JobError, JobSpec
 from .messages import Message, one_line
-from .models.base import Model
+from .models.base import BackendUnusable, Model
 from .pricing import PriceTable
 from .session import JobProgress, JobResult, RunBudget, Session
 from .store import JobStore, write_atomic
@@ -56,6 +56,7 @@ class BatchResult:
     run_dir: Path
     results: dict[str, JobResult] = field(default_factory=dict)
     interrupted: bool = False
+    fatal: str | None = None  # the backend cannot serve the batch (one line: base URL and error)
     kept_ok: bool = True  # every job kept from earlier (not rerun) had succeeded
 
     @property
@@ -89,6 +90,7 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
     progress = {s.name: JobProgress(s.name) for s in batch.specs}
     run_json = _RunJson(batch, progress)
     limiter = anyio.CapacityLimiter(batch.concurrency)
+    stop = _Stop()
 
     async def run_one(spec: JobSpec) -> None:
         async with limiter:
@@ -103,6 +105,9 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
                                   batch.run_budget, batch.prices)
                 result = session.result
                 await session.run()
+            except BackendUnusable as e:  # no job can run: stop the batch now, the rest stays not_started
+                out.fatal = out.fatal or str(e)
+                stop.cancel()
             except Exception as e:  # setting the job up failed (its directory, the disk): this job alone fails
                 result.status, result.error = "failed", one_line(f"could not run the job: {type(e).__name__}: {e}")
             finally:
@@ -123,30 +128,43 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
             await run_json.write(force=True)
             display.start(progress)
             async with anyio.create_task_group() as jobs:
+                stop.append(jobs.cancel_scope)
                 for spec in batch.specs:
                     jobs.start_soon(run_one, spec)
             tg.cancel_scope.cancel()  # all jobs ended: stop the signal watcher
     finally:
         for spec in batch.specs:  # jobs that never started when the batch was cancelled
             if spec.name not in out.results:
-                out.results[spec.name] = JobResult(spec.name, "cancelled", error="cancelled before it started",
-                                                   model=spec.model)
+                out.results[spec.name] = (
+                    JobResult(spec.name, "not_started", error=f"not started: {out.fatal}", model=spec.model)
+                    if out.fatal else
+                    JobResult(spec.name, "cancelled", error="cancelled before it started", model=spec.model))
                 run_json.results[spec.name] = out.results[spec.name]
         run_json.finished = True
         run_json.interrupted = out.interrupted
         with anyio.CancelScope(shield=True):
             await _quietly(run_json.write(force=True))
+            if batch.model is not None:  # the HTTP sessions close inside the loop that opened them
+                await _quietly(batch.model.aclose(), "could not close the model's connections")
         _quietly_call(display.stop)
     return out
 
 
-async def _quietly(awaitable: Any) -> None:
+async def _quietly(awaitable: Any, what: str = "could not update run.json") -> None:
     """Bookkeeping after a job ended must not end the batch; the job's own files say what happened.
     The failure is still reported, on stderr."""
     try:
         await awaitable
     except Exception as e:
-        print(f"warning: could not update run.json: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"warning: {what}: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+class _Stop(list[anyio.CancelScope]):
+    """The jobs' cancel scope, once the task group exists."""
+
+    def cancel(self) -> None:
+        for scope in self:
+            scope.cancel()
 
 
 def _quietly_call(fn: Callable[..., None], *args: Any) -> None:
@@ -219,7 +237,7 @@ class _RunJson:
             jobs.append(job)
         totals = {"jobs": len(jobs), "cost_usd": round(sum(j.get("cost_usd", 0.0) for j in jobs), 6),
                   "turns": sum(j.get("turns", 0) for j in jobs)}
-        for status in ("succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "cancelled"):
+        for status in ("succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "cancelled", "not_started"):
             totals[status] = sum(1 for j in jobs if j.get("status") == status)
         for key in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
             totals[key] = sum((j.get("usage") or {}).get(key, 0) + (j.get("summarizer_usage") or {}).get(key, 0)

@@ -29,7 +29,9 @@ from .compactor.compactor import CompactionState, Compactor
 from .final_report import final_markdown
 from .jobs import JobSpec
 from .messages import Message, merge_adjacent, one_line, text_of, tool_uses
-from .models.base import Model, PromptTooLong, Reply, Request, Usage
+from .models.base import BackendUnusable, Model, PromptTooLong, Reply, Request, Usage
+from .models.wire import CURRENT as WIRE
+from .models.wire import WireCounts
 from .pricing import DEFAULT_TABLE, PriceTable
 from .protocol import NO_TOOLS, OUT_OF_TURNS
 from .store import JobStore
@@ -94,6 +96,7 @@ class JobResult:
     error: str | None = None
     estimated: bool = False
     model: str = ""
+    wire: WireCounts = field(default_factory=WireCounts)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +111,7 @@ class JobResult:
             "cost_usd": round(self.cost_usd, 6),
             "compactions": dict(sorted(self.compactions.items())),
             "persisted_bytes": self.persisted_bytes,
+            **self.wire.to_json(),
             "error": self.error,
         }
 
@@ -151,9 +155,12 @@ class Session:
             self.state.compactions.update(prior.get("compactions") or {})
             self.state.persisted_bytes = int(prior.get("persisted_bytes") or 0)
             self.result.estimated = bool(prior.get("usage_estimated"))
+            self.result.wire = WireCounts.from_json(prior)
+        self.wire = self.result.wire
 
     async def run(self) -> JobResult:
         started = time.monotonic()
+        WIRE.set(self.wire)  # this task's model calls count into this job (see models/wire.py)
         self.progress.started = time.time()
         self.progress.status = "running"
         result = self.result
@@ -174,6 +181,9 @@ class Session:
             result.error = f"{result.error}; {e.error}"
         except anyio.get_cancelled_exc_class():
             result.status, result.error = "cancelled", "cancelled before it finished"
+            raise
+        except BackendUnusable as e:  # the batch stops; this job's files still say why
+            result.status, result.error = "failed", str(e)
             raise
         except Exception as e:  # one job's failure is its own; the batch goes on
             result.status, result.error = "failed", one_line(f"{type(e).__name__}: {e}")
@@ -211,11 +221,14 @@ class Session:
                                   max_tokens=spec.limits.max_output_tokens, system=spec.system,
                                   context_management=context_management(spec), max_retries=spec.limits.max_retries,
                                   cache_points=(settled - 1,) if 0 < settled < len(messages) - 1 else ())
+                seen = self.wire.copy()
                 try:
                     reply = await self.model.create(request)
                 except PromptTooLong as e:
                     reactive_retries = await self._reactive(reactive_retries, str(e))
                     continue
+                finally:
+                    await self._wire_event(seen)
                 self._account(reply)
                 state.observe_usage(reply.usage)
                 state.window.mark_seen()
@@ -242,6 +255,19 @@ class Session:
                 if await self._handle(reply, toolset, deferred):
                     return
                 await self._checkpoint()
+
+    async def _wire_event(self, before: WireCounts) -> None:
+        """One line in events.jsonl for a call that needed retries or met 429/529/5xx answers."""
+        now = self.wire
+        if now.requests - before.requests <= 1 and (now.rate_limited, now.overloaded, now.server_errors) == (
+                before.rate_limited, before.overloaded, before.server_errors):
+            return
+        self.result.wire = now
+        await self.store.append_jsonl("events.jsonl", [{
+            "ts": round(time.time(), 3), "stage": "retries", "attempts": now.requests - before.requests,
+            "rate_limited_429": now.rate_limited - before.rate_limited,
+            "overloaded_529": now.overloaded - before.overloaded,
+            "server_errors_5xx": now.server_errors - before.server_errors}])
 
     async def _last_call(self, reason: str) -> None:
         """One call with the tools listed but none allowed: the model writes its report from what it has."""

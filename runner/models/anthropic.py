@@ -21,7 +21,9 @@ from typing import Any
 
 import anthropic
 
-from .base import PromptTooLong, Reply, Request, Usage
+from ..messages import one_line
+from .base import BackendUnusable, PromptTooLong, Reply, Request, Usage
+from .wire import CURRENT, count_response, on_request
 
 COMPACTION_BETA = "compact-2026-01-12"
 EPHEMERAL = {"type": "ephemeral"}
@@ -99,14 +101,17 @@ class AnthropicModel:
         if http_client is not None:
             shards = 1
         self.clients = []
+        self._connected = False  # a call has succeeded: later connection failures are retried as usual
+
+        async def watch(response: Any) -> None:  # sees every attempt, including the SDK's retries
+            count_response(response.status_code)
+            if response.status_code in (429, 529) and on_rate_limited is not None:
+                on_rate_limited()
+
         for _ in range(max(1, shards)):
             client = http_client
-            if client is None and on_rate_limited is not None:
-                async def watch(response: Any) -> None:  # sees every attempt, including the SDK's retries
-                    if response.status_code in (429, 529):
-                        on_rate_limited()
-
-                client = _http_client(event_hooks={"response": [watch]})
+            if client is None:
+                client = _http_client(event_hooks={"request": [on_request], "response": [watch]})
             self.clients.append(anthropic.AsyncAnthropic(**kwargs, **({"http_client": client} if client else {})))
         self.client = self.clients[0]
         self._turn = itertools.count()
@@ -134,16 +139,31 @@ class AnthropicModel:
         if request.system:
             kwargs["system"] = [{"type": "text", "text": request.system,
                                  **({"cache_control": EPHEMERAL} if request.cache else {})}]
+        counts = CURRENT.get()
+        if counts is not None:
+            counts.calls += 1
         try:
             if request.context_management:
                 response = await client.beta.messages.create(
                     **kwargs, context_management=request.context_management, betas=[COMPACTION_BETA])
             else:
                 response = await client.messages.create(**kwargs)
+        except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as e:
+            raise BackendUnusable(f"{self.client.base_url}: {e.status_code} {type(e).__name__}: "
+                                  f"{one_line(e.api_message or str(e), 200)}") from e
         except anthropic.APIStatusError as e:
             if is_prompt_too_long(e):
                 raise PromptTooLong(e.api_message or str(e)) from e
             raise
+        except anthropic.APITimeoutError:
+            raise
+        except anthropic.APIConnectionError as e:
+            if self._connected:
+                raise
+            cause = e.__cause__ or e
+            raise BackendUnusable(f"{self.client.base_url}: cannot connect ({type(cause).__name__}: "
+                                  f"{one_line(str(cause) or str(e), 200)})") from e
+        self._connected = True
         content = [block.model_dump(mode="json", exclude_none=True) for block in response.content]
         return Reply(content=content, stop_reason=response.stop_reason or "end_turn",
                      usage=Usage.from_api(response.usage))

@@ -70,6 +70,11 @@ class Request:
     tool_choice: dict[str, Any] | None = None  # {"type": "none"}: the tools are listed, none may be called
 
 
+class BackendUnusable(Exception):
+    """The backend cannot serve this batch at all (bad key, no permission, nothing listening at the base
+    URL): the message is one line naming the base URL and the error. Stops the whole batch."""
+
+
 class PromptTooLong(Exception):
     """The API refused the request as longer than the model's context window."""
 
