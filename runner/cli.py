@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from .config import ConfigError, RunnerSection, Settings, load_settings
 from .jobs import JobError, JobSpec, find_task_files, load_jobs
-from .report import load_run, run_table
+from .report import clean_job, load_report, run_table
 from .rundir import hold_run_dir
 
 if TYPE_CHECKING:  # the scheduler pulls in the SDK (~1.5 s); `validate` and `report` do not need it
@@ -209,8 +209,7 @@ def execute(batch: Batch, settings: Settings) -> int:
     from .scheduler import BatchResult, run_batch
 
     result: BatchResult = anyio.run(run_batch, batch, make_display(err))
-    document = load_run(batch.run_dir)
-    out.print(run_table(document["jobs"], title=escape(f"run {batch.run_dir}")))
+    out.print(run_table(final_rows(batch.run_dir, result), title=escape(f"run {batch.run_dir}")))
     out.print(escape(f"files: {batch.run_dir}"), highlight=False, soft_wrap=True)
     if result.fatal:
         print_error(result.fatal)
@@ -219,6 +218,18 @@ def execute(batch: Batch, settings: Settings) -> int:
         err.print("interrupted: running jobs were cancelled; `runner resume` continues them")
         return 130
     return 0 if result.ok else 1
+
+
+def final_rows(run_dir: Path, result: Any) -> list[dict[str, Any]]:
+    """The table's rows: run.json's, with every job this process ran as it ended in memory (what the
+    table shows stays true when the disk refused run.json or metrics.json)."""
+    try:
+        rows = load_report(run_dir)["jobs"]
+    except ConfigError:
+        rows = []
+    ran = {name: clean_job(r.to_json()) for name, r in result.results.items()}
+    rows = [ran.pop(row["job"], row) for row in rows]
+    return rows + list(ran.values())
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -292,16 +303,12 @@ def _meta(settings: Settings, backend: str) -> dict[str, Any]:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    document = load_run(args.run_dir)
-    if not isinstance(document, dict) or not isinstance(document.get("jobs", []), list) \
-            or not all(isinstance(j, dict) for j in document.get("jobs", [])):
-        raise ConfigError([f"{args.run_dir / 'run.json'}: not a run document (expected an object with a jobs list)"])
-    out.print(run_table(document.get("jobs", []),
-                        title=escape(f"run {args.run_dir} ({document.get('state')})")))
-    totals = document.get("totals", {})
-    out.print(f"{totals.get('jobs', 0)} jobs, {totals.get('succeeded', 0)} succeeded, "
-              f"cost ${totals.get('cost_usd', 0):.4f}", highlight=False)
-    return 0 if totals.get("succeeded", 0) == totals.get("jobs", -1) else 1
+    document = load_report(args.run_dir)
+    out.print(run_table(document["jobs"], title=escape(f"run {args.run_dir} ({document['state']})")))
+    totals = document["totals"]
+    out.print(f"{totals['jobs']} jobs, {totals.get('succeeded', 0)} succeeded, "
+              f"cost ${totals['cost_usd']:.4f}", highlight=False)
+    return 0 if totals["jobs"] and totals.get("succeeded", 0) == totals["jobs"] else 1
 
 
 if __name__ == "__main__":
