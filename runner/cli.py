@@ -112,15 +112,33 @@ def _optional(module: str, attr: str, command: str) -> Any:
 
 
 def config_path(args: argparse.Namespace) -> Path | None:
+    """``--config``, else the nearest config.toml from the jobs (or run) directory up, else ./config.toml."""
     path = getattr(args, "config", None)
-    if path is None and DEFAULT_CONFIG.is_file():
-        path = DEFAULT_CONFIG
+    if path is None:
+        targets = getattr(args, "targets", None) or [getattr(args, "run_dir", None) or
+                                                     getattr(args, "resume", None) or Path("jobs")]
+        path = find_config(targets[0])
     return path
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
+def find_config(start: Path) -> Path | None:
+    here = start.absolute()
+    for directory in ([here] if here.is_dir() else []) + list(here.parents):
+        candidate = directory / DEFAULT_CONFIG.name
+        if candidate.exists():  # a FIFO or directory by that name is found, and refused by name
+            return Path(_shown(candidate))
+    return DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None
+
+
+def settings_from(args: argparse.Namespace, say: Any = None) -> Settings:
+    """Settings from the config file :func:`config_path` finds (named through ``say``) and the flags.
+    A relative ``output_dir`` from the file is relative to the file."""
     path = config_path(args)
     settings = load_settings(path)
+    if say is not None:
+        say(f"config: {path if path is not None else '(none: built-in defaults and RUNNER_* variables)'}")
+    if path is not None and not settings.runner.output_dir.is_absolute():
+        settings.runner.output_dir = Path(_shown(path.absolute().parent / settings.runner.output_dir))
     if getattr(args, "concurrency", None) is not None:
         limit = RunnerSection.model_fields["concurrency"].metadata
         top = next((m.le for m in limit if getattr(m, "le", None) is not None), None)
@@ -152,7 +170,7 @@ def warn_unused_job_tables(args: argparse.Namespace, settings: Settings, specs: 
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
+    settings = settings_from(args, say=lambda line: out.print(escape(line), highlight=False, soft_wrap=True))
     specs, errors, missing = collect(args.targets, settings)
     warn_unused_job_tables(args, settings, specs, errors)
     for line in missing:
@@ -232,8 +250,12 @@ def final_rows(run_dir: Path, result: Any) -> list[dict[str, Any]]:
     return rows + list(ran.values())
 
 
+def say(line: str) -> None:
+    err.print(escape(line), highlight=False, soft_wrap=True)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
+    settings = settings_from(args, say=say)
     specs, errors, missing = collect(args.targets, settings)
     if missing:
         raise ConfigError(missing)

@@ -175,12 +175,12 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from .cli import _meta, execute, for_backend, make_backend, settings_from, spending
+    from .cli import _meta, execute, for_backend, make_backend, say, settings_from, spending
     from .compactor.compactor import Compactor
     from .scheduler import Batch
 
     run_dir: Path = getattr(args, "run_dir", None) or args.resume
-    settings = settings_from(args)
+    settings = settings_from(args, say=say)
     if not (run_dir / "run.json").is_file():
         raise ConfigError([f"{run_dir / 'run.json'}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
     with hold_run_dir(run_dir):
