@@ -18,6 +18,7 @@ from rich.markup import escape
 from .config import ConfigError, RunnerSection, Settings, load_settings
 from .jobs import JobError, JobSpec, find_task_files, load_jobs
 from .report import clean_job, load_report, run_table
+from .reserve import claim
 from .rundir import hold_run_dir
 
 if TYPE_CHECKING:  # the scheduler pulls in the SDK (~1.5 s); `validate` and `report` do not need it
@@ -286,6 +287,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                   summary_model=settings.summarizer.model, concurrency=settings.runner.concurrency,
                   meta=_meta(settings, backend), **spending(settings))
     with hold_run_dir(run_dir):
+        claim(run_dir, len(specs) + len(errors))
         return execute(batch, settings)
 
 

@@ -24,6 +24,7 @@ from rich.console import Console
 from .config import ConfigError, Settings
 from .jobs import JobError, JobSpec, load_job, valid_name
 from .messages import Message, has_tool_use, merge_adjacent, request_problems
+from .reserve import claim
 from .rundir import hold_run_dir
 from .store import read_jsonl, write_atomic_sync
 
@@ -197,6 +198,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
                           summary_model=settings.summarizer.model, concurrency=1, kept=plan.kept,
                           meta={**plan.meta, "resumed": True}, handle_signals=False)
             return execute(batch, settings)
+        claim(run_dir, len(plan.specs) + len(plan.errors))
         model, summarizer, backend = make_backend(settings)
         plan.specs = for_backend(plan.specs, backend)
         batch = Batch(run_dir=run_dir, specs=plan.specs, errors=plan.errors, model=model,

@@ -29,8 +29,9 @@ from .jobs import JobError, JobSpec
 from .messages import Message, one_line
 from .models.base import BackendUnusable, Model
 from .pricing import PriceTable
+from .reserve import JOBS_RESERVE, RUN_RESERVE, final_write, release
 from .session import JobProgress, JobResult, RunBudget, Session
-from .store import JobStore, write_atomic
+from .store import JobStore, overwrite, write_atomic
 
 
 class Display(Protocol):
@@ -99,7 +100,7 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
                 store = JobStore(batch.run_dir / spec.name)
                 await store.open()
                 display.job_started(progress[spec.name])
-                await run_json.write()
+                await _quietly(run_json.write())
                 session = Session(spec, batch.model, batch.compactor, store, batch.summary_model,
                                   progress[spec.name], batch.histories.get(spec.name), batch.priors.get(spec.name),
                                   batch.run_budget, batch.prices)
@@ -125,7 +126,7 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
             for error in batch.errors:
                 out.results[error.name] = await _record_load_error(batch.run_dir, error)
             run_json.results.update(out.results)
-            await run_json.write(force=True)
+            await _quietly(run_json.write(force=True))
             display.start(progress)
             async with anyio.create_task_group() as jobs:
                 stop.append(jobs.cancel_scope)
@@ -143,7 +144,11 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
         run_json.finished = True
         run_json.interrupted = out.interrupted
         with anyio.CancelScope(shield=True):
-            await _quietly(run_json.write(force=True))
+            await _quietly(final_write(batch.run_dir, lambda: run_json.write(force=True),
+                                       lambda: overwrite(batch.run_dir / "run.json", _json(run_json.document())),
+                                       RUN_RESERVE))
+            release(batch.run_dir, JOBS_RESERVE)
+            release(batch.run_dir, RUN_RESERVE)
             if batch.model is not None:  # the HTTP sessions close inside the loop that opened them
                 await _quietly(batch.model.aclose(), "could not close the model's connections")
         _quietly_call(display.stop)

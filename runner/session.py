@@ -34,6 +34,7 @@ from .models.wire import CURRENT as WIRE
 from .models.wire import WireCounts
 from .pricing import DEFAULT_TABLE, PriceTable
 from .protocol import NO_TOOLS, OUT_OF_TURNS
+from .reserve import final_write
 from .store import JobStore
 from .tools import Toolset, error_result
 
@@ -400,11 +401,16 @@ class Session:
         result.cost_usd = self._cost()
         self._update_progress()
         self.progress.status = result.status
-        try:
-            if result.status != "succeeded" or self.final_text is not None:
-                await self.store.write_text("final.md", final_markdown(result.status, result.error, self.final_text,
-                                                                       state.window.messages))
-            await self.store.write_json("metrics.json", result.to_json())
-        except OSError as e:  # the disk failed us: say so in the result, do not hide the job's own outcome
-            result.error = (result.error or "") + f" (could not write job files: {e})"
+        run_dir = self.store.dir.parent
+        if result.status != "succeeded" or self.final_text is not None:
+            text = final_markdown(result.status, result.error, self.final_text, state.window.messages)
+            try:
+                await final_write(run_dir, lambda: self.store.write_text("final.md", text))
+            except OSError as e:  # the disk failed us: say so in the result, do not hide the job's own outcome
+                result.error = (result.error or "") + f" (could not write final.md: {e})"
+        try:  # written last: a job whose metrics say succeeded has its final.md
+            await final_write(run_dir, lambda: self.store.write_json("metrics.json", result.to_json()),
+                              lambda: self.store.overwrite_json("metrics.json", result.to_json()))
+        except OSError as e:
+            result.error = (result.error or "") + f" (could not write metrics.json: {e})"
 
