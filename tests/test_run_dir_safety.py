@@ -114,3 +114,32 @@ def test_resume_without_the_key_refuses_instead_of_switching_backend(tmp_path: P
     assert "ANTHROPIC_API_KEY" in line and "Traceback" not in done.stderr, done.stderr
     assert json.loads((run_dir / "run.json").read_text())["backend"] == "anthropic"
     assert json.loads((run_dir / "j0" / "metrics.json").read_text())["status"] == "max_turns"
+
+
+def test_a_budget_exceeded_job_stays_ended_unless_its_limit_was_raised(tmp_path: Path) -> None:
+    (tmp_path / "jobs").mkdir()
+    task = tmp_path / "jobs" / "b.toml"
+    task.write_text('workspace = "{stdlib}/email"\nprompt = "Survey."\n[limits]\nmax_cost_usd = 0.05\n')
+    (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\n')
+    assert _runner(tmp_path, "run", "jobs").returncode == 1
+    run_dir = next((tmp_path / "runs").iterdir())
+    ended = (run_dir / "b" / "metrics.json").read_bytes()
+    assert json.loads(ended)["status"] == "budget_exceeded"
+    task.write_text('workspace = "{stdlib}/email"\nprompt = "Survey."\n[limits]\nmax_cost_usd = 50\n')
+    kept = _runner(tmp_path, "resume", str(run_dir))  # the run's own limit: no new spending
+    assert kept.returncode == 1 and "kept as it is" in kept.stderr
+    assert (run_dir / "b" / "metrics.json").read_bytes() == ended
+    raised = _runner(tmp_path, "resume", str(run_dir), "--limits-from-config")
+    assert raised.returncode == 0, raised.stderr
+    after = json.loads((run_dir / "b" / "metrics.json").read_text())
+    assert after["status"] == "succeeded" and after["cost_usd"] > json.loads(ended)["cost_usd"]
+
+
+def test_resume_only_one_job(tmp_path: Path) -> None:
+    run_dir = _ended_run(tmp_path, jobs=2)
+    done = _runner(tmp_path, "resume", str(run_dir), "--limits-from-config", "--only", "j1")
+    assert done.returncode == 1  # j0 is still not done
+    statuses = {j["job"]: j["status"] for j in json.loads((run_dir / "run.json").read_text())["jobs"]}
+    assert statuses == {"j0": "max_turns", "j1": "succeeded"}
+    unknown = _runner(tmp_path, "resume", str(run_dir), "--only", "nope")
+    assert unknown.returncode == 2 and "--only: no job named 'nope'" in unknown.stderr
