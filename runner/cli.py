@@ -17,7 +17,10 @@ from rich.markup import escape
 
 from .config import ConfigError, RunnerSection, Settings, load_settings
 from .jobs import JobError, JobSpec, find_task_files, load_jobs
-from .report import load_run, run_table, totals_line
+from .report import clean_job, load_report, totals_line, totals_of
+from .reserve import claim
+from .rundir import hold_run_dir
+from .tables import fitting_table
 
 if TYPE_CHECKING:  # the scheduler pulls in the SDK (~1.5 s); `validate` and `report` do not need it
     from .compactor.summarizer import Summarizer
@@ -94,9 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     resume = sub.add_parser("resume", help="rerun the jobs of RUN_DIR that did not succeed")
     resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory, runs/<run-id>")
     common(resume)
-    resume.add_argument("--backend", choices=["auto", "anthropic", "offline"])
+    resume.add_argument("--backend", choices=["auto", "anthropic", "offline"],
+                        help="must match the run's own backend (a resumed run keeps it)")
     resume.add_argument("--concurrency", type=int)
     executor_flags(resume)
+    resume.add_argument("--limits-from-config", action="store_true",
+                        help="use the limits of today's config and task files (default: the run's own)")
+    resume.add_argument("--only", action="append", metavar="NAME", help="resume only this job (repeatable)")
 
     report = sub.add_parser("report", help="print the table of a finished or running run", epilog="""exit codes:
   0    every job of the run succeeded
@@ -167,15 +174,33 @@ def _optional(module: str, attr: str, command: str) -> Any:
 
 
 def config_path(args: argparse.Namespace) -> Path | None:
+    """``--config``, else the nearest config.toml from the jobs (or run) directory up, else ./config.toml."""
     path = getattr(args, "config", None)
-    if path is None and DEFAULT_CONFIG.is_file():
-        path = DEFAULT_CONFIG
+    if path is None:
+        targets = getattr(args, "targets", None) or [getattr(args, "run_dir", None) or
+                                                     getattr(args, "resume", None) or Path("jobs")]
+        path = find_config(targets[0])
     return path
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
+def find_config(start: Path) -> Path | None:
+    here = start.absolute()
+    for directory in ([here] if here.is_dir() else []) + list(here.parents):
+        candidate = directory / DEFAULT_CONFIG.name
+        if candidate.exists():  # a FIFO or directory by that name is found, and refused by name
+            return Path(_shown(candidate))
+    return DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None
+
+
+def settings_from(args: argparse.Namespace, say: Any = None) -> Settings:
+    """Settings from the config file :func:`config_path` finds (named through ``say``) and the flags.
+    A relative ``output_dir`` from the file is relative to the file."""
     path = config_path(args)
     settings = load_settings(path)
+    if say is not None:
+        say(f"config: {path if path is not None else '(none: built-in defaults and RUNNER_* variables)'}")
+    if path is not None and not settings.runner.output_dir.is_absolute():
+        settings.runner.output_dir = Path(_shown(path.absolute().parent / settings.runner.output_dir))
     if getattr(args, "concurrency", None) is not None:
         limit = RunnerSection.model_fields["concurrency"].metadata
         top = next((m.le for m in limit if getattr(m, "le", None) is not None), None)
@@ -216,7 +241,7 @@ def warn_unused_job_tables(args: argparse.Namespace, settings: Settings, specs: 
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
+    settings = settings_from(args, say=lambda line: out.print(escape(line), highlight=False, soft_wrap=True))
     specs, errors, missing = collect(args.targets, settings)
     warn_unused_job_tables(args, settings, specs, errors)
     for line in missing:
@@ -277,7 +302,6 @@ def execute(batch: Batch, settings: Settings, as_json: bool = False) -> int:
 
     from .display import make_display
     from .scheduler import BatchResult, run_batch
-    from .tables import fitting_table
     from .viewer.data import run_document
 
     if settings.runner.executor == "ray":
@@ -286,21 +310,40 @@ def execute(batch: Batch, settings: Settings, as_json: bool = False) -> int:
         result: BatchResult = run_on_ray(batch, settings, make_display(err, batch.run_budget))
     else:
         result = anyio.run(run_batch, batch, make_display(err, batch.run_budget))
-    document = load_run(batch.run_dir)
     shown = err if as_json else out
-    shown.print(fitting_table(document["jobs"], escape(f"run {batch.run_dir}"), shown.width))
-    shown.print(totals_line(document), highlight=False)
+    rows = final_rows(batch.run_dir, result)
+    shown.print(fitting_table(rows, escape(f"run {batch.run_dir}"), shown.width))
+    shown.print(totals_line({"totals": totals_of(rows)}), highlight=False)
     shown.print(escape(f"files: {batch.run_dir}"), highlight=False, soft_wrap=True)
     if as_json:
         print(json.dumps(run_document(batch.run_dir), ensure_ascii=False, indent=1))
+    if result.fatal:
+        print_error(result.fatal)
+        return 2
     if result.interrupted:
         err.print("interrupted: running jobs were cancelled; `runner resume` continues them")
         return 130
     return 0 if result.ok else 1
 
 
+def final_rows(run_dir: Path, result: Any) -> list[dict[str, Any]]:
+    """The table's rows: run.json's, with every job this process ran as it ended in memory (what the
+    table shows stays true when the disk refused run.json or metrics.json)."""
+    try:
+        rows = load_report(run_dir)["jobs"]
+    except ConfigError:
+        rows = []
+    ran = {name: clean_job(r.to_json()) for name, r in result.results.items()}
+    rows = [ran.pop(row["job"], row) for row in rows]
+    return rows + list(ran.values())
+
+
+def say(line: str) -> None:
+    err.print(escape(line), highlight=False, soft_wrap=True)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    settings = settings_from(args)
+    settings = settings_from(args, say=say)
     specs, errors, missing = collect(args.targets, settings)
     if missing:
         raise ConfigError(missing)
@@ -332,7 +375,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                   summary_model=settings.summarizer.model, concurrency=settings.runner.concurrency,
                   meta=_meta(settings, backend), **spending(settings))
     link_latest(run_dir)
-    return execute(batch, settings, as_json=args.json)
+    with hold_run_dir(run_dir):
+        claim(run_dir, len(specs) + len(errors))
+        return execute(batch, settings, as_json=args.json)
 
 
 def _shown(path: Path) -> str:
@@ -370,15 +415,11 @@ def _meta(settings: Settings, backend: str) -> dict[str, Any]:
 def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         return report_json(args.run_dir)
-    document = load_run(args.run_dir)
-    if not isinstance(document, dict) or not isinstance(document.get("jobs", []), list) \
-            or not all(isinstance(j, dict) for j in document.get("jobs", [])):
-        raise ConfigError([f"{args.run_dir / 'run.json'}: not a run document (expected an object with a jobs list)"])
-    out.print(run_table(document.get("jobs", []),
-                        title=escape(f"run {args.run_dir} ({document.get('state')})")))
-    totals = document.get("totals", {})
+    document = load_report(args.run_dir)
+    out.print(fitting_table(document["jobs"], escape(f"run {args.run_dir} ({document['state']})"), out.width))
+    totals = document["totals"]
     out.print(totals_line(document), highlight=False)
-    return 0 if totals.get("succeeded", 0) == totals.get("jobs", -1) else 1
+    return 0 if totals["jobs"] and totals.get("succeeded", 0) == totals["jobs"] else 1
 
 
 def report_json(run_dir: Path) -> int:

@@ -11,7 +11,9 @@ Every problem becomes a :class:`ConfigError` whose lines name the file, the key 
 from __future__ import annotations
 
 import functools
+import json
 import os
+import stat
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -140,9 +142,17 @@ class Settings(BaseSettings):
     prices: dict[str, Price] = {}
 
     def limits_for(self, job: str, task_limits: dict[str, Any] | None = None) -> Limits:
-        """Merge ``[limits]`` < ``[jobs.<job>]`` < the task file's ``[limits]``."""
+        """Merge ``[limits]`` < ``[jobs.<job>]`` < the task file's ``[limits]``; strictly typed (the tables
+        are TOML: a number written as a string is an error, not a number)."""
+        if task_limits:
+            strict_limits(task_limits)
         merged = {**self.limits.model_dump(exclude_unset=False), **self.jobs.get(job, {}), **(task_limits or {})}
         return Limits.model_validate(merged)
+
+
+def strict_limits(table: dict[str, Any]) -> None:
+    """A ``[limits]`` table as written in a file, checked without coercion (ValidationError)."""
+    Limits.model_validate_json(json.dumps({**Limits().model_dump(), **table}, default=str), strict=True)
 
 
 def describe_errors(source: str, error: ValidationError, prefix: str = "",
@@ -192,6 +202,10 @@ def _short(value: Any) -> str:
 def read_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file, turning every failure into a one-line :class:`ConfigError`."""
     try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):  # a FIFO or a device would block, or never end
+            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a special file"
+            raise ConfigError([f"{path}: cannot read: {kind}, not a regular file (expected a TOML file)"])
         raw = path.read_bytes()
     except OSError as e:
         raise ConfigError([f"{path}: cannot read: {e.strerror or e}"]) from None
@@ -203,6 +217,36 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError([f"{path}: TOML syntax error: {e}"]) from None
 
 
+STRICT_SECTIONS: dict[str, type[BaseModel]] = {"runner": RunnerSection, "summarizer": SummarizerSection,
+                                                "limits": Limits}
+
+
+def strict_check(source: str, data: dict[str, Any]) -> None:
+    """Types as written in the file, no coercion: ``concurrency = "8"`` or ``cache_aware = "yes"`` is an
+    error (pydantic's strict mode; the file's values go through JSON so paths may be strings)."""
+    problems: list[str] = []
+    for key, model in STRICT_SECTIONS.items():
+        if isinstance(data.get(key), dict):
+            try:
+                model.model_validate_json(json.dumps(data[key], default=str), strict=True)
+            except ValidationError as e:
+                problems += describe_errors(source, e, prefix=key)
+    for name, table in (data.get("prices") or {}).items() if isinstance(data.get("prices"), dict) else ():
+        if isinstance(table, dict):
+            try:
+                Price.model_validate_json(json.dumps(table, default=str), strict=True)
+            except ValidationError as e:
+                problems += describe_errors(source, e, prefix=f"prices.{name}")
+    for name, table in (data.get("jobs") or {}).items() if isinstance(data.get("jobs"), dict) else ():
+        if isinstance(table, dict):
+            try:
+                strict_limits(table)
+            except ValidationError as e:
+                problems += describe_errors(source, e, prefix=f"jobs.{name}")
+    if problems:
+        raise ConfigError(problems)
+
+
 def load_settings(path: Path | None) -> Settings:
     """Load settings from ``path`` (optional) and the environment; env wins over the file."""
     if path is not None:
@@ -210,7 +254,7 @@ def load_settings(path: Path | None) -> Settings:
             raise ConfigError([f"{path}: config file is a directory, expected a TOML file"])
         if not path.exists():
             raise ConfigError([f"{path}: config file not found"])
-        read_toml(path)  # syntax, encoding and readability errors, named
+        strict_check(str(path), read_toml(path))  # syntax, encoding, readability and type errors, named
     toml_file = path
 
     class _Loaded(Settings):

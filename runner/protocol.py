@@ -159,3 +159,7 @@ def is_seed_placeholder(content: str) -> bool:
     (000's names where the result was saved; 001's and 002's name nothing: the tool must be re-run)."""
     return (content.startswith(SEED_000_PLACEHOLDER_PREFIX) and content.endswith("]")
             or content in (SEED_001_MICRO_PLACEHOLDER, SEED_002_MICRO_PLACEHOLDER))
+# the last request of a job about to hit a limit: answered without tools (tool_choice "none")
+OUT_OF_TURNS = ("You are out of turns ({reason}); no more tool calls can run. Write your report now from what "
+                "you have gathered so far, and say what you could not finish.")
+NO_TOOLS = {"type": "none"}

@@ -12,7 +12,9 @@ Guarantees:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,10 @@ from typing import Any
 from rich.console import Console
 
 from .config import ConfigError, Settings
-from .jobs import JobError, JobSpec, load_job
+from .jobs import JobError, JobSpec, load_job, valid_name
 from .messages import Message, has_tool_use, merge_adjacent, request_problems
+from .reserve import claim
+from .rundir import hold_run_dir
 from .store import read_jsonl, write_atomic_sync
 
 TRANSCRIPT = "transcript.jsonl"
@@ -35,6 +39,7 @@ class ResumePlan:
     priors: dict[str, dict[str, Any]] = field(default_factory=dict)
     kept: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)  # backend and models of the run, from run.json
 
 
 def last_complete_turn(messages: list[Message]) -> list[Message]:
@@ -49,6 +54,17 @@ def last_complete_turn(messages: list[Message]) -> list[Message]:
     return prefix
 
 
+def raw_lines(raw: list[Message], merged: int) -> int:
+    """How many transcript lines make up the first ``merged`` messages of ``merge_adjacent(raw)``."""
+    groups = 0
+    for i, message in enumerate(raw):
+        if i == 0 or message.get("role") != raw[i - 1].get("role"):
+            groups += 1
+            if groups > merged:
+                return i
+    return len(raw)
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -57,25 +73,51 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def plan_resume(run_dir: Path, settings: Settings) -> ResumePlan:
+def _limit_raised(old: JobSpec, new: JobSpec, status: str) -> bool:
+    """Whether today's limits lift the limit a job ended on."""
+    if status == "budget_exceeded":
+        return old.limits.max_cost_usd is not None and (
+            new.limits.max_cost_usd is None or new.limits.max_cost_usd > old.limits.max_cost_usd)
+    if status == "max_turns":
+        return new.limits.max_turns > old.limits.max_turns
+    return True
+
+
+def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = False,
+                only: list[str] | None = None) -> ResumePlan:
+    """What to rerun. Each job keeps the spec (model, limits) in its ``job.json``; with
+    ``limits_from_config``, the limits of today's config and task file. A job that ended on a limit
+    (``budget_exceeded``, ``max_turns``) is kept as it is unless that limit was raised. Every name read
+    from disk is checked before it becomes a path."""
     run = _read_json(run_dir / "run.json")
     if run is None:
         raise ConfigError([f"{run_dir / 'run.json'}: missing or unreadable; is {run_dir} a run directory?"])
-    plan = ResumePlan()
-    for entry in run.get("jobs", []):
+    entries = [e for e in run.get("jobs", []) if isinstance(e, dict)] if isinstance(run.get("jobs"), list) else []
+    names = [e.get("job") for e in entries]
+    unknown = [n for n in only or [] if n not in names]
+    if unknown:
+        raise ConfigError([f"--only: no job named {n!r} in {run_dir / 'run.json'}" for n in unknown])
+    plan = ResumePlan(meta={k: run[k] for k in ("backend", "model", "summary_model") if k in run})
+    for entry in entries:
         name = entry.get("job")
-        if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+        if not isinstance(name, str) or not valid_name(name):
+            plan.notes.append(f"{run_dir / 'run.json'}: job name {name!r} is not a valid job name; skipped")
             continue
         job_dir = run_dir / name
         metrics = _read_json(job_dir / "metrics.json") or {}
         if metrics.get("status") == "succeeded" and (job_dir / "final.md").exists():  # metrics.json is written last
             plan.kept[name] = metrics
             continue
+        if only and name not in only:
+            plan.kept[name] = metrics or dict(entry)
+            continue
         job = _read_json(job_dir / "job.json")
         if job is None:
             source = Path(entry.get("source") or metrics.get("source") or "")
             loaded = load_job(source, settings) if source.is_file() else JobError(
                 name, source, (f"{job_dir}: no job.json and no task file to load it from",))
+            if isinstance(loaded, JobSpec) and loaded.name != name:
+                loaded = JobError(name, source, (f"{source}: now names its job {loaded.name!r}, the run has {name!r}",))
             if isinstance(loaded, JobError):
                 plan.errors.append(loaded)
                 continue
@@ -83,12 +125,25 @@ def plan_resume(run_dir: Path, settings: Settings) -> ResumePlan:
             continue
         try:
             spec = JobSpec.from_json(job)
-        except (KeyError, ValueError, TypeError) as e:
+        except (KeyError, ValueError, TypeError, AttributeError) as e:
             plan.errors.append(JobError(name, job_dir / "job.json", (f"{job_dir / 'job.json'}: unreadable: {e}",)))
             continue
-        fresh = load_job(spec.source, settings) if spec.source.is_file() else None
-        if isinstance(fresh, JobSpec) and fresh.name == spec.name:
-            spec = fresh  # today's config and task file: a raised max_turns or budget takes effect
+        if spec.name != name:  # a job.json may not send its job anywhere but its own directory
+            plan.errors.append(JobError(name, job_dir / "job.json", (
+                f"{job_dir / 'job.json'}: name: expected {name!r} (the job's directory), got {spec.name!r}",)))
+            continue
+        status = str(metrics.get("status") or "")
+        if limits_from_config:
+            fresh = load_job(spec.source, settings) if spec.source.is_file() else None
+            if isinstance(fresh, JobSpec) and fresh.name == spec.name:
+                spec = dataclasses.replace(spec, limits=fresh.limits)
+                plan.notes.append(f"{name}: limits from today's config and task file")
+        if status in ("budget_exceeded", "max_turns") and not (
+                limits_from_config and _limit_raised(JobSpec.from_json(job), spec, status)):
+            plan.kept[name] = metrics
+            plan.notes.append(f"{name}: ended {status} and its limit was not raised "
+                              f"(`--limits-from-config` with a higher limit in config.toml); kept as it is")
+            continue
         plan.specs.append(spec)
         transcript, warnings = read_jsonl(job_dir / TRANSCRIPT)
         plan.notes += warnings
@@ -97,18 +152,20 @@ def plan_resume(run_dir: Path, settings: Settings) -> ResumePlan:
             plan.notes += event_warnings
             write_atomic_sync(job_dir / "events.jsonl", "".join(json.dumps(e, ensure_ascii=False) + "\n"
                                                                 for e in events))
-        # a paused turn and its continuation are two lines of the transcript and one message of the history
-        history = last_complete_turn(merge_adjacent([m for m in transcript if isinstance(m, dict)]))
+        # a paused turn and its continuation are two lines of the transcript and one message of the history;
+        # the transcript is cut in whole lines, so context.jsonl's line numbers stay valid
+        raw = [m for m in transcript if isinstance(m, dict)]
+        history = raw[:raw_lines(raw, len(last_complete_turn(merge_adjacent(raw))))]
         if history and history[0].get("content") == spec.prompt:
             plan.histories[name] = history
             plan.priors[name] = metrics
             if len(history) != len(transcript) or warnings:
                 write_atomic_sync(job_dir / TRANSCRIPT, "".join(json.dumps(m, ensure_ascii=False) + "\n"
                                                                 for m in history))
-                plan.notes.append(f"{name}: continuing from message {len(history)} of the transcript "
+                plan.notes.append(f"{name}: continuing from line {len(history)} of the transcript "
                                   f"({len(transcript) - len(history)} dropped after the last complete turn)")
             else:
-                plan.notes.append(f"{name}: continuing from message {len(history)} of the transcript")
+                plan.notes.append(f"{name}: continuing from line {len(history)} of the transcript")
         else:
             if transcript:
                 (job_dir / TRANSCRIPT).rename(job_dir / "transcript.unusable.jsonl")
@@ -119,27 +176,56 @@ def plan_resume(run_dir: Path, settings: Settings) -> ResumePlan:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from .cli import _meta, execute, make_backend, settings_from, spending, warn_fallbacks
+    from .cli import _meta, execute, make_backend, say, settings_from, spending, warn_fallbacks
     from .compactor.compactor import Compactor
     from .scheduler import Batch
 
     run_dir: Path = getattr(args, "run_dir", None) or args.resume
-    settings = settings_from(args)
-    plan = plan_resume(run_dir, settings)
-    console = Console(stderr=True)
-    for note in plan.notes:
-        console.print(f"resume: {note}", highlight=False, markup=False)
-    if not plan.specs and not plan.errors:
-        # run.json may lag behind the jobs' own files (the run was killed right after they ended)
-        console.print(f"resume: every job of {run_dir} already succeeded; nothing to run", markup=False)
-        batch = Batch(run_dir=run_dir, specs=[], model=None, compactor=None,  # type: ignore[arg-type]
-                      summary_model=settings.summarizer.model, concurrency=1, kept=plan.kept,
-                      meta={"resumed": True}, handle_signals=False)
+    settings = settings_from(args, say=say)
+    if not (run_dir / "run.json").is_file():
+        raise ConfigError([f"{run_dir / 'run.json'}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
+    with hold_run_dir(run_dir):
+        plan = plan_resume(run_dir, settings, getattr(args, "limits_from_config", False),
+                           getattr(args, "only", None))
+        keep_backend(run_dir, plan.meta, settings, getattr(args, "backend", None))
+        console = Console(stderr=True)
+        for note in plan.notes:
+            console.print(f"resume: {note}", highlight=False, markup=False)
+        if not plan.specs and not plan.errors:
+            # run.json may lag behind the jobs' own files (the run was killed right after they ended)
+            console.print(f"resume: no job of {run_dir} is left to run", markup=False)
+            batch = Batch(run_dir=run_dir, specs=[], model=None, compactor=None,  # type: ignore[arg-type]
+                          summary_model=settings.summarizer.model, concurrency=1, kept=plan.kept,
+                          meta={**plan.meta, "resumed": True}, handle_signals=False)
+            return execute(batch, settings, as_json=getattr(args, "json", False))
+        claim(run_dir, len(plan.specs) + len(plan.errors))
+        model, summarizer, backend = make_backend(settings)
+        warn_fallbacks(plan.specs, model)
+        batch = Batch(run_dir=run_dir, specs=plan.specs, errors=plan.errors, model=model,
+                      compactor=Compactor(summarizer), summary_model=settings.summarizer.model,
+                      concurrency=settings.runner.concurrency, histories=plan.histories, priors=plan.priors,
+                      kept=plan.kept, meta={**_meta(settings, backend), "resumed": True}, **spending(settings))
         return execute(batch, settings, as_json=getattr(args, "json", False))
-    model, summarizer, backend = make_backend(settings)
-    warn_fallbacks(plan.specs, model)
-    batch = Batch(run_dir=run_dir, specs=plan.specs, errors=plan.errors, model=model,
-                  compactor=Compactor(summarizer), summary_model=settings.summarizer.model,
-                  concurrency=settings.runner.concurrency, histories=plan.histories, priors=plan.priors,
-                  kept=plan.kept, meta={**_meta(settings, backend), "resumed": True}, **spending(settings))
-    return execute(batch, settings, as_json=getattr(args, "json", False))
+
+
+def keep_backend(run_dir: Path, meta: dict[str, Any], settings: Settings, asked: str | None) -> None:
+    """A resumed run keeps the backend and models ``run.json`` names: it never switches to the offline
+    model because the key is missing, and never mixes real costs with estimates."""
+    where = run_dir / "run.json"
+    backend = meta.get("backend")
+    if backend not in ("anthropic", "offline"):
+        if asked in ("anthropic", "offline"):
+            backend = asked
+        else:
+            raise ConfigError([f"{where}: backend: expected \"anthropic\" or \"offline\", got {backend!r}; "
+                               "say which with --backend"])
+    if asked not in (None, "auto", backend):
+        raise ConfigError([f"--backend {asked}: {where} ran on {backend}; a resumed run keeps its backend"])
+    if backend == "anthropic" and not os.environ.get("ANTHROPIC_API_KEY"):
+        raise ConfigError([f"{where}: this run used the anthropic backend; resuming it needs ANTHROPIC_API_KEY "
+                           "(it is not switched to the offline model)"])
+    settings.runner.backend = backend
+    for key, section, field_name in (("model", settings.runner, "model"),
+                                     ("summary_model", settings.summarizer, "model")):
+        if isinstance(meta.get(key), str) and meta[key]:
+            setattr(section, field_name, meta[key])

@@ -3,7 +3,8 @@ of the services (in this process for the local executor; cluster-wide ones elsew
 
 Guarantees: it never raises for the job's own failure (the result says ``failed`` and why, and the
 job's files are written); it raises only when cancelled, after the job's files are written with
-status ``cancelled``.
+status ``cancelled``, and with :class:`~runner.models.base.BackendUnusable` when the backend refuses
+every call (bad credentials, nothing listening), so the executor can stop the batch.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from .compactor.compactor import Compactor
 from .jobs import JobSpec
 from .messages import Message, one_line
-from .models.base import Model
+from .models.base import BackendUnusable, Model
 from .pricing import PriceTable
 from .services import Budget, RunBudget
 from .session import JobProgress, JobResult, Session
@@ -57,6 +58,8 @@ async def run_job(spec: JobSpec, run_dir: Path, services: Services, progress: Jo
                           resumed.history if resumed else None, resumed.prior if resumed else None,
                           services.budget, services.prices, result)
         await session.run()
+    except BackendUnusable:  # no job can run on this backend: the executor stops the batch
+        raise
     except Exception as e:  # setting the job up failed (its directory, the disk): this job alone fails
         result.status, result.error = "failed", one_line(f"could not run the job: {type(e).__name__}: {e}")
         progress.status = result.status

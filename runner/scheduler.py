@@ -27,12 +27,13 @@ import anyio.abc
 from .compactor.compactor import Compactor
 from .jobs import JobError, JobSpec
 from .messages import Message
-from .models.base import Model
+from .models.base import BackendUnusable, Model
 from .pricing import PriceTable
+from .reserve import JOBS_RESERVE, RUN_RESERVE, final_write, release
 from .runjob import Resumed, Services, run_job
 from .services import Budget, RunBudget
 from .session import JobProgress, JobResult
-from .store import JobStore, write_atomic
+from .store import JobStore, overwrite, write_atomic
 
 
 class Display(Protocol):
@@ -58,10 +59,12 @@ class BatchResult:
     run_dir: Path
     results: dict[str, JobResult] = field(default_factory=dict)
     interrupted: bool = False
+    fatal: str | None = None  # the backend cannot serve the batch (one line: base URL and error)
+    kept_ok: bool = True  # every job kept from earlier (not rerun) had succeeded
 
     @property
     def ok(self) -> bool:
-        return not self.interrupted and all(r.status == "succeeded" for r in self.results.values())
+        return not self.interrupted and self.kept_ok and all(r.status == "succeeded" for r in self.results.values())
 
 
 @dataclass
@@ -86,21 +89,25 @@ class Batch:
 
 async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult:
     display = display or NoDisplay()
-    out = BatchResult(batch.run_dir)
+    out = BatchResult(batch.run_dir, kept_ok=all(m.get("status") == "succeeded" for m in batch.kept.values()))
     progress = {s.name: JobProgress(s.name) for s in batch.specs}
     run_json = _RunJson(batch, progress)
     limiter = anyio.CapacityLimiter(batch.concurrency)
     services = Services(batch.model, batch.compactor, batch.summary_model, batch.prices, batch.run_budget)
+    stop = _Stop()
 
     async def run_one(spec: JobSpec) -> None:
         async with limiter:
             result = JobResult(spec.name, "cancelled", error="cancelled before it started", model=spec.model)
             try:
                 display.job_started(progress[spec.name])
-                await run_json.write()
+                await _quietly(run_json.write())
                 history = batch.histories.get(spec.name)
                 resumed = Resumed(history, batch.priors.get(spec.name) or {}) if history else None
                 await run_job(spec, batch.run_dir, services, progress[spec.name], resumed, result)
+            except BackendUnusable as e:  # no job can run: stop the batch now, the rest stays not_started
+                out.fatal = out.fatal or str(e)
+                stop.cancel()
             finally:
                 out.results[spec.name] = result
                 run_json.results[spec.name] = result
@@ -116,33 +123,50 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
             for error in batch.errors:
                 out.results[error.name] = await _record_load_error(batch.run_dir, error)
             run_json.results.update(out.results)
-            await run_json.write(force=True)
+            await _quietly(run_json.write(force=True))
             display.start(progress)
             async with anyio.create_task_group() as jobs:
+                stop.append(jobs.cancel_scope)
                 for spec in batch.specs:
                     jobs.start_soon(run_one, spec)
             tg.cancel_scope.cancel()  # all jobs ended: stop the signal watcher
     finally:
         for spec in batch.specs:  # jobs that never started when the batch was cancelled
             if spec.name not in out.results:
-                out.results[spec.name] = JobResult(spec.name, "cancelled", error="cancelled before it started",
-                                                   model=spec.model)
+                out.results[spec.name] = (
+                    JobResult(spec.name, "not_started", error=f"not started: {out.fatal}", model=spec.model)
+                    if out.fatal else
+                    JobResult(spec.name, "cancelled", error="cancelled before it started", model=spec.model))
                 run_json.results[spec.name] = out.results[spec.name]
         run_json.finished = True
         run_json.interrupted = out.interrupted
         with anyio.CancelScope(shield=True):
-            await _quietly(run_json.write(force=True))
+            await _quietly(final_write(batch.run_dir, lambda: run_json.write(force=True),
+                                       lambda: overwrite(batch.run_dir / "run.json", _json(run_json.document())),
+                                       RUN_RESERVE))
+            release(batch.run_dir, JOBS_RESERVE)
+            release(batch.run_dir, RUN_RESERVE)
+            if batch.model is not None:  # the HTTP sessions close inside the loop that opened them
+                await _quietly(batch.model.aclose(), "could not close the model's connections")
         _quietly_call(display.stop)
     return out
 
 
-async def _quietly(awaitable: Any) -> None:
+async def _quietly(awaitable: Any, what: str = "could not update run.json") -> None:
     """Bookkeeping after a job ended must not end the batch; the job's own files say what happened.
     The failure is still reported, on stderr."""
     try:
         await awaitable
     except Exception as e:
-        print(f"warning: could not update run.json: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"warning: {what}: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+class _Stop(list[anyio.CancelScope]):
+    """The jobs' cancel scope, once the task group exists."""
+
+    def cancel(self) -> None:
+        for scope in self:
+            scope.cancel()
 
 
 def _quietly_call(fn: Callable[..., None], *args: Any) -> None:
@@ -215,7 +239,8 @@ class _RunJson:
             jobs.append(job)
         totals = {"jobs": len(jobs), "cost_usd": round(sum(j.get("cost_usd", 0.0) for j in jobs), 6),
                   "turns": sum(j.get("turns", 0) for j in jobs)}
-        for status in ("succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "stuck", "cancelled"):
+        for status in ("succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "stuck", "cancelled",
+                       "not_started"):
             totals[status] = sum(1 for j in jobs if j.get("status") == status)
         for key in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
             totals[key] = sum((j.get("usage") or {}).get(key, 0) + (j.get("summarizer_usage") or {}).get(key, 0)

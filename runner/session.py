@@ -27,10 +27,15 @@ import anyio
 
 from .compactor.compactor import CompactionState, Compactor
 from .compactor.strategies import strategy_for
+from .final_report import final_markdown
 from .jobs import JobSpec
-from .messages import Message, one_line, text_of, tool_uses
-from .models.base import Model, PromptTooLong, Reply, Request, Usage
+from .messages import Message, merge_adjacent, one_line, text_of, tool_uses
+from .models.base import BackendUnusable, Model, PromptTooLong, Reply, Request, Usage
+from .models.wire import CURRENT as WIRE
+from .models.wire import WireCounts
 from .pricing import DEFAULT_TABLE, PriceTable
+from .protocol import NO_TOOLS, OUT_OF_TURNS
+from .reserve import final_write
 from .safe_request import api_valid
 from .services import Budget, RunBudget
 from .store import JobStore
@@ -41,12 +46,19 @@ CONTINUE_AFTER_MAX_TOKENS = "Your reply was cut off by the output token limit. C
 
 
 class JobEnded(Exception):
-    """Ends a job early with a status other than ``succeeded``."""
+    """Ends a job early with a status other than ``succeeded``; ``last_call``: the job is about to hit a
+    limit it kept a reserve for, and gets one last call without tools for its report."""
 
-    def __init__(self, status: str, error: str):
+    def __init__(self, status: str, error: str, last_call: bool = False):
         super().__init__(error)
         self.status = status
         self.error = error
+        self.last_call = last_call
+
+
+def time_reserve(timeout_s: float) -> float:
+    """The part of a job's timeout kept for its last call: a tenth, at most a minute."""
+    return min(60.0, timeout_s / 10)
 
 
 @dataclass
@@ -79,6 +91,7 @@ class JobResult:
     estimated: bool = False
     model: str = ""
     worker: dict[str, Any] | None = None  # where the job ran: node and pid
+    wire: WireCounts = field(default_factory=WireCounts)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,6 +106,7 @@ class JobResult:
             "cost_usd": round(self.cost_usd, 6),
             "compactions": dict(sorted(self.compactions.items())),
             "persisted_bytes": self.persisted_bytes,
+            **self.wire.to_json(),
             "error": self.error,
             **({"worker": self.worker} if self.worker else {}),
         }
@@ -127,6 +141,9 @@ class Session:
         self.final_text: str | None = None
         self.run_budget: Budget = run_budget or RunBudget()
         self._last_checkpoint = float("-inf")
+        self._dearest_call = 0.0  # the reserve kept from max_cost_usd for the last call
+        self._most_output = 0
+        self._tools: list[dict[str, Any]] = []
         self.prices = prices or DEFAULT_TABLE
         if prior:  # a resumed job keeps what it already spent
             self.result.usage = Usage(**(prior.get("usage") or {}))
@@ -134,22 +151,35 @@ class Session:
             self.state.compactions.update(prior.get("compactions") or {})
             self.state.persisted_bytes = int(prior.get("persisted_bytes") or 0)
             self.result.estimated = bool(prior.get("usage_estimated"))
+            self.result.wire = WireCounts.from_json(prior)
+        self.wire = self.result.wire
 
     async def run(self) -> JobResult:
         started = time.monotonic()
+        WIRE.set(self.wire)  # this task's model calls count into this job (see models/wire.py)
         self.progress.started = time.time()
         self.progress.status = "running"
         result = self.result
+        timeout = self.spec.limits.timeout_s
         try:
-            with anyio.move_on_after(self.spec.limits.timeout_s) as scope:
-                await self._loop()
-            if scope.cancelled_caught:
-                raise JobEnded("timeout", f"timed out after {self.spec.limits.timeout_s:g} s")
-            result.status = "succeeded"
-        except JobEnded as e:
-            result.status, result.error = e.status, e.error
+            try:
+                with anyio.move_on_after(timeout - time_reserve(timeout)) as scope:
+                    await self._loop()
+                if scope.cancelled_caught:
+                    raise JobEnded("timeout", f"timed out after {timeout:g} s", last_call=True)
+                result.status = "succeeded"
+            except JobEnded as e:
+                result.status, result.error = e.status, e.error
+                if e.last_call:
+                    with anyio.move_on_after(time_reserve(timeout)):
+                        await self._last_call(e.error)
+        except JobEnded as e:  # the last call itself went over a limit: the report is built without it
+            result.error = f"{result.error}; {e.error}"
         except anyio.get_cancelled_exc_class():
             result.status, result.error = "cancelled", "cancelled before it finished"
+            raise
+        except BackendUnusable as e:  # the batch stops; this job's files still say why
+            result.status, result.error = "failed", str(e)
             raise
         except Exception as e:  # one job's failure is its own; the batch goes on
             result.status, result.error = "failed", one_line(f"{type(e).__name__}: {e}")
@@ -163,8 +193,8 @@ class Session:
         spec, state = self.spec, self.state
         await self.store.write_json("job.json", spec.to_json())
         if self.history:
-            state.restore(self.history)
-            self.result.turns = sum(1 for m in self.history if m["role"] == "assistant")
+            await state.resume(self.history)
+            self.result.turns = sum(1 for m in merge_adjacent(self.history) if m["role"] == "assistant")
         else:
             await state.add({"role": "user", "content": spec.prompt})
         reactive_retries = 0
@@ -172,12 +202,14 @@ class Session:
             strategy = state.strategy
             tools = [t for t in toolset.definitions() if t["name"] != "compact" or strategy.offers_compact_tool]
             state.overhead_chars = len(json.dumps([spec.system, tools], ensure_ascii=False))
+            self._tools = tools
             if self.history:
                 self._check_budgets()  # a resumed job may already have spent its budget
             while True:
-                if self.result.turns >= spec.limits.max_turns:
-                    raise JobEnded("max_turns", f"reached max_turns = {spec.limits.max_turns}")
+                if self.result.turns + 1 >= spec.limits.max_turns:  # the last turn is kept for the report
+                    raise JobEnded("max_turns", f"reached max_turns = {spec.limits.max_turns}", last_call=True)
                 self._check_run_budget()
+                self._check_reserve()
                 messages = await self.compactor.prepare(state)
                 self._update_progress()
                 sent_chars = state.window.total
@@ -185,11 +217,14 @@ class Session:
                                   max_tokens=spec.limits.max_output_tokens, system=spec.system,
                                   context_management=strategy.context_management(),
                                   max_retries=spec.limits.max_retries, cache_points=strategy.cache_points(state.window))
+                seen = self.wire.copy()
                 try:
                     reply = await self.model.create(request)
                 except PromptTooLong as e:
                     reactive_retries = await self._reactive(reactive_retries, str(e))
                     continue
+                finally:
+                    await self._wire_event(seen)
                 self._account(reply)
                 await self.store.append_jsonl("events.jsonl", [model_call_event(self.result, sent_chars, reply)])
                 state.observe_usage(reply.usage)
@@ -217,6 +252,37 @@ class Session:
                 if await self._handle(reply, toolset, deferred):
                     return
                 await self._checkpoint()
+
+    async def _wire_event(self, before: WireCounts) -> None:
+        """One line in events.jsonl for a call that needed retries or met 429/529/5xx answers."""
+        now = self.wire
+        if now.requests - before.requests <= 1 and (now.rate_limited, now.overloaded, now.server_errors) == (
+                before.rate_limited, before.overloaded, before.server_errors):
+            return
+        self.result.wire = now
+        await self.store.append_jsonl("events.jsonl", [{
+            "ts": round(time.time(), 3), "stage": "retries", "attempts": now.requests - before.requests,
+            "rate_limited_429": now.rate_limited - before.rate_limited,
+            "overloaded_529": now.overloaded - before.overloaded,
+            "server_errors_5xx": now.server_errors - before.server_errors}])
+
+    async def _last_call(self, reason: str) -> None:
+        """One call with the tools listed but none allowed: the model writes its report from what it has."""
+        spec, state = self.spec, self.state
+        messages = await self.compactor.prepare(state)
+        # the instruction goes with this request only: the transcript keeps alternating roles
+        messages = merge_adjacent([*messages, {"role": "user", "content": OUT_OF_TURNS.format(reason=reason)}])
+        await self.store.append_jsonl("events.jsonl", [{"ts": round(time.time(), 3), "stage": "last_call",
+                                                        "reason": reason}])
+        request = Request(model=spec.model, messages=api_valid(messages), tools=self._tools,
+                          max_tokens=spec.limits.max_output_tokens, system=spec.system,
+                          context_management=state.strategy.context_management(),
+                          max_retries=spec.limits.max_retries, tool_choice=NO_TOOLS)
+        reply = await self.model.create(request)
+        self._account(reply)
+        if reply.content:
+            await state.add(reply.message())
+        self.final_text = text_of(reply.message())
 
     async def _handle(self, reply: Reply, toolset: Toolset, deferred: bool = False) -> bool:
         """Act on a reply; True when the job is done."""
@@ -264,6 +330,8 @@ class Session:
         result.summarizer_usage = self.state.summarizer_usage
         before = result.cost_usd
         result.cost_usd = self._cost()
+        self._dearest_call = max(self._dearest_call, result.cost_usd - before)
+        self._most_output = max(self._most_output, reply.usage.output_tokens)
         self.run_budget.charge(result.cost_usd - before)
         self._update_progress()
 
@@ -278,6 +346,26 @@ class Session:
         if limit is not None and result.cost_usd >= limit:
             raise JobEnded("budget_exceeded", f"spent ${result.cost_usd:.4f}, max_cost_usd is ${limit:g}")
         self._check_run_budget()
+
+    def _check_reserve(self) -> None:
+        """Before a call: when one more call like the dearest so far could reach the job's budget, the
+        next call is the last one (the report)."""
+        limit = self.spec.limits.max_cost_usd
+        if limit is None:
+            return
+        reserve = max(self._dearest_call, self._next_call_cost())
+        if self.result.cost_usd + 2 * reserve >= limit:  # this call and the report's must both fit
+            raise JobEnded("budget_exceeded", f"spent ${self.result.cost_usd:.4f} of max_cost_usd ${limit:g}, "
+                                              f"keeping ${reserve:.4f} for the report", last_call=True)
+
+    def _next_call_cost(self) -> float:
+        """What a call carrying the current context would cost: its size in tokens from the last real
+        usage (tokens per character), and as much output as the largest reply so far."""
+        state = self.state
+        if not state.last_tokens or not state.last_chars:
+            return 0.0
+        tokens = state.last_tokens * (state.window.total + state.overhead_chars) / state.last_chars
+        return self.prices.cost(self.spec.model, Usage(input_tokens=int(tokens), output_tokens=self._most_output))
 
     def _check_run_budget(self) -> None:
         if self.run_budget.exceeded:
@@ -313,10 +401,16 @@ class Session:
         result.cost_usd = self._cost()
         self._update_progress()
         self.progress.status = result.status
-        try:
-            if result.status == "succeeded" and self.final_text is not None:
-                await self.store.write_text("final.md", self.final_text)
-            await self.store.write_json("metrics.json", result.to_json())
-        except OSError as e:  # the disk failed us: say so in the result, do not hide the job's own outcome
-            result.error = (result.error or "") + f" (could not write job files: {e})"
+        run_dir = self.store.dir.parent
+        if result.status != "succeeded" or self.final_text is not None:
+            text = final_markdown(result.status, result.error, self.final_text, state.window.messages)
+            try:
+                await final_write(run_dir, lambda: self.store.write_text("final.md", text))
+            except OSError as e:  # the disk failed us: say so in the result, do not hide the job's own outcome
+                result.error = (result.error or "") + f" (could not write final.md: {e})"
+        try:  # written last: a job whose metrics say succeeded has its final.md
+            await final_write(run_dir, lambda: self.store.write_json("metrics.json", result.to_json()),
+                              lambda: self.store.overwrite_json("metrics.json", result.to_json()))
+        except OSError as e:
+            result.error = (result.error or "") + f" (could not write metrics.json: {e})"
 

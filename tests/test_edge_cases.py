@@ -96,7 +96,11 @@ def test_resume_uses_todays_limits_and_works_from_another_directory(tmp_path):
     assert json.loads((run_dir / "j" / "metrics.json").read_text())["status"] == "max_turns"
     (tmp_path / "jobs" / "j.toml").write_text('workspace = "{stdlib}/json"\nprompt = "Survey."\n'
                                               "[limits]\nmax_turns = 60\n")
-    again = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir), "--backend", "offline"],
+    kept = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)],
+                          cwd="/", env=env(), capture_output=True, text=True, timeout=120)
+    assert kept.returncode == 1, kept.stderr  # the run's own limits: the job stays ended
+    assert json.loads((run_dir / "j" / "metrics.json").read_text())["turns"] == 3
+    again = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir), "--limits-from-config"],
                            cwd="/", env=env(), capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
     metrics = json.loads((run_dir / "j" / "metrics.json").read_text())

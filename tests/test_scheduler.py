@@ -132,7 +132,8 @@ async def test_timeout_ends_the_job_with_its_files_written(tmp_path, workspace):
     assert json.loads((job_dir / "job.json").read_text())["limits"]["timeout_s"] == 0.5
     messages = assert_transcript_valid(job_dir)
     assert messages[0]["content"] == "SLEEPY survey"
-    assert not (job_dir / "final.md").exists()
+    # the last call (without tools) did not come back within the reserve: a report built from the history
+    assert (job_dir / "final.md").read_text().startswith("> **Partial report** (status `timeout`")
     assert {j["job"]: j["status"] for j in run_doc(tmp_path / "run")["jobs"]} == {"slow": "timeout",
                                                                                   "quick": "succeeded"}
 

@@ -24,12 +24,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiofiles.os
+
 from ..config import Limits
 from ..messages import Message
 from ..models.base import Usage
 from ..protocol import COMPACTED, REACTIVE_COMPACT
-from ..store import JobStore, dumps
+from ..store import JobStore, dumps, read_jsonl
 from . import stages
+from .context import CONTEXT, Recorder
 from .fallback import fallback_summary
 from .stages import Outcome
 from .strategies import Strategy, strategy_for
@@ -37,6 +40,7 @@ from .summarizer import Summarizer
 from .window import Entry, Window
 
 TRANSCRIPT = "transcript.jsonl"
+_read_jsonl = aiofiles.os.wrap(read_jsonl)
 EVENTS = "events.jsonl"
 
 
@@ -59,6 +63,7 @@ class CompactionState:
 
     # characters of everything a request carries besides the messages (system prompt, tool definitions)
     overhead_chars: int = 0
+    recorder: Recorder = field(default_factory=Recorder)
     # the job's compaction strategy; by default the one its limits name
     strategy: Strategy = None  # type: ignore[assignment]
 
@@ -68,12 +73,69 @@ class CompactionState:
 
     async def add(self, *messages: Message) -> None:
         """Append messages to the transcript (on disk first, in one write) and to the window. Each
-        message is serialized once: its transcript line's length is its size in the window."""
+        message is serialized once: its transcript line's length is its size in the window.
+
+        The window after an add is the window of the newest ``context.jsonl`` record plus the transcript
+        lines written since (what :meth:`resume_from` rebuilds), so only a compaction writes a record."""
         lines = [dumps(message) for message in messages]
         await self.store.append_lines(TRANSCRIPT, lines)
         for message, line in zip(messages, lines, strict=True):
             self.transcript_len += 1
+            self.recorder.added(message, self.transcript_len)
             self._append(message, len(line))
+
+    def context_record(self) -> dict[str, Any]:
+        """The window as ``context.jsonl`` records it: by reference (see :mod:`.context`)."""
+        record: dict[str, Any] = {"n": self.transcript_len, "entries": self.recorder.encode(self.window.entries)}
+        if self.summary_failures:
+            record["summary_failures"] = self.summary_failures
+        if self.last_tokens:
+            record["last_tokens"], record["last_chars"] = self.last_tokens, self.last_chars
+        return record
+
+    def resume_from(self, record: dict[str, Any], transcript: list[Message]) -> None:
+        """Continue from a ``context.jsonl`` record: its window, then the transcript lines written after
+        it (``transcript`` is the whole transcript a resumed job keeps). Raises when they disagree."""
+        n = int(record["n"])
+        if not 0 < n <= len(transcript):
+            raise ValueError(f"context record names {n} transcript messages, the transcript has {len(transcript)}")
+        entries = self.recorder.decode(record["entries"], transcript, self.store, self.active_request)
+        self.window.replace(entries)
+        self.transcript_len = n
+        self.summary_failures = int(record.get("summary_failures", 0))
+        self.last_tokens, self.last_chars = record.get("last_tokens"), int(record.get("last_chars", 0))
+        for message in transcript[n:]:
+            self.transcript_len += 1
+            self.recorder.added(message, self.transcript_len)
+            self._append(message)
+        if len(transcript) > n:  # calls were made after the record: the model saw all but new results
+            self._mark_restored_seen()
+
+    async def resume(self, transcript: list[Message]) -> bool:
+        """Continue a resumed job: from the newest ``context.jsonl`` record that fits ``transcript`` (the
+        context the job had), else by loading the whole transcript. True when a record was used."""
+        records, _ = await _read_jsonl(self.store.dir / CONTEXT)
+        for record in reversed(records):
+            if not isinstance(record, dict) or not isinstance(record.get("n"), int) or record["n"] > len(transcript):
+                continue
+            try:
+                self.resume_from(record, transcript)
+                return True
+            except (KeyError, IndexError, TypeError, ValueError, OSError, AttributeError):
+                self.window, self.recorder, self.transcript_len = Window(), Recorder(), 0
+                break  # the newest fitting record is damaged: an older one would lose work silently
+        for message in transcript:
+            self.transcript_len += 1
+            self.recorder.added(message, self.transcript_len)
+            self._append(message)
+        self._mark_restored_seen()
+        return False
+
+    def _mark_restored_seen(self) -> None:
+        entries = self.window.entries
+        unseen = entries[-1:] if entries and entries[-1].message["role"] == "user" else []
+        self.window.replace([Entry(e.message, e.chars, e.seq, True) for e in entries[:len(entries) - len(unseen)]]
+                            + unseen)
 
     def _append(self, message: Message, chars: int | None = None) -> None:
         """A message with the same role as the newest one (the continuation of a paused turn) is merged
@@ -123,12 +185,13 @@ class _Writes:
     outputs: list[tuple[str, str]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
 
-    async def flush(self, store: JobStore) -> None:
-        """Outputs first, then the events that name them; one hop to aiofiles' executor."""
+    async def flush(self, state: CompactionState) -> None:
+        """Outputs first, then the events that name them, then the new window (``context.jsonl``); one
+        hop to aiofiles' executor."""
         if self.outputs or self.events:
             outputs, events = self.outputs, self.events
             self.outputs, self.events = [], []
-            await store.save(outputs, {EVENTS: events})
+            await state.store.save(outputs, {EVENTS: events, CONTEXT: [state.context_record()] if events else []})
 
 
 class _StageRun:
@@ -148,7 +211,7 @@ class _StageRun:
         self._compactor._adopt(self._state, stage, outcome, self.writes)
 
     async def summarize(self, stage: str) -> None:
-        await self.writes.flush(self._state.store)
+        await self.writes.flush(self._state)
         await self._compactor.compact_history(self._state, stage)
 
 
@@ -166,7 +229,7 @@ class Compactor:
         file is not on disk; a failed write fails the call, and with it the job."""
         run = _StageRun(self, state)
         await state.strategy.prepare(run)
-        await run.writes.flush(state.store)
+        await run.writes.flush(state)
         return state.window.messages
 
     async def compact_history(self, state: CompactionState, stage: str = "compact_history") -> None:
@@ -202,7 +265,9 @@ class Compactor:
         summary_path = await state.store.write_summary(text)
         seqs = [e.seq for e in entries[:tail_start] if e.seq is not None]
         where = f"{TRANSCRIPT} (messages 1-{max(seqs)} of this session)" if seqs else TRANSCRIPT
-        message = stages.summary_message(label, state.active_request, text, f"{where}; summary in {summary_path}")
+        where = f"{where}; summary in {summary_path}"
+        message = stages.summary_message(label, state.active_request, text, where)
+        state.recorder.summary(message, summary_path, label, where)
         outcome = Outcome(stages.replace_with_summary(entries, tail_start, message), paths=[summary_path])
         await self._apply(state, stage, outcome)
 
@@ -226,7 +291,7 @@ class Compactor:
     async def _apply(self, state: CompactionState, stage: str, outcome: Outcome | None) -> None:
         writes = _Writes()
         self._adopt(state, stage, outcome, writes)
-        await writes.flush(state.store)
+        await writes.flush(state)
 
     def _adopt(self, state: CompactionState, stage: str, outcome: Outcome | None, writes: _Writes) -> None:
         """Adopt a stage's outcome, queueing its outputs and its event line in ``writes``."""

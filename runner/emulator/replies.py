@@ -22,7 +22,7 @@ from typing import Any
 from ..compactor.fallback import fallback_summary
 from ..compactor.summarizer import SYSTEM_PROMPT
 from ..messages import Message, blocks
-from ..models.policy import decide
+from ..models.policy import decide, partial_report
 from .caching import without_cache_control
 from .compaction import server_compaction
 from .state import EmulatorState
@@ -101,6 +101,8 @@ def answer(state: EmulatorState, body: dict[str, Any], view: list[Message]) -> t
         # a summary as long as the request's max_tokens allows (4 characters per token)
         budget = max(2_000, int(body.get("max_tokens", 0)) * 4 - 4_000)
         return [{"type": "text", "text": fallback_summary(conversation_of(view), budget)}], "end_turn"
+    if (body.get("tool_choice") or {}).get("type") == "none":
+        return [{"type": "text", "text": partial_report(without_cache_control(view))}], "end_turn"
     names = {t.get("name") for t in body.get("tools") or []}
     return decide(without_breakpoints(view), names, config.batch_size)
 

@@ -23,7 +23,9 @@ from typing import Any
 import anthropic
 import httpx2  # the SDK's HTTP library: its raw response type
 
-from .base import PromptTooLong, Reply, Request, Usage
+from ..messages import one_line
+from .base import BackendUnusable, PromptTooLong, Reply, Request, Usage
+from .wire import CURRENT, count_response, on_request
 
 COMPACTION_BETA = "compact-2026-01-12"
 EPHEMERAL = {"type": "ephemeral"}
@@ -110,14 +112,17 @@ class AnthropicModel:
         if http_client is not None:
             shards = 1
         self.clients = []
+        self._connected = False  # a call has succeeded: later connection failures are retried as usual
+
+        async def watch(response: Any) -> None:  # sees every attempt, including the SDK's retries
+            count_response(response.status_code)
+            if response.status_code in (429, 529) and on_rate_limited is not None:
+                on_rate_limited()
+
         for _ in range(max(1, shards)):
             client = http_client
-            if client is None and on_rate_limited is not None:
-                async def watch(response: Any) -> None:  # sees every attempt, including the SDK's retries
-                    if response.status_code in (429, 529):
-                        on_rate_limited()
-
-                client = _http_client(event_hooks={"response": [watch]})
+            if client is None:
+                client = _http_client(event_hooks={"request": [on_request], "response": [watch]})
             self.clients.append(anthropic.AsyncAnthropic(**kwargs, **({"http_client": client} if client else {})))
         self.client = self.clients[0]
         self._turn = itertools.count()
@@ -140,6 +145,8 @@ class AnthropicModel:
         if request.tools:  # a breakpoint after the last tool caches the tool definitions with the system prompt
             kwargs["tools"] = ([*request.tools[:-1], {**request.tools[-1], "cache_control": EPHEMERAL}]
                                if request.cache else request.tools)
+        if request.tool_choice is not None:
+            kwargs["tool_choice"] = request.tool_choice
         if request.system:
             kwargs["system"] = [{"type": "text", "text": request.system,
                                  **({"cache_control": EPHEMERAL} if request.cache else {})}]
@@ -150,12 +157,27 @@ class AnthropicModel:
         # the body serialized once by the C encoder: the SDK's retries, timeouts and error types, without
         # its per-request walk over the parameters, its deep copy of them, or its pydantic reply models
         body = json.dumps(kwargs, separators=(",", ":")).encode()
+        counts = CURRENT.get()
+        if counts is not None:
+            counts.calls += 1
         try:
             response = await client.post(path, cast_to=httpx2.Response, content=body, options=options)
+        except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as e:
+            raise BackendUnusable(f"{self.client.base_url}: {e.status_code} {type(e).__name__}: "
+                                  f"{one_line(e.api_message or str(e), 200)}") from e
         except anthropic.APIStatusError as e:
             if is_prompt_too_long(e):
                 raise PromptTooLong(e.api_message or str(e)) from e
             raise
+        except anthropic.APITimeoutError:
+            raise
+        except anthropic.APIConnectionError as e:
+            if self._connected:
+                raise
+            cause = e.__cause__ or e
+            raise BackendUnusable(f"{self.client.base_url}: cannot connect ({type(cause).__name__}: "
+                                  f"{one_line(str(cause) or str(e), 200)})") from e
+        self._connected = True
         return reply_of(response.json())
 
     async def aclose(self) -> None:

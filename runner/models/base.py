@@ -67,6 +67,12 @@ class Request:
     max_retries: int | None = None  # per-job override of the backend's retry count
     cache_points: tuple[int, ...] = ()  # messages after which a prompt-cache breakpoint pays off
     cache: bool = True  # False for one-off prompts (summaries): a cache write would cost 25% more for nothing
+    tool_choice: dict[str, Any] | None = None  # {"type": "none"}: the tools are listed, none may be called
+
+
+class BackendUnusable(Exception):
+    """The backend cannot serve this batch at all (bad key, no permission, nothing listening at the base
+    URL): the message is one line naming the base URL and the error. Stops the whole batch."""
 
 
 class PromptTooLong(Exception):

@@ -9,7 +9,7 @@ import json
 import math
 
 from .base import Reply, Request, Usage
-from .policy import decide
+from .policy import decide, partial_report
 
 CHARS_PER_TOKEN = 4
 
@@ -36,7 +36,10 @@ class OfflineModel:
         if not {"glob", "read"} <= tool_names:
             raise RuntimeError("the offline model surveys a workspace with glob, read and grep, and this job does "
                                f"not offer them (tools: {', '.join(sorted(tool_names))}); run it with an API key")
-        content, stop_reason = decide(request.messages, tool_names, self.batch_size)
+        if (request.tool_choice or {}).get("type") == "none":  # the last call: a report from what it has
+            content, stop_reason = [{"type": "text", "text": partial_report(request.messages)}], "end_turn"
+        else:
+            content, stop_reason = decide(request.messages, tool_names, self.batch_size)
         usage = Usage(
             input_tokens=math.ceil(request_chars(request) / CHARS_PER_TOKEN),
             output_tokens=estimate_tokens(json.dumps(content, ensure_ascii=False)),

@@ -504,6 +504,12 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
     return content, "tool_use"
 
 
+def partial_report(messages: list[Message]) -> str:
+    """The report from what the conversation holds so far, with no further tool call: the answer to
+    a request that allows no tools (the job is out of turns, time or budget)."""
+    return report(observe(messages)[0])
+
+
 def reread_count(transcript: list[Message]) -> int:
     """How many read calls in a whole transcript asked for a file already read before."""
     seen: set[str] = set()

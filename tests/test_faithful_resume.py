@@ -1,0 +1,165 @@
+"""Resume continues from the compacted context the job had (``context.jsonl``), not a rebuilt one.
+
+A job that compacts hard is killed with SIGKILL (a real subprocess) at several points, resumed each
+time, and compared with the same job run without interruption: the same number of turns and re-reads
+(within 2), and no range summarized twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.compactor.compactor import CompactionState, Compactor
+from runner.compactor.context import Recorder
+from runner.compactor.summarizer import Summarizer
+from runner.config import Settings
+from runner.jobs import load_job
+from runner.models.offline import OfflineModel
+from runner.models.policy import reread_count
+from runner.session import Session
+from runner.store import JobStore, read_jsonl
+
+JOB = """name = "a"
+workspace = "{stdlib}/email"
+prompt = "Survey the email package."
+[limits]
+context_char_limit = 20000
+batch_char_limit = 40000
+large_result_chars = 5000
+"""
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _setup(tmp: Path) -> None:
+    (tmp / "jobs").mkdir()
+    (tmp / "jobs" / "a.toml").write_text(JOB)
+    (tmp / "config.toml").write_text('[runner]\nbackend = "offline"\n')
+
+
+def _run_dir(tmp: Path) -> Path | None:
+    runs = sorted((tmp / "runs").glob("*")) if (tmp / "runs").exists() else []
+    return runs[0] if runs else None
+
+
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except OSError:
+        return 0
+
+
+def _start_and_kill(tmp: Path, argv: list[str], at_line: int) -> bool:
+    """Start ``runner argv``; SIGKILL it once the transcript has ``at_line`` lines. False when it ended first."""
+    proc = subprocess.Popen([sys.executable, "-m", "runner", *argv], cwd=tmp, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            run_dir = _run_dir(tmp)
+            if run_dir is not None and _lines(run_dir / "a" / "transcript.jsonl") >= at_line:
+                return True
+            if proc.poll() is not None:
+                return False
+            time.sleep(0.002)
+        pytest.fail("kill point not reached in time")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    return False
+
+
+def _outcome(run_dir: Path) -> dict:
+    job = run_dir / "a"
+    metrics = json.loads((job / "metrics.json").read_text())
+    transcript, _ = read_jsonl(job / "transcript.jsonl")
+    events, _ = read_jsonl(job / "events.jsonl")
+    summaries = [e for e in events if e["stage"] in ("compact_history", "compact_tool", "reactive_compact")]
+    stages: dict[str, int] = {}
+    for e in events:
+        stages[e["stage"]] = stages.get(e["stage"], 0) + 1
+    return {"stages": stages, "chars_before": [e["chars_before"] for e in events], "status": metrics["status"], "turns": metrics["turns"], "rereads": reread_count(transcript),
+            "summaries": len(summaries), "summary_files": len(list((job / "summaries").glob("*.md")))}
+
+
+def test_killed_four_times_resumes_like_an_uninterrupted_run(tmp_path: Path) -> None:
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    _setup(whole)
+    done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs"], cwd=whole, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    expected = _outcome(_run_dir(whole))
+    assert expected["status"] == "succeeded" and expected["summaries"] >= 3  # the job compacts hard
+
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    _setup(killed)
+    kills = 0
+    argv = ["run", "jobs"]
+    for at_line in (9, 30, 50, 70):
+        if _start_and_kill(killed, argv, at_line):
+            kills += 1
+        argv = ["resume", str(_run_dir(killed))]
+    assert kills >= 3
+    final = subprocess.run([sys.executable, "-m", "runner", *argv], cwd=killed, env=_env(),
+                           capture_output=True, text=True, timeout=120)
+    assert final.returncode == 0, final.stderr
+    got = _outcome(_run_dir(killed))
+    assert got["status"] == "succeeded"
+    assert abs(got["turns"] - expected["turns"]) <= 2, (got, expected)
+    assert abs(got["rereads"] - expected["rereads"]) <= 2, (got, expected)
+    assert got["summaries"] == expected["summaries"], (got, expected)  # nothing summarized twice
+    # the context never jumps back to the whole transcript (which would be snipped and compacted again)
+    assert got["stages"].get("snip", 0) == expected["stages"].get("snip", 0), (got, expected)
+    assert max(got["chars_before"]) <= 1.2 * max(expected["chars_before"]), (got, expected)
+    assert got["summary_files"] <= expected["summary_files"] + kills  # at most one redone per kill mid-summary
+
+
+@pytest.mark.anyio
+async def test_every_context_record_decodes_to_the_window_it_was_written_from(tmp_path: Path) -> None:
+    """Ground truth: the window in memory at each write, compared with the decoding of that line."""
+    task = tmp_path / "a.toml"
+    task.write_text(JOB)
+    spec = load_job(task, Settings())
+    store = JobStore(tmp_path / "run" / "a")
+    await store.open()
+    windows: list[list] = []
+    record = CompactionState.context_record
+
+    def spy(self: CompactionState) -> dict:
+        windows.append([json.loads(json.dumps(m)) for m in self.window.messages])
+        return record(self)
+
+    CompactionState.context_record = spy  # type: ignore[method-assign]
+    try:
+        session = Session(spec, OfflineModel(), Compactor(Summarizer(None, "s")), store, "s")
+        result = await session.run()
+    finally:
+        CompactionState.context_record = record  # type: ignore[method-assign]
+    assert result.status == "succeeded"
+    records, warnings = read_jsonl(store.dir / "context.jsonl")
+    transcript, _ = read_jsonl(store.dir / "transcript.jsonl")
+    assert not warnings and len(records) == len(windows) > 10
+    assert any("summary" in json.dumps(r) for r in records) and any('"saved"' in json.dumps(r) for r in records)
+    for record_line, window in zip(records, windows, strict=True):
+        entries = Recorder().decode(record_line["entries"], transcript[:record_line["n"]], store, spec.prompt)
+        assert [e.message for e in entries] == window
+    # the newest record plus the transcript written after it is the window the job ended with
+    rebuilt = CompactionState(store=store, limits=spec.limits, active_request=spec.prompt)
+    assert await rebuilt.resume(transcript)
+    assert rebuilt.window.messages == session.state.window.messages
+    assert rebuilt.transcript_len == len(transcript)
+    # by reference: the records together are far smaller than the windows they describe
+    assert (store.dir / "context.jsonl").stat().st_size * 3 < sum(len(json.dumps(w)) for w in windows)

@@ -1,0 +1,56 @@
+"""``runner report``: live statuses from the jobs' own checkpoints; never a traceback on damaged files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner.report import load_report
+
+
+def _report(run_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "runner", "report", str(run_dir)], capture_output=True, text=True,
+                          timeout=60, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+
+
+def _write(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+
+
+def test_a_running_run_shows_each_jobs_checkpoint(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    # run.json as written when the batch started; the jobs' checkpoints are newer
+    _write(run_dir / "run.json", {"state": "running", "jobs": [
+        {"job": "a", "status": "queued", "turns": 0}, {"job": "b", "status": "queued", "turns": 0},
+        {"job": "c", "status": "queued", "turns": 0}]})
+    _write(run_dir / "a" / "metrics.json", {"job": "a", "status": "running", "turns": 17, "cost_usd": 0.4321})
+    _write(run_dir / "b" / "metrics.json", {"job": "b", "status": "succeeded", "turns": 9, "cost_usd": 0.1})
+    document = load_report(run_dir)
+    rows = {j["job"]: (j["status"], j["turns"], j["cost_usd"]) for j in document["jobs"]}
+    assert rows == {"a": ("running", 17, 0.4321), "b": ("succeeded", 9, 0.1), "c": ("queued", 0, 0.0)}
+    assert document["totals"]["turns"] == 26 and document["totals"]["cost_usd"] == pytest.approx(0.5321)
+    shown = _report(run_dir)
+    assert shown.returncode == 1 and "Traceback" not in shown.stderr
+    assert "running" in shown.stdout and "17" in shown.stdout and "0.4321" in shown.stdout
+
+
+@pytest.mark.parametrize("damage", [
+    "[1, 2]", '{"jobs": 5}', '{"jobs": [3, null, "x"]}', '{"jobs": [{"job": "../../etc", "status": 5}]}',
+    '{"jobs": [{"job": "a", "turns": "many", "usage": [1], "compactions": {"snip": "x"}, "cost_usd": "1$",'
+    ' "wall_s": null, "persisted_bytes": {}}], "totals": "none", "state": 7}',
+    "{not json", "\udcff".encode("utf-8", "surrogateescape").decode("latin-1"),
+])
+def test_a_damaged_run_json_never_tracebacks(tmp_path: Path, damage: str) -> None:
+    run_dir = tmp_path / "run"
+    _write(run_dir / "run.json", damage)
+    _write(run_dir / "a" / "metrics.json", "[]")
+    shown = _report(run_dir)
+    assert "Traceback" not in shown.stderr, shown.stderr
+    assert shown.returncode in (1, 2)
+    if shown.returncode == 2:
+        assert len(shown.stderr.strip().splitlines()) == 1 and "run.json" in shown.stderr
