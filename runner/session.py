@@ -275,7 +275,7 @@ class Session:
         await self.store.append_jsonl("events.jsonl", [{"ts": round(time.time(), 3), "stage": "last_call",
                                                         "reason": reason}])
         request = Request(model=spec.model, messages=api_valid(messages), tools=self._tools,
-                          max_tokens=spec.limits.max_output_tokens, system=spec.system,
+                          max_tokens=self._report_tokens(), system=spec.system,
                           context_management=state.strategy.context_management(),
                           max_retries=spec.limits.max_retries, tool_choice=NO_TOOLS)
         reply = await self.model.create(request)
@@ -358,14 +358,25 @@ class Session:
             raise JobEnded("budget_exceeded", f"spent ${self.result.cost_usd:.4f} of max_cost_usd ${limit:g}, "
                                               f"keeping ${reserve:.4f} for the report", last_call=True)
 
-    def _next_call_cost(self) -> float:
+    def _report_tokens(self) -> int:
+        """The last call's ``max_tokens``: what the job's budget still affords after the call's input
+        (so the report never takes the job over ``max_cost_usd``), at most ``max_output_tokens``."""
+        limit, most = self.spec.limits.max_cost_usd, self.spec.limits.max_output_tokens
+        if limit is None:
+            return most
+        left = limit - self.result.cost_usd - self._next_call_cost(output_tokens=0)
+        per_token = self.prices.cost(self.spec.model, Usage(output_tokens=1_000_000)) / 1_000_000
+        return max(1, min(most, int(left / per_token))) if per_token > 0 else most
+
+    def _next_call_cost(self, output_tokens: int | None = None) -> float:
         """What a call carrying the current context would cost: its size in tokens from the last real
         usage (tokens per character), and as much output as the largest reply so far."""
         state = self.state
         if not state.last_tokens or not state.last_chars:
             return 0.0
         tokens = state.last_tokens * (state.window.total + state.overhead_chars) / state.last_chars
-        return self.prices.cost(self.spec.model, Usage(input_tokens=int(tokens), output_tokens=self._most_output))
+        output = self._most_output if output_tokens is None else output_tokens
+        return self.prices.cost(self.spec.model, Usage(input_tokens=int(tokens), output_tokens=output))
 
     def _check_run_budget(self) -> None:
         if self.run_budget.exceeded:

@@ -20,9 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..messages import Message
+from ..protocol import is_persisted, persisted_marker, persisted_preview, placeholder, saved_path
 from ..store import JobStore
-from .stages import PERSISTED_TAG, persisted_marker, saved_path, summary_message
-from .window import PLACEHOLDER_PREFIX, Entry
+from .stages import summary_message
+from .window import Entry
 
 CONTEXT = "context.jsonl"
 Ref = dict[str, Any]
@@ -101,9 +102,8 @@ class Recorder:
             path = saved_path(content)
             if where is not None and path is not None and isinstance(content, str):
                 ref: Ref = {"t": where[0], "b": where[1], "saved": path}
-                if content.startswith(PERSISTED_TAG):
-                    preview = content.split("\nPreview:\n", 1)[1][:-len("\n</persisted-output>")]
-                    ref["preview"] = len(preview)
+                if is_persisted(content):
+                    ref["preview"] = len(persisted_preview(content))
                 return ref
         return {"x": block}
 
@@ -169,6 +169,6 @@ def _block(ref: Ref, transcript: list[Message], store: JobStore, active_request:
         return block
     path = ref["saved"]
     if "preview" not in ref:
-        return {**block, "content": f"{PLACEHOLDER_PREFIX}{path}]"}
+        return {**block, "content": placeholder(path)}
     text = _read(store, path)
     return {**block, "content": persisted_marker(path, text, ref["preview"])}

@@ -102,7 +102,7 @@ def answer(state: EmulatorState, body: dict[str, Any], view: list[Message]) -> t
         budget = max(2_000, int(body.get("max_tokens", 0)) * 4 - 4_000)
         return [{"type": "text", "text": fallback_summary(conversation_of(view), budget)}], "end_turn"
     if (body.get("tool_choice") or {}).get("type") == "none":
-        return [{"type": "text", "text": partial_report(without_cache_control(view))}], "end_turn"
+        return [{"type": "text", "text": partial_report(without_breakpoints(view))}], "end_turn"
     names = {t.get("name") for t in body.get("tools") or []}
     return decide(without_breakpoints(view), names, config.batch_size)
 

@@ -37,7 +37,10 @@ class OfflineModel:
             raise RuntimeError("the offline model surveys a workspace with glob, read and grep, and this job does "
                                f"not offer them (tools: {', '.join(sorted(tool_names))}); run it with an API key")
         if (request.tool_choice or {}).get("type") == "none":  # the last call: a report from what it has
-            content, stop_reason = [{"type": "text", "text": partial_report(request.messages)}], "end_turn"
+            report = partial_report(request.messages)
+            room = request.max_tokens * CHARS_PER_TOKEN  # like the API, it stops at max_tokens
+            stop_reason = "max_tokens" if len(report) > room else "end_turn"
+            content = [{"type": "text", "text": report[:room]}]
         else:
             content, stop_reason = decide(request.messages, tool_names, self.batch_size)
         usage = Usage(
