@@ -85,6 +85,7 @@ def _outcome(run_dir: Path) -> dict:
     metrics = json.loads((job / "metrics.json").read_text())
     transcript, _ = read_jsonl(job / "transcript.jsonl")
     events, _ = read_jsonl(job / "events.jsonl")
+    events = [e for e in events if "chars_before" in e]  # compactions only (not model_call, retries, last_call)
     summaries = [e for e in events if e["stage"] in ("compact_history", "compact_tool", "reactive_compact")]
     stages: dict[str, int] = {}
     for e in events:

@@ -261,7 +261,7 @@ def test_choosing_ray_without_it_installed_is_one_line_and_exit_2(tmp_path, monk
     (tmp_path / "jobs").mkdir()
     (tmp_path / "jobs" / "a.toml").write_text(f'prompt = "x"\nworkspace = "{tmp_path}"\n')
     assert main(["run", "--executor", "ray", "--backend", "offline"]) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
+    lines = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("config: ")]
     assert len(lines) == 1 and "pip install" in lines[0] and "ray" in lines[0], lines
     assert not (tmp_path / "runs").exists()
 
