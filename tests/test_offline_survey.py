@@ -95,7 +95,7 @@ async def test_a_survey_that_succeeds_is_complete(tree, limits, tmp_path):
     files = text_files(root)
     assert files <= listed, sorted(files - listed)[:10]
     todos = todo_lines(root)
-    found = set(re.findall(r"^- `([^:`]+:\d+):", report, re.M))
+    found = set(re.findall(r"^- `([^:`]+:\d+)[:`]", report, re.M))
     assert todos <= found, sorted(todos - found)[:10]
     count = int(re.search(r"## TODO / FIXME / XXX \((\d+) found", report).group(1))
     assert count == len(todos)
