@@ -51,7 +51,7 @@ BIG_TREE = 150  # files; a bigger tree's notes leave out the first docstring lin
 DOC_CHARS = 60  # of a first docstring line, in notes and the report
 CHECKPOINT_EVERY = 6  # assistant turns between checkpoints; snip keeps far more than that
 RECALL_PAGE = 20_000  # the most it reads back at once: a page that fits beside the rest of the context
-NOTE = re.compile(r"^- (file|files|error|outline|listing|listing-of|listing-dir|glob|saved|todo-at|todo-part|todo-scan"
+NOTE = re.compile(r"^- (dir|file|files|error|outline|listing|listing-of|listing-dir|glob|saved|todo-at|todo-part|todo-scan"
                   r"|todo-cut): (.*)$", re.M)
 GLOB_AT = " @ "  # a glob note's key: ``<pattern> @ <directory>``
 
@@ -145,6 +145,8 @@ def _parse_notes(text: str, facts: Facts) -> None:
                 facts.root, facts.listing_count = parts[0], int(parts[1])
             elif kind == "listing-dir" and len(parts) >= 2:
                 facts.listing_dirs[parts[0]] = [p for p in parts[1].split(", ") if p]
+            elif kind == "dir" and len(parts) >= 3:
+                _parse_dir(facts, parts[0], parts[1], parts[2])
             elif kind == "files" and len(parts) >= 2:
                 for item in parts[1].split("; "):
                     name, chars, lines, defs = item.rsplit(" ", 3)
@@ -192,6 +194,48 @@ def _parse_notes(text: str, facts: Facts) -> None:
                 facts.todo_saved = facts.todo_saved or (parts[1] if len(parts) > 1 and parts[1] else None)
         except ValueError:  # a note mangled by a summary: the fact counts as unknown
             continue
+
+
+def _parse_dir(facts: Facts, d: str, subdirs: str, items: str) -> None:
+    """A directory note: its listing (both glob answers) and the facts of its files read so far."""
+    subs = [f"{d}/{n.rstrip('/')}" for n in subdirs.split(", ") if n]
+    names = []
+    for item in (i for i in items.split("; ") if i):
+        fields = item.rsplit(" ", 3)
+        name = f"{d}/{fields[0] if len(fields) == 4 else item}"
+        names.append(name)
+        if len(fields) == 4:
+            facts.files[name] = (int(fields[1]), int(fields[2]), "")
+            if fields[3] != "-":
+                facts.outlines[name] = int(fields[3])
+    facts.glob.record(d, "*/", subs, (0, 1, 1), False)
+    facts.glob.record(d, "*", subs + names, (0, 1, 1), False)
+
+
+def _combined(facts: Facts, d: str) -> bool:
+    """Whether directory ``d``'s listing and file facts are noted as one ``dir`` note: both its
+    glob answers are whole and were not cut (the root's carry the root path: they stay glob notes)."""
+    if not d or d == ".":
+        return False
+    answers = [facts.glob.answers.get((d, p)) for p in ("*/", "*")]
+    return all(a is not None and a.whole and not a.cut for a in answers)
+
+
+def _dir_note(facts: Facts, d: str) -> str:
+    subdirs = sorted(facts.glob.rel(n) for n in facts.glob.answers[(d, "*/")].names())
+    subdirs = [n for n in subdirs if not skipped(n)]
+    items = []
+    for name in sorted(facts.glob.rel(n) for n in facts.glob.answers[(d, "*")].names()):
+        if name in subdirs or skipped(name):
+            continue
+        base = name[len(d) + 1:] if name.startswith(d + "/") else name
+        if name in facts.files:
+            chars, lines, _ = facts.files[name]
+            items.append(f"{base} {chars} {lines} {facts.outlines.get(name, '-')}")
+        else:
+            items.append(base)
+    subs = [n[len(d) + 1:] + "/" if n.startswith(d + "/") else n for n in subdirs]
+    return f"- dir: {d} | {', '.join(subs)} | {'; '.join(items)}"
 
 
 def _entries(content: str) -> list[str]:
@@ -253,7 +297,7 @@ def _file_notes(facts: Facts, paths: list[str]) -> list[str]:
         return [_file_note(facts, p) for p in paths]
     dirs = sorted({os.path.dirname(p) or "." for p in paths if _groupable(p)})
     return ([_file_note(facts, p) for p in paths if not _groupable(p)]
-            + [_dir_files_note(facts, d) for d in dirs])
+            + [_dir_note(facts, d) if _combined(facts, d) else _dir_files_note(facts, d) for d in dirs])
 
 
 def _file_note(facts: Facts, path: str) -> str:
@@ -428,6 +472,7 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
     if facts.listing is None and facts.glob.answers and not facts.glob.pending():
         facts.root = facts.glob.root
         facts.listing = facts.glob.files()  # the glob notes are the listing's notes
+    new_notes = _combine_glob_notes(facts, new_notes)
     new_notes += _file_notes(facts, [p for p in touched if p in facts.files])
     new_notes += [f"- outline: {p} | {facts.outlines[p]}" for p in touched if p not in facts.files]
     if not facts.todo_done and facts.todo_parts and _whole(facts.todo_parts, facts.todo_total):
@@ -436,6 +481,21 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
         new_notes.append(_todo_scan_note(facts))
     since = assistant_turns - last_checkpoint if last_checkpoint is not None else assistant_turns
     return facts, new_notes, since
+
+
+def _combine_glob_notes(facts: Facts, notes: list[str]) -> list[str]:
+    """The glob notes of a directory whose listing is whole, as its one ``dir`` note."""
+    out: list[str] = []
+    done: set[str] = set()
+    for note in notes:
+        match = re.match(r"^- glob: \*/? @ (.*?) \| ", note)
+        d = match.group(1) if match else None
+        if d is None or not _combined(facts, d):
+            out.append(note)
+        elif d not in done:
+            done.add(d)
+            out.append(_dir_note(facts, d))
+    return out
 
 
 def _todo_scan_note(facts: Facts) -> str:
@@ -450,7 +510,8 @@ def checkpoint(facts: Facts, kept: set[str] = frozenset()) -> str:  # type: igno
         for start, (end, names) in sorted(answer.parts.items()):
             lines.append(_glob_note(query, (start, end, answer.total), answer.cut, [] if answer.cut else names,
                                     facts.glob.root))
-    lines += _file_notes(facts, sorted(facts.files))
+    lines = _combine_glob_notes(facts, lines)
+    lines += [n for n in _file_notes(facts, sorted(facts.files)) if n not in lines]
     lines += [f"- error: {p} | {e}" for p, e in sorted(facts.errors.items())]
     lines += [f"- outline: {p} | {n}" for p, n in sorted(facts.outlines.items()) if p not in facts.files]
     lines += [_saved_note(path, due) for path, due in sorted(facts.recall_due.items())]
@@ -504,8 +565,8 @@ def _todo_section(facts: Facts) -> list[str]:
     cut = "; the search output was cut, there may be more" if facts.todo_cut else ""
     out = [f"## TODO / FIXME / XXX ({max(facts.todo_count, len(hits))} found in {len(facts.todo_at)} files{cut})", ""]
     if any((p, n) not in facts.todo_text for p, n in hits):
-        where = facts.todo_saved or "transcript.jsonl (the grep call)"
-        out += [f"The text of every line is in the job directory's `{where}`; lines shown here without "
+        where = f"`{facts.todo_saved}`" if facts.todo_saved else "`transcript.jsonl` (the grep call's result)"
+        out += [f"The text of every line is in the job directory's {where}; lines shown here without "
                 "their text are listed by file and line.", ""]
     for p, n in hits:
         text = facts.todo_text.get((p, n))
