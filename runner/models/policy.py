@@ -13,9 +13,15 @@ next step of a workspace survey:
 6. answer with a factual Markdown report.
 
 After each batch it writes what it learned as note lines in its reply, and every few turns a
-checkpoint of everything it knows, so the facts survive compaction. When compaction removes a fact
-before it was noted, the policy has to fetch it again: ``rereads`` counts those, which measures
-what a compaction strategy lost.
+checkpoint of what it knows that no summary in view carries yet, so the facts survive compaction.
+Notes are keyed (``- kind: key | ...``; the fallback summary keeps the newest note of each key) and
+compact enough that everything learned about a tree of 500 files fits in a summary: the glob
+answers are the listing (a directory whose listing is whole is one ``dir`` note of its
+subdirectories, its files and each read file's chars, lines and top-level definitions, rewritten
+as it grows), and TODO hits are noted by file and line numbers; their text is shown in the report
+where still in view, else the report names the saved output that has it. When compaction removes
+a fact before it was noted, the policy has to fetch it again: ``rereads`` counts those, which
+measures what a compaction strategy lost.
 """
 
 from __future__ import annotations
@@ -47,11 +53,12 @@ from .listing import Listing, skipped
 TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
 OUTLINE_PATTERN = r"^(class |def |async def )"
 GLOBS_PER_TURN = 8
+OUTLINES_PER_READ = 3  # outline greps per turn, per file read per turn: a file's outline is a few lines
 BIG_TREE = 150  # files; a bigger tree's notes leave out the first docstring lines
 DOC_CHARS = 60  # of a first docstring line, in notes and the report
 CHECKPOINT_EVERY = 6  # assistant turns between checkpoints; snip keeps far more than that
 RECALL_PAGE = 20_000  # the most it reads back at once: a page that fits beside the rest of the context
-NOTE = re.compile(r"^- (dir|file|files|error|outline|listing|listing-of|listing-dir|glob|saved|todo-at|todo-part|todo-scan"
+NOTE = re.compile(r"^- (dir|file|files|error|outline|glob|saved|todo-at|todo-part|todo-scan"
                   r"|todo-cut): (.*)$", re.M)
 GLOB_AT = " @ "  # a glob note's key: ``<pattern> @ <directory>``
 
@@ -66,8 +73,6 @@ class Facts:
 
     root: str | None = None
     listing: list[str] | None = None  # relative paths of the workspace's entries
-    listing_count: int | None = None  # a big tree's listing is noted by directory: how many in all
-    listing_dirs: dict[str, list[str]] = field(default_factory=dict)
     files: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # rel -> chars, lines, doc
     errors: dict[str, str] = field(default_factory=dict)
     outlines: dict[str, int] = field(default_factory=dict)
@@ -141,11 +146,7 @@ def _parse_notes(text: str, facts: Facts) -> None:
     for kind, rest in NOTE.findall(text):
         parts = [p.strip() for p in (rest + " ").split(" | ", 4)]  # a summary may strip a trailing space
         try:
-            if kind == "listing-of" and len(parts) >= 2:
-                facts.root, facts.listing_count = parts[0], int(parts[1])
-            elif kind == "listing-dir" and len(parts) >= 2:
-                facts.listing_dirs[parts[0]] = [p for p in parts[1].split(", ") if p]
-            elif kind == "dir" and len(parts) >= 3:
+            if kind == "dir" and len(parts) >= 3:
                 _parse_dir(facts, parts[0], parts[1], parts[2])
             elif kind == "files" and len(parts) >= 2:
                 for item in parts[1].split("; "):
@@ -154,9 +155,6 @@ def _parse_notes(text: str, facts: Facts) -> None:
                     facts.files[path] = (int(chars), int(lines), "")
                     if defs != "-":
                         facts.outlines[path] = int(defs)
-            elif kind == "listing":
-                facts.root = parts[0]
-                facts.listing = [p for p in parts[1].split(", ") if p] if len(parts) > 1 else []
             elif kind == "glob" and len(parts) >= 2 and GLOB_AT in parts[0]:
                 pattern, _, where = parts[0].partition(GLOB_AT)
                 where = re.sub(r" \+\d+$", "", where)
@@ -260,18 +258,6 @@ def _glob_note(query: tuple[str, str], span: tuple[int, int, int], cut: bool, na
     kept = [n[len(prefix):] if n.startswith(prefix) else n for n in names if not skipped(n)]
     return (f"- glob: {query[1]}{GLOB_AT}{query[0] or '.'}{page} | {span[0]}-{span[1]}/{span[2]}"
             f"{' cut' if cut else ''} | {', '.join(kept)} | {'' if query[0] else root or ''}")
-
-
-def _listing_notes(root: str | None, listing: list[str]) -> list[str]:
-    """The listing as notes: one line, or for a big tree a count and one line per directory (a
-    listing is only taken as whole when every directory's line is there)."""
-    if len(listing) <= BIG_TREE:
-        return [f"- listing: {root} | {', '.join(listing)}"]
-    by_dir: dict[str, list[str]] = {}
-    for path in listing:
-        by_dir.setdefault(os.path.dirname(path) or ".", []).append(os.path.basename(path))
-    return [f"- listing-of: {root} | {len(listing)}",
-            *(f"- listing-dir: {d} | {', '.join(names)}" for d, names in sorted(by_dir.items()))]
 
 
 def _big(facts: Facts) -> bool:
@@ -458,9 +444,6 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
                 uses[use.get("id")] = use
         else:
             _parse_notes("\n".join(b.get("text", "") for b in blocks(message) if b.get("type") == "text"), facts)
-    if facts.listing is None and facts.listing_count is not None and \
-            sum(len(v) for v in facts.listing_dirs.values()) == facts.listing_count:
-        facts.listing = sorted(n if d == "." else f"{d}/{n}" for d, names in facts.listing_dirs.items() for n in names)
     new_notes: list[str] = []
     touched: list[str] = []
     for index, message in enumerate(messages):
@@ -619,7 +602,7 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
         calls.append(("compact", {}))
     elif pending_outline and "grep" in tool_names:
         calls += [("grep", {"pattern": OUTLINE_PATTERN, "path": os.path.join(root or "", p)})
-                  for p in pending_outline[:batch]]
+                  for p in pending_outline[:batch * OUTLINES_PER_READ]]
     elif not facts.todo_done and todo_due and "recall" in tool_names:
         calls.append(("recall", {"path": todo_due[-1], "offset": _chain_end(facts.todo_parts)}))
     elif not facts.todo_done and "grep" in tool_names:
