@@ -8,8 +8,8 @@ NUL byte, valid UTF-8), and every TODO/FIXME/XXX line a plain ``grep -rnIE`` fin
 
 The property: a survey that ends ``succeeded`` lists every such file and every such line. A survey
 that cannot keep what it learned inside its limits ends otherwise (``stuck``, ``max_turns``), never
-``succeeded`` with a partial report; the cells in ``MUST_SUCCEED`` (today every cell, pip included,
-at default and at tight limits) succeed. A hit whose text the report does not show must name the
+``succeeded`` with a partial report; the cells in ``MUST_SUCCEED`` (every cell but pip in a
+15,000-char context) succeed. A hit whose text the report does not show must name the
 saved output that has it.
 """
 
@@ -48,8 +48,11 @@ except ImportError:  # pragma: no cover - every virtualenv has pip
 LIMITS = {
     "default": {},
     "tight": {"context_char_limit": 30_000, "batch_char_limit": 30_000, "large_result_chars": 8_000},
+    "very-tight": {"context_char_limit": 15_000, "batch_char_limit": 15_000, "large_result_chars": 4_000},
 }
-MUST_SUCCEED = {(tree, limits) for tree in TREES for limits in LIMITS}  # pip at default: the >200-module case
+# pip at default is the issue's >200-module case. What pip's survey learns (~14,000 chars of notes)
+# does not fit in a summary of a 15,000-char context: there it may end on a limit, never succeed partial.
+MUST_SUCCEED = {(tree, limits) for tree in TREES for limits in LIMITS} - {("pip", "very-tight")}
 
 
 def text_files(root: Path) -> set[str]:
