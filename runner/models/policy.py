@@ -169,6 +169,8 @@ def _parse_notes(text: str, facts: Facts) -> None:
                                   (int(start), int(end), int(total)), cut == "cut")
             elif kind == "saved" and len(parts) >= 5:
                 facts.recall_due[parts[0]] = (parts[1], int(parts[2]), ("" if parts[3] == "." else parts[3], parts[4]))
+                if parts[1] == "todo":
+                    facts.todo_saved = parts[0]
             elif kind == "todo-part":
                 span, _, total = parts[0].partition("/")
                 start, _, end = span.partition("-")
