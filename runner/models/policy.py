@@ -214,11 +214,17 @@ def _parse_dir(facts: Facts, d: str, subdirs: str, items: str) -> None:
 
 def _combined(facts: Facts, d: str) -> bool:
     """Whether directory ``d``'s listing and file facts are noted as one ``dir`` note: both its
-    glob answers are whole and were not cut (the root's carry the root path: they stay glob notes)."""
+    glob answers are whole, were not cut and name nothing with a separator in it (the root's carry
+    the root path: they stay glob notes)."""
     if not d or d == ".":
         return False
     answers = [facts.glob.answers.get((d, p)) for p in ("*/", "*")]
-    return all(a is not None and a.whole and not a.cut for a in answers)
+    return all(a is not None and a.whole and not a.cut and _groupable_names(a.names()) for a in answers)
+
+
+def _groupable_names(names: list[str]) -> bool:
+    """Whether names can be items of a ``dir`` note (which separates them by spaces, ``;`` and ``,``)."""
+    return not any(c in os.path.basename(n) for n in names for c in " ;,")
 
 
 def _dir_note(facts: Facts, d: str) -> str:
