@@ -8,7 +8,9 @@ NUL byte, valid UTF-8), and every TODO/FIXME/XXX line a plain ``grep -rnIE`` fin
 
 The property: a survey that ends ``succeeded`` lists every such file and every such line. A survey
 that cannot keep what it learned inside its limits ends otherwise (``stuck``, ``max_turns``), never
-``succeeded`` with a partial report; the cells marked ``must`` succeed.
+``succeeded`` with a partial report; the cells in ``MUST_SUCCEED`` (every cell but pip in a
+15,000-char context) succeed. A hit whose text the report does not show must name the
+saved output that has it.
 """
 
 from __future__ import annotations
@@ -46,8 +48,11 @@ except ImportError:  # pragma: no cover - every virtualenv has pip
 LIMITS = {
     "default": {},
     "tight": {"context_char_limit": 30_000, "batch_char_limit": 30_000, "large_result_chars": 8_000},
+    "very-tight": {"context_char_limit": 15_000, "batch_char_limit": 15_000, "large_result_chars": 4_000},
 }
-MUST_SUCCEED = {("encodings", "default"), ("idlelib", "default"), ("email", "default"), ("email", "tight")}
+# pip at default is the issue's >200-module case. What pip's survey learns (~14,000 chars of notes)
+# does not fit in a summary of a 15,000-char context: there it may end on a limit, never succeed partial.
+MUST_SUCCEED = {(tree, limits) for tree in TREES for limits in LIMITS} - {("pip", "very-tight")}
 
 
 def text_files(root: Path) -> set[str]:
@@ -95,8 +100,13 @@ async def test_a_survey_that_succeeds_is_complete(tree, limits, tmp_path):
     files = text_files(root)
     assert files <= listed, sorted(files - listed)[:10]
     todos = todo_lines(root)
-    found = set(re.findall(r"^- `([^:`]+:\d+):", report, re.M))
+    found = set(re.findall(r"^- `([^:`]+:\d+)[:`]", report, re.M))
     assert todos <= found, sorted(todos - found)[:10]
     count = int(re.search(r"## TODO / FIXME / XXX \((\d+) found", report).group(1))
     assert count == len(todos)
+    bare = set(re.findall(r"^- `([^:`]+:\d+)`$", report, re.M))  # listed without its text
+    if bare:
+        saved = re.search(r"The text of every line is in the job directory's `([^`]+)`", report).group(1)
+        text = (tmp_path / "job" / saved).read_text()
+        assert all(f"{p}:{n}:" in text for p, n in (b.rsplit(":", 1) for b in bare))
     assert "__pycache__" not in report

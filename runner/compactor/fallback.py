@@ -3,7 +3,9 @@
 Used when the summarizer's circuit breaker is open, when a summary call fails, and as the offline
 model's summarizer. It keeps what a model needs to continue: files read and changed, commands with
 their outcome, errors seen, its last text, and every note line (``- ...``) the assistant wrote or
-an earlier summary carried, newest first, each once, within a budget.
+an earlier summary carried, newest first, each once, within a budget. A note is a keyed fact: the
+text before its first `` | `` is its key, and a newer note with the same key supersedes the older
+ones (so a fact noted again as it grows, e.g. per directory, is kept once, in its newest form).
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from collections import Counter
 from ..messages import Message, one_line, result_text, text_of, tool_results, tool_uses
 from ..protocol import is_summary
 
-NOTES_HEADING = "### Notes the assistant recorded (newest first, each once)"
+NOTES_HEADING = "### Notes the assistant recorded (newest first, each key once)"
+LAST_HEADING = "### Last assistant text"
+KEY_END = " | "
 READS_SHOWN = 40  # the newest files read, by name
 
 
@@ -75,25 +79,40 @@ def fallback_summary(messages: list[Message], notes_budget: int = 12_000) -> str
     if len(kept) < len(notes):
         out.append(f"({len(notes) - len(kept)} older notes left out; see the transcript)")
     if last:  # last: it is the newest text, so a later summary reads its notes as the newest
-        out += ["### Last assistant text", last]
+        out += [LAST_HEADING, last]
     return "\n".join(out)
 
 
 def note_lines(messages: list[Message], skip: str = "") -> list[str]:
     """The bullet lines (``- ...``) the assistant wrote, and those an earlier summary carried, newest
-    first, each once: the facts a summary must keep, however often they were repeated."""
-    seen: set[str] = set(skip.split("\n"))
+    first, each key once: the facts a summary must keep, however often they were repeated or
+    updated. A line's key is its text before the first `` | `` (the whole line when it has none).
+    Of a summary built here, only its notes and its last assistant text count (its lists of files
+    and calls are not notes)."""
+    seen: set[str] = {line.split(KEY_END, 1)[0] for line in skip.split("\n") if line.startswith("- ")}
     lines: list[str] = []
     for message in reversed(messages):
+        text = text_of(message)
         if message.get("role") == "assistant":
-            text = text_of(message)
-        elif is_summary(text_of(message)):
-            text = text_of(message)
+            newest_first = list(reversed(text.split("\n")))
+        elif is_summary(text):
+            newest_first = _summary_notes(text)
         else:
             continue
-        for line in reversed(text.split("\n")):
+        for line in newest_first:
             line = line.rstrip()
-            if line.startswith("- ") and line not in seen:
-                seen.add(line)
+            key = line.split(KEY_END, 1)[0]
+            if line.startswith("- ") and key not in seen:
+                seen.add(key)
                 lines.append(line)
     return lines
+
+
+def _summary_notes(text: str) -> list[str]:
+    """A summary's note lines, newest first: its last assistant text (read bottom up), then its
+    notes section as listed. A summary not built here: all its lines, bottom up."""
+    if NOTES_HEADING not in text and LAST_HEADING not in text:
+        return list(reversed(text.split("\n")))
+    body, _, last = text.partition(LAST_HEADING)
+    notes = body.partition(NOTES_HEADING)[2].split("\n###", 1)[0] if NOTES_HEADING in body else ""
+    return list(reversed(last.split("\n"))) + notes.split("\n")

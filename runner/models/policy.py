@@ -13,9 +13,15 @@ next step of a workspace survey:
 6. answer with a factual Markdown report.
 
 After each batch it writes what it learned as note lines in its reply, and every few turns a
-checkpoint of everything it knows, so the facts survive compaction. When compaction removes a fact
-before it was noted, the policy has to fetch it again: ``rereads`` counts those, which measures
-what a compaction strategy lost.
+checkpoint of what it knows that no summary in view carries yet, so the facts survive compaction.
+Notes are keyed (``- kind: key | ...``; the fallback summary keeps the newest note of each key) and
+compact enough that everything learned about a tree of 500 files fits in a summary: the glob
+answers are the listing (a directory whose listing is whole is one ``dir`` note of its
+subdirectories, its files and each read file's chars, lines and top-level definitions, rewritten
+as it grows), and TODO hits are noted by file and line numbers; their text is shown in the report
+where still in view, else the report names the saved output that has it. When compaction removes
+a fact before it was noted, the policy has to fetch it again: ``rereads`` counts those, which
+measures what a compaction strategy lost.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from ..protocol import (
     is_persisted,
     is_placeholder,
     is_seed_placeholder,
+    is_summary,
     mentions_summary,
     persisted_preview,
     persisted_size,
@@ -41,18 +48,19 @@ from ..protocol import (
     saved_path,
     without_footer,
 )
-from .listing import Listing
+from .listing import Listing, skipped
 
 TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
 OUTLINE_PATTERN = r"^(class |def |async def )"
 GLOBS_PER_TURN = 8
-BIG_TREE = 150  # files; a bigger tree's notes leave out the first docstring lines
+OUTLINES_PER_READ = 3  # outline greps per turn, per file read per turn: a file's outline is a few lines
+BIG_TREE = 60  # files; a bigger tree's notes leave out the first docstring lines
 DOC_CHARS = 60  # of a first docstring line, in notes and the report
-TODO_CUT = "(search output cut)"
-TODO_LIST_MAX = 300  # TODO lines kept in notes and listed; more are counted
 CHECKPOINT_EVERY = 6  # assistant turns between checkpoints; snip keeps far more than that
 RECALL_PAGE = 20_000  # the most it reads back at once: a page that fits beside the rest of the context
-NOTE = re.compile(r"^- (file|files|error|outline|listing|listing-of|listing-dir|glob|saved|todo|todo-part|todo-scan): (.*)$", re.M)
+NOTE = re.compile(r"^- (dir|file|files|error|outline|glob|saved|todo-at|todo-part|todo-scan"
+                  r"|todo-cut): (.*)$", re.M)
+GLOB_AT = " @ "  # a glob note's key: ``<pattern> @ <directory>``
 
 
 class SurveyFailed(RuntimeError):
@@ -65,16 +73,17 @@ class Facts:
 
     root: str | None = None
     listing: list[str] | None = None  # relative paths of the workspace's entries
-    listing_count: int | None = None  # a big tree's listing is noted by directory: how many in all
-    listing_dirs: dict[str, list[str]] = field(default_factory=dict)
     files: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # rel -> chars, lines, doc
     errors: dict[str, str] = field(default_factory=dict)
     outlines: dict[str, int] = field(default_factory=dict)
-    todos: list[str] | None = None  # None until the scan is whole
-    todo_lines: list[str] = field(default_factory=list)
+    todo_done: bool = False  # the scan is whole
+    todo_at: dict[str, set[int]] = field(default_factory=dict)  # rel -> line numbers of its hits
+    todo_text: dict[tuple[str, int], str] = field(default_factory=dict)  # hits whose text is in view
+    todo_cut: bool = False  # the search output itself was cut
+    todo_saved: str | None = None  # where the scan's whole output is saved, once it is
     todo_parts: dict[int, tuple[int, int]] = field(default_factory=dict)  # pages: start -> (next start, hits)
     todo_total: int = 0
-    todo_count: int = 0  # every hit of the scan; todo_lines lists the first TODO_LIST_MAX
+    todo_count: int = 0  # every hit of the scan
     glob: Listing = field(default_factory=Listing)
     # persisted path -> kind ("glob" or "todo"), size, the glob's (path, pattern)
     recall_due: dict[str, tuple[str, int, tuple[str, str]]] = field(default_factory=dict)
@@ -132,13 +141,13 @@ def _count_matches(content: str) -> int:
 
 
 def _parse_notes(text: str, facts: Facts) -> None:
+    """Every note line in ``text``, merged into ``facts`` (facts only grow: an older, shorter
+    version of a note read after a newer one takes nothing away)."""
     for kind, rest in NOTE.findall(text):
         parts = [p.strip() for p in (rest + " ").split(" | ", 4)]  # a summary may strip a trailing space
         try:
-            if kind == "listing-of" and len(parts) >= 2:
-                facts.root, facts.listing_count = parts[0], int(parts[1])
-            elif kind == "listing-dir" and len(parts) >= 2:
-                facts.listing_dirs[parts[0]] = [p for p in parts[1].split(", ") if p]
+            if kind == "dir" and len(parts) >= 3:
+                _parse_dir(facts, parts[0], parts[1], parts[2])
             elif kind == "files" and len(parts) >= 2:
                 for item in parts[1].split("; "):
                     name, chars, lines, defs = item.rsplit(" ", 3)
@@ -146,24 +155,31 @@ def _parse_notes(text: str, facts: Facts) -> None:
                     facts.files[path] = (int(chars), int(lines), "")
                     if defs != "-":
                         facts.outlines[path] = int(defs)
-            elif kind == "listing":
-                facts.root = parts[0]
-                facts.listing = [p for p in parts[1].split(", ") if p] if len(parts) > 1 else []
-            elif kind == "glob" and len(parts) >= 3:
-                span, _, cut = parts[2].partition(" ")
+            elif kind == "glob" and len(parts) >= 2 and GLOB_AT in parts[0]:
+                pattern, _, where = parts[0].partition(GLOB_AT)
+                where = re.sub(r" \+\d+$", "", where)
+                span, _, cut = parts[1].partition(" ")
                 start, _, rest = span.partition("-")
                 end, _, total = rest.partition("/")
-                names = [p for p in parts[3].split(", ") if p] if len(parts) > 3 else []
-                facts.glob.root = facts.glob.root or (parts[4] if len(parts) > 4 else None)
-                facts.glob.record("" if parts[0] == "." else parts[0], parts[1], names,
+                prefix = "" if where == "." else f"{where}/"
+                names = [p if p.startswith("/") else prefix + p for p in parts[2].split(", ") if p] \
+                    if len(parts) > 2 else []
+                facts.glob.root = facts.glob.root or (parts[3] if len(parts) > 3 and parts[3] else None)
+                facts.glob.record("" if where == "." else where, pattern, names,
                                   (int(start), int(end), int(total)), cut == "cut")
             elif kind == "saved" and len(parts) >= 5:
-                facts.recall_due[parts[1]] = (parts[0], int(parts[2]), ("" if parts[3] == "." else parts[3], parts[4]))
+                facts.recall_due[parts[0]] = (parts[1], int(parts[2]), ("" if parts[3] == "." else parts[3], parts[4]))
+                if parts[1] == "todo":
+                    facts.todo_saved = parts[0]
             elif kind == "todo-part":
                 span, _, total = parts[0].partition("/")
                 start, _, end = span.partition("-")
                 facts.todo_parts[int(start)] = (int(end), int(parts[1]) if len(parts) > 1 and parts[1] else 0)
                 facts.todo_total = int(total)
+            elif kind == "todo-at" and len(parts) >= 2:
+                facts.todo_at.setdefault(parts[0], set()).update(int(n) for n in parts[1].split(", ") if n)
+            elif kind == "todo-cut":
+                facts.todo_cut = True
             elif kind == "file" and len(parts) >= 3:
                 facts.files[parts[0]] = (int(parts[1]), int(parts[2]), parts[3] if len(parts) > 3 else "")
                 if len(parts) > 4 and parts[4].isdigit():  # the outline, counted from the whole text read
@@ -173,12 +189,59 @@ def _parse_notes(text: str, facts: Facts) -> None:
             elif kind == "outline" and len(parts) >= 2:
                 facts.outlines[parts[0]] = int(parts[1])
             elif kind == "todo-scan":
-                facts.todos = []
+                facts.todo_done = True
                 facts.todo_count = int(parts[0].split()[0]) if parts[0].split()[0].isdigit() else 0
-            elif kind == "todo" and rest not in facts.todo_lines:
-                facts.todo_lines.append(rest)
+                facts.todo_saved = facts.todo_saved or (parts[1] if len(parts) > 1 and parts[1] else None)
         except ValueError:  # a note mangled by a summary: the fact counts as unknown
             continue
+
+
+def _parse_dir(facts: Facts, d: str, subdirs: str, items: str) -> None:
+    """A directory note: its listing (both glob answers) and the facts of its files read so far."""
+    subs = [f"{d}/{n.rstrip('/')}" for n in subdirs.split(", ") if n]
+    names = []
+    for item in (i for i in items.split("; ") if i):
+        fields = item.rsplit(" ", 3)
+        name = f"{d}/{fields[0] if len(fields) == 4 else item}"
+        names.append(name)
+        if len(fields) == 4:
+            facts.files[name] = (int(fields[1]), int(fields[2]), "")
+            if fields[3] != "-":
+                facts.outlines[name] = int(fields[3])
+    facts.glob.record(d, "*/", subs, (0, 1, 1), False)
+    facts.glob.record(d, "*", subs + names, (0, 1, 1), False)
+
+
+def _combined(facts: Facts, d: str) -> bool:
+    """Whether directory ``d``'s listing and file facts are noted as one ``dir`` note: both its
+    glob answers are whole, were not cut and name nothing with a separator in it (the root's carry
+    the root path: they stay glob notes)."""
+    if not d or d == ".":
+        return False
+    answers = [facts.glob.answers.get((d, p)) for p in ("*/", "*")]
+    return all(a is not None and a.whole and not a.cut and _groupable_names(a.names()) for a in answers)
+
+
+def _groupable_names(names: list[str]) -> bool:
+    """Whether names can be items of a ``dir`` note (which separates them by spaces, ``;`` and ``,``)."""
+    return not any(c in os.path.basename(n) for n in names for c in " ;,")
+
+
+def _dir_note(facts: Facts, d: str) -> str:
+    subdirs = sorted(facts.glob.rel(n) for n in facts.glob.answers[(d, "*/")].names())
+    subdirs = [n for n in subdirs if not skipped(n)]
+    items = []
+    for name in sorted(facts.glob.rel(n) for n in facts.glob.answers[(d, "*")].names()):
+        if name in subdirs or skipped(name):
+            continue
+        base = name[len(d) + 1:] if name.startswith(d + "/") else name
+        if name in facts.files:
+            chars, lines, _ = facts.files[name]
+            items.append(f"{base} {chars} {lines} {facts.outlines.get(name, '-')}")
+        else:
+            items.append(base)
+    subs = [n[len(d) + 1:] + "/" if n.startswith(d + "/") else n for n in subdirs]
+    return f"- dir: {d} | {', '.join(subs)} | {'; '.join(items)}"
 
 
 def _entries(content: str) -> list[str]:
@@ -196,62 +259,83 @@ def _learn_glob(facts: Facts, query: tuple[str, str], content: str, span: tuple[
 
 def _glob_note(query: tuple[str, str], span: tuple[int, int, int], cut: bool, names: list[str],
                root: str | None) -> str:
-    return (f"- glob: {query[0] or '.'} | {query[1]} | {span[0]}-{span[1]}/{span[2]}{' cut' if cut else ''} | "
-            f"{', '.join(names)} | {root or ''}")
+    """One page of one glob answer; skipped names (``__pycache__``, binaries) are left out. Its key
+    is the query and, after the first, the page's start, so every page is kept once."""
+    page = f" +{span[0]}" if span[0] else ""
+    prefix = f"{query[0]}/" if query[0] else ""
+    kept = [n[len(prefix):] if n.startswith(prefix) else n for n in names if not skipped(n)]
+    return (f"- glob: {query[1]}{GLOB_AT}{query[0] or '.'}{page} | {span[0]}-{span[1]}/{span[2]}"
+            f"{' cut' if cut else ''} | {', '.join(kept)} | {'' if query[0] else root or ''}")
 
 
-def _listing_notes(root: str | None, listing: list[str]) -> list[str]:
-    """The listing as notes: one line, or for a big tree a count and one line per directory (a
-    listing is only taken as whole when every directory's line is there)."""
-    if len(listing) <= BIG_TREE:
-        return [f"- listing: {root} | {', '.join(listing)}"]
-    by_dir: dict[str, list[str]] = {}
-    for path in listing:
-        by_dir.setdefault(os.path.dirname(path) or ".", []).append(os.path.basename(path))
-    return [f"- listing-of: {root} | {len(listing)}",
-            *(f"- listing-dir: {d} | {', '.join(names)}" for d, names in sorted(by_dir.items()))]
+def _big(facts: Facts) -> bool:
+    return len(facts.listing or ()) > BIG_TREE
 
 
-def _group_file_notes(notes: list[str]) -> list[str]:
-    """A big tree's file notes, one line per directory: ``name chars lines defs`` items."""
-    grouped: dict[str, list[str]] = {}
-    out: list[str] = []
-    for note in notes:
-        match = re.match(r"^- file: (.*) \| (\d+) \| (\d+) \| .* \| (\d*)$", note)
-        if match is None or " " in os.path.basename(match.group(1)) or ";" in match.group(1):
-            out.append(note)
-            continue
-        path, chars, lines, defs = match.groups()
-        grouped.setdefault(os.path.dirname(path) or ".", []).append(
-            f"{os.path.basename(path)} {chars} {lines} {defs or '-'}")
-    return out + [f"- files: {d} | {'; '.join(items)}" for d, items in sorted(grouped.items())]
+def _dir_files_note(facts: Facts, d: str) -> str:
+    """A big tree's facts of every file of directory ``d`` known so far, as one note: ``name chars
+    lines defs`` items. The note grows as files are read; the newest one has all of them."""
+    items = [f"{os.path.basename(p)} {c} {n} {facts.outlines.get(p, '-')}"
+             for p, (c, n, _) in sorted(facts.files.items()) if (os.path.dirname(p) or ".") == d]
+    return f"- files: {d} | {'; '.join(items)}"
+
+
+def _groupable(path: str) -> bool:
+    return " " not in os.path.basename(path) and ";" not in path
+
+
+def _file_notes(facts: Facts, paths: list[str]) -> list[str]:
+    """The notes that record ``paths``' facts: per file for a small tree, per directory (each
+    directory's whole line) for a big one."""
+    if not _big(facts):
+        return [_file_note(facts, p) for p in paths]
+    dirs = sorted({os.path.dirname(p) or "." for p in paths if _groupable(p)})
+    return ([_file_note(facts, p) for p in paths if not _groupable(p)]
+            + [_dir_note(facts, d) if _combined(facts, d) else _dir_files_note(facts, d) for d in dirs])
 
 
 def _file_note(facts: Facts, path: str) -> str:
     chars, lines, doc = facts.files[path]
-    if len(facts.listing or ()) > BIG_TREE:  # facts of every file must fit in a context: no docs then
+    if _big(facts):  # facts of every file must fit in a context: no docs then
         doc = ""
     return f"- file: {path} | {chars} | {lines} | {doc} | {facts.outlines.get(path, '')}"
 
 
 def _saved_note(path: str, due: tuple[str, int, tuple[str, str]]) -> str:
     kind, size, query = due
-    return f"- saved: {kind} | {path} | {size} | {query[0] or '.'} | {query[1]}"
+    return f"- saved: {path} | {kind} | {size} | {query[0] or '.'} | {query[1]}"
+
+
+def _todo_at_note(facts: Facts, path: str) -> str:
+    return f"- todo-at: {path} | {', '.join(str(n) for n in sorted(facts.todo_at[path]))}"
 
 
 def _learn_todos(facts: Facts, content: str, span: tuple[int, int, int], notes: list[str] | None) -> None:
-    hits = [rel(facts.root or facts.glob.root, line.strip())[:160] for line in content.split("\n")
-            if line.strip() and not line.startswith(("no matches", "[output", "[recall", "[grep"))]
-    listed = [h for h in hits if h not in facts.todo_lines][:max(0, TODO_LIST_MAX - len(facts.todo_lines))]
-    facts.todo_lines += listed
-    if "[output truncated at" in content and TODO_CUT not in facts.todo_lines:
-        facts.todo_lines.append(TODO_CUT)
-        listed.append(TODO_CUT)
-    facts.todo_parts[span[0]] = (span[1], len(hits))
+    """A page of the TODO scan: each hit's file and line number is noted (compact, per file); its
+    text is kept only while the page is in view (the report names where the whole output is)."""
+    hits = 0
+    touched: set[str] = set()
+    for raw in content.split("\n"):
+        line = raw.strip()
+        if not line or line.startswith(("no matches", "[output", "[recall", "[grep")):
+            continue
+        hits += 1
+        path, _, rest = rel(facts.root or facts.glob.root, line).partition(":")
+        number, _, text = rest.partition(":")
+        if not number.isdigit():
+            continue
+        facts.todo_at.setdefault(path, set()).add(int(number))
+        facts.todo_text[(path, int(number))] = text.strip()[:160]
+        touched.add(path)
+    cut = "[output truncated at" in content
+    facts.todo_cut = facts.todo_cut or cut
+    facts.todo_parts[span[0]] = (span[1], hits)
     facts.todo_total = span[2]
     if notes is not None:
-        notes.append(f"- todo-part: {span[0]}-{span[1]}/{span[2]} | {len(hits)}")
-        notes += [f"- todo: {h}" for h in listed]
+        notes.append(f"- todo-part: {span[0]}-{span[1]}/{span[2]} | {hits}")
+        notes += [_todo_at_note(facts, p) for p in sorted(touched)]
+        if cut:
+            notes.append("- todo-cut: the search output was cut")
 
 
 def _chain(parts: dict[int, tuple[int, int]]) -> tuple[int, int]:
@@ -290,7 +374,10 @@ def _page(content: str) -> tuple[str, tuple[int, int, int]]:
     return body, (start, end, total)
 
 
-def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: list[str] | None) -> None:
+def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: list[str] | None,
+           touched: list[str]) -> None:
+    """Learn from one result; for the newest results (``notes`` given) note what it taught, and add
+    the files whose facts it added to ``touched`` (noted together, per directory in a big tree)."""
     name, args = use.get("name"), use.get("input") or {}
     if not isinstance(args, dict):
         return
@@ -303,6 +390,8 @@ def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: lis
         # only a preview is in context: read the whole output back with recall, page by page
         kind = "glob" if name == "glob" else ("todo" if args.get("pattern") == TODO_PATTERN else None)
         size = persisted_size(content)
+        if kind == "todo":
+            facts.todo_saved = persisted
         if kind:
             facts.recall_due[persisted] = (kind, size[0] if size else RECALL_PAGE, query)
             if notes is not None:
@@ -319,7 +408,7 @@ def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: lis
         elif kind == "todo":
             _learn_todos(facts, body, span, notes)
     elif name == "read":
-        path = rel(facts.root, str(args.get("file_path", "")))
+        path = rel(facts.root or facts.glob.root, str(args.get("file_path", "")))
         if placeholder:
             return
         if failed:
@@ -332,13 +421,15 @@ def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: lis
             if path.endswith(".py") and not is_persisted(content):
                 facts.outlines[path] = len(re.findall(OUTLINE_PATTERN, content, re.M))
             if notes is not None:
-                notes.append(_file_note(facts, path))
+                touched.append(path)
+    elif name == "grep" and args.get("pattern") == TODO_PATTERN and placeholder:
+        facts.todo_saved = facts.todo_saved or saved_path(content)
     elif name == "grep" and not placeholder:
         if args.get("pattern") == OUTLINE_PATTERN:
-            path = rel(facts.root, str(args.get("path", "")))
+            path = rel(facts.root or facts.glob.root, str(args.get("path", "")))
             facts.outlines[path] = 0 if failed else _count_matches(content)
             if notes is not None:
-                notes.append(f"- outline: {path} | {facts.outlines[path]}")
+                touched.append(path)
         elif args.get("pattern") == TODO_PATTERN and not persisted:
             _learn_todos(facts, "" if failed else content, (0, 1, 1), notes)
 
@@ -361,53 +452,69 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
                 uses[use.get("id")] = use
         else:
             _parse_notes("\n".join(b.get("text", "") for b in blocks(message) if b.get("type") == "text"), facts)
-    if facts.listing is None and facts.listing_count is not None and \
-            sum(len(v) for v in facts.listing_dirs.values()) == facts.listing_count:
-        facts.listing = sorted(n if d == "." else f"{d}/{n}" for d, names in facts.listing_dirs.items() for n in names)
     new_notes: list[str] = []
+    touched: list[str] = []
     for index, message in enumerate(messages):
         newest = index == len(messages) - 1
         for result in tool_results(message):
             use = uses.get(result.get("tool_use_id"))
             if use is not None:
-                _learn(facts, use, result, new_notes if newest else None)
+                _learn(facts, use, result, new_notes if newest else None, touched)
     if facts.listing is None and facts.glob.answers and not facts.glob.pending():
         facts.root = facts.glob.root
-        facts.listing = facts.glob.files()
-        new_notes += _listing_notes(facts.root, facts.listing)
-    if len(facts.listing or ()) > BIG_TREE:
-        new_notes = _group_file_notes(new_notes)
-    if facts.todos is None and facts.todo_parts and _whole(facts.todo_parts, facts.todo_total):
-        facts.todos = list(facts.todo_lines)
+        facts.listing = facts.glob.files()  # the glob notes are the listing's notes
+    new_notes = _combine_glob_notes(facts, new_notes)
+    new_notes += _file_notes(facts, [p for p in touched if p in facts.files])
+    new_notes += [f"- outline: {p} | {facts.outlines[p]}" for p in touched if p not in facts.files]
+    if not facts.todo_done and facts.todo_parts and _whole(facts.todo_parts, facts.todo_total):
+        facts.todo_done = True
         facts.todo_count = _chain(facts.todo_parts)[1]
-        new_notes.append(f"- todo-scan: {facts.todo_count} matches")
-    elif facts.todos is not None:
-        facts.todos = list(facts.todo_lines)
+        new_notes.append(_todo_scan_note(facts))
     since = assistant_turns - last_checkpoint if last_checkpoint is not None else assistant_turns
     return facts, new_notes, since
 
 
-def checkpoint(facts: Facts) -> str:
-    lines = ["## Checkpoint (everything learned so far)"]
-    if facts.listing is not None:
-        lines += _listing_notes(facts.root, facts.listing)
-    else:
-        for query, answer in sorted(facts.glob.answers.items()):
-            for start, (end, names) in sorted(answer.parts.items()):
-                lines.append(_glob_note(query, (start, end, answer.total), answer.cut, [] if answer.cut else names,
-                                        facts.glob.root))
-    file_notes = [_file_note(facts, p) for p in sorted(facts.files)]
-    lines += _group_file_notes(file_notes) if len(facts.listing or ()) > BIG_TREE else file_notes
+def _combine_glob_notes(facts: Facts, notes: list[str]) -> list[str]:
+    """The glob notes of a directory whose listing is whole, as its one ``dir`` note."""
+    out: list[str] = []
+    done: set[str] = set()
+    for note in notes:
+        match = re.match(r"^- glob: \*/? @ (.*?) \| ", note)
+        d = match.group(1) if match else None
+        if d is None or not _combined(facts, d):
+            out.append(note)
+        elif d not in done:
+            done.add(d)
+            out.append(_dir_note(facts, d))
+    return out
+
+
+def _todo_scan_note(facts: Facts) -> str:
+    return f"- todo-scan: {facts.todo_count} matches | {facts.todo_saved or ''}"
+
+
+def checkpoint(facts: Facts, kept: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+    """Every fact as notes, but those already in ``kept`` (the note lines of a summary in view,
+    which stays at the head of the conversation): a checkpoint holds what is not safe yet."""
+    lines = ["## Checkpoint (everything learned so far and not in the summary)"]
+    for query, answer in sorted(facts.glob.answers.items()):
+        for start, (end, names) in sorted(answer.parts.items()):
+            lines.append(_glob_note(query, (start, end, answer.total), answer.cut, [] if answer.cut else names,
+                                    facts.glob.root))
+    lines = _combine_glob_notes(facts, lines)
+    lines += [n for n in _file_notes(facts, sorted(facts.files)) if n not in lines]
     lines += [f"- error: {p} | {e}" for p, e in sorted(facts.errors.items())]
     lines += [f"- outline: {p} | {n}" for p, n in sorted(facts.outlines.items()) if p not in facts.files]
     lines += [_saved_note(path, due) for path, due in sorted(facts.recall_due.items())]
-    lines += [f"- todo: {t}" for t in facts.todo_lines]
-    if facts.todos is not None:
-        lines.append(f"- todo-scan: {facts.todo_count} matches")
+    lines += [_todo_at_note(facts, p) for p in sorted(facts.todo_at)]
+    if facts.todo_cut:
+        lines.append("- todo-cut: the search output was cut")
+    if facts.todo_done:
+        lines.append(_todo_scan_note(facts))
     else:
         lines += [f"- todo-part: {start}-{end}/{facts.todo_total} | {n}"
                   for start, (end, n) in sorted(facts.todo_parts.items())]
-    return "\n".join(lines)
+    return "\n".join(lines[:1] + [line for line in lines[1:] if line.rstrip() not in kept])
 
 
 def report(facts: Facts) -> str:
@@ -430,11 +537,7 @@ def report(facts: Facts) -> str:
     out += ["", "## Largest files", "", "| file | lines | chars |", "|---|---:|---:|"]
     for path, (chars, lines, _) in sorted(files.items(), key=lambda kv: (-kv[1][0], kv[0]))[:10]:
         out.append(f"| {path} | {lines} | {chars} |")
-    todos = [t for t in facts.todos or [] if t != TODO_CUT]
-    cut = "; the search output was cut, there may be more" if TODO_CUT in (facts.todos or []) else ""
-    listed = f", the first {len(todos)} listed" if facts.todo_count > len(todos) else ""
-    out += ["", f"## TODO / FIXME / XXX ({max(facts.todo_count, len(todos))} found{listed}{cut})", ""]
-    out += [f"- `{t}`" for t in todos] or ["(none)"]
+    out += ["", *_todo_section(facts)]
     out += ["", "## Every file", "", "| file | lines | top-level definitions | first docstring or comment |",
             "|---|---:|---:|---|"]
     for path, (_, lines, doc) in sorted(files.items()):
@@ -446,10 +549,32 @@ def report(facts: Facts) -> str:
     return "\n".join(out) + "\n"
 
 
+def _todo_section(facts: Facts) -> list[str]:
+    """Every hit of the TODO scan by file and line; with its text where the text is in view, and
+    where the scan's whole output is saved when it is not."""
+    hits = sorted((p, n) for p, numbers in facts.todo_at.items() for n in numbers)
+    cut = "; the search output was cut, there may be more" if facts.todo_cut else ""
+    out = [f"## TODO / FIXME / XXX ({max(facts.todo_count, len(hits))} found in {len(facts.todo_at)} files{cut})", ""]
+    if any((p, n) not in facts.todo_text for p, n in hits):
+        where = f"`{facts.todo_saved}`" if facts.todo_saved else "`transcript.jsonl` (the grep call's result)"
+        out += [f"The text of every line is in the job directory's {where}; lines shown here without "
+                "their text are listed by file and line.", ""]
+    for p, n in hits:
+        text = facts.todo_text.get((p, n))
+        out.append(f"- `{p}:{n}: {text}`" if text is not None else f"- `{p}:{n}`")
+    return out if hits else out + ["(none)"]
+
+
 def _call_id(messages: list[Message], name: str, args: dict[str, Any], k: int) -> str:
     seed = json.dumps([len(messages), messages[-1] if messages else None, name, args, k], sort_keys=True,
                       default=str)
     return "toolu_off_" + hashlib.sha256(seed.encode()).hexdigest()[:20]
+
+
+def _summary_notes(messages: list[Message]) -> set[str]:
+    """The note lines that summaries in view carry."""
+    return {line.rstrip() for m in messages if m["role"] == "user" and is_summary(text_of(m))
+            for line in text_of(m).split("\n") if line.startswith("- ")}
 
 
 def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -> tuple[list[dict[str, Any]], str]:
@@ -485,10 +610,10 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
         calls.append(("compact", {}))
     elif pending_outline and "grep" in tool_names:
         calls += [("grep", {"pattern": OUTLINE_PATTERN, "path": os.path.join(root or "", p)})
-                  for p in pending_outline[:batch]]
-    elif facts.todos is None and todo_due and "recall" in tool_names:
+                  for p in pending_outline[:batch * OUTLINES_PER_READ]]
+    elif not facts.todo_done and todo_due and "recall" in tool_names:
         calls.append(("recall", {"path": todo_due[-1], "offset": _chain_end(facts.todo_parts)}))
-    elif facts.todos is None and "grep" in tool_names:
+    elif not facts.todo_done and "grep" in tool_names:
         calls.append(("grep", {"pattern": TODO_PATTERN}))
     if not calls and not facts.files and (facts.listing or facts.glob.seen_anything()):
         raise SurveyFailed(f"the survey of {root or 'the workspace'} read no file of the "
@@ -496,7 +621,7 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
     if not calls:
         return [{"type": "text", "text": report(facts)}], "end_turn"
     if since_checkpoint >= CHECKPOINT_EVERY or (calls[0][0] == "compact"):
-        text_parts.append(checkpoint(facts))
+        text_parts.append(checkpoint(facts, _summary_notes(messages)))
     text_parts.append(f"Next: {calls[0][0]} ({len(calls)} call{'s' if len(calls) > 1 else ''}).")
     content: list[dict[str, Any]] = [{"type": "text", "text": "\n\n".join(text_parts)}]
     for k, (name, args) in enumerate(calls):

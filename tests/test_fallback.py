@@ -1,0 +1,27 @@
+"""The deterministic fallback summary keeps notes as keyed facts, through summaries of summaries."""
+
+from __future__ import annotations
+
+from runner.compactor.fallback import fallback_summary, note_lines
+from runner.compactor.stages import summary_message
+from runner.protocol import COMPACTED
+
+
+def turn(n: int, text: str) -> list[dict]:
+    use = {"type": "tool_use", "id": f"toolu_{n}", "name": "read", "input": {"file_path": f"/w/f{n}.py"}}
+    return [{"role": "assistant", "content": [{"type": "text", "text": text}, use]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": "x"}]}]
+
+
+def test_a_newer_note_supersedes_an_older_one_with_the_same_key_through_two_summaries():
+    first = [{"role": "user", "content": "Survey."}, *turn(1, "- dir: a | | x 10 1 -\n- root: /w"),
+             *turn(2, "- dir: a | | x 10 1 -; y 20 2 3\n- dir: b | | z"), *turn(3, "Next: read.")]
+    summary = fallback_summary(first)
+    assert note_lines(first) == ["- dir: b | | z", "- dir: a | | x 10 1 -; y 20 2 3", "- root: /w"]
+    # a summary of a summary: its notes keep their order (newest first), its file list is no note
+    second = [summary_message(COMPACTED, "Survey.", summary, "transcript.jsonl"),
+              *turn(4, "- dir: b | | z 5 1 0"), *turn(5, "Next: grep.")]
+    assert "- /w/f1.py" in summary
+    assert note_lines(second) == ["- dir: b | | z 5 1 0", "- dir: a | | x 10 1 -; y 20 2 3", "- root: /w"]
+    third = fallback_summary(second)
+    assert third.count("- dir: b |") == 1 and "- dir: b | | z 5 1 0" in third
