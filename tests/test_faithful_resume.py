@@ -109,7 +109,8 @@ def test_killed_four_times_resumes_like_an_uninterrupted_run(tmp_path: Path) -> 
     _setup(killed)
     kills = 0
     argv = ["run", "jobs"]
-    for at_line in (9, 30, 50, 70):
+    lines = _lines(_run_dir(whole) / "a" / "transcript.jsonl")
+    for at_line in (lines // 8, lines * 3 // 8, lines * 5 // 8, lines * 7 // 8):
         if _start_and_kill(killed, argv, at_line):
             kills += 1
         argv = ["resume", str(_run_dir(killed))]
