@@ -117,7 +117,8 @@ class Pool:
     async def _start_one(self) -> _Worker:
         self._ids += 1
         owner = f"w{self._ids}-{secrets.token_hex(3)}"
-        handle = JobWorker.options(max_concurrency=self.config.runner.concurrency + 16,
+        handle = JobWorker.options(  # type: ignore[attr-defined]  # a @ray.remote class
+                                   max_concurrency=self.config.runner.concurrency + 16,
                                    scheduling_strategy="SPREAD").remote(self.config, self.services, owner)
         worker = _Worker(owner, handle)
         self.handles.append(handle)
@@ -194,7 +195,8 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
     progress = {s.name: JobProgress(s.name) for s in batch.specs}
     run_json = _RunJson(batch, progress)
     s = settings.summarizer
-    services = RunServices.options(name=f"runner-services-{batch.run_dir.name}-{secrets.token_hex(3)}",
+    services = RunServices.options(  # type: ignore[attr-defined]  # a @ray.remote class
+                                   name=f"runner-services-{batch.run_dir.name}-{secrets.token_hex(3)}",
                                    get_if_exists=True).remote(
         s.max_concurrent, s.requests_per_minute, summary_window_s, settings.runner.concurrency,
         batch.run_budget.limit)

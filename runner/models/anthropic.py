@@ -161,7 +161,8 @@ class AnthropicModel:
         if counts is not None:
             counts.calls += 1
         try:
-            response = await client.post(path, cast_to=httpx2.Response, content=body, options=options)
+            response = await client.post(path, cast_to=httpx2.Response, content=body,
+                                         options=options)  # type: ignore[call-overload]  # a plain RequestOptions dict
         except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as e:
             raise BackendUnusable(f"{self.client.base_url}: {e.status_code} {type(e).__name__}: "
                                   f"{one_line(e.api_message or str(e), 200)}") from e

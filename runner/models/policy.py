@@ -449,7 +449,7 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
                 last_checkpoint = assistant_turns
             _parse_notes(text, facts)
             for use in tool_uses(message):
-                uses[use.get("id")] = use
+                uses[str(use.get("id"))] = use
         else:
             _parse_notes("\n".join(b.get("text", "") for b in blocks(message) if b.get("type") == "text"), facts)
     new_notes: list[str] = []
@@ -457,9 +457,9 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
     for index, message in enumerate(messages):
         newest = index == len(messages) - 1
         for result in tool_results(message):
-            use = uses.get(result.get("tool_use_id"))
-            if use is not None:
-                _learn(facts, use, result, new_notes if newest else None, touched)
+            call = uses.get(str(result.get("tool_use_id")))
+            if call is not None:
+                _learn(facts, call, result, new_notes if newest else None, touched)
     if facts.listing is None and facts.glob.answers and not facts.glob.pending():
         facts.root = facts.glob.root
         facts.listing = facts.glob.files()  # the glob notes are the listing's notes
