@@ -170,10 +170,12 @@ class _Stop(list[anyio.CancelScope]):
 
 
 def _quietly_call(fn: Callable[..., None], *args: Any) -> None:
+    """The display failing must not end the batch (the jobs' files and run.json say what happened);
+    the failure is still reported, on stderr."""
     try:
         fn(*args)
-    except Exception:
-        pass
+    except Exception as e:
+        print(f"warning: the progress display failed: {type(e).__name__}: {e}", file=sys.stderr)
 
 
 
