@@ -1,0 +1,75 @@
+"""The batch always ends: SIGTERM or Ctrl-C (SIGINT) reaches the runner while a tool call is blocked,
+and the runner exits 130 promptly, every job ``cancelled`` with its files written, and no process of
+the blocked call left behind. Real subprocesses: the runner, the SDK over HTTP against the emulator
+(which scripts the blocking call), the tool under bubblewrap."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.emulator import EmulatorConfig, running_emulator
+from runner.emulator.config import ScriptedReply
+from runner.sandbox import bwrap_problem
+
+MARKER = "4242.17"  # sleep's argument: a process with it in its command line is the blocked call
+
+
+def _blocking_call() -> ScriptedReply:
+    use = {"type": "tool_use", "id": "toolu_block", "name": "bash", "input": {"command": f"sleep {MARKER}"}}
+    return ScriptedReply(content=[use], stop_reason="tool_use")
+
+
+def _leftovers() -> list[str]:
+    found = subprocess.run(["pgrep", "-af", f"sleep {MARKER}"], capture_output=True, text=True).stdout
+    return [line for line in found.splitlines() if "pgrep" not in line]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_the_batch_while_a_tool_blocks(tmp_path: Path, signum: int) -> None:
+    problem = bwrap_problem()
+    if problem:
+        pytest.skip(f"bubblewrap cannot start here: {problem}")
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "jobs" / "j.toml").write_text(
+        f'workspace = "{tmp_path / "ws"}"\nprompt = "Wait."\ntools = ["read", "glob", "grep", "bash"]\n'
+        "[limits]\ntimeout_s = 600\n")
+    (tmp_path / "config.toml").write_text('[runner]\nbackend = "anthropic"\n')
+    with running_emulator(EmulatorConfig(script=[_blocking_call()])) as emu:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
+        proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "jobs"], cwd=tmp_path,
+                                env={**env, "ANTHROPIC_BASE_URL": emu.base_url, "ANTHROPIC_API_KEY": "emulator"},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not _leftovers():  # the call is running (and blocked) inside the sandbox
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the blocking call never started"
+                time.sleep(0.05)
+            time.sleep(0.5)
+            proc.send_signal(signum)
+            sent = time.monotonic()
+            out, err = proc.communicate(timeout=30)
+            took = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130, err
+    assert took < 15, f"the runner took {took:.1f} s to stop"  # a bound, not a benchmark: it is ~1 s
+    [run_dir] = [p for p in (tmp_path / "runs").iterdir() if not p.is_symlink()]
+    metrics = json.loads((run_dir / "j" / "metrics.json").read_text())
+    assert metrics["status"] == "cancelled"
+    assert json.loads((run_dir / "run.json").read_text())["state"] == "interrupted"
+    assert (run_dir / "j" / "final.md").read_text().strip()
+    deadline = time.monotonic() + 5
+    while _leftovers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _leftovers() == []  # the blocked call's process tree died with its job
