@@ -22,13 +22,12 @@ from typing import Any
 from rich.console import Console
 
 from .config import ConfigError, Settings
+from .continuation import cut_transcript
 from .jobs import JobError, JobSpec, load_job, valid_name
-from .messages import Message, has_tool_use, merge_adjacent, request_problems
+from .messages import Message, has_tool_use
 from .reserve import claim
 from .rundir import hold_run_dir
 from .store import read_jsonl, write_atomic_sync
-
-TRANSCRIPT = "transcript.jsonl"
 
 
 @dataclass
@@ -40,29 +39,6 @@ class ResumePlan:
     kept: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # backend and models of the run, from run.json
-
-
-def last_complete_turn(messages: list[Message]) -> list[Message]:
-    """The longest prefix that ends after a complete turn: never on an assistant message whose tool
-    calls are unanswered, never on a final answer the job did not get to record."""
-    end = len(messages)
-    while end > 0 and messages[end - 1].get("role") == "assistant":
-        end -= 1
-    prefix = messages[:end]
-    while prefix and request_problems(prefix):
-        prefix = prefix[:-1]
-    return prefix
-
-
-def raw_lines(raw: list[Message], merged: int) -> int:
-    """How many transcript lines make up the first ``merged`` messages of ``merge_adjacent(raw)``."""
-    groups = 0
-    for i, message in enumerate(raw):
-        if i == 0 or message.get("role") != raw[i - 1].get("role"):
-            groups += 1
-            if groups > merged:
-                return i
-    return len(raw)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -145,30 +121,20 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
                               f"(`--limits-from-config` with a higher limit in config.toml); kept as it is")
             continue
         plan.specs.append(spec)
-        transcript, warnings = read_jsonl(job_dir / TRANSCRIPT)
-        plan.notes += warnings
         events, event_warnings = read_jsonl(job_dir / "events.jsonl")
         if event_warnings:  # rewrite whole, so the next append starts on a fresh line
             plan.notes += event_warnings
             write_atomic_sync(job_dir / "events.jsonl", "".join(json.dumps(e, ensure_ascii=False) + "\n"
                                                                 for e in events))
-        # a paused turn and its continuation are two lines of the transcript and one message of the history;
-        # the transcript is cut in whole lines, so context.jsonl's line numbers stay valid
-        raw = [m for m in transcript if isinstance(m, dict)]
-        history = raw[:raw_lines(raw, len(last_complete_turn(merge_adjacent(raw))))]
-        if history and history[0].get("content") == spec.prompt:
-            plan.histories[name] = history
+        cut = cut_transcript(job_dir, spec.prompt)
+        plan.notes += cut.warnings
+        history = cut.history or []
+        if cut.history:
+            plan.histories[name] = cut.history
             plan.priors[name] = metrics
-            if len(history) != len(transcript) or warnings:
-                write_atomic_sync(job_dir / TRANSCRIPT, "".join(json.dumps(m, ensure_ascii=False) + "\n"
-                                                                for m in history))
-                plan.notes.append(f"{name}: continuing from line {len(history)} of the transcript "
-                                  f"({len(transcript) - len(history)} dropped after the last complete turn)")
-            else:
-                plan.notes.append(f"{name}: continuing from line {len(history)} of the transcript")
+            plan.notes.append(f"{name}: continuing from line {len(history)} of the transcript"
+                              + (f" ({cut.dropped} dropped after the last complete turn)" if cut.dropped else ""))
         else:
-            if transcript:
-                (job_dir / TRANSCRIPT).rename(job_dir / "transcript.unusable.jsonl")
             plan.notes.append(f"{name}: no usable transcript; starting from the beginning")
         if has_tool_use(history[-1]) if history else False:
             plan.notes.append(f"{name}: warning: transcript ends on unanswered tool calls")
@@ -176,7 +142,7 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from .cli import _meta, execute, make_backend, say, settings_from, spending, warn_fallbacks
+    from .batch import execute, make_backend, run_meta, say, settings_from, spending, warn_fallbacks
     from .compactor.compactor import Compactor
     from .scheduler import Batch
 
@@ -204,7 +170,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         batch = Batch(run_dir=run_dir, specs=plan.specs, errors=plan.errors, model=model,
                       compactor=Compactor(summarizer), summary_model=settings.summarizer.model,
                       concurrency=settings.runner.concurrency, histories=plan.histories, priors=plan.priors,
-                      kept=plan.kept, meta={**_meta(settings, backend), "resumed": True}, **spending(settings))
+                      kept=plan.kept, meta={**run_meta(settings, backend), "resumed": True}, **spending(settings))
         return execute(batch, settings, as_json=getattr(args, "json", False))
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from runner.continuation import last_complete_turn
 from runner.messages import request_problems
-from runner.resume import last_complete_turn
 from runner.store import read_jsonl
 
 JOBS = 6

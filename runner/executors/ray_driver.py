@@ -31,9 +31,9 @@ import ray
 from ray.exceptions import RayActorError
 
 from ..config import ConfigError, Settings
+from ..continuation import TRANSCRIPT, cut_transcript
 from ..jobs import JobSpec
-from ..messages import merge_adjacent, one_line
-from ..resume import TRANSCRIPT, last_complete_turn
+from ..messages import one_line
 from ..runjob import Resumed
 from ..scheduler import (
     Batch,
@@ -60,23 +60,19 @@ def continue_point(job_dir: Path, spec: JobSpec, lost: dict[str, Any]) -> Resume
     turn (rewritten so), and its metrics so far; ``None`` to start it over (no usable transcript).
     ``events.jsonl`` gets a ``worker_lost`` line saying from which message the job continues and how
     many model turns it lost (they run again)."""
-    transcript, warnings = read_jsonl(job_dir / TRANSCRIPT)
-    events, _ = read_jsonl(job_dir / "events.jsonl")
-    history = last_complete_turn(merge_adjacent([m for m in transcript if isinstance(m, dict)]))
-    usable = bool(history) and history[0].get("content") == spec.prompt
-    kept = history if usable else []
-    rerun = sum(m.get("role") == "assistant" for m in transcript if isinstance(m, dict)) - sum(
+    before, _ = read_jsonl(job_dir / TRANSCRIPT)
+    cut = cut_transcript(job_dir, spec.prompt)
+    kept = cut.history or []
+    rerun = sum(m.get("role") == "assistant" for m in before if isinstance(m, dict)) - sum(
         m.get("role") == "assistant" for m in kept)
+    events, _ = read_jsonl(job_dir / "events.jsonl")
     events.append({"ts": time.time(), "stage": "worker_lost", "worker": lost,
                    "continue_from_message": len(kept), "turns_rerun": rerun})
     # rewritten whole: a half-written last line (the worker died mid-write) is dropped
     write_atomic_sync(job_dir / "events.jsonl", "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events))
-    if not usable:
-        if transcript:
-            (job_dir / TRANSCRIPT).replace(job_dir / "transcript.unusable.jsonl")
+    if cut.history is None:
         return None
-    if len(history) != len(transcript) or warnings:
-        write_atomic_sync(job_dir / TRANSCRIPT, "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in history))
+    history = cut.history
     try:
         prior = json.loads((job_dir / "metrics.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
