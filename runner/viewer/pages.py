@@ -11,9 +11,10 @@ from urllib.parse import quote
 
 from markdown_it import MarkdownIt
 
+from ..rundocs import EVENTS, FINAL, TRANSCRIPT, USAGE_KEYS, JobData, RunData
 from ..store import SUMMARIES, TOOL_RESULTS, safe_name
 from .charts import STAGE_COLORS, Mark, Series, bar_chart, line_chart
-from .data import USAGE_KEYS, JobData, RunData, number, read_records, read_text, totals
+from .data import number, read_records, read_text
 
 SHORT = {"tool_result_budget": "budget", "micro_compact": "micro", "fit_tool_results": "fit",
          "compact_history": "history", "compact_tool": "tool", "reactive_compact": "reactive",
@@ -63,11 +64,11 @@ def index_context(run: RunData, pages: str) -> dict[str, Any]:
     by_cost = sorted(rows, key=lambda r: -r["cost"])
     chart = bar_chart([(r["name"], r["cost"], r["status"]) for r in by_cost],
                       title="cost per job, highest first (hover a bar for the job)", y_label="USD", money=True)
-    meta = {k: run.run.get(k) for k in ("run_id", "backend", "model", "summary_model", "concurrency")
-            if run.run.get(k) is not None}
-    return {"run": run, "rows": rows, "totals": totals(run.jobs), "chart": chart, "meta": meta,
+    head = run.run.head()
+    meta = {k: head[k] for k in ("run_id", "backend", "model", "summary_model", "concurrency") if head.get(k) is not None}
+    return {"run": run, "rows": rows, "totals": run.run.totals, "chart": chart, "meta": meta,
             "estimated": any(r["estimated"] for r in rows), "statuses": sorted({r["status"] for r in rows}),
-            "problems": run.problems, "title": f"run {run.run.get('run_id') or run.dir.name}"}
+            "problems": run.problems, "title": f"run {run.run.run_id or run.dir.name}"}
 
 
 def _text(content: Any) -> str:
@@ -139,7 +140,7 @@ def _event(event: dict[str, Any], job: JobData, start: Path, problems: list[str]
 def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
     """Everything one job's page shows. ``start`` is the page's directory (links are relative to it)."""
     problems: list[str] = []
-    events = read_records(job.dir / "events.jsonl", problems)
+    events = read_records(job.dir / EVENTS, problems)
     calls: list[dict[str, Any]] = []
     timeline: dict[int, list[dict[str, Any]]] = {}  # compactions before model call n (n = calls seen + 1)
     compactions: list[dict[str, Any]] = []
@@ -180,7 +181,7 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
                                                          for c in calls], "#2ca02c")],
                                  title="cost over model calls", x_label="model call", left_label="USD", money=True,
                                  height=200))
-    transcript = read_records(job.dir / "transcript.jsonl", problems)
+    transcript = read_records(job.dir / TRANSCRIPT, problems)
     saved = _saved_outputs(job)
     items: list[dict[str, Any]] = []
     turn = 0
@@ -196,11 +197,11 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
                       "blocks": blocks})
     for rest in timeline.values():  # after the last reply (or from a run without model_call records)
         items.extend({"kind": "event", **e} for e in rest)
-    final = read_text(job.dir / "final.md", problems)
+    final = read_text(job.dir / FINAL, problems)
     usage = {k: int(job.usage(k)) for k in USAGE_KEYS}
     return {"job": job, "row": job_row(job, "."), "usage": usage, "charts": charts, "compactions": compactions,
             "items": items, "final_html": _markdown.render(final) if final is not None else None,
             "problems": problems, "index_href": index_href, "row_model": job.record.get("model") or job.spec.get("model"),
             "stage_colors": [(s, STAGE_COLORS.get(s, "#555")) for s in dict.fromkeys(e["stage"] for e in compactions)], "limits": limits, "spec": job.spec,
-            "title": f"job {job.name}", "transcript_href": link(job.dir / "transcript.jsonl", start),
+            "title": f"job {job.name}", "transcript_href": link(job.dir / TRANSCRIPT, start),
             "dir_href": link(job.dir, start)}
