@@ -155,6 +155,8 @@ class RunDocument(_Doc):
     summary_model: str | None = None
     concurrency: int | None = None
     resumed: bool | None = None
+    executor: str | None = None
+    workers: list[dict[str, Any]] | None = None  # the Ray workers started: owner, node, pid
     totals: dict[str, int | float] = Field(default_factory=dict)
     jobs: list[JobMetrics] = Field(default_factory=list)
 

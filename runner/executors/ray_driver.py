@@ -19,7 +19,6 @@ import logging
 import os
 import secrets
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,16 @@ from ray.exceptions import RayActorError
 from ..config import ConfigError, Settings
 from ..jobs import JobSpec
 from ..messages import merge_adjacent, one_line
-from ..resume import TRANSCRIPT, last_complete_turn
+from ..resume import last_complete_turn
+from ..rundocs import (
+    EVENTS,
+    TRANSCRIPT,
+    UNUSABLE_TRANSCRIPT,
+    Status,
+    WorkerLostEvent,
+    event_lines,
+    read_metrics,
+)
 from ..runjob import Resumed
 from ..scheduler import (
     Batch,
@@ -61,27 +69,23 @@ def continue_point(job_dir: Path, spec: JobSpec, lost: dict[str, Any]) -> Resume
     ``events.jsonl`` gets a ``worker_lost`` line saying from which message the job continues and how
     many model turns it lost (they run again)."""
     transcript, warnings = read_jsonl(job_dir / TRANSCRIPT)
-    events, _ = read_jsonl(job_dir / "events.jsonl")
+    events, _ = read_jsonl(job_dir / EVENTS)
     history = last_complete_turn(merge_adjacent([m for m in transcript if isinstance(m, dict)]))
     usable = bool(history) and history[0].get("content") == spec.prompt
     kept = history if usable else []
     rerun = sum(m.get("role") == "assistant" for m in transcript if isinstance(m, dict)) - sum(
         m.get("role") == "assistant" for m in kept)
-    events.append({"ts": time.time(), "stage": "worker_lost", "worker": lost,
-                   "continue_from_message": len(kept), "turns_rerun": rerun})
+    events.append(WorkerLostEvent(worker=lost, continue_from_message=len(kept), turns_rerun=rerun).line())
     # rewritten whole: a half-written last line (the worker died mid-write) is dropped
-    write_atomic_sync(job_dir / "events.jsonl", "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events))
+    write_atomic_sync(job_dir / EVENTS, event_lines(events))
     if not usable:
         if transcript:
-            (job_dir / TRANSCRIPT).replace(job_dir / "transcript.unusable.jsonl")
+            (job_dir / TRANSCRIPT).replace(job_dir / UNUSABLE_TRANSCRIPT)
         return None
     if len(history) != len(transcript) or warnings:
         write_atomic_sync(job_dir / TRANSCRIPT, "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in history))
-    try:
-        prior = json.loads((job_dir / "metrics.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        prior = {}
-    return Resumed(history, prior if isinstance(prior, dict) else {})
+    prior = read_metrics(job_dir)
+    return Resumed(history, prior.to_json() if prior else {})
 
 
 def worker_config(batch: Batch, settings: Settings) -> WorkerConfig:
@@ -206,7 +210,7 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
 
     async def run_one(spec: JobSpec) -> None:
         async with limiter:
-            result = JobResult(spec.name, "cancelled", error="cancelled before it started", model=spec.model)
+            result = JobResult(spec.name, Status.CANCELLED, error="cancelled before it started", model=spec.model)
             if stopping.is_set():
                 out.results[spec.name] = run_json.results[spec.name] = result
                 return
@@ -227,7 +231,7 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
                             result.error = "cancelled; its worker died"
                             break
                         if attempt == MAX_REQUEUES:
-                            result = JobResult(spec.name, "failed", model=spec.model, error=one_line(
+                            result = JobResult(spec.name, Status.FAILED, model=spec.model, error=one_line(
                                 f"its Ray worker died {attempt + 1} times; last: {type(e).__name__}"))
                             break
                         resumed = await anyio.to_thread.run_sync(continue_point, batch.run_dir / spec.name, spec,
@@ -293,7 +297,7 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
             for spec in batch.specs:
                 if spec.name not in out.results:
                     out.results[spec.name] = run_json.results[spec.name] = JobResult(
-                        spec.name, "cancelled", error="cancelled before it started", model=spec.model)
+                        spec.name, Status.CANCELLED, error="cancelled before it started", model=spec.model)
             run_json.finished = True
             run_json.interrupted = out.interrupted
             await _quietly(run_json.write(force=True))
