@@ -132,7 +132,7 @@ class LiveDisplay:
         for column in ("job", "status", "turns", "context chars", "compactions", "cost $", "elapsed"):
             table.add_column(column, justify="left" if column in ("job", "status") else "right",
                              no_wrap=True, overflow="ellipsis", max_width=30 if column == "job" else None)
-        active = [p for p in self.tally.progress.values() if p.status == "running"]
+        active = [p for p in self.tally.progress.values() if p.status == Status.RUNNING]
         now = time.time()
         for p in active[:30]:
             table.add_row(Text(p.name), p.status, str(p.turns), f"{p.context_chars:,}", str(p.compactions),

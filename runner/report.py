@@ -15,7 +15,7 @@ from .rundocs import RUN_JSON, Status, load_run, metrics_of
 SHORT = {"tool_result_budget": "budget", "micro_compact": "micro", "fit_tool_results": "fit",
          "compact_history": "history", "compact_tool": "tool", "reactive_compact": "reactive",
          "server_compaction": "server"}
-STATUS_STYLE = {Status.SUCCEEDED: "green", Status.FAILED: "red", Status.TIMEOUT: "yellow", Status.MAX_TURNS: "yellow",
+STATUS_STYLE: dict[str, str] = {Status.SUCCEEDED: "green", Status.FAILED: "red", Status.TIMEOUT: "yellow", Status.MAX_TURNS: "yellow",
                 Status.BUDGET_EXCEEDED: "yellow", Status.STUCK: "yellow", Status.CANCELLED: "magenta",
                 Status.RUNNING: "cyan", Status.QUEUED: "dim", Status.NOT_STARTED: "dim"}
 

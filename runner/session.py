@@ -46,7 +46,6 @@ from .rundocs import (
     ModelCallEvent,
     RetriesEvent,
     Status,
-    UsageCounts,
     metrics_of,
 )
 from .safe_request import api_valid
@@ -79,7 +78,7 @@ class JobProgress:
     """What the live display shows for a job; updated by its session."""
 
     name: str
-    status: str = "queued"
+    status: str = Status.QUEUED
     turns: int = 0
     context_chars: int = 0
     compactions: int = 0
@@ -108,12 +107,13 @@ class JobResult:
 
     def metrics(self) -> JobMetrics:
         """The job's ``metrics.json`` (and its row in ``run.json``)."""
-        return JobMetrics(
-            job=self.name, status=self.status, model=self.model, turns=self.turns, wall_s=round(self.wall_s, 3),
-            usage=UsageCounts(**self.usage.to_json()), summarizer_usage=UsageCounts(**self.summarizer_usage.to_json()),
-            usage_estimated=self.estimated, cost_usd=round(self.cost_usd, 6),
-            compactions=dict(sorted(self.compactions.items())), persisted_bytes=self.persisted_bytes,
-            **self.wire.to_json(), error=self.error, **({"worker": self.worker} if self.worker else {}))
+        return JobMetrics.model_validate({
+            "job": self.name, "status": self.status, "model": self.model, "turns": self.turns,
+            "wall_s": round(self.wall_s, 3), "usage": self.usage.to_json(),
+            "summarizer_usage": self.summarizer_usage.to_json(), "usage_estimated": self.estimated,
+            "cost_usd": round(self.cost_usd, 6), "compactions": dict(sorted(self.compactions.items())),
+            "persisted_bytes": self.persisted_bytes, **self.wire.to_json(), "error": self.error,
+            **({"worker": self.worker} if self.worker else {})})
 
     def to_json(self) -> dict[str, Any]:
         return self.metrics().to_json()

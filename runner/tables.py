@@ -16,7 +16,7 @@ from rich.text import Text
 from .report import STATUS_STYLE, run_table
 from .rundocs import Status
 
-NARROW_STATUS = {Status.BUDGET_EXCEEDED: "budget", Status.SUCCEEDED: "ok"}
+NARROW_STATUS: dict[str, str] = {Status.BUDGET_EXCEEDED: "budget", Status.SUCCEEDED: "ok"}
 
 
 def _tokens(n: float) -> str:

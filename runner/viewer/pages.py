@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from markdown_it import MarkdownIt
 
-from ..rundocs import EVENTS, FINAL, TRANSCRIPT, USAGE_KEYS, JobData, RunData
+from ..rundocs import EVENTS, FINAL, TRANSCRIPT, USAGE_KEYS, JobData, ModelCallEvent, RunData, parse_event
 from ..store import SUMMARIES, TOOL_RESULTS, safe_name
 from .charts import STAGE_COLORS, Mark, Series, bar_chart, line_chart
 from .data import number, read_records, read_text
@@ -140,18 +140,21 @@ def _event(event: dict[str, Any], job: JobData, start: Path, problems: list[str]
 def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
     """Everything one job's page shows. ``start`` is the page's directory (links are relative to it)."""
     problems: list[str] = []
-    events = read_records(job.dir / EVENTS, problems)
-    calls: list[dict[str, Any]] = []
+    calls: list[ModelCallEvent] = []
     timeline: dict[int, list[dict[str, Any]]] = {}  # compactions before model call n (n = calls seen + 1)
     compactions: list[dict[str, Any]] = []
     marks: list[Mark] = []
     chars: list[tuple[float, float]] = []  # the size sent to each call, and each compaction's drop before it
-    for event in events:
-        if event.get("stage") == "model_call":
+    for record in read_records(job.dir / EVENTS, problems):
+        event, problem = parse_event(record, str(job.dir / EVENTS))
+        if problem:  # a line of a known kind without its fields: named, and left out of the charts
+            problems.append(problem)
+            continue
+        if isinstance(event, ModelCallEvent):
             calls.append(event)
-            chars.append((number(event.get("turn")), number(event.get("chars"))))
+            chars.append((event.turn, event.chars))
         else:
-            shown = _event(event, job, start, problems)
+            shown = _event(event.line(), job, start, problems)
             shown["before_call"] = len(calls) + 1
             compactions.append(shown)
             if shown["chars_before"] or shown["chars_after"]:
@@ -162,8 +165,8 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
     limits = job.limits()
     char_limit = number(limits.get("context_char_limit"))
     token_limit = number(limits.get("context_token_limit"))
-    tokens = [(number(c.get("turn")), number(c.get("tokens"))) for c in calls if number(c.get("tokens"))]
-    estimated = any(c.get("estimated") for c in calls)
+    tokens: list[tuple[float, float]] = [(c.turn, c.tokens) for c in calls if c.tokens]
+    estimated = any(c.estimated for c in calls)
     token_label = "tokens" + (" (estimated)" if estimated else "")
     series = [Series("characters of the messages (each compaction's drop drawn at its mark)",
                      chars if calls else [], "#1f77b4")]
@@ -177,8 +180,7 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
         charts.append(line_chart(series, title="context before each model call; lines mark compactions",
                                  x_label="model call", left_label="characters",
                                  right_label=token_label if tokens else "", limits=limit_lines, marks=marks))
-        charts.append(line_chart([Series("cost so far", [(number(c.get("turn")), number(c.get("cost_usd")))
-                                                         for c in calls], "#2ca02c")],
+        charts.append(line_chart([Series("cost so far", [(c.turn, c.cost_usd) for c in calls], "#2ca02c")],
                                  title="cost over model calls", x_label="model call", left_label="USD", money=True,
                                  height=200))
     transcript = read_records(job.dir / TRANSCRIPT, problems)
