@@ -152,7 +152,7 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
         run_json.interrupted = out.interrupted
         with anyio.CancelScope(shield=True):
             await _quietly(final_write(batch.run_dir, lambda: run_json.write(force=True),
-                                       lambda: overwrite(batch.run_dir / RUN_JSON, _json(run_json.document())),
+                                       lambda: overwrite(batch.run_dir / RUN_JSON, run_json_text(run_json.document())),
                                        RUN_RESERVE))
             release(batch.run_dir, JOBS_RESERVE)
             release(batch.run_dir, RUN_RESERVE)
@@ -229,7 +229,7 @@ class _RunJson:
             if not force and time.monotonic() - self._last_write < MIN_INTERVAL_S:
                 return  # another writer did it while this one waited
             self._last_write = time.monotonic()
-            await write_atomic(self.batch.run_dir / RUN_JSON, _json(self.document()))
+            await write_atomic(self.batch.run_dir / RUN_JSON, run_json_text(self.document()))
 
     def document(self) -> RunDocument:
         jobs: list[JobMetrics] = []
@@ -250,7 +250,3 @@ class _RunJson:
         state = RunState.INTERRUPTED if self.interrupted else (RunState.FINISHED if self.finished else RunState.RUNNING)
         return RunDocument(run_id=self.batch.run_dir.name, state=state, started=self.started, updated=time.time(),
                            **self.batch.meta, totals=totals_of(jobs), jobs=jobs)
-
-
-def _json(doc: RunDocument) -> str:
-    return run_json_text(doc)
