@@ -34,8 +34,10 @@ from .rundocs import (
     RUN_JSON,
     TRANSCRIPT,
     UNUSABLE_TRANSCRIPT,
+    JobMetrics,
     Status,
     event_lines,
+    metrics_of,
     read_json,
     read_metrics,
 )
@@ -47,8 +49,8 @@ class ResumePlan:
     specs: list[JobSpec] = field(default_factory=list)
     errors: list[JobError] = field(default_factory=list)
     histories: dict[str, list[Message]] = field(default_factory=dict)
-    priors: dict[str, dict[str, Any]] = field(default_factory=dict)
-    kept: dict[str, dict[str, Any]] = field(default_factory=dict)
+    priors: dict[str, JobMetrics] = field(default_factory=dict)  # metrics.json of each job continued
+    kept: dict[str, JobMetrics] = field(default_factory=dict)  # metrics of each job not rerun
     notes: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # backend and models of the run, from run.json
 
@@ -108,19 +110,18 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
             plan.notes.append(f"{run_json}: job name {name!r} is not a valid job name; skipped")
             continue
         job_dir = run_dir / name
-        read = read_metrics(job_dir)
-        metrics = read.to_json() if read else {}
-        status = read.status if read else ""
-        if status == Status.SUCCEEDED and (job_dir / FINAL).exists():  # metrics.json is written last
+        metrics = read_metrics(job_dir)
+        status = metrics.status if metrics else ""
+        if metrics and status == Status.SUCCEEDED and (job_dir / FINAL).exists():  # metrics.json is written last
             plan.kept[name] = metrics
             continue
         if only and name not in only:
-            plan.kept[name] = metrics or dict(entry)
+            plan.kept[name] = metrics or metrics_of(entry, str(run_json))
             continue
         job_json = job_dir / JOB_JSON
         job, _ = read_json(job_json)
         if not isinstance(job, dict):
-            source = Path(entry.get("source") or metrics.get("source") or "")
+            source = Path(entry.get("source") or (metrics.source if metrics else None) or "")
             loaded = load_job(source, settings) if source.is_file() else JobError(
                 name, source, (f"{job_dir}: no job.json and no task file to load it from",))
             if isinstance(loaded, JobSpec) and loaded.name != name:
@@ -144,7 +145,7 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
             if isinstance(fresh, JobSpec) and fresh.name == spec.name:
                 spec = dataclasses.replace(spec, limits=fresh.limits)
                 plan.notes.append(f"{name}: limits from today's config and task file")
-        if status in LIMIT_STATUSES and not (
+        if metrics and status in LIMIT_STATUSES and not (
                 limits_from_config and _limit_raised(JobSpec.from_json(job), spec, status)):
             plan.kept[name] = metrics
             plan.notes.append(f"{name}: ended {status} and its limit was not raised "
@@ -163,7 +164,8 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
         history = raw[:raw_lines(raw, len(last_complete_turn(merge_adjacent(raw))))]
         if history and history[0].get("content") == spec.prompt:
             plan.histories[name] = history
-            plan.priors[name] = metrics
+            if metrics:
+                plan.priors[name] = metrics
             if len(history) != len(transcript) or warnings:
                 write_atomic_sync(job_dir / TRANSCRIPT, "".join(json.dumps(m, ensure_ascii=False) + "\n"
                                                                 for m in history))

@@ -13,14 +13,13 @@ import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .compactor.compactor import Compactor
 from .jobs import JobSpec
 from .messages import Message, one_line
 from .models.base import BackendUnusable, Model
 from .pricing import PriceTable
-from .rundocs import Status
+from .rundocs import JobMetrics, Status
 from .services import Budget, RunBudget
 from .session import JobProgress, JobResult, Session
 from .store import JobStore
@@ -42,7 +41,7 @@ class Resumed:
     """Where a resumed job continues: its history so far and what it had spent."""
 
     history: list[Message]
-    prior: dict[str, Any]
+    prior: JobMetrics | None  # its metrics.json so far, if it had one
 
 
 async def run_job(spec: JobSpec, run_dir: Path, services: Services, progress: JobProgress | None = None,

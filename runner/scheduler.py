@@ -36,7 +36,6 @@ from .rundocs import (
     RunDocument,
     RunState,
     Status,
-    metrics_of,
     run_json_text,
     totals_of,
 )
@@ -89,8 +88,8 @@ class Batch:
     concurrency: int
     errors: list[JobError] = field(default_factory=list)
     histories: dict[str, list[Message]] = field(default_factory=dict)
-    priors: dict[str, dict[str, Any]] = field(default_factory=dict)  # metrics of resumed jobs so far
-    kept: dict[str, dict[str, Any]] = field(default_factory=dict)  # earlier results of jobs not rerun
+    priors: dict[str, JobMetrics] = field(default_factory=dict)  # metrics of resumed jobs so far
+    kept: dict[str, JobMetrics] = field(default_factory=dict)  # earlier results of jobs not rerun
     meta: dict[str, Any] = field(default_factory=dict)
     handle_signals: bool = True
     run_budget: Budget = field(default_factory=RunBudget)
@@ -99,7 +98,7 @@ class Batch:
 
 async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult:
     display = display or NoDisplay()
-    out = BatchResult(batch.run_dir, kept_ok=all(m.get("status") == Status.SUCCEEDED for m in batch.kept.values()))
+    out = BatchResult(batch.run_dir, kept_ok=all(m.status == Status.SUCCEEDED for m in batch.kept.values()))
     progress = {s.name: JobProgress(s.name) for s in batch.specs}
     run_json = _RunJson(batch, progress)
     limiter = anyio.CapacityLimiter(batch.concurrency)
@@ -113,7 +112,7 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
                 display.job_started(progress[spec.name])
                 await _quietly(run_json.write())
                 history = batch.histories.get(spec.name)
-                resumed = Resumed(history, batch.priors.get(spec.name) or {}) if history else None
+                resumed = Resumed(history, batch.priors.get(spec.name)) if history else None
                 await run_job(spec, batch.run_dir, services, progress[spec.name], resumed, result)
             except BackendUnusable as e:  # no job can run: stop the batch now, the rest stays not_started
                 out.fatal = out.fatal or str(e)
@@ -240,7 +239,7 @@ class _RunJson:
             if name in self.results:
                 job = self.results[name].metrics()
             elif name in self.batch.kept:
-                job = metrics_of(self.batch.kept[name])
+                job = self.batch.kept[name].model_copy()
             else:
                 p = self.progress[name]
                 job = JobMetrics(job=name, status=p.status, turns=p.turns)

@@ -46,7 +46,6 @@ from .rundocs import (
     ModelCallEvent,
     RetriesEvent,
     Status,
-    metrics_of,
 )
 from .safe_request import api_valid
 from .services import Budget, RunBudget
@@ -131,7 +130,7 @@ class Session:
 
     def __init__(self, spec: JobSpec, model: Model, compactor: Compactor, store: JobStore, summary_model: str,
                  progress: JobProgress | None = None, history: list[Message] | None = None,
-                 prior: dict[str, Any] | None = None, run_budget: Budget | None = None,
+                 prior: JobMetrics | None = None, run_budget: Budget | None = None,
                  prices: PriceTable | None = None, result: JobResult | None = None):
         self.spec = spec
         self.model = model
@@ -151,14 +150,13 @@ class Session:
         self._most_output = 0
         self._tools: list[dict[str, Any]] = []
         self.prices = prices or DEFAULT_TABLE
-        if prior:  # a resumed job keeps what it already spent
-            before = metrics_of(prior)
-            self.result.usage = Usage(**before.usage.model_dump())
-            self.state.summarizer_usage = Usage(**before.summarizer_usage.model_dump())
-            self.state.compactions.update(before.compactions)
-            self.state.persisted_bytes = before.persisted_bytes
-            self.result.estimated = before.usage_estimated
-            self.result.wire = WireCounts.from_json(prior)
+        if prior is not None:  # a resumed job keeps what it already spent
+            self.result.usage = Usage(**prior.usage.model_dump())
+            self.state.summarizer_usage = Usage(**prior.summarizer_usage.model_dump())
+            self.state.compactions.update(prior.compactions)
+            self.state.persisted_bytes = prior.persisted_bytes
+            self.result.estimated = prior.usage_estimated
+            self.result.wire = WireCounts.from_json(prior.model_dump())
         self.wire = self.result.wire
 
     async def run(self) -> JobResult:

@@ -84,8 +84,7 @@ def continue_point(job_dir: Path, spec: JobSpec, lost: dict[str, Any]) -> Resume
         return None
     if len(history) != len(transcript) or warnings:
         write_atomic_sync(job_dir / TRANSCRIPT, "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in history))
-    prior = read_metrics(job_dir)
-    return Resumed(history, prior.to_json() if prior else {})
+    return Resumed(history, read_metrics(job_dir))
 
 
 def worker_config(batch: Batch, settings: Settings) -> WorkerConfig:
@@ -218,7 +217,7 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
                 display.job_started(progress[spec.name])
                 await run_json.write()
                 history = batch.histories.get(spec.name)
-                resumed = Resumed(history, batch.priors.get(spec.name) or {}) if history else None
+                resumed = Resumed(history, batch.priors.get(spec.name)) if history else None
                 for attempt in range(MAX_REQUEUES + 1):
                     worker = pool.pick()
                     worker.load += 1
