@@ -314,7 +314,10 @@ def lenient(model: type[M], data: Any, where: str) -> tuple[M | None, list[str]]
     field (file and field). ``None`` when ``data`` is not an object at all."""
     if not isinstance(data, dict):
         return None, [f"{where}: expected an object, got {type(data).__name__}"]
-    data = copy.deepcopy(data)
+    try:
+        return model.model_validate(data), []
+    except ValidationError:
+        data = copy.deepcopy(data)  # the damaged fields are dropped from a copy, never from the caller's
     problems: list[str] = []
     for _ in range(64):
         try:
