@@ -18,6 +18,7 @@ from rich.markup import escape
 from .config import ConfigError, RunnerSection, Settings, load_settings
 from .jobs import JobSpec
 from .report import clean_job, load_report, totals_line, totals_of
+from .rundocs import run_document
 from .tables import fitting_table
 
 if TYPE_CHECKING:  # the scheduler pulls in the SDK (~1.5 s); `validate` and `report` do not need it
@@ -134,7 +135,6 @@ def execute(batch: Batch, settings: Settings, as_json: bool = False) -> int:
 
     from .display import make_display
     from .scheduler import BatchResult, run_batch
-    from .viewer.data import run_document
 
     if settings.runner.executor == "ray":
         from .executors.ray_driver import run_on_ray

@@ -32,6 +32,7 @@ from .jobs import JobError, JobSpec, find_task_files, load_jobs
 from .report import load_report, totals_line
 from .reserve import claim
 from .rundir import hold_run_dir
+from .rundocs import RUN_JSON, Status, is_run_dir, run_document
 from .tables import fitting_table
 
 if TYPE_CHECKING:  # the scheduler pulls in the SDK (~1.5 s); `validate` and `report` do not need it
@@ -245,25 +246,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     out.print(fitting_table(document["jobs"], escape(f"run {args.run_dir} ({document['state']})"), out.width))
     totals = document["totals"]
     out.print(totals_line(document), highlight=False)
-    return 0 if totals["jobs"] and totals.get("succeeded", 0) == totals["jobs"] else 1
+    return 0 if totals["jobs"] and totals.get(Status.SUCCEEDED, 0) == totals["jobs"] else 1
 
 
 def report_json(run_dir: Path) -> int:
-    from .viewer.data import run_document
-
-    if not (run_dir / "run.json").exists() and not any(run_dir.glob("*/metrics.json")):
-        raise ConfigError([f"{run_dir / 'run.json'}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
+    if not is_run_dir(run_dir):
+        raise ConfigError([f"{run_dir / RUN_JSON}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
     document = run_document(run_dir)
     print(json.dumps(document, ensure_ascii=False, indent=1))
     totals = document["totals"]
-    return 0 if totals["succeeded"] == totals["jobs"] else 1
+    return 0 if totals[Status.SUCCEEDED] == totals["jobs"] else 1
 
 
 def cmd_view(args: argparse.Namespace) -> int:
     from .viewer import write_view
 
-    if not (args.run_dir / "run.json").exists() and not any(args.run_dir.glob("*/metrics.json")):
-        raise ConfigError([f"{args.run_dir / 'run.json'}: not found; is {args.run_dir} a run directory "
+    if not is_run_dir(args.run_dir):
+        raise ConfigError([f"{args.run_dir / RUN_JSON}: not found; is {args.run_dir} a run directory "
                            "(runs/<run-id>)?"])
     if args.serve:
         from .viewer.serve import serve

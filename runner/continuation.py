@@ -15,10 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .messages import Message, merge_adjacent, request_problems
+from .rundocs import TRANSCRIPT, UNUSABLE_TRANSCRIPT
 from .store import read_jsonl, write_atomic_sync
-
-TRANSCRIPT = "transcript.jsonl"
-UNUSABLE = "transcript.unusable.jsonl"
 
 
 def last_complete_turn(messages: list[Message]) -> list[Message]:
@@ -64,7 +62,7 @@ def cut_transcript(job_dir: Path, prompt: str) -> Continuation:
     history = raw[:raw_lines(raw, len(last_complete_turn(merge_adjacent(raw))))]
     if not history or history[0].get("content") != prompt:
         if transcript:
-            (job_dir / TRANSCRIPT).replace(job_dir / UNUSABLE)
+            (job_dir / TRANSCRIPT).replace(job_dir / UNUSABLE_TRANSCRIPT)
         return Continuation(None, len(transcript), warnings)
     if len(history) != len(transcript) or warnings:
         write_atomic_sync(job_dir / TRANSCRIPT, "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in history))

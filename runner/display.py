@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from .rundocs import Status
 from .services import Budget
 from .session import JobProgress, JobResult
 
@@ -74,8 +75,8 @@ class Tally:
         # a job's result is the truth once it ended; its progress until then
         counts: Counter[str] = Counter(self.results[n].status if n in self.results else p.status for n, p in self.progress.items())
         parts = [f"{len(self.results)}/{len(self.progress)} done"]
-        parts += [f"{n} {s}" for s, n in sorted(counts.items()) if n and s not in ("succeeded",)] + (
-            [f"{counts['succeeded']} succeeded"] if counts["succeeded"] else [])
+        parts += [f"{n} {s}" for s, n in sorted(counts.items()) if n and s != Status.SUCCEEDED] + (
+            [f"{counts[Status.SUCCEEDED]} {Status.SUCCEEDED}"] if counts[Status.SUCCEEDED] else [])
         eta = self.eta_s(now)
         parts.append(f"ETA {_clock(eta)}" if eta is not None else "ETA -")
         cost = sum(p.cost_usd for p in self.progress.values())
@@ -131,7 +132,7 @@ class LiveDisplay:
         for column in ("job", "status", "turns", "context chars", "compactions", "cost $", "elapsed"):
             table.add_column(column, justify="left" if column in ("job", "status") else "right",
                              no_wrap=True, overflow="ellipsis", max_width=30 if column == "job" else None)
-        active = [p for p in self.tally.progress.values() if p.status == "running"]
+        active = [p for p in self.tally.progress.values() if p.status == Status.RUNNING]
         now = time.time()
         for p in active[:30]:
             table.add_row(Text(p.name), p.status, str(p.turns), f"{p.context_chars:,}", str(p.compactions),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .compactor.fallback import fallback_summary
 from .messages import Message
+from .rundocs import Status
 
 FALLBACK_CHARS = 20_000
 
@@ -20,7 +21,7 @@ def partial_header(status: str, reason: str | None) -> str:
 def final_markdown(status: str, reason: str | None, answer: str | None, history: list[Message]) -> str:
     """The text of ``final.md``: ``answer`` as it is for a job that succeeded; otherwise the partial
     header over ``answer`` (the last call's report) or, without one, a summary built from the history."""
-    if status == "succeeded" and answer is not None:
+    if status == Status.SUCCEEDED and answer is not None:
         return answer
     body = answer if answer and answer.strip() else (
         "No report could be asked of the model; this summary was built from the conversation itself.\n\n"

@@ -30,13 +30,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .config import ConfigError, Limits, Settings, describe_errors, read_toml
+from .rundocs import RUN_JSON
 from .sandbox import bwrap_problem
 
 ToolName = Literal["read", "glob", "grep", "bash", "write", "edit"]
 DEFAULT_TOOLS: tuple[ToolName, ...] = ("read", "glob", "grep")
 MAX_PROMPT_CHARS = 200_000
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-RESERVED_NAMES = frozenset({"run.json"})  # the run directory's own files
+RESERVED_NAMES = frozenset({RUN_JSON})  # the run directory's own files
 
 
 class TaskFile(BaseModel):

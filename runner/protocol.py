@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .rundocs import TRANSCRIPT
+
 # --- a persisted output: the marker that replaces a large result, with a preview ------------------
 
 PERSISTED_TAG = "<persisted-output>"
@@ -75,7 +77,7 @@ def archived_marker(count: int, where: str) -> str:
 
 
 def transcript_range(first: int, last: int) -> str:
-    return f"transcript.jsonl messages {first}-{last}"
+    return f"{TRANSCRIPT} messages {first}-{last}"
 
 
 # --- summaries: the message that replaces summarized history --------------------------------------

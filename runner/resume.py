@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,19 @@ from .jobs import JobError, JobSpec, load_job, valid_name
 from .messages import Message, has_tool_use
 from .reserve import claim
 from .rundir import hold_run_dir
+from .rundocs import (
+    EVENTS,
+    FINAL,
+    JOB_JSON,
+    LIMIT_STATUSES,
+    RUN_JSON,
+    JobMetrics,
+    Status,
+    event_lines,
+    metrics_of,
+    read_json,
+    read_metrics,
+)
 from .store import read_jsonl, write_atomic_sync
 
 
@@ -35,26 +47,20 @@ class ResumePlan:
     specs: list[JobSpec] = field(default_factory=list)
     errors: list[JobError] = field(default_factory=list)
     histories: dict[str, list[Message]] = field(default_factory=dict)
-    priors: dict[str, dict[str, Any]] = field(default_factory=dict)
-    kept: dict[str, dict[str, Any]] = field(default_factory=dict)
+    priors: dict[str, JobMetrics] = field(default_factory=dict)  # metrics.json of each job continued
+    kept: dict[str, JobMetrics] = field(default_factory=dict)  # metrics of each job not rerun
     notes: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # backend and models of the run, from run.json
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _limit_raised(old: JobSpec, new: JobSpec, status: str) -> bool:
     """Whether today's limits lift the limit a job ended on."""
-    if status == "budget_exceeded":
+    if status == Status.BUDGET_EXCEEDED:
         return old.limits.max_cost_usd is not None and (
             new.limits.max_cost_usd is None or new.limits.max_cost_usd > old.limits.max_cost_usd)
-    if status == "max_turns":
+    if status == Status.MAX_TURNS:
         return new.limits.max_turns > old.limits.max_turns
     return True
 
@@ -65,31 +71,34 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
     ``limits_from_config``, the limits of today's config and task file. A job that ended on a limit
     (``budget_exceeded``, ``max_turns``) is kept as it is unless that limit was raised. Every name read
     from disk is checked before it becomes a path."""
-    run = _read_json(run_dir / "run.json")
-    if run is None:
-        raise ConfigError([f"{run_dir / 'run.json'}: missing or unreadable; is {run_dir} a run directory?"])
+    run_json = run_dir / RUN_JSON
+    run, problem = read_json(run_json)
+    if not isinstance(run, dict):
+        raise ConfigError([problem or f"{run_json}: missing or no object; is {run_dir} a run directory?"])
     entries = [e for e in run.get("jobs", []) if isinstance(e, dict)] if isinstance(run.get("jobs"), list) else []
     names = [e.get("job") for e in entries]
     unknown = [n for n in only or [] if n not in names]
     if unknown:
-        raise ConfigError([f"--only: no job named {n!r} in {run_dir / 'run.json'}" for n in unknown])
+        raise ConfigError([f"--only: no job named {n!r} in {run_json}" for n in unknown])
     plan = ResumePlan(meta={k: run[k] for k in ("backend", "model", "summary_model") if k in run})
     for entry in entries:
         name = entry.get("job")
         if not isinstance(name, str) or not valid_name(name):
-            plan.notes.append(f"{run_dir / 'run.json'}: job name {name!r} is not a valid job name; skipped")
+            plan.notes.append(f"{run_json}: job name {name!r} is not a valid job name; skipped")
             continue
         job_dir = run_dir / name
-        metrics = _read_json(job_dir / "metrics.json") or {}
-        if metrics.get("status") == "succeeded" and (job_dir / "final.md").exists():  # metrics.json is written last
+        metrics = read_metrics(job_dir)
+        status = metrics.status if metrics else ""
+        if metrics and status == Status.SUCCEEDED and (job_dir / FINAL).exists():  # metrics.json is written last
             plan.kept[name] = metrics
             continue
         if only and name not in only:
-            plan.kept[name] = metrics or dict(entry)
+            plan.kept[name] = metrics or metrics_of(entry, str(run_json))
             continue
-        job = _read_json(job_dir / "job.json")
-        if job is None:
-            source = Path(entry.get("source") or metrics.get("source") or "")
+        job_json = job_dir / JOB_JSON
+        job, _ = read_json(job_json)
+        if not isinstance(job, dict):
+            source = Path(entry.get("source") or (metrics.source if metrics else None) or "")
             loaded = load_job(source, settings) if source.is_file() else JobError(
                 name, source, (f"{job_dir}: no job.json and no task file to load it from",))
             if isinstance(loaded, JobSpec) and loaded.name != name:
@@ -102,36 +111,35 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
         try:
             spec = JobSpec.from_json(job)
         except (KeyError, ValueError, TypeError, AttributeError) as e:
-            plan.errors.append(JobError(name, job_dir / "job.json", (f"{job_dir / 'job.json'}: unreadable: {e}",)))
+            plan.errors.append(JobError(name, job_json, (f"{job_json}: unreadable: {e}",)))
             continue
         if spec.name != name:  # a job.json may not send its job anywhere but its own directory
-            plan.errors.append(JobError(name, job_dir / "job.json", (
-                f"{job_dir / 'job.json'}: name: expected {name!r} (the job's directory), got {spec.name!r}",)))
+            plan.errors.append(JobError(name, job_json, (
+                f"{job_json}: name: expected {name!r} (the job's directory), got {spec.name!r}",)))
             continue
-        status = str(metrics.get("status") or "")
         if limits_from_config:
             fresh = load_job(spec.source, settings) if spec.source.is_file() else None
             if isinstance(fresh, JobSpec) and fresh.name == spec.name:
                 spec = dataclasses.replace(spec, limits=fresh.limits)
                 plan.notes.append(f"{name}: limits from today's config and task file")
-        if status in ("budget_exceeded", "max_turns") and not (
+        if metrics and status in LIMIT_STATUSES and not (
                 limits_from_config and _limit_raised(JobSpec.from_json(job), spec, status)):
             plan.kept[name] = metrics
             plan.notes.append(f"{name}: ended {status} and its limit was not raised "
                               f"(`--limits-from-config` with a higher limit in config.toml); kept as it is")
             continue
         plan.specs.append(spec)
-        events, event_warnings = read_jsonl(job_dir / "events.jsonl")
+        events, event_warnings = read_jsonl(job_dir / EVENTS)
         if event_warnings:  # rewrite whole, so the next append starts on a fresh line
             plan.notes += event_warnings
-            write_atomic_sync(job_dir / "events.jsonl", "".join(json.dumps(e, ensure_ascii=False) + "\n"
-                                                                for e in events))
+            write_atomic_sync(job_dir / EVENTS, event_lines(events))
         cut = cut_transcript(job_dir, spec.prompt)
         plan.notes += cut.warnings
         history = cut.history or []
         if cut.history:
             plan.histories[name] = cut.history
-            plan.priors[name] = metrics
+            if metrics:
+                plan.priors[name] = metrics
             plan.notes.append(f"{name}: continuing from line {len(history)} of the transcript"
                               + (f" ({cut.dropped} dropped after the last complete turn)" if cut.dropped else ""))
         else:
@@ -148,8 +156,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     run_dir: Path = getattr(args, "run_dir", None) or args.resume
     settings = settings_from(args, say=say)
-    if not (run_dir / "run.json").is_file():
-        raise ConfigError([f"{run_dir / 'run.json'}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
+    if not (run_dir / RUN_JSON).is_file():
+        raise ConfigError([f"{run_dir / RUN_JSON}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
     with hold_run_dir(run_dir):
         plan = plan_resume(run_dir, settings, getattr(args, "limits_from_config", False),
                            getattr(args, "only", None))
@@ -177,7 +185,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def keep_backend(run_dir: Path, meta: dict[str, Any], settings: Settings, asked: str | None) -> None:
     """A resumed run keeps the backend and models ``run.json`` names: it never switches to the offline
     model because the key is missing, and never mixes real costs with estimates."""
-    where = run_dir / "run.json"
+    where = run_dir / RUN_JSON
     backend = meta.get("backend")
     if backend not in ("anthropic", "offline"):
         if asked in ("anthropic", "offline"):
@@ -190,7 +198,7 @@ def keep_backend(run_dir: Path, meta: dict[str, Any], settings: Settings, asked:
     if backend == "anthropic" and not os.environ.get("ANTHROPIC_API_KEY"):
         raise ConfigError([f"{where}: this run used the anthropic backend; resuming it needs ANTHROPIC_API_KEY "
                            "(it is not switched to the offline model)"])
-    settings.runner.backend = backend
+    settings.runner.backend = "anthropic" if backend == "anthropic" else "offline"
     for key, section, field_name in (("model", settings.runner, "model"),
                                      ("summary_model", settings.summarizer, "model")):
         if isinstance(meta.get(key), str) and meta[key]:

@@ -15,8 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .config import ConfigError
-
-LOCK = ".lock"
+from .rundocs import LOCK
 
 
 @contextmanager

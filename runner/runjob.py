@@ -13,13 +13,13 @@ import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .compactor.compactor import Compactor
 from .jobs import JobSpec
 from .messages import Message, one_line
 from .models.base import BackendUnusable, Model
 from .pricing import PriceTable
+from .rundocs import JobMetrics, Status
 from .services import Budget, RunBudget
 from .session import JobProgress, JobResult, Session
 from .store import JobStore
@@ -41,7 +41,7 @@ class Resumed:
     """Where a resumed job continues: its history so far and what it had spent."""
 
     history: list[Message]
-    prior: dict[str, Any]
+    prior: JobMetrics | None  # its metrics.json so far, if it had one
 
 
 async def run_job(spec: JobSpec, run_dir: Path, services: Services, progress: JobProgress | None = None,
@@ -49,7 +49,7 @@ async def run_job(spec: JobSpec, run_dir: Path, services: Services, progress: Jo
     """Run ``spec`` to an ending in ``run_dir/<name>/``; return its result. ``result``, when given, is
     filled in as the job goes, so a caller that is cancelled still holds what the job did."""
     progress = progress or JobProgress(spec.name)
-    result = result or JobResult(spec.name, "running", model=spec.model)
+    result = result or JobResult(spec.name, Status.RUNNING, model=spec.model)
     result.worker = result.worker or {"node": socket.gethostname(), "pid": os.getpid()}
     try:
         store = JobStore(run_dir / spec.name)
@@ -61,6 +61,6 @@ async def run_job(spec: JobSpec, run_dir: Path, services: Services, progress: Jo
     except BackendUnusable:  # no job can run on this backend: the executor stops the batch
         raise
     except Exception as e:  # setting the job up failed (its directory, the disk): this job alone fails
-        result.status, result.error = "failed", one_line(f"could not run the job: {type(e).__name__}: {e}")
+        result.status, result.error = Status.FAILED, one_line(f"could not run the job: {type(e).__name__}: {e}")
         progress.status = result.status
     return result

@@ -10,7 +10,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import json
 import secrets
 import signal
 import sys
@@ -30,6 +29,16 @@ from .messages import Message
 from .models.base import BackendUnusable, Model
 from .pricing import PriceTable
 from .reserve import JOBS_RESERVE, RUN_RESERVE, final_write, release
+from .rundocs import (
+    METRICS,
+    RUN_JSON,
+    JobMetrics,
+    RunDocument,
+    RunState,
+    Status,
+    run_json_text,
+    totals_of,
+)
 from .runjob import Resumed, Services, run_job
 from .services import Budget, RunBudget
 from .session import JobProgress, JobResult
@@ -64,7 +73,7 @@ class BatchResult:
 
     @property
     def ok(self) -> bool:
-        return not self.interrupted and self.kept_ok and all(r.status == "succeeded" for r in self.results.values())
+        return not self.interrupted and self.kept_ok and all(r.status == Status.SUCCEEDED for r in self.results.values())
 
 
 @dataclass
@@ -79,8 +88,8 @@ class Batch:
     concurrency: int
     errors: list[JobError] = field(default_factory=list)
     histories: dict[str, list[Message]] = field(default_factory=dict)
-    priors: dict[str, dict[str, Any]] = field(default_factory=dict)  # metrics of resumed jobs so far
-    kept: dict[str, dict[str, Any]] = field(default_factory=dict)  # earlier results of jobs not rerun
+    priors: dict[str, JobMetrics] = field(default_factory=dict)  # metrics of resumed jobs so far
+    kept: dict[str, JobMetrics] = field(default_factory=dict)  # earlier results of jobs not rerun
     meta: dict[str, Any] = field(default_factory=dict)
     handle_signals: bool = True
     run_budget: Budget = field(default_factory=RunBudget)
@@ -89,7 +98,7 @@ class Batch:
 
 async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult:
     display = display or NoDisplay()
-    out = BatchResult(batch.run_dir, kept_ok=all(m.get("status") == "succeeded" for m in batch.kept.values()))
+    out = BatchResult(batch.run_dir, kept_ok=all(m.status == Status.SUCCEEDED for m in batch.kept.values()))
     progress = {s.name: JobProgress(s.name) for s in batch.specs}
     run_json = _RunJson(batch, progress)
     limiter = anyio.CapacityLimiter(batch.concurrency)
@@ -98,12 +107,12 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
 
     async def run_one(spec: JobSpec) -> None:
         async with limiter:
-            result = JobResult(spec.name, "cancelled", error="cancelled before it started", model=spec.model)
+            result = JobResult(spec.name, Status.CANCELLED, error="cancelled before it started", model=spec.model)
             try:
                 display.job_started(progress[spec.name])
                 await _quietly(run_json.write())
                 history = batch.histories.get(spec.name)
-                resumed = Resumed(history, batch.priors.get(spec.name) or {}) if history else None
+                resumed = Resumed(history, batch.priors.get(spec.name)) if history else None
                 await run_job(spec, batch.run_dir, services, progress[spec.name], resumed, result)
             except BackendUnusable as e:  # no job can run: stop the batch now, the rest stays not_started
                 out.fatal = out.fatal or str(e)
@@ -134,15 +143,15 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
         for spec in batch.specs:  # jobs that never started when the batch was cancelled
             if spec.name not in out.results:
                 out.results[spec.name] = (
-                    JobResult(spec.name, "not_started", error=f"not started: {out.fatal}", model=spec.model)
+                    JobResult(spec.name, Status.NOT_STARTED, error=f"not started: {out.fatal}", model=spec.model)
                     if out.fatal else
-                    JobResult(spec.name, "cancelled", error="cancelled before it started", model=spec.model))
+                    JobResult(spec.name, Status.CANCELLED, error="cancelled before it started", model=spec.model))
                 run_json.results[spec.name] = out.results[spec.name]
         run_json.finished = True
         run_json.interrupted = out.interrupted
         with anyio.CancelScope(shield=True):
             await _quietly(final_write(batch.run_dir, lambda: run_json.write(force=True),
-                                       lambda: overwrite(batch.run_dir / "run.json", _json(run_json.document())),
+                                       lambda: overwrite(batch.run_dir / RUN_JSON, run_json_text(run_json.document())),
                                        RUN_RESERVE))
             release(batch.run_dir, JOBS_RESERVE)
             release(batch.run_dir, RUN_RESERVE)
@@ -190,10 +199,10 @@ async def _cancel_on_signal(scope: anyio.CancelScope, mark: Callable[[], None], 
 
 
 async def _record_load_error(run_dir: Path, error: JobError) -> JobResult:
-    result = JobResult(error.name, "failed", error=error.message)
+    result = JobResult(error.name, Status.FAILED, error=error.message)
     store = JobStore(run_dir / error.name)
     await store.open()
-    await store.write_json("metrics.json", result.to_json())
+    await store.write_json(METRICS, result.to_json())
     return result
 
 
@@ -221,39 +230,24 @@ class _RunJson:
             if not force and time.monotonic() - self._last_write < MIN_INTERVAL_S:
                 return  # another writer did it while this one waited
             self._last_write = time.monotonic()
-            await write_atomic(self.batch.run_dir / "run.json", _json(self.document()))
+            await write_atomic(self.batch.run_dir / RUN_JSON, run_json_text(self.document()))
 
-    def document(self) -> dict[str, Any]:
-        jobs: list[dict[str, Any]] = []
+    def document(self) -> RunDocument:
+        jobs: list[JobMetrics] = []
         names = [*self.batch.kept, *(e.name for e in self.batch.errors), *(s.name for s in self.batch.specs)]
         sources = {**{e.name: str(e.source.absolute()) for e in self.batch.errors},
                    **{s.name: str(s.source.absolute()) for s in self.batch.specs}}
         for name in dict.fromkeys(names):
             if name in self.results:
-                job = self.results[name].to_json()
+                job = self.results[name].metrics()
             elif name in self.batch.kept:
-                job = dict(self.batch.kept[name])
+                job = self.batch.kept[name].model_copy()
             else:
                 p = self.progress[name]
-                job = {"job": name, "status": p.status, "turns": p.turns}
+                job = JobMetrics(job=name, status=p.status, turns=p.turns)
             if name in sources:
-                job["source"] = sources[name]
+                job.source = sources[name]
             jobs.append(job)
-        totals = {"jobs": len(jobs), "cost_usd": round(sum(j.get("cost_usd", 0.0) for j in jobs), 6),
-                  "turns": sum(j.get("turns", 0) for j in jobs)}
-        for status in ("succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "stuck", "cancelled",
-                       "not_started"):
-            totals[status] = sum(1 for j in jobs if j.get("status") == status)
-        for key in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
-            totals[key] = sum((j.get("usage") or {}).get(key, 0) + (j.get("summarizer_usage") or {}).get(key, 0)
-                              for j in jobs)
-        state = "interrupted" if self.interrupted else ("finished" if self.finished else "running")
-        return {"run_id": self.batch.run_dir.name, "state": state, "started": self.started,
-                "updated": time.time(), **self.batch.meta, "totals": totals, "jobs": jobs}
-
-
-def _json(doc: dict[str, Any]) -> str:
-    """run.json with one job per line: readable, and written by the C encoder (``indent`` is not)."""
-    head = {k: v for k, v in doc.items() if k != "jobs"}
-    jobs = ",\n    ".join(json.dumps(job, ensure_ascii=False) for job in doc["jobs"])
-    return json.dumps(head, ensure_ascii=False)[:-1] + f', "jobs": [\n    {jobs}\n]}}\n'
+        state = RunState.INTERRUPTED if self.interrupted else (RunState.FINISHED if self.finished else RunState.RUNNING)
+        return RunDocument(run_id=self.batch.run_dir.name, state=state, started=self.started, updated=time.time(),
+                           **self.batch.meta, totals=totals_of(jobs), jobs=jobs)

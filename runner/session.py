@@ -36,6 +36,17 @@ from .models.wire import WireCounts
 from .pricing import DEFAULT_TABLE, PriceTable
 from .protocol import NO_TOOLS, OUT_OF_TURNS
 from .reserve import final_write
+from .rundocs import (
+    EVENTS,
+    FINAL,
+    JOB_JSON,
+    METRICS,
+    JobMetrics,
+    LastCallEvent,
+    ModelCallEvent,
+    RetriesEvent,
+    Status,
+)
 from .safe_request import api_valid
 from .services import Budget, RunBudget
 from .store import JobStore
@@ -66,7 +77,7 @@ class JobProgress:
     """What the live display shows for a job; updated by its session."""
 
     name: str
-    status: str = "queued"
+    status: str = Status.QUEUED
     turns: int = 0
     context_chars: int = 0
     compactions: int = 0
@@ -93,31 +104,25 @@ class JobResult:
     worker: dict[str, Any] | None = None  # where the job ran: node and pid
     wire: WireCounts = field(default_factory=WireCounts)
 
+    def metrics(self) -> JobMetrics:
+        """The job's ``metrics.json`` (and its row in ``run.json``)."""
+        return JobMetrics.model_validate({
+            "job": self.name, "status": self.status, "model": self.model, "turns": self.turns,
+            "wall_s": round(self.wall_s, 3), "usage": self.usage.to_json(),
+            "summarizer_usage": self.summarizer_usage.to_json(), "usage_estimated": self.estimated,
+            "cost_usd": round(self.cost_usd, 6), "compactions": dict(sorted(self.compactions.items())),
+            "persisted_bytes": self.persisted_bytes, **self.wire.to_json(), "error": self.error,
+            **({"worker": self.worker} if self.worker else {})})
+
     def to_json(self) -> dict[str, Any]:
-        return {
-            "job": self.name,
-            "status": self.status,
-            "model": self.model,
-            "turns": self.turns,
-            "wall_s": round(self.wall_s, 3),
-            "usage": self.usage.to_json(),
-            "summarizer_usage": self.summarizer_usage.to_json(),
-            "usage_estimated": self.estimated,
-            "cost_usd": round(self.cost_usd, 6),
-            "compactions": dict(sorted(self.compactions.items())),
-            "persisted_bytes": self.persisted_bytes,
-            **self.wire.to_json(),
-            "error": self.error,
-            **({"worker": self.worker} if self.worker else {}),
-        }
+        return self.metrics().to_json()
 
 
 def model_call_event(result: JobResult, chars: int, reply: Reply) -> dict[str, Any]:
     """The ``events.jsonl`` line of one answered model call: the context it carried (characters of the
     messages, and tokens as the reply's usage counted them), and the job's spend so far."""
-    return {"ts": round(time.time(), 3), "stage": "model_call", "turn": result.turns, "chars": chars,
-            "tokens": reply.usage.context_tokens, "estimated": reply.estimated,
-            "cost_usd": round(result.cost_usd, 6)}
+    return ModelCallEvent(turn=result.turns, chars=chars, tokens=reply.usage.context_tokens,
+                          estimated=reply.estimated, cost_usd=round(result.cost_usd, 6)).line()
 
 
 class Session:
@@ -125,7 +130,7 @@ class Session:
 
     def __init__(self, spec: JobSpec, model: Model, compactor: Compactor, store: JobStore, summary_model: str,
                  progress: JobProgress | None = None, history: list[Message] | None = None,
-                 prior: dict[str, Any] | None = None, run_budget: Budget | None = None,
+                 prior: JobMetrics | None = None, run_budget: Budget | None = None,
                  prices: PriceTable | None = None, result: JobResult | None = None):
         self.spec = spec
         self.model = model
@@ -136,8 +141,8 @@ class Session:
         self.state = CompactionState(store=store, limits=spec.limits, active_request=spec.prompt,
                                      strategy=strategy_for(spec.limits, model.server_compaction))
         self.history = history
-        self.result = result or JobResult(spec.name, "running", model=spec.model)
-        self.result.status, self.result.error = "running", None
+        self.result = result or JobResult(spec.name, Status.RUNNING, model=spec.model)
+        self.result.status, self.result.error = Status.RUNNING, None
         self.final_text: str | None = None
         self.run_budget: Budget = run_budget or RunBudget()
         self._last_checkpoint = float("-inf")
@@ -145,20 +150,20 @@ class Session:
         self._most_output = 0
         self._tools: list[dict[str, Any]] = []
         self.prices = prices or DEFAULT_TABLE
-        if prior:  # a resumed job keeps what it already spent
-            self.result.usage = Usage(**(prior.get("usage") or {}))
-            self.state.summarizer_usage = Usage(**(prior.get("summarizer_usage") or {}))
-            self.state.compactions.update(prior.get("compactions") or {})
-            self.state.persisted_bytes = int(prior.get("persisted_bytes") or 0)
-            self.result.estimated = bool(prior.get("usage_estimated"))
-            self.result.wire = WireCounts.from_json(prior)
+        if prior is not None:  # a resumed job keeps what it already spent
+            self.result.usage = Usage(**prior.usage.model_dump())
+            self.state.summarizer_usage = Usage(**prior.summarizer_usage.model_dump())
+            self.state.compactions.update(prior.compactions)
+            self.state.persisted_bytes = prior.persisted_bytes
+            self.result.estimated = prior.usage_estimated
+            self.result.wire = WireCounts.from_json(prior.model_dump())
         self.wire = self.result.wire
 
     async def run(self) -> JobResult:
         started = time.monotonic()
         WIRE.set(self.wire)  # this task's model calls count into this job (see models/wire.py)
         self.progress.started = time.time()
-        self.progress.status = "running"
+        self.progress.status = Status.RUNNING
         result = self.result
         timeout = self.spec.limits.timeout_s
         try:
@@ -166,8 +171,8 @@ class Session:
                 with anyio.move_on_after(timeout - time_reserve(timeout)) as scope:
                     await self._loop()
                 if scope.cancelled_caught:
-                    raise JobEnded("timeout", f"timed out after {timeout:g} s", last_call=True)
-                result.status = "succeeded"
+                    raise JobEnded(Status.TIMEOUT, f"timed out after {timeout:g} s", last_call=True)
+                result.status = Status.SUCCEEDED
             except JobEnded as e:
                 result.status, result.error = e.status, e.error
                 if e.last_call:
@@ -176,13 +181,13 @@ class Session:
         except JobEnded as e:  # the last call itself went over a limit: the report is built without it
             result.error = f"{result.error}; {e.error}"
         except anyio.get_cancelled_exc_class():
-            result.status, result.error = "cancelled", "cancelled before it finished"
+            result.status, result.error = Status.CANCELLED, "cancelled before it finished"
             raise
         except BackendUnusable as e:  # the batch stops; this job's files still say why
-            result.status, result.error = "failed", str(e)
+            result.status, result.error = Status.FAILED, str(e)
             raise
         except Exception as e:  # one job's failure is its own; the batch goes on
-            result.status, result.error = "failed", one_line(f"{type(e).__name__}: {e}")
+            result.status, result.error = Status.FAILED, one_line(f"{type(e).__name__}: {e}")
         finally:
             result.wall_s = time.monotonic() - started
             with anyio.CancelScope(shield=True):
@@ -191,7 +196,7 @@ class Session:
 
     async def _loop(self) -> None:
         spec, state = self.spec, self.state
-        await self.store.write_json("job.json", spec.to_json())
+        await self.store.write_json(JOB_JSON, spec.to_json())
         if self.history:
             await state.resume(self.history)
             self.result.turns = sum(1 for m in merge_adjacent(self.history) if m["role"] == "assistant")
@@ -207,7 +212,7 @@ class Session:
                 self._check_budgets()  # a resumed job may already have spent its budget
             while True:
                 if self.result.turns + 1 >= spec.limits.max_turns:  # the last turn is kept for the report
-                    raise JobEnded("max_turns", f"reached max_turns = {spec.limits.max_turns}", last_call=True)
+                    raise JobEnded(Status.MAX_TURNS, f"reached max_turns = {spec.limits.max_turns}", last_call=True)
                 self._check_run_budget()
                 self._check_reserve()
                 messages = await self.compactor.prepare(state)
@@ -226,7 +231,7 @@ class Session:
                 finally:
                     await self._wire_event(seen)
                 self._account(reply)
-                await self.store.append_jsonl("events.jsonl", [model_call_event(self.result, sent_chars, reply)])
+                await self.store.append_jsonl(EVENTS, [model_call_event(self.result, sent_chars, reply)])
                 state.observe_usage(reply.usage)
                 state.window.mark_seen()
                 if reply.stop_reason == "model_context_window_exceeded":
@@ -260,11 +265,10 @@ class Session:
                 before.rate_limited, before.overloaded, before.server_errors):
             return
         self.result.wire = now
-        await self.store.append_jsonl("events.jsonl", [{
-            "ts": round(time.time(), 3), "stage": "retries", "attempts": now.requests - before.requests,
-            "rate_limited_429": now.rate_limited - before.rate_limited,
-            "overloaded_529": now.overloaded - before.overloaded,
-            "server_errors_5xx": now.server_errors - before.server_errors}])
+        await self.store.append_jsonl(EVENTS, [RetriesEvent(
+            attempts=now.requests - before.requests, rate_limited_429=now.rate_limited - before.rate_limited,
+            overloaded_529=now.overloaded - before.overloaded,
+            server_errors_5xx=now.server_errors - before.server_errors).line()])
 
     async def _last_call(self, reason: str) -> None:
         """One call with the tools listed but none allowed: the model writes its report from what it has."""
@@ -272,8 +276,7 @@ class Session:
         messages = await self.compactor.prepare(state)
         # the instruction goes with this request only: the transcript keeps alternating roles
         messages = merge_adjacent([*messages, {"role": "user", "content": OUT_OF_TURNS.format(reason=reason)}])
-        await self.store.append_jsonl("events.jsonl", [{"ts": round(time.time(), 3), "stage": "last_call",
-                                                        "reason": reason}])
+        await self.store.append_jsonl(EVENTS, [LastCallEvent(reason=reason).line()])
         request = Request(model=spec.model, messages=api_valid(messages), tools=self._tools,
                           max_tokens=self._report_tokens(), system=spec.system,
                           context_management=state.strategy.context_management(),
@@ -289,11 +292,11 @@ class Session:
         calls = tool_uses(reply.message())
         stop = reply.stop_reason
         if stop == "refusal":
-            raise JobEnded("failed", "the model refused to continue (stop_reason: refusal)")
+            raise JobEnded(Status.FAILED, "the model refused to continue (stop_reason: refusal)")
         if stop in ("pause_turn", "compaction"):
             return False  # unfinished turn: sent back as it is (an empty one is simply asked again)
         if stop == "max_tokens" and not reply.content:
-            raise JobEnded("failed", f"the model produced no output within max_output_tokens = "
+            raise JobEnded(Status.FAILED, f"the model produced no output within max_output_tokens = "
                                      f"{self.spec.limits.max_output_tokens}")
         if calls and stop == "max_tokens":  # the last call may be cut off: run none, say so in each result
             results = [error_result(str(c.get("id", "")), "not run: your reply was cut off by the output token "
@@ -304,7 +307,7 @@ class Session:
             results = await toolset.run_batch(calls, self.result.turns)
             await self.state.add(*([reply.message()] if deferred else []), {"role": "user", "content": results})
             if stuck := toolset.stuck():
-                raise JobEnded("stuck", stuck)
+                raise JobEnded(Status.STUCK, stuck)
             if toolset.compact_requested:
                 toolset.compact_requested = False
                 await self.compactor.compact(self.state)
@@ -317,9 +320,9 @@ class Session:
 
     async def _reactive(self, retries: int, reason: str) -> int:
         if retries >= self.spec.limits.max_reactive_retries:
-            raise JobEnded("failed", f"prompt is too long even after reactive compaction ({one_line(reason)})")
+            raise JobEnded(Status.FAILED, f"prompt is too long even after reactive compaction ({one_line(reason)})")
         if not await self.compactor.reactive(self.state):
-            raise JobEnded("failed", f"prompt is too long and there is nothing left to compact ({one_line(reason)})")
+            raise JobEnded(Status.FAILED, f"prompt is too long and there is nothing left to compact ({one_line(reason)})")
         return retries + 1
 
     def _account(self, reply: Reply) -> None:
@@ -344,7 +347,7 @@ class Session:
         result = self.result
         limit = self.spec.limits.max_cost_usd
         if limit is not None and result.cost_usd >= limit:
-            raise JobEnded("budget_exceeded", f"spent ${result.cost_usd:.4f}, max_cost_usd is ${limit:g}")
+            raise JobEnded(Status.BUDGET_EXCEEDED, f"spent ${result.cost_usd:.4f}, max_cost_usd is ${limit:g}")
         self._check_run_budget()
 
     def _check_reserve(self) -> None:
@@ -355,7 +358,7 @@ class Session:
             return
         reserve = max(self._dearest_call, self._next_call_cost())
         if self.result.cost_usd + 2 * reserve >= limit:  # this call and the report's must both fit
-            raise JobEnded("budget_exceeded", f"spent ${self.result.cost_usd:.4f} of max_cost_usd ${limit:g}, "
+            raise JobEnded(Status.BUDGET_EXCEEDED, f"spent ${self.result.cost_usd:.4f} of max_cost_usd ${limit:g}, "
                                               f"keeping ${reserve:.4f} for the report", last_call=True)
 
     def _report_tokens(self) -> int:
@@ -380,7 +383,7 @@ class Session:
 
     def _check_run_budget(self) -> None:
         if self.run_budget.exceeded:
-            raise JobEnded("budget_exceeded", f"the run spent ${self.run_budget.spent:.4f}, "
+            raise JobEnded(Status.BUDGET_EXCEEDED, f"the run spent ${self.run_budget.spent:.4f}, "
                                               f"its max_cost_usd is ${self.run_budget.limit:g}")
 
     async def _checkpoint(self) -> None:
@@ -393,7 +396,7 @@ class Session:
         result = self.result
         result.compactions = dict(self.state.compactions)
         result.persisted_bytes = self.state.persisted_bytes
-        await self.store.write_json("metrics.json", result.to_json(), pretty=False)
+        await self.store.write_json(METRICS, result.to_json(), pretty=False)
 
     def _update_progress(self) -> None:
         p = self.progress
@@ -413,15 +416,15 @@ class Session:
         self._update_progress()
         self.progress.status = result.status
         run_dir = self.store.dir.parent
-        if result.status != "succeeded" or self.final_text is not None:
+        if result.status != Status.SUCCEEDED or self.final_text is not None:
             text = final_markdown(result.status, result.error, self.final_text, state.window.messages)
             try:
-                await final_write(run_dir, lambda: self.store.write_text("final.md", text))
+                await final_write(run_dir, lambda: self.store.write_text(FINAL, text))
             except OSError as e:  # the disk failed us: say so in the result, do not hide the job's own outcome
-                result.error = (result.error or "") + f" (could not write final.md: {e})"
+                result.error = (result.error or "") + f" (could not write {FINAL}: {e})"
         try:  # written last: a job whose metrics say succeeded has its final.md
-            await final_write(run_dir, lambda: self.store.write_json("metrics.json", result.to_json()),
-                              lambda: self.store.overwrite_json("metrics.json", result.to_json()))
+            await final_write(run_dir, lambda: self.store.write_json(METRICS, result.to_json()),
+                              lambda: self.store.overwrite_json(METRICS, result.to_json()))
         except OSError as e:
-            result.error = (result.error or "") + f" (could not write metrics.json: {e})"
+            result.error = (result.error or "") + f" (could not write {METRICS}: {e})"
 

@@ -26,8 +26,10 @@ import aiofiles
 import aiofiles.os
 import anyio
 
-TOOL_RESULTS = "tool-results"
-SUMMARIES = "summaries"
+from .rundocs import LATEST
+from .rundocs import SUMMARIES as SUMMARIES
+from .rundocs import TOOL_RESULTS as TOOL_RESULTS
+
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
 _TMP_IDS = itertools.count()
 
@@ -241,8 +243,8 @@ class JobStore:
 def link_latest(run_dir: Path) -> None:
     """Point ``<output_dir>/latest`` at ``run_dir`` (a relative symlink, replaced atomically). Best effort:
     a file system without symlinks leaves no link, and the run goes on."""
-    link = run_dir.parent / "latest"
-    tmp = run_dir.parent / f".latest.{os.getpid()}.{next(_TMP_IDS)}"
+    link = run_dir.parent / LATEST
+    tmp = run_dir.parent / f".{LATEST}.{os.getpid()}.{next(_TMP_IDS)}"
     try:
         os.symlink(run_dir.name, tmp)
         os.replace(tmp, link)

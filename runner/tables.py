@@ -14,8 +14,9 @@ from rich.table import Table
 from rich.text import Text
 
 from .report import STATUS_STYLE, run_table
+from .rundocs import Status
 
-NARROW_STATUS = {"budget_exceeded": "budget", "succeeded": "ok"}
+NARROW_STATUS: dict[str, str] = {Status.BUDGET_EXCEEDED: "budget", Status.SUCCEEDED: "ok"}
 
 
 def _tokens(n: float) -> str:

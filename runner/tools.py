@@ -53,6 +53,7 @@ from anthropic.lib.tools.agent_toolset import (
 from . import protocol
 from .config import Limits
 from .repeats import RepeatGuard, call_key
+from .rundocs import TOOL_RESULTS, TRANSCRIPT
 from .sandbox import run_command
 from .store import JobStore
 
@@ -66,7 +67,7 @@ RECALL_TOOL = {
     "name": "recall",
     "description": (
         "Read back a tool output or transcript that context compaction moved to disk. Pass the path "
-        "shown in a placeholder (for example tool-results/toolu_01.txt or transcript.jsonl). Returns "
+        f"shown in a placeholder (for example {TOOL_RESULTS}/toolu_01.txt or {TRANSCRIPT}). Returns "
         "one page (at most `limit` characters) starting at character `offset`, and says which page "
         "it is and where the next page starts."
     ),

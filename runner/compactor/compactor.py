@@ -19,7 +19,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,18 +29,19 @@ from ..config import Limits
 from ..messages import Message
 from ..models.base import Usage
 from ..protocol import COMPACTED, REACTIVE_COMPACT
+from ..rundocs import CONTEXT, CompactionEvent, SummaryFailedEvent
+from ..rundocs import EVENTS as EVENTS
+from ..rundocs import TRANSCRIPT as TRANSCRIPT
 from ..store import JobStore, dumps, read_jsonl
 from . import stages
-from .context import CONTEXT, Recorder
+from .context import Recorder
 from .fallback import fallback_summary
 from .stages import Outcome
 from .strategies import Strategy, strategy_for
 from .summarizer import Summarizer
 from .window import Entry, Window
 
-TRANSCRIPT = "transcript.jsonl"
 _read_jsonl = aiofiles.os.wrap(read_jsonl)
-EVENTS = "events.jsonl"
 
 
 @dataclass
@@ -279,9 +279,8 @@ class Compactor:
                 summary = await self.summarizer.summarize(messages, state.active_request)
             except Exception as e:  # counted for the breaker; this compaction still happens
                 state.summary_failures += 1
-                await state.store.append_jsonl(EVENTS, [{"ts": time.time(), "stage": "summary_failed",
-                                                         "error": f"{type(e).__name__}: {e}"[:300],
-                                                         "consecutive_failures": state.summary_failures}])
+                await state.store.append_jsonl(EVENTS, [SummaryFailedEvent(
+                    error=f"{type(e).__name__}: {e}"[:300], consecutive_failures=state.summary_failures).line()])
             else:
                 state.summary_failures = 0
                 state.summarizer_usage.add(summary.usage)
@@ -307,12 +306,11 @@ class Compactor:
         state.compactions[stage] += 1
         state.persisted_bytes += sum(len(item.content.encode("utf-8", "surrogatepass")) for item in outcome.persist)
         writes.outputs += [(item.path, item.content) for item in outcome.persist]
-        writes.events.append({"ts": round(time.time(), 3), "stage": stage,
-                              "messages_before": before["messages"], "messages_after": after["messages"],
-                              "chars_before": before["chars"], "chars_after": after["chars"],
-                              "paths": sorted(set(outcome.paths)),
-                              # a rewrite inside what was already sent costs the prompt cache from there on
-                              "cache_invalidated_from": first_change if first_change < sent else None})
+        writes.events.append(CompactionEvent(
+            stage=stage, messages_before=before["messages"], messages_after=after["messages"],
+            chars_before=before["chars"], chars_after=after["chars"], paths=sorted(set(outcome.paths)),
+            # a rewrite inside what was already sent costs the prompt cache from there on
+            cache_invalidated_from=first_change if first_change < sent else None).line())
 
     async def after_server_compaction(self, state: CompactionState) -> None:
         """The API compacted server-side: it ignores everything before the newest reply's compaction

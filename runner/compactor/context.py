@@ -25,7 +25,6 @@ from ..store import JobStore
 from .stages import summary_message
 from .window import Entry
 
-CONTEXT = "context.jsonl"
 Ref = dict[str, Any]
 
 

@@ -26,6 +26,7 @@ from ..protocol import (
     summary_text,
     transcript_range,
 )
+from ..rundocs import TRANSCRIPT
 from .window import MICRO_MIN_CHARS, Entry
 
 NameFor = Callable[[str, str], str]
@@ -172,7 +173,7 @@ def safe_tail_start(entries: list[Entry], start: int) -> int:
 
 def archived_range(archived: list[Entry]) -> str:
     seqs = [e.seq for e in archived if e.seq is not None]
-    return transcript_range(min(seqs), max(seqs)) if seqs else "transcript.jsonl"
+    return transcript_range(min(seqs), max(seqs)) if seqs else TRANSCRIPT
 
 
 def snip(entries: list[Entry], trigger: int, head: int, target: int) -> Outcome | None:

@@ -14,12 +14,10 @@ Guarantees:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +29,17 @@ import ray
 from ray.exceptions import RayActorError
 
 from ..config import ConfigError, Settings
-from ..continuation import TRANSCRIPT, cut_transcript
+from ..continuation import cut_transcript
 from ..jobs import JobSpec
 from ..messages import one_line
+from ..rundocs import (
+    EVENTS,
+    TRANSCRIPT,
+    Status,
+    WorkerLostEvent,
+    event_lines,
+    read_metrics,
+)
 from ..runjob import Resumed
 from ..scheduler import (
     Batch,
@@ -65,19 +71,13 @@ def continue_point(job_dir: Path, spec: JobSpec, lost: dict[str, Any]) -> Resume
     kept = cut.history or []
     rerun = sum(m.get("role") == "assistant" for m in before if isinstance(m, dict)) - sum(
         m.get("role") == "assistant" for m in kept)
-    events, _ = read_jsonl(job_dir / "events.jsonl")
-    events.append({"ts": time.time(), "stage": "worker_lost", "worker": lost,
-                   "continue_from_message": len(kept), "turns_rerun": rerun})
+    events, _ = read_jsonl(job_dir / EVENTS)
+    events.append(WorkerLostEvent(worker=lost, continue_from_message=len(kept), turns_rerun=rerun).line())
     # rewritten whole: a half-written last line (the worker died mid-write) is dropped
-    write_atomic_sync(job_dir / "events.jsonl", "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events))
+    write_atomic_sync(job_dir / EVENTS, event_lines(events))
     if cut.history is None:
         return None
-    history = cut.history
-    try:
-        prior = json.loads((job_dir / "metrics.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        prior = {}
-    return Resumed(history, prior if isinstance(prior, dict) else {})
+    return Resumed(cut.history, read_metrics(job_dir))
 
 
 def worker_config(batch: Batch, settings: Settings) -> WorkerConfig:
@@ -204,7 +204,7 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
 
     async def run_one(spec: JobSpec) -> None:
         async with limiter:
-            result = JobResult(spec.name, "cancelled", error="cancelled before it started", model=spec.model)
+            result = JobResult(spec.name, Status.CANCELLED, error="cancelled before it started", model=spec.model)
             if stopping.is_set():
                 out.results[spec.name] = run_json.results[spec.name] = result
                 return
@@ -212,7 +212,7 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
                 display.job_started(progress[spec.name])
                 await run_json.write()
                 history = batch.histories.get(spec.name)
-                resumed = Resumed(history, batch.priors.get(spec.name) or {}) if history else None
+                resumed = Resumed(history, batch.priors.get(spec.name)) if history else None
                 for attempt in range(MAX_REQUEUES + 1):
                     worker = pool.pick()
                     worker.load += 1
@@ -225,7 +225,7 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
                             result.error = "cancelled; its worker died"
                             break
                         if attempt == MAX_REQUEUES:
-                            result = JobResult(spec.name, "failed", model=spec.model, error=one_line(
+                            result = JobResult(spec.name, Status.FAILED, model=spec.model, error=one_line(
                                 f"its Ray worker died {attempt + 1} times; last: {type(e).__name__}"))
                             break
                         resumed = await anyio.to_thread.run_sync(continue_point, batch.run_dir / spec.name, spec,
@@ -291,7 +291,7 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
             for spec in batch.specs:
                 if spec.name not in out.results:
                     out.results[spec.name] = run_json.results[spec.name] = JobResult(
-                        spec.name, "cancelled", error="cancelled before it started", model=spec.model)
+                        spec.name, Status.CANCELLED, error="cancelled before it started", model=spec.model)
             run_json.finished = True
             run_json.interrupted = out.interrupted
             await _quietly(run_json.write(force=True))

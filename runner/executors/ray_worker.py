@@ -23,6 +23,7 @@ from ..config import RunnerSection, SummarizerSection
 from ..jobs import JobSpec
 from ..models.base import Model
 from ..pricing import PriceTable
+from ..rundocs import Status
 from ..runjob import Resumed, Services, run_job
 from ..session import JobProgress, JobResult
 from .ray_services import RayBudget, RayCallLimit, RayGate
@@ -88,7 +89,7 @@ class JobWorker:
 
     async def run(self, run_dir: str, spec: JobSpec, resumed: Resumed | None) -> JobResult:
         """Run one job to its ending; a cancelled job (:meth:`cancel_all`) returns status ``cancelled``."""
-        result = JobResult(spec.name, "running", model=spec.model)
+        result = JobResult(spec.name, Status.RUNNING, model=spec.model)
         result.worker = dict(self.where)
         progress = self.progress[spec.name] = JobProgress(spec.name)
         scope = self.scopes[spec.name] = anyio.CancelScope()

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+from ..rundocs import USAGE_KEYS
+
+USAGE_FIELDS = USAGE_KEYS
 
 
 @dataclass

@@ -11,11 +11,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
+from ..rundocs import Status
+
 STAGE_COLORS = {"tool_result_budget": "#8c564b", "snip": "#7f7f7f", "micro_compact": "#17becf",
                 "fit_tool_results": "#bcbd22", "compact_history": "#d62728", "reactive_compact": "#e377c2",
                 "compact_tool": "#9467bd", "server_compaction": "#ff7f0e", "observation_mask": "#2ca02c"}
-STATUS_COLORS = {"succeeded": "#2ca02c", "failed": "#d62728", "timeout": "#ff7f0e", "max_turns": "#ff7f0e",
-                 "budget_exceeded": "#ff7f0e", "cancelled": "#9467bd", "running": "#1f77b4", "queued": "#aaaaaa"}
+STATUS_COLORS: dict[str, str] = {Status.SUCCEEDED: "#2ca02c", Status.FAILED: "#d62728", Status.TIMEOUT: "#ff7f0e",
+                 Status.MAX_TURNS: "#ff7f0e", Status.BUDGET_EXCEEDED: "#ff7f0e", Status.STUCK: "#ff7f0e",
+                 Status.CANCELLED: "#9467bd", Status.RUNNING: "#1f77b4", Status.QUEUED: "#aaaaaa",
+                 Status.NOT_STARTED: "#aaaaaa"}
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ from urllib.parse import quote
 
 from markdown_it import MarkdownIt
 
+from ..rundocs import EVENTS, FINAL, TRANSCRIPT, USAGE_KEYS, JobData, ModelCallEvent, RunData, parse_event
 from ..store import SUMMARIES, TOOL_RESULTS, safe_name
 from .charts import STAGE_COLORS, Mark, Series, bar_chart, line_chart
-from .data import USAGE_KEYS, JobData, RunData, number, read_records, read_text, totals
+from .data import number, read_records, read_text
 
 SHORT = {"tool_result_budget": "budget", "micro_compact": "micro", "fit_tool_results": "fit",
          "compact_history": "history", "compact_tool": "tool", "reactive_compact": "reactive",
@@ -63,11 +64,11 @@ def index_context(run: RunData, pages: str) -> dict[str, Any]:
     by_cost = sorted(rows, key=lambda r: -r["cost"])
     chart = bar_chart([(r["name"], r["cost"], r["status"]) for r in by_cost],
                       title="cost per job, highest first (hover a bar for the job)", y_label="USD", money=True)
-    meta = {k: run.run.get(k) for k in ("run_id", "backend", "model", "summary_model", "concurrency")
-            if run.run.get(k) is not None}
-    return {"run": run, "rows": rows, "totals": totals(run.jobs), "chart": chart, "meta": meta,
+    head = run.run.head()
+    meta = {k: head[k] for k in ("run_id", "backend", "model", "summary_model", "concurrency") if head.get(k) is not None}
+    return {"run": run, "rows": rows, "totals": run.run.totals, "chart": chart, "meta": meta,
             "estimated": any(r["estimated"] for r in rows), "statuses": sorted({r["status"] for r in rows}),
-            "problems": run.problems, "title": f"run {run.run.get('run_id') or run.dir.name}"}
+            "problems": run.problems, "title": f"run {run.run.run_id or run.dir.name}"}
 
 
 def _text(content: Any) -> str:
@@ -139,18 +140,21 @@ def _event(event: dict[str, Any], job: JobData, start: Path, problems: list[str]
 def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
     """Everything one job's page shows. ``start`` is the page's directory (links are relative to it)."""
     problems: list[str] = []
-    events = read_records(job.dir / "events.jsonl", problems)
-    calls: list[dict[str, Any]] = []
+    calls: list[ModelCallEvent] = []
     timeline: dict[int, list[dict[str, Any]]] = {}  # compactions before model call n (n = calls seen + 1)
     compactions: list[dict[str, Any]] = []
     marks: list[Mark] = []
     chars: list[tuple[float, float]] = []  # the size sent to each call, and each compaction's drop before it
-    for event in events:
-        if event.get("stage") == "model_call":
+    for record in read_records(job.dir / EVENTS, problems):
+        event, problem = parse_event(record, str(job.dir / EVENTS))
+        if problem:  # a line of a known kind without its fields: named, and left out of the charts
+            problems.append(problem)
+            continue
+        if isinstance(event, ModelCallEvent):
             calls.append(event)
-            chars.append((number(event.get("turn")), number(event.get("chars"))))
+            chars.append((event.turn, event.chars))
         else:
-            shown = _event(event, job, start, problems)
+            shown = _event(event.line(), job, start, problems)
             shown["before_call"] = len(calls) + 1
             compactions.append(shown)
             if shown["chars_before"] or shown["chars_after"]:
@@ -161,8 +165,8 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
     limits = job.limits()
     char_limit = number(limits.get("context_char_limit"))
     token_limit = number(limits.get("context_token_limit"))
-    tokens = [(number(c.get("turn")), number(c.get("tokens"))) for c in calls if number(c.get("tokens"))]
-    estimated = any(c.get("estimated") for c in calls)
+    tokens: list[tuple[float, float]] = [(c.turn, c.tokens) for c in calls if c.tokens]
+    estimated = any(c.estimated for c in calls)
     token_label = "tokens" + (" (estimated)" if estimated else "")
     series = [Series("characters of the messages (each compaction's drop drawn at its mark)",
                      chars if calls else [], "#1f77b4")]
@@ -176,11 +180,10 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
         charts.append(line_chart(series, title="context before each model call; lines mark compactions",
                                  x_label="model call", left_label="characters",
                                  right_label=token_label if tokens else "", limits=limit_lines, marks=marks))
-        charts.append(line_chart([Series("cost so far", [(number(c.get("turn")), number(c.get("cost_usd")))
-                                                         for c in calls], "#2ca02c")],
+        charts.append(line_chart([Series("cost so far", [(c.turn, c.cost_usd) for c in calls], "#2ca02c")],
                                  title="cost over model calls", x_label="model call", left_label="USD", money=True,
                                  height=200))
-    transcript = read_records(job.dir / "transcript.jsonl", problems)
+    transcript = read_records(job.dir / TRANSCRIPT, problems)
     saved = _saved_outputs(job)
     items: list[dict[str, Any]] = []
     turn = 0
@@ -196,11 +199,11 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
                       "blocks": blocks})
     for rest in timeline.values():  # after the last reply (or from a run without model_call records)
         items.extend({"kind": "event", **e} for e in rest)
-    final = read_text(job.dir / "final.md", problems)
+    final = read_text(job.dir / FINAL, problems)
     usage = {k: int(job.usage(k)) for k in USAGE_KEYS}
     return {"job": job, "row": job_row(job, "."), "usage": usage, "charts": charts, "compactions": compactions,
             "items": items, "final_html": _markdown.render(final) if final is not None else None,
             "problems": problems, "index_href": index_href, "row_model": job.record.get("model") or job.spec.get("model"),
             "stage_colors": [(s, STAGE_COLORS.get(s, "#555")) for s in dict.fromkeys(e["stage"] for e in compactions)], "limits": limits, "spec": job.spec,
-            "title": f"job {job.name}", "transcript_href": link(job.dir / "transcript.jsonl", start),
+            "title": f"job {job.name}", "transcript_href": link(job.dir / TRANSCRIPT, start),
             "dir_href": link(job.dir, start)}

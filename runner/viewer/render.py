@@ -18,13 +18,12 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from ..rundocs import INDEX, JOB_FILES, VIEW, JobData, RunData, load_run
 from ..store import write_atomic_sync
 from .charts import STAGE_COLORS
-from .data import JobData, RunData, load_run
 from .pages import index_context, job_context, link, page_name
 
 PAGES_PER_WORKER = 16
-JOB_FILES = ("metrics.json", "events.jsonl", "transcript.jsonl", "final.md", "job.json")
 _env = Environment(loader=PackageLoader("runner.viewer", "templates"), autoescape=select_autoescape(["j2", "html"]),
                    trim_blocks=True, lstrip_blocks=True)
 
@@ -39,7 +38,7 @@ class ViewResult:
 
 def pages_dir_for(index: Path) -> Path:
     """Where the job pages of ``index`` go: ``view/`` beside ``index.html``, ``<stem>-view/`` otherwise."""
-    return index.parent / ("view" if index.name == "index.html" else f"{index.stem}-view")
+    return index.parent / (VIEW if index.name == INDEX else f"{index.stem}-view")
 
 
 def render_index(run: RunData, index: Path, refresh: int | None = None) -> str:
@@ -82,7 +81,7 @@ def _stamp() -> str:
 
 def write_view(run_dir: Path, out: Path | None = None, force: bool = False) -> ViewResult:
     """Write the index (default ``RUN_DIR/index.html``) and every job page that is out of date."""
-    index = out or run_dir / "index.html"
+    index = out or run_dir / INDEX
     run = load_run(run_dir)
     pages = pages_dir_for(index)
     pages.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .data import load_run
+from ..rundocs import INDEX, load_run
 from .pages import page_name
 from .render import pages_dir_for, render_index, render_job
 
@@ -20,7 +20,7 @@ REFRESH_S = 5
 
 
 def create_app(run_dir: Path) -> Starlette:
-    index = run_dir / "index.html"
+    index = run_dir / INDEX
     pages = pages_dir_for(index)
 
     async def show_index(request: Request) -> Response:

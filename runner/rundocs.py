@@ -1,0 +1,486 @@
+"""The run directory: its layout, its statuses, and its documents as pydantic models.
+
+This is the only module that knows how a run directory is laid out::
+
+    runs/
+      latest -> <run-id>              LATEST: the newest run (a relative symlink)
+      <run-id>/
+        run.json                      RUN_JSON: RunDocument (head, totals, one JobMetrics row per job)
+        .lock                         LOCK: one writer per run directory
+        index.html, view/             INDEX, VIEW: the static viewer
+        <job>/
+          job.json                    JOB_JSON: the job's spec (JobSpec.to_json)
+          metrics.json                METRICS: JobMetrics (checkpointed while running, final at the end)
+          transcript.jsonl            TRANSCRIPT: every message added, one per line
+          context.jsonl               CONTEXT: the compacted window, for resume and the viewer
+          events.jsonl                EVENTS: one Event per line (compaction stages, model calls, ...)
+          final.md                    FINAL: the answer, or a partial report
+          tool-results/, summaries/   TOOL_RESULTS, SUMMARIES: what compaction moved out of the context
+
+Guarantees:
+- Writers build documents through the models here, so the JSON on disk has one shape: the field order
+  is the models' field order, which is the order the runner has always written.
+- Readers never raise on a damaged, missing or half-written file: :func:`read_model` and
+  :func:`lenient` return the model (damaged fields dropped back to their defaults) and one-line
+  problems naming the file and the field; :func:`load_run` reads a whole run directory so.
+- Totals are always recomputed from the job rows (:func:`totals_of`), never trusted from disk.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
+
+# --- layout -------------------------------------------------------------------------------------
+
+RUN_JSON = "run.json"
+LOCK = ".lock"
+INDEX = "index.html"
+VIEW = "view"
+LATEST = "latest"
+JOB_JSON = "job.json"
+METRICS = "metrics.json"
+TRANSCRIPT = "transcript.jsonl"
+UNUSABLE_TRANSCRIPT = "transcript.unusable.jsonl"
+CONTEXT = "context.jsonl"
+EVENTS = "events.jsonl"
+FINAL = "final.md"
+TOOL_RESULTS = "tool-results"
+SUMMARIES = "summaries"
+JOB_FILES = (METRICS, EVENTS, TRANSCRIPT, FINAL, JOB_JSON)  # what the viewer links for each job
+
+
+# --- statuses and usage ------------------------------------------------------------------------
+
+class Status(StrEnum):
+    """A job's status; a ``str``, so it compares with and is written as its value."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    MAX_TURNS = "max_turns"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    STUCK = "stuck"
+    CANCELLED = "cancelled"
+    NOT_STARTED = "not_started"
+    RUNNING = "running"
+    QUEUED = "queued"
+
+
+LIVE_STATUSES = (Status.RUNNING, Status.QUEUED)
+FINAL_STATUSES = tuple(s for s in Status if s not in LIVE_STATUSES)
+LIMIT_STATUSES = (Status.BUDGET_EXCEEDED, Status.MAX_TURNS)  # kept by resume unless the limit was raised
+USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+class RunState(StrEnum):
+    RUNNING = "running"
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"
+    UNKNOWN = "unknown"
+
+
+def now() -> float:
+    return round(time.time(), 3)
+
+
+# --- documents ---------------------------------------------------------------------------------
+
+class _Doc(BaseModel):
+    """Strict on types (a count is an int, never a bool or a string), open to fields a newer runner adds."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields that were set, in the model's order, then any extra ones."""
+        return self.model_dump(exclude_unset=True)
+
+
+class UsageCounts(_Doc):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+
+class JobMetrics(_Doc):
+    """``metrics.json`` of a job, and its row in ``run.json`` (which may carry ``source``, the task
+    file, or be a live row of ``job``, ``status`` and ``turns`` only)."""
+
+    job: str = "?"
+    status: str = "?"
+    model: str = ""
+    turns: int = 0
+    wall_s: float = 0.0
+    usage: UsageCounts = Field(default_factory=UsageCounts)
+    summarizer_usage: UsageCounts = Field(default_factory=UsageCounts)
+    usage_estimated: bool = False
+    cost_usd: float = 0.0
+    compactions: dict[str, int] = Field(default_factory=dict)
+    persisted_bytes: int = 0
+    retries: int = 0
+    rate_limited_429: int = 0
+    overloaded_529: int = 0
+    server_errors_5xx: int = 0
+    requests: int = 0
+    error: str | None = None
+    worker: dict[str, Any] | None = None  # where the job ran: node and pid
+    source: str | None = None  # run.json rows: the task file
+
+    def usage_total(self, key: str) -> int:
+        """One usage count, the job's and its summaries' together."""
+        return getattr(self.usage, key, 0) + getattr(self.summarizer_usage, key, 0)
+
+    def clean(self) -> dict[str, Any]:
+        """Every field the table reads, in its type (a damaged value is back at its default)."""
+        return {k: v for k, v in self.model_dump().items() if k not in ("worker", "source") or v is not None}
+
+
+class RunDocument(_Doc):
+    """``run.json``: the run's head, its totals and one row per job."""
+
+    run_id: str = ""
+    state: str = RunState.UNKNOWN
+    started: float | None = None
+    updated: float | None = None
+    backend: str | None = None
+    model: str | None = None
+    summary_model: str | None = None
+    concurrency: int | None = None
+    resumed: bool | None = None
+    executor: str | None = None
+    workers: list[dict[str, Any]] | None = None  # the Ray workers started: owner, node, pid
+    totals: dict[str, int | float] = Field(default_factory=dict)
+    jobs: list[JobMetrics] = Field(default_factory=list)
+
+    def head(self) -> dict[str, Any]:
+        return {k: v for k, v in self.to_json().items() if k not in ("jobs", "totals")}
+
+
+def totals_of(rows: list[JobMetrics]) -> dict[str, int | float]:
+    """Totals over job rows: jobs, cost, turns, a count per status, and tokens (the jobs' and their
+    summaries')."""
+    out: dict[str, int | float] = {"jobs": len(rows), "cost_usd": round(sum(r.cost_usd for r in rows), 6),
+                                   "turns": sum(r.turns for r in rows)}
+    for status in Status:
+        out[status.value] = sum(1 for r in rows if r.status == status)
+    for key in USAGE_KEYS:
+        out[key] = sum(r.usage_total(key) for r in rows)
+    return out
+
+
+def run_json_text(document: RunDocument) -> str:
+    """run.json with one job per line: readable, and written by the C encoder (``indent`` is not)."""
+    head = {**document.head(), "totals": document.totals}
+    jobs = ",\n    ".join(json.dumps(job.to_json(), ensure_ascii=False) for job in document.jobs)
+    return json.dumps(head, ensure_ascii=False)[:-1] + f', "jobs": [\n    {jobs}\n]}}\n'
+
+
+# --- events.jsonl ------------------------------------------------------------------------------
+
+class _Event(_Doc):
+    model_config = ConfigDict(extra="allow", strict=False)
+    ts: float = Field(default_factory=now)
+
+    def line(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+class CompactionEvent(_Event):
+    """A compaction stage changed the history; ``stage`` names the stage."""
+
+    stage: str
+    messages_before: int
+    messages_after: int
+    chars_before: int
+    chars_after: int
+    paths: list[str] = Field(default_factory=list)
+    cache_invalidated_from: int | None = None  # a rewrite inside what was sent costs the prompt cache
+
+
+class ModelCallEvent(_Event):
+    """An answered model call: the context it carried, and the job's spend so far."""
+
+    stage: Literal["model_call"] = "model_call"
+    turn: int
+    chars: int
+    tokens: int
+    estimated: bool
+    cost_usd: float
+
+
+class RetriesEvent(_Event):
+    """A call that needed retries or met 429/529/5xx answers."""
+
+    stage: Literal["retries"] = "retries"
+    attempts: int
+    rate_limited_429: int
+    overloaded_529: int
+    server_errors_5xx: int
+
+
+class LastCallEvent(_Event):
+    stage: Literal["last_call"] = "last_call"
+    reason: str
+
+
+class WorkerLostEvent(_Event):
+    stage: Literal["worker_lost"] = "worker_lost"
+    worker: dict[str, Any]
+    continue_from_message: int
+    turns_rerun: int
+
+
+class SummaryFailedEvent(_Event):
+    stage: Literal["summary_failed"] = "summary_failed"
+    error: str
+    consecutive_failures: int
+
+
+class OtherEvent(_Event):
+    """A line of a stage this runner does not know (written by a newer one): kept as it is."""
+
+    stage: str = "?"
+
+
+_KINDS = {"model_call", "retries", "last_call", "worker_lost", "summary_failed"}
+
+
+def _kind(value: Any) -> str:
+    data = value if isinstance(value, dict) else getattr(value, "__dict__", {})
+    stage = data.get("stage")
+    if stage in _KINDS:
+        return str(stage)
+    return "compaction" if "chars_before" in data else "other"
+
+
+Event = Annotated[
+    Annotated[CompactionEvent, Tag("compaction")] | Annotated[ModelCallEvent, Tag("model_call")]
+    | Annotated[RetriesEvent, Tag("retries")] | Annotated[LastCallEvent, Tag("last_call")]
+    | Annotated[WorkerLostEvent, Tag("worker_lost")] | Annotated[SummaryFailedEvent, Tag("summary_failed")]
+    | Annotated[OtherEvent, Tag("other")],
+    Discriminator(_kind)]
+EVENT = TypeAdapter(Event)
+
+
+def parse_event(line: dict[str, Any], where: str = EVENTS) -> tuple[Any, str | None]:
+    """One events.jsonl line as its model, or an :class:`OtherEvent` and a one-line problem."""
+    try:
+        return EVENT.validate_python(line), None
+    except ValidationError as e:
+        return OtherEvent.model_validate(line), _problem(where, e)
+
+
+def event_lines(events: list[Any]) -> str:
+    """events.jsonl text for ``events`` (models or dicts), one JSON object per line."""
+    return "".join(json.dumps(e.line() if isinstance(e, _Event) else e, ensure_ascii=False) + "\n" for e in events)
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _problem(where: str, e: ValidationError) -> str:
+    err = e.errors()[0]
+    at = ".".join(str(p) for p in err["loc"]) or "(document)"
+    if err["type"] == "missing":
+        return f"{where}: {at}: missing"
+    msg = err["msg"][:1].lower() + err["msg"][1:]
+    return f"{where}: {at}: {msg}, got {json.dumps(err.get('input'), default=str)[:60]}"
+
+
+def _drop(data: Any, loc: tuple[Any, ...]) -> bool:
+    for key in loc[:-1]:
+        try:
+            data = data[key]
+        except (KeyError, IndexError, TypeError):
+            return False
+    if isinstance(data, dict) and loc and loc[-1] in data:
+        del data[loc[-1]]
+        return True
+    return False
+
+
+def lenient(model: type[M], data: Any, where: str) -> tuple[M | None, list[str]]:
+    """``data`` as ``model``, every damaged field dropped back to its default, and one line per damaged
+    field (file and field). ``None`` when ``data`` is not an object at all."""
+    if not isinstance(data, dict):
+        return None, [f"{where}: expected an object, got {type(data).__name__}"]
+    try:
+        return model.model_validate(data), []
+    except ValidationError:
+        data = copy.deepcopy(data)  # the damaged fields are dropped from a copy, never from the caller's
+    problems: list[str] = []
+    for _ in range(64):
+        try:
+            return model.model_validate(data), problems
+        except ValidationError as e:
+            problems.append(_problem(where, e))
+            if not _drop(data, tuple(e.errors()[0]["loc"])):
+                return None, problems
+    return None, problems
+
+
+def read_json(path: Path) -> tuple[Any, str | None]:
+    """The JSON at ``path``: (document, None), (None, None) when absent, (None, problem) when damaged."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8", errors="replace")), None
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as e:
+        return None, f"{path}: unreadable ({type(e).__name__}: {str(e)[:80]})"
+
+
+def read_model(path: Path, model: type[M]) -> tuple[M | None, list[str]]:
+    """The document at ``path`` as ``model`` (damaged fields at their defaults) and its problems;
+    ``None`` when the file is absent or is no object."""
+    data, problem = read_json(path)
+    if data is None:
+        return None, [problem] if problem else []
+    return lenient(model, data, str(path))
+
+
+def read_metrics(job_dir: Path) -> JobMetrics | None:
+    """A job's ``metrics.json``, or None when it is absent or no object (damaged fields at defaults)."""
+    return read_model(job_dir / METRICS, JobMetrics)[0]
+
+
+def metrics_of(data: dict[str, Any] | None, where: str = METRICS) -> JobMetrics:
+    """A metrics document held in memory (a resumed job's prior), damaged fields at their defaults."""
+    return lenient(JobMetrics, data or {}, where)[0] or JobMetrics()
+
+
+# --- a whole run -------------------------------------------------------------------------------
+
+@dataclass
+class JobData:
+    """One job as it stands: its row brought up to date from its metrics.json, and where its files are."""
+
+    name: str
+    dir: Path
+    metrics: JobMetrics
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return self.metrics.to_json()
+
+    @property
+    def status(self) -> str:
+        return self.metrics.status if "status" in self.metrics.model_fields_set else RunState.UNKNOWN
+
+    def usage(self, key: str) -> int:
+        return self.metrics.usage_total(key)
+
+    def compactions(self) -> dict[str, int]:
+        return {k: v for k, v in self.metrics.compactions.items() if v}
+
+    def limits(self) -> dict[str, Any]:
+        limits = self.spec.get("limits")
+        return limits if isinstance(limits, dict) else {}
+
+
+@dataclass
+class RunData:
+    dir: Path
+    run: RunDocument
+    jobs: list[JobData]
+    problems: list[str]
+    run_json_ok: bool = True  # run.json was there and was a run document
+
+    @property
+    def state(self) -> str:
+        return self.run.state
+
+
+def _job_dirs(run_dir: Path) -> list[str]:
+    """Directories of the run that hold a job's files (a run.json may lag behind them)."""
+    try:
+        return sorted(p.name for p in run_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
+                      and ((p / METRICS).exists() or (p / JOB_JSON).exists()))
+    except OSError:
+        return []
+
+
+def _read_run_json(path: Path, problems: list[str]) -> tuple[RunDocument, list[Any], bool]:
+    data, problem = read_json(path)
+    if problem:
+        problems.append(problem)
+    elif data is None:
+        problems.append(f"{path}: not found; jobs are read from their directories")
+    if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
+        if data is not None:
+            problems.append(f"{path}: not a run document (expected an object with a jobs list)")
+        return RunDocument(), [], False
+    head, head_problems = lenient(RunDocument, {k: v for k, v in data.items() if k not in ("jobs", "totals")},
+                                  str(path))
+    problems += head_problems
+    return head or RunDocument(), data["jobs"], True
+
+
+def load_run(run_dir: Path, with_specs: bool = True) -> RunData:
+    """The run as it is on disk now: each job's row from ``run.json`` overlaid with its own
+    ``metrics.json`` (checkpointed while it runs, so never older), jobs found by their directories when
+    ``run.json`` is missing or lags, totals recomputed. Only files inside the run directory are read."""
+    problems: list[str] = []
+    path = run_dir / RUN_JSON
+    head, entries, ok = _read_run_json(path, problems)
+    by_name: dict[str, dict[str, Any]] = {}
+    for i, entry in enumerate(entries):
+        name = entry.get("job") if isinstance(entry, dict) else None
+        if isinstance(name, str):
+            by_name.setdefault(name, entry)
+        else:
+            problems.append(f"{path}: jobs.{i}.job: expected a job name, got {json.dumps(name, default=str)[:40]}")
+    for name in _job_dirs(run_dir):
+        by_name.setdefault(name, {"job": name})
+    jobs = []
+    root = run_dir.resolve()
+    for name, entry in by_name.items():
+        job_dir = run_dir / name
+        if not name or root not in job_dir.resolve().parents:  # a name from run.json never leaves the run
+            problems.append(f"{path}: job name {name!r} is not a directory of the run; skipped")
+            continue
+        data, problem = read_json(job_dir / METRICS)
+        if problem:
+            problems.append(problem)
+        if isinstance(data, dict) and data.get("job", name) != name:
+            problems.append(f"{job_dir / METRICS}: job: expected {name!r}, got {data.get('job')!r}; ignored")
+            data = None
+        merged = {**entry, **(data if isinstance(data, dict) else {}), "job": name}
+        metrics, row_problems = lenient(JobMetrics, merged, f"{job_dir / METRICS} over {path}")
+        problems += row_problems
+        spec: dict[str, Any] = {}
+        if with_specs:
+            spec_data, problem = read_json(job_dir / JOB_JSON)
+            problems += [problem] if problem else []
+            spec = spec_data if isinstance(spec_data, dict) else {}
+        jobs.append(JobData(name, job_dir, metrics or JobMetrics(job=name), spec))
+    rows = [j.metrics for j in jobs]
+    run = head.model_copy(update={"jobs": rows, "totals": totals_of(rows)})
+    return RunData(run_dir, run, jobs, problems, ok)
+
+
+def run_document(run_dir: Path) -> dict[str, Any]:
+    """``run.json``'s fields, each job's row brought up to date from its ``metrics.json``, the totals
+    recomputed: the run as one JSON document for scripts (``runner report --json``)."""
+    data = load_run(run_dir, with_specs=False)
+    document: dict[str, Any] = {"run_id": run_dir.name, "state": RunState.UNKNOWN.value, **data.run.head()}
+    document["totals"] = data.run.totals
+    document["jobs"] = [j.record for j in data.jobs]
+    if data.problems:
+        document["problems"] = data.problems
+    return document
+
+
+def is_run_dir(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run: its run.json, or at least one job's metrics.json."""
+    return (run_dir / RUN_JSON).exists() or any(run_dir.glob(f"*/{METRICS}"))
