@@ -8,7 +8,8 @@ and, last, compact_history. :meth:`Compactor.reactive` answers a "prompt is too 
 Guarantees:
 - Nothing removed from context is lost: every output is written to the job directory before the
   messages whose placeholders name it leave the Compactor (or reach a summarizer), and every
-  message is in ``transcript.jsonl``. A call's outputs and events go in one executor hop.
+  message is in ``transcript.jsonl``. The job's writes are queued in its store (:meth:`JobStore.queue`)
+  and ``prepare`` writes all of them, the turn's transcript lines included, in one executor hop.
 - Each stage that changes the history appends one line to ``events.jsonl`` and bumps
   ``compactions[stage]``.
 - ``prepare`` does work proportional to what changed since the last call: sizes are measured once
@@ -72,13 +73,14 @@ class CompactionState:
             self.strategy = strategy_for(self.limits)
 
     async def add(self, *messages: Message) -> None:
-        """Append messages to the transcript (on disk first, in one write) and to the window. Each
-        message is serialized once: its transcript line's length is its size in the window.
+        """Append messages to the window, and their transcript lines to the store's queue (written,
+        in one write, by the next flush: at the latest the next ``prepare``, before any model sees
+        them). Each message is serialized once: its transcript line's length is its size in the window.
 
         The window after an add is the window of the newest ``context.jsonl`` record plus the transcript
         lines written since (what :meth:`resume_from` rebuilds), so only a compaction writes a record."""
         lines = [dumps(message) for message in messages]
-        await self.store.append_lines(TRANSCRIPT, lines)
+        self.store.queue(lines={TRANSCRIPT: lines})
         for message, line in zip(messages, lines, strict=True):
             self.transcript_len += 1
             self.recorder.added(message, self.transcript_len)
@@ -180,18 +182,21 @@ class CompactionState:
 
 @dataclass
 class _Writes:
-    """Outputs and event lines queued by the stages of one call, written together."""
+    """Outputs and event lines of the stages of one call, queued together with the new window."""
 
     outputs: list[tuple[str, str]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
 
     async def flush(self, state: CompactionState) -> None:
-        """Outputs first, then the events that name them, then the new window (``context.jsonl``); one
-        hop to aiofiles' executor."""
+        """Queue outputs, the events that name them and the new window (``context.jsonl``), then write
+        everything the job's store has queued (the turn's transcript lines first among the lines), outputs
+        first, in one hop to aiofiles' executor."""
         if self.outputs or self.events:
             outputs, events = self.outputs, self.events
             self.outputs, self.events = [], []
-            await state.store.save(outputs, {EVENTS: events, CONTEXT: [state.context_record()] if events else []})
+            state.store.queue(outputs, {EVENTS: [dumps(e) for e in events],
+                                        CONTEXT: [dumps(state.context_record())] if events else []})
+        await state.store.flush()
 
 
 class _StageRun:
@@ -224,9 +229,10 @@ class Compactor:
     async def prepare(self, state: CompactionState) -> list[Message]:
         """Let the job's strategy compact ``state``'s window as needed; return the messages to send.
 
-        The stages' outputs and events are written in one executor hop before this returns (and
-        before a summary is asked for), so nothing outside ``prepare`` ever sees a placeholder whose
-        file is not on disk; a failed write fails the call, and with it the job."""
+        Everything the job's store has queued (the transcript lines added since the last call, the
+        session's event lines) and the stages' outputs and events are written in one executor hop
+        before this returns (and before a summary is asked for), so nothing outside ``prepare`` ever
+        sees a placeholder whose file is not on disk; a failed write fails the call, and with it the job."""
         run = _StageRun(self, state)
         await state.strategy.prepare(run)
         await run.writes.flush(state)
@@ -262,7 +268,7 @@ class Compactor:
         entries = state.window.entries
         old = [e.message for e in entries[:tail_start]]
         text = await self._summary(state, old)
-        summary_path = await state.store.write_summary(text)
+        summary_path = state.store.queue_summary(text)  # written with the compaction's event
         seqs = [e.seq for e in entries[:tail_start] if e.seq is not None]
         where = f"{TRANSCRIPT} (messages 1-{max(seqs)} of this session)" if seqs else TRANSCRIPT
         where = f"{where}; summary in {summary_path}"
@@ -279,9 +285,9 @@ class Compactor:
                 summary = await self.summarizer.summarize(messages, state.active_request)
             except Exception as e:  # counted for the breaker; this compaction still happens
                 state.summary_failures += 1
-                await state.store.append_jsonl(EVENTS, [{"ts": time.time(), "stage": "summary_failed",
-                                                         "error": f"{type(e).__name__}: {e}"[:300],
-                                                         "consecutive_failures": state.summary_failures}])
+                state.store.queue_records(EVENTS, [{"ts": time.time(), "stage": "summary_failed",
+                                                    "error": f"{type(e).__name__}: {e}"[:300],
+                                                    "consecutive_failures": state.summary_failures}])
             else:
                 state.summary_failures = 0
                 state.summarizer_usage.add(summary.usage)
