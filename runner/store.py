@@ -128,6 +128,10 @@ def _overwrite_sync(path: Path, text: str) -> None:
 
 # Each file operation is one hop to aiofiles' executor, not one per open/write/flush/close/replace:
 # a hop costs 50-200 µs of thread hand-off, which dominated the Compactor's time (bench/compactor.py).
+# ``in_thread`` is the runner's one way to run blocking file work off the loop (reads included): the
+# same executor as the writes. Waits that may last (a tool call, a sandbox starting) use anyio's own
+# threads instead, so they never hold up a job's writes.
+in_thread = aiofiles.os.wrap
 _write_atomic = aiofiles.os.wrap(write_atomic_sync)
 _save_in_thread = aiofiles.os.wrap(_save_sync)
 _overwrite = aiofiles.os.wrap(_overwrite_sync)

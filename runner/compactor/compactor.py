@@ -25,13 +25,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiofiles.os
-
 from ..config import Limits
 from ..messages import Message
 from ..models.base import Usage
 from ..protocol import COMPACTED, REACTIVE_COMPACT
-from ..store import JobStore, dumps, read_jsonl
+from ..store import JobStore, dumps, in_thread, read_jsonl
 from . import stages
 from .context import CONTEXT, Recorder
 from .fallback import fallback_summary
@@ -41,7 +39,6 @@ from .summarizer import Summarizer
 from .window import Entry, Window
 
 TRANSCRIPT = "transcript.jsonl"
-_read_jsonl = aiofiles.os.wrap(read_jsonl)
 EVENTS = "events.jsonl"
 
 
@@ -115,8 +112,12 @@ class CompactionState:
 
     async def resume(self, transcript: list[Message]) -> bool:
         """Continue a resumed job: from the newest ``context.jsonl`` record that fits ``transcript`` (the
-        context the job had), else by loading the whole transcript. True when a record was used."""
-        records, _ = await _read_jsonl(self.store.dir / CONTEXT)
+        context the job had), else by loading the whole transcript. True when a record was used. Runs
+        off the loop (it reads ``context.jsonl`` and the outputs the record names); the session waits."""
+        return await in_thread(self._resume_sync)(transcript)
+
+    def _resume_sync(self, transcript: list[Message]) -> bool:
+        records, _ = read_jsonl(self.store.dir / CONTEXT)
         for record in reversed(records):
             if not isinstance(record, dict) or not isinstance(record.get("n"), int) or record["n"] > len(transcript):
                 continue
@@ -187,16 +188,14 @@ class _Writes:
     outputs: list[tuple[str, str]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
 
-    async def flush(self, state: CompactionState) -> None:
-        """Queue outputs, the events that name them and the new window (``context.jsonl``), then write
-        everything the job's store has queued (the turn's transcript lines first among the lines), outputs
-        first, in one hop to aiofiles' executor."""
+    def queue(self, state: CompactionState) -> None:
+        """Queue outputs, the events that name them and the new window (``context.jsonl``) in the job's
+        store, for its next flush (which writes the outputs first)."""
         if self.outputs or self.events:
             outputs, events = self.outputs, self.events
             self.outputs, self.events = [], []
             state.store.queue(outputs, {EVENTS: [dumps(e) for e in events],
                                         CONTEXT: [dumps(state.context_record())] if events else []})
-        await state.store.flush()
 
 
 class _StageRun:
@@ -216,7 +215,7 @@ class _StageRun:
         self._compactor._adopt(self._state, stage, outcome, self.writes)
 
     async def summarize(self, stage: str) -> None:
-        await self.writes.flush(self._state)
+        self.writes.queue(self._state)
         await self._compactor.compact_history(self._state, stage)
 
 
@@ -235,7 +234,8 @@ class Compactor:
         sees a placeholder whose file is not on disk; a failed write fails the call, and with it the job."""
         run = _StageRun(self, state)
         await state.strategy.prepare(run)
-        await run.writes.flush(state)
+        run.writes.queue(state)
+        await state.store.flush()
         return state.window.messages
 
     async def compact_history(self, state: CompactionState, stage: str = "compact_history") -> None:
@@ -275,13 +275,14 @@ class Compactor:
         message = stages.summary_message(label, state.active_request, text, where)
         state.recorder.summary(message, summary_path, label, where)
         outcome = Outcome(stages.replace_with_summary(entries, tail_start, message), paths=[summary_path])
-        await self._apply(state, stage, outcome)
+        self._apply(state, stage, outcome)
 
     async def _summary(self, state: CompactionState, messages: list[Message]) -> str:
         budget = max(4_000, state.limits.context_char_limit // 2)
         breaker_open = state.summary_failures >= state.limits.max_summary_failures
         if self.summarizer.available and not breaker_open:
             try:
+                await state.store.flush()  # the summarizer is a model: every file it may be shown is on disk
                 summary = await self.summarizer.summarize(messages, state.active_request)
             except Exception as e:  # counted for the breaker; this compaction still happens
                 state.summary_failures += 1
@@ -294,10 +295,12 @@ class Compactor:
                 return summary.text
         return fallback_summary(messages, budget)
 
-    async def _apply(self, state: CompactionState, stage: str, outcome: Outcome | None) -> None:
+    def _apply(self, state: CompactionState, stage: str, outcome: Outcome | None) -> None:
+        """Adopt a stage's outcome and queue its writes: the next ``prepare`` (or the job's end) writes
+        them, before any model sees the window."""
         writes = _Writes()
         self._adopt(state, stage, outcome, writes)
-        await writes.flush(state)
+        writes.queue(state)
 
     def _adopt(self, state: CompactionState, stage: str, outcome: Outcome | None, writes: _Writes) -> None:
         """Adopt a stage's outcome, queueing its outputs and its event line in ``writes``."""
@@ -322,9 +325,9 @@ class Compactor:
 
     async def after_server_compaction(self, state: CompactionState) -> None:
         """The API compacted server-side: it ignores everything before the newest reply's compaction
-        block, so the window keeps only the first user message and that reply (both on disk)."""
+        block, so the window keeps only the first user message and that reply (both in the transcript)."""
         entries = state.window.entries
         if len(entries) > 2 and entries[0].message["role"] == "user":
-            await self._apply(state, "server_compaction", Outcome([entries[0], entries[-1]]))
+            self._apply(state, "server_compaction", Outcome([entries[0], entries[-1]]))
         else:
             state.compactions["server_compaction"] += 1
