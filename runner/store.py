@@ -4,8 +4,9 @@ Guarantees:
 - Whole files (``metrics.json``, ``job.json``, ``final.md``, persisted outputs, summaries) are
   written to a temporary name in the same directory and renamed, so a reader (or a run killed
   with SIGKILL) sees the old file or the new one, never a torn one.
-- JSONL files are append-only; each record is one ``write`` of one line. A half-written last
-  line (the process was killed mid-write) is skipped and reported by :func:`read_jsonl`.
+- JSONL files are append-only; each record is one whole line, and the lines a flush adds to a file
+  go in one ``write``. A half-written last line (the process was killed mid-write) is skipped and
+  reported by :func:`read_jsonl`.
 - File names made from ids the model or API chose are sanitized and can never leave the job
   directory, nor overwrite another id's output.
 - A turn's writes are queued (:meth:`JobStore.queue`) and written by one :meth:`JobStore.flush`: one
@@ -14,7 +15,8 @@ Guarantees:
   as the metrics checkpoint; so a line on disk never names an output that is not. The owner flushes
   before anything it queued is shown to a model; a crash loses at most what was queued since.
 - No blocking file I/O on the event loop: what is already in ``tool-results/`` and ``summaries/`` is
-  learned once, off the loop, by :meth:`JobStore.open`.
+  learned once, off the loop, by :meth:`JobStore.open`; naming an output or a summary touches no
+  file. Files that appear there later by other hands are not seen (a job directory has one writer).
 """
 
 from __future__ import annotations
