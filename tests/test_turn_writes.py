@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import runner.store
@@ -117,3 +118,32 @@ async def test_an_output_that_cannot_be_placed_writes_nothing_of_its_batch(tmp_p
     with pytest.raises(ValueError):
         await store.flush()
     assert not (tmp_path / "outside.txt").exists() and not (store.dir / "transcript.jsonl").exists()
+
+
+async def test_a_cancelled_job_still_writes_what_its_last_turn_queued(tmp_path):
+    job = tmp_path / "job"
+    spec = JobSpec(name="survey", source=Path("survey.toml"), prompt="Survey this package.",
+                   workspace=Path(email.__file__).parent, model="m", system=None, tools=("read", "glob", "grep"),
+                   limits=Limits())
+    store = JobStore(job)
+    await store.open()
+    model = Watched(job, [0])
+    session = Session(spec, model, Compactor(Summarizer(None, "none")), store, "none")
+    with anyio.CancelScope() as scope:
+        inner = model.create
+
+        async def create(request: Any) -> Any:
+            reply = await inner(request)
+            if len(model.seen) == 3:
+                scope.cancel()  # lands at the turn's next wait: its tools run, after the reply is counted
+            return reply
+
+        model.create = create  # type: ignore[method-assign]
+        await session.run()
+    assert scope.cancelled_caught and session.result.status == "cancelled"
+    assert session.result.turns == 3
+    events, _ = read_jsonl(job / "events.jsonl")
+    assert sum(e.get("stage") == "model_call" for e in events) == 3  # the third was only queued when cancelled
+    transcript, _ = read_jsonl(job / "transcript.jsonl")
+    assert sum(m["role"] == "assistant" for m in transcript) == 2  # the third reply's tools never answered
+    assert (job / "final.md").exists() and "cancelled" in (job / "metrics.json").read_text()
