@@ -80,7 +80,8 @@ class Recorder:
         content = message.get("content")
         if known is not None:
             live.add(id(message))
-            live.update(id(b) for b in content if isinstance(content, list))
+            if isinstance(content, list):
+                live.update(map(id, content))
             ref["m"] = known[1]
             return ref
         if isinstance(content, str):
