@@ -231,7 +231,7 @@ class Session:
                 finally:
                     await self._wire_event(seen)
                 self._account(reply)
-                await self.store.append_jsonl(EVENTS, [model_call_event(self.result, sent_chars, reply)])
+                self.store.queue_records(EVENTS, [model_call_event(self.result, sent_chars, reply)])
                 state.observe_usage(reply.usage)
                 state.window.mark_seen()
                 if reply.stop_reason == "model_context_window_exceeded":
@@ -265,7 +265,7 @@ class Session:
                 before.rate_limited, before.overloaded, before.server_errors):
             return
         self.result.wire = now
-        await self.store.append_jsonl(EVENTS, [RetriesEvent(
+        self.store.queue_records(EVENTS, [RetriesEvent(
             attempts=now.requests - before.requests, rate_limited_429=now.rate_limited - before.rate_limited,
             overloaded_529=now.overloaded - before.overloaded,
             server_errors_5xx=now.server_errors - before.server_errors).line()])
@@ -273,10 +273,10 @@ class Session:
     async def _last_call(self, reason: str) -> None:
         """One call with the tools listed but none allowed: the model writes its report from what it has."""
         spec, state = self.spec, self.state
-        messages = await self.compactor.prepare(state)
+        self.store.queue_records(EVENTS, [LastCallEvent(reason=reason).line()])
+        messages = await self.compactor.prepare(state)  # writes what the store has queued
         # the instruction goes with this request only: the transcript keeps alternating roles
         messages = merge_adjacent([*messages, {"role": "user", "content": OUT_OF_TURNS.format(reason=reason)}])
-        await self.store.append_jsonl(EVENTS, [LastCallEvent(reason=reason).line()])
         request = Request(model=spec.model, messages=api_valid(messages), tools=self._tools,
                           max_tokens=self._report_tokens(), system=spec.system,
                           context_management=state.strategy.context_management(),
@@ -387,8 +387,8 @@ class Session:
                                               f"its max_cost_usd is ${self.run_budget.limit:g}")
 
     async def _checkpoint(self) -> None:
-        """Write metrics.json as it stands (status ``running``), at most once a second: progress and
-        spend survive a crash."""
+        """Queue metrics.json as it stands (status ``running``), at most once a second: progress and
+        spend survive a crash. Written by the next call's flush, after that turn's lines."""
         now = time.monotonic()
         if now - self._last_checkpoint < CHECKPOINT_INTERVAL_S:
             return
@@ -396,7 +396,7 @@ class Session:
         result = self.result
         result.compactions = dict(self.state.compactions)
         result.persisted_bytes = self.state.persisted_bytes
-        await self.store.write_json(METRICS, result.to_json(), pretty=False)
+        self.store.queue(files={METRICS: json.dumps(result.to_json(), ensure_ascii=False) + "\n"})
 
     def _update_progress(self) -> None:
         p = self.progress
@@ -416,6 +416,10 @@ class Session:
         self._update_progress()
         self.progress.status = result.status
         run_dir = self.store.dir.parent
+        try:  # the last turn's queued lines (a cancelled or failed turn's too) go before the final files
+            await self.store.flush()
+        except (OSError, ValueError) as e:
+            result.error = (result.error or "") + f" (could not write the last turn's lines: {e})"
         if result.status != Status.SUCCEEDED or self.final_text is not None:
             text = final_markdown(result.status, result.error, self.final_text, state.window.messages)
             try:

@@ -4,10 +4,19 @@ Guarantees:
 - Whole files (``metrics.json``, ``job.json``, ``final.md``, persisted outputs, summaries) are
   written to a temporary name in the same directory and renamed, so a reader (or a run killed
   with SIGKILL) sees the old file or the new one, never a torn one.
-- JSONL files are append-only; each record is one ``write`` of one line. A half-written last
-  line (the process was killed mid-write) is skipped and reported by :func:`read_jsonl`.
+- JSONL files are append-only; each record is one whole line, and the lines a flush adds to a file
+  go in one ``write``. A half-written last line (the process was killed mid-write) is skipped and
+  reported by :func:`read_jsonl`.
 - File names made from ids the model or API chose are sanitized and can never leave the job
   directory, nor overwrite another id's output.
+- A turn's writes are queued (:meth:`JobStore.queue`) and written by one :meth:`JobStore.flush`: one
+  hop to aiofiles' executor per turn. A flush writes persisted outputs first, then the JSONL lines
+  (each file's lines in one write, files in the order they were first queued), then whole files such
+  as the metrics checkpoint; so a line on disk never names an output that is not. The owner flushes
+  before anything it queued is shown to a model; a crash loses at most what was queued since.
+- No blocking file I/O on the event loop: what is already in ``tool-results/`` and ``summaries/`` is
+  learned once, off the loop, by :meth:`JobStore.open`; naming an output or a summary touches no
+  file. Files that appear there later by other hands are not seen (a job directory has one writer).
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +72,30 @@ def write_atomic_sync(path: Path, text: str) -> None:
         raise
 
 
+def _digest(content: str) -> str:
+    return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _open_sync(directory: Path) -> tuple[dict[str, str], int, Path]:
+    """Create the job's directories; the outputs already saved (relative path -> content digest) and
+    the number of summaries already written. Run once per job, off the loop: a resumed job's files."""
+    on_disk: dict[str, str] = {}
+    for sub in (TOOL_RESULTS, SUMMARIES):
+        (directory / sub).mkdir(parents=True, exist_ok=True)
+    with os.scandir(directory / TOOL_RESULTS) as entries:
+        for entry in entries:
+            on_disk[f"{TOOL_RESULTS}/{entry.name}"] = ""  # taken, never the same: a link, a directory...
+            if entry.is_file(follow_symlinks=False):
+                try:
+                    with open(entry.path, encoding="utf-8", errors="surrogatepass", newline="") as f:
+                        on_disk[f"{TOOL_RESULTS}/{entry.name}"] = _digest(f.read())
+                except (OSError, UnicodeDecodeError):
+                    pass
+    with os.scandir(directory / SUMMARIES) as entries:
+        summaries = sum(1 for entry in entries if entry.name.endswith(".md"))
+    return on_disk, summaries, directory.resolve()  # resolve() runs per persisted output; the root once
+
+
 def _same_text(path: Path, content: str) -> bool:
     """Whether the file at ``path`` holds exactly ``content``."""
     if not os.path.exists(path):  # the usual case; cheaper than a failed open
@@ -74,13 +107,18 @@ def _same_text(path: Path, content: str) -> bool:
         return False
 
 
-def _save_sync(outputs: list[tuple[Path, str]], appends: list[tuple[Path, str]]) -> None:
-    for path, content in outputs:  # whole files first: an appended record may name them
-        if not _same_text(path, content):
-            write_atomic_sync(path, content)
+def _save_sync(where: Callable[[str], Path], outputs: list[tuple[str, str]], appends: list[tuple[Path, str]],
+               files: Sequence[tuple[Path, str]] = ()) -> None:
+    """Outputs ``(rel, content)`` at ``where(rel)``, then appends, then whole files (see JobStore.flush)."""
+    targets = [(where(rel), content) for rel, content in outputs]  # all checked before anything is written
+    for target, content in targets:  # whole files first: an appended record may name them
+        if not _same_text(target, content):
+            write_atomic_sync(target, content)
     for path, data in appends:
         with open(path, "a", encoding="utf-8") as f:
             f.write(data)
+    for path, text in files:  # last: a checkpoint never counts turns whose lines are not on disk
+        write_atomic_sync(path, text)
 
 
 def _overwrite_sync(path: Path, text: str) -> None:
@@ -94,9 +132,14 @@ def _overwrite_sync(path: Path, text: str) -> None:
 
 # Each file operation is one hop to aiofiles' executor, not one per open/write/flush/close/replace:
 # a hop costs 50-200 µs of thread hand-off, which dominated the Compactor's time (bench/compactor.py).
+# ``in_thread`` is the runner's one way to run blocking file work off the loop (reads included): the
+# same executor as the writes. Waits that may last (a tool call, a sandbox starting) use anyio's own
+# threads instead, so they never hold up a job's writes.
+in_thread = aiofiles.os.wrap
 _write_atomic = aiofiles.os.wrap(write_atomic_sync)
 _save_in_thread = aiofiles.os.wrap(_save_sync)
 _overwrite = aiofiles.os.wrap(_overwrite_sync)
+_open = aiofiles.os.wrap(_open_sync)
 
 
 async def _shielded(operation: Any, *args: Any) -> None:
@@ -137,18 +180,28 @@ def read_jsonl(path: Path) -> tuple[list[Any], list[str]]:
 
 
 class JobStore:
-    """The files of one job under ``runs/<run-id>/<job>/``."""
+    """The files of one job under ``runs/<run-id>/<job>/``.
+
+    Writes of a turn are queued by :meth:`queue` (no I/O) and written by :meth:`flush`; its owner (the
+    job's session) flushes before each model call and once more when the job ends. Only one flush of a
+    store runs at a time (the session awaits each), so its writes land in the order they were queued.
+    The ``write_*``, ``save`` and ``append_*`` methods write at once, each in one hop of its own."""
 
     def __init__(self, directory: Path):
         self.dir = directory
         self._names: dict[str, str] = {}  # id + content hash -> reserved path
         self._owners: dict[str, str] = {}  # reserved path -> its tool_use id (kept: reserve is O(1))
+        self._on_disk: dict[str, str] = {}  # outputs saved before this store opened -> content digest
+        self._summaries = 0  # summaries/ files written or named so far
         self._root: Path | None = None
+        self._outputs: list[tuple[str, str]] = []  # queued persisted outputs (rel, content)
+        self._lines: dict[str, list[str]] = {}  # queued JSONL lines per file, in first-queued order
+        self._files: dict[str, str] = {}  # queued whole files (name -> text); the newest text wins
 
     async def open(self) -> None:
-        for sub in ("", TOOL_RESULTS, SUMMARIES):
-            await aiofiles.os.makedirs(self.dir / sub, exist_ok=True)
-        self._root = self.dir.resolve()  # resolve() runs per persisted output; the root once
+        """Create the job's directories and learn, in one hop off the loop, which outputs and summaries
+        are already there (a resumed job's), so naming a new one never touches the disk."""
+        self._on_disk, self._summaries, self._root = await _open(self.dir)
 
     async def write_json(self, name: str, obj: Any, pretty: bool = True) -> None:
         await write_atomic(self.dir / name, json.dumps(obj, ensure_ascii=False, indent=2 if pretty else None) + "\n")
@@ -164,27 +217,49 @@ class JobStore:
     async def append_jsonl(self, name: str, records: list[Any]) -> None:
         await self.save(appends={name: records})
 
-    async def append_lines(self, name: str, lines: list[str]) -> None:
-        """Append records already serialized by :func:`dumps` (one JSON text each, no newline) to a JSONL
-        file, in one write and one hop: a caller that also needs each record's size serializes it once."""
-        if lines:
-            await _shielded(_save_in_thread, [], [(self.dir / name, "".join(line + "\n" for line in lines))])
-
     async def save(self, outputs: Sequence[tuple[str, str]] = (), appends: dict[str, list[Any]] | None = None) -> None:
         """Persisted outputs ``(rel, content)``, each written whole (atomic) unless the same bytes are
         already there, then JSONL ``records`` appended to their files; in that order, in one hop to
-        aiofiles' executor."""
-        items = [(self._output_path(rel), content) for rel, content in outputs]
+        aiofiles' executor. Writes nothing queued by :meth:`queue`."""
         lines = [(self.dir / name, "".join(dumps(r) + "\n" for r in records))
                  for name, records in (appends or {}).items() if records]
-        if items or lines:
-            await _shielded(_save_in_thread, items, lines)
+        if outputs or lines:
+            await _shielded(_save_in_thread, self._output_path, list(outputs), lines)
+
+    def queue(self, outputs: Sequence[tuple[str, str]] = (), lines: dict[str, list[str]] | None = None,
+              files: dict[str, str] | None = None) -> None:
+        """Queue writes for the next :meth:`flush`: persisted outputs ``(rel, content)``, JSONL lines
+        already serialized by :func:`dumps` (one JSON text each, no newline) per file, and whole files
+        (only the newest text queued for a name is written)."""
+        self._outputs.extend(outputs)
+        for name, new in (lines or {}).items():
+            if new:
+                self._lines.setdefault(name, []).extend(new)
+        if files:
+            self._files.update(files)
+
+    def queue_records(self, name: str, records: list[Any]) -> None:
+        """Queue JSONL ``records`` for ``name`` (serialized now: later changes to them are not written)."""
+        self.queue(lines={name: [dumps(r) for r in records]})
+
+    async def flush(self) -> None:
+        """Write everything queued, in one hop to aiofiles' executor: outputs first (each whole, atomic,
+        skipped when the same bytes are there), then each file's lines in one append, then the whole
+        files. Shielded: a cancelled caller still waits for the writes to land. The queue is emptied
+        before the writes start, so a failed write is not retried by the next flush."""
+        if not (self._outputs or self._lines or self._files):
+            return
+        outputs, self._outputs = self._outputs, []
+        appends = [(self.dir / name, "".join(line + "\n" for line in lines)) for name, lines in self._lines.items()]
+        files = [(self.dir / name, text) for name, text in self._files.items()]
+        self._lines, self._files = {}, {}
+        await _shielded(_save_in_thread, self._output_path, outputs, appends, files)
 
     def _output_path(self, rel: str) -> Path:
-        """Where output ``rel`` is written. A name :meth:`reserve` made is one sanitized file name in
-        tool-results/, so it needs no realpath walk (tens of µs per output), only a check that
-        tool-results/ is still a real directory; the rename never follows a symlink at the name.
-        Any other name goes through :meth:`resolve`."""
+        """Where output ``rel`` is written (called in the writing thread: it may stat). A name
+        :meth:`reserve` made is one sanitized file name in tool-results/, so it needs no realpath walk
+        (tens of µs per output), only a check that tool-results/ is still a real directory; the rename
+        never follows a symlink at the name. Any other name goes through :meth:`resolve`."""
         if rel in self._owners and self._root is not None and not os.path.islink(self._root / TOOL_RESULTS):
             return self._root / rel
         return self.resolve(rel)
@@ -192,16 +267,19 @@ class JobStore:
     def reserve(self, tool_use_id: str, content: str) -> str:
         """The path (relative to the job directory) that ``content`` of ``tool_use_id`` is saved under.
 
-        Deterministic: the same id and content always get the same path. A different id, or the same
-        id with different content, never shares a path, even when ids sanitize alike.
+        Deterministic: the same id and content always get the same path, also in a store opened later
+        on the same directory (a resumed job). A different id, or the same id with different content,
+        never shares a path, even when ids sanitize alike. No file I/O: what is on disk was learned by
+        :meth:`open`.
         """
-        key = f"{tool_use_id}\0{hashlib.sha256(content.encode('utf-8', 'surrogatepass')).hexdigest()}"
+        digest = _digest(content)
+        key = f"{tool_use_id}\0{digest}"
         if key in self._names:
             return self._names[key]
         stem = safe_name(tool_use_id)
         rel = f"{TOOL_RESULTS}/{stem}.txt"
         n = 1
-        while rel in self._owners or ((self.dir / rel).exists() and not self._same(rel, content)):
+        while rel in self._owners or self._on_disk.get(rel, digest) != digest:
             n += 1
             rel = f"{TOOL_RESULTS}/{stem}.{n}.txt"
         self._names[key] = rel
@@ -222,13 +300,12 @@ class JobStore:
         await self.write_output(rel, content)
         return rel
 
-    def _same(self, rel: str, content: str) -> bool:
-        return _same_text(self.dir / rel, content)
-
-    async def write_summary(self, text: str) -> str:
-        existing = len(list((self.dir / SUMMARIES).glob("*.md")))
-        rel = f"{SUMMARIES}/{existing + 1:04d}.md"
-        await write_atomic(self.dir / rel, text)
+    def queue_summary(self, text: str) -> str:
+        """Queue a summary as the next ``summaries/NNNN.md`` (written by the next :meth:`flush`, before
+        any line that names it); its relative path."""
+        self._summaries += 1
+        rel = f"{SUMMARIES}/{self._summaries:04d}.md"
+        self.queue(outputs=[(rel, text)])
         return rel
 
     def resolve(self, rel: str) -> Path:

@@ -55,7 +55,7 @@ from .config import Limits
 from .repeats import RepeatGuard, call_key
 from .rundocs import TOOL_RESULTS, TRANSCRIPT
 from .sandbox import run_command
-from .store import JobStore
+from .store import JobStore, in_thread
 
 RECALL_PAGE_CHARS = 20_000
 READ_PAGE_BYTES = 64 * 1024  # a whole-file read of a large file returns its first lines up to this size
@@ -139,6 +139,9 @@ def _read_exact(path: Any) -> str:
     """A saved output as it was written: no newline translation, so offsets match its stated size."""
     with open(path, encoding="utf-8", errors="replace", newline="") as f:
         return f.read()
+
+
+_read_exact_off_loop = in_thread(_read_exact)
 
 
 TOOL_ORDER = ("bash", "read", "write", "edit", "glob", "grep")  # the order of the SDK's toolset
@@ -420,7 +423,7 @@ class Toolset:
         limit = min(limit, self.page_chars)
         try:
             target = self.store.resolve(path)
-            text = await anyio.to_thread.run_sync(_read_exact, target)
+            text = await _read_exact_off_loop(target)
         except ValueError:
             return error_result(tool_use_id, f"recall: {path}: outside the job directory")
         except OSError:

@@ -433,6 +433,7 @@ async def test_circuit_breaker_stops_calling_a_failing_summarizer(tmp_path: Path
     assert summarizer.calls == 3
     assert state.compactions["compact_tool"] == 7, "every compaction still happened"
     assert all("Summary built without a model" in s for s in summaries)
+    await state.store.flush()  # what the session's next call (or the job's end) does
     failures = [e for e in read_jsonl(state.store.dir / EVENTS)[0] if e["stage"] == "summary_failed"]
     assert [e["consecutive_failures"] for e in failures] == [1, 2, 3]
 

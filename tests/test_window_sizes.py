@@ -32,6 +32,8 @@ async def test_add_measures_each_message_from_its_transcript_line(tmp_path: Path
     state = CompactionState(store=store, limits=Limits(), active_request=MESSAGES[0]["content"])
     await state.add(MESSAGES[0])
     await state.add(*MESSAGES[1:])
+    assert not (store.dir / TRANSCRIPT).exists()  # queued: the next call's flush writes the turn
+    await store.flush()
     written, warnings = read_jsonl(store.dir / TRANSCRIPT)
     assert warnings == [] and written == MESSAGES  # every message on disk, as given, in order
     lines = (store.dir / TRANSCRIPT).read_text(encoding="utf-8").split("\n")[:-1]

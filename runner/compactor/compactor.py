@@ -8,7 +8,8 @@ and, last, compact_history. :meth:`Compactor.reactive` answers a "prompt is too 
 Guarantees:
 - Nothing removed from context is lost: every output is written to the job directory before the
   messages whose placeholders name it leave the Compactor (or reach a summarizer), and every
-  message is in ``transcript.jsonl``. A call's outputs and events go in one executor hop.
+  message is in ``transcript.jsonl``. The job's writes are queued in its store (:meth:`JobStore.queue`)
+  and ``prepare`` writes all of them, the turn's transcript lines included, in one executor hop.
 - Each stage that changes the history appends one line to ``events.jsonl`` and bumps
   ``compactions[stage]``.
 - ``prepare`` does work proportional to what changed since the last call: sizes are measured once
@@ -23,8 +24,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiofiles.os
-
 from ..config import Limits
 from ..messages import Message
 from ..models.base import Usage
@@ -32,7 +31,7 @@ from ..protocol import COMPACTED, REACTIVE_COMPACT
 from ..rundocs import CONTEXT, CompactionEvent, SummaryFailedEvent
 from ..rundocs import EVENTS as EVENTS
 from ..rundocs import TRANSCRIPT as TRANSCRIPT
-from ..store import JobStore, dumps, read_jsonl
+from ..store import JobStore, dumps, in_thread, read_jsonl
 from . import stages
 from .context import Recorder
 from .fallback import fallback_summary
@@ -40,8 +39,6 @@ from .stages import Outcome
 from .strategies import Strategy, strategy_for
 from .summarizer import Summarizer
 from .window import Entry, Window
-
-_read_jsonl = aiofiles.os.wrap(read_jsonl)
 
 
 @dataclass
@@ -72,13 +69,14 @@ class CompactionState:
             self.strategy = strategy_for(self.limits)
 
     async def add(self, *messages: Message) -> None:
-        """Append messages to the transcript (on disk first, in one write) and to the window. Each
-        message is serialized once: its transcript line's length is its size in the window.
+        """Append messages to the window, and their transcript lines to the store's queue (written,
+        in one write, by the next flush: at the latest the next ``prepare``, before any model sees
+        them). Each message is serialized once: its transcript line's length is its size in the window.
 
         The window after an add is the window of the newest ``context.jsonl`` record plus the transcript
         lines written since (what :meth:`resume_from` rebuilds), so only a compaction writes a record."""
         lines = [dumps(message) for message in messages]
-        await self.store.append_lines(TRANSCRIPT, lines)
+        self.store.queue(lines={TRANSCRIPT: lines})
         for message, line in zip(messages, lines, strict=True):
             self.transcript_len += 1
             self.recorder.added(message, self.transcript_len)
@@ -113,8 +111,12 @@ class CompactionState:
 
     async def resume(self, transcript: list[Message]) -> bool:
         """Continue a resumed job: from the newest ``context.jsonl`` record that fits ``transcript`` (the
-        context the job had), else by loading the whole transcript. True when a record was used."""
-        records, _ = await _read_jsonl(self.store.dir / CONTEXT)
+        context the job had), else by loading the whole transcript. True when a record was used. Runs
+        off the loop (it reads ``context.jsonl`` and the outputs the record names); the session waits."""
+        return await in_thread(self._resume_sync)(transcript)
+
+    def _resume_sync(self, transcript: list[Message]) -> bool:
+        records, _ = read_jsonl(self.store.dir / CONTEXT)
         for record in reversed(records):
             if not isinstance(record, dict) or not isinstance(record.get("n"), int) or record["n"] > len(transcript):
                 continue
@@ -180,18 +182,19 @@ class CompactionState:
 
 @dataclass
 class _Writes:
-    """Outputs and event lines queued by the stages of one call, written together."""
+    """Outputs and event lines of the stages of one call, queued together with the new window."""
 
     outputs: list[tuple[str, str]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
 
-    async def flush(self, state: CompactionState) -> None:
-        """Outputs first, then the events that name them, then the new window (``context.jsonl``); one
-        hop to aiofiles' executor."""
+    def queue(self, state: CompactionState) -> None:
+        """Queue outputs, the events that name them and the new window (``context.jsonl``) in the job's
+        store, for its next flush (which writes the outputs first)."""
         if self.outputs or self.events:
             outputs, events = self.outputs, self.events
             self.outputs, self.events = [], []
-            await state.store.save(outputs, {EVENTS: events, CONTEXT: [state.context_record()] if events else []})
+            state.store.queue(outputs, {EVENTS: [dumps(e) for e in events],
+                                        CONTEXT: [dumps(state.context_record())] if events else []})
 
 
 class _StageRun:
@@ -211,7 +214,7 @@ class _StageRun:
         self._compactor._adopt(self._state, stage, outcome, self.writes)
 
     async def summarize(self, stage: str) -> None:
-        await self.writes.flush(self._state)
+        self.writes.queue(self._state)
         await self._compactor.compact_history(self._state, stage)
 
 
@@ -224,12 +227,14 @@ class Compactor:
     async def prepare(self, state: CompactionState) -> list[Message]:
         """Let the job's strategy compact ``state``'s window as needed; return the messages to send.
 
-        The stages' outputs and events are written in one executor hop before this returns (and
-        before a summary is asked for), so nothing outside ``prepare`` ever sees a placeholder whose
-        file is not on disk; a failed write fails the call, and with it the job."""
+        Everything the job's store has queued (the transcript lines added since the last call, the
+        session's event lines) and the stages' outputs and events are written in one executor hop
+        before this returns (and before a summary is asked for), so nothing outside ``prepare`` ever
+        sees a placeholder whose file is not on disk; a failed write fails the call, and with it the job."""
         run = _StageRun(self, state)
         await state.strategy.prepare(run)
-        await run.writes.flush(state)
+        run.writes.queue(state)
+        await state.store.flush()
         return state.window.messages
 
     async def compact_history(self, state: CompactionState, stage: str = "compact_history") -> None:
@@ -262,24 +267,25 @@ class Compactor:
         entries = state.window.entries
         old = [e.message for e in entries[:tail_start]]
         text = await self._summary(state, old)
-        summary_path = await state.store.write_summary(text)
+        summary_path = state.store.queue_summary(text)  # written with the compaction's event
         seqs = [e.seq for e in entries[:tail_start] if e.seq is not None]
         where = f"{TRANSCRIPT} (messages 1-{max(seqs)} of this session)" if seqs else TRANSCRIPT
         where = f"{where}; summary in {summary_path}"
         message = stages.summary_message(label, state.active_request, text, where)
         state.recorder.summary(message, summary_path, label, where)
         outcome = Outcome(stages.replace_with_summary(entries, tail_start, message), paths=[summary_path])
-        await self._apply(state, stage, outcome)
+        self._apply(state, stage, outcome)
 
     async def _summary(self, state: CompactionState, messages: list[Message]) -> str:
         budget = max(4_000, state.limits.context_char_limit // 2)
         breaker_open = state.summary_failures >= state.limits.max_summary_failures
         if self.summarizer.available and not breaker_open:
             try:
+                await state.store.flush()  # the summarizer is a model: every file it may be shown is on disk
                 summary = await self.summarizer.summarize(messages, state.active_request)
             except Exception as e:  # counted for the breaker; this compaction still happens
                 state.summary_failures += 1
-                await state.store.append_jsonl(EVENTS, [SummaryFailedEvent(
+                state.store.queue_records(EVENTS, [SummaryFailedEvent(
                     error=f"{type(e).__name__}: {e}"[:300], consecutive_failures=state.summary_failures).line()])
             else:
                 state.summary_failures = 0
@@ -287,10 +293,12 @@ class Compactor:
                 return summary.text
         return fallback_summary(messages, budget)
 
-    async def _apply(self, state: CompactionState, stage: str, outcome: Outcome | None) -> None:
+    def _apply(self, state: CompactionState, stage: str, outcome: Outcome | None) -> None:
+        """Adopt a stage's outcome and queue its writes: the next ``prepare`` (or the job's end) writes
+        them, before any model sees the window."""
         writes = _Writes()
         self._adopt(state, stage, outcome, writes)
-        await writes.flush(state)
+        writes.queue(state)
 
     def _adopt(self, state: CompactionState, stage: str, outcome: Outcome | None, writes: _Writes) -> None:
         """Adopt a stage's outcome, queueing its outputs and its event line in ``writes``."""
@@ -314,9 +322,9 @@ class Compactor:
 
     async def after_server_compaction(self, state: CompactionState) -> None:
         """The API compacted server-side: it ignores everything before the newest reply's compaction
-        block, so the window keeps only the first user message and that reply (both on disk)."""
+        block, so the window keeps only the first user message and that reply (both in the transcript)."""
         entries = state.window.entries
         if len(entries) > 2 and entries[0].message["role"] == "user":
-            await self._apply(state, "server_compaction", Outcome([entries[0], entries[-1]]))
+            self._apply(state, "server_compaction", Outcome([entries[0], entries[-1]]))
         else:
             state.compactions["server_compaction"] += 1

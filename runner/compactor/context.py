@@ -80,7 +80,7 @@ class Recorder:
         if known is not None:
             live.add(id(message))
             if isinstance(content, list):
-                live.update(id(b) for b in content)
+                live.update(map(id, content))
             ref["m"] = known[1]
             return ref
         if isinstance(content, str):
