@@ -71,7 +71,7 @@ def run(n: int, latency: float, tmp: Path) -> dict[str, Any]:
     finally:
         emulator.terminate()
         emulator.wait()
-    [run_dir] = list((tmp / "runs").iterdir())
+    [run_dir] = [p for p in (tmp / "runs").iterdir() if not p.is_symlink()]
     document = json.loads((run_dir / "run.json").read_text())
     lost = [e for job in run_dir.iterdir() if job.is_dir()
             for e in map(json.loads, (job / "events.jsonl").read_text().splitlines() if (job / "events.jsonl").exists()

@@ -11,9 +11,10 @@ Every stop reason has one meaning (as in the SDK's tool runner):
 | ``model_context_window_exceeded`` | reactive compaction, then retry                                |
 | ``refusal``                     | the job fails with that reason                                   |
 
-Ends with a status: ``succeeded``, ``failed``, ``timeout``, ``max_turns``, ``budget_exceeded`` or
-``cancelled``, or ``stuck`` (the model kept repeating one call after being told). Whatever the ending, ``metrics.json`` is written (shielded from cancellation) and
-the transcript holds every message that was added.
+Ends with a status: ``succeeded``, ``failed``, ``timeout``, ``max_turns``, ``budget_exceeded``,
+``stuck`` (the model kept repeating one call after being told) or ``cancelled``. Whatever the
+ending, ``final.md`` and ``metrics.json`` are written (shielded from cancellation) and the
+transcript holds every message that was added.
 """
 
 from __future__ import annotations
@@ -146,9 +147,10 @@ class Session:
         self.final_text: str | None = None
         self.run_budget: Budget = run_budget or RunBudget()
         self._last_checkpoint = float("-inf")
+        self._reactive_retries = 0  # reactive compactions since the last call the API accepted
+        self._tools: list[dict[str, Any]] = []
         self._dearest_call = 0.0  # the reserve kept from max_cost_usd for the last call
         self._most_output = 0
-        self._tools: list[dict[str, Any]] = []
         self.prices = prices or DEFAULT_TABLE
         if prior is not None:  # a resumed job keeps what it already spent
             self.result.usage = Usage(**prior.usage.model_dump())
@@ -195,6 +197,20 @@ class Session:
         return result
 
     async def _loop(self) -> None:
+        """The agent loop: before every call the limits are checked and the history prepared; a reply
+        is kept, its tool calls run and their results appended, until the model answers."""
+        await self._begin()
+        async with Toolset(str(self.spec.workspace), self.spec.tools, self.store, self.spec.limits) as toolset:
+            self._offer(toolset)
+            while True:
+                self._check_before_call()
+                reply = await self._query()
+                if reply is not None and await self._step(reply, toolset):
+                    return
+                await self._checkpoint()
+
+    async def _begin(self) -> None:
+        """Record the job, and start its history: the prompt, or where a resumed job stopped."""
         spec, state = self.spec, self.state
         await self.store.write_json(JOB_JSON, spec.to_json())
         if self.history:
@@ -202,61 +218,72 @@ class Session:
             self.result.turns = sum(1 for m in merge_adjacent(self.history) if m["role"] == "assistant")
         else:
             await state.add({"role": "user", "content": spec.prompt})
-        reactive_retries = 0
-        async with Toolset(str(spec.workspace), spec.tools, self.store, spec.limits) as toolset:
-            strategy = state.strategy
-            tools = [t for t in toolset.definitions() if t["name"] != "compact" or strategy.offers_compact_tool]
-            state.overhead_chars = len(json.dumps([spec.system, tools], ensure_ascii=False))
-            self._tools = tools
-            if self.history:
-                self._check_budgets()  # a resumed job may already have spent its budget
-            while True:
-                if self.result.turns + 1 >= spec.limits.max_turns:  # the last turn is kept for the report
-                    raise JobEnded(Status.MAX_TURNS, f"reached max_turns = {spec.limits.max_turns}", last_call=True)
-                self._check_run_budget()
-                self._check_reserve()
-                messages = await self.compactor.prepare(state)
-                self._update_progress()
-                sent_chars = state.window.total
-                request = Request(model=spec.model, messages=api_valid(messages), tools=tools,
-                                  max_tokens=spec.limits.max_output_tokens, system=spec.system,
-                                  context_management=strategy.context_management(),
-                                  max_retries=spec.limits.max_retries, cache_points=strategy.cache_points(state.window))
-                seen = self.wire.copy()
-                try:
-                    reply = await self.model.create(request)
-                except PromptTooLong as e:
-                    reactive_retries = await self._reactive(reactive_retries, str(e))
-                    continue
-                finally:
-                    await self._wire_event(seen)
-                self._account(reply)
-                self.store.queue_records(EVENTS, [model_call_event(self.result, sent_chars, reply)])
-                state.observe_usage(reply.usage)
-                state.window.mark_seen()
-                if reply.stop_reason == "model_context_window_exceeded":
-                    self._check_budgets()
-                    reactive_retries = await self._reactive(reactive_retries, "model context window exceeded")
-                    continue
-                reactive_retries = 0
-                compacted = any(b.get("type") == "compaction" for b in reply.content)
-                # a reply with tool calls is written together with their results (one write a turn); if
-                # the run dies in between, resume would drop the unanswered reply anyway
-                deferred = bool(reply.content) and not compacted and reply.stop_reason in (
-                    "tool_use", "max_tokens") and bool(tool_uses(reply.message()))
-                if reply.content and not deferred:
-                    await state.add(reply.message())
-                try:
-                    self._check_budgets()
-                except JobEnded:
-                    if deferred:  # what was paid for is kept
-                        await state.add(reply.message())
-                    raise
-                if compacted:
-                    await self.compactor.after_server_compaction(state)
-                if await self._handle(reply, toolset, deferred):
-                    return
-                await self._checkpoint()
+
+    def _offer(self, toolset: Toolset) -> None:
+        """The tool definitions every request carries (the strategy says whether ``compact`` is one)."""
+        strategy = self.state.strategy
+        self._tools = [t for t in toolset.definitions() if t["name"] != "compact" or strategy.offers_compact_tool]
+        self.state.overhead_chars = len(json.dumps([self.spec.system, self._tools], ensure_ascii=False))
+        if self.history:
+            self._check_budgets()  # a resumed job may already have spent its budget
+
+    def _check_before_call(self) -> None:
+        """Raise JobEnded when this call would go over a limit (the last turn is kept for the report)."""
+        if self.result.turns + 1 >= self.spec.limits.max_turns:
+            raise JobEnded(Status.MAX_TURNS, f"reached max_turns = {self.spec.limits.max_turns}", last_call=True)
+        self._check_run_budget()
+        self._check_reserve()
+
+    async def _query(self) -> Reply | None:
+        """Prepare the history and call the model. None when the API found the prompt too long and a
+        reactive compaction made room: the call is made again."""
+        spec, state = self.spec, self.state
+        strategy = state.strategy
+        messages = await self.compactor.prepare(state)
+        self._update_progress()
+        sent_chars = state.window.total
+        request = Request(model=spec.model, messages=api_valid(messages), tools=self._tools,
+                          max_tokens=spec.limits.max_output_tokens, system=spec.system,
+                          context_management=strategy.context_management(),
+                          max_retries=spec.limits.max_retries, cache_points=strategy.cache_points(state.window))
+        seen = self.wire.copy()
+        try:
+            reply = await self.model.create(request)
+        except PromptTooLong as e:
+            self._reactive_retries = await self._reactive(self._reactive_retries, str(e))
+            return None
+        finally:
+            await self._wire_event(seen)
+        self._account(reply)
+        self.store.queue_records(EVENTS, [model_call_event(self.result, sent_chars, reply)])
+        state.observe_usage(reply.usage)
+        state.window.mark_seen()
+        if reply.stop_reason == "model_context_window_exceeded":
+            self._check_budgets()
+            self._reactive_retries = await self._reactive(self._reactive_retries, "model context window exceeded")
+            return None
+        self._reactive_retries = 0
+        return reply
+
+    async def _step(self, reply: Reply, toolset: Toolset) -> bool:
+        """Keep a reply and act on it; True when the job is done."""
+        state = self.state
+        compacted = any(b.get("type") == "compaction" for b in reply.content)
+        # a reply with tool calls is written together with their results (one write a turn); if
+        # the run dies in between, resume would drop the unanswered reply anyway
+        deferred = bool(reply.content) and not compacted and reply.stop_reason in (
+            "tool_use", "max_tokens") and bool(tool_uses(reply.message()))
+        if reply.content and not deferred:
+            await state.add(reply.message())
+        try:
+            self._check_budgets()
+        except JobEnded:
+            if deferred:  # what was paid for is kept
+                await state.add(reply.message())
+            raise
+        if compacted:
+            await self.compactor.after_server_compaction(state)
+        return await self._handle(reply, toolset, deferred)
 
     async def _wire_event(self, before: WireCounts) -> None:
         """One line in events.jsonl for a call that needed retries or met 429/529/5xx answers."""

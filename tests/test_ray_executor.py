@@ -311,3 +311,15 @@ def test_the_run_budget_is_one_for_the_whole_cluster(cluster, tmp_path):
     # one budget for both workers: a budget per worker would let them spend 2 x 0.08
     assert 0.08 <= document["totals"]["cost_usd"] < 0.08 + one_job, document["totals"]
     assert sum(s == "succeeded" for s in statuses) <= 2, statuses
+
+
+def test_a_lost_workers_job_that_had_not_started_simply_starts(tmp_path):
+    """A job queued on a worker that died before starting it has no directory: it starts over, and
+    nothing is written for it (the driver must not fail writing a worker_lost line there)."""
+    pytest.importorskip("ray", reason="Ray is not installed")
+    from runner.executors.ray_driver import continue_point
+
+    spec = JobSpec(name="queued", source=tmp_path / "queued.toml", workspace=tmp_path, prompt="Survey.",
+                   model="m", system=None, tools=("read",), limits=Limits())
+    assert continue_point(tmp_path / "run" / "queued", spec, {"pid": 1}) is None
+    assert not (tmp_path / "run").exists()

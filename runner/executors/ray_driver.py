@@ -65,7 +65,10 @@ def continue_point(job_dir: Path, spec: JobSpec, lost: dict[str, Any]) -> Resume
     """Where a job whose worker (``lost``) died continues: its transcript cut back to the last complete
     turn (rewritten so), and its metrics so far; ``None`` to start it over (no usable transcript).
     ``events.jsonl`` gets a ``worker_lost`` line saying from which message the job continues and how
-    many model turns it lost (they run again)."""
+    many model turns it lost (they run again). A job the worker had not started yet (no directory)
+    simply starts."""
+    if not job_dir.is_dir():
+        return None
     before, _ = read_jsonl(job_dir / TRANSCRIPT)
     cut = cut_transcript(job_dir, spec.prompt)
     kept = cut.history or []
