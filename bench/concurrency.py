@@ -1,7 +1,7 @@
 """Benchmark 1: N sessions at once against the emulator in its own process.
 
-Each session is a short survey job (ten turns of the offline policy, plus one summary call for its
-``compact`` tool call); every emulator call takes ``latency`` seconds. The runner runs as a real
+Each session is a short survey job of the offline policy (its calls per session are the table's model
+calls / N); every emulator call takes ``latency`` seconds. The runner runs as a real
 ``runner run`` subprocess with concurrency = N, on each executor (``local``; ``ray``: a local Ray
 instance started by the runner, 2 workers). Reported beside the ideal (the sequential calls of one
 session times the latency): wall time, CPU seconds per model call and the peak RSS of all the
@@ -238,7 +238,7 @@ def main() -> None:
         write_result("concurrency", {"rows": rows})
         replace_section("concurrency", (
             "## 1. Concurrency\n\n"
-            f"N sessions of ten turns (plus one summary call each), emulator in its own process with {latency:g} s "
+            f"N sessions of one short survey each (model calls / N calls a session), emulator in its own process with {latency:g} s "
             "latency per call, runner as a `runner run` subprocess with concurrency = N, on the local executor "
             "and on ray (a local Ray instance started by the runner, 2 workers). Ideal = calls per session x "
             "latency. CPU and peak RSS are summed over the runner and every process under it, sampled from "

@@ -48,6 +48,7 @@ from ..protocol import (
     saved_path,
     without_footer,
 )
+from ..rundocs import TRANSCRIPT
 from .listing import Listing, skipped
 
 TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
@@ -556,7 +557,7 @@ def _todo_section(facts: Facts) -> list[str]:
     cut = "; the search output was cut, there may be more" if facts.todo_cut else ""
     out = [f"## TODO / FIXME / XXX ({max(facts.todo_count, len(hits))} found in {len(facts.todo_at)} files{cut})", ""]
     if any((p, n) not in facts.todo_text for p, n in hits):
-        where = f"`{facts.todo_saved}`" if facts.todo_saved else "`transcript.jsonl` (the grep call's result)"
+        where = f"`{facts.todo_saved}`" if facts.todo_saved else f"`{TRANSCRIPT}` (the grep call's result)"
         out += [f"The text of every line is in the job directory's {where}; lines shown here without "
                 "their text are listed by file and line.", ""]
     for p, n in hits:
