@@ -300,8 +300,9 @@ def findings(rows: list[dict[str, Any]]) -> str:
     extra = ""
     if ablation[0] and ablation[1]:
         same = ablation[0]["turns"] == ablation[1]["turns"]
+        change = 1 - ablation[0]["cost_usd"] / ablation[1]["cost_usd"]
         extra = (f" Caching alone takes revision 000 from ${ablation[1]['cost_usd']:.2f} to "
-                 f"${ablation[0]['cost_usd']:.2f} ({1 - ablation[0]['cost_usd'] / ablation[1]['cost_usd']:.0%} less"
+                 f"${ablation[0]['cost_usd']:.2f} ({abs(change):.0%} {'less' if change >= 0 else 'more'}"
                  + (f", over the same {ablation[0]['turns']} turns" if same else "") + ")"
                  + ("" if finished(ablation[0]) else ", and does not make it finish") + ".")
     return ("Targets: ours >= 2x cheaper than no compaction and than every anchor strategy that completes, with a "
