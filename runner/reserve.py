@@ -57,21 +57,18 @@ async def final_write(run_dir: Path, write: Callable[[], Awaitable[None]],
                       in_place: Callable[[], Awaitable[None]] | None = None, reserve: str = JOBS_RESERVE) -> None:
     """``write()``; when the disk is full, free the reserve and try once more; still full, ``in_place()``
     (rewriting an existing file over its own blocks needs no new space)."""
-    try:
-        await write()
-        return
-    except OSError as e:
-        if not _full(e):
-            raise
-        error = e
-    if release(run_dir, reserve):
+    full: OSError | None = None
+    for _ in range(2):  # once, then once more with the reserve freed
+        if full is not None and not release(run_dir, reserve):
+            break  # no reserve left to free: a second try would fail the same way
         try:
             await write()
             return
         except OSError as e:
             if not _full(e):
                 raise
-            error = e
+            full = e
     if in_place is None:
-        raise error
+        assert full is not None
+        raise full
     await in_place()
