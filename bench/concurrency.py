@@ -124,29 +124,36 @@ class TreeSampler:
         return roles
 
 
-def run_one(n: int, latency: float, tmp: Path, executor: str = "local") -> dict[str, Any]:
+def survey_batch(n: int, latency: float, tmp: Path, jobs: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    """``n`` survey jobs in ``jobs`` over one small workspace, a config whose summary gate is not the
+    bottleneck (bench/ratelimit.py measures the gate), and an emulator in its own process answering
+    after ``latency`` seconds, up and listening: its base URL and process (the caller stops it)."""
     workspace = tmp / "workspace"
     workspace.mkdir(exist_ok=True)
     for name, text in WORKSPACE_FILES.items():
         (workspace / name).write_text(text)
-    jobs = tmp / f"jobs-{n}-{executor}"
     jobs.mkdir()
     for i in range(n):
         (jobs / f"s{i:04d}.toml").write_text(f'workspace = "{workspace}"\nprompt = "Survey this workspace ({i})."\n')
     (tmp / "emulator.toml").write_text(f"[latency]\nseconds = {latency}\n")
-    # the summary gate is measured by bench/ratelimit.py; here it must not be the bottleneck
     (tmp / "config.toml").write_text(f"[summarizer]\nmax_concurrent = {n}\nrequests_per_minute = 100000\n")
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     emulator = subprocess.Popen([sys.executable, "-m", "runner", "emulate", "--port", str(port), "--config",
                                  str(tmp / "emulator.toml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(200):
+        try:
+            stats(base_url)
+            break
+        except OSError:
+            time.sleep(0.05)
+    return base_url, emulator
+
+
+def run_one(n: int, latency: float, tmp: Path, executor: str = "local") -> dict[str, Any]:
+    jobs = tmp / f"jobs-{n}-{executor}"
+    base_url, emulator = survey_batch(n, latency, tmp, jobs)
     try:
-        for _ in range(200):
-            try:
-                stats(base_url)
-                break
-            except OSError:
-                time.sleep(0.05)
         env = {**os.environ, "ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": "bench-key"}
         started = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "runner", "run", str(jobs), "--backend", "anthropic",

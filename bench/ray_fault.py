@@ -26,32 +26,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import replace_section, write_result  # noqa: E402
-from concurrency import WORKSPACE_FILES, free_port, stats  # noqa: E402
+from concurrency import stats, survey_batch  # noqa: E402
 
 
 def run(n: int, latency: float, tmp: Path) -> dict[str, Any]:
-    workspace = tmp / "workspace"
-    workspace.mkdir()
-    for name, text in WORKSPACE_FILES.items():
-        (workspace / name).write_text(text)
     jobs = tmp / "jobs"
-    jobs.mkdir()
-    for i in range(n):
-        (jobs / f"s{i:04d}.toml").write_text(f'workspace = "{workspace}"\nprompt = "Survey this workspace ({i})."\n')
-    (tmp / "emulator.toml").write_text(f"[latency]\nseconds = {latency}\n")
-    (tmp / "config.toml").write_text(f"[summarizer]\nmax_concurrent = {n}\nrequests_per_minute = 100000\n")
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    emulator = subprocess.Popen([sys.executable, "-m", "runner", "emulate", "--port", str(port), "--config",
-                                 str(tmp / "emulator.toml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base_url, emulator = survey_batch(n, latency, tmp, jobs)
     killed = None
     try:
-        for _ in range(200):
-            try:
-                stats(base_url)
-                break
-            except OSError:
-                time.sleep(0.05)
         env = {**os.environ, "ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": "bench-key"}
         started = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "runner", "run", str(jobs), "--backend", "anthropic",
@@ -59,7 +41,7 @@ def run(n: int, latency: float, tmp: Path) -> dict[str, Any]:
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp)
         while proc.poll() is None and killed is None:
             time.sleep(0.1)
-            transcripts = list(tmp.glob("runs/*/*/transcript.jsonl"))
+            transcripts = [t for t in tmp.glob("runs/*/*/transcript.jsonl") if not t.parent.parent.is_symlink()]
             if len(transcripts) < n:
                 continue
             document = json.loads(next(tmp.glob("runs/*/run.json")).read_text())
