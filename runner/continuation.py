@@ -10,13 +10,12 @@ reported; a transcript that does not start with the job's prompt is set aside
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .messages import Message, merge_adjacent, request_problems
 from .rundocs import TRANSCRIPT, UNUSABLE_TRANSCRIPT
-from .store import read_jsonl, write_atomic_sync
+from .store import dumps, read_jsonl, write_atomic_sync
 
 
 def last_complete_turn(messages: list[Message]) -> list[Message]:
@@ -65,5 +64,5 @@ def cut_transcript(job_dir: Path, prompt: str) -> Continuation:
             (job_dir / TRANSCRIPT).replace(job_dir / UNUSABLE_TRANSCRIPT)
         return Continuation(None, len(transcript), warnings)
     if len(history) != len(transcript) or warnings:
-        write_atomic_sync(job_dir / TRANSCRIPT, "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in history))
+        write_atomic_sync(job_dir / TRANSCRIPT, "".join(dumps(m) + "\n" for m in history))
     return Continuation(history, len(transcript), warnings)

@@ -35,9 +35,8 @@ API = ApiCounts()  # one per process: every model of the batch reports here
 
 
 def _retries(result: JobResult) -> int:
-    """Retries a finished job reports in its metrics (when the runner records them)."""
-    return sum(v for k, v in result.to_json().items() if isinstance(v, int) and not isinstance(v, bool)
-               and any(s in k for s in ("retr", "429", "529")))
+    """The SDK's retries of a finished job's calls (its 429s and 529s are among them)."""
+    return result.wire.retries
 
 
 def _clock(seconds: float) -> str:

@@ -12,9 +12,10 @@ from . import rundocs
 from .config import ConfigError
 from .rundocs import RUN_JSON, Status, load_run, metrics_of
 
+# short names of the compaction stages, for tables and the viewer
 SHORT = {"tool_result_budget": "budget", "micro_compact": "micro", "fit_tool_results": "fit",
          "compact_history": "history", "compact_tool": "tool", "reactive_compact": "reactive",
-         "server_compaction": "server"}
+         "server_compaction": "server", "observation_mask": "mask"}
 STATUS_STYLE: dict[str, str] = {Status.SUCCEEDED: "green", Status.FAILED: "red", Status.TIMEOUT: "yellow", Status.MAX_TURNS: "yellow",
                 Status.BUDGET_EXCEEDED: "yellow", Status.STUCK: "yellow", Status.CANCELLED: "magenta",
                 Status.RUNNING: "cyan", Status.QUEUED: "dim", Status.NOT_STARTED: "dim"}

@@ -42,9 +42,7 @@ def release(run_dir: Path, name: str = JOBS_RESERVE) -> bool:
     """Free a reserve; False when it was already gone."""
     try:
         (run_dir / name).unlink()
-    except FileNotFoundError:
-        return False
-    except OSError:
+    except OSError:  # already gone, or not ours to remove
         return False
     return True
 

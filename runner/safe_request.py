@@ -42,17 +42,24 @@ def api_valid(messages: list[Message]) -> list[Message]:
                     fixed.append(block)
                     continue
                 raw_id, name, args = block.get("id"), block.get("name"), block.get("input")
+                bad_id = not isinstance(raw_id, str) or not _ID.match(raw_id) or raw_id in seen
+                bad_name = not isinstance(name, str) or not _NAME.match(name)
+                if isinstance(raw_id, str) and not (bad_id or bad_name or not isinstance(args, dict)):  # no copy
+                    seen.add(raw_id)
+                    renames.append((raw_id, raw_id))
+                    fixed.append(block)
+                    continue
                 new = dict(block)
-                if not isinstance(raw_id, str) or not _ID.match(raw_id) or raw_id in seen:
+                if bad_id:
                     new["id"] = _new_id(index, position, raw_id)
-                if not isinstance(name, str) or not _NAME.match(name):
+                if bad_name:
                     new["name"] = "invalid_tool_name"
                 if not isinstance(args, dict):
                     new["input"] = {}
                 seen.add(new["id"])
                 renames.append((raw_id, new["id"]))
-                changed = changed or new != block
-                fixed.append(new if new != block else block)
+                changed = True
+                fixed.append(new)
             out.append({**message, "content": fixed} if changed else message)
             if not changed:
                 renames = None

@@ -50,7 +50,7 @@ from .rundocs import (
 )
 from .safe_request import api_valid
 from .services import Budget, RunBudget
-from .store import JobStore
+from .store import JobStore, dumps
 from .tools import Toolset, error_result
 
 CHECKPOINT_INTERVAL_S = 1.0
@@ -179,7 +179,12 @@ class Session:
                 result.status, result.error = e.status, e.error
                 if e.last_call:
                     with anyio.move_on_after(time_reserve(timeout)):
-                        await self._last_call(e.error)
+                        try:
+                            await self._last_call(e.error)
+                        except (JobEnded, BackendUnusable):
+                            raise
+                        except Exception as x:  # the job's ending stands; the report is built without it
+                            result.error = f"{result.error}; the last call failed: {one_line(f'{type(x).__name__}: {x}')}"
         except JobEnded as e:  # the last call itself went over a limit: the report is built without it
             result.error = f"{result.error}; {e.error}"
         except anyio.get_cancelled_exc_class():
@@ -240,7 +245,6 @@ class Session:
         spec, state = self.spec, self.state
         strategy = state.strategy
         messages = await self.compactor.prepare(state)
-        self._update_progress()
         sent_chars = state.window.total
         request = Request(model=spec.model, messages=api_valid(messages), tools=self._tools,
                           max_tokens=spec.limits.max_output_tokens, system=spec.system,
@@ -291,7 +295,6 @@ class Session:
         if now.requests - before.requests <= 1 and (now.rate_limited, now.overloaded, now.server_errors) == (
                 before.rate_limited, before.overloaded, before.server_errors):
             return
-        self.result.wire = now
         self.store.queue_records(EVENTS, [RetriesEvent(
             attempts=now.requests - before.requests, rate_limited_429=now.rate_limited - before.rate_limited,
             overloaded_529=now.overloaded - before.overloaded,
@@ -423,7 +426,7 @@ class Session:
         result = self.result
         result.compactions = dict(self.state.compactions)
         result.persisted_bytes = self.state.persisted_bytes
-        self.store.queue(files={METRICS: json.dumps(result.to_json(), ensure_ascii=False) + "\n"})
+        self.store.queue(files={METRICS: dumps(result.to_json()) + "\n"})
 
     def _update_progress(self) -> None:
         p = self.progress

@@ -209,7 +209,7 @@ class JobStore:
     async def overwrite_json(self, name: str, obj: Any) -> None:
         """Rewrite an existing file over its own blocks (no temporary file, so no new space): only for
         a full disk, where the atomic write cannot be done. A crash in the middle could tear it."""
-        await overwrite(self.dir / name, json.dumps(obj, ensure_ascii=False) + "\n")
+        await overwrite(self.dir / name, dumps(obj) + "\n")
 
     async def write_text(self, name: str, text: str) -> None:
         await write_atomic(self.dir / name, text)

@@ -266,7 +266,8 @@ class Toolset:
         self.page_chars = recall_page_chars(limits)
         self.repeats = RepeatGuard(self.limits.max_repeated_calls)
         self._ids: set[str] = set()
-        self._results: dict[str, dict[str, Any]] = {}  # tool_use id -> result, for calls a repeat may name
+        # tool_use id -> (turn, result) of the calls a caught repeat may name (those within the window)
+        self._results: dict[str, tuple[int, dict[str, Any]]] = {}
 
     def definitions(self) -> list[dict[str, Any]]:
         sdk = [dict(t.to_dict()) for t in self._sdk.values()]
@@ -300,6 +301,9 @@ class Toolset:
         """
         results: list[dict[str, Any] | None] = [None] * len(calls)
         runnable: list[int] = []
+        keys = [call_key(c["name"], c.get("input")) if isinstance(c, dict) and isinstance(c.get("name"), str)
+                else None for c in calls]  # each call's input serialized once
+        self._results = {k: v for k, v in self._results.items() if v[0] > turn - self.repeats.window}
         for i, call in enumerate(calls):
             tool_use_id = call.get("id") if isinstance(call, dict) else None
             if not isinstance(tool_use_id, str) or not tool_use_id:
@@ -310,18 +314,18 @@ class Toolset:
                                                        "used; give every call a unique id")
             else:
                 self._ids.add(tool_use_id)
-                caught = await self._repeated(call, turn)
+                caught = await self._repeated(call, keys[i], turn)
                 if caught is not None:
                     results[i] = caught
                 else:
                     runnable.append(i)
 
         async def one(i: int) -> None:
-            results[i] = await self.run(calls[i])
-            name, args = calls[i].get("name"), calls[i].get("input")
-            if isinstance(name, str):
-                self.repeats.record(call_key(name, args), turn, calls[i]["id"])
-                self._results[calls[i]["id"]] = results[i]  # type: ignore[assignment]
+            result = results[i] = await self.run(calls[i])
+            key = keys[i]
+            if key is not None:
+                self.repeats.record(key, turn, calls[i]["id"])
+                self._results[calls[i]["id"]] = (turn, result)
 
         if all(isinstance(calls[i].get("name"), str) and calls[i]["name"] in READ_ONLY for i in runnable):
             async with anyio.create_task_group() as tg:
@@ -332,18 +336,18 @@ class Toolset:
                 await one(i)
         return [r for r in results if r is not None]
 
-    async def _repeated(self, call: dict[str, Any], turn: int) -> dict[str, Any] | None:
+    async def _repeated(self, call: dict[str, Any], key: str | None, turn: int) -> dict[str, Any] | None:
         name = call.get("name")
-        if not isinstance(name, str) or name == "compact":
+        if key is None or name == "compact":
             return None
-        caught = self.repeats.check(call_key(name, call.get("input")), turn)
+        caught = self.repeats.check(key, turn)
         if caught is None:
             return None
         count, first = caught
         earlier = self._results.get(first.tool_use_id)
         where = "is in the conversation above"
         if earlier is not None:
-            text = earlier.get("content")
+            text = earlier[1].get("content")
             rel = await self.store.persist_output(first.tool_use_id, text if isinstance(text, str) else str(text))
             where = f"is saved at {rel} (recall it with the recall tool)"
         return error_result(call["id"], protocol.REPEATED_CALL.format(

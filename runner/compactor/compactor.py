@@ -149,17 +149,6 @@ class CompactionState:
         else:
             self.window.append(message, self.transcript_len, chars)
 
-    def restore(self, messages: list[Message]) -> None:
-        """Load a transcript already on disk (resume) into the window. The model saw everything but a
-        trailing user message (results it had not answered yet)."""
-        for message in messages:
-            self.transcript_len += 1
-            self._append(message)
-        entries = self.window.entries
-        unseen = entries[-1:] if entries and entries[-1].message["role"] == "user" else []
-        self.window.replace([Entry(e.message, e.chars, e.seq, True) for e in entries[:len(entries) - len(unseen)]]
-                            + unseen)
-
     def observe_usage(self, usage: Usage) -> None:
         """Calibrate the token estimate from a reply's real usage (what the model saw as input)."""
         if usage.context_tokens:

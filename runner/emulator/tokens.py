@@ -8,9 +8,10 @@ import math
 from typing import Any
 
 from ..messages import Message
+from ..models.offline import CHARS_PER_TOKEN
+from ..rundocs import USAGE_KEYS as USAGE_FIELDS
 
-CHARS_PER_TOKEN = 4
-USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+__all__ = ["CHARS_PER_TOKEN", "USAGE_FIELDS", "estimate", "input_tokens"]
 
 
 def estimate(obj: Any) -> int:

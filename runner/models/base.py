@@ -7,8 +7,6 @@ from typing import Any, Protocol
 
 from ..rundocs import USAGE_KEYS
 
-USAGE_FIELDS = USAGE_KEYS
-
 
 @dataclass
 class Usage:
@@ -24,11 +22,11 @@ class Usage:
         return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
 
     def add(self, other: Usage) -> None:
-        for name in USAGE_FIELDS:
+        for name in USAGE_KEYS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def to_json(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in USAGE_FIELDS}
+        return {name: getattr(self, name) for name in USAGE_KEYS}
 
     @classmethod
     def from_api(cls, usage: Any) -> Usage:
@@ -38,9 +36,9 @@ class Usage:
         if iterations:
             total = cls()
             for it in iterations:
-                total.add(cls(**{k: int(it.get(k) or 0) for k in USAGE_FIELDS}))
+                total.add(cls(**{k: int(it.get(k) or 0) for k in USAGE_KEYS}))
             return total
-        return cls(**{k: int(data.get(k) or 0) for k in USAGE_FIELDS})
+        return cls(**{k: int(data.get(k) or 0) for k in USAGE_KEYS})
 
 
 @dataclass

@@ -11,14 +11,12 @@ from urllib.parse import quote
 
 from markdown_it import MarkdownIt
 
+from ..report import SHORT
 from ..rundocs import EVENTS, FINAL, TRANSCRIPT, USAGE_KEYS, JobData, ModelCallEvent, RunData, parse_event
 from ..store import SUMMARIES, TOOL_RESULTS, safe_name
 from .charts import STAGE_COLORS, Mark, Series, bar_chart, line_chart
 from .data import number, read_records, read_text
 
-SHORT = {"tool_result_budget": "budget", "micro_compact": "micro", "fit_tool_results": "fit",
-         "compact_history": "history", "compact_tool": "tool", "reactive_compact": "reactive",
-         "server_compaction": "server", "observation_mask": "mask"}
 RESULT_SHOWN_CHARS = 4000  # a longer tool result is cut on the page; the whole is one link away
 MARKERS = ("[Compacted]", "<persisted-output>", "[Earlier tool result saved at")
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False})

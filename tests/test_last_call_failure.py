@@ -1,0 +1,50 @@
+"""A job that reached a limit keeps that ending when its last call (the report without tools) fails:
+the failure is added to its error, and ``final.md`` is built from the history instead."""
+
+from __future__ import annotations
+
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from runner.compactor.compactor import Compactor
+from runner.compactor.summarizer import Summarizer
+from runner.config import Limits
+from runner.jobs import JobSpec
+from runner.models.base import Reply, Request
+from runner.models.offline import OfflineModel
+from runner.scheduler import Batch, run_batch
+
+
+class ReportFails:
+    """The offline policy, but its answer to the request without tools is a 500 after all retries."""
+
+    name = "report-fails"
+    server_compaction = False
+
+    def __init__(self) -> None:
+        self.inner = OfflineModel()
+
+    async def create(self, request: Request) -> Reply:
+        if (request.tool_choice or {}).get("type") == "none":
+            raise RuntimeError("500 internal server error after 4 retries")
+        return await self.inner.create(request)
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.mark.anyio
+async def test_a_failed_last_call_keeps_the_limit_the_job_reached(tmp_path: Path) -> None:
+    email = Path(sysconfig.get_paths()["stdlib"]) / "email"
+    spec = JobSpec(name="j", source=tmp_path / "j.toml", prompt="Survey.", workspace=email, model="m", system=None,
+                   tools=("read", "glob", "grep"), limits=Limits(max_turns=4))
+    result = await run_batch(Batch(run_dir=tmp_path / "run", specs=[spec], model=ReportFails(),
+                                   compactor=Compactor(Summarizer(None, "s")), summary_model="s", concurrency=1,
+                                   handle_signals=False))
+    job = result.results["j"]
+    assert job.status == "max_turns", (job.status, job.error)
+    assert job.error.startswith("reached max_turns = 4") and "the last call failed: RuntimeError: 500" in job.error
+    final = (tmp_path / "run" / "j" / "final.md").read_text()
+    assert final.startswith("> **Partial report** (status `max_turns`")
