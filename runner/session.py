@@ -444,7 +444,6 @@ class Session:
         result.summarizer_usage = state.summarizer_usage
         result.cost_usd = self._cost()
         self._update_progress()
-        self.progress.status = result.status
         run_dir = self.store.dir.parent
         try:  # the last turn's queued lines (a cancelled or failed turn's too) go before the final files
             await self.store.flush()
@@ -461,4 +460,7 @@ class Session:
                               lambda: self.store.overwrite_json(METRICS, result.to_json()))
         except OSError as e:
             result.error = (result.error or "") + f" (could not write {METRICS}: {e})"
+        # only now: run.json (written from the progress of running jobs) never calls a job ended
+        # before its final.md and metrics.json are on disk
+        self.progress.status = result.status
 
