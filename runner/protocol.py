@@ -85,6 +85,9 @@ def transcript_range(first: int, last: int) -> str:
 COMPACTED = "Compacted"
 REACTIVE_COMPACT = "Reactive compact"
 SUMMARY_LABELS = (f"[{COMPACTED}]", f"[{REACTIVE_COMPACT}]")
+# A note line that says the older notes with a key are obsolete (the fallback summary drops them):
+# ``- retired: <key>``, the key without its leading ``- ``.
+RETIRED = "- retired: "
 
 
 def summary_text(label: str, active_request: str, summary: str, where: str) -> str:

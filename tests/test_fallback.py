@@ -21,7 +21,29 @@ def test_a_newer_note_supersedes_an_older_one_with_the_same_key_through_two_summ
     # a summary of a summary: its notes keep their order (newest first), its file list is no note
     second = [summary_message(COMPACTED, "Survey.", summary, "transcript.jsonl"),
               *turn(4, "- dir: b | | z 5 1 0"), *turn(5, "Next: grep.")]
-    assert "- /w/f1.py" in summary
+    assert "### Files read (paths under `/w/`)\n- f1.py\n- f2.py\n- f3.py\n" in summary
     assert note_lines(second) == ["- dir: b | | z 5 1 0", "- dir: a | | x 10 1 -; y 20 2 3", "- root: /w"]
     third = fallback_summary(second)
     assert third.count("- dir: b |") == 1 and "- dir: b | | z 5 1 0" in third
+
+
+def test_a_retired_key_is_left_out_of_later_summaries_and_a_newer_note_with_it_is_kept():
+    first = [{"role": "user", "content": "Survey."},
+             *turn(1, "- glob: * @ a | 0-1/1 | x, y\n- saved: tool-results/1.txt | glob | 9 | a | *"),
+             *turn(2, "- dir: a | | x 10 1 -; y 20 2 3\n- retired: glob: * @ a\n- retired: saved: tool-results/1.txt"),
+             *turn(3, "Next: read.")]
+    assert note_lines(first) == ["- dir: a | | x 10 1 -; y 20 2 3"]
+    summary = fallback_summary(first)
+    assert "glob: * @ a" not in summary and "saved:" not in summary and "retired" not in summary
+    # the key may be noted again later: the newer note is a live fact
+    second = [summary_message(COMPACTED, "Survey.", summary, "transcript.jsonl"),
+              *turn(4, "- glob: * @ a | 0-1/1 | x, y, z")]
+    assert note_lines(second) == ["- glob: * @ a | 0-1/1 | x, y, z", "- dir: a | | x 10 1 -; y 20 2 3"]
+
+
+def test_the_oldest_notes_give_way_when_the_notes_outgrow_the_budget():
+    notes = "\n".join(f"- dir: d{i:03} | | " + "x" * 80 for i in range(100))
+    summary = fallback_summary([{"role": "user", "content": "Go."}, *turn(1, notes), *turn(2, "Next: read.")],
+                               notes_budget=2_000)
+    assert "- dir: d099 |" in summary and "- dir: d000 |" not in summary
+    assert "older notes left out" in summary

@@ -6,14 +6,18 @@ their outcome, errors seen, its last text, and every note line (``- ...``) the a
 an earlier summary carried, newest first, each once, within a budget. A note is a keyed fact: the
 text before its first `` | `` is its key, and a newer note with the same key supersedes the older
 ones (so a fact noted again as it grows, e.g. per directory, is kept once, in its newest form).
+A note ``- retired: <key>`` (the key without its leading ``- ``) says that older notes with that
+key are obsolete: they are left out, and so is the retiring line, so that notes a newer one has
+replaced do not crowd out live facts when the notes outgrow the budget.
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 from ..messages import Message, one_line, result_text, text_of, tool_results, tool_uses
-from ..protocol import is_summary
+from ..protocol import RETIRED, is_summary
 
 NOTES_HEADING = "### Notes the assistant recorded (newest first, each key once)"
 LAST_HEADING = "### Last assistant text"
@@ -54,8 +58,10 @@ def fallback_summary(messages: list[Message], notes_budget: int = 12_000) -> str
                 errors.append(f"{name}: {one_line(result_text(result), 160)}")
     out = [f"Summary built without a model from {len(messages)} messages "
            f"({sum(len(tool_uses(m)) for m in messages)} tool calls)."]
-    shown_reads = [f"- {p}" + (f" ({n} times)" if n > 1 else "") for p, n in list(reads.items())[-READS_SHOWN:]]
-    out += ["### Files read"] + (shown_reads or ["- none"])
+    newest_reads = list(reads.items())[-READS_SHOWN:]
+    under = _common_directory([p for p, _ in newest_reads])
+    shown_reads = [f"- {p[len(under):]}" + (f" ({n} times)" if n > 1 else "") for p, n in newest_reads]
+    out += [f"### Files read (paths under `{under}`)" if under else "### Files read"] + (shown_reads or ["- none"])
     if len(reads) > READS_SHOWN:  # an index of every file would crowd out the notes that hold the facts
         out.append(f"- and {len(reads) - READS_SHOWN} more (see the transcript)")
     out += ["### Files written or edited"] + ([f"- {c}" for c in changed] or ["- none"])
@@ -101,11 +107,22 @@ def note_lines(messages: list[Message], skip: str = "") -> list[str]:
             continue
         for line in newest_first:
             line = line.rstrip()
+            if line.startswith(RETIRED):
+                seen.add("- " + line[len(RETIRED):])
+                continue
             key = line.split(KEY_END, 1)[0]
             if line.startswith("- ") and key not in seen:
                 seen.add(key)
                 lines.append(line)
     return lines
+
+
+def _common_directory(paths: list[str]) -> str:
+    """The directory (ending in ``/``) that every one of several absolute paths is under, or ''."""
+    if len(paths) < 2 or not all(p.startswith("/") for p in paths):
+        return ""
+    under = os.path.commonpath(paths)
+    return "" if under == "/" or under in paths else under + "/"
 
 
 def _summary_notes(text: str) -> list[str]:

@@ -36,6 +36,7 @@ from typing import Any
 
 from ..messages import Message, blocks, result_text, text_of, tool_results, tool_uses
 from ..protocol import (
+    RETIRED,
     glob_cut,
     is_persisted,
     is_placeholder,
@@ -270,7 +271,9 @@ def _glob_note(query: tuple[str, str], span: tuple[int, int, int], cut: bool, na
 
 
 def _big(facts: Facts) -> bool:
-    return len(facts.listing or ()) > BIG_TREE
+    """Whether the tree is big: by its listing, or (while the listing is being relearned after a
+    compaction lost part of it) by the files already read."""
+    return len(facts.listing or ()) > BIG_TREE or len(facts.files) > BIG_TREE
 
 
 def _dir_files_note(facts: Facts, d: str) -> str:
@@ -476,9 +479,11 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
 
 
 def _combine_glob_notes(facts: Facts, notes: list[str]) -> list[str]:
-    """The glob notes of a directory whose listing is whole, as its one ``dir`` note."""
+    """The glob notes of a directory whose listing is whole, as its one ``dir`` note (which retires
+    the notes it replaces that earlier replies wrote)."""
     out: list[str] = []
     done: set[str] = set()
+    here = {note.split(" | ", 1)[0][2:] for note in notes}  # the keys of notes not written yet
     for note in notes:
         match = re.match(r"^- glob: \*/? @ (.*?) \| ", note)
         d = match.group(1) if match else None
@@ -487,7 +492,19 @@ def _combine_glob_notes(facts: Facts, notes: list[str]) -> list[str]:
         elif d not in done:
             done.add(d)
             out.append(_dir_note(facts, d))
+            out += [f"{RETIRED}{key}" for key in _replaced_by_dir_note(facts, d) if key not in here]
     return out
+
+
+def _replaced_by_dir_note(facts: Facts, d: str) -> list[str]:
+    """The keys of the notes that directory ``d``'s ``dir`` note replaces: its glob pages, the saved
+    answers they were read back from, and a ``files`` note of the files read before it was whole."""
+    keys = [f"glob: {pattern}{GLOB_AT}{d}{f' +{start}' if start else ''}"
+            for (where, pattern), answer in facts.glob.answers.items() if where == d for start in answer.parts]
+    keys += [f"saved: {path}" for path, (_, _, query) in facts.recall_due.items() if query[0] == d]
+    if any(os.path.dirname(p) == d for p in facts.files):
+        keys.append(f"files: {d}")
+    return sorted(keys)
 
 
 def _todo_scan_note(facts: Facts) -> str:
