@@ -28,6 +28,7 @@ import math
 import os
 import shutil
 import stat
+import threading
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -164,16 +165,38 @@ def error_result(tool_use_id: str, text: str) -> dict[str, Any]:
     return {"type": "tool_result", "tool_use_id": tool_use_id, "content": text, "is_error": True}
 
 
-def _refuse_special(ctx: AgentToolContext, name: str, file_path: Any) -> None:
-    """Refuse a FIFO, device or socket before anything opens it (an open() can block forever)."""
+def _stat_target(ctx: AgentToolContext, name: str, file_path: Any) -> os.stat_result | None:
+    """What a file tool's path names, stat'ed (following links) before the SDK tool opens it; None
+    when it cannot be (the SDK tool reports that). A FIFO, device or socket is refused before
+    anything opens it (an open() can block forever). One stat, not the SDK's confinement walk (a
+    stat per path component): the SDK tool still resolves and confines the path itself."""
     if not isinstance(file_path, str):
-        return
+        return None
     try:
-        mode = resolve_path(ctx, file_path).stat().st_mode
+        found = os.stat(os.path.join(ctx.workdir, file_path))
     except (ValueError, OSError):
-        return  # the SDK tool reports it
-    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        return None
+    if not stat.S_ISREG(found.st_mode) and not stat.S_ISDIR(found.st_mode):
+        try:
+            resolve_path(ctx, file_path)
+        except ValueError:
+            return None  # outside the workspace: the SDK tool says so, and nothing about what it is
         raise ToolError(f"{name}: {file_path}: not a regular file (a FIFO, device or socket); refused")
+    return found
+
+
+_THREAD = threading.local()
+
+
+def _drive(coroutine: Any) -> Any:
+    """Run a file tool's coroutine to its end on this worker thread's event loop, made on the
+    thread's first call and kept for the next ones (making and closing a loop per call costs an
+    epoll instance and a socket pair each time). A thread runs one call at a time, so the loop is
+    never shared; it is left to the garbage collector when the thread ends."""
+    loop = getattr(_THREAD, "loop", None)
+    if loop is None:
+        loop = _THREAD.loop = asyncio.new_event_loop()
+    return loop.run_until_complete(coroutine)
 
 
 def _first_page(path: Path) -> tuple[int, int]:
@@ -203,6 +226,8 @@ def _glob_total(ctx: AgentToolContext, args: dict[str, Any]) -> int:
 
 def _walk_cut(ctx: AgentToolContext, args: dict[str, Any]) -> bool:
     """Whether the SDK's grep walk stopped at its cap (it walks as this does)."""
+    if args.get("path") and not os.path.isdir(os.path.join(ctx.workdir, str(args["path"]))):
+        return False  # one file (the usual narrow grep): no walk, and no confinement walk to find that out
     search = resolve_path(ctx, args["path"]) if args.get("path") else Path(ctx.workdir).resolve()
     if not search.is_dir():
         return False
@@ -217,21 +242,20 @@ def _walk_cut(ctx: AgentToolContext, args: dict[str, Any]) -> bool:
 
 
 def _run_file_tool(ctx: AgentToolContext, tool: Any, name: str, args: dict[str, Any]) -> Any:
-    """One file tool call, on a worker thread, with its own event loop; adds the cut notices."""
-    if name in ("read", "write", "edit"):
-        _refuse_special(ctx, name, args.get("file_path"))
-    if name == "read" and not args.get("view_range") and isinstance(args.get("file_path"), str):
+    """One file tool call, on a worker thread (on its event loop); adds the cut notices."""
+    found = _stat_target(ctx, name, args.get("file_path")) if name in ("read", "write", "edit") else None
+    if name == "read" and not args.get("view_range") and found is not None and found.st_size > DEFAULT_MAX_FILE_BYTES:
         try:
-            target = resolve_path(ctx, args["file_path"])
-            size = target.stat().st_size
-        except (ValueError, OSError):
-            size = 0
-        if size > DEFAULT_MAX_FILE_BYTES and target.suffix.lower() not in _BINARY_MEDIA_TYPES:
+            target = resolve_path(ctx, args["file_path"])  # confined before this reads it
+        except ValueError:
+            target = None  # the SDK tool says why
+        if target is not None and target.suffix.lower() not in _BINARY_MEDIA_TYPES:
+            size = found.st_size
             lines, end = _first_page(target)
-            text = asyncio.run(tool.call({**args, "view_range": [1, end]}))
+            text = _drive(tool.call({**args, "view_range": [1, end]}))
             return text + "\n" + protocol.READ_PAGE.format(start=1, end=end, lines=lines, size=size,
                                                            next_start=end + 1, next_end=min(lines, 2 * end))
-    output = asyncio.run(tool.call(args))
+    output = _drive(tool.call(args))
     if name == "glob" and isinstance(output, str) and output.count("\n") + 1 >= GLOB_RESULT_LIMIT:
         total = _glob_total(ctx, args)
         if total > GLOB_RESULT_LIMIT:
