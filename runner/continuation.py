@@ -48,6 +48,12 @@ class Continuation:
     history: list[Message] | None
     lines_before: int = 0  # transcript lines on disk before the cut
     warnings: list[str] = field(default_factory=list)
+    replies_before: int = 0  # assistant lines on disk before the cut
+
+    @property
+    def turns_rerun(self) -> int:
+        """Model replies on disk that the cut drops: the job makes those calls again."""
+        return self.replies_before - sum(m.get("role") == "assistant" for m in self.history or [])
 
     @property
     def dropped(self) -> int:
@@ -58,11 +64,12 @@ def cut_transcript(job_dir: Path, prompt: str) -> Continuation:
     """Cut ``job_dir``'s transcript back to its last complete turn (rewritten so on disk)."""
     transcript, warnings = read_jsonl(job_dir / TRANSCRIPT)
     raw = [m for m in transcript if isinstance(m, dict)]
+    replies = sum(m.get("role") == "assistant" for m in raw)
     history = raw[:raw_lines(raw, len(last_complete_turn(merge_adjacent(raw))))]
     if not history or history[0].get("content") != prompt:
         if transcript:
             (job_dir / TRANSCRIPT).replace(job_dir / UNUSABLE_TRANSCRIPT)
-        return Continuation(None, len(transcript), warnings)
+        return Continuation(None, len(transcript), warnings, replies)
     if len(history) != len(transcript) or warnings:
         write_atomic_sync(job_dir / TRANSCRIPT, "".join(dumps(m) + "\n" for m in history))
-    return Continuation(history, len(transcript), warnings)
+    return Continuation(history, len(transcript), warnings, replies)

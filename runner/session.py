@@ -311,7 +311,11 @@ class Session:
                           max_tokens=self._report_tokens(), system=spec.system,
                           context_management=state.strategy.context_management(),
                           max_retries=spec.limits.max_retries, tool_choice=NO_TOOLS)
-        reply = await self.model.create(request)
+        seen = self.wire.copy()
+        try:
+            reply = await self.model.create(request)
+        finally:
+            await self._wire_event(seen)
         self._account(reply)
         if reply.content:
             await state.add(reply.message())

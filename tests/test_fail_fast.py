@@ -99,3 +99,23 @@ def test_retries_429_and_529_are_counted_per_job(tmp_path: Path) -> None:
     assert sum(m["overloaded_529"] for m in metrics) == 3
     assert sum(m["retries"] for m in metrics) == 5
     assert sum(e["rate_limited_429"] for e in events) == 2 and sum(e["overloaded_529"] for e in events) == 3
+
+
+def test_retries_of_the_last_call_are_an_event_too(tmp_path: Path) -> None:
+    """The report call a limit leaves (no tools) goes through the same counting as every other call."""
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "j.toml").write_text('workspace = "{stdlib}/json"\nprompt = "Survey."\n')
+    (tmp_path / "config.toml").write_text('[runner]\nbackend = "anthropic"\nconcurrency = 1\n'
+                                          "[limits]\nmax_turns = 2\nmax_retries = 3\n")
+    # request 1 is the job's first call; request 2, its last call (the report), is answered 529 once
+    with running_emulator(EmulatorConfig(faults=Faults(overloaded=Fault(schedule=[2])), retry_after_s=0.05)) as emu:
+        done = _runner(tmp_path, "run", "jobs", base_url=emu.base_url, key="k")
+    run_dir = next((tmp_path / "runs").iterdir())
+    assert done.returncode == 1, done.stderr  # max_turns is not a success
+    events = read_jsonl(run_dir / "j" / "events.jsonl")[0]
+    stages = [e["stage"] for e in events]
+    assert stages.index("last_call") < stages.index("retries"), stages
+    [retries] = [e for e in events if e["stage"] == "retries"]
+    assert retries["overloaded_529"] == 1 and retries["attempts"] == 2
+    metrics = json.loads((run_dir / "j" / "metrics.json").read_text())
+    assert metrics["status"] == "max_turns" and metrics["overloaded_529"] == 1

@@ -29,7 +29,8 @@ from pydantic import (
     model_validator,
 )
 
-COMPACTION_BETA = "compact-2026-01-12"
+from ..models.base import COMPACTION_BETA
+
 ID_PATTERN = r"^[a-zA-Z0-9_-]+$"
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,128}$"
 

@@ -34,7 +34,6 @@ from ..jobs import JobSpec
 from ..messages import one_line
 from ..rundocs import (
     EVENTS,
-    TRANSCRIPT,
     Status,
     WorkerLostEvent,
     event_lines,
@@ -69,13 +68,10 @@ def continue_point(job_dir: Path, spec: JobSpec, lost: dict[str, Any]) -> Resume
     simply starts."""
     if not job_dir.is_dir():
         return None
-    before, _ = read_jsonl(job_dir / TRANSCRIPT)
     cut = cut_transcript(job_dir, spec.prompt)
-    kept = cut.history or []
-    rerun = sum(m.get("role") == "assistant" for m in before if isinstance(m, dict)) - sum(
-        m.get("role") == "assistant" for m in kept)
     events, _ = read_jsonl(job_dir / EVENTS)
-    events.append(WorkerLostEvent(worker=lost, continue_from_message=len(kept), turns_rerun=rerun).line())
+    events.append(WorkerLostEvent(worker=lost, continue_from_message=len(cut.history or []),
+                                  turns_rerun=cut.turns_rerun).line())
     # rewritten whole: a half-written last line (the worker died mid-write) is dropped
     write_atomic_sync(job_dir / EVENTS, event_lines(events))
     if cut.history is None:

@@ -24,10 +24,9 @@ import anthropic
 import httpx2  # the SDK's HTTP library: its raw response type
 
 from ..messages import one_line
-from .base import BackendUnusable, PromptTooLong, Reply, Request, Usage
+from .base import COMPACTION_BETA, BackendUnusable, PromptTooLong, Reply, Request, Usage
 from .wire import CURRENT, count_response, on_request
 
-COMPACTION_BETA = "compact-2026-01-12"
 EPHEMERAL = {"type": "ephemeral"}
 
 

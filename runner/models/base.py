@@ -7,6 +7,10 @@ from typing import Any, Protocol
 
 from ..rundocs import USAGE_KEYS
 
+# The anthropic-beta header that server-side compaction (``context_management``) needs: sent by the
+# anthropic backend, required by the emulator.
+COMPACTION_BETA = "compact-2026-01-12"
+
 
 @dataclass
 class Usage:

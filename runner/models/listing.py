@@ -27,9 +27,16 @@ FIRST = ("*", "**/*")  # the first queries, at the workspace root (``*`` first: 
 NAME_CLASSES = ("[a-f]", "[g-m]", "[n-s]", "[t-z]", "[A-Z]", "[!a-zA-Z]")
 
 
-def skipped(rel: str) -> bool:
-    parts = rel.split("/")
-    return any(p in SKIP_DIRS for p in parts) or os.path.splitext(rel)[1].lower() in BINARY_EXTENSIONS
+def rel(root: str | None, path: str) -> str:
+    """``path`` relative to ``root`` ('.' for the root itself); a path outside it as it is."""
+    if root and (path == root or path.startswith(root.rstrip("/") + "/")):
+        return path[len(root.rstrip("/")) + 1:] or "."
+    return path
+
+
+def skipped(name: str) -> bool:
+    parts = name.split("/")
+    return any(p in SKIP_DIRS for p in parts) or os.path.splitext(name)[1].lower() in BINARY_EXTENSIONS
 
 
 def split(pattern: str) -> list[str]:
@@ -85,8 +92,7 @@ class Listing:
         answer.cut = answer.cut or cut
 
     def rel(self, entry: str) -> str:
-        root = (self.root or "").rstrip("/")
-        return entry[len(root) + 1:] if root and entry.startswith(root + "/") else entry
+        return rel(self.root, entry)
 
     def _get(self, path: str, pattern: str) -> Answer | None:
         answer = self.answers.get((path, pattern))

@@ -50,7 +50,7 @@ from ..protocol import (
     without_footer,
 )
 from ..rundocs import TRANSCRIPT
-from .listing import Listing, skipped
+from .listing import Listing, rel, skipped
 
 TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
 OUTLINE_PATTERN = r"^(class |def |async def )"
@@ -89,12 +89,6 @@ class Facts:
     glob: Listing = field(default_factory=Listing)
     # persisted path -> kind ("glob" or "todo"), size, the glob's (path, pattern)
     recall_due: dict[str, tuple[str, int, tuple[str, str]]] = field(default_factory=dict)
-
-def rel(root: str | None, path: str) -> str:
-    if root and (path == root or path.startswith(root.rstrip("/") + "/")):
-        return path[len(root.rstrip("/")) + 1:] or "."
-    return path
-
 
 def first_doc_line(text: str) -> str:
     """The first docstring or comment line of a source text, or ''."""
