@@ -118,10 +118,11 @@ class AnthropicModel:
             if response.status_code in (429, 529) and on_rate_limited is not None:
                 on_rate_limited()
 
+        tls = httpx2.create_ssl_context() if http_client is None else None  # one for every shard: each costs ~20 ms
         for _ in range(max(1, shards)):
             client = http_client
             if client is None:
-                client = _http_client(event_hooks={"request": [on_request], "response": [watch]})
+                client = _http_client(event_hooks={"request": [on_request], "response": [watch]}, verify=tls)
             self.clients.append(anthropic.AsyncAnthropic(**kwargs, **({"http_client": client} if client else {})))
         self.client = self.clients[0]
         self._turn = itertools.count()
