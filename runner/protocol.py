@@ -86,8 +86,9 @@ COMPACTED = "Compacted"
 REACTIVE_COMPACT = "Reactive compact"
 SUMMARY_LABELS = (f"[{COMPACTED}]", f"[{REACTIVE_COMPACT}]")
 # A note line that says the older notes with a key are obsolete (the fallback summary drops them):
-# ``- retired: <key>``, the key without its leading ``- ``.
-RETIRED = "- retired: "
+# ``- retired-note: <key>``, the key without its leading ``- ``. Spelled so that no note a model
+# writes in its own words is taken for one.
+RETIRED = "- retired-note: "
 
 
 def summary_text(label: str, active_request: str, summary: str, where: str) -> str:

@@ -11,8 +11,8 @@ Guarantees:
 - :meth:`Toolset.run` never raises for a model's mistake (unknown tool, input that is not an
   object, a repeated or missing id, bad arguments, a path outside the workspace): it returns an
   ``is_error`` tool_result the model can read.
-- No call blocks the event loop or outlives its job: file tools run on a worker thread, each
-  driven by its own event loop (the SDK's large-file path awaits ``anyio.to_thread``), under a
+- No call blocks the event loop or outlives its job: file tools run on a worker thread, on that
+  thread's own event loop (the SDK's large-file path awaits ``anyio.to_thread``), under a
   deadline; an overrunning call gets an error result and is abandoned. ``read``, ``write`` and
   ``edit`` refuse non-regular files (FIFOs, devices, sockets) before opening them. A cancelled
   ``bash`` call kills its process tree.
@@ -29,6 +29,7 @@ import os
 import shutil
 import stat
 import threading
+import weakref
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -166,14 +167,16 @@ def error_result(tool_use_id: str, text: str) -> dict[str, Any]:
 
 
 def _stat_target(ctx: AgentToolContext, name: str, file_path: Any) -> os.stat_result | None:
-    """What a file tool's path names, stat'ed (following links) before the SDK tool opens it; None
-    when it cannot be (the SDK tool reports that). A FIFO, device or socket is refused before
-    anything opens it (an open() can block forever). One stat, not the SDK's confinement walk (a
-    stat per path component): the SDK tool still resolves and confines the path itself."""
+    """What a file tool's path names, stat'ed before the SDK tool opens it; None when it cannot be
+    (the SDK tool reports that). A FIFO, device or socket is refused before anything opens it (an
+    open() can block forever). The path is taken as the SDK takes it (joined to the workspace, ``.``,
+    ``..`` and a trailing ``/`` collapsed in the text, then every link followed), with one stat
+    instead of the SDK's stat per component; a refusal is confirmed with the SDK's own confinement,
+    so nothing is said about what a path outside the workspace is."""
     if not isinstance(file_path, str):
         return None
     try:
-        found = os.stat(os.path.join(ctx.workdir, file_path))
+        found = os.stat(_as_the_sdk_joins(ctx, file_path))
     except (ValueError, OSError):
         return None
     if not stat.S_ISREG(found.st_mode) and not stat.S_ISDIR(found.st_mode):
@@ -185,17 +188,26 @@ def _stat_target(ctx: AgentToolContext, name: str, file_path: Any) -> os.stat_re
     return found
 
 
+def _as_the_sdk_joins(ctx: AgentToolContext, path: str) -> str:
+    """``path`` joined to the workspace and collapsed in its text, as the SDK's ``resolve_path``
+    does before it follows links (``x/../f``, ``f/.`` and ``f/`` all name ``f``)."""
+    return os.path.normpath(os.path.join(ctx.workdir, path))
+
+
 _THREAD = threading.local()
 
 
 def _drive(coroutine: Any) -> Any:
     """Run a file tool's coroutine to its end on this worker thread's event loop, made on the
     thread's first call and kept for the next ones (making and closing a loop per call costs an
-    epoll instance and a socket pair each time). A thread runs one call at a time, so the loop is
-    never shared; it is left to the garbage collector when the thread ends."""
+    epoll instance and a socket pair each time). A thread runs one call at a time (an abandoned call
+    keeps its thread until it returns), so the loop is never shared; it is closed when the thread
+    object goes."""
     loop = getattr(_THREAD, "loop", None)
     if loop is None:
         loop = _THREAD.loop = asyncio.new_event_loop()
+        # its epoll and socket pair go with the thread (not at exit: an abandoned call may still run it)
+        weakref.finalize(threading.current_thread(), loop.close).atexit = False
     return loop.run_until_complete(coroutine)
 
 
@@ -226,7 +238,7 @@ def _glob_total(ctx: AgentToolContext, args: dict[str, Any]) -> int:
 
 def _walk_cut(ctx: AgentToolContext, args: dict[str, Any]) -> bool:
     """Whether the SDK's grep walk stopped at its cap (it walks as this does)."""
-    if args.get("path") and not os.path.isdir(os.path.join(ctx.workdir, str(args["path"]))):
+    if args.get("path") and not os.path.isdir(_as_the_sdk_joins(ctx, str(args["path"]))):
         return False  # one file (the usual narrow grep): no walk, and no confinement walk to find that out
     search = resolve_path(ctx, args["path"]) if args.get("path") else Path(ctx.workdir).resolve()
     if not search.is_dir():
@@ -244,13 +256,15 @@ def _walk_cut(ctx: AgentToolContext, args: dict[str, Any]) -> bool:
 def _run_file_tool(ctx: AgentToolContext, tool: Any, name: str, args: dict[str, Any]) -> Any:
     """One file tool call, on a worker thread (on its event loop); adds the cut notices."""
     found = _stat_target(ctx, name, args.get("file_path")) if name in ("read", "write", "edit") else None
-    if name == "read" and not args.get("view_range") and found is not None and found.st_size > DEFAULT_MAX_FILE_BYTES:
+    if (name == "read" and not args.get("view_range") and found is not None and stat.S_ISREG(found.st_mode)
+            and found.st_size > DEFAULT_MAX_FILE_BYTES):
         try:
             target = resolve_path(ctx, args["file_path"])  # confined before this reads it
-        except ValueError:
+            confirmed = target.stat()
+        except (ValueError, OSError):
             target = None  # the SDK tool says why
-        if target is not None and target.suffix.lower() not in _BINARY_MEDIA_TYPES:
-            size = found.st_size
+        if target is not None and stat.S_ISREG(confirmed.st_mode) and target.suffix.lower() not in _BINARY_MEDIA_TYPES:
+            size = confirmed.st_size
             lines, end = _first_page(target)
             text = _drive(tool.call({**args, "view_range": [1, end]}))
             return text + "\n" + protocol.READ_PAGE.format(start=1, end=end, lines=lines, size=size,

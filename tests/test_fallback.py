@@ -30,7 +30,7 @@ def test_a_newer_note_supersedes_an_older_one_with_the_same_key_through_two_summ
 def test_a_retired_key_is_left_out_of_later_summaries_and_a_newer_note_with_it_is_kept():
     first = [{"role": "user", "content": "Survey."},
              *turn(1, "- glob: * @ a | 0-1/1 | x, y\n- saved: tool-results/1.txt | glob | 9 | a | *"),
-             *turn(2, "- dir: a | | x 10 1 -; y 20 2 3\n- retired: glob: * @ a\n- retired: saved: tool-results/1.txt"),
+             *turn(2, "- dir: a | | x 10 1 -; y 20 2 3\n- retired-note: glob: * @ a\n- retired-note: saved: tool-results/1.txt"),
              *turn(3, "Next: read.")]
     assert note_lines(first) == ["- dir: a | | x 10 1 -; y 20 2 3"]
     summary = fallback_summary(first)
@@ -47,3 +47,20 @@ def test_the_oldest_notes_give_way_when_the_notes_outgrow_the_budget():
                                notes_budget=2_000)
     assert "- dir: d099 |" in summary and "- dir: d000 |" not in summary
     assert "older notes left out" in summary
+
+
+def reads(*paths: str) -> list[dict]:
+    out: list[dict] = [{"role": "user", "content": "Go."}]
+    for n, path in enumerate(paths):
+        use = {"type": "tool_use", "id": f"toolu_{n}", "name": "read", "input": {"file_path": path}}
+        out += [{"role": "assistant", "content": [use]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": "x"}]}]
+    return out
+
+
+def test_the_files_read_are_listed_under_their_common_directory_only_when_that_is_exact():
+    assert "### Files read (paths under `/w/x/`)\n- a.py\n- sub/b.py\n" in fallback_summary(
+        reads("/w/x/a.py", "/w/x/sub/b.py"))
+    for odd in (("/w/./x/a.py", "/w/./x/b.py"), ("/w//x/a.py", "/w//x/b.py"), ("/a.py", "/b.py"), ("a.py", "b.py")):
+        summary = fallback_summary(reads(*odd))
+        assert "### Files read\n" + "".join(f"- {p}\n" for p in odd) in summary, summary

@@ -9,7 +9,7 @@ NUL byte, valid UTF-8), and every TODO/FIXME/XXX line a plain ``grep -rnIE`` fin
 The property: a survey that ends ``succeeded`` lists every such file and every such line. A survey
 that cannot keep what it learned inside its limits ends otherwise (``stuck``, ``max_turns``), never
 ``succeeded`` with a partial report; the cells in ``MUST_SUCCEED`` (every cell but pip in a
-15,000-char context) succeed. A hit whose text the report does not show must name the
+30,000- or 15,000-char context) succeed. A hit whose text the report does not show must name the
 saved output that has it.
 """
 

@@ -101,16 +101,54 @@ async def test_grep_says_when_its_walk_stopped(tmp_path, store, monkeypatch):
 
 # --- no call can stall the loop ------------------------------------------------------------------
 
-async def test_fifos_are_refused_before_they_are_opened(tmp_path, store):
-    os.mkfifo(tmp_path / "pipe")
-    async with Toolset(str(tmp_path), ("read", "write", "edit"), store) as tools:
+# every spelling names the FIFO ``pipe`` for the SDK (it collapses ``.``, ``..`` and a trailing ``/`` in
+# the text before it follows links); ``s`` is a link to ``a/b``, and ``a/pipe`` is a regular file
+@pytest.mark.parametrize("spelled", ["pipe", "pipe/", "pipe/.", "nope/../pipe", "s/../pipe", "./a/../pipe"])
+async def test_fifos_are_refused_before_they_are_opened(tmp_path, store, spelled):
+    ws = tmp_path / "ws"
+    (ws / "a" / "b").mkdir(parents=True)
+    os.mkfifo(ws / "pipe")
+    (ws / "a" / "pipe").write_text("a regular file\n" * 30_000)  # over the one-read size, too
+    (ws / "s").symlink_to("a/b")
+    async with Toolset(str(ws), ("read", "write", "edit"), store) as tools:
         with anyio.fail_after(30):  # an open() of the FIFO would block here forever
-            results = [await tools.run(call("write", {"file_path": "pipe", "content": "x"}, "t1")),
-                       await tools.run(call("read", {"file_path": "pipe"}, "t2")),
-                       await tools.run(call("edit", {"file_path": "pipe", "old_string": "a", "new_string": "b"},
+            results = [await tools.run(call("write", {"file_path": spelled, "content": "x"}, "t1")),
+                       await tools.run(call("read", {"file_path": spelled}, "t2")),
+                       await tools.run(call("edit", {"file_path": spelled, "old_string": "a", "new_string": "b"},
                                             "t3"))]
     for result in results:
         assert result.get("is_error") and "not a regular file" in result["content"], result
+
+
+async def test_what_a_path_outside_the_workspace_is_goes_unsaid(tmp_path, store):
+    """A link out of the workspace to a directory holding a FIFO: the call is refused as outside,
+    without saying that the target is a FIFO."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.mkfifo(outside / "p")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "out").symlink_to(outside)
+    async with Toolset(str(ws), ("read", "write"), store) as tools:
+        with anyio.fail_after(30):
+            results = [await tools.run(call("read", {"file_path": "out/p"}, "t1")),
+                       await tools.run(call("write", {"file_path": "out/p", "content": "x"}, "t2"))]
+    for result in results:
+        assert result.get("is_error") and "outside" in result["content"], result
+        assert "not a regular file" not in result["content"] and "FIFO" not in result["content"]
+
+
+async def test_a_big_directory_is_not_read_as_a_big_file(tmp_path, store):
+    ws = tmp_path / "ws"
+    big = ws / "big"
+    big.mkdir(parents=True)
+    for i in range(6_000):  # a directory whose st_size is over the one-read size on most filesystems
+        (big / f"entry-with-a-rather-long-name-{i:05}").touch()
+    if big.stat().st_size <= tools_module.DEFAULT_MAX_FILE_BYTES:
+        pytest.skip(f"this filesystem gives a directory of 6,000 entries {big.stat().st_size} bytes")
+    async with Toolset(str(ws), ("read",), store) as tools:
+        result = await tools.run(call("read", {"file_path": "big"}))
+    assert result.get("is_error") and "read failed" not in result["content"], result
 
 
 # --- non-UTF-8 names ------------------------------------------------------------------------------

@@ -6,9 +6,9 @@ their outcome, errors seen, its last text, and every note line (``- ...``) the a
 an earlier summary carried, newest first, each once, within a budget. A note is a keyed fact: the
 text before its first `` | `` is its key, and a newer note with the same key supersedes the older
 ones (so a fact noted again as it grows, e.g. per directory, is kept once, in its newest form).
-A note ``- retired: <key>`` (the key without its leading ``- ``) says that older notes with that
-key are obsolete: they are left out, and so is the retiring line, so that notes a newer one has
-replaced do not crowd out live facts when the notes outgrow the budget.
+A note ``- retired-note: <key>`` (the key without its leading ``- ``) says that older notes with
+that key are obsolete: they are left out of the notes, and so is the retiring line, so that notes
+a newer one has replaced do not crowd out live facts when the notes outgrow the budget.
 """
 
 from __future__ import annotations
@@ -122,7 +122,9 @@ def _common_directory(paths: list[str]) -> str:
     if len(paths) < 2 or not all(p.startswith("/") for p in paths):
         return ""
     under = os.path.commonpath(paths)
-    return "" if under == "/" or under in paths else under + "/"
+    if under == "/" or under in paths or not all(p.startswith(under + "/") for p in paths):
+        return ""  # the root, one of the files, or spellings commonpath normalized (``/./``, ``//``)
+    return under + "/"
 
 
 def _summary_notes(text: str) -> list[str]:

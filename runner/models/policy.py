@@ -472,21 +472,22 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
     return facts, new_notes, since
 
 
-def _combine_glob_notes(facts: Facts, notes: list[str]) -> list[str]:
-    """The glob notes of a directory whose listing is whole, as its one ``dir`` note (which retires
-    the notes it replaces that earlier replies wrote)."""
+def _combine_glob_notes(facts: Facts, notes: list[str], retire: bool = True) -> list[str]:
+    """The glob notes of a directory whose listing is whole, as its one ``dir`` note; with
+    ``retire``, followed by lines retiring the notes it replaces that these notes do not rewrite."""
     out: list[str] = []
-    done: set[str] = set()
-    here = {note.split(" | ", 1)[0][2:] for note in notes}  # the keys of notes not written yet
+    done: list[str] = []
     for note in notes:
         match = re.match(r"^- glob: \*/? @ (.*?) \| ", note)
         d = match.group(1) if match else None
         if d is None or not _combined(facts, d):
             out.append(note)
         elif d not in done:
-            done.add(d)
+            done.append(d)
             out.append(_dir_note(facts, d))
-            out += [f"{RETIRED}{key}" for key in _replaced_by_dir_note(facts, d) if key not in here]
+    if retire and done:
+        written = {note.split(" | ", 1)[0][2:] for note in out}
+        out += [f"{RETIRED}{key}" for d in done for key in _replaced_by_dir_note(facts, d) if key not in written]
     return out
 
 
@@ -496,7 +497,7 @@ def _replaced_by_dir_note(facts: Facts, d: str) -> list[str]:
     keys = [f"glob: {pattern}{GLOB_AT}{d}{f' +{start}' if start else ''}"
             for (where, pattern), answer in facts.glob.answers.items() if where == d for start in answer.parts]
     keys += [f"saved: {path}" for path, (_, _, query) in facts.recall_due.items() if query[0] == d]
-    if any(os.path.dirname(p) == d for p in facts.files):
+    if _big(facts) and any(os.path.dirname(p) == d for p in facts.files):  # only a big tree notes ``files``
         keys.append(f"files: {d}")
     return sorted(keys)
 
@@ -513,11 +514,12 @@ def checkpoint(facts: Facts, kept: set[str] = frozenset()) -> str:  # type: igno
         for start, (end, names) in sorted(answer.parts.items()):
             lines.append(_glob_note(query, (start, end, answer.total), answer.cut, [] if answer.cut else names,
                                     facts.glob.root))
-    lines = _combine_glob_notes(facts, lines)
+    lines = _combine_glob_notes(facts, lines, retire=False)  # a checkpoint restates: nothing to retire
     lines += [n for n in _file_notes(facts, sorted(facts.files)) if n not in lines]
     lines += [f"- error: {p} | {e}" for p, e in sorted(facts.errors.items())]
     lines += [f"- outline: {p} | {n}" for p, n in sorted(facts.outlines.items()) if p not in facts.files]
-    lines += [_saved_note(path, due) for path, due in sorted(facts.recall_due.items())]
+    lines += [_saved_note(path, due) for path, due in sorted(facts.recall_due.items())
+              if not _combined(facts, due[2][0])]  # a whole directory's saved answers are read
     lines += [_todo_at_note(facts, p) for p in sorted(facts.todo_at)]
     if facts.todo_cut:
         lines.append("- todo-cut: the search output was cut")
