@@ -4,7 +4,6 @@ had succeeded are untouched, and no file in the run directory is torn."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,18 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import runner_env
 
 from runner.continuation import last_complete_turn
 from runner.messages import request_problems
 from runner.store import read_jsonl
 
 JOBS = 6
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
 def _setup(tmp: Path) -> None:
@@ -46,7 +40,7 @@ def _run_json(tmp: Path) -> tuple[Path | None, dict | None]:
 
 
 def _kill_when(tmp: Path, ready) -> Path:
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "run"], cwd=tmp, env=_env(),
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "run"], cwd=tmp, env=runner_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     try:
@@ -105,7 +99,7 @@ def test_sigkill_then_resume(tmp_path: Path, point: str) -> None:
         output.read_text(encoding="utf-8")
 
     started = time.monotonic()
-    resumed = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)], cwd=tmp_path, env=_env(),
+    resumed = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)], cwd=tmp_path, env=runner_env(),
                              capture_output=True, text=True, timeout=120)
     elapsed = time.monotonic() - started
     assert resumed.returncode == 0, resumed.stderr + resumed.stdout
@@ -138,7 +132,7 @@ def test_half_written_lines_are_tolerated(tmp_path: Path) -> None:
         f.write('{"role": "assistant", "content": [{"type": "te')
     with open(victim / "events.jsonl", "a") as f:
         f.write('{"stage": "sn')
-    resumed = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)], cwd=tmp_path, env=_env(),
+    resumed = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)], cwd=tmp_path, env=runner_env(),
                              capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert "half-written last line" in resumed.stderr
@@ -161,14 +155,14 @@ def test_resume_brings_a_lagging_run_json_up_to_date(tmp_path: Path) -> None:
     """Killed right after the last jobs ended, run.json (rewritten at most every half second) can still
     say "running" for jobs whose own files say they succeeded: resume trusts the jobs' files."""
     _setup(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "runner", "run"], cwd=tmp_path, env=_env(), capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "runner", "run"], cwd=tmp_path, env=runner_env(), capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     run_dir, doc = _run_json(tmp_path)
     doc["state"] = "running"
     doc["jobs"][-1] = {"job": doc["jobs"][-1]["job"], "status": "running", "turns": 3}
     (run_dir / "run.json").write_text(json.dumps(doc))
-    resumed = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)], cwd=tmp_path, env=_env(),
+    resumed = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)], cwd=tmp_path, env=runner_env(),
                              capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     after = json.loads((run_dir / "run.json").read_text())

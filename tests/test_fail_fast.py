@@ -5,12 +5,13 @@ Retries, 429s and 529s are counted per job. Real ``runner`` subprocesses, the re
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from conftest import runner_env
 
 from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Fault, Faults
@@ -27,8 +28,7 @@ def _setup(tmp: Path) -> None:
 
 
 def _runner(tmp: Path, *argv: str, base_url: str, key: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-    env.update(ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY=key, PYTHONUNBUFFERED="1")
+    env = runner_env(ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY=key)
     return subprocess.run([sys.executable, "-m", "runner", *argv], cwd=tmp, env=env, capture_output=True,
                           text=True, timeout=120)
 

@@ -7,7 +7,6 @@ time, and compared with the same job run without interruption: the same number o
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import runner_env
 
 from runner.compactor.compactor import CompactionState, Compactor
 from runner.compactor.context import Recorder
@@ -34,12 +34,6 @@ context_char_limit = 20000
 batch_char_limit = 40000
 large_result_chars = 5000
 """
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
 def _setup(tmp: Path) -> None:
@@ -62,7 +56,7 @@ def _lines(path: Path) -> int:
 
 def _start_and_kill(tmp: Path, argv: list[str], at_line: int) -> bool:
     """Start ``runner argv``; SIGKILL it once the transcript has ``at_line`` lines. False when it ended first."""
-    proc = subprocess.Popen([sys.executable, "-m", "runner", *argv], cwd=tmp, env=_env(),
+    proc = subprocess.Popen([sys.executable, "-m", "runner", *argv], cwd=tmp, env=runner_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     try:
@@ -98,7 +92,7 @@ def test_killed_four_times_resumes_like_an_uninterrupted_run(tmp_path: Path) -> 
     whole = tmp_path / "whole"
     whole.mkdir()
     _setup(whole)
-    done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs"], cwd=whole, env=_env(),
+    done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs"], cwd=whole, env=runner_env(),
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     expected = _outcome(_run_dir(whole))
@@ -115,7 +109,7 @@ def test_killed_four_times_resumes_like_an_uninterrupted_run(tmp_path: Path) -> 
             kills += 1
         argv = ["resume", str(_run_dir(killed))]
     assert kills >= 3
-    final = subprocess.run([sys.executable, "-m", "runner", *argv], cwd=killed, env=_env(),
+    final = subprocess.run([sys.executable, "-m", "runner", *argv], cwd=killed, env=runner_env(),
                            capture_output=True, text=True, timeout=120)
     assert final.returncode == 0, final.stderr
     got = _outcome(_run_dir(killed))

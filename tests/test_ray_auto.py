@@ -5,20 +5,20 @@ no cluster running, ``auto`` is one error line and exit 2. Real ``ray`` and ``ru
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import runner_env
 
 RAY = Path(sys.executable).with_name("ray")
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_", "RAY_ADDRESS"))}
-    env.update(RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+    env = runner_env(RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)  # ``auto`` must find the cluster on its own
     return env
 
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -83,6 +84,20 @@ def on_ray(batch: Batch, settings, **kwargs):
     from runner.executors.ray_driver import run_batch_ray
 
     return anyio.run(lambda: run_batch_ray(batch, settings, workers=2, **kwargs))
+
+
+def on_ray_beside(side: Callable[[], None], run_dir: Path, specs: list[JobSpec], settings, latency: float):
+    """An API batch on ray against the emulator (``latency`` s a call), with ``side`` running in a
+    thread meanwhile (it kills a worker, or interrupts the driver)."""
+    with running_emulator(EmulatorConfig(latency=Latency(seconds=latency))) as emu:
+        os.environ["ANTHROPIC_BASE_URL"] = emu.base_url
+        thread = threading.Thread(target=side)
+        thread.start()
+        try:
+            return on_ray(anthropic_batch(run_dir, specs, settings), settings)
+        finally:
+            thread.join()
+            os.environ.pop("ANTHROPIC_BASE_URL")
 
 
 def layout(run_dir: Path) -> set[str]:
@@ -187,15 +202,7 @@ def test_a_killed_workers_jobs_finish_elsewhere_from_their_last_turn(cluster, tm
                 return
             time.sleep(0.05)
 
-    with running_emulator(EmulatorConfig(latency=Latency(seconds=0.25))) as emu:
-        os.environ["ANTHROPIC_BASE_URL"] = emu.base_url
-        killer = threading.Thread(target=kill_one_worker)
-        killer.start()
-        try:
-            result = on_ray(anthropic_batch(run_dir, specs, settings), settings)
-        finally:
-            killer.join()
-            os.environ.pop("ANTHROPIC_BASE_URL")
+    result = on_ray_beside(kill_one_worker, run_dir, specs, settings, latency=0.25)
     assert "pid" in seen, "the batch ended before a worker could be killed"
     assert {n: r.status for n, r in result.results.items()} == {s.name: "succeeded" for s in specs}
     document = json.loads((run_dir / "run.json").read_text())
@@ -232,15 +239,7 @@ def test_ctrl_c_cancels_every_job_on_every_worker(cluster, tmp_path):
                 return
             time.sleep(0.05)
 
-    with running_emulator(EmulatorConfig(latency=Latency(seconds=0.5))) as emu:
-        os.environ["ANTHROPIC_BASE_URL"] = emu.base_url
-        thread = threading.Thread(target=interrupt)
-        thread.start()
-        try:
-            result = on_ray(anthropic_batch(run_dir, specs, settings), settings)
-        finally:
-            thread.join()
-            os.environ.pop("ANTHROPIC_BASE_URL")
+    result = on_ray_beside(interrupt, run_dir, specs, settings, latency=0.5)
     assert result.interrupted
     document = json.loads((run_dir / "run.json").read_text())
     assert document["state"] == "interrupted"

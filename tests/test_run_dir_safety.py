@@ -4,7 +4,6 @@ real ``runner`` subprocesses."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,16 +11,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from conftest import runner_env
+
 from runner.store import read_jsonl
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
-
-
 def _runner(cwd: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runner", *argv], cwd=cwd, env=_env(**env), capture_output=True,
+    return subprocess.run([sys.executable, "-m", "runner", *argv], cwd=cwd, env=runner_env(**env), capture_output=True,
                           text=True, timeout=120)
 
 
@@ -62,14 +58,14 @@ def test_a_second_writer_exits_2_naming_the_holder(tmp_path: Path) -> None:
 def test_two_resumes_at_once_run_each_job_once(tmp_path: Path) -> None:
     run_dir = _ended_run(tmp_path, jobs=4)
     argv = [sys.executable, "-m", "runner", "resume", str(run_dir), "--limits-from-config"]
-    first = subprocess.Popen(argv, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    first = subprocess.Popen(argv, cwd=tmp_path, env=runner_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     lock = run_dir / ".lock"
     while first.poll() is None and not (lock.exists() and lock.read_text().strip() == str(first.pid)):
         time.sleep(0.001)
     first.send_signal(signal.SIGSTOP)  # the first resume holds the run, mid-work (a slow night)
     try:
-        second = subprocess.run(argv, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+        second = subprocess.run(argv, cwd=tmp_path, env=runner_env(), capture_output=True, text=True, timeout=120)
     finally:
         first.send_signal(signal.SIGCONT)
     assert first.wait(timeout=120) == 0

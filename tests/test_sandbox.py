@@ -21,7 +21,6 @@ import pytest
 
 from runner.config import Limits
 from runner.sandbox import bwrap_problem
-from runner.store import JobStore
 from runner.tools import Toolset
 
 pytestmark = [pytest.mark.anyio,
@@ -36,13 +35,6 @@ def workspace(tmp_path: Path) -> Path:
     (ws / "a.py").write_text("print('hello')\n")
     (tmp_path / "secret.env").write_text(f"ANTHROPIC_API_KEY={SECRET}\n")  # outside the workspace
     return ws
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> JobStore:
-    s = JobStore(tmp_path / "run" / "job")
-    await s.open()
-    return s
 
 
 def bash(command: str, id: str = "toolu_1", timeout_ms: int | None = None) -> dict:  # noqa: A002

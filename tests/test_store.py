@@ -14,14 +14,6 @@ from hypothesis import strategies as st
 
 from runner.store import TOOL_RESULTS, JobStore, read_jsonl, safe_name
 
-
-@pytest.fixture
-async def store(tmp_path: Path) -> JobStore:
-    s = JobStore(tmp_path / "run" / "job")
-    await s.open()
-    return s
-
-
 HOSTILE_IDS = ["../../x", "x" * 5_000, "", "a/b", "a_b", "a?b", "/etc/passwd", "..", ".", "tool-results/../../y",
                "a\0b", "ä/ö", "CON", "a.2", "a", "toolu_01AbC", " ", "\n"]
 

@@ -32,17 +32,10 @@ from runner.models.base import Reply, Request, Usage
 from runner.models.offline import OfflineModel
 from runner.protocol import glob_cut, recall_page, without_footer
 from runner.scheduler import Batch, run_batch
-from runner.store import JobStore, read_jsonl
+from runner.store import read_jsonl
 from runner.tools import Toolset
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> JobStore:
-    s = JobStore(tmp_path / "run" / "job")
-    await s.open()
-    return s
 
 
 def call(name: str, args: Any, id: str = "toolu_1") -> dict:  # noqa: A002

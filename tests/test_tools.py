@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from runner.protocol import recall_page, without_footer
-from runner.store import JobStore
 from runner.tools import RECALL_PAGE_CHARS, Toolset
 
 
@@ -23,13 +22,6 @@ def workspace(tmp_path: Path) -> Path:
     (ws / "escape").symlink_to(tmp_path / "outside.txt")
     (ws / "escape-dir").symlink_to(tmp_path)
     return ws
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> JobStore:
-    s = JobStore(tmp_path / "run" / "job")
-    await s.open()
-    return s
 
 
 def call(name, input, id="toolu_1"):  # noqa: A002
