@@ -311,11 +311,13 @@ def test_the_run_budget_is_one_for_the_whole_cluster(cluster, tmp_path):
     costs = {round(r.cost_usd, 6) for r in alone.results.values()}
     assert len(costs) == 1 and {r.status for r in alone.results.values()} == {"succeeded"}, alone.results
     one_job = costs.pop()
-    # one budget for both workers: a budget per worker would let them spend 2 x 0.08 (the 8 jobs
-    # cost more than 0.16 in all); here the run stops within a job's cost of the one limit
+    # a budget per worker would let the two workers spend 2 x 0.08 = 0.16 (the 8 jobs want more:
+    # 8 x one_job); one budget for the cluster stops the run past 0.08 by no more than the calls in
+    # flight when it was crossed (a worker learns of the other's spending when it next charges):
+    # measured 0.091-0.107, so halfway between one limit and two tells them apart
     assert one_job < 0.08 and 8 * one_job > 0.16, one_job
-    assert 0.08 <= document["totals"]["cost_usd"] < 0.08 + one_job, document["totals"]
-    assert sum(s == "succeeded" for s in statuses) * one_job < 0.08 + one_job
+    assert 0.08 <= document["totals"]["cost_usd"] < 0.12, document["totals"]
+    assert sum(s == "succeeded" for s in statuses) * one_job < 0.12
 
 
 def test_a_lost_workers_job_that_had_not_started_simply_starts(tmp_path):
