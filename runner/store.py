@@ -3,7 +3,9 @@
 Guarantees:
 - Whole files (``metrics.json``, ``job.json``, ``final.md``, persisted outputs, summaries) are
   written to a temporary name in the same directory and renamed, so a reader (or a run killed
-  with SIGKILL) sees the old file or the new one, never a torn one.
+  with SIGKILL) sees the old file or the new one, never a torn one. A job's own files go through a
+  spare (``.<name>.spare``); a checkpoint rewritten every turn swaps names with its spare instead of
+  making a new file each time (:func:`swap_in_sync`), and the job's last write of it uses the spare up.
 - JSONL files are append-only; each record is one whole line, and the lines a flush adds to a file
   go in one ``write``. A half-written last line (the process was killed mid-write) is skipped and
   reported by :func:`read_jsonl`.
@@ -21,6 +23,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import hashlib
 import itertools
@@ -84,6 +87,67 @@ def write_atomic_sync(path: Path, text: str) -> None:
         raise
 
 
+RENAME_EXCHANGE = 2  # renameat2(2) flag: swap two names in one step
+_AT_FDCWD = -100
+
+
+def _renameat2() -> Any:
+    """libc's ``renameat2``, or None where there is none (not Linux, an old libc)."""
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_RENAMEAT2 = _renameat2()
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names ``a`` and ``b`` in one step; False when this system or file system cannot (or
+    ``b`` does not exist yet), and nothing was done."""
+    if _RENAMEAT2 is None:
+        return False
+    return _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0
+
+
+def spare_of(path: Path) -> Path:
+    """The file a job's checkpoint of ``path`` is written into before it takes ``path``'s name."""
+    return path.with_name(f".{path.name}.spare")
+
+
+def swap_in_sync(path: Path, text: str, keep_spare: bool = True) -> None:
+    """Replace ``path`` whole, atomically for readers (the old file or the new, never a torn one), by
+    writing ``text`` into ``path``'s spare file and exchanging the two names (``renameat2``
+    ``RENAME_EXCHANGE``): the old text becomes the spare, to be overwritten by the next write. So a
+    file rewritten every turn (the metrics checkpoint) makes and frees no inode per write; on ext4
+    making one costs 0.1-0.5 ms of kernel time, an exchange about 10 µs. Where the exchange cannot be
+    done (no ``renameat2``, no ``path`` yet) and when ``keep_spare`` is false (the last write), the
+    spare is renamed over ``path`` instead and is gone. The spare's name is fixed: one writer per job
+    directory (the run's lock), each write awaited before the next."""
+    spare = spare_of(path)
+    data = text.encode("utf-8", "surrogatepass")
+    try:
+        fd = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.ftruncate(fd, len(data))  # after the write: a failed write leaves the old spare's tail, not a hole
+        finally:
+            os.close(fd)
+        if not (keep_spare and _exchange(spare, path)):
+            os.replace(spare, path)
+    except BaseException:  # a full disk, say: the spare's text is not whole, so it goes
+        try:
+            os.unlink(spare)
+        except OSError:
+            pass
+        raise
+
+
 def _digest(content: str) -> str:
     return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -129,7 +193,7 @@ def _save_sync(where: Callable[[str], Path], outputs: list[tuple[str, str]], app
     for path, data in appends:
         _write_file(path, data.encode("utf-8"), os.O_APPEND)
     for path, text in files:  # last: a checkpoint never counts turns whose lines are not on disk
-        write_atomic_sync(path, text)
+        swap_in_sync(path, text)
 
 
 def _overwrite_sync(path: Path, text: str) -> None:
@@ -151,6 +215,7 @@ _write_atomic = aiofiles.os.wrap(write_atomic_sync)
 _save_in_thread = aiofiles.os.wrap(_save_sync)
 _overwrite = aiofiles.os.wrap(_overwrite_sync)
 _open = aiofiles.os.wrap(_open_sync)
+_swap_in = aiofiles.os.wrap(swap_in_sync)
 
 
 async def _shielded(operation: Any, *args: Any) -> None:
@@ -215,7 +280,7 @@ class JobStore:
         self._on_disk, self._summaries, self._root = await _open(self.dir)
 
     async def write_json(self, name: str, obj: Any, pretty: bool = True) -> None:
-        await write_atomic(self.dir / name, json.dumps(obj, ensure_ascii=False, indent=2 if pretty else None) + "\n")
+        await self.write_text(name, json.dumps(obj, ensure_ascii=False, indent=2 if pretty else None) + "\n")
 
     async def overwrite_json(self, name: str, obj: Any) -> None:
         """Rewrite an existing file over its own blocks (no temporary file, so no new space): only for
@@ -223,7 +288,9 @@ class JobStore:
         await overwrite(self.dir / name, dumps(obj) + "\n")
 
     async def write_text(self, name: str, text: str) -> None:
-        await write_atomic(self.dir / name, text)
+        """Write ``name`` whole (atomic), through its spare file (the one a checkpoint left, if any),
+        which this write uses up."""
+        await _shielded(_swap_in, self.dir / name, text, False)
 
     async def append_jsonl(self, name: str, records: list[Any]) -> None:
         await self.save(appends={name: records})

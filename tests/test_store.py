@@ -127,13 +127,13 @@ async def test_a_cancelled_write_neither_tears_nor_overtakes_the_next_write(stor
         async with anyio.create_task_group() as tg:
             tg.start_soon(store.write_json, "metrics.json", {"status": "running", "pad": "x" * 20_000_000})
             with anyio.fail_after(10):
-                while not list(store.dir.glob(".metrics.json.*.tmp")):  # the worker thread is writing
+                while not (store.dir / ".metrics.json.spare").exists():  # the worker thread is writing
                     await anyio.sleep(0.0002)
             tg.cancel_scope.cancel()
         await store.write_json("metrics.json", {"status": "succeeded"})
         await anyio.sleep(0.3)  # room for a straggling write to land, if one were still running
         assert json.loads((store.dir / "metrics.json").read_text()) == {"status": "succeeded"}
-    assert not list(store.dir.glob(".metrics.json.*.tmp"))
+    assert not list(store.dir.glob(".metrics.json.*"))  # no temporary or spare file is left
 
 
 @pytest.mark.anyio
@@ -171,3 +171,34 @@ def test_any_ids_any_contents_each_result_keeps_its_own_file(tmp_path_factory, i
         assert all(len(v) == 1 for v in by_path.values()), "two different (id, content) pairs share a file"
 
     anyio.run(main)
+
+
+def test_a_checkpoint_swaps_names_with_its_spare_and_makes_no_new_file(tmp_path):
+    """Rewriting a checkpoint exchanges it with its spare: after the first two writes the same two
+    inodes hold the newest text and the one before, whatever the lengths; the last write uses the
+    spare up."""
+    from runner.store import spare_of, swap_in_sync
+
+    path = tmp_path / "metrics.json"
+    texts = ['{"turns": 1, "pad": "' + "x" * 5000 + '"}\n', '{"turns": 2}\n', '{"turns": 3, "n": 33}\n']
+    swap_in_sync(path, texts[0])
+    swap_in_sync(path, texts[1])
+    inodes = {path.stat().st_ino, spare_of(path).stat().st_ino}
+    assert path.read_text() == texts[1] and spare_of(path).read_text() == texts[0]
+    swap_in_sync(path, texts[2])
+    assert path.read_text() == texts[2] and spare_of(path).read_text() == texts[1]  # no tail of the longer text
+    assert {path.stat().st_ino, spare_of(path).stat().st_ino} == inodes
+    swap_in_sync(path, '{"status": "succeeded"}\n', keep_spare=False)
+    assert json.loads(path.read_text()) == {"status": "succeeded"} and not spare_of(path).exists()
+
+
+def test_without_an_exchange_a_checkpoint_is_still_whole(tmp_path, monkeypatch):
+    """Where renameat2 is missing (not Linux, an old libc) the spare is renamed over the file."""
+    import runner.store
+    from runner.store import spare_of, swap_in_sync
+
+    monkeypatch.setattr(runner.store, "_RENAMEAT2", None)
+    path = tmp_path / "metrics.json"
+    for n in range(3):
+        swap_in_sync(path, f'{{"turns": {n}}}\n')
+        assert json.loads(path.read_text()) == {"turns": n} and not spare_of(path).exists()
