@@ -7,7 +7,8 @@ instance started by the runner, 2 workers). Reported beside the ideal (the seque
 session times the latency): wall time, CPU seconds per model call and the peak RSS of all the
 runner's processes together (the runner and every process under it: Ray's, too), sampled from /proc.
 
-    python bench/concurrency.py             # N = 10, 100, 500 local, 100, 500 ray; writes bench/results/concurrency.json
+    python bench/concurrency.py             # N = 10, 100, 500 local, 500 sdk only, 100, 500 ray, 3 rounds;
+                                            # writes bench/results/concurrency.json
     python bench/concurrency.py --smoke     # N = 5, latency 0.2 s, local; writes nothing
 """
 
@@ -150,27 +151,44 @@ def survey_batch(n: int, latency: float, tmp: Path, jobs: Path) -> tuple[str, su
     return base_url, emulator
 
 
-def run_one(n: int, latency: float, tmp: Path, executor: str = "local") -> dict[str, Any]:
+def cpu_s_of(pid: int) -> float:
+    """CPU seconds a live process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TreeSampler.TICK
+
+
+FLOOR = "sdk only"  # the executor column of the floor row (bench/sdk_floor.py)
+
+
+def run_one(n: int, latency: float, tmp: Path, executor: str = "local", calls_per_session: int = 5) -> dict[str, Any]:
+    """One row: N sessions on ``executor`` (or, for FLOOR, the SDK alone making ``calls_per_session``
+    calls a session) against a fresh emulator."""
     jobs = tmp / f"jobs-{n}-{executor}"
     base_url, emulator = survey_batch(n, latency, tmp, jobs)
     try:
         env = {**os.environ, "ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": "bench-key"}
+        command = ([sys.executable, str(Path(__file__).with_name("sdk_floor.py")), "--base-url", base_url,
+                    "--sessions", str(n), "--calls", str(calls_per_session), "--workspace", str(tmp / "workspace")]
+                   if executor == FLOOR else
+                   [sys.executable, "-m", "runner", "run", str(jobs), "--backend", "anthropic", "--concurrency", str(n),
+                    "--output-dir", str(tmp / "runs"), "--executor", executor])
+        emulator_cpu = cpu_s_of(emulator.pid)
         started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "runner", "run", str(jobs), "--backend", "anthropic",
-                                 "--concurrency", str(n), "--output-dir", str(tmp / "runs"), "--executor", executor],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp)
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp)
         with TreeSampler(proc.pid) as tree:
             _, stderr = proc.communicate()
         wall = time.perf_counter() - started
         counted = stats(base_url)
+        emulator_cpu = cpu_s_of(emulator.pid) - emulator_cpu
     finally:
         emulator.terminate()
         emulator.wait()
     if proc.returncode != 0:
-        raise SystemExit(f"runner failed for N={n} ({executor}): {stderr[-2000:]}")
+        raise SystemExit(f"{executor} failed for N={n}: {stderr[-2000:]}")
     calls = counted["outcomes"].get("ok", 0)
     sequential = calls / n
     return {"executor": executor, "sessions": n, "latency_s": latency, "model_calls": calls,
+            "emulator_cpu_ms_per_call": round(emulator_cpu / calls * 1000, 2),
             "calls_per_session": sequential, "ideal_s": round(sequential * latency, 2), "wall_s": round(wall, 2),
             "wall_over_ideal": round(wall / (sequential * latency), 3),
             "cpu_s_per_call": round(tree.cpu_s / calls, 5), "peak_rss_mib": round(tree.peak_rss / 2**20, 1),
@@ -183,6 +201,18 @@ def startup_s() -> float:
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import runner.cli, runner.scheduler, anthropic"], check=True)
     return time.perf_counter() - started
+
+
+def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median wall time, with every run's wall/ideal and CPU per call beside it."""
+    row = dict(sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2])
+    row["runs"] = [{k: r[k] for k in ("wall_s", "wall_over_ideal", "cpu_s_per_call", "peak_rss_mib")} for r in runs]
+    return row
+
+
+def spread(row: dict[str, Any], key: str, form: str, scale: float = 1.0) -> str:
+    values = [r[key] * scale for r in row["runs"]]
+    return f"{form.format(min(values))}-{form.format(max(values))}" if len(values) > 1 else "1 run"
 
 
 def findings(rows: list[dict[str, Any]], startup: float) -> str:
@@ -199,6 +229,15 @@ def findings(rows: list[dict[str, Any]], startup: float) -> str:
         per_core = 2000 / (local["cpu_s_per_call"] * 1000)
         parts.append(f"At 2 s latency a session makes 0.5 calls a second, so one core carries about {per_core:.0f} "
                      "sessions of the local executor before it is CPU-bound.")
+    floor = at.get(FLOOR)
+    if floor and local:
+        over = local["cpu_s_per_call"] - floor["cpu_s_per_call"]
+        parts.append(f"The floor: the SDK alone (bench/sdk_floor.py: the same sessions, calls and emulator, every tool "
+                     f"call answered with a fixed line, nothing written) took {floor['wall_over_ideal']:.2f}x ideal and "
+                     f"{floor['cpu_s_per_call'] * 1000:.1f} ms of CPU per call, imports included, so "
+                     f"{'even it misses' if floor['wall_over_ideal'] > 1.15 or floor['cpu_s_per_call'] > 0.0015 else 'it meets'}"
+                     f" the targets; the runner's own work (tools, files, compaction, display) adds {over * 1000:.1f} ms "
+                     "per call over it.")
     if ray:
         parts.append(f"Ray: wall {ray['wall_over_ideal']:.2f}x ideal, {ray['cpu_s_per_call'] * 1000:.1f} ms of CPU per "
                      f"call over all its processes, peak RSS {ray['peak_rss_mib']} MiB over {ray['processes']} "
@@ -225,21 +264,29 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--sizes", type=int, nargs="*")
     parser.add_argument("--executors", nargs="*", choices=["local", "ray"])
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each row; the table shows the median and range")
     args = parser.parse_args()
     sizes, latency = ((5,), 0.2) if args.smoke else (tuple(args.sizes or (10, 100, 500)), 2.0)
     executors = ["local"] if args.smoke else (args.executors or ["local", "ray"])
     runs = [(e, n) for e in executors for n in sizes if e == "local" or n >= 100 or args.sizes]
-    rows = []
-    for executor, n in runs:
-        with tempfile.TemporaryDirectory() as tmp:
-            rows.append(run_one(n, latency, Path(tmp), executor))
-        print(rows[-1], flush=True)
+    if not args.smoke:  # the SDK alone beside the local executor at the largest N, with its calls per session
+        runs.insert(runs.index(("local", max(sizes))) + 1 if ("local", max(sizes)) in runs else 0, (FLOOR, max(sizes)))
+    measured: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for _ in range(1 if args.smoke else args.repeat):  # rounds: each row once a round, so they share the load
+        for executor, n in runs:
+            local = measured.get(("local", n))
+            with tempfile.TemporaryDirectory() as tmp:
+                row = run_one(n, latency, Path(tmp), executor, round(local[0]["calls_per_session"]) if local else 5)
+            measured.setdefault((executor, n), []).append(row)
+            print(row, flush=True)
+    rows = [median_row(measured[run]) for run in runs]
     startup = min(startup_s() for _ in range(3))
     lines = ["| executor | sessions | model calls | ideal s | wall s | wall / ideal | runner CPU ms per call "
-             "| runner peak RSS MiB (processes) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| runner peak RSS MiB (processes) | emulator CPU ms per call |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['executor']} | {r['sessions']} | {r['model_calls']} | {r['ideal_s']} | {r['wall_s']} | "
-              f"{r['wall_over_ideal']:.2f}x | {r['cpu_s_per_call'] * 1000:.1f} | {r['peak_rss_mib']} ({r['processes']}) |"
-              for r in rows]
+              f"{r['wall_over_ideal']:.2f}x ({spread(r, 'wall_over_ideal', '{:.2f}')}) | {r['cpu_s_per_call'] * 1000:.1f} "
+              f"({spread(r, 'cpu_s_per_call', '{:.1f}', 1000)}) | {r['peak_rss_mib']} ({r['processes']}) | "
+              f"{r['emulator_cpu_ms_per_call']:.1f} |" for r in rows]
     print("\n".join(lines))
     if not args.smoke and not args.sizes and not args.executors:
         write_result("concurrency", {"rows": rows})
@@ -247,9 +294,12 @@ def main() -> None:
             "## 1. Concurrency\n\n"
             f"N sessions of one short survey each (model calls / N calls a session), emulator in its own process with {latency:g} s "
             "latency per call, runner as a `runner run` subprocess with concurrency = N, on the local executor "
-            "and on ray (a local Ray instance started by the runner, 2 workers). Ideal = calls per session x "
+            "and on ray (a local Ray instance started by the runner, 2 workers); beside them the floor, "
+            f"`{FLOOR}`: the SDK alone making the same calls (bench/sdk_floor.py). Ideal = calls per session x "
             "latency. CPU and peak RSS are summed over the runner and every process under it, sampled from "
-            "/proc every 0.2 s.\n\n"
+            f"/proc every 0.2 s. Each row ran {args.repeat} times, in rounds (every row once a round); the table "
+            "shows the run with the median wall time and, in brackets, the range over the runs. The emulator "
+            "shares the 2 cores: its CPU per call is in the last column.\n\n"
             "Targets at N = 500: local <= 1.15x ideal and <= 1.5 ms of runner CPU per call; ray within 10% of "
             "local; runner peak RSS <= 1.5 GiB.\n\n" + "\n".join(lines)
             + "\n\n" + findings(rows, startup)),

@@ -219,6 +219,7 @@ class _RunJson:
         self.interrupted = False
         self._lock = anyio.Lock()
         self._last_write = float("-inf")
+        self._rows: dict[str, tuple[JobResult, JobMetrics]] = {}  # an ended job's row, made once
 
     async def write(self, force: bool = False) -> None:
         """Rewrite run.json; between the first and the last write, at most every ``MIN_INTERVAL_S``
@@ -239,7 +240,11 @@ class _RunJson:
                    **{s.name: str(s.source.absolute()) for s in self.batch.specs}}
         for name in dict.fromkeys(names):
             if name in self.results:
-                job = self.results[name].metrics()
+                result = self.results[name]
+                row = self._rows.get(name)
+                if row is None or row[0] is not result:  # a result is final once it is here
+                    row = self._rows[name] = (result, result.metrics())
+                job = row[1]
             elif name in self.batch.kept:
                 job = self.batch.kept[name].model_copy()
             else:
