@@ -3,9 +3,9 @@
 Guarantees:
 - Whole files (``metrics.json``, ``job.json``, ``final.md``, persisted outputs, summaries) are
   written to a temporary name in the same directory and renamed, so a reader (or a run killed
-  with SIGKILL) sees the old file or the new one, never a torn one. A job's own files go through a
-  spare (``.<name>.spare``); a checkpoint rewritten every turn swaps names with its spare instead of
-  making a new file each time (:func:`swap_in_sync`), and the job's last write of it uses the spare up.
+  with SIGKILL) sees the old file or the new one, never a torn one. The metrics checkpoint, rewritten
+  up to once a second, swaps names with a spare file instead of making a new file each time
+  (:func:`swap_in_sync`); the job's last write of it is a fresh file again, and removes the spare.
 - JSONL files are append-only; each record is one whole line, and the lines a flush adds to a file
   go in one ``write``. A half-written last line (the process was killed mid-write) is skipped and
   reported by :func:`read_jsonl`.
@@ -89,13 +89,14 @@ def write_atomic_sync(path: Path, text: str) -> None:
 
 RENAME_EXCHANGE = 2  # renameat2(2) flag: swap two names in one step
 _AT_FDCWD = -100
+_CANNOT_EXCHANGE = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV}  # this system or file system
 
 
 def _renameat2() -> Any:
     """libc's ``renameat2``, or None where there is none (not Linux, an old libc)."""
     try:
         function = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):
         return None
     function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     function.restype = ctypes.c_int
@@ -106,27 +107,42 @@ _RENAMEAT2 = _renameat2()
 
 
 def _exchange(a: Path, b: Path) -> bool:
-    """Swap the names ``a`` and ``b`` in one step; False when this system or file system cannot (or
-    ``b`` does not exist yet), and nothing was done."""
+    """Swap the names ``a`` and ``b`` in one step; False, with nothing done, when ``b`` does not exist
+    yet or this system cannot (then it is not tried again in this process)."""
+    global _RENAMEAT2
     if _RENAMEAT2 is None:
         return False
-    return _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0
+    if _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    if ctypes.get_errno() in _CANNOT_EXCHANGE:
+        _RENAMEAT2 = None
+    return False
+
+
+SPARE_SUFFIX = ".spare"
 
 
 def spare_of(path: Path) -> Path:
-    """The file a job's checkpoint of ``path`` is written into before it takes ``path``'s name."""
-    return path.with_name(f".{path.name}.spare")
+    """The file this process writes a checkpoint of ``path`` into before it takes ``path``'s name (a
+    process of its own: a lost Ray worker still running never writes into the same spare as the
+    worker that took its jobs over)."""
+    return path.with_name(f".{path.name}.{os.getpid()}{SPARE_SUFFIX}")
 
 
-def swap_in_sync(path: Path, text: str, keep_spare: bool = True) -> None:
-    """Replace ``path`` whole, atomically for readers (the old file or the new, never a torn one), by
-    writing ``text`` into ``path``'s spare file and exchanging the two names (``renameat2``
-    ``RENAME_EXCHANGE``): the old text becomes the spare, to be overwritten by the next write. So a
-    file rewritten every turn (the metrics checkpoint) makes and frees no inode per write; on ext4
-    making one costs 0.1-0.5 ms of kernel time, an exchange about 10 µs. Where the exchange cannot be
-    done (no ``renameat2``, no ``path`` yet) and when ``keep_spare`` is false (the last write), the
-    spare is renamed over ``path`` instead and is gone. The spare's name is fixed: one writer per job
-    directory (the run's lock), each write awaited before the next."""
+def swap_in_sync(path: Path, text: str) -> None:
+    """Checkpoint ``path``: write ``text`` into this process's spare of it and exchange the two names
+    (``renameat2`` ``RENAME_EXCHANGE``); the old text becomes the spare, overwritten by the next
+    checkpoint. A file rewritten every turn (the metrics checkpoint, at most once a second) so makes
+    and frees no inode per write: on ext4 making one costs 0.1-0.5 ms of kernel time, an exchange
+    about 10 µs. Where the exchange cannot be done (no ``renameat2``, no ``path`` yet) the spare is
+    renamed over ``path`` instead and is gone.
+
+    What a reader sees: the old file or the new, whole, at any moment, and after a SIGKILL. A reader
+    that opened ``path`` and is still reading it when the next checkpoint (a second later) rewrites
+    that inode as the spare could see a mix; :func:`retire_spare` makes the last write a fresh file,
+    so the job's final documents never have that window. Like the rest of the store this does not
+    fsync: after a power cut the newest text may be lost. One writer per job directory (the run's
+    lock), each write awaited before the next."""
     spare = spare_of(path)
     data = text.encode("utf-8", "surrogatepass")
     try:
@@ -138,14 +154,34 @@ def swap_in_sync(path: Path, text: str, keep_spare: bool = True) -> None:
             os.ftruncate(fd, len(data))  # after the write: a failed write leaves the old spare's tail, not a hole
         finally:
             os.close(fd)
-        if not (keep_spare and _exchange(spare, path)):
+        if not _exchange(spare, path):
             os.replace(spare, path)
     except BaseException:  # a full disk, say: the spare's text is not whole, so it goes
-        try:
-            os.unlink(spare)
-        except OSError:
-            pass
+        _unlink_quietly(spare)
         raise
+
+
+def retire_spare(path: Path, text: str) -> None:
+    """The last write of ``path``: a fresh file renamed over it (:func:`write_atomic_sync`), then the
+    spare a checkpoint left is removed."""
+    write_atomic_sync(path, text)
+    _unlink_quietly(spare_of(path))
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _stale_spares(directory: Path) -> None:
+    """Remove the spares an earlier process left in a job directory (killed before its last write)."""
+    mine = f".{os.getpid()}{SPARE_SUFFIX}"
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.startswith(".") and entry.name.endswith(SPARE_SUFFIX) and not entry.name.endswith(mine):
+                _unlink_quietly(Path(entry.path))
 
 
 def _digest(content: str) -> str:
@@ -158,6 +194,7 @@ def _open_sync(directory: Path) -> tuple[dict[str, str], int, Path]:
     on_disk: dict[str, str] = {}
     for sub in (TOOL_RESULTS, SUMMARIES):
         (directory / sub).mkdir(parents=True, exist_ok=True)
+    _stale_spares(directory)
     with os.scandir(directory / TOOL_RESULTS) as entries:
         for entry in entries:
             on_disk[f"{TOOL_RESULTS}/{entry.name}"] = ""  # taken, never the same: a link, a directory...
@@ -215,7 +252,7 @@ _write_atomic = aiofiles.os.wrap(write_atomic_sync)
 _save_in_thread = aiofiles.os.wrap(_save_sync)
 _overwrite = aiofiles.os.wrap(_overwrite_sync)
 _open = aiofiles.os.wrap(_open_sync)
-_swap_in = aiofiles.os.wrap(swap_in_sync)
+_retire_spare = aiofiles.os.wrap(retire_spare)
 
 
 async def _shielded(operation: Any, *args: Any) -> None:
@@ -288,9 +325,8 @@ class JobStore:
         await overwrite(self.dir / name, dumps(obj) + "\n")
 
     async def write_text(self, name: str, text: str) -> None:
-        """Write ``name`` whole (atomic), through its spare file (the one a checkpoint left, if any),
-        which this write uses up."""
-        await _shielded(_swap_in, self.dir / name, text, False)
+        """Write ``name`` whole (atomic): a fresh file renamed over it; a checkpoint's spare of it goes."""
+        await _shielded(_retire_spare, self.dir / name, text)
 
     async def append_jsonl(self, name: str, records: list[Any]) -> None:
         await self.save(appends={name: records})

@@ -62,7 +62,7 @@ def test_a_disk_that_fills_up_leaves_final_documents(tmp_path: Path, small_disk:
         row = next(line for line in done.stdout.splitlines() if line.replace("│", " ").split()[:1] == [name])
         assert m["status"] in row, (row, m["status"])
     assert "queued" not in done.stdout and "running" not in done.stdout
-    assert not [p for p in run_dir.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".reserve")]
+    assert not [p for p in run_dir.rglob("*") if p.name.endswith((".tmp", ".spare")) or p.name.startswith(".reserve")]
 
 
 def test_starting_on_a_full_disk_is_one_line_and_exit_2(tmp_path: Path, small_disk: Path) -> None:

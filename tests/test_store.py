@@ -127,7 +127,7 @@ async def test_a_cancelled_write_neither_tears_nor_overtakes_the_next_write(stor
         async with anyio.create_task_group() as tg:
             tg.start_soon(store.write_json, "metrics.json", {"status": "running", "pad": "x" * 20_000_000})
             with anyio.fail_after(10):
-                while not (store.dir / ".metrics.json.spare").exists():  # the worker thread is writing
+                while not list(store.dir.glob(".metrics.json.*.tmp")):  # the worker thread is writing
                     await anyio.sleep(0.0002)
             tg.cancel_scope.cancel()
         await store.write_json("metrics.json", {"status": "succeeded"})
@@ -175,10 +175,13 @@ def test_any_ids_any_contents_each_result_keeps_its_own_file(tmp_path_factory, i
 
 def test_a_checkpoint_swaps_names_with_its_spare_and_makes_no_new_file(tmp_path):
     """Rewriting a checkpoint exchanges it with its spare: after the first two writes the same two
-    inodes hold the newest text and the one before, whatever the lengths; the last write uses the
-    spare up."""
-    from runner.store import spare_of, swap_in_sync
+    inodes hold the newest text and the one before, whatever the lengths; the last write is a fresh
+    file and the spare goes."""
+    import runner.store
+    from runner.store import retire_spare, spare_of, swap_in_sync
 
+    if runner.store._RENAMEAT2 is None:
+        pytest.skip("no renameat2 on this system: the fallback is tested below")
     path = tmp_path / "metrics.json"
     texts = ['{"turns": 1, "pad": "' + "x" * 5000 + '"}\n', '{"turns": 2}\n', '{"turns": 3, "n": 33}\n']
     swap_in_sync(path, texts[0])
@@ -188,8 +191,9 @@ def test_a_checkpoint_swaps_names_with_its_spare_and_makes_no_new_file(tmp_path)
     swap_in_sync(path, texts[2])
     assert path.read_text() == texts[2] and spare_of(path).read_text() == texts[1]  # no tail of the longer text
     assert {path.stat().st_ino, spare_of(path).stat().st_ino} == inodes
-    swap_in_sync(path, '{"status": "succeeded"}\n', keep_spare=False)
-    assert json.loads(path.read_text()) == {"status": "succeeded"} and not spare_of(path).exists()
+    retire_spare(path, '{"status": "succeeded"}\n')
+    assert path.stat().st_ino not in inodes, "the last write is a fresh file: no reader of a checkpoint sees it change"
+    assert json.loads(path.read_text()) == {"status": "succeeded"} and list(tmp_path.iterdir()) == [path]
 
 
 def test_without_an_exchange_a_checkpoint_is_still_whole(tmp_path, monkeypatch):
@@ -202,3 +206,15 @@ def test_without_an_exchange_a_checkpoint_is_still_whole(tmp_path, monkeypatch):
     for n in range(3):
         swap_in_sync(path, f'{{"turns": {n}}}\n')
         assert json.loads(path.read_text()) == {"turns": n} and not spare_of(path).exists()
+
+
+@pytest.mark.anyio
+async def test_opening_a_job_directory_removes_spares_an_earlier_process_left(tmp_path):
+    """A run killed between checkpoints leaves its spare; the store that continues the job removes it."""
+    job = tmp_path / "job"
+    job.mkdir()
+    left = job / ".metrics.json.999999999.spare"
+    left.write_text('{"turns": 1}\n')
+    (job / "metrics.json").write_text('{"turns": 2}\n')
+    await JobStore(job).open()
+    assert not left.exists() and (job / "metrics.json").read_text() == '{"turns": 2}\n'
