@@ -23,8 +23,8 @@ Guarantees:
 
 from __future__ import annotations
 
-import ctypes
 import errno
+import functools
 import hashlib
 import itertools
 import json
@@ -65,11 +65,15 @@ def _write_file(path: Path, data: bytes, mode: int) -> None:
     fstat, an isatty ioctl and seeks per open, each a release of the GIL the event loop then waits on."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | mode, 0o666)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, data)
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def write_atomic_sync(path: Path, text: str) -> None:
@@ -92,8 +96,11 @@ _AT_FDCWD = -100
 _CANNOT_EXCHANGE = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV}  # this system or file system
 
 
+@functools.cache
 def _renameat2() -> Any:
-    """libc's ``renameat2``, or None where there is none (not Linux, an old libc)."""
+    """libc's ``renameat2``, or None where there is none (not Linux, an old libc); looked up on first use."""
+    import ctypes
+
     try:
         function = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError, TypeError):
@@ -103,19 +110,22 @@ def _renameat2() -> Any:
     return function
 
 
-_RENAMEAT2 = _renameat2()
+_exchange_works = True  # until this system or file system says it cannot
 
 
 def _exchange(a: Path, b: Path) -> bool:
     """Swap the names ``a`` and ``b`` in one step; False, with nothing done, when ``b`` does not exist
     yet or this system cannot (then it is not tried again in this process)."""
-    global _RENAMEAT2
-    if _RENAMEAT2 is None:
+    global _exchange_works
+    function = _renameat2() if _exchange_works else None
+    if function is None:
         return False
-    if _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+    if function(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
         return True
+    import ctypes
+
     if ctypes.get_errno() in _CANNOT_EXCHANGE:
-        _RENAMEAT2 = None
+        _exchange_works = False
     return False
 
 
@@ -148,9 +158,7 @@ def swap_in_sync(path: Path, text: str) -> None:
     try:
         fd = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            _write_all(fd, data)
             os.ftruncate(fd, len(data))  # after the write: a failed write leaves the old spare's tail, not a hole
         finally:
             os.close(fd)
@@ -298,7 +306,7 @@ class JobStore:
     Writes of a turn are queued by :meth:`queue` (no I/O) and written by :meth:`flush`; its owner (the
     job's session) flushes before each model call and once more when the job ends. Only one flush of a
     store runs at a time (the session awaits each), so its writes land in the order they were queued.
-    The ``write_*``, ``save`` and ``append_*`` methods write at once, each in one hop of its own."""
+    The ``write_*`` and ``save`` methods write at once, each in one hop of its own."""
 
     def __init__(self, directory: Path):
         self.dir = directory
@@ -310,6 +318,7 @@ class JobStore:
         self._outputs: list[tuple[str, str]] = []  # queued persisted outputs (rel, content)
         self._lines: dict[str, list[str]] = {}  # queued JSONL lines per file, in first-queued order
         self._files: dict[str, str] = {}  # queued whole files (name -> text); the newest text wins
+        self._checkpointed: set[str] = set()  # whole files queued here: checkpoints, with a spare each
 
     async def open(self) -> None:
         """Create the job's directories and learn, in one hop off the loop, which outputs and summaries
@@ -323,34 +332,36 @@ class JobStore:
         """Rewrite an existing file over its own blocks (no temporary file, so no new space): only for
         a full disk, where the atomic write cannot be done. A crash in the middle could tear it."""
         await overwrite(self.dir / name, dumps(obj) + "\n")
+        if name in self._checkpointed:  # its spare's space, too, goes back to the full disk
+            await in_thread(_unlink_quietly)(spare_of(self.dir / name))
 
     async def write_text(self, name: str, text: str) -> None:
-        """Write ``name`` whole (atomic): a fresh file renamed over it; a checkpoint's spare of it goes."""
-        await _shielded(_retire_spare, self.dir / name, text)
+        """Write ``name`` whole (atomic): a fresh file renamed over it. A file this store checkpointed
+        (see :meth:`queue`) loses its spare with it: this is its last write."""
+        if name in self._checkpointed:
+            await _shielded(_retire_spare, self.dir / name, text)
+        else:
+            await write_atomic(self.dir / name, text)
 
-    async def append_jsonl(self, name: str, records: list[Any]) -> None:
-        await self.save(appends={name: records})
-
-    async def save(self, outputs: Sequence[tuple[str, str]] = (), appends: dict[str, list[Any]] | None = None) -> None:
+    async def save(self, outputs: Sequence[tuple[str, str]]) -> None:
         """Persisted outputs ``(rel, content)``, each written whole (atomic) unless the same bytes are
-        already there, then JSONL ``records`` appended to their files; in that order, in one hop to
-        aiofiles' executor. Writes nothing queued by :meth:`queue`."""
-        lines = [(self.dir / name, "".join(dumps(r) + "\n" for r in records))
-                 for name, records in (appends or {}).items() if records]
-        if outputs or lines:
-            await _shielded(_save_in_thread, self._output_path, list(outputs), lines)
+        already there, in one hop to aiofiles' executor. Writes nothing queued by :meth:`queue`."""
+        if outputs:
+            await _shielded(_save_in_thread, self._output_path, list(outputs), [])
 
     def queue(self, outputs: Sequence[tuple[str, str]] = (), lines: dict[str, list[str]] | None = None,
               files: dict[str, str] | None = None) -> None:
         """Queue writes for the next :meth:`flush`: persisted outputs ``(rel, content)``, JSONL lines
-        already serialized by :func:`dumps` (one JSON text each, no newline) per file, and whole files
-        (only the newest text queued for a name is written)."""
+        already serialized by :func:`dumps` (one JSON text each, no newline) per file, and whole files:
+        checkpoints, rewritten through a spare (:func:`swap_in_sync`; only the newest text queued for a
+        name is written)."""
         self._outputs.extend(outputs)
         for name, new in (lines or {}).items():
             if new:
                 self._lines.setdefault(name, []).extend(new)
         if files:
             self._files.update(files)
+            self._checkpointed.update(files)
 
     def queue_records(self, name: str, records: list[Any]) -> None:
         """Queue JSONL ``records`` for ``name`` (serialized now: later changes to them are not written)."""

@@ -137,10 +137,12 @@ async def test_a_cancelled_write_neither_tears_nor_overtakes_the_next_write(stor
 
 
 @pytest.mark.anyio
-async def test_save_writes_outputs_then_appends_records(store: JobStore):
-    await store.save([("tool-results/a.txt", "A"), ("tool-results/b.txt", "B")],
-                     {"events.jsonl": [{"n": 1}, {"n": 2}], "other.jsonl": []})
-    await store.append_jsonl("events.jsonl", [{"n": 3}])
+async def test_a_flush_writes_outputs_then_appends_records(store: JobStore):
+    store.queue([("tool-results/a.txt", "A"), ("tool-results/b.txt", "B")], {"other.jsonl": []})
+    store.queue_records("events.jsonl", [{"n": 1}, {"n": 2}])
+    await store.flush()
+    store.queue_records("events.jsonl", [{"n": 3}])
+    await store.flush()
     assert (store.dir / "tool-results/a.txt").read_text() == "A"
     assert (store.dir / "tool-results/b.txt").read_text() == "B"
     records, warnings = read_jsonl(store.dir / "events.jsonl")
@@ -180,7 +182,7 @@ def test_a_checkpoint_swaps_names_with_its_spare_and_makes_no_new_file(tmp_path)
     import runner.store
     from runner.store import retire_spare, spare_of, swap_in_sync
 
-    if runner.store._RENAMEAT2 is None:
+    if runner.store._renameat2() is None:
         pytest.skip("no renameat2 on this system: the fallback is tested below")
     path = tmp_path / "metrics.json"
     texts = ['{"turns": 1, "pad": "' + "x" * 5000 + '"}\n', '{"turns": 2}\n', '{"turns": 3, "n": 33}\n']
@@ -201,7 +203,7 @@ def test_without_an_exchange_a_checkpoint_is_still_whole(tmp_path, monkeypatch):
     import runner.store
     from runner.store import spare_of, swap_in_sync
 
-    monkeypatch.setattr(runner.store, "_RENAMEAT2", None)
+    monkeypatch.setattr(runner.store, "_exchange_works", False)
     path = tmp_path / "metrics.json"
     for n in range(3):
         swap_in_sync(path, f'{{"turns": {n}}}\n')

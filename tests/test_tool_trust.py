@@ -155,7 +155,8 @@ async def test_a_non_utf8_file_name_is_escaped_and_the_job_succeeds(tmp_path, st
         listed = await tools.run(call("glob", {"pattern": "*"}))
     assert "caf\\xe9.py" in listed["content"]
     listed["content"].encode("utf-8")  # valid UTF-8
-    await store.append_jsonl("transcript.jsonl", [listed])
+    store.queue_records("transcript.jsonl", [listed])
+    await store.flush()
     spec = job("names", ws, ("read", "glob", "grep"))
     result = await run_batch(Batch(run_dir=tmp_path / "run2", specs=[spec], model=OfflineModel(),
                                    compactor=Compactor(Summarizer(None, "none")), summary_model="none", concurrency=4,
