@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.markup import escape
 
@@ -34,11 +34,6 @@ from .reserve import claim
 from .rundir import hold_run_dir
 from .rundocs import RUN_JSON, Status, is_run_dir, run_document
 from .tables import fitting_table
-
-if TYPE_CHECKING:  # the scheduler pulls in the SDK (~1.5 s); `validate` and `report` do not need it
-    pass
-
-
 
 EXIT_CODES = """exit codes:
   0    every job succeeded

@@ -34,11 +34,6 @@ class ApiCounts:
 API = ApiCounts()  # one per process: every model of the batch reports here
 
 
-def _retries(result: JobResult) -> int:
-    """The SDK's retries of a finished job's calls (its 429s and 529s are among them)."""
-    return result.wire.retries
-
-
 def _clock(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
@@ -84,7 +79,7 @@ class Tally:
         tokens_in = sum(p.input_tokens for p in self.progress.values())
         tokens_out = sum(p.output_tokens for p in self.progress.values())
         parts.append(f"tokens {tokens_in:,} in / {tokens_out:,} out")
-        retries = sum(_retries(r) for r in self.results.values())
+        retries = sum(r.wire.retries for r in self.results.values())  # the SDK's (429s and 529s among them)
         parts.append(f"429/529 {self.api.throttled}" + (f", retries {retries}" if retries else ""))
         return " · ".join(parts)
 

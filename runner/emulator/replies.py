@@ -23,10 +23,11 @@ from ..compactor.fallback import fallback_summary
 from ..compactor.summarizer import SYSTEM_PROMPT
 from ..messages import Message, blocks
 from ..models.policy import decide, partial_report
+from ..rundocs import USAGE_KEYS
 from .caching import without_cache_control
 from .compaction import server_compaction
 from .state import EmulatorState
-from .tokens import CHARS_PER_TOKEN, USAGE_FIELDS, estimate, input_tokens
+from .tokens import CHARS_PER_TOKEN, estimate, input_tokens
 
 Content = list[dict[str, Any]]
 
@@ -121,7 +122,7 @@ def build_message(state: EmulatorState, body: dict[str, Any], view: list[Message
         view = compaction.view
         total = input_tokens(system, view, tools)
         if compaction.pause:
-            paused = {**dict.fromkeys(USAGE_FIELDS, 0), "iterations": iterations}
+            paused = {**dict.fromkeys(USAGE_KEYS, 0), "iterations": iterations}
             return message_body(model, prefix, "compaction", paused), iterations
     content, stop_reason = answer(state, body, view)
     if config.enforce_max_tokens:

@@ -12,10 +12,10 @@ import threading
 from collections import Counter, deque
 from typing import Any
 
+from ..rundocs import USAGE_KEYS
 from .caching import PromptCache
 from .config import EmulatorConfig
 from .faults import SlidingWindow
-from .tokens import USAGE_FIELDS
 
 
 class EmulatorState:
@@ -32,7 +32,7 @@ class EmulatorState:
             self.outcomes: Counter[str] = Counter()
             self.concurrent = 0
             self.peak_concurrent = 0
-            self.tokens = dict.fromkeys(USAGE_FIELDS, 0)
+            self.tokens = dict.fromkeys(USAGE_KEYS, 0)
             self.compactions = 0
             self.summary_requests = 0
             self.summary_spans: list[tuple[float, float]] = []  # (arrived, answered) of each summary request
@@ -61,7 +61,7 @@ class EmulatorState:
     def bill(self, usages: list[dict[str, Any]]) -> None:
         with self._lock:
             for usage in usages:
-                for name in USAGE_FIELDS:
+                for name in USAGE_KEYS:
                     self.tokens[name] += int(usage.get(name) or 0)
 
     def record(self, body: Any) -> None:

@@ -9,9 +9,6 @@ from typing import Any
 
 from ..messages import Message
 from ..models.offline import CHARS_PER_TOKEN
-from ..rundocs import USAGE_KEYS as USAGE_FIELDS
-
-__all__ = ["CHARS_PER_TOKEN", "USAGE_FIELDS", "estimate", "input_tokens"]
 
 
 def estimate(obj: Any) -> int:
