@@ -212,7 +212,7 @@ class Session:
                 reply = await self._query()
                 if reply is not None and await self._step(reply, toolset):
                     return
-                await self._checkpoint()
+                self._checkpoint()
 
     async def _begin(self) -> None:
         """Record the job, and start its history: the prompt, or where a resumed job stopped."""
@@ -250,21 +250,18 @@ class Session:
                           max_tokens=spec.limits.max_output_tokens, system=spec.system,
                           context_management=strategy.context_management(),
                           max_retries=spec.limits.max_retries, cache_points=strategy.cache_points(state.window))
-        seen = self.wire.copy()
         try:
-            reply = await self.model.create(request)
+            reply = await self._create(request)
         except PromptTooLong as e:
-            self._reactive_retries = await self._reactive(self._reactive_retries, str(e))
+            await self._reactive(str(e))
             return None
-        finally:
-            await self._wire_event(seen)
         self._account(reply)
         self.store.queue_records(EVENTS, [model_call_event(self.result, sent_chars, reply)])
         state.observe_usage(reply.usage)
         state.window.mark_seen()
         if reply.stop_reason == "model_context_window_exceeded":
             self._check_budgets()
-            self._reactive_retries = await self._reactive(self._reactive_retries, "model context window exceeded")
+            await self._reactive("model context window exceeded")
             return None
         self._reactive_retries = 0
         return reply
@@ -286,10 +283,18 @@ class Session:
                 await state.add(reply.message())
             raise
         if compacted:
-            await self.compactor.after_server_compaction(state)
+            self.compactor.after_server_compaction(state)
         return await self._handle(reply, toolset, deferred)
 
-    async def _wire_event(self, before: WireCounts) -> None:
+    async def _create(self, request: Request) -> Reply:
+        """One model call (the SDK's retries inside it), and a line in events.jsonl when it needed any."""
+        seen = self.wire.copy()
+        try:
+            return await self.model.create(request)
+        finally:
+            self._wire_event(seen)
+
+    def _wire_event(self, before: WireCounts) -> None:
         """One line in events.jsonl for a call that needed retries or met 429/529/5xx answers."""
         now = self.wire
         if now.requests - before.requests <= 1 and (now.rate_limited, now.overloaded, now.server_errors) == (
@@ -311,11 +316,7 @@ class Session:
                           max_tokens=self._report_tokens(), system=spec.system,
                           context_management=state.strategy.context_management(),
                           max_retries=spec.limits.max_retries, tool_choice=NO_TOOLS)
-        seen = self.wire.copy()
-        try:
-            reply = await self.model.create(request)
-        finally:
-            await self._wire_event(seen)
+        reply = await self._create(request)
         self._account(reply)
         if reply.content:
             await state.add(reply.message())
@@ -352,12 +353,14 @@ class Session:
         self.final_text = text_of(reply.message())
         return True
 
-    async def _reactive(self, retries: int, reason: str) -> int:
-        if retries >= self.spec.limits.max_reactive_retries:
+    async def _reactive(self, reason: str) -> None:
+        """Compact after the API found the prompt too long; JobEnded when that keeps happening or
+        there is nothing left to compact (``_reactive_retries`` counts back to 0 at an accepted call)."""
+        if self._reactive_retries >= self.spec.limits.max_reactive_retries:
             raise JobEnded(Status.FAILED, f"prompt is too long even after reactive compaction ({one_line(reason)})")
         if not await self.compactor.reactive(self.state):
             raise JobEnded(Status.FAILED, f"prompt is too long and there is nothing left to compact ({one_line(reason)})")
-        return retries + 1
+        self._reactive_retries += 1
 
     def _account(self, reply: Reply) -> None:
         result = self.result
@@ -420,7 +423,7 @@ class Session:
             raise JobEnded(Status.BUDGET_EXCEEDED, f"the run spent ${self.run_budget.spent:.4f}, "
                                               f"its max_cost_usd is ${self.run_budget.limit:g}")
 
-    async def _checkpoint(self) -> None:
+    def _checkpoint(self) -> None:
         """Queue metrics.json as it stands (status ``running``), at most once a second: progress and
         spend survive a crash. Written by the next call's flush, after that turn's lines."""
         now = time.monotonic()

@@ -309,7 +309,7 @@ class Compactor:
             # a rewrite inside what was already sent costs the prompt cache from there on
             cache_invalidated_from=first_change if first_change < sent else None).line())
 
-    async def after_server_compaction(self, state: CompactionState) -> None:
+    def after_server_compaction(self, state: CompactionState) -> None:
         """The API compacted server-side: it ignores everything before the newest reply's compaction
         block, so the window keeps only the first user message and that reply (both in the transcript)."""
         entries = state.window.entries
