@@ -51,6 +51,11 @@ def stats(base_url: str) -> dict[str, Any]:
         return json.loads(r.read())
 
 
+def stat_fields(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (field 3, the state, is index 0)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 class TreeSampler:
     """CPU seconds and summed RSS of a process and all its descendants, sampled from /proc every
     ``interval_s`` (written by hand: psutil is not a dependency). A process that exits between two
@@ -76,7 +81,7 @@ class TreeSampler:
             if not entry.isdigit():
                 continue
             try:
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                fields = stat_fields(int(entry))
             except OSError:
                 continue
             parents[int(entry)] = int(fields[1])
@@ -154,7 +159,7 @@ def survey_batch(n: int, latency: float, tmp: Path, jobs: Path) -> tuple[str, su
 
 def cpu_s_of(pid: int) -> float:
     """CPU seconds a live process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / TreeSampler.TICK
 
 
@@ -177,7 +182,7 @@ def run_one(n: int, latency: float, tmp: Path, executor: str = "local", calls_pe
         started = time.perf_counter()
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp)
         with TreeSampler(proc.pid) as tree:
-            _, stderr = proc.communicate()
+            stdout, stderr = proc.communicate()
         wall = time.perf_counter() - started
         counted = stats(base_url)
         emulator_cpu = cpu_s_of(emulator.pid) - emulator_cpu
@@ -190,6 +195,7 @@ def run_one(n: int, latency: float, tmp: Path, executor: str = "local", calls_pe
     sequential = calls / n
     return {"executor": executor, "sessions": n, "latency_s": latency, "model_calls": calls,
             "emulator_cpu_ms_per_call": round(emulator_cpu / calls * 1000, 2),
+            **({"floor": json.loads(stdout.strip().splitlines()[-1])} if executor == FLOOR else {}),
             "calls_per_session": sequential, "ideal_s": round(sequential * latency, 2), "wall_s": round(wall, 2),
             "wall_over_ideal": round(wall / (sequential * latency), 3),
             "cpu_s_per_call": round(tree.cpu_s / calls, 5), "peak_rss_mib": round(tree.peak_rss / 2**20, 1),
