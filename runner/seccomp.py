@@ -1,0 +1,115 @@
+"""The seccomp filter every sandboxed command runs under: a classic BPF program that bubblewrap
+loads (``--seccomp FD``) just before it starts the command.
+
+Guarantees:
+
+- Pure: :func:`program` returns the program's bytes; nothing here touches the running process.
+- A system call of another ABI than the machine's (32-bit ``int 0x80`` on x86_64, x32) fails with
+  ``ENOSYS``: the tables below are per architecture, so a foreign ABI could otherwise name a denied
+  call by another number.
+- Denied, with ``EPERM``: debugging or reading other processes (``ptrace``, ``process_vm_*``,
+  ``pidfd_getfd``), mounting and namespaces (``mount`` and the new mount API, ``pivot_root``,
+  ``chroot``, ``unshare``, ``setns``, ``clone`` asking for a new user namespace), the kernel's
+  keyrings, ``bpf``, ``perf_event_open``, ``userfaultfd``, ``io_uring`` (its requests bypass this
+  filter), modules, ``kexec``, ``reboot``, ``swapon``, ``syslog``, ``acct``, quotas, file handles
+  (``open_by_handle_at`` reads any file of a mounted file system by inode), ``iopl``/``ioperm``,
+  and, unless the job may use the network, ``socket(AF_UNIX)`` (a unix socket in the workspace could
+  reach a host service).
+- ``clone3`` fails with ``ENOSYS`` (its flags are behind a pointer a filter cannot read); the C
+  library then falls back to ``clone``, whose flags are checked.
+- Every other call is allowed: this is a deny list in the spirit of Codex's Linux sandbox and
+  Anthropic's sandbox-runtime, on top of bubblewrap's namespaces and an unprivileged uid.
+"""
+
+from __future__ import annotations
+
+import errno
+import platform
+import struct
+
+# <linux/audit.h>
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+X32_SYSCALL_BIT = 0x40000000
+CLONE_NEWUSER = 0x10000000
+AF_UNIX = 1
+
+# Calls denied outright, by number per architecture (<asm/unistd_64.h>, <asm-generic/unistd.h>).
+DENIED: dict[str, dict[str, int]] = {
+    "x86_64": {
+        "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_getfd": 438,
+        "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308,
+        "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+        "fspick": 433, "mount_setattr": 442,
+        "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298,
+        "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "init_module": 175, "finit_module": 313, "delete_module": 176, "kexec_load": 246,
+        "kexec_file_load": 320, "reboot": 169, "swapon": 167, "swapoff": 168, "syslog": 103,
+        "acct": 163, "quotactl": 179, "quotactl_fd": 443, "open_by_handle_at": 304,
+        "name_to_handle_at": 303, "iopl": 172, "ioperm": 173, "uselib": 134,
+    },
+    "aarch64": {
+        "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "pidfd_getfd": 438,
+        "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "unshare": 97, "setns": 268,
+        "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+        "fspick": 433, "mount_setattr": 442,
+        "keyctl": 219, "add_key": 217, "request_key": 218, "bpf": 280, "perf_event_open": 241,
+        "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "init_module": 105, "finit_module": 273, "delete_module": 106, "kexec_load": 104,
+        "kexec_file_load": 294, "reboot": 142, "swapon": 224, "swapoff": 225, "syslog": 116,
+        "acct": 89, "quotactl": 60, "quotactl_fd": 443, "open_by_handle_at": 265,
+        "name_to_handle_at": 264,
+    },
+}
+# Calls whose arguments are checked.
+CLONE = {"x86_64": 56, "aarch64": 220}
+CLONE3 = {"x86_64": 435, "aarch64": 435}
+SOCKET = {"x86_64": 41, "aarch64": 198}
+
+# <linux/filter.h>, <linux/seccomp.h>
+_LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
+_JEQ = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
+_JGE = 0x35  # BPF_JMP | BPF_JGE | BPF_K
+_JSET = 0x45  # BPF_JMP | BPF_JSET | BPF_K
+_RET = 0x06  # BPF_RET | BPF_K
+_ALLOW = 0x7FFF0000
+_ERRNO = 0x00050000
+_NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (arg0's low 32 bits, little-endian)
+
+
+def native_arch() -> str:
+    machine = platform.machine()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+def supported(arch: str | None = None) -> bool:
+    return (arch or native_arch()) in AUDIT_ARCH
+
+
+def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("<HBBI", code, jt, jf, k)
+
+
+def _fail(err: int) -> bytes:
+    return _op(_RET, _ERRNO | err)
+
+
+def program(*, allow_unix_sockets: bool, arch: str | None = None) -> bytes:
+    """The filter for ``arch`` (default: this machine's) as ``struct sock_filter`` records."""
+    arch = arch or native_arch()
+    if arch not in AUDIT_ARCH:
+        raise ValueError(f"no seccomp filter for the {arch} architecture")
+    ops = [_op(_LD_W_ABS, _ARCH), _op(_JEQ, AUDIT_ARCH[arch], jt=1), _fail(errno.ENOSYS),
+           _op(_LD_W_ABS, _NR)]
+    if arch == "x86_64":
+        ops += [_op(_JGE, X32_SYSCALL_BIT, jf=1), _fail(errno.ENOSYS)]
+    for number in sorted(DENIED[arch].values()):
+        ops += [_op(_JEQ, number, jf=1), _fail(errno.EPERM)]
+    ops += [_op(_JEQ, CLONE3[arch], jf=1), _fail(errno.ENOSYS)]
+    # clone: flags are its first argument on both architectures
+    ops += [_op(_JEQ, CLONE[arch], jf=3), _op(_LD_W_ABS, _ARG0), _op(_JSET, CLONE_NEWUSER, jf=1),
+            _fail(errno.EPERM), _op(_LD_W_ABS, _NR)]
+    if not allow_unix_sockets:
+        ops += [_op(_JEQ, SOCKET[arch], jf=3), _op(_LD_W_ABS, _ARG0), _op(_JEQ, AF_UNIX, jf=1),
+                _fail(errno.EPERM)]
+    ops.append(_op(_RET, _ALLOW))
+    return b"".join(ops)

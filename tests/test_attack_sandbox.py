@@ -1,0 +1,237 @@
+"""Attacks on the bash sandbox, for real, as the hostile model would make them.
+
+CI runs as root (asserted below when ``CI`` is set), the case the sandbox must hold in: each test
+makes the real write, fork or syscall and checks the host afterwards. A test is skipped, saying
+why, only where this kernel lacks what it needs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+
+import anyio
+import pytest
+
+from runner import sandbox
+from runner.sandbox import MAX_PROCESSES, SANDBOX_UID, TMP_BYTES, bwrap_problem, run_command
+
+pytestmark = [pytest.mark.anyio,
+              pytest.mark.skipif(bwrap_problem() is not None, reason=f"bwrap cannot start: {bwrap_problem()}")]
+ROOT = os.geteuid() == 0
+PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else None
+
+
+def test_ci_runs_these_attacks_as_root():
+    if os.environ.get("CI"):
+        assert ROOT, "the sandbox's attack suite must run as root in CI"
+    else:
+        print(f"running as uid {os.geteuid()}")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "owned.txt").write_text("OWNER-ONLY\n")
+    (ws / "owned.txt").chmod(0o600)
+    return ws
+
+
+async def sh(command: str, workspace: Path, *, writable: bool = False, network: bool = False,
+             timeout_s: float = 30) -> sandbox.CommandResult:
+    return await run_command(command, workspace=str(workspace), writable=writable, network=network,
+                             sandbox="bwrap", timeout_s=timeout_s)
+
+
+def host_processes(marker: str) -> list[str]:
+    """The host uid of every process whose command line holds ``marker``."""
+    done = subprocess.run(["ps", "-ww", "-eo", "uid=,args="], capture_output=True, text=True, check=True)
+    return [line.split()[0] for line in done.stdout.splitlines() if marker in line and "ps -eo" not in line]
+
+
+async def test_the_command_is_never_root(workspace):
+    marker = f"{uuid.uuid4().int % 1000 + 3000}.75"  # a unique sleep to find the command on the host by
+    seen: list[str] = []
+
+    async def look() -> None:
+        for _ in range(50):
+            done = subprocess.run(["ps", "-ww", "-eo", "uid=,args="], capture_output=True, text=True, check=True)
+            seen.extend(line.split()[0] for line in done.stdout.splitlines() if f"sleep {marker}" in line)
+            if seen:
+                return
+            await anyio.sleep(0.1)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(look)
+        done = await sh(f"id -u; id -g; grep -E '^Cap(Eff|Prm|Bnd)|NoNewPrivs|^Seccomp:' /proc/self/status; "
+                        f"sleep {marker} & sleep 0.1; while [ -z \"$(ls /tmp/stop 2>/dev/null)\" ]; do "
+                        "sleep 0.1; [ $SECONDS -gt 5 ] && break; done; kill %1", workspace)
+    words = " ".join(done.output.split())
+    assert words.startswith("1000 1000")
+    assert "CapEff: 0000000000000000" in words and "CapBnd: 0000000000000000" in words
+    assert "NoNewPrivs: 1" in words and "Seccomp: 2" in words
+    assert seen and set(seen) == {str(SANDBOX_UID if ROOT else os.geteuid())}  # on the host: never uid 0
+
+
+async def test_core_pattern_and_other_sysctls_cannot_be_written(workspace, tmp_path):
+    before = Path("/proc/sys/kernel/core_pattern").read_text()
+    hostname = Path("/proc/sys/kernel/hostname").read_text()
+    marker = tmp_path / "ran-as-host-root"
+    attack = (
+        f"printf '#!/bin/sh\\ntouch {marker}\\n' > /tmp/s; chmod +x /tmp/s; "
+        "echo '|/bin/sh /proc/%P/root/tmp/s' > /proc/sys/kernel/core_pattern; echo core=$?; "
+        "echo pwned > /proc/sys/kernel/hostname; echo host=$?; "
+        "echo 3 > /proc/sys/vm/drop_caches; echo drop=$?; "
+        "echo b > /proc/sysrq-trigger; echo sysrq=$?; "
+        "echo 1 > /sys/kernel/mm/ksm/run; echo sys=$?; "
+        "ulimit -c unlimited; sleep 30 & kill -SEGV $!; wait; echo crashed"
+    )
+    done = await sh(attack, workspace)
+    for name in ("core", "host", "drop", "sysrq", "sys"):
+        assert f"{name}=1" in done.output, (name, done.output)
+    assert "crashed" in done.output
+    assert Path("/proc/sys/kernel/core_pattern").read_text() == before
+    assert Path("/proc/sys/kernel/hostname").read_text() == hostname
+    await anyio.sleep(0.5)  # a core handler would run now
+    assert not marker.exists()
+
+
+@pytest.mark.skipif(not ROOT, reason="root-only files are unreadable to a normal user anyway")
+async def test_root_only_files_are_unreadable(workspace):
+    secret = Path(f"/etc/runner-attack-{uuid.uuid4().hex}")
+    secret.write_text("ROOT-ONLY-SECRET\n")
+    secret.chmod(0o600)
+    try:
+        (workspace / "link").symlink_to(secret)
+        done = await sh(f"cat /etc/shadow; cat {secret}; cat link; ls -l {secret}", workspace)
+    finally:
+        secret.unlink()
+    assert "ROOT-ONLY-SECRET" not in done.output and "root:" not in done.output
+    assert done.output.count("Permission denied") >= 3
+
+
+@pytest.mark.skipif(not ROOT, reason="the workspace owner's mapping is what root sets up")
+async def test_a_writable_workspace_is_written_as_its_owner(workspace):
+    os.chown(workspace, 4321, 4321)
+    os.chown(workspace / "owned.txt", 4321, 4321)
+    done = await sh("cat owned.txt && echo made > new.txt && mkdir sub && echo ok", workspace, writable=True)
+    assert "OWNER-ONLY" in done.output and "ok" in done.output, done.output
+    made = (workspace / "new.txt").stat()
+    assert (made.st_uid, made.st_gid) == (4321, 4321)  # on disk: the workspace's owner, never root
+    assert (workspace / "sub").stat().st_uid == 4321
+    read_only = await sh("cat owned.txt; echo x > other.txt; echo rc=$?", workspace)
+    assert "OWNER-ONLY" in read_only.output and "rc=1" in read_only.output
+    assert not (workspace / "other.txt").exists()
+
+
+async def test_a_fork_bomb_ends_at_its_limits_and_leaves_the_host_alone(workspace):
+    peak = 0
+    name = f"bomb{uuid.uuid4().hex[:8]}"
+
+    async def watch() -> None:
+        nonlocal peak
+        while True:
+            found = host_processes(name)
+            assert "0" not in found  # not one of them is root on the host
+            peak = max(peak, len(found))
+            await anyio.sleep(0.2)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        done = await sh(f"{name}() {{ {name} | {name} & }}; {name}; sleep 2; echo still-here", workspace, timeout_s=4)
+        tg.cancel_scope.cancel()
+    assert "Resource temporarily unavailable" in done.output or "retry" in done.output
+    assert 0 < peak <= MAX_PROCESSES + 8, peak  # bwrap and its init besides the call's own
+    assert host_processes(name) == []  # nothing of it is left
+    assert subprocess.run(["true"]).returncode == 0  # the host can still start a process
+
+
+async def test_filling_the_writable_mounts_stops_at_their_size(workspace):
+    done = await sh("dd if=/dev/zero of=/tmp/fill bs=1M count=3000 2>&1 | grep -c 'No space left'; "
+                    "stat -c size=%s /tmp/fill; "
+                    "dd if=/dev/zero of=/dev/shm/fill bs=1M count=3000 2>&1 | grep -c 'No space left'; "
+                    "stat -c size=%s /dev/shm/fill; "
+                    "for d in / /home /root /var /run /dev /etc; do touch $d/x 2>/dev/null && echo wrote=$d; done; "
+                    "echo end", workspace)
+    lines = done.output.split()
+    assert lines[0] == "1" and lines[2] == "1", done.output  # both writes stopped by a full file system
+    sizes = [int(word.removeprefix("size=")) for word in lines if word.startswith("size=")]
+    assert 0 < sizes[0] <= TMP_BYTES and 0 < sizes[1] <= TMP_BYTES
+    assert "wrote=" not in done.output and "end" in done.output
+
+
+@pytest.mark.skipif(PYTHON is None, reason="no /usr/bin/python3 to make raw system calls with")
+async def test_seccomp_denies_the_dangerous_calls(workspace):
+    calls = {"ptrace": 101, "keyctl": 250, "add_key": 248, "bpf": 321, "perf_event_open": 298,
+             "userfaultfd": 323, "io_uring_setup": 425, "init_module": 175, "kexec_load": 246,
+             "mount": 165, "unshare": 272, "open_by_handle_at": 304} if sandbox.seccomp.native_arch() == "x86_64" \
+        else {"ptrace": 117, "keyctl": 219, "add_key": 217, "bpf": 280, "perf_event_open": 241,
+              "userfaultfd": 282, "io_uring_setup": 425, "init_module": 105, "kexec_load": 104,
+              "mount": 40, "unshare": 97, "open_by_handle_at": 265}
+    script = ("import ctypes, os, socket\n"
+              "libc = ctypes.CDLL(None, use_errno=True)\n"
+              f"for name, nr in {calls!r}.items():\n"
+              "    r = libc.syscall(nr, 0, 0, 0, 0, 0)\n"
+              "    print(name, r, ctypes.get_errno())\n"
+              "try:\n"
+              "    socket.socket(socket.AF_UNIX); print('unix allowed')\n"
+              "except PermissionError: print('unix denied')\n"
+              "r = libc.syscall(" + str(sandbox.seccomp.CLONE[sandbox.seccomp.native_arch()]) + ", 0x10000000 | 17, 0, 0, 0, 0)\n"
+              "print('clone_newuser', r, ctypes.get_errno())\n")
+    (workspace / "probe.py").write_text(script)
+    closed = await sh(f"{PYTHON} probe.py; unshare -U true; echo unshare=$?", workspace)
+    opened = await sh(f"{PYTHON} probe.py", workspace, network=True)
+    for name in calls:
+        assert f"{name} -1 1" in closed.output, (name, closed.output)  # EPERM
+    assert "unix denied" in closed.output and "unix allowed" in opened.output
+    assert "clone_newuser -1 1" in closed.output and "unshare=1" in closed.output
+
+
+@pytest.mark.skipif(PYTHON is None, reason="no /usr/bin/python3 to connect a unix socket with")
+async def test_a_unix_socket_in_the_workspace_is_unreachable_without_network(workspace):
+    path = workspace / "host.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(1)
+    server.settimeout(0.1)
+    (workspace / "connect.py").write_text("import socket\ns = socket.socket(socket.AF_UNIX)\n"
+                                          "s.connect('host.sock'); s.sendall(b'hello'); print('connected')\n")
+    try:
+        done = await sh(f"{PYTHON} connect.py 2>&1 | tail -1", workspace)
+        try:
+            conn, _ = server.accept()
+            conn.close()
+            reached = True
+        except TimeoutError:
+            reached = False
+    finally:
+        server.close()
+    assert "connected" not in done.output and "PermissionError" in done.output and not reached
+
+
+async def test_seccomp_tables_match_this_machines_headers():
+    arch = sandbox.seccomp.native_arch()
+    header = {"x86_64": "/usr/include/x86_64-linux-gnu/asm/unistd_64.h",
+              "aarch64": "/usr/include/asm-generic/unistd.h"}.get(arch)
+    if header is None or not os.path.exists(header):
+        pytest.skip(f"no kernel headers to check the {arch} table against")
+    defined = {}
+    for line in Path(header).read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "#define" and parts[1].startswith("__NR_") and parts[2].isdigit():
+            defined[parts[1][5:]] = int(parts[2])
+    table = {**sandbox.seccomp.DENIED[arch], "clone": sandbox.seccomp.CLONE[arch],
+             "clone3": sandbox.seccomp.CLONE3[arch], "socket": sandbox.seccomp.SOCKET[arch]}
+    assert {name: defined.get(name) for name in table} == table
+
+
+def test_the_launcher_leaves_no_mount_on_the_host(workspace):
+    mounts = Path("/proc/self/mountinfo").read_text()
+    anyio.run(sh, "true", workspace, backend="asyncio")
+    assert Path("/proc/self/mountinfo").read_text() == mounts
+    assert shutil.which("bash")
