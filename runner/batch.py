@@ -120,7 +120,9 @@ def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
         API()
 
     raw = AnthropicModel(max_retries=settings.limits.max_retries, timeout=settings.runner.request_timeout_s,
-                         on_rate_limited=rate_limited, shards=-(-settings.runner.concurrency // 25))
+                         on_rate_limited=rate_limited, shards=-(-settings.runner.concurrency // 25),
+                         max_reply_bytes=settings.runner.max_reply_bytes,
+                         max_retry_after_s=settings.runner.max_retry_after_s)
     model = AdaptiveModel(raw, limit)
     summarizer = Summarizer(raw, s.model, max_concurrent=s.max_concurrent,
                             requests_per_minute=s.requests_per_minute, max_input_chars=s.max_input_chars,

@@ -85,6 +85,8 @@ class Limits(BaseModel):
     sandbox: Literal["bwrap", "none"] = "bwrap"
     sandbox_network: bool = False
     max_repeated_calls: Int = Field(3, ge=1, le=100)
+    # the bytes the job's store may write into its directory; then status disk_quota
+    max_job_bytes: Int = Field(2 * 1024**3, gt=0, le=1024**5)
 
     @model_validator(mode="after")
     def _consistent(self) -> Limits:
@@ -105,7 +107,9 @@ class RunnerSection(BaseModel):
     output_dir: Path = Path("runs")
     backend: Literal["auto", "anthropic", "offline"] = "auto"
     model: str = Field("claude-sonnet-5-5", min_length=1)
-    request_timeout_s: Float = Field(600.0, gt=0, le=3600)
+    request_timeout_s: Float = Field(600.0, gt=0, le=3600)  # a total deadline per attempt, body included
+    max_reply_bytes: Int = Field(32 * 1024**2, ge=1024, le=1024**3)  # decoded body of one reply
+    max_retry_after_s: Float = Field(60.0, ge=0, le=3600)  # a longer retry-after is cut to this
     max_cost_usd: Float | None = Field(None, gt=0, le=1_000_000)  # for the whole run
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = Field(None, min_length=1)  # None: start a local Ray; "auto" or host:port: join

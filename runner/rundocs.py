@@ -68,6 +68,7 @@ class Status(StrEnum):
     MAX_TURNS = "max_turns"
     BUDGET_EXCEEDED = "budget_exceeded"
     STUCK = "stuck"
+    DISK_QUOTA = "disk_quota"  # its files reached limits.max_job_bytes
     CANCELLED = "cancelled"
     NOT_STARTED = "not_started"
     RUNNING = "running"

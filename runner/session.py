@@ -10,9 +10,14 @@ Every stop reason has one meaning (as in the SDK's tool runner):
 | ``pause_turn``, ``compaction``  | the turn is not finished: send it back as it is                  |
 | ``model_context_window_exceeded`` | reactive compaction, then retry                                |
 | ``refusal``                     | the job fails with that reason                                   |
+| anything else                   | never reaches the loop: the backend fails the call (InvalidReply) |
+
+A tool call whose input is over ``MAX_TOOL_INPUT_BYTES`` (the backend replaced it with ``{}`` and
+named it in ``Reply.refused_calls``) is answered with an error result, never run.
 
 Ends with a status: ``succeeded``, ``failed``, ``timeout``, ``max_turns``, ``budget_exceeded``,
-``stuck`` (the model kept repeating one call after being told) or ``cancelled``. Whatever the
+``stuck`` (the model kept repeating one call after being told), ``disk_quota`` (its files reached
+``limits.max_job_bytes``) or ``cancelled``. Whatever the
 ending, ``final.md`` and ``metrics.json`` are written (shielded from cancellation) and the
 transcript holds every message that was added.
 """
@@ -50,7 +55,7 @@ from .rundocs import (
 )
 from .safe_request import api_valid
 from .services import Budget, RunBudget
-from .store import JobStore, dumps
+from .store import DiskQuotaExceeded, JobStore, dumps
 from .tools import Toolset, error_result
 
 CHECKPOINT_INTERVAL_S = 1.0
@@ -137,6 +142,7 @@ class Session:
         self.model = model
         self.compactor = compactor
         self.store = store
+        store.max_bytes = spec.limits.max_job_bytes
         self.summary_model = summary_model
         self.progress = progress or JobProgress(spec.name)
         self.state = CompactionState(store=store, limits=spec.limits, active_request=spec.prompt,
@@ -190,6 +196,8 @@ class Session:
         except anyio.get_cancelled_exc_class():
             result.status, result.error = Status.CANCELLED, "cancelled before it finished"
             raise
+        except DiskQuotaExceeded as e:  # its final documents are still written (exempt from the quota)
+            result.status, result.error = Status.DISK_QUOTA, e.strerror
         except BackendUnusable as e:  # the batch stops; this job's files still say why
             result.status, result.error = Status.FAILED, str(e)
             raise
@@ -339,7 +347,7 @@ class Session:
             await self.state.add(*([reply.message()] if deferred else []), {"role": "user", "content": results})
             return False
         if calls and stop == "tool_use":
-            results = await toolset.run_batch(calls, self.result.turns)
+            results = await self._run_calls(toolset, calls, reply.refused_calls)
             await self.state.add(*([reply.message()] if deferred else []), {"role": "user", "content": results})
             if stuck := toolset.stuck():
                 raise JobEnded(Status.STUCK, stuck)
@@ -352,6 +360,19 @@ class Session:
             return False
         self.final_text = text_of(reply.message())
         return True
+
+    async def _run_calls(self, toolset: Toolset, calls: list[dict[str, Any]],
+                         refused: dict[str, str]) -> list[dict[str, Any]]:
+        """One result per call, in order: the toolset's, and an error result for each call the backend
+        refused to pass on (its input was too large), which is never run."""
+        def is_refused(call: dict[str, Any]) -> bool:
+            return isinstance(call.get("id"), str) and call["id"] in refused
+
+        if not any(is_refused(c) for c in calls):
+            return await toolset.run_batch(calls, self.result.turns)
+        allowed = [c for c in calls if not is_refused(c)]
+        ran = iter(await toolset.run_batch(allowed, self.result.turns) if allowed else [])
+        return [error_result(c["id"], refused[c["id"]]) if is_refused(c) else next(ran) for c in calls]
 
     async def _reactive(self, reason: str) -> None:
         """Compact after the API found the prompt too long; JobEnded when that keeps happening or

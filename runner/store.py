@@ -16,6 +16,12 @@ Guarantees:
   (each file's lines in one write, files in the order they were first queued), then whole files such
   as the metrics checkpoint; so a line on disk never names an output that is not. The owner flushes
   before anything it queued is shown to a model; a crash loses at most what was queued since.
+- A disk quota per job (:attr:`JobStore.max_bytes`, the job's ``max_job_bytes``): the store keeps a
+  running total of the bytes in its directory (seeded from what is there when it opens: a resumed
+  job's files count) and refuses, before writing anything, a write that would pass the quota, with
+  :class:`DiskQuotaExceeded`; from then on every write is refused (the job must end: a transcript
+  with a hole in it would not reload), except the job's final documents (``final.md``,
+  ``metrics.json``), which are always written.
 - No blocking file I/O on the event loop: what is already in ``tool-results/`` and ``summaries/`` is
   learned once, off the loop, by :meth:`JobStore.open`; naming an output or a summary touches no
   file. Files that appear there later by other hands are not seen (a job directory has one writer).
@@ -38,7 +44,7 @@ import aiofiles
 import aiofiles.os
 import anyio
 
-from .rundocs import LATEST
+from .rundocs import FINAL, LATEST, METRICS
 from .rundocs import SUMMARIES as SUMMARIES
 from .rundocs import TOOL_RESULTS as TOOL_RESULTS
 
@@ -192,13 +198,40 @@ def _stale_spares(directory: Path) -> None:
                 _unlink_quietly(Path(entry.path))
 
 
+class DiskQuotaExceeded(OSError):
+    """A write the job's disk quota (``max_job_bytes``) does not allow; ``strerror`` says what."""
+
+    def __init__(self, message: str):
+        super().__init__(errno.EDQUOT, message)
+
+
+QUOTA_EXEMPT = frozenset({FINAL, METRICS})  # a job's last words are written whatever its quota
+
+
+def _tree_sizes(directory: Path) -> tuple[int, dict[Path, int]]:
+    """The bytes of every file under ``directory`` (not following links), and each file's size."""
+    sizes: dict[Path, int] = {}
+    total = 0
+    for root, _dirs, names in os.walk(directory):
+        for name in names:
+            path = Path(root, name)
+            try:
+                size = os.lstat(path).st_size
+            except OSError:
+                continue
+            sizes[path] = size
+            total += size
+    return total, sizes
+
+
 def _digest(content: str) -> str:
     return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _open_sync(directory: Path) -> tuple[dict[str, str], int, Path]:
-    """Create the job's directories; the outputs already saved (relative path -> content digest) and
-    the number of summaries already written. Run once per job, off the loop: a resumed job's files."""
+def _open_sync(directory: Path) -> tuple[dict[str, str], int, Path, tuple[int, dict[Path, int]]]:
+    """Create the job's directories; the outputs already saved (relative path -> content digest),
+    the number of summaries already written, the resolved directory, and the bytes already there (in
+    all, and per file). Run once per job, off the loop: a resumed job's files."""
     on_disk: dict[str, str] = {}
     for sub in (TOOL_RESULTS, SUMMARIES):
         (directory / sub).mkdir(parents=True, exist_ok=True)
@@ -214,7 +247,8 @@ def _open_sync(directory: Path) -> tuple[dict[str, str], int, Path]:
                     pass
     with os.scandir(directory / SUMMARIES) as entries:
         summaries = sum(1 for entry in entries if entry.name.endswith(".md"))
-    return on_disk, summaries, directory.resolve()  # resolve() runs per persisted output; the root once
+    # resolve() runs per persisted output; the root once
+    return on_disk, summaries, directory.resolve(), _tree_sizes(directory)
 
 
 def _same_text(path: Path, content: str) -> bool:
@@ -319,11 +353,35 @@ class JobStore:
         self._lines: dict[str, list[str]] = {}  # queued JSONL lines per file, in first-queued order
         self._files: dict[str, str] = {}  # queued whole files (name -> text); the newest text wins
         self._checkpointed: set[str] = set()  # whole files queued here: checkpoints, with a spare each
+        self.max_bytes: int | None = None  # the job's disk quota (max_job_bytes); None: none
+        self.bytes_used = 0  # bytes in the job directory: what was there at open, plus what this store wrote
+        self._sizes: dict[Path, int] = {}  # each whole file's size as far as the store knows it
+        self.over_quota: str | None = None  # why a write was refused: every later write is refused too
 
     async def open(self) -> None:
         """Create the job's directories and learn, in one hop off the loop, which outputs and summaries
-        are already there (a resumed job's), so naming a new one never touches the disk."""
-        self._on_disk, self._summaries, self._root = await _open(self.dir)
+        are already there (a resumed job's), so naming a new one never touches the disk; and how many
+        bytes the directory already holds (they count against the quota)."""
+        self._on_disk, self._summaries, self._root, (self.bytes_used, sizes) = await _open(self.dir)
+        if self._root is not None:  # whole files are named below the resolved root, and below dir
+            sizes.update({self._root / p.relative_to(self.dir): n for p, n in sizes.items()})
+        self._sizes = sizes
+
+    def _charge(self, whole: Sequence[tuple[Path, str]] = (), appended: int = 0, exempt: bool = False) -> None:
+        """Count a write of whole files (``(path, text)``, replacing what is there) and ``appended``
+        bytes against the quota before it is made; :class:`DiskQuotaExceeded` when it would pass the
+        quota, or when an earlier write already did (``exempt``: a final document, always allowed)."""
+        sizes = {path: len(text.encode("utf-8", "surrogatepass")) for path, text in whole}
+        delta = appended + sum(n - self._sizes.get(path, 0) for path, n in sizes.items())
+        if not exempt and self.max_bytes is not None:
+            if self.over_quota is None and self.bytes_used + delta > self.max_bytes:
+                self.over_quota = (f"the job's files would take {self.bytes_used + delta:,} bytes, over its disk "
+                                   f"quota max_job_bytes = {self.max_bytes:,} (a write of {delta:,} bytes was "
+                                   "refused)")
+            if self.over_quota is not None:
+                raise DiskQuotaExceeded(self.over_quota)
+        self.bytes_used += delta
+        self._sizes.update(sizes)
 
     async def write_json(self, name: str, obj: Any, pretty: bool = True) -> None:
         await self.write_text(name, json.dumps(obj, ensure_ascii=False, indent=2 if pretty else None) + "\n")
@@ -331,13 +389,16 @@ class JobStore:
     async def overwrite_json(self, name: str, obj: Any) -> None:
         """Rewrite an existing file over its own blocks (no temporary file, so no new space): only for
         a full disk, where the atomic write cannot be done. A crash in the middle could tear it."""
-        await overwrite(self.dir / name, dumps(obj) + "\n")
+        text = dumps(obj) + "\n"
+        await overwrite(self.dir / name, text)
+        self._charge([(self.dir / name, text)], exempt=True)
         if name in self._checkpointed:  # its spare's space, too, goes back to the full disk
             await in_thread(_unlink_quietly)(spare_of(self.dir / name))
 
     async def write_text(self, name: str, text: str) -> None:
         """Write ``name`` whole (atomic): a fresh file renamed over it. A file this store checkpointed
         (see :meth:`queue`) loses its spare with it: this is its last write."""
+        self._charge([(self.dir / name, text)], exempt=name in QUOTA_EXEMPT)
         if name in self._checkpointed:
             await _shielded(_retire_spare, self.dir / name, text)
         else:
@@ -347,6 +408,7 @@ class JobStore:
         """Persisted outputs ``(rel, content)``, each written whole (atomic) unless the same bytes are
         already there, in one hop to aiofiles' executor. Writes nothing queued by :meth:`queue`."""
         if outputs:
+            self._charge(self._named(outputs))
             await _shielded(_save_in_thread, self._output_path, list(outputs), [])
 
     def queue(self, outputs: Sequence[tuple[str, str]] = (), lines: dict[str, list[str]] | None = None,
@@ -378,7 +440,13 @@ class JobStore:
         appends = [(self.dir / name, "".join(line + "\n" for line in lines)) for name, lines in self._lines.items()]
         files = [(self.dir / name, text) for name, text in self._files.items()]
         self._lines, self._files = {}, {}
+        self._charge([*self._named(outputs), *files], appended=sum(len(data.encode("utf-8")) for _, data in appends))
         await _shielded(_save_in_thread, self._output_path, outputs, appends, files)
+
+    def _named(self, outputs: Sequence[tuple[str, str]]) -> list[tuple[Path, str]]:
+        """Outputs ``(rel, content)`` as ``(path, content)`` for the quota's count (no file I/O: a name
+        that would leave the directory is refused later, by the write)."""
+        return [((self._root or self.dir) / rel, content) for rel, content in outputs]
 
     def _output_path(self, rel: str) -> Path:
         """Where output ``rel`` is written (called in the writing thread: it may stat). A name

@@ -56,7 +56,9 @@ def build_model(config: WorkerConfig, calls: RayCallLimit) -> tuple[Model, Summa
 
     raw = AnthropicModel(base_url=config.base_url, max_retries=config.max_retries,
                          timeout=config.runner.request_timeout_s, on_rate_limited=calls.rate_limited,
-                         shards=-(-config.runner.concurrency // 25))
+                         shards=-(-config.runner.concurrency // 25),
+                         max_reply_bytes=config.runner.max_reply_bytes,
+                         max_retry_after_s=config.runner.max_retry_after_s)
     return AdaptiveModel(raw, calls), None, raw
 
 

@@ -2,9 +2,15 @@
 
 - Honours ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL`` (an Anthropic-compatible local server,
   such as ``runner emulate``, works too).
-- Retries are the SDK's own (429, 529, 5xx, dropped connections; ``retry-after`` honoured), with the
-  job's ``max_retries``. A "prompt is too long" answer is never retried: it becomes
-  :class:`PromptTooLong`, which the session answers with reactive compaction.
+- Retries are the SDK's own (429, 529, 5xx, dropped connections, a 2xx whose body is not a message;
+  ``retry-after`` honoured up to ``max_retry_after_s``), with the job's ``max_retries``. A "prompt is
+  too long" answer is never retried: it becomes :class:`PromptTooLong`, which the session answers with
+  reactive compaction.
+- Every number and name of a reply is checked before the runner acts on it (see :mod:`.guard` for the
+  HTTP side: a total deadline per attempt, a cap on the decoded body): usage counts in
+  :meth:`Usage.from_api`, the ``stop_reason`` against the API's list, a text block within the reply
+  cap, a tool call's input within :data:`MAX_TOOL_INPUT_BYTES` (else it is answered with an error
+  result, not run). A failed check is :class:`InvalidReply`: the call fails, nothing is billed.
 - Prompt caching: ``cache_control`` breakpoints on the last tool definition, the system prompt, the
   newest message and the newest message compaction will not rewrite (the request's ``cache_points``):
   the four the API allows. Each turn reads the prefix an earlier turn wrote, even when compaction has
@@ -24,10 +30,23 @@ import anthropic
 import httpx2  # the SDK's HTTP library: its raw response type
 
 from ..messages import one_line
-from .base import COMPACTION_BETA, BackendUnusable, PromptTooLong, Reply, Request, Usage
+from .base import (
+    COMPACTION_BETA,
+    MAX_TOOL_INPUT_BYTES,
+    BackendUnusable,
+    InvalidReply,
+    PromptTooLong,
+    Reply,
+    Request,
+    Usage,
+)
+from .guard import MIB, PARSED, Guard, guarded_client
 from .wire import CURRENT, count_response, on_request
 
 EPHEMERAL = {"type": "ephemeral"}
+# every stop_reason the Messages API documents; the session has a meaning for each (session.py)
+STOP_REASONS = frozenset({"end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal",
+                          "compaction", "model_context_window_exceeded"})
 
 
 def is_prompt_too_long(error: Exception) -> bool:
@@ -71,22 +90,51 @@ def with_cache_breakpoint(messages: list[dict[str, Any]], points: tuple[int, ...
     return out
 
 
-def _http_client(**kwargs: Any) -> Any:
-    """The SDK's aiohttp transport when aiohttp is installed (it carries hundreds of concurrent requests
-    on a fraction of the CPU), else its default httpx transport."""
-    try:
-        import aiohttp  # noqa: F401
-    except ImportError:
-        return anthropic.DefaultAsyncHttpxClient(**kwargs)
-    return anthropic.DefaultAioHttpClient(**kwargs)
-
-
-def reply_of(data: dict[str, Any]) -> Reply:
+def reply_of(data: dict[str, Any], max_text_bytes: int = 32 * MIB) -> Reply:
     """A Messages API reply body as a :class:`Reply`: each content block as the API sent it, without
-    null fields (as ``model_dump(exclude_none=True)`` of the SDK's block would give)."""
-    content = [{k: v for k, v in block.items() if v is not None} for block in data.get("content") or []]
-    return Reply(content=content, stop_reason=data.get("stop_reason") or "end_turn",
-                 usage=Usage.from_api(data.get("usage") or {}))
+    null fields (as ``model_dump(exclude_none=True)`` of the SDK's block would give).
+
+    :class:`InvalidReply` for a reply the runner must not act on: an unknown or missing ``stop_reason``
+    (its tool calls would otherwise be dropped unseen), a block that is not an object, text over
+    ``max_text_bytes``, usage counts that cannot be true. A tool call whose input serializes over
+    :data:`MAX_TOOL_INPUT_BYTES` keeps its place with ``{}`` for an input, and is named in
+    ``refused_calls`` (the session answers it with an error result)."""
+    stop_reason = data.get("stop_reason")
+    if stop_reason not in STOP_REASONS:
+        raise InvalidReply(f"stop_reason = {one_line(repr(stop_reason), 80)}: not one the Messages API "
+                           f"documents ({', '.join(sorted(STOP_REASONS))}); the reply is not acted on")
+    content, refused = [], {}
+    text_bytes = 0
+    for i, block in enumerate(data.get("content") or []):
+        if not isinstance(block, dict):
+            raise InvalidReply(f"content[{i}] = {one_line(repr(block), 80)}: not an object")
+        block = {k: v for k, v in block.items() if v is not None}
+        if isinstance(block.get("text"), str):
+            text_bytes += len(block["text"].encode("utf-8", "surrogatepass"))
+            if text_bytes > max_text_bytes:
+                raise InvalidReply(f"content[{i}].text: the reply's text is over max_reply_bytes = "
+                                   f"{max_text_bytes:,} bytes")
+        if block.get("type") == "tool_use":
+            size = len(json.dumps(block.get("input"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+            if size > MAX_TOOL_INPUT_BYTES:
+                refused[str(block.get("id", ""))] = (
+                    f"not run: this call's input is {size:,} bytes, over the limit of {MAX_TOOL_INPUT_BYTES:,} "
+                    "bytes for one tool call; send a smaller one")
+                block = {**block, "input": {}}
+        content.append(block)
+    return Reply(content=content, stop_reason=stop_reason, usage=Usage.from_api(data.get("usage") or {}),
+                 refused_calls=refused)
+
+
+class ReplyTimedOut(Exception):
+    """Every attempt of a call ran past ``request_timeout_s`` (a total deadline per attempt)."""
+
+
+def _timed_out(error: Exception, guard: Guard) -> ReplyTimedOut:
+    cause = error.__cause__
+    if isinstance(cause, httpx2.ReadTimeout) and "request_timeout_s" in str(cause):
+        return ReplyTimedOut(one_line(str(cause)))
+    return ReplyTimedOut(f"no reply within request_timeout_s = {guard.deadline_s:g} s ({one_line(str(error))})")
 
 
 class AnthropicModel:
@@ -102,7 +150,8 @@ class AnthropicModel:
 
     def __init__(self, *, api_key: str | None = None, base_url: str | None = None, max_retries: int = 4,
                  timeout: float = 600.0, http_client: Any = None,
-                 on_rate_limited: Callable[[], None] | None = None, shards: int = 1):
+                 on_rate_limited: Callable[[], None] | None = None, shards: int = 1,
+                 max_reply_bytes: int = 32 * MIB, max_retry_after_s: float = 60.0):
         kwargs: dict[str, Any] = {"max_retries": max_retries, "timeout": timeout}
         if api_key is not None:
             kwargs["api_key"] = api_key
@@ -112,6 +161,7 @@ class AnthropicModel:
             shards = 1
         self.clients = []
         self._connected = False  # a call has succeeded: later connection failures are retried as usual
+        self.guard = Guard(deadline_s=timeout, max_reply_bytes=max_reply_bytes, max_retry_after_s=max_retry_after_s)
 
         async def watch(response: Any) -> None:  # sees every attempt, including the SDK's retries
             count_response(response.status_code)
@@ -122,7 +172,8 @@ class AnthropicModel:
         for _ in range(max(1, shards)):
             client = http_client
             if client is None:
-                client = _http_client(event_hooks={"request": [on_request], "response": [watch]}, verify=tls)
+                client = guarded_client(self.guard, event_hooks={"request": [on_request], "response": [watch]},
+                                        verify=tls)
             self.clients.append(anthropic.AsyncAnthropic(**kwargs, **({"http_client": client} if client else {})))
         self.client = self.clients[0]
         self._turn = itertools.count()
@@ -170,8 +221,8 @@ class AnthropicModel:
             if is_prompt_too_long(e):
                 raise PromptTooLong(e.api_message or str(e)) from e
             raise
-        except anthropic.APITimeoutError:
-            raise
+        except anthropic.APITimeoutError as e:
+            raise _timed_out(e, self.guard) from e
         except anthropic.APIConnectionError as e:
             if self._connected:
                 raise
@@ -179,7 +230,8 @@ class AnthropicModel:
             raise BackendUnusable(f"{self.client.base_url}: cannot connect ({type(cause).__name__}: "
                                   f"{one_line(str(cause) or str(e), 200)})") from e
         self._connected = True
-        return reply_of(response.json())
+        data = response.extensions.get(PARSED)  # the guard parsed and checked it
+        return reply_of(data if data is not None else response.json(), self.guard.max_reply_bytes)
 
     async def aclose(self) -> None:
         for client in self.clients:

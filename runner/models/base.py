@@ -11,6 +11,26 @@ from ..rundocs import USAGE_KEYS
 # anthropic backend, required by the emulator.
 COMPACTION_BETA = "compact-2026-01-12"
 
+MAX_USAGE_TOKENS = 10**8  # no single call bills this many tokens of one kind: a larger count is a lie
+MAX_TOOL_INPUT_BYTES = 1 << 20  # a tool call whose input serializes larger gets an error result, is not run
+
+
+class InvalidReply(ValueError):
+    """A server's reply that cannot be true or cannot be acted on (a usage count that is negative, not
+    an integer or absurdly large; an unknown ``stop_reason``): the call fails with this, naming the
+    field and the value, and nothing of the reply is kept, billed or added to any total."""
+
+
+def _token_count(where: str, value: Any) -> int:
+    """``value`` as a usage count: a non-negative integer below :data:`MAX_USAGE_TOKENS` (``null`` or
+    missing is 0, as the API omits zero counts); anything else is :class:`InvalidReply`."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_USAGE_TOKENS:
+        raise InvalidReply(f"{where} = {value!r}: not a token count (a non-negative integer below "
+                           f"{MAX_USAGE_TOKENS:,})")
+    return int(value)
+
 
 @dataclass
 class Usage:
@@ -34,15 +54,35 @@ class Usage:
 
     @classmethod
     def from_api(cls, usage: Any) -> Usage:
-        """From an SDK ``usage`` object or dict; sums ``iterations`` when present (server compaction)."""
+        """From an SDK ``usage`` object or dict; sums ``iterations`` when present (server compaction).
+
+        The one place a server's token counts enter the runner: every count (of the top level and of
+        each iteration) must be a non-negative integer below :data:`MAX_USAGE_TOKENS`, else
+        :class:`InvalidReply` names the field and its value."""
         data = usage if isinstance(usage, dict) else (usage.model_dump() if usage is not None else {})
-        iterations = data.get("iterations") or []
-        if iterations:
-            total = cls()
-            for it in iterations:
-                total.add(cls(**{k: int(it.get(k) or 0) for k in USAGE_KEYS}))
-            return total
-        return cls(**{k: int(data.get(k) or 0) for k in USAGE_KEYS})
+        if not isinstance(data, dict):
+            raise InvalidReply(f"usage = {_short(data)}: not an object")
+        top = cls(**{k: _token_count(f"usage.{k}", data.get(k)) for k in USAGE_KEYS})
+        iterations = data.get("iterations")
+        if iterations is None:
+            return top
+        if not isinstance(iterations, list):
+            raise InvalidReply(f"usage.iterations = {_short(iterations)}: not a list")
+        if not iterations:
+            return top
+        total = cls()
+        for i, it in enumerate(iterations):
+            if not isinstance(it, dict):
+                raise InvalidReply(f"usage.iterations[{i}] = {_short(it)}: not an object")
+            total.add(cls(**{k: _token_count(f"usage.iterations[{i}].{k}", it.get(k)) for k in USAGE_KEYS}))
+        for k in USAGE_KEYS:
+            _token_count(f"usage.iterations: total {k}", getattr(total, k))
+        return total
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 @dataclass
@@ -53,6 +93,9 @@ class Reply:
     stop_reason: str
     usage: Usage = field(default_factory=Usage)
     estimated: bool = False  # usage was estimated, not reported by an API
+    # tool_use ids whose input was over MAX_TOOL_INPUT_BYTES (replaced by {}): the session answers each
+    # with an error result instead of running it
+    refused_calls: dict[str, str] = field(default_factory=dict)
 
     def message(self) -> dict[str, Any]:
         return {"role": "assistant", "content": self.content}
