@@ -49,6 +49,7 @@ from .rundocs import SUMMARIES as SUMMARIES
 from .rundocs import TOOL_RESULTS as TOOL_RESULTS
 
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _TMP_IDS = itertools.count()
 
 
@@ -62,7 +63,10 @@ def safe_name(raw: str) -> str:
 
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False)
+    """One JSON text; a lone surrogate (which UTF-8 cannot encode) goes out as its ``\\udXXX`` escape,
+    so the line is written and reads back as the same string."""
+    text = json.dumps(obj, ensure_ascii=False)
+    return text if text.isascii() or not _SURROGATE.search(text) else json.dumps(obj)
 
 
 def _write_file(path: Path, data: bytes, mode: int) -> None:
