@@ -20,6 +20,7 @@ from .jobs import JobSpec
 from .report import clean_job, load_report, totals_line, totals_of
 from .rundocs import run_document
 from .tables import fitting_table
+from .terminal import json_printable, printable
 
 if TYPE_CHECKING:  # the scheduler pulls in the SDK (~1.5 s); `validate` and `report` do not need it
     from .compactor.summarizer import Summarizer
@@ -32,8 +33,8 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 
 def print_error(line: str, label: str = "error") -> None:
-    """One problem as one line: user text is never read as rich markup, and never wrapped."""
-    err.print(f"[red]{label}[/]: {escape(line)}", highlight=False, soft_wrap=True)
+    """One problem as one line: user text is never read as rich markup, nor as terminal escapes, and never wrapped."""
+    err.print(f"[red]{label}[/]: {escape(printable(line))}", highlight=False, soft_wrap=True)
 
 
 
@@ -150,7 +151,7 @@ def execute(batch: Batch, settings: Settings, as_json: bool = False) -> int:
     shown.print(totals_line({"totals": totals_of(rows)}), highlight=False)
     shown.print(escape(f"files: {batch.run_dir}"), highlight=False, soft_wrap=True)
     if as_json:
-        print(json.dumps(run_document(batch.run_dir), ensure_ascii=False, indent=1))
+        print(json_printable(json.dumps(run_document(batch.run_dir), ensure_ascii=False, indent=1)))
     if result.fatal:
         print_error(result.fatal)
         return 2
@@ -175,7 +176,7 @@ def final_rows(run_dir: Path, result: Any) -> list[dict[str, Any]]:
 
 
 def say(line: str) -> None:
-    err.print(escape(line), highlight=False, soft_wrap=True)
+    err.print(escape(printable(line)), highlight=False, soft_wrap=True)
 
 
 

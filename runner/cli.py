@@ -28,12 +28,13 @@ from .batch import (
     warn_fallbacks,
 )
 from .config import ConfigError, Settings
-from .jobs import JobError, JobSpec, find_task_files, load_jobs
+from .jobs import JobError, JobSpec, find_task_files, load_jobs, parsed
 from .report import load_report, totals_line
 from .reserve import claim
 from .rundir import hold_run_dir
 from .rundocs import RUN_JSON, Status, is_run_dir, run_document
 from .tables import fitting_table
+from .terminal import json_printable, printable
 
 EXIT_CODES = """exit codes:
   0    every job succeeded
@@ -179,7 +180,8 @@ def warn_unused_job_tables(args: argparse.Namespace, settings: Settings, specs: 
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    settings = settings_from(args, say=lambda line: out.print(escape(line), highlight=False, soft_wrap=True))
+    settings = parsed(lambda: settings_from(args, say=lambda line: out.print(escape(printable(line)), highlight=False,
+                                                                             soft_wrap=True)), config_path(args))
     specs, errors, missing = collect(args.targets, settings)
     warn_unused_job_tables(args, settings, specs, errors)
     for line in missing:
@@ -188,8 +190,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for line in error.problems:
             print_error(line)
     for spec in specs:
-        out.print(escape(f"ok     {spec.name} ({shown_path(spec.source)}): workspace {spec.workspace}, "
-                         f"tools {', '.join(spec.tools)}"), highlight=False, soft_wrap=True)
+        out.print(escape(printable(f"ok     {spec.name} ({shown_path(spec.source)}): workspace {spec.workspace}, "
+                                   f"tools {', '.join(spec.tools)}")), highlight=False, soft_wrap=True)
     if not specs and not errors:
         print_error("no task files found")
         return 2
@@ -197,10 +199,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    settings = settings_from(args, say=say)
+    settings = parsed(lambda: settings_from(args, say=say), config_path(args))
     specs, errors, missing = collect(args.targets, settings)
     if missing:
         raise ConfigError(missing)
+    unsafe = [line for e in errors if e.unsafe for line in e.problems]
+    if unsafe:  # a job there could read and rewrite the other jobs' files, or the system's: nothing starts
+        raise ConfigError(unsafe)
     warn_unused_job_tables(args, settings, specs, errors)
     if args.only:
         known = {s.name for s in specs} | {e.name for e in errors}
@@ -212,7 +217,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not specs and not errors:
         raise ConfigError(["no task files found (expected *.toml files in the jobs directory)"])
     for error in errors:
-        print_error(error.message, label=f"job {escape(error.name)} will fail")
+        print_error(error.message, label=f"job {escape(printable(error.name))} will fail")
     from .compactor.compactor import Compactor
     from .scheduler import Batch, new_run_id
     from .store import link_latest
@@ -238,7 +243,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         return report_json(args.run_dir)
     document = load_report(args.run_dir)
-    out.print(fitting_table(document["jobs"], escape(f"run {args.run_dir} ({document['state']})"), out.width))
+    title = escape(printable(f"run {args.run_dir} ({document['state']})"))
+    out.print(fitting_table(document["jobs"], title, out.width))
     totals = document["totals"]
     out.print(totals_line(document), highlight=False)
     return 0 if totals["jobs"] and totals.get(Status.SUCCEEDED, 0) == totals["jobs"] else 1
@@ -248,7 +254,7 @@ def report_json(run_dir: Path) -> int:
     if not is_run_dir(run_dir):
         raise ConfigError([f"{run_dir / RUN_JSON}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
     document = run_document(run_dir)
-    print(json.dumps(document, ensure_ascii=False, indent=1))
+    print(json_printable(json.dumps(document, ensure_ascii=False, indent=1)))
     totals = document["totals"]
     return 0 if totals[Status.SUCCEEDED] == totals["jobs"] else 1
 
@@ -266,9 +272,9 @@ def cmd_view(args: argparse.Namespace) -> int:
     result = write_view(args.run_dir, args.out)
     for problem in result.problems:
         print_error(problem, label="warning")
-    out.print(escape(f"wrote {result.index} ({result.pages_written} job pages updated in {result.pages_dir})"),
+    out.print(escape(printable(f"wrote {result.index} ({result.pages_written} job pages updated in {result.pages_dir})")),
               highlight=False, soft_wrap=True)
-    out.print(escape(f"open: file://{result.index.resolve()}"), highlight=False, soft_wrap=True)
+    out.print(escape(printable(f"open: file://{result.index.resolve()}")), highlight=False, soft_wrap=True)
     return 0
 
 

@@ -19,6 +19,7 @@ from rich.text import Text
 from .rundocs import Status
 from .services import Budget
 from .session import JobProgress, JobResult
+from .terminal import printable
 
 
 class ApiCounts:
@@ -95,17 +96,18 @@ class PlainDisplay:
         self.tally.start(progress)
 
     def job_started(self, progress: JobProgress) -> None:
-        self._line(f"start  {progress.name}")
+        self._line(f"start  {printable(progress.name)}")
 
     def job_finished(self, result: JobResult) -> None:
         self.tally.finished(result)
-        tail = f" ({result.error})" if result.error else ""
-        self._line(f"end    {result.name}: {result.status}, {result.turns} turns, "
+        tail = f" ({printable(result.error)})" if result.error else ""
+        self._line(f"end    {printable(result.name)}: {result.status}, {result.turns} turns, "
                    f"{result.wall_s:.1f} s{tail} [{self.tally.line()}]")
 
     def _line(self, text: str) -> None:
-        """One line as it is, straight to the console's file: no markup, wrapping or styling to work
-        out (rich's print costs about 0.3 ms a line, two lines a job)."""
+        """One line as it is (free text in it already :func:`printable`), straight to the console's
+        file: no markup, wrapping or styling to work out (rich's print costs about 0.3 ms a line, two
+        lines a job)."""
         file = self.console.file
         file.write(text + "\n")
         file.flush()
@@ -136,7 +138,8 @@ class LiveDisplay:
         active = [p for p in self.tally.progress.values() if p.status == Status.RUNNING]
         now = time.time()
         for p in active[:30]:
-            table.add_row(Text(p.name), p.status, str(p.turns), f"{p.context_chars:,}", str(p.compactions),
+            table.add_row(Text(printable(p.name)), Text(printable(p.status)), str(p.turns), f"{p.context_chars:,}",
+                          str(p.compactions),
                           f"{p.cost_usd:.4f}", f"{now - (p.started or now):.0f}s")
         if len(active) > 30:
             table.add_row(f"... {len(active) - 30} more running", "", "", "", "", "", "")
@@ -147,9 +150,9 @@ class LiveDisplay:
 
     def job_finished(self, result: JobResult) -> None:
         self.tally.finished(result)
-        tail = f" ({result.error})" if result.error else ""
-        self.console.print(f"{result.name}: {result.status}, {result.turns} turns{tail}", highlight=False,
-                           markup=False)
+        tail = f" ({printable(result.error)})" if result.error else ""
+        self.console.print(Text(f"{printable(result.name)}: {result.status}, {result.turns} turns{tail}"),
+                           highlight=False, soft_wrap=True)
 
     def stop(self) -> None:
         if self.live is not None:

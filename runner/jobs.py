@@ -21,11 +21,13 @@ and the field, and the other files still load.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import sysconfig
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -38,6 +40,7 @@ DEFAULT_TOOLS: tuple[ToolName, ...] = ("read", "glob", "grep")
 MAX_PROMPT_CHARS = 200_000
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 RESERVED_NAMES = frozenset({RUN_JSON})  # the run directory's own files
+T = TypeVar("T")
 
 
 class TaskFile(BaseModel):
@@ -114,6 +117,7 @@ class JobError:
     name: str
     source: Path
     problems: tuple[str, ...]
+    unsafe: bool = False  # its workspace would expose the system or the run's own files: `run` refuses to start
 
     @property
     def message(self) -> str:
@@ -158,6 +162,43 @@ def _check_workspace(raw: str, task_file: Path) -> tuple[Path | None, str | None
         return None, f"{task_file}: workspace: not a usable path ({reason}): {shown!r}"
 
 
+# A workspace is never one of these directories itself (``/`` exposes everything, ``/root`` and
+# ``/home`` every home), nor anything below the ones marked True (kernel, devices, system settings);
+# a directory below ``/usr`` or ``/root`` is fine (``{stdlib}`` is there).
+SYSTEM_DIRS: dict[str, bool] = {
+    "/": False, "/bin": True, "/boot": True, "/dev": True, "/etc": True, "/home": False, "/lib": False,
+    "/lib32": False, "/lib64": False, "/libx32": False, "/media": False, "/mnt": False, "/opt": False,
+    "/proc": True, "/root": False, "/run": True, "/sbin": True, "/srv": False, "/sys": True, "/tmp": False,
+    "/usr": False, "/usr/bin": True, "/usr/lib": False, "/usr/local": False, "/usr/sbin": True, "/var": False,
+    "/var/tmp": False}
+
+
+def workspace_problem(workspace: Path, output_dir: Path | None, source: Path | str) -> str | None:
+    """Why ``workspace`` (absolute) may not be a job's workspace, or None: a system directory (see
+    :data:`SYSTEM_DIRS`), or one that contains, or lies inside, the output directory (where every
+    job's transcript and the viewer's pages are: a job there could read and rewrite the others').
+    Compared as real paths, symlinks resolved."""
+    real = Path(os.path.realpath(workspace))
+    candidates = [real, *real.parents]
+    for path in candidates:
+        below = SYSTEM_DIRS.get(str(path))
+        if below is not None and (path == real or below):
+            what = "the root directory" if str(path) == "/" else f"the system directory {str(path)!r}"
+            where = "" if path == real else " (inside it)"
+            return (f"{source}: workspace: {str(workspace)!r} is {what}{where}; expected a project "
+                    "directory of its own")
+    if output_dir is None:
+        return None
+    runs = Path(os.path.realpath(output_dir))
+    if real == runs or real in runs.parents:
+        return (f"{source}: workspace: {str(workspace)!r} is or contains the output directory {str(output_dir)!r} "
+                "(every job's files); expected a directory outside it, or set [runner] output_dir elsewhere")
+    if runs in real.parents:
+        return (f"{source}: workspace: {str(workspace)!r} is inside the output directory {str(output_dir)!r}; "
+                "expected a directory outside it")
+    return None
+
+
 def load_job(task_file: Path, settings: Settings) -> JobSpec | JobError:
     """Load one task file; every problem is reported, none raised."""
     fallback_name = safe_job_name(task_file.stem)
@@ -165,6 +206,8 @@ def load_job(task_file: Path, settings: Settings) -> JobSpec | JobError:
         data = read_toml(task_file)
     except ConfigError as e:
         return JobError(fallback_name, task_file, tuple(e.problems))
+    except (RecursionError, MemoryError, ValueError) as e:  # nested too deep, too big: the parser gave up
+        return JobError(fallback_name, task_file, (f"{task_file}: cannot parse: {parse_failure(e)}",))
     try:
         task = TaskFile.model_validate(data)
     except ValidationError as e:
@@ -181,6 +224,10 @@ def load_job(task_file: Path, settings: Settings) -> JobSpec | JobError:
         problems.append(f"{task_file}: name: file stem {name!r} is not a valid job name; set name = \"...\"")
         name = safe_job_name(name)
     workspace, problem = _check_workspace(task.workspace, task_file)
+    unsafe = False
+    if workspace is not None and not problem:
+        problem = workspace_problem(workspace, settings.runner.output_dir, task_file)
+        workspace, unsafe = (None, True) if problem else (workspace, False)
     if problem:
         problems.append(problem)
     limits = None
@@ -192,7 +239,7 @@ def load_job(task_file: Path, settings: Settings) -> JobSpec | JobError:
         problems.append(f"{task_file}: tools: lists bash, which runs under bwrap, but {reason}; "
                         'fix that, or set limits.sandbox = "none" to run bash without a sandbox')
     if problems or limits is None or workspace is None:
-        return JobError(name, task_file, tuple(problems))
+        return JobError(name, task_file, tuple(problems), unsafe)
     return JobSpec(
         name=name,
         source=task_file.absolute(),
@@ -203,6 +250,24 @@ def load_job(task_file: Path, settings: Settings) -> JobSpec | JobError:
         tools=tuple(task.tools),
         limits=limits,
     )
+
+
+def parsed(load: Callable[[], T], source: Path | str | None) -> T:
+    """``load()`` (a config file's settings), with a parser that gave up (too deep, too big) as one
+    :class:`ConfigError` line naming the file instead of a traceback."""
+    try:
+        return load()
+    except (RecursionError, MemoryError) as e:
+        raise ConfigError([f"{source or 'config'}: cannot parse: {parse_failure(e)}"]) from None
+
+
+def parse_failure(error: BaseException) -> str:
+    """Why a TOML parser gave up, in a few words."""
+    if isinstance(error, RecursionError):
+        return "nested too deeply (expected a task or config file of ordinary depth)"
+    if isinstance(error, MemoryError):
+        return "too large to parse in memory"
+    return str(error)[:200] or type(error).__name__
 
 
 def find_task_files(targets: list[Path]) -> tuple[list[Path], list[str]]:
@@ -253,7 +318,7 @@ def load_jobs(task_files: list[Path], settings: Settings) -> tuple[list[JobSpec]
         if name in taken:
             name = _unique(f"{result.name}@{safe_job_name(result.source.stem)}", taken)
         taken.add(name)
-        errors.append(JobError(name, result.source, problems))
+        errors.append(JobError(name, result.source, problems, isinstance(result, JobError) and result.unsafe))
     return specs, errors
 
 

@@ -11,6 +11,7 @@ from rich.text import Text
 from . import rundocs
 from .config import ConfigError
 from .rundocs import RUN_JSON, Status, load_run, metrics_of
+from .terminal import printable
 
 # short names of the compaction stages, for tables and the viewer
 SHORT = {"tool_result_budget": "budget", "micro_compact": "micro", "fit_tool_results": "fit",
@@ -60,18 +61,18 @@ def run_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
         usage = job.get("usage") or {}
         comp = job.get("compactions") or {}
         status = job.get("status", "?")
-        table.add_row(  # free text goes in as Text: shown verbatim, never read as markup
-            Text(str(job.get("job", "?"))),
-            f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]",
+        table.add_row(  # free text goes in as Text, its control characters escaped: never markup or escapes
+            Text(printable(job.get("job", "?"))),
+            Text(printable(status), style=STATUS_STYLE.get(status, "white")),
             str(job.get("turns", 0)),
             f"{usage.get('input_tokens', 0):,}",
             f"{usage.get('output_tokens', 0):,}",
             f"{usage.get('cache_read_input_tokens', 0):,}/{usage.get('cache_creation_input_tokens', 0):,}",
-            " ".join(f"{SHORT.get(k, k)}:{v}" for k, v in sorted(comp.items())) or "-",
+            Text(printable(" ".join(f"{SHORT.get(k, k)}:{v}" for k, v in sorted(comp.items())) or "-")),
             _bytes(job.get("persisted_bytes", 0)),
             f"{job.get('cost_usd', 0.0):.4f}",
             f"{job.get('wall_s', 0.0):.1f}",
-            Text(str(job.get("error") or "")),
+            Text(printable(job.get("error") or "")),
         )
     if estimated:
         table.caption = "* offline model: token counts and cost are estimates (4 chars per token)"

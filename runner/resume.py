@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from .config import ConfigError, Settings
 from .continuation import cut_transcript
-from .jobs import JobError, JobSpec, load_job, valid_name
+from .jobs import JobError, JobSpec, load_job, parsed, valid_name, workspace_problem
 from .messages import Message, has_tool_use
 from .reserve import claim
 from .rundir import hold_run_dir
@@ -40,6 +41,7 @@ from .rundocs import (
     read_metrics,
 )
 from .store import read_jsonl, write_atomic_sync
+from .terminal import printable
 
 
 @dataclass
@@ -117,6 +119,9 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
             plan.errors.append(JobError(name, job_json, (
                 f"{job_json}: name: expected {name!r} (the job's directory), got {spec.name!r}",)))
             continue
+        if unsafe := workspace_problem(spec.workspace, run_dir.parent, job_json):  # nor into the run's files
+            plan.errors.append(JobError(name, job_json, (unsafe,), unsafe=True))
+            continue
         if limits_from_config:
             fresh = load_job(spec.source, settings) if spec.source.is_file() else None
             if isinstance(fresh, JobSpec) and fresh.name == spec.name:
@@ -150,24 +155,35 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from .batch import execute, make_backend, run_meta, say, settings_from, spending, warn_fallbacks
+    from .batch import (
+        config_path,
+        execute,
+        make_backend,
+        run_meta,
+        say,
+        settings_from,
+        spending,
+        warn_fallbacks,
+    )
     from .compactor.compactor import Compactor
     from .scheduler import Batch
 
     run_dir: Path = getattr(args, "run_dir", None) or args.resume
-    settings = settings_from(args, say=say)
+    settings = parsed(lambda: settings_from(args, say=say), config_path(args))
     if not (run_dir / RUN_JSON).is_file():
         raise ConfigError([f"{run_dir / RUN_JSON}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
     with hold_run_dir(run_dir):
         plan = plan_resume(run_dir, settings, getattr(args, "limits_from_config", False),
                            getattr(args, "only", None))
         keep_backend(run_dir, plan.meta, settings, getattr(args, "backend", None))
+        if unsafe := [line for e in plan.errors if e.unsafe for line in e.problems]:
+            raise ConfigError(unsafe)  # as `run`: no job starts beside one that could rewrite the others
         console = Console(stderr=True)
         for note in plan.notes:
-            console.print(f"resume: {note}", highlight=False, markup=False)
+            console.print(Text(f"resume: {printable(note)}"), highlight=False, soft_wrap=True)
         if not plan.specs and not plan.errors:
             # run.json may lag behind the jobs' own files (the run was killed right after they ended)
-            console.print(f"resume: no job of {run_dir} is left to run", markup=False)
+            console.print(Text(printable(f"resume: no job of {run_dir} is left to run")), soft_wrap=True)
             batch = Batch(run_dir=run_dir, specs=[], model=None, compactor=None,  # type: ignore[arg-type]
                           summary_model=settings.summarizer.model, concurrency=1, kept=plan.kept,
                           meta={**plan.meta, "resumed": True}, handle_signals=False)

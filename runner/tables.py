@@ -15,6 +15,7 @@ from rich.text import Text
 
 from .report import STATUS_STYLE, run_table
 from .rundocs import Status
+from .terminal import printable
 
 NARROW_STATUS: dict[str, str] = {Status.BUDGET_EXCEEDED: "budget", Status.SUCCEEDED: "ok"}
 
@@ -47,8 +48,8 @@ def narrow_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
         usage = job.get("usage") or {}
         status = str(job.get("status", "?"))
         comp = job.get("compactions") or {}
-        table.add_row(Text(str(job.get("job", "?"))),
-                      Text(NARROW_STATUS.get(status, status), style=STATUS_STYLE.get(status, "white")),
+        table.add_row(Text(printable(job.get("job", "?"))),
+                      Text(printable(NARROW_STATUS.get(status, status)), style=STATUS_STYLE.get(status, "white")),
                       str(job.get("turns", 0)),
                       f"{_tokens(usage.get('input_tokens', 0))}/{_tokens(usage.get('output_tokens', 0))}",
                       str(sum(v for v in comp.values() if isinstance(v, int))),
