@@ -1,69 +1,77 @@
-"""A job's toolset: the SDK's ``agent_toolset`` file tools bound to the job's workspace, a
-sandboxed ``bash``, plus ``recall`` and ``compact``.
+"""A job's toolset: the file tools ``read``, ``write``, ``edit``, ``glob`` and ``grep`` over the job's
+workspace, a sandboxed ``bash``, plus ``recall`` and ``compact``.
 
-Trust model: ``read``, ``glob``, ``grep``, ``write`` and ``edit`` are the SDK's, confined to the
-workspace (symlink-aware). ``bash`` is ours, not the SDK's: the SDK's keeps one persistent shell
-that runs as a plain child of the runner, which cannot be put in a sandbox; ours runs every call in
-a fresh bubblewrap sandbox (see :mod:`runner.sandbox`). ``recall`` reads only inside the job dir.
+Trust model: the file tools are ours (:mod:`runner.file_tools`, :mod:`runner.grep_worker`), with the
+definitions (names, descriptions, input schemas) and the behaviour of the SDK's ``agent_toolset``,
+whose implementation checked a path and then opened it by name again: a job that swapped a
+directory for a symlink in between could make another job on the same workspace read or write
+outside it. Ours open every path beneath a directory descriptor of the workspace
+(:mod:`runner.beneath`), so there is nothing between a check and a use. ``bash`` is ours too: the
+SDK's keeps one persistent shell that runs as a plain child of the runner, which cannot be put in a
+sandbox; ours runs every call in a fresh bubblewrap sandbox (see :mod:`runner.sandbox`). ``recall``
+reads only beneath the job directory, by the same descriptor rule.
 
 Guarantees:
 
+- No file tool (``recall`` included) opens, lists, creates or replaces anything outside its root
+  (the workspace; the job directory for ``recall``), whatever the tree holds or how a concurrent job
+  changes it: every lookup is ``openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`` from the root's
+  descriptor on Linux 5.6 and later, and elsewhere a walk of one ``O_NOFOLLOW`` component at a time
+  with symlinks resolved by hand; a write goes to a new name in the directory's descriptor, renamed
+  over the name. Symlinks that stay inside keep working; a path that leads out gets an error result
+  ("outside the session's working directory") that says nothing about what is there.
 - :meth:`Toolset.run` never raises for a model's mistake (unknown tool, input that is not an
-  object, a repeated or missing id, bad arguments, a path outside the workspace): it returns an
-  ``is_error`` tool_result the model can read.
-- No call blocks the event loop or outlives its job: file tools run on a worker thread, on that
-  thread's own event loop (the SDK's large-file path awaits ``anyio.to_thread``), under a
-  deadline; an overrunning call gets an error result and is abandoned. ``read``, ``write`` and
-  ``edit`` refuse non-regular files (FIFOs, devices, sockets) before opening them. A cancelled
-  ``bash`` call kills its process tree.
+  object, a repeated or missing id, bad arguments: wrong types, NUL bytes, lone surrogates, huge or
+  negative numbers, a path outside the workspace): it returns an ``is_error`` tool_result the model
+  can read.
+- No call blocks the event loop or outlives its job: ``read``, ``write``, ``edit`` and ``glob`` run on
+  a worker thread under a deadline (:data:`FILE_TOOL_DEADLINE_S`, then an error result, the call is
+  abandoned and its walk stops soon after), and never run a model-chosen regular expression in this
+  process; ``grep`` runs in a child process (``python -I -m runner.grep_worker``) that is killed at
+  the deadline or when the call is cancelled. ``read``, ``write`` and ``edit`` refuse non-regular
+  files (FIFOs, devices, sockets) without blocking (looked at with ``O_PATH``, opened non-blocking).
+  A cancelled ``bash`` call kills its process tree; ``timeout_ms`` is capped at
+  :data:`runner.sandbox.MAX_TIMEOUT_S`, and the result says so.
 - Every cut result says so and how to get the rest (texts in :mod:`runner.protocol`).
 - Every result is valid UTF-8: undecodable file names and bytes are escaped (``\\xNN``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import math
+import json
 import os
-import shutil
-import stat
-import threading
-import weakref
-from itertools import islice
-from pathlib import Path
+import subprocess
+import sys
+import time
 from typing import Any
 
 import anyio
-from anthropic.lib.tools._beta_functions import ToolError, aclose_runnable_tool
 from anthropic.lib.tools.agent_toolset import (
-    _BINARY_MEDIA_TYPES,
-    BASH_DEFAULT_TIMEOUT,
-    DEFAULT_MAX_FILE_BYTES,
-    GLOB_RESULT_LIMIT,
-    WALK_MAX_ENTRIES,
     AgentToolContext,
-    _confined,
     beta_edit_tool,
     beta_glob_tool,
     beta_grep_tool,
     beta_read_tool,
     beta_write_tool,
-    resolve_path,
 )
 
-from . import protocol
+from . import file_tools, protocol
+from .beneath import Outside, Root, open_regular, relative
 from .config import Limits
+from .file_tools import DEFAULT_MAX_FILE_BYTES, READ_PAGE_BYTES, ToolFailure
 from .repeats import RepeatGuard, call_key
 from .rundocs import TOOL_RESULTS, TRANSCRIPT
-from .sandbox import run_command
-from .store import JobStore, in_thread
+from .sandbox import MAX_TIMEOUT_S, run_command
+from .store import JobStore
+
+__all__ = ["DEFAULT_MAX_FILE_BYTES", "READ_PAGE_BYTES", "Toolset", "error_result", "safe_text"]
 
 RECALL_PAGE_CHARS = 20_000
-READ_PAGE_BYTES = 64 * 1024  # a whole-file read of a large file returns its first lines up to this size
 FILE_TOOL_DEADLINE_S = 60.0
+BASH_DEFAULT_TIMEOUT = 120.0  # seconds, the SDK's default
 READ_ONLY = frozenset({"read", "glob", "grep", "recall", "compact"})
-_RIPGREP = shutil.which("rg") is not None
+_GREP_ANSWER_BYTES = 8 << 20  # more than any answer of the worker (its output is capped at 100 KiB)
 
 RECALL_TOOL = {
     "name": "recall",
@@ -137,147 +145,81 @@ def _safe_content(content: Any) -> Any:
             for b in content]
 
 
-def _read_exact(path: Any) -> str:
-    """A saved output as it was written: no newline translation, so offsets match its stated size."""
-    with open(path, encoding="utf-8", errors="replace", newline="") as f:
-        return f.read()
-
-
-_read_exact_off_loop = in_thread(_read_exact)
-
-
 TOOL_ORDER = ("bash", "read", "write", "edit", "glob", "grep")  # the order of the SDK's toolset
-_FILE_TOOLS = {"read": beta_read_tool, "write": beta_write_tool, "edit": beta_edit_tool,
-               "glob": beta_glob_tool, "grep": beta_grep_tool}
+FILE_TOOLS = ("read", "write", "edit", "glob", "grep")
+_SDK_DEFINITIONS = {"read": beta_read_tool, "write": beta_write_tool, "edit": beta_edit_tool,
+                    "glob": beta_glob_tool, "grep": beta_grep_tool}
 
 
-@functools.lru_cache(maxsize=64)
-def _file_tools(workspace: str) -> dict[str, Any]:
-    """The SDK's file tools for one workspace, built once and shared by every job on it.
-
-    They hold no state beyond the workspace they are confined to, and building them costs about
-    10 ms of schema generation each time: a batch of 500 jobs on one codebase would spend seconds
-    on it before its first model call."""
-    context = AgentToolContext(workdir=workspace)
-    return {name: factory(context) for name, factory in _FILE_TOOLS.items()}
+@functools.lru_cache(maxsize=1)
+def file_tool_definitions() -> dict[str, dict[str, Any]]:
+    """The SDK's published definitions of its file tools (name, description, input schema), built
+    once: the model sees the same tools; only their implementation is ours."""
+    context = AgentToolContext(workdir="/")
+    return {name: dict(factory(context).to_dict()) for name, factory in _SDK_DEFINITIONS.items()}  # type: ignore[arg-type]
 
 
 def error_result(tool_use_id: str, text: str) -> dict[str, Any]:
     return {"type": "tool_result", "tool_use_id": tool_use_id, "content": text, "is_error": True}
 
 
-def _stat_target(ctx: AgentToolContext, name: str, file_path: Any) -> os.stat_result | None:
-    """What a file tool's path names, stat'ed before the SDK tool opens it; None when it cannot be
-    (the SDK tool reports that). A FIFO, device or socket is refused before anything opens it (an
-    open() can block forever). The path is taken as the SDK takes it (joined to the workspace, ``.``,
-    ``..`` and a trailing ``/`` collapsed in the text, then every link followed), with one stat
-    instead of the SDK's stat per component; a refusal is confirmed with the SDK's own confinement,
-    so nothing is said about what a path outside the workspace is."""
-    if not isinstance(file_path, str):
-        return None
+def _run_file_tool(workspace: str, name: str, args: dict[str, Any], stop_at: float) -> Any:
+    """One ``read``, ``write``, ``edit`` or ``glob`` call, on a worker thread."""
+    return file_tools.TOOLS[name](workspace, args, stop_at)
+
+
+def _recall_text(job_dir: str, path: str) -> str:
+    """A saved output as it was written (no newline translation, so offsets match its stated size),
+    opened beneath the job directory. Raises Outside, ValueError or OSError."""
+    with Root.open(job_dir) as root:
+        fd, _ = open_regular(root, relative(path, root.real, job_dir))
+    with os.fdopen(fd, "rb") as f:
+        return f.read().decode("utf-8", errors="replace")
+
+
+async def _grep_in_child(workspace: str, args: dict[str, Any], deadline: float) -> dict[str, Any] | None:
+    """The worker's answer to one grep call, or None when it did not answer within ``deadline``
+    seconds. The worker is killed (and reaped) at the deadline and when this is cancelled."""
+    request = json.dumps({"workspace": workspace, "path": args.get("path"), "pattern": args["pattern"],
+                          "max_files": file_tools.WALK_MAX_ENTRIES, "cpu_s": deadline + 5}).encode()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    process = await anyio.open_process([sys.executable, "-I", "-m", "runner.grep_worker"], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", env=env)
+    out, err = bytearray(), bytearray()
+
+    async def drain(stream: Any, into: bytearray) -> None:
+        async for chunk in stream:
+            if len(into) < _GREP_ANSWER_BYTES:
+                into += chunk
+
     try:
-        found = os.stat(_as_the_sdk_joins(ctx, file_path))
-    except (ValueError, OSError):
+        with anyio.move_on_after(deadline):
+            assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain, process.stdout, out)
+                tg.start_soon(drain, process.stderr, err)
+                try:
+                    await process.stdin.send(request)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    pass
+                await process.stdin.aclose()
+            await process.wait()
+            try:
+                answer = json.loads(bytes(out))
+            except ValueError:
+                answer = None
+            if not isinstance(answer, dict):
+                tail = bytes(err[-500:]).decode(errors="replace").strip()
+                return {"error": f"grep: the search failed (exit status {process.returncode})"
+                                 + (f": {tail}" if tail else "")}
+            return answer
         return None
-    if not stat.S_ISREG(found.st_mode) and not stat.S_ISDIR(found.st_mode):
-        try:
-            resolve_path(ctx, file_path)
-        except ValueError:
-            return None  # outside the workspace: the SDK tool says so, and nothing about what it is
-        raise ToolError(f"{name}: {file_path}: not a regular file (a FIFO, device or socket); refused")
-    return found
-
-
-def _as_the_sdk_joins(ctx: AgentToolContext, path: str) -> str:
-    """``path`` joined to the workspace and collapsed in its text, as the SDK's ``resolve_path``
-    does before it follows links (``x/../f``, ``f/.`` and ``f/`` all name ``f``)."""
-    return os.path.normpath(os.path.join(ctx.workdir, path))
-
-
-_THREAD = threading.local()
-
-
-def _drive(coroutine: Any) -> Any:
-    """Run a file tool's coroutine to its end on this worker thread's event loop, made on the
-    thread's first call and kept for the next ones (making and closing a loop per call costs an
-    epoll instance and a socket pair each time). A thread runs one call at a time (an abandoned call
-    keeps its thread until it returns), so the loop is never shared; it is closed when the thread
-    object goes."""
-    loop = getattr(_THREAD, "loop", None)
-    if loop is None:
-        loop = _THREAD.loop = asyncio.new_event_loop()
-        # its epoll and socket pair go with the thread (not at exit: an abandoned call may still run it)
-        weakref.finalize(threading.current_thread(), loop.close).atexit = False
-    return loop.run_until_complete(coroutine)
-
-
-def _first_page(path: Path) -> tuple[int, int]:
-    """``(lines in the file, last line of its first page)``: the page is at most READ_PAGE_BYTES."""
-    lines = page_end = size = 0
-    last = b"\n"
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            for line in chunk.splitlines(keepends=True):
-                if last.endswith(b"\n"):
-                    lines += 1
-                    size += len(line)
-                    if size <= READ_PAGE_BYTES or page_end == 0:
-                        page_end = lines
-                else:  # the rest of a line cut by the chunk boundary
-                    size += len(line)
-                    if size > READ_PAGE_BYTES and page_end == lines and lines > 1:
-                        page_end = lines - 1
-                last = line
-    return lines, max(1, page_end)
-
-
-def _glob_total(ctx: AgentToolContext, args: dict[str, Any]) -> int:
-    root = resolve_path(ctx, args["path"]) if args.get("path") else Path(ctx.workdir).resolve()
-    return sum(1 for _ in _confined(islice(root.glob(args["pattern"]), WALK_MAX_ENTRIES), root))
-
-
-def _walk_cut(ctx: AgentToolContext, args: dict[str, Any]) -> bool:
-    """Whether the SDK's grep walk stopped at its cap (it walks as this does)."""
-    if args.get("path") and not os.path.isdir(_as_the_sdk_joins(ctx, str(args["path"]))):
-        return False  # one file (the usual narrow grep): no walk, and no confinement walk to find that out
-    search = resolve_path(ctx, args["path"]) if args.get("path") else Path(ctx.workdir).resolve()
-    if not search.is_dir():
-        return False
-    seen = 0
-    for dirpath, dirnames, filenames in os.walk(search):
-        dirnames[:] = [d for d in dirnames if d not in (".git", "node_modules") and not os.path.islink(
-            os.path.join(dirpath, d))]
-        seen += len(filenames)
-        if seen > WALK_MAX_ENTRIES:
-            return True
-    return False
-
-
-def _run_file_tool(ctx: AgentToolContext, tool: Any, name: str, args: dict[str, Any]) -> Any:
-    """One file tool call, on a worker thread (on its event loop); adds the cut notices."""
-    found = _stat_target(ctx, name, args.get("file_path")) if name in ("read", "write", "edit") else None
-    if (name == "read" and not args.get("view_range") and found is not None and stat.S_ISREG(found.st_mode)
-            and found.st_size > DEFAULT_MAX_FILE_BYTES):
-        try:
-            target = resolve_path(ctx, args["file_path"])  # confined before this reads it
-            confirmed = target.stat()
-        except (ValueError, OSError):
-            target = None  # the SDK tool says why
-        if target is not None and stat.S_ISREG(confirmed.st_mode) and target.suffix.lower() not in _BINARY_MEDIA_TYPES:
-            size = confirmed.st_size
-            lines, end = _first_page(target)
-            text = _drive(tool.call({**args, "view_range": [1, end]}))
-            return text + "\n" + protocol.READ_PAGE.format(start=1, end=end, lines=lines, size=size,
-                                                           next_start=end + 1, next_end=min(lines, 2 * end))
-    output = _drive(tool.call(args))
-    if name == "glob" and isinstance(output, str) and output.count("\n") + 1 >= GLOB_RESULT_LIMIT:
-        total = _glob_total(ctx, args)
-        if total > GLOB_RESULT_LIMIT:
-            walk = protocol.GLOB_WALK.format(cap=WALK_MAX_ENTRIES) if total >= WALK_MAX_ENTRIES else ""
-            output += "\n" + protocol.GLOB_CUT.format(shown=GLOB_RESULT_LIMIT, total=total, walk=walk)
-    if name == "grep" and isinstance(output, str) and _walk_cut(ctx, args):
-        output += "\n" + protocol.GREP_WALK_CUT.format(cap=WALK_MAX_ENTRIES)
-    return output
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with anyio.CancelScope(shield=True):
+            await process.wait()
+            await process.aclose()
 
 
 def recall_page_chars(limits: Limits | None) -> int:
@@ -295,34 +237,31 @@ class Toolset:
         self.store = store
         self.limits = limits or Limits()
         self.workspace = workspace
-        self.context = AgentToolContext(workdir=workspace)
-        shared = _file_tools(workspace)
-        self._sdk = {name: shared[name] for name in TOOL_ORDER if name in names and name != "bash"}
+        self._files = tuple(name for name in TOOL_ORDER if name in names and name in FILE_TOOLS)
         self._bash = "bash" in names
         self._writable = bool({"write", "edit"} & set(names))
         self.compact_requested = False
         self.page_chars = recall_page_chars(limits)
         self.repeats = RepeatGuard(self.limits.max_repeated_calls)
+        self.deadline_s: float | None = None  # a file tool's deadline; None: FILE_TOOL_DEADLINE_S
         self._ids: set[str] = set()
         # tool_use id -> (turn, result) of the calls a caught repeat may name (those within the window)
         self._results: dict[str, tuple[int, dict[str, Any]]] = {}
 
     def definitions(self) -> list[dict[str, Any]]:
-        sdk = [dict(t.to_dict()) for t in self._sdk.values()]
-        return [*([BASH_TOOL] if self._bash else []), *sdk, RECALL_TOOL, COMPACT_TOOL]
+        published = file_tool_definitions()
+        files = [dict(published[name]) for name in self._files]
+        return [*([BASH_TOOL] if self._bash else []), *files, RECALL_TOOL, COMPACT_TOOL]
 
     @property
     def names(self) -> set[str]:
-        return {*self._sdk, *(("bash",) if self._bash else ()), "recall", "compact"}
+        return {*self._files, *(("bash",) if self._bash else ()), "recall", "compact"}
 
     async def __aenter__(self) -> Toolset:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        with anyio.CancelScope(shield=True):
-            for tool in self._sdk.values():
-                await aclose_runnable_tool(tool)
-            await self.context.close()
+        return None  # nothing is held between calls: each call's process or thread ends with it
 
     def stuck(self) -> str | None:
         """Why the job is stuck (a call the model keeps repeating after being told), or ``None``."""
@@ -411,25 +350,32 @@ class Toolset:
             return await self._recall(tool_use_id, args)
         if name == "bash" and self._bash:
             return await self._run_bash(tool_use_id, args)
-        tool = self._sdk.get(name)
-        if tool is None:
+        if name not in self._files:
             return error_result(tool_use_id, f"unknown tool {name!r}; available: {', '.join(sorted(self.names))}")
+        deadline = self.deadline_s or FILE_TOOL_DEADLINE_S
+        late = error_result(tool_use_id, f"{name}: did not finish within {deadline:g} s; abandoned (narrow the call)")
         try:
-            if name == "grep" and _RIPGREP:  # rg is a subprocess: awaited here, killed on cancel
-                output = await tool.call(args)
+            if name == "grep":
+                file_tools.check_args("grep", args)
+                file_tools.string_arg("grep", args, "pattern")
+                file_tools.string_arg("grep", args, "path", optional=True)
+                answer = await _grep_in_child(self.workspace, args, deadline)
+                if answer is None:
+                    return late
+                if "error" in answer:
+                    raise ToolFailure(str(answer["error"]))
+                output: Any = str(answer.get("text", ""))
+                if answer.get("cut"):
+                    output += "\n" + protocol.GREP_WALK_CUT.format(cap=file_tools.WALK_MAX_ENTRIES)
             else:
-                with anyio.move_on_after(FILE_TOOL_DEADLINE_S) as scope:
+                with anyio.move_on_after(deadline) as scope:
                     output = await anyio.to_thread.run_sync(
-                        _run_file_tool, self.context, tool, name, args, abandon_on_cancel=True)
+                        _run_file_tool, self.workspace, name, args, time.monotonic() + deadline,
+                        abandon_on_cancel=True)
                 if scope.cancelled_caught:
-                    return error_result(tool_use_id, f"{name}: did not finish within {FILE_TOOL_DEADLINE_S:g} s; "
-                                                     "abandoned (narrow the call)")
-        except ToolError as e:
-            return {"type": "tool_result", "tool_use_id": tool_use_id, "content": _safe_content(e.content),
-                    "is_error": True}
-        except ValueError as e:
-            cause = f": {e.__cause__}" if e.__cause__ else ""
-            return error_result(tool_use_id, safe_text(f"{e}{cause}"[:2000]))
+                    return late
+        except ToolFailure as e:
+            return error_result(tool_use_id, safe_text(e.text[:2000]))
         except Exception as e:  # a tool bug must not crash the job; the model sees what happened
             return error_result(tool_use_id, safe_text(f"{name} failed: {type(e).__name__}: {e}"[:2000]))
         content: Any = output if isinstance(output, str) else list(output)
@@ -441,39 +387,49 @@ class Toolset:
         command, timeout_ms = args.get("command"), args.get("timeout_ms")
         if not isinstance(command, str) or not command.strip():
             return error_result(tool_use_id, "bash: command (a non-empty string) is required")
-        timeout = timeout_ms / 1000 if isinstance(timeout_ms, int) and timeout_ms > 0 else BASH_DEFAULT_TIMEOUT
+        if "\x00" in command:
+            return error_result(tool_use_id, "bash: the command contains a NUL byte; a shell command cannot")
+        if timeout_ms is not None and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool)
+                                       or timeout_ms < 1):
+            return error_result(tool_use_id, "bash: timeout_ms must be a positive integer (milliseconds)")
+        capped = isinstance(timeout_ms, int) and timeout_ms > MAX_TIMEOUT_S * 1000  # compared as integers: no overflow
+        timeout = MAX_TIMEOUT_S if capped else (timeout_ms / 1000 if timeout_ms else BASH_DEFAULT_TIMEOUT)
+        note = f"\n[bash: timeout_ms capped at {MAX_TIMEOUT_S:g} s, the longest a call may run]" if capped else ""
         try:
-            done = await run_command(command, workspace=self.workspace, writable=self._writable,
+            done = await run_command(safe_text(command), workspace=self.workspace, writable=self._writable,
                                      network=self.limits.sandbox_network, sandbox=self.limits.sandbox,
                                      timeout_s=timeout)
-        except OSError as e:
-            return error_result(tool_use_id, f"bash: could not start: {e}")
+        except (OSError, ValueError) as e:
+            return error_result(tool_use_id, safe_text(f"bash: could not start: {e}"))
         output = done.output or "(no output)"
         if done.exit_code is None:
-            return error_result(tool_use_id, f"{output}\n[bash: killed after {timeout:g} s]")
+            return error_result(tool_use_id, f"{output}\n[bash: killed after {timeout:g} s]{note}")
         if done.exit_code != 0:
-            return error_result(tool_use_id, f"{output}\n[bash: exit code {done.exit_code}]")
-        return {"type": "tool_result", "tool_use_id": tool_use_id, "content": output}
+            return error_result(tool_use_id, f"{output}\n[bash: exit code {done.exit_code}]{note}")
+        return {"type": "tool_result", "tool_use_id": tool_use_id, "content": output + note}
 
     async def _recall(self, tool_use_id: str, args: dict[str, Any]) -> dict[str, Any]:
         path = args.get("path")
         offset = args.get("offset", 0) or 0
         limit = args.get("limit", self.page_chars) or self.page_chars
-        if not isinstance(path, str) or not isinstance(offset, int) or not isinstance(limit, int) or offset < 0 \
-                or limit < 1:
+        if (not isinstance(path, str) or not isinstance(offset, int) or not isinstance(limit, int)
+                or isinstance(offset, bool) or isinstance(limit, bool) or offset < 0 or limit < 1):
             return error_result(tool_use_id, "recall: expected path (string), offset >= 0, limit >= 1 (integers)")
         limit = min(limit, self.page_chars)
         try:
-            target = self.store.resolve(path)
-            text = await _read_exact_off_loop(target)
-        except ValueError:
-            return error_result(tool_use_id, f"recall: {path}: outside the job directory")
+            text = await anyio.to_thread.run_sync(_recall_text, str(self.store.dir), path)
+        except Outside:
+            return error_result(tool_use_id, safe_text(f"recall: {path}: outside the job directory"))
+        except ValueError as e:  # a NUL byte, a lone surrogate
+            return error_result(tool_use_id, safe_text(f"recall: path {path!r} {e}"))
         except OSError:
-            return error_result(tool_use_id, f"recall: {path}: no such file in the job directory")
+            return error_result(tool_use_id, safe_text(f"recall: {path}: no such file in the job directory"))
+        offset = min(offset, len(text))  # past the end: the empty last page (integers only: no overflow)
         page = text[offset:offset + limit]
         end = offset + len(page)
         rest = protocol.RECALL_NEXT.format(end=end) if end < len(text) else protocol.RECALL_END
-        before = math.ceil(offset / limit)  # pages before this one, at this page size
-        footer = protocol.RECALL_PAGE.format(page=before + 1, pages=before + max(1, math.ceil((len(text) - offset) / limit)),
-                                             start=offset, end=end, total=len(text), rest=rest)
+        before = -(-offset // limit)  # pages before this one, at this page size
+        pages = before + max(1, -(-(len(text) - offset) // limit))
+        footer = protocol.RECALL_PAGE.format(page=before + 1, pages=pages, start=offset, end=end, total=len(text),
+                                             rest=rest)
         return {"type": "tool_result", "tool_use_id": tool_use_id, "content": safe_text(page) + "\n" + footer}

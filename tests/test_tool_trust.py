@@ -18,8 +18,8 @@ from typing import Any
 
 import anyio
 import pytest
-from anthropic.lib.tools import agent_toolset
 
+from runner import file_tools
 from runner import tools as tools_module
 from runner.compactor.compactor import Compactor
 from runner.compactor.summarizer import Summarizer
@@ -82,9 +82,7 @@ async def test_a_300_match_glob_says_it_was_cut_and_how_many_there_are(tmp_path,
 
 
 async def test_grep_says_when_its_walk_stopped(tmp_path, store, monkeypatch):
-    monkeypatch.setattr(agent_toolset, "WALK_MAX_ENTRIES", 50)  # the cap, lowered so the tree can be small
-    monkeypatch.setattr(tools_module, "WALK_MAX_ENTRIES", 50)
-    monkeypatch.setattr(tools_module, "_RIPGREP", False)
+    monkeypatch.setattr(file_tools, "WALK_MAX_ENTRIES", 50)  # the cap, lowered so the tree can be small
     for i in range(80):
         (tmp_path / f"f{i:02d}.txt").write_text("needle\n" if i % 2 else "hay\n")
     async with Toolset(str(tmp_path), ("grep",), store) as tools:

@@ -1,0 +1,201 @@
+"""The ``grep`` tool's search, in a process of its own: ``python -I -m runner.grep_worker`` reads one
+request (JSON) on stdin and writes one answer (JSON) on stdout.
+
+A model-chosen regular expression can take exponential time (``(a+)+$``) and Python's ``re`` holds
+the GIL while it runs: in the runner's process it would stall every job. Here it stalls only this
+process, which the runner kills at the call's deadline (:meth:`runner.tools.Toolset.run`).
+
+Guarantees:
+
+- It reads only beneath the workspace: the search root is opened beneath the workspace's directory
+  descriptor, and every directory and file beneath it by descriptor, with no symlink followed on the
+  way (:mod:`runner.beneath`); a symlinked file or directory is skipped, as the SDK's walk skipped it.
+- Its output is the SDK's: ``<path>:<line number>:<line>`` per matching line, ``no matches``, lines
+  over 2,000 bytes and files with a NUL byte in their first 512 skipped, at most 100 KiB of output
+  (then ``[output truncated at 102400 bytes]``), ``.git`` and ``node_modules`` not searched, the walk
+  stopped after ``max_files`` files (``"cut": true`` in the answer).
+- It dies with the runner (``PR_SET_PDEATHSIG``) and after ``cpu_s`` seconds of CPU (``RLIMIT_CPU``),
+  whatever the runner does.
+
+Request: ``{"workspace", "path" (or null), "pattern", "max_files", "cpu_s"}``. Answer:
+``{"text", "cut"}`` or ``{"error"}``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import resource
+import signal
+import stat
+import sys
+from typing import Any
+
+from .beneath import (
+    PATH_MAX,
+    BadPath,
+    NotRegular,
+    Outside,
+    Root,
+    fd_path,
+    open_beneath,
+    open_regular,
+    relative,
+)
+
+OUTPUT_LIMIT = 100 * 1024
+MAX_LINE_LENGTH = 2000
+SKIPPED_DIRS = (".git", "node_modules")
+PR_SET_PDEATHSIG = 1
+
+
+class _Full(Exception):
+    """The output reached its limit."""
+
+
+class _Search:
+    def __init__(self, rx: re.Pattern[str]):
+        self.rx = rx
+        self.hits: list[str] = []
+        self.budget = OUTPUT_LIMIT
+
+    def push(self, line: str) -> None:
+        self.budget -= len(line) + 1
+        if self.budget < 0:
+            self.hits.append(f"[output truncated at {OUTPUT_LIMIT} bytes]")
+            raise _Full
+        self.hits.append(line)
+
+    def scan(self, fd: int, shown: str) -> None:
+        with os.fdopen(fd, "rb") as f:
+            if b"\x00" in f.read(512):
+                return
+            f.seek(0)
+            for i, raw in enumerate(f, 1):
+                if len(raw) > MAX_LINE_LENGTH:
+                    continue
+                line = raw.decode(errors="replace").rstrip("\r\n")
+                if self.rx.search(line):
+                    self.push(f"{shown}:{i}:{line}")
+
+    def walk(self, root: Root, max_files: int) -> bool:
+        """Search every regular file beneath ``root`` in ``os.walk``'s order; True when the walk stopped
+        at ``max_files``."""
+        seen = 0
+        stack = ["."]
+        while stack:
+            here = stack.pop()
+            files, dirs = [], []
+            try:
+                fd = open_beneath(root, here, os.O_RDONLY | os.O_DIRECTORY, no_symlinks=True)
+            except (OSError, ValueError):
+                continue
+            try:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        try:
+                            if entry.is_symlink():
+                                continue
+                            rel = entry.name if here == "." else f"{here}/{entry.name}"
+                            if len(os.fsencode(rel)) >= PATH_MAX - 1:
+                                continue  # deeper than a path can name: skipped, not a failure
+                            if entry.is_dir(follow_symlinks=False):
+                                if entry.name not in SKIPPED_DIRS:
+                                    dirs.append(rel)
+                            elif entry.is_file(follow_symlinks=False):
+                                files.append(rel)
+                        except OSError:
+                            continue
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+            for rel in files:
+                seen += 1
+                if seen > max_files:
+                    return True
+                try:
+                    opened, _ = open_regular(root, rel, no_symlinks=True)
+                except (OSError, ValueError):
+                    continue
+                try:
+                    self.scan(opened, f"{root.real}/{rel}")
+                except OSError:
+                    continue
+            stack.extend(reversed(dirs))
+        return False
+
+
+def grep(request: dict[str, Any]) -> dict[str, Any]:
+    pattern, path = request["pattern"], request.get("path")
+    try:
+        rx = re.compile(pattern)
+    except (re.error, OverflowError, RecursionError, ValueError) as e:
+        return {"error": f"grep: invalid regex: {e}"}
+    search = _Search(rx)
+    cut = False
+    with Root.open(request["workspace"]) as top:
+        try:
+            rel = relative(path, top.real, request["workspace"]) if path else "."
+            probe = open_beneath(top, rel, os.O_PATH)
+        except Outside:
+            return {"error": f"grep: path {path!r} is outside the session's working directory"}
+        except BadPath as e:
+            return {"error": f"grep: path {path!r} {e}"}
+        except FileNotFoundError:
+            return {"error": f"grep: {path}: no such file or directory"}
+        except OSError as e:
+            return {"error": f"grep: {path}: {(e.strerror or 'i/o error').lower()}"}
+        try:
+            mode = os.fstat(probe).st_mode
+        finally:
+            os.close(probe)
+        try:
+            if stat.S_ISDIR(mode):
+                with top.sub(rel) as root:
+                    cut = search.walk(root, int(request["max_files"]))
+            elif stat.S_ISREG(mode):
+                try:
+                    fd, _ = open_regular(top, rel)
+                except (OSError, NotRegular):
+                    pass
+                else:
+                    shown = fd_path(fd) or os.path.normpath(os.path.join(top.real, rel))
+                    search.scan(fd, shown)
+        except _Full:
+            pass
+        except OSError:
+            pass
+    return {"text": "\n".join(search.hits) if search.hits else "no matches", "cut": cut}
+
+
+def _guard(cpu_s: float) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:
+        sys.exit(1)  # the runner is already gone
+    seconds = max(1, int(cpu_s))
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+    except (ValueError, OSError):
+        pass
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.buffer.read())
+    _guard(float(request.get("cpu_s", 120)))
+    try:
+        answer = grep(request)
+    except Exception as e:  # reported, not a traceback the runner has to parse
+        answer = {"error": f"grep failed: {type(e).__name__}: {e}"}
+    sys.stdout.write(json.dumps(answer))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
