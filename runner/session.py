@@ -475,6 +475,11 @@ class Session:
         run_dir = self.store.dir.parent
         try:  # the last turn's queued lines (a cancelled or failed turn's too) go before the final files
             await self.store.flush()
+        except DiskQuotaExceeded as e:  # the last turn is not on disk: not a success
+            if result.status == Status.SUCCEEDED:
+                result.status, result.error = Status.DISK_QUOTA, e.strerror
+            else:
+                result.error = (result.error or "") + f" (could not write the last turn's lines: {e.strerror})"
         except (OSError, ValueError) as e:
             result.error = (result.error or "") + f" (could not write the last turn's lines: {e})"
         if result.status != Status.SUCCEEDED or self.final_text is not None:

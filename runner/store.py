@@ -209,7 +209,17 @@ class DiskQuotaExceeded(OSError):
         super().__init__(errno.EDQUOT, message)
 
 
-QUOTA_EXEMPT = frozenset({FINAL, METRICS})  # a job's last words are written whatever its quota
+QUOTA_EXEMPT = frozenset({FINAL, METRICS})  # a job's last words are written whatever its quota...
+QUOTA_SLACK = 256 * 1024  # ...final.md cut to what is left of it plus this much (it says so)
+
+
+def cut_to(text: str, room: int, why: str) -> str:
+    """``text`` if it takes at most ``room`` bytes, else its head and one line saying it was cut and why."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= room:
+        return text
+    note = f"\n\n[cut: {len(data):,} bytes, the first {max(0, room - 400):,} kept; {why}]\n"
+    return data[:max(0, room - 400)].decode("utf-8", "ignore") + note
 
 
 def _tree_sizes(directory: Path) -> tuple[int, dict[Path, int]]:
@@ -401,7 +411,11 @@ class JobStore:
 
     async def write_text(self, name: str, text: str) -> None:
         """Write ``name`` whole (atomic): a fresh file renamed over it. A file this store checkpointed
-        (see :meth:`queue`) loses its spare with it: this is its last write."""
+        (see :meth:`queue`) loses its spare with it: this is its last write. Under a disk quota,
+        ``final.md`` is cut to what the quota leaves plus :data:`QUOTA_SLACK`, saying so."""
+        if name == FINAL and self.max_bytes is not None:
+            room = max(0, self.max_bytes - self.bytes_used + self._sizes.get(self.dir / name, 0)) + QUOTA_SLACK
+            text = cut_to(text, room, f"the job's disk quota max_job_bytes = {self.max_bytes:,} has no room for more")
         self._charge([(self.dir / name, text)], exempt=name in QUOTA_EXEMPT)
         if name in self._checkpointed:
             await _shielded(_retire_spare, self.dir / name, text)

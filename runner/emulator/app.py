@@ -16,7 +16,8 @@ Guarantees, in the order a messages request meets them:
    N = ceil(len(json.dumps([system, messages, tools])) / 4) over the messages the API reads (from
    the last compaction block on; see :mod:`.compaction`).
 5. Enforced rate limits (429), then one injected fault at most (see :mod:`.faults`).
-6. The reply (see :mod:`.replies`). Counters live in :class:`.state.EmulatorState`.
+6. A scripted ``hostile`` reply (see :func:`.faults.hostile_response`), else the reply (see
+   :mod:`.replies`). Counters live in :class:`.state.EmulatorState`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .compaction import effective_view
 from .faults import (
     DroppedResponse,
     api_error,
+    hostile_response,
     latency_for,
     new_request_id,
     over_the_limit,
@@ -143,6 +145,11 @@ class Api:
         if fault == "slow" and not await sleep_unless_disconnected(request, config.slow_s):
             state.count("slow")
             return Response(status_code=499)
+        scripted = config.script[state.script_position] if state.script_position < len(config.script) else None
+        if scripted is not None and scripted.hostile is not None:
+            state.script_position += 1
+            state.count("hostile")
+            return hostile_response(request, scripted.hostile, body["model"])
         try:
             message, billed = build_message(state, body, view, total)
         except Exception:  # an emulator bug: say so loudly, answer like the API would

@@ -15,11 +15,12 @@ Guarantees:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..config import ConfigError, describe_errors, read_toml
+from ..rundocs import USAGE_KEYS
 
 
 class _Strict(BaseModel):
@@ -51,16 +52,45 @@ class Faults(_Strict):
     slow: Fault = Field(default_factory=Fault)  # the answer comes after slow_s seconds
 
 
-class ScriptedReply(_Strict):
-    """One canned reply; a string ``content`` becomes one text block."""
+class Hostile(_Strict):
+    """A reply no honest server sends, served in place of a scripted reply (see :mod:`.faults`):
 
-    content: list[dict[str, Any]]
+    - ``gzip_bomb``: 200, ``content-encoding: gzip``, a message whose text decodes to ``bytes`` bytes
+      (compressed about 1000:1 as it is sent, so 4 GiB decoded is ~4 MB on the wire);
+    - ``huge_text``: 200, a message whose one text block is ``bytes`` bytes, sent uncompressed;
+    - ``drip``: 200, a valid message body sent one byte every ``interval_s`` seconds;
+    - ``error_body``: 200 with the API's error body ``{"type": "error", ...}`` instead of a message.
+    """
+
+    kind: Literal["gzip_bomb", "huge_text", "drip", "error_body"]
+    bytes: int = Field(default=4 * 1024**3, ge=1)
+    interval_s: float = Field(default=1.0, gt=0.0)
+
+
+class ScriptedReply(_Strict):
+    """One canned reply; a string ``content`` becomes one text block. ``stop_reason`` is sent as given
+    (any string: an unknown one plays a hostile server); ``usage`` replaces fields of the reply's usage
+    as sent (any JSON value: ``{"input_tokens": -1e9}``), not as the emulator bills it; ``hostile``
+    serves that reply instead (the content is then unused)."""
+
+    content: list[dict[str, Any]] = Field(default_factory=list)
     stop_reason: str = "end_turn"
+    usage: dict[str, Any] | None = None
+    hostile: Hostile | None = None
 
     @field_validator("content", mode="before")
     @classmethod
     def _text(cls, value: Any) -> Any:
         return [{"type": "text", "text": value}] if isinstance(value, str) else value
+
+    @field_validator("usage")
+    @classmethod
+    def _usage_keys(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        unknown = sorted(set(value or {}) - {*USAGE_KEYS, "iterations"})
+        if unknown:
+            raise ValueError(f"unknown usage field(s) {', '.join(unknown)}; expected some of "
+                             f"{', '.join([*USAGE_KEYS, 'iterations'])}")
+        return value
 
 
 class EmulatorConfig(_Strict):

@@ -13,25 +13,29 @@ Guarantees:
 - A dropped connection (:class:`DroppedResponse`) sends the headers and part of the body, then the
   server closes the connection; latency and slow answers (:func:`sleep_unless_disconnected`) end
   early when the client leaves.
+- A hostile reply (:func:`hostile_response`, a scripted reply's ``hostile``) is made as it is sent:
+  a gzip bomb or a huge body costs the emulator only what the client reads of it.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
 import uuid
+import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import anyio
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from .config import EmulatorConfig, Fault
+from .config import EmulatorConfig, Fault, Hostile
 
 FAULT_ORDER = ("rate_limit", "overloaded", "server_error", "drop", "slow")
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
@@ -191,3 +195,56 @@ async def sleep_unless_disconnected(request: Request, seconds: float) -> bool:
         await anyio.sleep(seconds)
         tg.cancel_scope.cancel()
     return not disconnected
+
+
+_PIECE = 1 << 20
+
+
+def _text_message(model: str, marker: str) -> tuple[bytes, bytes]:
+    """The bytes of a one-text-block message before and after its text, which is ``marker``'s place."""
+    body = json.dumps({"id": "msg_emu_" + uuid.uuid4().hex[:24], "type": "message", "role": "assistant",
+                       "model": model, "content": [{"type": "text", "text": marker}], "stop_reason": "end_turn",
+                       "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 10}}).encode()
+    head, _, tail = body.partition(marker.encode())
+    return head, tail
+
+
+async def _text_body(request: Request, head: bytes, size: int, tail: bytes) -> AsyncIterator[bytes]:
+    yield head
+    for start in range(0, size, _PIECE):
+        if await request.is_disconnected():  # the client gave up: make no more of it
+            return
+        yield b"a" * min(_PIECE, size - start)
+    yield tail
+
+
+async def _gzipped(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: a gzip stream
+    async for piece in pieces:
+        out = squeeze.compress(piece)
+        if out:
+            yield out
+    yield squeeze.flush()
+
+
+async def _drip(data: bytes, interval_s: float) -> AsyncIterator[bytes]:
+    for i in range(len(data)):
+        yield data[i:i + 1]
+        await anyio.sleep(interval_s)
+
+
+def hostile_response(request: Request, hostile: Hostile, model: str) -> Response:
+    """A 200 that no honest server sends (see :class:`.config.Hostile`)."""
+    headers = {"request-id": new_request_id()}
+    if hostile.kind == "error_body":
+        return JSONResponse({"type": "error", "error": {"type": "api_error", "message": "Internal server error "
+                             "(sent with status 200)"}, "request_id": headers["request-id"]}, headers=headers)
+    head, tail = _text_message(model, "@@TEXT@@")
+    if hostile.kind == "drip":
+        return StreamingResponse(_drip(head + b"dripped" + tail, hostile.interval_s), media_type="application/json",
+                                 headers={**headers, "content-length": str(len(head) + 7 + len(tail))})
+    if hostile.kind == "huge_text":
+        return StreamingResponse(_text_body(request, head, hostile.bytes, tail), media_type="application/json",
+                                 headers={**headers, "content-length": str(len(head) + hostile.bytes + len(tail))})
+    return StreamingResponse(_gzipped(_text_body(request, head, hostile.bytes, tail)), media_type="application/json",
+                             headers={**headers, "content-encoding": "gzip"})

@@ -10,6 +10,7 @@ Guarantees:
   is an entry of ``usage.iterations``, and the top-level usage is the message's alone.
 - With ``enforce_max_tokens``, a reply longer than ``max_tokens`` is cut (stop_reason ``max_tokens``).
 - Usage has the API's fields; prompt caching is accounted by the state's :class:`.caching.PromptCache`.
+  A scripted reply's ``usage`` replaces fields of the usage sent (not of what is billed).
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ def build_message(state: EmulatorState, body: dict[str, Any], view: list[Message
         if compaction.pause:
             paused = {**dict.fromkeys(USAGE_KEYS, 0), "iterations": iterations}
             return message_body(model, prefix, "compaction", paused), iterations
+    scripted = config.script[state.script_position] if state.script_position < len(config.script) else None
     content, stop_reason = answer(state, body, view)
     if config.enforce_max_tokens:
         content, cut = truncate(content, body["max_tokens"])
@@ -134,6 +136,8 @@ def build_message(state: EmulatorState, body: dict[str, Any], view: list[Message
     billed = [*iterations, {"type": "message", **usage}]
     if iterations:
         usage["iterations"] = billed
+    if scripted is not None and scripted.usage:  # a hostile model's numbers: sent, never billed
+        usage = {**usage, **copy.deepcopy(scripted.usage)}
     return message_body(model, prefix + content, stop_reason, {**usage, "service_tier": "standard"}), billed
 
 
