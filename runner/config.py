@@ -78,6 +78,14 @@ class Limits(BaseModel):
     max_reactive_retries: Int = Field(1, ge=0, le=10)
     # 8. circuit breaker
     max_summary_failures: Int = Field(3, ge=1)
+    # a summary (the model's or the fallback) takes at most this share of the context limit
+    summary_share: Float = Field(0.2, gt=0, le=0.5)
+    # thrashing: a history compaction within thrash_turns turns of the one before, or freeing less
+    # than thrash_freed_share of the limit, is a strike; thrash_strikes in a row escalate (a shorter
+    # summary, then notes only, then status stuck)
+    thrash_turns: Int = Field(2, ge=0, le=100)
+    thrash_freed_share: Float = Field(0.1, ge=0, le=0.9)
+    thrash_strikes: Int = Field(3, ge=1, le=100)
     # server-side compaction (compaction = "server")
     server_trigger_tokens: Int = Field(150_000, ge=50_000)
     server_instructions: str | None = None
