@@ -72,8 +72,29 @@ def saved_path(content: Any) -> str | None:
 
 # --- snip: the marker that stands for the archived middle of a conversation -----------------------
 
-def archived_marker(count: int, where: str) -> str:
-    return f"[{count} messages archived: {where}]"
+SNIP_DIGEST_CHARS = 1_500  # the most a snip marker's digest of what it archived may take
+_ARCHIVED = re.compile(r"^\[(\d+) messages archived: \S+ messages (\d+)-(\d+)\]")
+
+
+def archived_marker(count: int, where: str, digest: str = "") -> str:
+    """The marker of a snip: how many messages, where they are, and a digest of what they held."""
+    return f"[{count} messages archived: {where}]" + (f"\n{digest}" if digest else "")
+
+
+def archived_span(text: str) -> tuple[int, int] | None:
+    """The transcript range ``(first, last)`` a snip marker names, else ``None``."""
+    match = _ARCHIVED.match(text)
+    return (int(match.group(2)), int(match.group(3))) if match else None
+
+
+# the digest's lines: what the archived messages did, and where their outputs are
+DIGEST_HEADING = "Digest of the archived messages (read them back with recall):"
+DIGEST_READ = "files read: {items}"
+DIGEST_WRITTEN = "files written or edited: {items}"
+DIGEST_CALLS = "other calls: {items}"
+DIGEST_SAVED = "outputs saved: {items}"
+DIGEST_UNDER = "(paths under {under})"
+DIGEST_MORE = "and {n} more"
 
 
 def transcript_range(first: int, last: int) -> str:
@@ -89,6 +110,15 @@ SUMMARY_LABELS = (f"[{COMPACTED}]", f"[{REACTIVE_COMPACT}]")
 # ``- retired-note: <key>``, the key without its leading ``- ``. Spelled so that no note a model
 # writes in its own words is taken for one.
 RETIRED = "- retired-note: "
+
+
+SUMMARY_CUT = ("[summary cut at a line end: {kept} of {total} characters fit this job's summary limit "
+               "({limit} characters, summary_share of the context); the full transcript is {where}]")
+NOTES_ONLY = ("Only the notes are carried over: history compactions came too often or freed too little "
+              "of the context ({why}), so this summary keeps the notes alone.")
+THRASHING = ("thrashing: {compactions} history compactions in a row came within {turns} turns of the one "
+             "before or freed under {share} of the context (turns between them: {gaps}; share of the context "
+             "freed: {freed}); a summary of half the size and then one of the notes alone did not help")
 
 
 def summary_text(label: str, active_request: str, summary: str, where: str) -> str:
@@ -123,8 +153,9 @@ RECALL_NEXT = "next page: offset {end}"
 RECALL_END = "end of file"
 _RECALL_PAGE = re.compile(r"\n\[recall: page (\d+) of (\d+), characters (\d+)-(\d+) of (\d+); ([^\]]*)\]$")
 
-REPEATED_CALL = ("[not run: this exact {name} call was already made {count} times in the last {window} turns, "
+REPEATED_CALL = ("[not run: this exact {name} call was already made {count} times in this job, "
                  "first at turn {turn}; its result {where}. Change the call or move on]")
+REPEATED_WHERE = "is saved at {path} (recall it with the recall tool)"
 STUCK = "repeated the same call {count} times after being told it was already made: {call}"
 
 
