@@ -26,7 +26,7 @@ from conftest import runner_env
 
 from runner.compactor.compactor import Compactor
 from runner.compactor.summarizer import Summarizer
-from runner.config import Limits
+from runner.config import ConfigError, Limits
 from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Fault, Faults
 from runner.jobs import JobSpec
@@ -283,3 +283,19 @@ async def test_a_long_answer_past_the_quota_is_not_a_success_and_its_report_is_c
     assert final.startswith("> **Partial report** (status `disk_quota`") and "[cut: " in final
     assert (job / "final.md").stat().st_size <= 100_000 + 256 * 1024
     assert json.loads((job / "metrics.json").read_text())["status"] == "disk_quota"
+
+
+def test_the_hostile_keys_of_the_emulator_config_are_checked(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text('[[script]]\nusage = { input_tokens = -1e9 }\n[[script]]\nstop_reason = "banana"\n'
+                    '[[script]]\nhostile = { kind = "drip", interval_s = 0.5 }\n')
+    config = EmulatorConfig.from_toml(good)
+    assert config.script[0].usage == {"input_tokens": -1e9} and config.script[2].hostile.kind == "drip"
+    for text, expected in [('[[script]]\nhostile = { kind = "bomb" }\n', "script.0.hostile.kind"),
+                           ('[[script]]\nhostile = { kind = "drip", interval_s = "1" }\n', "script.0.hostile.interval_s"),
+                           ('[[script]]\nhostile = { kind = "gzip_bomb", size = 5 }\n', "script.0.hostile.size: unknown key"),
+                           ('[[script]]\nusage = { input_token = 5 }\n', "unknown usage field(s) input_token")]:
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=re.escape(expected)):
+            EmulatorConfig.from_toml(bad)

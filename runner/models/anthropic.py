@@ -99,13 +99,15 @@ def reply_of(data: dict[str, Any], max_text_bytes: int = 32 * MIB) -> Reply:
     ``max_text_bytes``, usage counts that cannot be true. A tool call whose input serializes over
     :data:`MAX_TOOL_INPUT_BYTES` keeps its place with ``{}`` for an input, and is named in
     ``refused_calls`` (the session answers it with an error result)."""
+    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+        raise InvalidReply(f"the reply is not a message with a content list: {one_line(repr(data), 120)}")
     stop_reason = data.get("stop_reason")
     if stop_reason not in STOP_REASONS:
         raise InvalidReply(f"stop_reason = {one_line(repr(stop_reason), 80)}: not one the Messages API "
                            f"documents ({', '.join(sorted(STOP_REASONS))}); the reply is not acted on")
     content, refused = [], {}
     text_bytes = 0
-    for i, block in enumerate(data.get("content") or []):
+    for i, block in enumerate(data["content"]):
         if not isinstance(block, dict):
             raise InvalidReply(f"content[{i}] = {one_line(repr(block), 80)}: not an object")
         block = {k: v for k, v in block.items() if v is not None}
