@@ -1,5 +1,6 @@
 """JobStore: persisted outputs under hostile tool_use ids never leave ``tool-results/`` nor overwrite
-another id's output; whole files are atomic; JSONL is appended in order."""
+another id's output; whole files are atomic; JSONL is appended in order; the disk quota counts what a
+resumed job already had, refuses before writing, and never refuses the final documents."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.store import TOOL_RESULTS, JobStore, read_jsonl, safe_name
+from runner.store import QUOTA_SLACK, TOOL_RESULTS, DiskQuotaExceeded, JobStore, read_jsonl, safe_name
 
 HOSTILE_IDS = ["../../x", "x" * 5_000, "", "a/b", "a_b", "a?b", "/etc/passwd", "..", ".", "tool-results/../../y",
                "a\0b", "ä/ö", "CON", "a.2", "a", "toolu_01AbC", " ", "\n"]
@@ -220,3 +221,30 @@ async def test_opening_a_job_directory_removes_spares_an_earlier_process_left(tm
     (job / "metrics.json").write_text('{"turns": 2}\n')
     await JobStore(job).open()
     assert not left.exists() and (job / "metrics.json").read_text() == '{"turns": 2}\n'
+
+
+@pytest.mark.anyio
+async def test_the_disk_quota_counts_what_is_there_and_never_refuses_the_final_documents(tmp_path: Path):
+    job = tmp_path / "job"
+    (job / TOOL_RESULTS).mkdir(parents=True)
+    (job / TOOL_RESULTS / "old.txt").write_text("o" * 5_000)  # a resumed job's output
+    (job / "transcript.jsonl").write_text("t" * 1_000 + "\n")
+    store = JobStore(job)
+    await store.open()
+    assert store.bytes_used == 6_001
+    store.max_bytes = 8_000
+    store.queue(lines={"transcript.jsonl": ["x" * 1_000]})
+    await store.flush()  # fits: 7,002
+    store.queue(files={"metrics.json": "m" * 500})
+    await store.flush()  # a checkpoint counts too: 7,502
+    store.queue(outputs=[(f"{TOOL_RESULTS}/new.txt", "n" * 600)])
+    with pytest.raises(DiskQuotaExceeded, match="over its disk quota max_job_bytes = 8,000"):
+        await store.flush()
+    assert not (job / TOOL_RESULTS / "new.txt").exists()  # refused before anything was written
+    with pytest.raises(DiskQuotaExceeded):  # and from then on, even a small write
+        await store.write_text("job.json", "{}")
+    await store.write_json("metrics.json", {"status": "disk_quota"})  # the last words are written
+    await store.write_text("final.md", "r" * (QUOTA_SLACK * 2))
+    final = (job / "final.md").read_text()
+    assert len(final) < QUOTA_SLACK + 1_000 and "[cut: " in final and "max_job_bytes = 8,000" in final
+    assert json.loads((job / "metrics.json").read_text()) == {"status": "disk_quota"}
