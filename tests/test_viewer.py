@@ -217,7 +217,7 @@ def test_serve_renders_the_pages_from_disk_and_serves_only_the_runs_files(run):
     from runner.viewer.serve import create_app
 
     _, run_dir = run
-    client = TestClient(create_app(run_dir))
+    client = TestClient(create_app(run_dir), base_url="http://127.0.0.1")
     index = client.get("/")
     assert index.status_code == 200 and "stdlib-json" in index.text and 'http-equiv="refresh"' in index.text
     page = client.get(f"/view/{page_name('stdlib-json')}")

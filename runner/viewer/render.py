@@ -8,6 +8,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import time
@@ -24,6 +25,13 @@ from .charts import STAGE_COLORS
 from .pages import index_context, job_context, link, page_name
 
 PAGES_PER_WORKER = 16
+# the index's table script, as it is (a template file only so that it ships with the others; never rendered)
+SCRIPT = (Path(__file__).parent / "templates" / "index.js.j2").read_text(encoding="utf-8")
+# What a page may load: its own styles and the index's one script (by hash), nothing else; no script in a
+# file of the run (a transcript, a planted page) ever runs in a page's origin. Also sent as a header by --serve.
+PAGE_CSP = ("default-src 'none'; script-src 'sha256-"
+            + base64.b64encode(hashlib.sha256(SCRIPT.encode("utf-8")).digest()).decode("ascii")
+            + "'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'")
 _env = Environment(loader=PackageLoader("runner.viewer", "templates"), autoescape=select_autoescape(["j2", "html"]),
                    trim_blocks=True, lstrip_blocks=True)
 
@@ -44,12 +52,14 @@ def pages_dir_for(index: Path) -> Path:
 def render_index(run: RunData, index: Path, refresh: int | None = None) -> str:
     pages = link(pages_dir_for(index), index.parent)
     return _env.get_template("index.html.j2").render(
-        **index_context(run, pages), written=time.strftime("%Y-%m-%d %H:%M:%S"), refresh=refresh)
+        **index_context(run, pages), written=time.strftime("%Y-%m-%d %H:%M:%S"), refresh=refresh, script=SCRIPT,
+        csp=PAGE_CSP)
 
 
 def render_job(job: JobData, pages_dir: Path, index: Path, refresh: int | None = None) -> str:
     context = job_context(job, pages_dir, link(index, pages_dir))
-    return _env.get_template("job.html.j2").render(**context, refresh=refresh, all_stage_colors=STAGE_COLORS)
+    return _env.get_template("job.html.j2").render(**context, refresh=refresh, all_stage_colors=STAGE_COLORS,
+                                                   csp=PAGE_CSP)
 
 
 def _stale(job: JobData, page: Path) -> bool:
