@@ -79,7 +79,8 @@ def test_a_timed_out_api_job_writes_its_report(tmp_path: Path) -> None:
 
 
 def test_a_failed_job_still_leaves_a_report(tmp_path: Path) -> None:
-    (tmp_path / "j.toml").write_text('workspace = "."\nprompt = "Run the tests."\ntools = ["bash"]\n')
+    (tmp_path / "ws").mkdir()  # beside the output directory: a workspace holding it is refused
+    (tmp_path / "j.toml").write_text('workspace = "ws"\nprompt = "Run the tests."\ntools = ["bash"]\n')
     base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
     done = subprocess.run([sys.executable, "-m", "runner", "run", "j.toml", "--backend", "offline",
                            "--output-dir", "runs"], cwd=tmp_path, env=base, capture_output=True, text=True,

@@ -120,7 +120,8 @@ def test_server_compaction_on_the_offline_model_says_so_and_compacts_on_the_clie
 
 
 def test_a_job_the_offline_model_cannot_do_fails_with_a_reason(tmp_path):
-    (tmp_path / "j.toml").write_text('workspace = "."\nprompt = "Run the tests."\ntools = ["bash"]\n')
+    (tmp_path / "ws").mkdir()  # beside the output directory: a workspace holding it is refused
+    (tmp_path / "j.toml").write_text('workspace = "ws"\nprompt = "Run the tests."\ntools = ["bash"]\n')
     done = subprocess.run([sys.executable, "-m", "runner", "run", "j.toml", "--backend", "offline",
                            "--output-dir", "runs"], cwd=tmp_path, env=env(), capture_output=True, text=True,
                           timeout=120)
