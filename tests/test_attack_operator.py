@@ -402,3 +402,19 @@ def test_a_config_nested_200000_deep_is_one_error_line(tmp_path: Path) -> None:
         errors = [line for line in stderr.splitlines() if line.strip()]
         assert errors == ["error: config.toml: cannot parse: nested too deeply (expected a task or config file "
                           "of ordinary depth)"], errors
+
+
+def test_resume_refuses_a_job_json_whose_workspace_holds_the_run(tmp_path: Path) -> None:
+    project(tmp_path)
+    (tmp_path / "jobs" / "j.toml").write_text('prompt = "Run the tests."\nworkspace = "../ws"\ntools = ["bash"]\n'
+                                              '[limits]\nsandbox = "none"\n')
+    done = runner("run", "jobs", "--output-dir", "runs", "--backend", "offline", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr  # the offline model cannot run tests: the job failed
+    run_dir = (tmp_path / "runs" / "latest").resolve()
+    job_json = run_dir / "j" / "job.json"
+    spec = json.loads(job_json.read_text())
+    job_json.write_text(json.dumps({**spec, "workspace": str(tmp_path)}))
+    resumed = runner("resume", str(run_dir), "--backend", "offline", cwd=tmp_path)
+    errors = [line for line in resumed.stderr.decode().splitlines() if line.startswith("error:")]
+    assert resumed.returncode == 2 and len(errors) == 1, resumed.stderr
+    assert "job.json: workspace:" in errors[0] and "output directory" in errors[0]
