@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import platform
 import subprocess
@@ -145,7 +146,9 @@ async def test_a_swap_to_proc_self_never_reads_the_runners_environment(tmp_path,
 
 
 @needs_renameat2
-async def test_writes_through_a_swapped_symlink_create_nothing_outside(tmp_path, store):
+@pytest.mark.parametrize("lookup", ["openat2", "walk"])
+async def test_writes_through_a_swapped_symlink_create_nothing_outside(tmp_path, store, monkeypatch, lookup):
+    monkeypatch.setattr(beneath, "use_openat2", lookup == "openat2")
     ws, outside = race_tree(tmp_path)
     swapper = Swapper(ws)
     try:
@@ -158,7 +161,7 @@ async def test_writes_through_a_swapped_symlink_create_nothing_outside(tmp_path,
         swapper.stop()
     wrote = sum(1 for r in results if not r.get("is_error"))
     refused = sum(1 for r in results if r.get("is_error") and "outside" in text(r))
-    print(f"write race: attempted {len(results)}, wrote {wrote}, refused {refused}; "
+    print(f"write race ({lookup}): attempted {len(results)}, wrote {wrote}, refused {refused}; "
           f"edit: {sum(1 for r in edits if not r.get('is_error'))} edited")
     assert sorted(os.listdir(outside)) == ["outside-only.txt", "secret.txt"]  # nothing created outside
     assert (outside / "secret.txt").read_text() == f"{OUTSIDE}\n"
@@ -366,3 +369,19 @@ async def test_symlinks_that_stay_inside_work(tmp_path, store, monkeypatch, look
     assert (ws / "file-link.py").is_symlink() and (ws / "real" / "sub" / "f.py").read_text() == "x = 3\n"
     assert globbed["content"].endswith("/rel-link/f.py"), globbed
     assert grepped["content"].endswith("/real/sub/f.py:1:x = 3"), grepped
+
+
+async def test_without_openat2_the_walk_takes_over(tmp_path, store, monkeypatch):
+    """A kernel before 5.6 answers ENOSYS: the first call says so, and every lookup after it walks."""
+    def enosys(*args: object) -> int:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(beneath, "use_openat2", True)
+    monkeypatch.setattr(beneath, "_openat2", enosys)
+    ws, _ = race_tree(tmp_path)
+    async with Toolset(str(ws), ("read",), store) as tools:
+        inside = await tools.run(call("read", {"file_path": "d/secret.txt"}))
+        out = await tools.run(call("read", {"file_path": "x/secret.txt"}, "t2"))
+    assert beneath.use_openat2 is False
+    assert inside["content"] == f"{INSIDE}\n"
+    assert out.get("is_error") and "outside" in out["content"] and OUTSIDE not in out["content"]
