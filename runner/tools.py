@@ -27,7 +27,7 @@ Guarantees:
 - No call blocks the event loop or outlives its job: ``read``, ``write``, ``edit`` and ``glob`` run on
   a worker thread under a deadline (:data:`FILE_TOOL_DEADLINE_S`, then an error result, the call is
   abandoned and its walk stops soon after), and never run a model-chosen regular expression in this
-  process; ``grep`` runs in a child process (``python -I -m runner.grep_worker``) that is killed at
+  process; ``grep`` runs in a child process (``python -I``, :mod:`runner.grep_worker`) that is killed at
   the deadline or when the call is cancelled. ``read``, ``write`` and ``edit`` refuse non-regular
   files (FIFOs, devices, sockets) without blocking (looked at with ``O_PATH``, opened non-blocking).
   A cancelled ``bash`` call kills its process tree; ``timeout_ms`` is capped at
@@ -72,6 +72,10 @@ FILE_TOOL_DEADLINE_S = 60.0
 BASH_DEFAULT_TIMEOUT = 120.0  # seconds, the SDK's default
 READ_ONLY = frozenset({"read", "glob", "grep", "recall", "compact"})
 _GREP_ANSWER_BYTES = 8 << 20  # more than any answer of the worker (its output is capped at 100 KiB)
+# ``python -I -m runner.grep_worker``, also where runner is not installed: the directory holding the
+# package goes last on the path (the standard library first, so nothing beside it can stand in for it)
+_GREP_WORKER = (f"import sys; sys.path.append({os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r}); "
+                "from runner.grep_worker import main; main()")
 
 RECALL_TOOL = {
     "name": "recall",
@@ -183,7 +187,7 @@ async def _grep_in_child(workspace: str, args: dict[str, Any], deadline: float) 
     request = json.dumps({"workspace": workspace, "path": args.get("path"), "pattern": args["pattern"],
                           "max_files": file_tools.WALK_MAX_ENTRIES, "cpu_s": deadline + 5}).encode()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
-    process = await anyio.open_process([sys.executable, "-I", "-m", "runner.grep_worker"], stdin=subprocess.PIPE,
+    process = await anyio.open_process([sys.executable, "-I", "-c", _GREP_WORKER], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", env=env)
     out, err = bytearray(), bytearray()
 
