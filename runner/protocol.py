@@ -87,12 +87,17 @@ def archived_span(text: str) -> tuple[int, int] | None:
     return (int(match.group(2)), int(match.group(3))) if match else None
 
 
+def archived_count(text: str) -> int:
+    """How many messages a snip marker stands for (0 for any other text)."""
+    match = _ARCHIVED.match(text)
+    return int(match.group(1)) if match else 0
+
+
 # the digest's lines: what the archived messages did, and where their outputs are
 DIGEST_HEADING = "Digest of the archived messages (read them back with recall):"
 DIGEST_READ = "files read: {items}"
 DIGEST_WRITTEN = "files written or edited: {items}"
 DIGEST_CALLS = "other calls: {items}"
-DIGEST_SAVED = "outputs saved: {items}"
 DIGEST_UNDER = "(paths under {under})"
 DIGEST_MORE = "and {n} more"
 

@@ -4,23 +4,40 @@ Like OpenHands' stuck detector, it compares calls, not texts; unlike it, a caugh
 and the model is told what happened (when the call was first made and where its result is), so it
 can change course; only a model that keeps repeating after being told is stuck.
 
-Guarantee: a call is run at most ``max_repeated`` times within any ``window`` turns; the next
-identical call in that window is caught; the ``max_repeated``-th caught call of one kind makes the
-job stuck. Pure bookkeeping: no I/O.
+Guarantees:
+- A call is counted anywhere in the job, however many turns apart (a repeat after a compaction
+  removed the first result from view is the loop that thrashes). It is run at most ``max_repeated``
+  times; the next identical call is caught. With ``at_once``, a call whose newest result this job
+  saved to a file (:meth:`RepeatGuard.saved`) is caught at its first repeat, and :meth:`caught`
+  says where that file is (``Caught.saved``): its result is there to be read back. (Off by default:
+  it is for a caller that names that file, or hands back the saved output, in the caught result.)
+- A ``write`` or ``edit`` starts afresh: what was read before it may be read again.
+- The ``max_repeated``-th caught call of one kind makes the job stuck.
+- Memory is bounded per distinct call: a key is kept as a 16-byte hash, never as the call's input;
+  only a caught call keeps a short description of itself (for the stuck reason).
+Pure bookkeeping: no I/O.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+# how many turns the tools keep a result in memory to name it when a repeat is caught (older ones
+# are named by where the compactor saved them); the guard itself counts over the whole job
 WINDOW_TURNS = 10
+DESCRIPTION_CHARS = 300
+MUTATING = ("write", "edit")
 
 
 def call_key(name: str, args: Any) -> str:
     return json.dumps([name, args], sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _hash(key: str) -> bytes:
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 @dataclass
@@ -29,32 +46,75 @@ class Made:
     tool_use_id: str
 
 
+@dataclass(slots=True)
+class _Runs:
+    count: int
+    first_turn: int
+    first_id: str
+    last_id: str
+
+
+@dataclass
+class Caught:
+    """A repeat the guard caught: how often the call ran, when first, and where a result is saved."""
+
+    count: int
+    first: Made
+    saved: str | None
+
+
 @dataclass
 class RepeatGuard:
     max_repeated: int = 3
     window: int = WINDOW_TURNS
-    _made: dict[str, deque[Made]] = field(default_factory=dict)
-    _caught: dict[str, int] = field(default_factory=dict)
+    at_once: bool = False
+    _runs: dict[bytes, _Runs] = field(default_factory=dict)
+    _saved: dict[str, str] = field(default_factory=dict)  # tool_use id -> where its output is saved
+    _caught: dict[bytes, int] = field(default_factory=dict)
+    _described: dict[bytes, str] = field(default_factory=dict)  # caught keys only
+
+    def caught(self, key: str, turn: int) -> Caught | None:
+        """The repeat to catch when the call ``key`` is about to run at ``turn``, else ``None``."""
+        h = _hash(key)
+        runs = self._runs.get(h)
+        if runs is None:
+            return None
+        saved = self._saved.get(runs.last_id) or self._saved.get(runs.first_id)
+        if not (self.at_once and saved is not None) and runs.count < self.max_repeated:
+            return None
+        self._caught[h] = self._caught.get(h, 0) + 1
+        self._described.setdefault(h, key[:DESCRIPTION_CHARS])
+        return Caught(runs.count, Made(runs.first_turn, runs.first_id), saved)
 
     def check(self, key: str, turn: int) -> tuple[int, Made] | None:
         """``(count, first)`` when the call ``key`` at ``turn`` is a repeat to catch, else ``None``."""
-        made = self._made.get(key)
-        if made is None:
-            return None
-        while made and made[0].turn <= turn - self.window:
-            made.popleft()
-        if len(made) < self.max_repeated:
-            return None
-        self._caught[key] = self._caught.get(key, 0) + 1
-        return len(made), made[0]
+        found = self.caught(key, turn)
+        return (found.count, found.first) if found else None
 
     def record(self, key: str, turn: int, tool_use_id: str) -> None:
         """The call ``key`` was run at ``turn``."""
-        self._made.setdefault(key, deque()).append(Made(turn, tool_use_id))
+        if any(key.startswith(f'["{name}"') for name in MUTATING):
+            self._runs.clear()  # the workspace may have changed: earlier reads are not repeats
+            self._saved.clear()
+        h = _hash(key)
+        runs = self._runs.get(h)
+        if runs is None:
+            self._runs[h] = _Runs(1, turn, tool_use_id, tool_use_id)
+        else:
+            runs.count += 1
+            runs.last_id = tool_use_id
+
+    def saved(self, tool_use_id: str, path: str) -> None:
+        """The output of ``tool_use_id`` is saved at ``path`` (relative to the job directory)."""
+        self._saved[tool_use_id] = path
+
+    def saved_at(self, tool_use_id: str) -> str | None:
+        """Where the output of ``tool_use_id`` is saved, if this job saved it."""
+        return self._saved.get(tool_use_id)
 
     def stuck(self) -> tuple[str, int] | None:
         """The call a model keeps repeating after being told, and how often it was caught."""
-        for key, count in self._caught.items():
+        for h, count in self._caught.items():
             if count >= self.max_repeated:
-                return key, count
+                return self._described.get(h, "?"), count
         return None

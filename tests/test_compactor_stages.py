@@ -148,7 +148,10 @@ def test_snip_keeps_the_head_and_the_newest_and_names_the_archived_range():
     assert kept[1].message == entries[1].message
     # head (3) + marker + newest: the marker merges into the user message it follows
     marker_text = [b["text"] for b in kept[2].message["content"] if b.get("type") == "text"]
-    assert marker_text == ["[32 messages archived: transcript.jsonl messages 4-35]"]
+    assert len(marker_text) == 1
+    first, *digest = marker_text[0].split("\n")
+    assert first == "[32 messages archived: transcript.jsonl messages 4-35]"
+    assert digest[1] == "files read: " + "; ".join(f"t{n}.py" for n in range(2, 18))
     assert kept[-1].message == entries[-1].message
     assert [e.seq for e in kept[3:]] == list(range(36, 62))
 

@@ -44,7 +44,7 @@ def test_a_retired_key_is_left_out_of_later_summaries_and_a_newer_note_with_it_i
 def test_the_oldest_notes_give_way_when_the_notes_outgrow_the_budget():
     notes = "\n".join(f"- dir: d{i:03} | | " + "x" * 80 for i in range(100))
     summary = fallback_summary([{"role": "user", "content": "Go."}, *turn(1, notes), *turn(2, "Next: read.")],
-                               notes_budget=2_000)
+                               2_000)
     assert "- dir: d099 |" in summary and "- dir: d000 |" not in summary
     assert "older notes left out" in summary
 

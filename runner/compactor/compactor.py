@@ -16,6 +16,12 @@ Guarantees:
   per message and kept as a running total.
 - The circuit breaker: after ``max_summary_failures`` consecutive summary failures, the job's
   summaries come from the deterministic fallback, without a model call.
+- A summary (the model's or the fallback's) takes at most ``summary_share`` of the context limit.
+- Thrashing: a history compaction (``compact_history``, ``reactive_compact``) within ``thrash_turns``
+  turns of the one before, or one that frees less than ``thrash_freed_share`` of the limit, is a
+  strike; ``thrash_strikes`` strikes in a row escalate: summaries of half the share, then summaries
+  of the notes alone (memory-only carry-over), then :meth:`Compactor.stuck` gives the reason (with
+  the numbers) and the session ends the job ``stuck`` with a report of what it has.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from typing import Any
 from ..config import Limits
 from ..messages import Message
 from ..models.base import Usage
-from ..protocol import COMPACTED, REACTIVE_COMPACT
+from ..protocol import COMPACTED, REACTIVE_COMPACT, THRASHING
+from ..repeats import RepeatGuard
 from ..rundocs import CONTEXT, CompactionEvent, SummaryFailedEvent
 from ..rundocs import EVENTS as EVENTS
 from ..rundocs import TRANSCRIPT as TRANSCRIPT
@@ -39,6 +46,42 @@ from .stages import Outcome
 from .strategies import Strategy, strategy_for
 from .summarizer import Summarizer
 from .window import Entry, Window
+
+HISTORY_STAGES = ("compact_history", "reactive_compact")  # the compactions the thrash ladder watches
+LEVEL_HALF, LEVEL_NOTES, LEVEL_STUCK = 1, 2, 3
+
+
+@dataclass
+class Thrash:
+    """The thrash ladder of one job: its level and the run of poor history compactions behind it."""
+
+    level: int = 0  # 0: summaries of summary_share; 1: of half of it; 2: notes only; 3: stuck
+    strikes: int = 0  # poor compactions in a row since the last step up
+    last_turn: int | None = None
+    run: list[tuple[int | None, float]] = field(default_factory=list)  # (turns since the one before, share freed)
+    reason: str | None = None
+
+    def record(self, turn: int, freed: float, limits: Limits) -> None:
+        gap = None if self.last_turn is None else turn - self.last_turn
+        self.last_turn = turn
+        if freed >= limits.thrash_freed_share and (gap is None or gap > limits.thrash_turns):
+            self.strikes = 0
+            self.run.clear()  # a good compaction: the level stays (going back would oscillate)
+            return
+        self.run.append((gap, freed))
+        self.strikes += 1
+        if self.strikes < limits.thrash_strikes or self.level >= LEVEL_STUCK:
+            return
+        self.level += 1
+        self.strikes = 0
+        if self.level >= LEVEL_STUCK:
+            gaps = ", ".join("-" if g is None else str(g) for g, _ in self.run)
+            freed_shares = ", ".join(f"{f:.0%}" for _, f in self.run)
+            self.reason = THRASHING.format(compactions=len(self.run), turns=limits.thrash_turns,
+                                           share=f"{limits.thrash_freed_share:.0%}", gaps=gaps, freed=freed_shares)
+
+    def why(self) -> str:
+        return f"{len(self.run)} poor compactions in a row"
 
 
 @dataclass
@@ -63,6 +106,10 @@ class CompactionState:
     recorder: Recorder = field(default_factory=Recorder)
     # the job's compaction strategy; by default the one its limits name
     strategy: Strategy = None  # type: ignore[assignment]
+    turns: int = 0  # assistant messages added (the thrash ladder's clock)
+    thrash: Thrash = field(default_factory=Thrash)
+    # the job's repeat guard, told where each saved output is (a repeat of its call is caught at once)
+    repeats: RepeatGuard | None = None
 
     def __post_init__(self) -> None:
         if self.strategy is None:
@@ -78,6 +125,7 @@ class CompactionState:
         lines = [dumps(message) for message in messages]
         self.store.queue(lines={TRANSCRIPT: lines})
         for message, line in zip(messages, lines, strict=True):
+            self.turns += message.get("role") == "assistant"
             self.transcript_len += 1
             self.recorder.added(message, self.transcript_len)
             self._append(message, len(line))
@@ -113,6 +161,7 @@ class CompactionState:
         """Continue a resumed job: from the newest ``context.jsonl`` record that fits ``transcript`` (the
         context the job had), else by loading the whole transcript. True when a record was used. Runs
         off the loop (it reads ``context.jsonl`` and the outputs the record names); the session waits."""
+        self.turns = sum(1 for m in transcript if m.get("role") == "assistant")
         return await in_thread(self._resume_sync)(transcript)
 
     def _resume_sync(self, transcript: list[Message]) -> bool:
@@ -167,6 +216,12 @@ class CompactionState:
         elif token_limit:  # no measurement yet: a cautious 3 chars per token
             limit = min(limit, token_limit * 3 - self.overhead_chars)
         return max(limit, 1)
+
+    def summary_chars(self) -> int:
+        """The most characters a summary may take now: ``summary_share`` of the context limit, half
+        of that once the thrash ladder has stepped up."""
+        share = self.limits.summary_share / (2 if self.thrash.level >= LEVEL_HALF else 1)
+        return max(1, int(self.char_limit() * share))
 
 
 @dataclass
@@ -252,26 +307,35 @@ class Compactor:
         await self._summarize_into(state, "reactive_compact", REACTIVE_COMPACT, tail_start)
         return True
 
+    def stuck(self, state: CompactionState) -> str | None:
+        """Why the job is stuck (its history compactions thrash), or ``None``."""
+        return state.thrash.reason
+
     async def _summarize_into(self, state: CompactionState, stage: str, label: str, tail_start: int) -> None:
         entries = state.window.entries
         old = [e.message for e in entries[:tail_start]]
-        text = await self._summary(state, old)
-        summary_path = state.store.queue_summary(text)  # written with the compaction's event
         seqs = [e.seq for e in entries[:tail_start] if e.seq is not None]
-        where = f"{TRANSCRIPT} (messages 1-{max(seqs)} of this session)" if seqs else TRANSCRIPT
-        where = f"{where}; summary in {summary_path}"
+        transcript = f"{TRANSCRIPT} (messages 1-{max(seqs)} of this session)" if seqs else TRANSCRIPT
+        text = await self._summary(state, old, transcript)
+        summary_path = state.store.queue_summary(text)  # written with the compaction's event
+        where = f"{transcript}; summary in {summary_path}"
         message = stages.summary_message(label, state.active_request, text, where)
         state.recorder.summary(message, summary_path, label, where)
         outcome = Outcome(stages.replace_with_summary(entries, tail_start, message), paths=[summary_path])
+        before = state.window.total
         self._apply(state, stage, outcome)
+        if stage in HISTORY_STAGES:
+            state.thrash.record(state.turns, (before - state.window.total) / state.char_limit(), state.limits)
 
-    async def _summary(self, state: CompactionState, messages: list[Message]) -> str:
-        budget = max(4_000, state.limits.context_char_limit // 2)
+    async def _summary(self, state: CompactionState, messages: list[Message], where: str = TRANSCRIPT) -> str:
+        budget = state.summary_chars()
+        if state.thrash.level >= LEVEL_NOTES:  # memory-only carry-over: the notes alone, no model call
+            return fallback_summary(messages, budget, notes_only=state.thrash.why())
         breaker_open = state.summary_failures >= state.limits.max_summary_failures
         if self.summarizer.available and not breaker_open:
             try:
                 await state.store.flush()  # the summarizer is a model: every file it may be shown is on disk
-                summary = await self.summarizer.summarize(messages, state.active_request)
+                summary = await self.summarizer.summarize(messages, state.active_request, budget, where)
             except Exception as e:  # counted for the breaker; this compaction still happens
                 state.summary_failures += 1
                 state.store.queue_records(EVENTS, [SummaryFailedEvent(
@@ -303,6 +367,10 @@ class Compactor:
         state.compactions[stage] += 1
         state.persisted_bytes += sum(len(item.content.encode("utf-8", "surrogatepass")) for item in outcome.persist)
         writes.outputs += [(item.path, item.content) for item in outcome.persist]
+        if state.repeats is not None:
+            for item in outcome.persist:
+                if item.tool_use_id:
+                    state.repeats.saved(item.tool_use_id, item.path)
         writes.events.append(CompactionEvent(
             stage=stage, messages_before=before["messages"], messages_after=after["messages"],
             chars_before=before["chars"], chars_after=after["chars"], paths=sorted(set(outcome.paths)),

@@ -18,7 +18,9 @@ from typing import Any
 
 from ..messages import Message, blocks, has_tool_use, is_tool_result_message, user_text, with_content
 from ..protocol import (
+    archived_count,
     archived_marker,
+    archived_span,
     is_placeholder,
     persisted_marker,
     placeholder,
@@ -27,6 +29,7 @@ from ..protocol import (
     transcript_range,
 )
 from ..rundocs import TRANSCRIPT
+from .digest import digest, marker_texts
 from .window import MICRO_MIN_CHARS, Entry
 
 NameFor = Callable[[str, str], str]
@@ -37,6 +40,7 @@ SavedFor = Callable[[str, str], bool]  # (tool_use_id, path): was that id's outp
 class Persist:
     path: str
     content: str
+    tool_use_id: str = ""  # whose output it is (the repeat guard names the file when the call is repeated)
 
 
 @dataclass
@@ -100,7 +104,7 @@ def _marker(block: dict[str, Any], min_chars: int, preview: int, name_for: NameF
     marker = persisted_marker(path, text, preview)
     if len(marker) >= len(text):  # a preview plus the marker's lines would not be smaller
         return None
-    out.persist.append(Persist(path, text))
+    out.persist.append(Persist(path, text, str(block.get("tool_use_id", ""))))
     out.paths.append(path)
     return marker, len(text) - len(marker)
 
@@ -172,13 +176,18 @@ def safe_tail_start(entries: list[Entry], start: int) -> int:
 
 
 def archived_range(archived: list[Entry]) -> str:
+    """The transcript range of ``archived``, the ranges earlier snip markers among them name included."""
     seqs = [e.seq for e in archived if e.seq is not None]
+    for e in archived:
+        for text in marker_texts(e.message):
+            seqs += list(archived_span(text) or ())
     return transcript_range(min(seqs), max(seqs)) if seqs else TRANSCRIPT
 
 
 def snip(entries: list[Entry], trigger: int, head: int, target: int) -> Outcome | None:
     """2. Over ``trigger`` messages: keep the first ``head`` and the newest messages, ``target`` in all,
-    with one marker in the middle naming the archived transcript range. Pair-safe at both edges."""
+    with one marker in the middle naming the archived transcript range and carrying a digest of what
+    those messages did (:mod:`.digest`, at most ``SNIP_DIGEST_CHARS``). Pair-safe at both edges."""
     if len(entries) <= trigger:
         return None
     head_end = min(head, len(entries))
@@ -189,9 +198,28 @@ def snip(entries: list[Entry], trigger: int, head: int, target: int) -> Outcome 
     if tail_start <= head_end:
         return None
     archived = entries[head_end:tail_start]
-    marker = Entry.of(user_text(archived_marker(len(archived), archived_range(archived))),
-                      seen=True)
-    return Outcome(join(entries[:head_end], [marker], entries[tail_start:]))
+    # an earlier marker merged into the head's last message: this marker takes its place and carries it
+    head_entries, earlier = _without_markers(entries[:head_end])
+    carried = [Entry.of(user_text(t)) for t in earlier]
+    count = len(archived) + sum(archived_count(t) for t in earlier)
+    text = archived_marker(count, archived_range(carried + archived),
+                           digest([e.message for e in carried + archived]))
+    marker = Entry.of(user_text(text), seen=True)
+    return Outcome(join(head_entries, [marker], entries[tail_start:]))
+
+
+def _without_markers(entries: list[Entry]) -> tuple[list[Entry], list[str]]:
+    """``entries`` with the snip markers merged into them taken out, and those markers' texts."""
+    out, markers = [], []
+    for entry in entries:
+        found = marker_texts(entry.message)
+        if not found:
+            out.append(entry)
+            continue
+        markers += found
+        kept = [b for b in blocks(entry.message) if not (b.get("type") == "text" and b.get("text") in found)]
+        out.append(entry.replaced(with_content(entry.message, kept)) if kept else entry)
+    return out, markers
 
 
 def micro_compact(entries: list[Entry], total: int, target: int, keep_recent: int,
@@ -216,7 +244,7 @@ def micro_compact(entries: list[Entry], total: int, target: int, keep_recent: in
         path = saved_path(text)
         if path is None or not saved_for(tool_use_id, path):  # not ours: a tool output that looks like one
             path = name_for(tool_use_id, text)
-            out.persist.append(Persist(path, text))
+            out.persist.append(Persist(path, text, tool_use_id))
         short = placeholder(path)
         changed.setdefault(pos, {})[index] = short
         out.paths.append(path)

@@ -7,6 +7,10 @@ Guarantees:
   an executor spanning processes passes one gate for the whole cluster.
 - A summary input larger than ``max_input_chars`` is cut to its head and tail; the full history is
   on disk in the job's transcript.
+- A summary asked for with ``max_chars`` (the job's ``summary_share`` of its context) is asked for
+  with ``max_tokens`` of ``max_chars / 4`` (at most ``max_output_tokens``), told its size in the
+  prompt, and cut at a line end to ``max_chars`` when the model wrote more, saying it was cut and
+  where the transcript is.
 - Failures are raised to the caller (the Compactor counts them for its circuit breaker); retries of
   429/5xx are the SDK's.
 """
@@ -19,7 +23,12 @@ from dataclasses import dataclass
 
 from ..messages import Message
 from ..models.base import Model, Reply, Request, Usage
+from ..protocol import SUMMARY_CUT
+from ..rundocs import TRANSCRIPT
 from ..services import Gate, LocalGate
+
+CHARS_PER_TOKEN = 4
+SIZE_HINT = " Write at most {chars} characters: put the facts the agent needs to continue first."
 
 SYSTEM_PROMPT = (
     "You write the factual state summary of an AI agent's conversation, so that the agent can continue "
@@ -38,6 +47,18 @@ INSTRUCTIONS = (
 class Summary:
     text: str
     usage: Usage
+
+
+def cut_summary(text: str, max_chars: int, where: str = TRANSCRIPT) -> str:
+    """``text`` when it fits in ``max_chars``; else its head, cut at a line end, and a line saying it
+    was cut and where the full transcript is, together at most ``max_chars``."""
+    if len(text) <= max_chars:
+        return text
+    note = SUMMARY_CUT.format(kept=0, total=len(text), limit=max_chars, where=where)
+    room = max_chars - len(note) - 1 - 8  # the kept count's digits
+    head = text[:max(0, room)].rsplit("\n", 1)[0] if room > 0 else ""
+    note = SUMMARY_CUT.format(kept=len(head), total=len(text), limit=max_chars, where=where)
+    return (f"{head}\n{note}" if head else note)[:max_chars]
 
 
 def render_history(messages: list[Message], max_chars: int) -> str:
@@ -70,21 +91,32 @@ class Summarizer:
     def available(self) -> bool:
         return self.model is not None
 
-    def request(self, messages: list[Message], active_request: str) -> Request:
-        history = render_history(messages, self.max_input_chars)
-        prompt = (f"<conversation>\n{history}\n</conversation>\n\nThe agent's current task is stated "
-                  f"separately; do not repeat it. {INSTRUCTIONS}")
-        return Request(model=self.model_name, system=SYSTEM_PROMPT, messages=[{"role": "user", "content": prompt}],
-                       tools=[], max_tokens=self.max_output_tokens, cache=False)
+    def max_tokens(self, max_chars: int | None) -> int:
+        """The summary call's ``max_tokens``: ``max_chars`` at 4 characters per token, at most
+        ``max_output_tokens``."""
+        if max_chars is None:
+            return self.max_output_tokens
+        return max(1, min(self.max_output_tokens, max_chars // CHARS_PER_TOKEN))
 
-    async def summarize(self, messages: list[Message], active_request: str) -> Summary:
+    def request(self, messages: list[Message], active_request: str, max_chars: int | None = None) -> Request:
+        history = render_history(messages, self.max_input_chars)
+        hint = SIZE_HINT.format(chars=max_chars) if max_chars is not None else ""
+        prompt = (f"<conversation>\n{history}\n</conversation>\n\nThe agent's current task is stated "
+                  f"separately; do not repeat it. {INSTRUCTIONS}{hint}")
+        return Request(model=self.model_name, system=SYSTEM_PROMPT, messages=[{"role": "user", "content": prompt}],
+                       tools=[], max_tokens=self.max_tokens(max_chars), cache=False)
+
+    async def summarize(self, messages: list[Message], active_request: str, max_chars: int | None = None,
+                        where: str = TRANSCRIPT) -> Summary:
+        """A summary of ``messages``; with ``max_chars``, at most that long (cut, saying so, when the
+        model wrote more; ``where`` names the full transcript in that line)."""
         if self.model is None:
             raise RuntimeError("no summary model is configured")
-        request = self.request(messages, active_request)
+        request = self.request(messages, active_request, max_chars)
         async with self.gate.slot():
             self.calls += 1
             reply: Reply = await self.model.create(request)
         text = "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text").strip()
         if not text:
             raise RuntimeError(f"the summary model returned no text (stop_reason {reply.stop_reason})")
-        return Summary(text, reply.usage)
+        return Summary(cut_summary(text, max_chars, where) if max_chars is not None else text, reply.usage)
