@@ -16,7 +16,7 @@ A tool call whose input is over ``MAX_TOOL_INPUT_BYTES`` (the backend replaced i
 named it in ``Reply.refused_calls``) is answered with an error result, never run.
 
 Ends with a status: ``succeeded``, ``failed``, ``timeout``, ``max_turns``, ``budget_exceeded``,
-``stuck`` (the model kept repeating one call after being told), ``disk_quota`` (its files reached
+``stuck`` (the model kept repeating one call after being told, or its compactions thrash), ``disk_quota`` (its files reached
 ``limits.max_job_bytes``) or ``cancelled``. Whatever the
 ending, ``final.md`` and ``metrics.json`` are written (shielded from cancellation) and the
 transcript holds every message that was added.
@@ -215,6 +215,7 @@ class Session:
         await self._begin()
         async with Toolset(str(self.spec.workspace), self.spec.tools, self.store, self.spec.limits) as toolset:
             self._offer(toolset)
+            self.state.repeats = toolset.repeats  # told where the compactor saved each output
             while True:
                 self._check_before_call()
                 reply = await self._query()
@@ -253,6 +254,8 @@ class Session:
         spec, state = self.spec, self.state
         strategy = state.strategy
         messages = await self.compactor.prepare(state)
+        if stuck := self.compactor.stuck(state):  # its compactions thrash: a report of what it has
+            raise JobEnded(Status.STUCK, stuck, last_call=True)
         sent_chars = state.window.total
         request = Request(model=spec.model, messages=api_valid(messages), tools=self._tools,
                           max_tokens=spec.limits.max_output_tokens, system=spec.system,
