@@ -54,3 +54,11 @@ def test_a_damaged_run_json_never_tracebacks(tmp_path: Path, damage: str) -> Non
     assert shown.returncode in (1, 2)
     if shown.returncode == 2:
         assert len(shown.stderr.strip().splitlines()) == 1 and "run.json" in shown.stderr
+
+
+def test_every_status_has_a_style_and_a_colour():
+    from runner.report import STATUS_STYLE
+    from runner.rundocs import Status
+    from runner.viewer.charts import STATUS_COLORS
+
+    assert set(STATUS_STYLE) == set(Status) == set(STATUS_COLORS)  # the totals line lists STATUS_STYLE's
