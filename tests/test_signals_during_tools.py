@@ -73,3 +73,47 @@ def test_a_signal_ends_the_batch_while_a_tool_blocks(tmp_path: Path, signum: int
     while _leftovers() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _leftovers() == []  # the blocked call's process tree died with its job
+
+
+def _grep_workers() -> list[str]:
+    found = subprocess.run(["pgrep", "-af", "runner.grep_worker"], capture_output=True, text=True).stdout
+    return [line for line in found.splitlines() if "pgrep" not in line]
+
+
+def test_sigterm_ends_the_batch_within_2_s_while_a_catastrophic_regex_runs(tmp_path: Path) -> None:
+    """``(a+)+$`` over lines of a's ending in b backtracks for hours; the regex runs in a child
+    process, so the runner answers SIGTERM at once and the child dies with its job."""
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "a.txt").write_text(("a" * 40 + "b\n") * 50)
+    (tmp_path / "jobs" / "j.toml").write_text(
+        f'workspace = "{tmp_path / "ws"}"\nprompt = "Search."\n[limits]\ntimeout_s = 600\n')
+    (tmp_path / "config.toml").write_text('[runner]\nbackend = "anthropic"\n')
+    use = {"type": "tool_use", "id": "toolu_regex", "name": "grep", "input": {"pattern": "(a+)+$"}}
+    with running_emulator(EmulatorConfig(script=[ScriptedReply(content=[use], stop_reason="tool_use")])) as emu:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
+        proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "jobs"], cwd=tmp_path,
+                                env={**env, "ANTHROPIC_BASE_URL": emu.base_url, "ANTHROPIC_API_KEY": "emulator"},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not _grep_workers():
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the grep never started"
+                time.sleep(0.05)
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            sent = time.monotonic()
+            out, err = proc.communicate(timeout=30)
+            took = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130, err
+    assert took < 2, f"the runner took {took:.1f} s to stop"  # the issue's bound for any tool call
+    [run_dir] = [p for p in (tmp_path / "runs").iterdir() if not p.is_symlink()]
+    assert json.loads((run_dir / "j" / "metrics.json").read_text())["status"] == "cancelled"
+    deadline = time.monotonic() + 5
+    while _grep_workers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _grep_workers() == []
