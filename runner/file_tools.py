@@ -359,6 +359,12 @@ def _write_at(op: str, root: Root, rel: str, path: str, data: bytes, *, create: 
         os.close(dirfd)
 
 
+def write_beneath(op: str, root: Root, rel: str, path: str, data: bytes) -> None:
+    """``data`` put at ``rel`` beneath ``root`` (its directories made), as ``write`` does; raises
+    :class:`ToolFailure` (``op`` and ``path`` name the call in its text)."""
+    _write_at(op, root, rel, path, data, create=True)
+
+
 def write(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     check_args("write", args)
     path = _path("write", args)

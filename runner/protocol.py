@@ -126,9 +126,44 @@ THRASHING = ("thrashing: {compactions} history compactions in a row came within 
              "freed: {freed}); a summary of half the size and then one of the notes alone did not help")
 
 
-def summary_text(label: str, active_request: str, summary: str, where: str) -> str:
+def summary_text(label: str, active_request: str, summary: str, where: str, memory: str = "") -> str:
     return (f"[{label}]\n\nCurrent user request:\n{active_request}\n\nConversation summary:\n{summary}\n\n"
-            f"Full transcript: {where}. Read any part back with the recall tool.")
+            f"Full transcript: {where}. Read any part back with the recall tool."
+            + (f"\n\n{memory}" if memory else ""))
+
+
+# -- the memory index: what a compacted context is told of the memory files --------------------------
+
+MEMORY_INDEX_CHARS = 1_500
+MEMORY_INDEX = ("[Memory files] kept outside the context, never compacted; read them with the memory tool "
+                "(view, paged with view_range):")
+_MEMORY_ENTRY = re.compile(r"^- (/memories/\S+) \((\d+) bytes\)$", re.M)
+
+
+def memory_index(files: list[tuple[str, int]], budget: int = MEMORY_INDEX_CHARS) -> str:
+    """The index of the memory files (``/memories/...`` path, bytes) within ``budget`` characters:
+    a heading and one line per file, and how many more there are when they do not all fit; ``""``
+    when there are none."""
+    if not files:
+        return ""
+    lines = [MEMORY_INDEX]
+    used = len(MEMORY_INDEX)
+    for k, (path, size) in enumerate(files):
+        line = f"- {path} ({size} bytes)"
+        more = f"- and {len(files) - k} more (view /memories to list them)"
+        if used + 1 + len(line) + 1 + len(more) > budget and k < len(files) - 1 or used + 1 + len(line) > budget:
+            lines.append(more)
+            break
+        lines.append(line)
+        used += 1 + len(line)
+    return "\n".join(lines)
+
+
+def memory_index_entries(text: str) -> dict[str, int]:
+    """The memory files an index in ``text`` names, with their sizes."""
+    if MEMORY_INDEX not in text:
+        return {}
+    return {path: int(size) for path, size in _MEMORY_ENTRY.findall(text.split(MEMORY_INDEX, 1)[1])}
 
 
 def is_summary(text: str) -> bool:

@@ -1,5 +1,5 @@
 """A job's toolset: the file tools ``read``, ``write``, ``edit``, ``glob`` and ``grep`` over the job's
-workspace, a sandboxed ``bash``, plus ``recall`` and ``compact``.
+workspace, a sandboxed ``bash``, plus ``recall``, ``compact`` and ``memory`` (:mod:`runner.memory`).
 
 Trust model: the file tools are ours (:mod:`runner.file_tools`, :mod:`runner.grep_worker`), with the
 definitions (names, descriptions, input schemas) and the behaviour of the SDK's ``agent_toolset``,
@@ -60,6 +60,7 @@ from . import file_tools, protocol
 from .beneath import Outside, Root, open_regular, relative
 from .config import Limits
 from .file_tools import DEFAULT_MAX_FILE_BYTES, READ_PAGE_BYTES, ToolFailure
+from .memory import MEMORY_TOOL, MemoryTool
 from .repeats import RepeatGuard, call_key
 from .rundocs import TOOL_RESULTS, TRANSCRIPT
 from .sandbox import MAX_TIMEOUT_S, run_command
@@ -251,15 +252,16 @@ class Toolset:
         self._ids: set[str] = set()
         # tool_use id -> (turn, result) of the calls a caught repeat may name (those within the window)
         self._results: dict[str, tuple[int, dict[str, Any]]] = {}
+        self.memory = MemoryTool(str(store.dir), self.page_chars)
 
     def definitions(self) -> list[dict[str, Any]]:
         published = file_tool_definitions()
         files = [dict(published[name]) for name in self._files]
-        return [*([BASH_TOOL] if self._bash else []), *files, RECALL_TOOL, COMPACT_TOOL]
+        return [*([BASH_TOOL] if self._bash else []), *files, RECALL_TOOL, dict(MEMORY_TOOL), COMPACT_TOOL]
 
     @property
     def names(self) -> set[str]:
-        return {*self._files, *(("bash",) if self._bash else ()), "recall", "compact"}
+        return {*self._files, *(("bash",) if self._bash else ()), "recall", "memory", "compact"}
 
     async def __aenter__(self) -> Toolset:
         return self
@@ -282,8 +284,7 @@ class Toolset:
         """
         results: list[dict[str, Any] | None] = [None] * len(calls)
         runnable: list[int] = []
-        keys = [call_key(c["name"], c.get("input")) if isinstance(c, dict) and isinstance(c.get("name"), str)
-                else None for c in calls]  # each call's input serialized once
+        keys = [self._key(c) for c in calls]  # each call's input serialized once
         self._results = {k: v for k, v in self._results.items() if v[0] > turn - self.repeats.window}
         for i, call in enumerate(calls):
             tool_use_id = call.get("id") if isinstance(call, dict) else None
@@ -316,6 +317,14 @@ class Toolset:
             for i in runnable:
                 await one(i)
         return [r for r in results if r is not None]
+
+    def _key(self, call: Any) -> str | None:
+        """A call's key for the repeat guard; a ``memory`` call's names the memory's generation (the
+        writes made so far), so viewing memory that changed since is not a repeat."""
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            return None
+        key = call_key(call["name"], call.get("input"))
+        return f"{key}#{self.memory.generation}" if call["name"] == "memory" else key
 
     async def _repeated(self, call: dict[str, Any], key: str | None, turn: int) -> dict[str, Any] | None:
         name = call.get("name")
@@ -352,6 +361,8 @@ class Toolset:
                     "content": "Compaction requested; it runs after this tool batch."}
         if name == "recall":
             return await self._recall(tool_use_id, args)
+        if name == "memory":
+            return await self.memory.run(tool_use_id, args)
         if name == "bash" and self._bash:
             return await self._run_bash(tool_use_id, args)
         if name not in self._files:

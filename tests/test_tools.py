@@ -98,7 +98,7 @@ async def test_good_calls_work(workspace, store):
         read = await tools.run(call("read", {"file_path": str(workspace / "pkg" / "mod.py")}))
         grep = await tools.run(call("grep", {"pattern": "TODO"}))
         compact = await tools.run(call("compact", {}))
-    assert names == {"read", "glob", "grep", "recall", "compact"}
+    assert names == {"read", "glob", "grep", "recall", "memory", "compact"}
     assert not read.get("is_error") and "def f" in read["content"]
     assert not grep.get("is_error") and "mod.py" in grep["content"]
     assert not compact.get("is_error") and tools.compact_requested

@@ -17,6 +17,9 @@ Guarantees:
 - The circuit breaker: after ``max_summary_failures`` consecutive summary failures, the job's
   summaries come from the deterministic fallback, without a model call.
 - A summary (the model's or the fallback's) takes at most ``summary_share`` of the context limit.
+- The memory files (:mod:`runner.memory`) are never compacted; every history compaction's summary
+  message ends with their index (names and sizes, at most ``MEMORY_INDEX_CHARS``), so the model
+  knows what it kept outside the window.
 - Thrashing: a history compaction (``compact_history``, ``reactive_compact``) within ``thrash_turns``
   turns of the one before, or one that frees less than ``thrash_freed_share`` of the limit, is a
   strike; ``thrash_strikes`` strikes in a row escalate: summaries of half the share, then summaries
@@ -31,9 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Limits
+from ..memory import memory_files
 from ..messages import Message
 from ..models.base import Usage
-from ..protocol import COMPACTED, REACTIVE_COMPACT, THRASHING
+from ..protocol import COMPACTED, REACTIVE_COMPACT, THRASHING, memory_index
 from ..repeats import RepeatGuard
 from ..rundocs import CONTEXT, CompactionEvent, SummaryFailedEvent
 from ..rundocs import EVENTS as EVENTS
@@ -319,8 +323,9 @@ class Compactor:
         text = await self._summary(state, old, transcript)
         summary_path = state.store.queue_summary(text)  # written with the compaction's event
         where = f"{transcript}; summary in {summary_path}"
-        message = stages.summary_message(label, state.active_request, text, where)
-        state.recorder.summary(message, summary_path, label, where)
+        memory = memory_index(await in_thread(memory_files)(str(state.store.dir)))
+        message = stages.summary_message(label, state.active_request, text, where, memory)
+        state.recorder.summary(message, summary_path, label, where, memory)
         outcome = Outcome(stages.replace_with_summary(entries, tail_start, message), paths=[summary_path])
         before = state.window.total
         self._apply(state, stage, outcome)

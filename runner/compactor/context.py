@@ -56,8 +56,8 @@ class Recorder:
             if isinstance(block, dict) and block.get("type") == "tool_result":
                 self._results[str(block.get("tool_use_id", ""))] = (seq, i)
 
-    def summary(self, message: Message, path: str, label: str, where: str) -> None:
-        ref = {"summary": path, "label": label, "where": where}
+    def summary(self, message: Message, path: str, label: str, where: str, memory: str = "") -> None:
+        ref = {"summary": path, "label": label, "where": where, **({"memory": memory} if memory else {})}
         self._by_id[id(message)] = (message, ref)
         self._by_text[message["content"]] = ref
 
@@ -148,7 +148,7 @@ def _content(ref: Ref, transcript: list[Message], store: JobStore, active_reques
         return ref["x"]
     if "summary" in ref:
         text = _read(store, ref["summary"])
-        return summary_message(ref["label"], active_request, text, ref["where"])["content"]
+        return summary_message(ref["label"], active_request, text, ref["where"], ref.get("memory", ""))["content"]
     return _line(transcript, ref["t"])["content"]
 
 

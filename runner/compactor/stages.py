@@ -87,10 +87,13 @@ def _result_slots(entry: Entry) -> list[tuple[int, dict[str, Any]]]:
 
 
 def _recall_ids(entries: list[Entry]) -> set[str]:
-    """The ids of ``recall`` calls: their results are read-backs of saved outputs, never saved again
-    (persisting one would hand the model a preview of what it asked to read in full)."""
+    """The ids of ``recall`` calls and ``memory`` views: their results are read-backs (of saved
+    outputs, of memory files, one page each), never saved again (persisting one would hand the model
+    a preview of what it asked to read in full)."""
     return {str(b.get("id")) for entry in entries if entry.message.get("role") == "assistant"
-            for b in blocks(entry.message) if b.get("type") == "tool_use" and b.get("name") == "recall"}
+            for b in blocks(entry.message) if b.get("type") == "tool_use" and (
+                b.get("name") == "recall" or b.get("name") == "memory"
+                and isinstance(b.get("input"), dict) and b["input"].get("command") == "view")}
 
 
 def _marker(block: dict[str, Any], min_chars: int, preview: int, name_for: NameFor,
@@ -292,10 +295,10 @@ def unseen_tail_start(entries: list[Entry]) -> int:
     return safe_tail_start(entries, start)
 
 
-def summary_message(label: str, active_request: str, summary: str, where: str) -> Message:
-    """The one message that replaces summarized history."""
+def summary_message(label: str, active_request: str, summary: str, where: str, memory: str = "") -> Message:
+    """The one message that replaces summarized history; ``memory``: the index of the memory files."""
     summary = summary.replace(active_request, "(the current user request, above)") if active_request else summary
-    return user_text(summary_text(label, active_request, summary, where))
+    return user_text(summary_text(label, active_request, summary, where, memory))
 
 
 def replace_with_summary(entries: list[Entry], tail_start: int, message: Message) -> list[Entry]:

@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from ..models.base import COMPACTION_BETA
+from ..models.base import COMPACTION_BETA, MEMORY_BETA, MEMORY_TOOL_TYPE
 
 ID_PATTERN = r"^[a-zA-Z0-9_-]+$"
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,128}$"
@@ -167,6 +167,23 @@ class CustomTool(_Cacheable):
     eager_input_streaming: bool | None = None
 
 
+class MemoryTool(BaseModel):
+    """Anthropic's memory tool: its type, its name and nothing else but ``cache_control``; it needs
+    the anthropic-beta header that enables it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["memory_20250818"]
+    name: Literal["memory"]
+    cache_control: CacheControl | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _beta(cls, value: str, info: ValidationInfo) -> str:
+        if MEMORY_BETA not in _betas(info):
+            raise ValueError(f"the memory tool needs the anthropic-beta header {MEMORY_BETA}")
+        return value
+
+
 class ServerTool(BaseModel):
     """A server or versioned tool (``type`` other than ``custom``): the API defines its schema."""
 
@@ -178,11 +195,13 @@ class ServerTool(BaseModel):
 
 def _tool_kind(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else None
+    if kind == MEMORY_TOOL_TYPE:
+        return "memory"
     return "custom" if kind in (None, "custom") else "server"
 
 
-Tool = Annotated[Annotated[CustomTool, Tag("custom")] | Annotated[ServerTool, Tag("server")],
-                 Discriminator(_tool_kind)]
+Tool = Annotated[Annotated[CustomTool, Tag("custom")] | Annotated[MemoryTool, Tag("memory")]
+                 | Annotated[ServerTool, Tag("server")], Discriminator(_tool_kind)]
 
 
 class ToolChoiceAuto(Shape):
@@ -245,7 +264,8 @@ class CountTokensRequest(Shape):
 
     @field_validator("tools")
     @classmethod
-    def _unique_names(cls, tools: list[CustomTool | ServerTool] | None) -> list[CustomTool | ServerTool] | None:
+    def _unique_names(cls, tools: list[CustomTool | MemoryTool | ServerTool] | None
+                      ) -> list[CustomTool | MemoryTool | ServerTool] | None:
         names = [t.name for t in tools or []]
         if len(set(names)) != len(names):
             raise ValueError("Tool names must be unique.")

@@ -33,6 +33,8 @@ from ..messages import one_line
 from .base import (
     COMPACTION_BETA,
     MAX_TOOL_INPUT_BYTES,
+    MEMORY_BETA,
+    MEMORY_TOOL_TYPE,
     BackendUnusable,
     InvalidReply,
     PromptTooLong,
@@ -204,9 +206,12 @@ class AnthropicModel:
             kwargs["system"] = [{"type": "text", "text": request.system,
                                  **({"cache_control": EPHEMERAL} if request.cache else {})}]
         path, options = "/v1/messages", {}
+        betas = [MEMORY_BETA] if any(t.get("type") == MEMORY_TOOL_TYPE for t in request.tools or ()) else []
         if request.context_management:
             kwargs["context_management"] = request.context_management
-            path, options = "/v1/messages?beta=true", {"headers": {"anthropic-beta": COMPACTION_BETA}}
+            betas.insert(0, COMPACTION_BETA)
+        if betas:  # the memory tool and server-side compaction are betas: the beta endpoint, with their header
+            path, options = "/v1/messages?beta=true", {"headers": {"anthropic-beta": ",".join(betas)}}
         # the body serialized once by the C encoder: the SDK's retries, timeouts and error types, without
         # its per-request walk over the parameters, its deep copy of them, or its pydantic reply models
         body = json.dumps(kwargs, separators=(",", ":")).encode()

@@ -10,6 +10,8 @@ from ..rundocs import USAGE_KEYS
 # The anthropic-beta header that server-side compaction (``context_management``) needs: sent by the
 # anthropic backend, required by the emulator.
 COMPACTION_BETA = "compact-2026-01-12"
+MEMORY_BETA = "context-management-2025-06-27"  # the memory tool (memory_20250818)
+MEMORY_TOOL_TYPE = "memory_20250818"
 
 MAX_USAGE_TOKENS = 10**8  # no single call bills this many tokens of one kind: a larger count is a lie
 MAX_TOOL_INPUT_BYTES = 1 << 20  # a tool call whose input serializes larger gets an error result, is not run
