@@ -27,9 +27,37 @@ def _blocking_call() -> ScriptedReply:
     return ScriptedReply(content=[use], stop_reason="tool_use")
 
 
-def _leftovers() -> list[str]:
+def _leftovers(_parent: int | None = None) -> list[str]:
     found = subprocess.run(["pgrep", "-af", f"sleep {MARKER}"], capture_output=True, text=True).stdout
     return [line for line in found.splitlines() if "pgrep" not in line]
+
+
+def _signal_while(tmp_path: Path, task: str, reply: ScriptedReply, running, signum: int) -> tuple[subprocess.Popen, str, float]:
+    """Run ``runner run`` on one job (``task``: its task file's text) against the emulator, which
+    answers with ``reply``; once ``running()`` finds the blocked call, send ``signum``. Returns the
+    ended process, its stderr and how long it took to end after the signal."""
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "j.toml").write_text(task)
+    (tmp_path / "config.toml").write_text('[runner]\nbackend = "anthropic"\n')
+    with running_emulator(EmulatorConfig(script=[reply])) as emu:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
+        proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "jobs"], cwd=tmp_path,
+                                env={**env, "ANTHROPIC_BASE_URL": emu.base_url, "ANTHROPIC_API_KEY": "emulator"},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not running(proc.pid):  # the call is running (and blocked)
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the blocking call never started"
+                time.sleep(0.05)
+            time.sleep(0.5)
+            proc.send_signal(signum)
+            sent = time.monotonic()
+            _, err = proc.communicate(timeout=30)
+            return proc, err, time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -37,31 +65,10 @@ def test_a_signal_ends_the_batch_while_a_tool_blocks(tmp_path: Path, signum: int
     problem = bwrap_problem()
     if problem:
         pytest.skip(f"bubblewrap cannot start here: {problem}")
-    (tmp_path / "jobs").mkdir()
     (tmp_path / "ws").mkdir()
-    (tmp_path / "jobs" / "j.toml").write_text(
-        f'workspace = "{tmp_path / "ws"}"\nprompt = "Wait."\ntools = ["read", "glob", "grep", "bash"]\n'
-        "[limits]\ntimeout_s = 600\n")
-    (tmp_path / "config.toml").write_text('[runner]\nbackend = "anthropic"\n')
-    with running_emulator(EmulatorConfig(script=[_blocking_call()])) as emu:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-        proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "jobs"], cwd=tmp_path,
-                                env={**env, "ANTHROPIC_BASE_URL": emu.base_url, "ANTHROPIC_API_KEY": "emulator"},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.monotonic() + 60
-            while not _leftovers():  # the call is running (and blocked) inside the sandbox
-                assert proc.poll() is None, proc.communicate()
-                assert time.monotonic() < deadline, "the blocking call never started"
-                time.sleep(0.05)
-            time.sleep(0.5)
-            proc.send_signal(signum)
-            sent = time.monotonic()
-            out, err = proc.communicate(timeout=30)
-            took = time.monotonic() - sent
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    task = (f'workspace = "{tmp_path / "ws"}"\nprompt = "Wait."\ntools = ["read", "glob", "grep", "bash"]\n'
+            "[limits]\ntimeout_s = 600\n")
+    proc, err, took = _signal_while(tmp_path, task, _blocking_call(), _leftovers, signum)
     assert proc.returncode == 130, err
     assert took < 15, f"the runner took {took:.1f} s to stop"  # a bound, not a benchmark: it is ~1 s
     [run_dir] = [p for p in (tmp_path / "runs").iterdir() if not p.is_symlink()]
@@ -75,45 +82,33 @@ def test_a_signal_ends_the_batch_while_a_tool_blocks(tmp_path: Path, signum: int
     assert _leftovers() == []  # the blocked call's process tree died with its job
 
 
-def _grep_workers() -> list[str]:
-    found = subprocess.run(["pgrep", "-af", "runner.grep_worker"], capture_output=True, text=True).stdout
+def _grep_workers(parent: int | None = None) -> list[str]:
+    """grep's child processes (of ``parent``, else of any process)."""
+    found = subprocess.run(["pgrep", "-af", *(["-P", str(parent)] if parent else []), "runner.grep_worker"],
+                           capture_output=True, text=True).stdout
     return [line for line in found.splitlines() if "pgrep" not in line]
 
 
 def test_sigterm_ends_the_batch_within_2_s_while_a_catastrophic_regex_runs(tmp_path: Path) -> None:
     """``(a+)+$`` over lines of a's ending in b backtracks for hours; the regex runs in a child
     process, so the runner answers SIGTERM at once and the child dies with its job."""
-    (tmp_path / "jobs").mkdir()
     (tmp_path / "ws").mkdir()
     (tmp_path / "ws" / "a.txt").write_text(("a" * 40 + "b\n") * 50)
-    (tmp_path / "jobs" / "j.toml").write_text(
-        f'workspace = "{tmp_path / "ws"}"\nprompt = "Search."\n[limits]\ntimeout_s = 600\n')
-    (tmp_path / "config.toml").write_text('[runner]\nbackend = "anthropic"\n')
+    task = f'workspace = "{tmp_path / "ws"}"\nprompt = "Search."\n[limits]\ntimeout_s = 600\n'
     use = {"type": "tool_use", "id": "toolu_regex", "name": "grep", "input": {"pattern": "(a+)+$"}}
-    with running_emulator(EmulatorConfig(script=[ScriptedReply(content=[use], stop_reason="tool_use")])) as emu:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-        proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "jobs"], cwd=tmp_path,
-                                env={**env, "ANTHROPIC_BASE_URL": emu.base_url, "ANTHROPIC_API_KEY": "emulator"},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.monotonic() + 60
-            while not _grep_workers():
-                assert proc.poll() is None, proc.communicate()
-                assert time.monotonic() < deadline, "the grep never started"
-                time.sleep(0.05)
-            time.sleep(0.5)
-            proc.send_signal(signal.SIGTERM)
-            sent = time.monotonic()
-            out, err = proc.communicate(timeout=30)
-            took = time.monotonic() - sent
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    seen: list[str] = []
+
+    def started(parent: int) -> list[str]:
+        seen.extend(line.split()[0] for line in _grep_workers(parent))
+        return seen
+
+    proc, err, took = _signal_while(tmp_path, task, ScriptedReply(content=[use], stop_reason="tool_use"),
+                                    started, signal.SIGTERM)
     assert proc.returncode == 130, err
     assert took < 2, f"the runner took {took:.1f} s to stop"  # the issue's bound for any tool call
     [run_dir] = [p for p in (tmp_path / "runs").iterdir() if not p.is_symlink()]
     assert json.loads((run_dir / "j" / "metrics.json").read_text())["status"] == "cancelled"
     deadline = time.monotonic() + 5
-    while _grep_workers() and time.monotonic() < deadline:
+    while any(Path(f"/proc/{pid}").exists() for pid in seen) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _grep_workers() == []
+    assert seen and not any(Path(f"/proc/{pid}").exists() for pid in seen)  # the regex's process died
