@@ -7,6 +7,7 @@ why, only where this kernel lacks what it needs.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from conftest import scripted_job
 
 from runner import sandbox
 from runner.sandbox import MAX_PROCESSES, SANDBOX_UID, TMP_BYTES, bwrap_problem, run_command
@@ -240,15 +242,6 @@ def test_the_launcher_leaves_no_mount_on_the_host(workspace):
 async def test_a_hostile_model_through_the_real_sdk_gets_nothing(tmp_path, monkeypatch):
     """The planted-instruction attack end to end: the emulator's script plays a model that calls bash
     with the escape, a read of root-only files and of the runner's environment."""
-    from runner.compactor.compactor import Compactor
-    from runner.compactor.summarizer import Summarizer
-    from runner.config import Limits
-    from runner.emulator import EmulatorConfig, running_emulator
-    from runner.jobs import JobSpec
-    from runner.models.anthropic import AnthropicModel
-    from runner.session import Session
-    from runner.store import JobStore
-
     key = "sk-ant-hostile-" + uuid.uuid4().hex
     monkeypatch.setenv("ANTHROPIC_API_KEY", key)
     before = Path("/proc/sys/kernel/core_pattern").read_text()
@@ -260,18 +253,9 @@ async def test_a_hostile_model_through_the_real_sdk_gets_nothing(tmp_path, monke
     script = [{"content": [{"type": "tool_use", "id": "toolu_a1", "name": "bash", "input": {"command": attack}}],
                "stop_reason": "tool_use"},
               {"content": "Finished.", "stop_reason": "end_turn"}]
-    spec = JobSpec(name="h", source=Path("h.toml"), prompt="Survey.", workspace=ws, model="claude-sonnet-5-5",
-                   system=None, tools=("bash",), limits=Limits(max_retries=0, max_turns=5))
-    with running_emulator(EmulatorConfig(script=script, record_requests=True)) as emu:
-        model = AnthropicModel(base_url=emu.base_url, api_key="emulator", max_retries=0)
-        store = JobStore(tmp_path / "job")
-        await store.open()
-        session = Session(spec, model, Compactor(Summarizer(None, "m")), store, "m")
-        await session.run()
-        await model.aclose()
-        recorded = emu.state.snapshot()["recorded_requests"]
+    session, recorded, lines = await scripted_job(tmp_path, script, tools=("bash",), max_turns=5)
     assert session.result.status == "succeeded", session.result.error
-    transcript = (store.dir / "transcript.jsonl").read_text()
+    transcript = json.dumps(lines)
     assert "done" in transcript and "Read-only file system" in transcript  # the command really ran
     assert key not in transcript and key not in str(recorded)
     assert "root:x" not in transcript and "root:*" not in transcript and "root:!" not in transcript  # no /etc/shadow line

@@ -7,19 +7,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import scripted_job
 
-from runner.compactor.compactor import Compactor
-from runner.compactor.summarizer import Summarizer
-from runner.config import Limits
-from runner.emulator import EmulatorConfig, running_emulator
-from runner.jobs import JobSpec
 from runner.messages import merge_adjacent, request_problems
-from runner.models.anthropic import AnthropicModel
-from runner.session import Session
-from runner.store import JobStore, read_jsonl
 
 pytestmark = pytest.mark.anyio
 
@@ -27,24 +19,6 @@ pytestmark = pytest.mark.anyio
 
 def env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-
-
-async def scripted_job(tmp_path: Path, script: list[dict]) -> tuple[Session, list[dict], list[dict]]:
-    ws = tmp_path / "ws"
-    ws.mkdir(exist_ok=True)
-    (ws / "a.py").write_text('"""A."""\n')
-    spec = JobSpec(name="s", source=Path("s.toml"), prompt="Survey.", workspace=ws, model="claude-sonnet-5-5",
-                   system=None, tools=("read", "glob", "grep"), limits=Limits(max_retries=0, max_turns=20))
-    with running_emulator(EmulatorConfig(script=script, record_requests=True)) as emu:
-        model = AnthropicModel(base_url=emu.base_url, api_key="k", max_retries=0)
-        store = JobStore(tmp_path / "job")
-        await store.open()
-        session = Session(spec, model, Compactor(Summarizer(None, "m")), store, "m")
-        await session.run()
-        await model.aclose()
-        recorded = emu.state.snapshot()["recorded_requests"]
-    transcript, _ = read_jsonl(store.dir / "transcript.jsonl")
-    return session, recorded, transcript
 
 
 async def test_a_paused_turn_is_continued_in_the_same_assistant_message(tmp_path):
