@@ -456,8 +456,9 @@ def _is_dir(entry: os.DirEntry[str], root: Root, rel: str) -> bool:
     return _kind(root, rel) == "dir"
 
 
-def _kind(root: Root, rel: str) -> str | None:
-    """``"dir"``, ``"other"``, or None when ``rel`` does not resolve beneath the root."""
+def _stat_beneath(root: Root, rel: str) -> os.stat_result | None:
+    """What ``rel`` names (through a symlink that stays beneath), or None when it does not resolve
+    beneath the root."""
     if not _fits(rel):
         return None
     try:
@@ -465,11 +466,17 @@ def _kind(root: Root, rel: str) -> str | None:
     except (OSError, ValueError):
         return None
     try:
-        return "dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "other"
+        return os.fstat(fd)
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def _kind(root: Root, rel: str) -> str | None:
+    """``"dir"``, ``"other"``, or None when ``rel`` does not resolve beneath the root."""
+    found = _stat_beneath(root, rel)
+    return None if found is None else "dir" if stat.S_ISDIR(found.st_mode) else "other"
 
 
 class _Glob:
@@ -529,18 +536,8 @@ class _Glob:
 
 def _mtime(root: Root, rel: str) -> float | None:
     """The match's modification time (through a symlink), or None when it does not resolve beneath."""
-    if not _fits(rel):
-        return None
-    try:
-        fd = open_beneath(root, rel, os.O_PATH)
-    except (OSError, ValueError):
-        return None
-    try:
-        return os.fstat(fd).st_mtime
-    except OSError:
-        return 0.0
-    finally:
-        os.close(fd)
+    found = _stat_beneath(root, rel)
+    return None if found is None else found.st_mtime
 
 
 def glob_parts(pattern: str) -> list[str]:
