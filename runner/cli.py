@@ -32,7 +32,7 @@ from .jobs import JobError, JobSpec, find_task_files, load_jobs, parsed
 from .report import load_report, totals_line
 from .reserve import claim
 from .rundir import hold_run_dir
-from .rundocs import RUN_JSON, Status, is_run_dir, run_document
+from .rundocs import RUN_JSON, RunState, Status, is_run_dir, run_document
 from .tables import fitting_table
 from .terminal import json_printable, printable
 
@@ -247,6 +247,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     out.print(fitting_table(document["jobs"], title, out.width))
     totals = document["totals"]
     out.print(totals_line(document), highlight=False)
+    if document["state"] == RunState.INTERRUPTED:
+        out.print(escape(printable(f"interrupted: its runner is gone; `runner resume {args.run_dir}` continues it")),
+                  highlight=False)
     return 0 if totals["jobs"] and totals.get(Status.SUCCEEDED, 0) == totals["jobs"] else 1
 
 

@@ -19,7 +19,7 @@ SHORT = {"tool_result_budget": "budget", "micro_compact": "micro", "fit_tool_res
          "server_compaction": "server", "observation_mask": "mask"}
 STATUS_STYLE: dict[str, str] = {Status.SUCCEEDED: "green", Status.FAILED: "red", Status.TIMEOUT: "yellow", Status.MAX_TURNS: "yellow",
                 Status.BUDGET_EXCEEDED: "yellow", Status.STUCK: "yellow", Status.DISK_QUOTA: "yellow", Status.CANCELLED: "magenta",
-                Status.RUNNING: "cyan", Status.QUEUED: "dim", Status.NOT_STARTED: "dim"}
+                Status.RUNNING: "cyan", Status.QUEUED: "dim", Status.NOT_STARTED: "dim", Status.INTERRUPTED: "red"}
 
 
 def load_report(run_dir: Path) -> dict[str, Any]:

@@ -29,7 +29,9 @@ Guarantees:
 from __future__ import annotations
 
 import copy
+import fcntl
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -73,6 +75,7 @@ class Status(StrEnum):
     NOT_STARTED = "not_started"
     RUNNING = "running"
     QUEUED = "queued"
+    INTERRUPTED = "interrupted"  # shown, never written: it was running when its runner died
 
 
 LIVE_STATUSES = (Status.RUNNING, Status.QUEUED)
@@ -465,9 +468,37 @@ def load_run(run_dir: Path, with_specs: bool = True) -> RunData:
             problems += [problem] if problem else []
             spec = spec_data if isinstance(spec_data, dict) else {}
         jobs.append(JobData(name, job_dir, metrics or JobMetrics(job=name), spec))
+    update: dict[str, Any] = {}
+    if (head.state == RunState.RUNNING or any(j.metrics.status in LIVE_STATUSES for j in jobs)) \
+            and not writer_alive(run_dir):
+        update["state"] = RunState.INTERRUPTED
+        for job in jobs:
+            if job.metrics.status in LIVE_STATUSES:
+                job.metrics = job.metrics.model_copy(update={"status": Status.INTERRUPTED})
+        problems.append(f"{run_dir}: the runner writing this run is gone (it was killed or crashed); "
+                        f"`runner resume {run_dir}` continues it")
     rows = [j.metrics for j in jobs]
-    run = head.model_copy(update={"jobs": rows, "totals": totals_of(rows)})
+    run = head.model_copy(update={**update, "jobs": rows, "totals": totals_of(rows)})
     return RunData(run_dir, run, jobs, problems, ok)
+
+
+def writer_alive(run_dir: Path) -> bool:
+    """Whether a ``run`` or ``resume`` holds the run directory's lock now (the kernel drops it when
+    its holder dies, however it dies). Tested with a shared lock taken and dropped at once: it fails
+    only while a writer holds its exclusive one."""
+    try:
+        fd = os.open(run_dir / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False  # no lock file: nothing ever held it (or it was removed with the writer)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
 
 
 def run_document(run_dir: Path) -> dict[str, Any]:

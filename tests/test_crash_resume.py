@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import runner_env
 
+from runner import cli
 from runner.continuation import last_complete_turn
 from runner.messages import request_problems
+from runner.rundocs import run_document
 from runner.store import read_jsonl
 
 JOBS = 6
@@ -89,10 +91,17 @@ def _assert_not_torn(run_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("point", sorted(KILL_POINTS))
-def test_sigkill_then_resume(tmp_path: Path, point: str) -> None:
+def test_sigkill_then_resume(tmp_path: Path, point: str, capsys) -> None:
     _setup(tmp_path)
     run_dir = _kill_when(tmp_path, KILL_POINTS[point])
     before = json.loads((run_dir / "run.json").read_text())
+    # a dead run is told apart from a live one: the report, --json and the viewer's data say so
+    document = run_document(run_dir)
+    assert document["state"] == "interrupted"
+    assert not {j["status"] for j in document["jobs"]} & {"running", "queued"}
+    assert any("interrupted" == j["status"] for j in document["jobs"]), document["jobs"]
+    assert cli.main(["report", str(run_dir)]) == 1
+    assert f"runner resume {run_dir}" in " ".join(capsys.readouterr().out.split())
     done_before = {j["job"]: (run_dir / j["job"] / "metrics.json").read_bytes()
                    for j in before["jobs"] if j["status"] == "succeeded"}
     for metrics in run_dir.glob("*/metrics.json"):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from runner.report import load_report
+from runner.rundir import hold_run_dir
 
 
 def _report(run_dir: Path) -> subprocess.CompletedProcess[str]:
@@ -30,11 +31,12 @@ def test_a_running_run_shows_each_jobs_checkpoint(tmp_path: Path) -> None:
         {"job": "c", "status": "queued", "turns": 0}]})
     _write(run_dir / "a" / "metrics.json", {"job": "a", "status": "running", "turns": 17, "cost_usd": 0.4321})
     _write(run_dir / "b" / "metrics.json", {"job": "b", "status": "succeeded", "turns": 9, "cost_usd": 0.1})
-    document = load_report(run_dir)
+    with hold_run_dir(run_dir):  # as the run's writer does while it runs
+        document = load_report(run_dir)
+        shown = _report(run_dir)
     rows = {j["job"]: (j["status"], j["turns"], j["cost_usd"]) for j in document["jobs"]}
     assert rows == {"a": ("running", 17, 0.4321), "b": ("succeeded", 9, 0.1), "c": ("queued", 0, 0.0)}
     assert document["totals"]["turns"] == 26 and document["totals"]["cost_usd"] == pytest.approx(0.5321)
-    shown = _report(run_dir)
     assert shown.returncode == 1 and "Traceback" not in shown.stderr
     assert "running" in shown.stdout and "17" in shown.stdout and "0.4321" in shown.stdout
 
@@ -62,3 +64,21 @@ def test_every_status_has_a_style_and_a_colour():
     from runner.viewer.charts import STATUS_COLORS
 
     assert set(STATUS_STYLE) == set(Status) == set(STATUS_COLORS)  # the totals line lists STATUS_STYLE's
+
+
+def test_a_run_whose_writer_is_gone_is_interrupted_and_a_live_one_is_not(tmp_path):
+    from runner.rundocs import load_run, writer_alive
+
+    run_dir = tmp_path / "run"
+    (run_dir / "j").mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"state": "running", "jobs": [{"job": "j", "status": "running"}]}))
+    (run_dir / "j" / "metrics.json").write_text(json.dumps({"job": "j", "status": "running"}))
+    with hold_run_dir(run_dir):  # the writer's exclusive lock
+        assert writer_alive(run_dir)
+        live = load_run(run_dir)
+    assert live.state == "running" and live.jobs[0].metrics.status == "running"
+    assert not writer_alive(run_dir)  # released as its holder let go (the kernel does it on any death)
+    dead = load_run(run_dir)
+    assert dead.state == "interrupted" and dead.jobs[0].metrics.status == "interrupted"
+    assert any("runner resume" in p for p in dead.problems)
+    assert json.loads((run_dir / "j" / "metrics.json").read_text())["status"] == "running"  # shown, not written

@@ -19,7 +19,7 @@ STAGE_COLORS = {"tool_result_budget": "#8c564b", "snip": "#7f7f7f", "micro_compa
 STATUS_COLORS: dict[str, str] = {Status.SUCCEEDED: "#2ca02c", Status.FAILED: "#d62728", Status.TIMEOUT: "#ff7f0e",
                  Status.MAX_TURNS: "#ff7f0e", Status.BUDGET_EXCEEDED: "#ff7f0e", Status.STUCK: "#ff7f0e", Status.DISK_QUOTA: "#ff7f0e",
                  Status.CANCELLED: "#9467bd", Status.RUNNING: "#1f77b4", Status.QUEUED: "#aaaaaa",
-                 Status.NOT_STARTED: "#aaaaaa"}
+                 Status.NOT_STARTED: "#aaaaaa", Status.INTERRUPTED: "#d62728"}
 
 
 @dataclass(frozen=True)
