@@ -1,5 +1,5 @@
-"""The ``grep`` tool's search, in a process of its own: ``python -I -m runner.grep_worker`` reads one
-request (JSON) on stdin and writes one answer (JSON) on stdout.
+"""The ``grep`` tool's search, in a process of its own: :func:`serve`, a kept worker of
+:mod:`runner.grep_pool`, answers one JSON line per request (JSON lines) until its stdin closes.
 
 A model-chosen regular expression can take exponential time (``(a+)+$``) and Python's ``re`` holds
 the GIL while it runs: in the runner's process it would stall every job. Here it stalls only this
@@ -14,8 +14,9 @@ Guarantees:
   over 2,000 bytes and files with a NUL byte in their first 512 skipped, at most 100 KiB of output
   (then ``[output truncated at 102400 bytes]``), ``.git`` and ``node_modules`` not searched, the walk
   stopped after ``max_files`` files (``"cut": true`` in the answer).
-- It dies with the runner (``PR_SET_PDEATHSIG``) and after ``cpu_s`` seconds of CPU (``RLIMIT_CPU``),
-  whatever the runner does.
+- It dies with the runner (``PR_SET_PDEATHSIG``), and when one request has used ``cpu_s`` seconds
+  of CPU (``RLIMIT_CPU``, moved on before each request), whatever the runner does; a kept worker
+  also exits after 30 s without a request.
 
 Request: ``{"workspace", "path" (or null), "pattern", "max_files", "cpu_s"}``. Answer:
 ``{"text", "cut"}`` or ``{"error"}``.
@@ -28,6 +29,7 @@ import json
 import os
 import re
 import resource
+import select
 import signal
 import stat
 import sys
@@ -171,7 +173,7 @@ def grep(request: dict[str, Any]) -> dict[str, Any]:
     return {"text": "\n".join(search.hits) if search.hits else "no matches", "cut": cut}
 
 
-def _guard(cpu_s: float) -> None:
+def _die_with_parent() -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -179,23 +181,38 @@ def _guard(cpu_s: float) -> None:
         pass
     if os.getppid() == 1:
         sys.exit(1)  # the runner is already gone
-    seconds = max(1, int(cpu_s))
+
+
+def _cpu_cap(cpu_s: float) -> None:
+    """At most ``cpu_s`` more seconds of CPU from now (SIGXCPU, then SIGKILL a second later)."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    seconds = int(used.ru_utime + used.ru_stime) + max(1, int(cpu_s)) + 1
     try:
         resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
     except (ValueError, OSError):
         pass
 
 
-def main() -> None:
-    request = json.loads(sys.stdin.buffer.read())
-    _guard(float(request.get("cpu_s", 120)))
+def answer(line: bytes) -> bytes:
+    """One request (a JSON line) answered (a JSON line), under its CPU cap."""
     try:
-        answer = grep(request)
+        request = json.loads(line)
+        _cpu_cap(float(request.get("cpu_s", 120)))
+        found = grep(request)
     except Exception as e:  # reported, not a traceback the runner has to parse
-        answer = {"error": f"grep failed: {type(e).__name__}: {e}"}
-    sys.stdout.write(json.dumps(answer))
-    sys.stdout.flush()
+        found = {"error": f"grep failed: {type(e).__name__}: {e}"}
+    return json.dumps(found).encode() + b"\n"
 
 
-if __name__ == "__main__":
-    main()
+def serve(idle_s: float = 30.0) -> None:
+    """Requests, one JSON line each, answered in order until stdin closes or stays idle ``idle_s``
+    seconds (a kept worker of :mod:`runner.grep_pool`)."""
+    _die_with_parent()
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while select.select([stdin], [], [], idle_s)[0]:
+        line = stdin.readline()
+        if not line:
+            return
+        stdout.write(answer(line))
+        stdout.flush()
+

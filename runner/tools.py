@@ -27,8 +27,8 @@ Guarantees:
 - No call blocks the event loop or outlives its job: ``read``, ``write``, ``edit`` and ``glob`` run on
   a worker thread under a deadline (:data:`FILE_TOOL_DEADLINE_S`, then an error result, the call is
   abandoned and its walk stops soon after), and never run a model-chosen regular expression in this
-  process; ``grep`` runs in a child process (``python -I``, :mod:`runner.grep_worker`) that is killed at
-  the deadline or when the call is cancelled. ``read``, ``write`` and ``edit`` refuse non-regular
+  process; ``grep`` runs in a child process (``python -I``, :mod:`runner.grep_worker`, kept for the next
+  call by :mod:`runner.grep_pool`) that is killed at the deadline or when the call is cancelled. ``read``, ``write`` and ``edit`` refuse non-regular
   files (FIFOs, devices, sockets) without blocking (looked at with ``O_PATH``, opened non-blocking).
   A cancelled ``bash`` call kills its process tree; ``timeout_ms`` is capped at
   :data:`runner.sandbox.MAX_TIMEOUT_S`, and the result says so.
@@ -39,10 +39,7 @@ Guarantees:
 from __future__ import annotations
 
 import functools
-import json
 import os
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -56,7 +53,7 @@ from anthropic.lib.tools.agent_toolset import (
     beta_write_tool,
 )
 
-from . import file_tools, protocol
+from . import file_tools, grep_pool, protocol
 from .beneath import Outside, Root, open_regular, relative
 from .config import Limits
 from .file_tools import DEFAULT_MAX_FILE_BYTES, READ_PAGE_BYTES, ToolFailure
@@ -72,11 +69,6 @@ RECALL_PAGE_CHARS = 20_000
 FILE_TOOL_DEADLINE_S = 60.0
 BASH_DEFAULT_TIMEOUT = 120.0  # seconds, the SDK's default
 READ_ONLY = frozenset({"read", "glob", "grep", "recall", "compact"})
-_GREP_ANSWER_BYTES = 8 << 20  # more than any answer of the worker (its output is capped at 100 KiB)
-# ``python -I -m runner.grep_worker``, also where runner is not installed: the directory holding the
-# package goes last on the path (the standard library first, so nothing beside it can stand in for it)
-_GREP_WORKER = (f"import sys; sys.path.append({os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r}); "
-                "from runner.grep_worker import main; main()")
 
 RECALL_TOOL = {
     "name": "recall",
@@ -180,51 +172,6 @@ def _recall_text(job_dir: str, path: str) -> str:
         fd, _ = open_regular(root, relative(path, root.real, job_dir))
     with os.fdopen(fd, "rb") as f:
         return f.read().decode("utf-8", errors="replace")
-
-
-async def _grep_in_child(workspace: str, args: dict[str, Any], deadline: float) -> dict[str, Any] | None:
-    """The worker's answer to one grep call, or None when it did not answer within ``deadline``
-    seconds. The worker is killed (and reaped) at the deadline and when this is cancelled."""
-    request = json.dumps({"workspace": workspace, "path": args.get("path"), "pattern": args["pattern"],
-                          "max_files": file_tools.WALK_MAX_ENTRIES, "cpu_s": deadline + 5}).encode()
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
-    process = await anyio.open_process([sys.executable, "-I", "-c", _GREP_WORKER], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", env=env)
-    out, err = bytearray(), bytearray()
-
-    async def drain(stream: Any, into: bytearray) -> None:
-        async for chunk in stream:
-            if len(into) < _GREP_ANSWER_BYTES:
-                into += chunk
-
-    try:
-        with anyio.move_on_after(deadline):
-            assert process.stdin is not None and process.stdout is not None and process.stderr is not None
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(drain, process.stdout, out)
-                tg.start_soon(drain, process.stderr, err)
-                try:
-                    await process.stdin.send(request)
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    pass
-                await process.stdin.aclose()
-            await process.wait()
-            try:
-                answer = json.loads(bytes(out))
-            except ValueError:
-                answer = None
-            if not isinstance(answer, dict):
-                tail = bytes(err[-500:]).decode(errors="replace").strip()
-                return {"error": f"grep: the search failed (exit status {process.returncode})"
-                                 + (f": {tail}" if tail else "")}
-            return answer
-        return None
-    finally:
-        if process.returncode is None:
-            process.kill()
-        with anyio.CancelScope(shield=True):
-            await process.wait()
-            await process.aclose()
 
 
 def recall_page_chars(limits: Limits | None) -> int:
@@ -374,7 +321,9 @@ class Toolset:
                 file_tools.check_args("grep", args)
                 file_tools.string_arg("grep", args, "pattern")
                 file_tools.string_arg("grep", args, "path", optional=True)
-                answer = await _grep_in_child(self.workspace, args, deadline)
+                answer = await grep_pool.search({"workspace": self.workspace, "path": args.get("path"),
+                                                 "pattern": args["pattern"], "max_files": file_tools.WALK_MAX_ENTRIES,
+                                                 "cpu_s": deadline + 5}, deadline)
                 if answer is None:
                     return late
                 if "error" in answer:

@@ -225,6 +225,7 @@ async def test_a_catastrophic_regex_answers_at_its_deadline_and_never_stalls_the
             gaps.append(now - last)
             last = now
 
+    kept = set(grep_workers())  # idle workers kept from earlier calls are not this call's
     async with Toolset(str(ws), ("grep",), store) as tools:
         tools.deadline_s = 1.5
         async with anyio.create_task_group() as tg:
@@ -236,17 +237,30 @@ async def test_a_catastrophic_regex_answers_at_its_deadline_and_never_stalls_the
     assert result.get("is_error") and "did not finish within 1.5 s" in text(result), result
     assert took < 1.5 + 2, took
     assert max(gaps) < 2.0, max(gaps)  # the loop ran on; in practice a few tens of ms
-    assert grep_workers() == []  # killed and reaped
+    assert set(grep_workers()) <= kept  # its worker killed and reaped, none left busy
 
 
 async def test_a_cancelled_grep_kills_its_process(tmp_path, store):
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "evil.txt").write_text(("a" * 40 + "b\n") * 50)
+    kept = set(grep_workers())
     async with Toolset(str(ws), ("grep",), store) as tools:
         with anyio.move_on_after(0.5):
             await tools.run(call("grep", {"pattern": "(a+)+$"}))
-    assert grep_workers() == []
+    assert set(grep_workers()) <= kept
+
+
+async def test_a_finished_grep_keeps_its_worker_for_the_next_call(tmp_path, store):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.py").write_text("def f():\n    pass\n")
+    async with Toolset(str(ws), ("grep",), store) as tools:
+        first = await tools.run(call("grep", {"pattern": "^def "}, "toolu_g1"))
+        after_first = set(grep_workers())
+        second = await tools.run(call("grep", {"pattern": "pass"}, "toolu_g2"))
+        assert set(grep_workers()) == after_first  # the same worker answered: none started, none left
+    assert "a.py:1:def f():" in text(first) and "a.py:2:    pass" in text(second)
 
 
 # --- bad inputs -----------------------------------------------------------------------------------
