@@ -184,11 +184,13 @@ def _die_with_parent() -> None:
 
 
 def _cpu_cap(cpu_s: float) -> None:
-    """At most ``cpu_s`` more seconds of CPU from now (SIGXCPU, then SIGKILL a second later)."""
+    """At most ``cpu_s`` more seconds of CPU from now (then SIGXCPU ends the process). Only the soft
+    limit moves: an unprivileged kept worker could not raise a hard one again for its next request."""
     used = resource.getrusage(resource.RUSAGE_SELF)
-    seconds = int(used.ru_utime + used.ru_stime) + max(1, int(cpu_s)) + 1
+    soft = int(used.ru_utime + used.ru_stime) + max(1, int(cpu_s)) + 1
     try:
-        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
     except (ValueError, OSError):
         pass
 
