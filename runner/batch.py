@@ -148,7 +148,7 @@ def execute(batch: Batch, settings: Settings, as_json: bool = False) -> int:
     shown = err if as_json else out
     rows = final_rows(batch.run_dir, result)
     shown.print(fitting_table(rows, escape(f"run {batch.run_dir}"), shown.width))
-    shown.print(totals_line({"totals": totals_of(rows)}), highlight=False)
+    shown.print(totals_line({"totals": totals_of(rows), "jobs": rows}), highlight=False)
     shown.print(escape(f"files: {batch.run_dir}"), highlight=False, soft_wrap=True)
     if as_json:
         print(json_printable(json.dumps(run_document(batch.run_dir), ensure_ascii=False, indent=1)))

@@ -29,7 +29,7 @@ from .batch import (
 )
 from .config import ConfigError, Settings
 from .jobs import JobError, JobSpec, find_task_files, load_jobs, parsed
-from .report import load_report, totals_line
+from .report import load_report, plural, totals_line
 from .reserve import claim
 from .rundir import hold_run_dir
 from .rundocs import RUN_JSON, RunState, Status, is_run_dir, run_document
@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--config", type=Path, default=None,
-                       help="config file (default: ./config.toml when it exists)")
+                       help="config file (default: the nearest config.toml in the jobs or run directory or a "
+                            "directory above it, else ./config.toml when it exists)")
 
     run = sub.add_parser("run", help="run every task file in JOBS_DIR (default: jobs/)")
     run.add_argument("targets", nargs="*", type=Path, metavar="JOBS_DIR_OR_FILE",
@@ -98,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(resume)
     resume.add_argument("--backend", choices=["auto", "anthropic", "offline"],
                         help="must match the run's own backend (a resumed run keeps it)")
-    resume.add_argument("--concurrency", type=int)
+    resume.add_argument("--concurrency", type=int, help="jobs at once (overrides [runner] concurrency)")
     executor_flags(resume)
     resume.add_argument("--limits-from-config", action="store_true",
                         help="use the limits of today's config and task files (default: the run's own)")
@@ -123,8 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     emulate = sub.add_parser("emulate", help="serve the local Messages-API emulator", epilog="""exit codes:
   0    the server stopped
   2    bad emulator configuration""")
-    emulate.add_argument("--host", default="127.0.0.1")
-    emulate.add_argument("--port", type=int, default=8765)
+    emulate.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    emulate.add_argument("--port", type=int, default=8765, help="port to listen on (default: 8765)")
     emulate.add_argument("--config", type=Path, default=None, help="emulator settings (TOML)")
     return parser
 
@@ -203,8 +204,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     specs, errors, missing = collect(args.targets, settings)
     if missing:
         raise ConfigError(missing)
-    unsafe = [line for e in errors if e.unsafe for line in e.problems]
-    if unsafe:  # a job there could read and rewrite the other jobs' files, or the system's: nothing starts
+    unsafe = [line for e in errors if e.unsafe or e.duplicate for line in e.problems]
+    # a job there could read and rewrite the other jobs' files, or the system's, or two task files claim one
+    # name (which job is which would be a guess): nothing starts
+    if unsafe:
         raise ConfigError(unsafe)
     warn_unused_job_tables(args, settings, specs, errors)
     if args.only:
@@ -275,7 +278,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     result = write_view(args.run_dir, args.out)
     for problem in result.problems:
         print_error(problem, label="warning")
-    out.print(escape(printable(f"wrote {result.index} ({result.pages_written} job pages updated in {result.pages_dir})")),
+    out.print(escape(printable(f"wrote {result.index} ({plural(result.pages_written, 'job page')} updated in {result.pages_dir})")),
               highlight=False, soft_wrap=True)
     out.print(escape(printable(f"open: file://{result.index.resolve()}")), highlight=False, soft_wrap=True)
     return 0

@@ -256,7 +256,7 @@ def strict_check(source: str, data: dict[str, Any]) -> None:
             except ValidationError as e:
                 problems += describe_errors(source, e, prefix=f"jobs.{name}")
     if problems:
-        raise ConfigError(problems)
+        raise _StrictProblems(problems)
 
 
 def load_settings(path: Path | None) -> Settings:
@@ -266,7 +266,14 @@ def load_settings(path: Path | None) -> Settings:
             raise ConfigError([f"{path}: config file is a directory, expected a TOML file"])
         if not path.exists():
             raise ConfigError([f"{path}: config file not found"])
-        strict_check(str(path), read_toml(path))  # syntax, encoding, readability and type errors, named
+    problems: list[str] = []
+    if path is not None:
+        try:  # types as written; every problem is reported together with the ones below
+            strict_check(str(path), read_toml(path))  # syntax, encoding, readability and type errors, named
+        except ConfigError as e:
+            if not isinstance(e, _StrictProblems):  # unreadable or not TOML: nothing more to check
+                raise
+            problems += e.problems
     toml_file = path
 
     class _Loaded(Settings):
@@ -282,17 +289,29 @@ def load_settings(path: Path | None) -> Settings:
     try:
         settings = _Loaded()
     except ValidationError as e:
-        raise ConfigError(describe_errors(source, e, source_for=_env_source)) from None
-    problems = []
+        raise ConfigError(_merged(problems, describe_errors(source, e, source_for=_env_source))) from None
+    merged: list[str] = []
     for name, table in settings.jobs.items():
         if not isinstance(table, dict):
-            problems.append(f"{source}: jobs.{name}: expected a table of limits")
+            merged.append(f"{source}: jobs.{name}: expected a table of limits")
             continue
         try:
             settings.limits_for(name)
         except ValidationError as e:
-            problems += describe_errors(source, e, prefix=f"jobs.{name}",
-                                        source_for=functools.partial(_job_env_source, name))
+            merged += describe_errors(source, e, prefix=f"jobs.{name}",
+                                      source_for=functools.partial(_job_env_source, name))
+    problems = _merged(problems, merged)
     if problems:
         raise ConfigError(problems)
     return settings
+
+
+class _StrictProblems(ConfigError):
+    """:func:`strict_check`'s problems: the file was read, so the other checks still run."""
+
+
+def _merged(first: list[str], more: list[str]) -> list[str]:
+    """``first`` and then each line of ``more`` about a key ``first`` does not already name (the strict
+    and the lax check see the same mistake, in other words)."""
+    named = {line.split(" (got ")[0].rsplit(": ", 1)[0] for line in first}
+    return first + [line for line in more if line.split(" (got ")[0].rsplit(": ", 1)[0] not in named]

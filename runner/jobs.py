@@ -118,6 +118,7 @@ class JobError:
     source: Path
     problems: tuple[str, ...]
     unsafe: bool = False  # its workspace would expose the system or the run's own files: `run` refuses to start
+    duplicate: bool = False  # its name is another task file's: `run` refuses to start
 
     @property
     def message(self) -> str:
@@ -213,8 +214,9 @@ def load_job(task_file: Path, settings: Settings) -> JobSpec | JobError:
     except ValidationError as e:
         raw = data.get("name")
         name = raw if isinstance(raw, str) else fallback_name
-        return JobError(name if valid_name(name) else fallback_name, task_file,
-                        tuple(describe_errors(str(task_file), e)))
+        name = name if valid_name(name) else fallback_name
+        return JobError(name, task_file, tuple(describe_errors(str(task_file), e) + _other_problems(data, name, task_file,
+                                                                                                  settings, e)))
     name = task.name or task_file.stem
     problems: list[str] = []
     if name.lower() in RESERVED_NAMES:
@@ -250,6 +252,28 @@ def load_job(task_file: Path, settings: Settings) -> JobSpec | JobError:
         tools=tuple(task.tools),
         limits=limits,
     )
+
+
+def _other_problems(data: dict[str, Any], name: str, task_file: Path, settings: Settings,
+                    error: ValidationError) -> list[str]:
+    """What else is wrong with a task file whose fields did not validate: its ``[limits]`` and its
+    workspace, checked as written, so that every problem is reported at once."""
+    failed = {str(err["loc"][0]) for err in error.errors() if err["loc"]}
+    problems: list[str] = []
+    limits = data.get("limits")
+    if "limits" not in failed and isinstance(limits, dict) and limits:
+        try:
+            settings.limits_for(name, limits)
+        except ValidationError as e:
+            problems += describe_errors(str(task_file), e, prefix="limits")
+    workspace = data.get("workspace")
+    if "workspace" not in failed and isinstance(workspace, str) and workspace:
+        path, problem = _check_workspace(workspace, task_file)
+        if path is not None and not problem:
+            problem = workspace_problem(path, settings.runner.output_dir, task_file)
+        if problem:
+            problems.append(problem)
+    return problems
 
 
 def parsed(load: Callable[[], T], source: Path | str | None) -> T:
@@ -304,21 +328,31 @@ def load_jobs(task_files: list[Path], settings: Settings) -> tuple[list[JobSpec]
             claimed[result.name] = result.source
     taken = set(claimed)
     placed: set[str] = set()
+    given = {result.source: task_file for task_file, result in zip(task_files, results, strict=True)}
     for result in results:
+        duplicate = False
         if isinstance(result, JobSpec):
             if claimed[result.name] == result.source and result.name not in placed:
                 specs.append(result)
                 placed.add(result.name)
                 continue
-            problems: tuple[str, ...] = (f"{result.source}: name: job name {result.name!r} is already used by "
-                                         f"{claimed[result.name]}",)
+            first = given.get(claimed[result.name], claimed[result.name])
+            how = "" if result.name != result.source.stem else " (the file stem; no name is set)"
+            this = given.get(result.source, result.source)
+            problems: tuple[str, ...] = ((
+                f"{this}: name: job name {result.name!r}{how} is also the name of {first}; each job needs its own "
+                "name (it names the job's directory): set name = \"...\" in one of them",)
+                if claimed[result.name] != result.source else
+                (f"{this}: name: this task file (job {result.name!r}) is given more than once; give it once",))
+            duplicate = True
         else:
             problems = result.problems
         name = result.name
         if name in taken:
             name = _unique(f"{result.name}@{safe_job_name(result.source.stem)}", taken)
         taken.add(name)
-        errors.append(JobError(name, result.source, problems, isinstance(result, JobError) and result.unsafe))
+        errors.append(JobError(name, result.source, problems, isinstance(result, JobError) and result.unsafe,
+                               duplicate))
     return specs, errors
 
 

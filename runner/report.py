@@ -88,9 +88,29 @@ def _bytes(n: int) -> str:
     return str(size)
 
 
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """``1 job``, ``2 jobs``: a count with its noun in the right number."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
+
+
 def totals_line(document: dict[str, Any]) -> str:
-    """One line of totals: jobs, each status that occurred, tokens and cost."""
+    """One line of totals: jobs, each status that occurred, tokens (with the summaries' share, which the
+    job columns do not hold, when the rows are given under ``jobs``) and cost."""
     totals = document.get("totals") or {}
     statuses = ", ".join(f"{totals[s]} {s}" for s in STATUS_STYLE if isinstance(totals.get(s), int) and totals[s])
     tokens = f"{totals.get('input_tokens', 0):,} in / {totals.get('output_tokens', 0):,} out tokens"
-    return f"{totals.get('jobs', 0)} jobs, {statuses or '0 ' + Status.SUCCEEDED}; {tokens}; cost ${totals.get('cost_usd', 0):.4f}"
+    summary_in = summary_out = 0
+    for job in document.get("jobs") or ():
+        usage = job.get("summarizer_usage") if isinstance(job, dict) else None
+        if isinstance(usage, dict):
+            summary_in += _count(usage.get("input_tokens"))
+            summary_out += _count(usage.get("output_tokens"))
+    summaries = (f"; the tokens include summaries' {summary_in:,} in / {summary_out:,} out (not in the job columns)"
+                 if summary_in or summary_out else "")
+    jobs = totals.get("jobs", 0)
+    return (f"{plural(jobs if isinstance(jobs, int) else 0, 'job')}, {statuses or '0 ' + Status.SUCCEEDED}; {tokens}; "
+            f"cost ${totals.get('cost_usd', 0):.4f}{summaries}")
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

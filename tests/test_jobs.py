@@ -215,7 +215,6 @@ def test_malformed_task_files_fail_alone_while_the_others_succeed(tmp_path):
     (jobs / "directory.toml").mkdir()
     (jobs / "dangling.toml").symlink_to(tmp_path / "nowhere.toml")
     (jobs / "binary.toml").write_bytes(b"\x00\xff" * 100)
-    (jobs / "zz-dup.toml").write_text('name = "good-one"\nprompt = "again"\nworkspace = "../ws"\n')
     (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\nconcurrency = 4\n')
     run = runner(["run"], tmp_path)
     detail = f"\nstdout:\n{run.stdout}\nstderr:\n{run.stderr}"
@@ -227,7 +226,7 @@ def test_malformed_task_files_fail_alone_while_the_others_succeed(tmp_path):
     by_source = {Path(j["source"]).name: j for j in document["jobs"]}
     assert by_source["good-one.toml"]["status"] == "succeeded", detail
     assert by_source["good-two.toml"]["status"] == "succeeded", detail
-    failed = [*bad, "directory.toml", "dangling.toml", "binary.toml", "zz-dup.toml"]
+    failed = [*bad, "directory.toml", "dangling.toml", "binary.toml"]  # a duplicate name stops the run: test_first_hour
     for name in failed:
         job = by_source[name]
         assert job["status"] == "failed", job
@@ -291,7 +290,9 @@ def test_duplicate_names_keep_the_first_and_give_every_error_its_own_name(tmp_pa
     names = [e.name for e in errors] + [s.name for s in specs]
     assert len(set(names)) == len(names) == 5, names
     dup = [e for e in errors if e.source.name == "job.toml"]
-    assert len(dup) == 2 and all("already used by" in e.message for e in dup)
+    assert len(dup) == 2 and all(e.duplicate and ": name: " in e.message for e in dup)
+    assert any("is also the name of" in e.message and "one/job.toml" in e.message for e in dup)
+    assert any("is given more than once" in e.message for e in dup)
 
 
 def test_invalid_stems_become_safe_directory_names(tmp_path):
