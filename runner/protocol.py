@@ -137,7 +137,7 @@ def summary_text(label: str, active_request: str, summary: str, where: str, memo
 MEMORY_INDEX_CHARS = 1_500
 MEMORY_INDEX = ("[Memory files] kept outside the context, never compacted; read them with the memory tool "
                 "(view, paged with view_range):")
-_MEMORY_ENTRY = re.compile(r"^- (/memories/\S+) \((\d+) bytes\)$", re.M)
+_MEMORY_ENTRY = re.compile(r"^  (/memories/\S+) \((\d+) bytes\)$", re.M)  # not a ``- `` note line
 
 
 def memory_index(files: list[tuple[str, int]], budget: int = MEMORY_INDEX_CHARS) -> str:
@@ -149,8 +149,8 @@ def memory_index(files: list[tuple[str, int]], budget: int = MEMORY_INDEX_CHARS)
     lines = [MEMORY_INDEX]
     used = len(MEMORY_INDEX)
     for k, (path, size) in enumerate(files):
-        line = f"- {path} ({size} bytes)"
-        more = f"- and {len(files) - k} more (view /memories to list them)"
+        line = f"  {path} ({size} bytes)"
+        more = f"  and {len(files) - k} more (view /memories to list them)"
         if used + 1 + len(line) + 1 + len(more) > budget and k < len(files) - 1 or used + 1 + len(line) > budget:
             lines.append(more)
             break

@@ -242,8 +242,11 @@ async def test_the_asyncio_survey_with_a_tiny_snip_ends_within_60_turns_with_a_r
 
 
 async def test_a_job_whose_compactions_thrash_ends_stuck_with_its_report(tmp_path):
+    # the offline policy keeps its progress in memory files, so it completes encodings in 15,000
+    # chars with compactions 2 to 6 turns apart; a ladder that counts a compaction within 6 turns of
+    # the one before as poor makes that a thrashing job
     limits = {"context_char_limit": 15_000, "batch_char_limit": 15_000, "large_result_chars": 4_000,
-              "summary_share": 0.5, "thrash_turns": 1}
+              "summary_share": 0.5, "thrash_turns": 6}
     result, report = await survey(STDLIB / "encodings", tmp_path / "job", limits)
     print(f"encodings in 15,000 chars: {result.status} after {result.turns} turns: {result.error}")  # type: ignore[attr-defined]
     assert result.status == "stuck" and result.error.startswith("thrashing: ")  # type: ignore[attr-defined]
