@@ -334,9 +334,9 @@ class MemoryTool(BetaAsyncAbstractMemoryTool):
 
 
 def _error(tool_use_id: str, text: str) -> dict[str, Any]:
-    from .tools import safe_text
-
-    return {"type": "tool_result", "tool_use_id": tool_use_id, "content": safe_text(text[:2000]), "is_error": True}
+    """An error result, valid UTF-8 whatever the model sent (a lone surrogate is escaped)."""
+    safe = text[:2000].encode("utf-8", "backslashreplace").decode("utf-8")
+    return {"type": "tool_result", "tool_use_id": tool_use_id, "content": safe, "is_error": True}
 
 
 def page_footer(path: str, first: int, end: int, total: int) -> str:

@@ -1,0 +1,225 @@
+"""The memory tool (``memory_20250818`` on the job's ``memories/`` folder): its commands, its
+confinement, its requests through the real SDK against the emulator, resume, and the index a
+compaction leaves in the window."""
+
+from __future__ import annotations
+
+import email
+import os
+from pathlib import Path
+
+import pytest
+from conftest import scripted_job
+
+import runner.memory
+from runner.compactor.compactor import CompactionState, Compactor
+from runner.compactor.summarizer import Summarizer
+from runner.config import Limits
+from runner.emulator.validation import validate
+from runner.jobs import JobSpec
+from runner.memory import MAX_FILE_BYTES, MEMORY_TOOL, MemoryTool
+from runner.messages import text_of
+from runner.models.base import MEMORY_BETA
+from runner.models.offline import OfflineModel
+from runner.protocol import MEMORY_INDEX, MEMORY_INDEX_CHARS, memory_index, memory_index_entries
+from runner.session import Session
+from runner.store import JobStore, read_jsonl
+from runner.tools import Toolset
+
+pytestmark = pytest.mark.anyio
+
+
+async def run(tool: MemoryTool, **args: object) -> dict:
+    return await tool.run("toolu_1", dict(args))
+
+
+async def test_the_commands_work_on_the_job_directory(tmp_path):
+    tool = MemoryTool(str(tmp_path), page_chars=10_000)
+    created = await run(tool, command="create", path="/memories/notes.md", file_text="one\ntwo\n")
+    assert not created.get("is_error") and (tmp_path / "memories" / "notes.md").read_text() == "one\ntwo\n"
+    view = await run(tool, command="view", path="/memories/notes.md")
+    assert view["content"].endswith("     1\tone\n     2\ttwo")
+    assert not (await run(tool, command="insert", path="/memories/notes.md", insert_line=0,
+                          insert_text="zero\n")).get("is_error")
+    assert not (await run(tool, command="str_replace", path="/memories/notes.md", old_str="two",
+                          new_str="2")).get("is_error")
+    assert (tmp_path / "memories" / "notes.md").read_text() == "zero\none\n2\n"
+    part = await run(tool, command="view", path="/memories/notes.md", view_range=[2, 2])
+    assert part["content"].endswith("     2\tone")
+    assert not (await run(tool, command="create", path="/memories/notes.md", file_text="new\n")).get("is_error")
+    assert (tmp_path / "memories" / "notes.md").read_text() == "new\n"  # create rewrites
+    assert not (await run(tool, command="rename", old_path="/memories/notes.md",
+                          new_path="/memories/sub/moved.md")).get("is_error")
+    listing = await run(tool, command="view", path="/memories")
+    assert "/memories/sub/moved.md" in listing["content"]
+    assert not (await run(tool, command="delete", path="/memories/sub")).get("is_error")
+    assert os.listdir(tmp_path / "memories") == []
+    assert tool.generation == 6  # the writes made
+
+
+async def test_a_long_file_is_viewed_a_page_at_a_time(tmp_path):
+    tool = MemoryTool(str(tmp_path), page_chars=1_000)
+    await run(tool, command="create", path="/memories/long.md", file_text="".join(f"line {n}\n" for n in range(500)))
+    first = (await run(tool, command="view", path="/memories/long.md"))["content"]
+    assert len(first) < 1_300 and "[memory: lines 1-" in first and "view the rest with view_range [" in first
+    start = int(first.rsplit("view_range [", 1)[1].split(",")[0])
+    rest = (await run(tool, command="view", path="/memories/long.md", view_range=[start, -1]))["content"]
+    assert f"{start:>6}\tline {start - 1}" in rest
+
+
+@pytest.mark.parametrize("args", [
+    {"command": "view", "path": "/memories/../x"},
+    {"command": "create", "path": "/memories/../escape.md", "file_text": "x"},
+    {"command": "view", "path": "/etc/passwd"},
+    {"command": "create", "path": "/etc/passwd", "file_text": "x"},
+    {"command": "create", "path": "memories/x", "file_text": "x"},
+    {"command": "view", "path": "/memories/link"},
+    {"command": "create", "path": "/memories/link", "file_text": "x"},
+    {"command": "create", "path": "/memories/dirlink/x.md", "file_text": "x"},
+    {"command": "rename", "old_path": "/memories/ok.md", "new_path": "/memories/../../moved.md"},
+    {"command": "delete", "path": "/memories/.."},
+    {"command": "view", "path": "/memories/\udcff"},
+    {"command": "create", "path": "/memories/a.md", "file_text": "lone \ud800 surrogate"},
+    {"command": "create", "path": "/memories/a.md", "file_text": "x" * (MAX_FILE_BYTES + 1)},
+    {"command": "create", "path": "/memories/a.md"},
+    {"command": "insert", "path": "/memories/ok.md", "insert_line": 99, "insert_text": "x"},
+    {"command": "explode", "path": "/memories/ok.md"},
+    {"command": "view", "path": 7},
+])
+async def test_a_path_out_of_memories_or_a_bad_input_is_an_error_result(tmp_path, args):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_text("secret\n")
+    job = tmp_path / "job"
+    (job / "memories").mkdir(parents=True)
+    (job / "memories" / "ok.md").write_text("ok\n")
+    (job / "memories" / "link").symlink_to(outside / "secret.md")
+    (job / "memories" / "dirlink").symlink_to(outside)
+    result = await run(MemoryTool(str(job)), **args)
+    assert result["is_error"], result
+    assert "secret" not in result["content"][-200:] or "secret.md" not in os.listdir(job / "memories")
+    assert (outside / "secret.md").read_text() == "secret\n" and sorted(os.listdir(outside)) == ["secret.md"]
+    assert not (tmp_path / "escape.md").exists() and not (tmp_path / "moved.md").exists()
+    result["content"].encode("utf-8")  # valid text, whatever the input held
+
+
+async def test_a_memories_folder_that_is_a_symlink_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "memories").symlink_to(outside)
+    result = await run(MemoryTool(str(job)), command="create", path="/memories/x.md", file_text="x")
+    assert result["is_error"] and os.listdir(outside) == []
+
+
+async def test_the_folder_has_a_size_cap(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner.memory, "MAX_TOTAL_BYTES", 1_000)
+    tool = MemoryTool(str(tmp_path))
+    assert not (await run(tool, command="create", path="/memories/a.md", file_text="x" * 600)).get("is_error")
+    over = await run(tool, command="create", path="/memories/b.md", file_text="x" * 600)
+    assert over["is_error"] and "limit" in over["content"] and not (tmp_path / "memories" / "b.md").exists()
+    assert not (await run(tool, command="create", path="/memories/a.md", file_text="y" * 900)).get("is_error")
+
+
+async def test_every_job_is_offered_memory_and_a_view_of_changed_memory_is_not_a_repeat(store, tmp_path):
+    async with Toolset(str(tmp_path), ("read",), store, Limits(max_repeated_calls=1)) as tools:
+        assert MEMORY_TOOL in tools.definitions() and "memory" in tools.names
+        view = {"command": "view", "path": "/memories"}
+        calls = [{"type": "tool_use", "id": f"toolu_{n}", "name": "memory", "input": args}
+                 for n, args in enumerate([{"command": "create", "path": "/memories/a.md", "file_text": "a"},
+                                           view, {"command": "create", "path": "/memories/b.md", "file_text": "b"},
+                                           view, view])]
+        results = [(await tools.run_batch([call], turn=n))[0] for n, call in enumerate(calls)]
+    assert [bool(r.get("is_error")) for r in results] == [False, False, False, False, True]
+    assert "already made" in results[-1]["content"]
+
+
+def test_the_emulator_knows_the_memory_tool_and_its_beta():
+    body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+            "tools": [MEMORY_TOOL]}
+    assert validate(body, betas=[MEMORY_BETA], count_tokens=False, min_trigger=0) == []
+    assert any("anthropic-beta" in p for p in validate(body, betas=[], count_tokens=False, min_trigger=0))
+    odd = {**body, "tools": [{**MEMORY_TOOL, "description": "x"}]}
+    assert validate(odd, betas=[MEMORY_BETA], count_tokens=False, min_trigger=0)
+    renamed = {**body, "tools": [{**MEMORY_TOOL, "name": "notes"}]}
+    assert validate(renamed, betas=[MEMORY_BETA], count_tokens=False, min_trigger=0)
+
+
+async def test_memory_calls_through_the_sdk_are_valid_against_the_emulator(tmp_path):
+    create = {"type": "tool_use", "id": "toolu_m1", "name": "memory",
+              "input": {"command": "create", "path": "/memories/plan.md", "file_text": "- step one\n"}}
+    view = {"type": "tool_use", "id": "toolu_m2", "name": "memory",
+            "input": {"command": "view", "path": "/memories/plan.md"}}
+    session, recorded, transcript = await scripted_job(tmp_path, [
+        {"content": [create], "stop_reason": "tool_use"},
+        {"content": [view], "stop_reason": "tool_use"},
+        {"content": "Done.", "stop_reason": "end_turn"},
+    ])
+    assert session.result.status == "succeeded", session.result.error
+    assert len(recorded) == 3 and all(MEMORY_TOOL in r["tools"] for r in recorded)
+    results = [b for m in transcript if m["role"] == "user" and isinstance(m["content"], list)
+               for b in m["content"] if b.get("type") == "tool_result"]
+    assert not any(r.get("is_error") for r in results)
+    assert "     1\t- step one" in results[1]["content"]
+    assert (tmp_path / "job" / "memories" / "plan.md").read_text() == "- step one\n"
+
+
+def test_the_index_fits_its_budget_and_names_what_it_leaves_out():
+    assert memory_index([]) == ""
+    few = memory_index([("/memories/a.md", 10), ("/memories/b.md", 2_000)])
+    assert memory_index_entries(few) == {"/memories/a.md": 10, "/memories/b.md": 2_000}
+    many = memory_index([(f"/memories/dir/file-{n:04}.md", n) for n in range(500)])
+    assert len(many) <= MEMORY_INDEX_CHARS and "more (view /memories" in many
+    assert not any(line.startswith("- ") for line in many.split("\n"))  # not note lines of a summary
+
+
+async def test_a_history_compaction_leaves_the_memory_index_in_the_window(tmp_path):
+    store = JobStore(tmp_path / "job")
+    await store.open()
+    (store.dir / "memories").mkdir()
+    (store.dir / "memories" / "survey.md").write_text("- file: a.py | 10 | 1 |  | \n")
+    state = CompactionState(store=store, limits=Limits(), active_request="Survey.")
+    await state.add({"role": "user", "content": "Survey."})
+    for n in range(3):
+        await state.add({"role": "assistant", "content": [{"type": "text", "text": f"turn {n}"}]},
+                        {"role": "user", "content": f"more {n}"})
+    state.window.mark_seen()
+    await Compactor(Summarizer(None, "none")).compact_history(state)
+    await store.flush()
+    head = text_of(state.window.messages[0])
+    assert MEMORY_INDEX in head and memory_index_entries(head) == {"/memories/survey.md": 28}
+    rebuilt = CompactionState(store=JobStore(store.dir), limits=Limits(), active_request="Survey.")
+    transcript, _ = read_jsonl(store.dir / "transcript.jsonl")
+    assert await rebuilt.resume(transcript)  # context.jsonl keeps the index with the summary
+    assert memory_index_entries(text_of(rebuilt.window.messages[0])) == {"/memories/survey.md": 28}
+
+
+def survey_spec(max_turns: int) -> JobSpec:
+    limits = Limits(context_char_limit=30_000, batch_char_limit=30_000, large_result_chars=8_000,
+                    max_turns=max_turns)
+    return JobSpec(name="survey", source=Path("survey.toml"), prompt="Survey this package.",
+                   workspace=Path(email.__file__).parent, model="m", system=None, tools=("read", "glob", "grep"),
+                   limits=limits)
+
+
+async def test_a_resumed_job_sees_the_same_memory(tmp_path):
+    job = tmp_path / "job"
+    store = JobStore(job)
+    await store.open()
+    first = await Session(survey_spec(8), OfflineModel(), Compactor(Summarizer(None, "none")), store, "none").run()
+    assert first.status == "max_turns"
+    kept = {p.name: p.read_text() for p in (job / "memories").iterdir()}
+    assert "survey.md" in kept and "listing.md" in kept
+    transcript, _ = read_jsonl(job / "transcript.jsonl")
+    again = JobStore(job)
+    await again.open()
+    second = await Session(survey_spec(200), OfflineModel(), Compactor(Summarizer(None, "none")), again, "none",
+                           history=transcript).run()
+    assert second.status == "succeeded", second.error
+    assert (job / "memories" / "listing.md").read_text() == kept["listing.md"]
+    assert (job / "memories" / "survey.md").read_text().endswith(kept["survey.md"])  # notes go on at its top
+    final, _ = read_jsonl(job / "transcript.jsonl")
+    assert not any(b.get("name") == "glob" for m in final[len(transcript):] if m["role"] == "assistant"
+                   and isinstance(m["content"], list) for b in m["content"])  # it did not list the tree again
+    assert "# Survey of" in (job / "final.md").read_text()
