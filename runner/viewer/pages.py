@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 from markdown_it import MarkdownIt
 
+from ..memory import memory_files
 from ..report import SHORT
 from ..rundocs import EVENTS, FINAL, TRANSCRIPT, USAGE_KEYS, JobData, ModelCallEvent, RunData, parse_event
 from ..store import SUMMARIES, TOOL_RESULTS, safe_name
@@ -204,4 +205,5 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
             "problems": problems, "index_href": index_href, "row_model": job.record.get("model") or job.spec.get("model"),
             "stage_colors": [(s, STAGE_COLORS.get(s, "#555")) for s in dict.fromkeys(e["stage"] for e in compactions)], "limits": limits, "spec": job.spec,
             "title": f"job {job.name}", "transcript_href": link(job.dir / TRANSCRIPT, start),
-            "dir_href": link(job.dir, start)}
+            "dir_href": link(job.dir, start),
+            "memories": [{"path": path, "size": size} for path, size in memory_files(str(job.dir))]}
