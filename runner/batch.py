@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +27,10 @@ if TYPE_CHECKING:  # the scheduler pulls in the SDK (~1.5 s); `validate` and `re
     from .scheduler import Batch
 
 DEFAULT_CONFIG = Path("config.toml")
-out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+# a terminal's own width; on a pipe, $COLUMNS or 80 (rich's default), so the run table on a pipe is the
+# narrow one unless $COLUMNS makes room (every one-line message is printed with soft_wrap: never cut)
+out = Console()
+err = Console(stderr=True)
 
 
 def print_error(line: str, label: str = "error") -> None:
@@ -103,7 +104,7 @@ def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
         from .models.offline import OfflineModel
 
         err.print("[bold yellow]Using the embedded offline model[/] (no ANTHROPIC_API_KEY, or backend = offline): "
-                  "a deterministic survey policy, not a language model; token counts are estimates.")
+                  "a deterministic survey policy, not a language model; token counts are estimates.", soft_wrap=True)
         model: Model = OfflineModel()
         summarizer = Summarizer(None, s.model, max_concurrent=s.max_concurrent,
                                 requests_per_minute=s.requests_per_minute)
@@ -147,18 +148,38 @@ def execute(batch: Batch, settings: Settings, as_json: bool = False) -> int:
         result = anyio.run(run_batch, batch, make_display(err, batch.run_budget))
     shown = err if as_json else out
     rows = final_rows(batch.run_dir, result)
-    shown.print(fitting_table(rows, escape(f"run {batch.run_dir}"), shown.width))
-    shown.print(totals_line({"totals": totals_of(rows), "jobs": rows}), highlight=False)
-    shown.print(escape(f"files: {batch.run_dir}"), highlight=False, soft_wrap=True)
+    shown.print(escape(printable(f"run {batch.run_dir}")), highlight=False, soft_wrap=True)  # never folded
+    print_table(shown, rows)
+    shown.print(totals_line({"totals": totals_of(rows), "jobs": rows}), highlight=False, soft_wrap=True)
+    shown.print(escape(printable(f"files: {os.path.abspath(batch.run_dir)}")), highlight=False, soft_wrap=True)
     if as_json:
-        print(json_printable(json.dumps(run_document(batch.run_dir), ensure_ascii=False, indent=1)))
+        print(json_printable(json.dumps(json_document(batch.run_dir), ensure_ascii=False, indent=1)))
     if result.fatal:
         print_error(result.fatal)
         return 2
     if result.interrupted:
-        err.print("interrupted: running jobs were cancelled; `runner resume` continues them")
+        err.print("interrupted: running jobs were cancelled; `runner resume` continues them", soft_wrap=True)
         return 130
     return 0 if result.ok else 1
+
+
+
+def print_table(console: Console, rows: list[dict[str, Any]]) -> None:
+    """The run table at the console's width; when that is the narrow one (no error column), each job's
+    error follows it as a line of its own."""
+    table = fitting_table(rows, None, console.width)
+    console.print(table)
+    if any(str(column.header) == "error" for column in table.columns):
+        return
+    for row in rows:
+        if row.get("error"):
+            console.print(escape(printable(f"{row.get('job', '?')}: {row['error']}")), highlight=False, soft_wrap=True)
+
+
+
+def json_document(run_dir: Path) -> dict[str, Any]:
+    """The run as ``--json`` prints it: ``run_dir`` (absolute), then run.json's fields and each job's metrics."""
+    return {"run_dir": os.path.abspath(run_dir), **run_document(run_dir)}
 
 
 

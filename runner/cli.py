@@ -17,9 +17,11 @@ from .batch import (
     config_path,
     err,
     execute,
+    json_document,
     make_backend,
     out,
     print_error,
+    print_table,
     run_meta,
     say,
     settings_from,
@@ -32,8 +34,7 @@ from .jobs import JobError, JobSpec, find_task_files, load_jobs, parsed
 from .report import load_report, plural, totals_line
 from .reserve import claim
 from .rundir import hold_run_dir
-from .rundocs import RUN_JSON, RunState, Status, is_run_dir, run_document
-from .tables import fitting_table
+from .rundocs import RUN_JSON, RunState, Status, is_run_dir
 from .terminal import json_printable, printable
 
 EXIT_CODES = """exit codes:
@@ -109,7 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
   0    every job of the run succeeded
   1    a job did not (or has not yet)
   2    RUN_DIR is not a run directory""")
-    report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory, runs/<run-id>")
+    report.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?", default=None,
+                        help="a run directory, runs/<run-id> (default: the latest run, <output_dir>/latest of the "
+                             "config.toml `run` would use)")
     report.add_argument("--json", action="store_true",
                         help="print the run as one JSON document: run.json's fields and each job's metrics")
 
@@ -180,11 +183,40 @@ def warn_unused_job_tables(args: argparse.Namespace, settings: Settings, specs: 
                     "nothing", label="warning")
 
 
+def warn_unpriced(settings: Settings, specs: list[JobSpec]) -> None:
+    """One warning per model that the price table does not know (it is priced as the dearest family)."""
+    from .pricing import PriceTable
+
+    table = PriceTable(settings.prices)
+    users: dict[str, list[str]] = {}
+    for spec in specs:
+        users.setdefault(spec.model, []).append(f"job {spec.name}")
+    users.setdefault(settings.summarizer.model, []).append("[summarizer] model")
+    for model, who in users.items():
+        if line := table.unpriced(model):
+            print_error(f"{line} (used by {', '.join(who[:3])}{', ...' if len(who) > 3 else ''})", label="warning")
+
+
+ACTING_TOOLS = ("bash", "write", "edit")
+
+
+def warn_offline_tools(specs: list[JobSpec]) -> None:
+    """The offline model only surveys: a job that lists a tool that acts is told, one line per job,
+    that its prompt will not be carried out."""
+    for spec in specs:
+        acting = [t for t in spec.tools if t in ACTING_TOOLS]
+        if acting:
+            print_error(f"job {spec.name} ({shown_path(spec.source)}): the offline model only surveys the workspace (read, glob, "
+                        f"grep) and writes a report; it will not do what the prompt asks with {', '.join(acting)}; "
+                        "set ANTHROPIC_API_KEY to run it with a model", label="warning")
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     settings = parsed(lambda: settings_from(args, say=lambda line: out.print(escape(printable(line)), highlight=False,
                                                                              soft_wrap=True)), config_path(args))
     specs, errors, missing = collect(args.targets, settings)
     warn_unused_job_tables(args, settings, specs, errors)
+    warn_unpriced(settings, specs)
     for line in missing:
         print_error(line)
     for error in errors:
@@ -227,6 +259,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     model, summarizer, backend = make_backend(settings)
     warn_fallbacks(specs, model)
+    warn_unpriced(settings, specs)
+    if backend == "offline":
+        warn_offline_tools(specs)
     run_dir = settings.runner.output_dir / new_run_id()
     try:
         run_dir.mkdir(parents=True)
@@ -242,24 +277,38 @@ def cmd_run(args: argparse.Namespace) -> int:
         return execute(batch, settings, as_json=args.json)
 
 
+def latest_run(args: argparse.Namespace) -> Path:
+    """``<output_dir>/latest`` of the settings ``run`` would use here; says which run it is (on stderr)."""
+    settings = parsed(lambda: settings_from(args), config_path(args))
+    latest = settings.runner.output_dir / "latest"
+    if not latest.exists():
+        raise ConfigError([f"{latest}: no latest run (no RUN_DIR given, and {settings.runner.output_dir} holds no "
+                           "run yet); give RUN_DIR, or start one with `runner run`"])
+    target = latest.resolve()
+    say(f"report: {latest} -> {shown_path(target)} (the latest run)")
+    return Path(shown_path(target))
+
+
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.run_dir is None:
+        args.run_dir = latest_run(args)
     if args.json:
         return report_json(args.run_dir)
     document = load_report(args.run_dir)
-    title = escape(printable(f"run {args.run_dir} ({document['state']})"))
-    out.print(fitting_table(document["jobs"], title, out.width))
+    out.print(escape(printable(f"run {args.run_dir} ({document['state']})")), highlight=False, soft_wrap=True)
+    print_table(out, document["jobs"])
     totals = document["totals"]
-    out.print(totals_line(document), highlight=False)
+    out.print(totals_line(document), highlight=False, soft_wrap=True)
     if document["state"] == RunState.INTERRUPTED:
         out.print(escape(printable(f"interrupted: its runner is gone; `runner resume {args.run_dir}` continues it")),
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
     return 0 if totals["jobs"] and totals.get(Status.SUCCEEDED, 0) == totals["jobs"] else 1
 
 
 def report_json(run_dir: Path) -> int:
     if not is_run_dir(run_dir):
         raise ConfigError([f"{run_dir / RUN_JSON}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
-    document = run_document(run_dir)
+    document = json_document(run_dir)
     print(json_printable(json.dumps(document, ensure_ascii=False, indent=1)))
     totals = document["totals"]
     return 0 if totals[Status.SUCCEEDED] == totals["jobs"] else 1

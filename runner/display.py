@@ -1,7 +1,9 @@
 """Progress while a batch runs: a live rich table on a terminal, plain lines otherwise.
 
-Both show what is true so far: jobs by status, an ETA from the jobs finished (elapsed time per
-finished job times the jobs left, so concurrency is accounted for), the cost so far against the
+Both show what is true so far: jobs by status (a job is running until its end is reported, then
+its result's status: the counts and the rows agree), an ETA from the jobs finished (elapsed time per
+finished job times the jobs left, so concurrency is accounted for; "?" while a running job has
+outlasted the ones that ended), the cost so far against the
 run's ``max_cost_usd``, tokens, and the 429/529 answers the API gave (every attempt, retries too).
 """
 
@@ -50,30 +52,62 @@ class Tally:
         self.progress: dict[str, JobProgress] = {}
         self.results: dict[str, JobResult] = {}
         self.started = time.monotonic()
+        self.started_wall = time.time()
 
     def start(self, progress: dict[str, JobProgress]) -> None:
         self.progress = progress
         self.started = time.monotonic()
+        self.started_wall = time.time()
 
     def finished(self, result: JobResult) -> None:
         self.results[result.name] = result
 
+    def state(self, name: str) -> str:
+        """A job's status as every part of the display tells it: its result's once it ended; until then
+        queued, or running (a session that already set its final status is still running until it ends)."""
+        if name in self.results:
+            return self.results[name].status
+        progress = self.progress.get(name)
+        return Status.QUEUED if progress is None or progress.status == Status.QUEUED else Status.RUNNING
+
+    def active(self) -> list[JobProgress]:
+        """The jobs running now (started, not ended), in order."""
+        return [p for n, p in self.progress.items() if self.state(n) == Status.RUNNING]
+
     def eta_s(self, now: float | None = None) -> float | None:
-        """Seconds left at the pace of the jobs finished so far; None before the first one ends."""
+        """Seconds left, or None when they cannot be estimated: before the first job ends, or while a
+        running job has already outlasted the jobs that ended (its end is anyone's guess, whatever the
+        pace of the others, e.g. six jobs that failed at once beside one at turn 114 of 3,000).
+
+        The estimate: the elapsed time per job ended times the jobs left (concurrency accounted for),
+        and at least what a running job needs to reach the jobs' typical duration."""
         done = len(self.results)
         if not done:
             return None
-        elapsed = (now if now is not None else time.monotonic()) - self.started
-        return elapsed / done * max(len(self.progress) - done, 0)
+        now = now if now is not None else time.monotonic()
+        left = sum(1 for n in self.progress if n not in self.results)
+        if not left:
+            return 0.0
+        estimate = (now - self.started) / done * left
+        durations = [r.wall_s for r in self.results.values() if r.wall_s > 0]
+        typical = sum(durations) / len(durations) if durations else None
+        wall_now = self.started_wall + (now - self.started)
+        for p in self.active():
+            if p.started is None:
+                continue
+            ran = max(wall_now - p.started, 0.0)
+            if typical is None or ran > typical:
+                return None
+            estimate = max(estimate, typical - ran)
+        return estimate
 
     def line(self, now: float | None = None) -> str:
-        # a job's result is the truth once it ended; its progress until then
-        counts: Counter[str] = Counter(self.results[n].status if n in self.results else p.status for n, p in self.progress.items())
+        counts: Counter[str] = Counter(self.state(n) for n in self.progress)
         parts = [f"{len(self.results)}/{len(self.progress)} done"]
         parts += [f"{n} {s}" for s, n in sorted(counts.items()) if n and s != Status.SUCCEEDED] + (
             [f"{counts[Status.SUCCEEDED]} {Status.SUCCEEDED}"] if counts[Status.SUCCEEDED] else [])
         eta = self.eta_s(now)
-        parts.append(f"ETA {_clock(eta)}" if eta is not None else "ETA -")
+        parts.append(f"ETA {_clock(eta)}" if eta is not None else "ETA ?" if self.results else "ETA -")
         cost = sum(p.cost_usd for p in self.progress.values())
         limit = self.budget.limit if self.budget else None
         parts.append(f"${cost:.4f}" + (f" of ${limit:g}" if limit is not None else ""))
@@ -135,15 +169,16 @@ class LiveDisplay:
         for column in ("job", "status", "turns", "context chars", "compactions", "cost $", "elapsed"):
             table.add_column(column, justify="left" if column in ("job", "status") else "right",
                              no_wrap=True, overflow="ellipsis", max_width=30 if column == "job" else None)
-        active = [p for p in self.tally.progress.values() if p.status == Status.RUNNING]
+        active = self.tally.active()
         now = time.time()
         for p in active[:30]:
-            table.add_row(Text(printable(p.name)), Text(printable(p.status)), str(p.turns), f"{p.context_chars:,}",
+            table.add_row(Text(printable(p.name)), Text(Status.RUNNING), str(p.turns), f"{p.context_chars:,}",
                           str(p.compactions),
                           f"{p.cost_usd:.4f}", f"{now - (p.started or now):.0f}s")
         if len(active) > 30:
             table.add_row(f"... {len(active) - 30} more running", "", "", "", "", "", "")
-        return Group(table, Text(self.tally.line(), style="bold"))
+        # one line at any width: cut with an ellipsis, never wrapped
+        return Group(table, Text(self.tally.line(), style="bold", no_wrap=True, overflow="ellipsis"))
 
     def job_started(self, progress: JobProgress) -> None:
         return None

@@ -47,11 +47,24 @@ class PriceTable:
             data = price if isinstance(price, Mapping) else price.model_dump()
             self.prices[key] = Rates.of(**data)
 
-    def rates(self, model: str) -> Rates:
+    def key_for(self, model: str) -> str | None:
+        """The price table's key that prices ``model``, or None when none matches (then FALLBACK's)."""
         if model in self.prices:
-            return self.prices[model]
+            return model
         matches = [key for key in self.prices if key.lower() in model.lower()]
-        return self.prices[max(matches, key=len)] if matches else self.prices[FALLBACK]
+        return max(matches, key=len) if matches else None
+
+    def rates(self, model: str) -> Rates:
+        return self.prices[self.key_for(model) or FALLBACK]
+
+    def unpriced(self, model: str) -> str | None:
+        """A line saying that ``model`` has no price and which one is assumed, or None when it has one."""
+        if self.key_for(model) is not None:
+            return None
+        r = self.prices[FALLBACK]
+        return (f"model {model!r} has no price in the price table; it is priced as {FALLBACK} "
+                f"(${r.input:g} in / ${r.output:g} out per million tokens), so costs and max_cost_usd may be off; "
+                f'set [prices."{model}"] input = ..., output = ... in config.toml')
 
     def cost(self, model: str, usage: Usage) -> float:
         r = self.rates(model)

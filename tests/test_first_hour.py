@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -125,3 +126,162 @@ def test_the_readme_uses_the_key_the_emulator_prints() -> None:
 def test_skipped_tests_show_their_reasons() -> None:
     options = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     assert "-rs" in options["addopts"].split()
+
+
+# --- prices, and what the offline model will not do ----------------------------------------------------
+
+
+def test_an_unknown_model_is_named_with_the_price_assumed(project: Path, capsys: Any) -> None:
+    from runner.pricing import PriceTable
+
+    (project / "jobs" / "one.toml").write_text('prompt = "p"\nworkspace = "../ws"\nmodel = "gpt-4o"\n')
+    assert cli.main(["validate"]) == 0
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1, warnings
+    assert "'gpt-4o' has no price" in warnings[0] and "opus ($15 in / $75 out" in warnings[0]
+    assert '[prices."gpt-4o"]' in warnings[0] and "job one" in warnings[0]
+    (project / "config.toml").write_text('[runner]\nbackend = "offline"\n[prices."gpt-4o"]\ninput = 2.5\noutput = 10\n')
+    assert cli.main(["validate"]) == 0
+    assert "warning:" not in capsys.readouterr().err
+    assert PriceTable().unpriced("claude-sonnet-5-5") is None and PriceTable().unpriced("gpt-4o")
+
+
+def run_once(project: Path, capsys: Any, *args: str) -> tuple[int, str, str]:
+    code = cli.main(["run", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_a_run_on_the_offline_model_says_which_jobs_will_not_get_their_tools(project: Path, capsys: Any) -> None:
+    (project / "jobs" / "acts.toml").write_text('prompt = "Fix the bug and run the tests."\nworkspace = "../ws"\n'
+                                                'tools = ["read", "glob", "grep", "bash", "write"]\n'
+                                                '[limits]\nmax_turns = 4\nsandbox = "none"\n')
+    _, _, err = run_once(project, capsys)
+    lines = [ln for ln in err.splitlines() if "only surveys" in ln]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("warning: job acts (jobs/acts.toml):") and "bash, write" in lines[0]
+
+
+# --- the end of a run on a pipe, and --json --------------------------------------------------------------
+
+
+def test_the_end_of_a_run_on_a_pipe_fits_80_columns_and_names_the_run_directory(project: Path, capsys: Any,
+                                                                               monkeypatch: Any) -> None:
+    from runner import batch
+
+    assert batch.out.width <= 100  # a pipe: rich's 80 columns (or $COLUMNS), not a 200-column box table
+    monkeypatch.setattr(batch.out, "width", 80)
+    (project / "sub").mkdir()
+    monkeypatch.chdir(project / "sub")  # run from elsewhere: the path printed is still the real one
+    code, out, err = run_once(project, capsys, str(project / "jobs"), "--output-dir", "../runs")
+    assert code in (0, 1), err
+    [run_dir] = [p for p in (project / "runs").iterdir() if not p.is_symlink()]
+    assert f"files: {run_dir}" in out.splitlines()
+    table = out.split("\n1 job, ")[0].splitlines()[1:]  # between the "run DIR" line and the totals
+    assert table and max(len(line) for line in table) <= 80, out
+    assert "1 job, " in out
+
+
+@pytest.mark.parametrize("command", ["run", "report"])
+def test_json_names_the_run_directory(project: Path, capsys: Any, command: str) -> None:
+    code, out, err = run_once(project, capsys, "--json")
+    [run_dir] = [p for p in (project / "runs").iterdir() if not p.is_symlink()]
+    if command == "report":
+        cli.main(["report", "runs/" + run_dir.name, "--json"])
+        out = capsys.readouterr().out
+    document = json.loads(out)
+    assert document["run_dir"] == str(run_dir) and Path(document["run_dir"]).is_absolute()
+
+
+def test_report_without_a_run_reports_the_latest(project: Path, capsys: Any, monkeypatch: Any) -> None:
+    assert cli.main(["report"]) == 2
+    assert "no latest run" in capsys.readouterr().err
+    run_once(project, capsys)
+    [run_dir] = [p for p in (project / "runs").iterdir() if not p.is_symlink()]
+    (project / "jobs" / "deeper").mkdir()
+    monkeypatch.chdir(project / "jobs" / "deeper")  # found like `run` finds config.toml: walking up
+    cli.main(["report"])
+    captured = capsys.readouterr()
+    assert f"report: {project / 'runs' / 'latest'} -> {run_dir}" in captured.err
+    assert f"run {run_dir} (finished)" in captured.out.splitlines()
+    cli.main(["report", "--json"])
+    assert json.loads(capsys.readouterr().out)["run_dir"] == str(run_dir)
+
+
+# --- the live display ----------------------------------------------------------------------------------
+
+
+def _tally_with_a_long_job() -> Any:
+    from runner.display import ApiCounts, Tally
+    from runner.session import JobProgress, JobResult
+
+    tally = Tally(None, ApiCounts())
+    progress = {n: JobProgress(n) for n in "abcdefg"}
+    tally.start(progress)
+    for n in "abcdef":  # six jobs end at once (bad task files, quick failures)
+        progress[n].status = "failed"
+        tally.finished(JobResult(n, "failed", wall_s=0.2))
+    progress["g"].status, progress["g"].turns, progress["g"].started = "running", 114, tally.started_wall
+    return tally, progress
+
+
+def test_the_eta_is_not_a_guess_from_jobs_that_ended_at_once() -> None:
+    tally, progress = _tally_with_a_long_job()
+    line = tally.line(now=tally.started + 600)  # g has run 600 s, at turn 114 of 3,000
+    assert "ETA ?" in line and "ETA 0:00" not in line, line
+    assert tally.eta_s(now=tally.started + 600) is None
+
+
+def test_the_eta_from_the_pace_when_it_can_be_estimated() -> None:
+    from runner.display import ApiCounts, Tally
+    from runner.session import JobProgress, JobResult
+
+    tally = Tally(None, ApiCounts())
+    progress = {n: JobProgress(n) for n in "abcd"}
+    tally.start(progress)
+    tally.finished(JobResult("a", "succeeded", wall_s=30.0))
+    progress["b"].status, progress["b"].started = "running", tally.started_wall + 20
+    # one of four done in 30 s: three more at that pace take 90 s (b, 10 s in, needs 20 s more of it)
+    assert tally.eta_s(now=tally.started + 30) == pytest.approx(90)
+    assert "ETA 1:30" in tally.line(now=tally.started + 30)
+
+
+def test_the_counts_agree_with_the_rows_while_a_job_is_ending() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from runner.display import LiveDisplay
+    from runner.session import JobProgress, JobResult
+
+    console = Console(file=StringIO(), width=100, force_terminal=True, color_system=None)
+    display = LiveDisplay(console)
+    progress = {n: JobProgress(n, status="running", turns=3) for n in ("first", "second", "third")}
+    display.tally.start(progress)
+    display.tally.finished(JobResult("first", "succeeded"))
+    progress["first"].status = "succeeded"
+    progress["second"].status = "succeeded"  # its session set the status; its end is not reported yet
+    line = display.tally.line()
+    assert "1/3 done" in line and "1 succeeded" in line and "2 running" in line, line
+    console.print(display._render())
+    rows = console.file.getvalue().splitlines()
+    assert sum(1 for r in rows if r.split()[:2][1:] == ["running"]) == 2, rows
+    assert not any(r.startswith("first ") for r in rows), rows
+
+
+def test_the_status_line_is_cut_to_the_terminal_width() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from runner.display import LiveDisplay
+    from runner.session import JobProgress
+
+    console = Console(file=StringIO(), width=60, force_terminal=True, color_system=None)
+    display = LiveDisplay(console)
+    display.tally.start({f"job-{i}": JobProgress(f"job-{i}", status=s) for i, s in
+                         enumerate(["running", "queued", "running"])})
+    console.print(display._render())
+    lines = console.file.getvalue().splitlines()
+    assert "done" in lines[-1] and "…" in lines[-1] and len(lines[-1]) <= 60, lines
+    assert max(len(line) for line in lines) <= 60
