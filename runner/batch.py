@@ -228,7 +228,10 @@ def run_meta(settings: Settings, backend: str) -> dict[str, Any]:
 
 
 def shown_path(path: Path) -> str:
-    """A path as the user would write it: relative to the working directory when it is inside it."""
+    """A path as the user would write it: relative to the working directory when it is inside it, and
+    absolute when that is ``/`` (``tmp/x`` from ``/`` reads as a path of its own)."""
+    if Path.cwd() == Path(Path.cwd().anchor):
+        return str(path)
     try:
         return str(path.relative_to(Path.cwd()))
     except ValueError:

@@ -285,3 +285,12 @@ def test_the_status_line_is_cut_to_the_terminal_width() -> None:
     lines = console.file.getvalue().splitlines()
     assert "done" in lines[-1] and "…" in lines[-1] and len(lines[-1]) <= 60, lines
     assert max(len(line) for line in lines) <= 60
+
+
+def test_paths_are_absolute_when_run_from_the_root(monkeypatch: Any, tmp_path: Path) -> None:
+    from runner.batch import shown_path
+
+    monkeypatch.chdir(tmp_path)
+    assert shown_path(tmp_path / "runs" / "x") == "runs/x"
+    monkeypatch.chdir("/")
+    assert shown_path(tmp_path / "runs" / "x") == str(tmp_path / "runs" / "x")
