@@ -500,17 +500,21 @@ def _track_memory(messages: list[Message]) -> Memory:
     memory = Memory(notes={GLOBS_FILE: NotesFile(), MEMORY_FILE: NotesFile()})
     uses: dict[str, dict[str, Any]] = {}
     for message in messages:
-        text = text_of(message)
-        if message["role"] == "user" and is_summary(text) or archived_count(text):
-            memory.unsure = True
-            entries = memory_index_entries(text)
-            for path, notes in memory.notes.items():
-                notes.known, notes.paging = None, None
-                notes.exists = notes.exists or path in entries
-            memory.listing = memory.listing or LISTING_FILE in entries
         for use in tool_uses(message):
             uses[str(use.get("id"))] = use
-        for result in tool_results(message):
+        for result in blocks(message) if message["role"] == "user" else []:  # in order: a marker may
+            if result.get("type") == "text":  # follow the results it was merged after
+                text = str(result.get("text", ""))
+                if is_summary(text) or archived_count(text):
+                    memory.unsure = True
+                    entries = memory_index_entries(text)
+                    for path, notes in memory.notes.items():
+                        notes.known, notes.paging = None, None
+                        notes.exists = notes.exists or path in entries
+                    memory.listing = memory.listing or LISTING_FILE in entries
+                continue
+            if result.get("type") != "tool_result":
+                continue
             call = uses.get(str(result.get("tool_use_id")))
             args = call.get("input") if call is not None and call.get("name") == "memory" else None
             if not isinstance(args, dict):
@@ -733,6 +737,7 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
         else:
             _parse_notes("\n".join(b.get("text", "") for b in blocks(message) if b.get("type") == "text"), facts)
     facts.root = facts.root or facts.memory.listing_root  # before any result is learned: paths are relative to it
+    facts.memory.listing = facts.memory.listing or facts.listed_total > 0  # a progress note names the listing file
     new_notes: list[str] = []
     touched: list[str] = []
     due_from = _notes_due_from(messages, facts.memory)
@@ -945,6 +950,9 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
         calls += [("read", {"file_path": os.path.join(root or "", p)}) for p in pending[:batch]]
     elif pending_outline and not summarized and "compact" in tool_names and not facts.outlines:
         calls.append(("compact", {}))
+    elif (listing_done and not summarized and "compact" in tool_names and not facts.todo_done
+          and not facts.todo_parts and not facts.todo_saved):  # the read pass is over: its results can go
+        calls.append(("compact", {}))
     elif pending_outline and "grep" in tool_names:
         calls += [("grep", {"pattern": OUTLINE_PATTERN, "path": os.path.join(root or "", p)})
                   for p in pending_outline[:batch * OUTLINES_PER_READ]]
@@ -952,6 +960,8 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
         calls.append(("recall", {"path": todo_due[-1], "offset": _chain_end(facts.todo_parts)}))
     elif not facts.todo_done and "grep" in tool_names:
         calls.append(("grep", {"pattern": TODO_PATTERN}))
+    if in_memory and not calls[work_start:] and facts.root:
+        calls += _missing_reads(facts, tool_names, batch_size)
     work = calls[work_start:]
     if not work and not facts.files and (facts.listing or facts.glob.seen_anything()):
         raise SurveyFailed(f"the survey of {root or 'the workspace'} read no file of the "
@@ -965,6 +975,21 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
     else:  # the last notes are saved this turn; the report follows
         text_parts.append(f"Saving the last notes to {MEMORY_FILE}; the report follows.")
     return _content(messages, text_parts, calls), "tool_use"
+
+
+def _missing_reads(facts: Facts, tool_names: set[str], batch_size: int) -> list[tuple[str, dict[str, Any]]]:
+    """Before the report: when the notes hold fewer files than the listing file, the listing read
+    back whole and the files it names that the notes lack read (a fact lost is found again)."""
+    memory, total = facts.memory, facts.listed_total
+    if not total or len(set(facts.files) | set(facts.errors)) >= total or "read" not in tool_names:
+        return []
+    gap = next((i for i in range(total) if i not in memory.slices), None)
+    if gap is not None:
+        return [("memory", {"command": "view", "path": LISTING_FILE, "view_range": [gap + 1 + LISTING_HEAD, -1]})]
+    known = set(facts.files) | set(facts.errors)
+    missing = [memory.slices[i] for i in range(total) if memory.slices[i] not in known]
+    return [("read", {"file_path": os.path.join(facts.root or "", p)})
+            for p in missing[:max(batch_size, math.ceil(total / 60))]]
 
 
 def _content(messages: list[Message], text_parts: list[str], calls: list[tuple[str, dict[str, Any]]]
@@ -988,7 +1013,8 @@ def _memory_write(messages: list[Message], facts: Facts) -> dict[str, Any] | Non
                 "file_text": "\n".join([*facts.memory_notes, header]) + "\n"}
     if not facts.memory_notes:
         return None
-    path = MEMORY_FILE if memory.listing else GLOBS_FILE
+    listing_only = all(n.startswith(("- glob:", "- saved:", RETIRED)) for n in facts.memory_notes)
+    path = GLOBS_FILE if listing_only and not memory.listing else MEMORY_FILE  # file facts: always the survey's
     target = memory.notes[path]
     if not target.exists and (not memory.unsure or target.known == []):
         return {"command": "create", "path": path, "file_text": "\n".join(facts.memory_notes) + "\n"}
