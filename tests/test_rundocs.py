@@ -8,6 +8,7 @@ from pathlib import Path
 from runner.models.base import Usage
 from runner.models.wire import WireCounts
 from runner.report import load_report
+from runner.rundir import hold_run_dir
 from runner.rundocs import (
     EVENTS,
     METRICS,
@@ -114,7 +115,8 @@ def test_report_and_report_json_read_one_run_the_same_way(tmp_path: Path) -> Non
                                      "usage": {"input_tokens": 100}, "summarizer_usage": {"input_tokens": 7}})
     _write(run_dir / "c" / METRICS, {"job": "c", "status": "succeeded", "turns": 2, "cost_usd": 0.5})
     (run_dir / "a" / EVENTS).write_text("")
-    report, document = load_report(run_dir), run_document(run_dir)
+    with hold_run_dir(run_dir):  # its writer is alive: the run is in progress
+        report, document, run = load_report(run_dir), run_document(run_dir), load_run(run_dir)
     expected = {"jobs": 3, "turns": 6, "cost_usd": 0.75, "stuck": 1, "queued": 1, "succeeded": 1,
                 "input_tokens": 107}
     for totals in (report["totals"], document["totals"]):
@@ -123,4 +125,4 @@ def test_report_and_report_json_read_one_run_the_same_way(tmp_path: Path) -> Non
                                                                     ("c", "succeeded")]
     assert document["jobs"][1] == {"job": "b", "status": "queued", "turns": 0}  # the fields on disk, no more
     assert report["backend"] == document["backend"] == "offline"
-    assert [j.status for j in load_run(run_dir).jobs] == ["stuck", "queued", "succeeded"]
+    assert [j.status for j in run.jobs] == ["stuck", "queued", "succeeded"]

@@ -16,6 +16,7 @@ import pytest
 from rich.console import Console
 
 from runner.cli import main
+from runner.rundir import hold_run_dir
 from runner.tables import fitting_table
 from runner.viewer import write_view
 from runner.viewer.pages import page_name
@@ -86,7 +87,8 @@ def _in_progress(run_dir: Path, target: Path) -> Path:
 def test_report_json_of_a_run_in_progress_shows_each_jobs_live_status(run, tmp_path):
     _, run_dir = run
     live = _in_progress(run_dir, tmp_path / "live")
-    proc = cli("report", str(live), "--json")
+    with hold_run_dir(live):  # its writer is alive
+        proc = cli("report", str(live), "--json")
     assert "Traceback" not in proc.stderr
     assert proc.returncode == 1  # not every job has succeeded (yet)
     document = json.loads(proc.stdout)
@@ -103,7 +105,8 @@ def test_view_of_a_damaged_run_in_progress_writes_every_page(run, tmp_path):
     _, run_dir = run
     live = _in_progress(run_dir, tmp_path / "live")
     (live / "stdlib-email" / "transcript.jsonl").write_bytes(b'{"role": "user", "content": "x"}\n\xff\xfe{"ro')
-    result = write_view(live)
+    with hold_run_dir(live):  # its writer is alive
+        result = write_view(live)
     index = result.index.read_text()
     assert "in progress" in index and "queued-one" in index
     page = (live / "view" / page_name("stdlib-email")).read_text()
