@@ -19,7 +19,7 @@ from runner.messages import request_problems
 from runner.rundocs import run_document
 from runner.store import read_jsonl
 
-JOBS = 6
+JOBS = 12  # enough that jobs are still running at every kill point (an email survey takes ~0.1 s)
 
 
 def _setup(tmp: Path) -> None:

@@ -22,6 +22,17 @@ as it grows), and TODO hits are noted by file and line numbers; their text is sh
 where still in view, else the report names the saved output that has it. When compaction removes
 a fact before it was noted, the policy has to fetch it again: ``rereads`` counts those, which
 measures what a compaction strategy lost.
+
+With the ``memory`` tool offered (every job has it), the notes leave the context: they go to memory
+files, one write a turn (an ``insert`` at the top, which is valid whatever the file holds):
+``/memories/globs.md`` holds the glob answers' notes until the listing is whole,
+``/memories/listing.md`` the listing (a heading with the count and the root, then one path a line,
+in reading order), ``/memories/survey.md`` every file's facts, outlines and TODO hits. The read pass
+goes down the listing file: each turn's text carries a ``progress`` note (how many of its files are
+read, and the root) and the next files, which a summary keeps; the rest of the listing is read back
+a slice at a time. After a compaction the policy reads back only what it needs (paged memory views:
+the glob notes while listing, the survey's notes before the report), never the tree again; the TODO
+scan comes before the survey's notes are read back, and the report is written from them.
 """
 
 from __future__ import annotations
