@@ -59,3 +59,22 @@ async def scripted_job(tmp_path: Path, script: list[dict], *, tools: tuple[str, 
         recorded = emu.state.snapshot()["recorded_requests"]
     transcript, _ = read_jsonl(store.dir / "transcript.jsonl")
     return session, recorded, transcript
+
+
+async def offline_survey(root: Path, out: Path, limits: dict):
+    """The offline model's survey of ``root`` with ``limits``, its job directory ``out``: the job's
+    result and its final.md ("" when there is none)."""
+    from runner.compactor.compactor import Compactor
+    from runner.compactor.summarizer import Summarizer
+    from runner.config import Limits
+    from runner.jobs import JobSpec
+    from runner.models.offline import OfflineModel
+    from runner.session import Session
+
+    spec = JobSpec(name="survey", source=Path("survey.toml"), prompt="Survey this package.", workspace=root,
+                   model="m", system=None, tools=("read", "glob", "grep"), limits=Limits(**limits))
+    store = JobStore(out)
+    await store.open()
+    result = await Session(spec, OfflineModel(), Compactor(Summarizer(None, "none")), store, "none").run()
+    final = out / "final.md"
+    return result, final.read_text() if final.exists() else ""

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import offline_survey
 
 from runner.compactor import stages
 from runner.compactor.compactor import LEVEL_HALF, LEVEL_NOTES, CompactionState, Compactor, Thrash
@@ -19,12 +20,9 @@ from runner.compactor.summarizer import Summarizer, cut_summary
 from runner.compactor.window import Entry
 from runner.config import Limits
 from runner.emulator import EmulatorConfig, running_emulator
-from runner.jobs import JobSpec
 from runner.models.anthropic import AnthropicModel
-from runner.models.offline import OfflineModel
 from runner.protocol import SNIP_DIGEST_CHARS, archived_span
 from runner.repeats import RepeatGuard, call_key
-from runner.session import Session
 from runner.store import JobStore
 from runner.tools import Toolset
 
@@ -217,18 +215,8 @@ async def test_a_thrashing_job_halves_its_summaries_then_keeps_notes_only_then_i
     assert compactor.stuck(state) and "thrashing" in compactor.stuck(state)
 
 
-async def survey(root: Path, out: Path, limits: dict) -> tuple[object, str]:
-    spec = JobSpec(name="survey", source=Path("survey.toml"), prompt="Survey this package.", workspace=root,
-                   model="m", system=None, tools=("read", "glob", "grep"), limits=Limits(**limits))
-    store = JobStore(out)
-    await store.open()
-    result = await Session(spec, OfflineModel(), Compactor(Summarizer(None, "none")), store, "none").run()
-    final = out / "final.md"
-    return result, final.read_text() if final.exists() else ""
-
-
 async def test_the_asyncio_survey_with_a_tiny_snip_ends_within_60_turns_with_a_report(tmp_path):
-    result, report = await survey(STDLIB / "asyncio", tmp_path / "job", {"snip_trigger": 12, "snip_target": 8})
+    result, report = await offline_survey(STDLIB / "asyncio", tmp_path / "job", {"snip_trigger": 12, "snip_target": 8})
     print(f"asyncio, snip 12/8: {result.status} after {result.turns} turns ({result.error}); "  # type: ignore[attr-defined]
           f"compactions {result.compactions}")  # type: ignore[attr-defined]
     assert result.turns <= 60  # type: ignore[attr-defined]
@@ -249,7 +237,7 @@ async def test_a_job_whose_compactions_thrash_ends_stuck_with_its_report(tmp_pat
     # the one before as poor makes that a thrashing job
     limits = {"context_char_limit": 15_000, "batch_char_limit": 15_000, "large_result_chars": 4_000,
               "summary_share": 0.5, "thrash_turns": 6}
-    result, report = await survey(STDLIB / "encodings", tmp_path / "job", limits)
+    result, report = await offline_survey(STDLIB / "encodings", tmp_path / "job", limits)
     print(f"encodings in 15,000 chars: {result.status} after {result.turns} turns: {result.error}")  # type: ignore[attr-defined]
     assert result.status == "stuck" and result.error.startswith("thrashing: ")  # type: ignore[attr-defined]
     assert re.search(r"turns between them: [\d, -]+; share of the context freed: \d+%", result.error)  # type: ignore[attr-defined]

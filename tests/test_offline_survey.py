@@ -24,14 +24,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from runner.compactor.compactor import Compactor
-from runner.compactor.summarizer import Summarizer
-from runner.config import Limits
-from runner.jobs import JobSpec
-from runner.models.offline import OfflineModel
-from runner.session import Session
-from runner.store import JobStore
+from conftest import offline_survey
 
 pytestmark = pytest.mark.anyio
 STDLIB = Path(encodings.__file__).parent.parent
@@ -79,21 +72,12 @@ def todo_lines(root: Path) -> set[str]:
     return {":".join(line[2:].split(":", 2)[:2]) for line in done.stdout.splitlines()}  # path:line
 
 
-async def survey(root: Path, out: Path, limits: dict) -> tuple[str, str]:
-    spec = JobSpec(name="survey", source=Path("survey.toml"), prompt="Survey this package.", workspace=root,
-                   model="m", system=None, tools=("read", "glob", "grep"), limits=Limits(**limits))
-    store = JobStore(out)
-    await store.open()
-    result = await Session(spec, OfflineModel(), Compactor(Summarizer(None, "none")), store, "none").run()
-    final = out / "final.md"
-    return result.status, final.read_text() if final.exists() else ""
-
-
 @pytest.mark.parametrize("limits", list(LIMITS))
 @pytest.mark.parametrize("tree", list(TREES))
 async def test_a_survey_that_succeeds_is_complete(tree, limits, tmp_path):
     root = TREES[tree]
-    status, report = await survey(root, tmp_path / "job", LIMITS[limits])
+    result, report = await offline_survey(root, tmp_path / "job", LIMITS[limits])
+    status = result.status
     assert status in ("succeeded", "stuck", "max_turns"), status
     if (tree, limits) in MUST_SUCCEED:
         assert status == "succeeded"
@@ -107,7 +91,8 @@ async def test_a_big_tree_at_a_long_path_is_surveyed_whole(tmp_path):
     cost the survey its notes (pip's listing and file facts at the default limits)."""
     root = tmp_path / ("w" * 150) / "pip"
     shutil.copytree(TREES["pip"], root, ignore=shutil.ignore_patterns("__pycache__"))
-    status, report = await survey(root, tmp_path / "job", {})
+    result, report = await offline_survey(root, tmp_path / "job", {})
+    status = result.status
     assert status == "succeeded"
     check_complete(root, report, tmp_path / "job")
     summaries = sorted((tmp_path / "job" / "summaries").glob("*.md"))
