@@ -181,6 +181,9 @@ class SeedStrategy:
     async def after_server_compaction(self, state: CompactionState) -> None:  # pragma: no cover - client only
         raise RuntimeError("a seed pipeline never asks for server-side compaction")
 
+    def stuck(self, state: CompactionState) -> str | None:
+        return None  # the seeds have no thrash detection: a seed row ends on its own limits
+
 
 def make_workspace(root: Path, packages: tuple[str, ...]) -> Path:
     stdlib = Path(sysconfig.get_paths()["stdlib"])
