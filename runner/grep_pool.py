@@ -9,7 +9,9 @@ Guarantees:
 
 - A call answers within its deadline: at the deadline (or on cancellation) its worker is killed and
   reaped before :func:`search` returns or raises; the next call gets a fresh worker.
-- A worker serves one call at a time; calls never share one.
+- A worker serves one call at a time; calls never share one. At most ``MOST`` workers run at once
+  per event loop (a batch of 500 jobs grepping at once does not start 500 Python processes); a call
+  waiting for one waits within its own deadline.
 - Nothing outlives the runner: workers die with it (``PR_SET_PDEATHSIG``), and an idle worker exits
   by itself after 30 s (:func:`runner.grep_worker.serve`), so a kept one never piles up.
 """
@@ -30,6 +32,7 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 KEPT = 4  # idle workers kept per event loop
+MOST = 8  # workers at once per event loop: more calls wait their turn (within their deadline)
 ANSWER_BYTES = 8 << 20  # more than any answer (the worker's output is capped at 100 KiB, JSON-escaped)
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # also where runner is not installed: the directory holding the package goes last on the path (the
@@ -44,7 +47,21 @@ class _Worker:
     answers: BufferedByteReceiveStream
 
 
-_idle: weakref.WeakKeyDictionary[AbstractEventLoop, list[_Worker]] = weakref.WeakKeyDictionary()
+@dataclass
+class _Pool:
+    idle: list[_Worker]
+    slots: anyio.CapacityLimiter
+
+
+_pools: weakref.WeakKeyDictionary[AbstractEventLoop, _Pool] = weakref.WeakKeyDictionary()
+
+
+def _pool() -> _Pool:
+    loop = get_running_loop()
+    pool = _pools.get(loop)
+    if pool is None:
+        pool = _pools[loop] = _Pool([], anyio.CapacityLimiter(MOST))
+    return pool
 
 
 async def _start() -> _Worker:
@@ -64,37 +81,45 @@ async def _kill(worker: _Worker) -> None:
 
 
 async def search(request: dict[str, Any], deadline: float) -> dict[str, Any] | None:
-    """The worker's answer to ``request``, or None when none came within ``deadline`` seconds."""
-    idle = _idle.setdefault(get_running_loop(), [])
+    """The worker's answer to ``request``, or None when none came within ``deadline`` seconds
+    (waiting for a free worker included)."""
+    pool = _pool()
+    with anyio.move_on_after(deadline):
+        async with pool.slots:
+            return await _ask(pool, request)
+    return None
+
+
+async def _ask(pool: _Pool, request: dict[str, Any]) -> dict[str, Any]:
+    """One request on a kept or new worker; a worker that does not answer (cancelled: the deadline)
+    is killed."""
     worker = None
-    while idle and worker is None:
-        worker = idle.pop()
+    while pool.idle and worker is None:
+        worker = pool.idle.pop()
         if worker.process.returncode is not None:  # it left on its own (idle too long)
             await _kill(worker)
             worker = None
     worker = worker or await _start()
     kept = False
     try:
-        with anyio.move_on_after(deadline):
-            assert worker.process.stdin is not None
-            try:
-                await worker.process.stdin.send(json.dumps(request).encode() + b"\n")
-                line = await worker.answers.receive_until(b"\n", ANSWER_BYTES)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError,
-                    anyio.DelimiterNotFound, anyio.IncompleteRead):
-                return {"error": "grep: the search failed (its worker exited; the pattern may need too much "
-                                 "memory or time)"}
-            try:
-                answer = json.loads(line)
-            except ValueError:
-                answer = None
-            if not isinstance(answer, dict):
-                return {"error": "grep: the search failed (its worker answered something that is not an answer)"}
-            kept = len(idle) < KEPT
-            if kept:
-                idle.append(worker)
-            return answer
-        return None
+        assert worker.process.stdin is not None
+        try:
+            await worker.process.stdin.send(json.dumps(request).encode() + b"\n")
+            line = await worker.answers.receive_until(b"\n", ANSWER_BYTES)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError,
+                anyio.DelimiterNotFound, anyio.IncompleteRead):
+            return {"error": "grep: the search failed (its worker exited; the pattern may need too much "
+                             "memory or time)"}
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            return {"error": "grep: the search failed (its worker answered something that is not an answer)"}
+        kept = len(pool.idle) < KEPT
+        if kept:
+            pool.idle.append(worker)
+        return answer
     finally:
         if not kept:
             await _kill(worker)

@@ -399,3 +399,28 @@ async def test_without_openat2_the_walk_takes_over(tmp_path, store, monkeypatch)
     assert beneath.use_openat2 is False
     assert inside["content"] == f"{INSIDE}\n"
     assert out.get("is_error") and "outside" in out["content"] and OUTSIDE not in out["content"]
+
+
+async def test_many_greps_at_once_share_a_few_workers(tmp_path, store):
+    from runner.grep_pool import MOST
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for i in range(30):
+        (ws / f"m{i}.py").write_text("def f():\n    pass\n" * 200)
+    kept = set(grep_workers())
+    peak = 0
+
+    async def watch() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, len(set(grep_workers()) - kept))
+            await anyio.sleep(0.005)
+
+    async with Toolset(str(ws), ("grep",), store) as tools:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            results = await batches(tools, [call("grep", {"pattern": "pass$"}, f"g{i}") for i in range(40)])
+            tg.cancel_scope.cancel()
+    assert all(not r.get("is_error") and ".py:2:    pass" in text(r) for r in results), results[0]
+    assert 0 < peak <= MOST, peak  # 40 calls at once, never more than MOST worker processes
