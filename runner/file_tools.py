@@ -75,25 +75,17 @@ class ToolFailure(Exception):
         self.text = text
 
 
+_REASONS: tuple[tuple[type[OSError], str], ...] = (
+    (NotRegular, "not a regular file"), (FileNotFoundError, "no such file or directory"),
+    (NotADirectoryError, "not a directory"), (IsADirectoryError, "is a directory"),
+    (PermissionError, "permission denied"), (FileExistsError, "file already exists"))
+_ERRNO_REASONS = {errno.ELOOP: "too many levels of symbolic links", errno.ENAMETOOLONG: "file name too long"}
+
+
 def reason(e: OSError) -> str:
     """The SDK's wording of a file system error (no host path, the same on every platform)."""
-    if isinstance(e, NotRegular):
-        return "not a regular file"
-    if isinstance(e, FileNotFoundError):
-        return "no such file or directory"
-    if isinstance(e, NotADirectoryError):
-        return "not a directory"
-    if isinstance(e, IsADirectoryError):
-        return "is a directory"
-    if isinstance(e, PermissionError):
-        return "permission denied"
-    if isinstance(e, FileExistsError):
-        return "file already exists"
-    if e.errno == errno.ELOOP:
-        return "too many levels of symbolic links"
-    if e.errno == errno.ENAMETOOLONG:
-        return "file name too long"
-    return (e.strerror or "i/o error").lower()
+    found = next((text for kind, text in _REASONS if isinstance(e, kind)), None)
+    return found or _ERRNO_REASONS.get(e.errno or 0) or (e.strerror or "i/o error").lower()
 
 
 def check_args(op: str, args: dict[str, Any]) -> None:
