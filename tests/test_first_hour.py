@@ -294,3 +294,28 @@ def test_paths_are_absolute_when_run_from_the_root(monkeypatch: Any, tmp_path: P
     assert shown_path(tmp_path / "runs" / "x") == "runs/x"
     monkeypatch.chdir("/")
     assert shown_path(tmp_path / "runs" / "x") == str(tmp_path / "runs" / "x")
+
+
+# --- the emulator's script ------------------------------------------------------------------------------
+
+
+def test_a_misspelled_key_in_a_scripted_block_is_one_line_naming_the_file_and_the_field(tmp_path: Path) -> None:
+    from runner.config import ConfigError
+    from runner.emulator import EmulatorConfig
+
+    config = tmp_path / "emu.toml"
+    config.write_text('[[script]]\ncontent = "Looking."\n[[script]]\nstop_reason = "tool_use"\n'
+                      'content = [{type = "tool_use", id = "toolu_1", name = "bash", inputs = {command = "ls"}}]\n')
+    with pytest.raises(ConfigError) as raised:  # `runner emulate --config` prints each line and exits 2
+        EmulatorConfig.from_toml(config)
+    [err] = raised.value.problems
+    assert err.startswith(f"{config}: script.1: content.0.inputs: unknown key in a tool_use block"), err
+    assert "input" in err.split("expected", 1)[1] and "pydantic" not in err and "{" not in err, err
+    # the values stay free (a hostile script sends any), only the keys are checked
+    hostile = {"type": "tool_use", "id": None, "name": 5, "input": "not an object"}
+    assert EmulatorConfig.model_validate({"script": [{"content": [hostile]}]}).script[0].content == [hostile]
+
+
+def test_the_readme_shows_the_emulators_script() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert "[[script]]" in readme and 'name = "bash", input = {command' in readme

@@ -6,6 +6,9 @@ Guarantees:
   on assignment at run time (``validate_assignment=True``), so a typo never silently disables a fault.
 - :meth:`EmulatorConfig.from_toml` raises :class:`runner.config.ConfigError` whose lines read like
   the runner's own: the file, the key and what was expected, one problem a line.
+- A scripted ``text`` or ``tool_use`` block with a key its type does not have (``inputs`` for ``input``)
+  is an error naming the reply, the block and the key when the script is loaded; the values are not
+  checked (a hostile script may send any).
 - The running app reads its config on every request: tests may change faults, limits or the script
   between calls (``handle.config.faults.overloaded.schedule = [5]``).
 - Request numbers in fault ``schedule`` lists are 1-based and count every authenticated
@@ -17,10 +20,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..config import ConfigError, describe_errors, read_toml
 from ..rundocs import USAGE_KEYS
+from .schema import Shape, TextBlock, ToolUseBlock
+
+# the blocks a script writes by hand: a misspelled key in one (``inputs`` for ``input``) is named when the
+# script is loaded, not served and refused by the emulator's own validation on the next request
+_SCRIPTED_BLOCKS: dict[str, type[Shape]] = {"text": TextBlock, "tool_use": ToolUseBlock}
 
 
 class _Strict(BaseModel):
@@ -82,6 +90,19 @@ class ScriptedReply(_Strict):
     @classmethod
     def _text(cls, value: Any) -> Any:
         return [{"type": "text", "text": value}] if isinstance(value, str) else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _block_keys(cls, value: Any) -> Any:
+        content = value.get("content") if isinstance(value, dict) else None
+        for i, block in enumerate(content if isinstance(content, list) else []):
+            model = _SCRIPTED_BLOCKS.get(str(block.get("type"))) if isinstance(block, dict) else None
+            unknown = sorted(set(block) - set(model.model_fields)) if model else []
+            if model and unknown:
+                keys = sorted(model.model_fields, key=lambda k: (not model.model_fields[k].is_required(), k))
+                raise ValueError(f"content.{i}.{unknown[0]}: unknown key in a {block['type']} block "
+                                 f"(expected {', '.join(keys)})")
+        return value
 
     @field_validator("usage")
     @classmethod
