@@ -81,6 +81,76 @@ def make_job(run_dir: Path, name: str, calls: int, rng: random.Random) -> dict:
     return metrics
 
 
+CODE_LINE = "    value = compute(item, options)  # a line of the file being read, as the read tool numbers it\n"
+
+
+def make_long_job(run_dir: Path, name: str, turns: int, seed: int = 3) -> dict:
+    """One long job's directory, shaped as a real offline survey's (measured on one: ~12 KB of transcript a
+    turn): each turn a short text, a memory write and two reads whose results are 2-6 KB of numbered lines;
+    a micro_compact every 2-3 turns (its outputs saved), a compact_history every 8 with a 2.5 KB summary, a
+    fit_tool_results every 12; one model_call line per turn."""
+    rng = random.Random(seed)
+    job_dir = run_dir / name
+    for sub in ("tool-results", "summaries", "memories"):
+        (job_dir / sub).mkdir(parents=True)
+    limits = {"context_char_limit": 50_000, "context_token_limit": None, "max_turns": turns}
+    (job_dir / "job.json").write_text(json.dumps({"name": name, "model": "claude-sonnet-5-5", "limits": limits}))
+    transcript: list[dict] = [{"role": "user", "content": f"Survey the workspace {name}: every module and its TODOs."}]
+    events: list[dict] = []
+    chars, cost, compactions, pending, summaries = 8_000, 0.0, {}, [], 0
+    for turn in range(1, turns + 1):
+        stage_paths: list[tuple[str, list[str]]] = []
+        if turn % 8 == 0:
+            summaries += 1
+            rel = f"summaries/{summaries:04d}.md"
+            (job_dir / rel).write_text(f"Summary {summaries}: files read so far, what each does.\n"
+                                       + "- module.py: parses the configuration and checks it\n" * 45)
+            stage_paths.append(("compact_history", [rel]))
+        elif turn % 12 == 0:
+            stage_paths.append(("fit_tool_results", pending[-1:]))
+        elif rng.random() < 0.42 and pending:
+            stage_paths.append(("micro_compact", pending[-3:]))
+        for stage, paths in stage_paths:
+            for rel in paths:
+                if rel.startswith("tool-results/"):
+                    (job_dir / rel).write_text(CODE_LINE * 40)
+            compactions[stage] = compactions.get(stage, 0) + 1
+            after = chars // 3 if stage == "compact_history" else chars * 2 // 3
+            events.append({"ts": turn, "stage": stage, "messages_before": 27, "messages_after": 3,
+                           "chars_before": chars, "chars_after": after, "paths": paths, "cache_invalidated_from": 2})
+            chars = after
+        chars += rng.randrange(4_000, 9_000)
+        cost += chars / 4 * 3e-6 + 0.002
+        events.append({"ts": turn, "stage": "model_call", "turn": turn, "chars": chars, "tokens": chars // 4,
+                       "estimated": True, "cost_usd": round(cost, 6)})
+        ids = [f"toolu_off_{turn:05d}_{k}" for k in range(3)]
+        pending = [f"tool-results/{i}.txt" for i in ids[1:]]
+        transcript.append({"role": "assistant", "content": [
+            {"type": "text", "text": f"Next: read (2 calls), turn {turn}."},
+            {"type": "tool_use", "id": ids[0], "name": "memory",
+             "input": {"command": "str_replace", "path": "/memories/survey.md", "old_str": "# Survey notes\n",
+                       "new_str": "# Survey notes\n" + f"- pkg/m{turn}.py: reads its input and checks it\n" * 6}},
+            *({"type": "tool_use", "id": i, "name": "read", "input": {"file_path": f"pkg/m{turn}_{k}.py"}}
+              for k, i in enumerate(ids[1:]))]})
+        transcript.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": ids[0], "content": "The memory file has been edited."},
+            *({"type": "tool_result", "tool_use_id": i,
+               "content": "".join(f"{n:6d}\t{CODE_LINE}" for n in range(1, rng.randrange(30, 80)))}
+              for i in ids[1:])]})
+    transcript.append({"role": "assistant", "content": [{"type": "text", "text": f"# Report on {name}\n\nDone."}]})
+    (job_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (job_dir / "transcript.jsonl").write_text("".join(json.dumps(m) + "\n" for m in transcript))
+    (job_dir / "final.md").write_text(f"# Report on {name}\n\n- {turns} turns\n")
+    (job_dir / "memories" / "survey.md").write_text("# Survey notes\n" + "- a fact\n" * 200)
+    usage = {"input_tokens": int(cost * 250_000), "output_tokens": turns * 300,
+             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    metrics = {"job": name, "status": "max_turns", "model": "claude-sonnet-5-5", "turns": turns, "wall_s": 900.0,
+               "usage": usage, "summarizer_usage": {k: 0 for k in usage}, "usage_estimated": True,
+               "cost_usd": round(cost, 6), "compactions": compactions, "persisted_bytes": 0, "error": None}
+    (job_dir / "metrics.json").write_text(json.dumps(metrics))
+    return metrics
+
+
 def make_run(run_dir: Path, jobs: int, calls: int) -> None:
     rng = random.Random(1)
     entries = [make_job(run_dir, f"nightly-analysis-{i:03d}", calls, rng) for i in range(jobs)]

@@ -283,3 +283,93 @@ def test_text_from_the_run_is_never_markup_on_the_pages(tmp_path):
     for page in pages:
         assert "<img src=x" not in page and "<script>alert" not in page and "<b>hi" not in page
     assert "&lt;script&gt;alert(3)" in pages[1] and "&lt;img src=x" in pages[0]
+
+
+# --- a long job's pages --------------------------------------------------------------------------------
+
+
+def _bench_viewer():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_viewer", REPO / "bench" / "viewer.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory) -> Path:
+    """A 3,000-turn job's directory as a real survey leaves it (bench/viewer.py writes the files), viewed."""
+    run_dir = tmp_path_factory.mktemp("long") / "20261201-000000-long"
+    run_dir.mkdir()
+    metrics = _bench_viewer().make_long_job(run_dir, "long-survey", 3000)
+    (run_dir / "run.json").write_text(json.dumps({"run_id": run_dir.name, "state": "finished", "backend": "offline",
+                                                  "model": "claude-sonnet-5-5", "jobs": [metrics]}))
+    write_view(run_dir)
+    return run_dir
+
+
+def _lines_shown(html: str) -> list[int]:
+    return [int(n) for n in re.findall(r"&middot; line (\d+)</div>", html)]
+
+
+def test_a_3000_turn_jobs_transcript_is_split_into_pages_of_bounded_size(long_run):
+    from runner.viewer.pages import transcript_page_name
+
+    transcript = long_run / "long-survey" / "transcript.jsonl"
+    assert transcript.stat().st_size > 30 * 2**20  # the job is as big as the one that made a 44 MB page
+    view = long_run / "view"
+    main = view / page_name("long-survey")
+    assert main.stat().st_size < 5 * 2**20, main.stat().st_size
+    pages = sorted(view.glob("long-survey.*.html"), key=lambda p: int(p.name.split(".")[1]))
+    assert len(pages) >= 10 and [p.name for p in pages] == [transcript_page_name("long-survey", n)
+                                                            for n in range(2, len(pages) + 2)]
+    assert max(p.stat().st_size for p in pages) < 2 * 2**20
+    shown = [n for page in [main, *pages] for n in _lines_shown(page.read_text())]
+    assert shown == list(range(1, len(transcript.read_text().splitlines()) + 1))  # every line once, in order
+    text = pages[3].read_text()
+    for href in re.findall(r'<a href="([^"#]+)(?:#transcript)?"', text):  # the pager and the links back
+        assert (view / href).resolve().is_file(), href
+    assert 'rel="prev"' in text and 'rel="next"' in text and "page 5 of" in text
+
+
+def test_a_transcript_cut_back_loses_its_extra_pages_and_a_huge_block_is_cut(long_run, tmp_path):
+    from runner.viewer.pages import TEXT_SHOWN_CHARS
+
+    run_dir = tmp_path / long_run.name
+    shutil.copytree(long_run, run_dir, symlinks=True)
+    transcript = run_dir / "long-survey" / "transcript.jsonl"
+    kept = transcript.read_text().splitlines()[:400]  # a resume cut it back to an earlier turn
+    kept.append(json.dumps({"role": "assistant", "content": [{"type": "text", "text": "R" * 100_000}]}))
+    transcript.write_text("\n".join(kept) + "\n")
+    write_view(run_dir)
+    pages = sorted(p.name for p in (run_dir / "view").glob("long-survey.*.html"))
+    assert pages == ["long-survey.2.html", "long-survey.3.html"], pages
+    last = (run_dir / "view" / pages[-1]).read_text()
+    assert "R" * TEXT_SHOWN_CHARS in last and "R" * (TEXT_SHOWN_CHARS + 1) not in last
+    assert f"cut at {TEXT_SHOWN_CHARS:,} of 100,000 characters; the whole is on line 401" in last
+
+
+def test_serve_serves_a_long_transcripts_pages_and_no_other(long_run):
+    from starlette.testclient import TestClient
+
+    from runner.viewer.serve import create_app
+
+    client = TestClient(create_app(long_run), base_url="http://127.0.0.1")
+    page = client.get("/view/long-survey.2.html")
+    assert page.status_code == 200 and "transcript, page 2 of" in page.text
+    assert _lines_shown(page.text) == _lines_shown((long_run / "view" / "long-survey.2.html").read_text())
+    for missing in ("long-survey.1.html", "long-survey.02.html", "long-survey.999.html", "long-survey.x.html"):
+        assert client.get(f"/view/{missing}").status_code == 404, missing
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (`apt-get install chromium`; .ci/run installs it)")
+def test_a_3000_turn_jobs_pages_open_in_a_real_browser(long_run, tmp_path):
+    dom, log = _chromium_dom(long_run / "view" / page_name("long-survey"), tmp_path)
+    assert not re.search(r"CONSOLE.*(Uncaught|Error)", log), log
+    assert sum(1 for tag, _ in dom.tags if tag == "polyline") == 3  # context (chars, tokens) and cost
+    assert any(tag == "nav" and attrs.get("class") == "pager" for tag, attrs in dom.tags)
+    assert "Transcript page 1 of" in "".join(dom.text)
+    page, log = _chromium_dom(long_run / "view" / "long-survey.7.html", tmp_path)
+    assert not re.search(r"CONSOLE.*(Uncaught|Error)", log), log
+    assert sum(1 for tag, attrs in page.tags if tag == "div" and "msg" in (attrs.get("class") or "")) > 100

@@ -1,5 +1,10 @@
 """What each page shows, as plain data for the templates: the run's rows and totals, and one job's
-charts, compactions and transcript. Pure functions of what :mod:`.data` read."""
+charts, compactions and transcript. Pure functions of what :mod:`.data` read.
+
+A long job's transcript is split into pages (:func:`split_transcript`): the job's page shows the first,
+``<job>.<n>.html`` beside it each of the others, so no page holds more than about
+:data:`TRANSCRIPT_PAGE_CHARS` characters of transcript (a turn is never split across two pages), and
+every block on a page is cut to a bounded length, the whole one link away."""
 
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ from .charts import STAGE_COLORS, Mark, Series, bar_chart, line_chart
 from .data import number, read_records, read_text
 
 RESULT_SHOWN_CHARS = 4000  # a longer tool result is cut on the page; the whole is one link away
+TEXT_SHOWN_CHARS = 20_000  # so is a longer text or tool input (a report, a file written)
+TRANSCRIPT_PAGE_CHARS = 800_000  # characters of transcript shown on one page, at most (plus one turn)
 MARKERS = ("[Compacted]", "<persisted-output>", "[Earlier tool result saved at")
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False})
 
@@ -26,6 +33,23 @@ _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False})
 def page_name(job: str) -> str:
     """The file name of a job's page: one per job, never outside the pages directory."""
     return f"{safe_name(job)}.html"
+
+
+def transcript_page_name(job: str, number: int) -> str:
+    """The file name of page ``number`` (2 or more) of a job's transcript; page 1 is on the job's page. A
+    safe name has no dot, so these never meet another job's page."""
+    return f"{safe_name(job)}.{number}.html"
+
+
+def page_number(job: str, name: str) -> int | None:
+    """Which page of ``job`` the file name ``name`` is (1: the job's page), or None."""
+    if name == page_name(job):
+        return 1
+    stem, dot, rest = name.removesuffix(".html").partition(".")
+    if name.endswith(".html") and dot and stem == safe_name(job) and rest.isdigit() and not rest.startswith("0"):
+        number_ = int(rest)
+        return number_ if number_ >= 2 else None
+    return None
 
 
 def link(target: Path, start: Path) -> str:
@@ -90,10 +114,12 @@ def _block(block: Any, job: JobData, start: Path, saved: dict[str, str]) -> dict
     kind = block.get("type")
     if kind == "text":
         text = str(block.get("text", ""))
-        return {"kind": "text", "text": text, "marker": text.lstrip().startswith(MARKERS)}
+        return {"kind": "text", "text": text[:TEXT_SHOWN_CHARS], "chars": len(text), "cut": len(text) > TEXT_SHOWN_CHARS,
+                "marker": text.lstrip().startswith(MARKERS)}
     if kind == "tool_use":
+        shown = _compact_json(block.get("input"))
         return {"kind": "tool_use", "name": str(block.get("name", "?")), "id": str(block.get("id", "")),
-                "input": _compact_json(block.get("input"))}
+                "input": shown[:TEXT_SHOWN_CHARS], "chars": len(shown), "cut": len(shown) > TEXT_SHOWN_CHARS}
     if kind == "tool_result":
         text = _text(block.get("content"))
         ident = str(block.get("tool_use_id", ""))
@@ -122,7 +148,7 @@ def _event(event: dict[str, Any], job: JobData, start: Path, problems: list[str]
     stage = str(event.get("stage", "?"))
     paths = [p for p in event.get("paths", []) if isinstance(p, str)] if isinstance(event.get("paths"), list) else []
     root = job.dir.resolve()
-    files, summary = [], None
+    files, summary, summary_href = [], None, None
     for rel in paths:
         target = job.dir / rel
         if root not in target.resolve().parents:
@@ -130,10 +156,12 @@ def _event(event: dict[str, Any], job: JobData, start: Path, problems: list[str]
         files.append({"name": rel, "href": link(target, start)})
         if rel.startswith(f"{SUMMARIES}/") and summary is None:
             summary = read_text(target, problems)
+            summary_href = files[-1]["href"]
     return {"stage": stage, "color": STAGE_COLORS.get(stage, "#555"),
             "before": int(number(event.get("messages_before"))), "after": int(number(event.get("messages_after"))),
             "chars_before": int(number(event.get("chars_before"))), "chars_after": int(number(event.get("chars_after"))),
-            "files": files, "summary": summary}
+            "files": files, "summary": summary[:TEXT_SHOWN_CHARS] if summary is not None else None,
+            "summary_cut": summary is not None and len(summary) > TEXT_SHOWN_CHARS, "summary_href": summary_href}
 
 
 def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
@@ -192,18 +220,58 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
             turn += 1
             items.extend({"kind": "event", **e} for e in timeline.pop(turn, []))
         content = message.get("content")
+        text = str(content)
         blocks = [_block(b, job, start, saved) for b in content] if isinstance(content, list) else [
-            {"kind": "text", "text": str(content), "marker": str(content).lstrip().startswith(MARKERS)}]
+            {"kind": "text", "text": text[:TEXT_SHOWN_CHARS], "chars": len(text), "cut": len(text) > TEXT_SHOWN_CHARS,
+             "marker": text.lstrip().startswith(MARKERS)}]
         items.append({"kind": "message", "role": role, "line": number_, "turn": turn if role == "assistant" else None,
                       "blocks": blocks})
     for rest in timeline.values():  # after the last reply (or from a run without model_call records)
         items.extend({"kind": "event", **e} for e in rest)
+    pages = split_transcript(items)
     final = read_text(job.dir / FINAL, problems)
     usage = {k: int(job.usage(k)) for k in USAGE_KEYS}
     return {"job": job, "row": job_row(job, "."), "usage": usage, "charts": charts, "compactions": compactions,
-            "items": items, "final_html": _markdown.render(final) if final is not None else None,
+            "items": pages[0], "transcript_pages": pages, "page_links": _page_links(job.name, pages), "page": 1,
+            "final_html": _markdown.render(final) if final is not None else None,
             "problems": problems, "index_href": index_href, "row_model": job.record.get("model") or job.spec.get("model"),
             "stage_colors": [(s, STAGE_COLORS.get(s, "#555")) for s in dict.fromkeys(e["stage"] for e in compactions)], "limits": limits, "spec": job.spec,
             "title": f"job {job.name}", "transcript_href": link(job.dir / TRANSCRIPT, start),
             "dir_href": link(job.dir, start),
             "memories": [{"path": path, "size": size} for path, size in memory_files(str(job.dir))]}
+
+
+def _shown_chars(item: dict[str, Any]) -> int:
+    """About how much of the page an item takes: the text it shows, and a little for its frame."""
+    if item["kind"] == "event":
+        return 300 + len(item.get("summary") or "") + sum(len(f["name"]) + len(f["href"]) for f in item["files"])
+    return 100 + sum(200 + len(b.get("text") or b.get("input") or "") for b in item["blocks"])
+
+
+def split_transcript(items: list[dict[str, Any]], budget: int = TRANSCRIPT_PAGE_CHARS) -> list[list[dict[str, Any]]]:
+    """``items`` in pages of at most about ``budget`` characters shown, each page starting at a turn (the
+    compactions before a model call, then its reply), never splitting one; at least one page."""
+    pages: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for i, item in enumerate(items):
+        starts_turn = (item["kind"] == "event" or item.get("role") == "assistant") and (
+            i == 0 or items[i - 1]["kind"] != "event")
+        weight = _shown_chars(item)
+        if starts_turn and pages[-1] and size + weight > budget:
+            pages.append([])
+            size = 0
+        pages[-1].append(item)
+        size += weight
+    return pages
+
+
+def _page_links(job: str, pages: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """For the pager: each page's file (page 1 is the job's page) and the model calls and lines it holds."""
+    out = []
+    for number_, page in enumerate(pages, 1):
+        lines = [it["line"] for it in page if it["kind"] == "message"]
+        turns = [it["turn"] for it in page if it["kind"] == "message" and it["turn"]]
+        out.append({"number": number_, "href": quote(page_name(job) if number_ == 1 else transcript_page_name(job, number_)),
+                    "lines": f"{lines[0]}-{lines[-1]}" if lines else "",
+                    "turns": f"{turns[0]}-{turns[-1]}" if turns else ""})
+    return out

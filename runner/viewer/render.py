@@ -3,7 +3,9 @@
 Guarantees:
 - Every page is written to a temporary name and renamed: a browser never reads a torn page.
 - Text from the run (job names, messages, errors) is HTML-escaped by the template engine.
-- A job's page is rewritten only when one of its files is newer than the page (or ``force``).
+- A job's page is rewritten only when one of its files is newer than the page (or ``force``); its
+  transcript's further pages (``<job>.<n>.html``) are written with it, and those it no longer has (a
+  resumed job's transcript cut back) are removed.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from ..rundocs import INDEX, JOB_FILES, VIEW, JobData, RunData, load_run
-from ..store import write_atomic_sync
+from ..store import safe_name, write_atomic_sync
 from .charts import STAGE_COLORS
-from .pages import index_context, job_context, link, page_name
+from .pages import index_context, job_context, link, page_name, transcript_page_name
 
 PAGES_PER_WORKER = 16
 # the index's table script, as it is (a template file only so that it ships with the others; never rendered)
@@ -56,10 +58,20 @@ def render_index(run: RunData, index: Path, refresh: int | None = None) -> str:
         csp=PAGE_CSP)
 
 
-def render_job(job: JobData, pages_dir: Path, index: Path, refresh: int | None = None) -> str:
+def render_job(job: JobData, pages_dir: Path, index: Path, refresh: int | None = None, page: int = 1) -> str | None:
+    """Page ``page`` of a job: 1 is the job's page (charts, compactions, report and the transcript's first
+    page), 2 and on the transcript's further pages; None when the transcript has no such page."""
     context = job_context(job, pages_dir, link(index, pages_dir))
-    return _env.get_template("job.html.j2").render(**context, refresh=refresh, all_stage_colors=STAGE_COLORS,
-                                                   csp=PAGE_CSP)
+    pages = context["transcript_pages"]
+    if not 1 <= page <= len(pages):
+        return None
+    return _render_page(context, page, refresh)
+
+
+def _render_page(context: dict, page: int, refresh: int | None) -> str:
+    template = "job.html.j2" if page == 1 else "transcript.html.j2"
+    return _env.get_template(template).render(**{**context, "items": context["transcript_pages"][page - 1], "page": page},
+                                              refresh=refresh, all_stage_colors=STAGE_COLORS, csp=PAGE_CSP)
 
 
 def _stale(job: JobData, page: Path) -> bool:
@@ -77,7 +89,16 @@ def _stale(job: JobData, page: Path) -> bool:
 
 
 def _write_page(job: JobData, pages: Path, index: Path) -> None:
-    write_atomic_sync(pages / page_name(job.name), render_job(job, pages, index))
+    """The job's page and its transcript's further pages; the job's page last (its time says all are written)."""
+    context = job_context(job, pages, link(index, pages))
+    count = len(context["transcript_pages"])
+    for number in range(2, count + 1):
+        write_atomic_sync(pages / transcript_page_name(job.name, number), _render_page(context, number, None))
+    for old in pages.glob(f"{safe_name(job.name)}.*.html"):  # pages of a longer transcript than today's
+        rest = old.name.removesuffix(".html").split(".", 1)[1]
+        if not (rest.isdigit() and 2 <= int(rest) <= count and old.name == transcript_page_name(job.name, int(rest))):
+            old.unlink(missing_ok=True)
+    write_atomic_sync(pages / page_name(job.name), _render_page(context, 1, None))
 
 
 def _stamp() -> str:

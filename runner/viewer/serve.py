@@ -6,7 +6,8 @@ Guarantees:
 - A request whose ``Host`` is not a loopback name (``127.0.0.1``, ``localhost``, ``[::1]``, with the
   server's port) is answered 421, and nothing else: a web page that rebinds its own DNS name to
   127.0.0.1 reads nothing.
-- Only what the viewer makes is served as a page (``/``, ``/view/<job>.html``); of a job's directory
+- Only what the viewer makes is served as a page (``/``, ``/view/<job>.html`` and a long transcript's
+  further pages ``/view/<job>.<n>.html``, only those it has); of a job's directory
   only the files the runner writes (``job.json``, ``metrics.json``, ``events.jsonl``,
   ``transcript.jsonl``, ``final.md``, ``tool-results/*``, ``summaries/*``), each as plain text in a
   sandbox. Any other file of the run directory (a page a job planted there) is a 404.
@@ -27,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..rundocs import INDEX, JOB_FILES, SUMMARIES, TOOL_RESULTS, load_run
 from ..terminal import printable
-from .pages import page_name
+from .pages import page_number
 from .render import PAGE_CSP, pages_dir_for, render_index, render_job
 
 REFRESH_S = 5
@@ -100,9 +101,13 @@ def create_app(run_dir: Path, port: int | None = None) -> ASGIApp:
     async def show_job(request: Request) -> Response:
         name = request.path_params["page"]
         for job in load_run(run_dir).jobs:
-            if page_name(job.name) == name:
-                return HTMLResponse(render_job(job, pages, index, refresh=REFRESH_S), headers=PAGE_HEADERS)
-        return PlainTextResponse("no such job", status_code=404)
+            number = page_number(job.name, name)
+            if number is not None:
+                text = render_job(job, pages, index, refresh=REFRESH_S, page=number)
+                if text is None:
+                    break
+                return HTMLResponse(text, headers=PAGE_HEADERS)
+        return PlainTextResponse("no such page", status_code=404)
 
     async def to_index(request: Request) -> Response:
         return RedirectResponse("/")
