@@ -60,7 +60,7 @@ BINARY_MEDIA_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image
                       ".webp": "image/webp", ".pdf": "application/pdf"}
 READ_PAGE_BYTES = 64 * 1024  # a whole-file read of a large file returns its first lines up to this size
 _CHUNK = 1 << 20
-_ARGS = {"read": ("file_path", "view_range"), "write": ("file_path", "content"),
+_ARGS = {"read": ("file_path", "view_range", "byte_range"), "write": ("file_path", "content"),
          "edit": ("file_path", "old_string", "new_string", "replace_all"), "glob": ("pattern", "path"),
          "grep": ("pattern", "path")}
 OUTSIDE = "path {path!r} is outside the session's working directory"
@@ -222,7 +222,14 @@ def _chunks(f: Any, stop_at: float) -> Iterator[bytes]:
         yield chunk
 
 
-def _range(f: Any, path: str, start: int, end: int, limit: int, stop_at: float) -> str:
+def _text(path: str, data: bytes, size: int) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ToolFailure(protocol.BINARY_READ.format(path=path, size=size)) from None
+
+
+def _range(f: Any, path: str, start: int, end: int, limit: int, stop_at: float, size: int) -> str:
     lines = LineRange(path, start, end, limit)
     if lines.end <= lines.start:
         return ""
@@ -232,12 +239,58 @@ def _range(f: Any, path: str, start: int, end: int, limit: int, stop_at: float) 
             break
     if lines.lines() <= lines.start and lines.lines() > 0:
         raise _past_the_end(path, start, end, lines.lines())
-    return _decode("read", path, bytes(lines.collected), "binary files are only supported for image/PDF extensions")
+    return _text(path, bytes(lines.collected), size)
 
 
-def first_page(f: Any, stop_at: float) -> tuple[int, int]:
-    """``(lines in the file, last line of its first page)``: the page is at most READ_PAGE_BYTES."""
+def _byte_range(args: dict[str, Any]) -> tuple[int, int] | None:
+    value = args.get("byte_range")
+    if value is None or value == []:
+        return None
+    if (not isinstance(value, list) or len(value) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+        raise ToolFailure("read: byte_range must be [start_byte, end_byte] (two integers)")
+    start, end = value
+    if start < 0 or end <= start:
+        raise ToolFailure(f"read: byte_range [{start}, {end}] is not a range of bytes: start at 0 or later, "
+                          "end after the start")
+    return start, min(end, start + READ_PAGE_BYTES)
+
+
+def _utf8_cut(data: bytes, at_start: bool) -> bytes:
+    """``data`` without the partial characters at its ends (a continuation byte first, a lead byte
+    whose character is cut last), so a slice of a UTF-8 file decodes."""
+    start = 0
+    while at_start and start < min(3, len(data)) and data[start] & 0xC0 == 0x80:
+        start += 1
+    end = len(data)
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0xC0:  # a lead byte: is its character whole?
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            end = len(data) if back >= need else len(data) - back
+            break
+        if byte < 0x80:
+            break
+    return data[start:end]
+
+
+def _bytes_page(f: Any, path: str, start: int, end: int, size: int, lines: int, why: str) -> str:
+    """Bytes ``[start, end)`` of a file as text, cut at character boundaries, after a line saying so."""
+    f.seek(start)
+    data = _utf8_cut(f.read(end - start), at_start=start > 0)
+    text = _text(path, data, size)
+    stop = start + len(data) if data else min(end, size)
+    if stop >= size:
+        return protocol.READ_BYTES_END.format(start=start, end=stop, size=size, lines=lines) + "\n" + text
+    return protocol.READ_BYTES.format(start=start, end=stop, size=size, lines=lines, why=why,
+                                      next_end=min(size, stop + READ_PAGE_BYTES)) + "\n" + text
+
+
+def first_page(f: Any, stop_at: float) -> tuple[int, int, int]:
+    """``(lines in the file, last line of its first page, bytes of its first line)``: the page is at
+    most READ_PAGE_BYTES."""
     lines = page_end = size = 0
+    first_line = 0
     last = b"\n"
     for chunk in _chunks(f, stop_at):
         for line in chunk.splitlines(keepends=True):
@@ -250,19 +303,28 @@ def first_page(f: Any, stop_at: float) -> tuple[int, int]:
                 size += len(line)
                 if size > READ_PAGE_BYTES and page_end == lines and lines > 1:
                     page_end = lines - 1
+            if lines == 1:
+                first_line = size
             last = line
-    return lines, max(1, page_end)
+    return lines, max(1, page_end), first_line
 
 
 def read(workspace: str, args: dict[str, Any], stop_at: float) -> str | list[dict[str, Any]]:
     check_args("read", args)
     path = _path("read", args)
     view = _view_range(args)
+    byte_range = _byte_range(args)
+    if view and byte_range:
+        raise ToolFailure("read: give view_range or byte_range, not both")
     with Root.open(workspace) as root:
         rel = target("read", root, path, workspace)
         fd, st = _opened("read", root, rel, path)
     with os.fdopen(fd, "rb") as f:
         try:
+            if byte_range:
+                if BINARY_MEDIA_TYPES.get(os.path.splitext(rel)[1].lower()):
+                    raise ToolFailure("read: byte_range is not supported for image/PDF files")
+                return _bytes_page(f, path, byte_range[0], byte_range[1], st.st_size, -1, "a byte range")
             return _read_open(f, st, path, rel, view, stop_at)
         except OSError as e:
             raise ToolFailure(f"read: {path}: {reason(e)}") from None
@@ -282,14 +344,16 @@ def _read_open(f: Any, st: os.stat_result, path: str, rel: str, view: tuple[int,
         return [{"type": kind, "source": {"type": "base64", "media_type": media, "data": data}}]
     if st.st_size > DEFAULT_MAX_FILE_BYTES:
         if view:
-            return _range(f, path, view[0], view[1], DEFAULT_MAX_FILE_BYTES, stop_at)
-        lines, end = first_page(f, stop_at)
+            return _range(f, path, view[0], view[1], DEFAULT_MAX_FILE_BYTES, stop_at, st.st_size)
+        lines, end, first_line = first_page(f, stop_at)
+        if first_line > READ_PAGE_BYTES:  # its first line alone is more than a page: by bytes
+            return _bytes_page(f, path, 0, READ_PAGE_BYTES, st.st_size, lines,
+                               "its first line is longer than one read")
         f.seek(0)
-        text = _range(f, path, 1, end, DEFAULT_MAX_FILE_BYTES, stop_at)
-        return text + "\n" + protocol.READ_PAGE.format(start=1, end=end, lines=lines, size=st.st_size,
-                                                       next_start=end + 1, next_end=min(lines, 2 * end))
-    text = _decode("read", path, f.read(DEFAULT_MAX_FILE_BYTES + 1),
-                   "binary files are only supported for image/PDF extensions")
+        text = _range(f, path, 1, end, DEFAULT_MAX_FILE_BYTES, stop_at, st.st_size)
+        return protocol.READ_PAGE.format(start=1, end=end, lines=lines, size=st.st_size, next_start=end + 1,
+                                         next_end=min(lines, 2 * end)) + "\n" + text
+    text = _text(path, f.read(DEFAULT_MAX_FILE_BYTES + 1), st.st_size)
     if not view:
         return text
     start, end = view

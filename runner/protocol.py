@@ -186,8 +186,31 @@ GREP_WALK_CUT = ("[grep: cut: the search stopped after {cap} files, matches in l
                  "search a narrower `path`]")
 BASH_OUTPUT_CUT = ("[bash: cut: output was {total} bytes, showing the first {shown}; narrow it with head, tail, "
                    "grep or sed -n]")
+# a large file's read starts with one of these lines (first, so a preview of the result shows it)
 READ_PAGE = ("[read: lines {start}-{end} of {lines} ({size} bytes; too large for one read); next: "
              "view_range [{next_start}, {next_end}]]")
+READ_BYTES = ("[read: bytes {start}-{end} of {size} ({lines} lines; {why}); next: "
+              "byte_range [{end}, {next_end}]]")
+READ_BYTES_END = "[read: bytes {start}-{end} of {size} ({lines} lines); the end of the file]"
+_READ_SIZE = re.compile(r"^\[read: (?:lines \d+-\d+ of (\d+) \((\d+) bytes|bytes \d+-\d+ of (\d+) \((\d+) lines)")
+BINARY_READ = "read: {path}: not valid UTF-8 text ({size} bytes; binary files are only supported for image/PDF extensions)"
+_BINARY_READ = re.compile(r"^read: .*: not valid UTF-8 text \((\d+) bytes;")
+
+
+def read_size(text: str) -> tuple[int, int] | None:
+    """(lines, bytes) of the whole file a partial read's first line states."""
+    match = _READ_SIZE.match(text)
+    if not match:
+        return None
+    if match.group(1):
+        return int(match.group(1)), int(match.group(2))
+    return int(match.group(4)), int(match.group(3))
+
+
+def binary_size(error: str) -> int | None:
+    """The size of the file a read refused as binary."""
+    match = _BINARY_READ.match(error)
+    return int(match.group(1)) if match else None
 RECALL_PAGE = "[recall: page {page} of {pages}, characters {start}-{end} of {total}; {rest}]"
 RECALL_NEXT = "next page: offset {end}"
 RECALL_END = "end of file"

@@ -151,9 +151,21 @@ _SDK_DEFINITIONS = {"read": beta_read_tool, "write": beta_write_tool, "edit": be
 @functools.lru_cache(maxsize=1)
 def file_tool_definitions() -> dict[str, dict[str, Any]]:
     """The SDK's published definitions of its file tools (name, description, input schema), built
-    once: the model sees the same tools; only their implementation is ours."""
+    once: the model sees the same tools (``read`` with one more optional input, ``byte_range``); only
+    their implementation is ours."""
     context = AgentToolContext(workdir="/")
-    return {name: dict(factory(context).to_dict()) for name, factory in _SDK_DEFINITIONS.items()}  # type: ignore[arg-type]
+    definitions = {name: dict(factory(context).to_dict()) for name, factory in _SDK_DEFINITIONS.items()}  # type: ignore[arg-type]
+    schema = dict(definitions["read"]["input_schema"])  # one addition: a byte range, for a line too long to read
+    schema["properties"] = {**schema["properties"], "byte_range": BYTE_RANGE_SCHEMA}
+    definitions["read"] = {**definitions["read"], "input_schema": schema}
+    return definitions
+
+
+BYTE_RANGE_SCHEMA = {
+    "anyOf": [{"items": {"type": "integer"}, "type": "array"}, {"type": "null"}], "default": None,
+    "title": "Byte Range",
+    "description": "[start_byte, end_byte): part of a file by bytes (at most 64 KiB), for a line too long for "
+                   "view_range; a read of such a file says so and where to go on"}
 
 
 def error_result(tool_use_id: str, text: str) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from runner.messages import request_problems, tool_results, tool_uses
 from runner.models.anthropic import AnthropicModel
 from runner.models.base import Reply, Request, Usage
 from runner.models.offline import OfflineModel
-from runner.protocol import glob_cut, recall_page, without_footer
+from runner.protocol import binary_size, glob_cut, read_size, recall_page, without_footer
 from runner.scheduler import Batch, run_batch
 from runner.store import read_jsonl
 from runner.tools import Toolset
@@ -52,7 +52,7 @@ async def test_a_1mb_file_is_read_by_line_range_and_page_by_page(tmp_path, store
         ranged = await tools.run(call("read", {"file_path": "big.txt", "view_range": [7000, 7004]}))
         whole = await tools.run(call("read", {"file_path": "big.txt"}, "toolu_2"))
         pages, start = [], 1
-        notice = re.compile(r"\[read: lines (\d+)-(\d+) of (\d+) .*next: view_range \[(\d+), (\d+)\]\]$")
+        notice = re.compile(r"^\[read: lines (\d+)-(\d+) of (\d+) .*next: view_range \[(\d+), (\d+)\]\]\n")
         first = notice.search(whole["content"])
         assert first and int(first.group(3)) == 15_000
         step = int(first.group(2))
@@ -63,8 +63,42 @@ async def test_a_1mb_file_is_read_by_line_range_and_page_by_page(tmp_path, store
             pages.append(got["content"])
             start += step
     assert not ranged.get("is_error") and ranged["content"].split("\n") == lines[6999:7004]
-    assert whole["content"].startswith(lines[0] + "\n") and not whole.get("is_error")
+    assert whole["content"].split("\n")[1] == lines[0] and not whole.get("is_error")
+    assert read_size(whole["content"]) == (15_000, (tmp_path / "big.txt").stat().st_size)
     assert "\n".join(pages) == "\n".join(lines) + "\n"  # the pages together are the file, exactly
+
+
+async def test_a_one_line_file_of_900_kb_is_read_by_byte_range_to_its_end(tmp_path, store):
+    text = "<svg>" + "".join(f"<p id='{i}'>é</p>" for i in range(60_000)) + "</svg>"  # one line, multibyte
+    (tmp_path / "one.svg").write_text(text)
+    size = (tmp_path / "one.svg").stat().st_size
+    assert size > 880_000
+    async with Toolset(str(tmp_path), ("read",), store) as tools:
+        first = await tools.run(call("read", {"file_path": "one.svg"}))
+        assert not first.get("is_error"), first
+        assert read_size(first["content"]) == (1, size)
+        parts, k = [first["content"].split("\n", 1)[1]], 0
+        nxt = re.search(r"next: byte_range \[(\d+), (\d+)\]", first["content"])
+        while nxt:
+            k += 1
+            got = await tools.run(call("read", {"file_path": "one.svg", "byte_range": [int(nxt[1]), int(nxt[2])]},
+                                       f"toolu_b{k}"))
+            assert not got.get("is_error"), got
+            head, body = got["content"].split("\n", 1)
+            parts.append(body)
+            nxt = re.search(r"next: byte_range \[(\d+), (\d+)\]", head)
+        assert "the end of the file" in head
+    assert "".join(parts) == text  # every character once: no page starts or ends inside one
+
+
+async def test_a_binary_file_read_says_its_size(tmp_path, store):
+    (tmp_path / "lib.so").write_bytes(b"\x7fELF\x00\xff" * 100_000)
+    (tmp_path / "small.bin").write_bytes(b"\xff\xfe\x00" * 10)
+    async with Toolset(str(tmp_path), ("read",), store) as tools:
+        big = await tools.run(call("read", {"file_path": "lib.so"}))
+        small = await tools.run(call("read", {"file_path": "small.bin"}, "toolu_2"))
+    assert big.get("is_error") and binary_size(big["content"]) == 600_000
+    assert small.get("is_error") and binary_size(small["content"]) == 30
 
 
 # --- cut results say so ---------------------------------------------------------------------------
