@@ -154,14 +154,15 @@ def file_tool_definitions() -> dict[str, dict[str, Any]]:
     once: the model sees the same tools (``read`` with one more optional input, ``byte_range``); only
     their implementation is ours."""
     context = AgentToolContext(workdir="/")
-    definitions = {name: dict(factory(context).to_dict()) for name, factory in _SDK_DEFINITIONS.items()}  # type: ignore[arg-type]
+    definitions: dict[str, dict[str, Any]] = {
+        name: dict(factory(context).to_dict()) for name, factory in _SDK_DEFINITIONS.items()}  # type: ignore[arg-type]
     schema = dict(definitions["read"]["input_schema"])  # one addition: a byte range, for a line too long to read
     schema["properties"] = {**schema["properties"], "byte_range": BYTE_RANGE_SCHEMA}
     definitions["read"] = {**definitions["read"], "input_schema": schema}
     return definitions
 
 
-BYTE_RANGE_SCHEMA = {
+BYTE_RANGE_SCHEMA: dict[str, Any] = {
     "anyOf": [{"items": {"type": "integer"}, "type": "array"}, {"type": "null"}], "default": None,
     "title": "Byte Range",
     "description": "[start_byte, end_byte): part of a file by bytes (at most 64 KiB), for a line too long for "
