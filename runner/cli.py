@@ -1,4 +1,4 @@
-"""``runner run / validate / resume / report / emulate``.
+"""``runner run / validate / resume / report / view / prune / emulate``.
 
 Exit codes: 0 every job succeeded, 1 a job did not, 2 bad configuration or usage, 130 interrupted.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from .batch import (
 )
 from .config import ConfigError, Settings
 from .jobs import JobError, JobSpec, find_task_files, load_jobs, parsed
+from .prune import PruneResult, human_bytes, parse_age, prune
 from .report import load_report, plural, totals_line
 from .reserve import claim
 from .rundir import hold_run_dir
@@ -124,6 +126,19 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--serve", action="store_true", help="serve the pages live on loopback instead of writing them")
     view.add_argument("--port", type=int, default=8000, help="port for --serve (default: 8000)")
 
+    prune = sub.add_parser("prune", help="remove old runs from the output directory (never one being written, "
+                                         "nor the one `latest` points at)", epilog="""exit codes:
+  0    done (also when nothing was old enough to remove)
+  2    bad usage, or nothing to select by (no --keep, no --older-than, no [runner] keep_runs)""")
+    common(prune)
+    prune.add_argument("--keep", type=int, metavar="N",
+                       help="keep the N newest runs, remove the others (default: [runner] keep_runs, unless "
+                            "--older-than is given)")
+    prune.add_argument("--older-than", metavar="AGE",
+                       help="remove only runs last written longer ago than AGE: a number and s, m, h, d or w (30d)")
+    prune.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    prune.add_argument("--output-dir", type=Path, help="the runs directory (default: [runner] output_dir)")
+
     emulate = sub.add_parser("emulate", help="serve the local Messages-API emulator", epilog="""exit codes:
   0    the server stopped
   2    bad emulator configuration""")
@@ -148,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_report(args)
         if args.command == "view":
             return cmd_view(args)
+        if args.command == "prune":
+            return cmd_prune(args)
         if args.command == "emulate":
             from .emulator.cli import serve
 
@@ -274,7 +291,44 @@ def cmd_run(args: argparse.Namespace) -> int:
     link_latest(run_dir)
     with hold_run_dir(run_dir):
         claim(run_dir, len(specs) + len(errors))
-        return execute(batch, settings, as_json=args.json)
+        code = execute(batch, settings, as_json=args.json)
+    if settings.runner.keep_runs is not None and code != 130:  # this run is `latest`: never among those removed
+        report_prune(prune(settings.runner.output_dir, keep=settings.runner.keep_runs), settings.runner.output_dir,
+                     say, quiet=True)
+    return code
+
+
+def report_prune(result: PruneResult, output_dir: Path, show: Any, quiet: bool = False) -> None:
+    """One line per run removed (or kept though chosen), then the count and the bytes; ``quiet``: nothing
+    when nothing was chosen."""
+    if quiet and not result.removed and not result.kept:
+        return
+    verb = "would remove" if result.dry_run else "removed"
+    for run in result.removed:
+        written = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.written))
+        show(f"{verb} {shown_path(run.path)} (last written {written}, {human_bytes(run.bytes)})")
+    for path, why in result.kept:
+        show(f"kept {shown_path(path)}: {why}")
+    kept = result.runs - len(result.removed)
+    show(f"prune {shown_path(output_dir)}: {verb} {plural(len(result.removed), 'run')}, "
+         f"{'would free' if result.dry_run else 'freed'} {human_bytes(result.freed)}"
+         f"{f' ({result.freed:,} bytes)' if result.freed >= 1000 else ''}; {kept} kept")
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    settings = parsed(lambda: settings_from(args), config_path(args))
+    keep = args.keep if args.keep is not None else (settings.runner.keep_runs if args.older_than is None else None)
+    older = parse_age(args.older_than) if args.older_than is not None else None
+    output_dir = settings.runner.output_dir
+    if not output_dir.is_dir():
+        raise ConfigError([f"{output_dir}: no such output directory (nothing to prune)"])
+    result = prune(output_dir, keep=keep, older_than_s=older, dry_run=args.dry_run)
+
+    def show(line: str) -> None:
+        out.print(escape(printable(line)), highlight=False, soft_wrap=True)
+
+    report_prune(result, output_dir, show)
+    return 0
 
 
 def latest_run(args: argparse.Namespace) -> Path:

@@ -121,6 +121,7 @@ class RunnerSection(BaseModel):
     max_cost_usd: Float | None = Field(None, gt=0, le=1_000_000)  # for the whole run
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = Field(None, min_length=1)  # None: start a local Ray; "auto" or host:port: join
+    keep_runs: Int | None = Field(None, ge=1, le=1_000_000)  # after a run, remove all but this many newest runs
 
 
 class Price(BaseModel):
