@@ -7,9 +7,17 @@ Guarantees:
 - A worker process that dies (kill -9, its node lost) loses no job: each of its jobs continues on
   another worker from its last complete turn (as ``runner resume`` would continue it), at most
   ``MAX_REQUEUES`` times per job; a replacement worker is started to keep the pool's size.
+- A worker is declared dead once, by whichever comes first: Ray reports it (a job's or a poll's
+  ``RayActorError``) or it stops answering polls for ``stall_s`` seconds (its event loop blocked,
+  the process stopped). Declaring it dead kills it (``ray.kill``; SIGKILL too when it runs on the
+  driver's node), gives back every slot it held at the services actor and fences it there, and
+  only then are its jobs continued elsewhere: a job, and the call it had in flight, runs again
+  exactly once per death, never on two workers at once. ``run.json``'s ``workers`` say which were
+  lost, why, and what was given back for each.
 - Ctrl-C (SIGINT or SIGTERM) cancels every job on every worker; each writes its files with status
   ``cancelled`` and the batch reports ``interrupted``. A second Ctrl-C stops waiting for them.
-- Every job ends in a final state in ``run.json``.
+- Every job ends in a final state in ``run.json``, which also gets the services actor's counts
+  once every job ended (``slots_at_end``: all zero unless a slot leaked).
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import logging
 import os
 import secrets
 import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,11 +61,13 @@ from ..scheduler import (
 )
 from ..session import JobProgress, JobResult
 from ..store import read_jsonl, write_atomic_sync
-from .ray_services import RunServices
+from .ray_services import RunServices, leaked
 from .ray_worker import JobWorker, WorkerConfig
 
 MAX_REQUEUES = 3
 POLL_INTERVAL_S = 0.5
+POLL_WAIT_S = 2.0  # a poll not answered by then is retried next round
+STALL_S = 60.0  # a worker that answered no poll for this long is declared dead
 CANCEL_WAIT_S = 30.0
 
 
@@ -79,6 +90,15 @@ def continue_point(job_dir: Path, spec: JobSpec, lost: dict[str, Any]) -> Resume
     return Resumed(cut.history, read_metrics(job_dir))
 
 
+async def _answer(ref: Any, what: str) -> Any:
+    """``await ref``; ``None`` (and a warning on stderr) when it fails: bookkeeping never ends the batch."""
+    try:
+        return await ref
+    except Exception as e:  # noqa: BLE001
+        print(f"warning: {what}: {type(e).__name__}: {one_line(str(e))}", file=sys.stderr)
+        return None
+
+
 def worker_config(batch: Batch, settings: Settings) -> WorkerConfig:
     return WorkerConfig(backend=str(batch.meta.get("backend", "offline")), runner=settings.runner,
                         summarizer=settings.summarizer, max_retries=settings.limits.max_retries,
@@ -99,6 +119,7 @@ class Pool:
 
     def __init__(self, run_dir: Path, config: WorkerConfig, services: Any, size: int):
         self.run_dir = run_dir
+        self.node_id = ray.get_runtime_context().get_node_id()
         self.config = config
         self.services = services
         self.size = size
@@ -159,16 +180,19 @@ class Pool:
     def pick(self) -> _Worker:
         return min(self.live.values(), key=lambda w: w.load)
 
-    async def replace(self, worker: _Worker) -> None:
-        """``worker`` died: give back what it held at the services, start another in its place."""
+    async def replace(self, worker: _Worker, reason: str = "died") -> None:
+        """Declare ``worker`` dead (``reason``: ``died``, Ray said so; ``stalled``, it stopped answering):
+        kill it, give back and fence what it held at the services, start another in its place. Only
+        the first call for a worker does this; every caller returns once it is done."""
         async with self._lock:
             if self.live.pop(worker.owner, None) is None:
                 return  # another of its jobs already reported it
             self.lost.append(worker.owner)
-            for entry in self.started:
-                if entry["owner"] == worker.owner:
-                    entry["lost"] = True
-            await _quietly(self.services.release_owner.remote(worker.owner))
+            entry = next((e for e in self.started if e["owner"] == worker.owner), {})
+            entry.update(lost=True, lost_because=reason)
+            self._kill(worker)
+            entry["released"] = await _answer(self.services.release_owner.remote(worker.owner),
+                                              "could not give back a lost worker's slots") or {}
             if len(self.live) < self.size and len(self.lost) <= 4 * self.size:
                 try:
                     await self._start_one()
@@ -177,13 +201,28 @@ class Pool:
             if not self.live:
                 raise RuntimeError("ray executor: every worker died and none could be started")
 
+    def _kill(self, worker: _Worker) -> None:
+        """Make sure ``worker`` runs nothing more: a worker Ray lost touch with, or one that stopped
+        answering, may still be alive (a stopped process survives ``ray.kill``)."""
+        try:
+            ray.kill(worker.handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        pid = worker.where.get("pid")
+        if worker.where.get("node_id") == self.node_id and isinstance(pid, int) and pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass  # already gone
+
     def close(self) -> None:
         for handle in self.handles:
             ray.kill(handle)
 
 
 async def run_batch_ray(batch: Batch, settings: Settings, display: Display | None = None, *,
-                        workers: int | None = None, summary_window_s: float = 60.0) -> BatchResult:
+                        workers: int | None = None, summary_window_s: float = 60.0,
+                        stall_s: float = STALL_S) -> BatchResult:
     """:func:`runner.scheduler.run_batch` on the Ray cluster this process is connected to."""
     display = display or NoDisplay()
     out = BatchResult(batch.run_dir)
@@ -238,17 +277,38 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
                     await _quietly(run_json.write())
                 _quietly_call(display.job_finished, result)
 
-    async def poll() -> None:
-        while True:
+    async def watch(worker: _Worker) -> None:
+        """Poll one worker for its jobs' progress; declare it dead when Ray says so or when it has
+        answered no poll for ``stall_s`` seconds."""
+        answered = anyio.current_time()
+        while worker.owner in pool.live:
             await anyio.sleep(POLL_INTERVAL_S)
-            for worker in list(pool.live.values()):
-                try:
+            states = None
+            try:
+                with anyio.move_on_after(POLL_WAIT_S):
                     states = await worker.handle.poll.remote()
-                except RayActorError:
-                    continue  # its jobs report it
-                for name, state in states.items():
-                    if name in progress and name not in out.results:
-                        vars(progress[name]).update(state)
+            except RayActorError:
+                await pool.replace(worker, "died")
+                return
+            if states is None:
+                if anyio.current_time() - answered >= stall_s and worker.owner in pool.live:
+                    await pool.replace(worker, "stalled")
+                    return
+                continue
+            answered = anyio.current_time()
+            for name, state in states.items():
+                if name in progress and name not in out.results:
+                    vars(progress[name]).update(state)
+
+    async def poll() -> None:
+        watched: set[str] = set()
+        async with anyio.create_task_group() as watchers:
+            while True:
+                for owner, worker in list(pool.live.items()):
+                    if owner not in watched:
+                        watched.add(owner)
+                        watchers.start_soon(watch, worker)
+                await anyio.sleep(POLL_INTERVAL_S)
 
     async def stop(scope: anyio.CancelScope) -> None:
         """First signal: cancel every job on every worker and wait for their files; second: stop waiting."""
@@ -293,6 +353,12 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
                         spec.name, Status.CANCELLED, error="cancelled before it started", model=spec.model)
             run_json.finished = True
             run_json.interrupted = out.interrupted
+            with anyio.move_on_after(10):
+                slots = await _answer(services.state.remote(), "could not read the services' counts")
+                if slots is not None:
+                    batch.meta = {**batch.meta, "slots_at_end": {
+                        "leaked": leaked(slots), **{k: slots[k] for k in (
+                            "gate_held", "gate_waiting", "calls_held", "calls_waiting", "held", "waiting")}}}
             await _quietly(run_json.write(force=True))
             for worker in list(pool.live.values()):
                 with anyio.move_on_after(5):

@@ -7,8 +7,16 @@ that their limits hold for the whole batch however many workers run it. :class:`
 ``CallLimit`` and ``Budget`` on a worker by calling it.
 
 Guarantees:
-- A slot is named by a token ``<owner>:<n>``; a slot whose waiter was cancelled, or whose worker
-  died (:meth:`RunServices.release_owner`), is given back, so lost workers never leak capacity.
+- A slot is named by a token ``<owner>:<kind>:<n>`` (kind ``gate`` or ``call``): a worker's summary
+  slots and call slots never share a name, and a token already held or waited for is refused, never
+  overwritten (two kinds numbered alike once made a summary slot that was never given back).
+- A slot whose waiter was cancelled is given back. A worker that died (the driver calls
+  :meth:`RunServices.release_owner` when Ray reports it dead, or when it stopped answering) gets
+  every slot it held or waited for given back, and from then on is fenced: its late acquires are
+  refused and its late releases ignored, so a dead worker never holds capacity and a released slot
+  is never released twice.
+- :meth:`RunServices.state` counts what is held and waited for, per owner; at the end of a run
+  every count is zero (the driver writes them to ``run.json`` as ``slots_at_end``).
 - The budget a worker sees is the cluster's total as of its last charge plus its own charges not
   yet confirmed: a worker learns of other workers' spending when it next charges.
 """
@@ -18,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -27,6 +36,12 @@ import ray
 
 from ..models.adaptive import AdaptiveLimit
 from ..services import RateLimiter
+
+KINDS = ("gate", "call")
+
+
+def owner_of(token: str) -> str:
+    return token.split(":", 1)[0]
 
 
 @ray.remote(num_cpus=0)
@@ -42,6 +57,7 @@ class RunServices:
         self._held: dict[str, anyio.CapacityLimiter] = {}  # token -> the limiter it holds
         self._waiting: dict[str, asyncio.Task[Any]] = {}
         self._gone: set[str] = set()  # released before its acquire began
+        self._dead: set[str] = set()  # owners released by release_owner: fenced for good
         self.gate_starts = 0
 
     def _setup(self) -> None:
@@ -53,10 +69,16 @@ class RunServices:
             self.calls = AdaptiveLimit(maximum=max_calls)
             self._ready = True
 
-    async def _acquire(self, limiter: anyio.CapacityLimiter, token: str, rate: RateLimiter | None) -> None:
+    async def _acquire(self, limiter: anyio.CapacityLimiter, token: str, kind: str, rate: RateLimiter | None) -> None:
+        if token.split(":")[1:2] != [kind]:
+            raise RuntimeError(f"slot {token} is not a {kind} token")
+        if owner_of(token) in self._dead:
+            raise RuntimeError(f"slot {token}: its worker was declared dead")
         if token in self._gone:
             self._gone.discard(token)
             raise RuntimeError(f"slot {token} was released before it was taken")
+        if token in self._held or token in self._waiting:
+            raise RuntimeError(f"slot {token} is already held or waited for")
         self._waiting[token] = asyncio.current_task()  # type: ignore[assignment]
         try:
             await limiter.acquire_on_behalf_of(token)
@@ -72,16 +94,19 @@ class RunServices:
 
     async def gate_acquire(self, token: str) -> None:
         self._setup()
-        await self._acquire(self.gate, token, self.rate)
+        await self._acquire(self.gate, token, "gate", self.rate)
         self.gate_starts += 1
 
     async def call_acquire(self, token: str) -> None:
         self._setup()
-        await self._acquire(self.calls.limiter, token, None)
+        await self._acquire(self.calls.limiter, token, "call", None)
 
     async def release(self, token: str, successes: int = 0) -> None:
         """Give back ``token``'s slot, or stop its wait; a token not seen yet is refused when it comes.
-        ``successes``: calls that succeeded since the caller's last release (one message for both)."""
+        ``successes``: calls that succeeded since the caller's last release (one message for both).
+        A dead owner's release is ignored: :meth:`release_owner` gave back all it had."""
+        if owner_of(token) in self._dead:
+            return
         if successes:
             self._setup()
             for _ in range(successes):
@@ -94,13 +119,20 @@ class RunServices:
         else:
             self._gone.add(token)
 
-    async def release_owner(self, owner: str) -> int:
-        """A worker died: give back every slot it held or waited for; returns how many."""
+    async def release_owner(self, owner: str) -> dict[str, int]:
+        """A worker died (or stopped answering): give back every slot it held or waited for, and fence
+        it. Returns how many were given back, by kind and state (``gate_held``, ``call_waiting``, ...)."""
         prefix = f"{owner}:"
-        tokens = [t for t in [*self._held, *self._waiting] if t.startswith(prefix)]
-        for token in tokens:
-            await self.release(token)
-        return len(tokens)
+        counts: Counter[str] = Counter()
+        for token in [t for t in self._held if t.startswith(prefix)]:
+            counts[f"{token.split(':')[1]}_held"] += 1
+            self._held.pop(token).release_on_behalf_of(token)
+        for token in [t for t in self._waiting if t.startswith(prefix)]:
+            counts[f"{token.split(':')[1]}_waiting"] += 1
+            self._waiting.pop(token).cancel()
+        self._gone = {t for t in self._gone if not t.startswith(prefix)}
+        self._dead.add(owner)
+        return dict(counts)
 
     async def rate_limited(self) -> None:
         self._setup()
@@ -115,24 +147,42 @@ class RunServices:
         return self.spent
 
     async def state(self) -> dict[str, Any]:
+        """What is held and waited for now: totals (the limiters' own counts and ours) and per owner."""
         self._setup()
+        owners: dict[str, dict[str, int]] = {}
+        for state, tokens in (("held", self._held), ("waiting", self._waiting)):
+            for token in tokens:
+                kind = token.split(":")[1]
+                entry = owners.setdefault(owner_of(token), dict.fromkeys(
+                    (f"{k}_{s}" for k in KINDS for s in ("held", "waiting")), 0))
+                entry[f"{kind}_{state}"] += 1
         return {"spent": self.spent, "gate_starts": self.gate_starts, "gate_held": self.gate.borrowed_tokens,
-                "calls_limit": self.calls.current, "calls_held": self.calls.limiter.borrowed_tokens,
-                "held": len(self._held)}
+                "gate_waiting": self.gate.statistics().tasks_waiting, "calls_limit": self.calls.current,
+                "calls_held": self.calls.limiter.borrowed_tokens,
+                "calls_waiting": self.calls.limiter.statistics().tasks_waiting,
+                "held": len(self._held), "waiting": len(self._waiting), "owners": owners,
+                "dead": sorted(self._dead)}
+
+
+def leaked(state: dict[str, Any]) -> int:
+    """Slots still held or waited for in a :meth:`RunServices.state` taken after every job ended."""
+    return sum(int(state.get(k, 0)) for k in ("gate_held", "gate_waiting", "calls_held", "calls_waiting",
+                                               "held", "waiting"))
 
 
 class _Slots:
     """Tokens of one owner (a worker) for one kind of slot at the services actor."""
 
-    def __init__(self, actor: Any, owner: str, acquire: str):
+    def __init__(self, actor: Any, owner: str, kind: str):
         self.actor = actor
         self.owner = owner
-        self.acquire = getattr(actor, acquire)
+        self.kind = kind
+        self.acquire = getattr(actor, f"{kind}_acquire")
         self._ids = itertools.count()
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
-        token = f"{self.owner}:{next(self._ids)}"
+        token = f"{self.owner}:{self.kind}:{next(self._ids)}"
         try:
             await self.acquire.remote(token)
         except BaseException:  # cancelled while waiting: the actor gives the slot back or stops the wait
@@ -151,7 +201,7 @@ class RayGate(_Slots):
     """The summary gate (``runner.services.Gate``) of the whole cluster."""
 
     def __init__(self, actor: Any, owner: str):
-        super().__init__(actor, owner, "gate_acquire")
+        super().__init__(actor, owner, "gate")
 
 
 class RayCallLimit(_Slots):
@@ -159,7 +209,7 @@ class RayCallLimit(_Slots):
     counted here and told to the actor with the next release: two messages per call, not three."""
 
     def __init__(self, actor: Any, owner: str):
-        super().__init__(actor, owner, "call_acquire")
+        super().__init__(actor, owner, "call")
         self._successes = 0
 
     def _release(self, token: str) -> None:
