@@ -59,6 +59,10 @@ from .store import DiskQuotaExceeded, JobStore, dumps
 from .tools import Toolset, error_result
 
 CHECKPOINT_INTERVAL_S = 1.0
+REPORT_TOKENS = 1_000  # the output the budget's reserve plans for the report (max_output_tokens when smaller)
+REPORT_SHARE = 0.1  # of max_cost_usd, kept for the report's output under a small budget
+MIN_REPORT_TOKENS = 64  # a last call with less room than this is not made: the report is built without it
+ESTIMATE_MARGIN = 1.05  # estimated costs are taken this much higher before a call is allowed
 CONTINUE_AFTER_MAX_TOKENS = "Your reply was cut off by the output token limit. Continue from where you stopped."
 
 
@@ -155,8 +159,9 @@ class Session:
         self._last_checkpoint = float("-inf")
         self._reactive_retries = 0  # reactive compactions since the last call the API accepted
         self._tools: list[dict[str, Any]] = []
-        self._dearest_call = 0.0  # the reserve kept from max_cost_usd for the last call
-        self._most_output = 0
+        self._most_output = 0  # the largest reply so far (output tokens): what the next call may write
+        self._growth = 0  # characters the window grew by from the call before to the last one
+        self._last_sent = 0  # characters of messages the last call carried
         self.prices = prices or DEFAULT_TABLE
         if prior is not None:  # a resumed job keeps what it already spent
             self.result.usage = Usage(**prior.usage.model_dump())
@@ -246,7 +251,6 @@ class Session:
         if self.result.turns + 1 >= self.spec.limits.max_turns:
             raise JobEnded(Status.MAX_TURNS, f"reached max_turns = {self.spec.limits.max_turns}", last_call=True)
         self._check_run_budget()
-        self._check_reserve()
 
     async def _query(self) -> Reply | None:
         """Prepare the history and call the model. None when the API found the prompt too long and a
@@ -257,6 +261,7 @@ class Session:
         if stuck := self.compactor.stuck(state):  # its compactions thrash: a report of what it has
             raise JobEnded(Status.STUCK, stuck, last_call=True)
         sent_chars = state.window.total
+        self._check_reserve()  # on the window this call carries, compacted
         request = Request(model=spec.model, messages=api_valid(messages), tools=self._tools,
                           max_tokens=spec.limits.max_output_tokens, system=spec.system,
                           context_management=strategy.context_management(),
@@ -267,6 +272,7 @@ class Session:
             await self._reactive(str(e))
             return None
         self._account(reply)
+        self._growth, self._last_sent = max(0, sent_chars - self._last_sent), sent_chars
         self.store.queue_records(EVENTS, [model_call_event(self.result, sent_chars, reply)])
         state.observe_usage(reply.usage)
         state.window.mark_seen()
@@ -323,12 +329,17 @@ class Session:
         messages = await self.compactor.prepare(state)  # writes what the store has queued
         # the instruction goes with this request only: the transcript keeps alternating roles
         messages = merge_adjacent([*messages, {"role": "user", "content": OUT_OF_TURNS.format(reason=reason)}])
+        max_tokens = self._report_tokens()
+        if max_tokens < MIN_REPORT_TOKENS:  # the budget has no room for it: the report is built without it
+            self.result.error = f"{self.result.error}; no room left in max_cost_usd for the last call"
+            return
         request = Request(model=spec.model, messages=api_valid(messages), tools=self._tools,
-                          max_tokens=self._report_tokens(), system=spec.system,
+                          max_tokens=max_tokens, system=spec.system,
                           context_management=state.strategy.context_management(),
                           max_retries=spec.limits.max_retries, tool_choice=NO_TOOLS)
         reply = await self._create(request)
         self._account(reply)
+        self.store.queue_records(EVENTS, [model_call_event(self.result, state.window.total, reply)])
         if reply.content:
             await state.add(reply.message())
         self.final_text = text_of(reply.message())
@@ -394,7 +405,6 @@ class Session:
         result.summarizer_usage = self.state.summarizer_usage
         before = result.cost_usd
         result.cost_usd = self._cost()
-        self._dearest_call = max(self._dearest_call, result.cost_usd - before)
         self._most_output = max(self._most_output, reply.usage.output_tokens)
         self.run_budget.charge(result.cost_usd - before)
         self._update_progress()
@@ -412,33 +422,50 @@ class Session:
         self._check_run_budget()
 
     def _check_reserve(self) -> None:
-        """Before a call: when one more call like the dearest so far could reach the job's budget, the
-        next call is the last one (the report)."""
+        """Before a call, on the window it carries: when this call (as much output as the largest reply
+        so far) and then a short report (the window one turn larger, ``REPORT_TOKENS`` of output) could
+        together reach the job's budget, this call is the last one: the report. The reserve is what
+        the job's own calls cost, so a small budget still works until near its cap."""
         limit = self.spec.limits.max_cost_usd
         if limit is None:
             return
-        reserve = max(self._dearest_call, self._next_call_cost())
-        if self.result.cost_usd + 2 * reserve >= limit:  # this call and the report's must both fit
+        this_call = self._next_call_cost()
+        # the report's window: this one plus what the last turn added, compacted back to the limit
+        window = self.state.window.total
+        more = max(0, min(window + self._growth, max(window, self.state.char_limit())) - window)
+        report = self._next_call_cost(output_tokens=self._report_floor(), more_chars=more)
+        if self.result.cost_usd + ESTIMATE_MARGIN * (this_call + report) >= limit:
             raise JobEnded(Status.BUDGET_EXCEEDED, f"spent ${self.result.cost_usd:.4f} of max_cost_usd ${limit:g}, "
-                                              f"keeping ${reserve:.4f} for the report", last_call=True)
+                                              f"keeping ${report:.4f} for the report", last_call=True)
+
+    def _report_floor(self) -> int:
+        """The report's output the reserve plans for: what ``REPORT_SHARE`` of the budget buys, at least
+        ``MIN_REPORT_TOKENS``, at most ``REPORT_TOKENS`` (and ``max_output_tokens``)."""
+        most = min(REPORT_TOKENS, self.spec.limits.max_output_tokens)
+        per_token = self.prices.cost(self.spec.model, Usage(output_tokens=1_000_000)) / 1_000_000
+        limit = self.spec.limits.max_cost_usd
+        if limit is None or per_token <= 0:
+            return most
+        return max(MIN_REPORT_TOKENS, min(most, int(limit * REPORT_SHARE / per_token)))
 
     def _report_tokens(self) -> int:
         """The last call's ``max_tokens``: what the job's budget still affords after the call's input
-        (so the report never takes the job over ``max_cost_usd``), at most ``max_output_tokens``."""
+        (so the report never takes the job over ``max_cost_usd``), at most ``max_output_tokens``; 0 when
+        the input alone would."""
         limit, most = self.spec.limits.max_cost_usd, self.spec.limits.max_output_tokens
         if limit is None:
             return most
-        left = limit - self.result.cost_usd - self._next_call_cost(output_tokens=0)
+        left = limit - self.result.cost_usd - ESTIMATE_MARGIN * self._next_call_cost(output_tokens=0)
         per_token = self.prices.cost(self.spec.model, Usage(output_tokens=1_000_000)) / 1_000_000
-        return max(1, min(most, int(left / per_token))) if per_token > 0 else most
+        return max(0, min(most, int(left / per_token))) if per_token > 0 else most
 
-    def _next_call_cost(self, output_tokens: int | None = None) -> float:
-        """What a call carrying the current context would cost: its size in tokens from the last real
-        usage (tokens per character), and as much output as the largest reply so far."""
+    def _next_call_cost(self, output_tokens: int | None = None, more_chars: int = 0) -> float:
+        """What a call carrying the current context (and ``more_chars``) would cost: its size in tokens
+        from the last real usage (tokens per character), and as much output as the largest reply so far."""
         state = self.state
         if not state.last_tokens or not state.last_chars:
             return 0.0
-        tokens = state.last_tokens * (state.window.total + state.overhead_chars) / state.last_chars
+        tokens = state.last_tokens * (state.window.total + state.overhead_chars + more_chars) / state.last_chars
         output = self._most_output if output_tokens is None else output_tokens
         return self.prices.cost(self.spec.model, Usage(input_tokens=int(tokens), output_tokens=output))
 

@@ -43,3 +43,31 @@ def test_run_budget_stops_every_job(tmp_path: Path) -> None:
         if job["turns"]:
             lines = [json.loads(line) for line in transcript.read_text().splitlines()]
             assert sum(m["role"] == "assistant" for m in lines) == job["turns"]
+
+
+def test_a_small_budget_works_until_near_its_cap_then_reports(tmp_path: Path) -> None:
+    """max_cost_usd = 0.05: the reserve kept for the report is what the job's own calls cost (not a fixed
+    8,000 output tokens, which alone would cost more than the cap): it makes several turns, then one
+    last call writes a short report, and the whole job stays under the cap."""
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "a.toml").write_text('name = "a"\nworkspace = "{stdlib}/email"\nprompt = "Survey it."\n'
+                                              "[limits]\nmax_cost_usd = 0.05\ncontext_char_limit = 4000\n")
+    (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
+    done = subprocess.run([sys.executable, "-m", "runner", "run"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    job = next((tmp_path / "runs").glob("*/a"))
+    metrics = json.loads((job / "metrics.json").read_text())
+    assert metrics["status"] == "budget_exceeded", metrics
+    assert "max_cost_usd $0.05" in metrics["error"] and "for the report" in metrics["error"]
+    assert metrics["turns"] >= 6, metrics  # the turns before the report, and the report's
+    assert metrics["cost_usd"] <= 0.05, metrics
+    assert metrics["cost_usd"] >= 0.03, metrics  # it worked until near the cap
+    events = [json.loads(line) for line in (job / "events.jsonl").read_text().splitlines()]
+    assert [e["stage"] for e in events if e["stage"] in ("model_call", "last_call")][-2:] == ["last_call", "model_call"]
+    transcript = [json.loads(line) for line in (job / "transcript.jsonl").read_text().splitlines()]
+    report = transcript[-1]
+    assert report["role"] == "assistant" and "# Survey of" in report["content"][0]["text"]  # the model wrote it
+    final = (job / "final.md").read_text()
+    assert "budget_exceeded" in final and report["content"][0]["text"][:200] in final
