@@ -8,10 +8,14 @@ calls, transcript.jsonl, final.md, persisted outputs), then:
   (targets: under 2 s and under 2 MB);
 - every page: the first ``write_view`` (index plus one page per job), and a second one with nothing
   changed (job pages are rewritten only when their files are newer);
-- the largest job page.
+- the largest job page;
+- one 3,000-turn job (a real survey's files, ~37 MB of transcript): its pages' sizes, the time to write
+  them, and the time the real headless Chromium takes to open the job's page and one transcript page
+  (``--dump-dom``'s wall time less that of an empty page, the browser's start; median of 3), against
+  the same job with its whole transcript on one page, as before pages (targets: under 2 s, under 5 MB).
 
     python bench/viewer.py            # 500 jobs x 200 calls; writes bench/results/viewer.json and BENCHMARKS.md
-    python bench/viewer.py --smoke    # 20 jobs x 30 calls, seconds, writes nothing
+    python bench/viewer.py --smoke    # 20 jobs x 30 calls and a 300-turn job, seconds, writes nothing
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ import argparse
 import json
 import random
 import resource
+import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import replace_section, write_result  # noqa: E402
 
 from runner.store import write_atomic_sync  # noqa: E402
+from runner.viewer import pages as viewer_pages  # noqa: E402
 from runner.viewer.data import load_run  # noqa: E402
 from runner.viewer.render import render_index, write_view  # noqa: E402
 
@@ -190,6 +198,85 @@ def measure(jobs: int, calls: int) -> dict:
                 "largest_page_bytes": pages[-1], "all_pages_bytes": sum(pages)}
 
 
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def open_s(page: Path, profile: Path, rounds: int = 3) -> float | None:
+    """Median seconds the headless Chromium takes to load ``page`` and lay out its DOM, less its start-up
+    (the same for an empty page); None without a Chromium."""
+    if CHROMIUM is None:
+        return None
+    empty = profile.parent / "empty.html"
+    empty.write_text("<!doctype html><p>x</p>")
+
+    def once(target: Path) -> float:
+        started = time.perf_counter()
+        subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+                        "--dump-dom", target.resolve().as_uri()], capture_output=True, check=True, timeout=120)
+        return time.perf_counter() - started
+
+    once(empty)  # the profile made once, outside the timings
+    base = statistics.median(once(empty) for _ in range(rounds))
+    return max(statistics.median(once(page) for _ in range(rounds)) - base, 0.0)
+
+
+def measure_long(turns: int, rounds: int = 3) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "20261201-000000-long"
+        run_dir.mkdir()
+        metrics = make_long_job(run_dir, "long-survey", turns)
+        (run_dir / "run.json").write_text(json.dumps({"run_id": run_dir.name, "state": "finished", "backend": "offline",
+                                                      "model": "claude-sonnet-5-5", "jobs": [metrics]}))
+        transcript_bytes = (run_dir / "long-survey" / "transcript.jsonl").stat().st_size
+        started, cpu = time.perf_counter(), cpu_s()
+        result = write_view(run_dir)
+        write_s, write_cpu = time.perf_counter() - started, cpu_s() - cpu
+        view = result.pages_dir
+        job_page = view / "long-survey.html"
+        others = sorted(view.glob("long-survey.*.html"), key=lambda p: p.stat().st_size)
+        middle = view / f"long-survey.{max(2, (len(others) + 1) // 2)}.html"
+        profile = Path(tmp) / "profile"
+        r = {"turns": turns, "transcript_bytes": transcript_bytes, "write_s": round(write_s, 3),
+             "write_cpu_s": round(write_cpu, 3), "pages": 1 + len(others), "job_page_bytes": job_page.stat().st_size,
+             "largest_transcript_page_bytes": others[-1].stat().st_size if others else 0,
+             "job_page_open_s": open_s(job_page, profile, rounds), "transcript_page_open_s":
+             open_s(middle, profile, rounds) if others else None}
+        saved = viewer_pages.TRANSCRIPT_PAGE_CHARS
+        viewer_pages.TRANSCRIPT_PAGE_CHARS = 10**15  # as before pages: the whole transcript on the job's page
+        try:
+            whole = Path(tmp) / "whole" / "index.html"
+            write_view(run_dir, whole)
+        finally:
+            viewer_pages.TRANSCRIPT_PAGE_CHARS = saved
+        one_page = whole.parent / "view" / "long-survey.html"
+        r |= {"one_page_bytes": one_page.stat().st_size, "one_page_open_s": open_s(one_page, profile, rounds)}
+        for key in ("job_page_open_s", "transcript_page_open_s", "one_page_open_s"):
+            r[key] = None if r[key] is None else round(r[key], 2)
+        return r
+
+
+def long_table(r: dict) -> str:
+    def secs(value: float | None) -> str:
+        return "(no chromium)" if value is None else f"{value:.2f}"
+
+    met = ("met" if r["job_page_bytes"] < 5 * 2**20 and r["largest_transcript_page_bytes"] < 5 * 2**20
+           and r["job_page_open_s"] is not None and r["job_page_open_s"] < 2 else "MISSED")
+    return (f"## A {r['turns']:,}-turn job's page\n\n"
+            f"One synthetic job shaped as a real offline survey's files ({r['transcript_bytes'] / 2**20:.1f} MiB of "
+            "transcript, a compaction every turn or two). Open: the real headless Chromium's `--dump-dom` wall time "
+            "less an empty page's (the browser's start), median of 3. Targets: the job's page under 5 MB, opened in "
+            "under 2 s.\n\n"
+            "| page | size | open s |\n|---|---:|---:|\n"
+            f"| the job's page (charts, compactions, report, transcript page 1 of {r['pages']}) | "
+            f"{r['job_page_bytes'] / 2**20:.2f} MiB | {secs(r['job_page_open_s'])} |\n"
+            f"| a transcript page (largest {r['largest_transcript_page_bytes'] / 2**20:.2f} MiB) | | "
+            f"{secs(r['transcript_page_open_s'])} |\n"
+            f"| before pages: the whole transcript on the job's page | {r['one_page_bytes'] / 2**20:.1f} MiB | "
+            f"{secs(r['one_page_open_s'])} |\n\n"
+            f"Writing all {r['pages']} pages: {r['write_s']:.2f} s wall, {r['write_cpu_s']:.2f} s CPU. {met}.\n")
+
+
 def table(r: dict) -> str:
     met = "met" if r["index_s"] < 2 and r["index_bytes"] < 2 * 2**20 else "MISSED"
     return (f"## Run viewer: `runner view` of {r['jobs']} jobs x {r['calls_per_job']} model calls\n\n"
@@ -213,7 +300,8 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     result = measure(20, 30) if args.smoke else measure(500, 200)
-    text = table(result)
+    result["long_job"] = measure_long(300, rounds=1) if args.smoke else measure_long(3000)
+    text = table(result) + "\n" + long_table(result["long_job"])
     print(text)
     if not args.smoke:
         write_result("viewer", result)

@@ -228,7 +228,7 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
                       "blocks": blocks})
     for rest in timeline.values():  # after the last reply (or from a run without model_call records)
         items.extend({"kind": "event", **e} for e in rest)
-    pages = split_transcript(items)
+    pages = split_transcript(items, TRANSCRIPT_PAGE_CHARS)
     final = read_text(job.dir / FINAL, problems)
     usage = {k: int(job.usage(k)) for k in USAGE_KEYS}
     return {"job": job, "row": job_row(job, "."), "usage": usage, "charts": charts, "compactions": compactions,
