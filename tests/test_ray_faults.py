@@ -1,0 +1,241 @@
+"""Cluster faults end: a Ray worker killed while it holds the only summary slot, while its model calls
+are in flight, at a random moment, or stopped (SIGSTOP) so that it answers nothing. Every job ends
+in a final state, the dead worker's slots come back (the services actor's counts are zero at the
+end, ``run.json``'s ``slots_at_end``), and each job it had moves once to another worker.
+
+The batch is the one that hung (issue 19): the anthropic backend against the emulator (0.3 s a
+call), ``context_char_limit = 8000`` so that summaries are frequent, ``[summarizer] max_concurrent
+= 1``, 2 workers. A real local Ray instance; the services actor is read while the run goes on to
+pick the moment of the kill.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from test_ray_executor import FINAL, anthropic_batch, cluster, settings_for, spec, workspace  # noqa: F401
+
+from runner.emulator import EmulatorConfig, Latency, running_emulator
+from runner.store import read_jsonl
+
+CONFIG = "[runner]\nconcurrency = 12\n[summarizer]\nmax_concurrent = 1\nrequests_per_minute = 1000\n"
+
+# (services state, seconds since start, requests in the emulator now) -> the owner to kill
+Pick = Callable[[dict[str, Any], float, int], str | None]
+
+
+def _services(ray: Any, run_dir: Path) -> Any | None:
+    names = [n for n in ray.util.list_named_actors() if n.startswith(f"runner-services-{run_dir.name}-")]
+    return ray.get_actor(names[0]) if names else None
+
+
+def _workers(run_dir: Path) -> list[dict[str, Any]]:
+    try:
+        return json.loads((run_dir / "run.json").read_text()).get("workers") or []
+    except (OSError, ValueError):
+        return []
+
+
+def fault_run(ray: Any, tmp_path: Path, name: str, pick: Pick, jobs: int = 6, stop: bool = False,
+              stall_s: float = 60.0) -> dict[str, Any]:
+    """Run the batch; once ``pick`` names an owner (from the services' state), SIGKILL (or SIGSTOP)
+    that worker's process. Returns what was seen."""
+    from runner.executors.ray_driver import run_batch_ray
+
+    ws = workspace(tmp_path)
+    settings = settings_for(tmp_path, CONFIG)
+    specs = [spec(f"job{i}", ws, context_char_limit=8000) for i in range(jobs)]
+    run_dir = tmp_path / name
+    seen: dict[str, Any] = {}
+    done = threading.Event()
+
+    def killer(emu: Any) -> None:
+        started = time.monotonic()
+        services = None
+        while not done.is_set() and time.monotonic() - started < 120:
+            time.sleep(0.01)
+            services = services or _services(ray, run_dir)
+            if services is None:
+                continue
+            try:
+                state = ray.get(services.state.remote(), timeout=2)
+            except Exception:  # noqa: BLE001 - the run ended
+                return
+            owner = pick(state, time.monotonic() - started, emu.state.concurrent)
+            pids = {w["owner"]: w["pid"] for w in _workers(run_dir) if not w.get("lost")}
+            if owner is None or owner not in pids:
+                continue
+            os.kill(pids[owner], signal.SIGSTOP if stop else signal.SIGKILL)
+            seen.update(owner=owner, pid=pids[owner], state=state, at=time.monotonic() - started)
+            return
+
+    with running_emulator(EmulatorConfig(latency=Latency(seconds=0.3))) as emu:
+        os.environ["ANTHROPIC_BASE_URL"] = emu.base_url
+        thread = threading.Thread(target=killer, args=(emu,))
+        thread.start()
+        began = time.monotonic()
+        try:
+            async def batch():
+                with anyio.fail_after(150):  # the hang this guards against never ended
+                    return await run_batch_ray(anthropic_batch(run_dir, specs, settings), settings, workers=2,
+                                               stall_s=stall_s)
+            result = anyio.run(batch)
+        finally:
+            done.set()
+            thread.join()
+            os.environ.pop("ANTHROPIC_BASE_URL")
+        seen["wall_s"] = time.monotonic() - began
+        seen["emulator"] = emu.state.snapshot()
+    assert "owner" in seen, "the batch ended before a worker could be stopped"
+    seen["result"] = result
+    seen["document"] = json.loads((run_dir / "run.json").read_text())
+    seen["lost_events"] = {s.name: [e for e in read_jsonl(run_dir / s.name / "events.jsonl")[0]
+                                    if e.get("stage") == "worker_lost"] for s in specs}
+    seen["run_dir"] = run_dir
+    seen["specs"] = specs
+    return seen
+
+
+def check_the_run_ended_whole(seen: dict[str, Any], because: str = "died") -> dict[str, int]:
+    """Every job succeeded, nothing leaked, the dead worker is the one lost and each of its jobs
+    moved once; returns what the services gave back for it."""
+    document = seen["document"]
+    statuses = {j["job"]: j["status"] for j in document["jobs"]}
+    assert set(statuses.values()) <= FINAL and document["state"] == "finished", statuses
+    assert set(statuses.values()) == {"succeeded"}, {n: r.error for n, r in seen["result"].results.items()}
+    assert document["slots_at_end"]["leaked"] == 0, document["slots_at_end"]
+    assert all(v == 0 for v in document["slots_at_end"].values()), document["slots_at_end"]
+    lost = [w for w in document["workers"] if w.get("lost")]
+    assert [w["owner"] for w in lost] == [seen["owner"]], document["workers"]
+    assert lost[0]["lost_because"] == because
+    moved = {n for n, events in seen["lost_events"].items() if events}
+    assert moved, "no job was on the dead worker"
+    # every job makes the same number of turns on this policy: a moved job lost none and made none twice
+    turns = {j["job"]: j["turns"] for j in document["jobs"]}
+    assert len(set(turns.values())) == 1, (turns, moved)
+    for name, events in seen["lost_events"].items():
+        assert len(events) <= 1, (name, events)  # continued once, after the one death
+        metrics = json.loads((seen["run_dir"] / name / "metrics.json").read_text())
+        assert metrics["status"] == "succeeded"
+        if events:  # finished elsewhere (a job may have ended on the dead worker before the kill)
+            assert metrics["worker"]["pid"] != seen["pid"]
+        transcript, _ = read_jsonl(seen["run_dir"] / name / "transcript.jsonl")
+        assert transcript[0]["content"] == next(s.prompt for s in seen["specs"] if s.name == name)
+    return lost[0]["released"]
+
+
+def _holding(kind: str, without: str | None = None, after_starts: int = 0) -> Pick:
+    def pick(state: dict[str, Any], _: float, __: int) -> str | None:
+        if state["gate_starts"] < after_starts:
+            return None
+        for owner, counts in state["owners"].items():
+            if counts[f"{kind}_held"] and not (without and counts[f"{without}_held"]):
+                return owner
+        return None
+    return pick
+
+
+def test_a_worker_killed_while_it_holds_the_only_summary_slot(cluster, tmp_path):  # noqa: F811
+    """The hang of issue 19: the killed worker's jobs moved to a replacement, whose summary and call
+    slots had tokens numbered alike; the summary slot was never given back and every job waited."""
+    seen = fault_run(cluster, tmp_path, "gate", _holding("gate", after_starts=3))
+    assert seen["state"]["gate_held"] == 1  # max_concurrent = 1: the only one
+    released = check_the_run_ended_whole(seen)
+    assert released.get("gate_held") == 1, released  # given back when Ray reported the worker dead
+
+
+def test_a_worker_killed_while_its_calls_are_in_flight(cluster, tmp_path):  # noqa: F811
+    def pick(state: dict[str, Any], _: float, at_emulator: int) -> str | None:
+        """An owner with calls in flight at the emulator: it holds every call slot of the cluster,
+        no summary is in flight, and the emulator is answering a request."""
+        holders = [o for o, c in state["owners"].items() if c["call_held"]]
+        if state["gate_starts"] < 2 or state["gate_held"] or len(holders) != 1 or not at_emulator:
+            return None
+        return holders[0] if state["owners"][holders[0]]["call_held"] == state["calls_held"] else None
+
+    seen = fault_run(cluster, tmp_path, "calls", pick)
+    released = check_the_run_ended_whole(seen)
+    assert released.get("call_held", 0) >= 1, released
+    emulator = seen["emulator"]
+    in_flight = released["call_held"] + released.get("gate_held", 0)
+    # the emulator saw the client of the calls in flight leave (those the kill caught mid-latency)
+    cut = emulator["outcomes"].get("disconnected", 0) + emulator["outcomes"].get("dropped", 0)
+    assert 1 <= cut <= in_flight, (emulator["outcomes"], released)
+    # each was sent again once: the calls answered that no job recorded are at most the recorded turns
+    # the continuation dropped and the calls the dead worker had in flight (answered, never written)
+    dropped = sum(e["turns_rerun"] for events in seen["lost_events"].values() for e in events)
+    answered_twice = emulator["outcomes"]["ok"] - emulator["summary_requests"] - seen["document"]["totals"]["turns"]
+    assert 0 <= answered_twice <= dropped + in_flight, (answered_twice, dropped, released)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_worker_killed_at_a_random_moment(cluster, tmp_path, seed):  # noqa: F811
+    moment = random.Random(seed).uniform(1.0, 6.0)
+
+    def pick(state: dict[str, Any], since: float, _: int) -> str | None:
+        owners = sorted(state["owners"])
+        return owners[0] if since >= moment and owners else None
+
+    seen = fault_run(cluster, tmp_path, f"random{seed}", pick)
+    check_the_run_ended_whole(seen)
+
+
+def test_a_worker_that_stops_answering_is_declared_dead(cluster, tmp_path):  # noqa: F811
+    """SIGSTOP: Ray still thinks the worker alive; the driver notices it answered no poll for
+    ``stall_s``, kills it and moves its jobs."""
+    seen = fault_run(cluster, tmp_path, "stalled", _holding("call", after_starts=2), stop=True, stall_s=3.0)
+    try:
+        released = check_the_run_ended_whole(seen, because="stalled")
+        assert sum(released.values()) >= 1, released
+        with pytest.raises(ProcessLookupError):  # the stopped process was killed, not left behind
+            for _ in range(100):
+                os.kill(seen["pid"], 0)
+                time.sleep(0.05)
+    finally:
+        try:
+            os.kill(seen["pid"], signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def test_a_dead_owners_slots_come_back_and_it_is_fenced(cluster):  # noqa: F811
+    """The services actor alone: a gate token and a call token numbered alike are two slots; a dead
+    owner's held and waited-for slots are given back, its late acquires refused, its late releases
+    ignored (never released twice)."""
+    from runner.executors.ray_services import RunServices, leaked
+
+    ray = cluster
+    services = RunServices.remote(1, 1000, 60.0, 4, None)
+    ray.get([services.gate_acquire.remote("w1:gate:0"), services.call_acquire.remote("w1:call:0")])
+    state = ray.get(services.state.remote())
+    assert state["gate_held"] == 1 and state["calls_held"] == 1 and state["held"] == 2
+    with pytest.raises(ray.exceptions.RayTaskError, match="already held"):
+        ray.get(services.gate_acquire.remote("w1:gate:0"))
+    waiter = services.gate_acquire.remote("w2:gate:0")  # waits for w1's summary slot
+    mine = services.gate_acquire.remote("w1:gate:1")  # w1 waits too
+    time.sleep(0.3)
+    assert ray.get(services.state.remote())["owners"]["w1"]["gate_waiting"] == 1
+    released = ray.get(services.release_owner.remote("w1"))
+    assert released == {"gate_held": 1, "call_held": 1, "gate_waiting": 1}, released
+    ray.get(waiter, timeout=10)  # w2 got the slot w1 held
+    with pytest.raises(ray.exceptions.RayTaskError):
+        ray.get(mine, timeout=10)  # w1's wait was stopped
+    with pytest.raises(ray.exceptions.RayTaskError, match="declared dead"):
+        ray.get(services.call_acquire.remote("w1:call:1"))
+    ray.get(services.release.remote("w1:gate:0"))  # late: ignored, w2 still holds the only slot
+    state = ray.get(services.state.remote())
+    assert state["gate_held"] == 1 and state["owners"] == {"w2": {"gate_held": 1, "gate_waiting": 0,
+                                                                  "call_held": 0, "call_waiting": 0}}
+    ray.get(services.release.remote("w2:gate:0"))
+    assert leaked(ray.get(services.state.remote())) == 0
+    ray.kill(services)
