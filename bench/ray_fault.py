@@ -1,14 +1,23 @@
-"""Benchmark: a worker killed mid-run on the ``ray`` executor.
+"""Benchmark: a worker killed mid-run on the ``ray`` executor, at the moments that once hung a run.
 
-200 survey jobs (the concurrency benchmark's) as a ``runner run --executor ray`` subprocess with 2
-workers against the emulator in its own process; once every job has started, one worker process
-gets SIGKILL. Reported: whether every job succeeded, how many jobs moved to another worker, and
-how many model calls were made twice: recorded turns dropped after the last complete turn (the
-``turns_rerun`` of the ``worker_lost`` events) and, from the emulator's count, every answered call
-no job recorded (those in flight on the dead worker).
+The batch that hung (issue 19): 12 survey jobs, the anthropic backend against the emulator in its
+own process (0.3 s a call), ``context_char_limit = 8000`` so that summaries are frequent,
+``[summarizer] max_concurrent = 1``, ``runner run --executor ray --ray-address auto`` on a local
+cluster of 2 CPUs (``ray start --head``: 2 workers). This process joins the cluster and reads the
+run's services actor to pick the moment, then SIGKILLs one worker process:
 
-    python bench/ray_fault.py            # 200 jobs, latency 0.5 s; writes bench/results/ray_fault.json
-    python bench/ray_fault.py --smoke    # 10 jobs, latency 0.2 s; writes nothing
+- ``summary``: while it holds the only summary slot;
+- ``calls``: while its model calls are in flight at the emulator (it holds every call slot of the
+  cluster, no summary is in flight, the emulator is answering);
+- ``random``: at a random moment of the run (10 runs, seeds 1-10).
+
+Reported per run: the final states, the slots the dead worker held (given back when Ray reported it
+dead), jobs moved, whether every job made the turns of an undisturbed run, the calls cut off, the
+services actor's counts once every job ended (``slots leaked``, from ``run.json``'s
+``slots_at_end``), the time from the kill to its jobs continuing elsewhere, and the wall time.
+
+    python bench/ray_fault.py            # 1 + 1 + 10 kills and an undisturbed run; writes results
+    python bench/ray_fault.py --smoke    # 6 jobs, one kill of each kind; writes nothing
 """
 
 from __future__ import annotations
@@ -16,86 +25,225 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import replace_section, write_result  # noqa: E402
-from concurrency import stats, survey_batch  # noqa: E402
+from concurrency import free_port, stats  # noqa: E402
+
+RAY = Path(sys.executable).with_name("ray")
+LATENCY_S = 0.3
+FINAL = {"succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "stuck", "cancelled"}
 
 
-def run(n: int, latency: float, tmp: Path) -> dict[str, Any]:
+def _env() -> dict[str, str]:
+    env = {**os.environ, "ANTHROPIC_API_KEY": "bench-key", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def setup(tmp: Path, n: int) -> None:
+    ws = tmp / "workspace"
+    ws.mkdir()
+    for i in range(12):
+        (ws / f"m{i:02d}.py").write_text(f'"""Module {i}."""\n' + "x = 1\n" * (600 + 40 * i))
     jobs = tmp / "jobs"
-    base_url, emulator = survey_batch(n, latency, tmp, jobs)
-    killed = None
+    jobs.mkdir()
+    for i in range(n):
+        (jobs / f"job{i:02d}.toml").write_text(f'workspace = "{ws}"\nprompt = "Survey this workspace ({i})."\n'
+                                               "tools = [\"read\", \"glob\", \"grep\"]\n"
+                                               "[limits]\ncontext_char_limit = 8000\nmax_retries = 8\n")
+    (tmp / "config.toml").write_text(f"[runner]\nconcurrency = {n}\n"
+                                     "[summarizer]\nmax_concurrent = 1\nrequests_per_minute = 1000\n")
+    (tmp / "emulator.toml").write_text(f"[latency]\nseconds = {LATENCY_S}\n")
+
+
+def services_state(ray: Any) -> dict[str, Any] | None:
+    actors = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("runner-services-")]
+    if not actors:
+        return None
     try:
-        env = {**os.environ, "ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": "bench-key"}
+        handle = ray.get_actor(actors[0]["name"], namespace=actors[0]["namespace"])
+        return ray.get(handle.state.remote(), timeout=2)
+    except Exception:  # noqa: BLE001 - the run ended (its actor is gone)
+        return None
+
+
+def pick_summary(state: dict[str, Any], since: float, base_url: str) -> str | None:
+    if state["gate_starts"] < 3:
+        return None
+    return next((o for o, c in state["owners"].items() if c["gate_held"]), None)
+
+
+def pick_calls(state: dict[str, Any], since: float, base_url: str) -> str | None:
+    holders = [o for o, c in state["owners"].items() if c["call_held"]]
+    if state["gate_starts"] < 2 or state["gate_held"] or len(holders) != 1:
+        return None
+    if state["owners"][holders[0]]["call_held"] != state["calls_held"] or not stats(base_url)["concurrent"]:
+        return None
+    return holders[0]
+
+
+def pick_at(moment: float):
+    def pick(state: dict[str, Any], since: float, base_url: str) -> str | None:
+        return sorted(state["owners"])[0] if since >= moment and state["owners"] else None
+    return pick
+
+
+def one_run(ray: Any, tmp: Path, name: str, pick: Any) -> dict[str, Any]:
+    """One ``runner run``; ``pick`` (or ``None``: undisturbed) names the owner whose worker to kill."""
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    emulator = subprocess.Popen([sys.executable, "-m", "runner", "emulate", "--port", str(port), "--config",
+                                 str(tmp / "emulator.toml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killed: dict[str, Any] = {}
+    try:
+        for _ in range(200):
+            try:
+                stats(base_url)
+                break
+            except OSError:
+                time.sleep(0.05)
+        out = tmp / f"runs-{name}"
+        env = {**_env(), "ANTHROPIC_BASE_URL": base_url}
         started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "runner", "run", str(jobs), "--backend", "anthropic",
-                                 "--concurrency", str(n), "--output-dir", str(tmp / "runs"), "--executor", "ray"],
+        proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "jobs", "--backend", "anthropic",
+                                 "--output-dir", str(out), "--executor", "ray", "--ray-address", "auto"],
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp)
-        while proc.poll() is None and killed is None:
-            time.sleep(0.1)
-            transcripts = [t for t in tmp.glob("runs/*/*/transcript.jsonl") if not t.parent.parent.is_symlink()]
-            if len(transcripts) < n:
+        while pick is not None and proc.poll() is None and not killed:
+            time.sleep(0.01)
+            state = services_state(ray)
+            if state is None:
                 continue
-            document = json.loads(next(tmp.glob("runs/*/run.json")).read_text())
-            killed = document["workers"][0]["pid"]
-            os.kill(killed, signal.SIGKILL)
-        _, stderr = proc.communicate()
+            owner = pick(state, time.perf_counter() - started, base_url)
+            workers = []
+            for doc in out.glob("*/run.json"):
+                try:
+                    workers = json.loads(doc.read_text()).get("workers") or []
+                except ValueError:
+                    pass
+            pids = {w["owner"]: w["pid"] for w in workers if not w.get("lost")}
+            if owner in pids:
+                os.kill(pids[owner], signal.SIGKILL)
+                killed = {"owner": owner, "pid": pids[owner], "at_s": round(time.perf_counter() - started, 2),
+                          "epoch": time.time(), "held": state["owners"][owner]}
+        try:
+            _, stderr = proc.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, stderr = proc.communicate()
         wall = time.perf_counter() - started
         counted = stats(base_url)
     finally:
         emulator.terminate()
         emulator.wait()
-    [run_dir] = [p for p in (tmp / "runs").iterdir() if not p.is_symlink()]
+    [run_dir] = [p for p in out.iterdir() if not p.is_symlink()]
     document = json.loads((run_dir / "run.json").read_text())
-    lost = [e for job in run_dir.iterdir() if job.is_dir()
-            for e in map(json.loads, (job / "events.jsonl").read_text().splitlines() if (job / "events.jsonl").exists()
-                         else []) if e.get("stage") == "worker_lost"]
-    return {"jobs": n, "latency_s": latency, "killed_pid": killed, "exit_code": proc.returncode,
-            "succeeded": document["totals"]["succeeded"], "turns": document["totals"]["turns"],
-            "jobs_moved": len(lost), "turns_rerun": sum(e["turns_rerun"] for e in lost),
-            # every call the emulator answered that no job recorded: in flight on the dead worker, or dropped
-            "calls_made_twice": counted["outcomes"].get("ok", 0) - counted["summary_requests"]
-            - document["totals"]["turns"],
-            # requests the dead worker had in flight: the emulator saw their client leave; each is sent again
+    lost = [e for job in run_dir.iterdir() if (job / "events.jsonl").exists()
+            for e in map(json.loads, (job / "events.jsonl").read_text().splitlines()) if e.get("stage") == "worker_lost"]
+    dead = [w for w in document.get("workers") or [] if w.get("lost")]
+    slots = document.get("slots_at_end") or {}
+    return {"moment": name, "exit_code": proc.returncode, "killed": killed or None,
+            "states": dict(Counter(j["status"] for j in document["jobs"])),
+            "all_final": all(j["status"] in FINAL for j in document["jobs"]) and document["state"] == "finished",
+            "turns": sorted({j["turns"] for j in document["jobs"]}), "total_turns": document["totals"]["turns"],
+            "released": dead[0].get("released") if dead else None, "lost_because": dead[0].get("lost_because")
+            if dead else None, "jobs_moved": len(lost),
+            "turns_rerun": sum(e["turns_rerun"] for e in lost),
             "calls_cut_off": counted["outcomes"].get("disconnected", 0) + counted["outcomes"].get("dropped", 0),
-            "restarted_from_scratch": sum(e["continue_from_message"] == 0 for e in lost), "wall_s": round(wall, 2),
-            "stderr_tail": stderr[-500:] if proc.returncode else ""}
+            "slots_at_end": slots, "slots_leaked": slots.get("leaked"),
+            "recover_s": round(min(e["ts"] for e in lost) - killed["epoch"], 2) if lost and killed else None,
+            "wall_s": round(wall, 2), "stderr_tail": stderr[-500:] if proc.returncode else ""}
+
+
+def held(row: dict[str, Any]) -> str:
+    released = row["released"] or {}
+    parts = [f"{k.replace('_', ' ')} {v}" for k, v in sorted(released.items()) if v]
+    return ", ".join(parts) or "none"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
-    n, latency = (10, 0.2) if args.smoke else (200, 0.5)
-    with tempfile.TemporaryDirectory() as tmp:
-        row = run(n, latency, Path(tmp))
-    print(row, flush=True)
-    if row["killed_pid"] is None:
-        raise SystemExit("the run ended before a worker could be killed")
-    line = (f"| {row['jobs']} | {row['succeeded']} | {row['jobs_moved']} | {row['turns_rerun']} | "
-            f"{row['calls_cut_off']} | {row['calls_made_twice']} of {row['turns']} | "
-            f"{row['restarted_from_scratch']} | {row['wall_s']} |")
-    print(line)
-    if not args.smoke:
-        write_result("ray_fault", row)
-        replace_section("ray_fault", (
-            "## A Ray worker killed mid-run\n\n"
-            f"{n} survey jobs on `--executor ray` (2 workers, emulator latency {latency:g} s); once every job has "
-            "started, one worker process gets SIGKILL. Its jobs continue on the other worker (and a replacement) "
-            "from their last complete turn. Turns dropped: recorded replies after the last complete turn, "
-            "run again; calls cut off: requests in flight on the dead worker (the emulator saw their client "
-            "leave), sent again from another; calls answered twice: every call the emulator answered that no "
-            "job recorded.\n\nTarget: every job succeeds.\n\n"
-            "| jobs | succeeded | jobs moved | turns dropped | calls cut off | calls answered twice | restarted from scratch "
-            "| wall s |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n" + line), "python bench/ray_fault.py")
+    n, randoms = (6, 1) if args.smoke else (12, 10)
+    subprocess.run([str(RAY), "stop", "--force"], env=_env(), capture_output=True, timeout=120)
+    up = subprocess.run([str(RAY), "start", "--head", "--num-cpus", "2", "--include-dashboard=false",
+                         "--disable-usage-stats"], env=_env(), capture_output=True, text=True, timeout=180)
+    if up.returncode:
+        raise SystemExit(f"ray start failed: {up.stderr[-1000:]}")
+    rows: list[dict[str, Any]] = []
+    try:
+        import ray
+
+        ray.init(address="auto", log_to_driver=False, logging_level="error")
+        with tempfile.TemporaryDirectory() as tmp_name:
+            tmp = Path(tmp_name)
+            setup(tmp, n)
+            base = one_run(ray, tmp, "none", None)
+            print(base, flush=True)
+            runs = [("summary", pick_summary), ("calls", pick_calls)]
+            runs += [(f"random {seed}", pick_at(random.Random(seed).uniform(0.5, 0.9 * base["wall_s"])))
+                     for seed in range(1, randoms + 1)]
+            for name, pick in runs:
+                rows.append(one_run(ray, tmp, name, pick))
+                print(rows[-1], flush=True)
+    finally:
+        subprocess.run([str(RAY), "stop", "--force"], env=_env(), capture_output=True, timeout=120)
+    kills = [r for r in rows if r["killed"]]
+    lines = []
+    for r in [base, *rows]:
+        states = ", ".join(f"{v} {k}" for k, v in sorted(r["states"].items()))
+        lines.append(f"| {r['moment']} | {r['killed']['at_s'] if r['killed'] else '-'} | {held(r) if r['killed'] else '-'} "
+                     f"| {states} | {r['jobs_moved']} | {'/'.join(map(str, r['turns']))} | {r['calls_cut_off']} "
+                     f"| {r['slots_leaked']} | {r['recover_s'] if r['recover_s'] is not None else '-'} | {r['wall_s']} |")
+    summary = {"kills": len(kills), "runs": len(rows),
+               "every_job_final": sum(r["all_final"] and r["exit_code"] == 0 for r in rows),
+               "slots_leaked": sum(int(r["slots_leaked"] or 0) for r in [base, *rows]),
+               "same_turns_as_undisturbed": sum(r["turns"] == base["turns"] for r in rows),
+               "recover_s_max": max((r["recover_s"] for r in kills if r["recover_s"] is not None), default=None),
+               "wall_s_undisturbed": base["wall_s"],
+               "wall_s_killed_max": max((r["wall_s"] for r in kills), default=None)}
+    print("\n".join(lines))
+    print(f"kills: {summary['kills']} of {summary['runs']} runs; every job in a final state: "
+          f"{summary['every_job_final']}/{summary['runs']}; slots leaked: {summary['slots_leaked']}")
+    if len(kills) != len(rows):
+        print("warning: some runs ended before their kill", file=sys.stderr)
+    if args.smoke:
+        return
+    write_result("ray_fault", {"jobs": n, "latency_s": LATENCY_S, "undisturbed": base, "runs": rows, **summary})
+    replace_section("ray_fault", (
+        "## A Ray worker killed mid-run\n\n"
+        f"The batch that once hung (issue 19): {n} survey jobs on `--executor ray` (a local `ray start --head` "
+        f"cluster of 2 CPUs: 2 workers), the anthropic backend against the emulator ({LATENCY_S:g} s a call), "
+        "`context_char_limit = 8000` (summaries are frequent), `[summarizer] max_concurrent = 1` "
+        "(`requests_per_minute = 1000`, so that the gate's concurrency, not its rate, is what is held). "
+        "The bench joins the cluster, reads the run's services actor to pick the moment, and SIGKILLs one "
+        "worker: *summary*, while it holds the only summary slot; *calls*, while its model calls are in "
+        "flight at the emulator (it holds every call slot of the cluster, no summary in flight); *random 1-10*, "
+        "at a random moment (seeded, within 0.9 of the undisturbed wall time). Held at death: the slots the "
+        "dead worker held or waited for, given back when Ray reported it dead. Turns: each job's, as a set "
+        "(the policy makes the same number in every job: a moved job lost none and made none twice). Calls "
+        "cut off: requests the emulator saw their client leave (sent again from the job's continuation). "
+        "Slots leaked: the services actor's counts once every job ended (`run.json` `slots_at_end`). "
+        "Recover s: from the kill to the first of its jobs continuing on another worker.\n\n"
+        "Target: every run ends with every job in a final state; slots leaked: 0.\n\n"
+        "| kill | at s | held at death | final states | jobs moved | turns | calls cut off | slots leaked "
+        "| recover s | wall s |\n|---|---:|---|---|---:|---:|---:|---:|---:|---:|\n" + "\n".join(lines) + "\n\n"
+        f"Kills: {summary['kills']}; runs with every job in a final state (exit 0): "
+        f"{summary['every_job_final']} of {summary['runs']}; slots leaked: {summary['slots_leaked']}; "
+        f"runs whose jobs made the undisturbed run's turns: {summary['same_turns_as_undisturbed']} of "
+        f"{summary['runs']}; longest time to recover: {summary['recover_s_max']} s; wall time undisturbed "
+        f"{summary['wall_s_undisturbed']} s, longest with a kill {summary['wall_s_killed_max']} s.\n"),
+        "python bench/ray_fault.py")
 
 
 if __name__ == "__main__":
