@@ -2,13 +2,13 @@
 
 The batch that hung (issue 19): 12 survey jobs, the anthropic backend against the emulator in its
 own process (0.3 s a call), ``context_char_limit = 8000`` so that summaries are frequent,
-``[summarizer] max_concurrent = 1``, ``runner run --executor ray --ray-address auto`` on a local
-cluster of 2 CPUs (``ray start --head``: 2 workers). This process joins the cluster and reads the
-run's services actor to pick the moment, then SIGKILLs one worker process:
+``[summarizer] max_concurrent = 1``, ``runner run --executor ray --ray-address <address>`` joining
+a local cluster of 2 CPUs that this process starts (2 workers). This process reads the run's
+services actor to pick the moment, then SIGKILLs one worker process:
 
 - ``summary``: while it holds the only summary slot;
 - ``calls``: while its model calls are in flight at the emulator (it holds every call slot of the
-  cluster, no summary is in flight, the emulator is answering);
+  cluster, no summary is in flight, the emulator is in the latency of as many requests);
 - ``random``: at a random moment of the run (10 runs, seeds 1-10).
 
 Reported per run: the final states, the slots the dead worker held (given back when Ray reported it
@@ -39,7 +39,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import replace_section, write_result  # noqa: E402
 from concurrency import free_port, stats  # noqa: E402
 
-RAY = Path(sys.executable).with_name("ray")
 LATENCY_S = 0.3
 FINAL = {"succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "stuck", "cancelled"}
 
@@ -87,7 +86,8 @@ def pick_calls(state: dict[str, Any], since: float, base_url: str) -> str | None
     holders = [o for o, c in state["owners"].items() if c["call_held"]]
     if state["gate_starts"] < 2 or state["gate_held"] or len(holders) != 1:
         return None
-    if state["owners"][holders[0]]["call_held"] != state["calls_held"] or not stats(base_url)["concurrent"]:
+    held = state["owners"][holders[0]]["call_held"]
+    if not held == state["calls_held"] == stats(base_url)["concurrent"]:
         return None
     return holders[0]
 
@@ -98,7 +98,7 @@ def pick_at(moment: float):
     return pick
 
 
-def one_run(ray: Any, tmp: Path, name: str, pick: Any) -> dict[str, Any]:
+def one_run(ray: Any, tmp: Path, name: str, pick: Any, address: str) -> dict[str, Any]:
     """One ``runner run``; ``pick`` (or ``None``: undisturbed) names the owner whose worker to kill."""
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
@@ -116,7 +116,7 @@ def one_run(ray: Any, tmp: Path, name: str, pick: Any) -> dict[str, Any]:
         env = {**_env(), "ANTHROPIC_BASE_URL": base_url}
         started = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "jobs", "--backend", "anthropic",
-                                 "--output-dir", str(out), "--executor", "ray", "--ray-address", "auto"],
+                                 "--output-dir", str(out), "--executor", "ray", "--ray-address", address],
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp)
         while pick is not None and proc.poll() is None and not killed:
             time.sleep(0.01)
@@ -175,29 +175,26 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     n, randoms = (6, 1) if args.smoke else (12, 10)
-    subprocess.run([str(RAY), "stop", "--force"], env=_env(), capture_output=True, timeout=120)
-    up = subprocess.run([str(RAY), "start", "--head", "--num-cpus", "2", "--include-dashboard=false",
-                         "--disable-usage-stats"], env=_env(), capture_output=True, text=True, timeout=180)
-    if up.returncode:
-        raise SystemExit(f"ray start failed: {up.stderr[-1000:]}")
+    os.environ.update(_env())  # the cluster's workers inherit it: the emulator's key
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error")
     rows: list[dict[str, Any]] = []
     try:
-        import ray
-
-        ray.init(address="auto", log_to_driver=False, logging_level="error")
+        address = ray.get_runtime_context().gcs_address
         with tempfile.TemporaryDirectory() as tmp_name:
             tmp = Path(tmp_name)
             setup(tmp, n)
-            base = one_run(ray, tmp, "none", None)
+            base = one_run(ray, tmp, "none", None, address)
             print(base, flush=True)
             runs = [("summary", pick_summary), ("calls", pick_calls)]
             runs += [(f"random {seed}", pick_at(random.Random(seed).uniform(0.5, 0.9 * base["wall_s"])))
                      for seed in range(1, randoms + 1)]
             for name, pick in runs:
-                rows.append(one_run(ray, tmp, name, pick))
+                rows.append(one_run(ray, tmp, name, pick, address))
                 print(rows[-1], flush=True)
     finally:
-        subprocess.run([str(RAY), "stop", "--force"], env=_env(), capture_output=True, timeout=120)
+        ray.shutdown()
     kills = [r for r in rows if r["killed"]]
     lines = []
     for r in [base, *rows]:
@@ -222,13 +219,14 @@ def main() -> None:
     write_result("ray_fault", {"jobs": n, "latency_s": LATENCY_S, "undisturbed": base, "runs": rows, **summary})
     replace_section("ray_fault", (
         "## A Ray worker killed mid-run\n\n"
-        f"The batch that once hung (issue 19): {n} survey jobs on `--executor ray` (a local `ray start --head` "
-        f"cluster of 2 CPUs: 2 workers), the anthropic backend against the emulator ({LATENCY_S:g} s a call), "
+        f"The batch that once hung (issue 19): {n} survey jobs on `--executor ray` (joining a local cluster of "
+        f"2 CPUs that the bench starts: 2 workers), the anthropic backend against the emulator ({LATENCY_S:g} s a call), "
         "`context_char_limit = 8000` (summaries are frequent), `[summarizer] max_concurrent = 1` "
         "(`requests_per_minute = 1000`, so that the gate's concurrency, not its rate, is what is held). "
-        "The bench joins the cluster, reads the run's services actor to pick the moment, and SIGKILLs one "
+        "The bench reads the run's services actor to pick the moment, and SIGKILLs one "
         "worker: *summary*, while it holds the only summary slot; *calls*, while its model calls are in "
-        "flight at the emulator (it holds every call slot of the cluster, no summary in flight); *random 1-10*, "
+        "flight at the emulator (it holds every call slot of the cluster, no summary is in flight, and the "
+        "emulator is in the latency of as many requests); *random 1-10*, "
         "at a random moment (seeded, within 0.9 of the undisturbed wall time). Held at death: the slots the "
         "dead worker held or waited for, given back when Ray reported it dead. Turns: each job's, as a set "
         "(the policy makes the same number in every job: a moved job lost none and made none twice). Calls "
