@@ -355,7 +355,7 @@ def _read_open(f: Any, st: os.stat_result, path: str, rel: str, view: tuple[int,
                                          next_end=min(lines, 2 * end)) + "\n" + text
     text = _text(path, f.read(DEFAULT_MAX_FILE_BYTES + 1), st.st_size)
     if not view:
-        return text
+        return text or protocol.EMPTY_FILE
     start, end = view
     rows = text.split("\n")
     if start > len(rows) and text:

@@ -186,6 +186,7 @@ GREP_WALK_CUT = ("[grep: cut: the search stopped after {cap} files, matches in l
                  "search a narrower `path`]")
 BASH_OUTPUT_CUT = ("[bash: cut: output was {total} bytes, showing the first {shown}; narrow it with head, tail, "
                    "grep or sed -n]")
+EMPTY_FILE = "[read: the file is empty (0 lines, 0 bytes)]"
 # a large file's read starts with one of these lines (first, so a preview of the result shows it)
 READ_PAGE = ("[read: lines {start}-{end} of {lines} ({size} bytes; too large for one read); next: "
              "view_range [{next_start}, {next_end}]]")

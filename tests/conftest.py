@@ -78,3 +78,53 @@ async def offline_survey(root: Path, out: Path, limits: dict):
     result = await Session(spec, OfflineModel(), Compactor(Summarizer(None, "none")), store, "none").run()
     final = out / "final.md"
     return result, final.read_text() if final.exists() else ""
+
+
+def survey_rows(report: str, job: Path) -> dict[str, list]:
+    """Every entry a memory survey reported: the report's own table for a small tree, else the facts
+    files it names (one JSON array a line)."""
+    import json
+    import re
+
+    rows: dict[str, list] = {}
+    for name in re.findall(r"`(memories/survey/facts-\d{3}\.md)`", report):
+        for line in (job / name).read_text(encoding="utf-8").split("\n")[1:]:
+            if line.strip():
+                row = json.loads(line)
+                rows[row[0]] = row
+    table = report.split("## Every file", 1)[1] if "## Every file" in report else ""
+    for path, lines, size, unit in re.findall(r"^\| (.+?) \| (\d+) \| (\d+) (chars|bytes) \|", table, re.M):
+        rows[path.replace("\\|", "|")] = [path, "text", int(lines), int(size)]
+    for path, kind, size in re.findall(r"^\| (.+?) \| (binary|image), (\d+) bytes \|", table, re.M):
+        rows[path] = [path, kind, int(size)]
+    return rows
+
+
+def survey_todos(report: str, job: Path) -> set[str]:
+    """Every TODO place (``path:line``) a memory survey reported, in the report or its todo files."""
+    import re
+
+    found = set(re.findall(r"^- `([^`]+?:\d+):", report, re.M))
+    for name in re.findall(r"`(memories/survey/todo-\d{3}\.md)`", report):
+        found |= {line for line in (job / name).read_text(encoding="utf-8").split("\n")[1:] if line.strip()}
+    return found
+
+
+def regular_files(root: Path) -> dict[str, bytes]:
+    """Ground truth: every regular file under ``root`` (not a symlink), by relative path."""
+    out = {}
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            path = Path(dirpath) / name
+            if path.is_file() and not path.is_symlink():
+                out[str(path.relative_to(root))] = path.read_bytes()
+    return out
+
+
+def expected_row(data: bytes) -> tuple:
+    """What a survey must say of a file with these bytes: lines and size, or binary and its size."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return ("binary", len(data))
+    return ("text", text.count("\n") + (1 if text and not text.endswith("\n") else 0))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import encodings
 import json
+import os
 import re
 from pathlib import Path
 
@@ -243,3 +244,72 @@ async def test_a_job_whose_compactions_thrash_ends_stuck_with_its_report(tmp_pat
     assert re.search(r"turns between them: [\d, -]+; share of the context freed: \d+%", result.error)  # type: ignore[attr-defined]
     assert report.startswith("> **Partial report** (status `stuck`: thrashing")
     assert "# Survey" in report  # the last call wrote the report from what it had
+
+
+def _big_tree(tmp_path: Path) -> Path:
+    """The test venv's site-packages as it is (``__pycache__``, shared objects, files over 256 KiB),
+    topped up from the standard library to at least 10,000 files, plus odd names and a one-line file
+    of 900 KB."""
+    import shutil
+    import sysconfig
+
+    root = tmp_path / "tree"
+    shutil.copytree(sysconfig.get_paths()["purelib"], root / "site-packages", symlinks=True)
+    count = sum(len(files) for _, _, files in os.walk(root))
+    for name in ("json", "email", "asyncio", "xml", "unittest", "concurrent", "importlib", "logging"):
+        if count >= 10_200:
+            break
+        shutil.copytree(STDLIB / name, root / "stdlib" / name, symlinks=True)
+        count = sum(len(files) for _, _, files in os.walk(root))
+    odd = root / "odd names"
+    odd.mkdir()
+    (odd / "with space.py").write_text("x = 1\n")
+    (odd / "tab\tand|pipe.txt").write_text("a\nb\n")
+    (odd / "ünïcode.md").write_text("# ü\n")
+    (odd / "empty.txt").write_text("")
+    (odd / "one-line.svg").write_text("<svg>" + "<p/>" * 225_000 + "</svg>")
+    return root
+
+
+async def test_a_10000_file_tree_is_surveyed_whole_in_the_default_window(tmp_path):
+    """Issue 18's acceptance: a real big tree in the default 50,000-char window, every regular file
+    named with its line count (or as binary with its size), checked against ``os.walk``."""
+    import collections
+    import time
+
+    from conftest import expected_row, regular_files, survey_rows
+
+    root = _big_tree(tmp_path)
+    truth = regular_files(root)
+    assert len(truth) >= 10_000
+    started = time.monotonic()
+    result, report = await offline_survey(root, tmp_path / "job", {"max_turns": 8_000})
+    wall = time.monotonic() - started
+    job = tmp_path / "job"
+    calls = [json.dumps([b["name"], b["input"]], sort_keys=True)
+             for line in (job / "transcript.jsonl").read_text().splitlines()
+             if (m := json.loads(line))["role"] == "assistant" and isinstance(m["content"], list)
+             for b in m["content"] if b.get("type") == "tool_use"]
+    repeated = sum(n - 1 for n in collections.Counter(calls).values())
+    turn, history = 0, []
+    for line in (job / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        turn = event.get("turn", turn) if event.get("stage") == "model_call" else turn
+        if event.get("stage") == "compact_history":
+            history.append(turn)
+    gaps = [b - a for a, b in zip(history, history[1:])]
+    print(f"{len(truth)} files: {result.status} in {result.turns} turns, {wall:.1f} s; {len(calls)} calls, "  # type: ignore[attr-defined]
+          f"{repeated} repeated; {len(history)} history compactions, closest {min(gaps, default=0)} turns apart; "
+          f"compactions {result.compactions}")  # type: ignore[attr-defined]
+    assert result.status == "succeeded", result.error  # type: ignore[attr-defined]
+    rows = survey_rows(report, job)
+    assert set(truth) <= set(rows), sorted(set(truth) - set(rows))[:5]
+    wrong = [(p, rows[p]) for p, data in truth.items()
+             if ("binary" if rows[p][1] == "image" else rows[p][1], rows[p][2]) != expected_row(data)]
+    assert not wrong, wrong[:5]
+    assert repeated <= 0.02 * len(calls)
+    # history compactions 3 or more turns apart, but for at most 2% of them 2 turns apart: a glob of
+    # 200 deep paths is 32,000 chars, and the compactor keeps the 3 newest results the model has
+    # seen whatever their size, so two such turns in a row fill a 50,000-char window
+    close = sum(g < 3 for g in gaps)
+    assert min(gaps, default=99) >= 2 and close <= 0.02 * len(gaps), (close, len(gaps))

@@ -48,6 +48,7 @@ from typing import Any
 from ..memory import split_lines
 from ..messages import Message, blocks, result_text, text_of, tool_results, tool_uses
 from ..protocol import (
+    EMPTY_FILE,
     RETIRED,
     archived_count,
     glob_cut,
@@ -64,6 +65,7 @@ from ..protocol import (
     without_footer,
 )
 from ..rundocs import TRANSCRIPT
+from . import memory_survey
 from .listing import Listing, rel, skipped
 
 TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
@@ -176,6 +178,8 @@ def _file_facts(content: str) -> tuple[int, int, str]:
     size = persisted_size(content)
     if size:
         return size[0], size[1], first_doc_line(persisted_preview(content))
+    if content == EMPTY_FILE:
+        return 0, 0, ""
     return len(content), _count_lines(content), first_doc_line(content)
 
 
@@ -896,6 +900,8 @@ def _summary_notes(messages: list[Message]) -> set[str]:
 
 def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -> tuple[list[dict[str, Any]], str]:
     """The next assistant content and its stop reason (``tool_use`` or ``end_turn``)."""
+    if "memory" in tool_names:  # the survey keeps its work in memory files
+        return memory_survey.decide(messages)
     facts, notes, since_checkpoint = observe(messages)
     text_parts: list[str] = []
     in_memory = "memory" in tool_names  # the notes go to the memory file, not into the context
@@ -1036,6 +1042,8 @@ def _memory_write(messages: list[Message], facts: Facts) -> dict[str, Any] | Non
 def partial_report(messages: list[Message]) -> str:
     """The report from what the conversation holds so far, with no further tool call: the answer to
     a request that allows no tools (the job is out of turns, time or budget)."""
+    if memory_survey.in_progress(messages):
+        return memory_survey.partial_report(messages)
     return report(observe(messages)[0])
 
 

@@ -1,0 +1,678 @@
+"""The offline survey when the memory tool is offered: a tree of any size in a small window.
+
+Everything the survey learns goes to memory files as it learns it; the context holds only a small
+state (one note line a turn, ``- survey-state | {...}``, which summaries keep) and the newest
+results. The memory files (under ``/memories/survey/``) are append-only logs, split in shards of
+:data:`SHARD_BYTES` so no file outgrows the memory tool's cap (the state says where each starts):
+
+- ``dirs-NNN.md``: directories still to list (one relative path a line), read back a few at a time;
+- ``files-NNN.md``: the files to read, one line per group (``dir`` then names, tab-separated);
+- ``todo-NNN.md``: every TODO / FIXME / XXX line found, as ``path:line``;
+- ``facts-NNN.md``: one line per entry read, a JSON array: ``[path, "text", lines, chars, defs]``,
+  ``[path, "text", lines, bytes, null, "bytes"]`` (a file too large for one read, measured from the
+  read's first line), ``[path, "binary", bytes]``, ``[path, "image", bytes]``, ``[path, "error",
+  text]``; ``defs`` (top-level definitions of a Python file) is ``null`` where the whole text was not
+  in view.
+
+Listing: ``glob **/*`` of a directory names its whole subtree when it is not cut; a cut one is
+listed by ``*`` (split by first characters while cut) and each entry is read: a directory read as
+a file says "not a regular file" and is queued to be listed. The read pass goes down the files log;
+how many files a turn reads (and directories it lists) follows a target of what a turn may add to
+the context (at first :data:`TARGET_CHARS`, a read the compactor cuts taking about
+:data:`READ_CHARS`), which shrinks when history compactions come close together and grows when
+they come far apart: the policy does not know the window, it learns what fits. Then the TODO scan (its output read back
+page by page when saved), then the report: totals and largest files from the state, every file's
+row from the facts log when the tree is small, else a pointer to the facts files.
+
+Pure: the conversation in, the next assistant content out.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..messages import Message, result_text, text_of, tool_results, tool_uses
+from ..protocol import (
+    EMPTY_FILE,
+    binary_size,
+    glob_cut,
+    is_persisted,
+    is_placeholder,
+    is_seed_placeholder,
+    is_summary,
+    persisted_preview,
+    persisted_size,
+    read_size,
+    recall_page,
+    saved_path,
+    without_footer,
+)
+from .listing import BINARY_EXTENSIONS
+
+STATE_KEY = "- survey-state | "
+DIR = "/memories/survey"
+SHARD_BYTES = 200_000  # the most a log file holds, under the memory tool's cap of 256 KiB
+HEAD = 1  # the heading line of every shard
+NAMES_PER_LINE = 16  # names per line of the files log
+VIEW_LINES = {"dirs": 16, "files": 1}  # log lines read back at a time
+TARGET_CHARS = 8_000  # what one turn's results may take in the context, at first
+TARGET_BOUNDS = (1_500, 12_000)
+READ_CHARS = 1_000  # a read the compactor cut still takes about this much: reads per turn <= target / this
+BINARY_READ_CHARS = 250  # a binary file's read: its error line
+READS_MOST = 48
+IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp", ".pdf"})
+GLOB_CHARS = 4_000
+CLOSE, CALM = 4, 8  # turns between history compactions: this close shrinks the target, this calm grows it
+GLOB_SHOWN = 200  # the most names a glob shows: a saved answer of more lines was cut
+INLINE_FILES = 200  # a tree this small gets every file's row in the report itself
+INLINE_VIEW = 40  # rows read back per view for it (about 4,000 chars: under any page)
+LARGEST = 10
+TODO_SHOWN = 30
+MAX_DEPTH = 64  # directories deeper than this (a symlink loop) are not listed
+TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
+OUTLINE = re.compile(r"^(class |def |async def )", re.M)
+NOT_A_FILE = re.compile(r"^read: .*: not a regular file$")
+_NUMBERED = re.compile(r"^ *(\d+)\t(.*)$")
+_SHARD = re.compile(r"^/memories/survey/(dirs|files|facts)-(\d{3})\.md$")
+HEADINGS = {
+    "dirs": "# directories to list, one a line",
+    "files": "# files to read: a directory, then its names (tab-separated)",
+    "facts": '# one entry a line: [path, "text", lines, chars, defs] | [path, "text", lines, bytes, null, '
+             '"bytes"] | [path, "binary", bytes] | [path, "image", bytes] | [path, "error", text]',
+    "todo": "# every TODO / FIXME / XXX line the search found: path:line",
+}
+SKIP_DIRS = frozenset({".git", ".hg", ".svn"})  # version control internals: not the tree's files
+
+
+@dataclass
+class State:
+    """The survey's whole state between turns (what the note line carries)."""
+
+    phase: str = "start"  # start, list, read, todo, inline, report, done
+    root: str = ""
+    logs: dict[str, int] = field(default_factory=lambda: {"dirs": 0, "files": 0, "facts": 0, "todo": 0})  # lines
+    taken: dict[str, int] = field(default_factory=lambda: {"dirs": 0, "files": 0})  # lines read back
+    open: list[list[str]] = field(default_factory=list)  # [dir, pattern] globs still to ask
+    dirs_next: list[str] = field(default_factory=list)  # read back from the dirs log, not asked yet
+    files_next: list[str] = field(default_factory=list)  # read back from the files log, not read yet
+    recalls: list[list[Any]] = field(default_factory=list)  # [saved path, kind, dir, pattern, offset]
+    shards: dict[str, list[list[int]]] = field(default_factory=lambda: {"dirs": [], "files": [], "facts": [],
+                                                                         "todo": []})
+    # per log, each file's [first line, bytes]
+    issued: dict[str, int] = field(default_factory=lambda: {"open": 0, "dirs": 0, "files": 0})  # asked this turn
+    target: int = TARGET_CHARS
+    turn: int = 0
+    summary: str = ""  # the newest history summary seen (a hash) and the turn it came
+    compacted_at: int = 0
+    totals: dict[str, int] = field(default_factory=lambda: {"text": 0, "lines": 0, "chars": 0, "binary": 0,
+                                                             "binary_bytes": 0, "errors": 0, "no_defs": 0})
+    ext: dict[str, list[int]] = field(default_factory=dict)  # extension -> files, lines
+    largest: list[list[Any]] = field(default_factory=list)  # [size, path, lines], largest first
+    todo: dict[str, Any] = field(default_factory=lambda: {"hits": 0, "files": 0, "last": "", "cut": False,
+                                                          "saved": "", "shown": []})
+
+    def note(self) -> str:
+        fields = asdict(self)
+        fields["files_next"] = _runs(self.files_next)
+        return STATE_KEY + json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
+
+
+def _runs(paths: list[str]) -> list[list[str]]:
+    """Paths as runs of one directory: ``[dir, name, name, ...]`` (the state stays small)."""
+    out: list[list[str]] = []
+    for p in paths:
+        head, name = os.path.split(p)
+        if out and out[-1][0] == head:
+            out[-1].append(name)
+        else:
+            out.append([head, name])
+    return out
+
+
+def _unruns(runs: list[list[str]]) -> list[str]:
+    return [os.path.join(run[0], name) for run in runs for name in run[1:]]
+
+
+def load_state(messages: list[Message]) -> tuple[State | None, int]:
+    """The newest state note in view and the index of the message that carries it."""
+    for i in range(len(messages) - 1, -1, -1):
+        text = text_of(messages[i])
+        at = text.rfind(STATE_KEY)
+        if at >= 0:
+            line = text[at + len(STATE_KEY):].split("\n", 1)[0]
+            try:
+                fields = json.loads(line)
+                fields["files_next"] = _unruns(fields.get("files_next", []))
+                return State(**fields), i
+            except (TypeError, ValueError):
+                continue
+    return None, -1
+
+
+def shard_path(log: str, k: int) -> str:
+    return f"{DIR}/{log}-{k:03d}.md"
+
+
+def shard_of(state: State, log: str, index: int) -> tuple[int, int, int | None]:
+    """The log file holding line ``index``: its number, its first line, the next file's first line."""
+    starts = [start for start, _ in state.shards[log]]
+    k = max(0, bisect.bisect_right(starts, index) - 1)
+    return k, starts[k] if starts else 0, starts[k + 1] if k + 1 < len(starts) else None
+
+
+def _escape(name: str) -> str:
+    return name.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _unescape(text: str) -> str:
+    return re.sub(r"\\(.)", lambda m: {"t": "\t", "n": "\n", "r": "\r"}.get(m[1], m[1]), text)
+
+
+class Turn:
+    """One turn being planned: the state, what to append to each log, the calls."""
+
+    def __init__(self, state: State):
+        self.state = state
+        self.appends: dict[str, list[str]] = {"dirs": [], "files": [], "facts": [], "todo": []}
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.before = dict(state.logs)  # log lines that exist before this turn's writes
+
+    # --- what a result teaches ----------------------------------------------------------------------
+
+    def fact(self, path: str, row: list[Any]) -> None:
+        s = self.state
+        kind = row[1]
+        if kind == "text":
+            lines, size = row[2], row[3]
+            s.totals["text"] += 1
+            s.totals["lines"] += lines
+            s.totals["chars"] += size
+            s.totals["no_defs"] += path.endswith(".py") and row[4] is None
+            ext = os.path.splitext(path)[1] or "(none)"
+            acc = s.ext.setdefault(ext, [0, 0])
+            acc[0] += 1
+            acc[1] += lines
+            self._largest(size, path, lines)
+        elif kind in ("binary", "image"):
+            s.totals["binary"] += 1
+            s.totals["binary_bytes"] += row[2]
+        else:
+            s.totals["errors"] += 1
+        self.appends["facts"].append(json.dumps(row, ensure_ascii=False))
+
+    def _largest(self, size: int, path: str, lines: int) -> None:
+        top = self.state.largest + [[size, path, lines]]
+        top.sort(key=lambda r: (-r[0], r[1]))
+        self.state.largest = top[:LARGEST]
+
+    def files(self, paths: list[str], listed: bool) -> None:
+        """Relative paths to read, appended to the files log grouped by directory; ``listed``: they
+        are a directory's own entries (``*``), so a subdirectory among them is to be listed (a
+        ``**/*`` answer names its subdirectories' entries too). Such a group's line starts ``+``."""
+        groups: dict[str, list[str]] = {}
+        for p in paths:
+            if not (set(p.split("/")) & SKIP_DIRS):
+                groups.setdefault(os.path.dirname(p), []).append(os.path.basename(p))
+        for d, names in sorted(groups.items()):
+            for k in range(0, len(names), NAMES_PER_LINE):
+                head = ("+" if listed else "") + _escape(d or ".")
+                self.appends["files"].append("\t".join([head, *(_escape(n) for n in names[k:k + NAMES_PER_LINE])]))
+
+    def directory(self, path: str) -> None:
+        if path.count("/") < MAX_DEPTH and os.path.basename(path) not in SKIP_DIRS:
+            self.appends["dirs"].append(_escape(path))
+
+    # --- the memory writes --------------------------------------------------------------------------
+
+    def write_logs(self) -> None:
+        """Each log's new lines, appended at its end (a new shard created when one is full)."""
+        for log, lines in self.appends.items():
+            at = self.state.logs[log]
+            shards = self.state.shards[log]
+            while lines:
+                new = not shards or shards[-1][1] + len(lines[0].encode()) + 1 > SHARD_BYTES
+                if new:
+                    shards.append([at, len(HEADINGS[log].encode()) + 1])
+                part: list[str] = []
+                while lines and (not part or shards[-1][1] + len(lines[0].encode()) + 1 <= SHARD_BYTES):
+                    shards[-1][1] += len(lines[0].encode()) + 1
+                    part.append(lines.pop(0))
+                path = shard_path(log, len(shards) - 1)
+                if new:
+                    self.calls.append(("memory", {"command": "create", "path": path,
+                                                  "file_text": "\n".join([HEADINGS[log], *part]) + "\n"}))
+                else:
+                    self.calls.append(("memory", {"command": "insert", "path": path,
+                                                  "insert_line": at - shards[-1][0] + HEAD,
+                                                  "insert_text": "\n".join(part) + "\n"}))
+                at += len(part)
+            self.state.logs[log] = at
+
+    def view_log(self, log: str) -> bool:
+        """Read back the next lines of ``log`` written before this turn; False when there are none."""
+        start, end = self.state.taken[log], self.before[log]
+        if start >= end:
+            return False
+        k, base, following = shard_of(self.state, log, start)
+        stop = min(end, start + VIEW_LINES[log], following if following is not None else end)
+        first = start - base + 1 + HEAD
+        self.calls.append(("memory", {"command": "view", "path": shard_path(log, k),
+                                      "view_range": [first, first + stop - start - 1]}))
+        return True
+
+
+def _rel(root: str, path: str) -> str:
+    if root and (path == root or path.startswith(root.rstrip("/") + "/")):
+        return path[len(root.rstrip("/")) + 1:] or "."
+    return path.lstrip("/") if not root else path
+
+
+def _entries(text: str) -> list[str]:
+    return [line for line in text.split("\n") if line.startswith("/")]
+
+
+def _split(pattern: str) -> list[str]:
+    prefix = pattern[:-1]
+    return [prefix + c + "*" for c in ("[a-f]", "[g-m]", "[n-s]", "[t-z]", "[A-Z]", "[!a-zA-Z]")] + \
+        ([prefix] if prefix else [])
+
+
+def _image_bytes(result: dict[str, Any]) -> int | None:
+    content = result.get("content")
+    for item in content if isinstance(content, list) else []:
+        if isinstance(item, dict) and item.get("type") in ("image", "document"):
+            data = str((item.get("source") or {}).get("data", ""))
+            return len(data) * 3 // 4 - data[-2:].count("=")
+    return None
+
+
+def _learn_read(turn: Turn, path: str, result: dict[str, Any], listed: bool) -> bool:
+    """A read's fact; False when the result is gone (read again)."""
+    text = result_text(result)
+    if is_placeholder(text) or is_seed_placeholder(text):
+        return False
+    if text == EMPTY_FILE:
+        turn.fact(path, [path, "text", 0, 0, 0 if path.endswith(".py") else None])
+        return True
+    if result.get("is_error"):
+        if NOT_A_FILE.match(text.strip()):
+            if listed:  # a directory among a directory's own entries: list it (else it is listed already)
+                turn.directory(path)
+            return True
+        binary = binary_size(text)
+        turn.fact(path, [path, "binary", binary] if binary is not None else [path, "error", text[:200]])
+        return True
+    image = _image_bytes(result)
+    if image is not None:
+        turn.fact(path, [path, "image", image])
+        return True
+    whole = not is_persisted(text)
+    head = persisted_preview(text) if not whole else text
+    partial = read_size(head)
+    if partial:
+        turn.fact(path, [path, "text", partial[0], partial[1], None, "bytes"])
+        return True
+    size = persisted_size(text)
+    chars, lines = size if size else (len(text), text.count("\n") + (1 if text and not text.endswith("\n") else 0))
+    defs = len(OUTLINE.findall(text)) if whole and path.endswith(".py") else None
+    turn.fact(path, [path, "text", lines, chars, defs if path.endswith(".py") else None])
+    return True
+
+
+def _cut(turn: Turn, d: str, pattern: str) -> None:
+    """A cut answer: ``**/*`` of ``d`` is listed by its own entries, a cut ``*`` by narrower ones."""
+    if pattern == "**/*":
+        turn.state.open.append([d, "*"])
+    else:
+        turn.state.open += [[d, p] for p in _split(pattern) if p != pattern]
+
+
+def _learn_glob(turn: Turn, d: str, pattern: str, text: str) -> None:
+    names = [_rel(turn.state.root, e) for e in _entries(text)]
+    if glob_cut(text) is not None:
+        _cut(turn, d, pattern)
+    elif pattern == "**/*":
+        parents = {os.path.dirname(n) for n in names}
+        turn.files([n for n in names if n not in parents], listed=False)
+    else:
+        turn.files(names, listed=True)
+
+
+def _learn_view(turn: Turn, log: str, index: int, text: str) -> None:
+    s = turn.state
+    base = shard_of(s, log, index)[1]
+    got = 0
+    for line in text.split("\n")[1:]:
+        match = _NUMBERED.match(line)
+        if not match or int(match[1]) <= HEAD:
+            continue
+        at = base + int(match[1]) - 1 - HEAD
+        if at != s.taken[log]:
+            continue  # only the next line in order counts
+        s.taken[log] += 1
+        got += 1
+        if log == "dirs":
+            s.dirs_next.append(_unescape(match[2]))
+        else:
+            d, *names = match[2].split("\t")
+            flag, d = ("+", d[1:]) if d.startswith("+") else ("", d)
+            d = _unescape(d)
+            s.files_next += [flag + os.path.join("" if d == "." else d, _unescape(n)) for n in names]
+
+
+def _learn_todo(turn: Turn, text: str) -> None:
+    todo = turn.state.todo
+    for line in text.split("\n"):
+        if not line.strip() or line.startswith(("no matches", "[output", "[recall", "[grep")):
+            continue
+        path, _, rest = _rel(turn.state.root, line).partition(":")
+        number, _, hit = rest.partition(":")
+        if not number.isdigit():
+            continue
+        todo["hits"] += 1
+        turn.appends["todo"].append(_escape(f"{path}:{number}"))
+        if path != todo["last"]:
+            todo["files"] += 1
+            todo["last"] = path
+        if len(todo["shown"]) < TODO_SHOWN:
+            todo["shown"].append(f"{path}:{number}: {hit.strip()[:100]}")
+    todo["cut"] = todo["cut"] or "[output truncated at" in text
+
+
+def apply(turn: Turn, messages: list[Message], at: int) -> None:
+    """The results of the calls made in message ``at`` (the one carrying the state). What was asked
+    there leaves the state's queues now; a result that is gone puts its call back (and so does a
+    state read from a summary, whose calls are out of view)."""
+    s = turn.state
+    uses = {str(u.get("id")): u for u in tool_uses(messages[at])}
+    if not uses:
+        s.issued = {"open": 0, "dirs": 0, "files": 0}
+        return
+    listed = {p.lstrip("+"): p.startswith("+") for p in s.files_next[:s.issued["files"]]}
+    del s.open[:s.issued["open"]]
+    del s.dirs_next[:s.issued["dirs"]]
+    del s.files_next[:s.issued["files"]]
+    s.issued = {"open": 0, "dirs": 0, "files": 0}
+    results = [r for m in messages[at + 1:at + 2] for r in tool_results(m)]
+    lost = []
+    for result in results:
+        use = uses.get(str(result.get("tool_use_id")))
+        if use is None:
+            continue
+        name, args = use.get("name"), use.get("input") or {}
+        text = result_text(result)
+        if name == "read":
+            path = _rel(s.root, str(args.get("file_path", "")))
+            if not _learn_read(turn, path, result, listed.get(path, False)):
+                lost.append(("+" if listed.get(path) else "") + path)
+        elif name == "glob":
+            _learn_glob_result(turn, args, result, text)
+        elif name == "recall":
+            _learn_recall(turn, args, text)
+        elif name == "grep" and args.get("pattern") == TODO_PATTERN:
+            if is_persisted(text) and saved_path(text):
+                s.todo["saved"] = saved_path(text)
+                s.recalls.append([saved_path(text), "todo", "", "", 0])
+            elif not result.get("is_error"):
+                _learn_todo(turn, text)
+        elif name == "memory" and result.get("is_error"):
+            raise RuntimeError(f"the survey's memory call failed: {text[:300]}")
+        elif name == "memory" and args.get("command") == "view":
+            match = _SHARD.match(str(args.get("path")))
+            if match and match[1] in ("dirs", "files"):
+                view_range = args.get("view_range") or [1 + HEAD, 0]
+                k = int(match[2])
+                base = s.shards[match[1]][k][0] if k < len(s.shards[match[1]]) else 0
+                _learn_view(turn, match[1], base + int(view_range[0]) - 1 - HEAD, text)
+    s.files_next = lost + s.files_next
+
+
+def _learn_glob_result(turn: Turn, args: dict[str, Any], result: dict[str, Any], text: str) -> None:
+    s = turn.state
+    pattern = str(args.get("pattern"))
+    if "path" not in args:  # the first turn's: ``*`` tells the root, ``**/*`` the whole tree or that it is big
+        entries = _entries(text)
+        if pattern == "*":
+            s.root = os.path.dirname(entries[0]) if entries else s.root
+            return
+    d = _rel(s.root, str(args.get("path") or s.root))
+    d = "" if d == "." else d
+    size = persisted_size(text)
+    if result.get("is_error"):
+        return
+    if is_placeholder(text) or is_seed_placeholder(text):  # gone before it was seen: ask again
+        s.open.append([d, pattern])
+    elif size and size[1] > GLOB_SHOWN:  # saved, and longer than a whole answer: it was cut
+        _cut(turn, d, pattern)
+    elif is_persisted(text) and saved_path(text):
+        s.recalls.append([saved_path(text), "glob", d, pattern, 0])
+    else:
+        _learn_glob(turn, d, pattern, text)
+
+
+def _learn_recall(turn: Turn, args: dict[str, Any], text: str) -> None:
+    s = turn.state
+    path = str(args.get("path"))
+    item = next((r for r in s.recalls if r[0] == path and r[4] == int(args.get("offset") or 0)), None)
+    if item is None or is_placeholder(text):
+        return
+    footer = recall_page(text)
+    body = without_footer(text)
+    end, total = (footer[3], footer[4]) if footer else (item[4] + len(body), item[4] + len(body))
+    if end < total and "\n" in body:  # a line cut at the page's end is left for the next page
+        body = body.rsplit("\n", 1)[0] + "\n"
+        end = item[4] + len(body)
+    if item[1] == "glob":
+        _learn_glob(turn, item[2], item[3], body)
+    else:
+        _learn_todo(turn, body)
+    if end >= total:
+        s.recalls.remove(item)
+    else:
+        item[4] = end
+
+
+def read_cost(path: str) -> int:
+    """What a read of ``path`` is expected to take in the context: a binary file's is one short
+    error line, an image's a block the compactor cannot cut, any other up to :data:`READ_CHARS`."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext in IMAGE_EXTENSIONS:
+        return 4 * READ_CHARS
+    return BINARY_READ_CHARS if ext in BINARY_EXTENSIONS else READ_CHARS
+
+
+def _read_batch(queue: list[str], target: int) -> list[str]:
+    """The next files to read: as many as fit the target by their expected cost (two at least)."""
+    used = 0
+    for k, path in enumerate(queue[:READS_MOST]):
+        used += read_cost(path)
+        if used > target and k >= 2:
+            return queue[:k]
+    return queue[:READS_MOST]
+
+
+def plan(turn: Turn) -> None:
+    """This turn's work, in order: what is left to list, then to read, then the TODO scan."""
+    s = turn.state
+    root = s.root
+    if s.phase == "start":
+        turn.calls += [("glob", {"pattern": "*"}), ("glob", {"pattern": "**/*"})]
+        s.phase = "list"
+        return
+    if s.recalls:
+        path, _, _, _, offset = s.recalls[0]
+        turn.calls.append(("recall", {"path": path, "offset": offset, "limit": max(1_000, min(s.target, TARGET_CHARS) * 3 // 4)}))
+        return
+    if s.phase == "list":
+        if not root:  # the workspace is empty
+            s.phase = "report"
+            return
+        globs = max(1, s.target // GLOB_CHARS)
+        opens = s.open[:globs]
+        dirs = s.dirs_next[:globs - len(opens)]
+        s.issued["open"], s.issued["dirs"] = len(opens), len(dirs)
+        turn.calls += [("glob", {"pattern": pattern, "path": d or "."}) for d, pattern in opens]  # relative
+        turn.calls += [("glob", {"pattern": "**/*", "path": d}) for d in dirs]
+        if len(s.dirs_next) == len(dirs):
+            turn.view_log("dirs")
+        if turn.calls or s.open or s.logs["dirs"] > s.taken["dirs"] or turn.appends["dirs"]:
+            return
+        s.phase = "read"
+    if s.phase == "read":
+        batch = _read_batch(s.files_next, s.target)
+        reads = max(2, len(batch))
+        s.issued["files"] = len(batch)
+        turn.calls += [("read", {"file_path": p.lstrip("+")}) for p in batch]  # relative to the workspace
+        if len(s.files_next) - len(batch) < reads:
+            turn.view_log("files")
+        if turn.calls or s.logs["files"] > s.taken["files"] or turn.appends["files"]:
+            return
+        if turn.appends["dirs"] or s.logs["dirs"] > s.taken["dirs"]:  # directories found by reading
+            s.phase = "list"
+            plan(turn)
+            return
+        s.phase = "todo"
+        turn.calls.append(("grep", {"pattern": TODO_PATTERN}))
+        return
+    if s.phase == "todo":
+        s.phase = "inline" if 0 < s.logs["facts"] + len(turn.appends["facts"]) <= INLINE_FILES else "report"
+    if s.phase == "inline":
+        if turn.appends["facts"]:  # the last rows are written this turn: read them back next turn
+            return
+        for first in range(1 + HEAD, s.logs["facts"] + 1 + HEAD, INLINE_VIEW):  # all at once: one message
+            turn.calls.append(("memory", {"command": "view", "path": shard_path("facts", 0),
+                                          "view_range": [first, min(first + INLINE_VIEW, s.logs["facts"] + 1 + HEAD) - 1]}))
+        s.phase = "report"
+
+
+def decide(messages: list[Message]) -> tuple[list[dict[str, Any]], str]:
+    """The next assistant content and its stop reason."""
+    state, at = load_state(messages)
+    turn = Turn(state or State())
+    if state is not None:
+        _pace(turn.state, messages)
+        apply(turn, messages, at)
+    if turn.state.phase == "report" and state is not None and state.phase == "report":
+        rows = _inline_rows(messages, at, turn.state.logs["facts"])
+        return [{"type": "text", "text": report(turn.state, rows)}], "end_turn"
+    plan(turn)
+    turn.write_logs()
+    if not turn.calls:
+        return [{"type": "text", "text": report(turn.state, [])}], "end_turn"
+    s = turn.state
+    text = (f"Listed: {s.logs['files']} file groups, {s.taken['dirs']}/{s.logs['dirs']} directories; "
+            f"read {s.logs['facts']} entries. Next: {turn.calls[-1][0]}.\n{s.note()}")
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    for k, (name, args) in enumerate(turn.calls):
+        content.append({"type": "tool_use", "id": _call_id(messages, k), "name": name, "input": args})
+    return content, "tool_use"
+
+
+def _pace(s: State, messages: list[Message]) -> None:
+    """The results' target, from how often history is compacted (a new summary in view)."""
+    s.turn += 1
+    summaries = [text_of(m) for m in messages if m["role"] == "user" and is_summary(text_of(m))]
+    newest = hashlib.sha256(summaries[-1].encode()).hexdigest()[:12] if summaries else ""
+    low, high = TARGET_BOUNDS
+    if newest and newest != s.summary:
+        gap = s.turn - s.compacted_at
+        s.summary, s.compacted_at = newest, s.turn
+        if gap <= CLOSE:
+            s.target = max(low, s.target * 3 // 4)
+        elif gap >= CALM:
+            s.target = min(high, s.target * 5 // 4)
+
+
+def _call_id(messages: list[Message], k: int) -> str:
+    seed = f"{len(messages)}:{k}:{json.dumps(messages[-1] if messages else None, sort_keys=True, default=str)}"
+    return "toolu_mem_" + hashlib.sha256(seed.encode()).hexdigest()[:20]
+
+
+def _inline_rows(messages: list[Message], at: int, total: int) -> list[list[Any]]:
+    """Every facts row, from the views made with the state in message ``at``; none unless all
+    ``total`` rows are in view (a view the compactor cut leaves the report pointing at the files)."""
+    rows: list[list[Any]] = []
+    uses = {str(u.get("id")): u for u in tool_uses(messages[at])}
+    for m in messages[at + 1:at + 2]:
+        for r in tool_results(m):
+            use = uses.get(str(r.get("tool_use_id"))) or {}
+            if use.get("name") == "memory" and str((use.get("input") or {}).get("path", "")).startswith(f"{DIR}/facts"):
+                for line in result_text(r).split("\n")[1:]:
+                    match = _NUMBERED.match(line)
+                    if match and int(match[1]) > HEAD:
+                        try:
+                            rows.append(json.loads(match[2]))
+                        except ValueError:
+                            continue
+    return rows if len({str(r[0]) for r in rows if r}) == total else []
+
+
+def report(s: State, rows: list[list[Any]], partial: str = "") -> str:
+    """The Markdown report from the state (and every row, for a small tree)."""
+    t = s.totals
+    out = [f"# Survey of `{s.root or '(workspace)'}`", ""]
+    if partial:
+        out += [partial, ""]
+    out.append(f"{t['text'] + t['binary'] + t['errors']} files: {t['text']} text files read ({t['lines']} lines, "
+               f"{t['chars']} chars), {t['binary']} binary ({t['binary_bytes']} bytes), "
+               f"{t['errors']} could not be read.")
+    if t["no_defs"]:
+        out.append(f"Top-level definitions were counted where a Python file's whole text was in view; "
+                   f"{t['no_defs']} Python files were too large for that and show none.")
+    out += ["", "## Files and lines per extension (text files)", "", "| extension | files | lines |", "|---|---:|---:|"]
+    out += [f"| {e} | {n} | {lines} |" for e, (n, lines) in sorted(s.ext.items(), key=lambda kv: (-kv[1][1], kv[0]))]
+    out += ["", "## Largest text files", "", "| file | lines | size |", "|---|---:|---:|"]
+    out += [f"| {_cell(p)} | {lines} | {size} |" for size, p, lines in s.largest]
+    todo = s.todo
+    cut = "; the search output was cut, there may be more" if todo["cut"] else ""
+    out += ["", f"## TODO / FIXME / XXX ({todo['hits']} lines in {todo['files']} files{cut})", ""]
+    out += [f"- `{h}`" for h in todo["shown"]] or ["(none)"]
+    if todo["hits"] > len(todo["shown"]):
+        where = f"the job directory's `{todo['saved']}`" if todo["saved"] else "the transcript"
+        logs = ", ".join(f"`memories/survey/todo-{k:03d}.md`" for k in range(len(s.shards["todo"])))
+        out.append(f"- ... the first {len(todo['shown'])} are shown; every line's place is in {logs}, "
+                   f"its text in {where}")
+    out += ["", "## Every file", ""]
+    if rows:
+        out += ["| file | lines | size | top-level definitions |", "|---|---:|---:|---:|"]
+        for row in sorted(rows, key=lambda r: str(r[0])):
+            out.append(_row(row))
+    else:
+        shards = len(s.shards["facts"])
+        names = ", ".join(f"`memories/survey/facts-{k:03d}.md`" for k in range(shards))
+        out.append(f"Every entry's facts ({s.logs['facts']} lines, one JSON array a line: path, kind, lines, size, "
+                   f"definitions) are in the job directory's {names or '(none)'}.")
+    return "\n".join(out) + "\n"
+
+
+def _cell(path: str) -> str:
+    return path.replace("|", "\\|").replace("\n", "\\n")
+
+
+def _row(row: list[Any]) -> str:
+    path, kind = _cell(str(row[0])), row[1]
+    if kind == "text":
+        unit = "bytes" if len(row) > 5 else "chars"
+        defs = "" if row[4] is None else row[4]
+        return f"| {path} | {row[2]} | {row[3]} {unit} | {defs} |"
+    if kind in ("binary", "image"):
+        return f"| {path} | {kind}, {row[2]} bytes | | |"
+    return f"| {path} | not readable: {str(row[2])[:120].replace('|', '/')} | | |"
+
+
+def partial_report(messages: list[Message]) -> str:
+    """The report from the newest state in view (a job out of turns, time or budget)."""
+    state, _ = load_state(messages)
+    s = state or State()
+    return report(s, [], partial=f"(Partial: the survey stopped in its {s.phase} phase; the counts below are "
+                                 "what was read by then.)")
+
+
+def in_progress(messages: list[Message]) -> bool:
+    return any(STATE_KEY in text_of(m) for m in messages)
