@@ -240,7 +240,9 @@ def main() -> None:
         f"{summary['every_job_final']} of {summary['runs']}; slots leaked: {summary['slots_leaked']}; "
         f"runs whose jobs made the undisturbed run's turns: {summary['same_turns_as_undisturbed']} of "
         f"{summary['runs']}; longest time to recover: {summary['recover_s_max']} s; wall time undisturbed "
-        f"{summary['wall_s_undisturbed']} s, longest with a kill {summary['wall_s_killed_max']} s.\n"),
+        f"{summary['wall_s_undisturbed']} s, longest with a kill {summary['wall_s_killed_max']} s.\n\n"
+        "Recover s is mostly the start of a replacement worker (a new Ray worker process importing the "
+        "runner): the dead worker's jobs wait for it, then continue there.\n"),
         "python bench/ray_fault.py")
 
 
