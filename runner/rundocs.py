@@ -210,7 +210,10 @@ class CompactionEvent(_Event):
 
 
 class ModelCallEvent(_Event):
-    """An answered model call: the context it carried, and the job's spend so far."""
+    """An answered model call: the context it carried, and the job's spend so far: its running cost,
+    usage (its own calls' and its summaries'), compaction counts, persisted bytes and wall time, so
+    a resumed job rebuilds what it spent from these lines (``lines``: the transcript lines before the
+    call's reply; ``None`` in lines an older runner wrote, which carry the cost alone)."""
 
     stage: Literal["model_call"] = "model_call"
     turn: int
@@ -218,6 +221,18 @@ class ModelCallEvent(_Event):
     tokens: int
     estimated: bool
     cost_usd: float
+    lines: int | None = None
+    usage: UsageCounts | None = None
+    summarizer_usage: UsageCounts | None = None
+    compactions: dict[str, int] | None = None
+    persisted_bytes: int | None = None
+    wall_s: float | None = None
+
+    @property
+    def ledger(self) -> bool:
+        """Whether the line carries the job's whole spend (a resumed job can start from it)."""
+        return None not in (self.lines, self.usage, self.summarizer_usage, self.compactions,
+                            self.persisted_bytes, self.wall_s)
 
 
 class RetriesEvent(_Event):

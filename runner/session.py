@@ -31,11 +31,14 @@ from typing import Any
 
 import anyio
 
-from .compactor.compactor import CompactionState, Compactor
+from .compactor.compactor import HISTORY_STAGES, CompactionState, Compactor
 from .compactor.strategies import strategy_for
+from .compactor.window import Entry
+from .continuation import Ledger, cut_spend, read_ledger, rebuild_memory
 from .final_report import final_markdown
 from .jobs import JobSpec
-from .messages import Message, merge_adjacent, one_line, text_of, tool_uses
+from .memory import WRITES as MEMORY_WRITES
+from .messages import Message, merge_adjacent, one_line, text_of, tool_results, tool_uses
 from .models.base import BackendUnusable, Model, PromptTooLong, Reply, Request, Usage
 from .models.wire import CURRENT as WIRE
 from .models.wire import WireCounts
@@ -55,7 +58,7 @@ from .rundocs import (
 )
 from .safe_request import api_valid
 from .services import Budget, RunBudget
-from .store import DiskQuotaExceeded, JobStore, dumps
+from .store import DiskQuotaExceeded, JobStore, dumps, in_thread
 from .tools import Toolset, error_result
 
 CHECKPOINT_INTERVAL_S = 1.0
@@ -63,6 +66,7 @@ REPORT_TOKENS = 1_000  # the output the budget's reserve plans for the report (m
 REPORT_SHARE = 0.1  # of max_cost_usd, kept for the report's output under a small budget
 MIN_REPORT_TOKENS = 64  # a last call with less room than this is not made: the report is built without it
 ESTIMATE_MARGIN = 1.05  # estimated costs are taken this much higher before a call is allowed
+CUT_OFF = "not run: your reply was cut off"  # the results of calls in a reply cut at max_tokens (never run)
 CONTINUE_AFTER_MAX_TOKENS = "Your reply was cut off by the output token limit. Continue from where you stopped."
 
 
@@ -128,11 +132,17 @@ class JobResult:
         return self.metrics().to_json()
 
 
-def model_call_event(result: JobResult, chars: int, reply: Reply) -> dict[str, Any]:
+def model_call_event(result: JobResult, state: CompactionState, chars: int, reply: Reply, lines: int,
+                     wall_s: float) -> dict[str, Any]:
     """The ``events.jsonl`` line of one answered model call: the context it carried (characters of the
-    messages, and tokens as the reply's usage counted them), and the job's spend so far."""
-    return ModelCallEvent(turn=result.turns, chars=chars, tokens=reply.usage.context_tokens,
-                          estimated=reply.estimated, cost_usd=round(result.cost_usd, 6)).line()
+    messages, and tokens as the reply's usage counted them), and the job's whole spend so far (its
+    cost, usage, summaries' usage, compaction counts, persisted bytes, wall time); ``lines``: the
+    transcript lines before the call's reply. A resumed job starts from such a line (:func:`~runner.continuation.read_ledger`)."""
+    return {**ModelCallEvent(turn=result.turns, chars=chars, tokens=reply.usage.context_tokens,
+                             estimated=reply.estimated, cost_usd=round(result.cost_usd, 6)).line(),
+            "lines": lines, "usage": result.usage.to_json(), "summarizer_usage": state.summarizer_usage.to_json(),
+            "compactions": dict(sorted(state.compactions.items())), "persisted_bytes": state.persisted_bytes,
+            "wall_s": round(wall_s, 3)}
 
 
 class Session:
@@ -163,7 +173,11 @@ class Session:
         self._growth = 0  # characters the window grew by from the call before to the last one
         self._last_sent = 0  # characters of messages the last call carried
         self.prices = prices or DEFAULT_TABLE
-        if prior is not None:  # a resumed job keeps what it already spent
+        self._wall_before = 0.0  # wall time of the job's earlier segments (a resumed job's)
+        self._started = time.monotonic()
+        self._ledger: Ledger | None = None  # where a resumed job's spend was rebuilt from
+        if prior is not None:  # a resumed job keeps what it already spent (rebuilt from events.jsonl at _begin)
+            self._wall_before = prior.wall_s
             self.result.usage = Usage(**prior.usage.model_dump())
             self.state.summarizer_usage = Usage(**prior.summarizer_usage.model_dump())
             self.state.compactions.update(prior.compactions)
@@ -173,7 +187,7 @@ class Session:
         self.wire = self.result.wire
 
     async def run(self) -> JobResult:
-        started = time.monotonic()
+        self._started = time.monotonic()
         WIRE.set(self.wire)  # this task's model calls count into this job (see models/wire.py)
         self.progress.started = time.time()
         self.progress.status = Status.RUNNING
@@ -209,7 +223,7 @@ class Session:
         except Exception as e:  # one job's failure is its own; the batch goes on
             result.status, result.error = Status.FAILED, one_line(f"{type(e).__name__}: {e}")
         finally:
-            result.wall_s = time.monotonic() - started
+            result.wall_s = self._wall()
             with anyio.CancelScope(shield=True):
                 await self._write_outputs()
         return result
@@ -219,6 +233,9 @@ class Session:
         is kept, its tool calls run and their results appended, until the model answers."""
         await self._begin()
         async with Toolset(str(self.spec.workspace), self.spec.tools, self.store, self.spec.limits) as toolset:
+            if self.history:
+                await rebuild_memory(self.store.dir, self.history)
+                await self._replay_tools(toolset)
             self._offer(toolset)
             self.state.repeats = toolset.repeats  # told where the compactor saved each output
             while True:
@@ -233,18 +250,98 @@ class Session:
         spec, state = self.spec, self.state
         await self.store.write_json(JOB_JSON, spec.to_json())
         if self.history:
+            await in_thread(cut_spend)(self.store.dir, len(self.history))  # as a resume's cut does (a no-op after one)
             await state.resume(self.history)
             self.result.turns = sum(1 for m in merge_adjacent(self.history) if m["role"] == "assistant")
+            ledger = await in_thread(read_ledger)(self.store.dir, len(self.history))
+            if ledger is not None:
+                self._rebuild(ledger)
+                self._unsee_after(ledger)
         else:
             await state.add({"role": "user", "content": spec.prompt})
 
     def _offer(self, toolset: Toolset) -> None:
         """The tool definitions every request carries (the strategy says whether ``compact`` is one)."""
-        strategy = self.state.strategy
+        state = self.state
+        strategy = state.strategy
         self._tools = [t for t in toolset.definitions() if t["name"] != "compact" or strategy.offers_compact_tool]
-        self.state.overhead_chars = len(json.dumps([self.spec.system, self._tools], ensure_ascii=False))
+        state.overhead_chars = len(json.dumps([self.spec.system, self._tools], ensure_ascii=False))
+        if self._ledger is not None and self._ledger.last is not None and self._ledger.last.tokens:
+            last = self._ledger.last  # the token estimate as the last kept call measured it
+            state.last_tokens, state.last_chars = last.tokens, last.chars + state.overhead_chars
         if self.history:
             self._check_budgets()  # a resumed job may already have spent its budget
+
+    def _rebuild(self, ledger: Ledger) -> None:
+        """A resumed job's spend as it stood at its last kept reply: cost, usage (its own and its
+        summaries'), compactions, persisted bytes, turns, wall time of the earlier segments; and what
+        the reserve and the thrash ladder had learned from the calls and compactions before it."""
+        self._ledger = ledger
+        result, state, last = self.result, self.state, ledger.last
+        result.usage = Usage(**last.usage.model_dump()) if last and last.usage else Usage()
+        state.summarizer_usage = Usage(**last.summarizer_usage.model_dump()) if last and last.summarizer_usage \
+            else Usage()
+        result.summarizer_usage = state.summarizer_usage
+        state.compactions.clear()
+        state.compactions.update(last.compactions or {} if last else {})
+        state.persisted_bytes = last.persisted_bytes or 0 if last else 0
+        result.turns = last.turn if last else 0
+        result.estimated = any(c.estimated for c in ledger.calls)
+        result.cost_usd = self._cost()
+        self._wall_before = max(self._wall_before, last.wall_s or 0.0 if last else 0.0)
+        outputs = [c.usage.output_tokens if c.usage else 0 for c in ledger.calls]
+        self._most_output = max((b - a for a, b in zip([0, *outputs], outputs, strict=False)), default=0)
+        if last:
+            previous = ledger.calls[-2].chars if len(ledger.calls) > 1 else 0
+            self._growth, self._last_sent = max(0, last.chars - previous), last.chars
+        # the thrash ladder, from the history compactions kept (the turns as the compactor counted them)
+        assistants = [i for i, m in enumerate(self.history or []) if m.get("role") == "assistant"]
+        for event, before in ledger.compactions:
+            if event.stage in HISTORY_STAGES:
+                turns = sum(1 for i in assistants if before is not None and i <= before)
+                freed = (event.chars_before - event.chars_after) / state.char_limit()
+                state.thrash.record(turns, freed, self.spec.limits)
+
+    def _unsee_after(self, ledger: Ledger) -> None:
+        """The restored window as the model saw it: what the last kept call carried is seen, the reply
+        and results written after it are not (the stages that act on seen messages decide alike)."""
+        lines = ledger.last.lines if ledger.last and ledger.last.lines is not None else 0
+        window = self.state.window
+        window.replace([Entry(e.message, e.chars, e.seq, e.seen and not (e.seq is not None and e.seq > lines))
+                        for e in window.entries])
+
+    async def _replay_tools(self, toolset: Toolset) -> None:
+        """Tell a resumed job's toolset the calls its kept history made (the repeat guard, the ids
+        used, the results a caught repeat names, the memory's generation), as if it had run them: each
+        batch goes through the toolset's own bookkeeping, answered with the results on record."""
+        history = self.history or []
+        turns = {c.lines: c.turn for c in self._ledger.calls if c.lines is not None} if self._ledger else {}
+        turn = 0
+        run = toolset.run
+        try:
+            for i, message in enumerate(history):
+                if message.get("role") != "assistant":
+                    continue
+                turn = turns.get(i, turn + 1)
+                calls = tool_uses(message)
+                answer = history[i + 1] if i + 1 < len(history) else None
+                recorded = {b.get("tool_use_id"): b for b in tool_results(answer)} if answer else {}
+                if not calls or not recorded or all(str(b.get("content", "")).startswith(CUT_OFF)
+                                                     for b in recorded.values()):
+                    continue
+
+                async def on_record(call: dict[str, Any], recorded: dict[Any, Any] = recorded) -> dict[str, Any]:
+                    return recorded.get(call.get("id")) or error_result(str(call.get("id", "")), "no result on record")
+
+                toolset.run = on_record  # type: ignore[method-assign]
+                results = await toolset.run_batch(calls, turn)
+                toolset.compact_requested = False
+                toolset.memory.generation += sum(
+                    1 for call, got in zip(calls, results, strict=False) if call.get("name") == "memory"
+                    and isinstance(call.get("input"), dict) and call["input"].get("command") in MEMORY_WRITES
+                    and got is recorded.get(call.get("id")) and not got.get("is_error"))
+        finally:
+            toolset.run = run  # type: ignore[method-assign]
 
     def _check_before_call(self) -> None:
         """Raise JobEnded when this call would go over a limit (the last turn is kept for the report)."""
@@ -273,7 +370,8 @@ class Session:
             return None
         self._account(reply)
         self._growth, self._last_sent = max(0, sent_chars - self._last_sent), sent_chars
-        self.store.queue_records(EVENTS, [model_call_event(self.result, sent_chars, reply)])
+        self.store.queue_records(EVENTS, [model_call_event(self.result, state, sent_chars, reply, state.transcript_len,
+                                                           self._wall())])
         state.observe_usage(reply.usage)
         state.window.mark_seen()
         if reply.stop_reason == "model_context_window_exceeded":
@@ -339,7 +437,8 @@ class Session:
                           max_retries=spec.limits.max_retries, tool_choice=NO_TOOLS)
         reply = await self._create(request)
         self._account(reply)
-        self.store.queue_records(EVENTS, [model_call_event(self.result, state.window.total, reply)])
+        self.store.queue_records(EVENTS, [model_call_event(self.result, state, state.window.total, reply,
+                                                           state.transcript_len, self._wall())])
         if reply.content:
             await state.add(reply.message())
         self.final_text = text_of(reply.message())
@@ -356,8 +455,7 @@ class Session:
             raise JobEnded(Status.FAILED, f"the model produced no output within max_output_tokens = "
                                      f"{self.spec.limits.max_output_tokens}")
         if calls and stop == "max_tokens":  # the last call may be cut off: run none, say so in each result
-            results = [error_result(str(c.get("id", "")), "not run: your reply was cut off by the output token "
-                                    "limit, so this call may be incomplete; send it again") for c in calls]
+            results = [error_result(str(c.get("id", "")), f"{CUT_OFF} by the output token limit, so this call may be incomplete; send it again") for c in calls]
             await self.state.add(*([reply.message()] if deferred else []), {"role": "user", "content": results})
             return False
         if calls and stop == "tool_use":
@@ -484,7 +582,12 @@ class Session:
         result = self.result
         result.compactions = dict(self.state.compactions)
         result.persisted_bytes = self.state.persisted_bytes
+        result.wall_s = self._wall()
         self.store.queue(files={METRICS: dumps(result.to_json()) + "\n"})
+
+    def _wall(self) -> float:
+        """Wall time of every segment the job ran: the earlier ones' and this one's so far."""
+        return self._wall_before + time.monotonic() - self._started
 
     def _update_progress(self) -> None:
         p = self.progress

@@ -51,7 +51,8 @@ def test_a_small_budget_works_until_near_its_cap_then_reports(tmp_path: Path) ->
     last call writes a short report, and the whole job stays under the cap."""
     (tmp_path / "jobs").mkdir()
     (tmp_path / "jobs" / "a.toml").write_text('name = "a"\nworkspace = "{stdlib}/email"\nprompt = "Survey it."\n'
-                                              "[limits]\nmax_cost_usd = 0.05\ncontext_char_limit = 4000\n")
+                                              'model = "claude-haiku-4-5"\n'  # priced as haiku: ~$0.005 a turn
+                                              "[limits]\nmax_cost_usd = 0.05\ncontext_char_limit = 8000\n")
     (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
     done = subprocess.run([sys.executable, "-m", "runner", "run"], cwd=tmp_path, env=env, capture_output=True,

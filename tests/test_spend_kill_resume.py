@@ -1,0 +1,172 @@
+"""Spend is never lost: a job killed with SIGKILL at 20 random moments (a real ``python -m runner``
+subprocess each time) and resumed after each kill ends with the cost, the usage (every token kind), the
+compaction counts and the turns of the same job run without interruption, to the token (the offline
+model is deterministic); its ``wall_s`` counts every segment it ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import runner_env
+
+from runner.rundocs import USAGE_KEYS
+from runner.store import read_jsonl
+
+KILLS = 20
+FILES = 240  # the workspace: enough turns (and compactions) that 20 kills land across the job
+
+
+def _workspace(root: Path) -> None:
+    """A small package of deterministic modules (nested, with docstrings, functions and TODOs)."""
+    for d in range(FILES // 30):
+        pkg = root / f"pkg{d}"
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text(f'"""Package {d}."""\n')
+        for i in range(29):
+            body = [f'"""Module {d}.{i}: helpers for part {i}."""', "", "import os", ""]
+            for k in range(6):
+                todo = f"  # TODO check {k}" if k == i % 6 else ""
+                body += [f"def f{k}(x):", f'    """Return x plus {k}."""', f"    return x + {k}{todo}", ""]
+            body += [f"class C{i}:", '    """A class."""', "    def m(self):", "        return 1", ""]
+            (pkg / f"mod{i}.py").write_text("\n".join(body))
+
+
+def _setup(tmp: Path, workspace: Path) -> None:
+    (tmp / "jobs").mkdir(parents=True)
+    (tmp / "jobs" / "a.toml").write_text(
+        f'name = "a"\nworkspace = "{workspace}"\nprompt = "Survey this package."\n'
+        "[limits]\ncontext_char_limit = 30000\nbatch_char_limit = 40000\nlarge_result_chars = 5000\n")
+    (tmp / "config.toml").write_text('[runner]\nbackend = "offline"\n')
+
+
+def _run_dir(tmp: Path) -> Path | None:
+    runs = [p for p in (tmp / "runs").glob("*") if not p.is_symlink()] if (tmp / "runs").exists() else []
+    return runs[0] if runs else None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def _calls(job: Path) -> int:
+    """Model calls on disk (lines of events.jsonl naming a model call)."""
+    try:
+        return job.joinpath("events.jsonl").read_bytes().count(b'"stage": "model_call"')
+    except OSError:
+        return 0
+
+
+def _spend(job: Path) -> dict:
+    metrics = json.loads((job / "metrics.json").read_text())
+    return {"status": metrics["status"], "turns": metrics["turns"], "cost_usd": metrics["cost_usd"],
+            "usage": {k: metrics["usage"][k] for k in USAGE_KEYS},
+            "summarizer_usage": {k: metrics["summarizer_usage"][k] for k in USAGE_KEYS},
+            "compactions": metrics["compactions"], "persisted_bytes": metrics["persisted_bytes"]}
+
+
+def _segment(tmp: Path, argv: list[str], delay: float) -> tuple[bool, float]:
+    """Run ``runner argv``; SIGKILL it ``delay`` seconds after its job first writes (a random moment of
+    its work). (killed, how long the process lived); not killed when it ended first."""
+    job = (_run_dir(tmp) or tmp / "none") / "a"
+    start_size = _size(job / "events.jsonl")
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "runner", *argv], cwd=tmp, env=runner_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    kill_at = None
+    try:
+        while time.monotonic() - started < 60:
+            if proc.poll() is not None:
+                return False, time.monotonic() - started
+            now = time.monotonic()
+            if kill_at is None:
+                job = (_run_dir(tmp) or tmp / "none") / "a"
+                if _size(job / "events.jsonl") != start_size:
+                    kill_at = now + delay
+            elif now >= kill_at:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return True, time.monotonic() - started
+            time.sleep(0.001)
+        pytest.fail(f"runner {' '.join(argv)} neither wrote nor ended within 60 s")
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return False, 0.0
+
+
+def test_twenty_kills_lose_no_spend(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    _workspace(workspace)
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    _setup(whole, workspace)
+    _setup(killed, workspace)
+    done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs"], cwd=whole, env=runner_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr
+    expected_dir = _run_dir(whole)
+    assert expected_dir is not None
+    expected = _spend(expected_dir / "a")
+    total_calls = _calls(expected_dir / "a")
+    work_s = json.loads((expected_dir / "a" / "metrics.json").read_text())["wall_s"]
+    assert expected["turns"] >= 20, expected
+    assert expected["compactions"].get("compact_history", 0) >= 3, expected  # the job compacts often
+
+    seed = int.from_bytes(os.urandom(4), "big")
+    rng = random.Random(seed)
+    kills, lived, argv = 0, 0.0, ["run", "jobs"]
+    at_calls: list[int] = []
+    while kills < KILLS:
+        job = (_run_dir(killed) or killed / "none") / "a"
+        left = max(0.0, 1 - _calls(job) / total_calls)  # the share of the job still to run
+        delay = rng.uniform(0, 2 * work_s * left / (KILLS - kills + 2))
+        was_killed, seconds = _segment(killed, argv, delay)
+        lived += seconds
+        run_dir = _run_dir(killed)
+        assert run_dir is not None
+        if not was_killed:
+            pytest.fail(f"the job ended after {kills} kills (seed {seed}); expected {KILLS}")
+        kills += 1
+        at_calls.append(_calls(run_dir / "a"))
+        argv = ["resume", str(run_dir)]
+    started = time.monotonic()
+    final = subprocess.run([sys.executable, "-m", "runner", *argv], cwd=killed, env=runner_env(),
+                           capture_output=True, text=True, timeout=120)
+    lived += time.monotonic() - started
+    assert final.returncode == done.returncode, final.stderr  # 0, or 1 when the job ends stuck like the whole run
+    run_dir = _run_dir(killed)
+    assert run_dir is not None
+    got = _spend(run_dir / "a")
+    print(f"seed {seed}: {kills} kills at model calls {at_calls} of {total_calls}; {expected}")
+    assert got == expected, f"seed {seed}, kills at calls {at_calls}; {_first_difference(expected_dir, run_dir)}"
+    # the kills landed across the job, not all at its start
+    assert max(at_calls) > total_calls // 3, at_calls
+    # wall_s sums every segment: about the work of the whole job (the last segment ran a small part of
+    # it), never more than the processes lived
+    segments = json.loads((run_dir / "a" / "metrics.json").read_text())["wall_s"]
+    assert 0.5 * work_s <= segments <= lived, (segments, work_s, lived)
+    transcript, warnings = read_jsonl(run_dir / "a" / "transcript.jsonl")
+    assert not warnings and transcript[-1]["role"] == "assistant"
+
+
+def _first_difference(one: Path, other: Path) -> str:
+    """Where two runs of job ``a`` first differ in their transcripts (for the failure message)."""
+    a, _ = read_jsonl(one / "a" / "transcript.jsonl")
+    b, _ = read_jsonl(other / "a" / "transcript.jsonl")
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            x, y = json.dumps(x), json.dumps(y)
+            at = next((k for k, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), min(len(x), len(y)))
+            return f"transcript line {i + 1} differs: {x[max(0, at - 150):at + 100]!r} | {y[max(0, at - 150):at + 100]!r}"
+    return f"transcripts agree over {min(len(a), len(b))} lines (of {len(a)} and {len(b)})"
