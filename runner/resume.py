@@ -5,6 +5,9 @@ Guarantees:
 - Every other job continues from its transcript, cut back to its last complete turn (a reply whose
   tool calls have no results yet is dropped, and run again); a job with no usable transcript starts
   from the beginning.
+- A continued job's spend (cost, usage, summaries' usage, compactions, turns, wall time of every
+  segment) is rebuilt from the ``model_call`` line of its last kept reply, never only from the last
+  checkpoint; what came after that reply is taken back and done again (:mod:`runner.continuation`).
 - A half-written last line in ``transcript.jsonl`` or ``events.jsonl`` (the runner was killed
   mid-write) is reported and dropped, never a crash; the transcript is then rewritten whole.
 """
