@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import scripted_job
+from conftest import scripted_job, survey_rows
 
 import runner.memory
 from runner.compactor.compactor import CompactionState, Compactor
@@ -209,16 +209,19 @@ async def test_a_resumed_job_sees_the_same_memory(tmp_path):
     await store.open()
     first = await Session(survey_spec(8), OfflineModel(), Compactor(Summarizer(None, "none")), store, "none").run()
     assert first.status == "max_turns"
-    kept = {p.name: p.read_text() for p in (job / "memories").iterdir()}
-    assert "survey.md" in kept and "listing.md" in kept
+    kept = {p.name: p.read_text() for p in (job / "memories" / "survey").iterdir()}
+    assert {"files-000.md", "facts-000.md"} <= set(kept)
     transcript, _ = read_jsonl(job / "transcript.jsonl")
     again = JobStore(job)
     await again.open()
     second = await Session(survey_spec(200), OfflineModel(), Compactor(Summarizer(None, "none")), again, "none",
                            history=transcript).run()
     assert second.status == "succeeded", second.error
-    assert (job / "memories" / "listing.md").read_text() == kept["listing.md"]
-    assert (job / "memories" / "survey.md").read_text().endswith(kept["survey.md"])  # notes go on at its top
+    now = {p.name: p.read_text() for p in (job / "memories" / "survey").iterdir()}
+    assert now["files-000.md"] == kept["files-000.md"]  # the listing was whole: nothing listed again
+    assert now["facts-000.md"].startswith(kept["facts-000.md"])  # facts go on at the end
+    rows = survey_rows((job / "final.md").read_text(), job)
+    assert len(rows) == len({p for p in rows})  # every entry once
     final, _ = read_jsonl(job / "transcript.jsonl")
     assert not any(b.get("name") == "glob" for m in final[len(transcript):] if m["role"] == "assistant"
                    and isinstance(m["content"], list) for b in m["content"])  # it did not list the tree again

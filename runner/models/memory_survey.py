@@ -497,6 +497,18 @@ def _read_batch(queue: list[str], target: int) -> list[str]:
     return queue[:READS_MOST]
 
 
+def _take_appended(turn: Turn) -> None:
+    """The files log's lines appended this turn, as the next files to read (no need to read back
+    what this turn writes): the first :data:`VIEW_LINES` of them."""
+    s = turn.state
+    for line in turn.appends["files"][:VIEW_LINES["files"]]:
+        d, *names = line.split("\t")
+        flag, d = ("+", d[1:]) if d.startswith("+") else ("", d)
+        d = _unescape(d)
+        s.files_next += [flag + os.path.join("" if d == "." else d, _unescape(n)) for n in names]
+        s.taken["files"] += 1
+
+
 def plan(turn: Turn) -> None:
     """This turn's work, in order: what is left to list, then to read, then the TODO scan."""
     s = turn.state
@@ -525,6 +537,8 @@ def plan(turn: Turn) -> None:
             return
         s.phase = "read"
     if s.phase == "read":
+        if not s.files_next and s.taken["files"] == turn.before["files"]:
+            _take_appended(turn)
         batch = _read_batch(s.files_next, s.target)
         reads = max(2, len(batch))
         s.issued["files"] = len(batch)
@@ -613,7 +627,7 @@ def _inline_rows(messages: list[Message], at: int, total: int) -> list[list[Any]
     return rows if len({str(r[0]) for r in rows if r}) == total else []
 
 
-def report(s: State, rows: list[list[Any]], partial: str = "") -> str:
+def report(s: State, rows: list[list[Any]], partial: str = "", pending: list[list[Any]] | None = None) -> str:
     """The Markdown report from the state (and every row, for a small tree)."""
     t = s.totals
     out = [f"# Survey of `{s.root or '(workspace)'}`", ""]
@@ -648,6 +662,10 @@ def report(s: State, rows: list[list[Any]], partial: str = "") -> str:
         names = ", ".join(f"`memories/survey/facts-{k:03d}.md`" for k in range(shards))
         out.append(f"Every entry's facts ({s.logs['facts']} lines, one JSON array a line: path, kind, lines, size, "
                    f"definitions) are in the job directory's {names or '(none)'}.")
+        if pending:
+            out += ["", "Read last, not in those files yet:", "",
+                    "| file | lines | size | top-level definitions |", "|---|---:|---:|---:|"]
+            out += [_row(row) for row in pending]
     return "\n".join(out) + "\n"
 
 
@@ -667,11 +685,19 @@ def _row(row: list[Any]) -> str:
 
 
 def partial_report(messages: list[Message]) -> str:
-    """The report from the newest state in view (a job out of turns, time or budget)."""
-    state, _ = load_state(messages)
-    s = state or State()
+    """The report from the newest state in view and the results since (a job out of turns, time or
+    budget): what the facts files hold, and the rows the last results would have added to them."""
+    state, at = load_state(messages)
+    turn = Turn(state or State())
+    if state is not None:
+        try:
+            apply(turn, messages, at)
+        except RuntimeError:  # a failed memory call: the state as it was
+            turn = Turn(state)
+    s = turn.state
+    pending = [json.loads(row) for row in turn.appends["facts"]]
     return report(s, [], partial=f"(Partial: the survey stopped in its {s.phase} phase; the counts below are "
-                                 "what was read by then.)")
+                                 "what was read by then.)", pending=pending)
 
 
 def in_progress(messages: list[Message]) -> bool:
