@@ -151,7 +151,7 @@ def test_the_summary_gate_holds_across_workers(cluster, tmp_path):
     ws = workspace(tmp_path)
     settings = settings_for(tmp_path, "[runner]\nconcurrency = 8\n[summarizer]\nmax_concurrent = 1\n"
                                       "requests_per_minute = 2\n")
-    specs = [spec(f"job{i}", ws, context_char_limit=20_000, compact_target_ratio=0.5) for i in range(6)]
+    specs = [spec(f"job{i}", ws, context_char_limit=8_000, compact_target_ratio=0.5) for i in range(6)]
     window_s = 1.0
     with running_emulator(EmulatorConfig(latency=Latency(seconds=0.2))) as emu:
         os.environ["ANTHROPIC_BASE_URL"] = emu.base_url
