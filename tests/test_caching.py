@@ -78,11 +78,11 @@ async def test_observation_masking_keeps_only_the_newest_results(tmp_path: Path)
 async def test_a_cache_aware_session_reads_its_prefix_back_after_compaction(tmp_path: Path):
     ws = tmp_path / "ws"
     ws.mkdir()
-    for i in range(12):
+    for i in range(40):
         (ws / f"m{i:02d}.py").write_text(f'"""Module {i}."""\n' + "x = 1\n" * (600 + 40 * i))
     limits = Limits(context_char_limit=20_000, compact_target_ratio=0.5, max_turns=200)
     spec = JobSpec(name="cached", source=Path("cached.toml"), prompt="Survey.", workspace=ws,
-                   model="claude-sonnet-5-5", system="You survey code. " * 200, tools=("read", "glob", "grep"),
+                   model="claude-sonnet-5-5", system="You survey code. " * 600, tools=("read", "glob", "grep"),
                    limits=limits)
     with running_emulator(EmulatorConfig(record_requests=True, min_cacheable_tokens=256)) as emu:
         model = AnthropicModel(base_url=emu.base_url, api_key="k", max_retries=0)

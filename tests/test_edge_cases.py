@@ -55,7 +55,11 @@ def test_huge_search_output_does_not_loop_the_offline_model(tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stderr
     metrics = json.loads(next((tmp_path / "runs").glob("*/job/metrics.json")).read_text())
-    assert metrics["turns"] < 20
+    assert metrics["status"] == "succeeded" and metrics["turns"] < 30
+    transcript = [json.loads(line) for line in next((tmp_path / "runs").glob("*/job/transcript.jsonl")).open()]
+    recalls = [json.dumps(b["input"], sort_keys=True) for m in transcript if m["role"] == "assistant"
+               for b in m["content"] if b.get("type") == "tool_use" and b["name"] == "recall"]
+    assert recalls and len(recalls) == len(set(recalls))  # the saved output read page by page, each page once
 
 
 def test_resume_uses_todays_limits_and_works_from_another_directory(tmp_path):

@@ -1,0 +1,116 @@
+"""The big-tree survey: the offline model over this venv's site-packages (every file, ``__pycache__``
+included), in the default 50,000-char window and in a 400,000-char one, side by side.
+
+For each window: files in the tree and files the report names correctly (against ``os.walk``),
+turns, compactions by stage, identical repeated calls, history compactions and how close they
+came, cost (estimated from characters: the offline model counts about 4 characters a token, priced
+as the job's model), and wall time. Each run is repeated ``--repeat`` times (the policy is
+deterministic: only the wall varies); the wall is the median with its range.
+
+    python bench/big_tree.py [--repeat 3] [--tree DIR] [--render]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import shutil
+import statistics
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from common import RESULTS, replace_section, write_result  # noqa: E402
+from conftest import expected_row, offline_survey, regular_files, survey_rows  # noqa: E402
+
+WINDOWS = {"default (50,000 chars)": 50_000, "400,000 chars": 400_000}
+COMMAND = "python bench/big_tree.py --repeat 3"
+
+
+def _calls_and_gaps(job: Path) -> tuple[int, int, list[int]]:
+    calls = [json.dumps([b["name"], b["input"]], sort_keys=True)
+             for line in (job / "transcript.jsonl").read_text().splitlines()
+             if (m := json.loads(line))["role"] == "assistant" and isinstance(m["content"], list)
+             for b in m["content"] if b.get("type") == "tool_use"]
+    turn, history = 0, []
+    for line in (job / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        turn = event.get("turn", turn) if event.get("stage") == "model_call" else turn
+        if event.get("stage") == "compact_history":
+            history.append(turn)
+    repeated = sum(n - 1 for n in collections.Counter(calls).values())
+    return len(calls), repeated, [b - a for a, b in zip(history, history[1:])]
+
+
+def run_one(tree: Path, truth: dict[str, bytes], window: int, work: Path) -> dict:
+    job = work / f"job-{window}"
+    shutil.rmtree(job, ignore_errors=True)
+    started = time.monotonic()
+    result, report = asyncio.run(offline_survey(tree, job, {"context_char_limit": window, "max_turns": 20_000}))
+    wall = time.monotonic() - started
+    rows = survey_rows(report, job)
+    right = sum(1 for p, data in truth.items() if p in rows
+                and ("binary" if rows[p][1] == "image" else rows[p][1], rows[p][2]) == expected_row(data))
+    calls, repeated, gaps = _calls_and_gaps(job)
+    return {"status": str(result.status), "turns": result.turns, "files": len(truth), "right": right,
+            "compactions": dict(result.compactions), "calls": calls, "repeated": repeated,
+            "closest": min(gaps, default=0), "within_2": sum(g < 3 for g in gaps),
+            "cost_usd": result.cost_usd, "wall_s": wall}
+
+
+def render(data: dict) -> str:
+    out = ["The offline model surveys this venv's site-packages as it is (`__pycache__`, shared objects, "
+           "files over 256 KiB) with the memory tool; the report's facts are checked against `os.walk` "
+           "(every regular file named with its line count, or as binary with its size). Cost is estimated "
+           "(about 4 characters a token, the job model's prices).", "",
+           "| window | files | named right | status | turns | history / micro / fit / budget compactions "
+           "| calls | repeated | history compactions < 3 turns apart (closest) | cost (est.) | wall s |",
+           "|---|---:|---:|---|---:|---|---:|---:|---|---:|---:|"]
+    for name, runs in data["windows"].items():
+        r = runs[0]
+        c = r["compactions"]
+        walls = [x["wall_s"] for x in runs]
+        wall = f"{statistics.median(walls):.1f} ({min(walls):.1f}-{max(walls):.1f})" if len(walls) > 1 else f"{walls[0]:.1f}"
+        out.append(f"| {name} | {r['files']:,} | {r['right']:,} | {r['status']} | {r['turns']:,} | "
+                   f"{c.get('compact_history', 0)} / {c.get('micro_compact', 0)} / {c.get('fit_tool_results', 0)} / "
+                   f"{c.get('tool_result_budget', 0)} | {r['calls']:,} | {r['repeated']} | {r['within_2']} "
+                   f"({r['closest']}) | ${r['cost_usd']:,.2f} | {wall} |")
+    out += ["", "Every run of one window made the same calls (the policy is deterministic); wall times are "
+            f"the median and range of {data['repeat']} runs on a shared machine."]
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per window (default 3)")
+    parser.add_argument("--tree", type=Path, help="the tree to survey (default: a copy of this venv's site-packages)")
+    parser.add_argument("--render", action="store_true", help="rewrite the section from bench/results/big_tree.json")
+    args = parser.parse_args()
+    if args.render:
+        replace_section("big-tree", render(json.loads((RESULTS / "big_tree.json").read_text())), COMMAND)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        tree = args.tree or work / "site-packages"
+        if args.tree is None:
+            shutil.copytree(sysconfig.get_paths()["purelib"], tree, symlinks=True)
+        truth = regular_files(tree)
+        data: dict = {"repeat": args.repeat, "windows": {}}
+        for _ in range(args.repeat):  # rounds: each window once per round
+            for name, window in WINDOWS.items():
+                run = run_one(tree, truth, window, work)
+                data["windows"].setdefault(name, []).append(run)
+                print(name, json.dumps(run), flush=True)
+    write_result("big_tree", data)
+    replace_section("big-tree", render(data), COMMAND)
+
+
+if __name__ == "__main__":
+    main()
