@@ -62,7 +62,7 @@ HEAD = 1  # the heading line of every shard
 NAMES_PER_LINE = 16  # names per line of the files log
 VIEW_LINES = {"dirs": 16, "files": 1}  # log lines read back at a time
 TARGET_CHARS = 8_000  # what one turn's results may take in the context, at first
-TARGET_BOUNDS = (1_500, 12_000)
+TARGET_BOUNDS = (1_500, 10_000)
 READ_CHARS = 1_000  # a read the compactor cut still takes about this much: reads per turn <= target / this
 BINARY_READ_CHARS = 250  # a binary file's read: its error line
 READS_MOST = 48
@@ -480,11 +480,14 @@ def _learn_recall(turn: Turn, args: dict[str, Any], text: str) -> None:
 
 def read_cost(path: str) -> int:
     """What a read of ``path`` is expected to take in the context: a binary file's is one short
-    error line, an image's a block the compactor cannot cut, any other up to :data:`READ_CHARS`."""
+    error line, an image's a block the compactor cannot cut, any other up to :data:`READ_CHARS`;
+    and the path itself four times (the call, the state, its result, the facts row written)."""
     ext = os.path.splitext(path)[1].lower()
     if ext in IMAGE_EXTENSIONS:
-        return 4 * READ_CHARS
-    return BINARY_READ_CHARS if ext in BINARY_EXTENSIONS else READ_CHARS
+        base = 4 * READ_CHARS
+    else:
+        base = BINARY_READ_CHARS if ext in BINARY_EXTENSIONS else READ_CHARS
+    return base + 4 * len(path)
 
 
 def _read_batch(queue: list[str], target: int) -> list[str]:

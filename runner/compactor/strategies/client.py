@@ -1,7 +1,9 @@
 """``client``: the whole pipeline of DESIGN.md, run by the runner before every model call.
 
-tool_result_budget and snip on every call; over the context limit micro_compact, then
-fit_tool_results, then a summary of the history. The model may also call ``compact`` itself.
+tool_result_budget and snip on every call; over the context limit micro_compact (sparing the newest
+``keep_recent_results`` seen results), then fit_tool_results, then micro_compact of those newest seen
+results too (each is saved and recallable, a summary loses more), then a summary of the history.
+The model may also call ``compact`` itself.
 """
 
 from __future__ import annotations
@@ -29,5 +31,8 @@ class ClientStrategy(Strategy):
         if window.total > limit:
             stages.adopt("fit_tool_results", s.fit_tool_results(
                 window.entries, window.total, target, limits.fit_preview_chars, stages.name_for))
+        if window.total > limit and limits.keep_recent_results:  # the newest seen results too, before a summary
+            stages.adopt("micro_compact", s.micro_compact(
+                window.entries, window.total, target, 0, stages.name_for, stages.saved_for))
         if window.total > limit:
             await stages.summarize("compact_history")
