@@ -23,16 +23,7 @@ where still in view, else the report names the saved output that has it. When co
 a fact before it was noted, the policy has to fetch it again: ``rereads`` counts those, which
 measures what a compaction strategy lost.
 
-With the ``memory`` tool offered (every job has it), the notes leave the context: they go to memory
-files, one write a turn (an ``insert`` at the top, which is valid whatever the file holds):
-``/memories/globs.md`` holds the glob answers' notes until the listing is whole,
-``/memories/listing.md`` the listing (a heading with the count and the root, then one path a line,
-in reading order), ``/memories/survey.md`` every file's facts, outlines and TODO hits. The read pass
-goes down the listing file: each turn's text carries a ``progress`` note (how many of its files are
-read, and the root) and the next files, which a summary keeps; the rest of the listing is read back
-a slice at a time. After a compaction the policy reads back only what it needs (paged memory views:
-the glob notes while listing, the survey's notes before the report), never the tree again; the TODO
-scan comes before the survey's notes are read back, and the report is written from them.
+With the ``memory`` tool offered (every job has it), the survey is :mod:`.memory_survey`'s.
 """
 
 from __future__ import annotations
@@ -45,7 +36,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..memory import split_lines
 from ..messages import Message, blocks, result_text, text_of, tool_results, tool_uses
 from ..protocol import (
     EMPTY_FILE,
@@ -56,7 +46,6 @@ from ..protocol import (
     is_placeholder,
     is_seed_placeholder,
     is_summary,
-    memory_index_entries,
     mentions_summary,
     persisted_preview,
     persisted_size,
@@ -76,41 +65,9 @@ BIG_TREE = 60  # files; a bigger tree's notes leave out the first docstring line
 DOC_CHARS = 60  # of a first docstring line, in notes and the report
 CHECKPOINT_EVERY = 6  # assistant turns between checkpoints; snip keeps far more than that
 RECALL_PAGE = 20_000  # the most it reads back at once: a page that fits beside the rest of the context
-NOTE = re.compile(r"^- (dir|file|files|error|outline|glob|saved|todo-at|todo-part|todo-scan|progress|next-files"
+NOTE = re.compile(r"^- (dir|file|files|error|outline|glob|saved|todo-at|todo-part|todo-scan"
                   r"|todo-cut): (.*)$", re.M)
 GLOB_AT = " @ "  # a glob note's key: ``<pattern> @ <directory>``
-GLOBS_FILE = "/memories/globs.md"  # the glob answers' notes, until the listing is whole
-MEMORY_FILE = "/memories/survey.md"  # where the survey keeps its notes when the memory tool is offered
-LISTING_FILE = "/memories/listing.md"  # the files to read, one a line after a heading, in reading order
-LISTING_HEAD = 1  # heading lines before the first path: the path at index i is on line i + 1 + LISTING_HEAD
-SLICES_AHEAD = 2  # listing lines viewed at a time, in read batches
-_NUMBERED = re.compile(r"^ *(\d+)\t(.*)$")
-_MEMORY_PAGE = re.compile(r"^\[memory: lines (\d+)-(\d+) of (\d+) shown;", re.M)
-
-
-@dataclass
-class NotesFile:
-    """What the conversation in view says of one notes file of the memory."""
-
-    exists: bool = False  # a write, a view or an index in view shows it exists
-    known: list[str] | None = None  # its lines, when the messages in view tell them all
-    paging: list[str] | None = None  # the pages read back so far (from line 1)
-    total: int = 0  # lines of the file the pages are read from
-    written: list[str] = field(default_factory=list)  # note lines of the writes in view
-
-
-@dataclass
-class Memory:
-    """What the conversation in view says of the survey's memory files."""
-
-    unsure: bool = False  # a summary or a snip marker in view: earlier evidence may be gone
-    listed: bool = False  # a view of /memories in view
-    notes: dict[str, NotesFile] = field(default_factory=dict)
-    listing: bool = False  # the listing file exists
-    slices: dict[int, str] = field(default_factory=dict)  # listing index -> path, from the lines in view
-    listing_total: int = 0  # from the listing file's heading, when in view
-    listing_root: str | None = None
-    listing_created: bool = False  # its create is in view (so is every read since)
 
 
 class SurveyFailed(RuntimeError):
@@ -137,11 +94,6 @@ class Facts:
     glob: Listing = field(default_factory=Listing)
     # persisted path -> kind ("glob" or "todo"), size, the glob's (path, pattern)
     recall_due: dict[str, tuple[str, int, tuple[str, str]]] = field(default_factory=dict)
-    memory: Memory = field(default_factory=Memory)
-    listed_total: int = 0  # files in the listing file (from a progress note)
-    progress: int = 0  # the first files of the listing read (from a progress note)
-    next_files: dict[int, str] = field(default_factory=dict)  # listing index -> path, from a next-files note
-    memory_notes: list[str] = field(default_factory=list)  # the newest results' notes, for the memory file
 
 
 def first_doc_line(text: str) -> str:
@@ -232,14 +184,6 @@ def _parse_notes(text: str, facts: Facts) -> None:
                 facts.todo_at.setdefault(parts[0], set()).update(int(n) for n in parts[1].split(", ") if n)
             elif kind == "todo-cut":
                 facts.todo_cut = True
-            elif kind == "next-files" and len(parts) >= 3:
-                start = int(parts[1])
-                facts.next_files.update({start + i: name for i, name in enumerate(parts[2].split(", ")) if name})
-            elif kind == "progress" and len(parts) >= 3:
-                done, _, total = parts[1].partition("/")
-                facts.progress = max(facts.progress, int(done))
-                facts.listed_total = int(total)
-                facts.root = facts.root or parts[2] or None
             elif kind == "file" and len(parts) >= 3:
                 facts.files[parts[0]] = (int(parts[1]), int(parts[2]), parts[3] if len(parts) > 3 else "")
                 if len(parts) > 4 and parts[4].isdigit():  # the outline, counted from the whole text read
@@ -331,7 +275,7 @@ def _glob_note(query: tuple[str, str], span: tuple[int, int, int], cut: bool, na
 def _big(facts: Facts) -> bool:
     """Whether the tree is big: by its listing, or (while the listing is being relearned after a
     compaction lost part of it) by the files already read."""
-    return len(facts.listing or ()) > BIG_TREE or len(facts.files) > BIG_TREE or facts.listed_total > BIG_TREE
+    return len(facts.listing or ()) > BIG_TREE or len(facts.files) > BIG_TREE
 
 
 def _dir_files_note(facts: Facts, d: str) -> str:
@@ -496,247 +440,16 @@ def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: lis
             _learn_todos(facts, "" if failed else content, (0, 1, 1), notes)
 
 
-def _memory_page(content: str) -> tuple[int, list[str], int] | None:
-    """A view of the memory file: its first line number, its lines and the file's line count."""
-    lines = content.split("\n")[1:]
-    footer = _MEMORY_PAGE.search(content)
-    numbered = [m for m in (_NUMBERED.match(line) for line in lines) if m]
-    if not numbered:
-        return (1, [], int(footer.group(3)) if footer else 0) if not footer else None
-    first = int(numbered[0].group(1))
-    texts = [m.group(2) for m in numbered]
-    return first, texts, int(footer.group(3)) if footer else first + len(texts) - 1
-
-
-def _track_memory(messages: list[Message]) -> Memory:
-    """The memory files as far as the conversation in view tells them: writes (``create``,
-    ``insert``) and views whose results are in view, an index of a compaction; a summary or a snip
-    in between (after which what is not in view is unknown)."""
-    memory = Memory(notes={GLOBS_FILE: NotesFile(), MEMORY_FILE: NotesFile()})
-    uses: dict[str, dict[str, Any]] = {}
-    for message in messages:
-        for use in tool_uses(message):
-            uses[str(use.get("id"))] = use
-        for result in blocks(message) if message["role"] == "user" else []:  # in order: a marker may
-            if result.get("type") == "text":  # follow the results it was merged after
-                text = str(result.get("text", ""))
-                if is_summary(text) or archived_count(text):
-                    memory.unsure = True
-                    entries = memory_index_entries(text)
-                    for path, notes in memory.notes.items():
-                        notes.known, notes.paging = None, None
-                        notes.exists = notes.exists or path in entries
-                    memory.listing = memory.listing or LISTING_FILE in entries
-                continue
-            if result.get("type") != "tool_result":
-                continue
-            call = uses.get(str(result.get("tool_use_id")))
-            args = call.get("input") if call is not None and call.get("name") == "memory" else None
-            if not isinstance(args, dict):
-                continue
-            content = result_text(result)
-            command = args.get("command")
-            if command == "view" and args.get("path") == "/memories":
-                memory.listed = True
-            if not result.get("is_error") and args.get("path") == LISTING_FILE:
-                _track_listing(memory, command, args, content)
-            held = memory.notes.get(str(args.get("path")))
-            if held is not None:
-                _track_notes(held, command, args, content, bool(result.get("is_error")))
-    return memory
-
-
-def _track_notes(notes: NotesFile, command: Any, args: dict[str, Any], content: str, failed: bool) -> None:
-    if failed:
-        if command == "view" and "does not exist" in content:  # never written: nothing to read back
-            notes.exists, notes.known, notes.paging = False, [], None
-        return
-    if command == "create":
-        notes.exists = True
-        notes.known = split_lines(str(args.get("file_text", "")))
-        notes.written.append(str(args.get("file_text", "")))
-    elif command == "insert":
-        notes.exists = True
-        added = split_lines(str(args.get("insert_text", "")))
-        notes.written.append(str(args.get("insert_text", "")))
-        if notes.known is not None and args.get("insert_line") == 0:
-            notes.known[0:0] = added
-        else:
-            notes.known = None
-        notes.paging = None
-    elif command == "view":
-        notes.exists = True
-        page = None if is_placeholder(content) or is_persisted(content) else _memory_page(content)
-        if page is None:
-            notes.known, notes.paging = None, None
-            return
-        first, lines, total = page
-        if first == 1:
-            notes.paging, notes.total = list(lines), total
-        elif notes.paging is not None and first == len(notes.paging) + 1 and total == notes.total:
-            notes.paging += lines
-        else:
-            notes.paging = None
-        if notes.paging is not None and len(notes.paging) >= notes.total:
-            notes.known = notes.paging
-
-
-def _track_listing(memory: Memory, command: Any, args: dict[str, Any], content: str) -> None:
-    """The listing file's lines a create or a view in view tells."""
-    if command == "create":
-        memory.listing = memory.listing_created = True
-        lines = split_lines(str(args.get("file_text", "")))
-        memory.slices.update({i: p for i, p in enumerate(lines[LISTING_HEAD:])})
-        _listing_heading(memory, lines[0] if lines else "")
-    elif command == "view" and not (is_placeholder(content) or is_persisted(content)):
-        memory.listing = True
-        for line in content.split("\n")[1:]:
-            match = _NUMBERED.match(line)
-            if match and int(match.group(1)) > LISTING_HEAD:
-                memory.slices[int(match.group(1)) - 1 - LISTING_HEAD] = match.group(2)
-            elif match:
-                _listing_heading(memory, match.group(2))
-
-
-_LISTING_HEADING = re.compile(r"^# (\d+) files to read under (.+)$")
-
-
-def _saved_reads(messages: list[Message]) -> bool:
-    """Whether most reads of the newest results were saved to disk at once (only their previews
-    reached the context): the batch of reads was more than the context has room for."""
-    uses = {str(u.get("id")): u for m in messages[-2:] for u in tool_uses(m)}
-    reads = [r for r in (tool_results(messages[-1]) if messages else [])
-             if uses.get(str(r.get("tool_use_id")), {}).get("name") == "read"]
-    return 4 * sum(is_persisted(result_text(r)) for r in reads) > 3 * len(reads)
-
-
-def _listing_heading(memory: Memory, line: str) -> None:
-    match = _LISTING_HEADING.match(line)
-    if match:
-        memory.listing_total, memory.listing_root = int(match.group(1)), match.group(2)
-
-
-def _listing_file(facts: Facts) -> dict[str, Any]:
-    listing = [p for p in facts.listing or [] if "\n" not in p]
-    return {"command": "create", "path": LISTING_FILE,
-            "file_text": "\n".join([f"# {len(listing)} files to read under {facts.root}", *listing]) + "\n"}
-
-
-def _progress_note(done: int, total: int, root: str) -> str:
-    return f"- progress: listing | {done}/{total} | {root}"
-
-
-def _reading(facts: Facts, tool_names: set[str], batch_size: int, messages: list[Message]
-             ) -> tuple[list[tuple[str, dict[str, Any]]], list[str]] | None:
-    """The read pass driven by the listing file: this turn's calls (its note write, the next reads,
-    the next slice of the listing when what is in view runs short) and texts; ``None`` when the
-    listing file does not drive this turn (not written yet, or every file in it is read)."""
-    memory = facts.memory
-    if not memory.listing or "read" not in tool_names:
-        return None
-    total = facts.listed_total or memory.listing_total
-    root = facts.root or memory.listing_root
-    if not total or not root:  # its heading: how many files, under which root
-        head = LISTING_HEAD + SLICES_AHEAD * batch_size
-        return [("memory", {"command": "view", "path": LISTING_FILE, "view_range": [1, head]})], \
-            [f"Reading back where I am from {LISTING_FILE}."]
-    facts.root = root
-    facts.listed_total = total
-    memory.slices = {**facts.next_files, **memory.slices}
-    known = set(facts.files) | set(facts.errors)
-    done = facts.progress
-    while done < total and done in memory.slices and memory.slices[done] in known:
-        done += 1
-    if done >= total:
-        facts.progress = done
-        return None
-    progress_known = facts.progress > 0 or memory.listing_created or memory.notes[MEMORY_FILE].known is not None
-    if not progress_known:
-        return None  # the notes say which files are read: read them back first
-    batch = max(batch_size, math.ceil(total / 60))
-    if _saved_reads(messages):  # the files outgrow the context's room for results: fewer at a time
-        batch = max(1, batch // 3)
-    reads: list[str] = []
-    index = done
-    while index < total and index in memory.slices and len(reads) < batch:
-        if memory.slices[index] not in known:
-            reads.append(memory.slices[index])
-        index += 1
-    covered = index
-    while covered < total and covered in memory.slices:
-        covered += 1
-    calls: list[tuple[str, dict[str, Any]]] = []
-    write = _memory_write(messages, facts)
-    if write is not None:
-        calls.append(("memory", write))
-    calls += [("read", {"file_path": os.path.join(root, p)}) for p in reads]
-    if "grep" in tool_names:  # a python file read in part (its result saved): its outline, while in view
-        outline = [p for p in sorted(facts.files) if p.endswith(".py") and p not in facts.outlines]
-        calls += [("grep", {"pattern": OUTLINE_PATTERN, "path": os.path.join(root, p)})
-                  for p in outline[:batch * OUTLINES_PER_READ]]
-    if covered < total and covered - index < batch:
-        last = min(total, covered + SLICES_AHEAD * batch)
-        calls.append(("memory", {"command": "view", "path": LISTING_FILE,
-                                 "view_range": [covered + 1 + LISTING_HEAD, last + LISTING_HEAD]}))
-    texts = [_progress_note(index, total, root)]  # every file before ``index`` is read, or read this turn
-    ahead = []  # the next files, in the context too: after a compaction the reads go on at once
-    for i in range(index, min(total, index + batch)):
-        if i not in memory.slices or ", " in memory.slices[i] or " | " in memory.slices[i]:
-            break
-        ahead.append(memory.slices[i])
-    if ahead:
-        texts.append(f"- next-files: listing | {index} | {', '.join(ahead)}")
-    if reads:
-        texts.append(f"Next: read ({len(reads)} call{'s' if len(reads) > 1 else ''}).")
-    else:
-        texts.append(f"Next: the next files from {LISTING_FILE}.")
-    return calls, texts
-
-
-def _is_memory_write(use: dict[str, Any]) -> bool:
-    """A write to the notes file (the listing file is written once, and holds no notes)."""
-    args = use.get("input")
-    return (use.get("name") == "memory" and isinstance(args, dict) and args.get("command") in ("create", "insert")
-            and args.get("path") in (MEMORY_FILE, GLOBS_FILE))
-
-
-def _notes_due_from(messages: list[Message], memory: Memory) -> int:
-    """The first message whose results are not noted yet: the newest one, or with the memory file,
-    every one after the newest write to it (all in view when none is: a duplicate note is harmless)."""
-    if not (memory.unsure or memory.listed or any(n.exists for n in memory.notes.values())):
-        return len(messages) - 1
-    for index in range(len(messages) - 1, -1, -1):
-        if any(_is_memory_write(use) for use in tool_uses(messages[index])):
-            return index + 1
-    return 0
-
-
-def _memory_file_notes(facts: Facts, paths: list[str]) -> list[str]:
-    """The notes that add ``paths``' facts to the memory file: per file for a small tree; for a big
-    one, per directory, each naming only these files (the file's notes add up; none is rewritten)."""
-    if not _big(facts):
-        return [_file_note(facts, p) for p in paths]
-    out = [_file_note(facts, p) for p in paths if not _groupable(p)]
-    by_dir: dict[str, list[str]] = {}
-    for p in sorted(set(paths)):
-        if _groupable(p):
-            by_dir.setdefault(os.path.dirname(p) or ".", []).append(p)
-    for d, names in sorted(by_dir.items()):
-        items = [f"{os.path.basename(p)} {facts.files[p][0]} {facts.files[p][1]} {facts.outlines.get(p, '-')}"
-                 for p in names]
-        out.append(f"- files: {d} | {'; '.join(items)}")
-    return out
+def _history_cut(messages: list[Message]) -> bool:
+    """Whether a summary or a snip marker is in view: what noted the results in view may be gone."""
+    return any(is_summary(text) or archived_count(text) for message in messages if message["role"] == "user"
+               for text in (str(b.get("text", "")) for b in blocks(message) if b.get("type") == "text"))
 
 
 def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
     """Facts from the whole conversation; the notes due for the newest results; turns since the
     last checkpoint."""
     facts = Facts()
-    facts.memory = _track_memory(messages)
-    for notes in facts.memory.notes.values():
-        if notes.known is not None:
-            _parse_notes("\n".join(notes.known), facts)
-        _parse_notes("\n".join(notes.written), facts)
     uses: dict[str, dict[str, Any]] = {}
     last_checkpoint = None
     assistant_turns = 0
@@ -751,11 +464,10 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
                 uses[str(use.get("id"))] = use
         else:
             _parse_notes("\n".join(b.get("text", "") for b in blocks(message) if b.get("type") == "text"), facts)
-    facts.root = facts.root or facts.memory.listing_root  # before any result is learned: paths are relative to it
-    facts.memory.listing = facts.memory.listing or facts.listed_total > 0  # a progress note names the listing file
     new_notes: list[str] = []
     touched: list[str] = []
-    due_from = _notes_due_from(messages, facts.memory)
+    # after a summary or a snip, every result in view is noted again (a duplicate note is harmless)
+    due_from = 0 if _history_cut(messages) else len(messages) - 1
     for index, message in enumerate(messages):
         newest = index >= due_from
         for result in tool_results(message):
@@ -765,8 +477,6 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
     if facts.listing is None and facts.glob.answers and not facts.glob.pending():
         facts.root = facts.glob.root
         facts.listing = facts.glob.files()  # the glob notes are the listing's notes
-    facts.memory_notes = [*new_notes, *_memory_file_notes(facts, [p for p in touched if p in facts.files]),
-                          *(f"- outline: {p} | {facts.outlines[p]}" for p in touched if p not in facts.files)]
     new_notes = _combine_glob_notes(facts, new_notes)
     new_notes += _file_notes(facts, [p for p in touched if p in facts.files])
     new_notes += [f"- outline: {p} | {facts.outlines[p]}" for p in touched if p not in facts.files]
@@ -774,7 +484,6 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
         facts.todo_done = True
         facts.todo_count = _chain(facts.todo_parts)[1]
         new_notes.append(_todo_scan_note(facts))
-        facts.memory_notes.append(_todo_scan_note(facts))
     since = assistant_turns - last_checkpoint if last_checkpoint is not None else assistant_turns
     return facts, new_notes, since
 
@@ -904,48 +613,12 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
         return memory_survey.decide(messages)
     facts, notes, since_checkpoint = observe(messages)
     text_parts: list[str] = []
-    in_memory = "memory" in tool_names  # the notes go to the memory file, not into the context
-    if notes and not in_memory:
+    if notes:
         text_parts.append("Notes from the last results:\n" + "\n".join(notes))
-    scan = [n for n in notes if n.startswith(("- todo-part:", "- todo-scan:", "- todo-cut:"))
-            or n.startswith("- saved:") and " | todo | " in n]
-    if scan and in_memory:  # where the TODO scan is: a few lines, kept in the context too
-        text_parts.append("\n".join(scan))
     calls: list[tuple[str, dict[str, Any]]] = []
-    memory = facts.memory
-    if in_memory:
-        reading = _reading(facts, tool_names, batch_size, messages)
-        if reading is not None:
-            return _content(messages, [*text_parts, *reading[1]], reading[0]), "tool_use"
-        # what a notes file holds is not in view (a compaction, a snip): read it back, page by page,
-        # before noting anything (the notes of the results since are written after it); the glob
-        # answers' notes only while the listing is not whole
-        # (once the listing is read, the TODO scan comes first: it needs no notes, the report all)
-        scanning = memory.listing and not facts.todo_done and "grep" in tool_names
-        for path in () if scanning else (MEMORY_FILE,) if memory.listing else (GLOBS_FILE, MEMORY_FILE):
-            held = memory.notes[path]
-            if (held.exists or memory.unsure) and held.known is None:
-                due = _memory_write(messages, facts) if facts.root else None  # notes due, before the view
-                if due is not None:
-                    calls.append(("memory", due))
-                more = {"view_range": [len(held.paging) + 1, -1]} if held.paging and due is None else {}
-                calls.append(("memory", {"command": "view", "path": path, **more}))
-                text_parts.append(f"Reading back my notes from {path}.")
-                return _content(messages, text_parts, calls), "tool_use"
-        write: dict[str, Any] | None
-        if facts.listing is not None and not memory.listing:  # the listing is whole: kept in its own file
-            write = _listing_file(facts)
-        else:
-            write = _memory_write(messages, facts)
-        if write is not None:
-            calls.append(("memory", write))
-        if memory.listing and facts.listed_total and facts.root:
-            text_parts.append(_progress_note(facts.progress, facts.listed_total, facts.root))
-    listing_done = in_memory and memory.listing and 0 < facts.listed_total <= facts.progress
-    work_start = len(calls)
     root = facts.root
     known = set(facts.files) | set(facts.errors)
-    pending = [] if listing_done else [p for p in (facts.listing or []) if p not in known]
+    pending = [p for p in (facts.listing or []) if p not in known]
     python = [p for p in sorted(facts.files) if p.endswith(".py")]
     pending_outline = [p for p in python if p not in facts.outlines]
     summarized = any(m["role"] == "user" and mentions_summary(text_of(m))
@@ -955,20 +628,17 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
     glob_due = [(path, query) for path, (kind, _, query) in facts.recall_due.items()
                 if kind == "glob" and not _answered(facts, query)]
     todo_due = [path for path, (kind, _, _) in facts.recall_due.items() if kind == "todo"]
-    if facts.listing is None and not listing_done and glob_due and "recall" in tool_names:
+    if facts.listing is None and glob_due and "recall" in tool_names:
         path, query = glob_due[0]
         answer = facts.glob.answers.get(query)
         calls.append(("recall", {"path": path, "offset": answer.next_start() if answer else 0}))
-    elif facts.listing is None and not listing_done and "glob" in tool_names:
+    elif facts.listing is None and "glob" in tool_names:
         waiting = {query for _, query in glob_due}
         for path, pattern in [q for q in facts.glob.pending() if q not in waiting][:GLOBS_PER_TURN]:
             calls.append(("glob", {"pattern": pattern, **({"path": path} if path else {})}))
     elif pending and "read" in tool_names:
         calls += [("read", {"file_path": os.path.join(root or "", p)}) for p in pending[:batch]]
     elif pending_outline and not summarized and "compact" in tool_names and not facts.outlines:
-        calls.append(("compact", {}))
-    elif (listing_done and not summarized and "compact" in tool_names and not facts.todo_done
-          and not facts.todo_parts and not facts.todo_saved):  # the read pass is over: its results can go
         calls.append(("compact", {}))
     elif pending_outline and "grep" in tool_names:
         calls += [("grep", {"pattern": OUTLINE_PATTERN, "path": os.path.join(root or "", p)})
@@ -977,36 +647,15 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
         calls.append(("recall", {"path": todo_due[-1], "offset": _chain_end(facts.todo_parts)}))
     elif not facts.todo_done and "grep" in tool_names:
         calls.append(("grep", {"pattern": TODO_PATTERN}))
-    if in_memory and not calls[work_start:] and facts.root:
-        calls += _missing_reads(facts, tool_names, batch_size)
-    work = calls[work_start:]
-    if not work and not facts.files and (facts.listing or facts.glob.seen_anything()):
+    if not calls and not facts.files and (facts.listing or facts.glob.seen_anything()):
         raise SurveyFailed(f"the survey of {root or 'the workspace'} read no file of the "
                            f"{len(facts.listing or [])} it listed")
-    if not work and not calls:
+    if not calls:
         return [{"type": "text", "text": report(facts)}], "end_turn"
-    if not in_memory and (since_checkpoint >= CHECKPOINT_EVERY or (calls[0][0] == "compact")):
+    if since_checkpoint >= CHECKPOINT_EVERY or (calls[0][0] == "compact"):
         text_parts.append(checkpoint(facts, _summary_notes(messages)))
-    if work:
-        text_parts.append(f"Next: {work[0][0]} ({len(work)} call{'s' if len(work) > 1 else ''}).")
-    else:  # the last notes are saved this turn; the report follows
-        text_parts.append(f"Saving the last notes to {MEMORY_FILE}; the report follows.")
+    text_parts.append(f"Next: {calls[0][0]} ({len(calls)} call{'s' if len(calls) > 1 else ''}).")
     return _content(messages, text_parts, calls), "tool_use"
-
-
-def _missing_reads(facts: Facts, tool_names: set[str], batch_size: int) -> list[tuple[str, dict[str, Any]]]:
-    """Before the report: when the notes hold fewer files than the listing file, the listing read
-    back whole and the files it names that the notes lack read (a fact lost is found again)."""
-    memory, total = facts.memory, facts.listed_total
-    if not total or len(set(facts.files) | set(facts.errors)) >= total or "read" not in tool_names:
-        return []
-    gap = next((i for i in range(total) if i not in memory.slices), None)
-    if gap is not None:
-        return [("memory", {"command": "view", "path": LISTING_FILE, "view_range": [gap + 1 + LISTING_HEAD, -1]})]
-    known = set(facts.files) | set(facts.errors)
-    missing = [memory.slices[i] for i in range(total) if memory.slices[i] not in known]
-    return [("read", {"file_path": os.path.join(facts.root or "", p)})
-            for p in missing[:max(batch_size, math.ceil(total / 60))]]
 
 
 def _content(messages: list[Message], text_parts: list[str], calls: list[tuple[str, dict[str, Any]]]
@@ -1015,28 +664,6 @@ def _content(messages: list[Message], text_parts: list[str], calls: list[tuple[s
     for k, (name, args) in enumerate(calls):
         content.append({"type": "tool_use", "id": _call_id(messages, name, args, k), "name": name, "input": args})
     return content
-
-
-def _memory_write(messages: list[Message], facts: Facts) -> dict[str, Any] | None:
-    """This turn's one write to a notes file (the glob answers' until the listing is whole, then the
-    survey's): the notes of the results since the last write, added at its top (a position that is
-    valid whatever the file holds). The survey's file is created on the first turn, the globs' at
-    its first notes (or whenever nothing in view says it exists and nothing could have hidden it)."""
-    memory = facts.memory
-    survey = memory.notes[MEMORY_FILE]
-    if not survey.exists and not memory.unsure:
-        header = "# Survey notes (one fact a line, newest first)"
-        return {"command": "create", "path": MEMORY_FILE,
-                "file_text": "\n".join([*facts.memory_notes, header]) + "\n"}
-    if not facts.memory_notes:
-        return None
-    listing_only = all(n.startswith(("- glob:", "- saved:", RETIRED)) for n in facts.memory_notes)
-    path = GLOBS_FILE if listing_only and not memory.listing else MEMORY_FILE  # file facts: always the survey's
-    target = memory.notes[path]
-    if not target.exists and (not memory.unsure or target.known == []):
-        return {"command": "create", "path": path, "file_text": "\n".join(facts.memory_notes) + "\n"}
-    return {"command": "insert", "path": path, "insert_line": 0,
-            "insert_text": "\n".join(facts.memory_notes) + "\n"}
 
 
 def partial_report(messages: list[Message]) -> str:
