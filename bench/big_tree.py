@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import json
 import shutil
 import statistics
@@ -28,25 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from common import RESULTS, replace_section, write_result  # noqa: E402
-from conftest import expected_row, offline_survey, regular_files, survey_rows  # noqa: E402
+from conftest import calls_and_gaps, expected_row, offline_survey, regular_files, survey_rows  # noqa: E402
 
 WINDOWS = {"default (50,000 chars)": 50_000, "400,000 chars": 400_000}
 COMMAND = "python bench/big_tree.py"
-
-
-def _calls_and_gaps(job: Path) -> tuple[int, int, list[int]]:
-    calls = [json.dumps([b["name"], b["input"]], sort_keys=True)
-             for line in (job / "transcript.jsonl").read_text().splitlines()
-             if (m := json.loads(line))["role"] == "assistant" and isinstance(m["content"], list)
-             for b in m["content"] if b.get("type") == "tool_use"]
-    turn, history = 0, []
-    for line in (job / "events.jsonl").read_text().splitlines():
-        event = json.loads(line)
-        turn = event.get("turn", turn) if event.get("stage") == "model_call" else turn
-        if event.get("stage") == "compact_history":
-            history.append(turn)
-    repeated = sum(n - 1 for n in collections.Counter(calls).values())
-    return len(calls), repeated, [b - a for a, b in zip(history, history[1:])]
 
 
 def run_one(tree: Path, truth: dict[str, bytes], window: int, work: Path) -> dict:
@@ -58,7 +42,7 @@ def run_one(tree: Path, truth: dict[str, bytes], window: int, work: Path) -> dic
     rows = survey_rows(report, job)
     right = sum(1 for p, data in truth.items() if p in rows
                 and ("binary" if rows[p][1] == "image" else rows[p][1], rows[p][2]) == expected_row(data))
-    calls, repeated, gaps = _calls_and_gaps(job)
+    calls, repeated, gaps = calls_and_gaps(job)
     return {"status": str(result.status), "turns": result.turns, "files": len(truth), "right": right,
             "compactions": dict(result.compactions), "calls": calls, "repeated": repeated,
             "closest": min(gaps, default=0), "within_2": sum(g < 3 for g in gaps),

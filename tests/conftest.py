@@ -93,7 +93,7 @@ def survey_rows(report: str, job: Path) -> dict[str, list]:
                 row = json.loads(line)
                 rows[row[0]] = row
     table = report.split("## Every file", 1)[1] if "## Every file" in report else ""
-    for path, lines, size, unit in re.findall(r"^\| (.+?) \| (\d+) \| (\d+) (chars|bytes) \|", table, re.M):
+    for path, lines, size, _unit in re.findall(r"^\| (.+?) \| (\d+) \| (\d+) (chars|bytes) \|", table, re.M):
         rows[path.replace("\\|", "|")] = [path, "text", int(lines), int(size)]
     for path, kind, size in re.findall(r"^\| (.+?) \| (binary|image), (\d+) bytes \|", table, re.M):
         rows[path] = [path, kind, int(size)]
@@ -128,3 +128,23 @@ def expected_row(data: bytes) -> tuple:
     except UnicodeDecodeError:
         return ("binary", len(data))
     return ("text", text.count("\n") + (1 if text and not text.endswith("\n") else 0))
+
+
+def calls_and_gaps(job: Path) -> tuple[int, int, list[int]]:
+    """A job's tool calls, how many repeated an identical earlier one, and the turns between its
+    history compactions."""
+    import collections
+    import json
+
+    calls = [json.dumps([b["name"], b["input"]], sort_keys=True)
+             for line in (job / "transcript.jsonl").read_text().splitlines()
+             if (m := json.loads(line))["role"] == "assistant" and isinstance(m["content"], list)
+             for b in m["content"] if b.get("type") == "tool_use"]
+    turn, history = 0, []
+    for line in (job / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        turn = event.get("turn", turn) if event.get("stage") == "model_call" else turn
+        if event.get("stage") == "compact_history":
+            history.append(turn)
+    repeated = sum(n - 1 for n in collections.Counter(calls).values())
+    return len(calls), repeated, [b - a for a, b in zip(history, history[1:], strict=False)]

@@ -274,10 +274,9 @@ def _big_tree(tmp_path: Path) -> Path:
 async def test_a_10000_file_tree_is_surveyed_whole_in_the_default_window(tmp_path):
     """Issue 18's acceptance: a real big tree in the default 50,000-char window, every regular file
     named with its line count (or as binary with its size), checked against ``os.walk``."""
-    import collections
     import time
 
-    from conftest import expected_row, regular_files, survey_rows
+    from conftest import calls_and_gaps, expected_row, regular_files, survey_rows
 
     root = _big_tree(tmp_path)
     truth = regular_files(root)
@@ -286,20 +285,9 @@ async def test_a_10000_file_tree_is_surveyed_whole_in_the_default_window(tmp_pat
     result, report = await offline_survey(root, tmp_path / "job", {"max_turns": 8_000})
     wall = time.monotonic() - started
     job = tmp_path / "job"
-    calls = [json.dumps([b["name"], b["input"]], sort_keys=True)
-             for line in (job / "transcript.jsonl").read_text().splitlines()
-             if (m := json.loads(line))["role"] == "assistant" and isinstance(m["content"], list)
-             for b in m["content"] if b.get("type") == "tool_use"]
-    repeated = sum(n - 1 for n in collections.Counter(calls).values())
-    turn, history = 0, []
-    for line in (job / "events.jsonl").read_text().splitlines():
-        event = json.loads(line)
-        turn = event.get("turn", turn) if event.get("stage") == "model_call" else turn
-        if event.get("stage") == "compact_history":
-            history.append(turn)
-    gaps = [b - a for a, b in zip(history, history[1:])]
+    calls, repeated, gaps = calls_and_gaps(job)
     print(f"{len(truth)} files: {result.status} in {result.turns} turns, {wall:.1f} s; {len(calls)} calls, "  # type: ignore[attr-defined]
-          f"{repeated} repeated; {len(history)} history compactions, closest {min(gaps, default=0)} turns apart; "
+          f"{repeated} repeated; {len(gaps) + 1} history compactions, closest {min(gaps, default=0)} turns apart; "
           f"compactions {result.compactions}")  # type: ignore[attr-defined]
     assert result.status == "succeeded", result.error  # type: ignore[attr-defined]
     rows = survey_rows(report, job)
@@ -307,5 +295,5 @@ async def test_a_10000_file_tree_is_surveyed_whole_in_the_default_window(tmp_pat
     wrong = [(p, rows[p]) for p, data in truth.items()
              if ("binary" if rows[p][1] == "image" else rows[p][1], rows[p][2]) != expected_row(data)]
     assert not wrong, wrong[:5]
-    assert repeated <= 0.02 * len(calls)
+    assert repeated <= 0.02 * calls
     assert min(gaps, default=99) >= 3  # no two history compactions within 3 turns
