@@ -63,16 +63,16 @@ def test_a_job_stopped_by_a_limit_reports_what_it_had(tmp_path: Path, limits: st
 
 
 def test_a_timed_out_api_job_writes_its_report(tmp_path: Path) -> None:
-    # 0.5 s a call: the survey (about 14 calls) cannot finish in 6 s; the report's call fits in the
-    # tenth of the timeout kept for it
+    # 0.5 s a call: the survey (about 17 calls) cannot finish in 8 s; the report's call fits in the
+    # tenth of the timeout kept for it (0.8 s)
     with running_emulator(EmulatorConfig(latency=Latency(seconds=0.5))) as emu:
-        done, job = _run(tmp_path, "timeout_s = 6.0", backend="anthropic", ANTHROPIC_BASE_URL=emu.base_url,
+        done, job = _run(tmp_path, "timeout_s = 8.0", backend="anthropic", ANTHROPIC_BASE_URL=emu.base_url,
                          ANTHROPIC_API_KEY="emulator")
     assert done.returncode == 1, done.stderr
     metrics = json.loads((job / "metrics.json").read_text())
     assert metrics["status"] == "timeout"
     final = (job / "final.md").read_text()
-    assert final.startswith("> **Partial report** (status `timeout`: timed out after 6 s)")
+    assert final.startswith("> **Partial report** (status `timeout`: timed out after 8 s)")
     assert "# Survey of" in final  # the emulator's answer to the request without tools
 
 

@@ -8,11 +8,12 @@ results. The memory files (under ``/memories/survey/``) are append-only logs, sp
 - ``dirs-NNN.md``: directories still to list (one relative path a line), read back a few at a time;
 - ``files-NNN.md``: the files to read, one line per group (``dir`` then names, tab-separated);
 - ``todo-NNN.md``: every TODO / FIXME / XXX line found, as ``path:line``;
-- ``facts-NNN.md``: one line per entry read, a JSON array: ``[path, "text", lines, chars, defs]``,
-  ``[path, "text", lines, bytes, null, "bytes"]`` (a file too large for one read, measured from the
-  read's first line), ``[path, "binary", bytes]``, ``[path, "image", bytes]``, ``[path, "error",
-  text]``; ``defs`` (top-level definitions of a Python file) is ``null`` where the whole text was not
-  in view.
+- ``facts-NNN.md``: one line per entry read, a JSON array: ``[path, "text", lines, chars, defs,
+  doc]``, ``[path, "text", lines, bytes, defs, doc, "bytes"]`` (a file too large for one read,
+  measured from the read's first line), ``[path, "binary", bytes]``, ``[path, "image", bytes]``,
+  ``[path, "error", text]``; ``defs`` counts a Python file's top-level definitions (from its text, or
+  by a ``grep`` of its outline when only part of it was in view; ``null`` when that failed), ``doc``
+  is its first docstring or comment line.
 
 Listing: ``glob **/*`` of a directory names its whole subtree when it is not cut; a cut one is
 listed by ``*`` (split by first characters while cut) and each entry is read: a directory read as
@@ -76,15 +77,18 @@ LARGEST = 10
 TODO_SHOWN = 30
 MAX_DEPTH = 64  # directories deeper than this (a symlink loop) are not listed
 TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
-OUTLINE = re.compile(r"^(class |def |async def )", re.M)
+OUTLINE_PATTERN = r"^(class |def |async def )"
+OUTLINE = re.compile(OUTLINE_PATTERN, re.M)
+OUTLINE_CHARS = 1_000  # what an outline grep's result is expected to take
+DOC_CHARS = 60  # of a first docstring line, in the facts and the report
 NOT_A_FILE = re.compile(r"^read: .*: not a regular file$")
 _NUMBERED = re.compile(r"^ *(\d+)\t(.*)$")
 _SHARD = re.compile(r"^/memories/survey/(dirs|files|facts)-(\d{3})\.md$")
 HEADINGS = {
     "dirs": "# directories to list, one a line",
     "files": "# files to read: a directory, then its names (tab-separated)",
-    "facts": '# one entry a line: [path, "text", lines, chars, defs] | [path, "text", lines, bytes, null, '
-             '"bytes"] | [path, "binary", bytes] | [path, "image", bytes] | [path, "error", text]',
+    "facts": '# one entry a line: [path, "text", lines, chars, defs, doc] | [path, "text", lines, bytes, '
+             'defs, doc, "bytes"] | [path, "binary", bytes] | [path, "image", bytes] | [path, "error", text]',
     "todo": "# every TODO / FIXME / XXX line the search found: path:line",
 }
 SKIP_DIRS = frozenset({".git", ".hg", ".svn"})  # version control internals: not the tree's files
@@ -105,6 +109,7 @@ class State:
     shards: dict[str, list[list[int]]] = field(default_factory=lambda: {"dirs": [], "files": [], "facts": [],
                                                                          "todo": []})
     # per log, each file's [first line, bytes]
+    waiting: list[list[Any]] = field(default_factory=list)  # facts rows whose outline grep is asked
     issued: dict[str, int] = field(default_factory=lambda: {"open": 0, "dirs": 0, "files": 0})  # asked this turn
     target: int = TARGET_CHARS
     turn: int = 0
@@ -181,6 +186,7 @@ class Turn:
         self.state = state
         self.appends: dict[str, list[str]] = {"dirs": [], "files": [], "facts": [], "todo": []}
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.outlines: list[str] = []  # Python files whose outline this turn greps
         self.before = dict(state.logs)  # log lines that exist before this turn's writes
 
     # --- what a result teaches ----------------------------------------------------------------------
@@ -267,6 +273,31 @@ class Turn:
         return True
 
 
+def first_doc_line(text: str) -> str:
+    """The first docstring or comment line of a source text, or ''."""
+    for raw in text.split("\n")[:200]:
+        line = raw.strip()
+        if not line or line.startswith("#!") or "coding" in line and line.startswith("#"):
+            continue
+        for quote in ('"""', "'''", 'r"""', "r'''"):
+            if line.startswith(quote):
+                body = line[len(quote):].replace(quote.lstrip("r"), "").strip()
+                if body:
+                    return body[:DOC_CHARS]
+                break
+        else:
+            if line.startswith("#"):
+                body = line.lstrip("#").strip()
+                if body:
+                    return body[:DOC_CHARS]
+                continue
+            if line.startswith(("import ", "from ", "__", "class ", "def ")) or "=" in line:
+                return ""
+            continue
+        continue
+    return ""
+
+
 def _rel(root: str, path: str) -> str:
     if root and (path == root or path.startswith(root.rstrip("/") + "/")):
         return path[len(root.rstrip("/")) + 1:] or "."
@@ -298,7 +329,7 @@ def _learn_read(turn: Turn, path: str, result: dict[str, Any], listed: bool) -> 
     if is_placeholder(text) or is_seed_placeholder(text):
         return False
     if text == EMPTY_FILE:
-        turn.fact(path, [path, "text", 0, 0, 0 if path.endswith(".py") else None])
+        turn.fact(path, [path, "text", 0, 0, 0 if path.endswith(".py") else None, ""])
         return True
     if result.get("is_error"):
         if NOT_A_FILE.match(text.strip()):
@@ -315,13 +346,18 @@ def _learn_read(turn: Turn, path: str, result: dict[str, Any], listed: bool) -> 
     whole = not is_persisted(text)
     head = persisted_preview(text) if not whole else text
     partial = read_size(head)
+    doc = first_doc_line(head.split("\n", 1)[1] if partial else head).replace("\n", " ")
     if partial:
-        turn.fact(path, [path, "text", partial[0], partial[1], None, "bytes"])
-        return True
-    size = persisted_size(text)
-    chars, lines = size if size else (len(text), text.count("\n") + (1 if text and not text.endswith("\n") else 0))
-    defs = len(OUTLINE.findall(text)) if whole and path.endswith(".py") else None
-    turn.fact(path, [path, "text", lines, chars, defs if path.endswith(".py") else None])
+        row: list[Any] = [path, "text", partial[0], partial[1], None, doc, "bytes"]
+    else:
+        size = persisted_size(text)
+        chars, lines = size if size else (len(text), text.count("\n") + (1 if text and not text.endswith("\n") else 0))
+        row = [path, "text", lines, chars, len(OUTLINE.findall(text)) if whole and path.endswith(".py") else None, doc]
+    if path.endswith(".py") and row[4] is None:  # only part of it was in view: its outline by grep
+        turn.state.waiting.append(row)
+        turn.outlines.append(path)
+    else:
+        turn.fact(path, row)
     return True
 
 
@@ -393,12 +429,16 @@ def apply(turn: Turn, messages: list[Message], at: int) -> None:
     uses = {str(u.get("id")): u for u in tool_uses(messages[at])}
     if not uses:
         s.issued = {"open": 0, "dirs": 0, "files": 0}
+        for row in s.waiting:  # their outline greps are out of view
+            turn.fact(str(row[0]), row)
+        s.waiting = []
         return
     listed = {p.lstrip("+"): p.startswith("+") for p in s.files_next[:s.issued["files"]]}
     del s.open[:s.issued["open"]]
     del s.dirs_next[:s.issued["dirs"]]
     del s.files_next[:s.issued["files"]]
     s.issued = {"open": 0, "dirs": 0, "files": 0}
+    waiting, s.waiting = {str(row[0]): row for row in s.waiting}, []
     results = [r for m in messages[at + 1:at + 2] for r in tool_results(m)]
     lost = []
     for result in results:
@@ -415,6 +455,11 @@ def apply(turn: Turn, messages: list[Message], at: int) -> None:
             _learn_glob_result(turn, args, result, text)
         elif name == "recall":
             _learn_recall(turn, args, text)
+        elif name == "grep" and args.get("pattern") == OUTLINE_PATTERN:
+            row = waiting.pop(_rel(s.root, str(args.get("path", ""))), [])
+            if row:
+                row[4] = None if result.get("is_error") or is_placeholder(text) else _count_matches(text)
+                turn.fact(str(row[0]), row)
         elif name == "grep" and args.get("pattern") == TODO_PATTERN:
             if is_persisted(text) and saved_path(text):
                 s.todo["saved"] = saved_path(text)
@@ -431,6 +476,16 @@ def apply(turn: Turn, messages: list[Message], at: int) -> None:
                 base = s.shards[match[1]][k][0] if k < len(s.shards[match[1]]) else 0
                 _learn_view(turn, match[1], base + int(view_range[0]) - 1 - HEAD, text)
     s.files_next = lost + s.files_next
+    for row in waiting.values():  # an outline that did not come back: the row without it
+        turn.fact(str(row[0]), row)
+
+
+def _count_matches(text: str) -> int:
+    size = persisted_size(text)
+    if size:
+        return size[1]
+    return len([line for line in text.split("\n")
+                if line.strip() and line.strip() != "no matches" and not line.startswith(("[output", "[grep"))])
 
 
 def _learn_glob_result(turn: Turn, args: dict[str, Any], result: dict[str, Any], text: str) -> None:
@@ -542,7 +597,7 @@ def plan(turn: Turn) -> None:
     if s.phase == "read":
         if not s.files_next and s.taken["files"] == turn.before["files"]:
             _take_appended(turn)
-        batch = _read_batch(s.files_next, s.target)
+        batch = _read_batch(s.files_next, max(READ_CHARS, s.target - OUTLINE_CHARS * len(turn.outlines)))
         reads = max(2, len(batch))
         s.issued["files"] = len(batch)
         turn.calls += [("read", {"file_path": p.lstrip("+")}) for p in batch]  # relative to the workspace
@@ -575,6 +630,7 @@ def decide(messages: list[Message]) -> tuple[list[dict[str, Any]], str]:
     if state is not None:
         _pace(turn.state, messages)
         apply(turn, messages, at)
+        turn.calls += [("grep", {"pattern": OUTLINE_PATTERN, "path": p}) for p in turn.outlines]
     if turn.state.phase == "report" and state is not None and state.phase == "report":
         rows = _inline_rows(messages, at, turn.state.logs["facts"])
         return [{"type": "text", "text": report(turn.state, rows)}], "end_turn"
@@ -640,8 +696,8 @@ def report(s: State, rows: list[list[Any]], partial: str = "", pending: list[lis
                f"{t['chars']} chars), {t['binary']} binary ({t['binary_bytes']} bytes), "
                f"{t['errors']} could not be read.")
     if t["no_defs"]:
-        out.append(f"Top-level definitions were counted where a Python file's whole text was in view; "
-                   f"{t['no_defs']} Python files were too large for that and show none.")
+        out.append(f"{t['no_defs']} Python files show no count of top-level definitions: their outline could "
+                   "not be read.")
     out += ["", "## Files and lines per extension (text files)", "", "| extension | files | lines |", "|---|---:|---:|"]
     out += [f"| {e} | {n} | {lines} |" for e, (n, lines) in sorted(s.ext.items(), key=lambda kv: (-kv[1][1], kv[0]))]
     out += ["", "## Largest text files", "", "| file | lines | size |", "|---|---:|---:|"]
@@ -657,17 +713,19 @@ def report(s: State, rows: list[list[Any]], partial: str = "", pending: list[lis
                    f"its text in {where}")
     out += ["", "## Every file", ""]
     if rows:
-        out += ["| file | lines | size | top-level definitions |", "|---|---:|---:|---:|"]
+        out += ["| file | lines | size | top-level definitions | first docstring or comment |",
+                "|---|---:|---:|---:|---|"]
         for row in sorted(rows, key=lambda r: str(r[0])):
             out.append(_row(row))
     else:
         shards = len(s.shards["facts"])
         names = ", ".join(f"`memories/survey/facts-{k:03d}.md`" for k in range(shards))
         out.append(f"Every entry's facts ({s.logs['facts']} lines, one JSON array a line: path, kind, lines, size, "
-                   f"definitions) are in the job directory's {names or '(none)'}.")
+                   f"top-level definitions, first docstring or comment line) are in the job directory's {names or '(none)'}.")
         if pending:
             out += ["", "Read last, not in those files yet:", "",
-                    "| file | lines | size | top-level definitions |", "|---|---:|---:|---:|"]
+                    "| file | lines | size | top-level definitions | first docstring or comment |",
+                    "|---|---:|---:|---:|---|"]
             out += [_row(row) for row in pending]
     return "\n".join(out) + "\n"
 
@@ -679,12 +737,13 @@ def _cell(path: str) -> str:
 def _row(row: list[Any]) -> str:
     path, kind = _cell(str(row[0])), row[1]
     if kind == "text":
-        unit = "bytes" if len(row) > 5 else "chars"
+        unit = "bytes" if row[-1] == "bytes" and len(row) > 6 else "chars"
         defs = "" if row[4] is None else row[4]
-        return f"| {path} | {row[2]} | {row[3]} {unit} | {defs} |"
+        doc = _cell(str(row[5])) if len(row) > 5 else ""
+        return f"| {path} | {row[2]} | {row[3]} {unit} | {defs} | {doc} |"
     if kind in ("binary", "image"):
-        return f"| {path} | {kind}, {row[2]} bytes | | |"
-    return f"| {path} | not readable: {str(row[2])[:120].replace('|', '/')} | | |"
+        return f"| {path} | {kind}, {row[2]} bytes | | | |"
+    return f"| {path} | not readable: {str(row[2])[:120].replace('|', '/')} | | | |"
 
 
 def partial_report(messages: list[Message]) -> str:

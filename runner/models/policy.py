@@ -56,13 +56,13 @@ from ..protocol import (
 from ..rundocs import TRANSCRIPT
 from . import memory_survey
 from .listing import Listing, rel, skipped
+from .memory_survey import first_doc_line
 
 TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
 OUTLINE_PATTERN = r"^(class |def |async def )"
 GLOBS_PER_TURN = 8
 OUTLINES_PER_READ = 3  # outline greps per turn, per file read per turn: a file's outline is a few lines
 BIG_TREE = 60  # files; a bigger tree's notes leave out the first docstring lines
-DOC_CHARS = 60  # of a first docstring line, in notes and the report
 CHECKPOINT_EVERY = 6  # assistant turns between checkpoints; snip keeps far more than that
 RECALL_PAGE = 20_000  # the most it reads back at once: a page that fits beside the rest of the context
 NOTE = re.compile(r"^- (dir|file|files|error|outline|glob|saved|todo-at|todo-part|todo-scan"
@@ -94,31 +94,6 @@ class Facts:
     glob: Listing = field(default_factory=Listing)
     # persisted path -> kind ("glob" or "todo"), size, the glob's (path, pattern)
     recall_due: dict[str, tuple[str, int, tuple[str, str]]] = field(default_factory=dict)
-
-
-def first_doc_line(text: str) -> str:
-    """The first docstring or comment line of a source text, or ''."""
-    for raw in text.split("\n")[:200]:
-        line = raw.strip()
-        if not line or line.startswith("#!") or "coding" in line and line.startswith("#"):
-            continue
-        for quote in ('"""', "'''", 'r"""', "r'''"):
-            if line.startswith(quote):
-                body = line[len(quote):].replace(quote.lstrip("r"), "").strip()
-                if body:
-                    return body[:DOC_CHARS]
-                break
-        else:
-            if line.startswith("#"):
-                body = line.lstrip("#").strip()
-                if body:
-                    return body[:DOC_CHARS]
-                continue
-            if line.startswith(("import ", "from ", "__", "class ", "def ")) or "=" in line:
-                return ""
-            continue
-        continue
-    return ""
 
 
 def _count_lines(text: str) -> int:
