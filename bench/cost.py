@@ -66,6 +66,7 @@ from runner.jobs import JobSpec  # noqa: E402
 from runner.messages import Message, merge_adjacent  # noqa: E402
 from runner.models.anthropic import AnthropicModel  # noqa: E402
 from runner.models.base import Reply, Request  # noqa: E402
+from runner.models.memory_survey import report_rows  # noqa: E402
 from runner.models.policy import reread_count  # noqa: E402
 from runner.pricing import cost_usd  # noqa: E402
 from runner.session import Session  # noqa: E402
@@ -195,13 +196,6 @@ def make_workspace(root: Path, packages: tuple[str, ...]) -> Path:
 
 
 
-def report_files(final: str) -> int:
-    """Rows of the report's "Every file" table."""
-    section = final.split("## Every file", 1)[1] if "## Every file" in final else ""
-    section = section.split("\n## ", 1)[0]
-    return len(re.findall(r"^\| (?!file \|)(?!---)[^|]+\|", section, re.M))
-
-
 async def run_strategy(name: str, strategy: Strategy, workspace: Path, out: Path, base_url: str) -> dict[str, Any]:
     limits = Limits(**{"max_turns": MAX_TURNS, "timeout_s": 3_600, **strategy.limits})
     spec = JobSpec(name=f"survey-{re.sub(r'[^a-z0-9]+', '-', name)}", source=Path("bench/cost.py"), prompt=(
@@ -231,7 +225,7 @@ async def run_strategy(name: str, strategy: Strategy, workspace: Path, out: Path
         + summ.cache_read_input_tokens,
         "cost_usd": round(cost_usd(MODEL, usage) + cost_usd(strategy.summary_model, summ), 4),
         "rereads": reread_count(transcript), "compactions": result.compactions,
-        "files_in_report": report_files(final) if result.status == "succeeded" else 0,
+        "files_in_report": len(report_rows(final, store.dir)) if result.status == "succeeded" else 0,
         "files_in_workspace": sum(1 for p in workspace.rglob("*") if p.is_file()), "wall_s": round(wall, 1),
     }
 

@@ -81,23 +81,10 @@ async def offline_survey(root: Path, out: Path, limits: dict):
 
 
 def survey_rows(report: str, job: Path) -> dict[str, list]:
-    """Every entry a memory survey reported: the report's own table for a small tree, else the facts
-    files it names (one JSON array a line)."""
-    import json
-    import re
+    """Every entry a memory survey reported (its report's table, or the facts files it names)."""
+    from runner.models.memory_survey import report_rows
 
-    rows: dict[str, list] = {}
-    for name in re.findall(r"`(memories/survey/facts-\d{3}\.md)`", report):
-        for line in (job / name).read_text(encoding="utf-8").split("\n")[1:]:
-            if line.strip():
-                row = json.loads(line)
-                rows[row[0]] = row
-    table = report.split("## Every file", 1)[1] if "## Every file" in report else ""
-    for path, lines, size, _unit in re.findall(r"^\| (.+?) \| (\d+) \| (\d+) (chars|bytes) \|", table, re.M):
-        rows[path.replace("\\|", "|")] = [path, "text", int(lines), int(size)]
-    for path, kind, size in re.findall(r"^\| (.+?) \| (binary|image), (\d+) bytes \|", table, re.M):
-        rows[path] = [path, kind, int(size)]
-    return rows
+    return report_rows(report, job)
 
 
 def survey_todos(report: str, job: Path) -> set[str]:

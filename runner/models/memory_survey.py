@@ -36,6 +36,7 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..messages import Message, result_text, text_of, tool_results, tool_uses
@@ -760,6 +761,23 @@ def partial_report(messages: list[Message]) -> str:
     pending = [json.loads(row) for row in turn.appends["facts"]]
     return report(s, [], partial=f"(Partial: the survey stopped in its {s.phase} phase; the counts below are "
                                  "what was read by then.)", pending=pending)
+
+
+def report_rows(report: str, job_dir: Path) -> dict[str, list[Any]]:
+    """Every entry a survey's report names, by path: the rows of the facts files it points at, then
+    those of its own table (a small tree's, or the rows its last results added)."""
+    rows: dict[str, list[Any]] = {}
+    for name in re.findall(r"`(memories/survey/facts-\d{3}\.md)`", report):
+        for line in (job_dir / name).read_text(encoding="utf-8").split("\n")[HEAD:]:
+            if line.strip():
+                row = json.loads(line)
+                rows[row[0]] = row
+    table = report.split("## Every file", 1)[1] if "## Every file" in report else ""
+    for path, lines, size in re.findall(r"^\| (.+?) \| (\d+) \| (\d+) (?:chars|bytes) \|", table, re.M):
+        rows[path.replace("\\|", "|")] = [path, "text", int(lines), int(size)]
+    for path, kind, size in re.findall(r"^\| (.+?) \| (binary|image), (\d+) bytes \|", table, re.M):
+        rows[path.replace("\\|", "|")] = [path, kind, int(size)]
+    return rows
 
 
 def in_progress(messages: list[Message]) -> bool:
