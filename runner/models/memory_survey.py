@@ -55,7 +55,7 @@ from ..protocol import (
     saved_path,
     without_footer,
 )
-from .listing import BINARY_EXTENSIONS
+from .listing import BINARY_EXTENSIONS, split
 
 STATE_KEY = "- survey-state | "
 DIR = "/memories/survey"
@@ -309,12 +309,6 @@ def _entries(text: str) -> list[str]:
     return [line for line in text.split("\n") if line.startswith("/")]
 
 
-def _split(pattern: str) -> list[str]:
-    prefix = pattern[:-1]
-    return [prefix + c + "*" for c in ("[a-f]", "[g-m]", "[n-s]", "[t-z]", "[A-Z]", "[!a-zA-Z]")] + \
-        ([prefix] if prefix else [])
-
-
 def _image_bytes(result: dict[str, Any]) -> int | None:
     content = result.get("content")
     for item in content if isinstance(content, list) else []:
@@ -367,7 +361,7 @@ def _cut(turn: Turn, d: str, pattern: str) -> None:
     if pattern == "**/*":
         turn.state.open.append([d, "*"])
     else:
-        turn.state.open += [[d, p] for p in _split(pattern) if p != pattern]
+        turn.state.open += [[d, p] for p in split(pattern) if p != pattern]
 
 
 def _learn_glob(turn: Turn, d: str, pattern: str, text: str) -> None:
@@ -397,10 +391,7 @@ def _learn_view(turn: Turn, log: str, index: int, text: str) -> None:
         if log == "dirs":
             s.dirs_next.append(_unescape(match[2]))
         else:
-            d, *names = match[2].split("\t")
-            flag, d = ("+", d[1:]) if d.startswith("+") else ("", d)
-            d = _unescape(d)
-            s.files_next += [flag + os.path.join("" if d == "." else d, _unescape(n)) for n in names]
+            s.files_next += _files_line(match[2])
 
 
 def _learn_todo(turn: Turn, text: str) -> None:
@@ -459,7 +450,7 @@ def apply(turn: Turn, messages: list[Message], at: int) -> None:
         elif name == "grep" and args.get("pattern") == OUTLINE_PATTERN:
             row = waiting.pop(_rel(s.root, str(args.get("path", ""))), [])
             if row:
-                row[4] = None if result.get("is_error") or is_placeholder(text) else _count_matches(text)
+                row[4] = None if result.get("is_error") or is_placeholder(text) else count_matches(text)
                 turn.fact(str(row[0]), row)
         elif name == "grep" and args.get("pattern") == TODO_PATTERN:
             if is_persisted(text) and saved_path(text):
@@ -481,12 +472,14 @@ def apply(turn: Turn, messages: list[Message], at: int) -> None:
         turn.fact(str(row[0]), row)
 
 
-def _count_matches(text: str) -> int:
+def count_matches(text: str) -> int:
+    """The lines a grep result found (a saved one's, from its marker)."""
     size = persisted_size(text)
     if size:
         return size[1]
-    return len([line for line in text.split("\n")
-                if line.strip() and line.strip() != "no matches" and not line.startswith(("[output", "[grep"))])
+    if text.strip() in ("", "no matches"):
+        return 0
+    return len([line for line in text.split("\n") if line.strip() and not line.startswith("[output truncated")])
 
 
 def _learn_glob_result(turn: Turn, args: dict[str, Any], result: dict[str, Any], text: str) -> None:
@@ -556,15 +549,20 @@ def _read_batch(queue: list[str], target: int) -> list[str]:
     return queue[:READS_MOST]
 
 
+def _files_line(line: str) -> list[str]:
+    """The paths of one files-log line (``+`` kept in front of each when the line has it)."""
+    d, *names = line.split("\t")
+    flag, d = ("+", d[1:]) if d.startswith("+") else ("", d)
+    d = _unescape(d)
+    return [flag + os.path.join("" if d == "." else d, _unescape(n)) for n in names]
+
+
 def _take_appended(turn: Turn) -> None:
     """The files log's lines appended this turn, as the next files to read (no need to read back
     what this turn writes): the first :data:`VIEW_LINES` of them."""
     s = turn.state
     for line in turn.appends["files"][:VIEW_LINES["files"]]:
-        d, *names = line.split("\t")
-        flag, d = ("+", d[1:]) if d.startswith("+") else ("", d)
-        d = _unescape(d)
-        s.files_next += [flag + os.path.join("" if d == "." else d, _unescape(n)) for n in names]
+        s.files_next += _files_line(line)
         s.taken["files"] += 1
 
 

@@ -56,10 +56,8 @@ from ..protocol import (
 from ..rundocs import TRANSCRIPT
 from . import memory_survey
 from .listing import Listing, rel, skipped
-from .memory_survey import first_doc_line
+from .memory_survey import OUTLINE_PATTERN, TODO_PATTERN, count_matches, first_doc_line
 
-TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
-OUTLINE_PATTERN = r"^(class |def |async def )"
 GLOBS_PER_TURN = 8
 OUTLINES_PER_READ = 3  # outline greps per turn, per file read per turn: a file's outline is a few lines
 BIG_TREE = 60  # files; a bigger tree's notes leave out the first docstring lines
@@ -108,15 +106,6 @@ def _file_facts(content: str) -> tuple[int, int, str]:
     if content == EMPTY_FILE:
         return 0, 0, ""
     return len(content), _count_lines(content), first_doc_line(content)
-
-
-def _count_matches(content: str) -> int:
-    size = persisted_size(content)
-    if size:
-        return size[1]
-    if content.strip() in ("", "no matches"):
-        return 0
-    return len([line for line in content.split("\n") if line.strip() and not line.startswith("[output truncated")])
 
 
 def _parse_notes(text: str, facts: Facts) -> None:
@@ -408,7 +397,7 @@ def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: lis
     elif name == "grep" and not placeholder:
         if args.get("pattern") == OUTLINE_PATTERN:
             path = rel(facts.root or facts.glob.root, str(args.get("path", "")))
-            facts.outlines[path] = 0 if failed else _count_matches(content)
+            facts.outlines[path] = 0 if failed else count_matches(content)
             if notes is not None:
                 touched.append(path)
         elif args.get("pattern") == TODO_PATTERN and not persisted:
