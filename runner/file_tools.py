@@ -276,6 +276,8 @@ def _utf8_cut(data: bytes, at_start: bool) -> bytes:
 
 def _bytes_page(f: Any, path: str, start: int, end: int, size: int, lines: int, why: str) -> str:
     """Bytes ``[start, end)`` of a file as text, cut at character boundaries, after a line saying so."""
+    if start >= size > 0:
+        raise ToolFailure(f"read: byte_range starts at byte {start}; {path} has {size} bytes")
     f.seek(start)
     data = _utf8_cut(f.read(end - start), at_start=start > 0)
     text = _text(path, data, size)

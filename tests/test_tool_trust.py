@@ -91,6 +91,14 @@ async def test_a_one_line_file_of_900_kb_is_read_by_byte_range_to_its_end(tmp_pa
     assert "".join(parts) == text  # every character once: no page starts or ends inside one
 
 
+@pytest.mark.parametrize("byte_range", [[10**30, 10**31], [-1, 5], [5, 5], [True, 9], ["0", 9], [0], [0, 1, 2]])
+async def test_a_bad_or_huge_byte_range_is_a_readable_error(tmp_path, store, byte_range):
+    (tmp_path / "f.txt").write_text("hello\n")
+    async with Toolset(str(tmp_path), ("read",), store) as tools:
+        got = await tools.run(call("read", {"file_path": "f.txt", "byte_range": byte_range}))
+    assert got.get("is_error") and got["content"].startswith("read: byte_range "), got  # past the end too
+
+
 async def test_a_binary_file_read_says_its_size(tmp_path, store):
     (tmp_path / "lib.so").write_bytes(b"\x7fELF\x00\xff" * 100_000)
     (tmp_path / "small.bin").write_bytes(b"\xff\xfe\x00" * 10)
