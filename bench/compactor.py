@@ -8,7 +8,7 @@ plus one to three parallel tool_use blocks) each answered by a user message of t
 to 40,000 characters (some list-shaped, some ``is_error``), with a few huge ones (100k to 300k). The
 same session is fed turn by turn to four contestants, each in the way its own loop drives it:
 
-- ``ours``: everything the runner does per message for compaction, as ``runner/session.py`` does it:
+- ``ours``: everything the runner does per message for compaction, as ``runner/agent/session.py`` does it:
   ``Compactor.prepare`` on a real ``CompactionState`` backed by a real ``JobStore``, the cache
   breakpoint's ``settled_prefix``, ``mark_seen`` after the model call, and ``CompactionState.add`` of
   the reply and its results (each message measured and appended to ``transcript.jsonl``). The
@@ -53,12 +53,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 from common import load_note, replace_section, write_result  # noqa: E402
 from seeds_pipeline import Seed000, Seed001  # noqa: E402
 
-import runner.store  # noqa: E402
-from runner.compactor.compactor import CompactionState, Compactor  # noqa: E402
-from runner.compactor.summarizer import Summarizer  # noqa: E402
+import runner.rundir.store  # noqa: E402
+from runner.compaction.compactor import CompactionState, Compactor  # noqa: E402
+from runner.compaction.summarizer import Summarizer  # noqa: E402
 from runner.config import Limits  # noqa: E402
 from runner.messages import request_problems  # noqa: E402
-from runner.store import JobStore  # noqa: E402
+from runner.rundir.store import JobStore  # noqa: E402
 
 SMOKE_SIZES = (30, 120)
 SEED_001_THRESHOLD = 50_000
@@ -151,7 +151,7 @@ class FileTimer:
     def __init__(self) -> None:
         self.s = 0.0
         self.files = 0
-        self._write, self._same = runner.store.write_atomic_sync, runner.store._same_text
+        self._write, self._same = runner.rundir.store.write_atomic_sync, runner.rundir.store._same_text
 
     def __enter__(self) -> FileTimer:
         def write(path: Path, text: str) -> None:
@@ -167,11 +167,11 @@ class FileTimer:
             finally:
                 self.s += time.perf_counter() - w
 
-        runner.store.write_atomic_sync, runner.store._same_text = write, same
+        runner.rundir.store.write_atomic_sync, runner.rundir.store._same_text = write, same
         return self
 
     def __exit__(self, *exc: object) -> None:
-        runner.store.write_atomic_sync, runner.store._same_text = self._write, self._same
+        runner.rundir.store.write_atomic_sync, runner.rundir.store._same_text = self._write, self._same
 
 
 async def run_ours(messages: list[dict[str, Any]], workdir: Path, check: bool) -> dict[str, Any]:

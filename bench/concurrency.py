@@ -206,7 +206,7 @@ def run_one(n: int, latency: float, tmp: Path, executor: str = "local", calls_pe
 def startup_s() -> float:
     """Wall time for a runner process to import what it runs with (the SDK above all)."""
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import runner.cli, runner.scheduler, anthropic"], check=True)
+    subprocess.run([sys.executable, "-c", "import runner.cli, runner.execution.scheduler, anthropic"], check=True)
     return time.perf_counter() - started
 
 

@@ -57,8 +57,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load_note, replace_section, write_result  # noqa: E402
 from seeds_pipeline import Seed000, Seed001, Summarize  # noqa: E402
 
-from runner.compactor.compactor import CompactionState, Compactor  # noqa: E402
-from runner.compactor.summarizer import Summarizer  # noqa: E402
+from runner.agent.session import Session  # noqa: E402
+from runner.compaction.compactor import CompactionState, Compactor  # noqa: E402
+from runner.compaction.summarizer import Summarizer  # noqa: E402
 from runner.config import Limits  # noqa: E402
 from runner.emulator.config import EmulatorConfig  # noqa: E402
 from runner.emulator.server import running_emulator  # noqa: E402
@@ -69,8 +70,7 @@ from runner.models.base import Reply, Request  # noqa: E402
 from runner.models.memory_survey import report_rows  # noqa: E402
 from runner.models.policy import reread_count  # noqa: E402
 from runner.pricing import cost_usd  # noqa: E402
-from runner.session import Session  # noqa: E402
-from runner.store import JobStore, read_jsonl  # noqa: E402
+from runner.rundir.store import JobStore, read_jsonl  # noqa: E402
 
 MODEL = "claude-sonnet-5-5"
 SUMMARY_MODEL = "claude-haiku-5-5"

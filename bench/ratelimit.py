@@ -20,7 +20,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import replace_section, write_result  # noqa: E402
 
-from runner.compactor.summarizer import Summarizer  # noqa: E402
+from runner.compaction.summarizer import Summarizer  # noqa: E402
 from runner.models.base import Reply, Request, Usage  # noqa: E402
 
 

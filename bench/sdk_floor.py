@@ -25,8 +25,8 @@ STARTED = time.perf_counter()
 from runner.jobs import DEFAULT_TOOLS  # noqa: E402
 from runner.models.anthropic import AnthropicModel  # noqa: E402
 from runner.models.base import Request  # noqa: E402
-from runner.store import JobStore  # noqa: E402
-from runner.tools import Toolset  # noqa: E402
+from runner.rundir.store import JobStore  # noqa: E402
+from runner.tools.toolset import Toolset  # noqa: E402
 
 IMPORTED = time.perf_counter()
 MODEL = "claude-sonnet-4-5"

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runner.compactor.fallback import fallback_summary
+from runner.compaction.fallback import fallback_summary
 from runner.protocol import SEED_001_MICRO_PLACEHOLDER, SEED_PERSISTED_TAG, seed_000_placeholder
 
 Message = dict[str, Any]

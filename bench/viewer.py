@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import replace_section, write_result  # noqa: E402
 
-from runner.store import write_atomic_sync  # noqa: E402
-from runner.viewer import pages as viewer_pages  # noqa: E402
-from runner.viewer.data import load_run  # noqa: E402
-from runner.viewer.render import render_index, write_view  # noqa: E402
+from runner.rundir.store import write_atomic_sync  # noqa: E402
+from runner.ui.viewer import pages as viewer_pages  # noqa: E402
+from runner.ui.viewer.data import load_run  # noqa: E402
+from runner.ui.viewer.render import render_index, write_view  # noqa: E402
 
 STATUSES = ["succeeded"] * 90 + ["failed"] * 4 + ["max_turns"] * 3 + ["timeout"] * 2 + ["cancelled"]
 STAGES = ["tool_result_budget", "snip", "micro_compact", "fit_tool_results", "compact_history"]

@@ -14,7 +14,8 @@ from typing import Any
 
 from rich.markup import escape
 
-from .batch import (
+from .config import ConfigError, Settings
+from .execution.batch import (
     config_path,
     err,
     execute,
@@ -30,14 +31,13 @@ from .batch import (
     spending,
     warn_fallbacks,
 )
-from .config import ConfigError, Settings
 from .jobs import JobError, JobSpec, find_task_files, load_jobs, parsed
-from .prune import PruneResult, human_bytes, parse_age, prune
-from .report import load_report, plural, totals_line
-from .reserve import claim
-from .rundir import hold_run_dir
-from .rundocs import RUN_JSON, RunState, Status, is_run_dir
-from .terminal import json_printable, printable
+from .rundir.docs import RUN_JSON, RunState, Status, is_run_dir
+from .rundir.lock import hold_run_dir
+from .rundir.prune import PruneResult, human_bytes, parse_age, prune
+from .rundir.reserve import claim
+from .ui.report import load_report, plural, totals_line
+from .ui.terminal import json_printable, printable
 
 EXIT_CODES = """exit codes:
   0    every job succeeded
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return serve(args)
         if args.command == "resume" or (args.command == "run" and args.resume):
-            from .resume import cmd_resume
+            from .execution.resume import cmd_resume
 
             return cmd_resume(args)
         return cmd_run(args)
@@ -270,9 +270,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(["no task files found (expected *.toml files in the jobs directory)"])
     for error in errors:
         print_error(error.message, label=f"job {escape(printable(error.name))} will fail")
-    from .compactor.compactor import Compactor
-    from .scheduler import Batch, new_run_id
-    from .store import link_latest
+    from .compaction.compactor import Compactor
+    from .execution.scheduler import Batch, new_run_id
+    from .rundir.store import link_latest
 
     model, summarizer, backend = make_backend(settings)
     warn_fallbacks(specs, model)
@@ -369,13 +369,13 @@ def report_json(run_dir: Path) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from .viewer import write_view
+    from .ui.viewer import write_view
 
     if not is_run_dir(args.run_dir):
         raise ConfigError([f"{args.run_dir / RUN_JSON}: not found; is {args.run_dir} a run directory "
                            "(runs/<run-id>)?"])
     if args.serve:
-        from .viewer.serve import serve
+        from .ui.viewer.serve import serve
 
         return serve(args.run_dir, args.port)
     result = write_view(args.run_dir, args.out)

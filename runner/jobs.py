@@ -32,8 +32,8 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .config import ConfigError, Limits, Settings, describe_errors, read_toml
-from .rundocs import RUN_JSON
-from .sandbox import bwrap_problem
+from .rundir.docs import RUN_JSON
+from .tools.sandbox import bwrap_problem
 
 ToolName = Literal["read", "glob", "grep", "bash", "write", "edit"]
 DEFAULT_TOOLS: tuple[ToolName, ...] = ("read", "glob", "grep")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .rundocs import TRANSCRIPT
+from .rundir.docs import TRANSCRIPT
 
 # --- a persisted output: the marker that replaces a large result, with a preview ------------------
 

@@ -1,6 +1,6 @@
 """The services a job uses besides its own files, each a small Protocol with its in-process
 implementation. An executor on another engine (Ray) passes other implementations of the same
-Protocols to :func:`runner.runjob.run_job`; the session never knows which it has.
+Protocols to :func:`runner.agent.runjob.run_job`; the session never knows which it has.
 
 - :class:`Gate`: a slot for one call, bounded in concurrency and in starts per window (the summary
   gate); the batch shares one.

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.store import JobStore
+from runner.rundir.store import JobStore
 
 
 @pytest.fixture
@@ -34,14 +34,14 @@ async def scripted_job(tmp_path: Path, script: list[dict], *, tools: tuple[str, 
     ``script``; its workspace is ``tmp_path / "ws"`` (made, with one module, when missing), its
     directory ``tmp_path / "job"``. Returns the session, the requests the emulator received and the
     transcript."""
-    from runner.compactor.compactor import Compactor
-    from runner.compactor.summarizer import Summarizer
+    from runner.agent.session import Session
+    from runner.compaction.compactor import Compactor
+    from runner.compaction.summarizer import Summarizer
     from runner.config import Limits
     from runner.emulator import EmulatorConfig, running_emulator
     from runner.jobs import JobSpec
     from runner.models.anthropic import AnthropicModel
-    from runner.session import Session
-    from runner.store import read_jsonl
+    from runner.rundir.store import read_jsonl
 
     ws = tmp_path / "ws"
     if not ws.exists():
@@ -64,12 +64,12 @@ async def scripted_job(tmp_path: Path, script: list[dict], *, tools: tuple[str, 
 async def offline_survey(root: Path, out: Path, limits: dict):
     """The offline model's survey of ``root`` with ``limits``, its job directory ``out``: the job's
     result and its final.md ("" when there is none)."""
-    from runner.compactor.compactor import Compactor
-    from runner.compactor.summarizer import Summarizer
+    from runner.agent.session import Session
+    from runner.compaction.compactor import Compactor
+    from runner.compaction.summarizer import Summarizer
     from runner.config import Limits
     from runner.jobs import JobSpec
     from runner.models.offline import OfflineModel
-    from runner.session import Session
 
     spec = JobSpec(name="survey", source=Path("survey.toml"), prompt="Survey this package.", workspace=root,
                    model="m", system=None, tools=("read", "glob", "grep"), limits=Limits(**limits))

@@ -15,7 +15,7 @@ from conftest import survey_rows
 
 from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Latency
-from runner.store import read_jsonl
+from runner.rundir.store import read_jsonl
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 

@@ -16,17 +16,17 @@ from pathlib import Path
 import anyio
 import pytest
 
-from runner.compactor.compactor import Compactor
-from runner.compactor.summarizer import Summarizer
+from runner.compaction.compactor import Compactor
+from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
 from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Fault, Faults
+from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
 from runner.messages import request_problems, tool_uses
 from runner.models.adaptive import AdaptiveLimit, AdaptiveModel
 from runner.models.anthropic import AnthropicModel
-from runner.scheduler import Batch, run_batch
-from runner.store import read_jsonl
+from runner.rundir.store import read_jsonl
 
 pytestmark = pytest.mark.anyio
 SECRET = "sk-ant-test-9f3c1e77-never-write-me"
@@ -159,8 +159,8 @@ def test_the_api_key_is_written_nowhere(server, tmp_path):
 
 
 async def test_the_bash_tool_never_sees_the_key(tmp_path, monkeypatch):
-    from runner.store import JobStore
-    from runner.tools import Toolset
+    from runner.rundir.store import JobStore
+    from runner.tools.toolset import Toolset
 
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
     store = JobStore(tmp_path / "job")

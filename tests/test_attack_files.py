@@ -24,9 +24,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from runner import beneath
 from runner.config import Limits
-from runner.tools import Toolset
+from runner.tools.toolset import Toolset, beneath
 
 pytestmark = pytest.mark.anyio
 
@@ -206,7 +205,7 @@ def grep_workers() -> list[int]:
             ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == os.getpid() and b"runner.grep_worker" in cmdline:
+        if ppid == os.getpid() and b"runner.tools.grep_worker" in cmdline:
             found.append(int(pid))
     return found
 
@@ -402,7 +401,7 @@ async def test_without_openat2_the_walk_takes_over(tmp_path, store, monkeypatch)
 
 
 async def test_many_greps_at_once_share_a_few_workers(tmp_path, store):
-    from runner.grep_pool import MOST
+    from runner.tools.grep_pool import MOST
 
     ws = tmp_path / "ws"
     ws.mkdir()

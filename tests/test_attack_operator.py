@@ -29,13 +29,13 @@ import pytest
 from conftest import runner_env
 from rich.console import Console
 
+from runner.agent.session import JobProgress, JobResult
 from runner.cli import main
-from runner.display import LiveDisplay, PlainDisplay
-from runner.report import run_table
-from runner.session import JobProgress, JobResult
-from runner.store import read_jsonl
-from runner.tables import narrow_table
-from runner.terminal import json_printable, printable
+from runner.rundir.store import read_jsonl
+from runner.ui.display import LiveDisplay, PlainDisplay
+from runner.ui.report import run_table
+from runner.ui.tables import narrow_table
+from runner.ui.terminal import json_printable, printable
 
 # a window title, a clickable link, cursor up and erase line, an 8-bit CSI, rich markup and a bidi override
 HOSTILE = ("\x1b]0;PWNED\x07\x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\\x1b[1A\x1b[2K"
@@ -260,7 +260,7 @@ def finished_run(tmp_path_factory: Any) -> Path:
 def serving(run_dir: Path) -> Iterator[int]:
     import uvicorn
 
-    from runner.viewer.serve import create_app
+    from runner.ui.viewer.serve import create_app
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

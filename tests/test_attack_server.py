@@ -24,17 +24,17 @@ import httpx2
 import pytest
 from conftest import runner_env
 
-from runner.compactor.compactor import Compactor
-from runner.compactor.summarizer import Summarizer
+from runner.compaction.compactor import Compactor
+from runner.compaction.summarizer import Summarizer
 from runner.config import ConfigError, Limits
 from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Fault, Faults
+from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
 from runner.models.anthropic import AnthropicModel, ReplyTimedOut
 from runner.models.base import InvalidReply, Request, Usage
 from runner.models.guard import NotAMessage, capped_retry_headers
-from runner.scheduler import Batch, run_batch
-from runner.store import read_jsonl
+from runner.rundir.store import read_jsonl
 
 GIB = 1 << 30
 

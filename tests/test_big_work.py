@@ -13,19 +13,19 @@ from pathlib import Path
 import pytest
 from conftest import offline_survey
 
-from runner.compactor import stages
-from runner.compactor.compactor import LEVEL_HALF, LEVEL_NOTES, CompactionState, Compactor, Thrash
-from runner.compactor.digest import digest
-from runner.compactor.fallback import NOTES_HEADING, fallback_summary
-from runner.compactor.summarizer import Summarizer, cut_summary
-from runner.compactor.window import Entry
+from runner.compaction import stages
+from runner.compaction.compactor import LEVEL_HALF, LEVEL_NOTES, CompactionState, Compactor, Thrash
+from runner.compaction.digest import digest
+from runner.compaction.fallback import NOTES_HEADING, fallback_summary
+from runner.compaction.summarizer import Summarizer, cut_summary
+from runner.compaction.window import Entry
 from runner.config import Limits
 from runner.emulator import EmulatorConfig, running_emulator
 from runner.models.anthropic import AnthropicModel
 from runner.protocol import SNIP_DIGEST_CHARS, archived_span
-from runner.repeats import RepeatGuard, call_key
-from runner.store import JobStore
-from runner.tools import Toolset
+from runner.rundir.store import JobStore
+from runner.tools.repeats import RepeatGuard, call_key
+from runner.tools.toolset import Toolset
 
 pytestmark = pytest.mark.anyio
 STDLIB = Path(encodings.__file__).parent.parent

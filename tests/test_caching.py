@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from runner.compactor.compactor import CompactionState, Compactor
-from runner.compactor.summarizer import Summarizer
-from runner.compactor.window import Window
+from runner.agent.session import Session
+from runner.compaction.compactor import CompactionState, Compactor
+from runner.compaction.summarizer import Summarizer
+from runner.compaction.window import Window
 from runner.config import Limits
 from runner.emulator import EmulatorConfig, running_emulator
 from runner.jobs import JobSpec
 from runner.models.anthropic import AnthropicModel, with_cache_breakpoint
-from runner.session import Session
-from runner.store import JobStore, read_jsonl
+from runner.rundir.store import JobStore, read_jsonl
 
 pytestmark = pytest.mark.anyio
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runner.messages import request_problems
-from runner.store import read_jsonl
+from runner.rundir.store import read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_JOBS = ("project-self", "stdlib-asyncio", "stdlib-email", "stdlib-json")

@@ -1,5 +1,5 @@
 """The Compactor end to end: the real ``Compactor.prepare`` over a real ``CompactionState`` and ``JobStore``,
-driven turn by turn the way ``runner/session.py`` drives it.
+driven turn by turn the way ``runner/agent/session.py`` drives it.
 
 - Property: for random histories (parallel tool calls, list-shaped results, text and tool_use mixed,
   ``is_error`` results, results of 0..300k chars, reactive compactions and ``compact`` calls in between),
@@ -24,17 +24,17 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from runner.compactor.compactor import EVENTS, TRANSCRIPT, CompactionState, Compactor
-from runner.compactor.stages import output_text
-from runner.compactor.summarizer import Summarizer
+from runner.agent.session import Session
+from runner.compaction.compactor import EVENTS, TRANSCRIPT, CompactionState, Compactor
+from runner.compaction.stages import output_text
+from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
 from runner.jobs import JobSpec
 from runner.messages import request_problems, tool_results, tool_uses
 from runner.models.base import PromptTooLong, Reply, Request, Usage
 from runner.protocol import PERSISTED_TAG, PLACEHOLDER_PREFIX, recall_page, saved_path, without_footer
-from runner.session import Session
-from runner.store import JobStore, read_jsonl
-from runner.tools import Toolset
+from runner.rundir.store import JobStore, read_jsonl
+from runner.tools.toolset import Toolset
 
 REQUEST = "Survey the package in the workspace and list every TODO (request id 5d0c-compactor)."
 
@@ -177,7 +177,7 @@ def check_effective(state: CompactionState) -> None:
 
 
 async def simulate(root: Path, limits: Limits, script: list[Turn], check_files: bool) -> CompactionState:
-    """Drive the Compactor like runner/session.py: prepare, (model call), add the reply and its results."""
+    """Drive the Compactor like runner/agent/session.py: prepare, (model call), add the reply and its results."""
     store = JobStore(root / "job")
     await store.open()
     state = CompactionState(store=store, limits=limits, active_request=REQUEST)

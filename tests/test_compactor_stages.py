@@ -16,15 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import runner.messages as messages_module
-from runner.compactor import stages
-from runner.compactor.compactor import EVENTS, CompactionState, Compactor
-from runner.compactor.stages import output_text
-from runner.compactor.summarizer import Summarizer
-from runner.compactor.window import Entry, Window
+from runner.compaction import stages
+from runner.compaction.compactor import EVENTS, CompactionState, Compactor
+from runner.compaction.stages import output_text
+from runner.compaction.summarizer import Summarizer
+from runner.compaction.window import Entry, Window
 from runner.config import Limits
 from runner.messages import measure, request_problems
 from runner.protocol import PLACEHOLDER_PREFIX, saved_path
-from runner.store import JobStore, read_jsonl
+from runner.rundir.store import JobStore, read_jsonl
 
 REQUEST = "Survey the workspace and report (stage tests, request #4711)."
 
@@ -437,7 +437,7 @@ async def test_prepare_under_every_threshold_serializes_only_what_was_added(tmp_
         return real_measure(message)
 
     monkeypatch.setattr(json, "dumps", counting_dumps)
-    monkeypatch.setattr("runner.compactor.window.measure", counting_measure)
+    monkeypatch.setattr("runner.compaction.window.measure", counting_measure)
     for n in range(40, 60):
         serialized.clear()
         measured.clear()

@@ -14,10 +14,10 @@ import pytest
 from conftest import runner_env
 
 from runner import cli
-from runner.continuation import last_complete_turn
+from runner.agent.continuation import last_complete_turn
 from runner.messages import request_problems
-from runner.rundocs import run_document
-from runner.store import read_jsonl
+from runner.rundir.docs import run_document
+from runner.rundir.store import read_jsonl
 
 JOBS = 12  # enough that jobs are still running at every kill point (an email survey takes ~0.1 s)
 

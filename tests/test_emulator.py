@@ -21,8 +21,8 @@ import anyio
 import pytest
 from pydantic import ValidationError
 
-from runner.compactor.fallback import fallback_summary
-from runner.compactor.summarizer import Summarizer
+from runner.compaction.fallback import fallback_summary
+from runner.compaction.summarizer import Summarizer
 from runner.config import ConfigError
 from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.cli import serve

@@ -15,7 +15,7 @@ from conftest import runner_env
 
 from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Fault, Faults
-from runner.store import read_jsonl
+from runner.rundir.store import read_jsonl
 
 JOBS = 5
 

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 from conftest import runner_env
 
-from runner.compactor.compactor import CompactionState, Compactor
-from runner.compactor.context import Recorder
-from runner.compactor.summarizer import Summarizer
+from runner.agent.session import Session
+from runner.compaction.compactor import CompactionState, Compactor
+from runner.compaction.context import Recorder
+from runner.compaction.summarizer import Summarizer
 from runner.config import Settings
 from runner.jobs import load_job
 from runner.models.offline import OfflineModel
 from runner.models.policy import reread_count
-from runner.session import Session
-from runner.store import JobStore, read_jsonl
+from runner.rundir.store import JobStore, read_jsonl
 
 JOB = """name = "a"
 workspace = "{stdlib}/email"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from runner.compactor.fallback import fallback_summary, note_lines
-from runner.compactor.stages import summary_message
+from runner.compaction.fallback import fallback_summary, note_lines
+from runner.compaction.stages import summary_message
 from runner.protocol import COMPACTED
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runner import cli
-from runner.report import plural, totals_line
+from runner.ui.report import plural, totals_line
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -167,7 +167,7 @@ def test_a_run_on_the_offline_model_says_which_jobs_will_not_get_their_tools(pro
 
 def test_the_end_of_a_run_on_a_pipe_fits_80_columns_and_names_the_run_directory(project: Path, capsys: Any,
                                                                                monkeypatch: Any) -> None:
-    from runner import batch
+    from runner.execution import batch
 
     assert batch.out.width <= 100  # a pipe: rich's 80 columns (or $COLUMNS), not a 200-column box table
     monkeypatch.setattr(batch.out, "width", 80)
@@ -212,8 +212,8 @@ def test_report_without_a_run_reports_the_latest(project: Path, capsys: Any, mon
 
 
 def _tally_with_a_long_job() -> Any:
-    from runner.display import ApiCounts, Tally
-    from runner.session import JobProgress, JobResult
+    from runner.agent.session import JobProgress, JobResult
+    from runner.ui.display import ApiCounts, Tally
 
     tally = Tally(None, ApiCounts())
     progress = {n: JobProgress(n) for n in "abcdefg"}
@@ -233,8 +233,8 @@ def test_the_eta_is_not_a_guess_from_jobs_that_ended_at_once() -> None:
 
 
 def test_the_eta_from_the_pace_when_it_can_be_estimated() -> None:
-    from runner.display import ApiCounts, Tally
-    from runner.session import JobProgress, JobResult
+    from runner.agent.session import JobProgress, JobResult
+    from runner.ui.display import ApiCounts, Tally
 
     tally = Tally(None, ApiCounts())
     progress = {n: JobProgress(n) for n in "abcd"}
@@ -251,8 +251,8 @@ def test_the_counts_agree_with_the_rows_while_a_job_is_ending() -> None:
 
     from rich.console import Console
 
-    from runner.display import LiveDisplay
-    from runner.session import JobProgress, JobResult
+    from runner.agent.session import JobProgress, JobResult
+    from runner.ui.display import LiveDisplay
 
     console = Console(file=StringIO(), width=100, force_terminal=True, color_system=None)
     display = LiveDisplay(console)
@@ -274,8 +274,8 @@ def test_the_status_line_is_cut_to_the_terminal_width() -> None:
 
     from rich.console import Console
 
-    from runner.display import LiveDisplay
-    from runner.session import JobProgress
+    from runner.agent.session import JobProgress
+    from runner.ui.display import LiveDisplay
 
     console = Console(file=StringIO(), width=60, force_terminal=True, color_system=None)
     display = LiveDisplay(console)
@@ -288,7 +288,7 @@ def test_the_status_line_is_cut_to_the_terminal_width() -> None:
 
 
 def test_paths_are_absolute_when_run_from_the_root(monkeypatch: Any, tmp_path: Path) -> None:
-    from runner.batch import shown_path
+    from runner.execution.batch import shown_path
 
     monkeypatch.chdir(tmp_path)
     assert shown_path(tmp_path / "runs" / "x") == "runs/x"

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from runner.compactor.compactor import Compactor
-from runner.compactor.summarizer import Summarizer
+from runner.compaction.compactor import Compactor
+from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
+from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
 from runner.models.base import Reply, Request
 from runner.models.offline import OfflineModel
-from runner.scheduler import Batch, run_batch
 
 
 class ReportFails:

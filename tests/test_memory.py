@@ -11,20 +11,20 @@ from pathlib import Path
 import pytest
 from conftest import scripted_job, survey_rows
 
-import runner.memory
-from runner.compactor.compactor import CompactionState, Compactor
-from runner.compactor.summarizer import Summarizer
+import runner.tools.memory
+from runner.agent.session import Session
+from runner.compaction.compactor import CompactionState, Compactor
+from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
 from runner.emulator.validation import validate
 from runner.jobs import JobSpec
-from runner.memory import MAX_FILE_BYTES, MEMORY_TOOL, MemoryTool
 from runner.messages import text_of
 from runner.models.base import MEMORY_BETA
 from runner.models.offline import OfflineModel
 from runner.protocol import MEMORY_INDEX, MEMORY_INDEX_CHARS, memory_index, memory_index_entries
-from runner.session import Session
-from runner.store import JobStore, read_jsonl
-from runner.tools import Toolset
+from runner.rundir.store import JobStore, read_jsonl
+from runner.tools.memory import MAX_FILE_BYTES, MEMORY_TOOL, MemoryTool
+from runner.tools.toolset import Toolset
 
 pytestmark = pytest.mark.anyio
 
@@ -114,7 +114,7 @@ async def test_a_memories_folder_that_is_a_symlink_is_refused(tmp_path):
 
 
 async def test_the_folder_has_a_size_cap(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner.memory, "MAX_TOTAL_BYTES", 1_000)
+    monkeypatch.setattr(runner.tools.memory, "MAX_TOTAL_BYTES", 1_000)
     tool = MemoryTool(str(tmp_path))
     assert not (await run(tool, command="create", path="/memories/a.md", file_text="x" * 600)).get("is_error")
     over = await run(tool, command="create", path="/memories/b.md", file_text="x" * 600)

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from runner import cli
-from runner.prune import PRUNING, parse_age, prune
-from runner.rundir import hold_run_dir
+from runner.rundir.lock import hold_run_dir
+from runner.rundir.prune import PRUNING, parse_age, prune
 
 DAY = 86400.0
 
@@ -100,7 +100,7 @@ def test_never_a_run_being_written(runs: Path) -> None:
 def test_a_writer_in_another_process_keeps_its_run(runs: Path) -> None:
     old = runs / "20261101-000001-abcd"
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
-                               "from runner.rundir import hold_run_dir\n"
+                               "from runner.rundir.lock import hold_run_dir\n"
                                f"with hold_run_dir(Path({str(old)!r})):\n    print('held', flush=True)\n"
                                "    time.sleep(60)\n"], stdout=subprocess.PIPE, text=True)
     try:

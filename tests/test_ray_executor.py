@@ -22,16 +22,16 @@ import anyio
 import pytest
 
 from runner.cli import main
-from runner.compactor.compactor import Compactor
-from runner.compactor.summarizer import Summarizer
+from runner.compaction.compactor import Compactor
+from runner.compaction.summarizer import Summarizer
 from runner.config import Limits, load_settings
 from runner.emulator import EmulatorConfig, Latency, running_emulator
+from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec, find_task_files, load_jobs
 from runner.models.offline import OfflineModel
 from runner.pricing import PriceTable
-from runner.scheduler import Batch, run_batch
+from runner.rundir.store import read_jsonl
 from runner.services import RunBudget
-from runner.store import read_jsonl
 
 KEY = "test-key-ray"
 FINAL = {"succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "cancelled"}
@@ -81,7 +81,7 @@ def anthropic_batch(run_dir: Path, specs: list[JobSpec], settings) -> Batch:
 
 
 def on_ray(batch: Batch, settings, **kwargs):
-    from runner.executors.ray_driver import run_batch_ray
+    from runner.execution.ray_driver import run_batch_ray
 
     return anyio.run(lambda: run_batch_ray(batch, settings, workers=2, **kwargs))
 
@@ -266,7 +266,7 @@ def test_choosing_ray_without_it_installed_is_one_line_and_exit_2(tmp_path, monk
 
 
 def test_importing_the_runner_does_not_import_ray():
-    code = ("import sys, runner.cli, runner.scheduler, runner.runjob, runner.executors; "
+    code = ("import sys, runner.cli, runner.execution.scheduler, runner.agent.runjob, runner.execution; "
             "sys.exit('ray' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
@@ -324,7 +324,7 @@ def test_a_lost_workers_job_that_had_not_started_simply_starts(tmp_path):
     """A job queued on a worker that died before starting it has no directory: it starts over, and
     nothing is written for it (the driver must not fail writing a worker_lost line there)."""
     pytest.importorskip("ray", reason="Ray is not installed")
-    from runner.executors.ray_driver import continue_point
+    from runner.execution.ray_driver import continue_point
 
     spec = JobSpec(name="queued", source=tmp_path / "queued.toml", workspace=tmp_path, prompt="Survey.",
                    model="m", system=None, tools=("read",), limits=Limits())

@@ -26,7 +26,7 @@ import pytest
 from test_ray_executor import FINAL, anthropic_batch, cluster, settings_for, spec, workspace  # noqa: F401
 
 from runner.emulator import EmulatorConfig, Latency, running_emulator
-from runner.store import read_jsonl
+from runner.rundir.store import read_jsonl
 
 CONFIG = "[runner]\nconcurrency = 12\n[summarizer]\nmax_concurrent = 1\nrequests_per_minute = 1000\n"
 
@@ -50,7 +50,7 @@ def fault_run(ray: Any, tmp_path: Path, name: str, pick: Pick, jobs: int = 6, st
               stall_s: float = 60.0) -> dict[str, Any]:
     """Run the batch; once ``pick`` names an owner (from the services' state), SIGKILL (or SIGSTOP)
     that worker's process. Returns what was seen."""
-    from runner.executors.ray_driver import run_batch_ray
+    from runner.execution.ray_driver import run_batch_ray
 
     ws = workspace(tmp_path)
     settings = settings_for(tmp_path, CONFIG)
@@ -213,7 +213,7 @@ def test_a_dead_owners_slots_come_back_and_it_is_fenced(cluster):  # noqa: F811
     """The services actor alone: a gate token and a call token numbered alike are two slots; a dead
     owner's held and waited-for slots are given back, its late acquires refused, its late releases
     ignored (never released twice)."""
-    from runner.executors.ray_services import RunServices, leaked
+    from runner.execution.ray_services import RunServices, leaked
 
     ray = cluster
     services = RunServices.remote(1, 1000, 60.0, 4, None)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.report import load_report
-from runner.rundir import hold_run_dir
+from runner.rundir.lock import hold_run_dir
+from runner.ui.report import load_report
 
 
 def _report(run_dir: Path) -> subprocess.CompletedProcess[str]:
@@ -59,15 +59,15 @@ def test_a_damaged_run_json_never_tracebacks(tmp_path: Path, damage: str) -> Non
 
 
 def test_every_status_has_a_style_and_a_colour():
-    from runner.report import STATUS_STYLE
-    from runner.rundocs import Status
-    from runner.viewer.charts import STATUS_COLORS
+    from runner.rundir.docs import Status
+    from runner.ui.report import STATUS_STYLE
+    from runner.ui.viewer.charts import STATUS_COLORS
 
     assert set(STATUS_STYLE) == set(Status) == set(STATUS_COLORS)  # the totals line lists STATUS_STYLE's
 
 
 def test_a_run_whose_writer_is_gone_is_interrupted_and_a_live_one_is_not(tmp_path):
-    from runner.rundocs import load_run, writer_alive
+    from runner.rundir.docs import load_run, writer_alive
 
     run_dir = tmp_path / "run"
     (run_dir / "j").mkdir(parents=True)

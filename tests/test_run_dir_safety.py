@@ -13,7 +13,7 @@ from pathlib import Path
 
 from conftest import runner_env
 
-from runner.store import read_jsonl
+from runner.rundir.store import read_jsonl
 
 
 def _runner(cwd: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -38,7 +38,7 @@ def _ended_run(tmp: Path, jobs: int = 1, max_turns: int = 3) -> Path:
 def test_a_second_writer_exits_2_naming_the_holder(tmp_path: Path) -> None:
     run_dir = _ended_run(tmp_path)
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
-                               "from runner.rundir import hold_run_dir\n"
+                               "from runner.rundir.lock import hold_run_dir\n"
                                "with hold_run_dir(Path(sys.argv[1])):\n    print('held', flush=True)\n"
                                "    time.sleep(60)\n", str(run_dir)], stdout=subprocess.PIPE, text=True)
     try:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from runner.agent.session import JobResult
 from runner.models.base import Usage
 from runner.models.wire import WireCounts
-from runner.report import load_report
-from runner.rundir import hold_run_dir
-from runner.rundocs import (
+from runner.rundir.docs import (
     EVENTS,
     METRICS,
     RUN_JSON,
@@ -29,7 +28,8 @@ from runner.rundocs import (
     run_document,
     run_json_text,
 )
-from runner.session import JobResult
+from runner.rundir.lock import hold_run_dir
+from runner.ui.report import load_report
 
 # metrics.json as the runner wrote it before the documents were models (key order included)
 OLD_METRICS = ('{"job": "a", "status": "max_turns", "model": "m", "turns": 7, "wall_s": 1.235, '

@@ -20,8 +20,8 @@ import anyio
 import pytest
 
 from runner.config import Limits
-from runner.sandbox import bwrap_problem
-from runner.tools import Toolset
+from runner.tools.sandbox import bwrap_problem
+from runner.tools.toolset import Toolset
 
 pytestmark = [pytest.mark.anyio,
               pytest.mark.skipif(bwrap_problem() is not None, reason=f"bwrap cannot start: {bwrap_problem()}")]

@@ -15,15 +15,15 @@ from pathlib import Path
 import anyio
 import pytest
 
-from runner.compactor.compactor import Compactor
-from runner.compactor.summarizer import Summarizer
+from runner.compaction.compactor import Compactor
+from runner.compaction.summarizer import Summarizer
 from runner.config import Limits, Settings
+from runner.execution.scheduler import Batch, BatchResult, run_batch
 from runner.jobs import JobSpec, find_task_files, load_jobs
 from runner.messages import request_problems, text_of
 from runner.models.base import Reply, Request
 from runner.models.offline import OfflineModel
-from runner.scheduler import Batch, BatchResult, run_batch
-from runner.store import read_jsonl
+from runner.rundir.store import read_jsonl
 
 
 @pytest.fixture
@@ -291,7 +291,7 @@ async def test_a_job_whose_directory_cannot_be_made_fails_alone(tmp_path, worksp
 async def test_error_text_with_brackets_does_not_crash_the_display(tmp_path, workspace):
     from rich.console import Console
 
-    from runner.display import PlainDisplay
+    from runner.ui.display import PlainDisplay
 
     class Bracketed(Wrapping):
         async def create(self, request):

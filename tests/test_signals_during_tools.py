@@ -17,7 +17,7 @@ import pytest
 
 from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import ScriptedReply
-from runner.sandbox import bwrap_problem
+from runner.tools.sandbox import bwrap_problem
 
 MARKER = "4242.17"  # sleep's argument: a process with it in its command line is the blocked call
 
@@ -84,7 +84,7 @@ def test_a_signal_ends_the_batch_while_a_tool_blocks(tmp_path: Path, signum: int
 
 def _grep_workers(parent: int | None = None) -> list[str]:
     """grep's child processes (of ``parent``, else of any process)."""
-    found = subprocess.run(["pgrep", "-af", *(["-P", str(parent)] if parent else []), "runner.grep_worker"],
+    found = subprocess.run(["pgrep", "-af", *(["-P", str(parent)] if parent else []), "runner.tools.grep_worker"],
                            capture_output=True, text=True).stdout
     return [line for line in found.splitlines() if "pgrep" not in line]
 

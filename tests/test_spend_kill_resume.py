@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import runner_env
 
-from runner.rundocs import USAGE_KEYS
-from runner.store import read_jsonl
+from runner.rundir.docs import USAGE_KEYS
+from runner.rundir.store import read_jsonl
 
 KILLS = 20
 FILES = 240  # the workspace: enough turns (and compactions) that 20 kills land across the job

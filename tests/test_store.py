@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.store import QUOTA_SLACK, TOOL_RESULTS, DiskQuotaExceeded, JobStore, read_jsonl, safe_name
+from runner.rundir.store import QUOTA_SLACK, TOOL_RESULTS, DiskQuotaExceeded, JobStore, read_jsonl, safe_name
 
 HOSTILE_IDS = ["../../x", "x" * 5_000, "", "a/b", "a_b", "a?b", "/etc/passwd", "..", ".", "tool-results/../../y",
                "a\0b", "ä/ö", "CON", "a.2", "a", "toolu_01AbC", " ", "\n"]
@@ -180,10 +180,10 @@ def test_a_checkpoint_swaps_names_with_its_spare_and_makes_no_new_file(tmp_path)
     """Rewriting a checkpoint exchanges it with its spare: after the first two writes the same two
     inodes hold the newest text and the one before, whatever the lengths; the last write is a fresh
     file and the spare goes."""
-    import runner.store
-    from runner.store import retire_spare, spare_of, swap_in_sync
+    import runner.rundir.store
+    from runner.rundir.store import retire_spare, spare_of, swap_in_sync
 
-    if runner.store._renameat2() is None:
+    if runner.rundir.store._renameat2() is None:
         pytest.skip("no renameat2 on this system: the fallback is tested below")
     path = tmp_path / "metrics.json"
     texts = ['{"turns": 1, "pad": "' + "x" * 5000 + '"}\n', '{"turns": 2}\n', '{"turns": 3, "n": 33}\n']
@@ -201,10 +201,10 @@ def test_a_checkpoint_swaps_names_with_its_spare_and_makes_no_new_file(tmp_path)
 
 def test_without_an_exchange_a_checkpoint_is_still_whole(tmp_path, monkeypatch):
     """Where renameat2 is missing (not Linux, an old libc) the spare is renamed over the file."""
-    import runner.store
-    from runner.store import spare_of, swap_in_sync
+    import runner.rundir.store
+    from runner.rundir.store import spare_of, swap_in_sync
 
-    monkeypatch.setattr(runner.store, "_exchange_works", False)
+    monkeypatch.setattr(runner.rundir.store, "_exchange_works", False)
     path = tmp_path / "metrics.json"
     for n in range(3):
         swap_in_sync(path, f'{{"turns": {n}}}\n')

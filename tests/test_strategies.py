@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from runner.compactor.compactor import CompactionState, Compactor
-from runner.compactor.strategies import STRATEGIES, strategy_for
-from runner.compactor.summarizer import Summarizer
+from runner.compaction.compactor import CompactionState, Compactor
+from runner.compaction.strategies import STRATEGIES, strategy_for
+from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
 from runner.messages import request_problems, tool_results
 from runner.protocol import PLACEHOLDER_PREFIX, saved_path
-from runner.store import JobStore
+from runner.rundir.store import JobStore
 
 REQUEST = "Survey the package."
 LIMITS = dict(context_char_limit=20_000, batch_char_limit=200_000, snip_trigger=50)

@@ -13,9 +13,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from runner import tools as tools_module
-from runner.store import JobStore
-from runner.tools import Toolset
+from runner.rundir.store import JobStore
+from runner.tools.toolset import Toolset
+from runner.tools.toolset import toolset as tools_module
 
 
 @pytest.mark.anyio

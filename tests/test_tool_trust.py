@@ -19,21 +19,20 @@ from typing import Any
 import anyio
 import pytest
 
-from runner import file_tools
-from runner import tools as tools_module
-from runner.compactor.compactor import Compactor
-from runner.compactor.summarizer import Summarizer
+from runner.compaction.compactor import Compactor
+from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
 from runner.emulator import EmulatorConfig, running_emulator
+from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
 from runner.messages import request_problems, tool_results, tool_uses
 from runner.models.anthropic import AnthropicModel
 from runner.models.base import Reply, Request, Usage
 from runner.models.offline import OfflineModel
 from runner.protocol import binary_size, glob_cut, read_size, recall_page, without_footer
-from runner.scheduler import Batch, run_batch
-from runner.store import read_jsonl
-from runner.tools import Toolset
+from runner.rundir.store import read_jsonl
+from runner.tools.toolset import Toolset, file_tools
+from runner.tools.toolset import toolset as tools_module
 
 pytestmark = pytest.mark.anyio
 

@@ -11,14 +11,14 @@ from typing import Any
 import anyio
 import pytest
 
-import runner.store
-from runner.compactor.compactor import Compactor
-from runner.compactor.summarizer import Summarizer
+import runner.rundir.store
+from runner.agent.session import Session
+from runner.compaction.compactor import Compactor
+from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
 from runner.jobs import JobSpec
 from runner.models.offline import OfflineModel
-from runner.session import Session
-from runner.store import JobStore, dumps, read_jsonl
+from runner.rundir.store import JobStore, dumps, read_jsonl
 
 pytestmark = pytest.mark.anyio
 
@@ -45,13 +45,13 @@ class Watched:
 
 async def test_each_turn_is_one_write_and_the_model_sees_only_what_is_on_disk(tmp_path, monkeypatch):
     hops = [0]
-    save = runner.store._save_in_thread
+    save = runner.rundir.store._save_in_thread
 
     async def counted(*args: Any) -> None:
         hops[0] += 1
         await save(*args)
 
-    monkeypatch.setattr(runner.store, "_save_in_thread", counted)
+    monkeypatch.setattr(runner.rundir.store, "_save_in_thread", counted)
     job = tmp_path / "job"
     # tight limits: outputs are persisted and placeholders reach the model
     limits = Limits(context_char_limit=15_000, batch_char_limit=15_000, large_result_chars=4_000)

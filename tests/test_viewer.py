@@ -16,10 +16,10 @@ import pytest
 from rich.console import Console
 
 from runner.cli import main
-from runner.rundir import hold_run_dir
-from runner.tables import fitting_table
-from runner.viewer import write_view
-from runner.viewer.pages import page_name
+from runner.rundir.lock import hold_run_dir
+from runner.ui.tables import fitting_table
+from runner.ui.viewer import write_view
+from runner.ui.viewer.pages import page_name
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -217,7 +217,7 @@ def test_view_and_report_of_a_directory_that_is_not_a_run(tmp_path, capsys):
 def test_serve_renders_the_pages_from_disk_and_serves_only_the_runs_files(run):
     from starlette.testclient import TestClient
 
-    from runner.viewer.serve import create_app
+    from runner.ui.viewer.serve import create_app
 
     _, run_dir = run
     client = TestClient(create_app(run_dir), base_url="http://127.0.0.1")
@@ -231,9 +231,9 @@ def test_serve_renders_the_pages_from_disk_and_serves_only_the_runs_files(run):
 
 
 def test_the_live_tally_tells_counts_eta_cost_against_the_limit_tokens_and_429s():
-    from runner.display import ApiCounts, Tally
+    from runner.agent.session import JobProgress, JobResult, RunBudget
     from runner.models.base import Usage
-    from runner.session import JobProgress, JobResult, RunBudget
+    from runner.ui.display import ApiCounts, Tally
 
     api = ApiCounts()
     tally = Tally(RunBudget(5.0), api)
@@ -255,8 +255,8 @@ def test_the_live_tally_tells_counts_eta_cost_against_the_limit_tokens_and_429s(
 def test_the_live_display_renders_active_jobs_and_the_tally():
     from io import StringIO
 
-    from runner.display import LiveDisplay
-    from runner.session import JobProgress
+    from runner.agent.session import JobProgress
+    from runner.ui.display import LiveDisplay
 
     console = Console(file=StringIO(), width=80, force_terminal=True, color_system=None)
     display = LiveDisplay(console)
@@ -314,7 +314,7 @@ def _lines_shown(html: str) -> list[int]:
 
 
 def test_a_3000_turn_jobs_transcript_is_split_into_pages_of_bounded_size(long_run):
-    from runner.viewer.pages import transcript_page_name
+    from runner.ui.viewer.pages import transcript_page_name
 
     transcript = long_run / "long-survey" / "transcript.jsonl"
     assert transcript.stat().st_size > 30 * 2**20  # the job is as big as the one that made a 44 MB page
@@ -334,7 +334,7 @@ def test_a_3000_turn_jobs_transcript_is_split_into_pages_of_bounded_size(long_ru
 
 
 def test_a_transcript_cut_back_loses_its_extra_pages_and_a_huge_block_is_cut(long_run, tmp_path):
-    from runner.viewer.pages import TEXT_SHOWN_CHARS
+    from runner.ui.viewer.pages import TEXT_SHOWN_CHARS
 
     run_dir = tmp_path / long_run.name
     shutil.copytree(long_run, run_dir, symlinks=True)
@@ -353,7 +353,7 @@ def test_a_transcript_cut_back_loses_its_extra_pages_and_a_huge_block_is_cut(lon
 def test_serve_serves_a_long_transcripts_pages_and_no_other(long_run):
     from starlette.testclient import TestClient
 
-    from runner.viewer.serve import create_app
+    from runner.ui.viewer.serve import create_app
 
     client = TestClient(create_app(long_run), base_url="http://127.0.0.1")
     page = client.get("/view/long-survey.2.html")

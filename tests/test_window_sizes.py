@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.compactor.compactor import TRANSCRIPT, CompactionState
+from runner.compaction.compactor import TRANSCRIPT, CompactionState
 from runner.config import Limits
 from runner.messages import measure
-from runner.store import JobStore, read_jsonl
+from runner.rundir.store import JobStore, read_jsonl
 
 MESSAGES = [
     {"role": "user", "content": 'Survey "this" — é 中文 \t tab \\ backslash \u2028 sep'},

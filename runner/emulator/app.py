@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..compactor.summarizer import SYSTEM_PROMPT
+from ..compaction.summarizer import SYSTEM_PROMPT
 from .compaction import effective_view
 from .faults import (
     DroppedResponse,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..compactor.fallback import fallback_summary
+from ..compaction.fallback import fallback_summary
 from ..messages import Message, blocks, merge_adjacent, tool_results
 from .tokens import estimate
 

@@ -20,11 +20,11 @@ import json
 import uuid
 from typing import Any
 
-from ..compactor.fallback import fallback_summary
-from ..compactor.summarizer import SYSTEM_PROMPT
+from ..compaction.fallback import fallback_summary
+from ..compaction.summarizer import SYSTEM_PROMPT
 from ..messages import Message, blocks
 from ..models.policy import decide, partial_report
-from ..rundocs import USAGE_KEYS
+from ..rundir.docs import USAGE_KEYS
 from .caching import without_cache_control
 from .compaction import server_compaction
 from .state import EmulatorState

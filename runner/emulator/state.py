@@ -12,7 +12,7 @@ import threading
 from collections import Counter, deque
 from typing import Any
 
-from ..rundocs import USAGE_KEYS
+from ..rundir.docs import USAGE_KEYS
 from .caching import PromptCache
 from .config import EmulatorConfig
 from .faults import SlidingWindow

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..rundocs import USAGE_KEYS
+from ..rundir.docs import USAGE_KEYS
 
 # The anthropic-beta header that server-side compaction (``context_management``) needs: sent by the
 # anthropic backend, required by the emulator.

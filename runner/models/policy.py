@@ -53,7 +53,7 @@ from ..protocol import (
     saved_path,
     without_footer,
 )
-from ..rundocs import TRANSCRIPT
+from ..rundir.docs import TRANSCRIPT
 from . import memory_survey
 from .listing import Listing, rel, skipped
 from .memory_survey import OUTLINE_PATTERN, TODO_PATTERN, count_matches, first_doc_line

@@ -1,0 +1,66 @@
+"""``run_job``: the seam where one job runs. Every executor calls it, each with its own implementation
+of the services (in this process for the local executor; cluster-wide ones elsewhere).
+
+Guarantees: it never raises for the job's own failure (the result says ``failed`` and why, and the
+job's files are written); it raises only when cancelled, after the job's files are written with
+status ``cancelled``, and with :class:`~runner.models.base.BackendUnusable` when the backend refuses
+every call (bad credentials, nothing listening), so the executor can stop the batch.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..compaction.compactor import Compactor
+from ..jobs import JobSpec
+from ..messages import Message, one_line
+from ..models.base import BackendUnusable, Model
+from ..pricing import PriceTable
+from ..rundir.docs import JobMetrics, Status
+from ..rundir.store import JobStore
+from ..services import Budget, RunBudget
+from .session import JobProgress, JobResult, Session
+
+
+@dataclass
+class Services:
+    """What a job uses besides its own files, shared by the jobs of an executor."""
+
+    model: Model
+    compactor: Compactor  # its Summarizer holds the batch's summary gate
+    summary_model: str
+    prices: PriceTable = field(default_factory=PriceTable)
+    budget: Budget = field(default_factory=RunBudget)
+
+
+@dataclass
+class Resumed:
+    """Where a resumed job continues: its history so far and what it had spent."""
+
+    history: list[Message]
+    prior: JobMetrics | None  # its metrics.json so far, if it had one
+
+
+async def run_job(spec: JobSpec, run_dir: Path, services: Services, progress: JobProgress | None = None,
+                  resumed: Resumed | None = None, result: JobResult | None = None) -> JobResult:
+    """Run ``spec`` to an ending in ``run_dir/<name>/``; return its result. ``result``, when given, is
+    filled in as the job goes, so a caller that is cancelled still holds what the job did."""
+    progress = progress or JobProgress(spec.name)
+    result = result or JobResult(spec.name, Status.RUNNING, model=spec.model)
+    result.worker = result.worker or {"node": socket.gethostname(), "pid": os.getpid()}
+    try:
+        store = JobStore(run_dir / spec.name)
+        await store.open()
+        session = Session(spec, services.model, services.compactor, store, services.summary_model, progress,
+                          resumed.history if resumed else None, resumed.prior if resumed else None,
+                          services.budget, services.prices, result)
+        await session.run()
+    except BackendUnusable:  # no job can run on this backend: the executor stops the batch
+        raise
+    except Exception as e:  # setting the job up failed (its directory, the disk): this job alone fails
+        result.status, result.error = Status.FAILED, one_line(f"could not run the job: {type(e).__name__}: {e}")
+        progress.status = result.status
+    return result

@@ -1,0 +1,174 @@
+"""``context.jsonl``: the compacted context of a job, recorded by reference, and rebuilt on resume.
+
+One line is appended whenever a compaction stage changes the window; the window at any later turn is
+that line plus the transcript lines written after it. A line lists the window's entries; each block of
+each entry is a reference, not a copy:
+
+- ``{"t": 12}``: message 12 of ``transcript.jsonl`` (1-based) as written; ``{"t": 12, "b": 3}`` its block 3;
+- ``{"t": 12, "b": 3, "saved": "tool-results/x.txt"}``: that tool_result with its content replaced by
+  the placeholder naming the saved output; with ``"preview": n``, by the persisted-output marker
+  with an ``n``-character preview (both rebuilt from the saved file);
+- ``{"summary": "summaries/0001.md", "label": ..., "where": ...}``: a summary message;
+- ``{"x": block}``: anything else (the short markers compaction writes), inline.
+
+Guarantee: :func:`decode` of a line returns exactly the window :class:`Recorder` encoded, given the
+same transcript and job directory (a saved output is never rewritten with other content).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..messages import Message
+from ..protocol import is_persisted, persisted_marker, persisted_preview, placeholder, saved_path
+from ..rundir.store import JobStore
+from .stages import summary_message
+from .window import Entry
+
+Ref = dict[str, Any]
+
+
+def _read(store: JobStore, rel: str) -> str:
+    with open(store.resolve(rel), encoding="utf-8", errors="surrogatepass", newline="") as f:
+        return f.read()
+
+
+class Recorder:
+    """Remembers where every block of the window came from, and encodes the window as references.
+
+    Objects are tracked by identity (stages never mutate a block, they copy the ones they change) and
+    held only while they are in the window, so memory stays proportional to the window."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Any, Ref]] = {}
+        self._by_text: dict[str, Ref] = {}
+        self._results: dict[str, tuple[int, int]] = {}  # tool_use_id -> (transcript line, block index)
+
+    def added(self, message: Message, seq: int) -> None:
+        """``message`` is line ``seq`` of the transcript."""
+        content = message.get("content")
+        self._by_id[id(message)] = (message, {"t": seq})
+        if isinstance(content, str):
+            self._by_text[content] = {"t": seq}
+            return
+        for i, block in enumerate(content or []):
+            self._by_id[id(block)] = (block, {"t": seq, "b": i})
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                self._results[str(block.get("tool_use_id", ""))] = (seq, i)
+
+    def summary(self, message: Message, path: str, label: str, where: str, memory: str = "") -> None:
+        ref = {"summary": path, "label": label, "where": where, **({"memory": memory} if memory else {})}
+        self._by_id[id(message)] = (message, ref)
+        self._by_text[message["content"]] = ref
+
+    def encode(self, entries: list[Entry]) -> list[Ref]:
+        live: set[int] = set()
+        out = [self._entry(e, live) for e in entries]
+        if len(self._by_id) > 4 * len(live) + 64:  # forget what left the window
+            self._by_id = {k: v for k, v in self._by_id.items() if k in live}
+        return out
+
+    def _entry(self, entry: Entry, live: set[int]) -> Ref:
+        message = entry.message
+        ref: Ref = {"role": message["role"]}
+        if entry.seq is not None:
+            ref["seq"] = entry.seq
+        if entry.seen:
+            ref["seen"] = 1
+        known = self._by_id.get(id(message))
+        content = message.get("content")
+        if known is not None:
+            live.add(id(message))
+            if isinstance(content, list):
+                live.update(map(id, content))
+            ref["m"] = known[1]
+            return ref
+        if isinstance(content, str):
+            ref["m"] = self._by_text.get(content) or {"x": content}
+            return ref
+        ref["c"] = [self._block(b, live) for b in content or []]
+        return ref
+
+    def _block(self, block: Any, live: set[int]) -> Ref:
+        known = self._by_id.get(id(block))
+        if known is not None:
+            live.add(id(block))
+            return known[1]
+        if isinstance(block, dict) and block.get("type") == "text" and block.get("text") in self._by_text:
+            return {**self._by_text[block["text"]], "text": 1}
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            where = self._results.get(str(block.get("tool_use_id", "")))
+            content = block.get("content")
+            path = saved_path(content)
+            if where is not None and path is not None and isinstance(content, str):
+                ref: Ref = {"t": where[0], "b": where[1], "saved": path}
+                if is_persisted(content):
+                    ref["preview"] = len(persisted_preview(content))
+                return ref
+        return {"x": block}
+
+
+    def decode(self, refs: list[Ref], transcript: list[Message], store: JobStore, active_request: str) -> list[Entry]:
+        """The window a context line describes, each part remembered under the reference it came from.
+        Raises (KeyError, IndexError, TypeError, OSError, ValueError) when the transcript or a saved
+        file does not match it."""
+        entries = []
+        for ref in refs:
+            if "m" in ref:
+                message = {"role": ref["role"], "content": _content(ref["m"], transcript, store, active_request)}
+                self._remember(message, ref["m"])
+            else:
+                content = []
+                for b in ref["c"]:
+                    block = _block(b, transcript, store, active_request)
+                    self._remember(block, b)
+                    content.append(block)
+                message = {"role": ref["role"], "content": content}
+            if ref["role"] not in ("user", "assistant"):
+                raise ValueError(f"unknown role {ref['role']!r}")
+            entries.append(Entry.of(message, ref.get("seq"), bool(ref.get("seen"))))
+        return entries
+
+    def _remember(self, obj: Any, ref: Ref) -> None:
+        if "x" in ref:
+            return
+        self._by_id[id(obj)] = (obj, ref)
+        content = obj.get("content") if isinstance(obj, dict) else None
+        if isinstance(content, str) and "b" not in ref:
+            self._by_text[content] = ref
+        if isinstance(content, list) and "t" in ref and "b" not in ref:
+            for i, block in enumerate(content):
+                self._remember(block, {"t": ref["t"], "b": i})
+        if "t" in ref and "b" in ref and isinstance(obj, dict) and obj.get("type") == "tool_result":
+            self._results[str(obj.get("tool_use_id", ""))] = (ref["t"], ref["b"])
+
+
+def _content(ref: Ref, transcript: list[Message], store: JobStore, active_request: str) -> Any:
+    if "x" in ref:
+        return ref["x"]
+    if "summary" in ref:
+        text = _read(store, ref["summary"])
+        return summary_message(ref["label"], active_request, text, ref["where"], ref.get("memory", ""))["content"]
+    return _line(transcript, ref["t"])["content"]
+
+
+def _line(transcript: list[Message], seq: int) -> Message:
+    if not 1 <= seq <= len(transcript):
+        raise IndexError(f"transcript message {seq} is not there")
+    return transcript[seq - 1]
+
+
+def _block(ref: Ref, transcript: list[Message], store: JobStore, active_request: str) -> Any:
+    if "x" in ref:
+        return ref["x"]
+    if ref.get("text"):
+        return {"type": "text", "text": _content({k: v for k, v in ref.items() if k != "text"}, transcript,
+                                                 store, active_request)}
+    block = _line(transcript, ref["t"])["content"][ref["b"]]
+    if "saved" not in ref:
+        return block
+    path = ref["saved"]
+    if "preview" not in ref:
+        return {**block, "content": placeholder(path)}
+    text = _read(store, path)
+    return {**block, "content": persisted_marker(path, text, ref["preview"])}

@@ -1,0 +1,399 @@
+"""The ``ray`` executor's driver: starts (or joins) Ray, starts the run's services actor and its
+workers, assigns jobs, collects their results, shows the live display and writes ``run.json``.
+
+Guarantees:
+- Before any job starts, every worker writes a probe file into the run directory and the driver
+  reads it back: a worker that cannot see the run directory is one :class:`ConfigError`.
+- A worker process that dies (kill -9, its node lost) loses no job: each of its jobs continues on
+  another worker from its last complete turn (as ``runner resume`` would continue it), at most
+  ``MAX_REQUEUES`` times per job; a replacement worker is started to keep the pool's size.
+- A worker is declared dead once, by whichever comes first: Ray reports it (a job's or a poll's
+  ``RayActorError``) or it stops answering polls for ``stall_s`` seconds (its event loop blocked,
+  the process stopped). Declaring it dead kills it (``ray.kill``; SIGKILL too when it runs on the
+  driver's node), gives back every slot it held at the services actor and fences it there, and
+  only then are its jobs continued elsewhere: a job, and the call it had in flight, runs again
+  exactly once per death, never on two workers at once. ``run.json``'s ``workers`` say which were
+  lost, why, and what was given back for each.
+- Ctrl-C (SIGINT or SIGTERM) cancels every job on every worker; each writes its files with status
+  ``cancelled`` and the batch reports ``interrupted``. A second Ctrl-C stops waiting for them.
+- Every job ends in a final state in ``run.json``, which also gets the services actor's counts
+  once every job ended (``slots_at_end``: all zero unless a slot leaked).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import ray
+from ray.exceptions import RayActorError
+
+from ..agent.continuation import cut_transcript
+from ..agent.runjob import Resumed
+from ..agent.session import JobProgress, JobResult
+from ..config import ConfigError, Settings
+from ..jobs import JobSpec
+from ..messages import one_line
+from ..rundir.docs import (
+    EVENTS,
+    Status,
+    WorkerLostEvent,
+    event_lines,
+    read_metrics,
+)
+from ..rundir.store import read_jsonl, write_atomic_sync
+from .ray_services import RunServices, leaked
+from .ray_worker import JobWorker, WorkerConfig
+from .scheduler import (
+    Batch,
+    BatchResult,
+    Display,
+    NoDisplay,
+    _quietly,
+    _quietly_call,
+    _record_load_error,
+    _RunJson,
+)
+
+MAX_REQUEUES = 3
+POLL_INTERVAL_S = 0.5
+POLL_WAIT_S = 2.0  # a poll not answered by then is retried next round
+STALL_S = 60.0  # a worker that answered no poll for this long is declared dead
+CANCEL_WAIT_S = 30.0
+
+
+def continue_point(job_dir: Path, spec: JobSpec, lost: dict[str, Any]) -> Resumed | None:
+    """Where a job whose worker (``lost``) died continues: its transcript cut back to the last complete
+    turn (rewritten so), and its metrics so far; ``None`` to start it over (no usable transcript).
+    ``events.jsonl`` gets a ``worker_lost`` line saying from which message the job continues and how
+    many model turns it lost (they run again). A job the worker had not started yet (no directory)
+    simply starts."""
+    if not job_dir.is_dir():
+        return None
+    cut = cut_transcript(job_dir, spec.prompt)
+    events, _ = read_jsonl(job_dir / EVENTS)
+    events.append(WorkerLostEvent(worker=lost, continue_from_message=len(cut.history or []),
+                                  turns_rerun=cut.turns_rerun).line())
+    # rewritten whole: a half-written last line (the worker died mid-write) is dropped
+    write_atomic_sync(job_dir / EVENTS, event_lines(events))
+    if cut.history is None:
+        return None
+    return Resumed(cut.history, read_metrics(job_dir))
+
+
+async def _answer(ref: Any, what: str) -> Any:
+    """``await ref``; ``None`` (and a warning on stderr) when it fails: bookkeeping never ends the batch."""
+    try:
+        return await ref
+    except Exception as e:  # noqa: BLE001
+        print(f"warning: {what}: {type(e).__name__}: {one_line(str(e))}", file=sys.stderr)
+        return None
+
+
+def worker_config(batch: Batch, settings: Settings) -> WorkerConfig:
+    return WorkerConfig(backend=str(batch.meta.get("backend", "offline")), runner=settings.runner,
+                        summarizer=settings.summarizer, max_retries=settings.limits.max_retries,
+                        prices=batch.prices, budget_limit=batch.run_budget.limit,
+                        base_url=os.environ.get("ANTHROPIC_BASE_URL"))
+
+
+@dataclass
+class _Worker:
+    owner: str
+    handle: Any
+    where: dict[str, Any] = field(default_factory=dict)
+    load: int = 0
+
+
+class Pool:
+    """The run's workers: started and probed, picked least loaded, replaced when one dies."""
+
+    def __init__(self, run_dir: Path, config: WorkerConfig, services: Any, size: int):
+        self.run_dir = run_dir
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.config = config
+        self.services = services
+        self.size = size
+        self.live: dict[str, _Worker] = {}
+        self.started: list[dict[str, Any]] = []  # every worker started, for run.json
+        self.handles: list[Any] = []
+        self.lost: list[str] = []
+        self._ids = 0
+        self._lock = anyio.Lock()
+
+    async def _start_one(self) -> _Worker:
+        self._ids += 1
+        owner = f"w{self._ids}-{secrets.token_hex(3)}"
+        handle = JobWorker.options(  # type: ignore[attr-defined]  # a @ray.remote class
+                                   max_concurrency=self.config.runner.concurrency + 16,
+                                   scheduling_strategy="SPREAD").remote(self.config, self.services, owner)
+        worker = _Worker(owner, handle)
+        self.handles.append(handle)
+        answer = await self._probe(worker)
+        worker.where = {k: answer[k] for k in ("node", "node_id", "pid")}
+        self.live[owner] = worker
+        self.started.append({"owner": owner, **worker.where})
+        return worker
+
+    async def _probe(self, worker: _Worker) -> dict[str, Any]:
+        token = secrets.token_hex(8)
+        path = self.run_dir.absolute() / f".probe-{worker.owner}"
+        try:
+            answer = await worker.handle.probe.remote(str(path), token)
+        except RayActorError as e:
+            raise ConfigError([f"ray executor: a worker could not start: {one_line(str(e.__cause__ or e))}"]) from None
+        where = f"ray worker on {answer['node']} (pid {answer['pid']})"
+        try:
+            seen = path.read_text(encoding="utf-8").strip()
+            path.unlink()
+        except OSError:
+            seen = None
+        if answer["error"] or seen != token:
+            reason = answer["error"] or f"its probe file {path.name} did not appear on the driver's side"
+            raise ConfigError([f"{self.run_dir}: the {where} cannot see the run directory ({reason}); on a "
+                               "multi-machine cluster the run directory must be on storage every node sees, "
+                               "at the same path"])
+        return answer
+
+    async def start(self) -> None:
+        """Start and probe every worker; the first problem found is the one raised."""
+        try:
+            async with anyio.create_task_group() as tg:
+                for _ in range(self.size):
+                    tg.start_soon(self._start_one)
+        except BaseExceptionGroup as group:
+            problems = group.subgroup(lambda e: isinstance(e, ConfigError))
+            first = problems.exceptions[0] if problems else group.exceptions[0]
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
+
+    def pick(self) -> _Worker:
+        return min(self.live.values(), key=lambda w: w.load)
+
+    async def replace(self, worker: _Worker, reason: str = "died") -> None:
+        """Declare ``worker`` dead (``reason``: ``died``, Ray said so; ``stalled``, it stopped answering):
+        kill it, give back and fence what it held at the services, start another in its place. Only
+        the first call for a worker does this; every caller returns once it is done."""
+        async with self._lock:
+            if self.live.pop(worker.owner, None) is None:
+                return  # another of its jobs already reported it
+            self.lost.append(worker.owner)
+            entry = next((e for e in self.started if e["owner"] == worker.owner), {})
+            entry.update(lost=True, lost_because=reason)
+            self._kill(worker)
+            entry["released"] = await _answer(self.services.release_owner.remote(worker.owner),
+                                              "could not give back a lost worker's slots") or {}
+            if len(self.live) < self.size and len(self.lost) <= 4 * self.size:
+                try:
+                    await self._start_one()
+                except Exception:  # noqa: BLE001 - the live workers carry on; none left is the error below
+                    pass
+            if not self.live:
+                raise RuntimeError("ray executor: every worker died and none could be started")
+
+    def _kill(self, worker: _Worker) -> None:
+        """Make sure ``worker`` runs nothing more: a worker Ray lost touch with, or one that stopped
+        answering, may still be alive (a stopped process survives ``ray.kill``)."""
+        try:
+            ray.kill(worker.handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        pid = worker.where.get("pid")
+        if worker.where.get("node_id") == self.node_id and isinstance(pid, int) and pid != os.getpid():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass  # already gone
+
+    def close(self) -> None:
+        for handle in self.handles:
+            ray.kill(handle)
+
+
+async def run_batch_ray(batch: Batch, settings: Settings, display: Display | None = None, *,
+                        workers: int | None = None, summary_window_s: float = 60.0,
+                        stall_s: float = STALL_S) -> BatchResult:
+    """:func:`runner.execution.scheduler.run_batch` on the Ray cluster this process is connected to."""
+    display = display or NoDisplay()
+    out = BatchResult(batch.run_dir)
+    progress = {s.name: JobProgress(s.name) for s in batch.specs}
+    run_json = _RunJson(batch, progress)
+    s = settings.summarizer
+    services = RunServices.options(  # type: ignore[attr-defined]  # a @ray.remote class
+                                   name=f"runner-services-{batch.run_dir.name}-{secrets.token_hex(3)}",
+                                   get_if_exists=True).remote(
+        s.max_concurrent, s.requests_per_minute, summary_window_s, settings.runner.concurrency,
+        batch.run_budget.limit)
+    size = workers or max(1, min(batch.concurrency, int(ray.available_resources().get("CPU", 1))))
+    await anyio.Path(batch.run_dir).mkdir(parents=True, exist_ok=True)
+    pool = Pool(batch.run_dir, worker_config(batch, settings), services, size)
+    limiter = anyio.CapacityLimiter(batch.concurrency)
+    stopping = anyio.Event()
+
+    async def run_one(spec: JobSpec) -> None:
+        async with limiter:
+            result = JobResult(spec.name, Status.CANCELLED, error="cancelled before it started", model=spec.model)
+            if stopping.is_set():
+                out.results[spec.name] = run_json.results[spec.name] = result
+                return
+            try:
+                display.job_started(progress[spec.name])
+                await run_json.write()
+                history = batch.histories.get(spec.name)
+                resumed = Resumed(history, batch.priors.get(spec.name)) if history else None
+                for attempt in range(MAX_REQUEUES + 1):
+                    worker = pool.pick()
+                    worker.load += 1
+                    try:
+                        result = await worker.handle.run.remote(str(batch.run_dir.absolute()), spec, resumed)
+                        break
+                    except RayActorError as e:
+                        await pool.replace(worker)
+                        if stopping.is_set():
+                            result.error = "cancelled; its worker died"
+                            break
+                        if attempt == MAX_REQUEUES:
+                            result = JobResult(spec.name, Status.FAILED, model=spec.model, error=one_line(
+                                f"its Ray worker died {attempt + 1} times; last: {type(e).__name__}"))
+                            break
+                        resumed = await anyio.to_thread.run_sync(continue_point, batch.run_dir / spec.name, spec,
+                                                                 {"owner": worker.owner, **worker.where})
+                    finally:
+                        worker.load -= 1
+            finally:
+                out.results[spec.name] = run_json.results[spec.name] = result
+                progress[spec.name].status = result.status
+                with anyio.CancelScope(shield=True):
+                    await _quietly(run_json.write())
+                _quietly_call(display.job_finished, result)
+
+    async def watch(worker: _Worker) -> None:
+        """Poll one worker for its jobs' progress; declare it dead when Ray says so or when it has
+        answered no poll for ``stall_s`` seconds."""
+        answered = anyio.current_time()
+        while worker.owner in pool.live:
+            await anyio.sleep(POLL_INTERVAL_S)
+            states = None
+            try:
+                with anyio.move_on_after(POLL_WAIT_S):
+                    states = await worker.handle.poll.remote()
+            except RayActorError:
+                await pool.replace(worker, "died")
+                return
+            if states is None:
+                if anyio.current_time() - answered >= stall_s and worker.owner in pool.live:
+                    await pool.replace(worker, "stalled")
+                    return
+                continue
+            answered = anyio.current_time()
+            for name, state in states.items():
+                if name in progress and name not in out.results:
+                    vars(progress[name]).update(state)
+
+    async def poll() -> None:
+        watched: set[str] = set()
+        async with anyio.create_task_group() as watchers:
+            while True:
+                for owner, worker in list(pool.live.items()):
+                    if owner not in watched:
+                        watched.add(owner)
+                        watchers.start_soon(watch, worker)
+                await anyio.sleep(POLL_INTERVAL_S)
+
+    async def stop(scope: anyio.CancelScope) -> None:
+        """First signal: cancel every job on every worker and wait for their files; second: stop waiting."""
+        out.interrupted = True
+        stopping.set()
+        with anyio.move_on_after(CANCEL_WAIT_S):
+            for worker in list(pool.live.values()):
+                await _quietly(worker.handle.cancel_all.remote())
+            return
+        scope.cancel()
+
+    try:
+        await pool.start()
+    except BaseException:
+        pool.close()
+        ray.kill(services)
+        raise
+    try:
+        batch.meta = {**batch.meta, "executor": "ray", "workers": pool.started}
+        async with anyio.create_task_group() as tg:
+            await tg.start(_on_signals, lambda: tg.start_soon(stop, tg.cancel_scope), tg.cancel_scope.cancel)
+            tg.start_soon(poll)
+            for error in batch.errors:
+                out.results[error.name] = await _record_load_error(batch.run_dir, error)
+            run_json.results.update(out.results)
+            await run_json.write(force=True)
+            display.start(progress)
+            async with anyio.create_task_group() as jobs:
+                for spec in batch.specs:
+                    jobs.start_soon(run_one, spec)
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            if any(s.name not in out.results for s in batch.specs):  # cancelled while jobs ran
+                stopping.set()
+                with anyio.move_on_after(CANCEL_WAIT_S):
+                    for worker in list(pool.live.values()):
+                        await _quietly(worker.handle.cancel_all.remote())
+            for spec in batch.specs:
+                if spec.name not in out.results:
+                    out.results[spec.name] = run_json.results[spec.name] = JobResult(
+                        spec.name, Status.CANCELLED, error="cancelled before it started", model=spec.model)
+            run_json.finished = True
+            run_json.interrupted = out.interrupted
+            with anyio.move_on_after(10):
+                slots = await _answer(services.state.remote(), "could not read the services' counts")
+                if slots is not None:
+                    batch.meta = {**batch.meta, "slots_at_end": {
+                        "leaked": leaked(slots), **{k: slots[k] for k in (
+                            "gate_held", "gate_waiting", "calls_held", "calls_waiting", "held", "waiting")}}}
+            await _quietly(run_json.write(force=True))
+            for worker in list(pool.live.values()):
+                with anyio.move_on_after(5):
+                    await _quietly(worker.handle.aclose.remote())
+            pool.close()
+            ray.kill(services)
+            _quietly_call(display.stop)
+    return out
+
+
+async def _on_signals(first: Callable[[], None], second: Callable[[], None], *,
+                      task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
+        seen = 0
+        async for _ in signals:
+            seen += 1
+            (first if seen == 1 else second)()
+            if seen > 1:
+                return
+
+
+def run_on_ray(batch: Batch, settings: Settings, display: Display | None = None) -> BatchResult:
+    """Connect to Ray (``[runner] ray_address``; none: start a local instance), run the batch, disconnect."""
+    started = not ray.is_initialized()
+    if started:
+        address = settings.runner.ray_address
+        try:
+            ray.init(address=address or None, include_dashboard=False, logging_level=logging.WARNING,
+                     log_to_driver=False, configure_logging=True)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise ConfigError([f"runner.ray_address: could not connect to Ray at {address!r}: {one_line(str(e))}"
+                               if address else f"ray executor: could not start Ray: {one_line(str(e))}"]) from None
+    try:
+        return anyio.run(run_batch_ray, batch, settings, display)
+    finally:
+        if started:
+            ray.shutdown()

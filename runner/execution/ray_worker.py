@@ -1,0 +1,117 @@
+"""A Ray worker: an async actor running many jobs through :func:`runner.agent.runjob.run_job` on its own
+event loop, with the cluster-wide services of :mod:`.ray_services`.
+
+Each worker builds its own model and HTTP client from :class:`WorkerConfig`. The API key is never
+passed: it is read from the worker's environment (inherited from the driver when the driver starts
+Ray, or from the environment of ``ray start`` on each node).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import ray
+
+from ..agent.runjob import Resumed, Services, run_job
+from ..agent.session import JobProgress, JobResult
+from ..compaction.compactor import Compactor
+from ..compaction.summarizer import Summarizer
+from ..config import RunnerSection, SummarizerSection
+from ..jobs import JobSpec
+from ..models.base import Model
+from ..pricing import PriceTable
+from ..rundir.docs import Status
+from .ray_services import RayBudget, RayCallLimit, RayGate
+
+
+@dataclass
+class WorkerConfig:
+    """What a worker needs to build its services; plain data, no secrets."""
+
+    backend: str  # "anthropic" or "offline"
+    runner: RunnerSection
+    summarizer: SummarizerSection
+    max_retries: int
+    prices: PriceTable
+    budget_limit: float | None
+    base_url: str | None = None
+
+
+def build_model(config: WorkerConfig, calls: RayCallLimit) -> tuple[Model, Summarizer | None, Model | None]:
+    """The jobs' model and the raw model summaries use (``None`` offline)."""
+    if config.backend == "offline":
+        from ..models.offline import OfflineModel
+
+        return OfflineModel(), None, None
+    if not os.environ.get("ANTHROPIC_API_KEY"):
+        raise RuntimeError(f"ANTHROPIC_API_KEY is not set in the environment of the Ray worker on "
+                           f"{socket.gethostname()}; set it where the node's `ray start` runs")
+    from ..models.adaptive import AdaptiveModel
+    from ..models.anthropic import AnthropicModel
+
+    raw = AnthropicModel(base_url=config.base_url, max_retries=config.max_retries,
+                         timeout=config.runner.request_timeout_s, on_rate_limited=calls.rate_limited,
+                         shards=-(-config.runner.concurrency // 25),
+                         max_reply_bytes=config.runner.max_reply_bytes,
+                         max_retry_after_s=config.runner.max_retry_after_s)
+    return AdaptiveModel(raw, calls), None, raw
+
+
+@ray.remote
+class JobWorker:
+    def __init__(self, config: WorkerConfig, services: Any, owner: str):
+        self.config = config
+        self.owner = owner
+        self.where = {"node": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(),
+                      "pid": os.getpid()}
+        calls = RayCallLimit(services, owner)
+        self.model, _, raw = build_model(config, calls)
+        s = config.summarizer
+        summarizer = Summarizer(raw, s.model, max_input_chars=s.max_input_chars,
+                                max_output_tokens=s.max_output_tokens, gate=RayGate(services, owner))
+        self.services = Services(self.model, Compactor(summarizer), s.model, config.prices,
+                                 RayBudget(services, config.budget_limit))
+        self.progress: dict[str, JobProgress] = {}
+        self.scopes: dict[str, anyio.CancelScope] = {}
+
+    async def probe(self, path: str, token: str) -> dict[str, Any]:
+        """Write ``token`` to ``path`` (a file in the run directory), so the driver can read it back;
+        returns where this worker runs and, if it could not write, why."""
+        try:
+            await anyio.Path(path).write_text(f"{token}\n")
+            error = None
+        except OSError as e:
+            error = f"{type(e).__name__}: {e.strerror or e}"
+        return {**self.where, "error": error}
+
+    async def run(self, run_dir: str, spec: JobSpec, resumed: Resumed | None) -> JobResult:
+        """Run one job to its ending; a cancelled job (:meth:`cancel_all`) returns status ``cancelled``."""
+        result = JobResult(spec.name, Status.RUNNING, model=spec.model)
+        result.worker = dict(self.where)
+        progress = self.progress[spec.name] = JobProgress(spec.name)
+        scope = self.scopes[spec.name] = anyio.CancelScope()
+        try:
+            with scope:
+                await run_job(spec, Path(run_dir), self.services, progress, resumed, result)
+        finally:
+            self.scopes.pop(spec.name, None)
+            self.progress.pop(spec.name, None)
+        return result
+
+    async def poll(self) -> dict[str, dict[str, Any]]:
+        """The progress of every job running here."""
+        return {name: asdict(p) for name, p in self.progress.items()}
+
+    async def cancel_all(self) -> int:
+        """Cancel every job running here; each writes its files and its ``run`` returns. Returns how many."""
+        for scope in self.scopes.values():
+            scope.cancel()
+        return len(self.scopes)
+
+    async def aclose(self) -> None:
+        await self.model.aclose()

@@ -1,0 +1,543 @@
+"""Per-job persistence: one directory per job, every write through aiofiles.
+
+Guarantees:
+- Whole files (``metrics.json``, ``job.json``, ``final.md``, persisted outputs, summaries) are
+  written to a temporary name in the same directory and renamed, so a reader (or a run killed
+  with SIGKILL) sees the old file or the new one, never a torn one. The metrics checkpoint, rewritten
+  up to once a second, swaps names with a spare file instead of making a new file each time
+  (:func:`swap_in_sync`); the job's last write of it is a fresh file again, and removes the spare.
+- JSONL files are append-only; each record is one whole line, and the lines a flush adds to a file
+  go in one ``write``. A half-written last line (the process was killed mid-write) is skipped and
+  reported by :func:`read_jsonl`.
+- File names made from ids the model or API chose are sanitized and can never leave the job
+  directory, nor overwrite another id's output.
+- A turn's writes are queued (:meth:`JobStore.queue`) and written by one :meth:`JobStore.flush`: one
+  hop to aiofiles' executor per turn. A flush writes persisted outputs first, then the JSONL lines
+  (each file's lines in one write, files in the order they were first queued), then whole files such
+  as the metrics checkpoint; so a line on disk never names an output that is not. The owner flushes
+  before anything it queued is shown to a model; a crash loses at most what was queued since.
+- A disk quota per job (:attr:`JobStore.max_bytes`, the job's ``max_job_bytes``): the store keeps a
+  running total of the bytes in its directory (seeded from what is there when it opens: a resumed
+  job's files count) and refuses, before writing anything, a write that would pass the quota, with
+  :class:`DiskQuotaExceeded`; from then on every write is refused (the job must end: a transcript
+  with a hole in it would not reload), except the job's final documents (``final.md``,
+  ``metrics.json``), which are always written.
+- No blocking file I/O on the event loop: what is already in ``tool-results/`` and ``summaries/`` is
+  learned once, off the loop, by :meth:`JobStore.open`; naming an output or a summary touches no
+  file. Files that appear there later by other hands are not seen (a job directory has one writer).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import hashlib
+import itertools
+import json
+import os
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiofiles
+import aiofiles.os
+import anyio
+
+from .docs import FINAL, LATEST, METRICS
+from .docs import SUMMARIES as SUMMARIES
+from .docs import TOOL_RESULTS as TOOL_RESULTS
+
+_SAFE = re.compile(r"[^A-Za-z0-9_-]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_TMP_IDS = itertools.count()
+
+
+def safe_name(raw: str) -> str:
+    """A file stem for ``raw`` that is unique per ``raw``, short, and has no path separators."""
+    cleaned = _SAFE.sub("_", raw)[:64]
+    if cleaned == raw and cleaned:
+        return cleaned
+    digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{cleaned}-{digest}" if cleaned.strip("_") else f"id-{digest}"
+
+
+def dumps(obj: Any) -> str:
+    """One JSON text; a lone surrogate (which UTF-8 cannot encode) goes out as its ``\\udXXX`` escape,
+    so the line is written and reads back as the same string."""
+    text = json.dumps(obj, ensure_ascii=False)
+    return text if text.isascii() or not _SURROGATE.search(text) else json.dumps(obj)
+
+
+def _write_file(path: Path, data: bytes, mode: int) -> None:
+    """Write ``data`` to ``path`` (created if missing) opened with ``mode`` (``os.O_TRUNC`` or
+    ``os.O_APPEND``), with bare system calls: open, write, close. A buffered text file would add an
+    fstat, an isatty ioctl and seeks per open, each a release of the GIL the event loop then waits on."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | mode, 0o666)
+    try:
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def write_atomic_sync(path: Path, text: str) -> None:
+    """The blocking twin of :func:`write_atomic`, for code that runs before the event loop."""
+    # a temporary name of its own per write: two writes of one file never share (and tear) one
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_TMP_IDS)}.tmp")
+    try:
+        _write_file(tmp, text.encode("utf-8", "surrogatepass"), os.O_TRUNC)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, say: no temporary file is left behind
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+RENAME_EXCHANGE = 2  # renameat2(2) flag: swap two names in one step
+_AT_FDCWD = -100
+_CANNOT_EXCHANGE = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV}  # this system or file system
+
+
+@functools.cache
+def _renameat2() -> Any:
+    """libc's ``renameat2``, or None where there is none (not Linux, an old libc); looked up on first use."""
+    import ctypes
+
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError, TypeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_exchange_works = True  # until this system or file system says it cannot
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names ``a`` and ``b`` in one step; False, with nothing done, when ``b`` does not exist
+    yet or this system cannot (then it is not tried again in this process)."""
+    global _exchange_works
+    function = _renameat2() if _exchange_works else None
+    if function is None:
+        return False
+    if function(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    import ctypes
+
+    if ctypes.get_errno() in _CANNOT_EXCHANGE:
+        _exchange_works = False
+    return False
+
+
+SPARE_SUFFIX = ".spare"
+
+
+def spare_of(path: Path) -> Path:
+    """The file this process writes a checkpoint of ``path`` into before it takes ``path``'s name (a
+    process of its own: a lost Ray worker still running never writes into the same spare as the
+    worker that took its jobs over)."""
+    return path.with_name(f".{path.name}.{os.getpid()}{SPARE_SUFFIX}")
+
+
+def swap_in_sync(path: Path, text: str) -> None:
+    """Checkpoint ``path``: write ``text`` into this process's spare of it and exchange the two names
+    (``renameat2`` ``RENAME_EXCHANGE``); the old text becomes the spare, overwritten by the next
+    checkpoint. A file rewritten every turn (the metrics checkpoint, at most once a second) so makes
+    and frees no inode per write: on ext4 making one costs 0.1-0.5 ms of kernel time, an exchange
+    about 10 µs. Where the exchange cannot be done (no ``renameat2``, no ``path`` yet) the spare is
+    renamed over ``path`` instead and is gone.
+
+    What a reader sees: the old file or the new, whole, at any moment, and after a SIGKILL. A reader
+    that opened ``path`` and is still reading it when the next checkpoint (a second later) rewrites
+    that inode as the spare could see a mix; :func:`retire_spare` makes the last write a fresh file,
+    so the job's final documents never have that window. Like the rest of the store this does not
+    fsync: after a power cut the newest text may be lost. One writer per job directory (the run's
+    lock), each write awaited before the next."""
+    spare = spare_of(path)
+    data = text.encode("utf-8", "surrogatepass")
+    try:
+        fd = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
+        try:
+            _write_all(fd, data)
+            os.ftruncate(fd, len(data))  # after the write: a failed write leaves the old spare's tail, not a hole
+        finally:
+            os.close(fd)
+        if not _exchange(spare, path):
+            os.replace(spare, path)
+    except BaseException:  # a full disk, say: the spare's text is not whole, so it goes
+        _unlink_quietly(spare)
+        raise
+
+
+def retire_spare(path: Path, text: str) -> None:
+    """The last write of ``path``: a fresh file renamed over it (:func:`write_atomic_sync`), then the
+    spare a checkpoint left is removed."""
+    write_atomic_sync(path, text)
+    _unlink_quietly(spare_of(path))
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _stale_spares(directory: Path) -> None:
+    """Remove the spares an earlier process left in a job directory (killed before its last write)."""
+    mine = f".{os.getpid()}{SPARE_SUFFIX}"
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.startswith(".") and entry.name.endswith(SPARE_SUFFIX) and not entry.name.endswith(mine):
+                _unlink_quietly(Path(entry.path))
+
+
+class DiskQuotaExceeded(OSError):
+    """A write the job's disk quota (``max_job_bytes``) does not allow; ``strerror`` says what."""
+
+    def __init__(self, message: str):
+        super().__init__(errno.EDQUOT, message)
+
+
+QUOTA_EXEMPT = frozenset({FINAL, METRICS})  # a job's last words are written whatever its quota...
+QUOTA_SLACK = 256 * 1024  # ...final.md cut to what is left of it plus this much (it says so)
+
+
+def cut_to(text: str, room: int, why: str) -> str:
+    """``text`` if it takes at most ``room`` bytes, else its head and one line saying it was cut and why."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= room:
+        return text
+    note = f"\n\n[cut: {len(data):,} bytes, the first {max(0, room - 400):,} kept; {why}]\n"
+    return data[:max(0, room - 400)].decode("utf-8", "ignore") + note
+
+
+def _tree_sizes(directory: Path) -> tuple[int, dict[Path, int]]:
+    """The bytes of every file under ``directory`` (not following links), and each file's size."""
+    sizes: dict[Path, int] = {}
+    total = 0
+    for root, _dirs, names in os.walk(directory):
+        for name in names:
+            path = Path(root, name)
+            try:
+                size = os.lstat(path).st_size
+            except OSError:
+                continue
+            sizes[path] = size
+            total += size
+    return total, sizes
+
+
+def _digest(content: str) -> str:
+    return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _open_sync(directory: Path) -> tuple[dict[str, str], int, Path, tuple[int, dict[Path, int]]]:
+    """Create the job's directories; the outputs already saved (relative path -> content digest),
+    the number of summaries already written, the resolved directory, and the bytes already there (in
+    all, and per file). Run once per job, off the loop: a resumed job's files."""
+    on_disk: dict[str, str] = {}
+    for sub in (TOOL_RESULTS, SUMMARIES):
+        (directory / sub).mkdir(parents=True, exist_ok=True)
+    _stale_spares(directory)
+    with os.scandir(directory / TOOL_RESULTS) as entries:
+        for entry in entries:
+            on_disk[f"{TOOL_RESULTS}/{entry.name}"] = ""  # taken, never the same: a link, a directory...
+            if entry.is_file(follow_symlinks=False):
+                try:
+                    with open(entry.path, encoding="utf-8", errors="surrogatepass", newline="") as f:
+                        on_disk[f"{TOOL_RESULTS}/{entry.name}"] = _digest(f.read())
+                except (OSError, UnicodeDecodeError):
+                    pass
+    with os.scandir(directory / SUMMARIES) as entries:
+        summaries = sum(1 for entry in entries if entry.name.endswith(".md"))
+    # resolve() runs per persisted output; the root once
+    return on_disk, summaries, directory.resolve(), _tree_sizes(directory)
+
+
+def _same_text(path: Path, content: str) -> bool:
+    """Whether the file at ``path`` holds exactly ``content``."""
+    if not os.path.exists(path):  # the usual case; cheaper than a failed open
+        return False
+    try:
+        with open(path, encoding="utf-8", errors="surrogatepass", newline="") as f:
+            return f.read() == content
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _save_sync(where: Callable[[str], Path], outputs: list[tuple[str, str]], appends: list[tuple[Path, str]],
+               files: Sequence[tuple[Path, str]] = ()) -> None:
+    """Outputs ``(rel, content)`` at ``where(rel)``, then appends, then whole files (see JobStore.flush)."""
+    targets = [(where(rel), content) for rel, content in outputs]  # all checked before anything is written
+    for target, content in targets:  # whole files first: an appended record may name them
+        if not _same_text(target, content):
+            write_atomic_sync(target, content)
+    for path, data in appends:
+        _write_file(path, data.encode("utf-8"), os.O_APPEND)
+    for path, text in files:  # last: a checkpoint never counts turns whose lines are not on disk
+        swap_in_sync(path, text)
+
+
+def _overwrite_sync(path: Path, text: str) -> None:
+    data = text.encode("utf-8", "surrogatepass")
+    with open(path, "r+b") as f:
+        if len(data) > os.fstat(f.fileno()).st_blocks * 512:  # it would need new blocks, and could tear
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        f.write(data)
+        f.truncate()
+
+
+# Each file operation is one hop to aiofiles' executor, not one per open/write/flush/close/replace:
+# a hop costs 50-200 µs of thread hand-off, which dominated the Compactor's time (bench/compactor.py).
+# ``in_thread`` is the runner's one way to run blocking file work off the loop (reads included): the
+# same executor as the writes. Waits that may last (a tool call, a sandbox starting) use anyio's own
+# threads instead, so they never hold up a job's writes.
+in_thread = aiofiles.os.wrap
+_write_atomic = aiofiles.os.wrap(write_atomic_sync)
+_save_in_thread = aiofiles.os.wrap(_save_sync)
+_overwrite = aiofiles.os.wrap(_overwrite_sync)
+_open = aiofiles.os.wrap(_open_sync)
+_retire_spare = aiofiles.os.wrap(retire_spare)
+
+
+async def _shielded(operation: Any, *args: Any) -> None:
+    """Await a file operation running in a worker thread. A thread cannot be stopped, so a cancelled
+    caller still waits for its operation to land before the cancellation goes on: the next write of
+    the same file (say, the final metrics.json after a cancelled checkpoint) cannot overtake it."""
+    with anyio.CancelScope(shield=True):
+        await operation(*args)
+
+
+async def overwrite(path: Path, text: str) -> None:
+    """Rewrite ``path`` over the blocks it already has; ENOSPC when ``text`` would need more."""
+    await _shielded(_overwrite, path, text)
+
+
+async def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary name next to ``path``, then rename it over ``path``."""
+    await _shielded(_write_atomic, path, text)
+
+
+def read_jsonl(path: Path) -> tuple[list[Any], list[str]]:
+    """Records of a JSONL file, and a warning for each line that is not whole JSON."""
+    records: list[Any] = []
+    warnings: list[str] = []
+    if not path.exists():
+        return records, warnings
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            last = number >= len(lines) - 1
+            what = "half-written last line" if last else "unreadable line"
+            warnings.append(f"{path}:{number}: {what} skipped")
+    return records, warnings
+
+
+class JobStore:
+    """The files of one job under ``runs/<run-id>/<job>/``.
+
+    Writes of a turn are queued by :meth:`queue` (no I/O) and written by :meth:`flush`; its owner (the
+    job's session) flushes before each model call and once more when the job ends. Only one flush of a
+    store runs at a time (the session awaits each), so its writes land in the order they were queued.
+    The ``write_*`` and ``save`` methods write at once, each in one hop of its own."""
+
+    def __init__(self, directory: Path):
+        self.dir = directory
+        self._names: dict[str, str] = {}  # id + content hash -> reserved path
+        self._owners: dict[str, str] = {}  # reserved path -> its tool_use id (kept: reserve is O(1))
+        self._on_disk: dict[str, str] = {}  # outputs saved before this store opened -> content digest
+        self._summaries = 0  # summaries/ files written or named so far
+        self._root: Path | None = None
+        self._outputs: list[tuple[str, str]] = []  # queued persisted outputs (rel, content)
+        self._lines: dict[str, list[str]] = {}  # queued JSONL lines per file, in first-queued order
+        self._files: dict[str, str] = {}  # queued whole files (name -> text); the newest text wins
+        self._checkpointed: set[str] = set()  # whole files queued here: checkpoints, with a spare each
+        self.max_bytes: int | None = None  # the job's disk quota (max_job_bytes); None: none
+        self.bytes_used = 0  # bytes in the job directory: what was there at open, plus what this store wrote
+        self._sizes: dict[Path, int] = {}  # each whole file's size as far as the store knows it
+        self.over_quota: str | None = None  # why a write was refused: every later write is refused too
+
+    async def open(self) -> None:
+        """Create the job's directories and learn, in one hop off the loop, which outputs and summaries
+        are already there (a resumed job's), so naming a new one never touches the disk; and how many
+        bytes the directory already holds (they count against the quota)."""
+        self._on_disk, self._summaries, self._root, (self.bytes_used, sizes) = await _open(self.dir)
+        if self._root is not None:  # whole files are named below the resolved root, and below dir
+            sizes.update({self._root / p.relative_to(self.dir): n for p, n in sizes.items()})
+        self._sizes = sizes
+
+    def _charge(self, whole: Sequence[tuple[Path, str]] = (), appended: int = 0, exempt: bool = False) -> None:
+        """Count a write of whole files (``(path, text)``, replacing what is there) and ``appended``
+        bytes against the quota before it is made; :class:`DiskQuotaExceeded` when it would pass the
+        quota, or when an earlier write already did (``exempt``: a final document, always allowed)."""
+        sizes = {path: len(text.encode("utf-8", "surrogatepass")) for path, text in whole}
+        delta = appended + sum(n - self._sizes.get(path, 0) for path, n in sizes.items())
+        if not exempt and self.max_bytes is not None:
+            if self.over_quota is None and self.bytes_used + delta > self.max_bytes:
+                self.over_quota = (f"the job's files would take {self.bytes_used + delta:,} bytes, over its disk "
+                                   f"quota max_job_bytes = {self.max_bytes:,} (a write of {delta:,} bytes was "
+                                   "refused)")
+            if self.over_quota is not None:
+                raise DiskQuotaExceeded(self.over_quota)
+        self.bytes_used += delta
+        self._sizes.update(sizes)
+
+    async def write_json(self, name: str, obj: Any, pretty: bool = True) -> None:
+        await self.write_text(name, json.dumps(obj, ensure_ascii=False, indent=2 if pretty else None) + "\n")
+
+    async def overwrite_json(self, name: str, obj: Any) -> None:
+        """Rewrite an existing file over its own blocks (no temporary file, so no new space): only for
+        a full disk, where the atomic write cannot be done. A crash in the middle could tear it."""
+        text = dumps(obj) + "\n"
+        await overwrite(self.dir / name, text)
+        self._charge([(self.dir / name, text)], exempt=True)
+        if name in self._checkpointed:  # its spare's space, too, goes back to the full disk
+            await in_thread(_unlink_quietly)(spare_of(self.dir / name))
+
+    async def write_text(self, name: str, text: str) -> None:
+        """Write ``name`` whole (atomic): a fresh file renamed over it. A file this store checkpointed
+        (see :meth:`queue`) loses its spare with it: this is its last write. Under a disk quota,
+        ``final.md`` is cut to what the quota leaves plus :data:`QUOTA_SLACK`, saying so."""
+        if name == FINAL and self.max_bytes is not None:
+            room = max(0, self.max_bytes - self.bytes_used + self._sizes.get(self.dir / name, 0)) + QUOTA_SLACK
+            text = cut_to(text, room, f"the job's disk quota max_job_bytes = {self.max_bytes:,} has no room for more")
+        self._charge([(self.dir / name, text)], exempt=name in QUOTA_EXEMPT)
+        if name in self._checkpointed:
+            await _shielded(_retire_spare, self.dir / name, text)
+        else:
+            await write_atomic(self.dir / name, text)
+
+    async def save(self, outputs: Sequence[tuple[str, str]]) -> None:
+        """Persisted outputs ``(rel, content)``, each written whole (atomic) unless the same bytes are
+        already there, in one hop to aiofiles' executor. Writes nothing queued by :meth:`queue`."""
+        if outputs:
+            self._charge(self._named(outputs))
+            await _shielded(_save_in_thread, self._output_path, list(outputs), [])
+
+    def queue(self, outputs: Sequence[tuple[str, str]] = (), lines: dict[str, list[str]] | None = None,
+              files: dict[str, str] | None = None) -> None:
+        """Queue writes for the next :meth:`flush`: persisted outputs ``(rel, content)``, JSONL lines
+        already serialized by :func:`dumps` (one JSON text each, no newline) per file, and whole files:
+        checkpoints, rewritten through a spare (:func:`swap_in_sync`; only the newest text queued for a
+        name is written)."""
+        self._outputs.extend(outputs)
+        for name, new in (lines or {}).items():
+            if new:
+                self._lines.setdefault(name, []).extend(new)
+        if files:
+            self._files.update(files)
+            self._checkpointed.update(files)
+
+    def queue_records(self, name: str, records: list[Any]) -> None:
+        """Queue JSONL ``records`` for ``name`` (serialized now: later changes to them are not written)."""
+        self.queue(lines={name: [dumps(r) for r in records]})
+
+    async def flush(self) -> None:
+        """Write everything queued, in one hop to aiofiles' executor: outputs first (each whole, atomic,
+        skipped when the same bytes are there), then each file's lines in one append, then the whole
+        files. Shielded: a cancelled caller still waits for the writes to land. The queue is emptied
+        before the writes start, so a failed write is not retried by the next flush."""
+        if not (self._outputs or self._lines or self._files):
+            return
+        outputs, self._outputs = self._outputs, []
+        appends = [(self.dir / name, "".join(line + "\n" for line in lines)) for name, lines in self._lines.items()]
+        files = [(self.dir / name, text) for name, text in self._files.items()]
+        self._lines, self._files = {}, {}
+        self._charge([*self._named(outputs), *files], appended=sum(len(data.encode("utf-8")) for _, data in appends))
+        await _shielded(_save_in_thread, self._output_path, outputs, appends, files)
+
+    def _named(self, outputs: Sequence[tuple[str, str]]) -> list[tuple[Path, str]]:
+        """Outputs ``(rel, content)`` as ``(path, content)`` for the quota's count (no file I/O: a name
+        that would leave the directory is refused later, by the write)."""
+        return [((self._root or self.dir) / rel, content) for rel, content in outputs]
+
+    def _output_path(self, rel: str) -> Path:
+        """Where output ``rel`` is written (called in the writing thread: it may stat). A name
+        :meth:`reserve` made is one sanitized file name in tool-results/, so it needs no realpath walk
+        (tens of µs per output), only a check that tool-results/ is still a real directory; the rename
+        never follows a symlink at the name. Any other name goes through :meth:`resolve`."""
+        if rel in self._owners and self._root is not None and not os.path.islink(self._root / TOOL_RESULTS):
+            return self._root / rel
+        return self.resolve(rel)
+
+    def reserve(self, tool_use_id: str, content: str) -> str:
+        """The path (relative to the job directory) that ``content`` of ``tool_use_id`` is saved under.
+
+        Deterministic: the same id and content always get the same path, also in a store opened later
+        on the same directory (a resumed job). A different id, or the same id with different content,
+        never shares a path, even when ids sanitize alike. No file I/O: what is on disk was learned by
+        :meth:`open`.
+        """
+        digest = _digest(content)
+        key = f"{tool_use_id}\0{digest}"
+        if key in self._names:
+            return self._names[key]
+        stem = safe_name(tool_use_id)
+        rel = f"{TOOL_RESULTS}/{stem}.txt"
+        n = 1
+        while rel in self._owners or self._on_disk.get(rel, digest) != digest:
+            n += 1
+            rel = f"{TOOL_RESULTS}/{stem}.{n}.txt"
+        self._names[key] = rel
+        self._owners[rel] = tool_use_id
+        return rel
+
+    def reserved_for(self, tool_use_id: str, rel: str) -> bool:
+        """Whether ``rel`` was reserved here for an output of ``tool_use_id`` (a path named inside a
+        tool's output proves nothing: the output may merely look like a placeholder)."""
+        return self._owners.get(rel) == tool_use_id
+
+    async def write_output(self, rel: str, content: str) -> None:
+        """Save a persisted output whole (atomic), unless the same bytes are already there."""
+        await self.save([(rel, content)])
+
+    async def persist_output(self, tool_use_id: str, content: str) -> str:
+        rel = self.reserve(tool_use_id, content)
+        await self.write_output(rel, content)
+        return rel
+
+    def queue_summary(self, text: str) -> str:
+        """Queue a summary as the next ``summaries/NNNN.md`` (written by the next :meth:`flush`, before
+        any line that names it); its relative path."""
+        self._summaries += 1
+        rel = f"{SUMMARIES}/{self._summaries:04d}.md"
+        self.queue(outputs=[(rel, text)])
+        return rel
+
+    def resolve(self, rel: str) -> Path:
+        """The absolute path of ``rel`` inside the job directory; ValueError if it leaves it."""
+        root = self._root or self.dir.resolve()
+        target = (root / rel).resolve()
+        if target != root and root not in target.parents:
+            raise ValueError(f"{rel}: outside the job directory")
+        return target
+
+
+def link_latest(run_dir: Path) -> None:
+    """Point ``<output_dir>/latest`` at ``run_dir`` (a relative symlink, replaced atomically). Best effort:
+    a file system without symlinks leaves no link, and the run goes on."""
+    link = run_dir.parent / LATEST
+    tmp = run_dir.parent / f".{LATEST}.{os.getpid()}.{next(_TMP_IDS)}"
+    try:
+        os.symlink(run_dir.name, tmp)
+        os.replace(tmp, link)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass

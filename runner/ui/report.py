@@ -1,0 +1,116 @@
+"""The run table, from ``run.json`` or from results in memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from rich.table import Table
+from rich.text import Text
+
+from ..config import ConfigError
+from ..rundir import docs as rundocs
+from ..rundir.docs import RUN_JSON, Status, load_run, metrics_of
+from .terminal import printable
+
+# short names of the compaction stages, for tables and the viewer
+SHORT = {"tool_result_budget": "budget", "micro_compact": "micro", "fit_tool_results": "fit",
+         "compact_history": "history", "compact_tool": "tool", "reactive_compact": "reactive",
+         "server_compaction": "server", "observation_mask": "mask"}
+STATUS_STYLE: dict[str, str] = {Status.SUCCEEDED: "green", Status.FAILED: "red", Status.TIMEOUT: "yellow", Status.MAX_TURNS: "yellow",
+                Status.BUDGET_EXCEEDED: "yellow", Status.STUCK: "yellow", Status.DISK_QUOTA: "yellow", Status.CANCELLED: "magenta",
+                Status.RUNNING: "cyan", Status.QUEUED: "dim", Status.NOT_STARTED: "dim", Status.INTERRUPTED: "red"}
+
+
+def load_report(run_dir: Path) -> dict[str, Any]:
+    """The run as a report shows it, never raising on a damaged file (only on a missing or unreadable
+    run.json, or one that is no run document): :func:`runner.rundir.docs.load_run`'s rows, every field in
+    its type (a damaged value is 0 or '?'), each overlaid with the job's own ``metrics.json``; totals
+    recomputed."""
+    path = run_dir / RUN_JSON
+    if not path.exists():
+        raise ConfigError([f"{path}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
+    data = load_run(run_dir, with_specs=False)
+    if not data.run_json_ok:
+        raise ConfigError([next((p for p in data.problems if p.startswith(str(path))),
+                                f"{path}: not a run document (expected an object with a jobs list)")])
+    return {**data.run.head(), "state": data.run.state, "totals": data.run.totals,
+            "jobs": [j.metrics.clean() for j in data.jobs]}
+
+
+def clean_job(row: dict[str, Any]) -> dict[str, Any]:
+    """One job's row with every field the table reads in its expected type (a damaged value is 0 or '?')."""
+    return metrics_of(row).clean()
+
+
+def totals_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The totals of job rows (see :func:`runner.rundir.docs.totals_of`)."""
+    return dict(rundocs.totals_of([metrics_of(r) for r in rows]))
+
+
+def run_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
+    estimated = any(j.get("usage_estimated") for j in jobs)
+    table = Table(title=title, title_justify="left")
+    columns: tuple[tuple[str, Literal["left", "right"]], ...] = (
+        ("job", "left"), ("status", "left"), ("turns", "right"), ("in tok", "right"), ("out tok", "right"),
+        ("cache r/w", "right"), ("compactions", "left"), ("persisted", "right"),
+        ("cost $" + ("*" if estimated else ""), "right"), ("wall s", "right"), ("error", "left"))
+    for column, justify in columns:
+        table.add_column(column, justify=justify, overflow="fold")
+    for job in jobs:
+        usage = job.get("usage") or {}
+        comp = job.get("compactions") or {}
+        status = job.get("status", "?")
+        table.add_row(  # free text goes in as Text, its control characters escaped: never markup or escapes
+            Text(printable(job.get("job", "?"))),
+            Text(printable(status), style=STATUS_STYLE.get(status, "white")),
+            str(job.get("turns", 0)),
+            f"{usage.get('input_tokens', 0):,}",
+            f"{usage.get('output_tokens', 0):,}",
+            f"{usage.get('cache_read_input_tokens', 0):,}/{usage.get('cache_creation_input_tokens', 0):,}",
+            Text(printable(" ".join(f"{SHORT.get(k, k)}:{v}" for k, v in sorted(comp.items())) or "-")),
+            _bytes(job.get("persisted_bytes", 0)),
+            f"{job.get('cost_usd', 0.0):.4f}",
+            f"{job.get('wall_s', 0.0):.1f}",
+            Text(printable(job.get("error") or "")),
+        )
+    if estimated:
+        table.caption = "* offline model: token counts and cost are estimates (4 chars per token)"
+    return table
+
+
+def _bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return str(size)
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """``1 job``, ``2 jobs``: a count with its noun in the right number."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
+
+
+def totals_line(document: dict[str, Any]) -> str:
+    """One line of totals: jobs, each status that occurred, tokens (with the summaries' share, which the
+    job columns do not hold, when the rows are given under ``jobs``) and cost."""
+    totals = document.get("totals") or {}
+    statuses = ", ".join(f"{totals[s]} {s}" for s in STATUS_STYLE if isinstance(totals.get(s), int) and totals[s])
+    tokens = f"{totals.get('input_tokens', 0):,} in / {totals.get('output_tokens', 0):,} out tokens"
+    summary_in = summary_out = 0
+    for job in document.get("jobs") or ():
+        usage = job.get("summarizer_usage") if isinstance(job, dict) else None
+        if isinstance(usage, dict):
+            summary_in += _count(usage.get("input_tokens"))
+            summary_out += _count(usage.get("output_tokens"))
+    summaries = (f"; the tokens include summaries' {summary_in:,} in / {summary_out:,} out (not in the job columns)"
+                 if summary_in or summary_out else "")
+    jobs = totals.get("jobs", 0)
+    return (f"{plural(jobs if isinstance(jobs, int) else 0, 'job')}, {statuses or '0 ' + Status.SUCCEEDED}; {tokens}; "
+            f"cost ${totals.get('cost_usd', 0):.4f}{summaries}")
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -1,0 +1,286 @@
+"""What each page shows, as plain data for the templates: the run's rows and totals, and one job's
+charts, compactions and transcript. Pure functions of what :mod:`.data` read.
+
+A long job's transcript is split into pages (:func:`split_transcript`): the job's page shows the first,
+``<job>.<n>.html`` beside it each of the others, so no page holds more than about
+:data:`TRANSCRIPT_PAGE_CHARS` characters of transcript (a turn is never split across two pages), and
+every block on a page is cut to a bounded length, the whole one link away."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from markdown_it import MarkdownIt
+
+from ...rundir.docs import (
+    EVENTS,
+    FINAL,
+    TRANSCRIPT,
+    USAGE_KEYS,
+    JobData,
+    ModelCallEvent,
+    RunData,
+    parse_event,
+)
+from ...rundir.store import SUMMARIES, TOOL_RESULTS, safe_name
+from ...tools.memory import memory_files
+from ..report import SHORT
+from .charts import STAGE_COLORS, Mark, Series, bar_chart, line_chart
+from .data import number, read_records, read_text
+
+RESULT_SHOWN_CHARS = 4000  # a longer tool result is cut on the page; the whole is one link away
+TEXT_SHOWN_CHARS = 20_000  # so is a longer text or tool input (a report, a file written)
+TRANSCRIPT_PAGE_CHARS = 800_000  # characters of transcript shown on one page, at most (plus one turn)
+MARKERS = ("[Compacted]", "<persisted-output>", "[Earlier tool result saved at")
+_markdown = MarkdownIt("commonmark", {"html": False, "linkify": False})
+
+
+def page_name(job: str) -> str:
+    """The file name of a job's page: one per job, never outside the pages directory."""
+    return f"{safe_name(job)}.html"
+
+
+def transcript_page_name(job: str, number: int) -> str:
+    """The file name of page ``number`` (2 or more) of a job's transcript; page 1 is on the job's page. A
+    safe name has no dot, so these never meet another job's page."""
+    return f"{safe_name(job)}.{number}.html"
+
+
+def page_number(job: str, name: str) -> int | None:
+    """Which page of ``job`` the file name ``name`` is (1: the job's page), or None."""
+    if name == page_name(job):
+        return 1
+    stem, dot, rest = name.removesuffix(".html").partition(".")
+    if name.endswith(".html") and dot and stem == safe_name(job) and rest.isdigit() and not rest.startswith("0"):
+        number_ = int(rest)
+        return number_ if number_ >= 2 else None
+    return None
+
+
+def link(target: Path, start: Path) -> str:
+    return quote(os.path.relpath(target, start).replace(os.sep, "/"))
+
+
+def retry_counts(record: dict[str, Any]) -> dict[str, int]:
+    """Counts of retries and of 429/529 answers in a job's metrics, whatever their exact keys (at the top
+    level or one object down)."""
+    found: dict[str, int] = {}
+    for key, value in record.items():
+        inner = value.items() if isinstance(value, dict) else [(None, value)]
+        for sub, v in inner:
+            name = f"{key}.{sub}" if sub else key
+            if any(s in name for s in ("retr", "429", "529")) and number(v):
+                found[name] = int(number(v))
+    return found
+
+
+def job_row(job: JobData, pages: str) -> dict[str, Any]:
+    r = job.record
+    comp = job.compactions()
+    retries = retry_counts(r)
+    return {"name": job.name, "href": f"{pages}/{quote(page_name(job.name))}", "status": job.status,
+            "turns": int(number(r.get("turns"))), **{k: int(job.usage(k)) for k in USAGE_KEYS},
+            "cost": number(r.get("cost_usd")), "wall": number(r.get("wall_s")),
+            "compactions": " ".join(f"{SHORT.get(k, k)}:{v}" for k, v in sorted(comp.items())),
+            "compaction_total": sum(comp.values()), "retries": sum(retries.values()),
+            "retries_title": ", ".join(f"{k} {v}" for k, v in retries.items()),
+            "estimated": bool(r.get("usage_estimated")), "error": str(r.get("error") or "")}
+
+
+def index_context(run: RunData, pages: str) -> dict[str, Any]:
+    rows = [job_row(j, pages) for j in run.jobs]
+    by_cost = sorted(rows, key=lambda r: -r["cost"])
+    chart = bar_chart([(r["name"], r["cost"], r["status"]) for r in by_cost],
+                      title="cost per job, highest first (hover a bar for the job)", y_label="USD", money=True)
+    head = run.run.head()
+    meta = {k: head[k] for k in ("run_id", "backend", "model", "summary_model", "concurrency") if head.get(k) is not None}
+    return {"run": run, "rows": rows, "totals": run.run.totals, "chart": chart, "meta": meta,
+            "estimated": any(r["estimated"] for r in rows), "statuses": sorted({r["status"] for r in rows}),
+            "problems": run.problems, "title": f"run {run.run.run_id or run.dir.name}"}
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(b.get("text", "")) if isinstance(b, dict) else str(b) for b in content)
+    return json.dumps(content, ensure_ascii=False)
+
+
+def _compact_json(value: Any) -> str:
+    """On one line when it is short, indented when it is not."""
+    line = json.dumps(value, ensure_ascii=False)
+    return line if len(line) <= 100 else json.dumps(value, ensure_ascii=False, indent=1)
+
+
+def _block(block: Any, job: JobData, start: Path, saved: dict[str, str]) -> dict[str, Any]:
+    if not isinstance(block, dict):
+        return {"kind": "other", "text": json.dumps(block, ensure_ascii=False)}
+    kind = block.get("type")
+    if kind == "text":
+        text = str(block.get("text", ""))
+        return {"kind": "text", "text": text[:TEXT_SHOWN_CHARS], "chars": len(text), "cut": len(text) > TEXT_SHOWN_CHARS,
+                "marker": text.lstrip().startswith(MARKERS)}
+    if kind == "tool_use":
+        shown = _compact_json(block.get("input"))
+        return {"kind": "tool_use", "name": str(block.get("name", "?")), "id": str(block.get("id", "")),
+                "input": shown[:TEXT_SHOWN_CHARS], "chars": len(shown), "cut": len(shown) > TEXT_SHOWN_CHARS}
+    if kind == "tool_result":
+        text = _text(block.get("content"))
+        ident = str(block.get("tool_use_id", ""))
+        rel = saved.get(safe_name(ident))
+        return {"kind": "tool_result", "id": ident, "text": text[:RESULT_SHOWN_CHARS], "chars": len(text),
+                "cut": len(text) > RESULT_SHOWN_CHARS, "error": bool(block.get("is_error")),
+                "saved": link(job.dir / rel, start) if rel else None, "saved_name": rel,
+                "marker": text.lstrip().startswith(MARKERS)}
+    return {"kind": "other", "text": json.dumps(block, ensure_ascii=False, indent=1)[:RESULT_SHOWN_CHARS]}
+
+
+def _saved_outputs(job: JobData) -> dict[str, str]:
+    """Persisted outputs by file stem (a tool_use id made safe): the first save of each id."""
+    try:
+        names = sorted(p.name for p in (job.dir / TOOL_RESULTS).iterdir())
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for name in names:
+        stem = name.removesuffix(".txt").split(".")[0]
+        out.setdefault(stem, f"{TOOL_RESULTS}/{name}")
+    return out
+
+
+def _event(event: dict[str, Any], job: JobData, start: Path, problems: list[str]) -> dict[str, Any]:
+    stage = str(event.get("stage", "?"))
+    paths = [p for p in event.get("paths", []) if isinstance(p, str)] if isinstance(event.get("paths"), list) else []
+    root = job.dir.resolve()
+    files, summary, summary_href = [], None, None
+    for rel in paths:
+        target = job.dir / rel
+        if root not in target.resolve().parents:
+            continue
+        files.append({"name": rel, "href": link(target, start)})
+        if rel.startswith(f"{SUMMARIES}/") and summary is None:
+            summary = read_text(target, problems)
+            summary_href = files[-1]["href"]
+    return {"stage": stage, "color": STAGE_COLORS.get(stage, "#555"),
+            "before": int(number(event.get("messages_before"))), "after": int(number(event.get("messages_after"))),
+            "chars_before": int(number(event.get("chars_before"))), "chars_after": int(number(event.get("chars_after"))),
+            "files": files, "summary": summary[:TEXT_SHOWN_CHARS] if summary is not None else None,
+            "summary_cut": summary is not None and len(summary) > TEXT_SHOWN_CHARS, "summary_href": summary_href}
+
+
+def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
+    """Everything one job's page shows. ``start`` is the page's directory (links are relative to it)."""
+    problems: list[str] = []
+    calls: list[ModelCallEvent] = []
+    timeline: dict[int, list[dict[str, Any]]] = {}  # compactions before model call n (n = calls seen + 1)
+    compactions: list[dict[str, Any]] = []
+    marks: list[Mark] = []
+    chars: list[tuple[float, float]] = []  # the size sent to each call, and each compaction's drop before it
+    for record in read_records(job.dir / EVENTS, problems):
+        event, problem = parse_event(record, str(job.dir / EVENTS))
+        if problem:  # a line of a known kind without its fields: named, and left out of the charts
+            problems.append(problem)
+            continue
+        if isinstance(event, ModelCallEvent):
+            calls.append(event)
+            chars.append((event.turn, event.chars))
+        else:
+            shown = _event(event.line(), job, start, problems)
+            shown["before_call"] = len(calls) + 1
+            compactions.append(shown)
+            if shown["chars_before"] or shown["chars_after"]:
+                chars += [(len(calls) + 0.5, shown["chars_before"]), (len(calls) + 0.5, shown["chars_after"])]
+            timeline.setdefault(len(calls) + 1, []).append(shown)
+            marks.append(Mark(len(calls) + 0.5, f"{shown['stage']} before call {len(calls) + 1}: "
+                              f"{shown['chars_before']:,} -> {shown['chars_after']:,} chars", shown["color"]))
+    limits = job.limits()
+    char_limit = number(limits.get("context_char_limit"))
+    token_limit = number(limits.get("context_token_limit"))
+    tokens: list[tuple[float, float]] = [(c.turn, c.tokens) for c in calls if c.tokens]
+    estimated = any(c.estimated for c in calls)
+    token_label = "tokens" + (" (estimated)" if estimated else "")
+    series = [Series("characters of the messages (each compaction's drop drawn at its mark)",
+                     chars if calls else [], "#1f77b4")]
+    if tokens:
+        series.append(Series(token_label, tokens, "#ff7f0e", right=True))
+    limit_lines = [(char_limit, f"context_char_limit {char_limit:,.0f}", False)] if char_limit else []
+    if token_limit and tokens:
+        limit_lines.append((token_limit, f"context_token_limit {token_limit:,.0f}", True))
+    charts = []
+    if calls:
+        charts.append(line_chart(series, title="context before each model call; lines mark compactions",
+                                 x_label="model call", left_label="characters",
+                                 right_label=token_label if tokens else "", limits=limit_lines, marks=marks))
+        charts.append(line_chart([Series("cost so far", [(c.turn, c.cost_usd) for c in calls], "#2ca02c")],
+                                 title="cost over model calls", x_label="model call", left_label="USD", money=True,
+                                 height=200))
+    transcript = read_records(job.dir / TRANSCRIPT, problems)
+    saved = _saved_outputs(job)
+    items: list[dict[str, Any]] = []
+    turn = 0
+    for number_, message in enumerate(transcript, 1):
+        role = str(message.get("role", "?"))
+        if role == "assistant":
+            turn += 1
+            items.extend({"kind": "event", **e} for e in timeline.pop(turn, []))
+        content = message.get("content")
+        text = str(content)
+        blocks = [_block(b, job, start, saved) for b in content] if isinstance(content, list) else [
+            {"kind": "text", "text": text[:TEXT_SHOWN_CHARS], "chars": len(text), "cut": len(text) > TEXT_SHOWN_CHARS,
+             "marker": text.lstrip().startswith(MARKERS)}]
+        items.append({"kind": "message", "role": role, "line": number_, "turn": turn if role == "assistant" else None,
+                      "blocks": blocks})
+    for rest in timeline.values():  # after the last reply (or from a run without model_call records)
+        items.extend({"kind": "event", **e} for e in rest)
+    pages = split_transcript(items, TRANSCRIPT_PAGE_CHARS)
+    final = read_text(job.dir / FINAL, problems)
+    usage = {k: int(job.usage(k)) for k in USAGE_KEYS}
+    return {"job": job, "row": job_row(job, "."), "usage": usage, "charts": charts, "compactions": compactions,
+            "items": pages[0], "transcript_pages": pages, "page_links": _page_links(job.name, pages), "page": 1,
+            "final_html": _markdown.render(final) if final is not None else None,
+            "problems": problems, "index_href": index_href, "row_model": job.record.get("model") or job.spec.get("model"),
+            "stage_colors": [(s, STAGE_COLORS.get(s, "#555")) for s in dict.fromkeys(e["stage"] for e in compactions)], "limits": limits, "spec": job.spec,
+            "title": f"job {job.name}", "transcript_href": link(job.dir / TRANSCRIPT, start),
+            "dir_href": link(job.dir, start),
+            "memories": [{"path": path, "size": size} for path, size in memory_files(str(job.dir))]}
+
+
+def _shown_chars(item: dict[str, Any]) -> int:
+    """About how much of the page an item takes: the text it shows, and a little for its frame."""
+    if item["kind"] == "event":
+        return 300 + len(item.get("summary") or "") + sum(len(f["name"]) + len(f["href"]) for f in item["files"])
+    return 100 + sum(200 + len(b.get("text") or b.get("input") or "") for b in item["blocks"])
+
+
+def split_transcript(items: list[dict[str, Any]], budget: int = TRANSCRIPT_PAGE_CHARS) -> list[list[dict[str, Any]]]:
+    """``items`` in pages of at most about ``budget`` characters shown, each page starting at a turn (the
+    compactions before a model call, then its reply), never splitting one; at least one page."""
+    pages: list[list[dict[str, Any]]] = [[]]
+    size = 0
+    for i, item in enumerate(items):
+        starts_turn = (item["kind"] == "event" or item.get("role") == "assistant") and (
+            i == 0 or items[i - 1]["kind"] != "event")
+        weight = _shown_chars(item)
+        if starts_turn and pages[-1] and size + weight > budget:
+            pages.append([])
+            size = 0
+        pages[-1].append(item)
+        size += weight
+    return pages
+
+
+def _page_links(job: str, pages: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """For the pager: each page's file (page 1 is the job's page) and the model calls and lines it holds."""
+    out = []
+    for number_, page in enumerate(pages, 1):
+        lines = [it["line"] for it in page if it["kind"] == "message"]
+        turns = [it["turn"] for it in page if it["kind"] == "message" and it["turn"]]
+        out.append({"number": number_, "href": quote(page_name(job) if number_ == 1 else transcript_page_name(job, number_)),
+                    "lines": f"{lines[0]}-{lines[-1]}" if lines else "",
+                    "turns": f"{turns[0]}-{turns[-1]}" if turns else ""})
+    return out

@@ -1,0 +1,141 @@
+"""``runner view --serve``: the same pages, rendered on each request from what is on disk now, with
+the job files beside them; on loopback only. For watching a run in progress (pages refresh every
+few seconds).
+
+Guarantees:
+- A request whose ``Host`` is not a loopback name (``127.0.0.1``, ``localhost``, ``[::1]``, with the
+  server's port) is answered 421, and nothing else: a web page that rebinds its own DNS name to
+  127.0.0.1 reads nothing.
+- Only what the viewer makes is served as a page (``/``, ``/view/<job>.html`` and a long transcript's
+  further pages ``/view/<job>.<n>.html``, only those it has); of a job's directory
+  only the files the runner writes (``job.json``, ``metrics.json``, ``events.jsonl``,
+  ``transcript.jsonl``, ``final.md``, ``tool-results/*``, ``summaries/*``), each as plain text in a
+  sandbox. Any other file of the run directory (a page a job planted there) is a 404.
+- Every answer carries a Content-Security-Policy: a page runs only the index's own script (by
+  hash), a job file runs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ...rundir.docs import INDEX, JOB_FILES, SUMMARIES, TOOL_RESULTS, load_run
+from ..terminal import printable
+from .pages import page_number
+from .render import PAGE_CSP, pages_dir_for, render_index, render_job
+
+REFRESH_S = 5
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
+PAGE_HEADERS = {"Content-Security-Policy": PAGE_CSP + "; frame-ancestors 'none'"}
+FILE_HEADERS = {"Content-Security-Policy": "default-src 'none'; sandbox; frame-ancestors 'none'"}
+COMMON_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+                  "Cross-Origin-Resource-Policy": "same-origin"}
+FILE_DIRS = (TOOL_RESULTS, SUMMARIES)
+
+
+def loopback_host(host: str, port: int | None) -> bool:
+    """Whether a ``Host`` header names this server on loopback: a loopback name, and the server's port
+    (any port when ``port`` is None; none at all only for port 80)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        name, _, rest = host.partition("]")
+        name += "]"
+        if rest and not rest.startswith(":"):
+            return False
+        given = rest[1:] if rest else ""
+    else:
+        name, _, given = host.partition(":")
+    if name not in LOOPBACK_NAMES:
+        return False
+    if not given:
+        return port in (None, 80)
+    if not given.isdigit():
+        return False
+    return port is None or int(given) == port
+
+
+class LoopbackOnly:
+    """Answers 421 to a request for any other host; adds the security headers to every answer."""
+
+    def __init__(self, app: ASGIApp, port: int | None):
+        self.app = app
+        self.port = port
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        hosts = [v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"]
+        if len(hosts) != 1 or not loopback_host(hosts[0], self.port):
+            refused = PlainTextResponse("421 misdirected request: this server answers only to a loopback host "
+                                        "(127.0.0.1, localhost or [::1])", status_code=421,
+                                        headers={**FILE_HEADERS, **COMMON_HEADERS})
+            await refused(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                present = {k.lower() for k, _ in message.get("headers", [])}
+                extra = [(k.lower().encode(), v.encode()) for k, v in {**FILE_HEADERS, **COMMON_HEADERS}.items()
+                         if k.lower().encode() not in present]
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def create_app(run_dir: Path, port: int | None = None) -> ASGIApp:
+    index = run_dir / INDEX
+    pages = pages_dir_for(index)
+
+    async def show_index(request: Request) -> Response:
+        return HTMLResponse(render_index(load_run(run_dir), index, refresh=REFRESH_S), headers=PAGE_HEADERS)
+
+    async def show_job(request: Request) -> Response:
+        name = request.path_params["page"]
+        for job in load_run(run_dir).jobs:
+            number = page_number(job.name, name)
+            if number is not None:
+                text = render_job(job, pages, index, refresh=REFRESH_S, page=number)
+                if text is None:
+                    break
+                return HTMLResponse(text, headers=PAGE_HEADERS)
+        return PlainTextResponse("no such page", status_code=404)
+
+    async def to_index(request: Request) -> Response:
+        return RedirectResponse("/")
+
+    async def job_file(request: Request) -> Response:
+        """A file the runner wrote for a job, as text; anything else is a 404."""
+        job, rest = request.path_params["job"], request.path_params["rest"]
+        parts = rest.split("/")
+        wanted = (len(parts) == 1 and parts[0] in JOB_FILES) or (
+            len(parts) == 2 and parts[0] in FILE_DIRS and parts[1] not in ("", ".", "..")
+            and not parts[1].startswith("."))
+        if wanted and job in {j.name for j in load_run(run_dir, with_specs=False).jobs}:
+            job_dir = os.path.realpath(run_dir / job)
+            path = os.path.realpath(run_dir / job / rest)
+            if path.startswith(job_dir + os.sep) and os.path.isfile(path):
+                return FileResponse(path, media_type="text/plain; charset=utf-8", headers=FILE_HEADERS)
+        return PlainTextResponse("not found", status_code=404)
+
+    app = Starlette(routes=[Route("/", show_index), Route("/index.html", to_index),
+                            Route(f"/{pages.name}/{{page}}", show_job),
+                            Route("/{job}/{rest:path}", job_file)])
+    app.router.redirect_slashes = False  # an unknown path is a 404, never a redirect to one a route takes
+    return LoopbackOnly(app, port)
+
+
+def serve(run_dir: Path, port: int, host: str = "127.0.0.1") -> int:
+    import uvicorn
+
+    print(printable(f"serving {run_dir} at http://{host}:{port}/ (Ctrl-C stops)"), flush=True)
+    uvicorn.run(create_app(run_dir, port), host=host, port=port, log_level="warning")
+    return 0
