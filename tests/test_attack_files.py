@@ -25,7 +25,8 @@ import anyio
 import pytest
 
 from runner.config import Limits
-from runner.tools.toolset import Toolset, beneath
+from runner.tools import beneath
+from runner.tools.toolset import Toolset
 
 pytestmark = pytest.mark.anyio
 

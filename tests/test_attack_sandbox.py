@@ -19,8 +19,8 @@ import anyio
 import pytest
 from conftest import scripted_job
 
+from runner.tools import sandbox
 from runner.tools.sandbox import MAX_PROCESSES, SANDBOX_UID, TMP_BYTES, bwrap_problem, run_command
-from runner.tools.toolset import sandbox
 
 pytestmark = [pytest.mark.anyio,
               pytest.mark.skipif(bwrap_problem() is not None, reason=f"bwrap cannot start: {bwrap_problem()}")]

@@ -14,8 +14,8 @@ import anyio
 import pytest
 
 from runner.rundir.store import JobStore
+from runner.tools import toolset as tools_module
 from runner.tools.toolset import Toolset
-from runner.tools.toolset import toolset as tools_module
 
 
 @pytest.mark.anyio

@@ -31,8 +31,8 @@ from runner.models.base import Reply, Request, Usage
 from runner.models.offline import OfflineModel
 from runner.protocol import binary_size, glob_cut, read_size, recall_page, without_footer
 from runner.rundir.store import read_jsonl
+from runner.tools import toolset as tools_module
 from runner.tools.toolset import Toolset, file_tools
-from runner.tools.toolset import toolset as tools_module
 
 pytestmark = pytest.mark.anyio
 
