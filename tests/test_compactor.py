@@ -25,14 +25,16 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from runner.agent.session import Session
-from runner.compaction.compactor import EVENTS, TRANSCRIPT, CompactionState, Compactor
+from runner.compaction.compactor import CompactionState, Compactor
 from runner.compaction.stages import output_text
 from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
 from runner.jobs import JobSpec
 from runner.messages import request_problems, tool_results, tool_uses
-from runner.models.base import PromptTooLong, Reply, Request, Usage
+from runner.models.base import PromptTooLong, Reply, Request
+from runner.pricing import Usage
 from runner.protocol import PERSISTED_TAG, PLACEHOLDER_PREFIX, recall_page, saved_path, without_footer
+from runner.rundir.docs import EVENTS, TRANSCRIPT
 from runner.rundir.store import JobStore, read_jsonl
 from runner.tools.toolset import Toolset
 

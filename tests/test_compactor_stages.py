@@ -17,13 +17,14 @@ from hypothesis import strategies as st
 
 import runner.messages as messages_module
 from runner.compaction import stages
-from runner.compaction.compactor import EVENTS, CompactionState, Compactor
+from runner.compaction.compactor import CompactionState, Compactor
 from runner.compaction.stages import output_text
 from runner.compaction.summarizer import Summarizer
 from runner.compaction.window import Entry, Window
 from runner.config import Limits
 from runner.messages import measure, request_problems
 from runner.protocol import PLACEHOLDER_PREFIX, saved_path
+from runner.rundir.docs import EVENTS
 from runner.rundir.store import JobStore, read_jsonl
 
 REQUEST = "Survey the workspace and report (stage tests, request #4711)."

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.compaction.compactor import TRANSCRIPT, CompactionState
+from runner.compaction.compactor import CompactionState
 from runner.config import Limits
 from runner.messages import measure
+from runner.rundir.docs import TRANSCRIPT
 from runner.rundir.store import JobStore, read_jsonl
 
 MESSAGES = [

@@ -35,23 +35,21 @@ from typing import Any
 
 from ..config import Limits
 from ..messages import Message
-from ..models.base import Usage
+from ..pricing import Usage
 from ..protocol import COMPACTED, REACTIVE_COMPACT, THRASHING, memory_index
-from ..rundir.docs import CONTEXT, CompactionEvent, SummaryFailedEvent
-from ..rundir.docs import EVENTS as EVENTS
-from ..rundir.docs import TRANSCRIPT as TRANSCRIPT
+from ..rundir.docs import CONTEXT, EVENTS, TRANSCRIPT, CompactionEvent, SummaryFailedEvent
 from ..rundir.store import JobStore, dumps, in_thread, read_jsonl
 from ..tools.memory import memory_files
 from ..tools.repeats import RepeatGuard
 from . import stages
 from .context import Recorder
 from .fallback import fallback_summary
-from .stages import Outcome
+from .stages import Outcome, Stage
 from .strategies import Strategy, strategy_for
 from .summarizer import Summarizer
 from .window import Entry, Window
 
-HISTORY_STAGES = ("compact_history", "reactive_compact")  # the compactions the thrash ladder watches
+HISTORY_STAGES = (Stage.COMPACT_HISTORY, Stage.REACTIVE_COMPACT)  # the compactions the thrash ladder watches
 LEVEL_HALF, LEVEL_NOTES, LEVEL_STUCK = 1, 2, 3
 
 
@@ -285,7 +283,7 @@ class Compactor:
         await state.store.flush()
         return state.window.messages
 
-    async def compact_history(self, state: CompactionState, stage: str = "compact_history") -> None:
+    async def compact_history(self, state: CompactionState, stage: str = Stage.COMPACT_HISTORY) -> None:
         """5/7. Summarize everything but the trailing messages the model has not seen yet."""
         entries = state.window.entries
         tail_start = stages.unseen_tail_start(entries)
@@ -295,7 +293,7 @@ class Compactor:
 
     async def compact(self, state: CompactionState) -> None:
         """7. The ``compact`` tool: runs after the whole tool batch, every tool_use answered."""
-        await self.compact_history(state, "compact_tool")
+        await self.compact_history(state, Stage.COMPACT_TOOL)
 
     async def reactive(self, state: CompactionState) -> bool:
         """6. After "prompt is too long": summarize all but the newest ``keep_recent_messages``
@@ -308,7 +306,7 @@ class Compactor:
             tail_start = stages.unseen_tail_start(entries)
         if tail_start == 0:
             return False
-        await self._summarize_into(state, "reactive_compact", REACTIVE_COMPACT, tail_start)
+        await self._summarize_into(state, Stage.REACTIVE_COMPACT, REACTIVE_COMPACT, tail_start)
         return True
 
     def stuck(self, state: CompactionState) -> str | None:
@@ -387,6 +385,6 @@ class Compactor:
         block, so the window keeps only the first user message and that reply (both in the transcript)."""
         entries = state.window.entries
         if len(entries) > 2 and entries[0].message["role"] == "user":
-            self._apply(state, "server_compaction", Outcome([entries[0], entries[-1]]))
+            self._apply(state, Stage.SERVER_COMPACTION, Outcome([entries[0], entries[-1]]))
         else:
-            state.compactions["server_compaction"] += 1
+            state.compactions[Stage.SERVER_COMPACTION] += 1

@@ -7,6 +7,9 @@ API-valid: no ``tool_use`` is separated from its ``tool_result``, roles keep alt
 
 ``name_for(tool_use_id, content)`` gives the path (relative to the job directory) an output is saved
 under; it is deterministic, so calling a stage twice gives the same answer.
+
+:class:`Stage` names every compaction stage as ``events.jsonl`` and ``compactions`` spell it, with
+its short label (tables, the viewer) and its chart colour.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from ..messages import Message, blocks, has_tool_use, is_tool_result_message, user_text, with_content
@@ -31,6 +35,34 @@ from ..protocol import (
 from ..rundir.docs import TRANSCRIPT
 from .digest import digest, marker_texts
 from .window import MICRO_MIN_CHARS, Entry
+
+
+class Stage(StrEnum):
+    """A compaction stage: its name on disk (a str, so JSON is unchanged), ``label`` and ``color``."""
+
+    label: str
+    color: str
+
+    def __new__(cls, value: str, label: str, color: str) -> Stage:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.label = label
+        member.color = color
+        return member
+
+    TOOL_RESULT_BUDGET = "tool_result_budget", "budget", "#8c564b"
+    SNIP = "snip", "snip", "#7f7f7f"
+    MICRO_COMPACT = "micro_compact", "micro", "#17becf"
+    FIT_TOOL_RESULTS = "fit_tool_results", "fit", "#bcbd22"
+    COMPACT_HISTORY = "compact_history", "history", "#d62728"
+    REACTIVE_COMPACT = "reactive_compact", "reactive", "#e377c2"
+    COMPACT_TOOL = "compact_tool", "tool", "#9467bd"
+    SERVER_COMPACTION = "server_compaction", "server", "#ff7f0e"
+    OBSERVATION_MASK = "observation_mask", "mask", "#2ca02c"
+
+
+#: the stages that replace the history with one summary message
+SUMMARY_STAGES = frozenset({Stage.COMPACT_HISTORY, Stage.COMPACT_TOOL, Stage.REACTIVE_COMPACT})
 
 NameFor = Callable[[str, str], str]
 SavedFor = Callable[[str, str], bool]  # (tool_use_id, path): was that id's output saved at path by us?
