@@ -31,8 +31,7 @@ from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
 from runner.jobs import JobSpec
 from runner.messages import request_problems, tool_results, tool_uses
-from runner.models.base import PromptTooLong, Reply, Request
-from runner.pricing import Usage
+from runner.models.base import PromptTooLong, Reply, Request, Usage
 from runner.protocol import PERSISTED_TAG, PLACEHOLDER_PREFIX, recall_page, saved_path, without_footer
 from runner.rundir.docs import EVENTS, TRANSCRIPT
 from runner.rundir.store import JobStore, read_jsonl

@@ -35,7 +35,7 @@ from typing import Any
 
 from ..config import Limits
 from ..messages import Message
-from ..pricing import Usage
+from ..models.base import Usage
 from ..protocol import COMPACTED, REACTIVE_COMPACT, THRASHING, memory_index
 from ..rundir.docs import CONTEXT, EVENTS, TRANSCRIPT, CompactionEvent, SummaryFailedEvent
 from ..rundir.store import JobStore, dumps, in_thread, read_jsonl
