@@ -9,6 +9,8 @@ and the events together.
 from __future__ import annotations
 
 import json
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -437,7 +439,10 @@ async def test_prepare_under_every_threshold_serializes_only_what_was_added(tmp_
         measured.append(1)
         return real_measure(message)
 
-    monkeypatch.setattr(json, "dumps", counting_dumps)
+    counting_json = types.SimpleNamespace(**{**vars(json), "dumps": counting_dumps})
+    for module in [m for name, m in sys.modules.items() if name == "runner" or name.startswith("runner.")]:
+        if getattr(module, "json", None) is json:  # where runner's modules look json.dumps up, nowhere else
+            monkeypatch.setattr(module, "json", counting_json)
     monkeypatch.setattr("runner.compaction.window.measure", counting_measure)
     for n in range(40, 60):
         serialized.clear()
