@@ -36,6 +36,7 @@ from .rundir.docs import RUN_JSON, RunState, Status, is_run_dir
 from .rundir.lock import hold_run_dir
 from .rundir.prune import PruneResult, human_bytes, parse_age, prune
 from .rundir.reserve import claim
+from .tools.sandbox import bwrap_problem
 from .ui.report import load_report, plural, totals_line
 from .ui.terminal import json_printable, printable
 
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def collect(targets: list[Path], settings: Settings) -> tuple[list[JobSpec], list[JobError], list[str]]:
     files, missing = find_task_files(targets or [Path("jobs")])
-    specs, errors = load_jobs(files, settings)
+    specs, errors = load_jobs(files, settings, sandbox_problem=bwrap_problem)
     return specs, errors, missing
 
 

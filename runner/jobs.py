@@ -33,7 +33,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .config import ConfigError, Limits, Settings, describe_errors, read_toml
 from .rundir.docs import RUN_JSON
-from .tools.sandbox import bwrap_problem
 
 ToolName = Literal["read", "glob", "grep", "bash", "write", "edit"]
 DEFAULT_TOOLS: tuple[ToolName, ...] = ("read", "glob", "grep")
@@ -41,6 +40,7 @@ MAX_PROMPT_CHARS = 200_000
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 RESERVED_NAMES = frozenset({RUN_JSON})  # the run directory's own files
 T = TypeVar("T")
+SandboxProbe = Callable[[], str | None]  # why bash's sandbox cannot start here, or None
 
 
 class TaskFile(BaseModel):
@@ -71,43 +71,26 @@ class TaskFile(BaseModel):
         return v
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    """One job, resolved: limits merged, workspace absolute and existing."""
+class JobSpec(BaseModel):
+    """One job, resolved: limits merged, workspace absolute and existing.
+
+    It is also the schema of a job's ``job.json``: :meth:`to_json` writes it (these keys, in this
+    order) and ``JobSpec.model_validate`` reads it back, so a resumed job gets the spec it ran with.
+    Keys it does not know are ignored (a ``job.json`` of a later version still reads)."""
+
+    model_config = ConfigDict(frozen=True)
 
     name: str
     source: Path
     prompt: str
     workspace: Path
     model: str
-    system: str | None
-    tools: tuple[str, ...]
+    system: str | None = None
+    tools: tuple[ToolName, ...]
     limits: Limits
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "source": str(self.source),
-            "prompt": self.prompt,
-            "workspace": str(self.workspace),
-            "model": self.model,
-            "system": self.system,
-            "tools": list(self.tools),
-            "limits": self.limits.model_dump(mode="json"),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> JobSpec:
-        return cls(
-            name=data["name"],
-            source=Path(data["source"]),
-            prompt=data["prompt"],
-            workspace=Path(data["workspace"]),
-            model=data["model"],
-            system=data.get("system"),
-            tools=tuple(data["tools"]),
-            limits=Limits.model_validate(data["limits"]),
-        )
+        return self.model_dump(mode="json")
 
 
 @dataclass(frozen=True)
@@ -200,8 +183,13 @@ def workspace_problem(workspace: Path, output_dir: Path | None, source: Path | s
     return None
 
 
-def load_job(task_file: Path, settings: Settings) -> JobSpec | JobError:
-    """Load one task file; every problem is reported, none raised."""
+def load_job(task_file: Path, settings: Settings, *,
+             sandbox_problem: SandboxProbe | None = None) -> JobSpec | JobError:
+    """Load one task file; every problem is reported, none raised.
+
+    ``sandbox_problem()`` says why bash's sandbox cannot start on this machine (the caller passes
+    :func:`runner.tools.sandbox.bwrap_problem`), or None; it is asked only for a job that lists bash
+    under ``sandbox = "bwrap"``. Without it that check is not made."""
     fallback_name = safe_job_name(task_file.stem)
     try:
         data = read_toml(task_file)
@@ -237,7 +225,8 @@ def load_job(task_file: Path, settings: Settings) -> JobSpec | JobError:
         limits = settings.limits_for(name, task.limits)
     except ValidationError as e:
         problems += describe_errors(str(task_file), e, prefix="limits")
-    if limits is not None and "bash" in task.tools and limits.sandbox == "bwrap" and (reason := bwrap_problem()):
+    if (limits is not None and "bash" in task.tools and limits.sandbox == "bwrap" and sandbox_problem
+            and (reason := sandbox_problem())):
         problems.append(f"{task_file}: tools: lists bash, which runs under bwrap, but {reason}; "
                         'fix that, or set limits.sandbox = "none" to run bash without a sandbox')
     if problems or limits is None or workspace is None:
@@ -313,13 +302,15 @@ def find_task_files(targets: list[Path]) -> tuple[list[Path], list[str]]:
     return files, problems
 
 
-def load_jobs(task_files: list[Path], settings: Settings) -> tuple[list[JobSpec], list[JobError]]:
+def load_jobs(task_files: list[Path], settings: Settings, *,
+              sandbox_problem: SandboxProbe | None = None) -> tuple[list[JobSpec], list[JobError]]:
     """Load every task file; duplicate job names are errors for the later files.
 
     Every result gets a distinct name (a run uses it as a directory name): a task file that failed
     to load, or a duplicate, is renamed ``<name>@<stem>`` (with a number when still taken).
+    ``sandbox_problem`` as for :func:`load_job`.
     """
-    results = [load_job(task_file, settings) for task_file in task_files]
+    results = [load_job(task_file, settings, sandbox_problem=sandbox_problem) for task_file in task_files]
     specs: list[JobSpec] = []
     errors: list[JobError] = []
     claimed: dict[str, Path] = {}

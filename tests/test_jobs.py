@@ -264,7 +264,7 @@ def test_load_job_resolves_a_good_task_file(tmp_path):
     assert isinstance(spec, JobSpec)
     assert (spec.name, spec.workspace, spec.tools, spec.model, spec.system, spec.limits.max_turns) == (
         "survey", (tmp_path / "ws").resolve(), ("read", "bash"), "claude-haiku-4-5", "s", 7)
-    assert JobSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+    assert JobSpec.model_validate(json.loads(json.dumps(spec.to_json()))) == spec
 
 
 def test_stdlib_placeholder_expands(tmp_path):

@@ -15,17 +15,17 @@ Guarantees:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
 from ..agent.continuation import cut_transcript
-from ..config import ConfigError, Settings
+from ..config import ConfigError, Settings, describe_errors
 from ..jobs import JobError, JobSpec, load_job, parsed, valid_name, workspace_problem
 from ..messages import Message, has_tool_use
 from ..rundir.docs import (
@@ -44,6 +44,7 @@ from ..rundir.docs import (
 from ..rundir.lock import hold_run_dir
 from ..rundir.reserve import claim
 from ..rundir.store import read_jsonl, write_atomic_sync
+from ..tools.sandbox import bwrap_problem
 from ..ui.terminal import printable
 
 
@@ -104,8 +105,8 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
         job, _ = read_json(job_json)
         if not isinstance(job, dict):
             source = Path(entry.get("source") or (metrics.source if metrics else None) or "")
-            loaded = load_job(source, settings) if source.is_file() else JobError(
-                name, source, (f"{job_dir}: no job.json and no task file to load it from",))
+            loaded = (load_job(source, settings, sandbox_problem=bwrap_problem) if source.is_file() else
+                      JobError(name, source, (f"{job_dir}: no job.json and no task file to load it from",)))
             if isinstance(loaded, JobSpec) and loaded.name != name:
                 loaded = JobError(name, source, (f"{source}: now names its job {loaded.name!r}, the run has {name!r}",))
             if isinstance(loaded, JobError):
@@ -114,9 +115,9 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
             plan.specs.append(loaded)
             continue
         try:
-            spec = JobSpec.from_json(job)
-        except (KeyError, ValueError, TypeError, AttributeError) as e:
-            plan.errors.append(JobError(name, job_json, (f"{job_json}: unreadable: {e}",)))
+            recorded = spec = JobSpec.model_validate(job)
+        except ValidationError as e:
+            plan.errors.append(JobError(name, job_json, tuple(describe_errors(str(job_json), e))))
             continue
         if spec.name != name:  # a job.json may not send its job anywhere but its own directory
             plan.errors.append(JobError(name, job_json, (
@@ -126,12 +127,13 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
             plan.errors.append(JobError(name, job_json, (unsafe,), unsafe=True))
             continue
         if limits_from_config:
-            fresh = load_job(spec.source, settings) if spec.source.is_file() else None
+            fresh = (load_job(spec.source, settings, sandbox_problem=bwrap_problem) if spec.source.is_file()
+                     else None)
             if isinstance(fresh, JobSpec) and fresh.name == spec.name:
-                spec = dataclasses.replace(spec, limits=fresh.limits)
+                spec = spec.model_copy(update={"limits": fresh.limits})
                 plan.notes.append(f"{name}: limits from today's config and task file")
         if metrics and status in LIMIT_STATUSES and not (
-                limits_from_config and _limit_raised(JobSpec.from_json(job), spec, status)):
+                limits_from_config and _limit_raised(recorded, spec, status)):
             plan.kept[name] = metrics
             plan.notes.append(f"{name}: ended {status} and its limit was not raised "
                               f"(`--limits-from-config` with a higher limit in config.toml); kept as it is")
