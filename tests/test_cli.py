@@ -1,16 +1,16 @@
-"""The CLI as a user runs it: real subprocesses (``python -m runner``), no API key, the offline model."""
+"""The CLI as a user runs it (in this process, through ``runner.cli.main``: :func:`conftest.run_cli`), no API
+key, the offline model."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import sysconfig
 from pathlib import Path
 
 import pytest
+from conftest import run_cli_once
 
 from runner.messages import request_problems
 from runner.rundir.store import read_jsonl
@@ -22,23 +22,12 @@ USAGE_KEYS = {"input_tokens", "output_tokens", "cache_creation_input_tokens", "c
 PIPELINE = {"tool_result_budget", "snip", "micro_compact", "fit_tool_results", "compact_history"}
 
 
-def env() -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-    out["PYTHONUNBUFFERED"] = "1"
-    return out
-
-
-def runner(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=env(), capture_output=True,
-                          text=True, timeout=timeout)
-
-
 def no_traceback(proc: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
 
 
-def test_validate_the_repos_own_jobs():
-    proc = runner("validate", cwd=REPO)
+def test_validate_the_repos_own_jobs(run_cli):
+    proc = run_cli("validate", cwd=REPO)
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
     for name in DEMO_JOBS:
@@ -48,7 +37,7 @@ def test_validate_the_repos_own_jobs():
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path_factory.mktemp("demo-runs")
-    proc = runner("run", "--output-dir", str(out), cwd=REPO)
+    proc = run_cli_once("run", "--output-dir", str(out), cwd=REPO)
     runs = [p for p in out.iterdir() if not p.is_symlink()]
     assert len(runs) == 1, (proc.stdout, proc.stderr)
     return proc, runs[0]
@@ -117,9 +106,9 @@ def test_asyncio_job_uses_the_whole_pipeline_and_loses_no_file(demo_run):
     assert real and listed == real, (sorted(real - listed), sorted(listed - real))
 
 
-def test_report_prints_the_table(demo_run):
+def test_report_prints_the_table(demo_run, run_cli):
     _, run_dir = demo_run
-    proc = runner("report", str(run_dir), cwd=run_dir.parent)
+    proc = run_cli("report", str(run_dir), cwd=run_dir.parent)
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
     for name in DEMO_JOBS:
@@ -128,12 +117,12 @@ def test_report_prints_the_table(demo_run):
     assert f"{len(DEMO_JOBS)} jobs, {len(DEMO_JOBS)} succeeded" in proc.stdout
 
 
-def test_report_on_a_directory_that_is_not_a_run(tmp_path):
-    proc = runner("report", str(tmp_path), cwd=tmp_path)
+def test_report_on_a_directory_that_is_not_a_run(tmp_path, run_cli):
+    proc = run_cli("report", str(tmp_path), cwd=tmp_path)
     no_traceback(proc)
     assert proc.returncode == 2 and "run.json" in proc.stderr
     (tmp_path / "run.json").write_text("[1, 2]")
-    proc = runner("report", str(tmp_path), cwd=tmp_path)
+    proc = run_cli("report", str(tmp_path), cwd=tmp_path)
     no_traceback(proc)
     assert proc.returncode == 2 and "run.json" in proc.stderr
 
@@ -148,16 +137,16 @@ def small_project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_unknown_only_name_is_a_usage_error(small_project):
-    proc = runner("run", "--only", "three", cwd=small_project)
+def test_unknown_only_name_is_a_usage_error(small_project, run_cli):
+    proc = run_cli("run", "--only", "three", cwd=small_project)
     no_traceback(proc)
     assert proc.returncode == 2
     assert "three" in proc.stderr and "--only" in proc.stderr
     assert not (small_project / "runs").exists()
 
 
-def test_only_runs_the_named_job(small_project):
-    proc = runner("run", "--only", "two", "--backend", "offline", cwd=small_project)
+def test_only_runs_the_named_job(small_project, run_cli):
+    proc = run_cli("run", "--only", "two", "--backend", "offline", cwd=small_project)
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
     [run_dir] = [p for p in (small_project / "runs").iterdir() if not p.is_symlink()]
@@ -165,8 +154,8 @@ def test_only_runs_the_named_job(small_project):
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "10000000"])
-def test_bad_concurrency_is_a_usage_error(small_project, value):
-    proc = runner("run", "--concurrency", value, cwd=small_project)
+def test_bad_concurrency_is_a_usage_error(small_project, value, run_cli):
+    proc = run_cli("run", "--concurrency", value, cwd=small_project)
     no_traceback(proc)
     assert proc.returncode == 2
     assert "--concurrency" in proc.stderr
@@ -174,55 +163,55 @@ def test_bad_concurrency_is_a_usage_error(small_project, value):
 
 
 @pytest.mark.parametrize("args", [["run", "--concurrency", "two"], ["frobnicate"], ["run", "--backend", "gpt"]])
-def test_argparse_errors_exit_2(small_project, args):
-    proc = runner(*args, cwd=small_project)
+def test_argparse_errors_exit_2(small_project, args, run_cli):
+    proc = run_cli(*args, cwd=small_project)
     assert proc.returncode == 2
     no_traceback(proc)
 
 
-def test_missing_jobs_directory_is_a_usage_error(tmp_path):
-    proc = runner("run", "nowhere", cwd=tmp_path)
+def test_missing_jobs_directory_is_a_usage_error(tmp_path, run_cli):
+    proc = run_cli("run", "nowhere", cwd=tmp_path)
     no_traceback(proc)
     assert proc.returncode == 2 and "nowhere" in proc.stderr
-    proc = runner("validate", cwd=tmp_path)
+    proc = run_cli("validate", cwd=tmp_path)
     assert proc.returncode == 2
     no_traceback(proc)
 
 
-def test_a_failed_job_makes_exit_code_1(small_project):
+def test_a_failed_job_makes_exit_code_1(small_project, run_cli):
     (small_project / "jobs" / "broken.toml").write_text('prompt = "x"\n')
-    proc = runner("run", "--backend", "offline", cwd=small_project)
+    proc = run_cli("run", "--backend", "offline", cwd=small_project)
     no_traceback(proc)
     assert proc.returncode == 1
     assert "broken" in proc.stdout and "workspace" in proc.stdout
 
 
-def test_anthropic_backend_without_a_key_is_a_usage_error(small_project):
-    proc = runner("run", "--backend", "anthropic", cwd=small_project)
+def test_anthropic_backend_without_a_key_is_a_usage_error(small_project, run_cli):
+    proc = run_cli("run", "--backend", "anthropic", cwd=small_project)
     no_traceback(proc)
     assert proc.returncode == 2 and "ANTHROPIC_API_KEY" in proc.stderr
 
 
-def test_output_dir_that_is_a_file_is_a_usage_error(small_project):
+def test_output_dir_that_is_a_file_is_a_usage_error(small_project, run_cli):
     (small_project / "taken").write_text("a file, not a directory")
-    proc = runner("run", "--backend", "offline", "--output-dir", "taken", cwd=small_project)
+    proc = run_cli("run", "--backend", "offline", "--output-dir", "taken", cwd=small_project)
     no_traceback(proc)
     assert proc.returncode == 2 and "taken" in proc.stderr
 
 
-def test_a_job_table_for_no_job_is_warned_about(small_project):
+def test_a_job_table_for_no_job_is_warned_about(small_project, run_cli):
     (small_project / "config.toml").write_text("[jobs.one]\nmax_turns = 30\n[jobs.onee]\nmax_turns = 3\n")
-    proc = runner("validate", cwd=small_project)
+    proc = run_cli("validate", cwd=small_project)
     no_traceback(proc)
     assert proc.returncode == 0
     assert "warning: config.toml: jobs.onee:" in proc.stderr and "jobs.one:" not in proc.stderr
 
 
-def test_errors_with_brackets_are_shown_verbatim_on_one_line(small_project):
+def test_errors_with_brackets_are_shown_verbatim_on_one_line(small_project, run_cli):
     long_dir = small_project / ("d" * 150)
     long_dir.mkdir()
     (long_dir / "x[red]y[bold].toml").write_text('name = "[/x]"\nprompt = "p"\nworkspace = "."\n')
-    proc = runner("validate", str(long_dir), cwd=small_project)
+    proc = run_cli("validate", str(long_dir), cwd=small_project)
     no_traceback(proc)
     assert proc.returncode == 2
     [line] = proc.stderr.splitlines()

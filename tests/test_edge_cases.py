@@ -4,9 +4,6 @@ on the offline model, resuming with raised limits or from another directory."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 from conftest import scripted_job
@@ -17,10 +14,6 @@ pytestmark = pytest.mark.anyio
 
 
 
-def env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-
-
 async def test_a_paused_turn_is_continued_in_the_same_assistant_message(tmp_path):
     use = {"type": "tool_use", "id": "toolu_1", "name": "glob", "input": {"pattern": "*.py"}}
     session, recorded, transcript = await scripted_job(tmp_path, [
@@ -28,7 +21,7 @@ async def test_a_paused_turn_is_continued_in_the_same_assistant_message(tmp_path
         {"content": [use], "stop_reason": "tool_use"},
         {"content": "Done.", "stop_reason": "end_turn"},
     ])
-    assert session.result.status == "succeeded", session.result.error
+    assert session.record.status == "succeeded", session.record.error
     assert all(not request_problems(r["messages"]) for r in recorded)
     assert not request_problems(merge_adjacent(transcript))  # the transcript reloads as one message per turn
 
@@ -39,20 +32,18 @@ async def test_tool_calls_in_a_reply_cut_off_by_max_tokens_are_not_run(tmp_path)
         {"content": [cut], "stop_reason": "max_tokens"},
         {"content": "Done.", "stop_reason": "end_turn"},
     ])
-    assert session.result.status == "succeeded"
+    assert session.record.status == "succeeded"
     result = transcript[2]["content"][0]
     assert result["tool_use_id"] == "toolu_cut" and result["is_error"] and "cut off" in result["content"]
 
 
-def test_huge_search_output_does_not_loop_the_offline_model(tmp_path):
+def test_huge_search_output_does_not_loop_the_offline_model(tmp_path, run_cli):
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "big.py").write_text('"""Big."""\n' + "# TODO: item\n" * 12_000)
     (ws / "small.py").write_text('"""Small."""\n')
     (tmp_path / "job.toml").write_text(f'workspace = "{ws}"\nprompt = "Survey."\n')
-    done = subprocess.run([sys.executable, "-m", "runner", "run", "job.toml", "--backend", "offline",
-                           "--output-dir", "runs"], cwd=tmp_path, env=env(), capture_output=True, text=True,
-                          timeout=120)
+    done = run_cli("run", "job.toml", "--backend", "offline", "--output-dir", "runs", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     metrics = json.loads(next((tmp_path / "runs").glob("*/job/metrics.json")).read_text())
     assert metrics["status"] == "succeeded" and metrics["turns"] < 30
@@ -62,47 +53,39 @@ def test_huge_search_output_does_not_loop_the_offline_model(tmp_path):
     assert recalls and len(recalls) == len(set(recalls))  # the saved output read page by page, each page once
 
 
-def test_resume_uses_todays_limits_and_works_from_another_directory(tmp_path):
+def test_resume_uses_todays_limits_and_works_from_another_directory(tmp_path, run_cli):
     (tmp_path / "jobs").mkdir()
     (tmp_path / "jobs" / "j.toml").write_text('workspace = "{stdlib}/json"\nprompt = "Survey."\n'
                                               "[limits]\nmax_turns = 3\n")
-    first = subprocess.run([sys.executable, "-m", "runner", "run", "jobs", "--backend", "offline",
-                            "--output-dir", "runs"], cwd=tmp_path, env=env(), capture_output=True, text=True,
-                           timeout=120)
+    first = run_cli("run", "jobs", "--backend", "offline", "--output-dir", "runs", cwd=tmp_path)
     assert first.returncode == 1
     run_dir = next(p for p in (tmp_path / "runs").iterdir() if not p.is_symlink())
     assert json.loads((run_dir / "j" / "metrics.json").read_text())["status"] == "max_turns"
     (tmp_path / "jobs" / "j.toml").write_text('workspace = "{stdlib}/json"\nprompt = "Survey."\n'
                                               "[limits]\nmax_turns = 60\n")
-    kept = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)],
-                          cwd="/", env=env(), capture_output=True, text=True, timeout=120)
+    kept = run_cli("resume", str(run_dir), cwd="/")
     assert kept.returncode == 1, kept.stderr  # the run's own limits: the job stays ended
     assert json.loads((run_dir / "j" / "metrics.json").read_text())["turns"] == 3
-    again = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir), "--limits-from-config"],
-                           cwd="/", env=env(), capture_output=True, text=True, timeout=120)
+    again = run_cli("resume", str(run_dir), "--limits-from-config", cwd="/")
     assert again.returncode == 0, again.stderr
     metrics = json.loads((run_dir / "j" / "metrics.json").read_text())
     assert metrics["status"] == "succeeded" and metrics["turns"] > 3
 
 
-def test_server_compaction_on_the_offline_model_says_so_and_compacts_on_the_client(tmp_path):
+def test_server_compaction_on_the_offline_model_says_so_and_compacts_on_the_client(tmp_path, run_cli):
     (tmp_path / "j.toml").write_text('workspace = "{stdlib}/json"\nprompt = "Survey."\n'
                                      '[limits]\ncompaction = "server"\ncontext_char_limit = 20_000\n')
-    done = subprocess.run([sys.executable, "-m", "runner", "run", "j.toml", "--backend", "offline",
-                           "--output-dir", "runs"], cwd=tmp_path, env=env(), capture_output=True, text=True,
-                          timeout=120)
+    done = run_cli("run", "j.toml", "--backend", "offline", "--output-dir", "runs", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert 'warning: ' in done.stderr and '"server" needs the anthropic backend' in done.stderr
     metrics = json.loads(next((tmp_path / "runs").glob("*/j/metrics.json")).read_text())
     assert set(metrics["compactions"]) - {"tool_result_budget"}  # the client pipeline ran
 
 
-def test_a_job_the_offline_model_cannot_do_fails_with_a_reason(tmp_path):
+def test_a_job_the_offline_model_cannot_do_fails_with_a_reason(tmp_path, run_cli):
     (tmp_path / "ws").mkdir()  # beside the output directory: a workspace holding it is refused
     (tmp_path / "j.toml").write_text('workspace = "ws"\nprompt = "Run the tests."\ntools = ["bash"]\n')
-    done = subprocess.run([sys.executable, "-m", "runner", "run", "j.toml", "--backend", "offline",
-                           "--output-dir", "runs"], cwd=tmp_path, env=env(), capture_output=True, text=True,
-                          timeout=120)
+    done = run_cli("run", "j.toml", "--backend", "offline", "--output-dir", "runs", cwd=tmp_path)
     assert done.returncode == 1
     metrics = json.loads(next((tmp_path / "runs").glob("*/j/metrics.json")).read_text())
     assert metrics["status"] == "failed" and "glob, read and grep" in metrics["error"]

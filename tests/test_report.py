@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import CliRunner
 
 from runner.rundir.lock import hold_run_dir
 from runner.ui.report import load_report
 
 
-def _report(run_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runner", "report", str(run_dir)], capture_output=True, text=True,
-                          timeout=60, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+def _report(run_cli: CliRunner, run_dir: Path) -> subprocess.CompletedProcess[str]:
+    return run_cli("report", str(run_dir), COLUMNS="200")
 
 
 def _write(path: Path, data: object) -> None:
@@ -23,7 +22,7 @@ def _write(path: Path, data: object) -> None:
     path.write_text(data if isinstance(data, str) else json.dumps(data))
 
 
-def test_a_running_run_shows_each_jobs_checkpoint(tmp_path: Path) -> None:
+def test_a_running_run_shows_each_jobs_checkpoint(tmp_path: Path, run_cli) -> None:
     run_dir = tmp_path / "run"
     # run.json as written when the batch started; the jobs' checkpoints are newer
     _write(run_dir / "run.json", {"state": "running", "jobs": [
@@ -33,7 +32,7 @@ def test_a_running_run_shows_each_jobs_checkpoint(tmp_path: Path) -> None:
     _write(run_dir / "b" / "metrics.json", {"job": "b", "status": "succeeded", "turns": 9, "cost_usd": 0.1})
     with hold_run_dir(run_dir):  # as the run's writer does while it runs
         document = load_report(run_dir)
-        shown = _report(run_dir)
+        shown = _report(run_cli, run_dir)
     rows = {j["job"]: (j["status"], j["turns"], j["cost_usd"]) for j in document["jobs"]}
     assert rows == {"a": ("running", 17, 0.4321), "b": ("succeeded", 9, 0.1), "c": ("queued", 0, 0.0)}
     assert document["totals"]["turns"] == 26 and document["totals"]["cost_usd"] == pytest.approx(0.5321)
@@ -47,11 +46,11 @@ def test_a_running_run_shows_each_jobs_checkpoint(tmp_path: Path) -> None:
     ' "wall_s": null, "persisted_bytes": {}}], "totals": "none", "state": 7}',
     "{not json", "\udcff".encode("utf-8", "surrogateescape").decode("latin-1"),
 ])
-def test_a_damaged_run_json_never_tracebacks(tmp_path: Path, damage: str) -> None:
+def test_a_damaged_run_json_never_tracebacks(tmp_path: Path, damage: str, run_cli) -> None:
     run_dir = tmp_path / "run"
     _write(run_dir / "run.json", damage)
     _write(run_dir / "a" / "metrics.json", "[]")
-    shown = _report(run_dir)
+    shown = _report(run_cli, run_dir)
     assert "Traceback" not in shown.stderr, shown.stderr
     assert shown.returncode in (1, 2)
     if shown.returncode == 2:

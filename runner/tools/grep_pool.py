@@ -14,6 +14,9 @@ Guarantees:
   waiting for one waits within its own deadline.
 - Nothing outlives the runner: workers die with it (``PR_SET_PDEATHSIG``), and an idle worker exits
   by itself after 30 s (:func:`runner.tools.grep_worker.serve`), so a kept one never piles up.
+- Nothing outlives its event loop either: when ``asyncio.run`` (or ``anyio.run``) ends, it cancels the
+  pool's keeper task, which kills and reaps the idle workers while the loop still runs (a process that
+  runs several loops, a test suite, leaves no worker to a closed loop).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import os
 import subprocess
 import sys
 import weakref
-from asyncio import AbstractEventLoop, get_running_loop
+from asyncio import AbstractEventLoop, Event, Task, get_running_loop
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +54,7 @@ class _Worker:
 class _Pool:
     idle: list[_Worker]
     slots: anyio.CapacityLimiter
+    keeper: Task[None] | None = None
 
 
 _pools: weakref.WeakKeyDictionary[AbstractEventLoop, _Pool] = weakref.WeakKeyDictionary()
@@ -61,7 +65,17 @@ def _pool() -> _Pool:
     pool = _pools.get(loop)
     if pool is None:
         pool = _pools[loop] = _Pool([], anyio.CapacityLimiter(MOST))
+        pool.keeper = loop.create_task(_keep(pool))
     return pool
+
+
+async def _keep(pool: _Pool) -> None:
+    """Waits for the end of the loop (the cancellation of every task left), then kills the idle workers."""
+    try:
+        await Event().wait()
+    finally:
+        while pool.idle:
+            await _kill(pool.idle.pop())
 
 
 async def _start() -> _Worker:
