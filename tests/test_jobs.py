@@ -5,24 +5,21 @@ first line says what its error must name (``# expect: <key or text>``). Cases th
 repository (a directory named ``x.toml``, a broken symlink, binary content, a huge prompt, a path
 longer than the OS allows) are generated in a temporary directory.
 
-For each case, ``runner validate`` (a real subprocess) must exit 2 and print one line per problem,
-``error: <file>: <key>: ...``, naming the file and the key, never a Traceback. A malformed
-``config.toml`` stops ``runner run`` before anything runs; a malformed task file becomes a failed job
-in ``run.json`` while the other jobs succeed.
+For each case, ``runner validate`` (in this process, ``runner.cli.main``) must exit 2 and print one
+line per problem, ``error: <file>: <key>: ...``, naming the file and the key, never a Traceback. A
+malformed ``config.toml`` stops ``runner run`` before anything runs; a malformed task file becomes a
+failed job in ``run.json`` while the other jobs succeed.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import run_cli_once
 
 from runner.config import ConfigError, Settings, load_settings
 from runner.jobs import MAX_PROMPT_CHARS, JobError, JobSpec, find_task_files, load_job, load_jobs
@@ -38,12 +35,6 @@ def expected(path: Path) -> str:
     return first[len("# expect: "):].strip()
 
 
-def env() -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-    out["PYTHONUNBUFFERED"] = "1"
-    return out
-
-
 @dataclass
 class Run:
     args: list[str]
@@ -53,16 +44,15 @@ class Run:
     stderr: str
 
 
-def runner(args: list[str], cwd: Path, timeout: float = 120) -> Run:
-    proc = subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=env(), capture_output=True,
-                          text=True, timeout=timeout)
-    return Run(args, cwd, proc.returncode, proc.stdout, proc.stderr)
+def runner(args: list[str], cwd: Path, **env: str) -> Run:
+    """The CLI in this process (:func:`conftest.run_cli_once`)."""
+    done = run_cli_once(*args, cwd=cwd, **env)
+    return Run(args, cwd, done.returncode, done.stdout, done.stderr)
 
 
 def run_all(calls: list[tuple[list[str], Path]]) -> list[Run]:
-    """Many short CLI runs at once (each is a real subprocess)."""
-    with ThreadPoolExecutor(max_workers=max(2, min(8, (os.cpu_count() or 2) * 2))) as pool:
-        return list(pool.map(lambda c: runner(*c), calls))
+    """Many short CLI runs, one after the other (each in this process: milliseconds)."""
+    return [runner(*c) for c in calls]
 
 
 def assert_one_line_errors(run: Run, file: Path | str, key: str) -> None:
@@ -79,7 +69,7 @@ def assert_one_line_errors(run: Run, file: Path | str, key: str) -> None:
     assert any(key in line.split(str(file), 1)[1] for line in naming), f"no error names {key!r}{detail}"
 
 
-# --- the corpus through `runner validate`, every case in its own subprocess (run concurrently) ---------------
+# --- the corpus through `runner validate`, every case its own CLI run -------------------------------------
 
 
 def _generated(tmp: Path) -> list[tuple[str, Path, str]]:
@@ -198,8 +188,7 @@ def test_malformed_config_stops_run_before_anything_runs(tmp_path, config):
 def test_malformed_env_override_stops_run_naming_the_variable(tmp_path):
     _project(tmp_path)
     (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\n')
-    proc = subprocess.run([sys.executable, "-m", "runner", "run"], cwd=tmp_path, capture_output=True, text=True,
-                          env={**env(), "RUNNER_LIMITS__MAX_TURNS": "lots"}, timeout=60)
+    proc = runner(["run"], tmp_path, RUNNER_LIMITS__MAX_TURNS="lots")
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "RUNNER_LIMITS__MAX_TURNS" in proc.stderr and "limits.max_turns" in proc.stderr
