@@ -26,7 +26,7 @@ Departures from the letter, all of them here:
 - 001's ``tool_result_budget`` indexes ``last["content"]`` as a list of blocks; a history whose last
   message is a plain string (the first request) is returned unchanged instead of raising.
 
-The placeholder texts come from ``runner/protocol.py``, the one home of the text protocol. This
+The texts come from ``seed_texts.py`` (those the runner reads, from ``runner/protocol.py``). This
 module is not used by the runner; ``bench/compactor.py`` and ``bench/cost.py`` import it.
 """
 
@@ -37,8 +37,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from seed_texts import (
+    COMPACTED,
+    REACTIVE_COMPACT,
+    SEED_001_MICRO_PLACEHOLDER,
+    seed_000_archived,
+    seed_000_placeholder,
+    seed_000_summary,
+    seed_001_snipped,
+    seed_001_summary,
+    seed_persisted,
+    seed_persisted_path,
+)
+
 from runner.compaction.fallback import fallback_summary
-from runner.protocol import SEED_001_MICRO_PLACEHOLDER, SEED_PERSISTED_TAG, seed_000_placeholder
 
 Message = dict[str, Any]
 Summarize = Callable[[list[Message]], str]
@@ -123,21 +135,15 @@ class Seed000(_SeedFiles):
     def persist_large_output(self, tool_use_id: str, content: str, preview_chars: int | None = None) -> str:
         saved = self.save_output(tool_use_id, content)
         preview = content[: self.PREVIEW_CHARS if preview_chars is None else preview_chars]
-        return f"{SEED_PERSISTED_TAG}\nFull output saved to: {saved}\nPreview:\n{preview}\n</persisted-output>"
+        return seed_persisted(saved, preview)
 
     @staticmethod
     def persisted_output_path(content: str) -> str | None:
-        if not content.startswith(SEED_PERSISTED_TAG):
-            return None
-        for line in content.splitlines():
-            if line.startswith("Full output saved to: "):
-                return line[len("Full output saved to: "):].strip()
-        return None
+        return seed_persisted_path(content)
 
     @staticmethod
     def summary_message(label: str, active_request: str, summary: str, transcript: str) -> Message:
-        return {"role": "user", "content": (f"[{label}]\n\nCurrent user request:\n{active_request}\n\n"
-                                            f"Conversation summary:\n{summary}\n\nFull transcript: {transcript}")}
+        return {"role": "user", "content": seed_000_summary(label, active_request, summary, transcript)}
 
     # Bước 1
     def tool_result_budget(self, messages: list[Message], max_chars: int = BATCH_CHAR_LIMIT) -> list[Message]:
@@ -172,7 +178,7 @@ class Seed000(_SeedFiles):
         if tail_start > 0 and self.is_tool_result(messages[tail_start]) and self.has_tool_use(messages[tail_start - 1]):
             tail_start -= 1
         transcript = self.write_transcript(messages)
-        marker = {"role": "user", "content": f"[{tail_start - head_end} messages archived at {transcript}]"}
+        marker = {"role": "user", "content": seed_000_archived(tail_start - head_end, transcript)}
         return [*messages[:head_end], marker, *messages[tail_start:]]
 
     # Bước 3
@@ -211,7 +217,7 @@ class Seed000(_SeedFiles):
     def compact_history(self, messages: list[Message], active_request: str) -> list[Message]:
         transcript = self.write_transcript(messages)
         summary = self.summarize_history(messages)
-        return [self.summary_message("Compacted", active_request, summary, transcript)]
+        return [self.summary_message(COMPACTED, active_request, summary, transcript)]
 
     def prepare(self, messages: list[Message], active_request: str) -> list[Message]:
         messages = self.tool_result_budget(messages)
@@ -233,7 +239,7 @@ class Seed000(_SeedFiles):
             tail_start -= 1
         old_history = messages[:tail_start] if tail_start else messages
         summary = self.summarize_history(old_history)
-        message = self.summary_message("Reactive compact", active_request, summary, transcript)
+        message = self.summary_message(REACTIVE_COMPACT, active_request, summary, transcript)
         return [message, *messages[tail_start:]] if tail_start else [message]
 
 
@@ -257,10 +263,7 @@ class Seed001(_SeedFiles):
             return output
         stored_path = self.save_output(tool_use_id, output)
         preview = output[:2000]
-        return (f"{SEED_PERSISTED_TAG}\n"
-                f"Full output saved to: {stored_path}\n"
-                f"Preview:\n{preview}\n"
-                "</persisted-output>")
+        return seed_persisted(stored_path, preview)
 
     @staticmethod
     def recalculate_total(blocks: list[tuple[int, dict[str, Any]]]) -> int:
@@ -279,7 +282,7 @@ class Seed001(_SeedFiles):
                 and self._message_has_tool_use(messages[tail_start - 1])):
             tail_start -= 1
         snipped = tail_start - head_end
-        placeholder = {"role": "user", "content": f"[snipped {snipped} messages from conversation middle]"}
+        placeholder = {"role": "user", "content": seed_001_snipped(snipped)}
         return messages[:head_end] + [placeholder] + messages[tail_start:]
 
     # L2
@@ -315,7 +318,7 @@ class Seed001(_SeedFiles):
         self.write_transcript(messages)  # Save full conversation first
         summary = self.summarize_history(messages)  # LLM generates summary
         return [{"role": "user",
-                 "content": f"[Compacted]\n\n{summary}"}]
+                 "content": seed_001_summary(COMPACTED, summary)}]
 
     # Reactive
     def reactive_compact(self, messages: list[Message]) -> list[Message]:
@@ -327,7 +330,7 @@ class Seed001(_SeedFiles):
             tail_start -= 1
         summary = self.summarize_history(messages[:tail_start])
         return [{"role": "user",
-                 "content": f"[Reactive compact]\n\n{summary}"}, *messages[tail_start:]]
+                 "content": seed_001_summary(REACTIVE_COMPACT, summary)}, *messages[tail_start:]]
 
     # Putting It All Together (the three pre-processors, then the threshold check)
     def prepare(self, messages: list[Message], active_request: str = "") -> list[Message]:

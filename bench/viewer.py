@@ -37,13 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import replace_section, write_result  # noqa: E402
 
+from runner.compaction.stages import Stage  # noqa: E402
+from runner.rundir.docs import load_run  # noqa: E402
 from runner.rundir.store import write_atomic_sync  # noqa: E402
 from runner.ui.viewer import pages as viewer_pages  # noqa: E402
-from runner.ui.viewer.data import load_run  # noqa: E402
 from runner.ui.viewer.render import render_index, write_view  # noqa: E402
 
 STATUSES = ["succeeded"] * 90 + ["failed"] * 4 + ["max_turns"] * 3 + ["timeout"] * 2 + ["cancelled"]
-STAGES = ["tool_result_budget", "snip", "micro_compact", "fit_tool_results", "compact_history"]
+STAGES = [Stage.TOOL_RESULT_BUDGET, Stage.SNIP, Stage.MICRO_COMPACT, Stage.FIT_TOOL_RESULTS, Stage.COMPACT_HISTORY]
 
 
 def make_job(run_dir: Path, name: str, calls: int, rng: random.Random) -> dict:
@@ -113,17 +114,17 @@ def make_long_job(run_dir: Path, name: str, turns: int, seed: int = 3) -> dict:
             rel = f"summaries/{summaries:04d}.md"
             (job_dir / rel).write_text(f"Summary {summaries}: files read so far, what each does.\n"
                                        + "- module.py: parses the configuration and checks it\n" * 45)
-            stage_paths.append(("compact_history", [rel]))
+            stage_paths.append((Stage.COMPACT_HISTORY, [rel]))
         elif turn % 12 == 0:
-            stage_paths.append(("fit_tool_results", pending[-1:]))
+            stage_paths.append((Stage.FIT_TOOL_RESULTS, pending[-1:]))
         elif rng.random() < 0.42 and pending:
-            stage_paths.append(("micro_compact", pending[-3:]))
+            stage_paths.append((Stage.MICRO_COMPACT, pending[-3:]))
         for stage, paths in stage_paths:
             for rel in paths:
                 if rel.startswith("tool-results/"):
                     (job_dir / rel).write_text(CODE_LINE * 40)
             compactions[stage] = compactions.get(stage, 0) + 1
-            after = chars // 3 if stage == "compact_history" else chars * 2 // 3
+            after = chars // 3 if stage == Stage.COMPACT_HISTORY else chars * 2 // 3
             events.append({"ts": turn, "stage": stage, "messages_before": 27, "messages_after": 3,
                            "chars_before": chars, "chars_after": after, "paths": paths, "cache_invalidated_from": 2})
             chars = after

@@ -8,6 +8,7 @@ emulator, the benchmarks) imports them from here, so a change of wording is one 
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from typing import Any
 
 from .rundir.docs import TRANSCRIPT
@@ -16,9 +17,10 @@ from .rundir.docs import TRANSCRIPT
 
 PERSISTED_TAG = "<persisted-output>"
 PERSISTED_END = "</persisted-output>"
-_SAVED_AT = re.compile(r"Full output saved to: (\S+)")
+SAVED_AT = "Full output saved to: "
+PREVIEW = "Preview:\n"
+_SAVED_AT = re.compile(re.escape(SAVED_AT) + r"(\S+)")
 _SIZE_LINE = re.compile(r"Original size: (\d+) chars, (\d+) lines")
-_PREVIEW = "Preview:\n"
 
 
 def line_count(text: str) -> int:
@@ -27,8 +29,8 @@ def line_count(text: str) -> int:
 
 def persisted_marker(path: str, text: str, preview_chars: int) -> str:
     """What replaces a result saved at ``path``: where it is, its size, and its first characters."""
-    return (f"{PERSISTED_TAG}\nFull output saved to: {path}\nOriginal size: {len(text)} chars, "
-            f"{line_count(text)} lines\n{_PREVIEW}{text[:preview_chars]}\n{PERSISTED_END}")
+    return (f"{PERSISTED_TAG}\n{SAVED_AT}{path}\nOriginal size: {len(text)} chars, "
+            f"{line_count(text)} lines\n{PREVIEW}{text[:preview_chars]}\n{PERSISTED_END}")
 
 
 def is_persisted(content: str) -> bool:
@@ -43,7 +45,7 @@ def persisted_size(content: str) -> tuple[int, int] | None:
 
 def persisted_preview(content: str) -> str:
     """The preview a persisted-output marker carries (everything after ``Preview:``)."""
-    return content.split(_PREVIEW, 1)[-1].rsplit(f"\n{PERSISTED_END}", 1)[0]
+    return content.split(PREVIEW, 1)[-1].rsplit(f"\n{PERSISTED_END}", 1)[0]
 
 
 # --- a placeholder: the one line that replaces a result the model has already seen ---------------
@@ -74,6 +76,7 @@ def saved_path(content: Any) -> str | None:
 
 SNIP_DIGEST_CHARS = 1_500  # the most a snip marker's digest of what it archived may take
 _ARCHIVED = re.compile(r"^\[(\d+) messages archived: \S+ messages (\d+)-(\d+)\]")
+_ARCHIVED_HEAD = re.compile(r"^\[\d+ messages archived: ")  # whatever the range (a marker may name none)
 
 
 def archived_marker(count: int, where: str, digest: str = "") -> str:
@@ -85,6 +88,11 @@ def archived_span(text: str) -> tuple[int, int] | None:
     """The transcript range ``(first, last)`` a snip marker names, else ``None``."""
     match = _ARCHIVED.match(text)
     return (int(match.group(2)), int(match.group(3))) if match else None
+
+
+def is_snip_marker(text: str) -> bool:
+    """Whether ``text`` is a snip marker (:func:`archived_marker`)."""
+    return _ARCHIVED_HEAD.match(text) is not None
 
 
 def archived_count(text: str) -> int:
@@ -111,6 +119,8 @@ def transcript_range(first: int, last: int) -> str:
 COMPACTED = "Compacted"
 REACTIVE_COMPACT = "Reactive compact"
 SUMMARY_LABELS = (f"[{COMPACTED}]", f"[{REACTIVE_COMPACT}]")
+# the API's compaction block, as it reads it back: a user message of this and the block's content
+COMPACTION_BLOCK_HEAD = f"[{COMPACTED}]\n"
 # A note line that says the older notes with a key are obsolete (the fallback summary drops them):
 # ``- retired-note: <key>``, the key without its leading ``- ``. Spelled so that no note a model
 # writes in its own words is taken for one.
@@ -175,6 +185,30 @@ def mentions_summary(text: str) -> bool:
     return any(label in text for label in SUMMARY_LABELS)
 
 
+# -- which marker a text is: for readers of a conversation (the viewer) -------------------------------
+
+class Marker(StrEnum):
+    """A text the runner put in a context in place of what it removed."""
+
+    SUMMARY = "summary"  # [Compacted] / [Reactive compact]: summarized history
+    PERSISTED = "persisted"  # <persisted-output>: a large result saved, with a preview
+    PLACEHOLDER = "placeholder"  # [Earlier tool result saved at ...]: a seen result saved
+    SNIP = "snip"  # [N messages archived: ...]: the archived middle of a conversation
+
+
+def marker_of(text: str) -> Marker | None:
+    """Which marker ``text`` starts with, or ``None`` for any other text."""
+    if is_summary(text):
+        return Marker.SUMMARY
+    if is_persisted(text):
+        return Marker.PERSISTED
+    if is_placeholder(text):
+        return Marker.PLACEHOLDER
+    if is_snip_marker(text):
+        return Marker.SNIP
+    return None
+
+
 # -- cut results: every result the tools cut says so, and how to get the rest -------------------------
 
 GLOB_CUT = ("[glob: cut: showing {shown} of {total} matches (newest first){walk}; narrow the pattern "
@@ -220,6 +254,7 @@ _RECALL_PAGE = re.compile(r"\n\[recall: page (\d+) of (\d+), characters (\d+)-(\
 REPEATED_CALL = ("[not run: this exact {name} call was already made {count} times in this job, "
                  "first at turn {turn}; its result {where}. Change the call or move on]")
 REPEATED_WHERE = "is saved at {path} (recall it with the recall tool)"
+REPEATED_ABOVE = "is in the conversation above"
 STUCK = "repeated the same call {count} times after being told it was already made: {call}"
 
 
@@ -239,20 +274,16 @@ def without_footer(text: str) -> str:
     """A recall result's page without its footer."""
     match = _RECALL_PAGE.search(text)
     return text[:match.start()] if match else text
-# -- The seed lessons' placeholders ---------------------------------------------------------------
+# -- The seed lessons' placeholders, read at run time ------------------------------------------------
 # What the seed lessons' pipelines write in place of a tool result (bench/seeds_pipeline.py runs them
-# as written). A reader of a conversation (the offline policy, as a real model would) must take each
-# as "this result is gone from context", not as the tool's output.
+# as written; their other texts are in bench/seed_texts.py). A reader of a conversation (the offline
+# policy, as a real model would) must take each as "this result is gone from context", not as the
+# tool's output: so these stay here, where the policy reads them. A seed's large output moved to disk
+# starts with PERSISTED_TAG, as ours does.
 
-SEED_PERSISTED_TAG = PERSISTED_TAG  # all revisions: a large output moved to disk, with a preview
 SEED_000_PLACEHOLDER_PREFIX = PLACEHOLDER_PREFIX  # 000 (Vietnamese): + path + "]"
 SEED_001_MICRO_PLACEHOLDER = "[Earlier tool result compacted. Re-run if needed.]"  # 001 (English)
 SEED_002_MICRO_PLACEHOLDER = "[Earlier tool result omitted for brevity]"  # 002 (Chinese)
-
-
-def seed_000_placeholder(path: str) -> str:
-    """Revision 000's placeholder for an old result saved at ``path``."""
-    return f"{SEED_000_PLACEHOLDER_PREFIX}{path}]"
 
 
 def is_seed_placeholder(content: str) -> bool:

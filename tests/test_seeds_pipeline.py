@@ -14,14 +14,10 @@ import pytest
 
 from runner.messages import tool_uses
 from runner.models.policy import decide
-from runner.protocol import (
-    SEED_001_MICRO_PLACEHOLDER,
-    SEED_002_MICRO_PLACEHOLDER,
-    is_seed_placeholder,
-    seed_000_placeholder,
-)
+from runner.protocol import SEED_001_MICRO_PLACEHOLDER, SEED_002_MICRO_PLACEHOLDER, is_seed_placeholder
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from seed_texts import seed_000_placeholder  # noqa: E402
 from seeds_pipeline import Seed000, Seed001  # noqa: E402
 
 ROOT = "/ws"

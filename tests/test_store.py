@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runner.rundir.store import QUOTA_SLACK, TOOL_RESULTS, DiskQuotaExceeded, JobStore, read_jsonl, safe_name
+from runner.rundir.docs import TOOL_RESULTS
+from runner.rundir.store import QUOTA_SLACK, DiskQuotaExceeded, JobStore, read_jsonl, safe_name
 
 HOSTILE_IDS = ["../../x", "x" * 5_000, "", "a/b", "a_b", "a?b", "/etc/passwd", "..", ".", "tool-results/../../y",
                "a\0b", "ä/ö", "CON", "a.2", "a", "toolu_01AbC", " ", "\n"]

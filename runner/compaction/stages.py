@@ -50,6 +50,11 @@ class Stage(StrEnum):
         member.color = color
         return member
 
+    @classmethod
+    def named(cls, name: str) -> Stage | None:
+        """The stage called ``name``, or None (another kind of event, a damaged line)."""
+        return next((stage for stage in cls if stage == name), None)
+
     TOOL_RESULT_BUDGET = "tool_result_budget", "budget", "#8c564b"
     SNIP = "snip", "snip", "#7f7f7f"
     MICRO_COMPACT = "micro_compact", "micro", "#17becf"

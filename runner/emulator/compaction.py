@@ -2,8 +2,8 @@
 
 Guarantees:
 - What the API reads of a history (:func:`effective_view`): everything from the last non-null
-  ``compaction`` block on, that block as a user message ``[Compacted]\\n<content>``; a history
-  without one is read whole.
+  ``compaction`` block on, that block as a user message (:data:`runner.protocol.COMPACTION_BLOCK_HEAD`
+  and its content); a history without one is read whole.
 - A request whose input is over the edit's trigger (default ``compaction_default_trigger``) is
   compacted first (:func:`server_compaction`): the summary is the deterministic fallback summary
   of the whole request (earlier compaction blocks as text, so their notes survive), at most
@@ -18,9 +18,9 @@ from typing import Any
 
 from ..compaction.fallback import fallback_summary
 from ..messages import Message, blocks, merge_adjacent, tool_results
+from ..protocol import COMPACTION_BLOCK_HEAD
 from .tokens import estimate
 
-COMPACTED = "[Compacted]\n"
 SERVER_SUMMARY_CHARS = 40_000  # about 10,000 tokens: the server's summary of a long context
 
 
@@ -43,13 +43,14 @@ def _last_compaction(messages: list[Message]) -> tuple[int, int] | None:
 
 def effective_view(messages: list[Message]) -> list[Message]:
     """What the API reads: everything from the last (non-null) compaction block on, that block as a
-    user message ``[Compacted]\\n<content>``. Without a compaction block: ``messages`` itself."""
+    user message (``COMPACTION_BLOCK_HEAD`` and its content). Without a compaction block: ``messages``
+    itself."""
     found = _last_compaction(messages)
     if found is None:
         return messages
     i, j = found
     content = blocks(messages[i])
-    view: list[Message] = [{"role": "user", "content": COMPACTED + content[j]["content"]}]
+    view: list[Message] = [{"role": "user", "content": COMPACTION_BLOCK_HEAD + content[j]["content"]}]
     rest = [b for b in content[j + 1:] if b.get("type") != "compaction"]
     if rest:
         view.append({"role": "assistant", "content": rest})
@@ -65,7 +66,7 @@ def summary_input(messages: list[Message]) -> list[Message]:
         for block in blocks(message):
             if block.get("type") == "compaction":
                 if block.get("content"):
-                    content.append({"type": "text", "text": COMPACTED + block["content"]})
+                    content.append({"type": "text", "text": COMPACTION_BLOCK_HEAD + block["content"]})
             else:
                 content.append(block)
         if content:
@@ -76,7 +77,7 @@ def summary_input(messages: list[Message]) -> list[Message]:
 def compacted_view(summary: str, view: list[Message]) -> list[Message]:
     """After a compaction: the summary as a user message, then the last exchange (pair-safe)."""
     tail = view[-2:] if len(view) >= 2 and tool_results(view[-1]) else view[-1:]
-    return merge_adjacent([{"role": "user", "content": COMPACTED + summary}, *tail])
+    return merge_adjacent([{"role": "user", "content": COMPACTION_BLOCK_HEAD + summary}, *tail])
 
 
 @dataclass(frozen=True)

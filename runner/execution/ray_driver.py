@@ -48,6 +48,7 @@ from ..rundir.docs import (
     Status,
     WorkerLostEvent,
     event_lines,
+    probe_name,
     read_metrics,
 )
 from ..rundir.store import read_jsonl, write_atomic_sync
@@ -146,7 +147,7 @@ class Pool:
 
     async def _probe(self, worker: _Worker) -> dict[str, Any]:
         token = secrets.token_hex(8)
-        path = self.run_dir.absolute() / f".probe-{worker.owner}"
+        path = self.run_dir.absolute() / probe_name(worker.owner)
         try:
             answer = await worker.handle.probe.remote(str(path), token)
         except RayActorError as e:

@@ -31,8 +31,10 @@ from ..messages import Message
 from ..models.base import BackendUnusable, Model
 from ..pricing import PriceTable
 from ..rundir.docs import (
+    JOBS_RESERVE,
     METRICS,
     RUN_JSON,
+    RUN_RESERVE,
     JobMetrics,
     RunDocument,
     RunState,
@@ -40,7 +42,7 @@ from ..rundir.docs import (
     run_json_text,
     totals_of,
 )
-from ..rundir.reserve import JOBS_RESERVE, RUN_RESERVE, final_write, release
+from ..rundir.reserve import final_write, release
 from ..rundir.store import JobStore, overwrite, write_atomic
 from ..services import Budget, RunBudget
 

@@ -7,7 +7,9 @@ This is the only module that knows how a run directory is laid out::
       <run-id>/
         run.json                      RUN_JSON: RunDocument (head, totals, one JobMetrics row per job)
         .lock                         LOCK: one writer per run directory
-        index.html, view/             INDEX, VIEW: the static viewer
+        .reserve, .reserve-run        JOBS_RESERVE, RUN_RESERVE: disk kept for the last documents
+        .probe-<worker>               probe_name(): a Ray worker's proof that it sees this directory
+        index.html, view/             INDEX, VIEW: the static viewer (VIEW_STAMP: what made its pages)
         <job>/
           job.json                    JOB_JSON: the job's spec (JobSpec.to_json)
           metrics.json                METRICS: JobMetrics (checkpointed while running, final at the end)
@@ -16,6 +18,9 @@ This is the only module that knows how a run directory is laid out::
           events.jsonl                EVENTS: one Event per line (compaction stages, model calls, ...)
           final.md                    FINAL: the answer, or a partial report
           tool-results/, summaries/   TOOL_RESULTS, SUMMARIES: what compaction moved out of the context
+            <id>.txt, <id>.<n>.txt    output_path(): an output of tool_use <id> (safe), n-th distinct one
+            NNNN.md                   summary_path(): the n-th summary
+          .<file>.<pid>.spare         SPARE_SUFFIX: a checkpoint's spare file
 
 Guarantees:
 - Writers build documents through the models here, so the JSON on disk has one shape: the field order
@@ -56,7 +61,36 @@ EVENTS = "events.jsonl"
 FINAL = "final.md"
 TOOL_RESULTS = "tool-results"
 SUMMARIES = "summaries"
+OUTPUT_SUFFIX = ".txt"
+SUMMARY_SUFFIX = ".md"
+SPARE_SUFFIX = ".spare"
+JOBS_RESERVE = ".reserve"  # for the jobs' final files, freed by the first that needs it
+RUN_RESERVE = ".reserve-run"  # for the last run.json only
+VIEW_STAMP = ".made-by"
 JOB_FILES = (METRICS, EVENTS, TRANSCRIPT, FINAL, JOB_JSON)  # what the viewer links for each job
+
+
+def output_path(stem: str, n: int = 1) -> str:
+    """The path (relative to the job directory) of the ``n``-th distinct output saved under ``stem``."""
+    return f"{TOOL_RESULTS}/{stem}{OUTPUT_SUFFIX}" if n == 1 else f"{TOOL_RESULTS}/{stem}.{n}{OUTPUT_SUFFIX}"
+
+
+def output_stem(path: str) -> str | None:
+    """The stem an :func:`output_path` was made from (None for any other path). A stem has no dot."""
+    folder, _, name = path.partition("/")
+    if folder != TOOL_RESULTS or "/" in name or not name.endswith(OUTPUT_SUFFIX):
+        return None
+    return name.removesuffix(OUTPUT_SUFFIX).split(".")[0] or None
+
+
+def summary_path(number: int) -> str:
+    """The path (relative to the job directory) of the job's ``number``-th summary."""
+    return f"{SUMMARIES}/{number:04d}{SUMMARY_SUFFIX}"
+
+
+def probe_name(worker: str) -> str:
+    """The file a Ray worker writes in the run directory to show it sees it."""
+    return f".probe-{worker}"
 
 
 # --- statuses and usage ------------------------------------------------------------------------

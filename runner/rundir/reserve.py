@@ -17,9 +17,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from ..config import ConfigError
+from .docs import JOBS_RESERVE, RUN_RESERVE
 
-JOBS_RESERVE = ".reserve"  # for the jobs' final files, freed by the first that needs it
-RUN_RESERVE = ".reserve-run"  # for the last run.json only
 BASE_BYTES = 32 * 1024
 PER_JOB_BYTES = 8 * 1024
 

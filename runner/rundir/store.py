@@ -44,9 +44,17 @@ import aiofiles
 import aiofiles.os
 import anyio
 
-from .docs import FINAL, LATEST, METRICS
-from .docs import SUMMARIES as SUMMARIES
-from .docs import TOOL_RESULTS as TOOL_RESULTS
+from .docs import (
+    FINAL,
+    LATEST,
+    METRICS,
+    SPARE_SUFFIX,
+    SUMMARIES,
+    SUMMARY_SUFFIX,
+    TOOL_RESULTS,
+    output_path,
+    summary_path,
+)
 
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -137,9 +145,6 @@ def _exchange(a: Path, b: Path) -> bool:
     if ctypes.get_errno() in _CANNOT_EXCHANGE:
         _exchange_works = False
     return False
-
-
-SPARE_SUFFIX = ".spare"
 
 
 def spare_of(path: Path) -> Path:
@@ -260,7 +265,7 @@ def _open_sync(directory: Path) -> tuple[dict[str, str], int, Path, tuple[int, d
                 except (OSError, UnicodeDecodeError):
                     pass
     with os.scandir(directory / SUMMARIES) as entries:
-        summaries = sum(1 for entry in entries if entry.name.endswith(".md"))
+        summaries = sum(1 for entry in entries if entry.name.endswith(SUMMARY_SUFFIX))
     # resolve() runs per persisted output; the root once
     return on_disk, summaries, directory.resolve(), _tree_sizes(directory)
 
@@ -488,11 +493,11 @@ class JobStore:
         if key in self._names:
             return self._names[key]
         stem = safe_name(tool_use_id)
-        rel = f"{TOOL_RESULTS}/{stem}.txt"
+        rel = output_path(stem)
         n = 1
         while rel in self._owners or self._on_disk.get(rel, digest) != digest:
             n += 1
-            rel = f"{TOOL_RESULTS}/{stem}.{n}.txt"
+            rel = output_path(stem, n)
         self._names[key] = rel
         self._owners[rel] = tool_use_id
         return rel
@@ -515,7 +520,7 @@ class JobStore:
         """Queue a summary as the next ``summaries/NNNN.md`` (written by the next :meth:`flush`, before
         any line that names it); its relative path."""
         self._summaries += 1
-        rel = f"{SUMMARIES}/{self._summaries:04d}.md"
+        rel = summary_path(self._summaries)
         self.queue(outputs=[(rel, text)])
         return rel
 

@@ -296,11 +296,11 @@ class Toolset:
             return None
         count, first = caught
         earlier = self._results.get(first.tool_use_id)
-        where = "is in the conversation above"
+        where = protocol.REPEATED_ABOVE
         if earlier is not None:
             text = earlier[1].get("content")
             rel = await self.store.persist_output(first.tool_use_id, text if isinstance(text, str) else str(text))
-            where = f"is saved at {rel} (recall it with the recall tool)"
+            where = protocol.REPEATED_WHERE.format(path=rel)
         return error_result(call["id"], protocol.REPEATED_CALL.format(
             name=name, count=count, window=self.repeats.window, turn=first.turn, where=where))
 

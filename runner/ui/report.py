@@ -8,18 +8,21 @@ from typing import Any, Literal
 from rich.table import Table
 from rich.text import Text
 
+from ..compaction.stages import Stage
 from ..config import ConfigError
 from ..rundir import docs as rundocs
 from ..rundir.docs import RUN_JSON, Status, load_run, metrics_of
 from .terminal import printable
 
-# short names of the compaction stages, for tables and the viewer
-SHORT = {"tool_result_budget": "budget", "micro_compact": "micro", "fit_tool_results": "fit",
-         "compact_history": "history", "compact_tool": "tool", "reactive_compact": "reactive",
-         "server_compaction": "server", "observation_mask": "mask"}
 STATUS_STYLE: dict[str, str] = {Status.SUCCEEDED: "green", Status.FAILED: "red", Status.TIMEOUT: "yellow", Status.MAX_TURNS: "yellow",
                 Status.BUDGET_EXCEEDED: "yellow", Status.STUCK: "yellow", Status.DISK_QUOTA: "yellow", Status.CANCELLED: "magenta",
                 Status.RUNNING: "cyan", Status.QUEUED: "dim", Status.NOT_STARTED: "dim", Status.INTERRUPTED: "red"}
+
+
+def short_name(stage: str) -> str:
+    """A compaction stage's short label, for tables and the viewer (another name as it is)."""
+    known = Stage.named(stage)
+    return known.label if known else stage
 
 
 def load_report(run_dir: Path) -> dict[str, Any]:
@@ -68,7 +71,7 @@ def run_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
             f"{usage.get('input_tokens', 0):,}",
             f"{usage.get('output_tokens', 0):,}",
             f"{usage.get('cache_read_input_tokens', 0):,}/{usage.get('cache_creation_input_tokens', 0):,}",
-            Text(printable(" ".join(f"{SHORT.get(k, k)}:{v}" for k, v in sorted(comp.items())) or "-")),
+            Text(printable(" ".join(f"{short_name(k)}:{v}" for k, v in sorted(comp.items())) or "-")),
             _bytes(job.get("persisted_bytes", 0)),
             f"{job.get('cost_usd', 0.0):.4f}",
             f"{job.get('wall_s', 0.0):.1f}",

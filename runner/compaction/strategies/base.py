@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Protocol
 
 from ...config import Limits
-from ..stages import Outcome
+from ..stages import Outcome, Stage
 from ..window import Window
 
 
@@ -25,7 +25,7 @@ class Stages(Protocol):
     window: Window
     limits: Limits
 
-    def adopt(self, stage: str, outcome: Outcome | None) -> None:
+    def adopt(self, stage: Stage, outcome: Outcome | None) -> None:
         """Adopt a pure stage's outcome; its outputs and event line are written before prepare returns."""
 
     def char_limit(self) -> int:
@@ -37,7 +37,7 @@ class Stages(Protocol):
     def saved_for(self, tool_use_id: str, path: str) -> bool:
         """Whether ``path`` holds an output of ``tool_use_id`` that this job saved."""
 
-    async def summarize(self, stage: str) -> None:
+    async def summarize(self, stage: Stage) -> None:
         """Replace the history the model has seen with a summary (outputs queued so far are written first)."""
 
 

@@ -5,6 +5,7 @@ batch is persisted as in the client pipeline. No snip, no summary."""
 from __future__ import annotations
 
 from .. import stages as s
+from ..stages import Stage
 from .base import Stages, Strategy
 
 
@@ -13,8 +14,8 @@ class MaskStrategy(Strategy):
 
     async def prepare(self, stages: Stages) -> None:
         limits, window = self.limits, stages.window
-        stages.adopt("tool_result_budget", s.tool_result_budget(
+        stages.adopt(Stage.TOOL_RESULT_BUDGET, s.tool_result_budget(
             window.entries, limits.batch_char_limit, limits.large_result_chars, limits.preview_chars,
             stages.name_for))
-        stages.adopt("observation_mask", s.micro_compact(
+        stages.adopt(Stage.OBSERVATION_MASK, s.micro_compact(
             window.entries, window.total, 0, limits.keep_recent_results, stages.name_for, stages.saved_for))

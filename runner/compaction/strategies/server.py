@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import stages as s
+from ..stages import Stage
 from .base import Stages, Strategy
 
 
@@ -25,6 +26,6 @@ class ServerStrategy(Strategy):
 
     async def prepare(self, stages: Stages) -> None:
         limits, window = self.limits, stages.window
-        stages.adopt("tool_result_budget", s.tool_result_budget(
+        stages.adopt(Stage.TOOL_RESULT_BUDGET, s.tool_result_budget(
             window.entries, limits.batch_char_limit, limits.large_result_chars, limits.preview_chars,
             stages.name_for))

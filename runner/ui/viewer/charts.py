@@ -11,15 +11,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
+from ...compaction.stages import Stage
 from ...rundir.docs import Status
 
-STAGE_COLORS = {"tool_result_budget": "#8c564b", "snip": "#7f7f7f", "micro_compact": "#17becf",
-                "fit_tool_results": "#bcbd22", "compact_history": "#d62728", "reactive_compact": "#e377c2",
-                "compact_tool": "#9467bd", "server_compaction": "#ff7f0e", "observation_mask": "#2ca02c"}
+OTHER_STAGE_COLOR = "#555"  # an event line of no known stage
 STATUS_COLORS: dict[str, str] = {Status.SUCCEEDED: "#2ca02c", Status.FAILED: "#d62728", Status.TIMEOUT: "#ff7f0e",
                  Status.MAX_TURNS: "#ff7f0e", Status.BUDGET_EXCEEDED: "#ff7f0e", Status.STUCK: "#ff7f0e", Status.DISK_QUOTA: "#ff7f0e",
                  Status.CANCELLED: "#9467bd", Status.RUNNING: "#1f77b4", Status.QUEUED: "#aaaaaa",
                  Status.NOT_STARTED: "#aaaaaa", Status.INTERRUPTED: "#d62728"}
+
+
+def stage_color(stage: str) -> str:
+    """A compaction stage's chart colour."""
+    known = Stage.named(stage)
+    return known.color if known else OTHER_STAGE_COLOR
 
 
 @dataclass(frozen=True)

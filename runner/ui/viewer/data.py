@@ -14,11 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...rundir.docs import USAGE_KEYS, JobData, RunData, load_run, run_document, totals_of
+from ...rundir.docs import JobData, totals_of
 from ...rundir.store import read_jsonl
-
-__all__ = ["USAGE_KEYS", "JobData", "RunData", "load_run", "number", "read_records", "read_text", "run_document",
-           "totals"]
 
 
 def totals(jobs: list[JobData]) -> dict[str, Any]:

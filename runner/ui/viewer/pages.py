@@ -16,27 +16,42 @@ from urllib.parse import quote
 
 from markdown_it import MarkdownIt
 
+from ...compaction.stages import SUMMARY_STAGES, Stage
+from ...protocol import COMPACTED, REACTIVE_COMPACT, marker_of
 from ...rundir.docs import (
     EVENTS,
     FINAL,
+    SUMMARIES,
     TRANSCRIPT,
     USAGE_KEYS,
     JobData,
     ModelCallEvent,
     RunData,
+    output_stem,
     parse_event,
 )
-from ...rundir.store import SUMMARIES, TOOL_RESULTS, safe_name
-from ...tools.memory import memory_files
-from ..report import SHORT
-from .charts import STAGE_COLORS, Mark, Series, bar_chart, line_chart
+from ...rundir.store import safe_name
+from ...tools.memory import MEMORY_DIR, memory_files
+from ..report import short_name
+from .charts import Mark, Series, bar_chart, line_chart, stage_color
 from .data import number, read_records, read_text
 
 RESULT_SHOWN_CHARS = 4000  # a longer tool result is cut on the page; the whole is one link away
 TEXT_SHOWN_CHARS = 20_000  # so is a longer text or tool input (a report, a file written)
 TRANSCRIPT_PAGE_CHARS = 800_000  # characters of transcript shown on one page, at most (plus one turn)
-MARKERS = ("[Compacted]", "<persisted-output>", "[Earlier tool result saved at")
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False})
+
+
+def is_marker(text: str) -> bool:
+    """Whether ``text`` is one of the markers the runner puts in place of what it removed (shown apart)."""
+    return marker_of(text.lstrip()) is not None
+
+
+def summary_label(stage: str) -> str | None:
+    """The label of the summary message a stage replaced the history with, or None for another stage."""
+    if stage not in SUMMARY_STAGES:
+        return None
+    return f"[{REACTIVE_COMPACT if stage == Stage.REACTIVE_COMPACT else COMPACTED}]"
 
 
 def page_name(job: str) -> str:
@@ -85,7 +100,7 @@ def job_row(job: JobData, pages: str) -> dict[str, Any]:
     return {"name": job.name, "href": f"{pages}/{quote(page_name(job.name))}", "status": job.status,
             "turns": int(number(r.get("turns"))), **{k: int(job.usage(k)) for k in USAGE_KEYS},
             "cost": number(r.get("cost_usd")), "wall": number(r.get("wall_s")),
-            "compactions": " ".join(f"{SHORT.get(k, k)}:{v}" for k, v in sorted(comp.items())),
+            "compactions": " ".join(f"{short_name(k)}:{v}" for k, v in sorted(comp.items())),
             "compaction_total": sum(comp.values()), "retries": sum(retries.values()),
             "retries_title": ", ".join(f"{k} {v}" for k, v in retries.items()),
             "estimated": bool(r.get("usage_estimated")), "error": str(r.get("error") or "")}
@@ -124,7 +139,7 @@ def _block(block: Any, job: JobData, start: Path, saved: dict[str, str]) -> dict
     if kind == "text":
         text = str(block.get("text", ""))
         return {"kind": "text", "text": text[:TEXT_SHOWN_CHARS], "chars": len(text), "cut": len(text) > TEXT_SHOWN_CHARS,
-                "marker": text.lstrip().startswith(MARKERS)}
+                "marker": is_marker(text)}
     if kind == "tool_use":
         shown = _compact_json(block.get("input"))
         return {"kind": "tool_use", "name": str(block.get("name", "?")), "id": str(block.get("id", "")),
@@ -136,20 +151,19 @@ def _block(block: Any, job: JobData, start: Path, saved: dict[str, str]) -> dict
         return {"kind": "tool_result", "id": ident, "text": text[:RESULT_SHOWN_CHARS], "chars": len(text),
                 "cut": len(text) > RESULT_SHOWN_CHARS, "error": bool(block.get("is_error")),
                 "saved": link(job.dir / rel, start) if rel else None, "saved_name": rel,
-                "marker": text.lstrip().startswith(MARKERS)}
+                "marker": is_marker(text)}
     return {"kind": "other", "text": json.dumps(block, ensure_ascii=False, indent=1)[:RESULT_SHOWN_CHARS]}
 
 
-def _saved_outputs(job: JobData) -> dict[str, str]:
-    """Persisted outputs by file stem (a tool_use id made safe): the first save of each id."""
-    try:
-        names = sorted(p.name for p in (job.dir / TOOL_RESULTS).iterdir())
-    except OSError:
-        return {}
+def _saved_outputs(compactions: list[dict[str, Any]]) -> dict[str, str]:
+    """Persisted outputs by file stem (a tool_use id made safe), as the compactions' events name them:
+    the first save of each id."""
     out: dict[str, str] = {}
-    for name in names:
-        stem = name.removesuffix(".txt").split(".")[0]
-        out.setdefault(stem, f"{TOOL_RESULTS}/{name}")
+    for shown in compactions:
+        for file in shown["files"]:
+            stem = output_stem(file["name"])
+            if stem is not None:
+                out.setdefault(stem, file["name"])
     return out
 
 
@@ -166,7 +180,7 @@ def _event(event: dict[str, Any], job: JobData, start: Path, problems: list[str]
         if rel.startswith(f"{SUMMARIES}/") and summary is None:
             summary = read_text(target, problems)
             summary_href = files[-1]["href"]
-    return {"stage": stage, "color": STAGE_COLORS.get(stage, "#555"),
+    return {"stage": stage, "color": stage_color(stage), "summary_label": summary_label(stage),
             "before": int(number(event.get("messages_before"))), "after": int(number(event.get("messages_after"))),
             "chars_before": int(number(event.get("chars_before"))), "chars_after": int(number(event.get("chars_after"))),
             "files": files, "summary": summary[:TEXT_SHOWN_CHARS] if summary is not None else None,
@@ -220,7 +234,7 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
                                  title="cost over model calls", x_label="model call", left_label="USD", money=True,
                                  height=200))
     transcript = read_records(job.dir / TRANSCRIPT, problems)
-    saved = _saved_outputs(job)
+    saved = _saved_outputs(compactions)
     items: list[dict[str, Any]] = []
     turn = 0
     for number_, message in enumerate(transcript, 1):
@@ -232,7 +246,7 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
         text = str(content)
         blocks = [_block(b, job, start, saved) for b in content] if isinstance(content, list) else [
             {"kind": "text", "text": text[:TEXT_SHOWN_CHARS], "chars": len(text), "cut": len(text) > TEXT_SHOWN_CHARS,
-             "marker": text.lstrip().startswith(MARKERS)}]
+             "marker": is_marker(text)}]
         items.append({"kind": "message", "role": role, "line": number_, "turn": turn if role == "assistant" else None,
                       "blocks": blocks})
     for rest in timeline.values():  # after the last reply (or from a run without model_call records)
@@ -244,8 +258,10 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
             "items": pages[0], "transcript_pages": pages, "page_links": _page_links(job.name, pages), "page": 1,
             "final_html": _markdown.render(final) if final is not None else None,
             "problems": problems, "index_href": index_href, "row_model": job.record.get("model") or job.spec.get("model"),
-            "stage_colors": [(s, STAGE_COLORS.get(s, "#555")) for s in dict.fromkeys(e["stage"] for e in compactions)], "limits": limits, "spec": job.spec,
+            "stage_colors": [(s, stage_color(s)) for s in dict.fromkeys(e["stage"] for e in compactions)],
+            "limits": limits, "spec": job.spec,
             "title": f"job {job.name}", "transcript_href": link(job.dir / TRANSCRIPT, start),
+            "transcript_name": TRANSCRIPT, "memory_dir": MEMORY_DIR,
             "dir_href": link(job.dir, start),
             "memories": [{"path": path, "size": size} for path, size in memory_files(str(job.dir))]}
 

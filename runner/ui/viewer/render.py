@@ -21,9 +21,8 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from ...rundir.docs import INDEX, JOB_FILES, VIEW, JobData, RunData, load_run
+from ...rundir.docs import INDEX, JOB_FILES, VIEW, VIEW_STAMP, JobData, RunData, load_run
 from ...rundir.store import safe_name, write_atomic_sync
-from .charts import STAGE_COLORS
 from .pages import index_context, job_context, link, page_name, transcript_page_name
 
 PAGES_PER_WORKER = 16
@@ -71,7 +70,7 @@ def render_job(job: JobData, pages_dir: Path, index: Path, refresh: int | None =
 def _render_page(context: dict, page: int, refresh: int | None) -> str:
     template = "job.html.j2" if page == 1 else "transcript.html.j2"
     return _env.get_template(template).render(**{**context, "items": context["transcript_pages"][page - 1], "page": page},
-                                              refresh=refresh, all_stage_colors=STAGE_COLORS, csp=PAGE_CSP)
+                                              refresh=refresh, csp=PAGE_CSP)
 
 
 def _stale(job: JobData, page: Path) -> bool:
@@ -116,7 +115,7 @@ def write_view(run_dir: Path, out: Path | None = None, force: bool = False) -> V
     run = load_run(run_dir)
     pages = pages_dir_for(index)
     pages.mkdir(parents=True, exist_ok=True)
-    stamp_file, stamp = pages / ".made-by", _stamp()
+    stamp_file, stamp = pages / VIEW_STAMP, _stamp()
     try:
         force = force or stamp_file.read_text() != stamp
     except OSError:
