@@ -51,7 +51,6 @@ EMULATOR_ENTRY = {("runner.cli", "runner.emulator.cli")}
 # Imports that point up a layer today, each with the fix under way. Nothing else may.
 KNOWN_UPWARD = {
     ("runner.pricing", "runner.models.base"): "Usage moves from models/base.py to pricing.py (the lead)",
-    ("runner.jobs", "runner.tools.sandbox"): "jobs stops importing the sandbox (another engineer)",
     ("runner.protocol", "runner.rundir.docs"): "the TRANSCRIPT file name: found by this test, no fix under "
                                                "way yet (reported to the lead)",
 }
