@@ -1,17 +1,16 @@
-"""A job stopped by any limit still writes ``final.md``, partial and saying why at its top. Real
-``runner`` subprocesses; the timeout case against the emulator (real SDK, real HTTP)."""
+"""A job stopped by any limit still writes ``final.md``, partial and saying why at its top. The CLI in
+this process; the timeout case a real ``runner`` subprocess against the emulator (real SDK, real HTTP)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 import sysconfig
 from pathlib import Path
 
 import pytest
-from conftest import survey_rows
+from conftest import CliRunner, run_cli_process, survey_rows
 
 from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Latency
@@ -20,20 +19,20 @@ from runner.rundir.store import read_jsonl
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
 
-def _run(tmp: Path, limits: str, backend: str = "offline", **env: str) -> tuple[subprocess.CompletedProcess, Path]:
+def _run(run: CliRunner, tmp: Path, limits: str, backend: str = "offline",
+         **env: str) -> tuple[subprocess.CompletedProcess, Path]:
     (tmp / "jobs").mkdir()
     (tmp / "jobs" / "j.toml").write_text(f'workspace = "{{stdlib}}/email"\nprompt = "Survey."\n[limits]\n{limits}\n')
     (tmp / "config.toml").write_text(f'[runner]\nbackend = "{backend}"\n')
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-    done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs"], cwd=tmp, env={**base, **env},
-                          capture_output=True, text=True, timeout=120)
+    done = run("run", "jobs", cwd=tmp, **env)
     return done, next((tmp / "runs").iterdir()) / "j"
 
 
 @pytest.mark.parametrize(("limits", "status"), [("max_turns = 4", "max_turns"),
                                                 ("max_cost_usd = 0.3", "budget_exceeded")])
-def test_a_job_stopped_by_a_limit_reports_what_it_had(tmp_path: Path, limits: str, status: str) -> None:
-    done, job = _run(tmp_path, limits)
+def test_a_job_stopped_by_a_limit_reports_what_it_had(tmp_path: Path, limits: str, status: str,
+                                                      run_cli: CliRunner) -> None:
+    done, job = _run(run_cli, tmp_path, limits)
     assert done.returncode == 1, done.stderr
     metrics = json.loads((job / "metrics.json").read_text())
     assert metrics["status"] == status
@@ -66,7 +65,8 @@ def test_a_timed_out_api_job_writes_its_report(tmp_path: Path) -> None:
     # 0.5 s a call: the survey (about 17 calls) cannot finish in 8 s; the report's call fits in the
     # tenth of the timeout kept for it (0.8 s)
     with running_emulator(EmulatorConfig(latency=Latency(seconds=0.5))) as emu:
-        done, job = _run(tmp_path, "timeout_s = 8.0", backend="anthropic", ANTHROPIC_BASE_URL=emu.base_url,
+        # a real process: the emulator in this one must not share its interpreter with the timed job
+        done, job = _run(run_cli_process, tmp_path, "timeout_s = 8.0", backend="anthropic", ANTHROPIC_BASE_URL=emu.base_url,
                          ANTHROPIC_API_KEY="emulator")
     assert done.returncode == 1, done.stderr
     metrics = json.loads((job / "metrics.json").read_text())
@@ -76,13 +76,10 @@ def test_a_timed_out_api_job_writes_its_report(tmp_path: Path) -> None:
     assert "# Survey of" in final  # the emulator's answer to the request without tools
 
 
-def test_a_failed_job_still_leaves_a_report(tmp_path: Path) -> None:
+def test_a_failed_job_still_leaves_a_report(tmp_path: Path, run_cli: CliRunner) -> None:
     (tmp_path / "ws").mkdir()  # beside the output directory: a workspace holding it is refused
     (tmp_path / "j.toml").write_text('workspace = "ws"\nprompt = "Run the tests."\ntools = ["bash"]\n')
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-    done = subprocess.run([sys.executable, "-m", "runner", "run", "j.toml", "--backend", "offline",
-                           "--output-dir", "runs"], cwd=tmp_path, env=base, capture_output=True, text=True,
-                          timeout=120)
+    done = run_cli("run", "j.toml", "--backend", "offline", "--output-dir", "runs", cwd=tmp_path)
     assert done.returncode == 1
     final = next((tmp_path / "runs").glob("*/j/final.md")).read_text()
     assert final.startswith("> **Partial report** (status `failed`: RuntimeError: the offline model")

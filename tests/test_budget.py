@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from conftest import CliRunner
 
 from runner.config import load_settings
 from runner.models.base import Usage
@@ -24,14 +23,12 @@ def test_price_table_defaults_overrides_and_fallback(tmp_path: Path) -> None:
     assert table.cost("some-unknown-model", usage) == table.cost("claude-opus-5", usage)  # never free
 
 
-def test_run_budget_stops_every_job(tmp_path: Path) -> None:
+def test_run_budget_stops_every_job(tmp_path: Path, run_cli: CliRunner) -> None:
     (tmp_path / "jobs").mkdir()
     for i in range(3):
         (tmp_path / "jobs" / f"j{i}.toml").write_text(f'workspace = "{{stdlib}}/json"\nprompt = "Survey {i}."\n')
     (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\nconcurrency = 1\nmax_cost_usd = 0.05\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-    done = subprocess.run([sys.executable, "-m", "runner", "run"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = run_cli("run", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     run = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
     statuses = [j["status"] for j in run["jobs"]]
@@ -45,7 +42,7 @@ def test_run_budget_stops_every_job(tmp_path: Path) -> None:
             assert sum(m["role"] == "assistant" for m in lines) == job["turns"]
 
 
-def test_a_small_budget_works_until_near_its_cap_then_reports(tmp_path: Path) -> None:
+def test_a_small_budget_works_until_near_its_cap_then_reports(tmp_path: Path, run_cli: CliRunner) -> None:
     """max_cost_usd = 0.05: the reserve kept for the report is what the job's own calls cost (not a fixed
     8,000 output tokens, which alone would cost more than the cap): it makes several turns, then one
     last call writes a short report, and the whole job stays under the cap."""
@@ -54,9 +51,7 @@ def test_a_small_budget_works_until_near_its_cap_then_reports(tmp_path: Path) ->
                                               'model = "claude-haiku-4-5"\n'  # priced as haiku: ~$0.005 a turn
                                               "[limits]\nmax_cost_usd = 0.05\ncontext_char_limit = 8000\n")
     (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-    done = subprocess.run([sys.executable, "-m", "runner", "run"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = run_cli("run", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     job = next((tmp_path / "runs").glob("*/a"))
     metrics = json.loads((job / "metrics.json").read_text())

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -156,14 +154,12 @@ def test_missing_config_file_is_an_error(tmp_path):
     assert "nope.toml" in info.value.problems[0]
 
 
-def test_cli_uses_merged_limits_and_env(tmp_path):
-    """The resolved limits land in job.json; the env var reaches a real `runner run` subprocess."""
+def test_cli_uses_merged_limits_and_env(tmp_path, run_cli):
+    """The resolved limits land in job.json; the env var reaches `runner run`."""
     write_project(tmp_path)
     (tmp_path / "ws" / "a.py").write_text("x = 1\n")
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-    env.update(RUNNER_LIMITS__MAX_OUTPUT_TOKENS="1234", RUNNER_RUNNER__BACKEND="offline")
-    proc = subprocess.run([sys.executable, "-m", "runner", "run", "--output-dir", "out"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)
+    proc = run_cli("run", "--output-dir", "out", cwd=tmp_path, RUNNER_LIMITS__MAX_OUTPUT_TOKENS="1234",
+                   RUNNER_RUNNER__BACKEND="offline")
     assert proc.returncode == 0, proc.stderr
     [run_dir] = [p for p in (tmp_path / "out").iterdir() if not p.is_symlink()]
     got = {name: json.loads((run_dir / name / "job.json").read_text())["limits"] for name in ("alpha", "beta", "gamma")}

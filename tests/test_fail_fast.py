@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from conftest import runner_env
+from conftest import run_cli_process
 
 from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Fault, Faults
@@ -28,9 +27,8 @@ def _setup(tmp: Path) -> None:
 
 
 def _runner(tmp: Path, *argv: str, base_url: str, key: str) -> subprocess.CompletedProcess[str]:
-    env = runner_env(ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY=key)
-    return subprocess.run([sys.executable, "-m", "runner", *argv], cwd=tmp, env=env, capture_output=True,
-                          text=True, timeout=120)
+    """A real process: what it prints as it exits (an unclosed session's warning) is checked too."""
+    return run_cli_process(*argv, cwd=tmp, ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY=key)
 
 
 def _statuses(run_dir: Path) -> list[str]:

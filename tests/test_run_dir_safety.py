@@ -1,5 +1,5 @@
-"""One writer per run directory, names from disk checked, a resumed run keeps its backend: each with
-real ``runner`` subprocesses."""
+"""One writer per run directory, names from disk checked, a resumed run keeps its backend: the lock's
+tests with real ``runner`` subprocesses, the others in this process (``run_cli``)."""
 
 from __future__ import annotations
 
@@ -11,24 +11,19 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from conftest import runner_env
+from conftest import CliRunner, run_cli_process, runner_argv, runner_env
 
 from runner.rundir.store import read_jsonl
 
 
-def _runner(cwd: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runner", *argv], cwd=cwd, env=runner_env(**env), capture_output=True,
-                          text=True, timeout=120)
-
-
-def _ended_run(tmp: Path, jobs: int = 1, max_turns: int = 3) -> Path:
+def _ended_run(tmp: Path, run: CliRunner, jobs: int = 1, max_turns: int = 3) -> Path:
     """A finished offline run whose jobs stopped on max_turns (so resume has work to do)."""
     (tmp / "jobs").mkdir()
     for i in range(jobs):
         (tmp / "jobs" / f"j{i}.toml").write_text(f'workspace = "{{stdlib}}/email"\nprompt = "Survey ({i})."\n'
                                                  f"[limits]\nmax_turns = {max_turns}\n")
     (tmp / "config.toml").write_text('[runner]\nbackend = "offline"\nconcurrency = 1\n')
-    first = _runner(tmp, "run", "jobs")
+    first = run("run", "jobs", cwd=tmp)
     assert first.returncode == 1, first.stderr
     for i in range(jobs):
         (tmp / "jobs" / f"j{i}.toml").write_text(f'workspace = "{{stdlib}}/email"\nprompt = "Survey ({i})."\n')
@@ -36,14 +31,14 @@ def _ended_run(tmp: Path, jobs: int = 1, max_turns: int = 3) -> Path:
 
 
 def test_a_second_writer_exits_2_naming_the_holder(tmp_path: Path) -> None:
-    run_dir = _ended_run(tmp_path)
+    run_dir = _ended_run(tmp_path, run_cli_process)
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
                                "from runner.rundir.lock import hold_run_dir\n"
                                "with hold_run_dir(Path(sys.argv[1])):\n    print('held', flush=True)\n"
                                "    time.sleep(60)\n", str(run_dir)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        second = _runner(tmp_path, "resume", str(run_dir), "--limits-from-config")
+        second = run_cli_process("resume", str(run_dir), "--limits-from-config", cwd=tmp_path)
         assert second.returncode == 2
         [line] = [x for x in second.stderr.splitlines() if x.startswith("error:")]
         assert f"pid {holder.pid}" in line, second.stderr
@@ -52,12 +47,12 @@ def test_a_second_writer_exits_2_naming_the_holder(tmp_path: Path) -> None:
         holder.kill()
         holder.wait()
     # the holder died: the kernel released its lock
-    assert _runner(tmp_path, "resume", str(run_dir), "--limits-from-config").returncode == 0
+    assert run_cli_process("resume", str(run_dir), "--limits-from-config", cwd=tmp_path).returncode == 0
 
 
 def test_two_resumes_at_once_run_each_job_once(tmp_path: Path) -> None:
-    run_dir = _ended_run(tmp_path, jobs=4)
-    argv = [sys.executable, "-m", "runner", "resume", str(run_dir), "--limits-from-config"]
+    run_dir = _ended_run(tmp_path, run_cli_process, jobs=4)
+    argv = runner_argv("resume", str(run_dir), "--limits-from-config")
     first = subprocess.Popen(argv, cwd=tmp_path, env=runner_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     lock = run_dir / ".lock"
@@ -77,9 +72,9 @@ def test_two_resumes_at_once_run_each_job_once(tmp_path: Path) -> None:
         assert ids and max(ids.values()) == 1, transcript
 
 
-def test_a_hostile_job_json_never_writes_outside_the_run(tmp_path: Path) -> None:
+def test_a_hostile_job_json_never_writes_outside_the_run(tmp_path: Path, run_cli: CliRunner) -> None:
     (tmp_path / "w").mkdir()
-    run_dir = _ended_run(tmp_path / "w")
+    run_dir = _ended_run(tmp_path / "w", run_cli)
     job_json = run_dir / "j0" / "job.json"
     doc = json.loads(job_json.read_text())
     doc["name"] = "../../ESCAPED"
@@ -88,7 +83,7 @@ def test_a_hostile_job_json_never_writes_outside_the_run(tmp_path: Path) -> None
     run["jobs"].append({"job": "../../ALSO", "status": "failed"})
     (run_dir / "run.json").write_text(json.dumps(run))
     before = {p for p in tmp_path.rglob("*") if run_dir not in p.parents}
-    done = _runner(tmp_path / "w", "resume", str(run_dir), "--limits-from-config")
+    done = run_cli("resume", str(run_dir), "--limits-from-config", cwd=tmp_path / "w")
     assert "Traceback" not in done.stderr
     assert done.returncode == 1  # the job with the bad job.json fails, with a reason
     after = {p for p in tmp_path.rglob("*") if run_dir not in p.parents}
@@ -98,13 +93,13 @@ def test_a_hostile_job_json_never_writes_outside_the_run(tmp_path: Path) -> None
     assert metrics["status"] == "failed" and "ESCAPED" in metrics["error"]
 
 
-def test_resume_without_the_key_refuses_instead_of_switching_backend(tmp_path: Path) -> None:
-    run_dir = _ended_run(tmp_path)
+def test_resume_without_the_key_refuses_instead_of_switching_backend(tmp_path: Path, run_cli: CliRunner) -> None:
+    run_dir = _ended_run(tmp_path, run_cli)
     run = json.loads((run_dir / "run.json").read_text())
     run["backend"] = "anthropic"
     (run_dir / "run.json").write_text(json.dumps(run))
     started = time.monotonic()
-    done = _runner(tmp_path, "resume", str(run_dir), "--limits-from-config")
+    done = run_cli("resume", str(run_dir), "--limits-from-config", cwd=tmp_path)
     assert done.returncode == 2 and time.monotonic() - started < 60
     [line] = [x for x in done.stderr.splitlines() if x.startswith("error:")]
     assert "ANTHROPIC_API_KEY" in line and "Traceback" not in done.stderr, done.stderr
@@ -112,30 +107,30 @@ def test_resume_without_the_key_refuses_instead_of_switching_backend(tmp_path: P
     assert json.loads((run_dir / "j0" / "metrics.json").read_text())["status"] == "max_turns"
 
 
-def test_a_budget_exceeded_job_stays_ended_unless_its_limit_was_raised(tmp_path: Path) -> None:
+def test_a_budget_exceeded_job_stays_ended_unless_its_limit_was_raised(tmp_path: Path, run_cli: CliRunner) -> None:
     (tmp_path / "jobs").mkdir()
     task = tmp_path / "jobs" / "b.toml"
     task.write_text('workspace = "{stdlib}/email"\nprompt = "Survey."\n[limits]\nmax_cost_usd = 0.05\n')
     (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\n')
-    assert _runner(tmp_path, "run", "jobs").returncode == 1
+    assert run_cli("run", "jobs", cwd=tmp_path).returncode == 1
     run_dir = next((tmp_path / "runs").iterdir())
     ended = (run_dir / "b" / "metrics.json").read_bytes()
     assert json.loads(ended)["status"] == "budget_exceeded"
     task.write_text('workspace = "{stdlib}/email"\nprompt = "Survey."\n[limits]\nmax_cost_usd = 50\n')
-    kept = _runner(tmp_path, "resume", str(run_dir))  # the run's own limit: no new spending
+    kept = run_cli("resume", str(run_dir), cwd=tmp_path)  # the run's own limit: no new spending
     assert kept.returncode == 1 and "kept as it is" in kept.stderr
     assert (run_dir / "b" / "metrics.json").read_bytes() == ended
-    raised = _runner(tmp_path, "resume", str(run_dir), "--limits-from-config")
+    raised = run_cli("resume", str(run_dir), "--limits-from-config", cwd=tmp_path)
     assert raised.returncode == 0, raised.stderr
     after = json.loads((run_dir / "b" / "metrics.json").read_text())
     assert after["status"] == "succeeded" and after["cost_usd"] > json.loads(ended)["cost_usd"]
 
 
-def test_resume_only_one_job(tmp_path: Path) -> None:
-    run_dir = _ended_run(tmp_path, jobs=2)
-    done = _runner(tmp_path, "resume", str(run_dir), "--limits-from-config", "--only", "j1")
+def test_resume_only_one_job(tmp_path: Path, run_cli: CliRunner) -> None:
+    run_dir = _ended_run(tmp_path, run_cli, jobs=2)
+    done = run_cli("resume", str(run_dir), "--limits-from-config", "--only", "j1", cwd=tmp_path)
     assert done.returncode == 1  # j0 is still not done
     statuses = {j["job"]: j["status"] for j in json.loads((run_dir / "run.json").read_text())["jobs"]}
     assert statuses == {"j0": "max_turns", "j1": "succeeded"}
-    unknown = _runner(tmp_path, "resume", str(run_dir), "--only", "nope")
+    unknown = run_cli("resume", str(run_dir), "--only", "nope", cwd=tmp_path)
     assert unknown.returncode == 2 and "--only: no job named 'nope'" in unknown.stderr
