@@ -201,7 +201,7 @@ async def _run_ours(messages: list[dict[str, Any]], workdir: Path, check: bool) 
         state.window.mark_seen()  # the model call
         await state.add(*added)
         elapsed += time.perf_counter() - w
-    return {"s": elapsed, "compactions": dict(sorted(state.compactions.items())), "final_messages": len(state.window)}
+    return {"s": elapsed, "compactions": dict(sorted(state.record.compactions.items())), "final_messages": len(state.window)}
 
 
 def run_seed(seed: Seed000 | Seed001, messages: list[dict[str, Any]]) -> dict[str, Any]:

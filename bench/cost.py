@@ -155,8 +155,8 @@ class SeedStrategy:
 
     async def _summarize(self, state: CompactionState, messages: list[Message]) -> str:
         summary = await self.summarizer.summarize(messages, state.active_request)
-        state.summarizer_usage.add(summary.usage)
-        state.compactions["summary"] += 1
+        state.record.summarizer_usage.add(summary.usage)
+        state.record.count("summary")
         return summary.text
 
     async def prepare(self, state: CompactionState) -> list[Message]:
@@ -179,8 +179,13 @@ class SeedStrategy:
             self.history = await anyio.to_thread.run_sync(seed.reactive_compact, self.history)
         return True
 
-    async def after_server_compaction(self, state: CompactionState) -> None:  # pragma: no cover - client only
-        raise RuntimeError("a seed pipeline never asks for server-side compaction")
+    async def record(self, state: CompactionState, reply: Reply) -> None:
+        """After a call, as the Compactor does: the token estimate calibrated, what was sent seen."""
+        if reply.compacted:  # pragma: no cover - client only
+            raise RuntimeError("a seed pipeline never asks for server-side compaction")
+        if reply.usage.context_tokens:
+            state.calibrate(reply.usage.context_tokens, state.window.total + state.overhead_chars)
+        state.window.mark_seen()
 
     def stuck(self, state: CompactionState) -> str | None:
         return None  # the seeds have no thrash detection: a seed row ends on its own limits
@@ -209,7 +214,8 @@ async def run_strategy(name: str, strategy: Strategy, workspace: Path, out: Path
     store = JobStore(out / spec.name)
     await store.open()
     started = time.perf_counter()
-    result = await Session(spec, model, compactor, store, strategy.summary_model).run()
+    result = await Session(spec, model=model, compactor=compactor, store=store,
+                           summary_model=strategy.summary_model).run()
     wall = time.perf_counter() - started
     await http.aclose()
     transcript, _ = read_jsonl(store.dir / "transcript.jsonl")

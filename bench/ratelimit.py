@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import replace_section, write_result  # noqa: E402
 
 from runner.compaction.summarizer import Summarizer  # noqa: E402
-from runner.models.base import Reply, Request, Usage  # noqa: E402
+from runner.models.base import Reply, Request  # noqa: E402
+from runner.pricing import Usage  # noqa: E402
 
 
 class InstantModel:

@@ -1,4 +1,5 @@
-"""Prices in USD per million tokens, and the cost of a usage record.
+"""Billed tokens (:class:`Usage`, the one usage type), prices in USD per million tokens, and the cost
+of a usage record.
 
 Cache writes cost 1.25x the input price and cache reads 0.1x, unless a price says otherwise.
 ``config.toml`` can add or override prices (``[prices."claude-sonnet-5-5"] input = 3.0 ...``); a key
@@ -12,7 +13,39 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .models.base import Usage
+from pydantic import BaseModel, ConfigDict
+
+USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+class Usage(BaseModel):
+    """Billed tokens of one call or of a whole job; ``context_tokens`` is what the model saw as input.
+    Strict on types (a count is an int); the same model in a reply, a job's record and its documents."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+
+    def __init__(self, input_tokens: int = 0, output_tokens: int = 0, cache_creation_input_tokens: int = 0,
+                 cache_read_input_tokens: int = 0, **extra: Any) -> None:
+        super().__init__(input_tokens=input_tokens, output_tokens=output_tokens,
+                         cache_creation_input_tokens=cache_creation_input_tokens,
+                         cache_read_input_tokens=cache_read_input_tokens, **extra)
+
+    @property
+    def context_tokens(self) -> int:
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
+    def add(self, other: Usage) -> None:
+        for name in USAGE_KEYS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def to_json(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in USAGE_KEYS}
+
 
 CACHE_WRITE = 1.25
 CACHE_READ = 0.10

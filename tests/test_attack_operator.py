@@ -29,8 +29,8 @@ import pytest
 from conftest import runner_env
 from rich.console import Console
 
-from runner.agent.session import JobProgress, JobResult
 from runner.cli import main
+from runner.rundir.docs import JobMetrics
 from runner.rundir.store import read_jsonl
 from runner.ui.display import LiveDisplay, PlainDisplay
 from runner.ui.report import run_table
@@ -185,9 +185,9 @@ def test_the_report_tables_show_escapes_as_text() -> None:
 def test_the_live_display_shows_escapes_as_text() -> None:
     console = terminal()
     display = LiveDisplay(console)
-    display.tally.start({f"j{HOSTILE}": JobProgress(name=f"j{HOSTILE}", status="running", started=time.time())})
+    display.tally.start({f"j{HOSTILE}": JobMetrics(job=f"j{HOSTILE}", status="running", started=time.time())})
     console.print(display._render())
-    display.job_finished(JobResult(name=f"j{HOSTILE}", status="failed", error=HOSTILE))
+    display.job_finished(JobMetrics(job=f"j{HOSTILE}", status="failed", error=HOSTILE))
     output = console.file.getvalue()  # type: ignore[attr-defined]
     assert "\x1b]0;" not in output and "\x1b]8;" not in output and "\x1b[1A" not in output
     assert_no_raw(only_rich_styling(output))
@@ -195,9 +195,9 @@ def test_the_live_display_shows_escapes_as_text() -> None:
 
     plain = io.StringIO()
     lines = PlainDisplay(Console(file=plain))
-    lines.start({"j": JobProgress(name="j")})
-    lines.job_started(JobProgress(name=f"j{HOSTILE}"))
-    lines.job_finished(JobResult(name="j", status="failed", error=HOSTILE))
+    lines.start({"j": JobMetrics(job="j", status="queued")})
+    lines.job_started(JobMetrics(job=f"j{HOSTILE}", status="queued"))
+    lines.job_finished(JobMetrics(job="j", status="failed", error=HOSTILE))
     assert_no_raw(plain.getvalue())
     assert plain.getvalue().count("\n") == 2 and "\\x1b]0;PWNED" in plain.getvalue()
 

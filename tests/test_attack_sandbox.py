@@ -254,7 +254,7 @@ async def test_a_hostile_model_through_the_real_sdk_gets_nothing(tmp_path, monke
                "stop_reason": "tool_use"},
               {"content": "Finished.", "stop_reason": "end_turn"}]
     session, recorded, lines = await scripted_job(tmp_path, script, tools=("bash",), max_turns=5)
-    assert session.result.status == "succeeded", session.result.error
+    assert session.record.status == "succeeded", session.record.error
     transcript = json.dumps(lines)
     assert "done" in transcript and "Read-only file system" in transcript  # the command really ran
     assert key not in transcript and key not in str(recorded)

@@ -32,7 +32,7 @@ from runner.emulator.config import Fault, Faults
 from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
 from runner.models.anthropic import AnthropicModel, ReplyTimedOut
-from runner.models.base import InvalidReply, Request, Usage
+from runner.models.base import InvalidReply, Request, usage_from_api
 from runner.models.guard import NotAMessage, capped_retry_headers
 from runner.rundir.store import read_jsonl
 
@@ -107,7 +107,7 @@ def _metrics(run_dir: Path) -> dict[str, dict]:
 # --- usage -------------------------------------------------------------------------------------
 
 def test_usage_counts_must_be_non_negative_integers_below_the_bound():
-    assert Usage.from_api({"input_tokens": 5, "output_tokens": None}).input_tokens == 5
+    assert usage_from_api({"input_tokens": 5, "output_tokens": None}).input_tokens == 5
     for bad, field in [({"input_tokens": -1}, "usage.input_tokens = -1"),
                        ({"output_tokens": -1e9}, "usage.output_tokens = -1000000000.0"),
                        ({"cache_read_input_tokens": 10**8}, "usage.cache_read_input_tokens = 100000000"),
@@ -118,7 +118,7 @@ def test_usage_counts_must_be_non_negative_integers_below_the_bound():
                        ({"iterations": [{"input_tokens": 6 * 10**7}, {"input_tokens": 6 * 10**7}]}, "total input_tokens"),
                        ({"iterations": "x"}, "usage.iterations = 'x'")]:
         with pytest.raises(InvalidReply, match=re.escape(field)):
-            Usage.from_api(bad)
+            usage_from_api(bad)
 
 
 def test_hostile_usage_fails_its_call_and_never_reaches_a_budget(tmp_path: Path, fresh) -> None:
@@ -244,7 +244,7 @@ async def test_a_job_never_succeeds_on_an_error_body_or_an_unknown_stop_reason(t
     out = await _run(fresh, [_spec("errbody", ws, max_retries=1)], tmp_path / "a", max_retries=1)
     result = out.results["errbody"]
     assert result.status == "failed" and "NotAMessage" in (result.error or ""), result.error
-    assert result.wire.requests == 2 and result.wire.retries == 1
+    assert result.requests == 2 and result.retries == 1
     fresh.set_script([{"content": [{"type": "tool_use", "id": "toolu_1", "name": "glob", "input": {"pattern": "*"}}],
                        "stop_reason": "banana"}])
     out = await _run(fresh, [_spec("stop", ws)], tmp_path / "b")

@@ -8,8 +8,7 @@ from pathlib import Path
 from conftest import CliRunner
 
 from runner.config import load_settings
-from runner.models.base import Usage
-from runner.pricing import PriceTable
+from runner.pricing import PriceTable, Usage
 
 
 def test_price_table_defaults_overrides_and_fallback(tmp_path: Path) -> None:

@@ -89,7 +89,8 @@ async def test_a_cache_aware_session_reads_its_prefix_back_after_compaction(tmp_
         store = JobStore(tmp_path / "job")
         await store.open()
         summarizer = Summarizer(model, "claude-haiku-5-5")
-        result_ = await Session(spec, model, Compactor(summarizer), store, "claude-haiku-5-5").run()
+        result_ = await Session(spec, model=model, compactor=Compactor(summarizer), store=store,
+                                summary_model="claude-haiku-5-5").run()
         await model.aclose()
         recorded = emu.state.snapshot()["recorded_requests"]
     assert result_.status == "succeeded", result_.error

@@ -31,7 +31,8 @@ from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
 from runner.jobs import JobSpec
 from runner.messages import request_problems, tool_results, tool_uses
-from runner.models.base import PromptTooLong, Reply, Request, Usage
+from runner.models.base import PromptTooLong, Reply, Request
+from runner.pricing import Usage
 from runner.protocol import PERSISTED_TAG, PLACEHOLDER_PREFIX, recall_page, saved_path, without_footer
 from runner.rundir.docs import EVENTS, TRANSCRIPT
 from runner.rundir.store import JobStore, read_jsonl
@@ -178,7 +179,7 @@ def check_effective(state: CompactionState) -> None:
 
 
 async def simulate(root: Path, limits: Limits, script: list[Turn], check_files: bool) -> CompactionState:
-    """Drive the Compactor like runner/agent/session.py: prepare, (model call), add the reply and its results."""
+    """Drive the Compactor like a session: prepare, (model call), record, add the reply and its results."""
     store = JobStore(root / "job")
     await store.open()
     state = CompactionState(store=store, limits=limits, active_request=REQUEST)
@@ -200,8 +201,7 @@ async def simulate(root: Path, limits: Limits, script: list[Turn], check_files: 
                 await compactor.reactive(state)
                 assert request_problems(state.window.messages, REQUEST) == []
                 continue
-            state.observe_usage(Usage(input_tokens=max(1, state.window.total // 3)))
-            state.window.mark_seen()
+            await compactor.record(state, Reply([], "tool_use", Usage(input_tokens=max(1, state.window.total // 3))))
             reply, answer = turn_messages(turn, next_id)
             next_id += len(turn.calls)
             await state.add(reply)
@@ -223,7 +223,7 @@ async def simulate(root: Path, limits: Limits, script: list[Turn], check_files: 
 def test_every_prepared_request_is_api_valid_with_the_request_once(limits, script):
     with tempfile.TemporaryDirectory() as tmp:
         state = anyio.run(simulate, Path(tmp), limits, script, False)
-    for stage in state.compactions:
+    for stage in state.record.compactions:
         event(f"stage fired: {stage}")
 
 
@@ -257,7 +257,7 @@ def test_long_sessions_of_small_results_snip_and_stay_valid_and_recoverable(limi
     """Long sessions where the message count, not the size, is what grows: snip's regime."""
     with tempfile.TemporaryDirectory() as tmp:
         state = anyio.run(simulate, Path(tmp), limits, script, True)
-    for stage in state.compactions:
+    for stage in state.record.compactions:
         event(f"stage fired: {stage}")
 
 
@@ -270,7 +270,7 @@ def test_a_result_that_looks_like_a_placeholder_is_still_saved_before_it_is_repl
                                                        "ok"), Turn("done", [], False, "ok")]
     with tempfile.TemporaryDirectory() as tmp:
         state = anyio.run(simulate, Path(tmp), limits, script, True)
-        assert state.compactions["micro_compact"] >= 1
+        assert state.record.compactions["micro_compact"] >= 1
 
 
 # --- a real Session with a fake model -------------------------------------------------------------------
@@ -318,7 +318,8 @@ async def run_session(tmp: Path, model: ScriptedModel, summarizer: Summarizer | 
                    model="claude-sonnet-4-5", system=None, tools=("read", "grep"), limits=Limits(**limits))
     store = JobStore(tmp / "run" / name)
     await store.open()
-    session = Session(spec, model, Compactor(summarizer or Summarizer(None, "none")), store, "claude-haiku-4-5")
+    session = Session(spec, model=model, compactor=Compactor(summarizer or Summarizer(None, "none")), store=store,
+                      summary_model="claude-haiku-4-5")
     return session, await session.run()
 
 
@@ -441,7 +442,7 @@ async def test_circuit_breaker_stops_calling_a_failing_summarizer(tmp_path: Path
     state, summaries = await compact_turns(tmp_path, Compactor(summarizer), 7)
     assert model.calls == 3 == state.limits.max_summary_failures
     assert summarizer.calls == 3
-    assert state.compactions["compact_tool"] == 7, "every compaction still happened"
+    assert state.record.compactions["compact_tool"] == 7, "every compaction still happened"
     assert all("Summary built without a model" in s for s in summaries)
     await state.store.flush()  # what the session's next call (or the job's end) does
     failures = [e for e in read_jsonl(state.store.dir / EVENTS)[0] if e["stage"] == "summary_failed"]

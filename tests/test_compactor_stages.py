@@ -271,7 +271,7 @@ def check_counted(state: CompactionState) -> None:
     per_stage: dict[str, int] = {}
     for e in events(state):
         per_stage[e["stage"]] = per_stage.get(e["stage"], 0) + 1
-    assert per_stage == dict(state.compactions)
+    assert per_stage == dict(state.record.compactions)
 
 
 @pytest.mark.anyio
@@ -280,10 +280,10 @@ async def test_prepare_budget_threshold_and_event(tmp_path: Path):
                                         context_char_limit=10**7)
     await turn(state, ["a1", "a2"], [25_000, 25_000])  # exactly at the batch limit
     await compactor.prepare(state)
-    assert state.compactions == {}
+    assert state.record.compactions == {}
     await turn(state, ["b1", "b2"], [25_000, 25_001])
     await compactor.prepare(state)
-    assert state.compactions == {"tool_result_budget": 1}
+    assert state.record.compactions == {"tool_result_budget": 1}
     [event] = events(state)
     assert event["paths"] == ["tool-results/b2.txt"]
     assert event["chars_after"] < event["chars_before"] and event["chars_after"] == state.window.total
@@ -297,18 +297,18 @@ async def test_prepare_snip_trigger_target_and_hysteresis(tmp_path: Path):
     n = 0
     while len(state.window) <= 20:
         await compactor.prepare(state)
-        assert "snip" not in state.compactions, "no snip at or under the trigger"
+        assert "snip" not in state.record.compactions, "no snip at or under the trigger"
         n += 1
         await turn(state, [f"s{n}"], [50])
     assert len(state.window) == 21
     await compactor.prepare(state)
-    assert state.compactions["snip"] == 1
+    assert state.record.compactions["snip"] == 1
     assert len(state.window) <= 10
     for _ in range(5):  # 10 -> 20 messages: five turns without a snip (hysteresis)
         n += 1
         await turn(state, [f"s{n}"], [50])
         await compactor.prepare(state)
-        assert state.compactions["snip"] == 1
+        assert state.record.compactions["snip"] == 1
     assert request_problems(state.window.messages, REQUEST) == []
     [event] = events(state)
     assert event["stage"] == "snip" and event["messages_before"] == 21 and event["messages_after"] <= 10
@@ -326,9 +326,9 @@ async def test_prepare_micro_compact_threshold_target_and_recent(tmp_path: Path)
         if state.window.total > limit:
             break
         await compactor.prepare(state)
-        assert state.compactions == {}, "nothing fires at or under the context limit"
+        assert state.record.compactions == {}, "nothing fires at or under the context limit"
     await compactor.prepare(state)
-    assert state.compactions == {"micro_compact": 1}
+    assert state.record.compactions == {"micro_compact": 1}
     assert state.window.total <= int(limit * 0.8)
     contents = [b["content"] for b in result_blocks(state.window.entries)]
     assert contents[-4:] == [body(4_000)] * 4, "the unseen result and the 3 newest seen ones are kept"
@@ -343,7 +343,7 @@ async def test_prepare_fit_then_compact_history_when_still_over(tmp_path: Path):
     state, compactor = await make_state(tmp_path, context_char_limit=limit)
     await turn(state, ["f1", "f2", "f3"], [9_000, 9_000, 9_000])  # unseen: micro cannot help
     await compactor.prepare(state)
-    assert state.compactions == {"fit_tool_results": 1}
+    assert state.record.compactions == {"fit_tool_results": 1}
     assert state.window.total <= int(limit * 0.8)
     markers = [b["content"] for b in result_blocks(state.window.entries)]
     assert sum(m.startswith("<persisted-output>") for m in markers) >= 1
@@ -355,7 +355,7 @@ async def test_prepare_fit_then_compact_history_when_still_over(tmp_path: Path):
     await state.add(assistant("g1"))
     await state.add(results(("g1", "small")))
     await compactor.prepare(state)
-    assert state.compactions["compact_history"] == 1
+    assert state.record.compactions["compact_history"] == 1
     first = state.window.messages[0]["content"]
     assert first.startswith("[Compacted]\n\nCurrent user request:\n" + REQUEST)
     assert "Summary built without a model" in first and "transcript.jsonl" in first
@@ -370,7 +370,7 @@ async def test_prepare_runs_nothing_below_every_threshold(tmp_path: Path):
     for n in range(10):
         await turn(state, [f"q{n}"], [1_000])
         await compactor.prepare(state)
-    assert state.compactions == {} and not (state.store.dir / EVENTS).exists()
+    assert state.record.compactions == {} and not (state.store.dir / EVENTS).exists()
 
 
 # --- incremental accounting ---------------------------------------------------------------------------------
@@ -457,4 +457,4 @@ async def test_prepare_under_every_threshold_serializes_only_what_was_added(tmp_
         assert measured == [], "an added message is sized from its transcript line, not measured again"
         # the transcript append serializes each new message once, and nothing else
         assert len(serialized) == 2 and sum(serialized) < 2_000 + 1_000
-    assert state.compactions == {}
+    assert state.record.compactions == {}

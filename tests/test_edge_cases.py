@@ -21,7 +21,7 @@ async def test_a_paused_turn_is_continued_in_the_same_assistant_message(tmp_path
         {"content": [use], "stop_reason": "tool_use"},
         {"content": "Done.", "stop_reason": "end_turn"},
     ])
-    assert session.result.status == "succeeded", session.result.error
+    assert session.record.status == "succeeded", session.record.error
     assert all(not request_problems(r["messages"]) for r in recorded)
     assert not request_problems(merge_adjacent(transcript))  # the transcript reloads as one message per turn
 
@@ -32,7 +32,7 @@ async def test_tool_calls_in_a_reply_cut_off_by_max_tokens_are_not_run(tmp_path)
         {"content": [cut], "stop_reason": "max_tokens"},
         {"content": "Done.", "stop_reason": "end_turn"},
     ])
-    assert session.result.status == "succeeded"
+    assert session.record.status == "succeeded"
     result = transcript[2]["content"][0]
     assert result["tool_use_id"] == "toolu_cut" and result["is_error"] and "cut off" in result["content"]
 

@@ -140,7 +140,8 @@ async def test_every_context_record_decodes_to_the_window_it_was_written_from(tm
 
     CompactionState.context_record = spy  # type: ignore[method-assign]
     try:
-        session = Session(spec, OfflineModel(), Compactor(Summarizer(None, "s")), store, "s")
+        session = Session(spec, model=OfflineModel(), compactor=Compactor(Summarizer(None, "s")), store=store,
+                          summary_model="s")
         result = await session.run()
     finally:
         CompactionState.context_record = record  # type: ignore[method-assign]

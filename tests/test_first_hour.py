@@ -212,15 +212,15 @@ def test_report_without_a_run_reports_the_latest(project: Path, capsys: Any, mon
 
 
 def _tally_with_a_long_job() -> Any:
-    from runner.agent.session import JobProgress, JobResult
+    from runner.rundir.docs import JobMetrics
     from runner.ui.display import ApiCounts, Tally
 
     tally = Tally(None, ApiCounts())
-    progress = {n: JobProgress(n) for n in "abcdefg"}
+    progress = {n: JobMetrics(job=n, status="queued") for n in "abcdefg"}
     tally.start(progress)
     for n in "abcdef":  # six jobs end at once (bad task files, quick failures)
         progress[n].status = "failed"
-        tally.finished(JobResult(n, "failed", wall_s=0.2))
+        tally.finished(JobMetrics(job=n, status="failed", wall_s=0.2))
     progress["g"].status, progress["g"].turns, progress["g"].started = "running", 114, tally.started_wall
     return tally, progress
 
@@ -233,13 +233,13 @@ def test_the_eta_is_not_a_guess_from_jobs_that_ended_at_once() -> None:
 
 
 def test_the_eta_from_the_pace_when_it_can_be_estimated() -> None:
-    from runner.agent.session import JobProgress, JobResult
+    from runner.rundir.docs import JobMetrics
     from runner.ui.display import ApiCounts, Tally
 
     tally = Tally(None, ApiCounts())
-    progress = {n: JobProgress(n) for n in "abcd"}
+    progress = {n: JobMetrics(job=n, status="queued") for n in "abcd"}
     tally.start(progress)
-    tally.finished(JobResult("a", "succeeded", wall_s=30.0))
+    tally.finished(JobMetrics(job="a", status="succeeded", wall_s=30.0))
     progress["b"].status, progress["b"].started = "running", tally.started_wall + 20
     # one of four done in 30 s: three more at that pace take 90 s (b, 10 s in, needs 20 s more of it)
     assert tally.eta_s(now=tally.started + 30) == pytest.approx(90)
@@ -251,14 +251,14 @@ def test_the_counts_agree_with_the_rows_while_a_job_is_ending() -> None:
 
     from rich.console import Console
 
-    from runner.agent.session import JobProgress, JobResult
+    from runner.rundir.docs import JobMetrics
     from runner.ui.display import LiveDisplay
 
     console = Console(file=StringIO(), width=100, force_terminal=True, color_system=None)
     display = LiveDisplay(console)
-    progress = {n: JobProgress(n, status="running", turns=3) for n in ("first", "second", "third")}
+    progress = {n: JobMetrics(job=n, status="running", turns=3) for n in ("first", "second", "third")}
     display.tally.start(progress)
-    display.tally.finished(JobResult("first", "succeeded"))
+    display.tally.finished(JobMetrics(job="first", status="succeeded"))
     progress["first"].status = "succeeded"
     progress["second"].status = "succeeded"  # its session set the status; its end is not reported yet
     line = display.tally.line()
@@ -274,12 +274,12 @@ def test_the_status_line_is_cut_to_the_terminal_width() -> None:
 
     from rich.console import Console
 
-    from runner.agent.session import JobProgress
+    from runner.rundir.docs import JobMetrics
     from runner.ui.display import LiveDisplay
 
     console = Console(file=StringIO(), width=60, force_terminal=True, color_system=None)
     display = LiveDisplay(console)
-    display.tally.start({f"job-{i}": JobProgress(f"job-{i}", status=s) for i, s in
+    display.tally.start({f"job-{i}": JobMetrics(job=f"job-{i}", status=s) for i, s in
                          enumerate(["running", "queued", "running"])})
     console.print(display._render())
     lines = console.file.getvalue().splitlines()

@@ -156,7 +156,7 @@ async def test_memory_calls_through_the_sdk_are_valid_against_the_emulator(tmp_p
         {"content": [view], "stop_reason": "tool_use"},
         {"content": "Done.", "stop_reason": "end_turn"},
     ])
-    assert session.result.status == "succeeded", session.result.error
+    assert session.record.status == "succeeded", session.record.error
     assert len(recorded) == 3 and all(MEMORY_TOOL in r["tools"] for r in recorded)
     results = [b for m in transcript if m["role"] == "user" and isinstance(m["content"], list)
                for b in m["content"] if b.get("type") == "tool_result"]
@@ -207,15 +207,16 @@ async def test_a_resumed_job_sees_the_same_memory(tmp_path):
     job = tmp_path / "job"
     store = JobStore(job)
     await store.open()
-    first = await Session(survey_spec(8), OfflineModel(), Compactor(Summarizer(None, "none")), store, "none").run()
+    first = await Session(survey_spec(8), model=OfflineModel(), compactor=Compactor(Summarizer(None, "none")), store=store,
+                          summary_model="none").run()
     assert first.status == "max_turns"
     kept = {p.name: p.read_text() for p in (job / "memories" / "survey").iterdir()}
     assert {"files-000.md", "facts-000.md"} <= set(kept)
     transcript, _ = read_jsonl(job / "transcript.jsonl")
     again = JobStore(job)
     await again.open()
-    second = await Session(survey_spec(200), OfflineModel(), Compactor(Summarizer(None, "none")), again, "none",
-                           history=transcript).run()
+    second = await Session(survey_spec(200), model=OfflineModel(), compactor=Compactor(Summarizer(None, "none")),
+                           store=again, summary_model="none", history=transcript).run()
     assert second.status == "succeeded", second.error
     now = {p.name: p.read_text() for p in (job / "memories" / "survey").iterdir()}
     assert now["files-000.md"] == kept["files-000.md"]  # the listing was whole: nothing listed again

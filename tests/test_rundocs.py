@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runner.agent.session import JobResult
-from runner.models.base import Usage
-from runner.models.wire import WireCounts
+from runner.pricing import Usage
 from runner.rundir.docs import (
     EVENTS,
     METRICS,
@@ -42,13 +40,17 @@ OLD_METRICS = ('{"job": "a", "status": "max_turns", "model": "m", "turns": 7, "w
 
 
 def test_metrics_json_is_written_byte_for_byte_as_before() -> None:
-    result = JobResult("a", "max_turns", turns=7, wall_s=1.23456, usage=Usage(10, 2, 3, 4),
-                       summarizer_usage=Usage(1, 1, 0, 0), cost_usd=0.0123456, compactions={"snip": 2, "micro_compact": 1},
-                       persisted_bytes=99, error="reached max_turns", estimated=True, model="m",
-                       worker={"node": "n1", "pid": 5},
-                       wire=WireCounts(calls=10, requests=13, rate_limited=1, overloaded=2))
-    assert json.dumps(result.to_json()) == OLD_METRICS
-    no_worker = JobResult("b", "succeeded").to_json()
+    result = JobMetrics(job="a", status="max_turns", model="m")
+    result.turns, result.wall_s, result.cost_usd = 7, 1.23456, 0.0123456
+    result.usage.add(Usage(input_tokens=10, output_tokens=2, cache_creation_input_tokens=3, cache_read_input_tokens=4))
+    result.summarizer_usage.add(Usage(input_tokens=1, output_tokens=1))
+    result.count("snip"), result.count("snip"), result.count("micro_compact")
+    result.persisted_bytes, result.error, result.usage_estimated = 99, "reached max_turns", True
+    result.worker = {"node": "n1", "pid": 5}
+    result.requests, result.retries, result.rate_limited_429, result.overloaded_529 = 13, 3, 1, 2
+    result.context_chars, result.started = 1234, 5.0  # live fields: never written
+    assert json.dumps(result.document()) == OLD_METRICS
+    no_worker = JobMetrics(job="b", status="succeeded").document()
     assert "worker" not in no_worker and "source" not in no_worker and list(no_worker)[-1] == "error"
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import runner_env
 
-from runner.rundir.docs import USAGE_KEYS
+from runner.pricing import USAGE_KEYS
 from runner.rundir.store import read_jsonl
 
 KILLS = 20

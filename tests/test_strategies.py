@@ -75,7 +75,7 @@ def test_server_runs_its_fallback_where_the_backend_cannot_compact():
 @pytest.mark.anyio
 async def test_off_sends_the_history_unchanged(tmp_path):
     state, messages = await prepared(tmp_path, "off")
-    assert sum(state.compactions.values()) == 0
+    assert sum(state.record.compactions.values()) == 0
     assert state.window.total > 40_000
     assert all(text.endswith("x" * 100) for text in result_texts(messages))
 
@@ -84,7 +84,7 @@ async def test_off_sends_the_history_unchanged(tmp_path):
 async def test_client_brings_the_history_under_its_limit_and_keeps_every_output_on_disk(tmp_path):
     state, messages = await prepared(tmp_path, "client")
     assert state.window.total <= LIMITS["context_char_limit"]
-    assert state.compactions["micro_compact"] >= 1
+    assert state.record.compactions["micro_compact"] >= 1
     assert request_problems(messages) == []
     placeholders = [t for t in result_texts(messages) if t.startswith(PLACEHOLDER_PREFIX)]
     assert placeholders
@@ -102,14 +102,14 @@ async def test_mask_masks_every_seen_result_but_the_newest(tmp_path):
     assert state.window.total < LIMITS["context_char_limit"]
     assert all(t.startswith(PLACEHOLDER_PREFIX) for t in texts[:-(keep + 1)])
     assert not any(t.startswith(PLACEHOLDER_PREFIX) for t in texts[-(keep + 1):])
-    assert set(state.compactions) == {"observation_mask"}
+    assert set(state.record.compactions) == {"observation_mask"}
 
 
 @pytest.mark.anyio
 async def test_server_leaves_the_history_to_the_api_but_persists_an_oversized_batch(tmp_path):
     state, messages = await prepared(tmp_path, "server")
-    assert sum(state.compactions.values()) == 0
+    assert sum(state.record.compactions.values()) == 0
     assert state.window.total > 40_000
     state, messages = await prepared(tmp_path / "big", "server", turns=1, size=250_000)
-    assert set(state.compactions) == {"tool_result_budget"}
+    assert set(state.record.compactions) == {"tool_result_budget"}
     assert saved_path(result_texts(messages)[-1])

@@ -27,8 +27,9 @@ from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
 from runner.messages import request_problems, tool_results, tool_uses
 from runner.models.anthropic import AnthropicModel
-from runner.models.base import Reply, Request, Usage
+from runner.models.base import Reply, Request
 from runner.models.offline import OfflineModel
+from runner.pricing import Usage
 from runner.protocol import binary_size, glob_cut, read_size, recall_page, without_footer
 from runner.rundir.store import read_jsonl
 from runner.tools import toolset as tools_module

@@ -61,7 +61,8 @@ async def test_each_turn_is_one_write_and_the_model_sees_only_what_is_on_disk(tm
     store = JobStore(job)
     await store.open()
     model = Watched(job, hops)
-    result = await Session(spec, model, Compactor(Summarizer(None, "none")), store, "none").run()
+    result = await Session(spec, model=model, compactor=Compactor(Summarizer(None, "none")), store=store,
+                           summary_model="none").run()
     assert result.status == "succeeded", result.error
     calls = model.seen
     assert len(calls) == result.turns > 10
@@ -128,7 +129,7 @@ async def test_a_cancelled_job_still_writes_what_its_last_turn_queued(tmp_path):
     store = JobStore(job)
     await store.open()
     model = Watched(job, [0])
-    session = Session(spec, model, Compactor(Summarizer(None, "none")), store, "none")
+    session = Session(spec, model=model, compactor=Compactor(Summarizer(None, "none")), store=store, summary_model="none")
     with anyio.CancelScope() as scope:
         inner = model.create
 
@@ -140,8 +141,8 @@ async def test_a_cancelled_job_still_writes_what_its_last_turn_queued(tmp_path):
 
         model.create = create  # type: ignore[method-assign]
         await session.run()
-    assert scope.cancelled_caught and session.result.status == "cancelled"
-    assert session.result.turns == 3
+    assert scope.cancelled_caught and session.record.status == "cancelled"
+    assert session.record.turns == 3
     events, _ = read_jsonl(job / "events.jsonl")
     assert sum(e.get("stage") == "model_call" for e in events) == 3  # the third was only queued when cancelled
     transcript, _ = read_jsonl(job / "transcript.jsonl")

@@ -231,19 +231,20 @@ def test_serve_renders_the_pages_from_disk_and_serves_only_the_runs_files(run):
 
 
 def test_the_live_tally_tells_counts_eta_cost_against_the_limit_tokens_and_429s():
-    from runner.agent.session import JobProgress, JobResult, RunBudget
-    from runner.models.base import Usage
+    from runner.pricing import Usage
+    from runner.rundir.docs import JobMetrics
+    from runner.services import RunBudget
     from runner.ui.display import ApiCounts, Tally
 
     api = ApiCounts()
     tally = Tally(RunBudget(5.0), api)
-    progress = {n: JobProgress(n) for n in "abcd"}
+    progress = {n: JobMetrics(job=n, status="queued") for n in "abcd"}
     tally.start(progress)
     assert "0/4 done" in tally.line() and "ETA -" in tally.line()  # nothing finished: no guess
     progress["a"].status, progress["b"].status = "running", "running"
-    progress["a"].cost_usd, progress["a"].input_tokens, progress["a"].output_tokens = 1.25, 1000, 100
-    progress["b"].cost_usd, progress["b"].input_tokens = 0.5, 500
-    tally.finished(JobResult("a", "failed", usage=Usage(input_tokens=1000, output_tokens=100)))
+    progress["a"].cost_usd, progress["a"].usage = 1.25, Usage(input_tokens=1000, output_tokens=100)
+    progress["b"].cost_usd, progress["b"].usage.input_tokens = 0.5, 500
+    tally.finished(JobMetrics(job="a", status="failed", usage=Usage(input_tokens=1000, output_tokens=100)))
     api()
     api()
     line = tally.line(now=tally.started + 30)  # one of four done in 30 s: three more take 90 s
@@ -255,13 +256,13 @@ def test_the_live_tally_tells_counts_eta_cost_against_the_limit_tokens_and_429s(
 def test_the_live_display_renders_active_jobs_and_the_tally():
     from io import StringIO
 
-    from runner.agent.session import JobProgress
+    from runner.rundir.docs import JobMetrics
     from runner.ui.display import LiveDisplay
 
     console = Console(file=StringIO(), width=80, force_terminal=True, color_system=None)
     display = LiveDisplay(console)
-    progress = {"a-very-long-job-name-" * 3: JobProgress("a-very-long-job-name-" * 3, status="running", turns=3),
-                "b": JobProgress("b")}
+    progress = {"a-very-long-job-name-" * 3: JobMetrics(job="a-very-long-job-name-" * 3, status="running", turns=3),
+                "b": JobMetrics(job="b", status="queued")}
     display.tally.start(progress)
     console.print(display._render())
     text = console.file.getvalue()

@@ -22,7 +22,7 @@ from ..pricing import PriceTable
 from ..rundir.docs import JobMetrics, Status
 from ..rundir.store import JobStore
 from ..services import Budget, RunBudget
-from .session import JobProgress, JobResult, Session
+from .session import Session, new_record
 
 
 @dataclass
@@ -44,23 +44,23 @@ class Resumed:
     prior: JobMetrics | None  # its metrics.json so far, if it had one
 
 
-async def run_job(spec: JobSpec, run_dir: Path, services: Services, progress: JobProgress | None = None,
-                  resumed: Resumed | None = None, result: JobResult | None = None) -> JobResult:
-    """Run ``spec`` to an ending in ``run_dir/<name>/``; return its result. ``result``, when given, is
-    filled in as the job goes, so a caller that is cancelled still holds what the job did."""
-    progress = progress or JobProgress(spec.name)
-    result = result or JobResult(spec.name, Status.RUNNING, model=spec.model)
-    result.worker = result.worker or {"node": socket.gethostname(), "pid": os.getpid()}
+async def run_job(spec: JobSpec, *, run_dir: Path, services: Services, record: JobMetrics | None = None,
+                  resumed: Resumed | None = None) -> JobMetrics:
+    """Run ``spec`` to an ending in ``run_dir/<name>/``; return its record. ``record``, when given, is
+    the one the job fills in as it goes (the executor and its display read it), so a caller that is
+    cancelled still holds what the job did."""
+    record = record if record is not None else new_record(spec)
+    record.worker = record.worker or {"node": socket.gethostname(), "pid": os.getpid()}
     try:
         store = JobStore(run_dir / spec.name)
         await store.open()
-        session = Session(spec, services.model, services.compactor, store, services.summary_model, progress,
-                          resumed.history if resumed else None, resumed.prior if resumed else None,
-                          services.budget, services.prices, result)
+        session = Session(spec, model=services.model, compactor=services.compactor, store=store,
+                          summary_model=services.summary_model, record=record,
+                          history=resumed.history if resumed else None, prior=resumed.prior if resumed else None,
+                          run_budget=services.budget, prices=services.prices)
         await session.run()
     except BackendUnusable:  # no job can run on this backend: the executor stops the batch
         raise
     except Exception as e:  # setting the job up failed (its directory, the disk): this job alone fails
-        result.status, result.error = Status.FAILED, one_line(f"could not run the job: {type(e).__name__}: {e}")
-        progress.status = result.status
-    return result
+        record.status, record.error = Status.FAILED, one_line(f"could not run the job: {type(e).__name__}: {e}")
+    return record

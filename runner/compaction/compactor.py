@@ -1,8 +1,10 @@
 """The Compactor: one per batch, shared by every session; keeps each history inside its budget.
 
-:meth:`Compactor.prepare` runs before every model call, cheapest and most recoverable stage first:
-tool_result_budget, snip, then (only when over the context limit) micro_compact, fit_tool_results
-and, last, compact_history. :meth:`Compactor.reactive` answers a "prompt is too long" refusal;
+Two verbs, as a session uses it: :meth:`Compactor.prepare` before every model call (cheapest and
+most recoverable stage first: tool_result_budget, snip, then, only when over the context limit,
+micro_compact, fit_tool_results and, last, compact_history), :meth:`Compactor.record` after it
+(the token estimate calibrated from the reply's usage, what was sent marked seen, a server-side
+compaction adopted). :meth:`Compactor.reactive` answers a "prompt is too long" refusal;
 :meth:`Compactor.compact` serves the ``compact`` tool.
 
 Guarantees:
@@ -29,15 +31,14 @@ Guarantees:
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Limits
 from ..messages import Message
-from ..models.base import Usage
+from ..models.base import Reply
 from ..protocol import COMPACTED, REACTIVE_COMPACT, THRASHING, memory_index
-from ..rundir.docs import CONTEXT, EVENTS, TRANSCRIPT, CompactionEvent, SummaryFailedEvent
+from ..rundir.docs import CONTEXT, EVENTS, TRANSCRIPT, CompactionEvent, JobMetrics, SummaryFailedEvent
 from ..rundir.store import JobStore, dumps, in_thread, read_jsonl
 from ..tools.memory import memory_files
 from ..tools.repeats import RepeatGuard
@@ -95,10 +96,9 @@ class CompactionState:
     active_request: str
     window: Window = field(default_factory=Window)
     transcript_len: int = 0
-    compactions: Counter[str] = field(default_factory=Counter)
-    persisted_bytes: int = 0
     summary_failures: int = 0
-    summarizer_usage: Usage = field(default_factory=Usage)
+    # the job's record: the Compactor counts compactions, persisted bytes and summaries' usage in it
+    record: JobMetrics = field(default_factory=JobMetrics)
     # token-aware trigger: real usage of the last call, and the window size it was measured at
     last_tokens: int | None = None
     last_chars: int = 0
@@ -200,11 +200,17 @@ class CompactionState:
         else:
             self.window.append(message, self.transcript_len, chars)
 
-    def observe_usage(self, usage: Usage) -> None:
-        """Calibrate the token estimate from a reply's real usage (what the model saw as input)."""
-        if usage.context_tokens:
-            self.last_tokens = usage.context_tokens
-            self.last_chars = self.window.total + self.overhead_chars
+    def calibrate(self, tokens: int, chars: int) -> None:
+        """The token estimate's ratio: a request of ``chars`` characters (messages and overhead) was
+        ``tokens`` tokens."""
+        self.last_tokens, self.last_chars = tokens, chars
+
+    def estimated_tokens(self, more_chars: int = 0) -> int | None:
+        """The tokens of a request carrying the window (and ``more_chars``), at the ratio the last call
+        measured; None before any measurement."""
+        if not self.last_tokens or not self.last_chars:
+            return None
+        return int(self.last_tokens * (self.window.total + self.overhead_chars + more_chars) / self.last_chars)
 
     def char_limit(self) -> int:
         """The context limit in characters: the char limit, or tighter, the token limit converted
@@ -345,7 +351,7 @@ class Compactor:
                     error=f"{type(e).__name__}: {e}"[:300], consecutive_failures=state.summary_failures).line()])
             else:
                 state.summary_failures = 0
-                state.summarizer_usage.add(summary.usage)
+                state.record.summarizer_usage.add(summary.usage)
                 return summary.text
         return fallback_summary(messages, budget)
 
@@ -367,8 +373,8 @@ class Compactor:
         sent = sum(1 for e in old if e.seen)  # the prefix the last request sent, and may have cached
         state.window.replace(outcome.entries)
         after = state.window.snapshot()
-        state.compactions[stage] += 1
-        state.persisted_bytes += sum(len(item.content.encode("utf-8", "surrogatepass")) for item in outcome.persist)
+        state.record.count(stage)
+        state.record.persisted_bytes += sum(len(item.content.encode("utf-8", "surrogatepass")) for item in outcome.persist)
         writes.outputs += [(item.path, item.content) for item in outcome.persist]
         if state.repeats is not None:
             for item in outcome.persist:
@@ -380,11 +386,20 @@ class Compactor:
             # a rewrite inside what was already sent costs the prompt cache from there on
             cache_invalidated_from=first_change if first_change < sent else None).line())
 
-    def after_server_compaction(self, state: CompactionState) -> None:
-        """The API compacted server-side: it ignores everything before the newest reply's compaction
-        block, so the window keeps only the first user message and that reply (both in the transcript)."""
+    async def record(self, state: CompactionState, reply: Reply) -> None:
+        """After a call: calibrate the token estimate from the reply's real usage (what the model saw
+        as input), mark what the call carried as seen; a reply the API compacted server-side is added
+        to the window, and since the API ignores everything before its compaction block, the window
+        keeps only the first user message and that reply (both in the transcript)."""
+        if reply.usage.context_tokens:
+            state.calibrate(reply.usage.context_tokens, state.window.total + state.overhead_chars)
+        state.window.mark_seen()
+        if not reply.compacted:
+            return
+        if reply.content:
+            await state.add(reply.message())
         entries = state.window.entries
         if len(entries) > 2 and entries[0].message["role"] == "user":
             self._apply(state, Stage.SERVER_COMPACTION, Outcome([entries[0], entries[-1]]))
         else:
-            state.compactions[Stage.SERVER_COMPACTION] += 1
+            state.record.count(Stage.SERVER_COMPACTION)

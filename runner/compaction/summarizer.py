@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..messages import Message
-from ..models.base import Model, Reply, Request, Usage
+from ..models.base import Model, Reply, Request
+from ..pricing import Usage
 from ..protocol import SUMMARY_CUT
 from ..rundir.docs import TRANSCRIPT
 from ..services import Gate, LocalGate

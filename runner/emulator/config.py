@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..config import ConfigError, describe_errors, read_toml
-from ..rundir.docs import USAGE_KEYS
+from ..pricing import USAGE_KEYS
 from .schema import Shape, TextBlock, ToolUseBlock
 
 # the blocks a script writes by hand: a misspelled key in one (``inputs`` for ``input``) is named when the

@@ -24,7 +24,7 @@ from ..compaction.fallback import fallback_summary
 from ..compaction.summarizer import SYSTEM_PROMPT
 from ..messages import Message, blocks
 from ..models.policy import decide, partial_report
-from ..rundir.docs import USAGE_KEYS
+from ..pricing import USAGE_KEYS
 from .caching import without_cache_control
 from .compaction import server_compaction
 from .state import EmulatorState

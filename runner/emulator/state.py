@@ -12,7 +12,7 @@ import threading
 from collections import Counter, deque
 from typing import Any
 
-from ..rundir.docs import USAGE_KEYS
+from ..pricing import USAGE_KEYS
 from .caching import PromptCache
 from .config import EmulatorConfig
 from .faults import SlidingWindow

@@ -39,12 +39,13 @@ from ray.exceptions import RayActorError
 
 from ..agent.continuation import cut_transcript
 from ..agent.runjob import Resumed
-from ..agent.session import JobProgress, JobResult
+from ..agent.session import new_record
 from ..config import ConfigError, Settings
 from ..jobs import JobSpec
 from ..messages import one_line
 from ..rundir.docs import (
     EVENTS,
+    JobMetrics,
     Status,
     WorkerLostEvent,
     event_lines,
@@ -63,6 +64,7 @@ from .scheduler import (
     _quietly_call,
     _record_load_error,
     _RunJson,
+    ended,
 )
 
 MAX_REQUEUES = 3
@@ -227,7 +229,7 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
     """:func:`runner.execution.scheduler.run_batch` on the Ray cluster this process is connected to."""
     display = display or NoDisplay()
     out = BatchResult(batch.run_dir)
-    progress = {s.name: JobProgress(s.name) for s in batch.specs}
+    progress = {s.name: new_record(s) for s in batch.specs}
     run_json = _RunJson(batch, progress)
     s = settings.summarizer
     services = RunServices.options(  # type: ignore[attr-defined]  # a @ray.remote class
@@ -243,7 +245,7 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
 
     async def run_one(spec: JobSpec) -> None:
         async with limiter:
-            result = JobResult(spec.name, Status.CANCELLED, error="cancelled before it started", model=spec.model)
+            result = ended(spec, Status.CANCELLED, "cancelled before it started")
             if stopping.is_set():
                 out.results[spec.name] = run_json.results[spec.name] = result
                 return
@@ -264,7 +266,7 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
                             result.error = "cancelled; its worker died"
                             break
                         if attempt == MAX_REQUEUES:
-                            result = JobResult(spec.name, Status.FAILED, model=spec.model, error=one_line(
+                            result = ended(spec, Status.FAILED, one_line(
                                 f"its Ray worker died {attempt + 1} times; last: {type(e).__name__}"))
                             break
                         resumed = await anyio.to_thread.run_sync(continue_point, batch.run_dir / spec.name, spec,
@@ -299,7 +301,7 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
             answered = anyio.current_time()
             for name, state in states.items():
                 if name in progress and name not in out.results:
-                    vars(progress[name]).update(state)
+                    progress[name] = JobMetrics.model_validate(state)
 
     async def poll() -> None:
         watched: set[str] = set()
@@ -350,8 +352,8 @@ async def run_batch_ray(batch: Batch, settings: Settings, display: Display | Non
                         await _quietly(worker.handle.cancel_all.remote())
             for spec in batch.specs:
                 if spec.name not in out.results:
-                    out.results[spec.name] = run_json.results[spec.name] = JobResult(
-                        spec.name, Status.CANCELLED, error="cancelled before it started", model=spec.model)
+                    out.results[spec.name] = run_json.results[spec.name] = ended(
+                        spec, Status.CANCELLED, "cancelled before it started")
             run_json.finished = True
             run_json.interrupted = out.interrupted
             with anyio.move_on_after(10):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +18,14 @@ import anyio
 import ray
 
 from ..agent.runjob import Resumed, Services, run_job
-from ..agent.session import JobProgress, JobResult
+from ..agent.session import new_record
 from ..compaction.compactor import Compactor
 from ..compaction.summarizer import Summarizer
 from ..config import RunnerSection, SummarizerSection
 from ..jobs import JobSpec
 from ..models.base import Model
 from ..pricing import PriceTable
-from ..rundir.docs import Status
+from ..rundir.docs import JobMetrics
 from .ray_services import RayBudget, RayCallLimit, RayGate
 
 
@@ -76,7 +76,7 @@ class JobWorker:
                                 max_output_tokens=s.max_output_tokens, gate=RayGate(services, owner))
         self.services = Services(self.model, Compactor(summarizer), s.model, config.prices,
                                  RayBudget(services, config.budget_limit))
-        self.progress: dict[str, JobProgress] = {}
+        self.records: dict[str, JobMetrics] = {}
         self.scopes: dict[str, anyio.CancelScope] = {}
 
     async def probe(self, path: str, token: str) -> dict[str, Any]:
@@ -89,23 +89,22 @@ class JobWorker:
             error = f"{type(e).__name__}: {e.strerror or e}"
         return {**self.where, "error": error}
 
-    async def run(self, run_dir: str, spec: JobSpec, resumed: Resumed | None) -> JobResult:
+    async def run(self, run_dir: str, spec: JobSpec, resumed: Resumed | None) -> JobMetrics:
         """Run one job to its ending; a cancelled job (:meth:`cancel_all`) returns status ``cancelled``."""
-        result = JobResult(spec.name, Status.RUNNING, model=spec.model)
-        result.worker = dict(self.where)
-        progress = self.progress[spec.name] = JobProgress(spec.name)
+        record = self.records[spec.name] = new_record(spec)
+        record.worker = dict(self.where)
         scope = self.scopes[spec.name] = anyio.CancelScope()
         try:
             with scope:
-                await run_job(spec, Path(run_dir), self.services, progress, resumed, result)
+                await run_job(spec, run_dir=Path(run_dir), services=self.services, record=record, resumed=resumed)
         finally:
             self.scopes.pop(spec.name, None)
-            self.progress.pop(spec.name, None)
-        return result
+            self.records.pop(spec.name, None)
+        return record
 
     async def poll(self) -> dict[str, dict[str, Any]]:
         """The progress of every job running here."""
-        return {name: asdict(p) for name, p in self.progress.items()}
+        return {name: r.model_dump(mode="json") for name, r in self.records.items()}
 
     async def cancel_all(self) -> int:
         """Cancel every job running here; each writes its files and its ``run`` returns. Returns how many."""

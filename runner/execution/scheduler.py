@@ -24,7 +24,7 @@ import anyio
 import anyio.abc
 
 from ..agent.runjob import Resumed, Services, run_job
-from ..agent.session import JobProgress, JobResult
+from ..agent.session import new_record
 from ..compaction.compactor import Compactor
 from ..jobs import JobError, JobSpec
 from ..messages import Message
@@ -32,6 +32,7 @@ from ..models.base import BackendUnusable, Model
 from ..pricing import PriceTable
 from ..rundir.docs import (
     JOBS_RESERVE,
+    LIVE_STATUSES,
     METRICS,
     RUN_JSON,
     RUN_RESERVE,
@@ -48,16 +49,16 @@ from ..services import Budget, RunBudget
 
 
 class Display(Protocol):
-    def start(self, progress: dict[str, JobProgress]) -> None: ...
-    def job_started(self, progress: JobProgress) -> None: ...
-    def job_finished(self, result: JobResult) -> None: ...
+    def start(self, progress: dict[str, JobMetrics]) -> None: ...
+    def job_started(self, progress: JobMetrics) -> None: ...
+    def job_finished(self, result: JobMetrics) -> None: ...
     def stop(self) -> None: ...
 
 
 class NoDisplay:
-    def start(self, progress: dict[str, JobProgress]) -> None: ...
-    def job_started(self, progress: JobProgress) -> None: ...
-    def job_finished(self, result: JobResult) -> None: ...
+    def start(self, progress: dict[str, JobMetrics]) -> None: ...
+    def job_started(self, progress: JobMetrics) -> None: ...
+    def job_finished(self, result: JobMetrics) -> None: ...
     def stop(self) -> None: ...
 
 
@@ -68,7 +69,7 @@ def new_run_id() -> str:
 @dataclass
 class BatchResult:
     run_dir: Path
-    results: dict[str, JobResult] = field(default_factory=dict)
+    results: dict[str, JobMetrics] = field(default_factory=dict)
     interrupted: bool = False
     fatal: str | None = None  # the backend cannot serve the batch (one line: base URL and error)
     kept_ok: bool = True  # every job kept from earlier (not rerun) had succeeded
@@ -101,7 +102,7 @@ class Batch:
 async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult:
     display = display or NoDisplay()
     out = BatchResult(batch.run_dir, kept_ok=all(m.status == Status.SUCCEEDED for m in batch.kept.values()))
-    progress = {s.name: JobProgress(s.name) for s in batch.specs}
+    progress = {s.name: new_record(s) for s in batch.specs}
     run_json = _RunJson(batch, progress)
     limiter = anyio.CapacityLimiter(batch.concurrency)
     services = Services(batch.model, batch.compactor, batch.summary_model, batch.prices, batch.run_budget)
@@ -109,17 +110,19 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
 
     async def run_one(spec: JobSpec) -> None:
         async with limiter:
-            result = JobResult(spec.name, Status.CANCELLED, error="cancelled before it started", model=spec.model)
+            result = progress[spec.name]
             try:
-                display.job_started(progress[spec.name])
+                display.job_started(result)
                 await _quietly(run_json.write())
                 history = batch.histories.get(spec.name)
                 resumed = Resumed(history, batch.priors.get(spec.name)) if history else None
-                await run_job(spec, batch.run_dir, services, progress[spec.name], resumed, result)
+                await run_job(spec, run_dir=batch.run_dir, services=services, record=result, resumed=resumed)
             except BackendUnusable as e:  # no job can run: stop the batch now, the rest stays not_started
                 out.fatal = out.fatal or str(e)
                 stop.cancel()
             finally:
+                if result.status == Status.QUEUED:  # its session never started
+                    result.status, result.error = Status.CANCELLED, "cancelled before it started"
                 out.results[spec.name] = result
                 run_json.results[spec.name] = result
                 with anyio.CancelScope(shield=True):
@@ -144,10 +147,8 @@ async def run_batch(batch: Batch, display: Display | None = None) -> BatchResult
     finally:
         for spec in batch.specs:  # jobs that never started when the batch was cancelled
             if spec.name not in out.results:
-                out.results[spec.name] = (
-                    JobResult(spec.name, Status.NOT_STARTED, error=f"not started: {out.fatal}", model=spec.model)
-                    if out.fatal else
-                    JobResult(spec.name, Status.CANCELLED, error="cancelled before it started", model=spec.model))
+                out.results[spec.name] = ended(spec, Status.NOT_STARTED, f"not started: {out.fatal}") if out.fatal \
+                    else ended(spec, Status.CANCELLED, "cancelled before it started")
                 run_json.results[spec.name] = out.results[spec.name]
         run_json.finished = True
         run_json.interrupted = out.interrupted
@@ -200,11 +201,18 @@ async def _cancel_on_signal(scope: anyio.CancelScope, mark: Callable[[], None], 
             return
 
 
-async def _record_load_error(run_dir: Path, error: JobError) -> JobResult:
-    result = JobResult(error.name, Status.FAILED, error=error.message)
+def ended(spec: JobSpec, status: str, error: str) -> JobMetrics:
+    """The record of a job that ended without running."""
+    record = new_record(spec)
+    record.status, record.error = status, error
+    return record
+
+
+async def _record_load_error(run_dir: Path, error: JobError) -> JobMetrics:
+    result = JobMetrics(job=error.name, status=Status.FAILED, error=error.message)
     store = JobStore(run_dir / error.name)
     await store.open()
-    await store.write_json(METRICS, result.to_json())
+    await store.write_json(METRICS, result.document())
     return result
 
 
@@ -212,16 +220,16 @@ MIN_INTERVAL_S = 0.5
 
 
 class _RunJson:
-    def __init__(self, batch: Batch, progress: dict[str, JobProgress]):
+    def __init__(self, batch: Batch, progress: dict[str, JobMetrics]):
         self.batch = batch
         self.progress = progress
-        self.results: dict[str, JobResult] = {}
+        self.results: dict[str, JobMetrics] = {}
         self.started = time.time()
         self.finished = False
         self.interrupted = False
         self._lock = anyio.Lock()
         self._last_write = float("-inf")
-        self._rows: dict[str, tuple[JobResult, JobMetrics]] = {}  # an ended job's row, made once
+        self._rows: dict[str, tuple[JobMetrics, JobMetrics]] = {}  # an ended job's row, made once
 
     async def write(self, force: bool = False) -> None:
         """Rewrite run.json; between the first and the last write, at most every ``MIN_INTERVAL_S``
@@ -245,13 +253,14 @@ class _RunJson:
                 result = self.results[name]
                 row = self._rows.get(name)
                 if row is None or row[0] is not result:  # a result is final once it is here
-                    row = self._rows[name] = (result, result.metrics())
+                    row = self._rows[name] = (result, JobMetrics.model_validate(result.document()))
                 job = row[1]
             elif name in self.batch.kept:
                 job = self.batch.kept[name].model_copy()
             else:
-                p = self.progress[name]
-                job = JobMetrics(job=name, status=p.status, turns=p.turns)
+                p = self.progress[name]  # running until its session has written its files and returned
+                job = JobMetrics(job=name, status=p.status if p.status in LIVE_STATUSES else Status.RUNNING,
+                                 turns=p.turns)
             if name in sources:
                 job.source = sources[name]
             jobs.append(job)

@@ -8,7 +8,7 @@
   reactive compaction.
 - Every number and name of a reply is checked before the runner acts on it (see :mod:`.guard` for the
   HTTP side: a total deadline per attempt, a cap on the decoded body): usage counts in
-  :meth:`Usage.from_api`, the ``stop_reason`` against the API's list, a text block within the reply
+  :func:`~runner.models.base.usage_from_api`, the ``stop_reason`` against the API's list, a text block within the reply
   cap, a tool call's input within :data:`MAX_TOOL_INPUT_BYTES` (else it is answered with an error
   result, not run). A failed check is :class:`InvalidReply`: the call fails, nothing is billed.
 - Prompt caching: ``cache_control`` breakpoints on the last tool definition, the system prompt, the
@@ -40,7 +40,7 @@ from .base import (
     PromptTooLong,
     Reply,
     Request,
-    Usage,
+    usage_from_api,
 )
 from .guard import MIB, PARSED, Guard, guarded_client
 from .wire import CURRENT, count_response, on_request
@@ -126,7 +126,7 @@ def reply_of(data: dict[str, Any], max_text_bytes: int = 32 * MIB) -> Reply:
                     "bytes for one tool call; send a smaller one")
                 block = {**block, "input": {}}
         content.append(block)
-    return Reply(content=content, stop_reason=stop_reason, usage=Usage.from_api(data.get("usage") or {}),
+    return Reply(content=content, stop_reason=stop_reason, usage=usage_from_api(data.get("usage") or {}),
                  refused_calls=refused)
 
 
@@ -216,8 +216,7 @@ class AnthropicModel:
         # its per-request walk over the parameters, its deep copy of them, or its pydantic reply models
         body = json.dumps(kwargs, separators=(",", ":")).encode()
         counts = CURRENT.get()
-        if counts is not None:
-            counts.calls += 1
+        sent = counts.requests if counts is not None else 0
         try:
             response = await client.post(path, cast_to=httpx2.Response, content=body,
                                          options=options)  # type: ignore[call-overload]  # a plain RequestOptions dict
@@ -236,6 +235,9 @@ class AnthropicModel:
             cause = e.__cause__ or e
             raise BackendUnusable(f"{self.client.base_url}: cannot connect ({type(cause).__name__}: "
                                   f"{one_line(str(cause) or str(e), 200)})") from e
+        finally:  # the attempts beyond the first were the SDK's retries
+            if counts is not None:
+                counts.retries += max(0, counts.requests - sent - 1)
         self._connected = True
         data = response.extensions.get(PARSED)  # the guard parsed and checked it
         return reply_of(data if data is not None else response.json(), self.guard.max_reply_bytes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..rundir.docs import USAGE_KEYS
+from ..pricing import USAGE_KEYS, Usage
 
 # The anthropic-beta header that server-side compaction (``context_management``) needs: sent by the
 # anthropic backend, required by the emulator.
@@ -34,52 +34,31 @@ def _token_count(where: str, value: Any) -> int:
     return int(value)
 
 
-@dataclass
-class Usage:
-    """Billed tokens. ``context_tokens`` is what the model actually saw as input."""
+def usage_from_api(usage: Any) -> Usage:
+    """From an SDK ``usage`` object or dict; sums ``iterations`` when present (server compaction).
 
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-    cache_read_input_tokens: int = 0
-
-    @property
-    def context_tokens(self) -> int:
-        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
-
-    def add(self, other: Usage) -> None:
-        for name in USAGE_KEYS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-    def to_json(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in USAGE_KEYS}
-
-    @classmethod
-    def from_api(cls, usage: Any) -> Usage:
-        """From an SDK ``usage`` object or dict; sums ``iterations`` when present (server compaction).
-
-        The one place a server's token counts enter the runner: every count (of the top level and of
-        each iteration) must be a non-negative integer below :data:`MAX_USAGE_TOKENS`, else
-        :class:`InvalidReply` names the field and its value."""
-        data = usage if isinstance(usage, dict) else (usage.model_dump() if usage is not None else {})
-        if not isinstance(data, dict):
-            raise InvalidReply(f"usage = {_short(data)}: not an object")
-        top = cls(**{k: _token_count(f"usage.{k}", data.get(k)) for k in USAGE_KEYS})
-        iterations = data.get("iterations")
-        if iterations is None:
-            return top
-        if not isinstance(iterations, list):
-            raise InvalidReply(f"usage.iterations = {_short(iterations)}: not a list")
-        if not iterations:
-            return top
-        total = cls()
-        for i, it in enumerate(iterations):
-            if not isinstance(it, dict):
-                raise InvalidReply(f"usage.iterations[{i}] = {_short(it)}: not an object")
-            total.add(cls(**{k: _token_count(f"usage.iterations[{i}].{k}", it.get(k)) for k in USAGE_KEYS}))
-        for k in USAGE_KEYS:
-            _token_count(f"usage.iterations: total {k}", getattr(total, k))
-        return total
+    The one place a server's token counts enter the runner: every count (of the top level and of
+    each iteration) must be a non-negative integer below :data:`MAX_USAGE_TOKENS`, else
+    :class:`InvalidReply` names the field and its value."""
+    data = usage if isinstance(usage, dict) else (usage.model_dump() if usage is not None else {})
+    if not isinstance(data, dict):
+        raise InvalidReply(f"usage = {_short(data)}: not an object")
+    top = Usage(**{k: _token_count(f"usage.{k}", data.get(k)) for k in USAGE_KEYS})
+    iterations = data.get("iterations")
+    if iterations is None:
+        return top
+    if not isinstance(iterations, list):
+        raise InvalidReply(f"usage.iterations = {_short(iterations)}: not a list")
+    if not iterations:
+        return top
+    total = Usage()
+    for i, it in enumerate(iterations):
+        if not isinstance(it, dict):
+            raise InvalidReply(f"usage.iterations[{i}] = {_short(it)}: not an object")
+        total.add(Usage(**{k: _token_count(f"usage.iterations[{i}].{k}", it.get(k)) for k in USAGE_KEYS}))
+    for k in USAGE_KEYS:
+        _token_count(f"usage.iterations: total {k}", getattr(total, k))
+    return total
 
 
 def _short(value: Any) -> str:
@@ -101,6 +80,11 @@ class Reply:
 
     def message(self) -> dict[str, Any]:
         return {"role": "assistant", "content": self.content}
+
+    @property
+    def compacted(self) -> bool:
+        """The API compacted the context server-side in this reply (it carries a compaction block)."""
+        return any(b.get("type") == "compaction" for b in self.content)
 
 
 @dataclass

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import math
 
-from .base import Reply, Request, Usage
+from ..pricing import Usage
+from .base import Reply, Request
 from .policy import decide, partial_report
 
 CHARS_PER_TOKEN = 4

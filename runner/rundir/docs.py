@@ -41,9 +41,11 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
+
+from ..pricing import USAGE_KEYS, Usage
 
 # --- layout -------------------------------------------------------------------------------------
 
@@ -115,7 +117,6 @@ class Status(StrEnum):
 LIVE_STATUSES = (Status.RUNNING, Status.QUEUED)
 FINAL_STATUSES = tuple(s for s in Status if s not in LIVE_STATUSES)
 LIMIT_STATUSES = (Status.BUDGET_EXCEEDED, Status.MAX_TURNS)  # kept by resume unless the limit was raised
-USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 
 
 class RunState(StrEnum):
@@ -141,44 +142,66 @@ class _Doc(BaseModel):
         return self.model_dump(exclude_unset=True)
 
 
-class UsageCounts(_Doc):
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-    cache_read_input_tokens: int = 0
-
-
 class JobMetrics(_Doc):
-    """``metrics.json`` of a job, and its row in ``run.json`` (which may carry ``source``, the task
-    file, or be a live row of ``job``, ``status`` and ``turns`` only)."""
+    """A job's one record. Its session mutates it as the job goes (the executor and the live display
+    read the same object); ``metrics.json`` is :meth:`document` of it, and so is the job's row in
+    ``run.json`` (which may carry ``source``, the task file, or be a live row of ``job``, ``status``
+    and ``turns`` only). A new per-job count is one field here: it is checkpointed, written, shown in
+    ``run.json`` and carried over by resume with the rest. ``LIVE`` fields are never written."""
+
+    LIVE: ClassVar[tuple[str, ...]] = ("context_chars", "started")
 
     job: str = "?"
     status: str = "?"
     model: str = ""
     turns: int = 0
     wall_s: float = 0.0
-    usage: UsageCounts = Field(default_factory=UsageCounts)
-    summarizer_usage: UsageCounts = Field(default_factory=UsageCounts)
+    usage: Usage = Field(default_factory=Usage)
+    summarizer_usage: Usage = Field(default_factory=Usage)
     usage_estimated: bool = False
     cost_usd: float = 0.0
     compactions: dict[str, int] = Field(default_factory=dict)
     persisted_bytes: int = 0
-    retries: int = 0
+    retries: int = 0  # HTTP attempts beyond the first of each call (the SDK's retries)
     rate_limited_429: int = 0
     overloaded_529: int = 0
     server_errors_5xx: int = 0
-    requests: int = 0
+    requests: int = 0  # HTTP attempts
     error: str | None = None
     worker: dict[str, Any] | None = None  # where the job ran: node and pid
     source: str | None = None  # run.json rows: the task file
+    context_chars: int = 0  # live: characters of the window the last call carried
+    started: float | None = None  # live: when this segment of the job started (epoch seconds)
 
     def usage_total(self, key: str) -> int:
         """One usage count, the job's and its summaries' together."""
         return getattr(self.usage, key, 0) + getattr(self.summarizer_usage, key, 0)
 
+    def count(self, stage: str) -> None:
+        """One more compaction of ``stage``."""
+        self.compactions[stage] = self.compactions.get(stage, 0) + 1
+
+    def document(self) -> dict[str, Any]:
+        """``metrics.json``: every field but the live ones (``worker`` and ``source`` when set), then
+        any extra ones; wall time and cost rounded, compactions sorted by stage."""
+        out = {k: v for k, v in self.model_dump(exclude=set(self.LIVE)).items()
+               if k not in ("worker", "source") or v is not None}
+        out["wall_s"], out["cost_usd"] = round(self.wall_s, 3), round(self.cost_usd, 6)
+        out["compactions"] = dict(sorted(self.compactions.items()))
+        return out
+
+    def carry_over(self, prior: JobMetrics) -> None:
+        """Continue from an earlier segment's record: every count it had (not its identity, status,
+        error, where it ran, nor the live fields)."""
+        keep = {"job", "status", "model", "error", "worker", "source", *self.LIVE}
+        for name in type(self).model_fields:
+            if name not in keep and name in prior.model_fields_set:
+                setattr(self, name, copy.deepcopy(getattr(prior, name)))
+
     def clean(self) -> dict[str, Any]:
         """Every field the table reads, in its type (a damaged value is back at its default)."""
-        return {k: v for k, v in self.model_dump().items() if k not in ("worker", "source") or v is not None}
+        return {k: v for k, v in self.model_dump(exclude=set(self.LIVE)).items()
+                if k not in ("worker", "source") or v is not None}
 
 
 class RunDocument(_Doc):
@@ -256,8 +279,8 @@ class ModelCallEvent(_Event):
     estimated: bool
     cost_usd: float
     lines: int | None = None
-    usage: UsageCounts | None = None
-    summarizer_usage: UsageCounts | None = None
+    usage: Usage | None = None
+    summarizer_usage: Usage | None = None
     compactions: dict[str, int] | None = None
     persisted_bytes: int | None = None
     wall_s: float | None = None

@@ -18,8 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ..agent.session import JobProgress, JobResult
-from ..rundir.docs import Status
+from ..rundir.docs import JobMetrics, Status
 from ..services import Budget
 from .terminal import printable
 
@@ -49,18 +48,18 @@ class Tally:
     def __init__(self, budget: Budget | None = None, api: ApiCounts = API):
         self.budget = budget
         self.api = api
-        self.progress: dict[str, JobProgress] = {}
-        self.results: dict[str, JobResult] = {}
+        self.progress: dict[str, JobMetrics] = {}
+        self.results: dict[str, JobMetrics] = {}
         self.started = time.monotonic()
         self.started_wall = time.time()
 
-    def start(self, progress: dict[str, JobProgress]) -> None:
+    def start(self, progress: dict[str, JobMetrics]) -> None:
         self.progress = progress
         self.started = time.monotonic()
         self.started_wall = time.time()
 
-    def finished(self, result: JobResult) -> None:
-        self.results[result.name] = result
+    def finished(self, result: JobMetrics) -> None:
+        self.results[result.job] = result
 
     def state(self, name: str) -> str:
         """A job's status as every part of the display tells it: its result's once it ended; until then
@@ -70,7 +69,7 @@ class Tally:
         progress = self.progress.get(name)
         return Status.QUEUED if progress is None or progress.status == Status.QUEUED else Status.RUNNING
 
-    def active(self) -> list[JobProgress]:
+    def active(self) -> list[JobMetrics]:
         """The jobs running now (started, not ended), in order."""
         return [p for n, p in self.progress.items() if self.state(n) == Status.RUNNING]
 
@@ -111,10 +110,10 @@ class Tally:
         cost = sum(p.cost_usd for p in self.progress.values())
         limit = self.budget.limit if self.budget else None
         parts.append(f"${cost:.4f}" + (f" of ${limit:g}" if limit is not None else ""))
-        tokens_in = sum(p.input_tokens for p in self.progress.values())
-        tokens_out = sum(p.output_tokens for p in self.progress.values())
+        tokens_in = sum(p.usage_total("input_tokens") for p in self.progress.values())
+        tokens_out = sum(p.usage_total("output_tokens") for p in self.progress.values())
         parts.append(f"tokens {tokens_in:,} in / {tokens_out:,} out")
-        retries = sum(r.wire.retries for r in self.results.values())  # the SDK's (429s and 529s among them)
+        retries = sum(r.retries for r in self.results.values())  # the SDK's (429s and 529s among them)
         parts.append(f"429/529 {self.api.throttled}" + (f", retries {retries}" if retries else ""))
         return " · ".join(parts)
 
@@ -126,16 +125,16 @@ class PlainDisplay:
         self.console = console
         self.tally = Tally(budget)
 
-    def start(self, progress: dict[str, JobProgress]) -> None:
+    def start(self, progress: dict[str, JobMetrics]) -> None:
         self.tally.start(progress)
 
-    def job_started(self, progress: JobProgress) -> None:
-        self._line(f"start  {printable(progress.name)}")
+    def job_started(self, progress: JobMetrics) -> None:
+        self._line(f"start  {printable(progress.job)}")
 
-    def job_finished(self, result: JobResult) -> None:
+    def job_finished(self, result: JobMetrics) -> None:
         self.tally.finished(result)
         tail = f" ({printable(result.error)})" if result.error else ""
-        self._line(f"end    {printable(result.name)}: {result.status}, {result.turns} turns, "
+        self._line(f"end    {printable(result.job)}: {result.status}, {result.turns} turns, "
                    f"{result.wall_s:.1f} s{tail} [{self.tally.line()}]")
 
     def _line(self, text: str) -> None:
@@ -158,7 +157,7 @@ class LiveDisplay:
         self.tally = Tally(budget)
         self.live: Live | None = None
 
-    def start(self, progress: dict[str, JobProgress]) -> None:
+    def start(self, progress: dict[str, JobMetrics]) -> None:
         self.tally.start(progress)
         self.live = Live(get_renderable=self._render, console=self.console, refresh_per_second=4,
                          transient=True)
@@ -172,21 +171,21 @@ class LiveDisplay:
         active = self.tally.active()
         now = time.time()
         for p in active[:30]:
-            table.add_row(Text(printable(p.name)), Text(Status.RUNNING), str(p.turns), f"{p.context_chars:,}",
-                          str(p.compactions),
+            table.add_row(Text(printable(p.job)), Text(Status.RUNNING), str(p.turns), f"{p.context_chars:,}",
+                          str(sum(p.compactions.values())),
                           f"{p.cost_usd:.4f}", f"{now - (p.started or now):.0f}s")
         if len(active) > 30:
             table.add_row(f"... {len(active) - 30} more running", "", "", "", "", "", "")
         # one line at any width: cut with an ellipsis, never wrapped
         return Group(table, Text(self.tally.line(), style="bold", no_wrap=True, overflow="ellipsis"))
 
-    def job_started(self, progress: JobProgress) -> None:
+    def job_started(self, progress: JobMetrics) -> None:
         return None
 
-    def job_finished(self, result: JobResult) -> None:
+    def job_finished(self, result: JobMetrics) -> None:
         self.tally.finished(result)
         tail = f" ({printable(result.error)})" if result.error else ""
-        self.console.print(Text(f"{printable(result.name)}: {result.status}, {result.turns} turns{tail}"),
+        self.console.print(Text(f"{printable(result.job)}: {result.status}, {result.turns} turns{tail}"),
                            highlight=False, soft_wrap=True)
 
     def stop(self) -> None:

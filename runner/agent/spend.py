@@ -1,0 +1,139 @@
+"""A job's spend: what it has cost so far, and whether its next call still fits its budgets.
+
+Guarantees:
+- The job's cost is its own calls priced on its model plus its summaries priced on the summary
+  model, from one price table; it lives in the job's record (``cost_usd``), nowhere else.
+- Every change of the job's cost is charged to the run's budget once.
+- A call is made only when it, and then a short report, fit ``max_cost_usd`` (the reserve): the
+  call that would not is the job's last one, its report (``JobEnded(..., last_call=True)``); the
+  report's ``max_tokens`` never takes the job over its budget. Estimates are taken
+  ``ESTIMATE_MARGIN`` higher.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..compaction.compactor import CompactionState
+from ..config import Limits
+from ..pricing import PriceTable, Usage
+from ..rundir.docs import JobMetrics, Status
+from ..services import Budget
+
+REPORT_TOKENS = 1_000  # the output the budget's reserve plans for the report (max_output_tokens when smaller)
+REPORT_SHARE = 0.1  # of max_cost_usd, kept for the report's output under a small budget
+MIN_REPORT_TOKENS = 64  # a last call with less room than this is not made: the report is built without it
+ESTIMATE_MARGIN = 1.05  # estimated costs are taken this much higher before a call is allowed
+
+
+class JobEnded(Exception):
+    """Ends a job early with a status other than ``succeeded``; ``last_call``: the job is about to hit a
+    limit it kept a reserve for, and gets one last call without tools for its report."""
+
+    def __init__(self, status: str, error: str, last_call: bool = False):
+        super().__init__(error)
+        self.status = status
+        self.error = error
+        self.last_call = last_call
+
+
+@dataclass
+class Spend:
+    """The spend of one job, kept in its record; the limits it is checked against."""
+
+    record: JobMetrics
+    limits: Limits
+    model: str
+    summary_model: str
+    prices: PriceTable
+    run_budget: Budget
+    most_output: int = 0  # the largest reply so far (output tokens): what the next call may write
+    growth: int = 0  # characters the window grew by from the call before to the last one
+    last_sent: int = 0  # characters of messages the last call carried
+
+    def charge(self, usage: Usage, *, estimated: bool) -> None:
+        """One answered call: a turn, its usage, the job's cost (its summaries' so far included)."""
+        record = self.record
+        record.turns += 1
+        record.usage.add(usage)
+        record.usage_estimated = record.usage_estimated or estimated
+        self.most_output = max(self.most_output, usage.output_tokens)
+        self.settle()
+
+    def settle(self, *, charge: bool = True) -> None:
+        """Recompute the job's cost from its usage and charge the run's budget with the change
+        (``charge=False``: a resumed job's earlier spend, which this run did not make)."""
+        record = self.record
+        before = record.cost_usd
+        record.cost_usd = (self.prices.cost(self.model, record.usage)
+                           + self.prices.cost(self.summary_model, record.summarizer_usage))
+        if charge:
+            self.run_budget.charge(record.cost_usd - before)
+
+    def sent(self, chars: int) -> None:
+        """The last call carried ``chars`` characters of messages."""
+        self.growth, self.last_sent = max(0, chars - self.last_sent), chars
+
+    def check(self) -> None:
+        """JobEnded when the job or the run has spent its budget."""
+        limit = self.limits.max_cost_usd
+        cost = self.record.cost_usd
+        if limit is not None and cost >= limit:
+            raise JobEnded(Status.BUDGET_EXCEEDED, f"spent ${cost:.4f}, max_cost_usd is ${limit:g}")
+        self.check_run()
+
+    def check_run(self) -> None:
+        if self.run_budget.exceeded:
+            raise JobEnded(Status.BUDGET_EXCEEDED, f"the run spent ${self.run_budget.spent:.4f}, "
+                                                   f"its max_cost_usd is ${self.run_budget.limit:g}")
+
+    def check_reserve(self, state: CompactionState) -> None:
+        """Before a call, on the window it carries: when this call (as much output as the largest reply
+        so far) and then a short report (the window one turn larger, the report's output) could
+        together reach the job's budget, this call is the last one: the report. The reserve is what
+        the job's own calls cost, so a small budget still works until near its cap."""
+        limit = self.limits.max_cost_usd
+        if limit is None:
+            return
+        this_call = self.next_call_cost(state)
+        # the report's window: this one plus what the last turn added, compacted back to the limit
+        window = state.window.total
+        more = max(0, min(window + self.growth, max(window, state.char_limit())) - window)
+        report = self.next_call_cost(state, output_tokens=self.report_floor(), more_chars=more)
+        cost = self.record.cost_usd
+        if cost + ESTIMATE_MARGIN * (this_call + report) >= limit:
+            raise JobEnded(Status.BUDGET_EXCEEDED, f"spent ${cost:.4f} of max_cost_usd ${limit:g}, "
+                                                   f"keeping ${report:.4f} for the report", last_call=True)
+
+    def report_floor(self) -> int:
+        """The report's output the reserve plans for: what ``REPORT_SHARE`` of the budget buys, at least
+        ``MIN_REPORT_TOKENS``, at most ``REPORT_TOKENS`` (and ``max_output_tokens``)."""
+        most = min(REPORT_TOKENS, self.limits.max_output_tokens)
+        per_token = self._per_output_token()
+        limit = self.limits.max_cost_usd
+        if limit is None or per_token <= 0:
+            return most
+        return max(MIN_REPORT_TOKENS, min(most, int(limit * REPORT_SHARE / per_token)))
+
+    def report_tokens(self, state: CompactionState) -> int:
+        """The last call's ``max_tokens``: what the job's budget still affords after the call's input
+        (so the report never takes the job over ``max_cost_usd``), at most ``max_output_tokens``; 0 when
+        the input alone would."""
+        limit, most = self.limits.max_cost_usd, self.limits.max_output_tokens
+        if limit is None:
+            return most
+        left = limit - self.record.cost_usd - ESTIMATE_MARGIN * self.next_call_cost(state, output_tokens=0)
+        per_token = self._per_output_token()
+        return max(0, min(most, int(left / per_token))) if per_token > 0 else most
+
+    def next_call_cost(self, state: CompactionState, output_tokens: int | None = None, more_chars: int = 0) -> float:
+        """What a call carrying the current context (and ``more_chars``) would cost: its size in tokens
+        as the last real usage measured it, and as much output as the largest reply so far."""
+        tokens = state.estimated_tokens(more_chars)
+        if tokens is None:
+            return 0.0
+        output = self.most_output if output_tokens is None else output_tokens
+        return self.prices.cost(self.model, Usage(input_tokens=tokens, output_tokens=output))
+
+    def _per_output_token(self) -> float:
+        return self.prices.cost(self.model, Usage(output_tokens=1_000_000)) / 1_000_000
