@@ -231,9 +231,40 @@ class CompactionState:
         share = self.limits.summary_share / (2 if self.thrash.level >= LEVEL_HALF else 1)
         return max(1, int(self.char_limit() * share))
 
+    def apply(self, stage: str, outcome: Outcome | None) -> None:
+        """Adopt a stage's outcome and queue its writes: the next ``prepare`` (or the job's end) writes
+        them, before any model sees the window."""
+        writes = Writes()
+        self.adopt(stage, outcome, writes)
+        writes.queue(self)
+
+    def adopt(self, stage: str, outcome: Outcome | None, writes: Writes) -> None:
+        """Adopt a stage's outcome, queueing its outputs and its event line in ``writes``."""
+        if outcome is None:
+            return
+        before = self.window.snapshot()
+        old = self.window.entries
+        first_change = next((i for i, (a, b) in enumerate(zip(old, outcome.entries, strict=False)) if a is not b),
+                            min(len(old), len(outcome.entries)))
+        sent = sum(1 for e in old if e.seen)  # the prefix the last request sent, and may have cached
+        self.window.replace(outcome.entries)
+        after = self.window.snapshot()
+        self.record.count(stage)
+        self.record.persisted_bytes += sum(len(item.content.encode("utf-8", "surrogatepass")) for item in outcome.persist)
+        writes.outputs += [(item.path, item.content) for item in outcome.persist]
+        if self.repeats is not None:
+            for item in outcome.persist:
+                if item.tool_use_id:
+                    self.repeats.saved(item.tool_use_id, item.path)
+        writes.events.append(CompactionEvent(
+            stage=stage, messages_before=before["messages"], messages_after=after["messages"],
+            chars_before=before["chars"], chars_after=after["chars"], paths=sorted(set(outcome.paths)),
+            # a rewrite inside what was already sent costs the prompt cache from there on
+            cache_invalidated_from=first_change if first_change < sent else None).line())
+
 
 @dataclass
-class _Writes:
+class Writes:
     """Outputs and event lines of the stages of one call, queued together with the new window."""
 
     outputs: list[tuple[str, str]] = field(default_factory=list)
@@ -257,13 +288,13 @@ class _StageRun:
         self._state = state
         self.window = state.window
         self.limits = state.limits
-        self.writes = _Writes()
+        self.writes = Writes()
         self.name_for = state.store.reserve
         self.saved_for = state.store.reserved_for
         self.char_limit = state.char_limit
 
     def adopt(self, stage: str, outcome: Outcome | None) -> None:
-        self._compactor._adopt(self._state, stage, outcome, self.writes)
+        self._state.adopt(stage, outcome, self.writes)
 
     async def summarize(self, stage: str) -> None:
         self.writes.queue(self._state)
@@ -332,7 +363,7 @@ class Compactor:
         state.recorder.summary(message, summary_path, label, where, memory)
         outcome = Outcome(stages.replace_with_summary(entries, tail_start, message), paths=[summary_path])
         before = state.window.total
-        self._apply(state, stage, outcome)
+        state.apply(stage, outcome)
         if stage in HISTORY_STAGES:
             state.thrash.record(state.turns, (before - state.window.total) / state.char_limit(), state.limits)
 
@@ -355,37 +386,6 @@ class Compactor:
                 return summary.text
         return fallback_summary(messages, budget)
 
-    def _apply(self, state: CompactionState, stage: str, outcome: Outcome | None) -> None:
-        """Adopt a stage's outcome and queue its writes: the next ``prepare`` (or the job's end) writes
-        them, before any model sees the window."""
-        writes = _Writes()
-        self._adopt(state, stage, outcome, writes)
-        writes.queue(state)
-
-    def _adopt(self, state: CompactionState, stage: str, outcome: Outcome | None, writes: _Writes) -> None:
-        """Adopt a stage's outcome, queueing its outputs and its event line in ``writes``."""
-        if outcome is None:
-            return
-        before = state.window.snapshot()
-        old = state.window.entries
-        first_change = next((i for i, (a, b) in enumerate(zip(old, outcome.entries, strict=False)) if a is not b),
-                            min(len(old), len(outcome.entries)))
-        sent = sum(1 for e in old if e.seen)  # the prefix the last request sent, and may have cached
-        state.window.replace(outcome.entries)
-        after = state.window.snapshot()
-        state.record.count(stage)
-        state.record.persisted_bytes += sum(len(item.content.encode("utf-8", "surrogatepass")) for item in outcome.persist)
-        writes.outputs += [(item.path, item.content) for item in outcome.persist]
-        if state.repeats is not None:
-            for item in outcome.persist:
-                if item.tool_use_id:
-                    state.repeats.saved(item.tool_use_id, item.path)
-        writes.events.append(CompactionEvent(
-            stage=stage, messages_before=before["messages"], messages_after=after["messages"],
-            chars_before=before["chars"], chars_after=after["chars"], paths=sorted(set(outcome.paths)),
-            # a rewrite inside what was already sent costs the prompt cache from there on
-            cache_invalidated_from=first_change if first_change < sent else None).line())
-
     async def record(self, state: CompactionState, reply: Reply) -> None:
         """After a call: calibrate the token estimate from the reply's real usage (what the model saw
         as input), mark what the call carried as seen; a reply the API compacted server-side is added
@@ -400,6 +400,6 @@ class Compactor:
             await state.add(reply.message())
         entries = state.window.entries
         if len(entries) > 2 and entries[0].message["role"] == "user":
-            self._apply(state, Stage.SERVER_COMPACTION, Outcome([entries[0], entries[-1]]))
+            state.apply(Stage.SERVER_COMPACTION, Outcome([entries[0], entries[-1]]))
         else:
             state.record.count(Stage.SERVER_COMPACTION)
