@@ -176,7 +176,7 @@ async def scripted_job(tmp_path: Path, script: list[dict], *, tools: tuple[str, 
         model = AnthropicModel(base_url=emu.base_url, api_key="k", max_retries=0)
         store = JobStore(tmp_path / "job")
         await store.open()
-        session = Session(spec, model=model, compactor=Compactor(Summarizer(None, "m")), store=store, summary_model="m")
+        session = Session(spec, model, Compactor(Summarizer(None, "m")), store, "m")
         await session.run()
         await model.aclose()
         recorded = emu.state.snapshot()["recorded_requests"]
@@ -198,8 +198,7 @@ async def offline_survey(root: Path, out: Path, limits: dict):
                    model="m", system=None, tools=("read", "glob", "grep"), limits=Limits(**limits))
     store = JobStore(out)
     await store.open()
-    result = await Session(spec, model=OfflineModel(), compactor=Compactor(Summarizer(None, "none")), store=store,
-                           summary_model="none").run()
+    result = await Session(spec, OfflineModel(), Compactor(Summarizer(None, "none")), store, "none").run()
     final = out / "final.md"
     return result, final.read_text() if final.exists() else ""
 
@@ -259,3 +258,27 @@ def calls_and_gaps(job: Path) -> tuple[int, int, list[int]]:
             history.append(turn)
     repeated = sum(n - 1 for n in collections.Counter(calls).values())
     return len(calls), repeated, [b - a for a, b in zip(history, history[1:], strict=False)]
+
+
+# over ~10 s each on a shared 2-core machine (``--durations=40``): ``-m "not slow"`` leaves them out, the
+# plain ``pytest`` (CI's) runs them too
+SLOW = {
+    "test_big_work.py::test_a_10000_file_tree_is_surveyed_whole_in_the_default_window",
+    "test_spend_kill_resume.py::test_twenty_kills_lose_no_spend",
+    "test_faithful_resume.py::test_killed_four_times_resumes_like_an_uninterrupted_run",
+    "test_ray_executor.py::test_the_summary_gate_holds_across_workers",
+    "test_ray_faults.py::test_a_worker_that_stops_answering_is_declared_dead",
+    "test_ray_faults.py::test_a_worker_killed_while_its_calls_are_in_flight",
+    "test_ray_faults.py::test_a_worker_killed_at_a_random_moment",
+    "test_ray_faults.py::test_a_worker_killed_while_it_holds_the_only_summary_slot",
+    "test_run_dir_safety.py::test_two_resumes_at_once_run_each_job_once",
+    "test_run_dir_safety.py::test_a_second_writer_exits_2_naming_the_holder",
+    "test_bench_smoke.py::test_benchmark_smoke",
+    "test_always_a_report.py::test_a_timed_out_api_job_writes_its_report",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.removeprefix("tests/").split("[")[0] in SLOW:
+            item.add_marker(pytest.mark.slow)
