@@ -176,7 +176,7 @@ async def scripted_job(tmp_path: Path, script: list[dict], *, tools: tuple[str, 
         model = AnthropicModel(base_url=emu.base_url, api_key="k", max_retries=0)
         store = JobStore(tmp_path / "job")
         await store.open()
-        session = Session(spec, model, Compactor(Summarizer(None, "m")), store, "m")
+        session = Session(spec, model=model, compactor=Compactor(Summarizer(None, "m")), store=store, summary_model="m")
         await session.run()
         await model.aclose()
         recorded = emu.state.snapshot()["recorded_requests"]
@@ -198,7 +198,8 @@ async def offline_survey(root: Path, out: Path, limits: dict):
                    model="m", system=None, tools=("read", "glob", "grep"), limits=Limits(**limits))
     store = JobStore(out)
     await store.open()
-    result = await Session(spec, OfflineModel(), Compactor(Summarizer(None, "none")), store, "none").run()
+    result = await Session(spec, model=OfflineModel(), compactor=Compactor(Summarizer(None, "none")), store=store,
+                           summary_model="none").run()
     final = out / "final.md"
     return result, final.read_text() if final.exists() else ""
 
