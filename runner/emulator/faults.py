@@ -37,7 +37,7 @@ from starlette.types import Receive, Scope, Send
 
 from .config import EmulatorConfig, Fault, Hostile
 
-FAULT_ORDER = ("rate_limit", "overloaded", "server_error", "drop", "slow")
+FAULT_ORDER = ("rate_limit", "overloaded", "server_error", "drop", "slow", "stream_error")
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                405: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error",
                500: "api_error", 529: "overloaded_error"}
