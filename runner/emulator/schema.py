@@ -7,8 +7,19 @@ Guarantees:
   (``messages.1.content.0.tool_use.id``), a custom tool's too (``tools.0.custom.name``); a field that
   is a string or a list of blocks adds nothing (``messages.0.content.1.text.text``, see
   :data:`BRANCH_TAGS`).
+- The request fields are the installed SDK's ``MessageCreateParams`` (and the beta ones the
+  emulator serves: ``context_management``, ``mcp_servers``, ``output_config.task_budget``), each
+  with its documented shape: ``metadata`` only ``user_id`` (at most 256 characters),
+  ``service_tier`` ``auto`` or ``standard_only``, ``thinking`` enabled (``budget_tokens`` at least
+  :data:`MIN_THINKING_BUDGET` and under ``max_tokens``) / disabled / adaptive / between_tools,
+  ``tool_choice`` auto / any / tool / none, a top-level ``cache_control`` (automatic caching),
+  ``container`` (an id or ``{id, skills}``), ``output_config`` (``effort``, ``format``), and
+  ``temperature``, ``top_p``, ``top_k``, which older SDKs send. A null value is taken as omitted.
+  Beta fields the emulator cannot act on (``compaction``, ``thread``, ``fallbacks``, ...) and the
+  SDK-side ``output_format`` are unknown fields.
 - Rules that need the request's context read it from the validation context: ``betas`` (the
-  ``anthropic-beta`` header's values) and ``min_trigger`` (the smallest compaction trigger).
+  ``anthropic-beta`` header's values; ``mcp_servers`` needs an ``mcp-client-*`` one) and
+  ``min_trigger`` (the smallest compaction trigger).
 - Rules across blocks and messages (first role, alternation, tool_use/tool_result pairing, which
   block types each role may send, non-empty text) are not here: they are
   :func:`runner.emulator.validation.conversation_problems`.
@@ -37,12 +48,16 @@ MCP_BETA_PREFIX = "mcp-client-"
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,128}$"
 
 # The two sides of a "string or a list of blocks" field; the API's error paths leave them out.
-AS_STRING, AS_BLOCKS = "<string>", "<blocks>"
-BRANCH_TAGS = frozenset({AS_STRING, AS_BLOCKS})
+AS_STRING, AS_BLOCKS, AS_OBJECT = "<string>", "<blocks>", "<object>"
+BRANCH_TAGS = frozenset({AS_STRING, AS_BLOCKS, AS_OBJECT})
 
 
 def _string_or_blocks(value: Any) -> str:
     return AS_STRING if isinstance(value, str) else AS_BLOCKS
+
+
+def _string_or_object(value: Any) -> str:
+    return AS_STRING if isinstance(value, str) else AS_OBJECT
 
 
 def _betas(info: ValidationInfo) -> set[str]:
@@ -294,6 +309,10 @@ class McpServer(Shape):
     tool_configuration: McpToolConfiguration | None = None
 
 
+ContainerField = Annotated[Annotated[str, Tag(AS_STRING)] | Annotated[Container, Tag(AS_OBJECT)],
+                           Discriminator(_string_or_object)]
+
+
 class Metadata(Shape):
     user_id: str | None = Field(None, max_length=256)
 
@@ -340,7 +359,7 @@ class CountTokensRequest(Shape):
     speed: Literal["standard", "fast"] | None = None
     # beta fields
     context_management: ContextManagement | None = None
-    container: str | Container | None = None
+    container: ContainerField | None = None
     mcp_servers: list[McpServer] | None = None
 
     @field_validator("tools")
