@@ -38,6 +38,9 @@ SCRIPTED = {
         {"type": "tool_use", "id": "toolu_emu_1", "name": "read", "input": TOOL_INPUT}],
         "stop_reason": "tool_use"}],
     "empty": [{"content": [], "stop_reason": "end_turn"}],
+    "citations": [{"content": [{"type": "text", "text": "The file says hello.", "citations": [
+        {"type": "char_location", "cited_text": "hello", "document_index": 0, "document_title": "a.txt",
+         "start_char_index": 0, "end_char_index": 5}]}], "stop_reason": "end_turn"}],
 }
 
 

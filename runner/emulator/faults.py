@@ -3,6 +3,9 @@
 Guarantees:
 - Every decision is reproducible: a fault fires on request ``n`` when ``n`` is in its schedule or
   ``Random((seed, kind, n)).random() < rate``, independent of timing and concurrency.
+- ``stream_error`` comes last in :data:`FAULT_ORDER`: on a streamed request the stream starts and
+  is cut by an ``error`` event (see :mod:`.streaming`); on another request it is no fault. Every
+  other fault is an HTTP status (or a dropped connection) before any stream starts.
 - Rate limits are a sliding-window log over ``window_s`` seconds: a request is admitted only if the
   requests already admitted in the window are fewer than ``rpm`` and their input tokens plus its own
   are at most ``input_tokens_per_minute``. A refused request is not logged; its ``retry-after`` is

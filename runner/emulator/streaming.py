@@ -16,7 +16,7 @@ Guarantees:
   ``mcp_tool_use`` input as ``input_json_delta`` pieces of its JSON text (an empty one first, as the
   API sends); thinking as ``thinking_delta`` pieces then one ``signature_delta``; a compaction block
   as one ``compaction_delta``; any other block (redacted thinking, server tool results) whole in its
-  ``content_block_start``, with no delta.
+  ``content_block_start``, with no delta (so is a scripted block whose text is not a string).
 - :func:`broken` cuts a stream as the API does when it fails mid-way: after the first
   ``content_block_delta`` (or before ``message_delta`` when there is none) comes one ``error``
   event, ``{"type": "error", "error": {"type", "message"}}``, and nothing after it.
@@ -79,9 +79,15 @@ def _compaction_events(index: int, block: dict[str, Any], chunk: int) -> tuple[d
     return start, [_delta(index, {"type": "compaction_delta", **carried})]
 
 
+def _streamable(block: dict[str, Any]) -> bool:
+    """False for a (scripted, hostile) block whose text or thinking is not a string: it is sent whole."""
+    field = {"text": "text", "thinking": "thinking"}.get(str(block.get("type")))
+    return field is None or isinstance(block.get(field, ""), str)
+
+
 def block_events(index: int, block: dict[str, Any], chunk: int) -> list[Event]:
     """The start, deltas and stop of content block ``index`` (see the module's guarantees)."""
-    kind = block.get("type")
+    kind = block.get("type") if _streamable(block) else None
     if kind == "text":
         start, deltas = _text_events(index, block, chunk)
     elif kind in INPUT_JSON_BLOCKS:
