@@ -67,7 +67,7 @@ def test_valid_requests_have_no_problems(request_body):
     (body(max_tokens=True), "max_tokens: Input should be a valid integer"),
     (without("model"), "model: Field required"),
     (body(surprise=1), "surprise: Extra inputs are not permitted"),
-    (body(stream=True), "stream: the emulator answers without streaming; send stream=false"),
+    (body(stream="yes"), "stream: Input should be a valid boolean"),
     (body(temperature=2), "temperature: Input should be less than or equal to 1"),
     (body(stop_sequences="END"), "stop_sequences: Input should be a valid list"),
     (body(tools=[{"name": "t"}]), "tools.0.custom.input_schema: Field required"),

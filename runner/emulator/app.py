@@ -16,8 +16,10 @@ Guarantees, in the order a messages request meets them:
    N = ceil(len(json.dumps([system, messages, tools])) / 4) over the messages the API reads (from
    the last compaction block on; see :mod:`.compaction`).
 5. Enforced rate limits (429), then one injected fault at most (see :mod:`.faults`).
-6. A scripted ``hostile`` reply (see :func:`.faults.hostile_response`), else the reply (see
-   :mod:`.replies`). Counters live in :class:`.state.EmulatorState`.
+6. A scripted ``hostile`` reply (see :func:`.faults.hostile_response`, sent as it is, streamed
+   or not), else the reply (see :mod:`.replies`): a JSON body, or with ``stream: true`` the same
+   message as server-sent events (``text/event-stream``, see :mod:`.streaming`), which a
+   ``stream_error`` fault cuts with an ``error`` event. Counters live in :class:`.state.EmulatorState`.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..compaction.summarizer import SYSTEM_PROMPT
@@ -47,6 +50,7 @@ from .faults import (
 )
 from .replies import build_message, system_text
 from .state import EmulatorState
+from .streaming import Event, broken, message_events, sse
 from .tokens import input_tokens
 from .validation import validate
 
@@ -64,6 +68,12 @@ def api_key_of(request: Request) -> str | None:
 
 def betas_of(request: Request) -> set[str]:
     return {b.strip() for b in request.headers.get("anthropic-beta", "").split(",") if b.strip()}
+
+
+async def frames(events: Iterator[Event]) -> AsyncIterator[bytes]:
+    """The events as the bytes of server-sent events, made as they are sent."""
+    for event in events:
+        yield sse(event)
 
 
 class Api:
@@ -124,6 +134,8 @@ class Api:
         if isinstance(body, Response):
             return body
         request.state.summary = system_text(body.get("system")) == SYSTEM_PROMPT
+        if body.get("stream"):
+            state.streamed()
         view = effective_view(body["messages"])
         total = input_tokens(body.get("system"), view, body.get("tools") or [])
         if total > config.context_window_tokens:
@@ -156,9 +168,26 @@ class Api:
             log.exception("the emulator failed to build a reply")
             state.count("internal_error")
             return api_error(500, "Internal server error (emulator bug; see its log)")
-        state.bill(billed)
-        state.count("slow" if fault == "slow" else "ok")
-        return JSONResponse(message, headers={"request-id": new_request_id(), **admission.headers})
+        headers = {"request-id": new_request_id(), **admission.headers}
+        if not body.get("stream"):
+            state.bill(billed)
+            state.count("slow" if fault == "slow" else "ok")
+            return JSONResponse(message, headers=headers)
+        return self._stream(message, billed, fault, headers)
+
+    def _stream(self, message: dict[str, Any], billed: list[dict[str, Any]], fault: str | None,
+                headers: dict[str, str]) -> Response:
+        """The reply as server-sent events; a ``stream_error`` fault cuts it with an error event, unbilled."""
+        state, config = self.state, self.state.config
+        events = message_events(message, config.stream_chunk_chars)
+        if fault == "stream_error":
+            state.count("stream_error")
+            events = broken(events, config.stream_error_type)
+        else:
+            state.bill(billed)
+            state.count("slow" if fault == "slow" else "ok")
+        return StreamingResponse(frames(events), media_type="text/event-stream",
+                                 headers={**headers, "cache-control": "no-cache"})
 
     async def count_tokens(self, request: Request) -> Response:
         refused = self._preflight(request)

@@ -6,6 +6,9 @@ system, message blocks); it is written at every ``cache_control`` breakpoint of 
 ``cache_lookback_blocks`` blocks before one (a read refreshes the TTL). ``creation`` is the part of
 the last breakpoint's prefix not read; read + creation never exceed the request's total. The cache
 is per model.
+- A top-level ``cache_control`` (automatic caching) is one more breakpoint, on the last cacheable
+  block (not a thinking, redacted_thinking or empty text block) in cache order; on a block that already has a
+  breakpoint it is that breakpoint (:func:`with_automatic_breakpoint`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,33 @@ def cache_segments(system: Any, tools: list[dict[str, Any]], messages: list[Mess
     return out
 
 
+UNCACHEABLE = frozenset({"thinking", "redacted_thinking", "empty"})
+
+
+def with_automatic_breakpoint(segments: list[tuple[str, Any]], kinds: list[str],
+                              cache_control: Any) -> list[tuple[str, Any]]:
+    """``segments`` with ``cache_control`` set on the last one whose block type (``kinds``, one a
+    segment) is cacheable, unless that one has a breakpoint already; unchanged when it is None."""
+    if not cache_control:
+        return segments
+    for k in range(len(segments) - 1, -1, -1):
+        if kinds[k] not in UNCACHEABLE:
+            text, cc = segments[k]
+            return [*segments[:k], (text, cc or cache_control), *segments[k + 1:]]
+    return segments
+
+
+def segment_kinds(system: Any, tools: list[dict[str, Any]], messages: list[Message]) -> list[str]:
+    """The block type of each of :func:`cache_segments`' segments (``tool`` for a tool)."""
+    system_blocks = [system] if isinstance(system, str) else system or []
+    return (["tool"] * len(tools) + ["text"] * len(system_blocks)
+            + [_kind(block) for message in messages for block in blocks(message)])
+
+
+def _kind(block: dict[str, Any]) -> str:
+    return "empty" if block.get("type") == "text" and not block.get("text") else str(block.get("type"))
+
+
 class PromptCache:
     """Prefix hashes -> (expiry, tokens), per model (see the module's guarantees)."""
 
@@ -56,13 +86,15 @@ class PromptCache:
         self._calls = 0
 
     def account(self, model: str, system: Any, tools: list[dict[str, Any]], messages: list[Message], total: int,
-                config: EmulatorConfig) -> tuple[int, int]:
-        """(cache_read_input_tokens, cache_creation_input_tokens) for one request; updates the cache."""
+                config: EmulatorConfig, automatic: Any = None) -> tuple[int, int]:
+        """(cache_read_input_tokens, cache_creation_input_tokens) for one request; updates the cache.
+        ``automatic``: the request's top-level ``cache_control``, if any."""
         now = self.clock()
         self._calls += 1
         if self._calls % 256 == 0:
             self.entries = {k: v for k, v in self.entries.items() if v[0] > now}
-        segments = cache_segments(system, tools, messages)
+        segments = with_automatic_breakpoint(cache_segments(system, tools, messages),
+                                             segment_kinds(system, tools, messages), automatic)
         breakpoints = [k for k, (_, cc) in enumerate(segments) if cc]
         if not breakpoints:
             return 0, 0

@@ -11,6 +11,9 @@ Guarantees:
   checked (a hostile script may send any).
 - The running app reads its config on every request: tests may change faults, limits or the script
   between calls (``handle.config.faults.overloaded.schedule = [5]``).
+- ``faults.stream_error`` fires only on a streamed request (``stream: true``); on another request
+  it is no fault (the request is answered). Every other fault happens before a stream starts, as an
+  HTTP status (or a dropped connection), streamed or not.
 - Request numbers in fault ``schedule`` lists are 1-based and count every authenticated
   ``POST /v1/messages`` (retries included), in arrival order.
 """
@@ -58,6 +61,8 @@ class Faults(_Strict):
     server_error: Fault = Field(default_factory=Fault)  # 500 api_error
     drop: Fault = Field(default_factory=Fault)  # headers and part of the body, then the connection closes
     slow: Fault = Field(default_factory=Fault)  # the answer comes after slow_s seconds
+    # a streamed request only: 200, the stream starts, then an ``error`` event (stream_error_type) cuts it
+    stream_error: Fault = Field(default_factory=Fault)
 
 
 class Hostile(_Strict):
@@ -130,6 +135,8 @@ class EmulatorConfig(_Strict):
     slow_s: float = Field(default=30.0, ge=0.0)
     retry_after_s: float = Field(default=1.0, gt=0.0)  # for injected 429s
     retry_after_ms: bool = False  # also send ``retry-after-ms`` (exact; the SDK prefers it)
+    stream_error_type: Literal["overloaded_error", "api_error"] = "overloaded_error"  # of faults.stream_error
+    stream_chunk_chars: int = Field(default=64, ge=1)  # the longest text or partial_json piece of one delta
 
     rpm: int | None = Field(default=None, ge=1)  # enforced requests per window
     input_tokens_per_minute: int | None = Field(default=None, ge=1)  # enforced input tokens per window

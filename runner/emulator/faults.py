@@ -3,6 +3,9 @@
 Guarantees:
 - Every decision is reproducible: a fault fires on request ``n`` when ``n`` is in its schedule or
   ``Random((seed, kind, n)).random() < rate``, independent of timing and concurrency.
+- ``stream_error`` comes last in :data:`FAULT_ORDER`: on a streamed request the stream starts and
+  is cut by an ``error`` event (see :mod:`.streaming`); on another request it is no fault. Every
+  other fault is an HTTP status (or a dropped connection) before any stream starts.
 - Rate limits are a sliding-window log over ``window_s`` seconds: a request is admitted only if the
   requests already admitted in the window are fewer than ``rpm`` and their input tokens plus its own
   are at most ``input_tokens_per_minute``. A refused request is not logged; its ``retry-after`` is
@@ -37,7 +40,7 @@ from starlette.types import Receive, Scope, Send
 
 from .config import EmulatorConfig, Fault, Hostile
 
-FAULT_ORDER = ("rate_limit", "overloaded", "server_error", "drop", "slow")
+FAULT_ORDER = ("rate_limit", "overloaded", "server_error", "drop", "slow", "stream_error")
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                405: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error",
                500: "api_error", 529: "overloaded_error"}

@@ -130,7 +130,7 @@ def build_message(state: EmulatorState, body: dict[str, Any], view: list[Message
     if config.enforce_max_tokens:
         content, cut = truncate(content, body["max_tokens"])
         stop_reason = "max_tokens" if cut else stop_reason
-    read, creation = state.cache.account(model, system, tools, view, total, config)
+    read, creation = state.cache.account(model, system, tools, view, total, config, body.get("cache_control"))
     usage: dict[str, Any] = {"input_tokens": total - read - creation, "output_tokens": estimate(content),
                              "cache_creation_input_tokens": creation, "cache_read_input_tokens": read}
     billed = [*iterations, {"type": "message", **usage}]

@@ -7,8 +7,19 @@ Guarantees:
   (``messages.1.content.0.tool_use.id``), a custom tool's too (``tools.0.custom.name``); a field that
   is a string or a list of blocks adds nothing (``messages.0.content.1.text.text``, see
   :data:`BRANCH_TAGS`).
+- The request fields are the installed SDK's ``MessageCreateParams`` (and the beta ones the
+  emulator serves: ``context_management``, ``mcp_servers``, ``output_config.task_budget``), each
+  with its documented shape: ``metadata`` only ``user_id`` (at most 256 characters),
+  ``service_tier`` ``auto`` or ``standard_only``, ``thinking`` enabled (``budget_tokens`` at least
+  :data:`MIN_THINKING_BUDGET` and under ``max_tokens``) / disabled / adaptive / between_tools,
+  ``tool_choice`` auto / any / tool / none, a top-level ``cache_control`` (automatic caching),
+  ``container`` (an id or ``{id, skills}``), ``output_config`` (``effort``, ``format``), and
+  ``temperature``, ``top_p``, ``top_k``, which older SDKs send. A null value is taken as omitted.
+  Beta fields the emulator cannot act on (``compaction``, ``thread``, ``fallbacks``, ...) and the
+  SDK-side ``output_format`` are unknown fields.
 - Rules that need the request's context read it from the validation context: ``betas`` (the
-  ``anthropic-beta`` header's values) and ``min_trigger`` (the smallest compaction trigger).
+  ``anthropic-beta`` header's values; ``mcp_servers`` needs an ``mcp-client-*`` one) and
+  ``min_trigger`` (the smallest compaction trigger).
 - Rules across blocks and messages (first role, alternation, tool_use/tool_result pairing, which
   block types each role may send, non-empty text) are not here: they are
   :func:`runner.emulator.validation.conversation_problems`.
@@ -32,15 +43,21 @@ from pydantic import (
 from ..models.base import COMPACTION_BETA, MEMORY_BETA, MEMORY_TOOL_TYPE
 
 ID_PATTERN = r"^[a-zA-Z0-9_-]+$"
+MIN_THINKING_BUDGET = 1024
+MCP_BETA_PREFIX = "mcp-client-"
 TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,128}$"
 
 # The two sides of a "string or a list of blocks" field; the API's error paths leave them out.
-AS_STRING, AS_BLOCKS = "<string>", "<blocks>"
-BRANCH_TAGS = frozenset({AS_STRING, AS_BLOCKS})
+AS_STRING, AS_BLOCKS, AS_OBJECT = "<string>", "<blocks>", "<object>"
+BRANCH_TAGS = frozenset({AS_STRING, AS_BLOCKS, AS_OBJECT})
 
 
 def _string_or_blocks(value: Any) -> str:
     return AS_STRING if isinstance(value, str) else AS_BLOCKS
+
+
+def _string_or_object(value: Any) -> str:
+    return AS_STRING if isinstance(value, str) else AS_OBJECT
 
 
 def _betas(info: ValidationInfo) -> set[str]:
@@ -205,8 +222,12 @@ Tool = Annotated[Annotated[CustomTool, Tag("custom")] | Annotated[MemoryTool, Ta
 
 
 class ToolChoiceAuto(Shape):
-    type: Literal["auto", "any", "none"]
+    type: Literal["auto", "any"]
     disable_parallel_tool_use: bool | None = None
+
+
+class ToolChoiceNone(Shape):
+    type: Literal["none"]
 
 
 class ToolChoiceTool(Shape):
@@ -216,11 +237,88 @@ class ToolChoiceTool(Shape):
 
 
 def _choice_kind(value: Any) -> str:
-    return "tool" if isinstance(value, dict) and value.get("type") == "tool" else "auto"
+    kind = value.get("type") if isinstance(value, dict) else None
+    return kind if kind in ("tool", "none") else "auto"
 
 
-ToolChoice = Annotated[Annotated[ToolChoiceAuto, Tag("auto")] | Annotated[ToolChoiceTool, Tag("tool")],
-                       Discriminator(_choice_kind)]
+ToolChoice = Annotated[Annotated[ToolChoiceAuto, Tag("auto")] | Annotated[ToolChoiceNone, Tag("none")]
+                       | Annotated[ToolChoiceTool, Tag("tool")], Discriminator(_choice_kind)]
+
+
+class ThinkingEnabled(Shape):
+    type: Literal["enabled"]
+    budget_tokens: int = Field(ge=MIN_THINKING_BUDGET)
+    display: Literal["summarized", "omitted"] | None = None
+
+
+class ThinkingDisabled(Shape):
+    type: Literal["disabled"]
+
+
+class ThinkingAdaptive(Shape):
+    type: Literal["adaptive"]
+    display: Literal["summarized", "omitted"] | None = None
+
+
+class ThinkingBetweenTools(Shape):
+    type: Literal["between_tools"]
+
+
+Thinking = Annotated[ThinkingEnabled | ThinkingDisabled | ThinkingAdaptive | ThinkingBetweenTools,
+                     Field(discriminator="type")]
+
+
+class JsonOutputFormat(Shape):
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+
+class TaskBudget(Shape):
+    type: Literal["tokens"]
+    total: int
+    remaining: int | None = None
+
+
+class OutputConfig(Shape):
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    format: JsonOutputFormat | None = None
+    task_budget: TaskBudget | None = None  # a beta field
+
+
+class Skill(Shape):
+    type: Literal["anthropic", "custom"]
+    skill_id: str
+    version: str | None = None
+
+
+class Container(Shape):
+    id: str | None = None
+    skills: list[Skill] | None = None
+
+
+class McpToolConfiguration(Shape):
+    allowed_tools: list[str] | None = None
+    enabled: bool | None = None
+
+
+class McpServer(Shape):
+    type: Literal["url"]
+    name: str
+    url: str
+    authorization_token: str | None = None
+    tool_configuration: McpToolConfiguration | None = None
+
+
+ContainerField = Annotated[Annotated[str, Tag(AS_STRING)] | Annotated[Container, Tag(AS_OBJECT)],
+                           Discriminator(_string_or_object)]
+
+
+class Metadata(Shape):
+    user_id: str | None = Field(None, max_length=256)
+
+
+class Diagnostics(Shape):
+    previous_message_id: str | None = None
 
 
 class Trigger(Shape):
@@ -255,12 +353,14 @@ class CountTokensRequest(Shape):
     system: SystemContent | None = None
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None
-    thinking: Any = None
-    output_config: Any = None
+    thinking: Thinking | None = None
+    output_config: OutputConfig | None = None
+    cache_control: CacheControl | None = None  # automatic caching: a breakpoint on the last cacheable block
+    speed: Literal["standard", "fast"] | None = None
     # beta fields
     context_management: ContextManagement | None = None
-    container: Any = None
-    mcp_servers: Any = None
+    container: ContainerField | None = None
+    mcp_servers: list[McpServer] | None = None
 
     @field_validator("tools")
     @classmethod
@@ -278,6 +378,13 @@ class CountTokensRequest(Shape):
             raise ValueError(f"needs the anthropic-beta header {COMPACTION_BETA}")
         return value
 
+    @field_validator("mcp_servers")
+    @classmethod
+    def _needs_an_mcp_beta(cls, value: list[McpServer] | None, info: ValidationInfo) -> list[McpServer] | None:
+        if value is not None and not any(b.startswith(MCP_BETA_PREFIX) for b in _betas(info)):
+            raise ValueError(f"needs an anthropic-beta header {MCP_BETA_PREFIX}* (e.g. {MCP_BETA_PREFIX}2025-04-04)")
+        return value
+
 
 class MessagesRequest(CountTokensRequest):
     """``POST /v1/messages``: what count_tokens takes, plus the generation settings."""
@@ -288,22 +395,25 @@ class MessagesRequest(CountTokensRequest):
     top_p: float | None = Field(None, ge=0, le=1)
     top_k: int | None = Field(None, ge=0)
     stop_sequences: list[str] | None = None
-    metadata: dict[str, Any] | None = None
-    service_tier: Any = None
-    inference_geo: Any = None
+    metadata: Metadata | None = None
+    service_tier: Literal["auto", "standard_only"] | None = None
+    inference_geo: str | None = None
+    diagnostics: Diagnostics | None = None
 
-    @field_validator("stream")
-    @classmethod
-    def _not_streamed(cls, value: bool | None) -> bool | None:
-        if value:
-            raise ValueError("the emulator answers without streaming; send stream=false")
-        return value
+    @model_validator(mode="after")
+    def _budget_under_max_tokens(self) -> MessagesRequest:
+        if isinstance(self.thinking, ThinkingEnabled) and self.thinking.budget_tokens >= self.max_tokens:
+            raise ValueError("thinking.enabled.budget_tokens: must be less than max_tokens "
+                             f"({self.thinking.budget_tokens} >= {self.max_tokens})")
+        return self
 
 
 def blocks_with_cache_control(request: CountTokensRequest) -> int:
     """How many ``cache_control`` breakpoints a request sets (tools, system, message blocks and the
-    items inside tool results)."""
-    count = sum(1 for tool in request.tools or [] if tool.cache_control is not None)
+    items inside tool results; a top-level ``cache_control`` is one more, see
+    :func:`.caching.with_automatic_breakpoint`)."""
+    count = int(request.cache_control is not None)
+    count += sum(1 for tool in request.tools or [] if tool.cache_control is not None)
     if isinstance(request.system, list):
         count += sum(1 for block in request.system if block.cache_control is not None)
     for message in request.messages:

@@ -3,7 +3,9 @@
 Guarantees: :class:`EmulatorState` is mutated only on the server's event loop; ``snapshot()`` may
 be called from any thread. ``outcomes`` keys: ok, 400, 401, 413, 429, 500, 529, dropped, slow
 (answered late, or the client gave up first), disconnected (the client left during the latency),
-internal_error (an emulator bug).
+internal_error (an emulator bug), stream_error (a stream cut by an ``error`` event, not billed).
+A streamed request counts as any other (``requests``, its outcome, tokens) and once more in
+``streamed_requests``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class EmulatorState:
     def reset(self) -> None:
         with self._lock:
             self.requests = 0
+            self.streamed_requests = 0
             self.outcomes: Counter[str] = Counter()
             self.concurrent = 0
             self.peak_concurrent = 0
@@ -49,6 +52,11 @@ class EmulatorState:
             self.concurrent += 1
             self.peak_concurrent = max(self.peak_concurrent, self.concurrent)
             return self.requests
+
+    def streamed(self) -> None:
+        """A valid messages request asked for a stream."""
+        with self._lock:
+            self.streamed_requests += 1
 
     def end(self) -> None:
         with self._lock:
@@ -81,6 +89,7 @@ class EmulatorState:
         with self._lock:
             return {
                 "requests": self.requests,
+                "streamed_requests": self.streamed_requests,
                 "outcomes": dict(self.outcomes),
                 "concurrent": self.concurrent,
                 "peak_concurrent": self.peak_concurrent,
