@@ -95,6 +95,8 @@ class Limits(BaseModel):
     max_repeated_calls: Int = Field(3, ge=1, le=100)
     # the bytes the job's store may write into its directory; then status disk_quota
     max_job_bytes: Int = Field(2 * 1024**3, gt=0, le=1024**5)
+    # subagents (the task tool): how many of a job's run at once
+    max_subagents: Int = Field(4, ge=1, le=64)
 
     @model_validator(mode="after")
     def _consistent(self) -> Limits:

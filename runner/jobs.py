@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .config import ConfigError, Limits, Settings, describe_errors, read_toml
 from .rundir.docs import RUN_JSON
 
-ToolName = Literal["read", "glob", "grep", "bash", "write", "edit"]
+ToolName = Literal["read", "glob", "grep", "bash", "write", "edit", "task"]
 DEFAULT_TOOLS: tuple[ToolName, ...] = ("read", "glob", "grep")
 MAX_PROMPT_CHARS = 200_000
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"

@@ -9,7 +9,7 @@ Sonnet). A model that matches nothing is priced as the most expensive family, ne
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,15 @@ class Usage(BaseModel):
 
     def to_json(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in USAGE_KEYS}
+
+
+def sum_usage(records: Iterable[Any]) -> Usage:
+    """The usage of several jobs' records together (their own calls', summaries' and subagents')."""
+    total = Usage()
+    for r in records:
+        for part in (r.usage, r.summarizer_usage, r.subagent_usage):
+            total.add(part)
+    return total
 
 
 CACHE_WRITE = 1.25

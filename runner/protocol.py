@@ -295,3 +295,19 @@ def is_seed_placeholder(content: str) -> bool:
 OUT_OF_TURNS = ("You are out of turns ({reason}); no more tool calls can run. Write your report now from what "
                 "you have gathered so far, and say what you could not finish.")
 NO_TOOLS = {"type": "none"}
+
+
+# --- subagents (the ``task`` tool) ----------------------------------------------------------------
+
+SUBAGENT_RESULT = ("[subagent {dir}: {status} after {turns} turns, ${cost:.4f}; its report is {path} "
+                   "({chars} chars{cut})]\n")
+SUBAGENT_CUT = ", cut here: read the rest with recall"
+SUBAGENT_FAILED = "the subagent could not run: {error}"
+_SUBAGENT_RESULT = re.compile(r"^\[subagent (\S+): (\w+) after (\d+) turns, \$[\d.]+; its report is (\S+) "
+                              r"\((\d+) chars(, cut here[^)]*)?\)\]\n")
+
+
+def subagent_result(text: str) -> tuple[str, str, str, bool] | None:
+    """(its directory, status, report path, cut) from the head of a ``task`` result, or None."""
+    match = _SUBAGENT_RESULT.match(text)
+    return (match[1], match[2], match[4], match[6] is not None) if match else None

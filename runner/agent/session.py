@@ -59,6 +59,7 @@ from .continuation import Ledger, cut_spend, read_ledger, rebuild_memory
 from .final_report import final_markdown
 from .safe_request import api_valid
 from .spend import MIN_REPORT_TOKENS, JobEnded, Spend
+from .subagents import Subagents
 
 CHECKPOINT_INTERVAL_S = 1.0
 CUT_OFF = "not run: your reply was cut off"  # the results of calls in a reply cut at max_tokens (never run)
@@ -109,6 +110,7 @@ class Session:
                                      strategy=strategy_for(spec.limits, model.server_compaction), record=self.record)
         self.spend = Spend(self.record, spec.limits, spec.model, summary_model, prices or DEFAULT_TABLE,
                            run_budget or RunBudget())
+        self.spend.settle(charge=False)  # what an earlier segment spent is not this run's
         self.history = history
         self.final_text: str | None = None
         self._last_checkpoint = float("-inf")
@@ -121,7 +123,7 @@ class Session:
     async def run(self) -> JobMetrics:
         self._started = time.monotonic()
         record = self.record
-        WIRE.set(record)  # this task's model calls count into this job (see models/wire.py)
+        wire = WIRE.set(record)  # this task's model calls count into this job (see models/wire.py)
         record.started, record.status = time.time(), Status.RUNNING
         timeout = self.spec.limits.timeout_s
         try:
@@ -157,13 +159,15 @@ class Session:
             record.wall_s = self._wall()
             with anyio.CancelScope(shield=True):
                 await self._write_outputs()
+            WIRE.reset(wire)  # a subagent's session runs in its parent's task
         return record
 
     async def _loop(self) -> None:
         """The agent loop: before every call the limits are checked and the history prepared; a reply
         is kept, its tool calls run and their results appended, until the model answers."""
         await self._begin()
-        async with Toolset(str(self.spec.workspace), self.spec.tools, self.store, self.spec.limits) as toolset:
+        async with Toolset(str(self.spec.workspace), self.spec.tools, self.store, self.spec.limits,
+                           task=await self._subagents()) as toolset:
             if self.history:
                 await rebuild_memory(self.store.dir, self.history)
                 await self._replay_tools(toolset)
@@ -190,6 +194,24 @@ class Session:
                 self._unsee_after(ledger)
         else:
             await state.add({"role": "user", "content": spec.prompt})
+
+    async def _subagents(self) -> Subagents | None:
+        """The job's subagents, when it has the ``task`` tool (a subagent's spec never lists it)."""
+        if "task" not in self.spec.tools:
+            return None
+        timeout = self.spec.limits.timeout_s
+        subagents = Subagents(parent=self.spec, job_dir=self.store.dir, spend=self.spend, run_child=self._run_child,
+                              deadline=self._started + timeout - time_reserve(timeout))
+        await subagents.load()
+        subagents.count = sum(1 for m in self.history or [] for c in tool_uses(m) if c.get("name") == "task")
+        return subagents
+
+    async def _run_child(self, spec: JobSpec, store: JobStore, record: JobMetrics, history: list[Message] | None,
+                         prior: JobMetrics | None, budget: Budget) -> JobMetrics:
+        """A subagent's session, on this job's services, to its ending."""
+        return await Session(spec, model=self.model, compactor=self.compactor, store=store,
+                             summary_model=self.spend.summary_model, record=record, history=history, prior=prior,
+                             run_budget=budget, prices=self.spend.prices).run()
 
     def _offer(self, toolset: Toolset) -> None:
         """The tool definitions every request carries (the strategy says whether ``compact`` is one)."""

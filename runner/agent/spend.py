@@ -12,11 +12,11 @@ Guarantees:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..compaction.compactor import CompactionState
 from ..config import Limits
-from ..pricing import PriceTable, Usage
+from ..pricing import PriceTable, Usage, sum_usage
 from ..rundir.docs import JobMetrics, Status
 from ..services import Budget
 
@@ -47,6 +47,8 @@ class Spend:
     summary_model: str
     prices: PriceTable
     run_budget: Budget
+    children: dict[str, JobMetrics] = field(default_factory=dict)  # its subagents' records, by directory
+    own_cost: float = 0.0  # its own calls' and summaries' cost (the record's cost adds its subagents')
     most_output: int = 0  # the largest reply so far (output tokens): what the next call may write
     growth: int = 0  # characters the window grew by from the call before to the last one
     last_sent: int = 0  # characters of messages the last call carried
@@ -61,14 +63,18 @@ class Spend:
         self.settle()
 
     def settle(self, *, charge: bool = True) -> None:
-        """Recompute the job's cost from its usage and charge the run's budget with the change
-        (``charge=False``: a resumed job's earlier spend, which this run did not make)."""
+        """Recompute the job's cost from its usage and its subagents' records, and charge the run's
+        budget with the change of its own part (``charge=False``: a resumed job's earlier spend, which
+        this run did not make; a subagent's spend is charged by the subagent)."""
         record = self.record
-        before = record.cost_usd
-        record.cost_usd = (self.prices.cost(self.model, record.usage)
-                           + self.prices.cost(self.summary_model, record.summarizer_usage))
+        own = self.prices.cost(self.model, record.usage) + self.prices.cost(self.summary_model, record.summarizer_usage)
         if charge:
-            self.run_budget.charge(record.cost_usd - before)
+            self.run_budget.charge(own - self.own_cost)
+        self.own_cost = own
+        record.cost_usd = own + sum(c.cost_usd for c in self.children.values())
+        if self.children:
+            record.subagents = [c.subagent_row() for c in self.children.values()]
+            record.subagent_usage = sum_usage(self.children.values())
 
     def sent(self, chars: int) -> None:
         """The last call carried ``chars`` characters of messages."""

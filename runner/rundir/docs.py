@@ -63,6 +63,7 @@ EVENTS = "events.jsonl"
 FINAL = "final.md"
 TOOL_RESULTS = "tool-results"
 SUMMARIES = "summaries"
+AGENTS = "agents"  # a job's subagents, one directory each (laid out as a job's)
 OUTPUT_SUFFIX = ".txt"
 SUMMARY_SUFFIX = ".md"
 SPARE_SUFFIX = ".spare"
@@ -142,6 +143,9 @@ class _Doc(BaseModel):
         return self.model_dump(exclude_unset=True)
 
 
+SUBAGENT_FIELDS = ("subagent_usage", "subagents")  # written only for a job that had subagents
+
+
 class JobMetrics(_Doc):
     """A job's one record. Its session mutates it as the job goes (the executor and the live display
     read the same object); ``metrics.json`` is :meth:`document` of it, and so is the job's row in
@@ -168,14 +172,22 @@ class JobMetrics(_Doc):
     server_errors_5xx: int = 0
     requests: int = 0  # HTTP attempts
     error: str | None = None
+    subagent_usage: Usage = Field(default_factory=Usage)  # its subagents' (their summaries' too)
+    subagents: list[dict[str, Any]] = Field(default_factory=list)  # one row per subagent (subagent_row)
     worker: dict[str, Any] | None = None  # where the job ran: node and pid
     source: str | None = None  # run.json rows: the task file
     context_chars: int = 0  # live: characters of the window the last call carried
     started: float | None = None  # live: when this segment of the job started (epoch seconds)
 
     def usage_total(self, key: str) -> int:
-        """One usage count, the job's and its summaries' together."""
-        return getattr(self.usage, key, 0) + getattr(self.summarizer_usage, key, 0)
+        """One usage count, the job's, its summaries' and its subagents' together."""
+        return getattr(self.usage, key, 0) + getattr(self.summarizer_usage, key, 0) + getattr(
+            self.subagent_usage, key, 0)
+
+    def subagent_row(self) -> dict[str, Any]:
+        """This job's row in its parent's ``subagents``."""
+        return {"agent": self.job, "status": self.status, "turns": self.turns, "cost_usd": round(self.cost_usd, 6),
+                "wall_s": round(self.wall_s, 3), "error": self.error}
 
     def count(self, stage: str) -> None:
         """One more compaction of ``stage``."""
@@ -185,7 +197,7 @@ class JobMetrics(_Doc):
         """``metrics.json``: every field but the live ones (``worker`` and ``source`` when set), then
         any extra ones; wall time and cost rounded, compactions sorted by stage."""
         out = {k: v for k, v in self.model_dump(exclude=set(self.LIVE)).items()
-               if k not in ("worker", "source") or v is not None}
+               if (k not in ("worker", "source") or v is not None) and (k not in SUBAGENT_FIELDS or self.subagents)}
         out["wall_s"], out["cost_usd"] = round(self.wall_s, 3), round(self.cost_usd, 6)
         out["compactions"] = dict(sorted(self.compactions.items()))
         return out
@@ -201,7 +213,7 @@ class JobMetrics(_Doc):
     def clean(self) -> dict[str, Any]:
         """Every field the table reads, in its type (a damaged value is back at its default)."""
         return {k: v for k, v in self.model_dump(exclude=set(self.LIVE)).items()
-                if k not in ("worker", "source") or v is not None}
+                if (k not in ("worker", "source") or v is not None) and (k not in SUBAGENT_FIELDS or self.subagents)}
 
 
 class RunDocument(_Doc):

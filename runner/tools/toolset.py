@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from anthropic.lib.tools.agent_toolset import (
@@ -70,6 +70,7 @@ RECALL_PAGE_CHARS = 20_000
 FILE_TOOL_DEADLINE_S = 60.0
 BASH_DEFAULT_TIMEOUT = 120.0  # seconds, the SDK's default
 READ_ONLY = frozenset({"read", "glob", "grep", "recall", "compact"})
+CONCURRENT = READ_ONLY | {"task"}  # a batch of these runs at once (a subagent's writes are its own calls')
 
 RECALL_TOOL = {
     "name": "recall",
@@ -117,6 +118,14 @@ BASH_TOOL = {
         "required": ["command"],
     },
 }
+
+
+class Task(Protocol):
+    """What runs a ``task`` call (the job's subagents, :mod:`runner.agent.subagents`)."""
+
+    definition: dict[str, Any]
+
+    async def run(self, tool_use_id: str, args: dict[str, Any]) -> dict[str, Any]: ...
 
 
 def safe_text(text: str) -> str:
@@ -199,8 +208,10 @@ def recall_page_chars(limits: Limits | None) -> int:
 class Toolset:
     """The tools one job may call. Use as ``async with``: closing ends what its tools hold open."""
 
-    def __init__(self, workspace: str, names: tuple[str, ...], store: JobStore, limits: Limits | None = None):
+    def __init__(self, workspace: str, names: tuple[str, ...], store: JobStore, limits: Limits | None = None,
+                 task: Task | None = None):
         self.store = store
+        self.task = task if "task" in names else None  # runs a task call: the job's subagents
         self.limits = limits or Limits()
         self.workspace = workspace
         self._files = tuple(name for name in TOOL_ORDER if name in names and name in FILE_TOOLS)
@@ -218,11 +229,13 @@ class Toolset:
     def definitions(self) -> list[dict[str, Any]]:
         published = file_tool_definitions()
         files = [dict(published[name]) for name in self._files]
-        return [*([BASH_TOOL] if self._bash else []), *files, RECALL_TOOL, dict(MEMORY_TOOL), COMPACT_TOOL]
+        task = [dict(self.task.definition)] if self.task is not None else []
+        return [*([BASH_TOOL] if self._bash else []), *files, RECALL_TOOL, dict(MEMORY_TOOL), COMPACT_TOOL, *task]
 
     @property
     def names(self) -> set[str]:
-        return {*self._files, *(("bash",) if self._bash else ()), "recall", "memory", "compact"}
+        return {*self._files, *(("bash",) if self._bash else ()), "recall", "memory", "compact",
+                *(("task",) if self.task is not None else ())}
 
     async def __aenter__(self) -> Toolset:
         return self
@@ -270,7 +283,7 @@ class Toolset:
                 self.repeats.record(key, turn, calls[i]["id"])
                 self._results[calls[i]["id"]] = (turn, result)
 
-        if all(isinstance(calls[i].get("name"), str) and calls[i]["name"] in READ_ONLY for i in runnable):
+        if all(isinstance(calls[i].get("name"), str) and calls[i]["name"] in CONCURRENT for i in runnable):
             async with anyio.create_task_group() as tg:
                 for i in runnable:
                     tg.start_soon(one, i)
@@ -326,6 +339,8 @@ class Toolset:
             return await self.memory.run(tool_use_id, args)
         if name == "bash" and self._bash:
             return await self._run_bash(tool_use_id, args)
+        if name == "task" and self.task is not None:
+            return await self.task.run(tool_use_id, args)
         if name not in self._files:
             return error_result(tool_use_id, f"unknown tool {name!r}; available: {', '.join(sorted(self.names))}")
         deadline = self.deadline_s or FILE_TOOL_DEADLINE_S

@@ -1,0 +1,219 @@
+"""Subagents: the ``task`` tool. A subagent is a session of its own (its own history, the job's
+Compactor and strategy, its own files), whose report comes back to its parent as one tool result.
+
+Guarantees:
+- A subagent's files are under its parent's job directory, in ``agents/<n>-<slug>/`` (``n`` counts
+  the job's ``task`` calls): its ``job.json``, transcript, events, context records, outputs, memory
+  and ``final.md``, written as any job's are. Its workspace is its parent's; it has no ``task``
+  tool of its own (depth 1) and at most its parent's other tools.
+- At most ``limits.max_subagents`` of a job's subagents run at once; they share the batch's model
+  (its call limit) and Compactor (its summary gate) like any job.
+- Its spend counts against its parent's ``max_cost_usd`` and the run's: it is stopped (its report
+  written) once the parent's whole spend (its own and every subagent's) reaches the parent's budget
+  less the parent's report share; it ends before its parent's timeout does.
+- A subagent's failure is an error result for its parent, never the parent's failure; a bad ``task``
+  input is an error result naming the field.
+- Resume: a subagent that ended is not run again (its report is the result again); one that did not
+  continues from its own last complete turn, with the spend it had.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ..jobs import JobSpec
+from ..messages import Message
+from ..protocol import SUBAGENT_CUT, SUBAGENT_FAILED, SUBAGENT_RESULT
+from ..rundir.docs import AGENTS, FINAL, JOB_JSON, LIVE_STATUSES, JobMetrics, Status, read_json, read_metrics
+from ..rundir.store import JobStore, in_thread
+from ..services import Budget
+from .continuation import cut_transcript
+from .spend import REPORT_SHARE, Spend
+
+TASK_TOOL = {
+    "name": "task",
+    "description": (
+        "Hand a piece of work to a subagent: a fresh agent with its own context window and the same "
+        "workspace, which works on `prompt` alone (it sees nothing of this conversation) and answers "
+        "with a report, returned as this call's result. Several task calls in one reply run at the "
+        "same time. Give it everything it needs in the prompt."
+    ),
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "prompt": {"type": "string", "description": "The whole task, as the subagent will read it."},
+            "description": {"type": "string", "description": "A few words naming the task."},
+            "tools": {"type": "array", "items": {"type": "string"},
+                      "description": "The tools it may use (a subset of yours; default: yours but task)."},
+            "max_turns": {"type": "integer", "minimum": 1, "description": "At most this many turns."},
+        },
+        "required": ["prompt"],
+    },
+}
+SLUG_CHARS = 40
+MIN_TIME_S = 5.0  # a subagent is not started with less time than this left
+# the report a result carries: at most this share of the parent's context limit (the rest by recall)
+RESULT_SHARE = 0.1
+RESULT_MIN_CHARS = 1_000
+
+RunChild = Callable[[JobSpec, JobStore, JobMetrics, "list[Message] | None", "JobMetrics | None", Budget],
+                    Awaitable[JobMetrics]]
+
+
+def slug(text: str) -> str:
+    """A short directory-name form of ``text``: lower-case words joined by ``-``."""
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    return "-".join(words)[:SLUG_CHARS].strip("-") or "task"
+
+
+class ShareBudget:
+    """A subagent's view of the run's budget: charges go to the run; it is exceeded when the run's
+    is, or when its parent's whole spend reaches ``limit`` (the parent's budget less its report share)."""
+
+    def __init__(self, run: Budget, parent: Spend, limit: float | None):
+        self.run = run
+        self.parent = parent
+        self.limit = limit
+
+    @property
+    def spent(self) -> float:
+        return self.parent.record.cost_usd
+
+    @property
+    def exceeded(self) -> bool:
+        self.parent.settle()
+        return self.run.exceeded or (self.limit is not None and self.parent.record.cost_usd >= self.limit)
+
+    def charge(self, usd: float) -> None:
+        self.run.charge(usd)
+
+
+@dataclass
+class Subagents:
+    """The subagents of one job: started by its ``task`` calls, counted in its spend."""
+
+    parent: JobSpec
+    job_dir: Path
+    spend: Spend
+    run_child: RunChild
+    deadline: float  # time.monotonic() by which every subagent has ended
+    count: int = 0  # task calls made so far (a resumed job's included)
+    limiter: anyio.CapacityLimiter = field(init=False)
+    definition: dict[str, Any] = field(default_factory=lambda: dict(TASK_TOOL))
+
+    def __post_init__(self) -> None:
+        self.limiter = anyio.CapacityLimiter(self.parent.limits.max_subagents)
+
+    async def load(self) -> None:
+        """A resumed job's subagents so far, from their directories: their spend is the job's."""
+        root = self.job_dir / AGENTS
+        if not await anyio.Path(root).is_dir():
+            return
+        for child in sorted([p async for p in anyio.Path(root).iterdir()]):
+            record = await in_thread(read_metrics)(Path(child))
+            if record is not None:
+                self.spend.children[child.name] = record
+        self.spend.settle(charge=False)
+
+    async def run(self, tool_use_id: str, args: dict[str, Any]) -> dict[str, Any]:
+        """One ``task`` call: its subagent run to an ending; its report as the tool result."""
+        self.count += 1
+        problem = self._problem(args)
+        if problem:
+            return _result(tool_use_id, f"task: {problem}", error=True)
+        spec = self._spec(args)
+        async with self.limiter:
+            left = self.deadline - time.monotonic()
+            if left < MIN_TIME_S:
+                return _result(tool_use_id, SUBAGENT_FAILED.format(error="no time left before the job's timeout"),
+                               error=True)
+            record = await self._run(spec.model_copy(update={"limits": spec.limits.model_copy(
+                update={"timeout_s": min(spec.limits.timeout_s, left)})}))
+        return await self._answer(tool_use_id, spec, record)
+
+    def _problem(self, args: dict[str, Any]) -> str | None:
+        prompt = args.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            return "prompt: expected the task as a non-empty string"
+        tools = args.get("tools")
+        if tools is not None:
+            allowed = set(self.parent.tools) - {"task"}
+            if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+                return "tools: expected a list of tool names"
+            if unknown := sorted(set(tools) - allowed):
+                return f"tools: {', '.join(unknown)} not among this job's ({', '.join(sorted(allowed))})"
+        turns = args.get("max_turns")
+        if turns is not None and (isinstance(turns, bool) or not isinstance(turns, int) or turns < 1):
+            return "max_turns: expected a whole number of at least 1"
+        if args.get("description") is not None and not isinstance(args.get("description"), str):
+            return "description: expected a string"
+        return None
+
+    def _spec(self, args: dict[str, Any]) -> JobSpec:
+        parent = self.parent
+        name = f"{self.count}-{slug(str(args.get('description') or args['prompt']))}"
+        tools = tuple(t for t in parent.tools if t != "task" and (args.get("tools") is None or t in args["tools"]))
+        limit = parent.limits.max_cost_usd
+        turns = min(parent.limits.max_turns, args.get("max_turns") or parent.limits.max_turns)
+        limits = parent.limits.model_copy(update={"max_turns": turns, "max_cost_usd": (
+            None if limit is None else max(1e-6, limit * (1 - REPORT_SHARE) - self.spend.record.cost_usd))})
+        return parent.model_copy(update={"name": name, "prompt": args["prompt"], "tools": tools, "limits": limits})
+
+    async def _run(self, spec: JobSpec) -> JobMetrics:
+        """Run (or continue, or take the ending of) the subagent ``spec`` names."""
+        child_dir = self.job_dir / AGENTS / spec.name
+        prior = await in_thread(read_metrics)(child_dir)
+        same = await in_thread(_same_task)(child_dir, spec)
+        k = 1
+        while not same and await anyio.Path(child_dir).exists():  # another task had this number: a new one
+            k += 1
+            spec = spec.model_copy(update={"name": f"{spec.name.split('~')[0]}~{k}"})
+            child_dir = self.job_dir / AGENTS / spec.name
+            prior = await in_thread(read_metrics)(child_dir)
+            same = await in_thread(_same_task)(child_dir, spec)
+        if prior is not None and same and prior.status not in (*LIVE_STATUSES, Status.CANCELLED):
+            self.spend.children[spec.name] = prior
+            return prior  # it ended before: not run again
+        history = None
+        if prior is not None and same:
+            history = (await in_thread(cut_transcript)(child_dir, spec.prompt)).history
+        record = self.spend.children[spec.name] = JobMetrics(job=spec.name, status=Status.QUEUED, model=spec.model)
+        store = JobStore(child_dir)
+        await store.open()
+        limit = self.parent.limits.max_cost_usd
+        budget = ShareBudget(self.spend.run_budget, self.spend, None if limit is None else limit * (1 - REPORT_SHARE))
+        try:
+            return await self.run_child(spec, store, record, history, prior if history else None, budget)
+        finally:
+            self.spend.settle(charge=False)
+
+    async def _answer(self, tool_use_id: str, spec: JobSpec, record: JobMetrics) -> dict[str, Any]:
+        where = f"{AGENTS}/{spec.name}"
+        path = f"{where}/{FINAL}"
+        try:
+            report = await anyio.Path(self.job_dir / path).read_text(encoding="utf-8", errors="replace")
+        except OSError as e:
+            return _result(tool_use_id, SUBAGENT_FAILED.format(error=f"{path}: {e.strerror or e}"), error=True)
+        most = max(RESULT_MIN_CHARS, int(self.parent.limits.context_char_limit * RESULT_SHARE))
+        shown = report[:most]
+        head = SUBAGENT_RESULT.format(dir=where, status=record.status, turns=record.turns, cost=record.cost_usd,
+                                      path=path, chars=len(report), cut=SUBAGENT_CUT if len(shown) < len(report) else "")
+        return _result(tool_use_id, head + shown, error=record.status != Status.SUCCEEDED)
+
+
+def _same_task(child_dir: Path, spec: JobSpec) -> bool:
+    """Whether ``child_dir`` holds the subagent ``spec`` describes (same prompt and tools)."""
+    data, _ = read_json(child_dir / JOB_JSON)
+    return isinstance(data, dict) and data.get("prompt") == spec.prompt and data.get("tools") == list(spec.tools)
+
+
+def _result(tool_use_id: str, text: str, *, error: bool = False) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": tool_use_id, "content": text,
+            **({"is_error": True} if error else {})}
