@@ -11,7 +11,7 @@ from rich.text import Text
 from ..compaction.stages import Stage
 from ..config import ConfigError
 from ..rundir import docs as rundocs
-from ..rundir.docs import RUN_JSON, Status, load_run, metrics_of
+from ..rundir.docs import LIVE_STATUSES, RUN_JSON, Status, load_run, metrics_of
 from .terminal import printable
 
 STATUS_STYLE: dict[str, str] = {Status.SUCCEEDED: "green", Status.FAILED: "red", Status.TIMEOUT: "yellow", Status.MAX_TURNS: "yellow",
@@ -23,6 +23,24 @@ def short_name(stage: str) -> str:
     """A compaction stage's short label, for tables and the viewer (another name as it is)."""
     known = Stage.named(stage)
     return known.label if known else stage
+
+
+def subagent_counts(rows: Any) -> tuple[int, int, int]:
+    """(subagents, failed, running) of a job's ``subagents`` rows: failed is every one that ended
+    otherwise than succeeded (its parent got an error result); a damaged row counts as failed."""
+    rows = [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+    running = sum(1 for r in rows if r.get("status") in LIVE_STATUSES)
+    failed = sum(1 for r in rows if r.get("status") not in (Status.SUCCEEDED, *LIVE_STATUSES))
+    return len(rows), failed, running
+
+
+def subagent_note(rows: Any) -> str:
+    """``8 subagents, 1 failed`` (and how many run now); empty for a job without subagents."""
+    count, failed, running = subagent_counts(rows)
+    if not count:
+        return ""
+    return ", ".join([plural(count, "subagent"), *([f"{failed} failed"] if failed else []),
+                      *([f"{running} running"] if running else [])])
 
 
 def load_report(run_dir: Path) -> dict[str, Any]:
@@ -65,7 +83,7 @@ def run_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
         comp = job.get("compactions") or {}
         status = job.get("status", "?")
         table.add_row(  # free text goes in as Text, its control characters escaped: never markup or escapes
-            Text(printable(job.get("job", "?"))),
+            job_cell(job),
             Text(printable(status), style=STATUS_STYLE.get(status, "white")),
             str(job.get("turns", 0)),
             f"{usage.get('input_tokens', 0):,}",
@@ -80,6 +98,15 @@ def run_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
     if estimated:
         table.caption = "* offline model: token counts and cost are estimates (4 chars per token)"
     return table
+
+
+def job_cell(job: dict[str, Any]) -> Text:
+    """A job's name, and under it, for a job that had subagents, how many (and how many failed)."""
+    cell = Text(printable(job.get("job", "?")))
+    note = subagent_note(job.get("subagents"))
+    if note:
+        cell.append(f"\n{note}", style="dim")
+    return cell
 
 
 def _bytes(n: int) -> str:

@@ -3,6 +3,7 @@
 Guarantee: at any width of 80 columns or more the table fits, and no cell wraps inside a word:
 the narrow layout merges tokens into one column, shows compactions as a total, leaves errors out
 (they are in ``runner report --json`` and the viewer) and cuts a long job name with an ellipsis.
+In both, a job that had subagents says how many (and how many failed) on a line under its name.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..rundir.docs import Status
-from .report import STATUS_STYLE, run_table
+from .report import STATUS_STYLE, job_cell, run_table
 from .terminal import printable
 
 NARROW_STATUS: dict[str, str] = {Status.BUDGET_EXCEEDED: "budget", Status.SUCCEEDED: "ok"}
@@ -48,7 +49,7 @@ def narrow_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
         usage = job.get("usage") or {}
         status = str(job.get("status", "?"))
         comp = job.get("compactions") or {}
-        table.add_row(Text(printable(job.get("job", "?"))),
+        table.add_row(job_cell(job),
                       Text(printable(NARROW_STATUS.get(status, status)), style=STATUS_STYLE.get(status, "white")),
                       str(job.get("turns", 0)),
                       f"{_tokens(usage.get('input_tokens', 0))}/{_tokens(usage.get('output_tokens', 0))}",

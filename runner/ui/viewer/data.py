@@ -6,7 +6,8 @@ Guarantees:
   treated as absent and named in ``problems``; a half-written JSONL line is skipped.
 - A run in progress is shown as it stands: each job's ``metrics.json`` (checkpointed while the job
   runs) takes precedence over its entry in ``run.json``, which is rewritten less often.
-- Only files inside the run directory are read.
+- Only files inside the run directory are read: a job's subagents are the directories right under
+  its ``agents/`` (never one that is a link out of it).
 """
 
 from __future__ import annotations
@@ -14,13 +15,65 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...rundir.docs import JobData, totals_of
+from ...rundir.docs import (
+    AGENTS,
+    JOB_JSON,
+    LIVE_STATUSES,
+    METRICS,
+    JobData,
+    JobMetrics,
+    Status,
+    lenient,
+    read_json,
+    totals_of,
+)
 from ...rundir.store import read_jsonl
 
 
 def totals(jobs: list[JobData]) -> dict[str, Any]:
     """Totals over ``jobs``, computed from the jobs themselves (never trusted from run.json)."""
     return totals_of([j.metrics for j in jobs])
+
+
+def agent_order(name: str) -> tuple[int, str]:
+    """Subagents in the order their ``task`` calls were made: ``<n>-<slug>`` by ``n``."""
+    head = name.split("-", 1)[0]
+    return (int(head) if head.isdigit() else 10**9, name)
+
+
+def subagent_names(job: JobData) -> list[str]:
+    """The directories under a job's ``agents/`` that hold a subagent's files, in call order."""
+    root = job.dir / AGENTS
+    try:
+        real = root.resolve()
+        found = [p.name for p in root.iterdir() if not p.name.startswith(".") and p.is_dir()
+                 and p.resolve().parent == real and ((p / METRICS).exists() or (p / JOB_JSON).exists())]
+    except OSError:
+        return []
+    return sorted(found, key=agent_order)
+
+
+def subagents_of(job: JobData, problems: list[str]) -> list[JobData]:
+    """A job's subagents as they stand, each as a job of its own: its row in the parent's
+    ``subagents`` overlaid with its own ``metrics.json`` (checkpointed while it runs); a live one of
+    a job shown as interrupted is interrupted too."""
+    rows = {r["agent"]: r for r in job.metrics.subagents if isinstance(r, dict) and isinstance(r.get("agent"), str)}
+    out = []
+    for name in subagent_names(job):
+        child_dir = job.dir / AGENTS / name
+        row = {("job" if k == "agent" else k): v for k, v in rows.get(name, {}).items()}
+        data, problem = read_json(child_dir / METRICS)
+        problems += [problem] if problem else []
+        merged = {**row, **(data if isinstance(data, dict) else {}), "job": name}
+        metrics, row_problems = lenient(JobMetrics, merged, str(child_dir / METRICS))
+        problems += row_problems
+        metrics = metrics or JobMetrics(job=name)
+        if job.status == Status.INTERRUPTED and metrics.status in LIVE_STATUSES:
+            metrics = metrics.model_copy(update={"status": Status.INTERRUPTED})
+        spec, problem = read_json(child_dir / JOB_JSON)
+        problems += [problem] if problem else []
+        out.append(JobData(name, child_dir, metrics, spec if isinstance(spec, dict) else {}))
+    return out
 
 
 def read_records(path: Path, problems: list[str]) -> list[dict[str, Any]]:

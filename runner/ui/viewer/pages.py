@@ -4,7 +4,11 @@ charts, compactions and transcript. Pure functions of what :mod:`.data` read.
 A long job's transcript is split into pages (:func:`split_transcript`): the job's page shows the first,
 ``<job>.<n>.html`` beside it each of the others, so no page holds more than about
 :data:`TRANSCRIPT_PAGE_CHARS` characters of transcript (a turn is never split across two pages), and
-every block on a page is cut to a bounded length, the whole one link away."""
+every block on a page is cut to a bounded length, the whole one link away.
+
+A job's subagents each have a full job page of their own, under the job's (``<job>/agents/<agent>.html``
+and its further transcript pages beside it), linked from the job's tree of subagents and from the
+``task`` results in its transcript, and linking back to it."""
 
 from __future__ import annotations
 
@@ -17,8 +21,9 @@ from urllib.parse import quote
 from markdown_it import MarkdownIt
 
 from ...compaction.stages import SUMMARY_STAGES, Stage
-from ...protocol import COMPACTED, REACTIVE_COMPACT, marker_of
+from ...protocol import COMPACTED, REACTIVE_COMPACT, marker_of, subagent_result
 from ...rundir.docs import (
+    AGENTS,
     EVENTS,
     FINAL,
     SUMMARIES,
@@ -32,9 +37,9 @@ from ...rundir.docs import (
 )
 from ...rundir.store import safe_name
 from ...tools.memory import MEMORY_DIR, memory_files
-from ..report import short_name
+from ..report import short_name, subagent_counts
 from .charts import Mark, Series, bar_chart, line_chart, stage_color
-from .data import number, read_records, read_text
+from .data import number, read_records, read_text, subagents_of
 
 RESULT_SHOWN_CHARS = 4000  # a longer tool result is cut on the page; the whole is one link away
 TEXT_SHOWN_CHARS = 20_000  # so is a longer text or tool input (a report, a file written)
@@ -63,6 +68,12 @@ def transcript_page_name(job: str, number: int) -> str:
     """The file name of page ``number`` (2 or more) of a job's transcript; page 1 is on the job's page. A
     safe name has no dot, so these never meet another job's page."""
     return f"{safe_name(job)}.{number}.html"
+
+
+def agents_page_dir(job: str) -> str:
+    """Where a job's subagents' pages go, relative to the pages directory: a directory of its own per
+    job (a safe name is never ``.made-by``, nor a page's name, which ends in ``.html``)."""
+    return f"{safe_name(job)}/{AGENTS}"
 
 
 def page_number(job: str, name: str) -> int | None:
@@ -97,13 +108,15 @@ def job_row(job: JobData, pages: str) -> dict[str, Any]:
     r = job.record
     comp = job.compactions()
     retries = retry_counts(r)
+    agents, agents_failed, agents_running = subagent_counts(job.metrics.subagents)
     return {"name": job.name, "href": f"{pages}/{quote(page_name(job.name))}", "status": job.status,
             "turns": int(number(r.get("turns"))), **{k: int(job.usage(k)) for k in USAGE_KEYS},
             "cost": number(r.get("cost_usd")), "wall": number(r.get("wall_s")),
             "compactions": " ".join(f"{short_name(k)}:{v}" for k, v in sorted(comp.items())),
             "compaction_total": sum(comp.values()), "retries": sum(retries.values()),
             "retries_title": ", ".join(f"{k} {v}" for k, v in retries.items()),
-            "estimated": bool(r.get("usage_estimated")), "error": str(r.get("error") or "")}
+            "estimated": bool(r.get("usage_estimated")), "error": str(r.get("error") or ""),
+            "subagents": agents, "subagents_failed": agents_failed, "subagents_running": agents_running}
 
 
 def index_context(run: RunData, pages: str) -> dict[str, Any]:
@@ -114,7 +127,8 @@ def index_context(run: RunData, pages: str) -> dict[str, Any]:
     head = run.run.head()
     meta = {k: head[k] for k in ("run_id", "backend", "model", "summary_model", "concurrency") if head.get(k) is not None}
     return {"run": run, "rows": rows, "totals": run.run.totals, "chart": chart, "meta": meta,
-            "estimated": any(r["estimated"] for r in rows), "statuses": sorted({r["status"] for r in rows}),
+            "estimated": any(r["estimated"] for r in rows), "with_subagents": any(r["subagents"] for r in rows),
+            "statuses": sorted({r["status"] for r in rows}),
             "problems": run.problems, "title": f"run {run.run.run_id or run.dir.name}"}
 
 
@@ -132,7 +146,7 @@ def _compact_json(value: Any) -> str:
     return line if len(line) <= 100 else json.dumps(value, ensure_ascii=False, indent=1)
 
 
-def _block(block: Any, job: JobData, start: Path, saved: dict[str, str]) -> dict[str, Any]:
+def _block(block: Any, job: JobData, start: Path, saved: dict[str, str], agents: dict[str, str]) -> dict[str, Any]:
     if not isinstance(block, dict):
         return {"kind": "other", "text": json.dumps(block, ensure_ascii=False)}
     kind = block.get("type")
@@ -148,7 +162,9 @@ def _block(block: Any, job: JobData, start: Path, saved: dict[str, str]) -> dict
         text = _text(block.get("content"))
         ident = str(block.get("tool_use_id", ""))
         rel = saved.get(safe_name(ident))
+        head = subagent_result(text)
         return {"kind": "tool_result", "id": ident, "text": text[:RESULT_SHOWN_CHARS], "chars": len(text),
+                "agent": head[0] if head else None, "agent_href": agents.get(head[0]) if head else None,
                 "cut": len(text) > RESULT_SHOWN_CHARS, "error": bool(block.get("is_error")),
                 "saved": link(job.dir / rel, start) if rel else None, "saved_name": rel,
                 "marker": is_marker(text)}
@@ -187,9 +203,29 @@ def _event(event: dict[str, Any], job: JobData, start: Path, problems: list[str]
             "summary_cut": summary is not None and len(summary) > TEXT_SHOWN_CHARS, "summary_href": summary_href}
 
 
-def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
-    """Everything one job's page shows. ``start`` is the page's directory (links are relative to it)."""
+def subagent_tree(job: JobData, start: Path, problems: list[str]) -> tuple[list[JobData], list[dict[str, Any]]]:
+    """A job's subagents (each a job of its own) and the rows of its tree on the page in directory
+    ``start``: one per subagent directory, linked to its page, then any row of the job's ``subagents``
+    with no directory (not linked)."""
+    children = subagents_of(job, problems)
+    rows = [{**job_row(child, "."), "href": link(start / agents_page_dir(job.name) / page_name(child.name), start)}
+            for child in children]
+    shown = {child.name for child in children}
+    for row in job.metrics.subagents:
+        name = row.get("agent") if isinstance(row, dict) else None
+        if isinstance(name, str) and name not in shown:
+            rows.append({"name": name, "href": None, "status": str(row.get("status", "?")),
+                         "turns": int(number(row.get("turns"))), "cost": number(row.get("cost_usd")),
+                         "wall": number(row.get("wall_s")), "error": str(row.get("error") or "")})
+    return children, rows
+
+
+def job_context(job: JobData, start: Path, index_href: str, *, parent: tuple[str, str] | None = None) -> dict[str, Any]:
+    """Everything one job's page shows. ``start`` is the page's directory (links are relative to it);
+    ``parent`` is, on a subagent's page, its job's name and the link to its page."""
     problems: list[str] = []
+    children, tree = subagent_tree(job, start, problems) if parent is None else ([], [])
+    agent_hrefs = {f"{AGENTS}/{child.name}": row["href"] for child, row in zip(children, tree, strict=False)}
     calls: list[ModelCallEvent] = []
     timeline: dict[int, list[dict[str, Any]]] = {}  # compactions before model call n (n = calls seen + 1)
     compactions: list[dict[str, Any]] = []
@@ -244,7 +280,7 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
             items.extend({"kind": "event", **e} for e in timeline.pop(turn, []))
         content = message.get("content")
         text = str(content)
-        blocks = [_block(b, job, start, saved) for b in content] if isinstance(content, list) else [
+        blocks = [_block(b, job, start, saved, agent_hrefs) for b in content] if isinstance(content, list) else [
             {"kind": "text", "text": text[:TEXT_SHOWN_CHARS], "chars": len(text), "cut": len(text) > TEXT_SHOWN_CHARS,
              "marker": is_marker(text)}]
         items.append({"kind": "message", "role": role, "line": number_, "turn": turn if role == "assistant" else None,
@@ -260,7 +296,11 @@ def job_context(job: JobData, start: Path, index_href: str) -> dict[str, Any]:
             "problems": problems, "index_href": index_href, "row_model": job.record.get("model") or job.spec.get("model"),
             "stage_colors": [(s, stage_color(s)) for s in dict.fromkeys(e["stage"] for e in compactions)],
             "limits": limits, "spec": job.spec,
-            "title": f"job {job.name}", "transcript_href": link(job.dir / TRANSCRIPT, start),
+            "title": f"subagent {job.name} of job {parent[0]}" if parent else f"job {job.name}",
+            "parent": {"name": parent[0], "href": parent[1]} if parent else None,
+            "subagents": children, "tree": tree, "agents_dir": AGENTS, "own_cost": number(job.record.get("cost_usd")) - sum(
+                number(r.get("cost_usd")) for r in job.metrics.subagents if isinstance(r, dict)),
+            "transcript_href": link(job.dir / TRANSCRIPT, start),
             "transcript_name": TRANSCRIPT, "memory_dir": MEMORY_DIR,
             "dir_href": link(job.dir, start),
             "memories": [{"path": path, "size": size} for path, size in memory_files(str(job.dir))]}

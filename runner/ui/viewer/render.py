@@ -5,7 +5,8 @@ Guarantees:
 - Text from the run (job names, messages, errors) is HTML-escaped by the template engine.
 - A job's page is rewritten only when one of its files is newer than the page (or ``force``); its
   transcript's further pages (``<job>.<n>.html``) are written with it, and those it no longer has (a
-  resumed job's transcript cut back) are removed.
+  resumed job's transcript cut back) are removed. So are its subagents' pages (``<job>/agents/``),
+  each a job page of its own: a subagent's file newer than the job's page makes the page stale.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from ...rundir.docs import INDEX, JOB_FILES, VIEW, VIEW_STAMP, JobData, RunData, load_run
+from ...rundir.docs import AGENTS, INDEX, JOB_FILES, VIEW, VIEW_STAMP, JobData, RunData, load_run
 from ...rundir.store import safe_name, write_atomic_sync
-from .pages import index_context, job_context, link, page_name, transcript_page_name
+from .data import subagent_names
+from .pages import agents_page_dir, index_context, job_context, link, page_name, transcript_page_name
 
 PAGES_PER_WORKER = 16
 # the index's table script, as it is (a template file only so that it ships with the others; never rendered)
@@ -67,6 +69,21 @@ def render_job(job: JobData, pages_dir: Path, index: Path, refresh: int | None =
     return _render_page(context, page, refresh)
 
 
+def agent_context(job: JobData, agent: JobData, pages_dir: Path, index: Path) -> dict:
+    """A subagent's page, in its job's directory of subagent pages, linking back to the job's page."""
+    start = pages_dir / agents_page_dir(job.name)
+    return job_context(agent, start, link(index, start), parent=(job.name, link(pages_dir / page_name(job.name), start)))
+
+
+def render_agent(job: JobData, agent: JobData, pages_dir: Path, index: Path, refresh: int | None = None,
+                 page: int = 1) -> str | None:
+    """Page ``page`` of a subagent of ``job`` (as :func:`render_job`)."""
+    context = agent_context(job, agent, pages_dir, index)
+    if not 1 <= page <= len(context["transcript_pages"]):
+        return None
+    return _render_page(context, page, refresh)
+
+
 def _render_page(context: dict, page: int, refresh: int | None) -> str:
     template = "job.html.j2" if page == 1 else "transcript.html.j2"
     return _env.get_template(template).render(**{**context, "items": context["transcript_pages"][page - 1], "page": page},
@@ -78,26 +95,42 @@ def _stale(job: JobData, page: Path) -> bool:
         written = page.stat().st_mtime
     except OSError:
         return True
+    dirs = [job.dir, *(job.dir / AGENTS / name for name in subagent_names(job))]
     for name in JOB_FILES:
-        try:
-            if (job.dir / name).stat().st_mtime >= written:
-                return True
-        except OSError:
-            continue
+        for where in dirs:
+            try:
+                if (where / name).stat().st_mtime >= written:
+                    return True
+            except OSError:
+                continue
     return False
 
 
-def _write_page(job: JobData, pages: Path, index: Path) -> None:
-    """The job's page and its transcript's further pages; the job's page last (its time says all are written)."""
-    context = job_context(job, pages, link(index, pages))
+def _write_pages(context: dict, pages: Path, name: str) -> None:
+    """A job's page and its transcript's further pages in ``pages``; the job's page last."""
     count = len(context["transcript_pages"])
     for number in range(2, count + 1):
-        write_atomic_sync(pages / transcript_page_name(job.name, number), _render_page(context, number, None))
-    for old in pages.glob(f"{safe_name(job.name)}.*.html"):  # pages of a longer transcript than today's
+        write_atomic_sync(pages / transcript_page_name(name, number), _render_page(context, number, None))
+    for old in pages.glob(f"{safe_name(name)}.*.html"):  # pages of a longer transcript than today's
         rest = old.name.removesuffix(".html").split(".", 1)[1]
-        if not (rest.isdigit() and 2 <= int(rest) <= count and old.name == transcript_page_name(job.name, int(rest))):
+        if not (rest.isdigit() and 2 <= int(rest) <= count and old.name == transcript_page_name(name, int(rest))):
             old.unlink(missing_ok=True)
-    write_atomic_sync(pages / page_name(job.name), _render_page(context, 1, None))
+    write_atomic_sync(pages / page_name(name), _render_page(context, 1, None))
+
+
+def _write_page(job: JobData, pages: Path, index: Path) -> None:
+    """The job's pages, its subagents' before them (the job's page last: its time says all are written)."""
+    context = job_context(job, pages, link(index, pages))
+    agent_pages = pages / agents_page_dir(job.name)
+    names = set()
+    for agent in context["subagents"]:
+        agent_pages.mkdir(parents=True, exist_ok=True)
+        _write_pages(agent_context(job, agent, pages, index), agent_pages, agent.name)
+        names.add(safe_name(agent.name))
+    for old in agent_pages.glob("*.html"):  # a subagent that is no longer there
+        if old.name.split(".", 1)[0] not in names:
+            old.unlink(missing_ok=True)
+    _write_pages(context, pages, job.name)
 
 
 def _stamp() -> str:

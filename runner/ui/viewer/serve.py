@@ -7,8 +7,9 @@ Guarantees:
   server's port) is answered 421, and nothing else: a web page that rebinds its own DNS name to
   127.0.0.1 reads nothing.
 - Only what the viewer makes is served as a page (``/``, ``/view/<job>.html`` and a long transcript's
-  further pages ``/view/<job>.<n>.html``, only those it has); of a job's directory
-  only the files the runner writes (``job.json``, ``metrics.json``, ``events.jsonl``,
+  further pages ``/view/<job>.<n>.html``, a subagent's ``/view/<job>/agents/<agent>.html`` and its
+  further pages, only those it has); of a job's directory (and of each of its subagents',
+  ``agents/<agent>/``) only the files the runner writes (``job.json``, ``metrics.json``, ``events.jsonl``,
   ``transcript.jsonl``, ``final.md``, ``tool-results/*``, ``summaries/*``), each as plain text in a
   sandbox. Any other file of the run directory (a page a job planted there) is a 404.
 - Every answer carries a Content-Security-Policy: a page runs only the index's own script (by
@@ -26,10 +27,12 @@ from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ...rundir.docs import INDEX, JOB_FILES, SUMMARIES, TOOL_RESULTS, load_run
+from ...rundir.docs import AGENTS, INDEX, JOB_FILES, SUMMARIES, TOOL_RESULTS, load_run
+from ...rundir.store import safe_name
 from ..terminal import printable
+from .data import subagent_names, subagents_of
 from .pages import page_number
-from .render import PAGE_CSP, pages_dir_for, render_index, render_job
+from .render import PAGE_CSP, pages_dir_for, render_agent, render_index, render_job
 
 REFRESH_S = 5
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
@@ -38,6 +41,12 @@ FILE_HEADERS = {"Content-Security-Policy": "default-src 'none'; sandbox; frame-a
 COMMON_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
                   "Cross-Origin-Resource-Policy": "same-origin"}
 FILE_DIRS = (TOOL_RESULTS, SUMMARIES)
+
+
+def runner_file(parts: list[str]) -> bool:
+    """Whether a path in a job's (or a subagent's) directory, split at ``/``, is one the runner writes."""
+    return (len(parts) == 1 and parts[0] in JOB_FILES) or (
+        len(parts) == 2 and parts[0] in FILE_DIRS and parts[1] not in ("", ".", "..") and not parts[1].startswith("."))
 
 
 def loopback_host(host: str, port: int | None) -> bool:
@@ -109,18 +118,32 @@ def create_app(run_dir: Path, port: int | None = None) -> ASGIApp:
                 return HTMLResponse(text, headers=PAGE_HEADERS)
         return PlainTextResponse("no such page", status_code=404)
 
+    async def show_agent(request: Request) -> Response:
+        wanted, name = request.path_params["job"], request.path_params["page"]
+        for job in load_run(run_dir).jobs:
+            if safe_name(job.name) != wanted:
+                continue
+            for agent in subagents_of(job, []):
+                number = page_number(agent.name, name)
+                if number is not None:
+                    text = render_agent(job, agent, pages, index, refresh=REFRESH_S, page=number)
+                    if text is not None:
+                        return HTMLResponse(text, headers=PAGE_HEADERS)
+        return PlainTextResponse("no such page", status_code=404)
+
     async def to_index(request: Request) -> Response:
         return RedirectResponse("/")
 
     async def job_file(request: Request) -> Response:
-        """A file the runner wrote for a job, as text; anything else is a 404."""
+        """A file the runner wrote for a job or one of its subagents, as text; anything else is a 404."""
         job, rest = request.path_params["job"], request.path_params["rest"]
         parts = rest.split("/")
-        wanted = (len(parts) == 1 and parts[0] in JOB_FILES) or (
-            len(parts) == 2 and parts[0] in FILE_DIRS and parts[1] not in ("", ".", "..")
-            and not parts[1].startswith("."))
-        if wanted and job in {j.name for j in load_run(run_dir, with_specs=False).jobs}:
-            job_dir = os.path.realpath(run_dir / job)
+        found = next((j for j in load_run(run_dir, with_specs=False).jobs if j.name == job), None)
+        where = job
+        if found is not None and len(parts) > 2 and parts[0] == AGENTS and parts[1] in subagent_names(found):
+            where, parts = f"{job}/{AGENTS}/{parts[1]}", parts[2:]
+        if found is not None and runner_file(parts):
+            job_dir = os.path.realpath(run_dir / where)
             path = os.path.realpath(run_dir / job / rest)
             if path.startswith(job_dir + os.sep) and os.path.isfile(path):
                 return FileResponse(path, media_type="text/plain; charset=utf-8", headers=FILE_HEADERS)
@@ -128,6 +151,7 @@ def create_app(run_dir: Path, port: int | None = None) -> ASGIApp:
 
     app = Starlette(routes=[Route("/", show_index), Route("/index.html", to_index),
                             Route(f"/{pages.name}/{{page}}", show_job),
+                            Route(f"/{pages.name}/{{job}}/{AGENTS}/{{page}}", show_agent),
                             Route("/{job}/{rest:path}", job_file)])
     app.router.redirect_slashes = False  # an unknown path is a 404, never a redirect to one a route takes
     return LoopbackOnly(app, port)
