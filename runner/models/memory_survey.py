@@ -25,6 +25,13 @@ they come far apart: the policy does not know the window, it learns what fits. T
 page by page when saved), then the report: totals and largest files from the state, every file's
 row from the facts log when the tree is small, else a pointer to the facts files.
 
+A scoped survey (a subagent's, its prompt made from :data:`SCOPED_PROMPT`) lists, reads and
+searches only its part: one directory (its first turn finds the workspace root by a glob of the
+directory's own name, then lists its subtree), or only the files at the top of the workspace
+(listed by ``*``, each text file's TODO lines found by a ``grep`` of that file). Its paths are
+relative to the workspace root, so the parts' facts make the whole tree's. :func:`report_rows`
+follows a parent's report (:mod:`.delegation`) to its subagents' reports.
+
 Pure: the conversation in, the next assistant content out.
 """
 
@@ -93,6 +100,23 @@ HEADINGS = {
     "todo": "# every TODO / FIXME / XXX line the search found: path:line",
 }
 SKIP_DIRS = frozenset({".git", ".hg", ".svn"})  # version control internals: not the tree's files
+TOP = "."  # the scope of a survey of only the files at the top of the workspace
+# a subagent's prompt: the model's text (a parent writes it, the subagent's survey reads its scope)
+SCOPED_PROMPT = ("You survey one part of a workspace; other agents survey the rest. Your part: {scope}. List and "
+                 "read only that part, and give every path relative to the workspace root. The request you "
+                 "have a part of:\n\n{request}")
+SCOPE_DIR = "the directory `{dir}/` and everything in it"
+SCOPE_TOP = "only the files at the top of the workspace (not those in any subdirectory)"
+_SCOPE = re.compile("Your part: (?:" + re.escape(SCOPE_DIR).replace(re.escape("{dir}"), "(.+)") + "|("
+                    + re.escape(SCOPE_TOP) + "))" + re.escape(". List and read only that part"))
+SCOPED_HEAD = "One part of a survey split among agents; every path is relative to the workspace root."
+TOTALS = ("{files} files: {text} text files read ({lines} lines, {chars} chars), {binary} binary "
+          "({binary_bytes} bytes), {errors} could not be read.")
+TOTALS_LINE = re.compile(r"^(\d+) files: (\d+) text files read \((\d+) lines, (\d+) chars\), (\d+) binary "
+                         r"\((\d+) bytes\), (\d+) could not be read\.$", re.M)
+# a row of a parent's table of its subagents (:mod:`.delegation`): report_rows follows the succeeded ones
+SUBAGENT_ROW = "| `{dir}` | {scope} | {status} | {files} | `{report}` |"
+_SUBAGENT_ROW = re.compile(r"^\| `([^`\n]+)` \| .* \| (\w+) \| [\d-]+ \| `([^`\n]+)` \|$", re.M)
 
 
 @dataclass
@@ -122,10 +146,13 @@ class State:
     largest: list[list[Any]] = field(default_factory=list)  # [size, path, lines], largest first
     todo: dict[str, Any] = field(default_factory=lambda: {"hits": 0, "files": 0, "last": "", "cut": False,
                                                           "saved": "", "shown": []})
+    scope: str = ""  # "" the whole workspace, TOP its top files only, else one directory (relative)
 
     def note(self) -> str:
         fields = asdict(self)
         fields["files_next"] = _runs(self.files_next)
+        if not self.scope:
+            del fields["scope"]  # an unscoped survey's note is as it always was
         return STATE_KEY + json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -161,6 +188,25 @@ def load_state(messages: list[Message]) -> tuple[State | None, int]:
     return None, -1
 
 
+def scope_of(messages: list[Message]) -> str | None:
+    """The scope the job's request (its first message, or a summary's copy of it) gives: a
+    directory, :data:`TOP`, or None for an unscoped request."""
+    match = _SCOPE.search(text_of(messages[0])) if messages else None
+    if match is None:
+        return None
+    return TOP if match[2] else match[1]
+
+
+def scoped_prompt(scope: str, request: str) -> str:
+    """The prompt of a survey of ``scope`` (a directory, or :data:`TOP`) only."""
+    return SCOPED_PROMPT.format(scope=SCOPE_TOP if scope == TOP else SCOPE_DIR.format(dir=scope), request=request)
+
+
+def glob_literal(path: str) -> str:
+    """A glob pattern that matches exactly ``path`` (its wildcard characters bracketed)."""
+    return re.sub(r"([*?\[])", r"[\1]", path)
+
+
 def shard_path(log: str, k: int) -> str:
     return f"{DIR}/{log}-{k:03d}.md"
 
@@ -188,6 +234,7 @@ class Turn:
         self.appends: dict[str, list[str]] = {"dirs": [], "files": [], "facts": [], "todo": []}
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.outlines: list[str] = []  # Python files whose outline this turn greps
+        self.todos: list[str] = []  # files whose TODO lines this turn greps (a survey of the top files)
         self.before = dict(state.logs)  # log lines that exist before this turn's writes
 
     # --- what a result teaches ----------------------------------------------------------------------
@@ -232,7 +279,7 @@ class Turn:
                 self.appends["files"].append("\t".join([head, *(_escape(n) for n in names[k:k + NAMES_PER_LINE])]))
 
     def directory(self, path: str) -> None:
-        if path.count("/") < MAX_DEPTH and os.path.basename(path) not in SKIP_DIRS:
+        if self.state.scope != TOP and path.count("/") < MAX_DEPTH and os.path.basename(path) not in SKIP_DIRS:
             self.appends["dirs"].append(_escape(path))
 
     # --- the memory writes --------------------------------------------------------------------------
@@ -353,6 +400,8 @@ def _learn_read(turn: Turn, path: str, result: dict[str, Any], listed: bool) -> 
         turn.outlines.append(path)
     else:
         turn.fact(path, row)
+    if turn.state.scope == TOP:  # no search of the whole tree: each top file's TODO lines by its own grep
+        turn.todos.append(path)
     return True
 
 
@@ -489,6 +538,10 @@ def _learn_glob_result(turn: Turn, args: dict[str, Any], result: dict[str, Any],
         entries = _entries(text)
         if pattern == "*":
             s.root = os.path.dirname(entries[0]) if entries else s.root
+            if s.scope != TOP:  # a survey of the top files lists them by this answer
+                return
+        elif s.scope and pattern == glob_literal(s.scope):  # a scoped survey's root, by its directory
+            s.root = _root_of(entries[0], s.scope) if entries else s.root
             return
     d = _rel(s.root, str(args.get("path") or s.root))
     d = "" if d == "." else d
@@ -503,6 +556,15 @@ def _learn_glob_result(turn: Turn, args: dict[str, Any], result: dict[str, Any],
         s.recalls.append([saved_path(text), "glob", d, pattern, 0])
     else:
         _learn_glob(turn, d, pattern, text)
+
+
+def _root_of(entry: str, scope: str) -> str:
+    """The workspace root, from the path a glob of the scope's own name answered."""
+    if entry.endswith("/" + scope):
+        return entry[:-len(scope) - 1]
+    for _ in scope.split("/"):
+        entry = os.path.dirname(entry)
+    return entry
 
 
 def _learn_recall(turn: Turn, args: dict[str, Any], text: str) -> None:
@@ -571,7 +633,12 @@ def plan(turn: Turn) -> None:
     s = turn.state
     root = s.root
     if s.phase == "start":
-        turn.calls += [("glob", {"pattern": "*"}), ("glob", {"pattern": "**/*"})]
+        if s.scope == TOP:
+            turn.calls.append(("glob", {"pattern": "*"}))
+        elif s.scope:
+            turn.calls += [("glob", {"pattern": glob_literal(s.scope)}), ("glob", {"pattern": "**/*", "path": s.scope})]
+        else:
+            turn.calls += [("glob", {"pattern": "*"}), ("glob", {"pattern": "**/*"})]
         s.phase = "list"
         return
     if s.recalls:
@@ -596,7 +663,7 @@ def plan(turn: Turn) -> None:
     if s.phase == "read":
         if not s.files_next and s.taken["files"] == turn.before["files"]:
             _take_appended(turn)
-        batch = _read_batch(s.files_next, max(READ_CHARS, s.target - OUTLINE_CHARS * len(turn.outlines)))
+        batch = _read_batch(s.files_next, max(READ_CHARS, s.target - OUTLINE_CHARS * len(turn.outlines + turn.todos)))
         reads = max(2, len(batch))
         s.issued["files"] = len(batch)
         turn.calls += [("read", {"file_path": p.lstrip("+")}) for p in batch]  # relative to the workspace
@@ -609,8 +676,9 @@ def plan(turn: Turn) -> None:
             plan(turn)
             return
         s.phase = "todo"
-        turn.calls.append(("grep", {"pattern": TODO_PATTERN}))
-        return
+        if s.scope != TOP:  # the top files' TODO lines were searched file by file
+            turn.calls.append(("grep", {"pattern": TODO_PATTERN, **({"path": s.scope} if s.scope else {})}))
+            return
     if s.phase == "todo":
         s.phase = "inline" if 0 < s.logs["facts"] + len(turn.appends["facts"]) <= INLINE_FILES else "report"
     if s.phase == "inline":
@@ -625,11 +693,12 @@ def plan(turn: Turn) -> None:
 def decide(messages: list[Message]) -> tuple[list[dict[str, Any]], str]:
     """The next assistant content and its stop reason."""
     state, at = load_state(messages)
-    turn = Turn(state or State())
+    turn = Turn(state or State(scope=scope_of(messages) or ""))
     if state is not None:
         _pace(turn.state, messages)
         apply(turn, messages, at)
         turn.calls += [("grep", {"pattern": OUTLINE_PATTERN, "path": p}) for p in turn.outlines]
+        turn.calls += [("grep", {"pattern": TODO_PATTERN, "path": p}) for p in turn.todos]
     if turn.state.phase == "report" and state is not None and state.phase == "report":
         rows = _inline_rows(messages, at, turn.state.logs["facts"])
         return [{"type": "text", "text": report(turn.state, rows)}], "end_turn"
@@ -688,12 +757,12 @@ def _inline_rows(messages: list[Message], at: int, total: int) -> list[list[Any]
 def report(s: State, rows: list[list[Any]], partial: str = "", pending: list[list[Any]] | None = None) -> str:
     """The Markdown report from the state (and every row, for a small tree)."""
     t = s.totals
-    out = [f"# Survey of `{s.root or '(workspace)'}`", ""]
+    out = [f"# Survey of {_scope_title(s)}", ""]
+    if s.scope:
+        out += [SCOPED_HEAD, ""]
     if partial:
         out += [partial, ""]
-    out.append(f"{t['text'] + t['binary'] + t['errors']} files: {t['text']} text files read ({t['lines']} lines, "
-               f"{t['chars']} chars), {t['binary']} binary ({t['binary_bytes']} bytes), "
-               f"{t['errors']} could not be read.")
+    out.append(TOTALS.format(files=t["text"] + t["binary"] + t["errors"], **t))
     if t["no_defs"]:
         out.append(f"{t['no_defs']} Python files show no count of top-level definitions: their outline could "
                    "not be read.")
@@ -727,6 +796,13 @@ def report(s: State, rows: list[list[Any]], partial: str = "", pending: list[lis
                     "|---|---:|---:|---:|---|"]
             out += [_row(row) for row in pending]
     return "\n".join(out) + "\n"
+
+
+def _scope_title(s: State) -> str:
+    root = f"`{s.root or '(workspace)'}`"
+    if s.scope == TOP:
+        return f"the files at the top of {root}"
+    return f"`{s.scope}/` in {root}" if s.scope else root
 
 
 def _cell(path: str) -> str:
@@ -763,8 +839,13 @@ def partial_report(messages: list[Message]) -> str:
 
 def report_rows(report: str, job_dir: Path) -> dict[str, list[Any]]:
     """Every entry a survey's report names, by path: the rows of the facts files it points at, then
-    those of its own table (a small tree's, or the rows its last results added)."""
+    those of its own table (a small tree's, or the rows its last results added); a parent's report,
+    those of each subagent that succeeded (its report's path is relative to ``job_dir``)."""
     rows: dict[str, list[Any]] = {}
+    for _, status, path in _SUBAGENT_ROW.findall(report):
+        child = job_dir / path
+        if status == "succeeded" and child.is_file():
+            rows.update(report_rows(child.read_text(encoding="utf-8"), child.parent))
     for name in re.findall(r"`(memories/survey/facts-\d{3}\.md)`", report):
         for line in (job_dir / name).read_text(encoding="utf-8").split("\n")[HEAD:]:
             if line.strip():

@@ -23,7 +23,8 @@ where still in view, else the report names the saved output that has it. When co
 a fact before it was noted, the policy has to fetch it again: ``rereads`` counts those, which
 measures what a compaction strategy lost.
 
-With the ``memory`` tool offered (every job has it), the survey is :mod:`.memory_survey`'s.
+With the ``memory`` tool offered (every job has it), the survey is :mod:`.memory_survey`'s; with the
+``task`` tool offered too, a big tree's survey is handed to subagents (:mod:`.delegation`).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from ..protocol import (
     without_footer,
 )
 from ..rundir.docs import TRANSCRIPT
-from . import memory_survey
+from . import delegation, memory_survey
 from .listing import Listing, rel, skipped
 from .memory_survey import OUTLINE_PATTERN, TODO_PATTERN, count_matches, first_doc_line
 
@@ -573,6 +574,8 @@ def _summary_notes(messages: list[Message]) -> set[str]:
 
 def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -> tuple[list[dict[str, Any]], str]:
     """The next assistant content and its stop reason (``tool_use`` or ``end_turn``)."""
+    if "memory" in tool_names and delegation.applies(messages, tool_names):  # a big tree: subagents
+        return delegation.decide(messages, tool_names)
     if "memory" in tool_names:  # the survey keeps its work in memory files
         return memory_survey.decide(messages)
     facts, notes, since_checkpoint = observe(messages)
@@ -633,6 +636,8 @@ def _content(messages: list[Message], text_parts: list[str], calls: list[tuple[s
 def partial_report(messages: list[Message]) -> str:
     """The report from what the conversation holds so far, with no further tool call: the answer to
     a request that allows no tools (the job is out of turns, time or budget)."""
+    if delegation.in_progress(messages) or delegation.probed(messages):
+        return delegation.partial_report(messages)
     if memory_survey.in_progress(messages):
         return memory_survey.partial_report(messages)
     return report(observe(messages)[0])

@@ -1,0 +1,404 @@
+"""The offline survey of a big tree, handed to subagents: the parent's side of the ``task`` tool.
+
+When the ``task`` tool is offered and the request is a survey that is not itself a part of one, the
+first turn is the memory survey's (:mod:`.memory_survey`) with one more call, a ``glob`` of ``*/``
+(the top-level directories). With its answers in view the parent decides:
+
+- a small tree (a ``**/*`` listing of at most :data:`DELEGATE_ENTRIES` entries), fewer than two
+  top-level directories, or one it cannot name in a prompt: the memory survey goes on as if the
+  extra call had not been made (it never sees it);
+- else one ``task`` call per top-level directory and one for the files at the top (when there are
+  any, or the top listing was cut), all in one reply, each with a scoped prompt
+  (:func:`.memory_survey.scoped_prompt`) that carries the request.
+
+Each result (:func:`runner.protocol.subagent_result`'s header, then the subagent's report, maybe cut)
+gives its part's status and totals; a part whose report was cut before its TODO count is read back
+once with ``recall`` (its report path is relative to the job directory). Then the report: the sum of
+the parts' totals, each subagent with its scope, status and report path, the parts not covered
+(a subagent that did not succeed), the merged extension and largest-file tables, and where every
+file's row is (:func:`.memory_survey.report_rows` follows the succeeded subagents' reports).
+
+Guarantees:
+
+- Without the ``task`` tool nothing here runs: the surveys are as they were.
+- A part whose subagent did not succeed is named as not covered, and its counts are not in the
+  totals the report gives.
+- Every fact the next turn needs is in a note line (``- delegation | ...``, ``- subagent | ...``),
+  so a summary or a cut result loses none of it.
+
+Pure: the conversation in, the next assistant content out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from typing import Any
+
+from ..messages import Message, result_text, text_of, tool_results, tool_uses
+from ..protocol import (
+    glob_cut,
+    is_persisted,
+    is_placeholder,
+    is_summary,
+    persisted_preview,
+    persisted_size,
+    saved_path,
+    subagent_result,
+    without_footer,
+)
+from . import memory_survey
+from .memory_survey import (
+    GLOB_SHOWN,
+    INLINE_FILES,
+    LARGEST,
+    SKIP_DIRS,
+    SUBAGENT_ROW,
+    TOP,
+    TOTALS,
+    TOTALS_LINE,
+    scope_of,
+    scoped_prompt,
+)
+
+DELEGATE_ENTRIES = INLINE_FILES  # a tree whose listing names more entries than this is split
+MIN_PARTS = 2  # top-level directories a tree needs to be split
+PROBE = {"pattern": "*/"}  # the first turn's extra call: the top-level directories
+SUBAGENT_TOOLS = ("read", "glob", "grep")
+TOP_DESCRIPTION = "top-level files"
+RECALL_CHARS = 8_000  # a cut report read back: its head (totals, tables, TODO count) is well within this
+PLAN_KEY = "- delegation | "
+PART_KEY = "- subagent | "
+SURVEY = re.compile(r"\bsurvey", re.I)
+_UNNAMEABLE = re.compile(r"[`|\n\r]")  # a directory a prompt, a note or a table cell could not name
+_EXT_ROW = re.compile(r"^\| (\S+) \| (\d+) \| (\d+) \|$", re.M)
+_LARGEST_ROW = re.compile(r"^\| (.+?) \| (\d+) \| (\d+) \|$", re.M)
+_TODO_HEAD = re.compile(r"^## TODO / FIXME / XXX \((\d+) lines in (\d+) files(; the search output was cut)?", re.M)
+TOTAL_NAMES = ("files", "text", "lines", "chars", "binary", "binary_bytes", "errors")
+
+
+def applies(messages: list[Message], tool_names: set[str]) -> bool:
+    """Whether this job's survey may be handed to subagents: ``task`` (and ``memory``) offered, the
+    request a survey and not a scoped one."""
+    return {"task", "memory"} <= tool_names and bool(SURVEY.search(request(messages))) \
+        and scope_of(messages) is None
+
+
+def request(messages: list[Message]) -> str:
+    """The job's request: its first message, or the copy a summary in its place carries."""
+    text = text_of(messages[0]) if messages else ""
+    if is_summary(text) and "Current user request:\n" in text:
+        return text.split("Current user request:\n", 1)[1].split("\n\nConversation summary:", 1)[0]
+    return text
+
+
+def decide(messages: list[Message], tool_names: set[str]) -> tuple[list[dict[str, Any]], str]:
+    """The parent's next assistant content and its stop reason."""
+    plan = _plan(messages)
+    if plan is not None:
+        return _assemble(messages, plan)
+    state, _ = memory_survey.load_state(messages)
+    if state is None:  # the first turn: the memory survey's, and the top-level directories
+        content, stop = memory_survey.decide(messages)
+        if stop == "tool_use":
+            content.append({"type": "tool_use", "id": _call_id(messages, len(content)), "name": "glob",
+                            "input": dict(PROBE)})
+        return content, stop
+    split = _split(messages)
+    if split is not None:
+        return _delegate(messages, tool_names, *split)
+    return memory_survey.decide(without_probe(messages))
+
+
+def partial_report(messages: list[Message]) -> str:
+    """The report from what is known (no more calls can be made)."""
+    plan = _plan(messages)
+    if plan is None:
+        return memory_survey.partial_report(without_probe(messages))
+    parts = _parts(messages, plan)
+    done = sum(1 for scope, _ in plan["parts"] if scope in parts)
+    return report(plan, parts, partial=f"(Partial: {done} of the {len(plan['parts'])} subagents' results were "
+                                       "in by the time the job stopped.)")
+
+
+def in_progress(messages: list[Message]) -> bool:
+    return _plan(messages) is not None
+
+
+def _probes(messages: list[Message]) -> set[str]:
+    return {str(u.get("id")) for m in messages for u in tool_uses(m) if u.get("name") == "glob"
+            and u.get("input") == PROBE}
+
+
+def probed(messages: list[Message]) -> bool:
+    """Whether the first turn asked for the top-level directories (the conversation is this module's)."""
+    return bool(_probes(messages))
+
+
+def without_probe(messages: list[Message]) -> list[Message]:
+    """The conversation without the first turn's extra call and its result (the memory survey's own)."""
+    ids = _probes(messages)
+    if not ids:
+        return messages
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            content = [b for b in content if not (isinstance(b, dict) and (
+                (b.get("type") == "tool_use" and str(b.get("id")) in ids)
+                or (b.get("type") == "tool_result" and str(b.get("tool_use_id")) in ids)))]
+            m = {**m, "content": content}
+        out.append(m)
+    return out
+
+
+# --- the split ------------------------------------------------------------------------------------
+
+def _split(messages: list[Message]) -> tuple[str, int, list[str], bool] | None:
+    """(root, entries, top-level directories, whether the top holds files) when the newest results
+    answer the first turn's listing and the tree is to be split; else None."""
+    if len(messages) < 2 or messages[-2].get("role") != "assistant":
+        return None
+    uses = {str(u.get("id")): u.get("input") or {} for u in tool_uses(messages[-2]) if u.get("name") == "glob"}
+    answers: dict[str, str] = {}
+    for result in tool_results(messages[-1]):
+        args = uses.get(str(result.get("tool_use_id")))
+        if args is not None and "path" not in args and not result.get("is_error"):
+            answers[str(args.get("pattern"))] = result_text(result)
+    if not {"*", "**/*", PROBE["pattern"]} <= set(answers):
+        return None
+    listing, dirs_text = answers["**/*"], answers[PROBE["pattern"]]
+    if any(is_placeholder(t) or is_persisted(t) for t in (dirs_text, answers["*"])) or glob_cut(dirs_text):
+        return None  # the top-level directories are not all in view
+    entries = _entry_count(listing)
+    dirs = [e for e in _entries(dirs_text) if os.path.basename(e) not in SKIP_DIRS]
+    if entries <= DELEGATE_ENTRIES or len(dirs) < MIN_PARTS or any(_UNNAMEABLE.search(d) for d in dirs):
+        return None
+    top = [e for e in _entries(answers["*"]) if e not in set(_entries(dirs_text))]
+    root = os.path.dirname(dirs[0])
+    return root, entries, sorted(os.path.basename(d) for d in dirs), bool(top) or glob_cut(answers["*"]) is not None
+
+
+def _entries(text: str) -> list[str]:
+    return [line for line in text.split("\n") if line.startswith("/")]
+
+
+def _entry_count(text: str) -> int:
+    """How many entries a glob answer says it matched (a cut one says its total; a saved one of more
+    lines than a whole answer shows was cut: more than it shows)."""
+    cut = glob_cut(text)
+    if cut:
+        return cut[1]
+    size = persisted_size(text)
+    if size:
+        return size[1] if size[1] > GLOB_SHOWN else len(_entries(persisted_preview(text)))
+    if is_placeholder(text):
+        return 0
+    return len(_entries(text))
+
+
+def _delegate(messages: list[Message], tool_names: set[str], root: str, entries: int, dirs: list[str],
+              top: bool) -> tuple[list[dict[str, Any]], str]:
+    parts = [[d, d] for d in dirs] + ([[TOP, TOP_DESCRIPTION]] if top else [])
+    plan = {"root": root, "entries": entries, "parts": parts}
+    tools = [t for t in SUBAGENT_TOOLS if t in tool_names]
+    asked = request(messages).strip()
+    text = (f"The tree is big ({entries} entries in {len(dirs)} top-level directories): one subagent per "
+            f"directory{' and one for the files at the top' if top else ''}, all at once.\n"
+            f"{PLAN_KEY}{json.dumps(plan, separators=(',', ':'), ensure_ascii=False)}")
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    for k, (scope, description) in enumerate(parts):
+        content.append({"type": "tool_use", "id": _call_id(messages, k), "name": "task",
+                        "input": {"prompt": scoped_prompt(scope, asked), "description": description, "tools": tools}})
+    return content, "tool_use"
+
+
+# --- the parts' results ---------------------------------------------------------------------------
+
+def _plan(messages: list[Message]) -> dict[str, Any] | None:
+    """The newest split note in view."""
+    for m in reversed(messages):
+        text = text_of(m)
+        at = text.rfind(PLAN_KEY)
+        if at >= 0:
+            try:
+                plan = json.loads(text[at + len(PLAN_KEY):].split("\n", 1)[0])
+            except ValueError:
+                continue
+            if isinstance(plan, dict) and isinstance(plan.get("parts"), list):
+                return plan
+    return None
+
+
+def _parts(messages: list[Message], plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What is known of each part (by scope): its notes, then the task results and recalls in view."""
+    scopes = {scope for scope, _ in plan["parts"]}
+    parts: dict[str, dict[str, Any]] = {}
+    uses: dict[str, dict[str, Any]] = {}
+    for m in messages:
+        for line in text_of(m).split("\n"):
+            if line.startswith(PART_KEY):
+                try:
+                    part = json.loads(line[len(PART_KEY):])
+                except ValueError:
+                    continue
+                if isinstance(part, dict) and part.get("scope") in scopes:
+                    parts[part["scope"]] = part
+        for use in tool_uses(m):
+            uses[str(use.get("id"))] = use
+        for result in tool_results(m):
+            use = uses.get(str(result.get("tool_use_id"))) or {}
+            args = use.get("input") or {}
+            if use.get("name") == "task":
+                scope = scope_of([{"role": "user", "content": str(args.get("prompt", ""))}])
+                if scope is not None and scope in scopes and not parts.get(scope, {}).get("status"):
+                    parts[scope] = _task_part(scope, result) or parts.get(scope, {})
+            elif use.get("name") == "recall":
+                for part in parts.values():
+                    if str(args.get("path")) in (part.get("report"), part.get("saved")):
+                        text = without_footer(result_text(result))
+                        if not part.get("status"):  # a saved task result read back: header and report
+                            _learn_result(part, text, bool(result.get("is_error")), whole=True)
+                        _learn_report(part, text)
+                        part["recalled"] = True
+    return parts
+
+
+def _task_part(scope: str, result: dict[str, Any]) -> dict[str, Any] | None:
+    """A part from its task result (None when the result is gone: a placeholder with nothing to read)."""
+    text = result_text(result)
+    part: dict[str, Any] = {"scope": scope, "recalled": False}
+    if is_placeholder(text):  # seen and put away: read back where it was saved
+        return {**part, "saved": saved_path(text)} if saved_path(text) else None
+    whole = not is_persisted(text)
+    _learn_result(part, text if whole else persisted_preview(text), bool(result.get("is_error")), whole=whole)
+    return part
+
+
+def _learn_result(part: dict[str, Any], shown: str, error: bool, *, whole: bool) -> None:
+    """A task result's header (the subagent's status and report) and what its report shows."""
+    head = subagent_result(shown)
+    if head is None:  # not run: the text says why
+        part.update(status="not run", error=shown.strip().split("\n", 1)[0][:300])
+        return
+    where, status, report_path, cut = head
+    part.update(dir=where, status="failed" if error and status == "succeeded" else status, report=report_path,
+                cut=cut or not whole)
+    _learn_report(part, shown.split("\n", 1)[1] if "\n" in shown else "")
+
+
+def _learn_report(part: dict[str, Any], body: str) -> None:
+    """A part's totals, extension table, largest files and TODO count, from its report's text."""
+    totals = TOTALS_LINE.search(body)
+    if totals and "totals" not in part:
+        part["totals"] = dict(zip(TOTAL_NAMES, (int(g) for g in totals.groups()), strict=True))
+    todo = _TODO_HEAD.search(body)
+    if todo and "todo" not in part:
+        part["todo"] = [int(todo[1]), int(todo[2]), bool(todo[3])]
+        sections = body[:todo.start()]
+        ext = sections.split("## Files and lines per extension", 1)[-1].split("## Largest", 1)[0]
+        part["ext"] = {e: [int(n), int(lines)] for e, n, lines in _EXT_ROW.findall(ext)}
+        largest = sections.split("## Largest text files", 1)[-1]
+        part["largest"] = [[int(size), path.replace("\\|", "|"), int(lines)]
+                           for path, lines, size in _LARGEST_ROW.findall(largest)][:LARGEST]
+
+
+def _assemble(messages: list[Message], plan: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """Read back the reports cut before their TODO count, once; then the report."""
+    parts = _parts(messages, plan)
+    due = [p for p in parts.values() if not p.get("recalled") and (p.get("saved") or (
+        p.get("report") and p.get("cut") and "todo" not in p and p.get("status") == "succeeded"))]
+    if not due:
+        return [{"type": "text", "text": report(plan, parts)}], "end_turn"
+    notes = "\n".join(PART_KEY + json.dumps(p, separators=(",", ":"), ensure_ascii=False)
+                      for _, p in sorted(parts.items()))
+    text = f"{len(due)} report{'s' if len(due) > 1 else ''} cut before the TODO count: read back.\n{notes}"
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    for k, part in enumerate(due):
+        path = part.get("report") or part.get("saved")
+        content.append({"type": "tool_use", "id": _call_id(messages, k), "name": "recall",
+                        "input": {"path": path, "offset": 0, "limit": RECALL_CHARS}})
+    return content, "tool_use"
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+def _scope_cell(scope: str) -> str:
+    return "the files at the top" if scope == TOP else f"`{scope}/`"
+
+
+def report(plan: dict[str, Any], parts: dict[str, dict[str, Any]], partial: str = "") -> str:
+    """The parent's Markdown report: the parts' sums, each subagent, what is not covered."""
+    covered = [(scope, parts[scope]) for scope, _ in plan["parts"]
+               if parts.get(scope, {}).get("status") == "succeeded" and "totals" in parts[scope]]
+    missing = [scope for scope, _ in plan["parts"] if scope not in dict(covered)]
+    n = len(plan["parts"])
+    out = [f"# Survey of `{plan['root']}`", ""]
+    if partial:
+        out += [partial, ""]
+    out.append(f"The tree ({plan['entries']} entries) was split among {n} subagents, one per top-level directory"
+               f"{' and one for the files at the top' if any(s == TOP for s, _ in plan['parts']) else ''}; each "
+               "surveyed its part and wrote its own report. The totals here are the sum of theirs.")
+    if missing:
+        out.append(f"**Not covered**: {len(missing)} of the {n} parts ({', '.join(_scope_cell(s) for s in missing)}): "
+                   "their subagents did not succeed, and their files are not in these totals.")
+    else:
+        out.append(f"Every part is covered: all {n} subagents succeeded.")
+    sums = {name: sum(p["totals"][name] for _, p in covered) for name in TOTAL_NAMES}
+    out += ["", TOTALS.format(**sums)]
+    out += ["", "## Subagents", "", "| subagent | scope | status | files | report |", "|---|---|---|---:|---|"]
+    for scope, _ in plan["parts"]:
+        part = parts.get(scope, {})
+        files = part["totals"]["files"] if "totals" in part else "-"
+        if part.get("report"):
+            out.append(SUBAGENT_ROW.format(dir=part.get("dir"), scope=_scope_cell(scope), status=part.get("status"),
+                                           files=files, report=part["report"]))
+        else:
+            out.append(f"| (none) | {_scope_cell(scope)} | {part.get('status') or 'no result'} | {files} | (none) |")
+    if missing:
+        out += ["", "## Not covered", ""]
+        for scope in missing:
+            part = parts.get(scope, {})
+            why = part.get("error") or ("its report gives no totals" if part.get("status") == "succeeded" else
+                                        f"it ended {part['status']}" if part.get("status") else "no result came back")
+            where = f"; what it did is in `{part['report']}`" if part.get("report") else ""
+            out.append(f"- {_scope_cell(scope)}: not covered ({why}{where}).")
+    out += _merged_tables(covered)
+    out += ["", "## Every file", ""]
+    reports = ", ".join(f"`{p['report']}`" for _, p in covered)
+    out.append(f"Every file's row (lines, size, top-level definitions, first docstring or comment line) is in "
+               f"its part's report: {reports or '(none)'}, in its table or in the facts files it names (under "
+               "that report's directory).")
+    return "\n".join(out) + "\n"
+
+
+def _merged_tables(covered: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The extension and largest-file tables and the TODO count, merged from the parts that gave them."""
+    known = [p for _, p in covered if "todo" in p]
+    unknown = [_scope_cell(s) for s, p in covered if "todo" not in p]
+    gap = [f"(Without {', '.join(unknown)}: see its report.)", ""] if unknown else []
+    ext: dict[str, list[int]] = {}
+    for p in known:
+        for e, (n, lines) in p["ext"].items():
+            acc = ext.setdefault(e, [0, 0])
+            acc[0] += n
+            acc[1] += lines
+    out = ["", "## Files and lines per extension (text files)", "", *gap, "| extension | files | lines |",
+           "|---|---:|---:|"]
+    out += [f"| {e} | {n} | {lines} |" for e, (n, lines) in sorted(ext.items(), key=lambda kv: (-kv[1][1], kv[0]))]
+    largest = sorted((row for p in known for row in p["largest"]), key=lambda r: (-r[0], r[1]))[:LARGEST]
+    out += ["", "## Largest text files", "", *gap, "| file | lines | size |", "|---|---:|---:|"]
+    out += [f"| {path.replace('|', chr(92) + '|')} | {lines} | {size} |" for size, path, lines in largest]
+    hits, files = sum(p["todo"][0] for p in known), sum(p["todo"][1] for p in known)
+    cut = "; a search output was cut, there may be more" if any(p["todo"][2] for p in known) else ""
+    out += ["", f"## TODO / FIXME / XXX ({hits} lines in {files} files{cut})", "", *gap]
+    out.append("Each line is listed in its part's report (the first ones) and its todo files (all of them)."
+               if hits else "(none)")
+    return out
+
+
+def _call_id(messages: list[Message], k: int) -> str:
+    seed = f"{len(messages)}:{k}:{json.dumps(messages[-1] if messages else None, sort_keys=True, default=str)}"
+    return "toolu_dlg_" + hashlib.sha256(seed.encode()).hexdigest()[:20]

@@ -1,0 +1,243 @@
+"""The offline model delegates: a big tree's survey handed to subagents (``task``), one per
+top-level directory and one for the files at the top, each a scoped survey, their reports assembled
+by the parent.
+
+The pure tests drive :func:`runner.models.policy.decide` for a parent and answer its ``task`` calls
+by running each child's conversation through the policy too, the real tools playing every other call
+on a copy of real stdlib packages; what the reports say is checked against the files themselves."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from conftest import expected_row, regular_files, survey_rows
+
+from runner.agent.subagents import slug
+from runner.config import Limits
+from runner.messages import Message, text_of, tool_uses
+from runner.models import delegation, policy
+from runner.models.memory_survey import TODO_PATTERN, TOP, TOTALS_LINE, scope_of, scoped_prompt
+from runner.protocol import SUBAGENT_CUT, SUBAGENT_RESULT, subagent_result
+from runner.rundir.store import JobStore
+from runner.tools.toolset import Toolset
+
+pytestmark = pytest.mark.anyio
+
+PACKAGES = ("email", "json", "asyncio")
+THRESHOLD = 40  # entries: the copied packages make a tree bigger than this (the default is for bigger trees)
+TOOLS = ("read", "glob", "grep")
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """email, json and asyncio (no caches), and files at the top: a TODO in one, a binary one."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    ws = tmp_path / "ws"
+    for name in PACKAGES:
+        shutil.copytree(stdlib / name, ws / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (ws / "README.md").write_text("# Packages\n\nTODO: say more.\n")
+    (ws / "setup.py").write_text('"""Setup."""\n\ndef main():\n    pass  # FIXME\n')
+    (ws / "logo.bin").write_bytes(bytes(range(256)) * 4)
+    return ws
+
+
+@pytest.fixture
+def small_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(delegation, "DELEGATE_ENTRIES", THRESHOLD)
+
+
+class Play:
+    """Conversations through the policy, the real tools answering; ``task`` calls answered by a child
+    conversation whose files go to ``agents/<n>-<slug>/`` of the parent's directory."""
+
+    def __init__(self, ws: Path, *, result_chars: int = 5_000, fail: set[str] = frozenset()):  # type: ignore[assignment]
+        self.ws = ws
+        self.result_chars = result_chars  # the most of a report a task result shows
+        self.fail = fail  # descriptions of the tasks whose subagent fails
+        self.count = 0
+        self.transcripts: dict[str, list[Message]] = {}
+
+    async def converse(self, prompt: str, job_dir: Path, tools: tuple[str, ...], *, task: bool,
+                       max_turns: int = 400) -> tuple[list[Message], str, str]:
+        store = JobStore(job_dir)
+        await store.open()
+        messages: list[Message] = [{"role": "user", "content": prompt}]
+        async with Toolset(str(self.ws), tools, store, Limits()) as toolset:
+            names = toolset.names | ({"task"} if task else set())
+            for turn in range(max_turns):
+                content, stop = policy.decide(messages, names)
+                messages.append({"role": "assistant", "content": content})
+                if stop == "end_turn":
+                    final = text_of(messages[-1])
+                    (job_dir / "final.md").write_text(final, encoding="utf-8")
+                    return messages, final, "succeeded"
+                calls = tool_uses(messages[-1])
+                results: dict[str, dict[str, Any]] = {}
+                others = [c for c in calls if c["name"] != "task"]
+                for call, result in zip(others, await toolset.run_batch(others, turn=turn), strict=True):
+                    results[call["id"]] = result
+                async with anyio.create_task_group() as tg:
+                    for call in (c for c in calls if c["name"] == "task"):
+                        self.count += 1
+                        tg.start_soon(self.task, call, job_dir, self.count, results)
+                messages.append({"role": "user", "content": [results[c["id"]] for c in calls]})
+        (job_dir / "final.md").write_text("(out of turns)\n", encoding="utf-8")
+        return messages, "(out of turns)\n", "max_turns"
+
+    async def task(self, call: dict[str, Any], parent: Path, n: int, results: dict[str, dict[str, Any]]) -> None:
+        args = call["input"]
+        where = f"agents/{n}-{slug(args['description'])}"
+        tools = tuple(args["tools"])
+        assert set(tools) <= set(TOOLS)
+        if args["description"] in self.fail:
+            messages, final, status = await self.converse(args["prompt"], parent / where, tools, task=False,
+                                                          max_turns=3)
+        else:
+            messages, final, status = await self.converse(args["prompt"], parent / where, tools, task=False)
+        self.transcripts[args["description"]] = messages
+        shown = final[:self.result_chars]
+        head = SUBAGENT_RESULT.format(dir=where, status=status, turns=len(messages) // 2, cost=0.0,
+                                      path=f"{where}/final.md", chars=len(final),
+                                      cut=SUBAGENT_CUT if len(shown) < len(final) else "")
+        results[call["id"]] = {"type": "tool_result", "tool_use_id": call["id"], "content": head + shown,
+                               **({"is_error": True} if status != "succeeded" else {})}
+
+
+def task_calls(messages: list[Message]) -> list[list[dict[str, Any]]]:
+    """The task calls of each assistant message that made some."""
+    return [calls for m in messages if (calls := [u for u in tool_uses(m) if u["name"] == "task"])]
+
+
+def todo_lines(files: dict[str, bytes]) -> int:
+    """Ground truth: the lines the TODO search finds (text files, lines the grep tool searches)."""
+    rx = re.compile(TODO_PATTERN)
+    hits = 0
+    for data in files.values():
+        if b"\x00" in data[:512]:
+            continue
+        hits += sum(1 for raw in data.splitlines(keepends=True) if len(raw) <= 2000
+                    and rx.search(raw.decode(errors="replace").rstrip("\r\n")))
+    return hits
+
+
+def assert_rows_right(rows: dict[str, list[Any]], truth: dict[str, bytes]) -> None:
+    assert set(rows) == set(truth), (sorted(set(truth) - set(rows))[:5], sorted(set(rows) - set(truth))[:5])
+    wrong = [(p, rows[p]) for p, data in truth.items()
+             if ("binary" if rows[p][1] == "image" else rows[p][1], rows[p][2]) != expected_row(data)]
+    assert not wrong, wrong[:5]
+
+
+def totals(report: str) -> tuple[int, ...]:
+    match = TOTALS_LINE.search(report)
+    assert match, report[:500]
+    return tuple(int(g) for g in match.groups())
+
+
+# --- the pure policy --------------------------------------------------------------------------------
+
+async def test_a_big_tree_is_split_among_subagents_and_every_file_is_right(tree, tmp_path, small_threshold):
+    play = Play(tree)
+    job = tmp_path / "job"
+    messages, final, status = await play.converse("Survey this workspace.", job, TOOLS, task=True)
+    assert status == "succeeded"
+    [calls] = task_calls(messages)  # every part in one reply
+    scopes = sorted(scope_of([{"role": "user", "content": c["input"]["prompt"]}]) or "" for c in calls)
+    assert scopes == sorted([*PACKAGES, TOP])
+    assert all("Survey this workspace." in c["input"]["prompt"] and c["input"]["tools"] == list(TOOLS) for c in calls)
+    truth = regular_files(tree)
+    assert_rows_right(survey_rows(final, job), truth)
+    files, text, lines, _, binary, _, errors = totals(final)
+    assert files == len(truth) and binary == 1 and errors == 0 and text == len(truth) - 1
+    assert lines == sum(expected_row(d)[1] for d in truth.values() if expected_row(d)[0] == "text")
+    todo = re.search(r"## TODO / FIXME / XXX \((\d+) lines in (\d+) files", final)
+    assert todo and int(todo[1]) == todo_lines(truth)
+    assert "Every part is covered" in final and "Not covered" not in final
+    for n, call in enumerate(calls, 1):
+        where = f"agents/{n}-{slug(call['input']['description'])}"
+        assert f"`{where}/final.md`" in final and (job / where / "memories" / "survey").is_dir()
+    for description, transcript in play.transcripts.items():  # each part read only its own files
+        read = [str(u["input"].get("file_path")) for m in transcript for u in tool_uses(m) if u["name"] == "read"]
+        assert read and all("/" not in p if description == delegation.TOP_DESCRIPTION else
+                            p.startswith(description + "/") for p in read), (description, read[:5])
+
+
+async def test_a_cut_report_is_read_back_before_the_parent_reports(tree, tmp_path, small_threshold):
+    play = Play(tree, result_chars=400)  # not even the extension table is shown
+    job = tmp_path / "job"
+    messages, final, status = await play.converse("Survey this workspace.", job, TOOLS, task=True)
+    assert status == "succeeded"
+    recalls = [u["input"] for m in messages for u in tool_uses(m) if u["name"] == "recall"]
+    assert {r["path"] for r in recalls} == {f"agents/{n}-{slug(d)}/final.md" for n, d in
+                                            enumerate(sorted(PACKAGES) + [delegation.TOP_DESCRIPTION], 1)}
+    truth = regular_files(tree)
+    todo = re.search(r"## TODO / FIXME / XXX \((\d+) lines in (\d+) files", final)
+    assert todo and int(todo[1]) == todo_lines(truth) and "see its report" not in final
+    assert totals(final)[0] == len(truth)
+    assert_rows_right(survey_rows(final, job), truth)
+
+
+async def test_a_failed_subagent_leaves_its_part_not_covered(tree, tmp_path, small_threshold):
+    play = Play(tree, fail={"asyncio"})
+    job = tmp_path / "job"
+    _, final, status = await play.converse("Survey this workspace.", job, TOOLS, task=True)
+    assert status == "succeeded"
+    assert "**Not covered**: 1 of the 4 parts (`asyncio/`)" in final and "## Not covered" in final
+    assert re.search(r"^\| `agents/\d-asyncio` \| `asyncio/` \| max_turns \|", final, re.M)
+    truth = {p: d for p, d in regular_files(tree).items() if not p.startswith("asyncio/")}
+    assert totals(final)[0] == len(truth)  # the failed part's counts are not in the totals
+    assert_rows_right(survey_rows(final, job), truth)  # nor are its rows
+
+
+async def test_a_small_tree_is_surveyed_as_without_the_task_tool(tree, tmp_path):
+    for name in ("asyncio", "email"):
+        shutil.rmtree(tree / name)
+    with_task = await Play(tree).converse("Survey this workspace.", tmp_path / "a", TOOLS, task=True)
+    without = await Play(tree).converse("Survey this workspace.", tmp_path / "b", TOOLS, task=False)
+    assert not task_calls(with_task[0])
+    assert with_task[1] == without[1]  # the same report: the survey never saw the extra call
+    assert delegation.without_probe(with_task[0])[1:] == without[0][1:]
+    assert_rows_right(survey_rows(with_task[1], tmp_path / "a"), regular_files(tree))
+
+
+async def test_a_tree_with_one_top_level_directory_is_not_split(tree, tmp_path, small_threshold):
+    for name in ("asyncio", "json"):
+        shutil.rmtree(tree / name)
+    messages, final, _ = await Play(tree).converse("Survey this workspace.", tmp_path / "a", TOOLS, task=True)
+    assert not task_calls(messages)
+    assert_rows_right(survey_rows(final, tmp_path / "a"), regular_files(tree))
+
+
+@pytest.mark.parametrize("scope", ["email", TOP])
+async def test_a_scoped_survey_reads_only_its_part_with_workspace_paths(tree, tmp_path, scope):
+    prompt = scoped_prompt(scope, "Survey this workspace.")
+    messages, final, status = await Play(tree).converse(prompt, tmp_path / "job", TOOLS, task=True)
+    assert status == "succeeded" and not task_calls(messages)  # a part is never split again
+    truth = {p: d for p, d in regular_files(tree).items() if ("/" not in p if scope == TOP else p.startswith("email/"))}
+    assert_rows_right(survey_rows(final, tmp_path / "job"), truth)
+    todo = re.search(r"## TODO / FIXME / XXX \((\d+) lines in (\d+) files", final)
+    assert todo and int(todo[1]) == todo_lines(truth)
+    globs = [u["input"] for m in messages for u in tool_uses(m) if u["name"] == "glob"]
+    assert all(g.get("path", "").startswith("email") or g == {"pattern": "email"} for g in globs) \
+        if scope != TOP else all(g.get("path", ".") == "." for g in globs)
+
+
+def test_the_scope_is_read_from_the_prompt_and_a_plain_survey_has_none():
+    for scope in ("email", "a b/c", TOP):
+        assert scope_of([{"role": "user", "content": scoped_prompt(scope, "Survey it.")}]) == scope
+    assert scope_of([{"role": "user", "content": "Survey it."}]) is None
+    assert not delegation.applies([{"role": "user", "content": scoped_prompt("x", "Survey it.")}],
+                                  {"task", "memory", "glob", "read"})
+    assert not delegation.applies([{"role": "user", "content": "Survey it."}], {"memory", "glob", "read"})
+    assert delegation.applies([{"role": "user", "content": "Survey it."}], {"task", "memory", "glob", "read"})
+
+
+def test_a_task_result_header_parses():
+    head = SUBAGENT_RESULT.format(dir="agents/1-email", status="succeeded", turns=3, cost=0.0,
+                                  path="agents/1-email/final.md", chars=10, cut=SUBAGENT_CUT)
+    assert subagent_result(head + "body") == ("agents/1-email", "succeeded", "agents/1-email/final.md", True)
