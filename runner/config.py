@@ -97,6 +97,8 @@ class Limits(BaseModel):
     max_job_bytes: Int = Field(2 * 1024**3, gt=0, le=1024**5)
     # subagents (the task tool): how many of a job's run at once
     max_subagents: Int = Field(4, ge=1, le=64)
+    # start from the newest earlier successful run of the same job (see README "Running it every night")
+    incremental: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> Limits:

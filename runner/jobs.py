@@ -8,6 +8,7 @@ A task file holds one job::
     model = "claude-sonnet-5-5"                 # optional, default: [runner] model
     system = "You are ..."                      # optional
     tools = ["read", "glob", "grep"]            # optional; bash, write, edit only when listed
+    incremental = true                          # optional: start from the last successful run (limits.incremental)
     [limits]                                    # optional, overrides any limit for this job
     max_turns = 80
 
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from .config import ConfigError, Limits, Settings, describe_errors, read_toml
 from .rundir.docs import RUN_JSON
@@ -54,6 +55,7 @@ class TaskFile(BaseModel):
     model: str | None = Field(None, min_length=1)
     system: str | None = None
     tools: list[ToolName] = list(DEFAULT_TOOLS)
+    incremental: StrictBool | None = None  # limits.incremental, for this job (over [jobs.<name>])
     limits: dict[str, Any] = {}
 
     @field_validator("prompt")
@@ -88,9 +90,14 @@ class JobSpec(BaseModel):
     system: str | None = None
     tools: tuple[ToolName, ...]
     limits: Limits
+    fresh: bool = Field(False, exclude=True)  # `runner run --fresh`: no baseline for this run (not in job.json)
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+    def run_fresh(self) -> JobSpec:
+        """This job for a run that starts it without a baseline (``--fresh``)."""
+        return self.model_copy(update={"fresh": True})
 
 
 @dataclass(frozen=True)
@@ -222,7 +229,7 @@ def load_job(task_file: Path, settings: Settings, *,
         problems.append(problem)
     limits = None
     try:
-        limits = settings.limits_for(name, task.limits)
+        limits = settings.limits_for(name, own_limits(task))
     except ValidationError as e:
         problems += describe_errors(str(task_file), e, prefix="limits")
     if (limits is not None and "bash" in task.tools and limits.sandbox == "bwrap" and sandbox_problem
@@ -241,6 +248,11 @@ def load_job(task_file: Path, settings: Settings, *,
         tools=tuple(task.tools),
         limits=limits,
     )
+
+
+def own_limits(task: TaskFile) -> dict[str, Any]:
+    """The task file's own limits: its ``[limits]`` table, and ``incremental`` when it sets it."""
+    return task.limits if task.incremental is None else {**task.limits, "incremental": task.incremental}
 
 
 def _other_problems(data: dict[str, Any], name: str, task_file: Path, settings: Settings,

@@ -7,6 +7,7 @@ emulator, the benchmarks) imports them from here, so a change of wording is one 
 
 from __future__ import annotations
 
+import json
 import re
 from enum import StrEnum
 from typing import Any
@@ -311,3 +312,95 @@ def subagent_result(text: str) -> tuple[str, str, str, bool] | None:
     """(its directory, status, report path, cut) from the head of a ``task`` result, or None."""
     match = _SUBAGENT_RESULT.match(text)
     return (match[1], match[2], match[4], match[6] is not None) if match else None
+
+
+# --- an incremental job: its baseline and what changed since (rundir/manifest.py) ----------------
+
+INCREMENTAL_HEAD = "[Incremental run]"
+INCREMENTAL_NOTE = (INCREMENTAL_HEAD + " This analysis ran before: run {run}, started {when}, on this same "
+                    "workspace. Its report is saved at {report} (read it with recall){memory}. Since then "
+                    "{added} files were added, {changed} changed and {removed} removed ({unchanged} unchanged); "
+                    "the full lists are saved at {changes} (read it with recall). The first of each:\n"
+                    "{inline}\n"
+                    "Examine what was added or changed, leave out what was removed, and carry the rest over "
+                    "from the previous report.")
+INCREMENTAL_MEMORY = ", and its {files} memory files are your memory now (view {prefix} with the memory tool)"
+CHANGES_INLINE_CHARS = 1_500  # the three inline lists together; each gets a third
+CHANGE_KINDS = ("added", "changed", "removed")
+CHANGES_HEAD = "[Changes since run {run}: {added} added, {changed} changed, {removed} removed, {unchanged} unchanged]"
+_INCREMENTAL = re.compile(re.escape(INCREMENTAL_HEAD) + r" This analysis ran before: run (\S+), started .*? "
+                          r"Its report is saved at (\S+) \(read it with recall\).*? Since then (\d+) files were "
+                          r"added, (\d+) changed and (\d+) removed \((\d+) unchanged\); the full lists are saved "
+                          r"at (\S+) \(", re.S)
+_CHANGES_LIST = re.compile(r"^(added|changed|removed) \((\d+)\):$")
+
+
+def listed_path(path: str) -> str:
+    """A path as one line of a list: as it is, or as a JSON string when it would not read back so."""
+    if path and path == path.strip() and path[0] != '"' and path.isprintable():
+        return path
+    return json.dumps(path, ensure_ascii=False)
+
+
+def inline_list(paths: list[str], chars: int) -> str:
+    """As many of ``paths`` as fit in ``chars``, comma-separated, then how many more there are."""
+    shown: list[str] = []
+    used = 0
+    for path in paths:
+        item = listed_path(path)
+        if shown and used + len(item) + 2 > chars - 16:
+            break
+        shown.append(item)
+        used += len(item) + 2
+    rest = len(paths) - len(shown)
+    return (", ".join(shown) or "(none)") + (f", and {rest} more" if rest else "")
+
+
+def incremental_note(*, run: str, when: str, report: str, changes: str, memory: str, lists: dict[str, list[str]],
+                     unchanged: int) -> str:
+    """The message an incremental job starts with, after its prompt: its baseline, and what changed."""
+    share = CHANGES_INLINE_CHARS // len(CHANGE_KINDS)
+    inline = "\n".join(f"{kind}: {inline_list(lists[kind], share)}" for kind in CHANGE_KINDS)
+    return INCREMENTAL_NOTE.format(run=run, when=when, report=report, changes=changes, memory=memory,
+                                   unchanged=unchanged, inline=inline, **{k: len(lists[k]) for k in CHANGE_KINDS})
+
+
+def changes_text(*, run: str, lists: dict[str, list[str]], unchanged: int) -> str:
+    """The saved output with every added, changed and removed path, one a line (see :func:`changes_of`)."""
+    out = [CHANGES_HEAD.format(run=run, unchanged=unchanged, **{k: len(lists[k]) for k in CHANGE_KINDS})]
+    for kind in CHANGE_KINDS:
+        out += ["", f"{kind} ({len(lists[kind])}):", *(listed_path(p) for p in lists[kind])]
+    return "\n".join(out) + "\n"
+
+
+def incremental_of(text: str) -> dict[str, Any] | None:
+    """What an incremental note says: the baseline ``run``, the ``report`` and ``changes`` paths and
+    the counts (``added``, ``changed``, ``removed``, ``unchanged``); None for any other text."""
+    match = _INCREMENTAL.match(text) if text.startswith(INCREMENTAL_HEAD) else None
+    if match is None:
+        return None
+    return {"run": match[1], "report": match[2], "changes": match[7], "added": int(match[3]),
+            "changed": int(match[4]), "removed": int(match[5]), "unchanged": int(match[6])}
+
+
+def changes_of(text: str) -> dict[str, list[str]]:
+    """The lists of a :func:`changes_text` output (a kind it lacks: an empty list)."""
+    lists: dict[str, list[str]] = {kind: [] for kind in CHANGE_KINDS}
+    current: list[str] | None = None
+    for line in text.split("\n")[1:]:
+        match = _CHANGES_LIST.match(line)
+        if match:
+            current = lists[match[1]]
+        elif line and current is not None:
+            current.append(_listed(line))
+    return lists
+
+
+def _listed(line: str) -> str:
+    if line.startswith('"'):
+        try:
+            value = json.loads(line)
+            return value if isinstance(value, str) else line
+        except ValueError:
+            return line
+    return line

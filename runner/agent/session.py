@@ -55,6 +55,7 @@ from ..rundir.store import DiskQuotaExceeded, JobStore, dumps, in_thread
 from ..services import Budget, RunBudget
 from ..tools.memory import WRITES as MEMORY_WRITES
 from ..tools.toolset import Toolset, error_result
+from . import incremental
 from .continuation import Ledger, cut_spend, read_ledger, rebuild_memory
 from .final_report import final_markdown
 from .safe_request import api_valid
@@ -192,8 +193,9 @@ class Session:
             if ledger is not None:
                 self._rebuild(ledger)
                 self._unsee_after(ledger)
-        else:
-            await state.add({"role": "user", "content": spec.prompt})
+        else:  # an incremental job's note on its baseline follows the prompt (the window joins the two)
+            await state.add({"role": "user", "content": spec.prompt}, *await incremental.start(spec, self.store,
+                                                                                          self.record))
 
     async def _subagents(self) -> Subagents | None:
         """The job's subagents, when it has the ``task`` tool (a subagent's spec never lists it)."""

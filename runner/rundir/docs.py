@@ -17,6 +17,7 @@ This is the only module that knows how a run directory is laid out::
           context.jsonl               CONTEXT: the compacted window, for resume and the viewer
           events.jsonl                EVENTS: one Event per line (compaction stages, model calls, ...)
           final.md                    FINAL: the answer, or a partial report
+          manifest.jsonl              MANIFEST: an incremental job's workspace at its start (rundir/manifest.py)
           tool-results/, summaries/   TOOL_RESULTS, SUMMARIES: what compaction moved out of the context
             <id>.txt, <id>.<n>.txt    output_path(): an output of tool_use <id> (safe), n-th distinct one
             NNNN.md                   summary_path(): the n-th summary
@@ -91,6 +92,11 @@ def summary_path(number: int) -> str:
     return f"{SUMMARIES}/{number:04d}{SUMMARY_SUFFIX}"
 
 
+MANIFEST = "manifest.jsonl"
+BASELINE_REPORT = output_path("baseline-report")  # an incremental job's copy of its baseline's final.md
+BASELINE_CHANGES = output_path("baseline-changes")  # the workspace's changes since the baseline, in full
+
+
 def probe_name(worker: str) -> str:
     """The file a Ray worker writes in the run directory to show it sees it."""
     return f".probe-{worker}"
@@ -144,6 +150,22 @@ class _Doc(BaseModel):
 
 
 SUBAGENT_FIELDS = ("subagent_usage", "subagents")  # written only for a job that had subagents
+WHEN_SET = ("worker", "source", "incremental")  # written only when not None
+
+
+class Incremental(_Doc):
+    """An incremental job's start (``incremental = true``): the baseline it started from and what
+    changed in the workspace since, or why it ran fresh (``fresh``). Written only for such a job."""
+
+    baseline: str | None = None  # the baseline run's id (its directory in the same output directory)
+    baseline_cost_usd: float | None = None  # what the baseline's job cost
+    files_added: int = 0
+    files_changed: int = 0
+    files_removed: int = 0
+    files_unchanged: int = 0
+    fresh: str | None = None  # why there is no baseline (the job ran as a full run)
+    manifest_entries: int = 0  # entries of this job's manifest.jsonl
+    manifest_s: float = 0.0  # the time it took to make
 
 
 class JobMetrics(_Doc):
@@ -178,6 +200,7 @@ class JobMetrics(_Doc):
     source: str | None = None  # run.json rows: the task file
     context_chars: int = 0  # live: characters of the window the last call carried
     started: float | None = None  # live: when this segment of the job started (epoch seconds)
+    incremental: Incremental | None = None  # an incremental job's baseline, or why it ran fresh
 
     def usage_total(self, key: str) -> int:
         """One usage count, the job's, its summaries' and its subagents' together."""
@@ -197,7 +220,7 @@ class JobMetrics(_Doc):
         """``metrics.json``: every field but the live ones (``worker`` and ``source`` when set), then
         any extra ones; wall time and cost rounded, compactions sorted by stage."""
         out = {k: v for k, v in self.model_dump(exclude=set(self.LIVE)).items()
-               if (k not in ("worker", "source") or v is not None) and (k not in SUBAGENT_FIELDS or self.subagents)}
+               if (k not in WHEN_SET or v is not None) and (k not in SUBAGENT_FIELDS or self.subagents)}
         out["wall_s"], out["cost_usd"] = round(self.wall_s, 3), round(self.cost_usd, 6)
         out["compactions"] = dict(sorted(self.compactions.items()))
         return out
@@ -213,7 +236,7 @@ class JobMetrics(_Doc):
     def clean(self) -> dict[str, Any]:
         """Every field the table reads, in its type (a damaged value is back at its default)."""
         return {k: v for k, v in self.model_dump(exclude=set(self.LIVE)).items()
-                if (k not in ("worker", "source") or v is not None) and (k not in SUBAGENT_FIELDS or self.subagents)}
+                if (k not in WHEN_SET or v is not None) and (k not in SUBAGENT_FIELDS or self.subagents)}
 
 
 class RunDocument(_Doc):

@@ -1,0 +1,204 @@
+"""An incremental job's start (``limits.incremental``): its workspace manifest, its baseline, and the
+message that tells the model what changed since.
+
+The baseline is the newest earlier run in the same output directory whose job of the same name, with
+the same prompt and workspace, succeeded and left a usable ``manifest.jsonl`` and ``final.md``. With
+one, the job starts with its prompt and then one more user message (:func:`runner.protocol.incremental_note`;
+the window joins the two into its first message, the transcript keeps both lines, the first still the
+prompt alone): when the analysis ran, where its report is (copied in as ``BASELINE_REPORT``, so
+``recall`` reads it), the counts of files added, changed and removed, the first of each, and where the
+full lists are (``BASELINE_CHANGES``). The baseline's ``memories/`` is copied in as the job's memory.
+The record's ``incremental`` names the baseline, the counts and the baseline's cost; or, with no usable
+baseline (or ``--fresh``), why the job runs fresh.
+
+Guarantees:
+- Never an error: an unusable baseline, an output directory that cannot be listed, a workspace that
+  cannot be walked mean a full run, the reason in the record.
+- Only the job's own starting segment decides: a resumed job continues from its transcript and keeps
+  its record's baseline (:meth:`~runner.rundir.docs.JobMetrics.carry_over`); a subagent (its
+  directory under ``agents/``) starts from its prompt alone.
+- The walks and copies run off the event loop; nothing outside the baseline's job directory is read
+  for it (its memory files are opened beneath it, no symlink followed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from ..config import ConfigError
+from ..jobs import JobSpec
+from ..messages import Message
+from ..protocol import INCREMENTAL_MEMORY, changes_text, incremental_note
+from ..rundir.docs import (
+    AGENTS,
+    BASELINE_CHANGES,
+    BASELINE_REPORT,
+    FINAL,
+    JOB_JSON,
+    MANIFEST,
+    Incremental,
+    JobMetrics,
+    Status,
+    read_json,
+    read_metrics,
+)
+from ..rundir.manifest import Manifest, build, diff, read_manifest
+from ..rundir.prune import find_runs
+from ..rundir.store import JobStore
+from ..tools.beneath import Root, open_regular
+from ..tools.memory import MEMORY_DIR, PREFIX, memory_files
+
+FRESH_FLAG = "--fresh: a full run was asked for"
+
+
+@dataclass
+class Baseline:
+    """An earlier run's job this one starts from."""
+
+    job_dir: Path
+    manifest: Manifest
+    metrics: JobMetrics
+
+    @property
+    def run(self) -> str:
+        return self.job_dir.parent.name
+
+
+def _head(job_dir: Path, spec: JobSpec) -> tuple[float | None, str | None]:
+    """When ``job_dir``'s manifest was made, or why the job there is no baseline for ``spec`` (the
+    cheap checks: its status, prompt, workspace, final.md and manifest head)."""
+    metrics = read_metrics(job_dir)
+    status = metrics.status if metrics is not None else "(no metrics.json)"
+    if status != Status.SUCCEEDED:
+        return None, f"ended {status}"
+    job, _ = read_json(job_dir / JOB_JSON)
+    if not isinstance(job, dict) or job.get("prompt") != spec.prompt:
+        return None, "had another prompt" if isinstance(job, dict) else "has no readable job.json"
+    if job.get("workspace") != str(spec.workspace):
+        return None, f"had another workspace ({str(job.get('workspace'))[:200]})"
+    if not (job_dir / FINAL).is_file():
+        return None, "has no final.md"
+    try:
+        with (job_dir / MANIFEST).open(encoding="utf-8") as f:
+            head = f.readline()
+    except OSError:
+        return None, f"has no usable {MANIFEST} (missing)"
+    created = _created(head)
+    if created is None:
+        return None, f"has no usable {MANIFEST} (damaged head line)"
+    return created, None
+
+
+def _created(line: str) -> float | None:
+    try:
+        head = json.loads(line)
+    except ValueError:
+        return None
+    created = head.get("created") if isinstance(head, dict) else None
+    return float(created) if isinstance(created, (int, float)) and not isinstance(created, bool) else None
+
+
+def find_baseline(spec: JobSpec, run_dir: Path, before: float) -> tuple[Baseline | None, str | None]:
+    """The newest usable baseline for ``spec`` among ``run_dir``'s siblings (its manifest made before
+    ``before``), or None and why there is none. Blocking."""
+    output_dir = run_dir.parent
+    try:
+        runs = find_runs(output_dir)
+    except ConfigError as e:
+        return None, f"no usable baseline: {e.problems[0]}"
+    here = run_dir.resolve()
+    found: list[tuple[float, Path]] = []
+    first_problem: str | None = None
+    examined = 0
+    for run in runs:
+        job_dir = run / spec.name
+        if run.resolve() == here or job_dir.is_symlink() or not job_dir.is_dir():
+            continue
+        examined += 1
+        created, problem = _head(job_dir, spec)
+        if created is not None and created >= before:
+            continue  # a run made after this one's start is no earlier run
+        if problem is None and created is not None:
+            found.append((created, job_dir))
+        elif first_problem is None:
+            first_problem = f"its newest earlier run, {run.name}, {problem}"
+    for _, job_dir in sorted(found, reverse=True):
+        manifest, problem = read_manifest(job_dir / MANIFEST)
+        if manifest is not None:
+            return Baseline(job_dir, manifest, read_metrics(job_dir) or JobMetrics()), None
+        if first_problem is None:
+            first_problem = f"its newest earlier run, {job_dir.parent.name}, has no usable {MANIFEST} ({problem})"
+    if not examined:
+        return None, f"no usable baseline: no earlier run of job {spec.name} in {output_dir}"
+    more = f" (none of its {examined} earlier runs is usable)" if examined > 1 else ""
+    return None, f"no usable baseline: {first_problem}{more}"
+
+
+def copy_memories(source_job: Path, job_dir: Path) -> list[str]:
+    """The baseline's memory files, copied into ``job_dir/memories/``; their ``/memories/...`` paths.
+    Only regular files beneath the baseline's ``memories/`` are read (links are not followed)."""
+    copied: list[str] = []
+    files = memory_files(str(source_job))
+    if not files:
+        return copied
+    with Root.open(str(source_job)) as root:
+        for path, _ in files:
+            rel = path.removeprefix(PREFIX + "/")
+            try:
+                fd, _st = open_regular(root, f"{MEMORY_DIR}/{rel}", no_symlinks=True)
+            except (OSError, ValueError):
+                continue
+            with os.fdopen(fd, "rb") as f:
+                data = f.read()
+            target = job_dir / MEMORY_DIR / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            copied.append(path)
+    return copied
+
+
+def _when(stamp: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(stamp))
+
+
+async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Message]:
+    """What an incremental job's history holds after its prompt: the note on its baseline, or nothing.
+    Writes its manifest and, with a baseline, the copied report, the lists and the memory files; sets
+    ``record.incremental``. Nothing for a job that is not incremental, nor for a subagent."""
+    if not spec.limits.incremental or store.dir.parent.name == AGENTS:
+        return []
+    forced = spec.fresh or (record.incremental is not None and record.incremental.fresh == FRESH_FLAG)
+    try:
+        manifest = await anyio.to_thread.run_sync(build, spec.workspace)
+    except OSError as e:
+        record.incremental = Incremental(fresh=f"the workspace could not be listed: {e.strerror or e}")
+        return []
+    await store.write_text(MANIFEST, manifest.text())
+    seen = {"manifest_entries": len(manifest.entries), "manifest_s": round(manifest.wall_s, 3)}
+    if forced:
+        baseline, reason = None, FRESH_FLAG
+    else:
+        baseline, reason = await anyio.to_thread.run_sync(find_baseline, spec, store.dir.parent, manifest.created)
+    if baseline is None:
+        record.incremental = Incremental(fresh=reason, **seen)
+        return []
+    changes = diff(baseline.manifest, manifest)
+    lists = {"added": changes.added, "changed": changes.changed, "removed": changes.removed}
+    report = await anyio.to_thread.run_sync(
+        lambda: (baseline.job_dir / FINAL).read_text(encoding="utf-8", errors="replace"))
+    await store.save([(BASELINE_REPORT, report),
+                      (BASELINE_CHANGES, changes_text(run=baseline.run, lists=lists, unchanged=changes.unchanged))])
+    memories = await anyio.to_thread.run_sync(copy_memories, baseline.job_dir, store.dir)
+    memory = INCREMENTAL_MEMORY.format(files=len(memories), prefix=PREFIX) if memories else ""
+    record.incremental = Incremental(baseline=baseline.run, baseline_cost_usd=round(baseline.metrics.cost_usd, 6),
+                                     files_added=len(changes.added), files_changed=len(changes.changed),
+                                     files_removed=len(changes.removed), files_unchanged=changes.unchanged, **seen)
+    note = incremental_note(run=baseline.run, when=_when(baseline.manifest.created), report=BASELINE_REPORT,
+                            changes=BASELINE_CHANGES, memory=memory, lists=lists, unchanged=changes.unchanged)
+    return [{"role": "user", "content": note}]
