@@ -1,4 +1,4 @@
-"""``runner run / validate / resume / report / view / prune / emulate``.
+"""``runner run / validate / resume / report / diff / view / prune / emulate``.
 
 Exit codes: 0 every job succeeded, 1 a job did not, 2 bad configuration or usage, 130 interrupted.
 """
@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="same as `runner resume RUN_DIR`")
     run.add_argument("--json", action="store_true",
                      help="print the run as one JSON document on stdout at the end (the table goes to stderr)")
+    run.add_argument("--fresh", action="store_true",
+                     help="run incremental jobs in full: no baseline (they still write their manifest)")
     executor_flags(run)
 
     validate = sub.add_parser("validate", help="check config and task files; run nothing", epilog="""exit codes:
@@ -118,6 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
                              "config.toml `run` would use)")
     report.add_argument("--json", action="store_true",
                         help="print the run as one JSON document: run.json's fields and each job's metrics")
+
+    diff = sub.add_parser("diff", help="what changed in each job's report from RUN_A to RUN_B", epilog="""exit codes:
+  0    no job's report changed
+  1    a job's report changed (or a job is in one run only)
+  2    RUN_A or RUN_B is not a run directory, or bad usage""")
+    diff.add_argument("run_a", type=Path, metavar="RUN_A", help="the earlier run directory, runs/<run-id>")
+    diff.add_argument("run_b", type=Path, metavar="RUN_B", help="the later run directory (runs/latest)")
+    diff.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
 
     view = sub.add_parser("view", help="write the run as HTML that opens from disk (no network)",
                           epilog=EXIT_CODES_VIEW)
@@ -164,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_report(args)
         if args.command == "view":
             return cmd_view(args)
+        if args.command == "diff":
+            return cmd_diff(args)
         if args.command == "prune":
             return cmd_prune(args)
         if args.command == "emulate":
@@ -269,6 +281,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         errors = [e for e in errors if e.name in args.only]
     if not specs and not errors:
         raise ConfigError(["no task files found (expected *.toml files in the jobs directory)"])
+    if args.fresh:
+        specs = [spec.run_fresh() for spec in specs]
     for error in errors:
         print_error(error.message, label=f"job {escape(printable(error.name))} will fail")
     from .compaction.compactor import Compactor
@@ -293,10 +307,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     with hold_run_dir(run_dir):
         claim(run_dir, len(specs) + len(errors))
         code = execute(batch, settings, as_json=args.json)
+    say_incremental(run_dir)
     if settings.runner.keep_runs is not None and code != 130:  # this run is `latest`: never among those removed
         report_prune(prune(settings.runner.output_dir, keep=settings.runner.keep_runs), settings.runner.output_dir,
                      say, quiet=True)
     return code
+
+
+def say_incremental(run_dir: Path) -> None:
+    """One line on stderr per incremental job: its baseline and the files changed, or why it ran fresh."""
+    from .agent.incremental import summary_line
+    from .rundir.docs import load_run
+
+    for job in load_run(run_dir, with_specs=False).jobs:
+        if job.metrics.incremental is not None:
+            say(summary_line(job.name, job.metrics.incremental))
 
 
 def report_prune(result: PruneResult, output_dir: Path, show: Any, quiet: bool = False) -> None:
@@ -367,6 +392,40 @@ def report_json(run_dir: Path) -> int:
     print(json_printable(json.dumps(document, ensure_ascii=False, indent=1)))
     totals = document["totals"]
     return 0 if totals[Status.SUCCEEDED] == totals["jobs"] else 1
+
+
+DIFF_NAMES_SHOWN = 20  # rows or sections named per kind and job; --json names every one
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from .ui.diff import diff_runs
+
+    bad = [f"{run}: not a run directory (no {RUN_JSON}, no job's metrics.json)" for run in (args.run_a, args.run_b)
+           if not is_run_dir(run)]
+    if bad:
+        raise ConfigError(bad)
+    result = diff_runs(args.run_a, args.run_b)
+    if args.json:
+        print(json_printable(json.dumps(result.document(), ensure_ascii=False, indent=1)))
+        return 1 if result.changed else 0
+    for job in result.jobs:
+        what = ("only in RUN_B" if job.status_a is None else "only in RUN_A" if job.status_b is None
+                else "report changed" if job.report_changed else "unchanged")
+        counts = (f" ({job.unit}: {len(job.added)} added, {len(job.removed)} removed, {len(job.changed)} changed)"
+                  if job.added or job.removed or job.changed else "")
+        out.print(escape(printable(f"job {job.job}: {what}{counts}")), highlight=False, soft_wrap=True)
+        for kind, names in (("added", job.added), ("removed", job.removed), ("changed", job.changed)):
+            for name in names[:DIFF_NAMES_SHOWN]:
+                out.print(escape(printable(f"  {kind}: {name}")), highlight=False, soft_wrap=True)
+            if len(names) > DIFF_NAMES_SHOWN:
+                out.print(escape(printable(f"  {kind}: ... and {len(names) - DIFF_NAMES_SHOWN} more (--json lists "
+                                           "them all)")), highlight=False, soft_wrap=True)
+        if job.diff:
+            out.print(escape(printable(job.diff.rstrip("\n"), one_line=False, tabs=True)), highlight=False,
+                      soft_wrap=True)
+    out.print(escape(printable(f"{plural(len(result.jobs), 'job')}, {len(result.changed)} with a changed report")),
+              highlight=False, soft_wrap=True)
+    return 1 if result.changed else 0
 
 
 def cmd_view(args: argparse.Namespace) -> int:

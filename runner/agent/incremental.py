@@ -180,13 +180,13 @@ async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Mess
         record.incremental = Incremental(fresh=f"the workspace could not be listed: {e.strerror or e}")
         return []
     await store.write_text(MANIFEST, manifest.text())
-    seen = {"manifest_entries": len(manifest.entries), "manifest_s": round(manifest.wall_s, 3)}
-    if forced:
-        baseline, reason = None, FRESH_FLAG
-    else:
+    entries, took = len(manifest.entries), round(manifest.wall_s, 3)
+    baseline: Baseline | None = None
+    reason: str | None = FRESH_FLAG
+    if not forced:
         baseline, reason = await anyio.to_thread.run_sync(find_baseline, spec, store.dir.parent, manifest.created)
     if baseline is None:
-        record.incremental = Incremental(fresh=reason, **seen)
+        record.incremental = Incremental(fresh=reason, manifest_entries=entries, manifest_s=took)
         return []
     changes = diff(baseline.manifest, manifest)
     lists = {"added": changes.added, "changed": changes.changed, "removed": changes.removed}
@@ -198,7 +198,18 @@ async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Mess
     memory = INCREMENTAL_MEMORY.format(files=len(memories), prefix=PREFIX) if memories else ""
     record.incremental = Incremental(baseline=baseline.run, baseline_cost_usd=round(baseline.metrics.cost_usd, 6),
                                      files_added=len(changes.added), files_changed=len(changes.changed),
-                                     files_removed=len(changes.removed), files_unchanged=changes.unchanged, **seen)
+                                     files_removed=len(changes.removed), files_unchanged=changes.unchanged,
+                                     manifest_entries=entries, manifest_s=took)
     note = incremental_note(run=baseline.run, when=_when(baseline.manifest.created), report=BASELINE_REPORT,
                             changes=BASELINE_CHANGES, memory=memory, lists=lists, unchanged=changes.unchanged)
     return [{"role": "user", "content": note}]
+
+
+def summary_line(job: str, incremental: Incremental) -> str:
+    """One line for the operator: the job's baseline and what changed, or why it ran fresh."""
+    if incremental.baseline is None:
+        return f"job {job}: a full run: {incremental.fresh or 'no baseline'}"
+    cost = f"; the baseline cost ${incremental.baseline_cost_usd:.4f}" if incremental.baseline_cost_usd is not None \
+        else ""
+    return (f"job {job}: incremental from run {incremental.baseline}: {incremental.files_added} files added, "
+            f"{incremental.files_changed} changed, {incremental.files_removed} removed{cost}")
