@@ -8,6 +8,7 @@ on a copy of real stdlib packages; what the reports say is checked against the f
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sysconfig
@@ -16,7 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import expected_row, regular_files, survey_rows
+from conftest import CliRunner, expected_row, regular_files, survey_rows
 
 from runner.agent.subagents import slug
 from runner.config import Limits
@@ -56,10 +57,10 @@ class Play:
     """Conversations through the policy, the real tools answering; ``task`` calls answered by a child
     conversation whose files go to ``agents/<n>-<slug>/`` of the parent's directory."""
 
-    def __init__(self, ws: Path, *, result_chars: int = 5_000, fail: set[str] = frozenset()):  # type: ignore[assignment]
+    def __init__(self, ws: Path, *, result_chars: int = 5_000, fail: tuple[str, ...] = ()):
         self.ws = ws
         self.result_chars = result_chars  # the most of a report a task result shows
-        self.fail = fail  # descriptions of the tasks whose subagent fails
+        self.fail = fail  # descriptions of the tasks whose subagent runs out of turns
         self.count = 0
         self.transcripts: dict[str, list[Message]] = {}
 
@@ -90,7 +91,8 @@ class Play:
         (job_dir / "final.md").write_text("(out of turns)\n", encoding="utf-8")
         return messages, "(out of turns)\n", "max_turns"
 
-    async def task(self, call: dict[str, Any], parent: Path, n: int, results: dict[str, dict[str, Any]]) -> None:
+    async def task(self, call: dict[str, Any], parent: Path, n: int,
+                   results: dict[str, dict[str, Any]]) -> None:
         args = call["input"]
         where = f"agents/{n}-{slug(args['description'])}"
         tools = tuple(args["tools"])
@@ -149,7 +151,8 @@ async def test_a_big_tree_is_split_among_subagents_and_every_file_is_right(tree,
     [calls] = task_calls(messages)  # every part in one reply
     scopes = sorted(scope_of([{"role": "user", "content": c["input"]["prompt"]}]) or "" for c in calls)
     assert scopes == sorted([*PACKAGES, TOP])
-    assert all("Survey this workspace." in c["input"]["prompt"] and c["input"]["tools"] == list(TOOLS) for c in calls)
+    assert all("Survey this workspace." in c["input"]["prompt"] for c in calls)
+    assert all(c["input"]["tools"] == list(TOOLS) for c in calls)
     truth = regular_files(tree)
     assert_rows_right(survey_rows(final, job), truth)
     files, text, lines, _, binary, _, errors = totals(final)
@@ -162,7 +165,8 @@ async def test_a_big_tree_is_split_among_subagents_and_every_file_is_right(tree,
         where = f"agents/{n}-{slug(call['input']['description'])}"
         assert f"`{where}/final.md`" in final and (job / where / "memories" / "survey").is_dir()
     for description, transcript in play.transcripts.items():  # each part read only its own files
-        read = [str(u["input"].get("file_path")) for m in transcript for u in tool_uses(m) if u["name"] == "read"]
+        read = [str(u["input"].get("file_path")) for m in transcript for u in tool_uses(m)
+                if u["name"] == "read"]
         assert read and all("/" not in p if description == delegation.TOP_DESCRIPTION else
                             p.startswith(description + "/") for p in read), (description, read[:5])
 
@@ -183,7 +187,7 @@ async def test_a_cut_report_is_read_back_before_the_parent_reports(tree, tmp_pat
 
 
 async def test_a_failed_subagent_leaves_its_part_not_covered(tree, tmp_path, small_threshold):
-    play = Play(tree, fail={"asyncio"})
+    play = Play(tree, fail=("asyncio",))
     job = tmp_path / "job"
     _, final, status = await play.converse("Survey this workspace.", job, TOOLS, task=True)
     assert status == "succeeded"
@@ -218,7 +222,8 @@ async def test_a_scoped_survey_reads_only_its_part_with_workspace_paths(tree, tm
     prompt = scoped_prompt(scope, "Survey this workspace.")
     messages, final, status = await Play(tree).converse(prompt, tmp_path / "job", TOOLS, task=True)
     assert status == "succeeded" and not task_calls(messages)  # a part is never split again
-    truth = {p: d for p, d in regular_files(tree).items() if ("/" not in p if scope == TOP else p.startswith("email/"))}
+    truth = {p: d for p, d in regular_files(tree).items()
+             if ("/" not in p if scope == TOP else p.startswith("email/"))}
     assert_rows_right(survey_rows(final, tmp_path / "job"), truth)
     todo = re.search(r"## TODO / FIXME / XXX \((\d+) lines in (\d+) files", final)
     assert todo and int(todo[1]) == todo_lines(truth)
@@ -241,3 +246,27 @@ def test_a_task_result_header_parses():
     head = SUBAGENT_RESULT.format(dir="agents/1-email", status="succeeded", turns=3, cost=0.0,
                                   path="agents/1-email/final.md", chars=10, cut=SUBAGENT_CUT)
     assert subagent_result(head + "body") == ("agents/1-email", "succeeded", "agents/1-email/final.md", True)
+
+
+# --- through the runtime ----------------------------------------------------------------------------
+
+def test_runner_run_of_a_survey_with_the_task_tool_delegates_on_the_offline_model(
+        tree, tmp_path, small_threshold, run_cli: CliRunner):
+    (tmp_path / "j.toml").write_text('workspace = "ws"\nprompt = "Survey this workspace."\n'
+                                     'tools = ["read", "glob", "grep", "task"]\n')
+    done = run_cli("run", "j.toml", "--backend", "offline", "--output-dir", "runs", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    job = next((tmp_path / "runs").glob("*/j"))
+    metrics = json.loads((job / "metrics.json").read_text())
+    assert metrics["status"] == "succeeded"
+    final = (job / "final.md").read_text()
+    assert "Every part is covered: all 4 subagents succeeded." in final
+    agents = sorted(p.name for p in (job / "agents").iterdir())
+    assert len(agents) == 4 and all((job / "agents" / a / "final.md").is_file() for a in agents)
+    assert all((job / "agents" / a / "memories" / "survey").is_dir() for a in agents)
+    assert all(f"`agents/{a}/final.md`" in final for a in agents)
+    truth = regular_files(tree)
+    assert_rows_right(survey_rows(final, job), truth)
+    assert totals(final)[0] == len(truth)
+    todo = re.search(r"## TODO / FIXME / XXX \((\d+) lines in (\d+) files", final)
+    assert todo and int(todo[1]) == todo_lines(truth)

@@ -75,7 +75,8 @@ SURVEY = re.compile(r"\bsurvey", re.I)
 _UNNAMEABLE = re.compile(r"[`|\n\r]")  # a directory a prompt, a note or a table cell could not name
 _EXT_ROW = re.compile(r"^\| (\S+) \| (\d+) \| (\d+) \|$", re.M)
 _LARGEST_ROW = re.compile(r"^\| (.+?) \| (\d+) \| (\d+) \|$", re.M)
-_TODO_HEAD = re.compile(r"^## TODO / FIXME / XXX \((\d+) lines in (\d+) files(; the search output was cut)?", re.M)
+_TODO_HEAD = re.compile(r"^## TODO / FIXME / XXX \((\d+) lines in (\d+) files(; the search output was cut)?",
+                        re.M)
 TOTAL_NAMES = ("files", "text", "lines", "chars", "binary", "binary_bytes", "errors")
 
 
@@ -119,8 +120,8 @@ def partial_report(messages: list[Message]) -> str:
         return memory_survey.partial_report(without_probe(messages))
     parts = _parts(messages, plan)
     done = sum(1 for scope, _ in plan["parts"] if scope in parts)
-    return report(plan, parts, partial=f"(Partial: {done} of the {len(plan['parts'])} subagents' results were "
-                                       "in by the time the job stopped.)")
+    partial = f"(Partial: {done} of the {len(plan['parts'])} subagents' results were in when the job ended.)"
+    return report(plan, parts, partial=partial)
 
 
 def in_progress(messages: list[Message]) -> bool:
@@ -161,7 +162,8 @@ def _split(messages: list[Message]) -> tuple[str, int, list[str], bool] | None:
     answer the first turn's listing and the tree is to be split; else None."""
     if len(messages) < 2 or messages[-2].get("role") != "assistant":
         return None
-    uses = {str(u.get("id")): u.get("input") or {} for u in tool_uses(messages[-2]) if u.get("name") == "glob"}
+    uses = {str(u.get("id")): u.get("input") or {} for u in tool_uses(messages[-2])
+            if u.get("name") == "glob"}
     answers: dict[str, str] = {}
     for result in tool_results(messages[-1]):
         args = uses.get(str(result.get("tool_use_id")))
@@ -178,7 +180,8 @@ def _split(messages: list[Message]) -> tuple[str, int, list[str], bool] | None:
         return None
     top = [e for e in _entries(answers["*"]) if e not in set(_entries(dirs_text))]
     root = os.path.dirname(dirs[0])
-    return root, entries, sorted(os.path.basename(d) for d in dirs), bool(top) or glob_cut(answers["*"]) is not None
+    top_cut = glob_cut(answers["*"]) is not None
+    return root, entries, sorted(os.path.basename(d) for d in dirs), bool(top) or top_cut
 
 
 def _entries(text: str) -> list[str]:
@@ -210,8 +213,8 @@ def _delegate(messages: list[Message], tool_names: set[str], root: str, entries:
             f"{PLAN_KEY}{json.dumps(plan, separators=(',', ':'), ensure_ascii=False)}")
     content: list[dict[str, Any]] = [{"type": "text", "text": text}]
     for k, (scope, description) in enumerate(parts):
-        content.append({"type": "tool_use", "id": _call_id(messages, k), "name": "task",
-                        "input": {"prompt": scoped_prompt(scope, asked), "description": description, "tools": tools}})
+        task = {"prompt": scoped_prompt(scope, asked), "description": description, "tools": tools}
+        content.append({"type": "tool_use", "id": _call_id(messages, k), "name": "task", "input": task})
     return content, "tool_use"
 
 
@@ -331,47 +334,59 @@ def _scope_cell(scope: str) -> str:
 
 def report(plan: dict[str, Any], parts: dict[str, dict[str, Any]], partial: str = "") -> str:
     """The parent's Markdown report: the parts' sums, each subagent, what is not covered."""
-    covered = [(scope, parts[scope]) for scope, _ in plan["parts"]
-               if parts.get(scope, {}).get("status") == "succeeded" and "totals" in parts[scope]]
-    missing = [scope for scope, _ in plan["parts"] if scope not in dict(covered)]
-    n = len(plan["parts"])
+    scopes = [scope for scope, _ in plan["parts"]]
+    covered = [(s, parts[s]) for s in scopes
+               if parts.get(s, {}).get("status") == "succeeded" and "totals" in parts[s]]
+    missing = [s for s in scopes if s not in dict(covered)]
+    n = len(scopes)
+    top = " and one for the files at the top" if TOP in scopes else ""
     out = [f"# Survey of `{plan['root']}`", ""]
     if partial:
         out += [partial, ""]
-    out.append(f"The tree ({plan['entries']} entries) was split among {n} subagents, one per top-level directory"
-               f"{' and one for the files at the top' if any(s == TOP for s, _ in plan['parts']) else ''}; each "
-               "surveyed its part and wrote its own report. The totals here are the sum of theirs.")
+    out.append(f"The tree ({plan['entries']} entries) was split among {n} subagents, one per top-level "
+               f"directory{top}; each surveyed its part and wrote its own report. The totals here are the "
+               "sum of theirs.")
     if missing:
-        out.append(f"**Not covered**: {len(missing)} of the {n} parts ({', '.join(_scope_cell(s) for s in missing)}): "
-                   "their subagents did not succeed, and their files are not in these totals.")
+        names = ", ".join(map(_scope_cell, missing))
+        out.append(f"**Not covered**: {len(missing)} of the {n} parts ({names}): their subagents did not "
+                   "succeed, and their files are not in these totals.")
     else:
         out.append(f"Every part is covered: all {n} subagents succeeded.")
     sums = {name: sum(p["totals"][name] for _, p in covered) for name in TOTAL_NAMES}
     out += ["", TOTALS.format(**sums)]
-    out += ["", "## Subagents", "", "| subagent | scope | status | files | report |", "|---|---|---|---:|---|"]
-    for scope, _ in plan["parts"]:
-        part = parts.get(scope, {})
-        files = part["totals"]["files"] if "totals" in part else "-"
-        if part.get("report"):
-            out.append(SUBAGENT_ROW.format(dir=part.get("dir"), scope=_scope_cell(scope), status=part.get("status"),
-                                           files=files, report=part["report"]))
-        else:
-            out.append(f"| (none) | {_scope_cell(scope)} | {part.get('status') or 'no result'} | {files} | (none) |")
+    out += ["", "## Subagents", "", "| subagent | scope | status | files | report |",
+            "|---|---|---|---:|---|"]
+    out += [_subagent_row(scope, parts.get(scope, {})) for scope in scopes]
     if missing:
         out += ["", "## Not covered", ""]
-        for scope in missing:
-            part = parts.get(scope, {})
-            why = part.get("error") or ("its report gives no totals" if part.get("status") == "succeeded" else
-                                        f"it ended {part['status']}" if part.get("status") else "no result came back")
-            where = f"; what it did is in `{part['report']}`" if part.get("report") else ""
-            out.append(f"- {_scope_cell(scope)}: not covered ({why}{where}).")
+        out += [f"- {_scope_cell(scope)}: not covered ({_why(parts.get(scope, {}))})." for scope in missing]
     out += _merged_tables(covered)
-    out += ["", "## Every file", ""]
     reports = ", ".join(f"`{p['report']}`" for _, p in covered)
-    out.append(f"Every file's row (lines, size, top-level definitions, first docstring or comment line) is in "
-               f"its part's report: {reports or '(none)'}, in its table or in the facts files it names (under "
-               "that report's directory).")
+    out += ["", "## Every file", "",
+            "Every file's row (lines, size, top-level definitions, first docstring or comment line) is in "
+            f"its part's report: {reports or '(none)'}, in its table or in the facts files it names (under "
+            "that report's directory)."]
     return "\n".join(out) + "\n"
+
+
+def _subagent_row(scope: str, part: dict[str, Any]) -> str:
+    files = part["totals"]["files"] if "totals" in part else "-"
+    status = part.get("status") or "no result"
+    if part.get("report"):
+        return SUBAGENT_ROW.format(dir=part.get("dir"), scope=_scope_cell(scope), status=status, files=files,
+                                   report=part["report"])
+    return f"| (none) | {_scope_cell(scope)} | {status} | {files} | (none) |"
+
+
+def _why(part: dict[str, Any]) -> str:
+    """Why a part is not covered, and where what its subagent did is."""
+    if part.get("error"):
+        why = str(part["error"])
+    elif part.get("status") == "succeeded":
+        why = "its report gives no totals"
+    else:
+        why = f"it ended {part['status']}" if part.get("status") else "no result came back"
+    return why + (f"; what it did is in `{part['report']}`" if part.get("report") else "")
 
 
 def _merged_tables(covered: list[tuple[str, dict[str, Any]]]) -> list[str]:
@@ -387,7 +402,8 @@ def _merged_tables(covered: list[tuple[str, dict[str, Any]]]) -> list[str]:
             acc[1] += lines
     out = ["", "## Files and lines per extension (text files)", "", *gap, "| extension | files | lines |",
            "|---|---:|---:|"]
-    out += [f"| {e} | {n} | {lines} |" for e, (n, lines) in sorted(ext.items(), key=lambda kv: (-kv[1][1], kv[0]))]
+    by_lines = sorted(ext.items(), key=lambda kv: (-kv[1][1], kv[0]))
+    out += [f"| {e} | {n} | {lines} |" for e, (n, lines) in by_lines]
     largest = sorted((row for p in known for row in p["largest"]), key=lambda r: (-r[0], r[1]))[:LARGEST]
     out += ["", "## Largest text files", "", *gap, "| file | lines | size |", "|---|---:|---:|"]
     out += [f"| {path.replace('|', chr(92) + '|')} | {lines} | {size} |" for size, path, lines in largest]
@@ -400,5 +416,6 @@ def _merged_tables(covered: list[tuple[str, dict[str, Any]]]) -> list[str]:
 
 
 def _call_id(messages: list[Message], k: int) -> str:
-    seed = f"{len(messages)}:{k}:{json.dumps(messages[-1] if messages else None, sort_keys=True, default=str)}"
+    newest = json.dumps(messages[-1] if messages else None, sort_keys=True, default=str)
+    seed = f"{len(messages)}:{k}:{newest}"
     return "toolu_dlg_" + hashlib.sha256(seed.encode()).hexdigest()[:20]

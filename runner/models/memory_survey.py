@@ -102,9 +102,9 @@ HEADINGS = {
 SKIP_DIRS = frozenset({".git", ".hg", ".svn"})  # version control internals: not the tree's files
 TOP = "."  # the scope of a survey of only the files at the top of the workspace
 # a subagent's prompt: the model's text (a parent writes it, the subagent's survey reads its scope)
-SCOPED_PROMPT = ("You survey one part of a workspace; other agents survey the rest. Your part: {scope}. List and "
-                 "read only that part, and give every path relative to the workspace root. The request you "
-                 "have a part of:\n\n{request}")
+SCOPED_PROMPT = ("You survey one part of a workspace; other agents survey the rest. Your part: {scope}. "
+                 "List and read only that part, and give every path relative to the workspace root. The "
+                 "request you have a part of:\n\n{request}")
 SCOPE_DIR = "the directory `{dir}/` and everything in it"
 SCOPE_TOP = "only the files at the top of the workspace (not those in any subdirectory)"
 _SCOPE = re.compile("Your part: (?:" + re.escape(SCOPE_DIR).replace(re.escape("{dir}"), "(.+)") + "|("
@@ -199,7 +199,8 @@ def scope_of(messages: list[Message]) -> str | None:
 
 def scoped_prompt(scope: str, request: str) -> str:
     """The prompt of a survey of ``scope`` (a directory, or :data:`TOP`) only."""
-    return SCOPED_PROMPT.format(scope=SCOPE_TOP if scope == TOP else SCOPE_DIR.format(dir=scope), request=request)
+    part = SCOPE_TOP if scope == TOP else SCOPE_DIR.format(dir=scope)
+    return SCOPED_PROMPT.format(scope=part, request=request)
 
 
 def glob_literal(path: str) -> str:
@@ -279,7 +280,9 @@ class Turn:
                 self.appends["files"].append("\t".join([head, *(_escape(n) for n in names[k:k + NAMES_PER_LINE])]))
 
     def directory(self, path: str) -> None:
-        if self.state.scope != TOP and path.count("/") < MAX_DEPTH and os.path.basename(path) not in SKIP_DIRS:
+        if self.state.scope == TOP:  # a survey of the top files lists no directory
+            return
+        if path.count("/") < MAX_DEPTH and os.path.basename(path) not in SKIP_DIRS:
             self.appends["dirs"].append(_escape(path))
 
     # --- the memory writes --------------------------------------------------------------------------
@@ -636,7 +639,8 @@ def plan(turn: Turn) -> None:
         if s.scope == TOP:
             turn.calls.append(("glob", {"pattern": "*"}))
         elif s.scope:
-            turn.calls += [("glob", {"pattern": glob_literal(s.scope)}), ("glob", {"pattern": "**/*", "path": s.scope})]
+            turn.calls += [("glob", {"pattern": glob_literal(s.scope)}),
+                           ("glob", {"pattern": "**/*", "path": s.scope})]
         else:
             turn.calls += [("glob", {"pattern": "*"}), ("glob", {"pattern": "**/*"})]
         s.phase = "list"
@@ -663,7 +667,8 @@ def plan(turn: Turn) -> None:
     if s.phase == "read":
         if not s.files_next and s.taken["files"] == turn.before["files"]:
             _take_appended(turn)
-        batch = _read_batch(s.files_next, max(READ_CHARS, s.target - OUTLINE_CHARS * len(turn.outlines + turn.todos)))
+        greps = len(turn.outlines) + len(turn.todos)
+        batch = _read_batch(s.files_next, max(READ_CHARS, s.target - OUTLINE_CHARS * greps))
         reads = max(2, len(batch))
         s.issued["files"] = len(batch)
         turn.calls += [("read", {"file_path": p.lstrip("+")}) for p in batch]  # relative to the workspace
