@@ -81,3 +81,38 @@ def test_a_run_whose_writer_is_gone_is_interrupted_and_a_live_one_is_not(tmp_pat
     assert dead.state == "interrupted" and dead.jobs[0].metrics.status == "interrupted"
     assert any("runner resume" in p for p in dead.problems)
     assert json.loads((run_dir / "j" / "metrics.json").read_text())["status"] == "running"  # shown, not written
+
+
+def test_a_job_with_subagents_has_their_rows_in_the_report_and_a_note_in_the_table(tmp_path: Path, run_cli) -> None:
+    from rich.console import Console
+    from test_viewer import make_subagent_run
+
+    from runner.ui.tables import fitting_table
+
+    run_dir = make_subagent_run(tmp_path)
+    metrics = json.loads((run_dir / "parent" / "metrics.json").read_text())
+    assert sorted(r["status"] for r in metrics["subagents"]) == ["failed", "succeeded", "succeeded"]
+    for document in (load_report(run_dir), json.loads(run_cli("report", str(run_dir), "--json").stdout)):
+        (job,) = document["jobs"]
+        assert job["subagents"] == metrics["subagents"]
+        assert job["subagent_usage"] == metrics["subagent_usage"]
+    shown = _report(run_cli, run_dir)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "parent" in line)
+    assert "3 subagents, 1 failed" in lines[at + 1]  # on the line under the job's name
+    for width in (80, 200):  # either layout keeps its width, and names it the same way
+        console = Console(width=width, record=True, color_system=None)
+        console.print(fitting_table(load_report(run_dir)["jobs"], None, width))
+        text = console.export_text()
+        assert "3 subagents, 1 failed" in text and max(len(line) for line in text.splitlines()) <= width
+
+
+def test_the_subagent_note_counts_failed_and_running_ones():
+    from runner.ui.report import subagent_note
+
+    assert subagent_note([]) == subagent_note(None) == subagent_note("x") == ""
+    rows = [{"agent": "1-a", "status": "succeeded"}, {"agent": "2-b", "status": "budget_exceeded"},
+            {"agent": "3-c", "status": "running"}]
+    assert subagent_note(rows) == "3 subagents, 1 failed, 1 running"
+    assert subagent_note(rows[:1]) == "1 subagent"

@@ -13,6 +13,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from markupsafe import escape
 from rich.console import Console
 
 from runner.cli import main
@@ -374,3 +375,191 @@ def test_a_3000_turn_jobs_pages_open_in_a_real_browser(long_run, tmp_path):
     page, log = _chromium_dom(long_run / "view" / "long-survey.7.html", tmp_path)
     assert not re.search(r"CONSOLE.*(Uncaught|Error)", log), log
     assert sum(1 for tag, attrs in page.tags if tag == "div" and "msg" in (attrs.get("class") or "")) > 100
+
+
+# --- a job's subagents ---------------------------------------------------------------------------------
+
+
+def make_subagent_run(base: Path) -> Path:
+    """A finished run of one job whose three subagents ran (the second failed), as ``runner run``
+    lays it out: run.json, the job's directory, and each subagent's under its ``agents/``. The
+    runtime itself ran it, on the model of tests/test_subagents.py that answers by prompt."""
+    import anyio
+    from test_subagents import ByPrompt
+    from test_subagents import job as subagent_job
+    from test_subagents import run as run_session
+
+    run_dir = base / "20261202-000000-agents"
+    run_dir.mkdir(parents=True)
+    session = anyio.run(run_session, subagent_job(base), ByPrompt(tasks=3, fail="part 1"), run_dir / "parent")
+    assert session.record.status == "succeeded", session.record.error
+    (run_dir / "run.json").write_text(json.dumps({"run_id": run_dir.name, "state": "finished", "backend": "offline",
+                                                  "model": "claude-sonnet-5-5", "jobs": [session.record.document()]}))
+    return run_dir
+
+
+AGENT_NAMES = ["1-part-0", "2-part-1", "3-part-2"]
+
+
+@pytest.fixture(scope="module")
+def agents_run(tmp_path_factory) -> Path:
+    run_dir = make_subagent_run(tmp_path_factory.mktemp("agents"))
+    write_view(run_dir)
+    return run_dir
+
+
+def _hrefs(html: str) -> list[str]:
+    dom = _Collect()
+    dom.feed(html)
+    return [attrs["href"] or "" for tag, attrs in dom.tags if tag == "a"]
+
+
+def _pages(run_dir: Path) -> list[Path]:
+    return [run_dir / "index.html", *sorted((run_dir / "view").rglob("*.html"))]
+
+
+def test_a_jobs_subagents_are_a_tree_on_its_page_each_with_a_page_of_its_own(agents_run):
+    from urllib.parse import unquote
+
+    view = agents_run / "view"
+    assert sorted(p.name for p in (view / "parent" / "agents").iterdir()) == [f"{n}.html" for n in AGENT_NAMES]
+    page = (view / page_name("parent")).read_text()
+    dom = _Collect()
+    dom.feed(page)
+    tree = [attrs["data-agent"] for tag, attrs in dom.tags if tag == "li" and "data-agent" in attrs]
+    assert tree == AGENT_NAMES
+    metrics = json.loads((agents_run / "parent" / "metrics.json").read_text())
+    for row in metrics["subagents"]:  # each row as the job's record has it
+        item = re.search(rf'<li data-agent="{row["agent"]}">(.*?)</li>', page, re.S)
+        assert item is not None
+        assert f'href="parent/agents/{row["agent"]}.html"' in item[1] and f">{row['status']}<" in item[1]
+        assert f"{row['turns']} turns" in item[1] and f"${row['cost_usd']:.4f}" in item[1]
+        assert (str(escape(row["error"])) in item[1]) if row["error"] else "err" not in item[1]
+    assert "the subagent&#39;s model failed" in page
+    # the task results in its transcript link to their subagents' pages
+    assert sum(h.startswith("parent/agents/") for h in _hrefs(page)) == 2 * len(AGENT_NAMES)
+    # the index's row: how many, and how many failed
+    row = re.search(r'<tr data-name="parent".*?</tr>', (agents_run / "index.html").read_text())
+    assert row is not None and '<td class="num" data-v="3">3, <span class="status failed">1 failed</span>' in row[0]
+    child = (view / "parent" / "agents" / "1-part-0.html").read_text()
+    assert "subagent 1-part-0 of job parent" in child and 'href="../../parent.html" rel="up"' in child
+    assert "<polyline" in child and "Report on &#39;Read part 0.&#39;: done." in child
+    # every link of every page is a file or directory of the run
+    root = agents_run.resolve()
+    for written in _pages(agents_run):
+        for href in _hrefs(written.read_text()):
+            target = (written.parent / unquote(href.split("#")[0])).resolve()
+            assert target.exists() and (target == root or root in target.parents), (written, href)
+
+
+def test_a_subagents_page_is_a_full_job_page_with_pages_of_transcript(agents_run, tmp_path, monkeypatch):
+    from runner.ui.viewer import pages as viewer_pages
+
+    run_dir = tmp_path / agents_run.name
+    shutil.copytree(agents_run, run_dir)
+    monkeypatch.setattr(viewer_pages, "TRANSCRIPT_PAGE_CHARS", 300)  # a page a turn
+    write_view(run_dir, force=True)
+    agents = run_dir / "view" / "parent" / "agents"
+    count = len(list(agents.glob("1-part-0*.html")))
+    assert count >= 3 and sorted(p.name for p in agents.glob("1-part-0*.html")) == sorted(
+        ["1-part-0.html", *(f"1-part-0.{n}.html" for n in range(2, count + 1))])
+    second = (agents / "1-part-0.2.html").read_text()
+    assert f"transcript, page 2 of {count}" in second and 'href="../../parent.html" rel="up"' in second
+    for href in _hrefs(second):
+        assert (agents / href.split("#")[0]).resolve().exists(), href
+    assert write_view(run_dir).pages_written == 0  # nothing newer than the pages
+    (run_dir / "parent" / "agents" / "1-part-0" / "final.md").write_text("A newer report.")
+    assert write_view(run_dir).pages_written == 1  # a subagent's file newer than its job's page: both rewritten
+    assert "A newer report." in (agents / "1-part-0.html").read_text()
+    shutil.rmtree(run_dir / "parent" / "agents" / "3-part-2")  # gone: its pages go too
+    write_view(run_dir, force=True)
+    assert not list(agents.glob("3-part-2*"))
+
+
+def test_serve_answers_every_link_of_a_run_with_subagents(agents_run):
+    from urllib.parse import urljoin
+
+    from starlette.testclient import TestClient
+
+    from runner.ui.viewer.serve import create_app
+
+    client = TestClient(create_app(agents_run), base_url="http://127.0.0.1")
+    seen: dict[str, int] = {}
+    todo = ["/"]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        answer = client.get(path)
+        seen[path] = answer.status_code
+        if answer.headers.get("content-type", "").startswith("text/html"):
+            todo += [urljoin(path, h).split("#")[0] for h in _hrefs(answer.text)]
+    assert {p: s for p, s in seen.items() if s != 200} == {}
+    assert "/parent" in seen and "/parent/agents/1-part-0" in seen  # the pages' "files" links: a list of them
+    for name in AGENT_NAMES:
+        assert f"/view/parent/agents/{name}.html" in seen and f"/parent/agents/{name}/transcript.jsonl" in seen
+    final = client.get("/parent/agents/1-part-0/final.md")
+    assert final.text == (agents_run / "parent" / "agents" / "1-part-0" / "final.md").read_text()
+    assert "sandbox" in final.headers["content-security-policy"]
+    for missing in ("/view/parent/agents/9-none.html", "/view/nope/agents/1-part-0.html",
+                    "/parent/agents/1-part-0/pwn.html", "/parent/agents/..%2f..%2frun.json", "/parent/agents/9-none"):
+        assert client.get(missing).status_code == 404, missing
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (`apt-get install chromium`; .ci/run installs it)")
+def test_subagent_pages_render_in_a_real_browser(agents_run, tmp_path):
+    dom, log = _chromium_dom(agents_run / "view" / page_name("parent"), tmp_path)
+    assert not re.search(r"CONSOLE.*(Uncaught|Error)", log), log
+    tree = [attrs["data-agent"] for tag, attrs in dom.tags if tag == "li" and "data-agent" in attrs]
+    assert tree == AGENT_NAMES
+    for name in AGENT_NAMES:
+        page, log = _chromium_dom(agents_run / "view" / "parent" / "agents" / f"{name}.html", tmp_path)
+        assert not re.search(r"CONSOLE.*(Uncaught|Error)", log), log
+        text = "".join(page.text)
+        assert f"subagent {name} of job parent" in text
+        messages = [a for tag, a in page.tags if tag == "div" and "msg" in (a.get("class") or "").split()]
+        metrics = json.loads((agents_run / "parent" / "agents" / name / "metrics.json").read_text())
+        lines = (agents_run / "parent" / "agents" / name / "transcript.jsonl").read_text().splitlines()
+        assert len(messages) == len(lines)
+        lines_drawn = [a for tag, a in page.tags if tag == "polyline"]
+        if metrics["turns"]:
+            assert lines_drawn and all(len(a["points"].split()) == metrics["turns"] for a in lines_drawn)
+        else:
+            assert not lines_drawn and "No model call recorded yet." in text
+        assert any(tag == "a" and a.get("rel") == "up" and a.get("href") == "../../parent.html" for tag, a in page.tags)
+
+
+def test_hostile_subagent_names_and_texts_are_never_markup_nor_links_out(tmp_path):
+    from urllib.parse import unquote
+
+    run_dir = tmp_path / "run"
+    name = '<img src=x onerror="alert(1)">'
+    agent = run_dir / "j" / "agents" / name
+    agent.mkdir(parents=True)
+    (agent / "metrics.json").write_text(json.dumps({"job": name, "status": "failed", "turns": 1,
+                                                   "error": "<script>alert(2)</script>"}))
+    (agent / "transcript.jsonl").write_text(json.dumps({"role": "user", "content": "<b>hi</b>"}) + "\n")
+    (agent / "final.md").write_text("<script>alert(3)</script>\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "metrics.json").write_text(json.dumps({"job": "outside", "status": "succeeded"}))
+    (run_dir / "j" / "agents" / "link-out").symlink_to(outside)  # a link out of the run: not a subagent
+    rows = [{"agent": name, "status": "failed", "turns": 1, "cost_usd": 0.0, "wall_s": 0.0, "error": "x"},
+            {"agent": "../../<i>up</i>", "status": "succeeded", "turns": 1, "cost_usd": 0.0, "wall_s": 0.0,
+             "error": None}]
+    (run_dir / "j" / "metrics.json").write_text(json.dumps({"job": "j", "status": "succeeded", "subagents": rows}))
+    (run_dir / "j" / "transcript.jsonl").write_text(json.dumps({"role": "user", "content": "go"}) + "\n")
+    (run_dir / "run.json").write_text(json.dumps({"state": "finished", "jobs": [{"job": "j"}]}))
+    result = write_view(run_dir)
+    pages = _pages(run_dir)
+    assert len(pages) == 3, pages  # the index, the job's page, one subagent's page
+    for page in pages:
+        text = page.read_text()
+        assert "<img src=x" not in text and "<script>alert" not in text and "<b>hi" not in text and "<i>up" not in text
+        assert "link-out" not in text and "outside" not in text
+        for href in _hrefs(text):
+            target = (page.parent / unquote(href.split("#")[0])).resolve()
+            assert target.exists() and run_dir.resolve() in [target, *target.parents], (page, href)
+    job_page = (result.pages_dir / page_name("j")).read_text()
+    assert "&lt;img src=x" in job_page and "../../&lt;i&gt;up&lt;/i&gt; <span class=\"meta\">(no directory)" in job_page
+    assert "2 subagents" not in job_page and "Subagents (2)" in job_page

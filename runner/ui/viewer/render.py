@@ -84,6 +84,11 @@ def render_agent(job: JobData, agent: JobData, pages_dir: Path, index: Path, ref
     return _render_page(context, page, refresh)
 
 
+def render_files(title: str, files: list[dict[str, str]]) -> str:
+    """A list of a directory's files (for ``--serve``): ``files`` are names and links."""
+    return _env.get_template("files.html.j2").render(title=title, files=files, csp=PAGE_CSP)
+
+
 def _render_page(context: dict, page: int, refresh: int | None) -> str:
     template = "job.html.j2" if page == 1 else "transcript.html.j2"
     return _env.get_template(template).render(**{**context, "items": context["transcript_pages"][page - 1], "page": page},

@@ -11,7 +11,8 @@ Guarantees:
   further pages, only those it has); of a job's directory (and of each of its subagents',
   ``agents/<agent>/``) only the files the runner writes (``job.json``, ``metrics.json``, ``events.jsonl``,
   ``transcript.jsonl``, ``final.md``, ``tool-results/*``, ``summaries/*``), each as plain text in a
-  sandbox. Any other file of the run directory (a page a job planted there) is a 404.
+  sandbox, and the directory itself (``/<job>``, ``/<job>/agents/<agent>``) as a list of those files.
+  Any other file of the run directory (a page a job planted there) is a 404.
 - Every answer carries a Content-Security-Policy: a page runs only the index's own script (by
   hash), a job file runs nothing.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -32,7 +34,7 @@ from ...rundir.store import safe_name
 from ..terminal import printable
 from .data import subagent_names, subagents_of
 from .pages import page_number
-from .render import PAGE_CSP, pages_dir_for, render_agent, render_index, render_job
+from .render import PAGE_CSP, pages_dir_for, render_agent, render_files, render_index, render_job
 
 REFRESH_S = 5
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
@@ -47,6 +49,18 @@ def runner_file(parts: list[str]) -> bool:
     """Whether a path in a job's (or a subagent's) directory, split at ``/``, is one the runner writes."""
     return (len(parts) == 1 and parts[0] in JOB_FILES) or (
         len(parts) == 2 and parts[0] in FILE_DIRS and parts[1] not in ("", ".", "..") and not parts[1].startswith("."))
+
+
+def served_files(where: Path) -> list[str]:
+    """The runner's files in a job's (or a subagent's) directory, as paths relative to it."""
+    found = [name for name in JOB_FILES if (where / name).is_file()]
+    for folder in FILE_DIRS:
+        try:
+            found += sorted(f"{folder}/{p.name}" for p in (where / folder).iterdir()
+                            if runner_file([folder, p.name]) and p.is_file())
+        except OSError:
+            continue
+    return found
 
 
 def loopback_host(host: str, port: int | None) -> bool:
@@ -136,10 +150,18 @@ def create_app(run_dir: Path, port: int | None = None) -> ASGIApp:
 
     async def job_file(request: Request) -> Response:
         """A file the runner wrote for a job or one of its subagents, as text; anything else is a 404."""
-        job, rest = request.path_params["job"], request.path_params["rest"]
+        job, rest = request.path_params["job"], request.path_params.get("rest", "")
         parts = rest.split("/")
         found = next((j for j in load_run(run_dir, with_specs=False).jobs if j.name == job), None)
         where = job
+        if found is not None and (parts == [""] or (len(parts) == 2 and parts[0] == AGENTS
+                                                    and parts[1] in subagent_names(found))):
+            where = f"{job}/{rest}".rstrip("/")
+            files = [{"name": f, "href": "/" + quote(f"{where}/{f}")} for f in served_files(run_dir / where)]
+            if parts == [""]:
+                files += [{"name": f"{AGENTS}/{a}/", "href": "/" + quote(f"{where}/{AGENTS}/{a}")}
+                          for a in subagent_names(found)]
+            return HTMLResponse(render_files(f"files of {where}", files), headers=PAGE_HEADERS)
         if found is not None and len(parts) > 2 and parts[0] == AGENTS and parts[1] in subagent_names(found):
             where, parts = f"{job}/{AGENTS}/{parts[1]}", parts[2:]
         if found is not None and runner_file(parts):
@@ -152,7 +174,7 @@ def create_app(run_dir: Path, port: int | None = None) -> ASGIApp:
     app = Starlette(routes=[Route("/", show_index), Route("/index.html", to_index),
                             Route(f"/{pages.name}/{{page}}", show_job),
                             Route(f"/{pages.name}/{{job}}/{AGENTS}/{{page}}", show_agent),
-                            Route("/{job}/{rest:path}", job_file)])
+                            Route("/{job}", job_file), Route("/{job}/{rest:path}", job_file)])
     app.router.redirect_slashes = False  # an unknown path is a 404, never a redirect to one a route takes
     return LoopbackOnly(app, port)
 
