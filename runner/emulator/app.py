@@ -1,7 +1,8 @@
 """The emulator's ASGI app: the Messages API as the real SDK sees it, served by starlette.
 
-Routes: ``POST /v1/messages``, ``POST /v1/messages/count_tokens``, ``GET /_emulator/stats``, ``POST
-/_emulator/reset``. The SDK's ``client.beta.messages.create`` posts to the same path (SDK 2.14 sends
+Routes: ``POST /v1/messages``, ``POST /v1/messages/count_tokens``, the Message Batches API under
+``/v1/messages/batches`` (see :mod:`.batch_routes`), ``GET /_emulator/stats``, ``POST
+/_emulator/reset`` (batches too). The SDK's ``client.beta.messages.create`` posts to the same path (SDK 2.14 sends
 the betas only as an ``anthropic-beta`` header; a ``?beta=true`` query, as older SDKs send, is
 accepted too).
 
@@ -36,6 +37,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..compaction.summarizer import SYSTEM_PROMPT
+from .batch_routes import BatchRoutes
 from .compaction import effective_view
 from .faults import (
     DroppedResponse,
@@ -51,7 +53,7 @@ from .faults import (
 from .replies import build_message, system_text
 from .state import EmulatorState
 from .streaming import Event, broken, message_events, sse
-from .tokens import input_tokens
+from .tokens import input_tokens, over_the_window
 from .validation import validate
 
 log = logging.getLogger("runner.emulator")
@@ -86,7 +88,7 @@ class Api:
         self.state.count(str(status))
         return api_error(status, message, headers)
 
-    def _preflight(self, request: Request) -> Response | None:
+    def preflight(self, request: Request) -> Response | None:
         key, expected = api_key_of(request), self.state.config.api_key
         if not key or (expected is not None and key != expected):
             return self.fail(401, "invalid x-api-key" if key else "x-api-key header is required")
@@ -111,7 +113,7 @@ class Api:
         return cast(dict[str, Any], body)  # validate() found a JSON object
 
     async def messages(self, request: Request) -> Response:
-        refused = self._preflight(request)
+        refused = self.preflight(request)
         if refused is not None:
             return refused
         n = self.state.begin()
@@ -138,8 +140,9 @@ class Api:
             state.streamed()
         view = effective_view(body["messages"])
         total = input_tokens(body.get("system"), view, body.get("tools") or [])
-        if total > config.context_window_tokens:
-            return self.fail(400, f"prompt is too long: {total} tokens > {config.context_window_tokens} maximum")
+        too_long = over_the_window(total, config.context_window_tokens)
+        if too_long:
+            return self.fail(400, too_long)
         admission = state.window.admit(config, total)
         if not admission.admitted:
             return self.fail(429, over_the_limit(config, admission), admission.headers)
@@ -190,7 +193,7 @@ class Api:
                                  headers={**headers, "cache-control": "no-cache"})
 
     async def count_tokens(self, request: Request) -> Response:
-        refused = self._preflight(request)
+        refused = self.preflight(request)
         if refused is not None:
             return refused
         body = self._body(request, await request.body(), count_tokens=True)
@@ -223,6 +226,7 @@ def create_app(state: EmulatorState) -> Starlette:
     routes = [
         Route("/v1/messages", api.messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", api.count_tokens, methods=["POST"]),
+        *BatchRoutes(state, preflight=api.preflight, fail=api.fail).routes(),
         Route("/_emulator/stats", api.stats, methods=["GET"]),
         Route("/_emulator/reset", api.reset, methods=["POST"]),
     ]

@@ -15,7 +15,9 @@ Guarantees:
   it is no fault (the request is answered). Every other fault happens before a stream starts, as an
   HTTP status (or a dropped connection), streamed or not.
 - Request numbers in fault ``schedule`` lists are 1-based and count every authenticated
-  ``POST /v1/messages`` (retries included), in arrival order.
+  ``POST /v1/messages`` (retries included), in arrival order; in ``batches.errored`` and
+  ``batches.expired`` they count the requests of every batch created, in creation order, and in
+  ``batches.canceling`` the batches created.
 """
 
 from __future__ import annotations
@@ -63,6 +65,28 @@ class Faults(_Strict):
     slow: Fault = Field(default_factory=Fault)  # the answer comes after slow_s seconds
     # a streamed request only: 200, the stream starts, then an ``error`` event (stream_error_type) cuts it
     stream_error: Fault = Field(default_factory=Fault)
+
+
+class Batches(_Strict):
+    """The Message Batches API (see :mod:`.batches`): how long a batch takes, and its faults by rate."""
+
+    turnaround_s: float = Field(default=1.0, ge=0.0, le=86_400.0)  # a batch ends this long after it was created
+    # ... or, when set, at a seeded uniform time between turnaround_s and turnaround_max_s
+    turnaround_max_s: float | None = Field(default=None, ge=0.0, le=86_400.0)
+    cancel_s: float = Field(default=0.1, ge=0.0)  # canceling lasts this long (never past the turnaround)
+    max_requests: int = Field(default=100_000, ge=1)
+    max_request_bytes: int = Field(default=256_000_000, ge=1)  # larger create bodies get 413
+    errored: Fault = Field(default_factory=Fault)  # a request's result is an error of errored_type
+    expired: Fault = Field(default_factory=Fault)  # a request's result is expired
+    canceling: Fault = Field(default_factory=Fault)  # a batch cancels itself part-way: the rest canceled
+    errored_type: Literal["overloaded_error", "api_error"] = "overloaded_error"
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Batches:
+        if self.turnaround_max_s is not None and self.turnaround_max_s < self.turnaround_s:
+            raise ValueError(f"turnaround_max_s ({self.turnaround_max_s:g}) is less than turnaround_s "
+                             f"({self.turnaround_s:g})")
+        return self
 
 
 class Hostile(_Strict):
@@ -149,7 +173,9 @@ class EmulatorConfig(_Strict):
     compaction_min_trigger: int = Field(default=50_000, ge=1)  # a lower trigger value is a 400, as on the API
     compaction_default_trigger: int = Field(default=150_000, ge=1)
 
-    record_requests: bool = False
+    batches: Batches = Field(default_factory=Batches)
+
+    record_requests: bool = False  # batch requests too, as their params, when a batch is created
     max_recorded: int = Field(default=1_000, ge=1)
 
     @classmethod

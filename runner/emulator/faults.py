@@ -47,12 +47,13 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "
 RETRYABLE = {429, 500, 529}
 
 
-def _chance(seed: int, kind: str, n: int) -> float:
+def chance(seed: int, kind: str, n: int) -> float:
+    """A reproducible number in [0, 1) for decision ``kind`` about request (or batch) ``n``."""
     return random.Random(f"{seed}:{kind}:{n}").random()
 
 
 def fires(fault: Fault, seed: int, kind: str, n: int) -> bool:
-    return n in fault.schedule or (fault.rate > 0 and _chance(seed, kind, n) < fault.rate)
+    return n in fault.schedule or (fault.rate > 0 and chance(seed, kind, n) < fault.rate)
 
 
 def pick_fault(config: EmulatorConfig, n: int) -> str | None:
@@ -64,7 +65,7 @@ def pick_fault(config: EmulatorConfig, n: int) -> str | None:
 
 
 def latency_for(config: EmulatorConfig, n: int) -> float:
-    jitter = config.latency.jitter_s * _chance(config.seed, "latency", n) if config.latency.jitter_s else 0.0
+    jitter = config.latency.jitter_s * chance(config.seed, "latency", n) if config.latency.jitter_s else 0.0
     return config.latency.seconds + jitter
 
 

@@ -78,7 +78,7 @@ class EmulatorHandle:
         self.state.script_position = 0
 
     def reset(self) -> None:
-        """Zero the counters, the rate-limit window, the cache and the script position."""
+        """Zero the counters, the rate-limit window, the cache and the script position; forget the batches."""
         self.state.reset()
 
     def reconfigure(self, config: EmulatorConfig | None = None) -> None:

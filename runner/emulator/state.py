@@ -6,22 +6,67 @@ be called from any thread. ``outcomes`` keys: ok, 400, 401, 413, 429, 500, 529, 
 internal_error (an emulator bug), stream_error (a stream cut by an ``error`` event, not billed).
 A streamed request counts as any other (``requests``, its outcome, tokens) and once more in
 ``streamed_requests``.
+
+Message Batches (see :mod:`.batches`) live in ``batches`` until deleted or reset. Their requests are
+not in ``requests`` or ``outcomes``: ``batch_requests`` counts the requests of every batch created,
+``batch_outcomes`` their results (succeeded, errored, canceled, expired, each counted once, when its
+batch ends), ``batches`` the batches created, ended, and canceled (ended after a cancel, the
+client's or a fault's). A succeeded batch request's tokens are billed in ``tokens`` (every billed
+token, live or batch) and in ``batch_tokens`` (the part billed at the batch rate).
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import Counter, deque
-from typing import Any
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
 
 from ..pricing import USAGE_KEYS
 from .caching import PromptCache
 from .config import EmulatorConfig
 from .faults import SlidingWindow
 
+BatchStatus = Literal["in_progress", "canceling", "ended"]
+
+
+@dataclass
+class BatchRequest:
+    """One request of a batch, as it was created."""
+
+    custom_id: str
+    params: dict[str, Any]
+    number: int  # 1-based, over the requests of every batch created, in creation order
+
+
+@dataclass
+class Batch:
+    """A Message Batch: its requests, its timer, how it ended and its results (see :mod:`.batches`)."""
+
+    id: str
+    number: int  # 1-based, in creation order
+    requests: list[BatchRequest]
+    created_at: datetime
+    started: float  # the event loop's clock at creation
+    turnaround_s: float
+    timer: asyncio.TimerHandle | None = None
+    cancel_initiated_at: datetime | None = None
+    answered: int | None = None  # after a cancel: how many requests (in order) are answered
+    ended_at: datetime | None = None
+    counts: Counter[str] = field(default_factory=Counter)
+    results: bytes = b""
+
+    @property
+    def status(self) -> BatchStatus:
+        if self.ended_at is not None:
+            return "ended"
+        return "canceling" if self.cancel_initiated_at is not None else "in_progress"
+
 
 class EmulatorState:
-    """Counters, the rate-limit window, the prompt cache and the script position."""
+    """Counters, the rate-limit window, the prompt cache, the script position and the batches."""
 
     def __init__(self, config: EmulatorConfig):
         self.config = config
@@ -44,6 +89,11 @@ class EmulatorState:
             self.script_position = 0
             self.window = SlidingWindow()
             self.cache = PromptCache()
+            self.batches: dict[str, Batch] = {}  # by id, in creation order
+            self.batch_requests = 0
+            self.batch_outcomes: Counter[str] = Counter()
+            self.batch_tokens = dict.fromkeys(USAGE_KEYS, 0)
+            self.batch_counts: Counter[str] = Counter()
 
     def begin(self) -> int:
         """A messages request starts: its number (1-based, in arrival order)."""
@@ -71,6 +121,29 @@ class EmulatorState:
             for usage in usages:
                 for name in USAGE_KEYS:
                     self.tokens[name] += int(usage.get(name) or 0)
+
+    def batch_created(self, requests: int) -> tuple[int, int]:
+        """A batch of ``requests`` requests was created: its number and its first request's (1-based)."""
+        with self._lock:
+            self.batch_counts["created"] += 1
+            first = self.batch_requests + 1
+            self.batch_requests += requests
+            return self.batch_counts["created"], first
+
+    def batch_ended(self, results: Counter[str], *, canceled: bool) -> None:
+        """A batch ended with ``results`` (requests by result type); ``canceled``: after a cancel."""
+        with self._lock:
+            self.batch_outcomes.update(results)
+            self.batch_counts["ended"] += 1
+            self.batch_counts["canceled"] += int(canceled)
+
+    def bill_batch(self, usages: list[dict[str, Any]]) -> None:
+        """Tokens billed at the batch rate: counted in ``tokens`` and in ``batch_tokens``."""
+        self.bill(usages)
+        with self._lock:
+            for usage in usages:
+                for name in USAGE_KEYS:
+                    self.batch_tokens[name] += int(usage.get(name) or 0)
 
     def record(self, body: Any) -> None:
         if self.config.record_requests:
@@ -101,6 +174,10 @@ class EmulatorState:
                 "summary_peak_concurrent": peak_overlap(self.summary_spans),
                 "count_tokens_requests": self.count_tokens_requests,
                 "cache_entries": len(self.cache.entries),
+                "batches": {k: self.batch_counts[k] for k in ("created", "ended", "canceled")},
+                "batch_requests": self.batch_requests,
+                "batch_outcomes": {k: self.batch_outcomes[k] for k in ("succeeded", "errored", "canceled", "expired")},
+                "batch_tokens": dict(self.batch_tokens),
                 "recorded_requests": list(self.recorded),
             }
 

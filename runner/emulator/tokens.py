@@ -19,3 +19,8 @@ def estimate(obj: Any) -> int:
 def input_tokens(system: Any, messages: list[Message], tools: list[dict[str, Any]]) -> int:
     """The input tokens of a request: the system prompt, the messages the API reads, the tools."""
     return estimate([system, messages, tools])
+
+
+def over_the_window(total: int, window: int) -> str | None:
+    """The API's 400 message for a prompt of ``total`` tokens over a context window of ``window``, or None."""
+    return f"prompt is too long: {total} tokens > {window} maximum" if total > window else None

@@ -1,0 +1,172 @@
+"""Message Batches as the emulator runs them: when each ends, what each request gets, the API's shapes.
+
+A batch is created only with every request valid (see :mod:`.batch_routes`). Guarantees:
+- It ends ``batches.turnaround_s`` seconds after it was created, or, with ``turnaround_max_s``, at a
+  uniform time between the two seeded by ``(seed, batch number)``. One event-loop timer per batch
+  (no thread): retrieving, listing and the stats only read, so polling costs nothing but the request.
+- Until it ends: ``processing_status`` is ``in_progress`` (``canceling`` once a cancel was initiated),
+  ``request_counts`` has every request ``processing``, and there is no ``ended_at`` or ``results_url``.
+- A cancel, by the client or by the ``batches.canceling`` fault (which fires on the batch number and
+  cancels at a seeded fraction in [0.25, 0.75) of its turnaround): the requests the batch had worked
+  through by then (the first ``floor(n * elapsed / turnaround)``: it works through them in order,
+  evenly over its turnaround) are answered, the rest are ``canceled``; it ends ``cancel_s`` later,
+  never after its turnaround. A cancel of a batch already canceling changes nothing.
+- When it ends, each request not canceled is answered once, in order, as a live request with the
+  same body would be then (:func:`answer_request`: the same context-window check, reply builder,
+  token counting, prompt cache, script and summary counting), except that it is ``errored`` when
+  ``batches.errored`` fires on its request number (an error response of ``errored_type``), or
+  ``expired`` when ``batches.expired`` does, in that order. A prompt over the context window is
+  ``errored`` with the live 400's ``invalid_request_error``; a scripted hostile reply is consumed
+  and ``errored`` (``api_error``). Only a ``succeeded`` request is billed: in ``tokens`` and in
+  ``batch_tokens``; its usage says ``service_tier: "batch"``.
+- Results are made once, as the JSONL bytes of the results file, in an order seeded by the batch
+  number (the API does not promise request order), and every fetch serves those same bytes.
+- A batch lives until it is deleted or the emulator is reset (a timer of a reset batch does nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import random
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .compaction import effective_view
+from .config import EmulatorConfig
+from .faults import chance, fires, new_request_id
+from .replies import build_message
+from .state import Batch, BatchRequest, EmulatorState
+from .streaming import error_event
+from .tokens import input_tokens, over_the_window
+
+log = logging.getLogger("runner.emulator")
+
+EXPIRES_AFTER = timedelta(hours=24)
+RESULT_TYPES = ("succeeded", "errored", "canceled", "expired")
+
+
+def rfc3339(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def turnaround_of(config: EmulatorConfig, number: int) -> float:
+    settings = config.batches
+    if settings.turnaround_max_s is None:
+        return settings.turnaround_s
+    spread = settings.turnaround_max_s - settings.turnaround_s
+    return settings.turnaround_s + spread * chance(config.seed, "batch_turnaround", number)
+
+
+def create_batch(state: EmulatorState, requests: list[dict[str, Any]]) -> Batch:
+    """A new batch of ``requests`` (valid ``{custom_id, params}``), its timer started. Call on the loop."""
+    config = state.config
+    number, first = state.batch_created(len(requests))
+    batch = Batch(id="msgbatch_emu_" + uuid.uuid4().hex[:24], number=number,
+                  requests=[BatchRequest(r["custom_id"], r["params"], first + i) for i, r in enumerate(requests)],
+                  created_at=datetime.now(UTC), started=asyncio.get_running_loop().time(),
+                  turnaround_s=turnaround_of(config, number))
+    state.batches[batch.id] = batch
+    if fires(config.batches.canceling, config.seed, "batch_canceling", number):
+        at = batch.turnaround_s * (0.25 + 0.5 * chance(config.seed, "batch_canceling_at", number))
+        schedule(batch, at, lambda: initiate_cancel(state, batch))
+    else:
+        schedule(batch, batch.turnaround_s, lambda: finish(state, batch))
+    return batch
+
+
+def schedule(batch: Batch, delay: float, callback: Callable[[], None]) -> None:
+    if batch.timer is not None:
+        batch.timer.cancel()
+    batch.timer = asyncio.get_running_loop().call_later(max(0.0, delay), callback)
+
+
+def initiate_cancel(state: EmulatorState, batch: Batch) -> None:
+    """Initiate ``batch``'s cancellation (see the module's guarantees). Call on the loop."""
+    if state.batches.get(batch.id) is not batch or batch.status != "in_progress":
+        return
+    elapsed = asyncio.get_running_loop().time() - batch.started
+    n, turnaround = len(batch.requests), batch.turnaround_s
+    batch.cancel_initiated_at = datetime.now(UTC)
+    batch.answered = n if turnaround <= 0 else min(n, math.floor(n * elapsed / turnaround))
+    schedule(batch, min(turnaround - elapsed, state.config.batches.cancel_s), lambda: finish(state, batch))
+
+
+def finish(state: EmulatorState, batch: Batch) -> None:
+    """End ``batch``: answer its requests once and make its results file."""
+    if state.batches.get(batch.id) is not batch or batch.ended_at is not None:
+        return
+    batch.timer = None
+    answered = len(batch.requests) if batch.answered is None else batch.answered
+    lines = []
+    for i, request in enumerate(batch.requests):
+        result = answer_request(state, request) if i < answered else {"type": "canceled"}
+        batch.counts[result["type"]] += 1
+        lines.append(json.dumps({"custom_id": request.custom_id, "result": result}, ensure_ascii=False))
+    random.Random(f"{state.config.seed}:batch_results:{batch.number}").shuffle(lines)
+    batch.results = "".join(line + "\n" for line in lines).encode()
+    batch.ended_at = datetime.now(UTC)
+    state.batch_ended(batch.counts, canceled=batch.cancel_initiated_at is not None)
+
+
+def errored(error: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "errored", "error": {**error, "request_id": new_request_id()}}
+
+
+def answer_request(state: EmulatorState, request: BatchRequest) -> dict[str, Any]:
+    """One request's result, computed as a live request's answer (see the module's guarantees)."""
+    config, body = state.config, request.params
+    view = effective_view(body["messages"])
+    total = input_tokens(body.get("system"), view, body.get("tools") or [])
+    too_long = over_the_window(total, config.context_window_tokens)
+    if too_long:
+        return errored({"type": "error", "error": {"type": "invalid_request_error", "message": too_long}})
+    settings = config.batches
+    if fires(settings.errored, config.seed, "batch_errored", request.number):
+        return errored(error_event(settings.errored_type))
+    if fires(settings.expired, config.seed, "batch_expired", request.number):
+        return {"type": "expired"}
+    scripted = config.script[state.script_position] if state.script_position < len(config.script) else None
+    if scripted is not None and scripted.hostile is not None:
+        state.script_position += 1
+        return errored(error_event("api_error"))
+    try:
+        message, billed = build_message(state, body, view, total)
+    except Exception:  # an emulator bug: say so loudly, answer like the API would
+        log.exception("the emulator failed to build a batch request's reply")
+        return errored(error_event("api_error"))
+    state.bill_batch(billed)
+    message["usage"]["service_tier"] = "batch"
+    return {"type": "succeeded", "message": message}
+
+
+def batch_object(batch: Batch, base_url: str) -> dict[str, Any]:
+    """The ``message_batch`` object as the API shapes it; ``base_url`` ends with ``/``."""
+    ended = batch.ended_at is not None
+    counts = {kind: batch.counts[kind] if ended else 0 for kind in RESULT_TYPES}
+    return {"id": batch.id, "type": "message_batch", "processing_status": batch.status,
+            "request_counts": {"processing": 0 if ended else len(batch.requests), **counts},
+            "created_at": rfc3339(batch.created_at), "expires_at": rfc3339(batch.created_at + EXPIRES_AFTER),
+            "ended_at": rfc3339(batch.ended_at), "cancel_initiated_at": rfc3339(batch.cancel_initiated_at),
+            "archived_at": None,
+            "results_url": f"{base_url}v1/messages/batches/{batch.id}/results" if ended else None}
+
+
+def page(batches: list[Batch], *, limit: int, before_id: str | None, after_id: str | None) -> dict[str, Any]:
+    """One page of ``batches`` (newest first; ids known), as the SDK's ``AsyncPage`` reads it: the
+    ``limit`` batches right after ``after_id``, right before ``before_id``, or the newest."""
+    ids = [b.id for b in batches]
+    if after_id is not None:
+        start = ids.index(after_id) + 1
+        chosen, more = batches[start:start + limit], start + limit < len(batches)
+    elif before_id is not None:
+        end = ids.index(before_id)
+        chosen, more = batches[max(0, end - limit):end], end - limit > 0
+    else:
+        chosen, more = batches[:limit], limit < len(batches)
+    return {"data": chosen, "has_more": more, "first_id": chosen[0].id if chosen else None,
+            "last_id": chosen[-1].id if chosen else None}
