@@ -38,6 +38,7 @@ from ..protocol import INCREMENTAL_MEMORY, changes_text, incremental_note
 from ..rundir.docs import (
     AGENTS,
     BASELINE_CHANGES,
+    BASELINE_MEMORIES,
     BASELINE_REPORT,
     FINAL,
     JOB_JSON,
@@ -141,7 +142,9 @@ def find_baseline(spec: JobSpec, run_dir: Path, before: float) -> tuple[Baseline
 
 
 def copy_memories(source_job: Path, job_dir: Path) -> list[str]:
-    """The baseline's memory files, copied into ``job_dir/memories/``; their ``/memories/...`` paths.
+    """The baseline's memory files, copied into ``job_dir/memories/`` (and, as they were, into
+    ``BASELINE_MEMORIES``, for a resume to rebuild the memory from: ``continuation.rebuild_memory`` does
+    not yet, see tests/test_incremental.py); their ``/memories/...`` paths.
     Only regular files beneath the baseline's ``memories/`` are read (links are not followed)."""
     copied: list[str] = []
     files = memory_files(str(source_job))
@@ -156,9 +159,10 @@ def copy_memories(source_job: Path, job_dir: Path) -> list[str]:
                 continue
             with os.fdopen(fd, "rb") as f:
                 data = f.read()
-            target = job_dir / MEMORY_DIR / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            for folder in (MEMORY_DIR, BASELINE_MEMORIES):
+                target = job_dir / folder / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
             copied.append(path)
     return copied
 

@@ -18,6 +18,7 @@ This is the only module that knows how a run directory is laid out::
           events.jsonl                EVENTS: one Event per line (compaction stages, model calls, ...)
           final.md                    FINAL: the answer, or a partial report
           manifest.jsonl              MANIFEST: an incremental job's workspace at its start (rundir/manifest.py)
+          baseline-memories/          BASELINE_MEMORIES: the memory it started with, its baseline's
           tool-results/, summaries/   TOOL_RESULTS, SUMMARIES: what compaction moved out of the context
             <id>.txt, <id>.<n>.txt    output_path(): an output of tool_use <id> (safe), n-th distinct one
             NNNN.md                   summary_path(): the n-th summary
@@ -95,6 +96,7 @@ def summary_path(number: int) -> str:
 MANIFEST = "manifest.jsonl"
 BASELINE_REPORT = output_path("baseline-report")  # an incremental job's copy of its baseline's final.md
 BASELINE_CHANGES = output_path("baseline-changes")  # the workspace's changes since the baseline, in full
+BASELINE_MEMORIES = "baseline-memories"  # the memory an incremental job started with (its baseline's), as it was
 
 
 def probe_name(worker: str) -> str:
