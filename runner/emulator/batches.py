@@ -11,7 +11,8 @@ A batch is created only with every request valid (see :mod:`.batch_routes`). Gua
   through by then (the first ``floor(n * elapsed / turnaround)``: it works through them in order,
   evenly over its turnaround) are answered, the rest are ``canceled``; it ends ``cancel_s`` later,
   never after its turnaround. A cancel of a batch already canceling changes nothing.
-- When it ends, each request not canceled is answered once, in order, as a live request with the
+- When its time is up, each request not canceled is answered once (a task that lets other requests
+  in every :data:`FINISH_SLICE` requests; a cancel then comes too late to cancel any), in order, as a live request with the
   same body would be then (:func:`answer_request`: the same context-window check, reply builder,
   token counting, prompt cache, script and summary counting), except that it is ``errored`` when
   ``batches.errored`` fires on its request number (an error response of ``errored_type``), or
@@ -48,6 +49,7 @@ log = logging.getLogger("runner.emulator")
 
 EXPIRES_AFTER = timedelta(hours=24)
 RESULT_TYPES = ("succeeded", "errored", "canceled", "expired")
+FINISH_SLICE = 50  # requests answered between two turns of the other requests (about 10 ms)
 
 
 def rfc3339(moment: datetime | None) -> str | None:
@@ -75,7 +77,7 @@ def create_batch(state: EmulatorState, requests: list[dict[str, Any]]) -> Batch:
         at = batch.turnaround_s * (0.25 + 0.5 * chance(config.seed, "batch_canceling_at", number))
         schedule(batch, at, lambda: initiate_cancel(state, batch))
     else:
-        schedule(batch, batch.turnaround_s, lambda: finish(state, batch))
+        schedule(batch, batch.turnaround_s, lambda: begin_finishing(state, batch))
     return batch
 
 
@@ -89,21 +91,33 @@ def initiate_cancel(state: EmulatorState, batch: Batch) -> None:
     """Initiate ``batch``'s cancellation (see the module's guarantees). Call on the loop."""
     if state.batches.get(batch.id) is not batch or batch.status != "in_progress":
         return
+    if batch.finishing is not None:  # its requests are being answered: too late to cancel any
+        batch.cancel_initiated_at = datetime.now(UTC)
+        return
     elapsed = asyncio.get_running_loop().time() - batch.started
     n, turnaround = len(batch.requests), batch.turnaround_s
     batch.cancel_initiated_at = datetime.now(UTC)
     batch.answered = n if turnaround <= 0 else min(n, math.floor(n * elapsed / turnaround))
-    schedule(batch, min(turnaround - elapsed, state.config.batches.cancel_s), lambda: finish(state, batch))
+    schedule(batch, min(turnaround - elapsed, state.config.batches.cancel_s), lambda: begin_finishing(state, batch))
 
 
-def finish(state: EmulatorState, batch: Batch) -> None:
-    """End ``batch``: answer its requests once and make its results file."""
-    if state.batches.get(batch.id) is not batch or batch.ended_at is not None:
-        return
-    batch.timer = None
+def begin_finishing(state: EmulatorState, batch: Batch) -> None:
+    """Start answering ``batch``'s requests (a task on the loop, see :func:`finish`)."""
+    if state.batches.get(batch.id) is batch and batch.finishing is None:
+        batch.timer = None
+        batch.finishing = asyncio.get_running_loop().create_task(finish(state, batch))
+
+
+async def finish(state: EmulatorState, batch: Batch) -> None:
+    """End ``batch``: answer its requests once and make its results file, giving the loop to other
+    requests every :data:`FINISH_SLICE` requests; a batch reset meanwhile is dropped."""
     answered = len(batch.requests) if batch.answered is None else batch.answered
     lines = []
     for i, request in enumerate(batch.requests):
+        if i and i % FINISH_SLICE == 0:
+            await asyncio.sleep(0)
+            if state.batches.get(batch.id) is not batch:
+                return
         result = answer_request(state, request) if i < answered else {"type": "canceled"}
         batch.counts[result["type"]] += 1
         lines.append(json.dumps({"custom_id": request.custom_id, "result": result}, ensure_ascii=False))

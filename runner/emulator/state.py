@@ -52,6 +52,7 @@ class Batch:
     started: float  # the event loop's clock at creation
     turnaround_s: float
     timer: asyncio.TimerHandle | None = None
+    finishing: asyncio.Task[None] | None = None  # answering its requests (see batches.finish)
     cancel_initiated_at: datetime | None = None
     answered: int | None = None  # after a cancel: how many requests (in order) are answered
     ended_at: datetime | None = None
