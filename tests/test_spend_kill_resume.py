@@ -170,3 +170,69 @@ def _first_difference(one: Path, other: Path) -> str:
             at = next((k for k, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), min(len(x), len(y)))
             return f"transcript line {i + 1} differs: {x[max(0, at - 150):at + 100]!r} | {y[max(0, at - 150):at + 100]!r}"
     return f"transcripts agree over {min(len(a), len(b))} lines (of {len(a)} and {len(b)})"
+
+
+# ``python -c`` this, then N, then the runner's arguments: the runner, SIGKILLed by itself right after
+# the write (JobStore.flush) that brings events.jsonl to N model_call lines: a kill at an exact moment
+_KILLED_AFTER_CALLS = """
+import os, runpy, signal, sys
+from runner.rundir import store
+calls = int(sys.argv.pop(1))
+flush = store.JobStore.flush
+async def flush_then_kill(self):
+    await flush(self)
+    events = self.dir / "events.jsonl"
+    if events.exists() and events.read_bytes().count(b'"stage": "model_call"') >= calls:
+        os.kill(os.getpid(), signal.SIGKILL)
+store.JobStore.flush = flush_then_kill
+sys.argv[0] = "runner"
+runpy.run_module("runner", run_name="__main__", alter_sys=True)
+"""
+SAVED_WITH_PREVIEW = ("fit_tool_results", "tool_result_budget")  # stages that leave a marker naming its file
+
+
+def _named_again(events: list[dict]) -> int | None:
+    """The model_call lines before the first micro_compact that names an output an earlier stage saved
+    with a preview (the placeholder replaces that marker, the output is not saved again); None if none."""
+    calls, saved = 0, set()
+    for event in events:
+        if event.get("stage") == "model_call":
+            calls += 1
+        elif event.get("stage") in SAVED_WITH_PREVIEW:
+            saved.update(event["paths"])
+        elif event.get("stage") == "micro_compact" and saved & set(event["paths"]):
+            return calls
+    return None
+
+
+def test_killed_between_a_preview_and_its_placeholder_resumes_alike(tmp_path: Path) -> None:
+    """Killed after the write that holds a micro_compact of a result an earlier stage saved with a preview
+    (the kill takes that micro_compact back, so the resumed job does it again): the resumed job knows the
+    saved output is that result's (from its context record), names it again and saves nothing new, so its
+    summaries, transcript and spend are the uninterrupted run's. (It saved the marker itself as a new
+    ``.2.txt`` output, the next summary named that file, and the survey's state note named another summary.)"""
+    workspace = tmp_path / "ws"
+    _workspace(workspace)
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    _setup(whole, workspace)
+    _setup(killed, workspace)
+    done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs"], cwd=whole, env=runner_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr
+    expected_dir = _run_dir(whole)
+    assert expected_dir is not None
+    events, _ = read_jsonl(expected_dir / "a" / "events.jsonl")
+    at = _named_again(events)
+    assert at is not None, "the job never micro-compacts a result saved with a preview"
+    first = subprocess.run([sys.executable, "-c", _KILLED_AFTER_CALLS, str(at), "run", "jobs"], cwd=killed,
+                           env=runner_env(), capture_output=True, text=True, timeout=120)
+    run_dir = _run_dir(killed)
+    assert first.returncode == -signal.SIGKILL and run_dir is not None, first.stderr
+    assert _calls(run_dir / "a") == at
+    final = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)], cwd=killed,
+                           env=runner_env(), capture_output=True, text=True, timeout=120)
+    assert final.returncode == done.returncode, final.stderr
+    assert _spend(run_dir / "a") == _spend(expected_dir / "a"), _first_difference(expected_dir, run_dir)
+    assert _first_difference(expected_dir, run_dir).startswith("transcripts agree")
+    assert sorted(p.name for p in (run_dir / "a" / "tool-results").iterdir()) == sorted(
+        p.name for p in (expected_dir / "a" / "tool-results").iterdir())

@@ -168,6 +168,7 @@ def _block(ref: Ref, transcript: list[Message], store: JobStore, active_request:
     if "saved" not in ref:
         return block
     path = ref["saved"]
+    store.claim(str(block.get("tool_use_id", "")), path)  # saved for this result (a stage may name it again)
     if "preview" not in ref:
         return {**block, "content": placeholder(path)}
     text = _read(store, path)

@@ -502,6 +502,16 @@ class JobStore:
         self._owners[rel] = tool_use_id
         return rel
 
+    def claim(self, tool_use_id: str, rel: str) -> None:
+        """``rel``, saved before this store opened, holds an output of ``tool_use_id`` (a resumed job's
+        context record says so): from now on it counts as reserved here for it, as in the segment
+        that saved it. Nothing for a name not saved on disk or reserved for another id. No file I/O."""
+        digest = self._on_disk.get(rel)
+        if not digest or self._owners.get(rel, tool_use_id) != tool_use_id:  # "": not a regular file
+            return
+        self._owners[rel] = tool_use_id
+        self._names.setdefault(f"{tool_use_id}\0{digest}", rel)
+
     def reserved_for(self, tool_use_id: str, rel: str) -> bool:
         """Whether ``rel`` was reserved here for an output of ``tool_use_id`` (a path named inside a
         tool's output proves nothing: the output may merely look like a placeholder)."""
