@@ -106,7 +106,8 @@ async def test_a_batch_ends_after_its_turnaround_with_every_answer_a_live_call_g
         created = await c.messages.batches.create(requests=MIXED)
         assert created.processing_status == "in_progress" and created.type == "message_batch"
         assert created.request_counts.processing == len(MIXED) and created.request_counts.succeeded == 0
-        assert created.results_url is None and created.ended_at is None and created.cancel_initiated_at is None
+        assert created.results_url is None and created.ended_at is None
+        assert created.cancel_initiated_at is None
         assert (created.expires_at - created.created_at).total_seconds() == 24 * 3600
         with pytest.raises(anthropic.AnthropicError, match="No `results_url`"):
             await c.messages.batches.results(created.id)
@@ -116,7 +117,8 @@ async def test_a_batch_ends_after_its_turnaround_with_every_answer_a_live_call_g
     assert waited >= 0.3
     assert batch.request_counts.model_dump() == {"processing": 0, "succeeded": 5, "errored": 1, "canceled": 0,
                                                  "expired": 0}
-    assert batch.ended_at is not None and batch.results_url.endswith(f"/v1/messages/batches/{batch.id}/results")
+    assert batch.ended_at is not None
+    assert batch.results_url.endswith(f"/v1/messages/batches/{batch.id}/results")
     assert set(got) == {r["custom_id"] for r in MIXED}
     batch_stats = emu.stats()
 
@@ -140,7 +142,8 @@ async def test_a_batch_ends_after_its_turnaround_with_every_answer_a_live_call_g
     assert got["cache-read"].message.usage.cache_read_input_tokens > 1024
     assert got["summary"].message.content[0].text.startswith("Summary")
     live_stats = emu.stats()
-    assert batch_stats["tokens"] == batch_stats["batch_tokens"] == live_stats["tokens"]  # all at the batch rate
+    # the same tokens as live, all billed at the batch rate
+    assert batch_stats["tokens"] == batch_stats["batch_tokens"] == live_stats["tokens"]
     assert batch_stats["summary_requests"] == live_stats["summary_requests"] == 1
     assert batch_stats["batch_requests"] == len(MIXED) and batch_stats["requests"] == 0
     assert batch_stats["batch_outcomes"] == {"succeeded": 5, "errored": 1, "canceled": 0, "expired": 0}
@@ -309,7 +312,8 @@ async def test_errored_and_expired_requests_by_rate_are_reproducible(emu):
     for i in range(30):
         number = i + 1  # the batch's requests are the emulator's first
         expected = ("errored" if fires(settings.batches.errored, 5, "batch_errored", number)
-                    else "expired" if fires(settings.batches.expired, 5, "batch_expired", number) else "succeeded")
+                    else "expired" if fires(settings.batches.expired, 5, "batch_expired", number)
+                    else "succeeded")
         assert first[f"r{i}"] == expected
     assert {"errored", "expired", "succeeded"} <= set(first.values())
     assert {v for k, v in first.items() if k.endswith(".error")} == {"overloaded_error"}
@@ -327,7 +331,8 @@ async def test_errored_by_schedule_counts_requests_across_batches(emu):
         await ended(c, second.id)
         got = {**await results(c, first.id), **await results(c, second.id)}
     assert [k for k, r in got.items() if r.type == "errored"] == ["b0"]
-    assert got["b0"].error.error.type == "api_error" and got["b0"].error.error.message == "Internal server error"
+    assert got["b0"].error.error.type == "api_error"
+    assert got["b0"].error.error.message == "Internal server error"
 
 
 async def test_a_batch_that_cancels_itself_ends_via_canceling(emu):
@@ -343,7 +348,8 @@ async def test_a_batch_that_cancels_itself_ends_via_canceling(emu):
         got = await results(c, batch.id)
     assert "canceling" in statuses and statuses[0] == "in_progress"
     assert seen.cancel_initiated_at is not None and seen.ended_at >= seen.cancel_initiated_at
-    assert 1 <= seen.request_counts.canceled < 20 and seen.request_counts.succeeded == 20 - seen.request_counts.canceled
+    counts = seen.request_counts
+    assert 1 <= counts.canceled < 20 and counts.succeeded == 20 - counts.canceled
     answered = [f"r{i}" for i in range(20) if got[f"r{i}"].type == "succeeded"]
     assert answered == [f"r{i}" for i in range(len(answered))]  # worked through in order, the rest canceled
     assert emu.stats()["batches"] == {"created": 1, "ended": 1, "canceled": 1}
@@ -365,7 +371,8 @@ async def test_cancel_then_canceling_then_ended_with_unprocessed_requests_cancel
         canceling = await c.messages.batches.cancel(batch.id)
         assert canceling.processing_status == "canceling" and canceling.cancel_initiated_at is not None
         assert (await c.messages.batches.retrieve(batch.id)).processing_status == "canceling"
-        assert (await c.messages.batches.cancel(batch.id)).cancel_initiated_at == canceling.cancel_initiated_at
+        again = await c.messages.batches.cancel(batch.id)  # already canceling: nothing changes
+        assert again.cancel_initiated_at == canceling.cancel_initiated_at
         done = await ended(c, batch.id)
         got = await results(c, batch.id)
         with pytest.raises(anthropic.BadRequestError, match="has ended and cannot be canceled"):
@@ -406,7 +413,8 @@ async def test_list_pages_newest_first_with_both_cursors(emu):
 async def test_reset_forgets_batches_and_their_timers(emu):
     async with client(emu) as c:
         batch = await c.messages.batches.create(requests=requests_of(2))
-        with urllib.request.urlopen(urllib.request.Request(f"{emu.base_url}/_emulator/reset", method="POST")) as r:
+        reset = urllib.request.Request(f"{emu.base_url}/_emulator/reset", method="POST")
+        with urllib.request.urlopen(reset) as r:
             assert json.loads(r.read())["batches"] == {"created": 0, "ended": 0, "canceled": 0}
         await anyio.sleep(0.5)  # past the old batch's turnaround
         with pytest.raises(anthropic.NotFoundError):

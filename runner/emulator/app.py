@@ -2,9 +2,9 @@
 
 Routes: ``POST /v1/messages``, ``POST /v1/messages/count_tokens``, the Message Batches API under
 ``/v1/messages/batches`` (see :mod:`.batch_routes`), ``GET /_emulator/stats``, ``POST
-/_emulator/reset`` (batches too). The SDK's ``client.beta.messages.create`` posts to the same path (SDK 2.14 sends
-the betas only as an ``anthropic-beta`` header; a ``?beta=true`` query, as older SDKs send, is
-accepted too).
+/_emulator/reset`` (batches too). The SDK's ``client.beta.messages.create`` posts to the same path
+(SDK 2.14 sends the betas only as an ``anthropic-beta`` header; a ``?beta=true`` query, as older
+SDKs send, is accepted too).
 
 Guarantees, in the order a messages request meets them:
 1. An API key is required (401 ``authentication_error``): ``x-api-key``, or ``Authorization: Bearer``

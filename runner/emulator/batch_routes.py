@@ -1,5 +1,5 @@
-"""The Message Batches API's routes, as the SDK's ``client.messages.batches`` (and ``client.beta.messages.batches``,
-the same paths with ``?beta=true``) call them.
+"""The Message Batches API's routes, as the SDK's ``client.messages.batches`` calls them (and
+``client.beta.messages.batches``: the same paths with ``?beta=true``).
 
 ``POST /v1/messages/batches`` (create), ``GET /v1/messages/batches`` (list), ``GET`` and ``DELETE
 /v1/messages/batches/{id}``, ``POST /v1/messages/batches/{id}/cancel``, ``GET
@@ -65,7 +65,8 @@ def batch_problems(body: Any, *, betas: Iterable[str], min_trigger: int, max_req
     return problems
 
 
-def request_problems(i: int, item: Any, seen: dict[str, int], *, betas: set[str], min_trigger: int) -> list[str]:
+def request_problems(i: int, item: Any, seen: dict[str, int], *, betas: set[str],
+                     min_trigger: int) -> list[str]:
     """The problems of ``requests[i]``; ``seen``: the custom_ids so far (updated)."""
     where = f"requests.{i}"
     if not isinstance(item, dict):

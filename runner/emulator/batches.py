@@ -11,15 +11,15 @@ A batch is created only with every request valid (see :mod:`.batch_routes`). Gua
   through by then (the first ``floor(n * elapsed / turnaround)``: it works through them in order,
   evenly over its turnaround) are answered, the rest are ``canceled``; it ends ``cancel_s`` later,
   never after its turnaround. A cancel of a batch already canceling changes nothing.
-- When its time is up, each request not canceled is answered once (a task that lets other requests
-  in every :data:`FINISH_SLICE` requests; a cancel then comes too late to cancel any), in order, as a live request with the
-  same body would be then (:func:`answer_request`: the same context-window check, reply builder,
-  token counting, prompt cache, script and summary counting), except that it is ``errored`` when
-  ``batches.errored`` fires on its request number (an error response of ``errored_type``), or
-  ``expired`` when ``batches.expired`` does, in that order. A prompt over the context window is
-  ``errored`` with the live 400's ``invalid_request_error``; a scripted hostile reply is consumed
-  and ``errored`` (``api_error``). Only a ``succeeded`` request is billed: in ``tokens`` and in
-  ``batch_tokens``; its usage says ``service_tier: "batch"``.
+- When its time is up, each request not canceled is answered once, in order (by a task that lets
+  other requests in every :data:`FINISH_SLICE` requests; a cancel then is too late to cancel any), as
+  a live request with the same body would be then (:func:`answer_request`: the same context-window
+  check, reply builder, token counting, prompt cache, script and summary counting), except that it
+  is ``errored`` when ``batches.errored`` fires on its request number (an error response of
+  ``errored_type``), or ``expired`` when ``batches.expired`` does, in that order. A prompt over the
+  context window is ``errored`` with the live 400's ``invalid_request_error``; a scripted hostile
+  reply is consumed and ``errored`` (``api_error``). Only a ``succeeded`` request is billed: in
+  ``tokens`` and in ``batch_tokens``; its usage says ``service_tier: "batch"``.
 - Results are made once, as the JSONL bytes of the results file, in an order seeded by the batch
   number (the API does not promise request order), and every fetch serves those same bytes.
 - A batch lives until it is deleted or the emulator is reset (a timer of a reset batch does nothing).
@@ -69,7 +69,8 @@ def create_batch(state: EmulatorState, requests: list[dict[str, Any]]) -> Batch:
     config = state.config
     number, first = state.batch_created(len(requests))
     batch = Batch(id="msgbatch_emu_" + uuid.uuid4().hex[:24], number=number,
-                  requests=[BatchRequest(r["custom_id"], r["params"], first + i) for i, r in enumerate(requests)],
+                  requests=[BatchRequest(r["custom_id"], r["params"], first + i)
+                            for i, r in enumerate(requests)],
                   created_at=datetime.now(UTC), started=asyncio.get_running_loop().time(),
                   turnaround_s=turnaround_of(config, number))
     state.batches[batch.id] = batch
@@ -98,7 +99,8 @@ def initiate_cancel(state: EmulatorState, batch: Batch) -> None:
     n, turnaround = len(batch.requests), batch.turnaround_s
     batch.cancel_initiated_at = datetime.now(UTC)
     batch.answered = n if turnaround <= 0 else min(n, math.floor(n * elapsed / turnaround))
-    schedule(batch, min(turnaround - elapsed, state.config.batches.cancel_s), lambda: begin_finishing(state, batch))
+    ends_in = min(turnaround - elapsed, state.config.batches.cancel_s)
+    schedule(batch, ends_in, lambda: begin_finishing(state, batch))
 
 
 def begin_finishing(state: EmulatorState, batch: Batch) -> None:

@@ -70,7 +70,7 @@ class Faults(_Strict):
 class Batches(_Strict):
     """The Message Batches API (see :mod:`.batches`): how long a batch takes, and its faults by rate."""
 
-    turnaround_s: float = Field(default=1.0, ge=0.0, le=86_400.0)  # a batch ends this long after it was created
+    turnaround_s: float = Field(default=1.0, ge=0.0, le=86_400.0)  # a batch ends this long after creation
     # ... or, when set, at a seeded uniform time between turnaround_s and turnaround_max_s
     turnaround_max_s: float | None = Field(default=None, ge=0.0, le=86_400.0)
     cancel_s: float = Field(default=0.1, ge=0.0)  # canceling lasts this long (never past the turnaround)
