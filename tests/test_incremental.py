@@ -314,9 +314,6 @@ def test_compare_reports_by_sections_and_by_rows() -> None:
     assert not same.report_changed and same.diff == ""
 
 
-@pytest.mark.xfail(strict=True, reason="continuation.rebuild_memory replays the kept history's memory writes into an "
-                   "empty folder, so a resumed incremental job loses the memory it started with; the fix (not this "
-                   "module's): seed that folder from the job's baseline-memories/ (BASELINE_MEMORIES) when present")
 def test_a_resumed_incremental_job_keeps_its_starting_memory(run_cli: Any, nightly: tuple) -> None:
     root, ws, _ = nightly
     first, _ = night(run_cli, root)

@@ -30,6 +30,7 @@ import anyio
 
 from ..messages import Message, merge_adjacent, request_problems, tool_results, tool_uses
 from ..rundir.docs import (
+    BASELINE_MEMORIES,
     CONTEXT,
     EVENTS,
     SUMMARIES,
@@ -207,7 +208,8 @@ def _swap_in(job_dir: Path, rebuilt: Path) -> None:
 async def rebuild_memory(job_dir: Path, history: list[Message]) -> bool:
     """Bring the job's ``memories/`` back to what its kept history made of it: a call whose reply the
     cut dropped may have written there, and the job makes that call again. The kept history's memory
-    writes are replayed, in order, into a fresh folder; when each gives the result on record, that
+    writes are replayed, in order, into a fresh folder (holding the memory the job started with, an
+    incremental job's ``BASELINE_MEMORIES``, or nothing); when each gives the result on record, that
     folder replaces ``memories/`` (if it differs). Otherwise (the folder was not made by these calls
     alone) ``memories/`` stays as it is. True when it was replaced."""
     writes: list[tuple[dict[str, Any], dict[str, Any]]] = []
@@ -223,6 +225,10 @@ async def rebuild_memory(job_dir: Path, history: list[Message]) -> bool:
     await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, scratch, ignore_errors=True))
     try:
         await anyio.to_thread.run_sync(scratch.mkdir)
+        start = job_dir / BASELINE_MEMORIES
+        if await anyio.Path(start).is_dir() and not await anyio.Path(start).is_symlink():
+            await anyio.to_thread.run_sync(functools.partial(shutil.copytree, start, scratch / MEMORY_DIR,
+                                                             symlinks=True))
         tool = MemoryTool(str(scratch))
         for call, got in writes:
             again = await tool.run(str(call.get("id", "")), call["input"])

@@ -143,8 +143,8 @@ def find_baseline(spec: JobSpec, run_dir: Path, before: float) -> tuple[Baseline
 
 def copy_memories(source_job: Path, job_dir: Path) -> list[str]:
     """The baseline's memory files, copied into ``job_dir/memories/`` (and, as they were, into
-    ``BASELINE_MEMORIES``, for a resume to rebuild the memory from: ``continuation.rebuild_memory`` does
-    not yet, see tests/test_incremental.py); their ``/memories/...`` paths.
+    ``BASELINE_MEMORIES``, which ``continuation.rebuild_memory`` starts a resumed job's memory from);
+    their ``/memories/...`` paths.
     Only regular files beneath the baseline's ``memories/`` are read (links are not followed)."""
     copied: list[str] = []
     files = memory_files(str(source_job))
