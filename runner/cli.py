@@ -286,7 +286,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for error in errors:
         print_error(error.message, label=f"job {escape(printable(error.name))} will fail")
     from .compaction.compactor import Compactor
-    from .execution.scheduler import Batch, new_run_id
+    from .execution.core import Batch, new_run_id
     from .rundir.store import link_latest
 
     model, summarizer, backend = make_backend(settings)

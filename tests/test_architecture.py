@@ -53,8 +53,6 @@ KNOWN_UPWARD = {
 }
 # Underscore-private names used across modules today, each with the fix under way.
 KNOWN_PRIVATE = {
-    ("runner.execution.ray_driver", "runner.execution.scheduler"):
-        "the batch core module shared by both executors (the batch-core work)",
 }
 # Underscore names that are public API of a library.
 PUBLIC_UNDERSCORE = {"os._exit"}

@@ -26,7 +26,8 @@ from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import Limits, load_settings
 from runner.emulator import EmulatorConfig, Latency, running_emulator
-from runner.execution.scheduler import Batch, run_batch
+from runner.execution.core import Batch
+from runner.execution.scheduler import run_batch
 from runner.jobs import JobSpec, find_task_files, load_jobs
 from runner.models.offline import OfflineModel
 from runner.pricing import PriceTable

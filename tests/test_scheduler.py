@@ -18,7 +18,8 @@ import pytest
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import Limits, Settings
-from runner.execution.scheduler import Batch, BatchResult, run_batch
+from runner.execution.core import Batch, BatchResult
+from runner.execution.scheduler import run_batch
 from runner.jobs import JobSpec, find_task_files, load_jobs
 from runner.messages import request_problems, text_of
 from runner.models.base import Reply, Request

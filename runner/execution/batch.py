@@ -21,10 +21,10 @@ from ..ui.report import clean_job, load_report, totals_line, totals_of
 from ..ui.tables import fitting_table
 from ..ui.terminal import json_printable, printable
 
-if TYPE_CHECKING:  # the scheduler pulls in the SDK (~1.5 s); `validate` and `report` do not need it
+if TYPE_CHECKING:  # the batch core pulls in the SDK (~1.5 s); `validate` and `report` do not need it
     from ..compaction.summarizer import Summarizer
     from ..models.base import Model
-    from .scheduler import Batch
+    from .core import Batch
 
 DEFAULT_CONFIG = Path("config.toml")
 # a terminal's own width; on a pipe, $COLUMNS or 80 (rich's default), so the run table on a pipe is the
@@ -94,41 +94,27 @@ def settings_from(args: argparse.Namespace, say: Any = None) -> Settings:
 
 def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
     """The model for jobs and the batch's Summarizer; says loudly when it is the offline model."""
-    from ..compaction.summarizer import Summarizer
+    from ..models.adaptive import AdaptiveLimit
+    from ..ui.display import API
+    from .backend import build_backend
 
     backend = settings.runner.backend
     if backend == "auto":
         backend = "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
-    s = settings.summarizer
     if backend == "offline":
-        from ..models.offline import OfflineModel
-
         err.print("[bold yellow]Using the embedded offline model[/] (no ANTHROPIC_API_KEY, or backend = offline): "
                   "a deterministic survey policy, not a language model; token counts are estimates.", soft_wrap=True)
-        model: Model = OfflineModel()
-        summarizer = Summarizer(None, s.model, max_concurrent=s.max_concurrent,
-                                requests_per_minute=s.requests_per_minute)
-        return model, summarizer, backend
-    if not os.environ.get("ANTHROPIC_API_KEY"):
+    elif not os.environ.get("ANTHROPIC_API_KEY"):
         raise ConfigError(["backend = anthropic needs ANTHROPIC_API_KEY in the environment"])
-    from ..models.adaptive import AdaptiveLimit, AdaptiveModel
-    from ..models.anthropic import AnthropicModel
-    from ..ui.display import API
-
     limit = AdaptiveLimit(maximum=settings.runner.concurrency)
 
     def rate_limited() -> None:  # the batch backs off, and the live display counts it
         limit.rate_limited()
         API()
 
-    raw = AnthropicModel(max_retries=settings.limits.max_retries, timeout=settings.runner.request_timeout_s,
-                         on_rate_limited=rate_limited, shards=-(-settings.runner.concurrency // 25),
-                         max_reply_bytes=settings.runner.max_reply_bytes,
-                         max_retry_after_s=settings.runner.max_retry_after_s)
-    model = AdaptiveModel(raw, limit)
-    summarizer = Summarizer(raw, s.model, max_concurrent=s.max_concurrent,
-                            requests_per_minute=s.requests_per_minute, max_input_chars=s.max_input_chars,
-                            max_output_tokens=s.max_output_tokens)
+    model, summarizer = build_backend(backend, runner=settings.runner, summarizer=settings.summarizer,
+                                      max_retries=settings.limits.max_retries, calls=limit,
+                                      on_rate_limited=rate_limited)
     return model, summarizer, backend
 
 
@@ -138,7 +124,8 @@ def execute(batch: Batch, settings: Settings, as_json: bool = False) -> int:
     import anyio
 
     from ..ui.display import make_display
-    from .scheduler import BatchResult, run_batch
+    from .core import BatchResult
+    from .scheduler import run_batch
 
     if settings.runner.executor == "ray":
         from .ray_driver import run_on_ray

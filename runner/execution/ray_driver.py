@@ -1,5 +1,6 @@
 """The ``ray`` executor's driver: starts (or joins) Ray, starts the run's services actor and its
-workers, assigns jobs, collects their results, shows the live display and writes ``run.json``.
+workers, assigns jobs and collects their results; the batch itself (``run.json``, signals, the live
+display, the ending) is :mod:`.core`'s, as for the local executor.
 
 Guarantees:
 - Before any job starts, every worker writes a probe file into the run directory and the driver
@@ -16,6 +17,7 @@ Guarantees:
   lost, why, and what was given back for each.
 - Ctrl-C (SIGINT or SIGTERM) cancels every job on every worker; each writes its files with status
   ``cancelled`` and the batch reports ``interrupted``. A second Ctrl-C stops waiting for them.
+  A job a worker was still running when the batch stopped waiting is cancelled there at the end.
 - Every job ends in a final state in ``run.json``, which also gets the services actor's counts
   once every job ended (``slots_at_end``: all zero unless a slot leaked).
 """
@@ -27,7 +29,6 @@ import os
 import secrets
 import signal
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,10 +40,10 @@ from ray.exceptions import RayActorError
 
 from ..agent.continuation import cut_transcript
 from ..agent.runjob import Resumed
-from ..agent.session import new_record
 from ..config import ConfigError, Settings
 from ..jobs import JobSpec
 from ..messages import one_line
+from ..models.base import BackendUnusable
 from ..rundir.docs import (
     EVENTS,
     JobMetrics,
@@ -53,19 +54,9 @@ from ..rundir.docs import (
     read_metrics,
 )
 from ..rundir.store import read_jsonl, write_atomic_sync
+from .core import Batch, BatchResult, Dispatch, Display, ended, quietly, run_batch_with
 from .ray_services import RunServices, leaked
 from .ray_worker import JobWorker, WorkerConfig
-from .scheduler import (
-    Batch,
-    BatchResult,
-    Display,
-    NoDisplay,
-    _quietly,
-    _quietly_call,
-    _record_load_error,
-    _RunJson,
-    ended,
-)
 
 MAX_REQUEUES = 3
 POLL_INTERVAL_S = 0.5
@@ -223,165 +214,137 @@ class Pool:
             ray.kill(handle)
 
 
-async def run_batch_ray(batch: Batch, settings: Settings, display: Display | None = None, *,
-                        workers: int | None = None, summary_window_s: float = 60.0,
-                        stall_s: float = STALL_S) -> BatchResult:
-    """:func:`runner.execution.scheduler.run_batch` on the Ray cluster this process is connected to."""
-    display = display or NoDisplay()
-    out = BatchResult(batch.run_dir)
-    progress = {s.name: new_record(s) for s in batch.specs}
-    run_json = _RunJson(batch, progress)
-    s = settings.summarizer
-    services = RunServices.options(  # type: ignore[attr-defined]  # a @ray.remote class
-                                   name=f"runner-services-{batch.run_dir.name}-{secrets.token_hex(3)}",
-                                   get_if_exists=True).remote(
-        s.max_concurrent, s.requests_per_minute, summary_window_s, settings.runner.concurrency,
-        batch.run_budget.limit)
-    size = workers or max(1, min(batch.concurrency, int(ray.available_resources().get("CPU", 1))))
-    await anyio.Path(batch.run_dir).mkdir(parents=True, exist_ok=True)
-    pool = Pool(batch.run_dir, worker_config(batch, settings), services, size)
-    limiter = anyio.CapacityLimiter(batch.concurrency)
-    stopping = anyio.Event()
+class OnRay(Dispatch):
+    """Each job on the least loaded worker of a :class:`Pool`, its progress polled into its record;
+    continued on another worker when its worker dies."""
 
-    async def run_one(spec: JobSpec) -> None:
-        async with limiter:
-            result = ended(spec, Status.CANCELLED, "cancelled before it started")
-            if stopping.is_set():
-                out.results[spec.name] = run_json.results[spec.name] = result
-                return
-            try:
-                display.job_started(progress[spec.name])
-                await run_json.write()
-                history = batch.histories.get(spec.name)
-                resumed = Resumed(history, batch.priors.get(spec.name)) if history else None
-                for attempt in range(MAX_REQUEUES + 1):
-                    worker = pool.pick()
-                    worker.load += 1
-                    try:
-                        result = await worker.handle.run.remote(str(batch.run_dir.absolute()), spec, resumed)
-                        break
-                    except RayActorError as e:
-                        await pool.replace(worker)
-                        if stopping.is_set():
-                            result.error = "cancelled; its worker died"
-                            break
-                        if attempt == MAX_REQUEUES:
-                            result = ended(spec, Status.FAILED, one_line(
-                                f"its Ray worker died {attempt + 1} times; last: {type(e).__name__}"))
-                            break
-                        resumed = await anyio.to_thread.run_sync(continue_point, batch.run_dir / spec.name, spec,
-                                                                 {"owner": worker.owner, **worker.where})
-                    finally:
-                        worker.load -= 1
-            finally:
-                out.results[spec.name] = run_json.results[spec.name] = result
-                progress[spec.name].status = result.status
-                with anyio.CancelScope(shield=True):
-                    await _quietly(run_json.write())
-                _quietly_call(display.job_finished, result)
+    def __init__(self, batch: Batch, settings: Settings, *, workers: int | None, summary_window_s: float,
+                 stall_s: float):
+        self.batch = batch
+        self.settings = settings
+        self.workers = workers
+        self.summary_window_s = summary_window_s
+        self.stall_s = stall_s
+        self.records: dict[str, JobMetrics] = {}  # the jobs on a worker now, polled
+        self.stopping = False
 
-    async def watch(worker: _Worker) -> None:
+    async def start(self, tasks: anyio.abc.TaskGroup) -> None:
+        batch, s = self.batch, self.settings.summarizer
+        self.services = RunServices.options(  # type: ignore[attr-defined]  # a @ray.remote class
+                                            name=f"runner-services-{batch.run_dir.name}-{secrets.token_hex(3)}",
+                                            get_if_exists=True).remote(
+            s.max_concurrent, s.requests_per_minute, self.summary_window_s, self.settings.runner.concurrency,
+            batch.run_budget.limit)
+        size = self.workers or max(1, min(batch.concurrency, int(ray.available_resources().get("CPU", 1))))
+        self.pool = Pool(batch.run_dir, worker_config(batch, self.settings), self.services, size)
+        try:
+            await self.pool.start()
+        except BaseException:
+            self.pool.close()
+            ray.kill(self.services)
+            raise
+        batch.meta = {**batch.meta, "executor": "ray", "workers": self.pool.started}
+        tasks.start_soon(self.poll)
+
+    async def run(self, spec: JobSpec, record: JobMetrics, resumed: Resumed | None) -> JobMetrics:
+        if self.stopping:
+            return record
+        self.records[spec.name] = record
+        last = ""
+        try:
+            for attempt in range(MAX_REQUEUES + 1):
+                worker = self.pool.pick()
+                worker.load += 1
+                try:
+                    result: JobMetrics = await worker.handle.run.remote(str(self.batch.run_dir.absolute()), spec,
+                                                                        resumed)
+                    return result
+                except RayActorError as e:
+                    await self.pool.replace(worker)
+                    if self.stopping:
+                        return ended(spec, Status.CANCELLED, "cancelled; its worker died")
+                    last = type(e).__name__
+                    if attempt < MAX_REQUEUES:
+                        resumed = await anyio.to_thread.run_sync(continue_point, self.batch.run_dir / spec.name,
+                                                                 spec, {"owner": worker.owner, **worker.where})
+                except BackendUnusable as e:  # Ray's error for it is one too, and carries the worker's
+                    record.status, record.error = Status.FAILED, str(getattr(e, "cause", e))
+                    raise BackendUnusable(record.error) from None
+                finally:
+                    worker.load -= 1
+        finally:
+            self.records.pop(spec.name, None)
+        return ended(spec, Status.FAILED, one_line(f"its Ray worker died {MAX_REQUEUES + 1} times; last: {last}"))
+
+    async def watch(self, worker: _Worker) -> None:
         """Poll one worker for its jobs' progress; declare it dead when Ray says so or when it has
         answered no poll for ``stall_s`` seconds."""
         answered = anyio.current_time()
-        while worker.owner in pool.live:
+        while worker.owner in self.pool.live:
             await anyio.sleep(POLL_INTERVAL_S)
             states = None
             try:
                 with anyio.move_on_after(POLL_WAIT_S):
                     states = await worker.handle.poll.remote()
             except RayActorError:
-                await pool.replace(worker, "died")
+                await self.pool.replace(worker, "died")
                 return
             if states is None:
-                if anyio.current_time() - answered >= stall_s and worker.owner in pool.live:
-                    await pool.replace(worker, "stalled")
+                if anyio.current_time() - answered >= self.stall_s and worker.owner in self.pool.live:
+                    await self.pool.replace(worker, "stalled")
                     return
                 continue
             answered = anyio.current_time()
             for name, state in states.items():
-                if name in progress and name not in out.results:
-                    progress[name] = JobMetrics.model_validate(state)
+                if name in self.records:
+                    adopt(self.records[name], JobMetrics.model_validate(state))
 
-    async def poll() -> None:
+    async def poll(self) -> None:
         watched: set[str] = set()
         async with anyio.create_task_group() as watchers:
             while True:
-                for owner, worker in list(pool.live.items()):
+                for owner, worker in list(self.pool.live.items()):
                     if owner not in watched:
                         watched.add(owner)
-                        watchers.start_soon(watch, worker)
+                        watchers.start_soon(self.watch, worker)
                 await anyio.sleep(POLL_INTERVAL_S)
 
-    async def stop(scope: anyio.CancelScope) -> None:
-        """First signal: cancel every job on every worker and wait for their files; second: stop waiting."""
-        out.interrupted = True
-        stopping.set()
+    async def cancel(self) -> None:
+        """Cancel every job on every worker (each writes its files and its ``run`` returns)."""
+        self.stopping = True
         with anyio.move_on_after(CANCEL_WAIT_S):
-            for worker in list(pool.live.values()):
-                await _quietly(worker.handle.cancel_all.remote())
-            return
-        scope.cancel()
+            for worker in list(self.pool.live.values()):
+                await quietly(worker.handle.cancel_all.remote(), "could not cancel a Ray worker's jobs")
 
-    try:
-        await pool.start()
-    except BaseException:
-        pool.close()
-        ray.kill(services)
-        raise
-    try:
-        batch.meta = {**batch.meta, "executor": "ray", "workers": pool.started}
-        async with anyio.create_task_group() as tg:
-            await tg.start(_on_signals, lambda: tg.start_soon(stop, tg.cancel_scope), tg.cancel_scope.cancel)
-            tg.start_soon(poll)
-            for error in batch.errors:
-                out.results[error.name] = await _record_load_error(batch.run_dir, error)
-            run_json.results.update(out.results)
-            await run_json.write(force=True)
-            display.start(progress)
-            async with anyio.create_task_group() as jobs:
-                for spec in batch.specs:
-                    jobs.start_soon(run_one, spec)
-            tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            if any(s.name not in out.results for s in batch.specs):  # cancelled while jobs ran
-                stopping.set()
-                with anyio.move_on_after(CANCEL_WAIT_S):
-                    for worker in list(pool.live.values()):
-                        await _quietly(worker.handle.cancel_all.remote())
-            for spec in batch.specs:
-                if spec.name not in out.results:
-                    out.results[spec.name] = run_json.results[spec.name] = ended(
-                        spec, Status.CANCELLED, "cancelled before it started")
-            run_json.finished = True
-            run_json.interrupted = out.interrupted
-            with anyio.move_on_after(10):
-                slots = await _answer(services.state.remote(), "could not read the services' counts")
-                if slots is not None:
-                    batch.meta = {**batch.meta, "slots_at_end": {
-                        "leaked": leaked(slots), **{k: slots[k] for k in (
-                            "gate_held", "gate_waiting", "calls_held", "calls_waiting", "held", "waiting")}}}
-            await _quietly(run_json.write(force=True))
-            for worker in list(pool.live.values()):
-                with anyio.move_on_after(5):
-                    await _quietly(worker.handle.aclose.remote())
-            pool.close()
-            ray.kill(services)
-            _quietly_call(display.stop)
-    return out
+    async def finish(self) -> None:
+        """The services actor's counts, once every job ended, into ``run.json``."""
+        with anyio.move_on_after(10):
+            slots = await _answer(self.services.state.remote(), "could not read the services' counts")
+            if slots is not None:
+                self.batch.meta = {**self.batch.meta, "slots_at_end": {
+                    "leaked": leaked(slots), **{k: slots[k] for k in (
+                        "gate_held", "gate_waiting", "calls_held", "calls_waiting", "held", "waiting")}}}
+
+    async def close(self) -> None:
+        for worker in list(self.pool.live.values()):
+            with anyio.move_on_after(5):
+                await quietly(worker.handle.aclose.remote(), "could not close a Ray worker's model")
+        self.pool.close()
+        ray.kill(self.services)
 
 
-async def _on_signals(first: Callable[[], None], second: Callable[[], None], *,
-                      task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        task_status.started()
-        seen = 0
-        async for _ in signals:
-            seen += 1
-            (first if seen == 1 else second)()
-            if seen > 1:
-                return
+def adopt(record: JobMetrics, state: JobMetrics) -> None:
+    """``record`` (the one the display and ``run.json`` read) takes on a worker's report of it."""
+    for name in state.model_fields_set:
+        setattr(record, name, getattr(state, name))
+
+
+async def run_batch_ray(batch: Batch, settings: Settings, display: Display | None = None, *,
+                        workers: int | None = None, summary_window_s: float = 60.0,
+                        stall_s: float = STALL_S) -> BatchResult:
+    """:func:`runner.execution.scheduler.run_batch` on the Ray cluster this process is connected to."""
+    dispatch = OnRay(batch, settings, workers=workers, summary_window_s=summary_window_s, stall_s=stall_s)
+    return await run_batch_with(batch, dispatch, display)
 
 
 def run_on_ray(batch: Batch, settings: Settings, display: Display | None = None) -> BatchResult:

@@ -1,9 +1,10 @@
 """A Ray worker: an async actor running many jobs through :func:`runner.agent.runjob.run_job` on its own
 event loop, with the cluster-wide services of :mod:`.ray_services`.
 
-Each worker builds its own model and HTTP client from :class:`WorkerConfig`. The API key is never
-passed: it is read from the worker's environment (inherited from the driver when the driver starts
-Ray, or from the environment of ``ray start`` on each node).
+Each worker builds its own model and HTTP client from :class:`WorkerConfig` (with :mod:`.backend`, as
+the local executor does). The API key is never passed: it is read from the worker's environment
+(inherited from the driver when the driver starts Ray, or from the environment of ``ray start`` on
+each node).
 """
 
 from __future__ import annotations
@@ -20,12 +21,11 @@ import ray
 from ..agent.runjob import Resumed, Services, run_job
 from ..agent.session import new_record
 from ..compaction.compactor import Compactor
-from ..compaction.summarizer import Summarizer
 from ..config import RunnerSection, SummarizerSection
 from ..jobs import JobSpec
-from ..models.base import Model
 from ..pricing import PriceTable
 from ..rundir.docs import JobMetrics
+from .backend import build_backend
 from .ray_services import RayBudget, RayCallLimit, RayGate
 
 
@@ -42,26 +42,6 @@ class WorkerConfig:
     base_url: str | None = None
 
 
-def build_model(config: WorkerConfig, calls: RayCallLimit) -> tuple[Model, Summarizer | None, Model | None]:
-    """The jobs' model and the raw model summaries use (``None`` offline)."""
-    if config.backend == "offline":
-        from ..models.offline import OfflineModel
-
-        return OfflineModel(), None, None
-    if not os.environ.get("ANTHROPIC_API_KEY"):
-        raise RuntimeError(f"ANTHROPIC_API_KEY is not set in the environment of the Ray worker on "
-                           f"{socket.gethostname()}; set it where the node's `ray start` runs")
-    from ..models.adaptive import AdaptiveModel
-    from ..models.anthropic import AnthropicModel
-
-    raw = AnthropicModel(base_url=config.base_url, max_retries=config.max_retries,
-                         timeout=config.runner.request_timeout_s, on_rate_limited=calls.rate_limited,
-                         shards=-(-config.runner.concurrency // 25),
-                         max_reply_bytes=config.runner.max_reply_bytes,
-                         max_retry_after_s=config.runner.max_retry_after_s)
-    return AdaptiveModel(raw, calls), None, raw
-
-
 @ray.remote
 class JobWorker:
     def __init__(self, config: WorkerConfig, services: Any, owner: str):
@@ -69,12 +49,13 @@ class JobWorker:
         self.owner = owner
         self.where = {"node": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(),
                       "pid": os.getpid()}
-        calls = RayCallLimit(services, owner)
-        self.model, _, raw = build_model(config, calls)
-        s = config.summarizer
-        summarizer = Summarizer(raw, s.model, max_input_chars=s.max_input_chars,
-                                max_output_tokens=s.max_output_tokens, gate=RayGate(services, owner))
-        self.services = Services(self.model, Compactor(summarizer), s.model, config.prices,
+        if config.backend != "offline" and not os.environ.get("ANTHROPIC_API_KEY"):
+            raise RuntimeError(f"ANTHROPIC_API_KEY is not set in the environment of the Ray worker on "
+                               f"{socket.gethostname()}; set it where the node's `ray start` runs")
+        self.model, summarizer = build_backend(config.backend, runner=config.runner, summarizer=config.summarizer,
+                                               max_retries=config.max_retries, calls=RayCallLimit(services, owner),
+                                               gate=RayGate(services, owner), base_url=config.base_url)
+        self.services = Services(self.model, Compactor(summarizer), config.summarizer.model, config.prices,
                                  RayBudget(services, config.budget_limit))
         self.records: dict[str, JobMetrics] = {}
         self.scopes: dict[str, anyio.CancelScope] = {}

@@ -171,7 +171,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         spending,
         warn_fallbacks,
     )
-    from .scheduler import Batch
+    from .core import Batch
 
     run_dir: Path = getattr(args, "run_dir", None) or args.resume
     settings = parsed(lambda: settings_from(args, say=say), config_path(args))

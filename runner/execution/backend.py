@@ -1,0 +1,56 @@
+"""The jobs' model and the batch's summarizer, built one way for every executor: the local one
+(:func:`runner.execution.batch.make_backend`) and each Ray worker (:mod:`.ray_worker`).
+
+Guarantees:
+- ``anthropic``: every job's call waits for a slot of ``calls`` (the batch's adaptive concurrency,
+  halved on 429/529) and goes over one of ``shards_for(concurrency)`` HTTP clients (one per
+  ``JOBS_PER_SHARD`` jobs in flight); summaries call the same backend outside ``calls``, behind the
+  summary gate. The API key is never passed: the SDK reads it from the environment.
+- ``offline``: the deterministic offline model, and a summarizer without a model (the fallback summary).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..config import RunnerSection, SummarizerSection
+from ..services import CallLimit, Gate
+
+if TYPE_CHECKING:  # the SDK takes ~1.5 s to import; only the anthropic backend needs it
+    from ..compaction.summarizer import Summarizer
+    from ..models.base import Model
+
+JOBS_PER_SHARD = 25
+
+
+def shards_for(concurrency: int) -> int:
+    """HTTP clients for ``concurrency`` jobs in flight: one per ``JOBS_PER_SHARD``."""
+    return -(-concurrency // JOBS_PER_SHARD)
+
+
+def build_backend(backend: str, *, runner: RunnerSection, summarizer: SummarizerSection, max_retries: int,
+                  calls: CallLimit, on_rate_limited: Callable[[], None] | None = None, gate: Gate | None = None,
+                  base_url: str | None = None) -> tuple[Model, Summarizer]:
+    """The model for jobs on ``backend`` (``anthropic`` or ``offline``) and the summarizer. A 429/529
+    calls ``on_rate_limited`` (default: ``calls.rate_limited``); ``gate``: a summary gate shared beyond
+    this process, else the summarizer's own (``max_concurrent``, ``requests_per_minute``)."""
+    from ..compaction.summarizer import Summarizer
+
+    s = summarizer
+    raw: Model | None = None
+    if backend == "offline":
+        from ..models.offline import OfflineModel
+
+        model: Model = OfflineModel()
+    else:
+        from ..models.adaptive import AdaptiveModel
+        from ..models.anthropic import AnthropicModel
+
+        raw = AnthropicModel(base_url=base_url, max_retries=max_retries, timeout=runner.request_timeout_s,
+                             on_rate_limited=on_rate_limited or calls.rate_limited,
+                             shards=shards_for(runner.concurrency), max_reply_bytes=runner.max_reply_bytes,
+                             max_retry_after_s=runner.max_retry_after_s)
+        model = AdaptiveModel(raw, calls)
+    return model, Summarizer(raw, s.model, max_concurrent=s.max_concurrent, requests_per_minute=s.requests_per_minute,
+                             max_input_chars=s.max_input_chars, max_output_tokens=s.max_output_tokens, gate=gate)

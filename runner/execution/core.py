@@ -1,0 +1,349 @@
+"""The batch core every executor shares: what a batch is (:class:`Batch`), how it runs and ends
+(:func:`run_batch_with`), parametrized by how one job is dispatched (:class:`Dispatch`: in this
+process's task group, or on a Ray worker).
+
+Guarantees:
+- At most ``concurrency`` jobs are dispatched at once; a job's failure is its own (``run_job``'s).
+- ``run.json`` is written before any job starts, rewritten (atomically) when a job starts or ends, at
+  most every ``MIN_INTERVAL_S`` between the first write and the last, and written last through the
+  disk reserve (``final_write``) with state ``finished`` or ``interrupted``; the reserves are then
+  released and the batch's model closed.
+- Every job ends in a final state, in ``run.json`` and in :attr:`BatchResult.results`: a task file that
+  did not load is ``failed`` (its ``metrics.json`` says why); a job never started when the batch
+  stopped is ``not_started`` with the reason when the backend is unusable, else ``cancelled``.
+- Signals (with ``handle_signals``; listened for before anything is written): the first SIGINT or
+  SIGTERM marks the batch interrupted, starts no more jobs and cancels every running one
+  (:meth:`Dispatch.cancel`); each writes its files with status ``cancelled`` and the batch waits for
+  them. A second signal stops waiting: a job still running is recorded ``cancelled`` at once (its own
+  files are whatever it wrote by then). A third gets Python's default handling.
+- A job that meets :class:`~runner.models.base.BackendUnusable` stops the batch as the first signal
+  does, but not interrupted: :attr:`BatchResult.fatal` is the one-line reason.
+- Bookkeeping never ends the batch: a failure to write ``run.json``, of the display or of closing
+  is a warning on stderr.
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+import anyio.abc
+
+from ..agent.runjob import Resumed
+from ..agent.session import new_record
+from ..compaction.compactor import Compactor
+from ..jobs import JobError, JobSpec
+from ..messages import Message
+from ..models.base import BackendUnusable, Model
+from ..pricing import PriceTable
+from ..rundir.docs import (
+    JOBS_RESERVE,
+    LIVE_STATUSES,
+    METRICS,
+    RUN_JSON,
+    RUN_RESERVE,
+    JobMetrics,
+    RunDocument,
+    RunState,
+    Status,
+    run_json_text,
+    totals_of,
+)
+from ..rundir.reserve import final_write, release
+from ..rundir.store import JobStore, overwrite, write_atomic
+from ..services import Budget, RunBudget
+
+MIN_INTERVAL_S = 0.5
+
+
+class Display(Protocol):
+    def start(self, progress: dict[str, JobMetrics]) -> None: ...
+    def job_started(self, progress: JobMetrics) -> None: ...
+    def job_finished(self, result: JobMetrics) -> None: ...
+    def stop(self) -> None: ...
+
+
+class NoDisplay:
+    def start(self, progress: dict[str, JobMetrics]) -> None: ...
+    def job_started(self, progress: JobMetrics) -> None: ...
+    def job_finished(self, result: JobMetrics) -> None: ...
+    def stop(self) -> None: ...
+
+
+def new_run_id() -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+@dataclass
+class BatchResult:
+    run_dir: Path
+    results: dict[str, JobMetrics] = field(default_factory=dict)
+    interrupted: bool = False
+    fatal: str | None = None  # the backend cannot serve the batch (one line: base URL and error)
+    kept_ok: bool = True  # every job kept from earlier (not rerun) had succeeded
+
+    @property
+    def ok(self) -> bool:
+        return not self.interrupted and self.kept_ok and all(r.status == Status.SUCCEEDED for r in self.results.values())
+
+
+@dataclass
+class Batch:
+    """What to run and with what; ``histories`` continue resumed jobs from their transcripts."""
+
+    run_dir: Path
+    specs: list[JobSpec]
+    model: Model
+    compactor: Compactor
+    summary_model: str
+    concurrency: int
+    errors: list[JobError] = field(default_factory=list)
+    histories: dict[str, list[Message]] = field(default_factory=dict)
+    priors: dict[str, JobMetrics] = field(default_factory=dict)  # metrics of resumed jobs so far
+    kept: dict[str, JobMetrics] = field(default_factory=dict)  # earlier results of jobs not rerun
+    meta: dict[str, Any] = field(default_factory=dict)
+    handle_signals: bool = True
+    run_budget: Budget = field(default_factory=RunBudget)
+    prices: PriceTable = field(default_factory=PriceTable)
+
+
+class Dispatch(Protocol):
+    """How an executor runs one job. The core calls :meth:`start` once, :meth:`run` for each job (at
+    most ``concurrency`` at once), :meth:`cancel` when the batch stops early, :meth:`finish` once every
+    job ended and :meth:`close` last (only after a :meth:`start` that returned)."""
+
+    async def start(self, tasks: anyio.abc.TaskGroup) -> None:
+        """Before any job: start what the jobs need; background tasks go in ``tasks`` (cancelled when the
+        last job ended). A :class:`~runner.config.ConfigError` here ends the batch before anything is
+        written; whatever was started is stopped first."""
+        return None
+
+    async def run(self, spec: JobSpec, record: JobMetrics, resumed: Resumed | None) -> JobMetrics:
+        """Run ``spec`` to its ending and return its result; ``record`` is the job's live record (the
+        display and ``run.json`` read it meanwhile). Cancelled by :meth:`cancel`, it returns a result
+        with status ``cancelled`` once the job's files are written."""
+        ...
+
+    async def cancel(self) -> None:
+        """Cancel every job running, and any dispatched from now on."""
+        return None
+
+    async def finish(self) -> None:
+        """Every job ended, before the last ``run.json`` (it may add to the batch's ``meta``)."""
+        return None
+
+    async def close(self) -> None:
+        """The batch ended: stop what :meth:`start` started."""
+        return None
+
+
+def ended(spec: JobSpec, status: str, error: str) -> JobMetrics:
+    """The record of a job that ended without running."""
+    record = new_record(spec)
+    record.status, record.error = status, error
+    return record
+
+
+def never_started(record: JobMetrics, fatal: str | None) -> JobMetrics:
+    """``record``, of a job whose session never started, marked so: ``not_started`` with ``fatal`` (the
+    backend is unusable), else ``cancelled``."""
+    record.status, record.error = (Status.NOT_STARTED, f"not started: {fatal}") if fatal else (
+        Status.CANCELLED, "cancelled before it started")
+    return record
+
+
+async def run_batch_with(batch: Batch, dispatch: Dispatch, display: Display | None = None) -> BatchResult:
+    """Run ``batch``, each job through ``dispatch``, with ``display`` shown; see the module's guarantees."""
+    display = display or NoDisplay()
+    out = BatchResult(batch.run_dir, kept_ok=all(m.status == Status.SUCCEEDED for m in batch.kept.values()))
+    progress = {s.name: new_record(s) for s in batch.specs}
+    run_json = RunJson(batch, progress)
+    limiter = anyio.CapacityLimiter(batch.concurrency)
+    stopping = anyio.Event()  # no job is dispatched once set
+    abandoned: list[str] = []  # jobs whose dispatch never returned (the batch stopped waiting)
+    started = False
+
+    def stop_jobs() -> None:
+        """No job is dispatched from now on, and the running ones are cancelled."""
+        if not stopping.is_set():
+            stopping.set()
+            tg.start_soon(cancel_jobs)
+
+    async def cancel_jobs() -> None:
+        await quietly(dispatch.cancel(), "could not cancel the jobs")
+
+    async def run_one(spec: JobSpec) -> None:
+        async with limiter:
+            if stopping.is_set():
+                return  # recorded with the others never started, once the batch ends
+            record = result = progress[spec.name]
+            returned = False
+            try:
+                display.job_started(record)
+                await quietly(run_json.write())
+                history = batch.histories.get(spec.name)
+                resumed = Resumed(history, batch.priors.get(spec.name)) if history else None
+                result = await dispatch.run(spec, record, resumed)
+                returned = True
+            except BackendUnusable as e:  # no job can run: stop the batch now, the rest stays not_started
+                returned = True
+                out.fatal = out.fatal or str(e)
+                stop_jobs()
+            finally:
+                if result.status == Status.QUEUED:  # its session never started
+                    never_started(result, out.fatal)
+                elif not returned and result.status in LIVE_STATUSES:
+                    abandoned.append(spec.name)
+                    result.status, result.error = Status.CANCELLED, "cancelled; the batch stopped waiting for it"
+                out.results[spec.name] = run_json.results[spec.name] = result
+                with anyio.CancelScope(shield=True):
+                    await quietly(run_json.write())
+                quietly_call(display.job_finished, result)
+
+    def interrupted() -> None:
+        out.interrupted = True
+        stop_jobs()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            if batch.handle_signals:  # listening before anything is written, so no Ctrl-C is missed
+                await tg.start(on_signals, interrupted, tg.cancel_scope.cancel)
+            await anyio.Path(batch.run_dir).mkdir(parents=True, exist_ok=True)
+            await dispatch.start(tg)
+            started = True
+            for error in batch.errors:
+                out.results[error.name] = await record_load_error(batch.run_dir, error)
+            run_json.results.update(out.results)
+            await quietly(run_json.write(force=True))
+            display.start(progress)
+            async with anyio.create_task_group() as jobs:
+                for spec in batch.specs:
+                    jobs.start_soon(run_one, spec)
+            tg.cancel_scope.cancel()  # all jobs ended: stop the signal watcher and the dispatch's tasks
+    finally:
+        with anyio.CancelScope(shield=True):
+            if started:
+                await end(batch, dispatch, out, run_json, cancel=bool(abandoned))
+            release(batch.run_dir, JOBS_RESERVE)
+            release(batch.run_dir, RUN_RESERVE)
+            if batch.model is not None:  # the HTTP sessions close inside the loop that opened them
+                await quietly(batch.model.aclose(), "could not close the model's connections")
+        quietly_call(display.stop)
+    return out
+
+
+async def end(batch: Batch, dispatch: Dispatch, out: BatchResult, run_json: RunJson, *, cancel: bool) -> None:
+    """The batch's ending: jobs the batch stopped waiting for are cancelled (``cancel``), those never
+    started recorded so, the last ``run.json`` written through the disk reserve, the dispatch closed."""
+    if cancel:
+        await quietly(dispatch.cancel(), "could not cancel the jobs")
+    for spec in batch.specs:
+        if spec.name not in out.results:
+            out.results[spec.name] = run_json.results[spec.name] = never_started(new_record(spec), out.fatal)
+    run_json.finished = True
+    run_json.interrupted = out.interrupted
+    await quietly(dispatch.finish(), "could not finish the batch")
+    await quietly(final_write(batch.run_dir, lambda: run_json.write(force=True),
+                              lambda: overwrite(batch.run_dir / RUN_JSON, run_json_text(run_json.document())),
+                              RUN_RESERVE))
+    await quietly(dispatch.close(), "could not stop the executor")
+
+
+async def on_signals(first: Callable[[], None], second: Callable[[], None], *,
+                     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    """``first()`` on the first SIGINT or SIGTERM, ``second()`` on the next; then stops listening."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
+        seen = 0
+        async for _ in signals:
+            seen += 1
+            (first if seen == 1 else second)()
+            if seen > 1:
+                return
+
+
+async def quietly(awaitable: Awaitable[Any], what: str = "could not update run.json") -> None:
+    """Bookkeeping after a job ended must not end the batch; the job's own files say what happened.
+    The failure is still reported, on stderr."""
+    try:
+        await awaitable
+    except Exception as e:
+        print(f"warning: {what}: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+def quietly_call(fn: Callable[..., None], *args: Any) -> None:
+    """The display failing must not end the batch (the jobs' files and run.json say what happened);
+    the failure is still reported, on stderr."""
+    try:
+        fn(*args)
+    except Exception as e:
+        print(f"warning: the progress display failed: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+async def record_load_error(run_dir: Path, error: JobError) -> JobMetrics:
+    """A task file that did not load: its job ``failed``, its ``metrics.json`` saying why."""
+    result = JobMetrics(job=error.name, status=Status.FAILED, error=error.message)
+    store = JobStore(run_dir / error.name)
+    await store.open()
+    await store.write_json(METRICS, result.document())
+    return result
+
+
+class RunJson:
+    """``run.json`` of a batch: kept jobs, load errors, ended jobs' results and running jobs' live rows."""
+
+    def __init__(self, batch: Batch, progress: dict[str, JobMetrics]):
+        self.batch = batch
+        self.progress = progress
+        self.results: dict[str, JobMetrics] = {}
+        self.started = time.time()
+        self.finished = False
+        self.interrupted = False
+        self._lock = anyio.Lock()
+        self._last_write = float("-inf")
+        self._rows: dict[str, tuple[JobMetrics, JobMetrics]] = {}  # an ended job's row, made once
+
+    async def write(self, force: bool = False) -> None:
+        """Rewrite run.json; between the first and the last write, at most every ``MIN_INTERVAL_S``
+        (each write lists every job, so writing on every event would cost O(jobs^2) in a big batch).
+        Each job's own metrics.json is always current; ``runner resume`` trusts those."""
+        if not force and time.monotonic() - self._last_write < MIN_INTERVAL_S:
+            return
+        async with self._lock:
+            if not force and time.monotonic() - self._last_write < MIN_INTERVAL_S:
+                return  # another writer did it while this one waited
+            self._last_write = time.monotonic()
+            await write_atomic(self.batch.run_dir / RUN_JSON, run_json_text(self.document()))
+
+    def document(self) -> RunDocument:
+        jobs: list[JobMetrics] = []
+        names = [*self.batch.kept, *(e.name for e in self.batch.errors), *(s.name for s in self.batch.specs)]
+        sources = {**{e.name: str(e.source.absolute()) for e in self.batch.errors},
+                   **{s.name: str(s.source.absolute()) for s in self.batch.specs}}
+        for name in dict.fromkeys(names):
+            if name in self.results:
+                result = self.results[name]
+                row = self._rows.get(name)
+                if row is None or row[0] is not result:  # a result is final once it is here
+                    row = self._rows[name] = (result, JobMetrics.model_validate(result.document()))
+                job = row[1]
+            elif name in self.batch.kept:
+                job = self.batch.kept[name].model_copy()
+            else:
+                p = self.progress[name]  # running until its session has written its files and returned
+                job = JobMetrics(job=name, status=p.status if p.status in LIVE_STATUSES else Status.RUNNING,
+                                 turns=p.turns)
+            if name in sources:
+                job.source = sources[name]
+            jobs.append(job)
+        state = RunState.INTERRUPTED if self.interrupted else (RunState.FINISHED if self.finished else RunState.RUNNING)
+        return RunDocument(run_id=self.batch.run_dir.name, state=state, started=self.started, updated=time.time(),
+                           **self.batch.meta, totals=totals_of(jobs), jobs=jobs)
