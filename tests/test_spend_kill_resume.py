@@ -130,7 +130,8 @@ def test_twenty_kills_lose_no_spend(tmp_path: Path) -> None:
     while kills < KILLS:
         job = (_run_dir(killed) or killed / "none") / "a"
         left = max(0.0, 1 - _calls(job) / total_calls)  # the share of the job still to run
-        delay = rng.uniform(0, 2 * work_s * left / (KILLS - kills + 2))
+        # at most the share of the remaining work a kill may take: the kills land before the job ends
+        delay = rng.uniform(0, work_s * left / (KILLS - kills + 2))
         was_killed, seconds = _segment(killed, argv, delay)
         lived += seconds
         run_dir = _run_dir(killed)
