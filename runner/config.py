@@ -19,8 +19,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
+
+from .pricing import BATCH_DISCOUNT_KEY
 
 Compaction = Literal["client", "server", "mask", "off"]
 
@@ -126,6 +137,14 @@ class RunnerSection(BaseModel):
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = Field(None, min_length=1)  # None: start a local Ray; "auto" or host:port: join
     keep_runs: Int | None = Field(None, ge=1, le=1_000_000)  # after a run, remove all but this many newest runs
+    # delivery = "batch": model calls go as Message Batches at the batch price (see models/batches.py)
+    delivery: Literal["live", "batch"] = "live"
+    batch_window_s: Float = Field(2.0, gt=0, le=3600)  # a batch is sent this long after its first request
+    batch_max_requests: Int = Field(10_000, ge=1, le=100_000)  # ... or once it holds this many
+    batch_poll_s: Float = Field(1.0, gt=0, le=3600)  # the first poll's wait, doubled up to batch_poll_max_s
+    batch_poll_max_s: Float = Field(60.0, gt=0, le=3600)
+    deadline: str | None = Field(None, pattern=r"^([01]?[0-9]|2[0-3]):[0-5][0-9]$")  # "06:30", local time
+    deadline_s: Float | None = Field(None, gt=0, le=7 * 24 * 3600)  # ... or this long after the run starts
 
 
 class Price(BaseModel):
@@ -137,6 +156,16 @@ class Price(BaseModel):
     output: Float = Field(ge=0, le=10_000)
     cache_write: Float | None = Field(None, ge=0, le=10_000)
     cache_read: Float | None = Field(None, ge=0, le=10_000)
+
+
+def _price_or_discount(value: Any) -> str:
+    return "discount" if isinstance(value, int | float) else "price"
+
+
+# a model's prices, or [prices] batch_discount (a number; which key may be which: Settings checks)
+PriceOrDiscount = Annotated[Annotated[Price, Tag("price")]
+                            | Annotated[Annotated[float, BeforeValidator(_not_bool)], Tag("discount")],
+                            Discriminator(_price_or_discount)]
 
 
 class SummarizerSection(BaseModel):
@@ -156,7 +185,18 @@ class Settings(BaseSettings):
     summarizer: SummarizerSection = SummarizerSection()
     limits: Limits = Limits()
     jobs: dict[str, dict[str, Any]] = {}
-    prices: dict[str, Price] = {}
+    prices: dict[str, PriceOrDiscount] = {}
+
+    @model_validator(mode="after")
+    def _batch_discount_only(self) -> Settings:
+        """A number in ``[prices]`` is ``batch_discount``; every other key is a model's prices."""
+        for key, value in self.prices.items():
+            if key == BATCH_DISCOUNT_KEY and (isinstance(value, Price) or not 0 <= value <= 1):
+                raise ValueError(f"prices.{key}: expected a number from 0 to 1 (got {_short(value)})")
+            if key != BATCH_DISCOUNT_KEY and not isinstance(value, Price):
+                raise ValueError(f"prices.{key}: expected a table of prices (input, output, ...) "
+                                 f"(got {_short(value)})")
+        return self
 
     def limits_for(self, job: str, task_limits: dict[str, Any] | None = None) -> Limits:
         """Merge ``[limits]`` < ``[jobs.<job>]`` < the task file's ``[limits]``; strictly typed (the tables
@@ -249,7 +289,10 @@ def strict_check(source: str, data: dict[str, Any]) -> None:
             except ValidationError as e:
                 problems += describe_errors(source, e, prefix=key)
     for name, table in (data.get("prices") or {}).items() if isinstance(data.get("prices"), dict) else ():
-        if isinstance(table, dict):
+        if name == BATCH_DISCOUNT_KEY and (isinstance(table, bool) or not isinstance(table, int | float)
+                                           or not 0 <= table <= 1):
+            problems.append(f"{source}: prices.{name}: expected a number from 0 to 1 (got {_short(table)})")
+        elif isinstance(table, dict):
             try:
                 Price.model_validate_json(json.dumps(table, default=str), strict=True)
             except ValidationError as e:

@@ -5,6 +5,8 @@ Cache writes cost 1.25x the input price and cache reads 0.1x, unless a price say
 ``config.toml`` can add or override prices (``[prices."claude-sonnet-5-5"] input = 3.0 ...``); a key
 matches a model by exact name first, then as the longest part of its name (``sonnet`` matches every
 Sonnet). A model that matches nothing is priced as the most expensive family, never as free.
+``[prices] batch_discount = 0.5`` (the default): the share of its price a call answered by a Message
+Batch costs (:meth:`PriceTable.cost_with_batch`).
 """
 
 from __future__ import annotations
@@ -80,12 +82,18 @@ DEFAULT_PRICES: dict[str, Rates] = {
     "haiku": Rates.of(1.0, 5.0),
 }
 FALLBACK = "opus"
+BATCH_DISCOUNT = 0.5  # a Message Batch bills every token at half the price
+BATCH_DISCOUNT_KEY = "batch_discount"  # [prices] batch_discount = 0.5: a number, not a model's prices
 
 
 class PriceTable:
     def __init__(self, overrides: Mapping[str, Any] | None = None):
         self.prices = dict(DEFAULT_PRICES)
+        self.batch_discount = BATCH_DISCOUNT
         for key, price in (overrides or {}).items():
+            if key == BATCH_DISCOUNT_KEY:
+                self.batch_discount = float(price)
+                continue
             data = price if isinstance(price, Mapping) else price.model_dump()
             self.prices[key] = Rates.of(**data)
 
@@ -112,6 +120,16 @@ class PriceTable:
         r = self.rates(model)
         return (usage.input_tokens * r.input + usage.cache_creation_input_tokens * r.cache_write
                 + usage.cache_read_input_tokens * r.cache_read + usage.output_tokens * r.output) / 1_000_000
+
+
+    def cost_with_batch(self, model: str, usage: Usage, batch: Usage) -> float:
+        """The cost of ``usage`` of which ``batch`` (each count at most ``usage``'s) was billed by a
+        Message Batch, at ``batch_discount`` of its price."""
+        full = self.cost(model, usage)
+        if not any(getattr(batch, k) for k in USAGE_KEYS):
+            return full
+        part = Usage(**{k: min(getattr(batch, k), getattr(usage, k)) for k in USAGE_KEYS})
+        return full - (1 - self.batch_discount) * self.cost(model, part)
 
 
 DEFAULT_TABLE = PriceTable()

@@ -85,7 +85,8 @@ def model_call_event(record: JobMetrics, chars: int, reply: Reply, lines: int) -
     (:func:`~runner.agent.continuation.read_ledger`)."""
     doc = record.document()
     return {**ModelCallEvent(turn=record.turns, chars=chars, tokens=reply.usage.context_tokens,
-                             estimated=reply.estimated, cost_usd=doc["cost_usd"]).line(),
+                             estimated=reply.estimated, cost_usd=doc["cost_usd"],
+                             batch=getattr(reply, "batch", None)).line(),  # models/batches.py BatchReply
             "lines": lines, **{k: doc[k] for k in ("usage", "summarizer_usage", "compactions", "persisted_bytes",
                                                    "wall_s")}}
 

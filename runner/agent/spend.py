@@ -3,6 +3,9 @@
 Guarantees:
 - The job's cost is its own calls priced on its model plus its summaries priced on the summary
   model, from one price table; it lives in the job's record (``cost_usd``), nowhere else.
+- A call a Message Batch answered (its usage also in the record's ``batch_usage`` or
+  ``batch_summarizer_usage``) is priced at ``prices.batch_discount`` of its price: the same tokens,
+  a lower cost, in every cost the record carries.
 - Every change of the job's cost is charged to the run's budget once.
 - A call is made only when it, and then a short report, fit ``max_cost_usd`` (the reserve): the
   call that would not is the job's last one, its report (``JobEnded(..., last_call=True)``); the
@@ -67,7 +70,9 @@ class Spend:
         budget with the change of its own part (``charge=False``: a resumed job's earlier spend, which
         this run did not make; a subagent's spend is charged by the subagent)."""
         record = self.record
-        own = self.prices.cost(self.model, record.usage) + self.prices.cost(self.summary_model, record.summarizer_usage)
+        prices = self.prices
+        own = (prices.cost_with_batch(self.model, record.usage, record.batch_usage)
+               + prices.cost_with_batch(self.summary_model, record.summarizer_usage, record.batch_summarizer_usage))
         if charge:
             self.run_budget.charge(own - self.own_cost)
         self.own_cost = own

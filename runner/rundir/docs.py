@@ -152,6 +152,7 @@ class _Doc(BaseModel):
 
 
 SUBAGENT_FIELDS = ("subagent_usage", "subagents")  # written only for a job that had subagents
+BATCH_FIELDS = ("batch_usage", "batch_summarizer_usage", "batch_calls")  # only when a batch answered a call
 WHEN_SET = ("worker", "source", "incremental")  # written only when not None
 
 
@@ -203,6 +204,11 @@ class JobMetrics(_Doc):
     context_chars: int = 0  # live: characters of the window the last call carried
     started: float | None = None  # live: when this segment of the job started (epoch seconds)
     incremental: Incremental | None = None  # an incremental job's baseline, or why it ran fresh
+    # delivery = "batch": the part of usage (and of summarizer_usage) a Message Batch answered, billed at
+    # prices.batch_discount (see models/batches.py); batch_calls: the calls it answered
+    batch_usage: Usage = Field(default_factory=Usage)
+    batch_summarizer_usage: Usage = Field(default_factory=Usage)
+    batch_calls: int = 0
 
     def usage_total(self, key: str) -> int:
         """One usage count, the job's, its summaries' and its subagents' together."""
@@ -222,7 +228,8 @@ class JobMetrics(_Doc):
         """``metrics.json``: every field but the live ones (``worker`` and ``source`` when set), then
         any extra ones; wall time and cost rounded, compactions sorted by stage."""
         out = {k: v for k, v in self.model_dump(exclude=set(self.LIVE)).items()
-               if (k not in WHEN_SET or v is not None) and (k not in SUBAGENT_FIELDS or self.subagents)}
+               if (k not in WHEN_SET or v is not None) and (k not in SUBAGENT_FIELDS or self.subagents)
+               and (k not in BATCH_FIELDS or self.batch_calls)}
         out["wall_s"], out["cost_usd"] = round(self.wall_s, 3), round(self.cost_usd, 6)
         out["compactions"] = dict(sorted(self.compactions.items()))
         return out
@@ -238,7 +245,8 @@ class JobMetrics(_Doc):
     def clean(self) -> dict[str, Any]:
         """Every field the table reads, in its type (a damaged value is back at its default)."""
         return {k: v for k, v in self.model_dump(exclude=set(self.LIVE)).items()
-                if (k not in WHEN_SET or v is not None) and (k not in SUBAGENT_FIELDS or self.subagents)}
+                if (k not in WHEN_SET or v is not None) and (k not in SUBAGENT_FIELDS or self.subagents)
+                and (k not in BATCH_FIELDS or self.batch_calls)}
 
 
 class RunDocument(_Doc):
@@ -321,6 +329,13 @@ class ModelCallEvent(_Event):
     compactions: dict[str, int] | None = None
     persisted_bytes: int | None = None
     wall_s: float | None = None
+    batch: str | None = None  # the Message Batch that answered the call (delivery = "batch"); written when set
+
+    def line(self) -> dict[str, Any]:
+        out = self.model_dump()
+        if out["batch"] is None:
+            del out["batch"]
+        return out
 
     @property
     def ledger(self) -> bool:

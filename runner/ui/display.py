@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console, Group
@@ -28,6 +29,8 @@ class ApiCounts:
 
     def __init__(self) -> None:
         self.throttled = 0
+        # delivery = "batch": the batcher's line (batch id, requests waiting, turnaround, projected end)
+        self.batch_line: Callable[[], str | None] | None = None
 
     def __call__(self) -> None:
         self.throttled += 1
@@ -115,6 +118,8 @@ class Tally:
         parts.append(f"tokens {tokens_in:,} in / {tokens_out:,} out")
         retries = sum(r.retries for r in self.results.values())  # the SDK's (429s and 529s among them)
         parts.append(f"429/529 {self.api.throttled}" + (f", retries {retries}" if retries else ""))
+        if self.api.batch_line is not None and (batch := self.api.batch_line()):
+            parts.append(batch)
         return " · ".join(parts)
 
 

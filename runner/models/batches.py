@@ -1,0 +1,372 @@
+"""Model calls delivered as Message Batches (``[runner] delivery = "batch"``): the batch price, the
+reply when the batch ends instead of at once.
+
+A :class:`Batcher` collects the requests of every running job (their summaries too) into groups and
+sends each group as one Message Batch through the SDK's public batches API (``client.messages.batches``,
+or ``client.beta.messages.batches`` for a request that needs betas). :class:`BatchModel` is the
+:class:`~runner.models.base.Model` each caller holds (one for the jobs, one for the summarizer); it
+calls its ``live`` model instead when the deadline is near.
+
+Guarantees:
+- A request joins the open group of its betas. The group is sent when it holds ``max_requests``
+  requests (or ``MAX_BATCH_BYTES`` of bodies), or ``window_s`` after its first request, by one of its
+  own waiters (no background task): the first, or whichever still waits when that one is cancelled.
+  A waiter cancelled before the send leaves the group; the send itself is shielded, so a batch that
+  was created always has its id kept.
+- Each request's body is the one the live backend would post (the same cache breakpoints, tools,
+  system prompt and betas); its ``custom_id`` names the job, the turn asked and 12 hex digits of the
+  body's sha256, within ``^[a-zA-Z0-9_-]{1,64}$`` and unique in its batch.
+- A sent batch is polled with ``retrieve`` every ``poll_s`` seconds, doubling up to ``poll_max_s``;
+  when it has ended its results are fetched once and each waiter gets its own by ``custom_id``.
+  The batches API's HTTP requests are counted in no job's record.
+- Outcomes: ``succeeded``: the reply, checked by :func:`~runner.models.anthropic.reply_of` exactly
+  as a live one, its usage added to the caller's record's batch part (``batch_usage``, or
+  ``batch_summarizer_usage`` for summaries) which the job's spend prices at the batch discount;
+  ``errored`` with a retryable error (overloaded, api_error, rate limit, timeout), ``expired``, and
+  ``canceled`` while the run is not stopping: sent again in the next group, one more ``record.retries``
+  (after the request's ``max_retries`` resends, live); a prompt too long: :class:`PromptTooLong`; any
+  other error fails the call (:class:`BatchRequestFailed`) as it would fail live.
+- The deadline: when ``now + window_s + the expected turnaround`` (the last batch's turnaround, or
+  the age of the oldest batch in flight when larger) would pass it, calls go live; a batch still in
+  flight at the deadline is cancelled, and its requests not answered go live.
+- :meth:`Batcher.aclose` cancels every batch still in flight (best effort, shielded, at most
+  ``CANCEL_TIMEOUT_S``); after it, a canceled request fails instead of being sent again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timedelta
+from typing import Any
+
+import anyio
+
+from ..messages import one_line
+from ..rundir.docs import JobMetrics
+from .anthropic import EPHEMERAL, AnthropicModel, reply_of, with_cache_breakpoint
+from .base import COMPACTION_BETA, MEMORY_BETA, MEMORY_TOOL_TYPE, Model, PromptTooLong, Reply, Request
+from .wire import CURRENT
+
+RETRYABLE = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
+MAX_BATCH_BYTES = 200_000_000  # of request bodies in one batch (the API takes 256 MB)
+CANCEL_TIMEOUT_S = 5.0
+NO_RESULT = {"type": "errored", "error": {"type": "error", "error": {
+    "type": "api_error", "message": "the batch's results have no line for this request"}}}
+
+
+class BatchRequestFailed(Exception):
+    """A batch answered a request with an error its live call would fail with too."""
+
+
+@dataclass
+class BatchReply(Reply):
+    """A reply a Message Batch gave: ``batch`` is its id (the call's line in events.jsonl names it)."""
+
+    batch: str | None = None
+
+
+def request_params(request: Request) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The body the live backend posts for ``request`` (see :meth:`AnthropicModel.create`) and the
+    betas it needs."""
+    params: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": (with_cache_breakpoint(request.messages, request.cache_points[:1]) if request.cache
+                     else request.messages),
+    }
+    if request.tools:
+        params["tools"] = ([*request.tools[:-1], {**request.tools[-1], "cache_control": EPHEMERAL}]
+                           if request.cache else request.tools)
+    if request.tool_choice is not None:
+        params["tool_choice"] = request.tool_choice
+    if request.system:
+        params["system"] = [{"type": "text", "text": request.system,
+                             **({"cache_control": EPHEMERAL} if request.cache else {})}]
+    betas = [MEMORY_BETA] if any(t.get("type") == MEMORY_TOOL_TYPE for t in request.tools or ()) else []
+    if request.context_management:
+        params["context_management"] = request.context_management
+        betas.insert(0, COMPACTION_BETA)
+    return params, tuple(betas)
+
+
+def custom_id_of(job: str, turn: int, params: dict[str, Any]) -> str:
+    """``<job>-t<turn>-<12 hex digits of the body's sha256>``, at most 64 characters of ``[a-zA-Z0-9_-]``."""
+    digest = hashlib.sha256(json.dumps(params, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+    tail = f"-t{turn}-{digest}"
+    name = re.sub(r"[^a-zA-Z0-9_-]", "_", job)[: 64 - len(tail)] or "job"
+    return name + tail
+
+
+def deadline_at(clock: str | None, seconds: float | None, now: float | None = None) -> float | None:
+    """The deadline as epoch seconds: ``seconds`` from ``now``, or the next ``"HH:MM"`` local time
+    (today's when it is still ahead, else tomorrow's); None when neither is set."""
+    now = time.time() if now is None else now
+    if seconds is not None:
+        return now + seconds
+    if clock is None:
+        return None
+    hours, minutes = (int(part) for part in clock.split(":"))
+    today = datetime.fromtimestamp(now).replace(hour=hours, minute=minutes, second=0, microsecond=0)
+    at = today if today.timestamp() > now else today + timedelta(days=1)
+    return at.timestamp()
+
+
+@contextmanager
+def uncounted() -> Iterator[None]:
+    """The batches API's own requests are no job's: the wire counts see none of them."""
+    token = CURRENT.set(None)
+    try:
+        yield
+    finally:
+        CURRENT.reset(token)
+
+
+@dataclass(eq=False)
+class Waiter:
+    params: dict[str, Any]
+    result: dict[str, Any] | None = None  # the result line's ``result``, as the API sent it
+
+
+@dataclass(eq=False)
+class Group:
+    """The requests of one batch, before and after it is sent."""
+
+    betas: tuple[str, ...]
+    opened: float  # monotonic: its first request
+    poll_s: float
+    waiters: dict[str, Waiter] = field(default_factory=dict)  # by custom_id
+    size: int = 0  # bytes of request bodies
+    closed: bool = False  # no request joins any more
+    full: anyio.Event = field(default_factory=anyio.Event)
+    batch_id: str | None = None
+    sent: float | None = None  # monotonic
+    cancel_sent: bool = False
+    failed: BaseException | None = None  # the send or a poll failed: every waiter's call fails with it
+    driving: bool = False
+    driver_left: anyio.Event = field(default_factory=anyio.Event)
+
+
+class Batcher:
+    """The batch's open groups and its batches in flight, shared by every :class:`BatchModel`."""
+
+    def __init__(self, backend: AnthropicModel, *, window_s: float = 2.0, max_requests: int = 10_000,
+                 poll_s: float = 1.0, poll_max_s: float = 60.0, deadline: float | None = None,
+                 max_retries: int = 4):
+        self.backend = backend
+        self.window_s = window_s
+        self.max_requests = max_requests
+        self.poll_s = poll_s
+        self.poll_max_s = poll_max_s
+        self.deadline = deadline  # epoch seconds
+        self.max_retries = max_retries
+        self.open: dict[tuple[str, ...], Group] = {}
+        self.in_flight: dict[str, Group] = {}
+        self.last_turnaround: float | None = None
+        self.last_batch: str | None = None
+        self.batches_sent = 0
+        self.stopping = False
+
+    # --- what the deadline allows -----------------------------------------------------------------
+
+    def expected_turnaround(self) -> float:
+        now = time.monotonic()
+        oldest = max((now - g.sent for g in self.in_flight.values() if g.sent is not None), default=0.0)
+        return max(self.last_turnaround or 0.0, oldest)
+
+    def live_now(self) -> bool:
+        """Whether a call made now goes live: a batch sent now would not end before the deadline."""
+        return self.deadline is not None and time.time() + self.window_s + self.expected_turnaround() >= self.deadline
+
+    def status_line(self) -> str | None:
+        """The live display's part: the batch in flight, requests waiting, the last turnaround, the
+        projected end; None before the first request."""
+        waiting = sum(len(g.waiters) for g in self.open.values()) + sum(
+            len(g.waiters) for g in self.in_flight.values())
+        if not self.batches_sent and not waiting:
+            return None
+        parts = [f"batch {self.last_batch or '-'}", f"{waiting} waiting"]
+        if self.last_turnaround is not None:
+            parts.append(f"turnaround {self.last_turnaround:.0f} s")
+        sent = [g.sent for g in self.in_flight.values() if g.sent is not None]
+        if sent and self.last_turnaround is not None:
+            end = time.time() + max(0.0, min(sent) + self.last_turnaround - time.monotonic())
+            parts.append(f"ends ~{datetime.fromtimestamp(end):%H:%M:%S}")
+        if self.deadline is not None:
+            parts.append(f"deadline {datetime.fromtimestamp(self.deadline):%H:%M}")
+        return ", ".join(parts)
+
+    # --- one call -------------------------------------------------------------------------------
+
+    async def create(self, request: Request, *, live: Model, part: str) -> Reply:
+        """``request`` answered by a batch (or live, when the deadline says so); ``part``: the record's
+        field its batch-billed usage goes to."""
+        record = CURRENT.get()
+        params, betas = request_params(request)
+        custom_id = custom_id_of(record.job if record else "call", (record.turns + 1) if record else 0, params)
+        limit = self.max_retries if request.max_retries is None else request.max_retries
+        resends = 0
+        while True:
+            if self.live_now() or resends > limit:
+                return await live.create(request)
+            group, key = self._join(custom_id, params, betas)
+            result = await self._wait(group, key)
+            kind = result.get("type")
+            if kind == "succeeded":
+                reply = reply_of(result.get("message") or {}, self.backend.guard.max_reply_bytes)
+                if record is not None:
+                    billed = getattr(record, part).model_copy()
+                    billed.add(reply.usage)
+                    setattr(record, part, billed)
+                    record.batch_calls += 1
+                return BatchReply(**{f.name: getattr(reply, f.name) for f in fields(reply)}, batch=group.batch_id)
+            if kind == "errored":
+                error = (result.get("error") or {}).get("error") or {}
+                etype, message = str(error.get("type")), str(error.get("message", ""))
+                if "prompt is too long" in message.lower() or "prompt_too_long" in message.lower():
+                    raise PromptTooLong(message)
+                if etype not in RETRYABLE:
+                    raise BatchRequestFailed(f"batch {group.batch_id}: request {key}: {etype}: "
+                                             f"{one_line(message, 200)}")
+            elif kind == "canceled" and self.stopping:
+                raise BatchRequestFailed(f"batch {group.batch_id}: request {key}: canceled (the run is stopping)")
+            elif kind not in ("expired", "canceled"):
+                raise BatchRequestFailed(f"batch {group.batch_id}: request {key}: result type {kind!r}")
+            resends += 1
+            if record is not None:
+                record.retries += 1
+
+    def _join(self, custom_id: str, params: dict[str, Any], betas: tuple[str, ...]) -> tuple[Group, str]:
+        size = len(json.dumps(params, separators=(",", ":")))
+        group = self.open.get(betas)
+        if group is None or group.size + size > MAX_BATCH_BYTES:
+            if group is not None:
+                self._close(group)
+            group = self.open[betas] = Group(betas=betas, opened=time.monotonic(), poll_s=self.poll_s)
+        if not group.waiters:  # every earlier waiter left before the send: the window starts again
+            group.opened = time.monotonic()
+        key, n = custom_id, 1
+        while key in group.waiters:  # the same body asked twice at once (two subagents alike)
+            n += 1
+            key = f"{custom_id[:60]}-{n}"
+        group.waiters[key] = Waiter(params)
+        group.size += size
+        if len(group.waiters) >= self.max_requests:
+            self._close(group)
+        return group, key
+
+    def _close(self, group: Group) -> None:
+        group.closed = True
+        group.full.set()
+        if self.open.get(group.betas) is group:
+            del self.open[group.betas]
+
+    async def _wait(self, group: Group, key: str) -> dict[str, Any]:
+        """The result for ``key``; this waiter sends and polls the group while no other does."""
+        waiter = group.waiters[key]
+        try:
+            while waiter.result is None:
+                if group.failed is not None:
+                    raise group.failed
+                if group.driving:
+                    await group.driver_left.wait()
+                    continue
+                group.driving, group.driver_left = True, anyio.Event()
+                try:
+                    await self._drive(group)
+                except Exception as e:
+                    group.failed = e
+                    raise
+                finally:
+                    group.driving = False
+                    group.driver_left.set()
+        except BaseException:
+            if group.batch_id is None and not group.closed:  # not sent: it leaves the group
+                group.waiters.pop(key, None)
+            raise
+        return waiter.result
+
+    async def _drive(self, group: Group) -> None:
+        if group.batch_id is None:
+            with anyio.move_on_after(max(0.0, group.opened + self.window_s - time.monotonic())):
+                await group.full.wait()
+            self._close(group)
+            requests = [{"custom_id": key, "params": w.params} for key, w in group.waiters.items()]
+            with anyio.CancelScope(shield=True), uncounted():
+                batch = await self._api(group).create(requests=requests, **self._betas(group))
+            group.batch_id, group.sent = batch.id, time.monotonic()
+            self.in_flight[batch.id] = group
+            self.last_batch = batch.id
+            self.batches_sent += 1
+        assert group.batch_id is not None
+        while True:
+            await anyio.sleep(group.poll_s)
+            group.poll_s = min(group.poll_s * 2, self.poll_max_s)
+            with uncounted():
+                batch = await self._api(group).retrieve(group.batch_id, **self._betas(group))
+            if batch.processing_status == "ended":
+                break
+            if self.deadline is not None and time.time() >= self.deadline and not group.cancel_sent:
+                group.cancel_sent = True  # what it has not answered goes live
+                group.poll_s = self.poll_s
+                await self._cancel(group)
+        with uncounted():
+            lines = {line.custom_id: line.result.to_dict()
+                     async for line in await self._api(group).results(group.batch_id, **self._betas(group))}
+        if group.sent is not None:
+            self.last_turnaround = time.monotonic() - group.sent
+        self.in_flight.pop(group.batch_id, None)
+        for key, waiter in group.waiters.items():
+            waiter.result = lines.get(key, NO_RESULT)
+
+    def _api(self, group: Group) -> Any:
+        client = self.backend.client
+        return client.beta.messages.batches if group.betas else client.messages.batches
+
+    @staticmethod
+    def _betas(group: Group) -> dict[str, Any]:
+        return {"betas": list(group.betas)} if group.betas else {}
+
+    async def _cancel(self, group: Group) -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_TIMEOUT_S), uncounted():
+            try:
+                await self._api(group).cancel(group.batch_id, **self._betas(group))
+            except Exception:  # best effort: the batch ends by itself
+                pass
+
+    async def aclose(self) -> None:
+        """Cancel every batch still in flight; canceled requests are not sent again after this."""
+        self.stopping = True
+        for group in list(self.in_flight.values()):
+            if not group.cancel_sent:
+                group.cancel_sent = True
+                await self._cancel(group)
+
+
+class BatchModel:
+    """The :class:`~runner.models.base.Model` of batch delivery: each call through the batcher, or
+    ``live`` when the deadline is near; ``part``: the record's field its batch-billed usage goes to
+    (``batch_usage`` for a job's own calls, ``batch_summarizer_usage`` for summaries)."""
+
+    def __init__(self, batcher: Batcher, live: Model, *, part: str = "batch_usage", owns_live: bool = True):
+        if part not in JobMetrics.model_fields:
+            raise ValueError(f"{part}: not a field of the job's record")
+        self.batcher = batcher
+        self.live = live
+        self.part = part
+        self.owns_live = owns_live
+        self.name = live.name
+        self.server_compaction = live.server_compaction
+
+    async def create(self, request: Request) -> Reply:
+        return await self.batcher.create(request, live=self.live, part=self.part)
+
+    async def aclose(self) -> None:
+        await self.batcher.aclose()
+        if self.owns_live:
+            await self.live.aclose()

@@ -1,0 +1,211 @@
+"""``delivery = "batch"``: jobs' calls (their summaries too) sent as Message Batches through the real SDK
+against the emulator: the same reports and token counts as live at half the cost, errored, expired
+and canceled requests sent again, a deadline that moves calls live, and the configuration."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.compaction.compactor import Compactor
+from runner.compaction.summarizer import Summarizer
+from runner.config import ConfigError, Limits, load_settings
+from runner.emulator import EmulatorConfig, running_emulator
+from runner.emulator.config import Batches, Fault
+from runner.execution.scheduler import Batch, run_batch
+from runner.jobs import JobSpec
+from runner.models.anthropic import AnthropicModel
+from runner.models.base import Request
+from runner.models.batches import Batcher, BatchModel, custom_id_of, deadline_at
+from runner.pricing import PriceTable, Usage
+from runner.rundir.store import read_jsonl
+
+pytestmark = pytest.mark.anyio
+SUMMARY_MODEL = "claude-haiku-5-5"
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_emulator(EmulatorConfig()) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    ws = tmp_path_factory.mktemp("ws")
+    for i in range(6):
+        (ws / f"m{i}.py").write_text(f'"""Module {i}."""\n\n' + "".join(f"def f{j}():\n    return {j}\n"
+                                                                       for j in range(i + 2)))
+    return ws
+
+
+def spec(name: str, workspace: Path) -> JobSpec:
+    """A survey small enough to be quick, with a context limit that makes it summarize."""
+    return JobSpec(name=name, source=Path(f"{name}.toml"), prompt="Survey this workspace.", workspace=workspace,
+                   model="claude-sonnet-5-5", system="You survey code.", tools=("read", "glob", "grep"),
+                   limits=Limits(max_retries=8, timeout_s=120, context_char_limit=3000, keep_recent_results=1))
+
+
+async def run(server, run_dir: Path, workspace: Path, *, batch: bool, jobs: int = 10, **batcher):
+    raw = AnthropicModel(base_url=server.base_url, api_key="test-key", max_retries=8)
+    model = summaries = raw
+    if batch:
+        batcher = {"window_s": 0.1, "poll_s": 0.05, "poll_max_s": 0.2, **batcher}
+        shared = Batcher(raw, **batcher)
+        model = BatchModel(shared, raw)
+        summaries = BatchModel(shared, raw, part="batch_summarizer_usage", owns_live=False)
+    summarizer = Summarizer(summaries, SUMMARY_MODEL, requests_per_minute=10_000)
+    job_batch = Batch(run_dir=run_dir, specs=[spec(f"job{i}", workspace) for i in range(jobs)], model=model,
+                      compactor=Compactor(summarizer), summary_model=SUMMARY_MODEL, concurrency=jobs,
+                      handle_signals=False)
+    try:
+        return await run_batch(job_batch)
+    finally:
+        await model.aclose()
+
+
+def totals(run_dir: Path) -> dict:
+    return json.loads((run_dir / "run.json").read_text())["totals"]
+
+
+def tokens(run_dir: Path) -> dict:
+    return {k: v for k, v in totals(run_dir).items() if k.endswith("_tokens")}
+
+
+def model_calls(job_dir: Path) -> list[dict]:
+    events, _ = read_jsonl(job_dir / "events.jsonl")
+    return [e for e in events if e.get("stage") == "model_call"]
+
+
+async def test_ten_jobs_in_batch_delivery_report_as_live_with_the_same_tokens_at_half_the_cost(
+        server, workspace, tmp_path):
+    server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.2)))
+    live = await run(server, tmp_path / "live", workspace, batch=False)
+    live_stats = server.stats()
+    server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.2)))
+    batched = await run(server, tmp_path / "batch", workspace, batch=True)
+    stats = server.stats()
+
+    assert {r.status for r in batched.results.values()} == {"succeeded"}
+    assert stats["requests"] == 0 and stats["batch_requests"] == live_stats["requests"]
+    assert stats["batch_outcomes"]["succeeded"] == stats["batch_requests"]
+    assert stats["batches"]["created"] < stats["batch_requests"]  # calls of several jobs share a batch
+    assert stats["summary_requests"] == live_stats["summary_requests"] > 0  # summaries went by batch too
+    for name, result in live.results.items():
+        assert (tmp_path / "batch" / name / "final.md").read_text() == (tmp_path / "live" / name / "final.md"
+                                                                       ).read_text()
+        assert batched.results[name].turns == result.turns
+    assert tokens(tmp_path / "batch") == tokens(tmp_path / "live")
+    assert totals(tmp_path / "batch")["cost_usd"] == pytest.approx(totals(tmp_path / "live")["cost_usd"] / 2,
+                                                                   abs=2e-6)
+    for name in live.results:  # each job: every call billed by the batch, priced at half
+        metrics = json.loads((tmp_path / "batch" / name / "metrics.json").read_text())
+        assert metrics["batch_usage"] == metrics["usage"]
+        assert metrics["batch_summarizer_usage"] == metrics["summarizer_usage"]
+        calls = model_calls(tmp_path / "batch" / name)
+        assert metrics["batch_calls"] >= len(calls) and all(c["batch"].startswith("msgbatch_") for c in calls)
+        live_metrics = json.loads((tmp_path / "live" / name / "metrics.json").read_text())
+        assert "batch_usage" not in live_metrics and all("batch" not in c for c in model_calls(tmp_path / "live"
+                                                                                                / name))
+
+
+async def test_errored_expired_and_canceled_requests_are_sent_again(server, workspace, tmp_path):
+    faults = Batches(turnaround_s=0.2, errored=Fault(rate=0.15), expired=Fault(rate=0.1),
+                     canceling=Fault(schedule=[2]), errored_type="api_error")
+    server.reconfigure(EmulatorConfig(seed=3, batches=faults))
+    result = await run(server, tmp_path / "run", workspace, batch=True, jobs=6)
+    stats = server.stats()
+    assert {r.status for r in result.results.values()} == {"succeeded"}, {
+        n: r.error for n, r in result.results.items()}
+    outcomes = stats["batch_outcomes"]
+    assert outcomes["errored"] and outcomes["expired"] and outcomes["canceled"], outcomes
+    assert sum(r.retries for r in result.results.values()) == (
+        outcomes["errored"] + outcomes["expired"] + outcomes["canceled"])
+    assert stats["requests"] == 0  # every one recovered through a later batch
+
+
+async def test_a_request_the_api_refuses_fails_the_call_as_live(server):
+    server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.05), context_window_tokens=2_000))
+    raw = AnthropicModel(base_url=server.base_url, api_key="test-key", max_retries=0)
+    model = BatchModel(Batcher(raw, window_s=0.01, poll_s=0.02), raw)
+    request = Request(model="claude-sonnet-5-5", messages=[{"role": "user", "content": "x " * 20_000}],
+                      tools=[], max_tokens=100)
+    from runner.models.base import PromptTooLong
+
+    try:
+        with pytest.raises(PromptTooLong):
+            await model.create(request)
+    finally:
+        await model.aclose()
+
+
+async def test_a_deadline_moves_calls_live_and_the_run_ends_before_it(server, workspace, tmp_path):
+    server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.5)))
+    deadline = time.time() + 2.5
+    result = await run(server, tmp_path / "run", workspace, batch=True, jobs=4, deadline=deadline)
+    ended = time.time()
+    stats = server.stats()
+    assert {r.status for r in result.results.values()} == {"succeeded"}
+    assert stats["batch_requests"] > 0 and stats["requests"] > 0  # some calls by batch, the rest live
+    assert stats["batches"]["canceled"] == 0
+    assert stats["batches"]["created"] >= 2  # the turnaround was learned from the first
+    assert all(b.ended_at.timestamp() < deadline for b in server.state.batches.values())
+    assert ended < deadline + 1.0  # after the last batch, what was left went live (~0.5 s of calls)
+    assert totals(tmp_path / "run")["cost_usd"] < sum(  # what the batch answered cost half
+        PriceTable().cost("claude-sonnet-5-5", r.usage) + PriceTable().cost(SUMMARY_MODEL, r.summarizer_usage)
+        for r in result.results.values())
+
+
+async def test_a_batch_in_flight_at_the_deadline_is_cancelled_and_its_calls_go_live(server, workspace, tmp_path):
+    server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=30.0, cancel_s=0.05)))
+    started = time.monotonic()
+    result = await run(server, tmp_path / "run", workspace, batch=True, jobs=3, deadline=time.time() + 1.0)
+    stats = server.stats()
+    assert {r.status for r in result.results.values()} == {"succeeded"}
+    assert stats["batches"] == {"created": 1, "ended": 1, "canceled": 1}
+    assert stats["batch_outcomes"]["canceled"] == 3 and stats["requests"] > 0
+    assert time.monotonic() - started < 10
+
+
+# --- pieces ------------------------------------------------------------------------------------
+
+
+def test_custom_ids_name_the_job_and_turn_within_the_api_pattern():
+    params = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    cid = custom_id_of("survey/the ünïcode job" * 5, 12, params)
+    assert re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", cid) and "-t12-" in cid
+    assert custom_id_of("a", 1, params) == custom_id_of("a", 1, dict(params))
+    assert custom_id_of("a", 1, params) != custom_id_of("a", 1, {**params, "max_tokens": 2})
+
+
+def test_the_deadline_is_the_next_local_clock_time_or_seconds_from_now():
+    now = time.mktime((2026, 3, 1, 23, 0, 0, 0, 0, -1))
+    assert deadline_at(None, None, now) is None
+    assert deadline_at(None, 90.0, now) == now + 90
+    assert deadline_at("06:30", None, now) == time.mktime((2026, 3, 2, 6, 30, 0, 0, 0, -1))
+    assert deadline_at("23:30", None, now) == time.mktime((2026, 3, 1, 23, 30, 0, 0, 0, -1))
+
+
+def test_batch_delivery_settings_and_the_discount_load_strictly(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text('[runner]\ndelivery = "batch"\ndeadline = "06:30"\nbatch_window_s = 5\n'
+                    '[prices]\nbatch_discount = 0.4\n[prices.sonnet]\ninput = 3.0\noutput = 15.0\n')
+    settings = load_settings(path)
+    assert settings.runner.delivery == "batch" and settings.runner.deadline == "06:30"
+    table = PriceTable(settings.prices)
+    assert table.batch_discount == 0.4 and PriceTable().batch_discount == 0.5
+    usage = Usage(input_tokens=1000, output_tokens=100)
+    assert table.cost_with_batch("sonnet", usage, usage) == pytest.approx(0.4 * table.cost("sonnet", usage))
+    assert table.cost_with_batch("sonnet", usage, Usage()) == table.cost("sonnet", usage)
+    for bad, named in (('[runner]\ndelivery = "later"\n', "runner.delivery"),
+                       ('[runner]\ndeadline = "6.30"\n', "runner.deadline"),
+                       ("[prices]\nbatch_discount = 1.5\n", "prices.batch_discount"),
+                       ("[prices]\nbatch_discount = true\n", "prices.batch_discount"),
+                       ("[prices]\nsonnet = 0.5\n", "prices.sonnet")):
+        path.write_text(bad)
+        with pytest.raises(ConfigError, match=re.escape(named)):
+            load_settings(path)
