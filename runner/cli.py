@@ -160,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def executor_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--delivery", choices=["live", "batch"],
+                   help="model calls at once, or as Message Batches at half price (overrides [runner] delivery)")
     p.add_argument("--executor", choices=["local", "ray"], help="where jobs run (overrides [runner] executor)")
     p.add_argument("--ray-address", metavar="ADDRESS",
                    help="join this Ray cluster (`auto`, or host:port); default: start a local Ray instance")

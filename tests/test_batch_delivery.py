@@ -45,9 +45,11 @@ def workspace(tmp_path_factory) -> Path:
 
 def spec(name: str, workspace: Path) -> JobSpec:
     """A survey small enough to be quick, with a context limit that makes it summarize."""
-    return JobSpec(name=name, source=Path(f"{name}.toml"), prompt="Survey this workspace.", workspace=workspace,
-                   model="claude-sonnet-5-5", system="You survey code.", tools=("read", "glob", "grep"),
-                   limits=Limits(max_retries=8, timeout_s=120, context_char_limit=3000, keep_recent_results=1))
+    return JobSpec(name=name, source=Path(f"{name}.toml"), prompt="Survey this workspace.",
+                   workspace=workspace, model="claude-sonnet-5-5", system="You survey code.",
+                   tools=("read", "glob", "grep"),
+                   limits=Limits(max_retries=8, timeout_s=120, context_char_limit=3000,
+                                 keep_recent_results=1))
 
 
 async def run(server, run_dir: Path, workspace: Path, *, batch: bool, jobs: int = 10, **batcher):
@@ -109,8 +111,8 @@ async def test_ten_jobs_in_batch_delivery_report_as_live_with_the_same_tokens_at
         calls = model_calls(tmp_path / "batch" / name)
         assert metrics["batch_calls"] >= len(calls) and all(c["batch"].startswith("msgbatch_") for c in calls)
         live_metrics = json.loads((tmp_path / "live" / name / "metrics.json").read_text())
-        assert "batch_usage" not in live_metrics and all("batch" not in c for c in model_calls(tmp_path / "live"
-                                                                                                / name))
+        assert "batch_usage" not in live_metrics
+        assert all("batch" not in c for c in model_calls(tmp_path / "live" / name))
 
 
 async def test_errored_expired_and_canceled_requests_are_sent_again(server, workspace, tmp_path):
@@ -160,7 +162,8 @@ async def test_a_deadline_moves_calls_live_and_the_run_ends_before_it(server, wo
         for r in result.results.values())
 
 
-async def test_a_batch_in_flight_at_the_deadline_is_cancelled_and_its_calls_go_live(server, workspace, tmp_path):
+async def test_a_batch_in_flight_at_the_deadline_is_cancelled_and_its_calls_go_live(server, workspace,
+                                                                                     tmp_path):
     server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=30.0, cancel_s=0.05)))
     started = time.monotonic()
     result = await run(server, tmp_path / "run", workspace, batch=True, jobs=3, deadline=time.time() + 1.0)
@@ -209,3 +212,90 @@ def test_batch_delivery_settings_and_the_discount_load_strictly(tmp_path):
         path.write_text(bad)
         with pytest.raises(ConfigError, match=re.escape(named)):
             load_settings(path)
+
+
+# --- crash-safe: kill -9 with a batch in flight, then resume; Ctrl-C ------------------------------
+
+CONFIG = ('[runner]\nbackend = "anthropic"\ndelivery = "batch"\nbatch_window_s = 0.1\nbatch_poll_s = 0.05\n'
+          'batch_poll_max_s = 0.2\n')
+
+
+def _project(root: Path, workspace: Path) -> Path:
+    (root / "jobs").mkdir(parents=True)
+    for name in ("alpha", "beta"):
+        (root / "jobs" / f"{name}.toml").write_text(
+            f'name = "{name}"\nworkspace = "{workspace}"\nprompt = "Survey this workspace ({name})."\n'
+            "[limits]\ncontext_char_limit = 3000\nkeep_recent_results = 1\n")
+    (root / "config.toml").write_text(CONFIG)
+    return root
+
+
+def _env(server) -> dict[str, str]:
+    from conftest import runner_env
+
+    return runner_env(ANTHROPIC_BASE_URL=server.base_url, ANTHROPIC_API_KEY="emulator")
+
+
+def _wait_for_batches(root: Path, lines: int, proc, timeout: float = 30.0) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = list((root / "runs").glob("*/batches.jsonl"))
+        if found and found[0].read_text().count("\n") >= lines:
+            return found[0].parent
+        assert proc.poll() is None, "the run ended before its batches were recorded"
+        time.sleep(0.02)
+    raise AssertionError("no batch was recorded in time")
+
+
+def test_kill_9_with_a_batch_in_flight_then_resume_pays_for_no_request_twice(server, workspace, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.05)))
+    whole = _project(tmp_path / "intact", workspace)  # paths as long as the killed run's: the same tokens
+    done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs"], cwd=whole, env=_env(server),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    expected = server.stats()
+
+    server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.6)))
+    killed = _project(tmp_path / "killed", workspace)
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "jobs"], cwd=killed, env=_env(server),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_dir = _wait_for_batches(killed, 2, proc)  # the second batch is in flight
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    resumed = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)], cwd=killed,
+                             env=_env(server), capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    stats = server.stats()
+    for name in ("alpha", "beta"):
+        assert (run_dir / name / "final.md").read_text() == next((whole / "runs").glob(f"*/{name}/final.md")
+                                                                  ).read_text()
+    # every request answered once: the same requests and tokens as the run never killed
+    assert stats["batch_outcomes"]["succeeded"] + stats["requests"] == expected["batch_outcomes"]["succeeded"]
+    assert stats["tokens"] == expected["tokens"]
+    recorded = [json.loads(line) for line in (run_dir / "batches.jsonl").read_text().splitlines()]
+    assert len(recorded) == stats["batches"]["created"] and all(r["batch"].startswith("msgbatch_")
+                                                               for r in recorded)
+
+
+def test_ctrl_c_cancels_the_batches_in_flight_and_writes_every_job(server, workspace, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=60.0, cancel_s=0.05)))
+    root = _project(tmp_path / "run", workspace)
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "jobs"], cwd=root, env=_env(server),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run_dir = _wait_for_batches(root, 1, proc)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    stats = server.stats()
+    assert stats["batches"]["canceled"] == stats["batches"]["created"] >= 1, stderr
+    for name in ("alpha", "beta"):
+        assert (run_dir / name / "final.md").exists() and (run_dir / name / "metrics.json").exists()

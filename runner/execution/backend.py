@@ -39,6 +39,7 @@ def build_backend(backend: str, *, runner: RunnerSection, summarizer: Summarizer
 
     s = summarizer
     raw: Model | None = None
+    summaries: Model | None = None  # the summarizer's model: None, raw, or raw through batches
     if backend == "offline":
         from ..models.offline import OfflineModel
 
@@ -51,6 +52,12 @@ def build_backend(backend: str, *, runner: RunnerSection, summarizer: Summarizer
                              on_rate_limited=on_rate_limited or calls.rate_limited,
                              shards=shards_for(runner.concurrency), max_reply_bytes=runner.max_reply_bytes,
                              max_retry_after_s=runner.max_retry_after_s)
+        summaries = raw
         model = AdaptiveModel(raw, calls)
-    return model, Summarizer(raw, s.model, max_concurrent=s.max_concurrent, requests_per_minute=s.requests_per_minute,
-                             max_input_chars=s.max_input_chars, max_output_tokens=s.max_output_tokens, gate=gate)
+        if runner.delivery == "batch":  # Message Batches, live near the deadline (models/batches.py)
+            from ..models.batches import batch_delivery
+
+            model, summaries = batch_delivery(raw, model, runner, max_retries=max_retries)
+    return model, Summarizer(summaries, s.model, max_concurrent=s.max_concurrent,
+                             requests_per_minute=s.requests_per_minute, max_input_chars=s.max_input_chars,
+                             max_output_tokens=s.max_output_tokens, gate=gate)

@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from ..config import ConfigError, RunnerSection, Settings, load_settings
 from ..jobs import JobSpec
-from ..rundir.docs import run_document
+from ..rundir.docs import BATCHES, run_document
 from ..ui.report import clean_job, load_report, totals_line, totals_of
 from ..ui.tables import fitting_table
 from ..ui.terminal import json_printable, printable
@@ -77,6 +77,8 @@ def settings_from(args: argparse.Namespace, say: Any = None) -> Settings:
         settings.runner.concurrency = args.concurrency
     if getattr(args, "backend", None):
         settings.runner.backend = args.backend
+    if getattr(args, "delivery", None):
+        settings.runner.delivery = args.delivery
     if getattr(args, "output_dir", None):
         settings.runner.output_dir = args.output_dir
     if getattr(args, "executor", None):
@@ -115,6 +117,7 @@ def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
     model, summarizer = build_backend(backend, runner=settings.runner, summarizer=settings.summarizer,
                                       max_retries=settings.limits.max_retries, calls=limit,
                                       on_rate_limited=rate_limited)
+    API.batch_line = getattr(getattr(model, "batcher", None), "status_line", None)  # delivery = "batch"
     return model, summarizer, backend
 
 
@@ -127,6 +130,8 @@ def execute(batch: Batch, settings: Settings, as_json: bool = False) -> int:
     from .core import BatchResult
     from .scheduler import run_batch
 
+    if (batcher := getattr(batch.model, "batcher", None)) is not None:  # delivery = "batch": crash-safe
+        batcher.open_journal(batch.run_dir / BATCHES)
     if settings.runner.executor == "ray":
         from .ray_driver import run_on_ray
 

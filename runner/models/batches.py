@@ -29,6 +29,11 @@ Guarantees:
 - The deadline: when ``now + window_s + the expected turnaround`` (the last batch's turnaround, or
   the age of the oldest batch in flight when larger) would pass it, calls go live; a batch still in
   flight at the deadline is cancelled, and its requests not answered go live.
+- Crash-safe (with a journal, ``batches.jsonl`` in the run directory): every batch created is
+  recorded (its id, betas, custom_ids, when) before anything waits on it. A request whose custom_id
+  a recorded batch holds (the same job, turn and body: a resumed job asking again) is answered from
+  that batch's results (awaited when it has not ended, fetched once per batch) when it succeeded there,
+  so nothing is paid for twice; otherwise it is sent as usual.
 - :meth:`Batcher.aclose` cancels every batch still in flight (best effort, shielded, at most
   ``CANCEL_TIMEOUT_S``); after it, a canceled request fails instead of being sent again.
 """
@@ -37,16 +42,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
 
+from ..config import RunnerSection
 from ..messages import one_line
 from ..rundir.docs import JobMetrics
 from .anthropic import EPHEMERAL, AnthropicModel, reply_of, with_cache_breakpoint
@@ -97,7 +105,8 @@ def request_params(request: Request) -> tuple[dict[str, Any], tuple[str, ...]]:
 
 def custom_id_of(job: str, turn: int, params: dict[str, Any]) -> str:
     """``<job>-t<turn>-<12 hex digits of the body's sha256>``, at most 64 characters of ``[a-zA-Z0-9_-]``."""
-    digest = hashlib.sha256(json.dumps(params, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+    body = json.dumps(params, sort_keys=True, separators=(",", ":")).encode()
+    digest = hashlib.sha256(body).hexdigest()[:12]
     tail = f"-t{turn}-{digest}"
     name = re.sub(r"[^a-zA-Z0-9_-]", "_", job)[: 64 - len(tail)] or "job"
     return name + tail
@@ -171,6 +180,36 @@ class Batcher:
         self.last_batch: str | None = None
         self.batches_sent = 0
         self.stopping = False
+        self.journal: Path | None = None
+        self.recorded: dict[str, tuple[str, tuple[str, ...]]] = {}  # custom_id -> the batch and its betas
+        self.recorded_results: dict[str, dict[str, dict[str, Any]]] = {}  # batch id -> custom_id -> result
+        self.recorded_locks: dict[str, anyio.Lock] = {}
+
+    def open_journal(self, path: Path) -> None:
+        """Record every batch created in ``path`` (JSON lines), and answer from the batches it holds."""
+        self.journal = path
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return
+        for line in text.splitlines():
+            try:
+                entry = json.loads(line)
+                batch, betas, ids = str(entry["batch"]), tuple(entry.get("betas") or ()), entry["custom_ids"]
+            except (ValueError, KeyError, TypeError):
+                continue  # a line half written when the run died
+            for custom_id in ids:
+                self.recorded[str(custom_id)] = (batch, betas)
+
+    def _record(self, batch_id: str, group: Group) -> None:
+        if self.journal is None:
+            return
+        line = json.dumps({"batch": batch_id, "betas": list(group.betas), "custom_ids": list(group.waiters),
+                           "created": round(time.time(), 3)}) + "\n"
+        with open(self.journal, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
 
     # --- what the deadline allows -----------------------------------------------------------------
 
@@ -181,7 +220,9 @@ class Batcher:
 
     def live_now(self) -> bool:
         """Whether a call made now goes live: a batch sent now would not end before the deadline."""
-        return self.deadline is not None and time.time() + self.window_s + self.expected_turnaround() >= self.deadline
+        if self.deadline is None:
+            return False
+        return time.time() + self.window_s + self.expected_turnaround() >= self.deadline
 
     def status_line(self) -> str | None:
         """The live display's part: the batch in flight, requests waiting, the last turnaround, the
@@ -208,9 +249,14 @@ class Batcher:
         field its batch-billed usage goes to."""
         record = CURRENT.get()
         params, betas = request_params(request)
-        custom_id = custom_id_of(record.job if record else "call", (record.turns + 1) if record else 0, params)
+        job, turn = (record.job, record.turns + 1) if record is not None else ("call", 0)
+        custom_id = custom_id_of(job, turn, params)
         limit = self.max_retries if request.max_retries is None else request.max_retries
         resends = 0
+        if custom_id in self.recorded:  # a resumed job asks again what a recorded batch was asked
+            batch_id = self.recorded[custom_id][0]
+            if (result := await self._recorded(custom_id)) is not None:
+                return self._reply(result, record, part, batch_id)
         while True:
             if self.live_now() or resends > limit:
                 return await live.create(request)
@@ -218,13 +264,7 @@ class Batcher:
             result = await self._wait(group, key)
             kind = result.get("type")
             if kind == "succeeded":
-                reply = reply_of(result.get("message") or {}, self.backend.guard.max_reply_bytes)
-                if record is not None:
-                    billed = getattr(record, part).model_copy()
-                    billed.add(reply.usage)
-                    setattr(record, part, billed)
-                    record.batch_calls += 1
-                return BatchReply(**{f.name: getattr(reply, f.name) for f in fields(reply)}, batch=group.batch_id)
+                return self._reply(result, record, part, group.batch_id)
             if kind == "errored":
                 error = (result.get("error") or {}).get("error") or {}
                 etype, message = str(error.get("type")), str(error.get("message", ""))
@@ -234,12 +274,49 @@ class Batcher:
                     raise BatchRequestFailed(f"batch {group.batch_id}: request {key}: {etype}: "
                                              f"{one_line(message, 200)}")
             elif kind == "canceled" and self.stopping:
-                raise BatchRequestFailed(f"batch {group.batch_id}: request {key}: canceled (the run is stopping)")
+                raise BatchRequestFailed(f"batch {group.batch_id}: request {key}: canceled "
+                                         "(the run is stopping)")
             elif kind not in ("expired", "canceled"):
                 raise BatchRequestFailed(f"batch {group.batch_id}: request {key}: result type {kind!r}")
             resends += 1
             if record is not None:
                 record.retries += 1
+
+    def _reply(self, result: dict[str, Any], record: JobMetrics | None, part: str,
+               batch: str | None) -> Reply:
+        """A succeeded result as the call's reply, its usage billed in the record's batch part."""
+        reply = reply_of(result.get("message") or {}, self.backend.guard.max_reply_bytes)
+        if record is not None:
+            billed = getattr(record, part).model_copy()
+            billed.add(reply.usage)
+            setattr(record, part, billed)
+            record.batch_calls += 1
+        parts = {f.name: getattr(reply, f.name) for f in fields(reply)}
+        return BatchReply(**parts, batch=batch)
+
+    async def _recorded(self, custom_id: str) -> dict[str, Any] | None:
+        """The succeeded result a recorded batch holds for ``custom_id`` (once: it is then forgotten)."""
+        batch_id, betas = self.recorded.pop(custom_id)
+        lock = self.recorded_locks.setdefault(batch_id, anyio.Lock())
+        async with lock:
+            if batch_id not in self.recorded_results:
+                self.recorded_results[batch_id] = await self._results_when_ended(batch_id, betas)
+        result = self.recorded_results[batch_id].pop(custom_id, None)
+        return result if result is not None and result.get("type") == "succeeded" else None
+
+    async def _results_when_ended(self, batch_id: str, betas: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+        """A recorded batch's results, polled until it has ended; none when it is unknown or fails."""
+        group = Group(betas=betas, opened=time.monotonic(), poll_s=self.poll_s, batch_id=batch_id)
+        api = self._api(group)
+        try:
+            with uncounted():
+                while (await api.retrieve(batch_id, **self._betas(group))).processing_status != "ended":
+                    await anyio.sleep(group.poll_s)
+                    group.poll_s = min(group.poll_s * 2, self.poll_max_s)
+                return {line.custom_id: line.result.to_dict()
+                        async for line in await api.results(batch_id, **self._betas(group))}
+        except Exception:  # e.g. the batch was deleted or has expired: its requests are sent again
+            return {}
 
     def _join(self, custom_id: str, params: dict[str, Any], betas: tuple[str, ...]) -> tuple[Group, str]:
         size = len(json.dumps(params, separators=(",", ":")))
@@ -299,7 +376,8 @@ class Batcher:
             requests = [{"custom_id": key, "params": w.params} for key, w in group.waiters.items()]
             with anyio.CancelScope(shield=True), uncounted():
                 batch = await self._api(group).create(requests=requests, **self._betas(group))
-            group.batch_id, group.sent = batch.id, time.monotonic()
+                group.batch_id, group.sent = batch.id, time.monotonic()
+                await anyio.to_thread.run_sync(self._record, batch.id, group)
             self.in_flight[batch.id] = group
             self.last_batch = batch.id
             self.batches_sent += 1
@@ -370,3 +448,14 @@ class BatchModel:
         await self.batcher.aclose()
         if self.owns_live:
             await self.live.aclose()
+
+
+def batch_delivery(raw: AnthropicModel, live: Model, runner: RunnerSection, *,
+                   max_retries: int) -> tuple[BatchModel, BatchModel]:
+    """``delivery = "batch"``: the jobs' model (live: ``live``) and the summarizer's (live: ``raw``),
+    sharing one batcher configured by ``[runner]``."""
+    batcher = Batcher(raw, window_s=runner.batch_window_s, max_requests=runner.batch_max_requests,
+                      poll_s=runner.batch_poll_s, poll_max_s=runner.batch_poll_max_s,
+                      deadline=deadline_at(runner.deadline, runner.deadline_s), max_retries=max_retries)
+    return (BatchModel(batcher, live),
+            BatchModel(batcher, raw, part="batch_summarizer_usage", owns_live=False))

@@ -6,6 +6,7 @@ This is the only module that knows how a run directory is laid out::
       latest -> <run-id>              LATEST: the newest run (a relative symlink)
       <run-id>/
         run.json                      RUN_JSON: RunDocument (head, totals, one JobMetrics row per job)
+        batches.jsonl                 BATCHES: every Message Batch created (delivery = "batch"), one a line
         .lock                         LOCK: one writer per run directory
         .reserve, .reserve-run        JOBS_RESERVE, RUN_RESERVE: disk kept for the last documents
         .probe-<worker>               probe_name(): a Ray worker's proof that it sees this directory
@@ -52,6 +53,7 @@ from ..pricing import USAGE_KEYS, Usage
 # --- layout -------------------------------------------------------------------------------------
 
 RUN_JSON = "run.json"
+BATCHES = "batches.jsonl"
 LOCK = ".lock"
 INDEX = "index.html"
 VIEW = "view"
