@@ -71,8 +71,8 @@ class Spend:
         this run did not make; a subagent's spend is charged by the subagent)."""
         record = self.record
         prices = self.prices
-        own = (prices.cost_with_batch(self.model, record.usage, record.batch_usage)
-               + prices.cost_with_batch(self.summary_model, record.summarizer_usage, record.batch_summarizer_usage))
+        own = (prices.cost_with_batch(self.model, record.usage, record.batch_usage) + prices.cost_with_batch(
+            self.summary_model, record.summarizer_usage, record.batch_summarizer_usage))
         if charge:
             self.run_budget.charge(own - self.own_cost)
         self.own_cost = own
