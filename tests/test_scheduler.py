@@ -17,12 +17,12 @@ import pytest
 
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
-from runner.config import Limits, Settings
-from runner.execution.core import Batch, BatchResult
+from runner.config import ConfigError, Limits, Settings
+from runner.execution.core import Batch, BatchResult, Dispatch, run_batch_with
 from runner.execution.scheduler import run_batch
 from runner.jobs import JobSpec, find_task_files, load_jobs
 from runner.messages import request_problems, text_of
-from runner.models.base import Reply, Request
+from runner.models.base import BackendUnusable, Reply, Request
 from runner.models.offline import OfflineModel
 from runner.rundir.store import read_jsonl
 
@@ -305,3 +305,61 @@ async def test_error_text_with_brackets_does_not_crash_the_display(tmp_path, wor
     result = await run_batch(batch(tmp_path / "run", specs, Bracketed()), PlainDisplay(console))
     assert result.results["brackets"].status == "failed"
     assert "[/x]" in console.file.getvalue()
+
+
+# --- the batch core, with a dispatch of its own ----------------------------------------------------------------
+
+
+class Scripted(Dispatch):
+    """Each job succeeds at once, but ``fatal`` meets an unusable backend; the hooks called are noted."""
+
+    def __init__(self, fatal: str | None = None, refuse: Exception | None = None):
+        self.fatal = fatal
+        self.refuse = refuse
+        self.calls: list[str] = []
+
+    async def start(self, tasks) -> None:
+        self.calls.append("start")
+        if self.refuse:
+            raise self.refuse
+
+    async def run(self, spec, record, resumed):
+        self.calls.append(f"run {spec.name}")
+        if spec.name == self.fatal:
+            record.status, record.error = "failed", "http://x: 401 AuthenticationError"
+            raise BackendUnusable(record.error)
+        record.status = "succeeded"
+        return record
+
+    async def cancel(self) -> None:
+        self.calls.append("cancel")
+
+    async def finish(self) -> None:
+        self.calls.append("finish")
+
+    async def close(self) -> None:
+        self.calls.append("close")
+
+
+@pytest.mark.anyio
+async def test_an_unusable_backend_stops_any_dispatch_and_the_rest_is_not_started(tmp_path, workspace):
+    dispatch = Scripted(fatal="a")
+    specs = [spec(n, workspace) for n in ("a", "b", "c")]
+    result = await run_batch_with(batch(tmp_path / "run", specs, OfflineModel(), concurrency=1), dispatch)
+    assert result.fatal == "http://x: 401 AuthenticationError" and not result.interrupted
+    assert dispatch.calls == ["start", "run a", "cancel", "finish", "close"]
+    document = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert document["state"] == "finished"
+    assert [(j["job"], j["status"], j["error"]) for j in document["jobs"]] == [
+        ("a", "failed", "http://x: 401 AuthenticationError"),
+        ("b", "not_started", "not started: http://x: 401 AuthenticationError"),
+        ("c", "not_started", "not started: http://x: 401 AuthenticationError")]
+
+
+@pytest.mark.anyio
+async def test_a_dispatch_that_cannot_start_raises_its_error_and_writes_nothing(tmp_path, workspace):
+    dispatch = Scripted(refuse=ConfigError(["the workers cannot see the run directory"]))
+    with pytest.raises(ConfigError):  # itself, not in an exception group
+        await run_batch_with(batch(tmp_path / "run", [spec("a", workspace)], OfflineModel()), dispatch)
+    assert dispatch.calls == ["start"]
+    assert not (tmp_path / "run" / "run.json").exists()

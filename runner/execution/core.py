@@ -168,7 +168,7 @@ async def run_batch_with(batch: Batch, dispatch: Dispatch, display: Display | No
     run_json = RunJson(batch, progress)
     limiter = anyio.CapacityLimiter(batch.concurrency)
     stopping = anyio.Event()  # no job is dispatched once set
-    abandoned: list[str] = []  # jobs whose dispatch never returned (the batch stopped waiting)
+    abandoned: list[str] = []  # jobs whose dispatch did not return (the batch stopped waiting for them)
     started = False
 
     def stop_jobs() -> None:
@@ -198,10 +198,11 @@ async def run_batch_with(batch: Batch, dispatch: Dispatch, display: Display | No
                 out.fatal = out.fatal or str(e)
                 stop_jobs()
             finally:
+                if not returned:
+                    abandoned.append(spec.name)
                 if result.status == Status.QUEUED:  # its session never started
                     never_started(result, out.fatal)
-                elif not returned and result.status in LIVE_STATUSES:
-                    abandoned.append(spec.name)
+                elif not returned and result.status == Status.RUNNING:
                     result.status, result.error = Status.CANCELLED, "cancelled; the batch stopped waiting for it"
                 out.results[spec.name] = run_json.results[spec.name] = result
                 with anyio.CancelScope(shield=True):
@@ -212,21 +213,29 @@ async def run_batch_with(batch: Batch, dispatch: Dispatch, display: Display | No
         out.interrupted = True
         stop_jobs()
 
+    async def run_jobs() -> None:
+        for error in batch.errors:
+            out.results[error.name] = await record_load_error(batch.run_dir, error)
+        run_json.results.update(out.results)
+        await quietly(run_json.write(force=True))
+        display.start(progress)
+        async with anyio.create_task_group() as jobs:
+            for spec in batch.specs:
+                jobs.start_soon(run_one, spec)
+
+    refused: Exception | None = None  # the dispatch could not start: raised as itself, not in a group
     try:
         async with anyio.create_task_group() as tg:
             if batch.handle_signals:  # listening before anything is written, so no Ctrl-C is missed
                 await tg.start(on_signals, interrupted, tg.cancel_scope.cancel)
             await anyio.Path(batch.run_dir).mkdir(parents=True, exist_ok=True)
-            await dispatch.start(tg)
-            started = True
-            for error in batch.errors:
-                out.results[error.name] = await record_load_error(batch.run_dir, error)
-            run_json.results.update(out.results)
-            await quietly(run_json.write(force=True))
-            display.start(progress)
-            async with anyio.create_task_group() as jobs:
-                for spec in batch.specs:
-                    jobs.start_soon(run_one, spec)
+            try:
+                await dispatch.start(tg)
+                started = True
+            except Exception as e:
+                refused = e
+            if started:
+                await run_jobs()
             tg.cancel_scope.cancel()  # all jobs ended: stop the signal watcher and the dispatch's tasks
     finally:
         with anyio.CancelScope(shield=True):
@@ -237,6 +246,8 @@ async def run_batch_with(batch: Batch, dispatch: Dispatch, display: Display | No
             if batch.model is not None:  # the HTTP sessions close inside the loop that opened them
                 await quietly(batch.model.aclose(), "could not close the model's connections")
         quietly_call(display.stop)
+    if refused is not None:
+        raise refused
     return out
 
 
