@@ -37,9 +37,10 @@ from ..jobs import JobSpec
 from ..messages import Message, merge_adjacent, one_line, text_of, tool_results, tool_uses
 from ..models.base import BackendUnusable, Model, PromptTooLong, Reply, Request
 from ..models.wire import CURRENT as WIRE
-from ..pricing import DEFAULT_TABLE, PriceTable
+from ..pricing import DEFAULT_TABLE, PriceTable, Usage
 from ..protocol import NO_TOOLS, OUT_OF_TURNS
 from ..rundir.docs import (
+    BATCH_FIELDS,
     EVENTS,
     FINAL,
     JOB_JSON,
@@ -88,7 +89,7 @@ def model_call_event(record: JobMetrics, chars: int, reply: Reply, lines: int) -
                              estimated=reply.estimated, cost_usd=doc["cost_usd"],
                              batch=getattr(reply, "batch", None)).line(),  # models/batches.py BatchReply
             "lines": lines, **{k: doc[k] for k in ("usage", "summarizer_usage", "compactions", "persisted_bytes",
-                                                   "wall_s")}}
+                                                   "wall_s", *BATCH_FIELDS) if k in doc}}
 
 
 class Session:
@@ -241,6 +242,10 @@ class Session:
         record.persisted_bytes = last.persisted_bytes or 0 if last else 0
         record.turns = last.turn if last else 0
         record.usage_estimated = any(c.estimated for c in ledger.calls)
+        batch = (last.model_extra or {}) if last else {}  # the part a Message Batch answered (delivery = "batch")
+        record.batch_usage = Usage.model_validate(batch.get("batch_usage") or {})
+        record.batch_summarizer_usage = Usage.model_validate(batch.get("batch_summarizer_usage") or {})
+        record.batch_calls = int(batch.get("batch_calls") or 0)
         spend.settle(charge=False)  # spent by the earlier segments, not by this run
         self._wall_before = max(self._wall_before, last.wall_s or 0.0 if last else 0.0)
         outputs = [c.usage.output_tokens if c.usage else 0 for c in ledger.calls]
