@@ -7,9 +7,11 @@ first turn is the memory survey's (:mod:`.memory_survey`) with one more call, a 
 - a small tree (a ``**/*`` listing of at most :data:`DELEGATE_ENTRIES` entries), fewer than two
   top-level directories, or one it cannot name in a prompt: the memory survey goes on as if the
   extra call had not been made (it never sees it);
-- else one ``task`` call per top-level directory and one for the files at the top (when there are
-  any, or the top listing was cut), all in one reply, each with a scoped prompt
-  (:func:`.memory_survey.scoped_prompt`) that carries the request.
+- else it measures each top-level directory (a ``glob`` of ``**/*`` in it: a cut answer says its
+  total), then makes one ``task`` call per top-level directory, largest first (the runtime starts
+  them in that order, ``max_subagents`` at a time, so the longest part does not start last), and one
+  for the files at the top (when there are any, or the top listing was cut), all in one reply, each
+  with a scoped prompt (:func:`.memory_survey.scoped_prompt`) that carries the request.
 
 Each result (:func:`runner.protocol.subagent_result`'s header, then the subagent's report, maybe cut)
 gives its part's status and totals; a part whose report was cut before its TODO count is read back
@@ -70,6 +72,7 @@ SUBAGENT_TOOLS = ("read", "glob", "grep")
 TOP_DESCRIPTION = "top-level files"
 RECALL_CHARS = 8_000  # a cut report read back: its head (totals, tables, TODO count) is well within this
 PLAN_KEY = "- delegation | "
+SIZES_KEY = "- delegation-sizes | "  # the split waiting for its directories' sizes
 PART_KEY = "- subagent | "
 SURVEY = re.compile(r"\bsurvey", re.I)
 _UNNAMEABLE = re.compile(r"[`|\n\r]")  # a directory a prompt, a note or a table cell could not name
@@ -107,9 +110,12 @@ def decide(messages: list[Message], tool_names: set[str]) -> tuple[list[dict[str
             content.append({"type": "tool_use", "id": _call_id(messages, len(content)), "name": "glob",
                             "input": dict(PROBE)})
         return content, stop
+    sized = _sized(messages)
+    if sized is not None:
+        return _delegate(messages, tool_names, *sized)
     split = _split(messages)
     if split is not None:
-        return _delegate(messages, tool_names, *split)
+        return _measure(messages, split)
     return memory_survey.decide(without_probe(messages))
 
 
@@ -181,7 +187,7 @@ def _split(messages: list[Message]) -> tuple[str, int, list[str], bool] | None:
     top = [e for e in _entries(answers["*"]) if e not in set(_entries(dirs_text))]
     root = os.path.dirname(dirs[0])
     top_cut = glob_cut(answers["*"]) is not None
-    return root, entries, sorted(os.path.basename(d) for d in dirs), bool(top) or top_cut
+    return root, entries, sorted(os.path.basename(d) for d in dirs), bool(top) or top_cut  # names, as paths
 
 
 def _entries(text: str) -> list[str]:
@@ -200,6 +206,39 @@ def _entry_count(text: str) -> int:
     if is_placeholder(text):
         return 0
     return len(_entries(text))
+
+
+def _measure(messages: list[Message], split: tuple[str, int, list[str], bool]) -> tuple[list[dict[str, Any]], str]:
+    """The turn before the split: each top-level directory's size, one ``glob`` of ``**/*`` in it."""
+    root, entries, dirs, top = split
+    note = json.dumps({"root": root, "entries": entries, "dirs": dirs, "top": top}, separators=(",", ":"),
+                      ensure_ascii=False)
+    content: list[dict[str, Any]] = [{"type": "text", "text": f"Measuring the {len(dirs)} top-level directories "
+                                      f"before handing them out.\n{SIZES_KEY}{note}"}]
+    for k, d in enumerate(dirs):
+        content.append({"type": "tool_use", "id": _call_id(messages, k), "name": "glob",
+                        "input": {"pattern": "**/*", "path": d}})
+    return content, "tool_use"
+
+
+def _sized(messages: list[Message]) -> tuple[str, int, list[str], bool] | None:
+    """The split, its directories largest first, when the newest results answer :func:`_measure`'s
+    turn (a size not in view counts as 0: that part starts last)."""
+    if len(messages) < 2 or messages[-2].get("role") != "assistant":
+        return None
+    text = text_of(messages[-2])
+    at = text.rfind(SIZES_KEY)
+    if at < 0:
+        return None
+    try:
+        note = json.loads(text[at + len(SIZES_KEY):].split("\n", 1)[0])
+    except ValueError:
+        return None
+    paths = {str(u.get("id")): str((u.get("input") or {}).get("path", "")) for u in tool_uses(messages[-2])}
+    sizes = {paths.get(str(r.get("tool_use_id")), ""): _entry_count(result_text(r))
+             for r in tool_results(messages[-1]) if not r.get("is_error")}
+    dirs = sorted(note["dirs"], key=lambda d: (-sizes.get(d, 0), d))
+    return note["root"], int(note["entries"]), dirs, bool(note["top"])
 
 
 def _delegate(messages: list[Message], tool_names: set[str], root: str, entries: int, dirs: list[str],
