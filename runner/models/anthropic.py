@@ -141,6 +141,31 @@ def _timed_out(error: Exception, guard: Guard) -> ReplyTimedOut:
     return ReplyTimedOut(f"no reply within request_timeout_s = {guard.deadline_s:g} s ({one_line(str(error))})")
 
 
+def request_params(request: Request) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The body posted for ``request`` (live, or as a Message Batch's request) and the betas it needs.
+    A breakpoint after the last tool caches the tool definitions with the system prompt."""
+    params: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": (with_cache_breakpoint(request.messages, request.cache_points[:1]) if request.cache
+                     else request.messages),
+    }
+    if request.tools:
+        params["tools"] = ([*request.tools[:-1], {**request.tools[-1], "cache_control": EPHEMERAL}]
+                           if request.cache else request.tools)
+    if request.tool_choice is not None:
+        params["tool_choice"] = request.tool_choice
+    if request.system:
+        params["system"] = [{"type": "text", "text": request.system,
+                             **({"cache_control": EPHEMERAL} if request.cache else {})}]
+    betas = [MEMORY_BETA] if any(t.get("type") == MEMORY_TOOL_TYPE for t in request.tools or ()) else []
+    if request.context_management:
+        params["context_management"] = request.context_management
+        betas.insert(0, COMPACTION_BETA)
+    return params, tuple(betas)
+
+
+
 class AnthropicModel:
     """The SDK behind the :class:`Model` interface; ``max_retries`` is applied per request.
 
@@ -191,25 +216,8 @@ class AnthropicModel:
             if key not in self._with_retries:
                 self._with_retries[key] = client.with_options(max_retries=request.max_retries)
             client = self._with_retries[key]
-        kwargs: dict[str, Any] = {
-            "model": request.model,
-            "max_tokens": request.max_tokens,
-            "messages": (with_cache_breakpoint(request.messages, request.cache_points[:1]) if request.cache
-                         else request.messages),
-        }
-        if request.tools:  # a breakpoint after the last tool caches the tool definitions with the system prompt
-            kwargs["tools"] = ([*request.tools[:-1], {**request.tools[-1], "cache_control": EPHEMERAL}]
-                               if request.cache else request.tools)
-        if request.tool_choice is not None:
-            kwargs["tool_choice"] = request.tool_choice
-        if request.system:
-            kwargs["system"] = [{"type": "text", "text": request.system,
-                                 **({"cache_control": EPHEMERAL} if request.cache else {})}]
+        kwargs, betas = request_params(request)
         path, options = "/v1/messages", {}
-        betas = [MEMORY_BETA] if any(t.get("type") == MEMORY_TOOL_TYPE for t in request.tools or ()) else []
-        if request.context_management:
-            kwargs["context_management"] = request.context_management
-            betas.insert(0, COMPACTION_BETA)
         if betas:  # the memory tool and server-side compaction are betas: the beta endpoint, with their header
             path, options = "/v1/messages?beta=true", {"headers": {"anthropic-beta": ",".join(betas)}}
         # the body serialized once by the C encoder: the SDK's retries, timeouts and error types, without

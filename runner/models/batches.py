@@ -57,8 +57,8 @@ import anyio
 from ..config import RunnerSection
 from ..messages import one_line
 from ..rundir.docs import JobMetrics
-from .anthropic import EPHEMERAL, AnthropicModel, reply_of, with_cache_breakpoint
-from .base import COMPACTION_BETA, MEMORY_BETA, MEMORY_TOOL_TYPE, Model, PromptTooLong, Reply, Request
+from .anthropic import AnthropicModel, reply_of, request_params
+from .base import Model, PromptTooLong, Reply, Request
 from .wire import CURRENT
 
 RETRYABLE = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
@@ -77,30 +77,6 @@ class BatchReply(Reply):
     """A reply a Message Batch gave: ``batch`` is its id (the call's line in events.jsonl names it)."""
 
     batch: str | None = None
-
-
-def request_params(request: Request) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """The body the live backend posts for ``request`` (see :meth:`AnthropicModel.create`) and the
-    betas it needs."""
-    params: dict[str, Any] = {
-        "model": request.model,
-        "max_tokens": request.max_tokens,
-        "messages": (with_cache_breakpoint(request.messages, request.cache_points[:1]) if request.cache
-                     else request.messages),
-    }
-    if request.tools:
-        params["tools"] = ([*request.tools[:-1], {**request.tools[-1], "cache_control": EPHEMERAL}]
-                           if request.cache else request.tools)
-    if request.tool_choice is not None:
-        params["tool_choice"] = request.tool_choice
-    if request.system:
-        params["system"] = [{"type": "text", "text": request.system,
-                             **({"cache_control": EPHEMERAL} if request.cache else {})}]
-    betas = [MEMORY_BETA] if any(t.get("type") == MEMORY_TOOL_TYPE for t in request.tools or ()) else []
-    if request.context_management:
-        params["context_management"] = request.context_management
-        betas.insert(0, COMPACTION_BETA)
-    return params, tuple(betas)
 
 
 def custom_id_of(job: str, turn: int, params: dict[str, Any]) -> str:
