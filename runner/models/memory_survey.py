@@ -42,6 +42,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,7 @@ OUTLINE = re.compile(OUTLINE_PATTERN, re.M)
 OUTLINE_CHARS = 1_000  # what an outline grep's result is expected to take
 DOC_CHARS = 60  # of a first docstring line, in the facts and the report
 NOT_A_FILE = re.compile(r"^read: .*: not a regular file$")
-_NUMBERED = re.compile(r"^ *(\d+)\t(.*)$")
+NUMBERED = re.compile(r"^ *(\d+)\t(.*)$")
 _SHARD = re.compile(r"^/memories/survey/(dirs|files|facts)-(\d{3})\.md$")
 HEADINGS = {
     "dirs": "# directories to list, one a line",
@@ -109,6 +110,8 @@ SCOPE_DIR = "the directory `{dir}/` and everything in it"
 SCOPE_TOP = "only the files at the top of the workspace (not those in any subdirectory)"
 _SCOPE = re.compile("Your part: (?:" + re.escape(SCOPE_DIR).replace(re.escape("{dir}"), "(.+)") + "|("
                     + re.escape(SCOPE_TOP) + "))" + re.escape(". List and read only that part"))
+INCREMENTAL_TODO_TEXT = ("the files themselves (an incremental survey searches only the files added or changed "
+                         "since its baseline)")
 SCOPED_HEAD = "One part of a survey split among agents; every path is relative to the workspace root."
 TOTALS = ("{files} files: {text} text files read ({lines} lines, {chars} chars), {binary} binary "
           "({binary_bytes} bytes), {errors} could not be read.")
@@ -147,12 +150,15 @@ class State:
     todo: dict[str, Any] = field(default_factory=lambda: {"hits": 0, "files": 0, "last": "", "cut": False,
                                                           "saved": "", "shown": []})
     scope: str = ""  # "" the whole workspace, TOP its top files only, else one directory (relative)
+    inc: dict[str, Any] = field(default_factory=dict)  # an incremental survey's own state (.incremental_survey)
 
     def note(self) -> str:
         fields = asdict(self)
         fields["files_next"] = _runs(self.files_next)
         if not self.scope:
             del fields["scope"]  # an unscoped survey's note is as it always was
+        if not self.inc:
+            del fields["inc"]  # and so is a survey's that is not incremental
         return STATE_KEY + json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -219,11 +225,11 @@ def shard_of(state: State, log: str, index: int) -> tuple[int, int, int | None]:
     return k, starts[k] if starts else 0, starts[k + 1] if k + 1 < len(starts) else None
 
 
-def _escape(name: str) -> str:
+def escape(name: str) -> str:
     return name.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
 
 
-def _unescape(text: str) -> str:
+def unescape(text: str) -> str:
     return re.sub(r"\\(.)", lambda m: {"t": "\t", "n": "\n", "r": "\r"}.get(m[1], m[1]), text)
 
 
@@ -241,6 +247,12 @@ class Turn:
     # --- what a result teaches ----------------------------------------------------------------------
 
     def fact(self, path: str, row: list[Any]) -> None:
+        """A facts row learned: counted, and appended to the facts log."""
+        self.count(path, row)
+        self.appends["facts"].append(json.dumps(row, ensure_ascii=False))
+
+    def count(self, path: str, row: list[Any]) -> None:
+        """A facts row in the totals, the extension table and the largest files (not written)."""
         s = self.state
         kind = row[1]
         if kind == "text":
@@ -259,7 +271,6 @@ class Turn:
             s.totals["binary_bytes"] += row[2]
         else:
             s.totals["errors"] += 1
-        self.appends["facts"].append(json.dumps(row, ensure_ascii=False))
 
     def _largest(self, size: int, path: str, lines: int) -> None:
         top = self.state.largest + [[size, path, lines]]
@@ -276,14 +287,14 @@ class Turn:
                 groups.setdefault(os.path.dirname(p), []).append(os.path.basename(p))
         for d, names in sorted(groups.items()):
             for k in range(0, len(names), NAMES_PER_LINE):
-                head = ("+" if listed else "") + _escape(d or ".")
-                self.appends["files"].append("\t".join([head, *(_escape(n) for n in names[k:k + NAMES_PER_LINE])]))
+                head = ("+" if listed else "") + escape(d or ".")
+                self.appends["files"].append("\t".join([head, *(escape(n) for n in names[k:k + NAMES_PER_LINE])]))
 
     def directory(self, path: str) -> None:
         if self.state.scope == TOP:  # a survey of the top files lists no directory
             return
         if path.count("/") < MAX_DEPTH and os.path.basename(path) not in SKIP_DIRS:
-            self.appends["dirs"].append(_escape(path))
+            self.appends["dirs"].append(escape(path))
 
     # --- the memory writes --------------------------------------------------------------------------
 
@@ -349,7 +360,7 @@ def first_doc_line(text: str) -> str:
     return ""
 
 
-def _rel(root: str, path: str) -> str:
+def rel_path(root: str, path: str) -> str:
     if root and (path == root or path.startswith(root.rstrip("/") + "/")):
         return path[len(root.rstrip("/")) + 1:] or "."
     return path.lstrip("/") if not root else path
@@ -417,7 +428,7 @@ def _cut(turn: Turn, d: str, pattern: str) -> None:
 
 
 def _learn_glob(turn: Turn, d: str, pattern: str, text: str) -> None:
-    names = [_rel(turn.state.root, e) for e in _entries(text)]
+    names = [rel_path(turn.state.root, e) for e in _entries(text)]
     if glob_cut(text) is not None:
         _cut(turn, d, pattern)
     elif pattern == "**/*":
@@ -432,7 +443,7 @@ def _learn_view(turn: Turn, log: str, index: int, text: str) -> None:
     base = shard_of(s, log, index)[1]
     got = 0
     for line in text.split("\n")[1:]:
-        match = _NUMBERED.match(line)
+        match = NUMBERED.match(line)
         if not match or int(match[1]) <= HEAD:
             continue
         at = base + int(match[1]) - 1 - HEAD
@@ -441,7 +452,7 @@ def _learn_view(turn: Turn, log: str, index: int, text: str) -> None:
         s.taken[log] += 1
         got += 1
         if log == "dirs":
-            s.dirs_next.append(_unescape(match[2]))
+            s.dirs_next.append(unescape(match[2]))
         else:
             s.files_next += _files_line(match[2])
 
@@ -451,12 +462,12 @@ def _learn_todo(turn: Turn, text: str) -> None:
     for line in text.split("\n"):
         if not line.strip() or line.startswith(("no matches", "[output", "[recall", "[grep")):
             continue
-        path, _, rest = _rel(turn.state.root, line).partition(":")
-        number, _, hit = rest.partition(":")
-        if not number.isdigit():
+        place = todo_place(turn.state.root, line)
+        if place is None:
             continue
+        path, number, hit = place
         todo["hits"] += 1
-        turn.appends["todo"].append(_escape(f"{path}:{number}"))
+        turn.appends["todo"].append(escape(f"{path}:{number}"))
         if path != todo["last"]:
             todo["files"] += 1
             todo["last"] = path
@@ -465,10 +476,21 @@ def _learn_todo(turn: Turn, text: str) -> None:
     todo["cut"] = todo["cut"] or "[output truncated at" in text
 
 
-def apply(turn: Turn, messages: list[Message], at: int) -> None:
+def todo_place(root: str, line: str) -> tuple[str, str, str] | None:
+    """A TODO search's output line as (relative path, line number, the line's text), or None."""
+    path, _, rest = rel_path(root, line).partition(":")
+    number, _, hit = rest.partition(":")
+    return (path, number, hit) if number.isdigit() else None
+
+
+Learner = Callable[[Turn, dict[str, Any], dict[str, Any]], bool]
+
+
+def apply(turn: Turn, messages: list[Message], at: int, other: Learner | None = None) -> None:
     """The results of the calls made in message ``at`` (the one carrying the state). What was asked
     there leaves the state's queues now; a result that is gone puts its call back (and so does a
-    state read from a summary, whose calls are out of view)."""
+    state read from a summary, whose calls are out of view). ``other`` learns first what it claims
+    (an incremental survey's own results: it returns True for those)."""
     s = turn.state
     uses = {str(u.get("id")): u for u in tool_uses(messages[at])}
     if not uses:
@@ -491,8 +513,10 @@ def apply(turn: Turn, messages: list[Message], at: int) -> None:
             continue
         name, args = use.get("name"), use.get("input") or {}
         text = result_text(result)
+        if other is not None and other(turn, use, result):
+            continue
         if name == "read":
-            path = _rel(s.root, str(args.get("file_path", "")))
+            path = rel_path(s.root, str(args.get("file_path", "")))
             if not _learn_read(turn, path, result, listed.get(path, False)):
                 lost.append(("+" if listed.get(path) else "") + path)
         elif name == "glob":
@@ -500,7 +524,7 @@ def apply(turn: Turn, messages: list[Message], at: int) -> None:
         elif name == "recall":
             _learn_recall(turn, args, text)
         elif name == "grep" and args.get("pattern") == OUTLINE_PATTERN:
-            row = waiting.pop(_rel(s.root, str(args.get("path", ""))), [])
+            row = waiting.pop(rel_path(s.root, str(args.get("path", ""))), [])
             if row:
                 row[4] = None if result.get("is_error") or is_placeholder(text) else count_matches(text)
                 turn.fact(str(row[0]), row)
@@ -546,7 +570,7 @@ def _learn_glob_result(turn: Turn, args: dict[str, Any], result: dict[str, Any],
         elif s.scope and pattern == glob_literal(s.scope):  # a scoped survey's root, by its directory
             s.root = _root_of(entries[0], s.scope) if entries else s.root
             return
-    d = _rel(s.root, str(args.get("path") or s.root))
+    d = rel_path(s.root, str(args.get("path") or s.root))
     d = "" if d == "." else d
     size = persisted_size(text)
     if result.get("is_error"):
@@ -604,7 +628,7 @@ def read_cost(path: str) -> int:
     return base + 4 * len(path)
 
 
-def _read_batch(queue: list[str], target: int) -> list[str]:
+def read_batch(queue: list[str], target: int) -> list[str]:
     """The next files to read: as many as fit the target by their expected cost (two at least)."""
     used = 0
     for k, path in enumerate(queue[:READS_MOST]):
@@ -618,8 +642,8 @@ def _files_line(line: str) -> list[str]:
     """The paths of one files-log line (``+`` kept in front of each when the line has it)."""
     d, *names = line.split("\t")
     flag, d = ("+", d[1:]) if d.startswith("+") else ("", d)
-    d = _unescape(d)
-    return [flag + os.path.join("" if d == "." else d, _unescape(n)) for n in names]
+    d = unescape(d)
+    return [flag + os.path.join("" if d == "." else d, unescape(n)) for n in names]
 
 
 def _take_appended(turn: Turn) -> None:
@@ -668,7 +692,7 @@ def plan(turn: Turn) -> None:
         if not s.files_next and s.taken["files"] == turn.before["files"]:
             _take_appended(turn)
         greps = len(turn.outlines) + len(turn.todos)
-        batch = _read_batch(s.files_next, max(READ_CHARS, s.target - OUTLINE_CHARS * greps))
+        batch = read_batch(s.files_next, max(READ_CHARS, s.target - OUTLINE_CHARS * greps))
         reads = max(2, len(batch))
         s.issued["files"] = len(batch)
         turn.calls += [("read", {"file_path": p.lstrip("+")}) for p in batch]  # relative to the workspace
@@ -700,7 +724,7 @@ def decide(messages: list[Message]) -> tuple[list[dict[str, Any]], str]:
     state, at = load_state(messages)
     turn = Turn(state or State(scope=scope_of(messages) or ""))
     if state is not None:
-        _pace(turn.state, messages)
+        pace(turn.state, messages)
         apply(turn, messages, at)
         turn.calls += [("grep", {"pattern": OUTLINE_PATTERN, "path": p}) for p in turn.outlines]
         turn.calls += [("grep", {"pattern": TODO_PATTERN, "path": p}) for p in turn.todos]
@@ -716,11 +740,11 @@ def decide(messages: list[Message]) -> tuple[list[dict[str, Any]], str]:
             f"read {s.logs['facts']} entries. Next: {turn.calls[-1][0]}.\n{s.note()}")
     content: list[dict[str, Any]] = [{"type": "text", "text": text}]
     for k, (name, args) in enumerate(turn.calls):
-        content.append({"type": "tool_use", "id": _call_id(messages, k), "name": name, "input": args})
+        content.append({"type": "tool_use", "id": call_id(messages, k), "name": name, "input": args})
     return content, "tool_use"
 
 
-def _pace(s: State, messages: list[Message]) -> None:
+def pace(s: State, messages: list[Message]) -> None:
     """The results' target, from how often history is compacted (a new summary in view)."""
     s.turn += 1
     summaries = [text_of(m) for m in messages if m["role"] == "user" and is_summary(text_of(m))]
@@ -735,7 +759,7 @@ def _pace(s: State, messages: list[Message]) -> None:
             s.target = min(high, s.target * 5 // 4)
 
 
-def _call_id(messages: list[Message], k: int) -> str:
+def call_id(messages: list[Message], k: int) -> str:
     seed = f"{len(messages)}:{k}:{json.dumps(messages[-1] if messages else None, sort_keys=True, default=str)}"
     return "toolu_mem_" + hashlib.sha256(seed.encode()).hexdigest()[:20]
 
@@ -750,7 +774,7 @@ def _inline_rows(messages: list[Message], at: int, total: int) -> list[list[Any]
             use = uses.get(str(r.get("tool_use_id"))) or {}
             if use.get("name") == "memory" and str((use.get("input") or {}).get("path", "")).startswith(f"{DIR}/facts"):
                 for line in result_text(r).split("\n")[1:]:
-                    match = _NUMBERED.match(line)
+                    match = NUMBERED.match(line)
                     if match and int(match[1]) > HEAD:
                         try:
                             rows.append(json.loads(match[2]))
@@ -765,6 +789,8 @@ def report(s: State, rows: list[list[Any]], partial: str = "", pending: list[lis
     out = [f"# Survey of {_scope_title(s)}", ""]
     if s.scope:
         out += [SCOPED_HEAD, ""]
+    if s.inc.get("line"):
+        out += [s.inc["line"], ""]
     if partial:
         out += [partial, ""]
     out.append(TOTALS.format(files=t["text"] + t["binary"] + t["errors"], **t))
@@ -781,6 +807,8 @@ def report(s: State, rows: list[list[Any]], partial: str = "", pending: list[lis
     out += [f"- `{h}`" for h in todo["shown"]] or ["(none)"]
     if todo["hits"] > len(todo["shown"]):
         where = f"the job directory's `{todo['saved']}`" if todo["saved"] else "the transcript"
+        if s.inc and not s.inc.get("fresh") and not todo["saved"]:
+            where = s.inc.get("where") or INCREMENTAL_TODO_TEXT
         logs = ", ".join(f"`memories/survey/todo-{k:03d}.md`" for k in range(len(s.shards["todo"])))
         out.append(f"- ... the first {len(todo['shown'])} are shown; every line's place is in {logs}, "
                    f"its text in {where}")

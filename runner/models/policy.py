@@ -24,7 +24,9 @@ a fact before it was noted, the policy has to fetch it again: ``rereads`` counts
 measures what a compaction strategy lost.
 
 With the ``memory`` tool offered (every job has it), the survey is :mod:`.memory_survey`'s; with the
-``task`` tool offered too, a big tree's survey is handed to subagents (:mod:`.delegation`).
+``task`` tool offered too, a big tree's survey is handed to subagents (:mod:`.delegation`); an incremental
+job's (it starts with the runtime's note on its baseline) carries the baseline's facts over and examines only
+what changed (:mod:`.incremental_survey`).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from ..protocol import (
     without_footer,
 )
 from ..rundir.docs import TRANSCRIPT
-from . import delegation, memory_survey
+from . import delegation, incremental_survey, memory_survey
 from .listing import Listing, rel, skipped
 from .memory_survey import OUTLINE_PATTERN, TODO_PATTERN, count_matches, first_doc_line
 
@@ -574,6 +576,8 @@ def _summary_notes(messages: list[Message]) -> set[str]:
 
 def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -> tuple[list[dict[str, Any]], str]:
     """The next assistant content and its stop reason (``tool_use`` or ``end_turn``)."""
+    if "memory" in tool_names and incremental_survey.applies(messages, tool_names):  # a baseline to start from
+        return incremental_survey.decide(messages)
     if "memory" in tool_names and delegation.applies(messages, tool_names):  # a big tree: subagents
         return delegation.decide(messages, tool_names)
     if "memory" in tool_names:  # the survey keeps its work in memory files
@@ -638,6 +642,8 @@ def partial_report(messages: list[Message]) -> str:
     a request that allows no tools (the job is out of turns, time or budget)."""
     if delegation.in_progress(messages) or delegation.probed(messages):
         return delegation.partial_report(messages)
+    if incremental_survey.in_progress(messages):
+        return incremental_survey.partial_report(messages)
     if memory_survey.in_progress(messages):
         return memory_survey.partial_report(messages)
     return report(observe(messages)[0])

@@ -1,0 +1,243 @@
+"""The offline model works incrementally: two nights through ``runner run`` on a copy of real standard
+library packages, files added, changed and removed between them. The second night's report has a fresh
+survey's facts (every row, the totals and tables, the TODO count and places), it reads only the files added
+or changed, and its record states its cost against the baseline's; nothing changed means nothing read; an
+unusable baseline means a full survey, with the reason; a kill -9 of an incremental night and ``runner
+resume`` keep its baseline and end with the report an uninterrupted night writes."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import runner_env, survey_rows, survey_todos
+
+from runner.rundir.docs import MANIFEST
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+SMALL = ("email", "json")  # 35 files: the report lists every row
+BIG = ("email", "json", "encodings", "asyncio", "xml")  # over 200: the rows are in the facts files
+TODO = re.compile(r"\b(TODO|FIXME|XXX)\b")
+PROMPT = "Survey this package."
+
+
+def project(root: Path, packages: tuple[str, ...], limits: str = "") -> Path:
+    """A project on the offline model: a copy of ``packages`` and an incremental survey job of it."""
+    ws = root / "ws"
+    for name in packages:
+        shutil.copytree(STDLIB / name, ws / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "jobs").mkdir()
+    (root / "jobs" / "survey.toml").write_text(f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n'
+                                               f"[limits]\nmax_turns = 2000\n{limits}")
+    (root / "config.toml").write_text('[runner]\noutput_dir = "runs"\nbackend = "offline"\n')
+    return ws
+
+
+def change(ws: Path) -> dict[str, set[str]]:
+    """Files added, changed and removed, some with TODO lines and some without; the paths of each."""
+    files = sorted(p.relative_to(ws).as_posix() for p in ws.rglob("*.py"))
+    with_todo = [p for p in files if TODO.search((ws / p).read_text(errors="replace"))]
+    without = [p for p in files if p not in with_todo]
+    (ws / "email" / "nightly.py").write_text('"""Added tonight."""\n\ndef f():\n    pass  # TODO: test it\n')
+    shutil.copy(ws / "json" / "decoder.py", ws / "json" / "decoder_copy.py")
+    changed = [with_todo[0], without[0], without[1]]
+    with (ws / changed[0]).open("a") as f:
+        f.write("# FIXME: a new line\n")
+    with (ws / changed[1]).open("a") as f:
+        f.write("# XXX: its first such line\n")
+    with (ws / changed[2]).open("a") as f:
+        f.write("def added_tonight():\n    return 1\n")
+    removed = [with_todo[1], without[2]]
+    for path in removed:
+        (ws / path).unlink()
+    return {"added": {"email/nightly.py", "json/decoder_copy.py"}, "changed": set(changed), "removed": set(removed)}
+
+
+def night(run_cli: Any, root: Path, *args: str) -> tuple[Path, dict]:
+    done = run_cli("run", "jobs", "--json", *args, cwd=root)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    return Path(doc["run_dir"]) / "survey", doc["jobs"][0]
+
+
+def calls(job: Path, name: str) -> list[dict]:
+    return [b["input"] for line in (job / "transcript.jsonl").read_text().splitlines()
+            if (m := json.loads(line))["role"] == "assistant" and isinstance(m["content"], list)
+            for b in m["content"] if b.get("type") == "tool_use" and b["name"] == name]
+
+
+def said(job: Path) -> str:
+    """What the job's turns said besides their calls (its first reply's text)."""
+    for line in (job / "transcript.jsonl").read_text().splitlines():
+        message = json.loads(line)
+        if message["role"] == "assistant" and isinstance(message["content"], list):
+            return str(message["content"][0].get("text", ""))
+    return ""
+
+
+def head(report: str) -> str:
+    """The totals and tables (what comes before the TODO lines), without the line on the baseline."""
+    text = report.split("\n## TODO", 1)[0]
+    kept = [line for line in text.split("\n") if not line.startswith(("Incremental survey:", "A full survey:"))]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(kept))
+
+
+def todo_head(report: str) -> list[str]:
+    return re.findall(r"^## TODO / FIXME / XXX \(.*$", report, re.M)
+
+
+def assert_same_facts(job: Path, other: Path) -> None:
+    """``job``'s report has ``other``'s facts: rows, totals and tables, TODO count and places."""
+    a, b = (job / "final.md").read_text(), (other / "final.md").read_text()
+    rows = survey_rows(a, job)
+    assert rows and rows == survey_rows(b, other)
+    assert head(a) == head(b)
+    assert todo_head(a) == todo_head(b)
+    assert survey_todos(a, job) == survey_todos(b, other)
+
+
+@pytest.mark.parametrize("packages", [SMALL, BIG], ids=["small", "big"])
+def test_the_second_night_has_a_fresh_surveys_facts_and_reads_only_what_changed(
+        run_cli: Any, tmp_path: Path, packages: tuple[str, ...]) -> None:
+    ws = project(tmp_path, packages)
+    first, first_doc = night(run_cli, tmp_path)
+    assert "Incremental survey" not in (first / "final.md").read_text()
+    changes = change(ws)
+    second, doc = night(run_cli, tmp_path)
+    fresh, fresh_doc = night(run_cli, tmp_path, "--fresh")
+
+    record = doc["incremental"]
+    assert (record["baseline"], record["files_added"], record["files_changed"], record["files_removed"]) == (
+        first.parent.name, 2, 3, 2)
+    on_disk = json.loads((second / "metrics.json").read_text())["incremental"]
+    assert on_disk["baseline_cost_usd"] == round(first_doc["cost_usd"], 6)  # its cost, against the baseline's
+    share = 0.35 if packages == BIG else 0.9  # 7 of its files in 35 changed, a few turns of its own
+    assert doc["cost_usd"] < share * on_disk["baseline_cost_usd"] and doc["cost_usd"] < share * fresh_doc["cost_usd"]
+
+    assert_same_facts(second, fresh)
+    report = (second / "final.md").read_text()
+    assert (f"Incremental survey: 2 files added, 3 changed and 2 removed since run {first.parent.name}; only "
+            "the 5 added or changed are read") in said(second)
+    read = [c["file_path"] for c in calls(second, "read")]
+    assert sorted(read) == sorted(changes["added"] | changes["changed"])  # each once, nothing unchanged
+    searched = {c["path"] for c in calls(second, "grep") if "path" in c and c["pattern"].startswith(r"\b(TODO")}
+    assert searched >= changes["added"] | changes["changed"]
+    assert not any(path in changes["removed"] for path in survey_rows(report, second))
+
+
+def test_a_night_with_no_change_reads_nothing_and_says_so(run_cli: Any, tmp_path: Path) -> None:
+    project(tmp_path, BIG)
+    first, _ = night(run_cli, tmp_path)
+    second, doc = night(run_cli, tmp_path)
+    assert f"Incremental survey: nothing changed since run {first.parent.name}; no file is read" in said(second)
+    assert not calls(second, "read") and not calls(second, "grep") and not calls(second, "glob")
+    assert_same_facts(second, first)
+    assert (second / "final.md").read_text() == (first / "final.md").read_text()  # the whole report, unchanged
+    assert run_cli("diff", str(first.parent), str(second.parent), cwd=tmp_path).returncode == 0
+    assert doc["turns"] <= 3 and doc["cost_usd"] < 0.02 * doc["incremental"]["baseline_cost_usd"]
+
+
+def test_no_change_in_a_small_tree_lists_every_row(run_cli: Any, tmp_path: Path) -> None:
+    project(tmp_path, SMALL)
+    first, _ = night(run_cli, tmp_path)
+    second, _ = night(run_cli, tmp_path)
+    assert not calls(second, "read")
+    assert "## Every file\n\n| file | lines |" in (second / "final.md").read_text()
+    assert (second / "final.md").read_text() == (first / "final.md").read_text()
+    assert_same_facts(second, first)
+
+
+def test_a_baseline_the_runtime_cannot_use_means_a_full_run_with_its_reason(run_cli: Any, tmp_path: Path) -> None:
+    ws = project(tmp_path, SMALL)
+    first, _ = night(run_cli, tmp_path)
+    (first / MANIFEST).write_text('{"manifest": 1, "created": 5, "entries": 9}\n{"path"\n')  # damaged
+    change(ws)
+    second, doc = night(run_cli, tmp_path)
+    assert doc["incremental"]["baseline"] is None and "damaged" in doc["incremental"]["fresh"]
+    report = (second / "final.md").read_text()
+    assert "A full survey" not in report
+    fresh, _ = night(run_cli, tmp_path, "--fresh")
+    assert_same_facts(second, fresh)
+
+
+def test_a_baseline_without_survey_facts_means_a_full_survey_saying_why(run_cli: Any, tmp_path: Path) -> None:
+    ws = project(tmp_path, SMALL)
+    first, _ = night(run_cli, tmp_path)
+    for facts in (first / "memories" / "survey").glob("facts-*.md"):
+        facts.unlink()
+    changes = change(ws)
+    second, doc = night(run_cli, tmp_path)
+    assert doc["incremental"]["baseline"] == first.parent.name  # the runtime took it: the survey could not
+    report = (second / "final.md").read_text()
+    assert (f"A full survey: run {first.parent.name} is this job's baseline, but its memory holds no survey "
+            "facts") in report
+    assert len(calls(second, "read")) >= len(survey_rows(report, second)) > len(changes["added"])
+    fresh, _ = night(run_cli, tmp_path, "--fresh")
+    assert_same_facts(second, fresh)
+
+
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except OSError:
+        return 0
+
+
+def _kill_at(root: Path, baseline: Path, at_line: int) -> Path | None:
+    """``runner run`` in a real process, SIGKILLed once its job's transcript has ``at_line`` lines: its
+    run directory, or None when the run ended first (it is moved out of the way then)."""
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "jobs"], cwd=root, env=runner_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            runs = [r for r in (root / "runs").iterdir() if r.is_dir() and not r.is_symlink() and r != baseline]
+            if runs and _lines(runs[0] / "survey" / "transcript.jsonl") >= at_line:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                return runs[0]
+            if proc.poll() is not None:
+                if runs:
+                    shutil.move(runs[0], root / f"ended-{at_line}")
+                return None
+            time.sleep(0.002)
+        pytest.fail("the kill point was not reached in time")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return None
+
+
+def test_a_killed_incremental_night_resumes_from_its_baseline_to_the_same_report(run_cli: Any,
+                                                                                 tmp_path: Path) -> None:
+    ws = project(tmp_path, BIG, "context_char_limit = 20000\n")  # a small window: more turns to kill in
+    first, _ = night(run_cli, tmp_path)
+    change(ws)
+    killed = next((run for at_line in (12, 8, 5) if (run := _kill_at(tmp_path, first.parent, at_line))), None)
+    assert killed is not None, "every night ended before its kill point"
+    job = killed / "survey"
+    kept = json.loads((job / "metrics.json").read_text()).get("incremental")
+    assert not (job / "final.md").exists()
+    resumed = run_cli("resume", str(killed), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    after = json.loads((job / "metrics.json").read_text())
+    assert after["status"] == "succeeded" and after["incremental"]["baseline"] == first.parent.name
+    assert kept is None or after["incremental"] == kept
+    report = (job / "final.md").read_text()
+    assert "Incremental survey:" in said(job)
+
+    shutil.move(killed, tmp_path / "resumed")  # out of the output directory: night 1 is the baseline again
+    again, _ = night(run_cli, tmp_path)
+    assert again.parent.name != killed.name
+    assert report == (again / "final.md").read_text()  # what an uninterrupted night writes
+    assert_same_facts(tmp_path / "resumed" / "survey", again)
