@@ -6,22 +6,27 @@ An incremental job starts with its prompt and the runtime's note on its baseline
 change lists beside it, the baseline's memory files this job's memory. With that note in view the survey
 (:mod:`.memory_survey`'s state, with an ``inc`` part) goes:
 
-1. open: ``recall`` the change lists (page by page) and the head of the baseline's report (up to ``## Every
-   file``: its root, its TODO count and the TODO lines it shows), and ``view`` ``/memories/survey``;
-2. facts: ``view`` each ``facts-NNN.md`` page by page: a row of a file changed or removed is taken out
-   (``str_replace``, a run of such rows at once), every other row is counted (totals, extensions, largest);
-3. todo: the same over ``todo-NNN.md``: a removed file's lines taken out, a changed file's kept (where they
-   are, to be replaced), the others counted, the first :data:`~.memory_survey.TODO_SHOWN` kept in order;
-4. read: each file added or changed is read and searched for TODO lines by a ``grep`` of that file; its row
-   goes to the end of the facts log, its TODO lines take the place of its old ones (or, for a file that had
-   none, go to the end of the todo log);
-5. the report, as a fresh memory survey makes it (a small tree's every row viewed back from the facts log),
-   with one line naming the baseline and what was read again.
+1. open: ``recall`` the change lists (page by page; the state keeps only a hash of each path) and the head
+   of the baseline's report (up to ``## Every file``: its root, its TODO count, where its TODO lines are),
+   and ``view`` ``/memories/survey`` (the shards and their sizes);
+2. todo: ``view`` each ``todo-NNN.md`` page by page (pages as large as a view gives): the lines of a file
+   removed, changed or added are taken out (``str_replace``, a run of lines at once; a changed file's place
+   kept), the others counted, the first :data:`~.memory_survey.TODO_SHOWN` kept in order;
+3. facts: the same over ``facts-NNN.md``: the rows of those files taken out, every other row counted
+   (totals, extensions, largest files);
+4. read: the change lists are read back a page at a time as the reads need them (the added and changed
+   paths); each file is searched for TODO lines by a ``grep`` of that file, then read; its row goes to the
+   end of the facts log, its TODO lines where its old ones were (a file that had none: at the todo log's
+   end); the text of the TODO lines the report will show comes from the baseline's report;
+5. the report, as a fresh memory survey writes it (a small tree's every row viewed back from the facts
+   log), word for word: what the run carried over and read is said in its turns' text, not in the report,
+   so ``runner diff`` of two nights compares facts.
 
-Nothing changed: the report's head gives the totals and tables; nothing is read (a small tree's rows are
-viewed back from memory). A baseline whose report is not a whole memory survey's (split among subagents,
-scoped, partial), a memory without the survey's facts, or a damaged facts line mean a full survey, the
-reason in the report. A baseline whose TODO search was cut means a whole-tree TODO search again.
+Nothing changed: the report's head gives the totals, tables and TODO lines; nothing is read (a small
+tree's rows are viewed back from memory): the report is the baseline's, word for word. A baseline whose
+report is not a whole memory survey's (split among subagents, scoped, partial), a memory without the
+survey's facts, or a damaged facts line mean a full survey, the reason in the report's second line. A
+baseline whose TODO search was cut means a whole-tree TODO search again.
 
 Guarantees:
 
@@ -30,7 +35,8 @@ Guarantees:
   (:func:`.memory_survey.report_rows`). The order of the TODO lines is the baseline's, a changed file's in
   its old place; the lines of a file that had none go last (a fresh survey lists them where the
   filesystem's walk finds them, which no tool shows short of searching every file), so the report may
-  show other lines among its first ones than a fresh survey would.
+  show other lines among its first ones than a fresh survey would; and when it shows only the first of
+  more, it says their text is in the files (a fresh survey names its saved search output).
 - No file is read that is not in the change lists. A TODO line the report shows whose text the
   baseline's report did not show (lines taken out before it moved it up) is found by a ``grep`` of its
   file (a search, not a read).
