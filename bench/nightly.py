@@ -174,6 +174,16 @@ def render(data: dict) -> str:
         ratio = r["incremental"]["cost_usd"] / r["fresh"]["cost_usd"]
         out += ["", f"Target: at 1% changed, at most 10% of a fresh run's cost: {ratio:.1%}, "
                 f"{'met' if ratio <= 0.10 else 'MISSED'}."]
+    if one is not None and len(data["shares"]) > 2:
+        floor = one["rounds"][0]["incremental"]["cost_usd"]
+        last = data["shares"][-1]
+        r = last["rounds"][0]
+        out += ["", f"What bounds it: a night with any change costs at least about the 1% night's ${floor:.2f} (the "
+                "scans of the logs in memory); above that the cost follows the files read again, each about what "
+                "a fresh survey pays per file or a little more (the incremental state is larger, so the window "
+                f"compacts sooner and fewer files are read a turn): at {last['share']}% changed, "
+                f"{r['incremental']['reads'] / data['files']:.0%} of the files are read and the night costs "
+                f"{r['incremental']['cost_usd'] / r['fresh']['cost_usd']:.0%} of a fresh run."]
     out += ["", "Facts equal: every file's row, the totals, the extension and largest-file tables, the TODO "
             "count (lines and files) and every TODO place. What an incremental run costs is bounded by what it "
             "must carry over: it views the baseline's facts and TODO logs in memory page by page (about "
