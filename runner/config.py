@@ -14,8 +14,10 @@ import functools
 import json
 import os
 import stat
+import time
 import tomllib
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -363,3 +365,17 @@ def _merged(first: list[str], more: list[str]) -> list[str]:
     and the lax check see the same mistake, in other words)."""
     named = {line.split(" (got ")[0].rsplit(": ", 1)[0] for line in first}
     return first + [line for line in more if line.split(" (got ")[0].rsplit(": ", 1)[0] not in named]
+
+
+def deadline_at(clock: str | None, seconds: float | None, now: float | None = None) -> float | None:
+    """The deadline as epoch seconds: ``seconds`` from ``now``, or the next ``"HH:MM"`` local time
+    (today's when it is still ahead, else tomorrow's); None when neither is set."""
+    now = time.time() if now is None else now
+    if seconds is not None:
+        return now + seconds
+    if clock is None:
+        return None
+    hours, minutes = (int(part) for part in clock.split(":"))
+    today = datetime.fromtimestamp(now).replace(hour=hours, minute=minutes, second=0, microsecond=0)
+    at = today if today.timestamp() > now else today + timedelta(days=1)
+    return at.timestamp()

@@ -13,14 +13,14 @@ import pytest
 
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
-from runner.config import ConfigError, Limits, load_settings
+from runner.config import ConfigError, Limits, deadline_at, load_settings
 from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Batches, Fault
 from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
 from runner.models.anthropic import AnthropicModel
 from runner.models.base import Request
-from runner.models.batches import Batcher, BatchModel, custom_id_of, deadline_at
+from runner.models.batches import Batcher, BatchModel, custom_id_of
 from runner.pricing import PriceTable, Usage
 from runner.rundir.store import read_jsonl
 

@@ -214,3 +214,39 @@ async def test_cancelled_mid_subagent_then_resumed_matches_an_uninterrupted_run(
         assert resumed.record.usage_total(key) == whole.record.usage_total(key)
     assert resumed.record.cost_usd == pytest.approx(whole.record.cost_usd)
     assert [r["turns"] for r in resumed.record.subagents] == [r["turns"] for r in whole.record.subagents]
+
+
+class Endless:
+    """A model that reads forever, and writes a report when no tool may be called."""
+
+    name = "endless"
+    server_compaction = False
+
+    async def create(self, request: Request) -> Reply:
+        await anyio.sleep(0.1)
+        usage = Usage(input_tokens=100, output_tokens=10)
+        if request.tool_choice == {"type": "none"}:
+            return Reply([{"type": "text", "text": "Report: stopped at the deadline."}], "end_turn", usage)
+        turn = sum(1 for m in request.messages if m["role"] == "assistant")
+        return Reply([{"type": "tool_use", "id": f"toolu_r{turn}", "name": "glob", "input": {"pattern": f"*{turn}*"}}],
+                     "tool_use", usage)
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.mark.anyio
+async def test_the_runs_deadline_ends_a_job_in_time_with_its_report(tmp_path: Path) -> None:
+    import time
+
+    spec = job(tmp_path, timeout_s=3_600, max_turns=10_000)
+    store = JobStore(tmp_path / "parent")
+    await store.open()
+    deadline = time.time() + 3.0
+    session = Session(spec, model=Endless(), compactor=Compactor(Summarizer(None, "none")), store=store,
+                      summary_model="none", deadline=deadline)
+    await session.run()
+    ended = time.time()
+    assert session.record.status == "timeout" and "deadline" in (session.record.error or ""), session.record.error
+    assert ended <= deadline + 0.5, ended - deadline
+    assert "Report: stopped at the deadline." in (tmp_path / "parent" / "final.md").read_text()

@@ -34,6 +34,7 @@ class Services:
     summary_model: str
     prices: PriceTable = field(default_factory=PriceTable)
     budget: Budget = field(default_factory=RunBudget)
+    deadline: float | None = None  # epoch seconds by which every job has ended (the run's deadline)
 
 
 @dataclass
@@ -57,7 +58,7 @@ async def run_job(spec: JobSpec, *, run_dir: Path, services: Services, record: J
         session = Session(spec, model=services.model, compactor=services.compactor, store=store,
                           summary_model=services.summary_model, record=record,
                           history=resumed.history if resumed else None, prior=resumed.prior if resumed else None,
-                          run_budget=services.budget, prices=services.prices)
+                          run_budget=services.budget, prices=services.prices, deadline=services.deadline)
         await session.run()
     except BackendUnusable:  # no job can run on this backend: the executor stops the batch
         raise

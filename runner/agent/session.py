@@ -99,7 +99,7 @@ class Session:
     def __init__(self, spec: JobSpec, *, model: Model, compactor: Compactor, store: JobStore, summary_model: str,
                  record: JobMetrics | None = None, history: list[Message] | None = None,
                  prior: JobMetrics | None = None, run_budget: Budget | None = None,
-                 prices: PriceTable | None = None):
+                 prices: PriceTable | None = None, deadline: float | None = None):
         self.spec = spec
         self.model = model
         self.compactor = compactor
@@ -115,6 +115,7 @@ class Session:
                            run_budget or RunBudget())
         self.spend.settle(charge=False)  # what an earlier segment spent is not this run's
         self.history = history
+        self.deadline = deadline  # the run's (epoch seconds): the job's timeout ends by then
         self.final_text: str | None = None
         self._last_checkpoint = float("-inf")
         self._reactive_retries = 0  # reactive compactions since the last call the API accepted
@@ -128,13 +129,13 @@ class Session:
         record = self.record
         wire = WIRE.set(record)  # this task's model calls count into this job (see models/wire.py)
         record.started, record.status = time.time(), Status.RUNNING
-        timeout = self.spec.limits.timeout_s
+        timeout, why = self._timeout()
         try:
             try:
                 with anyio.move_on_after(timeout - time_reserve(timeout)) as scope:
                     await self._loop()
                 if scope.cancelled_caught:
-                    raise JobEnded(Status.TIMEOUT, f"timed out after {timeout:g} s", last_call=True)
+                    raise JobEnded(Status.TIMEOUT, why, last_call=True)
                 record.status = Status.SUCCEEDED
             except JobEnded as e:
                 record.status, record.error = e.status, e.error
@@ -164,6 +165,15 @@ class Session:
                 await self._write_outputs()
             WIRE.reset(wire)  # a subagent's session runs in its parent's task
         return record
+
+    def _timeout(self) -> tuple[float, str]:
+        """The seconds this segment may run and what it says when they are up: ``timeout_s``, or less
+        when the run's deadline comes first (the report's reserve is then kept before the deadline)."""
+        timeout = self.spec.limits.timeout_s
+        if self.deadline is not None and self.deadline - time.time() < timeout:
+            left = max(1.0, self.deadline - time.time())
+            return left, f"reached the run's deadline ({time.strftime('%H:%M:%S', time.localtime(self.deadline))})"
+        return timeout, f"timed out after {timeout:g} s"
 
     async def _loop(self) -> None:
         """The agent loop: before every call the limits are checked and the history prepared; a reply
@@ -203,7 +213,7 @@ class Session:
         """The job's subagents, when it has the ``task`` tool (a subagent's spec never lists it)."""
         if "task" not in self.spec.tools:
             return None
-        timeout = self.spec.limits.timeout_s
+        timeout, _ = self._timeout()
         subagents = Subagents(parent=self.spec, job_dir=self.store.dir, spend=self.spend, run_child=self._run_child,
                               deadline=self._started + timeout - time_reserve(timeout))
         await subagents.load()
@@ -215,7 +225,7 @@ class Session:
         """A subagent's session, on this job's services, to its ending."""
         return await Session(spec, model=self.model, compactor=self.compactor, store=store,
                              summary_model=self.spend.summary_model, record=record, history=history, prior=prior,
-                             run_budget=budget, prices=self.spend.prices).run()
+                             run_budget=budget, prices=self.spend.prices, deadline=self.deadline).run()
 
     def _offer(self, toolset: Toolset) -> None:
         """The tool definitions every request carries (the strategy says whether ``compact`` is one)."""

@@ -206,11 +206,13 @@ def warn_fallbacks(specs: list[JobSpec], model: Model) -> None:
 
 
 def spending(settings: Settings) -> dict[str, Any]:
-    """The run's budget and price table, for a Batch."""
+    """The run's budget, price table and deadline, for a Batch."""
+    from ..config import deadline_at
     from ..pricing import PriceTable
     from ..services import RunBudget
 
-    return {"run_budget": RunBudget(settings.runner.max_cost_usd), "prices": PriceTable(settings.prices)}
+    return {"run_budget": RunBudget(settings.runner.max_cost_usd), "prices": PriceTable(settings.prices),
+            "deadline": deadline_at(settings.runner.deadline, settings.runner.deadline_s)}
 
 
 

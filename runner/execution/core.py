@@ -113,6 +113,7 @@ class Batch:
     handle_signals: bool = True
     run_budget: Budget = field(default_factory=RunBudget)
     prices: PriceTable = field(default_factory=PriceTable)
+    deadline: float | None = None  # the run's deadline (epoch seconds): every job's timeout ends by then
 
 
 class Dispatch(Protocol):

@@ -97,7 +97,7 @@ def worker_config(batch: Batch, settings: Settings) -> WorkerConfig:
     return WorkerConfig(backend=str(batch.meta.get("backend", "offline")), runner=settings.runner,
                         summarizer=settings.summarizer, max_retries=settings.limits.max_retries,
                         prices=batch.prices, budget_limit=batch.run_budget.limit,
-                        base_url=os.environ.get("ANTHROPIC_BASE_URL"))
+                        base_url=os.environ.get("ANTHROPIC_BASE_URL"), deadline=batch.deadline)
 
 
 @dataclass

@@ -40,6 +40,7 @@ class WorkerConfig:
     prices: PriceTable
     budget_limit: float | None
     base_url: str | None = None
+    deadline: float | None = None  # the run's (epoch seconds)
 
 
 @ray.remote
@@ -56,7 +57,7 @@ class JobWorker:
                                                max_retries=config.max_retries, calls=RayCallLimit(services, owner),
                                                gate=RayGate(services, owner), base_url=config.base_url)
         self.services = Services(self.model, Compactor(summarizer), config.summarizer.model, config.prices,
-                                 RayBudget(services, config.budget_limit))
+                                 RayBudget(services, config.budget_limit), config.deadline)
         self.records: dict[str, JobMetrics] = {}
         self.scopes: dict[str, anyio.CancelScope] = {}
 

@@ -25,7 +25,8 @@ class InProcess(Dispatch):
 
     def __init__(self, batch: Batch):
         self.run_dir = batch.run_dir
-        self.services = Services(batch.model, batch.compactor, batch.summary_model, batch.prices, batch.run_budget)
+        self.services = Services(batch.model, batch.compactor, batch.summary_model, batch.prices, batch.run_budget,
+                                 batch.deadline)
         self.scopes: set[anyio.CancelScope] = set()
         self.cancelled = False
 

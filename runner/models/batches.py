@@ -48,13 +48,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from ..config import RunnerSection
+from ..config import RunnerSection, deadline_at
 from ..messages import one_line
 from ..rundir.docs import JobMetrics
 from .anthropic import AnthropicModel, reply_of, request_params
@@ -86,20 +86,6 @@ def custom_id_of(job: str, turn: int, params: dict[str, Any]) -> str:
     tail = f"-t{turn}-{digest}"
     name = re.sub(r"[^a-zA-Z0-9_-]", "_", job)[: 64 - len(tail)] or "job"
     return name + tail
-
-
-def deadline_at(clock: str | None, seconds: float | None, now: float | None = None) -> float | None:
-    """The deadline as epoch seconds: ``seconds`` from ``now``, or the next ``"HH:MM"`` local time
-    (today's when it is still ahead, else tomorrow's); None when neither is set."""
-    now = time.time() if now is None else now
-    if seconds is not None:
-        return now + seconds
-    if clock is None:
-        return None
-    hours, minutes = (int(part) for part in clock.split(":"))
-    today = datetime.fromtimestamp(now).replace(hour=hours, minute=minutes, second=0, microsecond=0)
-    at = today if today.timestamp() > now else today + timedelta(days=1)
-    return at.timestamp()
 
 
 @contextmanager
