@@ -512,3 +512,19 @@ async def test_summary_gate_bounds_concurrency_and_rate_across_20_sessions(tmp_p
     # a start is recorded a few microseconds after the gate let it through; allow 1 ms for that
     assert most_in_any_window(model.starts, window - 0.001) <= rate
     assert most_in_any_window(model.starts, window * 1.5) > rate, "the test never pushed the rate limit"
+
+
+def test_the_recorder_forgets_texts_that_left_the_window() -> None:
+    """A long job's summaries and string messages are not all kept: only those still in view."""
+    from runner.compaction.context import Recorder
+    from runner.compaction.window import Entry
+
+    recorder = Recorder()
+    window: list[Entry] = []
+    for turn in range(2_000):
+        message = {"role": "user", "content": f"summary {turn}: " + "x" * 100}
+        recorder.summary(message, f"summaries/{turn:04d}.md", "Compacted", "transcript.jsonl")
+        window = [Entry.of(message, None)]  # each summary replaces the one before
+        refs = recorder.encode(window)
+        assert refs[0]["m"]["summary"] == f"summaries/{turn:04d}.md"
+    assert len(recorder._by_text) <= 4 * len(window) + 64 + 1

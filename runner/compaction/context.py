@@ -66,6 +66,9 @@ class Recorder:
         out = [self._entry(e, live) for e in entries]
         if len(self._by_id) > 4 * len(live) + 64:  # forget what left the window
             self._by_id = {k: v for k, v in self._by_id.items() if k in live}
+        if len(self._by_text) > 4 * len(entries) + 64:  # texts too (a summary's, a prompt's): kept only in view
+            shown = set(_texts(entries))
+            self._by_text = {k: v for k, v in self._by_text.items() if k in shown}
         return out
 
     def _entry(self, entry: Entry, live: set[int]) -> Ref:
@@ -173,3 +176,15 @@ def _block(ref: Ref, transcript: list[Message], store: JobStore, active_request:
         return {**block, "content": placeholder(path)}
     text = _read(store, path)
     return {**block, "content": persisted_marker(path, text, ref["preview"])}
+
+
+def _texts(entries: list[Entry]) -> list[str]:
+    """Every text in the window: a message's string content, and each text block's."""
+    out: list[str] = []
+    for entry in entries:
+        content = entry.message.get("content")
+        if isinstance(content, str):
+            out.append(content)
+        else:
+            out += [b["text"] for b in content or [] if isinstance(b, dict) and isinstance(b.get("text"), str)]
+    return out
