@@ -78,7 +78,7 @@ class Spend:
         self.own_cost = own
         record.cost_usd = own + sum(c.cost_usd for c in self.children.values())
         if self.children:
-            record.subagents = [c.subagent_row() for c in self.children.values()]
+            record.subagents = [c.subagent_row() for c in sorted(self.children.values(), key=_ordinal)]
             record.subagent_usage = sum_usage(self.children.values())
 
     def sent(self, chars: int) -> None:
@@ -148,3 +148,9 @@ class Spend:
 
     def _per_output_token(self) -> float:
         return self.prices.cost(self.model, Usage(output_tokens=1_000_000)) / 1_000_000
+
+
+def _ordinal(record: JobMetrics) -> tuple[int, str]:
+    """A subagent's place among its job's: the number its directory starts with (``3-pkg``: 3)."""
+    head = record.job.split("-", 1)[0]
+    return (int(head) if head.isdigit() else 1 << 30, record.job)
