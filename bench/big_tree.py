@@ -37,51 +37,86 @@ def run_one(tree: Path, truth: dict[str, bytes], window: int, work: Path) -> dic
     job = work / f"job-{window}"
     shutil.rmtree(job, ignore_errors=True)
     started = time.monotonic()
-    result, report = asyncio.run(offline_survey(tree, job, {"context_char_limit": window, "max_turns": 20_000}))
+    result, report = asyncio.run(
+        offline_survey(tree, job, {"context_char_limit": window, "max_turns": 20_000})
+    )
     wall = time.monotonic() - started
     rows = survey_rows(report, job)
-    right = sum(1 for p, data in truth.items() if p in rows
-                and ("binary" if rows[p][1] == "image" else rows[p][1], rows[p][2]) == expected_row(data))
+    right = sum(
+        1
+        for p, data in truth.items()
+        if p in rows and ("binary" if rows[p][1] == "image" else rows[p][1], rows[p][2]) == expected_row(data)
+    )
     calls, repeated, gaps = calls_and_gaps(job)
-    return {"status": str(result.status), "turns": result.turns, "files": len(truth), "right": right,
-            "compactions": dict(result.compactions), "calls": calls, "repeated": repeated,
-            "closest": min(gaps, default=0), "within_2": sum(g < 3 for g in gaps),
-            "cost_usd": result.cost_usd, "wall_s": wall}
+    return {
+        "status": str(result.status),
+        "turns": result.turns,
+        "files": len(truth),
+        "right": right,
+        "compactions": dict(result.compactions),
+        "calls": calls,
+        "repeated": repeated,
+        "closest": min(gaps, default=0),
+        "within_2": sum(g < 3 for g in gaps),
+        "cost_usd": result.cost_usd,
+        "wall_s": wall,
+    }
 
 
 def render(data: dict) -> str:
-    out = ["The offline model surveys this venv's site-packages as it is (`__pycache__`, shared objects, "
-           "files over 256 KiB) with the memory tool; the report's facts are checked against `os.walk` "
-           "(every regular file named with its line count, or as binary with its size). Cost is estimated "
-           "(about 4 characters a token, priced as opus: $15 in / $75 out per million tokens, no prompt "
-           "caching, which the offline model does not report); a real model's bill would differ, the ratio "
-           "between the windows would not.", "",
-           "| window | files | named right | status | turns | history / snip / micro / fit / budget compactions "
-           "| calls | repeated | history compactions < 3 turns apart (closest) | cost (est.) | wall s |",
-           "|---|---:|---:|---|---:|---|---:|---:|---|---:|---:|"]
+    out = [
+        "The offline model surveys this venv's site-packages as it is (`__pycache__`, shared objects, "
+        "files over 256 KiB) with the memory tool; the report's facts are checked against `os.walk` "
+        "(every regular file named with its line count, or as binary with its size). Cost is estimated "
+        "(about 4 characters a token, priced as opus: $15 in / $75 out per million tokens, no prompt "
+        "caching, which the offline model does not report); a real model's bill would differ, the ratio "
+        "between the windows would not.",
+        "",
+        "| window | files | named right | status | turns | history / snip / micro / fit / budget compactions "
+        "| calls | repeated | history compactions < 3 turns apart (closest) | cost (est.) | wall s |",
+        "|---|---:|---:|---|---:|---|---:|---:|---|---:|---:|",
+    ]
     for name, runs in data["windows"].items():
         r = runs[0]
         c = r["compactions"]
         walls = [x["wall_s"] for x in runs]
-        wall = f"{statistics.median(walls):.1f} ({min(walls):.1f}-{max(walls):.1f})" if len(walls) > 1 else f"{walls[0]:.1f}"
-        out.append(f"| {name} | {r['files']:,} | {r['right']:,} | {r['status']} | {r['turns']:,} | "
-                   f"{c.get('compact_history', 0)} / {c.get('snip', 0)} / {c.get('micro_compact', 0)} / "
-                   f"{c.get('fit_tool_results', 0)} / {c.get('tool_result_budget', 0)} | {r['calls']:,} | "
-                   f"{r['repeated']} | {r['within_2']} ({r['closest'] or '-'}) | ${r['cost_usd']:,.2f} | {wall} |")
-    out += ["", "Every run of one window made the same calls (the policy is deterministic); wall times are "
-            f"the median and range of {data['repeat']} runs on a shared machine.", "",
-            "The small window is the cheaper one: each turn carries at most 50,000 characters, against up "
-            "to 400,000, for about the same number of turns (the survey reads a few files a turn in both)."]
+        wall = (
+            f"{statistics.median(walls):.1f} ({min(walls):.1f}-{max(walls):.1f})"
+            if len(walls) > 1
+            else f"{walls[0]:.1f}"
+        )
+        out.append(
+            f"| {name} | {r['files']:,} | {r['right']:,} | {r['status']} | {r['turns']:,} | "
+            f"{c.get('compact_history', 0)} / {c.get('snip', 0)} / {c.get('micro_compact', 0)} / "
+            f"{c.get('fit_tool_results', 0)} / {c.get('tool_result_budget', 0)} | {r['calls']:,} | "
+            f"{r['repeated']} | {r['within_2']} ({r['closest'] or '-'}) | ${r['cost_usd']:,.2f} | {wall} |"
+        )
+    out += [
+        "",
+        "Every run of one window made the same calls (the policy is deterministic); wall times are "
+        f"the median and range of {data['repeat']} runs on a shared machine.",
+        "",
+        "The small window is the cheaper one: each turn carries at most 50,000 characters, against up "
+        "to 400,000, for about the same number of turns (the survey reads a few files a turn in both).",
+    ]
     close = sum(runs[0]["within_2"] for runs in data["windows"].values())
-    out.append(f"History compactions less than 3 turns apart: {close} (target 0: {'met' if not close else 'MISSED'}).")
+    out.append(
+        f"History compactions less than 3 turns apart: {close} (target 0: {'met' if not close else 'MISSED'})."
+    )
     return "\n".join(out)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per window (default 3)")
-    parser.add_argument("--tree", type=Path, help="the tree to survey (default: a copy of this venv's site-packages)")
-    parser.add_argument("--render", action="store_true", help="rewrite the section from bench/results/big_tree.json")
+    parser.add_argument(
+        "--tree", type=Path, help="the tree to survey (default: a copy of this venv's site-packages)"
+    )
+    parser.add_argument(
+        "--render", action="store_true", help="rewrite the section from bench/results/big_tree.json"
+    )
     args = parser.parse_args()
     if args.render:
         data = json.loads((RESULTS / "big_tree.json").read_text())

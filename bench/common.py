@@ -32,8 +32,10 @@ def cpu_model() -> str:
 def machine() -> str:
     """Cores, RAM, kernel, CPU model and Python: what a table's numbers were measured on."""
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{os.cpu_count()} cores, {mem_gib:.0f} GiB RAM, Linux {platform.release()}, {cpu_model()}, "
-            f"Python {platform.python_version()}")
+    return (
+        f"{os.cpu_count()} cores, {mem_gib:.0f} GiB RAM, Linux {platform.release()}, {cpu_model()}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def load_note(load: float | None = None) -> str:
@@ -45,8 +47,13 @@ def load_note(load: float | None = None) -> str:
 def write_result(name: str, data: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps({"date": date.today().isoformat(), "machine": machine(), "load_1min": START_LOAD,
-                                **data}, indent=2) + "\n")
+    path.write_text(
+        json.dumps(
+            {"date": date.today().isoformat(), "machine": machine(), "load_1min": START_LOAD, **data},
+            indent=2,
+        )
+        + "\n"
+    )
     return path
 
 
@@ -54,8 +61,12 @@ def replace_section(name: str, body: str, command: str) -> None:
     """Put ``body`` between ``<!-- name:start -->`` and ``<!-- name:end -->`` in BENCHMARKS.md."""
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     text = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n"
-    block = (f"{start}\n_{date.today().isoformat()}, {machine()}; {load_note()}; command: `{command}`_\n\n"
-             f"{body.rstrip()}\n{end}")
+    block = (
+        f"{start}\n_{date.today().isoformat()}, {machine()}; {load_note()}; command: `{command}`_\n\n"
+        f"{body.rstrip()}\n{end}"
+    )
     pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)
-    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    text = (
+        pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    )
     BENCHMARKS.write_text(text)

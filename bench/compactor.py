@@ -69,14 +69,18 @@ REQUEST = "Survey the package in the workspace: list its modules, their public A
 SIZES = (1_000, 2_000, 3_000, 4_000, 5_000)
 SMOKE_SIZES = (30, 120)
 
-_WORDS = ("def class return import async await self value result error path file line module test "
-          "config limit message tool output json data index entry window total stage summary").split()
+_WORDS = (
+    "def class return import async await self value result error path file line module test "
+    "config limit message tool output json data index entry window total stage summary"
+).split()
 
 
 def _corpus(rng: random.Random, chars: int) -> str:
     lines, n = [], 0
     while n < chars:
-        line = f"{rng.randint(1, 9999):5d}: " + " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 14)))
+        line = f"{rng.randint(1, 9999):5d}: " + " ".join(
+            rng.choice(_WORDS) for _ in range(rng.randint(3, 14))
+        )
         if rng.random() < 0.05:
             line += ' "quoted" \\ é 中文 \t tab'
         lines.append(line)
@@ -97,15 +101,23 @@ def synthetic_session(n_messages: int, seed: int = 0) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = [{"role": "user", "content": REQUEST}]
     call = 0
     while len(messages) < n_messages:
-        content: list[dict[str, Any]] = [{"type": "text", "text": corpus[(o := rng.randrange(300_000)):
-                                                                          o + rng.randint(40, 600)]}]
+        content: list[dict[str, Any]] = [
+            {"type": "text", "text": corpus[(o := rng.randrange(300_000)) : o + rng.randint(40, 600)]}
+        ]
         uses = []
         for _ in range(rng.choice((1, 1, 2, 3))):
             call += 1
             name = rng.choice(("read", "grep", "glob", "bash"))
-            args = ({"file_path": f"src/module_{call % 97}.py"} if name == "read" else
-                    {"pattern": rng.choice(_WORDS)} if name in ("grep", "glob") else {"command": "pytest -q"})
-            uses.append({"type": "tool_use", "id": f"toolu_{seed:02d}{call:07d}", "name": name, "input": args})
+            args = (
+                {"file_path": f"src/module_{call % 97}.py"}
+                if name == "read"
+                else {"pattern": rng.choice(_WORDS)}
+                if name in ("grep", "glob")
+                else {"command": "pytest -q"}
+            )
+            uses.append(
+                {"type": "tool_use", "id": f"toolu_{seed:02d}{call:07d}", "name": name, "input": args}
+            )
         messages.append({"role": "assistant", "content": content + uses})
         if len(messages) >= n_messages:
             break
@@ -113,9 +125,16 @@ def synthetic_session(n_messages: int, seed: int = 0) -> list[dict[str, Any]]:
         for use in uses:
             size = result_size(rng)
             start = rng.randrange(len(corpus) - min(size, 40_000))
-            text = corpus[start:start + size] if size <= 40_000 else (corpus * (size // len(corpus) + 1))[:size]
-            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": use["id"],
-                                     "content": [{"type": "text", "text": text}] if rng.random() < 0.2 else text}
+            text = (
+                corpus[start : start + size]
+                if size <= 40_000
+                else (corpus * (size // len(corpus) + 1))[:size]
+            )
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": use["id"],
+                "content": [{"type": "text", "text": text}] if rng.random() < 0.2 else text,
+            }
             if rng.random() < 0.05:
                 block["is_error"] = True
             results.append(block)
@@ -125,9 +144,7 @@ def synthetic_session(n_messages: int, seed: int = 0) -> list[dict[str, Any]]:
 
 def turns_of(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """The messages each turn adds after the first request: [assistant, tool results]."""
-    return [messages[i:i + 2] for i in range(1, len(messages), 2)]
-
-
+    return [messages[i : i + 2] for i in range(1, len(messages), 2)]
 
 
 def filesystem(path: Path) -> str:
@@ -201,7 +218,11 @@ async def _run_ours(messages: list[dict[str, Any]], workdir: Path, check: bool) 
         state.window.mark_seen()  # the model call
         await state.add(*added)
         elapsed += time.perf_counter() - w
-    return {"s": elapsed, "compactions": dict(sorted(state.record.compactions.items())), "final_messages": len(state.window)}
+    return {
+        "s": elapsed,
+        "compactions": dict(sorted(state.record.compactions.items())),
+        "final_messages": len(state.window),
+    }
 
 
 def run_seed(seed: Seed000 | Seed001, messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -263,12 +284,21 @@ def measure(n: int, repeats: int, check: bool, root: Path) -> dict[str, Any]:
         each = [r[num] / max(r[den], 1e-9) for r in runs]
         return {"best": best[num] / max(best[den], 1e-9), "min": min(each), "max": max(each)}
 
-    return {"messages": n, "turns": turns, "repeats": repeats, "best_s": best, "spread": spread,
-            "us_per_turn": {k: best[k] / turns * 1e6 for k in CONTESTANTS},
-            "seed000_over_ours": ratio("seed000", "ours"), "seed001_over_ours": ratio("seed001", "ours"),
-            "ours_over_floor": ratio("ours", "floor"),
-            "ours_compactions": ours.get("compactions"), "ours_files": ours.get("files"),
-            "ours_files_s": fastest["ours_files_s"], "runs": [{k: round(v, 4) for k, v in r.items()} for r in runs]}
+    return {
+        "messages": n,
+        "turns": turns,
+        "repeats": repeats,
+        "best_s": best,
+        "spread": spread,
+        "us_per_turn": {k: best[k] / turns * 1e6 for k in CONTESTANTS},
+        "seed000_over_ours": ratio("seed000", "ours"),
+        "seed001_over_ours": ratio("seed001", "ours"),
+        "ours_over_floor": ratio("ours", "floor"),
+        "ours_compactions": ours.get("compactions"),
+        "ours_files": ours.get("files"),
+        "ours_files_s": fastest["ours_files_s"],
+        "runs": [{k: round(v, 4) for k, v in r.items()} for r in runs],
+    }
 
 
 def _ratio(r: dict[str, float]) -> str:
@@ -287,10 +317,10 @@ def section(rows: list[dict[str, Any]], verdict: str, repeats: int, fs: str) -> 
         "- **ours**: everything the runner does per message for compaction: `prepare`, the cache "
         "breakpoint's `settled_prefix`, `mark_seen`, and `CompactionState.add` of each message (measured once, "
         "appended to `transcript.jsonl`).",
-        "- **seed 000**: the Vietnamese lesson with code (\"Context Compact\"), transcribed literally: a "
+        '- **seed 000**: the Vietnamese lesson with code ("Context Compact"), transcribed literally: a '
         "`json.dumps` of the whole history for every estimate, micro_compact only over 50,000 chars, a transcript "
         "file written on every snip.",
-        f"- **seed 001**: the English README (\"s08: Context Compact\"), transcribed literally, THRESHOLD "
+        f'- **seed 001**: the English README ("s08: Context Compact"), transcribed literally, THRESHOLD '
         f"{SEED_001_THRESHOLD:,} chars: micro_compact every turn with a fixed placeholder and no file (it keeps "
         "nothing), snip without a transcript, no fit stage.",
         "- **floor**: each new message serialized once (`json.dumps`) and the turn written with one `os.write` "
@@ -305,10 +335,16 @@ def section(rows: list[dict[str, Any]], verdict: str, repeats: int, fs: str) -> 
     for r in rows:
         b, sp = r["best_s"], r["spread"]
         cells = " | ".join(f"{b[k]:.3f} ±{sp[k]:.0%}" for k in ("ours", "seed000", "seed001", "floor"))
-        lines.append(f"| {r['messages']:,} | {cells} | {_ratio(r['seed000_over_ours'])} | "
-                     f"{_ratio(r['seed001_over_ours'])} | {_ratio(r['ours_over_floor'])} | "
-                     f"{r['us_per_turn']['ours']:.0f} |")
-    lines += ["", "Ratios: of the best runs, with the range of the per-run ratios in brackets. ±: spread.", ""]
+        lines.append(
+            f"| {r['messages']:,} | {cells} | {_ratio(r['seed000_over_ours'])} | "
+            f"{_ratio(r['seed001_over_ours'])} | {_ratio(r['ours_over_floor'])} | "
+            f"{r['us_per_turn']['ours']:.0f} |"
+        )
+    lines += [
+        "",
+        "Ratios: of the best runs, with the range of the per-run ratios in brackets. ±: spread.",
+        "",
+    ]
     return "\n".join([*lines, verdict])
 
 
@@ -316,7 +352,11 @@ def verdict_text(rows: list[dict[str, Any]]) -> str:
     """The targets, checked against the table (computed, never typed in)."""
     largest, smallest = rows[-1], rows[0]
     n = f"{largest['messages']:,}"
-    vs000, vs001, floor = (largest["seed000_over_ours"], largest["seed001_over_ours"], largest["ours_over_floor"])
+    vs000, vs001, floor = (
+        largest["seed000_over_ours"],
+        largest["seed001_over_ours"],
+        largest["ours_over_floor"],
+    )
     growth = largest["us_per_turn"]["ours"] / max(smallest["us_per_turn"]["ours"], 1e-9)
 
     def mark(ok: bool) -> str:
@@ -324,8 +364,10 @@ def verdict_text(rows: list[dict[str, Any]]) -> str:
 
     def mark_runs(r: dict[str, float], target: float, higher_is_better: bool = True) -> str:
         """Met only when every run met it; met by the best run alone is said so, with the range."""
+
         def ok(x: float) -> bool:
             return x >= target if higher_is_better else x <= target
+
         if not ok(r["best"]):
             return "MISSED"
         if ok(r["min"]) and ok(r["max"]):
@@ -334,25 +376,36 @@ def verdict_text(rows: list[dict[str, Any]]) -> str:
 
     met = (vs000["best"] >= 10, vs001["best"] >= 1, floor["best"] <= 3, growth < 1.5)
     files, files_s = largest.get("ours_files") or 0, largest.get("ours_files_s") or 0.0
-    cause = (f" Where ours' time goes at {n} messages: it saves every result it takes out of context to a file of "
-             f"its own before the placeholder is sent ({files:,} files, written whole and renamed; seed 001 saves "
-             f"none, the floor appends to one file). Writing them took {files_s:.2f} s of ours' "
-             f"{largest['best_s']['ours']:.2f} s (timed in the store's worker thread). The other "
-             f"{largest['best_s']['ours'] - files_s:.2f} s is, in a cProfile of ours on this session, mostly the two "
-             "hand-offs per turn to that thread (the transcript append, and a stage's outputs with their event "
-             "line: a queue put, a wake-up, the loop waiting), then the stages' own work." if not all(met) else "")
-    return (f"Targets at {n} messages, measured: ours takes {vs000['best']:.1f}× less time than seed 000 "
-            f"(target ≥ 10×: {mark_runs(vs000, 10)}); seed 001 takes {vs001['best']:.2f}× our time "
-            f"(target ≥ 1.00×, no slower: {mark_runs(vs001, 1)}); ours is {floor['best']:.2f}× the floor "
-            f"(target ≤ 3×: {mark_runs(floor, 3, higher_is_better=False)}); our time per turn at {n} messages is {growth:.2f}× what "
-            f"it is at {smallest['messages']:,} (near-linear growth, target < 1.5×: {mark(growth < 1.5)})." + cause)
+    cause = (
+        f" Where ours' time goes at {n} messages: it saves every result it takes out of context to a file of "
+        f"its own before the placeholder is sent ({files:,} files, written whole and renamed; seed 001 saves "
+        f"none, the floor appends to one file). Writing them took {files_s:.2f} s of ours' "
+        f"{largest['best_s']['ours']:.2f} s (timed in the store's worker thread). The other "
+        f"{largest['best_s']['ours'] - files_s:.2f} s is, in a cProfile of ours on this session, mostly the two "
+        "hand-offs per turn to that thread (the transcript append, and a stage's outputs with their event "
+        "line: a queue put, a wake-up, the loop waiting), then the stages' own work."
+        if not all(met)
+        else ""
+    )
+    return (
+        f"Targets at {n} messages, measured: ours takes {vs000['best']:.1f}× less time than seed 000 "
+        f"(target ≥ 10×: {mark_runs(vs000, 10)}); seed 001 takes {vs001['best']:.2f}× our time "
+        f"(target ≥ 1.00×, no slower: {mark_runs(vs001, 1)}); ours is {floor['best']:.2f}× the floor "
+        f"(target ≤ 3×: {mark_runs(floor, 3, higher_is_better=False)}); our time per turn at {n} messages is {growth:.2f}× what "
+        f"it is at {smallest['messages']:,} (near-linear growth, target < 1.5×: {mark(growth < 1.5)})."
+        + cause
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds; writes nothing")
-    parser.add_argument("--repeats", type=int, default=None, help="runs per size, best kept (default 3; smoke 1)")
-    parser.add_argument("--dir", default=None, help="where the runs write their files (default: the system temp dir)")
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="runs per size, best kept (default 3; smoke 1)"
+    )
+    parser.add_argument(
+        "--dir", default=None, help="where the runs write their files (default: the system temp dir)"
+    )
     args = parser.parse_args(argv)
     sizes = SMOKE_SIZES if args.smoke else SIZES
     repeats = args.repeats or (1 if args.smoke else 3)
@@ -365,8 +418,11 @@ def main(argv: list[str] | None = None) -> int:
             row = measure(n, repeats, args.smoke, root)
             rows.append(row)
             b = row["best_s"]
-            print(f"{n:>6} messages: ours {b['ours']:.3f} s, seed 000 {b['seed000']:.3f} s, seed 001 "
-                  f"{b['seed001']:.3f} s, floor {b['floor']:.3f} s; {row['ours_compactions']}", flush=True)
+            print(
+                f"{n:>6} messages: ours {b['ours']:.3f} s, seed 000 {b['seed000']:.3f} s, seed 001 "
+                f"{b['seed001']:.3f} s, floor {b['floor']:.3f} s; {row['ours_compactions']}",
+                flush=True,
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     verdict = verdict_text(rows)

@@ -93,23 +93,47 @@ class Strategy:
 SEED_LIMITS = {"cache_aware": False}  # our breakpoint after the settled prefix needs our window
 STRATEGIES: dict[str, Strategy] = {
     "none": Strategy({"compaction": "off"}, text="compaction off"),
-    "seed 000": Strategy(SEED_LIMITS, MODEL, lambda d, s: Seed000(d, s), cache=False,
-                         text="revision 000 as written: 50,000 chars, no cache_control, summaries on the job's model"),
-    "seed 000 + our caching": Strategy(SEED_LIMITS, MODEL, lambda d, s: Seed000(d, s), cache=True,
-                                       text="revision 000 as written, with our request's cache breakpoints (last "
-                                            "tool, system prompt, newest message)"),
-    "seed 001 @ 50k": Strategy(SEED_LIMITS, MODEL, lambda d, s: Seed001(d, 50_000, s), cache=False,
-                               text="revision 001 as written, THRESHOLD 50,000 chars, no cache_control, summaries "
-                                    "on the job's model"),
-    "seed 001 @ 200k": Strategy(SEED_LIMITS, MODEL, lambda d, s: Seed001(d, 200_000, s), cache=False,
-                                text="revision 001 as written, THRESHOLD 200,000 chars, no cache_control, summaries "
-                                     "on the job's model"),
+    "seed 000": Strategy(
+        SEED_LIMITS,
+        MODEL,
+        lambda d, s: Seed000(d, s),
+        cache=False,
+        text="revision 000 as written: 50,000 chars, no cache_control, summaries on the job's model",
+    ),
+    "seed 000 + our caching": Strategy(
+        SEED_LIMITS,
+        MODEL,
+        lambda d, s: Seed000(d, s),
+        cache=True,
+        text="revision 000 as written, with our request's cache breakpoints (last "
+        "tool, system prompt, newest message)",
+    ),
+    "seed 001 @ 50k": Strategy(
+        SEED_LIMITS,
+        MODEL,
+        lambda d, s: Seed001(d, 50_000, s),
+        cache=False,
+        text="revision 001 as written, THRESHOLD 50,000 chars, no cache_control, summaries "
+        "on the job's model",
+    ),
+    "seed 001 @ 200k": Strategy(
+        SEED_LIMITS,
+        MODEL,
+        lambda d, s: Seed001(d, 200_000, s),
+        cache=False,
+        text="revision 001 as written, THRESHOLD 200,000 chars, no cache_control, summaries "
+        "on the job's model",
+    ),
     # token-aware (12,500 tokens: the seeds' 50,000 chars), cache-aware (a breakpoint after the newest
     # settled message; compacting deeper, to half the limit, so the cache is rewritten half as often)
-    "ours": Strategy({"context_token_limit": 12_500, "compact_target_ratio": 0.5},
-                     text="context_token_limit=12500, compact_target_ratio=0.5, summaries on the summary model"),
-    "server": Strategy({"compaction": "server", "server_trigger_tokens": 50_000},
-                       text="compaction=server, server_trigger_tokens=50000"),
+    "ours": Strategy(
+        {"context_token_limit": 12_500, "compact_target_ratio": 0.5},
+        text="context_token_limit=12500, compact_target_ratio=0.5, summaries on the summary model",
+    ),
+    "server": Strategy(
+        {"compaction": "server", "server_trigger_tokens": 50_000},
+        text="compaction=server, server_trigger_tokens=50000",
+    ),
     "mask": Strategy({"compaction": "mask"}, text="compaction=mask"),
 }
 ANCHORS = ("server", "mask", "seed 000", "seed 001 @ 50k", "seed 001 @ 200k")  # what ours must beat 2x
@@ -147,8 +171,9 @@ class SeedStrategy:
 
     def _take(self, state: CompactionState) -> Seed000 | Seed001:
         if self.seed is None:
-            self.seed = self.make(state.store.dir, lambda messages: anyio.from_thread.run(
-                self._summarize, state, messages))
+            self.seed = self.make(
+                state.store.dir, lambda messages: anyio.from_thread.run(self._summarize, state, messages)
+            )
         self.history += [copy.deepcopy(e.message) for e in state.window.entries]
         state.window.replace([])
         return self.seed
@@ -167,14 +192,18 @@ class SeedStrategy:
     async def compact(self, state: CompactionState) -> None:
         seed = self._take(state)
         if isinstance(seed, Seed000):
-            self.history = await anyio.to_thread.run_sync(seed.compact_history, self.history, state.active_request)
+            self.history = await anyio.to_thread.run_sync(
+                seed.compact_history, self.history, state.active_request
+            )
         else:
             self.history = await anyio.to_thread.run_sync(seed.compact_history, self.history)
 
     async def reactive(self, state: CompactionState) -> bool:
         seed = self._take(state)
         if isinstance(seed, Seed000):
-            self.history = await anyio.to_thread.run_sync(seed.reactive_compact, self.history, state.active_request)
+            self.history = await anyio.to_thread.run_sync(
+                seed.reactive_compact, self.history, state.active_request
+            )
         else:
             self.history = await anyio.to_thread.run_sync(seed.reactive_compact, self.history)
         return True
@@ -195,18 +224,31 @@ def make_workspace(root: Path, packages: tuple[str, ...]) -> Path:
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     workspace = root / "workspace"
     for package in packages:
-        shutil.copytree(stdlib / package, workspace / package,
-                        ignore=shutil.ignore_patterns("__pycache__", "test", "tests"))
+        shutil.copytree(
+            stdlib / package,
+            workspace / package,
+            ignore=shutil.ignore_patterns("__pycache__", "test", "tests"),
+        )
     return workspace
 
 
-
-async def run_strategy(name: str, strategy: Strategy, workspace: Path, out: Path, base_url: str) -> dict[str, Any]:
+async def run_strategy(
+    name: str, strategy: Strategy, workspace: Path, out: Path, base_url: str
+) -> dict[str, Any]:
     limits = Limits(**{"max_turns": MAX_TURNS, "timeout_s": 3_600, **strategy.limits})
-    spec = JobSpec(name=f"survey-{re.sub(r'[^a-z0-9]+', '-', name)}", source=Path("bench/cost.py"), prompt=(
-        "Survey this workspace: every file, lines per extension, largest files, TODO/FIXME lines, "
-        "and for each file its top-level definitions and first docstring line."), workspace=workspace,
-        model=MODEL, system="You are a careful code surveyor.", tools=("read", "glob", "grep"), limits=limits)
+    spec = JobSpec(
+        name=f"survey-{re.sub(r'[^a-z0-9]+', '-', name)}",
+        source=Path("bench/cost.py"),
+        prompt=(
+            "Survey this workspace: every file, lines per extension, largest files, TODO/FIXME lines, "
+            "and for each file its top-level definitions and first docstring line."
+        ),
+        workspace=workspace,
+        model=MODEL,
+        system="You are a careful code surveyor.",
+        tools=("read", "glob", "grep"),
+        limits=limits,
+    )
     http = AnthropicModel(base_url=base_url, api_key="bench-key", max_retries=2)
     model: Any = http if strategy.cache else NoCacheModel(http)
     summarizer = Summarizer(http, strategy.summary_model, requests_per_minute=10_000)
@@ -214,25 +256,34 @@ async def run_strategy(name: str, strategy: Strategy, workspace: Path, out: Path
     store = JobStore(out / spec.name)
     await store.open()
     started = time.perf_counter()
-    result = await Session(spec, model=model, compactor=compactor, store=store,
-                           summary_model=strategy.summary_model).run()
+    result = await Session(
+        spec, model=model, compactor=compactor, store=store, summary_model=strategy.summary_model
+    ).run()
     wall = time.perf_counter() - started
     await http.aclose()
     transcript, _ = read_jsonl(store.dir / "transcript.jsonl")
     final = (store.dir / "final.md").read_text() if (store.dir / "final.md").exists() else ""
     usage, summ = result.usage, result.summarizer_usage
     return {
-        "strategy": name, "status": result.status, "error": result.error, "turns": result.turns,
-        "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+        "strategy": name,
+        "status": result.status,
+        "error": result.error,
+        "turns": result.turns,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
         "cache_creation_input_tokens": usage.cache_creation_input_tokens,
         "cache_read_input_tokens": usage.cache_read_input_tokens,
         "summary_model": strategy.summary_model,
-        "summarizer_tokens": summ.input_tokens + summ.output_tokens + summ.cache_creation_input_tokens
+        "summarizer_tokens": summ.input_tokens
+        + summ.output_tokens
+        + summ.cache_creation_input_tokens
         + summ.cache_read_input_tokens,
         "cost_usd": round(cost_usd(MODEL, usage) + cost_usd(strategy.summary_model, summ), 4),
-        "rereads": reread_count(transcript), "compactions": result.compactions,
+        "rereads": reread_count(transcript),
+        "compactions": result.compactions,
         "files_in_report": len(report_rows(final, store.dir)) if result.status == "succeeded" else 0,
-        "files_in_workspace": sum(1 for p in workspace.rglob("*") if p.is_file()), "wall_s": round(wall, 1),
+        "files_in_workspace": sum(1 for p in workspace.rglob("*") if p.is_file()),
+        "wall_s": round(wall, 1),
     }
 
 
@@ -244,11 +295,16 @@ async def run_all(packages: tuple[str, ...], strategies: list[str]) -> list[dict
         with running_emulator(config) as emulator:
             for name in strategies:
                 emulator.reset()
-                row = await run_strategy(name, STRATEGIES[name], workspace, Path(tmp) / "runs", emulator.base_url)
+                row = await run_strategy(
+                    name, STRATEGIES[name], workspace, Path(tmp) / "runs", emulator.base_url
+                )
                 rows.append(row)
-                print(f"  {name}: {row['status']}, {row['turns']} turns, ${row['cost_usd']}, "
-                      f"{row['files_in_report']}/{row['files_in_workspace']} files, {row['rereads']} re-reads, "
-                      f"{row['wall_s']} s", flush=True)
+                print(
+                    f"  {name}: {row['status']}, {row['turns']} turns, ${row['cost_usd']}, "
+                    f"{row['files_in_report']}/{row['files_in_workspace']} files, {row['rereads']} re-reads, "
+                    f"{row['wall_s']} s",
+                    flush=True,
+                )
     return rows
 
 
@@ -258,18 +314,30 @@ def finished(row: dict[str, Any]) -> bool:
 
 def table(rows: list[dict[str, Any]]) -> str:
     ours = next((r for r in rows if r["strategy"] == "ours"), None)
-    lines = ["| strategy | status | turns | input | output | cache write | cache read | summaries | cost $ "
-             "| vs ours | files in report | re-reads |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| strategy | status | turns | input | output | cache write | cache read | summaries | cost $ "
+        "| vs ours | files in report | re-reads |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        ratio = (f"{r['cost_usd'] / ours['cost_usd']:.2f}x" if ours and ours["cost_usd"] and finished(r)
-                 else "-")  # a run stopped early cost what it cost up to then: no ratio
-        status = r["status"] if finished(r) else (f"**did not finish** ({r['status']}: stopped at {r['turns']} turns)"
-                                                  if r["status"] == "max_turns" else f"**{r['status']}**")
-        lines.append(f"| {r['strategy']} | {status} | {r['turns']} | {r['input_tokens']:,} | "
-                     f"{r['output_tokens']:,} | {r['cache_creation_input_tokens']:,} | "
-                     f"{r['cache_read_input_tokens']:,} | {r['summarizer_tokens']:,} | {r['cost_usd']:.4f} | "
-                     f"{ratio} | {r['files_in_report']} / {r['files_in_workspace']} | {r['rereads']} |")
+        ratio = (
+            f"{r['cost_usd'] / ours['cost_usd']:.2f}x" if ours and ours["cost_usd"] and finished(r) else "-"
+        )  # a run stopped early cost what it cost up to then: no ratio
+        status = (
+            r["status"]
+            if finished(r)
+            else (
+                f"**did not finish** ({r['status']}: stopped at {r['turns']} turns)"
+                if r["status"] == "max_turns"
+                else f"**{r['status']}**"
+            )
+        )
+        lines.append(
+            f"| {r['strategy']} | {status} | {r['turns']} | {r['input_tokens']:,} | "
+            f"{r['output_tokens']:,} | {r['cache_creation_input_tokens']:,} | "
+            f"{r['cache_read_input_tokens']:,} | {r['summarizer_tokens']:,} | {r['cost_usd']:.4f} | "
+            f"{ratio} | {r['files_in_report']} / {r['files_in_workspace']} | {r['rereads']} |"
+        )
     return "\n".join(lines)
 
 
@@ -291,12 +359,17 @@ def findings(rows: list[dict[str, Any]]) -> str:
         if r is None:
             continue
         if not finished(r):
-            parts.append(f"`{name}` did not finish (excluded from the cost target; it stopped at {r['turns']} "
-                         f"turns with {r['files_in_report']} of {r['files_in_workspace']} files reported)")
+            parts.append(
+                f"`{name}` did not finish (excluded from the cost target; it stopped at {r['turns']} "
+                f"turns with {r['files_in_report']} of {r['files_in_workspace']} files reported)"
+            )
             continue
         ratio = r["cost_usd"] / ours["cost_usd"]
-        parts.append(f"{ratio:.2f}x cheaper than `{name}` ({mark(ratio >= 2)}"
-                     + ("" if ratio >= 2 else f", short by {2 - ratio:.2f}x") + ")")
+        parts.append(
+            f"{ratio:.2f}x cheaper than `{name}` ({mark(ratio >= 2)}"
+            + ("" if ratio >= 2 else f", short by {2 - ratio:.2f}x")
+            + ")"
+        )
     complete = ours["files_in_report"] == ours["files_in_workspace"] and finished(ours)
     fewest = min(r["rereads"] for r in rows if finished(r))
     ablation = by.get("seed 000 + our caching"), by.get("seed 000")
@@ -304,15 +377,21 @@ def findings(rows: list[dict[str, Any]]) -> str:
     if ablation[0] and ablation[1]:
         same = ablation[0]["turns"] == ablation[1]["turns"]
         change = 1 - ablation[0]["cost_usd"] / ablation[1]["cost_usd"]
-        extra = (f" Caching alone takes revision 000 from ${ablation[1]['cost_usd']:.2f} to "
-                 f"${ablation[0]['cost_usd']:.2f} ({abs(change):.0%} {'less' if change >= 0 else 'more'}"
-                 + (f", over the same {ablation[0]['turns']} turns" if same else "") + ")"
-                 + ("" if finished(ablation[0]) else ", and does not make it finish") + ".")
-    return ("Targets: ours >= 2x cheaper than no compaction and than every anchor strategy that completes, with a "
-            "complete report and no more re-reads. Measured: ours is " + "; ".join(parts) + ". "
-            f"Report: {ours['files_in_report']} of {ours['files_in_workspace']} files ({mark(complete)}). "
-            f"Re-reads: ours {ours['rereads']}, fewest of any strategy that finished {fewest} "
-            f"({mark(ours['rereads'] <= fewest)})." + extra)
+        extra = (
+            f" Caching alone takes revision 000 from ${ablation[1]['cost_usd']:.2f} to "
+            f"${ablation[0]['cost_usd']:.2f} ({abs(change):.0%} {'less' if change >= 0 else 'more'}"
+            + (f", over the same {ablation[0]['turns']} turns" if same else "")
+            + ")"
+            + ("" if finished(ablation[0]) else ", and does not make it finish")
+            + "."
+        )
+    return (
+        "Targets: ours >= 2x cheaper than no compaction and than every anchor strategy that completes, with a "
+        "complete report and no more re-reads. Measured: ours is " + "; ".join(parts) + ". "
+        f"Report: {ours['files_in_report']} of {ours['files_in_workspace']} files ({mark(complete)}). "
+        f"Re-reads: ours {ours['rereads']}, fewest of any strategy that finished {fewest} "
+        f"({mark(ours['rereads'] <= fewest)})." + extra
+    )
 
 
 def main() -> None:
@@ -327,19 +406,35 @@ def main() -> None:
     print(table(rows))
     if not args.smoke and not args.only:
         print(findings(rows))
-        write_result("cost", {"packages": packages, "model": MODEL, "summary_model": SUMMARY_MODEL,
-                              "max_turns": MAX_TURNS, "rows": rows})
-        replace_section("cost", (
-            "## 3. Cost of a long session\n\n"
-            f"One survey job over {', '.join(packages)} (copied from the standard library), the offline policy "
-            f"served by the emulator to the real SDK; the job priced as {MODEL}, summaries as the row's summary "
-            f"model; cache writes 1.25x input, cache reads 0.1x. A strategy still running after {MAX_TURNS} turns "
-            "is stopped and reported as not finishing. Files in report: files in the final report / files in the "
-            "workspace. Re-reads: files read again because their content was compacted away. The seed rows run "
-            "`bench/seeds_pipeline.py` (each lesson's functions as written) from the runner's session; the "
-            "offline policy takes each revision's placeholder as a removed result, as a model would.\n\n"
-            + strategies_text(strategies) + "\n\n" + table(rows) + "\n\n" + findings(rows)),
-            "python bench/cost.py")
+        write_result(
+            "cost",
+            {
+                "packages": packages,
+                "model": MODEL,
+                "summary_model": SUMMARY_MODEL,
+                "max_turns": MAX_TURNS,
+                "rows": rows,
+            },
+        )
+        replace_section(
+            "cost",
+            (
+                "## 3. Cost of a long session\n\n"
+                f"One survey job over {', '.join(packages)} (copied from the standard library), the offline policy "
+                f"served by the emulator to the real SDK; the job priced as {MODEL}, summaries as the row's summary "
+                f"model; cache writes 1.25x input, cache reads 0.1x. A strategy still running after {MAX_TURNS} turns "
+                "is stopped and reported as not finishing. Files in report: files in the final report / files in the "
+                "workspace. Re-reads: files read again because their content was compacted away. The seed rows run "
+                "`bench/seeds_pipeline.py` (each lesson's functions as written) from the runner's session; the "
+                "offline policy takes each revision's placeholder as a removed result, as a model would.\n\n"
+                + strategies_text(strategies)
+                + "\n\n"
+                + table(rows)
+                + "\n\n"
+                + findings(rows)
+            ),
+            "python bench/cost.py",
+        )
 
 
 if __name__ == "__main__":

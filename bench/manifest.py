@@ -35,7 +35,9 @@ def timed(fn, *args):  # type: ignore[no-untyped-def]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--smoke", action="store_true", help="one round on a small tree; print only")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
@@ -59,21 +61,35 @@ def main() -> int:
         size = path.stat().st_size
     assert manifest is not None
     rows = ["| step | median s | spread s (low-high) |", "|---|---:|---:|"]
-    labels = {"build": "walk + sha256 of every file (`build`)", "write": "serialize and write manifest.jsonl",
-              "read": "read it back (`read_manifest`)", "diff": "diff two manifests (`diff`)"}
+    labels = {
+        "build": "walk + sha256 of every file (`build`)",
+        "write": "serialize and write manifest.jsonl",
+        "read": "read it back (`read_manifest`)",
+        "diff": "diff two manifests (`diff`)",
+    }
     for key, label in labels.items():
         values = times[key]
         rows.append(f"| {label} | {statistics.median(values):.3f} | {min(values):.3f}-{max(values):.3f} |")
-    head = (f"Tree: `{tree}` ({len(manifest.entries):,} entries, {manifest.files:,} regular files, "
-            f"{manifest.bytes / 2**20:,.0f} MiB; git: {'yes' if manifest.git else 'no'}); {rounds} rounds; "
-            f"manifest.jsonl {size / 2**20:.1f} MiB. The build's median is "
-            f"{statistics.median(times['build']) / max(1, manifest.files) * 1e6:.0f} µs a file, the git status included.")
+    head = (
+        f"Tree: `{tree}` ({len(manifest.entries):,} entries, {manifest.files:,} regular files, "
+        f"{manifest.bytes / 2**20:,.0f} MiB; git: {'yes' if manifest.git else 'no'}); {rounds} rounds; "
+        f"manifest.jsonl {size / 2**20:.1f} MiB. The build's median is "
+        f"{statistics.median(times['build']) / max(1, manifest.files) * 1e6:.0f} µs a file, the git status included."
+    )
     body = head + "\n\n" + "\n".join(rows) + "\n"
     print(f"{machine()}; {load_note()}")
     print(body)
     if not args.smoke:
-        write_result("manifest", {"tree": str(tree), "entries": len(manifest.entries), "files": manifest.files,
-                                  "bytes": manifest.bytes, "seconds": times})
+        write_result(
+            "manifest",
+            {
+                "tree": str(tree),
+                "entries": len(manifest.entries),
+                "files": manifest.files,
+                "bytes": manifest.bytes,
+                "seconds": times,
+            },
+        )
         replace_section("manifest", "### Workspace manifest\n\n" + body, COMMAND)
     return 0
 

@@ -81,8 +81,10 @@ from runner.protocol import COMPACTED, SEED_001_MICRO_PLACEHOLDER  # noqa: E402
 from runner.rundir.store import JobStore  # noqa: E402
 from runner.tools.toolset import Toolset, file_tool_definitions  # noqa: E402
 
-PROMPT = ("Survey this workspace: every file, lines per extension, largest files, TODO/FIXME lines, "
-          "and for each file its top-level definitions and first docstring line.")  # cost.py's job
+PROMPT = (
+    "Survey this workspace: every file, lines per extension, largest files, TODO/FIXME lines, "
+    "and for each file its top-level definitions and first docstring line."
+)  # cost.py's job
 SYSTEM = "You are a careful code surveyor."
 TOOLS = ("glob", "read", "grep")
 INSPECT_MODEL = f"anthropic/{MODEL}"
@@ -112,27 +114,45 @@ def strategies() -> dict[str, tuple[Callable[[], Any] | None, str]]:
         CompactionSummary,
         CompactionTrim,
     )
+
     return {
         "none": (None, "react() without compaction"),
         "edit": (CompactionEdit, "CompactionEdit(): threshold 0.9, keep_tool_uses=3, keep_tool_inputs=True"),
-        "summary": (CompactionSummary, "CompactionSummary(): threshold 0.9, summaries by the job's model, "
-                                       "its default prompt"),
+        "summary": (
+            CompactionSummary,
+            "CompactionSummary(): threshold 0.9, summaries by the job's model, its default prompt",
+        ),
         "trim": (CompactionTrim, "CompactionTrim(): threshold 0.9, preserve=0.8"),
-        "native": (CompactionNative, "CompactionNative(): threshold 0.9, the API's compact_20260112 "
-                                     "(trigger 50,000, pause_after_compaction)"),
+        "native": (
+            CompactionNative,
+            "CompactionNative(): threshold 0.9, the API's compact_20260112 "
+            "(trigger 50,000, pause_after_compaction)",
+        ),
         "auto": (CompactionAuto, "CompactionAuto(): native first, summary if native fails"),
         # the defaults never compact this job (0.9 of the 1,000,000 tokens inspect_ai knows for the model):
         # the same strategies at the `server` row's trigger, 50,000 tokens, the one setting changed
-        **{f"{name} @ 50k": (functools.partial(make, threshold=LOW_THRESHOLD), f"{make.__name__}(threshold=50000)")
-           for name, make in (("edit", CompactionEdit), ("summary", CompactionSummary), ("trim", CompactionTrim),
-                              ("native", CompactionNative), ("auto", CompactionAuto))},
+        **{
+            f"{name} @ 50k": (
+                functools.partial(make, threshold=LOW_THRESHOLD),
+                f"{make.__name__}(threshold=50000)",
+            )
+            for name, make in (
+                ("edit", CompactionEdit),
+                ("summary", CompactionSummary),
+                ("trim", CompactionTrim),
+                ("native", CompactionNative),
+                ("auto", CompactionAuto),
+            )
+        },
     }
 
 
 # --- the glue a model would not need: inspect_ai's texts, as the policy understands them ---------------
 
+
 def summary_prompt_head() -> str:
     from inspect_ai.model import CompactionSummary
+
     return CompactionSummary.DEFAULT_SUMMARY_PROMPT.strip().split("\n", 1)[0]
 
 
@@ -148,12 +168,15 @@ def is_summary_request(view: list[Message], head: str) -> bool:
 def _taught_block(block: dict[str, Any]) -> dict[str, Any]:
     if block.get("type") == "tool_result":
         content = block.get("content")
-        if content == INSPECT_REMOVED or (isinstance(content, list) and len(content) == 1
-                                          and isinstance(content[0], dict)
-                                          and content[0].get("text") == INSPECT_REMOVED):
+        if content == INSPECT_REMOVED or (
+            isinstance(content, list)
+            and len(content) == 1
+            and isinstance(content[0], dict)
+            and content[0].get("text") == INSPECT_REMOVED
+        ):
             return {**block, "content": SEED_001_MICRO_PLACEHOLDER}
     if block.get("type") == "text" and str(block.get("text", "")).startswith(INSPECT_SUMMARY_HEAD):
-        return {**block, "text": f"[{COMPACTED}]" + block["text"][len(INSPECT_SUMMARY_HEAD):]}
+        return {**block, "text": f"[{COMPACTED}]" + block["text"][len(INSPECT_SUMMARY_HEAD) :]}
     return block
 
 
@@ -164,14 +187,20 @@ def taught(view: list[Message]) -> list[Message]:
         content = message.get("content")
         if isinstance(content, str):
             content = [{"type": "text", "text": content}]
-        out.append({**message, "content": [_taught_block(b) if isinstance(b, dict) else b for b in content or []]})
+        out.append(
+            {**message, "content": [_taught_block(b) if isinstance(b, dict) else b for b in content or []]}
+        )
     return out
 
 
 def submit_call(view: list[Message], report: str) -> dict[str, Any]:
     seed = json.dumps([len(view), report[:200]]).encode()
-    return {"type": "tool_use", "id": "toolu_off_" + hashlib.sha256(seed).hexdigest()[:20], "name": "submit",
-            "input": {"answer": report}}
+    return {
+        "type": "tool_use",
+        "id": "toolu_off_" + hashlib.sha256(seed).hexdigest()[:20],
+        "name": "submit",
+        "input": {"answer": report},
+    }
 
 
 @dataclass
@@ -200,7 +229,10 @@ class Teacher:
         view = taught(view)
         if is_summary_request(view, self.head):
             state.summary_requests += 1
-            last = {**view[-1], "content": [b for b in blocks(view[-1]) if self.head not in str(b.get("text", ""))]}
+            last = {
+                **view[-1],
+                "content": [b for b in blocks(view[-1]) if self.head not in str(b.get("text", ""))],
+            }
             budget = max(2_000, int(body.get("max_tokens", 0)) * 4 - 4_000)  # as the emulator sizes ours
             conversation = [*view[:-1], last] if blocks(last) else view[:-1]
             return [{"type": "text", "text": fallback_summary(conversation, budget)}], "end_turn"
@@ -216,13 +248,21 @@ class Teacher:
                 self.ledger.report = str(b["input"]["answer"])
         return content, stop_reason
 
-    def build_message(self, state: EmulatorState, body: dict[str, Any], view: list[Message],
-                      total: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def build_message(
+        self, state: EmulatorState, body: dict[str, Any], view: list[Message], total: int
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         summary = is_summary_request(taught(view), self.head)
         message, billed = self.build_inner(state, body, view, total)
         for usage in billed:
-            kept = {k: int(usage.get(k) or 0) for k in ("input_tokens", "output_tokens",
-                                                        "cache_creation_input_tokens", "cache_read_input_tokens")}
+            kept = {
+                k: int(usage.get(k) or 0)
+                for k in (
+                    "input_tokens",
+                    "output_tokens",
+                    "cache_creation_input_tokens",
+                    "cache_read_input_tokens",
+                )
+            }
             (self.ledger.summaries if summary else self.ledger.job).add(Usage(**kept))
             self.ledger.server_compactions += usage.get("type") == "compaction"
         self.ledger.summary_requests += summary
@@ -239,7 +279,9 @@ def taught_emulator(config: EmulatorConfig) -> Iterator[tuple[EmulatorHandle, Te
     def count_tokens_as_the_api(body: Any, *, betas: Any, count_tokens: bool, min_trigger: int) -> list[str]:
         problems = validate(body, betas=betas, count_tokens=count_tokens, min_trigger=min_trigger)
         messages = body.get("messages") if isinstance(body, dict) else None
-        first = messages[0] if isinstance(messages, list) and messages and isinstance(messages[0], dict) else {}
+        first = (
+            messages[0] if isinstance(messages, list) and messages and isinstance(messages[0], dict) else {}
+        )
         compacted = any(isinstance(b, dict) and b.get("type") == "compaction" for b in blocks(first))
         return [p for p in problems if not ((count_tokens or compacted) and p == FIRST_MESSAGE_USER)]
 
@@ -256,6 +298,7 @@ def taught_emulator(config: EmulatorConfig) -> Iterator[tuple[EmulatorHandle, Te
 
 
 # --- the tools: ours, as inspect_ai tools ----------------------------------------------------------------
+
 
 def inspect_tools(toolset: Toolset) -> list[Any]:
     """``glob``, ``read`` and ``grep`` with our definitions, run by ``toolset`` (the runner's own tools)."""
@@ -276,9 +319,12 @@ def inspect_tools(toolset: Toolset) -> list[Any]:
     async def glob(pattern: str, path: str | None = None) -> str:
         return await call("glob", {"pattern": pattern, "path": path})
 
-    async def read(file_path: str, view_range: list[int] | None = None,
-                   byte_range: list[int] | None = None) -> str:
-        return await call("read", {"file_path": file_path, "view_range": view_range, "byte_range": byte_range})
+    async def read(
+        file_path: str, view_range: list[int] | None = None, byte_range: list[int] | None = None
+    ) -> str:
+        return await call(
+            "read", {"file_path": file_path, "view_range": view_range, "byte_range": byte_range}
+        )
 
     async def grep(pattern: str, path: str | None = None) -> str:
         return await call("grep", {"pattern": pattern, "path": path})
@@ -287,15 +333,19 @@ def inspect_tools(toolset: Toolset) -> list[Any]:
     for name, fn in (("glob", glob), ("read", read), ("grep", grep)):
         schema = definitions[name]["input_schema"]
         # inspect_ai's schema has no ``title`` and wants a description for every input: a title stands in
-        properties = {k: ToolParam(**{"description": v.get("title", k), **{f: x for f, x in v.items()
-                                                                         if f != "title"}})
-                      for k, v in schema["properties"].items()}
+        properties = {
+            k: ToolParam(**{"description": v.get("title", k), **{f: x for f, x in v.items() if f != "title"}})
+            for k, v in schema["properties"].items()
+        }
         params = ToolParams(properties=properties, required=list(schema.get("required", [])))
-        out.append(ToolDef(fn, name=name, description=definitions[name]["description"], parameters=params).as_tool())
+        out.append(
+            ToolDef(fn, name=name, description=definitions[name]["description"], parameters=params).as_tool()
+        )
     return out
 
 
 # --- one row ----------------------------------------------------------------------------------------------
+
 
 def ground_truth(workspace: Path) -> dict[str, tuple[int, int]]:
     """Each file's (lines, chars) as the read tool returns it whole: what a correct report row says."""
@@ -303,8 +353,10 @@ def ground_truth(workspace: Path) -> dict[str, tuple[int, int]]:
     for p in workspace.rglob("*"):
         if p.is_file():
             text = p.read_bytes().decode("utf-8", errors="replace")
-            out[str(p.relative_to(workspace))] = (text.count("\n") + (1 if text and not text.endswith("\n") else 0),
-                                                  len(text))
+            out[str(p.relative_to(workspace))] = (
+                text.count("\n") + (1 if text and not text.endswith("\n") else 0),
+                len(text),
+            )
     return out
 
 
@@ -327,8 +379,9 @@ def correct_rows(rows: dict[str, int | None], truth: dict[str, tuple[int, int]])
     return sum(1 for path, lines in rows.items() if path in truth and lines == truth[path][0])
 
 
-async def run_row(name: str, make: Callable[[], Any] | None, workspace: Path, out: Path,
-                  teacher: Teacher) -> dict[str, Any]:
+async def run_row(
+    name: str, make: Callable[[], Any] | None, workspace: Path, out: Path, teacher: Teacher
+) -> dict[str, Any]:
     """One ``inspect eval`` of one sample (``react()`` needs a sample to run in), its log in ``out``."""
     from inspect_ai import Task, eval_async
     from inspect_ai.agent import AgentPrompt, react
@@ -338,18 +391,28 @@ async def run_row(name: str, make: Callable[[], Any] | None, workspace: Path, ou
     store = JobStore(out / f"inspect-{name}")
     await store.open()
     toolset = Toolset(str(workspace), TOOLS, store)
-    agent = react(prompt=AgentPrompt(instructions=SYSTEM), tools=inspect_tools(toolset),
-                  compaction=make() if make else None)
+    agent = react(
+        prompt=AgentPrompt(instructions=SYSTEM),
+        tools=inspect_tools(toolset),
+        compaction=make() if make else None,
+    )
     task = Task(dataset=[Sample(input=PROMPT)], solver=agent, message_limit=2 * MAX_TURNS + 2)
     started = time.perf_counter()
     error = None
-    logs = await eval_async(task, model=INSPECT_MODEL, log_dir=str(out / f"inspect-{name}" / "logs"),
-                            fail_on_error=False, model_args={"extra_body": EMULATOR_GAP})
+    logs = await eval_async(
+        task,
+        model=INSPECT_MODEL,
+        log_dir=str(out / f"inspect-{name}" / "logs"),
+        fail_on_error=False,
+        model_args={"extra_body": EMULATOR_GAP},
+    )
     sample = logs[0].samples[0] if logs and logs[0].samples else None
     if logs and logs[0].status != "success" or sample is None or sample.error is not None:
         status = "failed"
-        error = str((sample.error.message[-1500:] if sample is not None and sample.error else None)
-                    or (logs[0].error.message if logs and logs[0].error else logs[0].status if logs else "no log"))[-500:]
+        error = str(
+            (sample.error.message[-1500:] if sample is not None and sample.error else None)
+            or (logs[0].error.message if logs and logs[0].error else logs[0].status if logs else "no log")
+        )[-500:]
     elif sample.limit is not None:
         status = "max_turns"
     else:
@@ -360,18 +423,27 @@ async def run_row(name: str, make: Callable[[], Any] | None, workspace: Path, ou
     rows = survey_rows(ledger.report, store.dir) if status == "succeeded" else {}
     job, summ = ledger.job, ledger.summaries
     return {
-        "strategy": f"inspect_ai {name}", "status": status, "error": error, "turns": ledger.turns,
-        "input_tokens": job.input_tokens, "output_tokens": job.output_tokens,
+        "strategy": f"inspect_ai {name}",
+        "status": status,
+        "error": error,
+        "turns": ledger.turns,
+        "input_tokens": job.input_tokens,
+        "output_tokens": job.output_tokens,
         "cache_creation_input_tokens": job.cache_creation_input_tokens,
         "cache_read_input_tokens": job.cache_read_input_tokens,
-        "summary_model": MODEL, "summary_requests": ledger.summary_requests,
+        "summary_model": MODEL,
+        "summary_requests": ledger.summary_requests,
         "server_compactions": ledger.server_compactions,
-        "summarizer_tokens": summ.input_tokens + summ.output_tokens + summ.cache_creation_input_tokens
+        "summarizer_tokens": summ.input_tokens
+        + summ.output_tokens
+        + summ.cache_creation_input_tokens
         + summ.cache_read_input_tokens,
         "cost_usd": round(cost_usd(MODEL, job) + cost_usd(MODEL, summ), 4),
         "rereads": len(ledger.reads) - len(set(ledger.reads)),
-        "files_in_report": len(rows), "files_correct": correct_rows(rows, truth),
-        "files_in_workspace": len(truth), "wall_s": round(wall, 1),
+        "files_in_report": len(rows),
+        "files_correct": correct_rows(rows, truth),
+        "files_in_workspace": len(truth),
+        "wall_s": round(wall, 1),
     }
 
 
@@ -388,26 +460,40 @@ async def run_all(packages: tuple[str, ...], names: list[str]) -> list[dict[str,
                 emulator.reset()
                 row = await run_row(name, known[name][0], workspace, Path(tmp) / "runs", teacher)
                 rows.append(row)
-                print(f"  {row['strategy']}: {row['status']}, {row['turns']} turns, ${row['cost_usd']}, "
-                      f"{row['files_in_report']}/{row['files_in_workspace']} files "
-                      f"({row['files_correct']} correct), {row['rereads']} re-reads, {row['wall_s']} s"
-                      + (f", {row['error']}" if row["error"] else ""), flush=True)
+                print(
+                    f"  {row['strategy']}: {row['status']}, {row['turns']} turns, ${row['cost_usd']}, "
+                    f"{row['files_in_report']}/{row['files_in_workspace']} files "
+                    f"({row['files_correct']} correct), {row['rereads']} re-reads, {row['wall_s']} s"
+                    + (f", {row['error']}" if row["error"] else ""),
+                    flush=True,
+                )
     return rows
 
 
 def table(rows: list[dict[str, Any]], ours: dict[str, Any] | None) -> str:
-    lines = ["| strategy | status | turns | input | output | cache write | cache read | summaries | cost $ "
-             "| vs ours | files in report (correct) | re-reads |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| strategy | status | turns | input | output | cache write | cache read | summaries | cost $ "
+        "| vs ours | files in report (correct) | re-reads |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         done = r["status"] == "succeeded"
         ratio = f"{r['cost_usd'] / ours['cost_usd']:.2f}x" if ours and ours.get("cost_usd") and done else "-"
-        status = "succeeded" if done else (f"**did not finish** ({r['status']}: stopped at {r['turns']} turns)"
-                                           if r["status"] == "max_turns" else f"**{r['status']}**")
-        lines.append(f"| {r['strategy']} | {status} | {r['turns']} | {r['input_tokens']:,} | {r['output_tokens']:,} "
-                     f"| {r['cache_creation_input_tokens']:,} | {r['cache_read_input_tokens']:,} "
-                     f"| {r['summarizer_tokens']:,} | {r['cost_usd']:.4f} | {ratio} "
-                     f"| {r['files_in_report']} ({r['files_correct']}) / {r['files_in_workspace']} | {r['rereads']} |")
+        status = (
+            "succeeded"
+            if done
+            else (
+                f"**did not finish** ({r['status']}: stopped at {r['turns']} turns)"
+                if r["status"] == "max_turns"
+                else f"**{r['status']}**"
+            )
+        )
+        lines.append(
+            f"| {r['strategy']} | {status} | {r['turns']} | {r['input_tokens']:,} | {r['output_tokens']:,} "
+            f"| {r['cache_creation_input_tokens']:,} | {r['cache_read_input_tokens']:,} "
+            f"| {r['summarizer_tokens']:,} | {r['cost_usd']:.4f} | {ratio} "
+            f"| {r['files_in_report']} ({r['files_correct']}) / {r['files_in_workspace']} | {r['rereads']} |"
+        )
     return "\n".join(lines)
 
 
@@ -433,33 +519,49 @@ def main() -> None:
     if args.smoke or args.only:
         return
     import inspect_ai
+
     known = strategies()
-    write_result("peers", {"packages": packages, "model": MODEL, "peer": f"inspect_ai {inspect_ai.__version__}",
-                           "max_turns": MAX_TURNS, "rows": rows})
-    replace_section("peers", (
-        "## 3b. Peers on the same long session\n\n"
-        f"inspect_ai {inspect_ai.__version__}'s `react()` agent on the cost table's survey job ({', '.join(packages)}), "
-        f"through its own anthropic provider to the same emulator and policy, priced as {MODEL} (its summaries "
-        "too: `CompactionSummary` summarizes with the job's model). Its defaults are kept: the default prompt "
-        "(our system text as `instructions`), the `submit()` tool, `attempts=1`, tool output cut at 16 KiB, "
-        "streaming, each strategy's own defaults (threshold 0.9 of the 1,000,000-token window inspect_ai knows "
-        "for this model: 900,000 tokens, never reached here; the `@ 50k` rows set `threshold=50000`, the "
-        "`server` row's trigger, and nothing else). Changed only to point it at the emulator: "
-        "`ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, a message limit of about "
-        f"{MAX_TURNS} turns, and two emulator gaps worked around in `bench/peers.py`: Sonnet 5.5's "
-        "`thinking.block_binding` (sent as plain adaptive thinking through inspect_ai's model arg "
-        "`extra_body`) and a request that starts with an assistant message (count_tokens of one message, or the "
-        "history from a compaction block, both accepted, as the API does). Tools: ours (`glob`, `read`, `grep`: our definitions, the runner's Toolset runs "
-        "them). The policy reads inspect_ai's placeholder `(Tool result removed)` as a removed result, its "
-        "summary head as a summary, its summary prompt as a summary request, and calls `submit` with its "
-        "report (glue in `bench/peers.py`; the billed request is the one inspect_ai sent). The policy is "
-        "offered no `memory` tool here, so it takes its plain survey (notes in its replies); the runner's rows "
-        "in section 3 offer `memory` (every runner job has it) and take the memory survey. Files in report "
-        "(correct): rows the report names (rows whose lines and chars match the file) / files. Server-side "
-        "compaction tokens are in the job's columns, as section 3's `server` row counts them. "
-        f"`vs ours`: against section 3's `ours` row (${ours['cost_usd'] if ours else '?'}).\n\n"
-        "Strategies: " + "; ".join(f"`inspect_ai {n}` = {known[n][1]}" for n in names) + ".\n\n"
-        + table(rows, ours)), "python bench/peers.py")
+    write_result(
+        "peers",
+        {
+            "packages": packages,
+            "model": MODEL,
+            "peer": f"inspect_ai {inspect_ai.__version__}",
+            "max_turns": MAX_TURNS,
+            "rows": rows,
+        },
+    )
+    replace_section(
+        "peers",
+        (
+            "## 3b. Peers on the same long session\n\n"
+            f"inspect_ai {inspect_ai.__version__}'s `react()` agent on the cost table's survey job ({', '.join(packages)}), "
+            f"through its own anthropic provider to the same emulator and policy, priced as {MODEL} (its summaries "
+            "too: `CompactionSummary` summarizes with the job's model). Its defaults are kept: the default prompt "
+            "(our system text as `instructions`), the `submit()` tool, `attempts=1`, tool output cut at 16 KiB, "
+            "streaming, each strategy's own defaults (threshold 0.9 of the 1,000,000-token window inspect_ai knows "
+            "for this model: 900,000 tokens, never reached here; the `@ 50k` rows set `threshold=50000`, the "
+            "`server` row's trigger, and nothing else). Changed only to point it at the emulator: "
+            "`ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, a message limit of about "
+            f"{MAX_TURNS} turns, and two emulator gaps worked around in `bench/peers.py`: Sonnet 5.5's "
+            "`thinking.block_binding` (sent as plain adaptive thinking through inspect_ai's model arg "
+            "`extra_body`) and a request that starts with an assistant message (count_tokens of one message, or the "
+            "history from a compaction block, both accepted, as the API does). Tools: ours (`glob`, `read`, `grep`: our definitions, the runner's Toolset runs "
+            "them). The policy reads inspect_ai's placeholder `(Tool result removed)` as a removed result, its "
+            "summary head as a summary, its summary prompt as a summary request, and calls `submit` with its "
+            "report (glue in `bench/peers.py`; the billed request is the one inspect_ai sent). The policy is "
+            "offered no `memory` tool here, so it takes its plain survey (notes in its replies); the runner's rows "
+            "in section 3 offer `memory` (every runner job has it) and take the memory survey. Files in report "
+            "(correct): rows the report names (rows whose lines and chars match the file) / files. Server-side "
+            "compaction tokens are in the job's columns, as section 3's `server` row counts them. "
+            f"`vs ours`: against section 3's `ours` row (${ours['cost_usd'] if ours else '?'}).\n\n"
+            "Strategies: "
+            + "; ".join(f"`inspect_ai {n}` = {known[n][1]}" for n in names)
+            + ".\n\n"
+            + table(rows, ours)
+        ),
+        "python bench/peers.py",
+    )
 
 
 if __name__ == "__main__":

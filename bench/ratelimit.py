@@ -51,7 +51,9 @@ def max_in_window(starts: list[float], window: float) -> int:
 
 async def measure(sessions: int, per_session: int, rate: int, window: float) -> dict[str, float]:
     model = InstantModel()
-    summarizer = Summarizer(model, "instant", max_concurrent=sessions, requests_per_minute=rate, window_s=window)
+    summarizer = Summarizer(
+        model, "instant", max_concurrent=sessions, requests_per_minute=rate, window_s=window
+    )
     history = [{"role": "user", "content": "x"}]
 
     async def session() -> None:
@@ -63,10 +65,18 @@ async def measure(sessions: int, per_session: int, rate: int, window: float) -> 
             tg.start_soon(session)
     starts = sorted(model.starts)
     span = starts[-1] - starts[0]
-    allowed = rate * (span / window + 1)  # what the gate may start from the first start to one window after the last
-    return {"sessions": sessions, "requests": len(starts), "rate_per_window": rate, "window_s": window,
-            "max_in_any_window": max_in_window(starts, window), "span_s": round(span, 3),
-            "utilisation": round(len(starts) / allowed, 4)}
+    allowed = rate * (
+        span / window + 1
+    )  # what the gate may start from the first start to one window after the last
+    return {
+        "sessions": sessions,
+        "requests": len(starts),
+        "rate_per_window": rate,
+        "window_s": window,
+        "max_in_any_window": max_in_window(starts, window),
+        "span_s": round(span, 3),
+        "utilisation": round(len(starts) / allowed, 4),
+    }
 
 
 def main() -> None:
@@ -79,18 +89,28 @@ def main() -> None:
         runs = [anyio.run(measure, 50, 6, r, w) for r, w in ((20, 1.0), (60, 2.0), (100, 1.0))]
     print(f"{'R':>5} {'window':>7} {'requests':>9} {'max in window':>14} {'utilisation':>12}")
     for r in runs:
-        print(f"{r['rate_per_window']:>5} {r['window_s']:>6}s {r['requests']:>9} {r['max_in_any_window']:>14} "
-              f"{r['utilisation']:>11.1%}")
+        print(
+            f"{r['rate_per_window']:>5} {r['window_s']:>6}s {r['requests']:>9} {r['max_in_any_window']:>14} "
+            f"{r['utilisation']:>11.1%}"
+        )
         assert r["max_in_any_window"] <= r["rate_per_window"], "the gate let too many through"
     if not args.smoke:
         write_result("ratelimit", {"runs": runs})
-        rows = ["| R per window | window | sessions | requests | most in any window | utilisation while saturated |",
-                "|---:|---:|---:|---:|---:|---:|"]
-        rows += [f"| {r['rate_per_window']} | {r['window_s']} s | {r['sessions']} | {r['requests']} | "
-                 f"{r['max_in_any_window']} | {r['utilisation']:.1%} |" for r in runs]
-        replace_section("ratelimit", "## 2. Rate limit: summaries from 50 sessions through one gate\n\n"
-                        "Target: no window over R; utilisation >= 95% of R while saturated.\n\n" + "\n".join(rows),
-                        "python bench/ratelimit.py")
+        rows = [
+            "| R per window | window | sessions | requests | most in any window | utilisation while saturated |",
+            "|---:|---:|---:|---:|---:|---:|",
+        ]
+        rows += [
+            f"| {r['rate_per_window']} | {r['window_s']} s | {r['sessions']} | {r['requests']} | "
+            f"{r['max_in_any_window']} | {r['utilisation']:.1%} |"
+            for r in runs
+        ]
+        replace_section(
+            "ratelimit",
+            "## 2. Rate limit: summaries from 50 sessions through one gate\n\n"
+            "Target: no window over R; utilisation >= 95% of R while saturated.\n\n" + "\n".join(rows),
+            "python bench/ratelimit.py",
+        )
 
 
 if __name__ == "__main__":

@@ -57,16 +57,21 @@ def setup(tmp: Path, n: int) -> None:
     jobs = tmp / "jobs"
     jobs.mkdir()
     for i in range(n):
-        (jobs / f"job{i:02d}.toml").write_text(f'workspace = "{ws}"\nprompt = "Survey this workspace ({i})."\n'
-                                               "tools = [\"read\", \"glob\", \"grep\"]\n"
-                                               "[limits]\ncontext_char_limit = 8000\nmax_retries = 8\n")
-    (tmp / "config.toml").write_text(f"[runner]\nconcurrency = {n}\n"
-                                     "[summarizer]\nmax_concurrent = 1\nrequests_per_minute = 1000\n")
+        (jobs / f"job{i:02d}.toml").write_text(
+            f'workspace = "{ws}"\nprompt = "Survey this workspace ({i})."\n'
+            'tools = ["read", "glob", "grep"]\n'
+            "[limits]\ncontext_char_limit = 8000\nmax_retries = 8\n"
+        )
+    (tmp / "config.toml").write_text(
+        f"[runner]\nconcurrency = {n}\n[summarizer]\nmax_concurrent = 1\nrequests_per_minute = 1000\n"
+    )
     (tmp / "emulator.toml").write_text(f"[latency]\nseconds = {LATENCY_S}\n")
 
 
 def services_state(ray: Any) -> dict[str, Any] | None:
-    actors = [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("runner-services-")]
+    actors = [
+        a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith("runner-services-")
+    ]
     if not actors:
         return None
     try:
@@ -95,6 +100,7 @@ def pick_calls(state: dict[str, Any], since: float, base_url: str) -> str | None
 def pick_at(moment: float):
     def pick(state: dict[str, Any], since: float, base_url: str) -> str | None:
         return sorted(state["owners"])[0] if since >= moment and state["owners"] else None
+
     return pick
 
 
@@ -102,8 +108,20 @@ def one_run(ray: Any, tmp: Path, name: str, pick: Any, address: str) -> dict[str
     """One ``runner run``; ``pick`` (or ``None``: undisturbed) names the owner whose worker to kill."""
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
-    emulator = subprocess.Popen([sys.executable, "-m", "runner", "emulate", "--port", str(port), "--config",
-                                 str(tmp / "emulator.toml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    emulator = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "emulate",
+            "--port",
+            str(port),
+            "--config",
+            str(tmp / "emulator.toml"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     killed: dict[str, Any] = {}
     try:
         for _ in range(200):
@@ -115,9 +133,28 @@ def one_run(ray: Any, tmp: Path, name: str, pick: Any, address: str) -> dict[str
         out = tmp / f"runs-{name}"
         env = {**_env(), "ANTHROPIC_BASE_URL": base_url}
         started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "jobs", "--backend", "anthropic",
-                                 "--output-dir", str(out), "--executor", "ray", "--ray-address", address],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "runner",
+                "run",
+                "jobs",
+                "--backend",
+                "anthropic",
+                "--output-dir",
+                str(out),
+                "--executor",
+                "ray",
+                "--ray-address",
+                address,
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp,
+        )
         while pick is not None and proc.poll() is None and not killed:
             time.sleep(0.01)
             state = services_state(ray)
@@ -133,8 +170,13 @@ def one_run(ray: Any, tmp: Path, name: str, pick: Any, address: str) -> dict[str
             pids = {w["owner"]: w["pid"] for w in workers if not w.get("lost")}
             if owner in pids:
                 os.kill(pids[owner], signal.SIGKILL)
-                killed = {"owner": owner, "pid": pids[owner], "at_s": round(time.perf_counter() - started, 2),
-                          "epoch": time.time(), "held": state["owners"][owner]}
+                killed = {
+                    "owner": owner,
+                    "pid": pids[owner],
+                    "at_s": round(time.perf_counter() - started, 2),
+                    "epoch": time.time(),
+                    "held": state["owners"][owner],
+                }
         try:
             _, stderr = proc.communicate(timeout=600)
         except subprocess.TimeoutExpired:
@@ -147,21 +189,34 @@ def one_run(ray: Any, tmp: Path, name: str, pick: Any, address: str) -> dict[str
         emulator.wait()
     [run_dir] = [p for p in out.iterdir() if not p.is_symlink()]
     document = json.loads((run_dir / "run.json").read_text())
-    lost = [e for job in run_dir.iterdir() if (job / "events.jsonl").exists()
-            for e in map(json.loads, (job / "events.jsonl").read_text().splitlines()) if e.get("stage") == "worker_lost"]
+    lost = [
+        e
+        for job in run_dir.iterdir()
+        if (job / "events.jsonl").exists()
+        for e in map(json.loads, (job / "events.jsonl").read_text().splitlines())
+        if e.get("stage") == "worker_lost"
+    ]
     dead = [w for w in document.get("workers") or [] if w.get("lost")]
     slots = document.get("slots_at_end") or {}
-    return {"moment": name, "exit_code": proc.returncode, "killed": killed or None,
-            "states": dict(Counter(j["status"] for j in document["jobs"])),
-            "all_final": all(j["status"] in FINAL for j in document["jobs"]) and document["state"] == "finished",
-            "turns": sorted({j["turns"] for j in document["jobs"]}), "total_turns": document["totals"]["turns"],
-            "released": dead[0].get("released") if dead else None, "lost_because": dead[0].get("lost_because")
-            if dead else None, "jobs_moved": len(lost),
-            "turns_rerun": sum(e["turns_rerun"] for e in lost),
-            "calls_cut_off": counted["outcomes"].get("disconnected", 0) + counted["outcomes"].get("dropped", 0),
-            "slots_at_end": slots, "slots_leaked": slots.get("leaked"),
-            "recover_s": round(min(e["ts"] for e in lost) - killed["epoch"], 2) if lost and killed else None,
-            "wall_s": round(wall, 2), "stderr_tail": stderr[-500:] if proc.returncode else ""}
+    return {
+        "moment": name,
+        "exit_code": proc.returncode,
+        "killed": killed or None,
+        "states": dict(Counter(j["status"] for j in document["jobs"])),
+        "all_final": all(j["status"] in FINAL for j in document["jobs"]) and document["state"] == "finished",
+        "turns": sorted({j["turns"] for j in document["jobs"]}),
+        "total_turns": document["totals"]["turns"],
+        "released": dead[0].get("released") if dead else None,
+        "lost_because": dead[0].get("lost_because") if dead else None,
+        "jobs_moved": len(lost),
+        "turns_rerun": sum(e["turns_rerun"] for e in lost),
+        "calls_cut_off": counted["outcomes"].get("disconnected", 0) + counted["outcomes"].get("dropped", 0),
+        "slots_at_end": slots,
+        "slots_leaked": slots.get("leaked"),
+        "recover_s": round(min(e["ts"] for e in lost) - killed["epoch"], 2) if lost and killed else None,
+        "wall_s": round(wall, 2),
+        "stderr_tail": stderr[-500:] if proc.returncode else "",
+    }
 
 
 def held(row: dict[str, Any]) -> str:
@@ -188,8 +243,10 @@ def main() -> None:
             base = one_run(ray, tmp, "none", None, address)
             print(base, flush=True)
             runs = [("summary", pick_summary), ("calls", pick_calls)]
-            runs += [(f"random {seed}", pick_at(random.Random(seed).uniform(0.5, 0.9 * base["wall_s"])))
-                     for seed in range(1, randoms + 1)]
+            runs += [
+                (f"random {seed}", pick_at(random.Random(seed).uniform(0.5, 0.9 * base["wall_s"])))
+                for seed in range(1, randoms + 1)
+            ]
             for name, pick in runs:
                 rows.append(one_run(ray, tmp, name, pick, address))
                 print(rows[-1], flush=True)
@@ -199,51 +256,66 @@ def main() -> None:
     lines = []
     for r in [base, *rows]:
         states = ", ".join(f"{v} {k}" for k, v in sorted(r["states"].items()))
-        lines.append(f"| {r['moment']} | {r['killed']['at_s'] if r['killed'] else '-'} | {held(r) if r['killed'] else '-'} "
-                     f"| {states} | {r['jobs_moved']} | {'/'.join(map(str, r['turns']))} | {r['calls_cut_off']} "
-                     f"| {r['slots_leaked']} | {r['recover_s'] if r['recover_s'] is not None else '-'} | {r['wall_s']} |")
-    summary = {"kills": len(kills), "runs": len(rows),
-               "every_job_final": sum(r["all_final"] and r["exit_code"] == 0 for r in rows),
-               "slots_leaked": sum(int(r["slots_leaked"] or 0) for r in [base, *rows]),
-               "same_turns_as_undisturbed": sum(r["turns"] == base["turns"] for r in rows),
-               "recover_s_max": max((r["recover_s"] for r in kills if r["recover_s"] is not None), default=None),
-               "wall_s_undisturbed": base["wall_s"],
-               "wall_s_killed_max": max((r["wall_s"] for r in kills), default=None)}
+        lines.append(
+            f"| {r['moment']} | {r['killed']['at_s'] if r['killed'] else '-'} | {held(r) if r['killed'] else '-'} "
+            f"| {states} | {r['jobs_moved']} | {'/'.join(map(str, r['turns']))} | {r['calls_cut_off']} "
+            f"| {r['slots_leaked']} | {r['recover_s'] if r['recover_s'] is not None else '-'} | {r['wall_s']} |"
+        )
+    summary = {
+        "kills": len(kills),
+        "runs": len(rows),
+        "every_job_final": sum(r["all_final"] and r["exit_code"] == 0 for r in rows),
+        "slots_leaked": sum(int(r["slots_leaked"] or 0) for r in [base, *rows]),
+        "same_turns_as_undisturbed": sum(r["turns"] == base["turns"] for r in rows),
+        "recover_s_max": max((r["recover_s"] for r in kills if r["recover_s"] is not None), default=None),
+        "wall_s_undisturbed": base["wall_s"],
+        "wall_s_killed_max": max((r["wall_s"] for r in kills), default=None),
+    }
     print("\n".join(lines))
-    print(f"kills: {summary['kills']} of {summary['runs']} runs; every job in a final state: "
-          f"{summary['every_job_final']}/{summary['runs']}; slots leaked: {summary['slots_leaked']}")
+    print(
+        f"kills: {summary['kills']} of {summary['runs']} runs; every job in a final state: "
+        f"{summary['every_job_final']}/{summary['runs']}; slots leaked: {summary['slots_leaked']}"
+    )
     if len(kills) != len(rows):
         print("warning: some runs ended before their kill", file=sys.stderr)
     if args.smoke:
         return
-    write_result("ray_fault", {"jobs": n, "latency_s": LATENCY_S, "undisturbed": base, "runs": rows, **summary})
-    replace_section("ray_fault", (
-        "## A Ray worker killed mid-run\n\n"
-        f"The batch that once hung (issue 19): {n} survey jobs on `--executor ray` (joining a local cluster of "
-        f"2 CPUs that the bench starts: 2 workers), the anthropic backend against the emulator ({LATENCY_S:g} s a call), "
-        "`context_char_limit = 8000` (summaries are frequent), `[summarizer] max_concurrent = 1` "
-        "(`requests_per_minute = 1000`, so that the gate's concurrency, not its rate, is what is held). "
-        "The bench reads the run's services actor to pick the moment, and SIGKILLs one "
-        "worker: *summary*, while it holds the only summary slot; *calls*, while its model calls are in "
-        "flight at the emulator (it holds every call slot of the cluster, no summary is in flight, and the "
-        "emulator is in the latency of as many requests); *random 1-10*, "
-        "at a random moment (seeded, within 0.9 of the undisturbed wall time). Held at death: the slots the "
-        "dead worker held or waited for, given back when Ray reported it dead. Turns: each job's, as a set "
-        "(the policy makes the same number in every job: a moved job lost none and made none twice). Calls "
-        "cut off: requests the emulator saw their client leave (sent again from the job's continuation). "
-        "Slots leaked: the services actor's counts once every job ended (`run.json` `slots_at_end`). "
-        "Recover s: from the kill to the first of its jobs continuing on another worker.\n\n"
-        "Target: every run ends with every job in a final state; slots leaked: 0.\n\n"
-        "| kill | at s | held at death | final states | jobs moved | turns | calls cut off | slots leaked "
-        "| recover s | wall s |\n|---|---:|---|---|---:|---:|---:|---:|---:|---:|\n" + "\n".join(lines) + "\n\n"
-        f"Kills: {summary['kills']}; runs with every job in a final state (exit 0): "
-        f"{summary['every_job_final']} of {summary['runs']}; slots leaked: {summary['slots_leaked']}; "
-        f"runs whose jobs made the undisturbed run's turns: {summary['same_turns_as_undisturbed']} of "
-        f"{summary['runs']}; longest time to recover: {summary['recover_s_max']} s; wall time undisturbed "
-        f"{summary['wall_s_undisturbed']} s, longest with a kill {summary['wall_s_killed_max']} s.\n\n"
-        "Recover s is mostly the start of a replacement worker (a new Ray worker process importing the "
-        "runner): the dead worker's jobs wait for it, then continue there.\n"),
-        "python bench/ray_fault.py")
+    write_result(
+        "ray_fault", {"jobs": n, "latency_s": LATENCY_S, "undisturbed": base, "runs": rows, **summary}
+    )
+    replace_section(
+        "ray_fault",
+        (
+            "## A Ray worker killed mid-run\n\n"
+            f"The batch that once hung (issue 19): {n} survey jobs on `--executor ray` (joining a local cluster of "
+            f"2 CPUs that the bench starts: 2 workers), the anthropic backend against the emulator ({LATENCY_S:g} s a call), "
+            "`context_char_limit = 8000` (summaries are frequent), `[summarizer] max_concurrent = 1` "
+            "(`requests_per_minute = 1000`, so that the gate's concurrency, not its rate, is what is held). "
+            "The bench reads the run's services actor to pick the moment, and SIGKILLs one "
+            "worker: *summary*, while it holds the only summary slot; *calls*, while its model calls are in "
+            "flight at the emulator (it holds every call slot of the cluster, no summary is in flight, and the "
+            "emulator is in the latency of as many requests); *random 1-10*, "
+            "at a random moment (seeded, within 0.9 of the undisturbed wall time). Held at death: the slots the "
+            "dead worker held or waited for, given back when Ray reported it dead. Turns: each job's, as a set "
+            "(the policy makes the same number in every job: a moved job lost none and made none twice). Calls "
+            "cut off: requests the emulator saw their client leave (sent again from the job's continuation). "
+            "Slots leaked: the services actor's counts once every job ended (`run.json` `slots_at_end`). "
+            "Recover s: from the kill to the first of its jobs continuing on another worker.\n\n"
+            "Target: every run ends with every job in a final state; slots leaked: 0.\n\n"
+            "| kill | at s | held at death | final states | jobs moved | turns | calls cut off | slots leaked "
+            "| recover s | wall s |\n|---|---:|---|---|---:|---:|---:|---:|---:|---:|\n"
+            + "\n".join(lines)
+            + "\n\n"
+            f"Kills: {summary['kills']}; runs with every job in a final state (exit 0): "
+            f"{summary['every_job_final']} of {summary['runs']}; slots leaked: {summary['slots_leaked']}; "
+            f"runs whose jobs made the undisturbed run's turns: {summary['same_turns_as_undisturbed']} of "
+            f"{summary['runs']}; longest time to recover: {summary['recover_s_max']} s; wall time undisturbed "
+            f"{summary['wall_s_undisturbed']} s, longest with a kill {summary['wall_s_killed_max']} s.\n\n"
+            "Recover s is mostly the start of a replacement worker (a new Ray worker process importing the "
+            "runner): the dead worker's jobs wait for it, then continue there.\n"
+        ),
+        "python bench/ray_fault.py",
+    )
 
 
 if __name__ == "__main__":

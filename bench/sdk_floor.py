@@ -37,22 +37,38 @@ async def session(model: AnthropicModel, tools: list[dict], prompt: str, calls: 
     for _ in range(calls):
         reply = await model.create(Request(model=MODEL, max_tokens=4096, messages=messages, tools=tools))
         uses = [b for b in reply.content if b.get("type") == "tool_use"]
-        answers = [{"type": "tool_result", "tool_use_id": u["id"], "content": "(not run: the SDK floor runs no tools)"}
-                   for u in uses] or [{"type": "text", "text": "Go on."}]  # K calls, whatever the model answers
-        messages = [*messages, {"role": "assistant", "content": reply.content}, {"role": "user", "content": answers}]
+        answers = [
+            {
+                "type": "tool_result",
+                "tool_use_id": u["id"],
+                "content": "(not run: the SDK floor runs no tools)",
+            }
+            for u in uses
+        ] or [{"type": "text", "text": "Go on."}]  # K calls, whatever the model answers
+        messages = [
+            *messages,
+            {"role": "assistant", "content": reply.content},
+            {"role": "user", "content": answers},
+        ]
     return calls
 
 
 async def main(base_url: str, sessions: int, calls: int, workspace: str) -> dict:
     tools = Toolset(workspace, DEFAULT_TOOLS, JobStore(Path(workspace))).definitions()
-    model = AnthropicModel(api_key="bench-key", base_url=base_url, shards=-(-sessions // 25))  # as runner run does
+    model = AnthropicModel(
+        api_key="bench-key", base_url=base_url, shards=-(-sessions // 25)
+    )  # as runner run does
     try:
-        made = await asyncio.gather(*(session(model, tools, f"Survey this workspace ({i}).", calls)
-                                      for i in range(sessions)))
+        made = await asyncio.gather(
+            *(session(model, tools, f"Survey this workspace ({i}).", calls) for i in range(sessions))
+        )
     finally:
         await model.aclose()
-    return {"model_calls": sum(made), "wall_after_imports_s": round(time.perf_counter() - IMPORTED, 3),
-            "imports_s": round(IMPORTED - STARTED, 3)}
+    return {
+        "model_calls": sum(made),
+        "wall_after_imports_s": round(time.perf_counter() - IMPORTED, 3),
+        "imports_s": round(IMPORTED - STARTED, 3),
+    }
 
 
 if __name__ == "__main__":

@@ -20,9 +20,19 @@ from runner.protocol import (
     SEED_001_MICRO_PLACEHOLDER,
 )
 
-__all__ = ["COMPACTED", "REACTIVE_COMPACT", "SAVED_AT", "SEED_001_MICRO_PLACEHOLDER", "seed_000_archived",
-           "seed_000_placeholder", "seed_000_summary", "seed_001_snipped", "seed_001_summary", "seed_persisted",
-           "seed_persisted_path"]
+__all__ = [
+    "COMPACTED",
+    "REACTIVE_COMPACT",
+    "SAVED_AT",
+    "SEED_001_MICRO_PLACEHOLDER",
+    "seed_000_archived",
+    "seed_000_placeholder",
+    "seed_000_summary",
+    "seed_001_snipped",
+    "seed_001_summary",
+    "seed_persisted",
+    "seed_persisted_path",
+]
 
 
 def seed_persisted(saved: str, preview: str) -> str:
@@ -36,7 +46,7 @@ def seed_persisted_path(content: str) -> str | None:
         return None
     for line in content.splitlines():
         if line.startswith(SAVED_AT):
-            return line[len(SAVED_AT):].strip()
+            return line[len(SAVED_AT) :].strip()
     return None
 
 
@@ -57,8 +67,10 @@ def seed_001_snipped(count: int) -> str:
 
 def seed_000_summary(label: str, active_request: str, summary: str, transcript: str) -> str:
     """Revision 000's summary message text (``label``: ``COMPACTED`` or ``REACTIVE_COMPACT``)."""
-    return (f"[{label}]\n\nCurrent user request:\n{active_request}\n\n"
-            f"Conversation summary:\n{summary}\n\nFull transcript: {transcript}")
+    return (
+        f"[{label}]\n\nCurrent user request:\n{active_request}\n\n"
+        f"Conversation summary:\n{summary}\n\nFull transcript: {transcript}"
+    )
 
 
 def seed_001_summary(label: str, summary: str) -> str:

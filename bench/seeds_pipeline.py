@@ -76,14 +76,20 @@ class _SeedFiles:
     @staticmethod
     def has_tool_use(message: Message) -> bool:
         content = message.get("content")
-        return message.get("role") == "assistant" and isinstance(content, list) and any(
-            isinstance(b, dict) and b.get("type") == "tool_use" for b in content)
+        return (
+            message.get("role") == "assistant"
+            and isinstance(content, list)
+            and any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content)
+        )
 
     @staticmethod
     def is_tool_result(message: Message) -> bool:
         content = message.get("content")
-        return message.get("role") == "user" and isinstance(content, list) and any(
-            isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+        return (
+            message.get("role") == "user"
+            and isinstance(content, list)
+            and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+        )
 
     @staticmethod
     def tool_result_entries(messages: list[Message]) -> list[tuple[int, int, dict[str, Any]]]:
@@ -153,7 +159,9 @@ class Seed000(_SeedFiles):
         content = last.get("content")
         if last.get("role") != "user" or not isinstance(content, list):
             return messages
-        blocks = [block for block in content if isinstance(block, dict) and block.get("type") == "tool_result"]
+        blocks = [
+            block for block in content if isinstance(block, dict) and block.get("type") == "tool_result"
+        ]
         total = sum(len(str(block.get("content", ""))) for block in blocks)
         ranked = sorted(blocks, key=lambda block: len(str(block.get("content", ""))), reverse=True)
         for block in ranked:
@@ -175,7 +183,11 @@ class Seed000(_SeedFiles):
         if self.has_tool_use(messages[head_end - 1]):
             while head_end < tail_start and self.is_tool_result(messages[head_end]):
                 head_end += 1
-        if tail_start > 0 and self.is_tool_result(messages[tail_start]) and self.has_tool_use(messages[tail_start - 1]):
+        if (
+            tail_start > 0
+            and self.is_tool_result(messages[tail_start])
+            and self.has_tool_use(messages[tail_start - 1])
+        ):
             tail_start -= 1
         transcript = self.write_transcript(messages)
         marker = {"role": "user", "content": seed_000_archived(tail_start - head_end, transcript)}
@@ -186,7 +198,7 @@ class Seed000(_SeedFiles):
         results = self.tool_result_entries(messages)
         unseen = self.unseen_tool_result_positions(messages)
         consumed = [entry for entry in results if entry[:2] not in unseen]
-        for _, _, block in consumed[:-self.KEEP_RECENT_RESULTS]:
+        for _, _, block in consumed[: -self.KEEP_RECENT_RESULTS]:
             if self.estimate_chars(messages) <= target_chars:
                 break
             content = str(block.get("content", ""))
@@ -209,8 +221,9 @@ class Seed000(_SeedFiles):
             content = str(block.get("content", ""))
             if len(content) <= self.FIT_PREVIEW_CHARS or self.persisted_output_path(content):
                 continue
-            block["content"] = self.persist_large_output(block.get("tool_use_id", "unknown"), content,
-                                                         self.FIT_PREVIEW_CHARS)
+            block["content"] = self.persist_large_output(
+                block.get("tool_use_id", "unknown"), content, self.FIT_PREVIEW_CHARS
+            )
         return messages
 
     # Bước 4
@@ -235,7 +248,11 @@ class Seed000(_SeedFiles):
     def reactive_compact(self, messages: list[Message], active_request: str) -> list[Message]:
         transcript = self.write_transcript(messages)
         tail_start = max(0, len(messages) - self.KEEP_RECENT_MESSAGES)
-        if tail_start > 0 and self.is_tool_result(messages[tail_start]) and self.has_tool_use(messages[tail_start - 1]):
+        if (
+            tail_start > 0
+            and self.is_tool_result(messages[tail_start])
+            and self.has_tool_use(messages[tail_start - 1])
+        ):
             tail_start -= 1
         old_history = messages[:tail_start] if tail_start else messages
         summary = self.summarize_history(old_history)
@@ -277,9 +294,12 @@ class Seed001(_SeedFiles):
         if head_end > 0 and self._message_has_tool_use(messages[head_end - 1]):
             while head_end < len(messages) and self._is_tool_result_message(messages[head_end]):
                 head_end += 1
-        if (tail_start > 0 and tail_start < len(messages)
-                and self._is_tool_result_message(messages[tail_start])
-                and self._message_has_tool_use(messages[tail_start - 1])):
+        if (
+            tail_start > 0
+            and tail_start < len(messages)
+            and self._is_tool_result_message(messages[tail_start])
+            and self._message_has_tool_use(messages[tail_start - 1])
+        ):
             tail_start -= 1
         snipped = tail_start - head_end
         placeholder = {"role": "user", "content": seed_001_snipped(snipped)}
@@ -290,7 +310,7 @@ class Seed001(_SeedFiles):
         tool_results = self.collect_tool_result_blocks(messages)
         if len(tool_results) <= self.KEEP_RECENT_TOOL_RESULTS:
             return messages
-        for _, _, block in tool_results[:-self.KEEP_RECENT_TOOL_RESULTS]:
+        for _, _, block in tool_results[: -self.KEEP_RECENT_TOOL_RESULTS]:
             if len(block.get("content", "")) > 120:
                 block["content"] = SEED_001_MICRO_PLACEHOLDER
         return messages
@@ -300,8 +320,7 @@ class Seed001(_SeedFiles):
         last = messages[-1]
         if not isinstance(last.get("content"), list):  # departure: the first request is a plain string
             return messages
-        blocks = [(i, b) for i, b in enumerate(last["content"])
-                  if b.get("type") == "tool_result"]
+        blocks = [(i, b) for i, b in enumerate(last["content"]) if b.get("type") == "tool_result"]
         total = sum(len(str(b.get("content", ""))) for _, b in blocks)
         if total <= max_bytes:
             return messages
@@ -317,20 +336,24 @@ class Seed001(_SeedFiles):
     def compact_history(self, messages: list[Message]) -> list[Message]:
         self.write_transcript(messages)  # Save full conversation first
         summary = self.summarize_history(messages)  # LLM generates summary
-        return [{"role": "user",
-                 "content": seed_001_summary(COMPACTED, summary)}]
+        return [{"role": "user", "content": seed_001_summary(COMPACTED, summary)}]
 
     # Reactive
     def reactive_compact(self, messages: list[Message]) -> list[Message]:
         self.write_transcript(messages)
         tail_start = max(0, len(messages) - 5)
-        if (tail_start > 0 and tail_start < len(messages)
-                and self._is_tool_result_message(messages[tail_start])
-                and self._message_has_tool_use(messages[tail_start - 1])):
+        if (
+            tail_start > 0
+            and tail_start < len(messages)
+            and self._is_tool_result_message(messages[tail_start])
+            and self._message_has_tool_use(messages[tail_start - 1])
+        ):
             tail_start -= 1
         summary = self.summarize_history(messages[:tail_start])
-        return [{"role": "user",
-                 "content": seed_001_summary(REACTIVE_COMPACT, summary)}, *messages[tail_start:]]
+        return [
+            {"role": "user", "content": seed_001_summary(REACTIVE_COMPACT, summary)},
+            *messages[tail_start:],
+        ]
 
     # Putting It All Together (the three pre-processors, then the threshold check)
     def prepare(self, messages: list[Message], active_request: str = "") -> list[Message]:

@@ -43,8 +43,19 @@ from common import load_note, machine  # noqa: E402
 from runner.rundir.store import write_atomic_sync  # noqa: E402
 
 Hop = Callable[..., Awaitable[Any]]
-DOCUMENT = json.dumps({"job": "bench", "status": "running", "turns": 17, "usage": {
-    "input_tokens": 123_456, "output_tokens": 7_890}, "notes": ["x" * 60] * 12}, indent=2) + "\n"
+DOCUMENT = (
+    json.dumps(
+        {
+            "job": "bench",
+            "status": "running",
+            "turns": 17,
+            "usage": {"input_tokens": 123_456, "output_tokens": 7_890},
+            "notes": ["x" * 60] * 12,
+        },
+        indent=2,
+    )
+    + "\n"
+)
 
 
 def nothing(_path: Path, _text: str) -> None:
@@ -59,12 +70,15 @@ def aiofiles_hop(work: Callable[..., Any]) -> Callable[[], Hop]:
 
 def anyio_hop(work: Callable[..., Any], tokens: int) -> Callable[[], Hop]:
     """One hop factory per store: anyio's worker threads, each store with a limiter of its own."""
+
     def for_store() -> Hop:
         limiter = anyio.CapacityLimiter(tokens)
 
         async def hop(*args: Any) -> Any:
             return await anyio.to_thread.run_sync(functools.partial(work, *args), limiter=limiter)
+
         return hop
+
     return for_store
 
 
@@ -90,7 +104,10 @@ async def timed(factory: Callable[[], Hop], root: Path, total: int, jobs: int) -
 
 async def bench(total: int, rounds: int, tokens: int, root: Path) -> dict[str, dict[str, list[float]]]:
     scenarios: dict[str, tuple[Callable[..., Any], int]] = {
-        "one job": (write_atomic_sync, 1), "10 jobs": (write_atomic_sync, 10), "hop only": (nothing, 1)}
+        "one job": (write_atomic_sync, 1),
+        "10 jobs": (write_atomic_sync, 10),
+        "hop only": (nothing, 1),
+    }
     results: dict[str, dict[str, list[float]]] = {name: {"aiofiles": [], "anyio": []} for name in scenarios}
     for r in range(rounds):
         for name, (work, jobs) in scenarios.items():
@@ -98,7 +115,9 @@ async def bench(total: int, rounds: int, tokens: int, root: Path) -> dict[str, d
             order = list(contestants) if r % 2 == 0 else list(reversed(contestants))
             for who in order:
                 os.sync()
-                seconds = await timed(contestants[who], root / f"r{r}-{name.replace(' ', '_')}-{who}", total, jobs)
+                seconds = await timed(
+                    contestants[who], root / f"r{r}-{name.replace(' ', '_')}-{who}", total, jobs
+                )
                 results[name][who].append(seconds * 1e6 / total)
     return results
 
@@ -113,13 +132,19 @@ def main() -> None:
     total, rounds = (500, 1) if args.smoke else (args.writes, args.rounds)
     with tempfile.TemporaryDirectory(prefix="store-hops-") as tmp:
         results = anyio.run(bench, total, rounds, args.tokens, Path(tmp), backend="asyncio")
-    print(f"{total:,} writes per contestant and scenario, {rounds} round(s), median µs per write; "
-          f"anyio limiter: {args.tokens} token(s) per store")
+    print(
+        f"{total:,} writes per contestant and scenario, {rounds} round(s), median µs per write; "
+        f"anyio limiter: {args.tokens} token(s) per store"
+    )
     print(f"{machine()}; {load_note()}")
-    print(f"{'scenario':<10} {'aiofiles':>10} {'anyio':>10} {'anyio/aiofiles':>15}   rounds (aiofiles | anyio)")
+    print(
+        f"{'scenario':<10} {'aiofiles':>10} {'anyio':>10} {'anyio/aiofiles':>15}   rounds (aiofiles | anyio)"
+    )
     for name, by in results.items():
         a, b = statistics.median(by["aiofiles"]), statistics.median(by["anyio"])
-        spread = " ".join(f"{x:.1f}" for x in by["aiofiles"]) + " | " + " ".join(f"{x:.1f}" for x in by["anyio"])
+        spread = (
+            " ".join(f"{x:.1f}" for x in by["aiofiles"]) + " | " + " ".join(f"{x:.1f}" for x in by["anyio"])
+        )
         print(f"{name:<10} {a:>10.1f} {b:>10.1f} {b / a:>15.2f}   {spread}")
 
 

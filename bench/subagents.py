@@ -53,15 +53,28 @@ def make_tree(root: Path) -> Path:
 
 
 async def survey(tree: Path, out: Path, tools: tuple[str, ...], latency: float) -> dict:
-    spec = JobSpec(name="survey", source=Path("bench/subagents.py"), prompt="Survey this workspace.",
-                   workspace=tree, model=MODEL, system=None, tools=tools,
-                   limits=Limits(max_turns=5_000, timeout_s=6 * 3600, max_subagents=4, max_retries=4))
+    spec = JobSpec(
+        name="survey",
+        source=Path("bench/subagents.py"),
+        prompt="Survey this workspace.",
+        workspace=tree,
+        model=MODEL,
+        system=None,
+        tools=tools,
+        limits=Limits(max_turns=5_000, timeout_s=6 * 3600, max_subagents=4, max_retries=4),
+    )
     with running_emulator(EmulatorConfig(latency=Latency(seconds=latency))) as emu:
         raw = AnthropicModel(base_url=emu.base_url, api_key="bench-key", max_retries=4)
         summarizer = Summarizer(raw, SUMMARY_MODEL, requests_per_minute=10_000)
-        batch = Batch(run_dir=out, specs=[spec], model=AdaptiveModel(raw, AdaptiveLimit(maximum=CALLS_IN_FLIGHT)),
-                      compactor=Compactor(summarizer), summary_model=SUMMARY_MODEL, concurrency=CALLS_IN_FLIGHT,
-                      handle_signals=False)
+        batch = Batch(
+            run_dir=out,
+            specs=[spec],
+            model=AdaptiveModel(raw, AdaptiveLimit(maximum=CALLS_IN_FLIGHT)),
+            compactor=Compactor(summarizer),
+            summary_model=SUMMARY_MODEL,
+            concurrency=CALLS_IN_FLIGHT,
+            handle_signals=False,
+        )
         started = time.monotonic()
         try:
             result = await run_batch(batch)
@@ -74,68 +87,111 @@ async def survey(tree: Path, out: Path, tools: tuple[str, ...], latency: float) 
     truth = regular_files(tree)
     report = (job / "final.md").read_text() if (job / "final.md").exists() else ""
     rows = survey_rows(report, job) if record.status == "succeeded" else {}
-    right = sum(1 for p, data in truth.items() if p in rows
-                and ("binary" if rows[p][1] == "image" else rows[p][1], rows[p][2]) == expected_row(data))
+    right = sum(
+        1
+        for p, data in truth.items()
+        if p in rows and ("binary" if rows[p][1] == "image" else rows[p][1], rows[p][2]) == expected_row(data)
+    )
     calls = repeated = 0
     for d in [job, *sorted((job / "agents").glob("*"))]:
         c, r, _ = calls_and_gaps(d)
         calls, repeated = calls + c, repeated + r
-    return {"status": str(record.status), "files": len(truth), "right": right, "wall_s": round(wall, 1),
-            "cost_usd": round(record.cost_usd, 4), "turns": record.turns,
-            "subagents": len(record.subagents), "subagent_turns": sum(r["turns"] for r in record.subagents),
-            "calls": calls, "repeated": repeated, "requests": stats["requests"],
-            "peak_concurrent": stats["peak_concurrent"],
-            "input_tokens": record.usage_total("input_tokens"), "output_tokens": record.usage_total("output_tokens")}
+    return {
+        "status": str(record.status),
+        "files": len(truth),
+        "right": right,
+        "wall_s": round(wall, 1),
+        "cost_usd": round(record.cost_usd, 4),
+        "turns": record.turns,
+        "subagents": len(record.subagents),
+        "subagent_turns": sum(r["turns"] for r in record.subagents),
+        "calls": calls,
+        "repeated": repeated,
+        "requests": stats["requests"],
+        "peak_concurrent": stats["peak_concurrent"],
+        "input_tokens": record.usage_total("input_tokens"),
+        "output_tokens": record.usage_total("output_tokens"),
+    }
 
 
 def render(data: dict) -> str:
-    out = ["## Subagents", "",
-           f"One survey of {data['files']:,} files (eight packages of this venv's site-packages) with and without "
-           f"subagents, through the real SDK against the emulator with {data['latency']:g} s of latency a call "
-           "(summaries too), at most 5 calls in flight; the offline policy is the model, the report is checked "
-           "against `os.walk`. Cost as priced for sonnet (the emulator's token counts, prompt caching included).", "",
-           "| run | status | files named right | wall s | cost | parent turns | subagents (their turns) | "
-           "tool calls | repeated | requests | peak in flight |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "## Subagents",
+        "",
+        f"One survey of {data['files']:,} files (eight packages of this venv's site-packages) with and without "
+        f"subagents, through the real SDK against the emulator with {data['latency']:g} s of latency a call "
+        "(summaries too), at most 5 calls in flight; the offline policy is the model, the report is checked "
+        "against `os.walk`. Cost as priced for sonnet (the emulator's token counts, prompt caching included).",
+        "",
+        "| run | status | files named right | wall s | cost | parent turns | subagents (their turns) | "
+        "tool calls | repeated | requests | peak in flight |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, runs in data["runs"].items():
         r = runs[0]
         walls = [x["wall_s"] for x in runs]
-        wall = f"{statistics.median(walls):.0f} ({min(walls):.0f}-{max(walls):.0f})" if len(walls) > 1 else f"{walls[0]:.0f}"
-        out.append(f"| {name} | {r['status']} | {r['right']:,} of {r['files']:,} | {wall} | ${r['cost_usd']:.2f} | "
-                   f"{r['turns']} | {r['subagents']} ({r['subagent_turns']}) | {r['calls']:,} | {r['repeated']} | "
-                   f"{r['requests']:,} | {r['peak_concurrent']} |")
+        wall = (
+            f"{statistics.median(walls):.0f} ({min(walls):.0f}-{max(walls):.0f})"
+            if len(walls) > 1
+            else f"{walls[0]:.0f}"
+        )
+        out.append(
+            f"| {name} | {r['status']} | {r['right']:,} of {r['files']:,} | {wall} | ${r['cost_usd']:.2f} | "
+            f"{r['turns']} | {r['subagents']} ({r['subagent_turns']}) | {r['calls']:,} | {r['repeated']} | "
+            f"{r['requests']:,} | {r['peak_concurrent']} |"
+        )
     alone, split = (data["runs"][k][0] for k in ("alone", "4 subagents at once"))
     speed = alone["wall_s"] / split["wall_s"]
     cost = split["cost_usd"] / alone["cost_usd"]
-    lanes = split["subagent_turns"] / 4 + split["turns"]  # 4 at once, perfectly packed, plus the parent's turns
-    out += ["", f"Subagents: {speed:.2f}x less wall time (target 3x: {'met' if speed >= 3 else 'MISSED'}) at "
-            f"{cost:.2f}x the cost (target at most 1x: {'met' if cost <= 1 else 'MISSED'}).", "",
-            f"What bounds it: the subagents made {split['subagent_turns']} turns against the lone survey's "
-            f"{alone['turns']} (each part lists, searches and reports on its own, and its prompt and tools are "
-            f"sent again with every call: the {cost - 1:+.0%} in cost), and the parts are as unequal as the "
-            f"packages: handed out largest first, four at once, the biggest (setuptools, about a quarter of the "
-            f"files) still runs alone at the end. Perfectly packed the run would take about {lanes:.0f} calls' "
-            f"time ({lanes * data['latency']:.0f} s, {alone['wall_s'] / (lanes * data['latency']):.1f}x); to get "
-            "there a big directory would have to be split in several parts, which the offline policy does not do."]
+    lanes = (
+        split["subagent_turns"] / 4 + split["turns"]
+    )  # 4 at once, perfectly packed, plus the parent's turns
+    out += [
+        "",
+        f"Subagents: {speed:.2f}x less wall time (target 3x: {'met' if speed >= 3 else 'MISSED'}) at "
+        f"{cost:.2f}x the cost (target at most 1x: {'met' if cost <= 1 else 'MISSED'}).",
+        "",
+        f"What bounds it: the subagents made {split['subagent_turns']} turns against the lone survey's "
+        f"{alone['turns']} (each part lists, searches and reports on its own, and its prompt and tools are "
+        f"sent again with every call: the {cost - 1:+.0%} in cost), and the parts are as unequal as the "
+        f"packages: handed out largest first, four at once, the biggest (setuptools, about a quarter of the "
+        f"files) still runs alone at the end. Perfectly packed the run would take about {lanes:.0f} calls' "
+        f"time ({lanes * data['latency']:.0f} s, {alone['wall_s'] / (lanes * data['latency']):.1f}x); to get "
+        "there a big directory would have to be split in several parts, which the offline policy does not do.",
+    ]
     return "\n".join(out)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each (default 1)")
     parser.add_argument("--latency", type=float, default=2.0, help="seconds per call (default 2)")
-    parser.add_argument("--render", action="store_true", help="rewrite the section from bench/results/subagents.json")
+    parser.add_argument(
+        "--render", action="store_true", help="rewrite the section from bench/results/subagents.json"
+    )
     args = parser.parse_args()
     if args.render:
         data = json.loads((RESULTS / "subagents.json").read_text())
-        replace_section("subagents", render(data), f"{COMMAND} --repeat {data['repeat']} --latency {data['latency']:g}")
+        replace_section(
+            "subagents", render(data), f"{COMMAND} --repeat {data['repeat']} --latency {data['latency']:g}"
+        )
         return
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         tree = make_tree(work / "tree")
-        data: dict = {"repeat": args.repeat, "latency": args.latency, "files": len(regular_files(tree)), "runs": {}}
+        data: dict = {
+            "repeat": args.repeat,
+            "latency": args.latency,
+            "files": len(regular_files(tree)),
+            "runs": {},
+        }
         for k in range(args.repeat):
-            for name, tools in (("4 subagents at once", ("read", "glob", "grep", "task")),
-                                ("alone", ("read", "glob", "grep"))):
+            for name, tools in (
+                ("4 subagents at once", ("read", "glob", "grep", "task")),
+                ("alone", ("read", "glob", "grep")),
+            ):
                 run = asyncio.run(survey(tree, work / f"run-{k}-{len(tools)}", tools, args.latency))
                 data["runs"].setdefault(name, []).append(run)
                 print(name, json.dumps(run), flush=True)

@@ -44,7 +44,13 @@ from runner.ui.viewer import pages as viewer_pages  # noqa: E402
 from runner.ui.viewer.render import render_index, write_view  # noqa: E402
 
 STATUSES = ["succeeded"] * 90 + ["failed"] * 4 + ["max_turns"] * 3 + ["timeout"] * 2 + ["cancelled"]
-STAGES = [Stage.TOOL_RESULT_BUDGET, Stage.SNIP, Stage.MICRO_COMPACT, Stage.FIT_TOOL_RESULTS, Stage.COMPACT_HISTORY]
+STAGES = [
+    Stage.TOOL_RESULT_BUDGET,
+    Stage.SNIP,
+    Stage.MICRO_COMPACT,
+    Stage.FIT_TOOL_RESULTS,
+    Stage.COMPACT_HISTORY,
+]
 
 
 def make_job(run_dir: Path, name: str, calls: int, rng: random.Random) -> dict:
@@ -52,7 +58,9 @@ def make_job(run_dir: Path, name: str, calls: int, rng: random.Random) -> dict:
     (job_dir / "tool-results").mkdir(parents=True)
     (job_dir / "summaries").mkdir()
     limits = {"context_char_limit": 50_000, "context_token_limit": None, "max_turns": calls}
-    (job_dir / "job.json").write_text(json.dumps({"name": name, "model": "claude-sonnet-5-5", "limits": limits}))
+    (job_dir / "job.json").write_text(
+        json.dumps({"name": name, "model": "claude-sonnet-5-5", "limits": limits})
+    )
     transcript = [{"role": "user", "content": f"Survey package {name}."}]
     events, chars, cost, compactions = [], 2_000, 0.0, {}
     for turn in range(1, calls + 1):
@@ -62,35 +70,92 @@ def make_job(run_dir: Path, name: str, calls: int, rng: random.Random) -> dict:
             rel = f"tool-results/toolu_{turn:04d}.txt"
             (job_dir / rel).write_text("persisted output\n" * 200)
             after = chars // 2
-            events.append({"ts": turn, "stage": stage, "messages_before": 40, "messages_after": 20,
-                           "chars_before": chars, "chars_after": after, "paths": [rel],
-                           "cache_invalidated_from": 3})
+            events.append(
+                {
+                    "ts": turn,
+                    "stage": stage,
+                    "messages_before": 40,
+                    "messages_after": 20,
+                    "chars_before": chars,
+                    "chars_after": after,
+                    "paths": [rel],
+                    "cache_invalidated_from": 3,
+                }
+            )
             chars = after
         chars += rng.randrange(500, 4_000)
         cost += chars / 4 * 3e-6 + 0.002
-        events.append({"ts": turn, "stage": "model_call", "turn": turn, "chars": chars, "tokens": chars // 4,
-                       "estimated": False, "cost_usd": round(cost, 6)})
+        events.append(
+            {
+                "ts": turn,
+                "stage": "model_call",
+                "turn": turn,
+                "chars": chars,
+                "tokens": chars // 4,
+                "estimated": False,
+                "cost_usd": round(cost, 6),
+            }
+        )
         call_id = f"toolu_{turn:04d}"
-        transcript.append({"role": "assistant", "content": [
-            {"type": "text", "text": f"Reading file {turn}."},
-            {"type": "tool_use", "id": call_id, "name": "read", "input": {"file_path": f"/src/{name}/m{turn}.py"}}]})
-        transcript.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": call_id, "content": f"def f{turn}():\n    return {turn}\n" * 12}]})
-    transcript.append({"role": "assistant", "content": [{"type": "text", "text": f"# Report on {name}\n\nDone."}]})
+        transcript.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": f"Reading file {turn}."},
+                    {
+                        "type": "tool_use",
+                        "id": call_id,
+                        "name": "read",
+                        "input": {"file_path": f"/src/{name}/m{turn}.py"},
+                    },
+                ],
+            }
+        )
+        transcript.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": call_id,
+                        "content": f"def f{turn}():\n    return {turn}\n" * 12,
+                    }
+                ],
+            }
+        )
+    transcript.append(
+        {"role": "assistant", "content": [{"type": "text", "text": f"# Report on {name}\n\nDone."}]}
+    )
     (job_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     (job_dir / "transcript.jsonl").write_text("".join(json.dumps(m) + "\n" for m in transcript))
     (job_dir / "final.md").write_text(f"# Report on {name}\n\n- {calls} files read\n")
-    usage = {"input_tokens": int(cost * 250_000), "output_tokens": calls * 300,
-             "cache_creation_input_tokens": calls * 100, "cache_read_input_tokens": calls * 2_000}
-    metrics = {"job": name, "status": STATUSES[rng.randrange(len(STATUSES))], "model": "claude-sonnet-5-5",
-               "turns": calls, "wall_s": round(rng.uniform(60, 3_600), 3), "usage": usage,
-               "summarizer_usage": {k: 0 for k in usage}, "usage_estimated": False, "cost_usd": round(cost, 6),
-               "compactions": compactions, "persisted_bytes": 3400 * len(compactions), "error": None}
+    usage = {
+        "input_tokens": int(cost * 250_000),
+        "output_tokens": calls * 300,
+        "cache_creation_input_tokens": calls * 100,
+        "cache_read_input_tokens": calls * 2_000,
+    }
+    metrics = {
+        "job": name,
+        "status": STATUSES[rng.randrange(len(STATUSES))],
+        "model": "claude-sonnet-5-5",
+        "turns": calls,
+        "wall_s": round(rng.uniform(60, 3_600), 3),
+        "usage": usage,
+        "summarizer_usage": {k: 0 for k in usage},
+        "usage_estimated": False,
+        "cost_usd": round(cost, 6),
+        "compactions": compactions,
+        "persisted_bytes": 3400 * len(compactions),
+        "error": None,
+    }
     (job_dir / "metrics.json").write_text(json.dumps(metrics))
     return metrics
 
 
-CODE_LINE = "    value = compute(item, options)  # a line of the file being read, as the read tool numbers it\n"
+CODE_LINE = (
+    "    value = compute(item, options)  # a line of the file being read, as the read tool numbers it\n"
+)
 
 
 def make_long_job(run_dir: Path, name: str, turns: int, seed: int = 3) -> dict:
@@ -103,8 +168,12 @@ def make_long_job(run_dir: Path, name: str, turns: int, seed: int = 3) -> dict:
     for sub in ("tool-results", "summaries", "memories"):
         (job_dir / sub).mkdir(parents=True)
     limits = {"context_char_limit": 50_000, "context_token_limit": None, "max_turns": turns}
-    (job_dir / "job.json").write_text(json.dumps({"name": name, "model": "claude-sonnet-5-5", "limits": limits}))
-    transcript: list[dict] = [{"role": "user", "content": f"Survey the workspace {name}: every module and its TODOs."}]
+    (job_dir / "job.json").write_text(
+        json.dumps({"name": name, "model": "claude-sonnet-5-5", "limits": limits})
+    )
+    transcript: list[dict] = [
+        {"role": "user", "content": f"Survey the workspace {name}: every module and its TODOs."}
+    ]
     events: list[dict] = []
     chars, cost, compactions, pending, summaries = 8_000, 0.0, {}, [], 0
     for turn in range(1, turns + 1):
@@ -112,8 +181,10 @@ def make_long_job(run_dir: Path, name: str, turns: int, seed: int = 3) -> dict:
         if turn % 8 == 0:
             summaries += 1
             rel = f"summaries/{summaries:04d}.md"
-            (job_dir / rel).write_text(f"Summary {summaries}: files read so far, what each does.\n"
-                                       + "- module.py: parses the configuration and checks it\n" * 45)
+            (job_dir / rel).write_text(
+                f"Summary {summaries}: files read so far, what each does.\n"
+                + "- module.py: parses the configuration and checks it\n" * 45
+            )
             stage_paths.append((Stage.COMPACT_HISTORY, [rel]))
         elif turn % 12 == 0:
             stage_paths.append((Stage.FIT_TOOL_RESULTS, pending[-1:]))
@@ -125,37 +196,112 @@ def make_long_job(run_dir: Path, name: str, turns: int, seed: int = 3) -> dict:
                     (job_dir / rel).write_text(CODE_LINE * 40)
             compactions[stage] = compactions.get(stage, 0) + 1
             after = chars // 3 if stage == Stage.COMPACT_HISTORY else chars * 2 // 3
-            events.append({"ts": turn, "stage": stage, "messages_before": 27, "messages_after": 3,
-                           "chars_before": chars, "chars_after": after, "paths": paths, "cache_invalidated_from": 2})
+            events.append(
+                {
+                    "ts": turn,
+                    "stage": stage,
+                    "messages_before": 27,
+                    "messages_after": 3,
+                    "chars_before": chars,
+                    "chars_after": after,
+                    "paths": paths,
+                    "cache_invalidated_from": 2,
+                }
+            )
             chars = after
         chars += rng.randrange(4_000, 9_000)
         cost += chars / 4 * 3e-6 + 0.002
-        events.append({"ts": turn, "stage": "model_call", "turn": turn, "chars": chars, "tokens": chars // 4,
-                       "estimated": True, "cost_usd": round(cost, 6)})
+        events.append(
+            {
+                "ts": turn,
+                "stage": "model_call",
+                "turn": turn,
+                "chars": chars,
+                "tokens": chars // 4,
+                "estimated": True,
+                "cost_usd": round(cost, 6),
+            }
+        )
         ids = [f"toolu_off_{turn:05d}_{k}" for k in range(3)]
         pending = [f"tool-results/{i}.txt" for i in ids[1:]]
-        transcript.append({"role": "assistant", "content": [
-            {"type": "text", "text": f"Next: read (2 calls), turn {turn}."},
-            {"type": "tool_use", "id": ids[0], "name": "memory",
-             "input": {"command": "str_replace", "path": "/memories/survey.md", "old_str": "# Survey notes\n",
-                       "new_str": "# Survey notes\n" + f"- pkg/m{turn}.py: reads its input and checks it\n" * 6}},
-            *({"type": "tool_use", "id": i, "name": "read", "input": {"file_path": f"pkg/m{turn}_{k}.py"}}
-              for k, i in enumerate(ids[1:]))]})
-        transcript.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": ids[0], "content": "The memory file has been edited."},
-            *({"type": "tool_result", "tool_use_id": i,
-               "content": "".join(f"{n:6d}\t{CODE_LINE}" for n in range(1, rng.randrange(30, 80)))}
-              for i in ids[1:])]})
-    transcript.append({"role": "assistant", "content": [{"type": "text", "text": f"# Report on {name}\n\nDone."}]})
+        transcript.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": f"Next: read (2 calls), turn {turn}."},
+                    {
+                        "type": "tool_use",
+                        "id": ids[0],
+                        "name": "memory",
+                        "input": {
+                            "command": "str_replace",
+                            "path": "/memories/survey.md",
+                            "old_str": "# Survey notes\n",
+                            "new_str": "# Survey notes\n"
+                            + f"- pkg/m{turn}.py: reads its input and checks it\n" * 6,
+                        },
+                    },
+                    *(
+                        {
+                            "type": "tool_use",
+                            "id": i,
+                            "name": "read",
+                            "input": {"file_path": f"pkg/m{turn}_{k}.py"},
+                        }
+                        for k, i in enumerate(ids[1:])
+                    ),
+                ],
+            }
+        )
+        transcript.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": ids[0],
+                        "content": "The memory file has been edited.",
+                    },
+                    *(
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": i,
+                            "content": "".join(
+                                f"{n:6d}\t{CODE_LINE}" for n in range(1, rng.randrange(30, 80))
+                            ),
+                        }
+                        for i in ids[1:]
+                    ),
+                ],
+            }
+        )
+    transcript.append(
+        {"role": "assistant", "content": [{"type": "text", "text": f"# Report on {name}\n\nDone."}]}
+    )
     (job_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     (job_dir / "transcript.jsonl").write_text("".join(json.dumps(m) + "\n" for m in transcript))
     (job_dir / "final.md").write_text(f"# Report on {name}\n\n- {turns} turns\n")
     (job_dir / "memories" / "survey.md").write_text("# Survey notes\n" + "- a fact\n" * 200)
-    usage = {"input_tokens": int(cost * 250_000), "output_tokens": turns * 300,
-             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-    metrics = {"job": name, "status": "max_turns", "model": "claude-sonnet-5-5", "turns": turns, "wall_s": 900.0,
-               "usage": usage, "summarizer_usage": {k: 0 for k in usage}, "usage_estimated": True,
-               "cost_usd": round(cost, 6), "compactions": compactions, "persisted_bytes": 0, "error": None}
+    usage = {
+        "input_tokens": int(cost * 250_000),
+        "output_tokens": turns * 300,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
+    metrics = {
+        "job": name,
+        "status": "max_turns",
+        "model": "claude-sonnet-5-5",
+        "turns": turns,
+        "wall_s": 900.0,
+        "usage": usage,
+        "summarizer_usage": {k: 0 for k in usage},
+        "usage_estimated": True,
+        "cost_usd": round(cost, 6),
+        "compactions": compactions,
+        "persisted_bytes": 0,
+        "error": None,
+    }
     (job_dir / "metrics.json").write_text(json.dumps(metrics))
     return metrics
 
@@ -163,8 +309,17 @@ def make_long_job(run_dir: Path, name: str, turns: int, seed: int = 3) -> dict:
 def make_run(run_dir: Path, jobs: int, calls: int) -> None:
     rng = random.Random(1)
     entries = [make_job(run_dir, f"nightly-analysis-{i:03d}", calls, rng) for i in range(jobs)]
-    (run_dir / "run.json").write_text(json.dumps({"run_id": run_dir.name, "state": "finished", "backend": "anthropic",
-                                                  "model": "claude-sonnet-5-5", "jobs": entries}))
+    (run_dir / "run.json").write_text(
+        json.dumps(
+            {
+                "run_id": run_dir.name,
+                "state": "finished",
+                "backend": "anthropic",
+                "model": "claude-sonnet-5-5",
+                "jobs": entries,
+            }
+        )
+    )
 
 
 def cpu_s() -> float:
@@ -192,11 +347,21 @@ def measure(jobs: int, calls: int) -> dict:
         again = write_view(run_dir)
         again_s, again_cpu = time.perf_counter() - started, cpu_s() - cpu
         pages = sorted(p.stat().st_size for p in first.pages_dir.iterdir())
-        return {"jobs": jobs, "calls_per_job": calls, "index_s": round(index_s, 3), "index_cpu_s": round(index_cpu, 3),
-                "index_bytes": index_bytes, "all_pages_s": round(first_s, 3), "all_pages_cpu_s": round(first_cpu, 3),
-                "pages_written": first.pages_written, "unchanged_again_s": round(again_s, 3),
-                "unchanged_again_cpu_s": round(again_cpu, 3), "pages_rewritten_again": again.pages_written,
-                "largest_page_bytes": pages[-1], "all_pages_bytes": sum(pages)}
+        return {
+            "jobs": jobs,
+            "calls_per_job": calls,
+            "index_s": round(index_s, 3),
+            "index_cpu_s": round(index_cpu, 3),
+            "index_bytes": index_bytes,
+            "all_pages_s": round(first_s, 3),
+            "all_pages_cpu_s": round(first_cpu, 3),
+            "pages_written": first.pages_written,
+            "unchanged_again_s": round(again_s, 3),
+            "unchanged_again_cpu_s": round(again_cpu, 3),
+            "pages_rewritten_again": again.pages_written,
+            "largest_page_bytes": pages[-1],
+            "all_pages_bytes": sum(pages),
+        }
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -212,9 +377,24 @@ def open_s(page: Path, profile: Path, rounds: int = 3) -> float | None:
 
     def once(target: Path) -> float:
         started = time.perf_counter()
-        subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                        "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-                        "--dump-dom", target.resolve().as_uri()], capture_output=True, check=True, timeout=120)
+        subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                "--dump-dom",
+                target.resolve().as_uri(),
+            ],
+            capture_output=True,
+            check=True,
+            timeout=120,
+        )
         return time.perf_counter() - started
 
     once(empty)  # the profile made once, outside the timings
@@ -227,8 +407,17 @@ def measure_long(turns: int, rounds: int = 3) -> dict:
         run_dir = Path(tmp) / "20261201-000000-long"
         run_dir.mkdir()
         metrics = make_long_job(run_dir, "long-survey", turns)
-        (run_dir / "run.json").write_text(json.dumps({"run_id": run_dir.name, "state": "finished", "backend": "offline",
-                                                      "model": "claude-sonnet-5-5", "jobs": [metrics]}))
+        (run_dir / "run.json").write_text(
+            json.dumps(
+                {
+                    "run_id": run_dir.name,
+                    "state": "finished",
+                    "backend": "offline",
+                    "model": "claude-sonnet-5-5",
+                    "jobs": [metrics],
+                }
+            )
+        )
         transcript_bytes = (run_dir / "long-survey" / "transcript.jsonl").stat().st_size
         started, cpu = time.perf_counter(), cpu_s()
         result = write_view(run_dir)
@@ -238,11 +427,17 @@ def measure_long(turns: int, rounds: int = 3) -> dict:
         others = sorted(view.glob("long-survey.*.html"), key=lambda p: p.stat().st_size)
         middle = view / f"long-survey.{max(2, (len(others) + 1) // 2)}.html"
         profile = Path(tmp) / "profile"
-        r = {"turns": turns, "transcript_bytes": transcript_bytes, "write_s": round(write_s, 3),
-             "write_cpu_s": round(write_cpu, 3), "pages": 1 + len(others), "job_page_bytes": job_page.stat().st_size,
-             "largest_transcript_page_bytes": others[-1].stat().st_size if others else 0,
-             "job_page_open_s": open_s(job_page, profile, rounds), "transcript_page_open_s":
-             open_s(middle, profile, rounds) if others else None}
+        r = {
+            "turns": turns,
+            "transcript_bytes": transcript_bytes,
+            "write_s": round(write_s, 3),
+            "write_cpu_s": round(write_cpu, 3),
+            "pages": 1 + len(others),
+            "job_page_bytes": job_page.stat().st_size,
+            "largest_transcript_page_bytes": others[-1].stat().st_size if others else 0,
+            "job_page_open_s": open_s(job_page, profile, rounds),
+            "transcript_page_open_s": open_s(middle, profile, rounds) if others else None,
+        }
         saved = viewer_pages.TRANSCRIPT_PAGE_CHARS
         viewer_pages.TRANSCRIPT_PAGE_CHARS = 10**15  # as before pages: the whole transcript on the job's page
         try:
@@ -261,39 +456,49 @@ def long_table(r: dict) -> str:
     def secs(value: float | None) -> str:
         return "(no chromium)" if value is None else f"{value:.2f}"
 
-    met = ("met" if r["job_page_bytes"] < 5 * 2**20 and r["largest_transcript_page_bytes"] < 5 * 2**20
-           and r["job_page_open_s"] is not None and r["job_page_open_s"] < 2 else "MISSED")
-    return (f"## A {r['turns']:,}-turn job's page\n\n"
-            f"One synthetic job shaped as a real offline survey's files ({r['transcript_bytes'] / 2**20:.1f} MiB of "
-            "transcript, a compaction every turn or two). Open: the real headless Chromium's `--dump-dom` wall time "
-            "less an empty page's (the browser's start), median of 3. Targets: the job's page under 5 MB, opened in "
-            "under 2 s.\n\n"
-            "| page | size | open s |\n|---|---:|---:|\n"
-            f"| the job's page (charts, compactions, report, transcript page 1 of {r['pages']}) | "
-            f"{r['job_page_bytes'] / 2**20:.2f} MiB | {secs(r['job_page_open_s'])} |\n"
-            f"| a transcript page (largest {r['largest_transcript_page_bytes'] / 2**20:.2f} MiB) | | "
-            f"{secs(r['transcript_page_open_s'])} |\n"
-            f"| before pages: the whole transcript on the job's page | {r['one_page_bytes'] / 2**20:.1f} MiB | "
-            f"{secs(r['one_page_open_s'])} |\n\n"
-            f"Writing all {r['pages']} pages: {r['write_s']:.2f} s wall, {r['write_cpu_s']:.2f} s CPU. {met}.\n")
+    met = (
+        "met"
+        if r["job_page_bytes"] < 5 * 2**20
+        and r["largest_transcript_page_bytes"] < 5 * 2**20
+        and r["job_page_open_s"] is not None
+        and r["job_page_open_s"] < 2
+        else "MISSED"
+    )
+    return (
+        f"## A {r['turns']:,}-turn job's page\n\n"
+        f"One synthetic job shaped as a real offline survey's files ({r['transcript_bytes'] / 2**20:.1f} MiB of "
+        "transcript, a compaction every turn or two). Open: the real headless Chromium's `--dump-dom` wall time "
+        "less an empty page's (the browser's start), median of 3. Targets: the job's page under 5 MB, opened in "
+        "under 2 s.\n\n"
+        "| page | size | open s |\n|---|---:|---:|\n"
+        f"| the job's page (charts, compactions, report, transcript page 1 of {r['pages']}) | "
+        f"{r['job_page_bytes'] / 2**20:.2f} MiB | {secs(r['job_page_open_s'])} |\n"
+        f"| a transcript page (largest {r['largest_transcript_page_bytes'] / 2**20:.2f} MiB) | | "
+        f"{secs(r['transcript_page_open_s'])} |\n"
+        f"| before pages: the whole transcript on the job's page | {r['one_page_bytes'] / 2**20:.1f} MiB | "
+        f"{secs(r['one_page_open_s'])} |\n\n"
+        f"Writing all {r['pages']} pages: {r['write_s']:.2f} s wall, {r['write_cpu_s']:.2f} s CPU. {met}.\n"
+    )
 
 
 def table(r: dict) -> str:
     met = "met" if r["index_s"] < 2 and r["index_bytes"] < 2 * 2**20 else "MISSED"
-    return (f"## Run viewer: `runner view` of {r['jobs']} jobs x {r['calls_per_job']} model calls\n\n"
-            "Synthetic run on disk (every file a real run leaves). Targets: the index written in under 2 s and "
-            "under 2 MB.\n\n"
-            "| what | wall s | CPU s | size |\n|---|---:|---:|---:|\n"
-            f"| index.html alone (read every job's metrics, render, write) | {r['index_s']:.2f} | {r['index_cpu_s']:.2f} | "
-            f"{r['index_bytes'] / 2**20:.2f} MiB |\n"
-            f"| first `runner view` (index + {r['pages_written']} job pages, one process per core) | "
-            f"{r['all_pages_s']:.2f} | {r['all_pages_cpu_s']:.2f} | {r['all_pages_bytes'] / 2**20:.1f} MiB in all |\n"
-            f"| `runner view` again, nothing changed ({r['pages_rewritten_again']} pages rewritten) | "
-            f"{r['unchanged_again_s']:.2f} | {r['unchanged_again_cpu_s']:.2f} | |\n"
-            f"| largest job page (charts, compactions, transcript) | | | {r['largest_page_bytes'] / 2**10:.0f} KiB |\n\n"
-            "CPU s counts this process and its page workers; the wall times were taken on a machine shared with "
-            "other work.\n\n"
-            f"Index: {met}. A job page is loaded only when its job is opened.\n")
+    return (
+        f"## Run viewer: `runner view` of {r['jobs']} jobs x {r['calls_per_job']} model calls\n\n"
+        "Synthetic run on disk (every file a real run leaves). Targets: the index written in under 2 s and "
+        "under 2 MB.\n\n"
+        "| what | wall s | CPU s | size |\n|---|---:|---:|---:|\n"
+        f"| index.html alone (read every job's metrics, render, write) | {r['index_s']:.2f} | {r['index_cpu_s']:.2f} | "
+        f"{r['index_bytes'] / 2**20:.2f} MiB |\n"
+        f"| first `runner view` (index + {r['pages_written']} job pages, one process per core) | "
+        f"{r['all_pages_s']:.2f} | {r['all_pages_cpu_s']:.2f} | {r['all_pages_bytes'] / 2**20:.1f} MiB in all |\n"
+        f"| `runner view` again, nothing changed ({r['pages_rewritten_again']} pages rewritten) | "
+        f"{r['unchanged_again_s']:.2f} | {r['unchanged_again_cpu_s']:.2f} | |\n"
+        f"| largest job page (charts, compactions, transcript) | | | {r['largest_page_bytes'] / 2**10:.0f} KiB |\n\n"
+        "CPU s counts this process and its page workers; the wall times were taken on a machine shared with "
+        "other work.\n\n"
+        f"Index: {met}. A job page is loaded only when its job is opened.\n"
+    )
 
 
 def main() -> None:

@@ -60,99 +60,179 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="runner", description="Run batches of agent jobs concurrently.",
-                                     epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="runner",
+        description="Run batches of agent jobs concurrently.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"runner {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
 
     class Sub:  # every subcommand lists its exit codes under its --help
         @staticmethod
         def add_parser(name: str, epilog: str = EXIT_CODES, **kwargs: Any) -> argparse.ArgumentParser:
-            return subparsers.add_parser(name, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                         description=kwargs.get("help"), **kwargs)
+            return subparsers.add_parser(
+                name,
+                epilog=epilog,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                description=kwargs.get("help"),
+                **kwargs,
+            )
 
     sub = Sub()
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--config", type=Path, default=None,
-                       help="config file (default: the nearest config.toml in the jobs or run directory or a "
-                            "directory above it, else ./config.toml when it exists)")
+        p.add_argument(
+            "--config",
+            type=Path,
+            default=None,
+            help="config file (default: the nearest config.toml in the jobs or run directory or a "
+            "directory above it, else ./config.toml when it exists)",
+        )
 
     run = sub.add_parser("run", help="run every task file in JOBS_DIR (default: jobs/)")
-    run.add_argument("targets", nargs="*", type=Path, metavar="JOBS_DIR_OR_FILE",
-                     help="task files (*.toml) or directories of them (default: jobs)")
+    run.add_argument(
+        "targets",
+        nargs="*",
+        type=Path,
+        metavar="JOBS_DIR_OR_FILE",
+        help="task files (*.toml) or directories of them (default: jobs)",
+    )
     common(run)
     run.add_argument("--concurrency", type=int, help="jobs at once (overrides [runner] concurrency)")
     run.add_argument("--backend", choices=["auto", "anthropic", "offline"], help="model backend")
     run.add_argument("--only", action="append", metavar="NAME", help="run only this job (repeatable)")
-    run.add_argument("--output-dir", type=Path, help="where runs/<run-id> goes (overrides [runner] output_dir)")
+    run.add_argument(
+        "--output-dir", type=Path, help="where runs/<run-id> goes (overrides [runner] output_dir)"
+    )
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="same as `runner resume RUN_DIR`")
-    run.add_argument("--json", action="store_true",
-                     help="print the run as one JSON document on stdout at the end (the table goes to stderr)")
-    run.add_argument("--fresh", action="store_true",
-                     help="run incremental jobs in full: no baseline (they still write their manifest)")
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="print the run as one JSON document on stdout at the end (the table goes to stderr)",
+    )
+    run.add_argument(
+        "--fresh",
+        action="store_true",
+        help="run incremental jobs in full: no baseline (they still write their manifest)",
+    )
     executor_flags(run)
 
-    validate = sub.add_parser("validate", help="check config and task files; run nothing", epilog="""exit codes:
+    validate = sub.add_parser(
+        "validate",
+        help="check config and task files; run nothing",
+        epilog="""exit codes:
   0    every file is valid
-  2    a problem was found (each is listed: file, field, expectation)""")
-    validate.add_argument("targets", nargs="*", type=Path, metavar="JOBS_DIR_OR_FILE",
-                          help="task files (*.toml) or directories of them (default: jobs)")
+  2    a problem was found (each is listed: file, field, expectation)""",
+    )
+    validate.add_argument(
+        "targets",
+        nargs="*",
+        type=Path,
+        metavar="JOBS_DIR_OR_FILE",
+        help="task files (*.toml) or directories of them (default: jobs)",
+    )
     common(validate)
 
     resume = sub.add_parser("resume", help="rerun the jobs of RUN_DIR that did not succeed")
     resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory, runs/<run-id>")
     common(resume)
-    resume.add_argument("--backend", choices=["auto", "anthropic", "offline"],
-                        help="must match the run's own backend (a resumed run keeps it)")
+    resume.add_argument(
+        "--backend",
+        choices=["auto", "anthropic", "offline"],
+        help="must match the run's own backend (a resumed run keeps it)",
+    )
     resume.add_argument("--concurrency", type=int, help="jobs at once (overrides [runner] concurrency)")
     executor_flags(resume)
-    resume.add_argument("--limits-from-config", action="store_true",
-                        help="use the limits of today's config and task files (default: the run's own)")
+    resume.add_argument(
+        "--limits-from-config",
+        action="store_true",
+        help="use the limits of today's config and task files (default: the run's own)",
+    )
     resume.add_argument("--only", action="append", metavar="NAME", help="resume only this job (repeatable)")
 
-    report = sub.add_parser("report", help="print the table of a finished or running run", epilog="""exit codes:
+    report = sub.add_parser(
+        "report",
+        help="print the table of a finished or running run",
+        epilog="""exit codes:
   0    every job of the run succeeded
   1    a job did not (or has not yet)
-  2    RUN_DIR is not a run directory""")
-    report.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?", default=None,
-                        help="a run directory, runs/<run-id> (default: the latest run, <output_dir>/latest of the "
-                             "config.toml `run` would use)")
-    report.add_argument("--json", action="store_true",
-                        help="print the run as one JSON document: run.json's fields and each job's metrics")
+  2    RUN_DIR is not a run directory""",
+    )
+    report.add_argument(
+        "run_dir",
+        type=Path,
+        metavar="RUN_DIR",
+        nargs="?",
+        default=None,
+        help="a run directory, runs/<run-id> (default: the latest run, <output_dir>/latest of the "
+        "config.toml `run` would use)",
+    )
+    report.add_argument(
+        "--json",
+        action="store_true",
+        help="print the run as one JSON document: run.json's fields and each job's metrics",
+    )
 
-    diff = sub.add_parser("diff", help="what changed in each job's report from RUN_A to RUN_B", epilog="""exit codes:
+    diff = sub.add_parser(
+        "diff",
+        help="what changed in each job's report from RUN_A to RUN_B",
+        epilog="""exit codes:
   0    no job's report changed
   1    a job's report changed (or a job is in one run only)
-  2    RUN_A or RUN_B is not a run directory, or bad usage""")
+  2    RUN_A or RUN_B is not a run directory, or bad usage""",
+    )
     diff.add_argument("run_a", type=Path, metavar="RUN_A", help="the earlier run directory, runs/<run-id>")
     diff.add_argument("run_b", type=Path, metavar="RUN_B", help="the later run directory (runs/latest)")
     diff.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
 
-    view = sub.add_parser("view", help="write the run as HTML that opens from disk (no network)",
-                          epilog=EXIT_CODES_VIEW)
+    view = sub.add_parser(
+        "view", help="write the run as HTML that opens from disk (no network)", epilog=EXIT_CODES_VIEW
+    )
     view.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory, runs/<run-id>")
-    view.add_argument("--out", type=Path, metavar="FILE",
-                      help="the index page (default: RUN_DIR/index.html; job pages go beside it)")
-    view.add_argument("--serve", action="store_true", help="serve the pages live on loopback instead of writing them")
+    view.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="the index page (default: RUN_DIR/index.html; job pages go beside it)",
+    )
+    view.add_argument(
+        "--serve", action="store_true", help="serve the pages live on loopback instead of writing them"
+    )
     view.add_argument("--port", type=int, default=8000, help="port for --serve (default: 8000)")
 
-    prune = sub.add_parser("prune", help="remove old runs from the output directory (never one being written, "
-                                         "nor the one `latest` points at)", epilog="""exit codes:
+    prune = sub.add_parser(
+        "prune",
+        help="remove old runs from the output directory (never one being written, "
+        "nor the one `latest` points at)",
+        epilog="""exit codes:
   0    done (also when nothing was old enough to remove)
-  2    bad usage, or nothing to select by (no --keep, no --older-than, no [runner] keep_runs)""")
+  2    bad usage, or nothing to select by (no --keep, no --older-than, no [runner] keep_runs)""",
+    )
     common(prune)
-    prune.add_argument("--keep", type=int, metavar="N",
-                       help="keep the N newest runs, remove the others (default: [runner] keep_runs, unless "
-                            "--older-than is given)")
-    prune.add_argument("--older-than", metavar="AGE",
-                       help="remove only runs last written longer ago than AGE: a number and s, m, h, d or w (30d)")
+    prune.add_argument(
+        "--keep",
+        type=int,
+        metavar="N",
+        help="keep the N newest runs, remove the others (default: [runner] keep_runs, unless "
+        "--older-than is given)",
+    )
+    prune.add_argument(
+        "--older-than",
+        metavar="AGE",
+        help="remove only runs last written longer ago than AGE: a number and s, m, h, d or w (30d)",
+    )
     prune.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
     prune.add_argument("--output-dir", type=Path, help="the runs directory (default: [runner] output_dir)")
 
-    emulate = sub.add_parser("emulate", help="serve the local Messages-API emulator", epilog="""exit codes:
+    emulate = sub.add_parser(
+        "emulate",
+        help="serve the local Messages-API emulator",
+        epilog="""exit codes:
   0    the server stopped
-  2    bad emulator configuration""")
+  2    bad emulator configuration""",
+    )
     emulate.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     emulate.add_argument("--port", type=int, default=8765, help="port to listen on (default: 8765)")
     emulate.add_argument("--config", type=Path, default=None, help="emulator settings (TOML)")
@@ -160,11 +240,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def executor_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--delivery", choices=["live", "batch"],
-                   help="model calls at once, or as Message Batches at half price (overrides [runner] delivery)")
-    p.add_argument("--executor", choices=["local", "ray"], help="where jobs run (overrides [runner] executor)")
-    p.add_argument("--ray-address", metavar="ADDRESS",
-                   help="join this Ray cluster (`auto`, or host:port); default: start a local Ray instance")
+    p.add_argument(
+        "--delivery",
+        choices=["live", "batch"],
+        help="model calls at once, or as Message Batches at half price (overrides [runner] delivery)",
+    )
+    p.add_argument(
+        "--executor", choices=["local", "ray"], help="where jobs run (overrides [runner] executor)"
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="join this Ray cluster (`auto`, or host:port); default: start a local Ray instance",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,15 +292,19 @@ def collect(targets: list[Path], settings: Settings) -> tuple[list[JobSpec], lis
     return specs, errors, missing
 
 
-def warn_unused_job_tables(args: argparse.Namespace, settings: Settings, specs: list[JobSpec],
-                           errors: list[JobError]) -> None:
+def warn_unused_job_tables(
+    args: argparse.Namespace, settings: Settings, specs: list[JobSpec], errors: list[JobError]
+) -> None:
     """A ``[jobs.<name>]`` table that names no loaded job is most likely a typo: say so (not an error,
     since one config may serve several job directories)."""
     names = {s.name for s in specs} | {e.name for e in errors}
     source = config_path(args) or "environment"
     for name in sorted(set(settings.jobs) - names):
-        print_error(f"{source}: jobs.{name}: no task file defines a job named {name!r}; these limits apply to "
-                    "nothing", label="warning")
+        print_error(
+            f"{source}: jobs.{name}: no task file defines a job named {name!r}; these limits apply to "
+            "nothing",
+            label="warning",
+        )
 
 
 def warn_unpriced(settings: Settings, specs: list[JobSpec]) -> None:
@@ -226,7 +318,9 @@ def warn_unpriced(settings: Settings, specs: list[JobSpec]) -> None:
     users.setdefault(settings.summarizer.model, []).append("[summarizer] model")
     for model, who in users.items():
         if line := table.unpriced(model):
-            print_error(f"{line} (used by {', '.join(who[:3])}{', ...' if len(who) > 3 else ''})", label="warning")
+            print_error(
+                f"{line} (used by {', '.join(who[:3])}{', ...' if len(who) > 3 else ''})", label="warning"
+            )
 
 
 ACTING_TOOLS = ("bash", "write", "edit")
@@ -238,14 +332,21 @@ def warn_offline_tools(specs: list[JobSpec]) -> None:
     for spec in specs:
         acting = [t for t in spec.tools if t in ACTING_TOOLS]
         if acting:
-            print_error(f"job {spec.name} ({shown_path(spec.source)}): the offline model only surveys the workspace (read, glob, "
-                        f"grep) and writes a report; it will not do what the prompt asks with {', '.join(acting)}; "
-                        "set ANTHROPIC_API_KEY to run it with a model", label="warning")
+            print_error(
+                f"job {spec.name} ({shown_path(spec.source)}): the offline model only surveys the workspace (read, glob, "
+                f"grep) and writes a report; it will not do what the prompt asks with {', '.join(acting)}; "
+                "set ANTHROPIC_API_KEY to run it with a model",
+                label="warning",
+            )
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    settings = parsed(lambda: settings_from(args, say=lambda line: out.print(escape(printable(line)), highlight=False,
-                                                                             soft_wrap=True)), config_path(args))
+    settings = parsed(
+        lambda: settings_from(
+            args, say=lambda line: out.print(escape(printable(line)), highlight=False, soft_wrap=True)
+        ),
+        config_path(args),
+    )
     specs, errors, missing = collect(args.targets, settings)
     warn_unused_job_tables(args, settings, specs, errors)
     warn_unpriced(settings, specs)
@@ -255,8 +356,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for line in error.problems:
             print_error(line)
     for spec in specs:
-        out.print(escape(printable(f"ok     {spec.name} ({shown_path(spec.source)}): workspace {spec.workspace}, "
-                                   f"tools {', '.join(spec.tools)}")), highlight=False, soft_wrap=True)
+        out.print(
+            escape(
+                printable(
+                    f"ok     {spec.name} ({shown_path(spec.source)}): workspace {spec.workspace}, "
+                    f"tools {', '.join(spec.tools)}"
+                )
+            ),
+            highlight=False,
+            soft_wrap=True,
+        )
     if not specs and not errors:
         print_error("no task files found")
         return 2
@@ -278,7 +387,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         known = {s.name for s in specs} | {e.name for e in errors}
         unknown = [n for n in args.only if n not in known]
         if unknown:
-            raise ConfigError([f"--only: no job named {n!r} (known: {', '.join(sorted(known))})" for n in unknown])
+            raise ConfigError(
+                [f"--only: no job named {n!r} (known: {', '.join(sorted(known))})" for n in unknown]
+            )
         specs = [s for s in specs if s.name in args.only]
         errors = [e for e in errors if e.name in args.only]
     if not specs and not errors:
@@ -300,19 +411,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         run_dir.mkdir(parents=True)
     except OSError as e:
-        raise ConfigError([f"{settings.runner.output_dir}: cannot create the run directory {run_dir}: "
-                           f"{e.strerror or e}"]) from None
-    batch = Batch(run_dir=run_dir, specs=specs, errors=errors, model=model, compactor=Compactor(summarizer),
-                  summary_model=settings.summarizer.model, concurrency=settings.runner.concurrency,
-                  meta=run_meta(settings, backend), **spending(settings))
+        raise ConfigError(
+            [f"{settings.runner.output_dir}: cannot create the run directory {run_dir}: {e.strerror or e}"]
+        ) from None
+    batch = Batch(
+        run_dir=run_dir,
+        specs=specs,
+        errors=errors,
+        model=model,
+        compactor=Compactor(summarizer),
+        summary_model=settings.summarizer.model,
+        concurrency=settings.runner.concurrency,
+        meta=run_meta(settings, backend),
+        **spending(settings),
+    )
     link_latest(run_dir)
     with hold_run_dir(run_dir):
         claim(run_dir, len(specs) + len(errors))
         code = execute(batch, settings, as_json=args.json)
     say_incremental(run_dir)
-    if settings.runner.keep_runs is not None and code != 130:  # this run is `latest`: never among those removed
-        report_prune(prune(settings.runner.output_dir, keep=settings.runner.keep_runs), settings.runner.output_dir,
-                     say, quiet=True)
+    if (
+        settings.runner.keep_runs is not None and code != 130
+    ):  # this run is `latest`: never among those removed
+        report_prune(
+            prune(settings.runner.output_dir, keep=settings.runner.keep_runs),
+            settings.runner.output_dir,
+            say,
+            quiet=True,
+        )
     return code
 
 
@@ -338,14 +464,20 @@ def report_prune(result: PruneResult, output_dir: Path, show: Any, quiet: bool =
     for path, why in result.kept:
         show(f"kept {shown_path(path)}: {why}")
     kept = result.runs - len(result.removed)
-    show(f"prune {shown_path(output_dir)}: {verb} {plural(len(result.removed), 'run')}, "
-         f"{'would free' if result.dry_run else 'freed'} {human_bytes(result.freed)}"
-         f"{f' ({result.freed:,} bytes)' if result.freed >= 1000 else ''}; {kept} kept")
+    show(
+        f"prune {shown_path(output_dir)}: {verb} {plural(len(result.removed), 'run')}, "
+        f"{'would free' if result.dry_run else 'freed'} {human_bytes(result.freed)}"
+        f"{f' ({result.freed:,} bytes)' if result.freed >= 1000 else ''}; {kept} kept"
+    )
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
     settings = parsed(lambda: settings_from(args), config_path(args))
-    keep = args.keep if args.keep is not None else (settings.runner.keep_runs if args.older_than is None else None)
+    keep = (
+        args.keep
+        if args.keep is not None
+        else (settings.runner.keep_runs if args.older_than is None else None)
+    )
     older = parse_age(args.older_than) if args.older_than is not None else None
     output_dir = settings.runner.output_dir
     if not output_dir.is_dir():
@@ -364,8 +496,12 @@ def latest_run(args: argparse.Namespace) -> Path:
     settings = parsed(lambda: settings_from(args), config_path(args))
     latest = settings.runner.output_dir / "latest"
     if not latest.exists():
-        raise ConfigError([f"{latest}: no latest run (no RUN_DIR given, and {settings.runner.output_dir} holds no "
-                           "run yet); give RUN_DIR, or start one with `runner run`"])
+        raise ConfigError(
+            [
+                f"{latest}: no latest run (no RUN_DIR given, and {settings.runner.output_dir} holds no "
+                "run yet); give RUN_DIR, or start one with `runner run`"
+            ]
+        )
     target = latest.resolve()
     say(f"report: {latest} -> {shown_path(target)} (the latest run)")
     return Path(shown_path(target))
@@ -382,8 +518,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     totals = document["totals"]
     out.print(totals_line(document), highlight=False, soft_wrap=True)
     if document["state"] == RunState.INTERRUPTED:
-        out.print(escape(printable(f"interrupted: its runner is gone; `runner resume {args.run_dir}` continues it")),
-                  highlight=False, soft_wrap=True)
+        out.print(
+            escape(
+                printable(f"interrupted: its runner is gone; `runner resume {args.run_dir}` continues it")
+            ),
+            highlight=False,
+            soft_wrap=True,
+        )
     return 0 if totals["jobs"] and totals.get(Status.SUCCEEDED, 0) == totals["jobs"] else 1
 
 
@@ -402,8 +543,11 @@ DIFF_NAMES_SHOWN = 20  # rows or sections named per kind and job; --json names e
 def cmd_diff(args: argparse.Namespace) -> int:
     from .ui.diff import diff_runs
 
-    bad = [f"{run}: not a run directory (no {RUN_JSON}, no job's metrics.json)" for run in (args.run_a, args.run_b)
-           if not is_run_dir(run)]
+    bad = [
+        f"{run}: not a run directory (no {RUN_JSON}, no job's metrics.json)"
+        for run in (args.run_a, args.run_b)
+        if not is_run_dir(run)
+    ]
     if bad:
         raise ConfigError(bad)
     result = diff_runs(args.run_a, args.run_b)
@@ -411,22 +555,45 @@ def cmd_diff(args: argparse.Namespace) -> int:
         print(json_printable(json.dumps(result.document(), ensure_ascii=False, indent=1)))
         return 1 if result.changed else 0
     for job in result.jobs:
-        what = ("only in RUN_B" if job.status_a is None else "only in RUN_A" if job.status_b is None
-                else "report changed" if job.report_changed else "unchanged")
-        counts = (f" ({job.unit}: {len(job.added)} added, {len(job.removed)} removed, {len(job.changed)} changed)"
-                  if job.added or job.removed or job.changed else "")
+        what = (
+            "only in RUN_B"
+            if job.status_a is None
+            else "only in RUN_A"
+            if job.status_b is None
+            else "report changed"
+            if job.report_changed
+            else "unchanged"
+        )
+        counts = (
+            f" ({job.unit}: {len(job.added)} added, {len(job.removed)} removed, {len(job.changed)} changed)"
+            if job.added or job.removed or job.changed
+            else ""
+        )
         out.print(escape(printable(f"job {job.job}: {what}{counts}")), highlight=False, soft_wrap=True)
         for kind, names in (("added", job.added), ("removed", job.removed), ("changed", job.changed)):
             for name in names[:DIFF_NAMES_SHOWN]:
                 out.print(escape(printable(f"  {kind}: {name}")), highlight=False, soft_wrap=True)
             if len(names) > DIFF_NAMES_SHOWN:
-                out.print(escape(printable(f"  {kind}: ... and {len(names) - DIFF_NAMES_SHOWN} more (--json lists "
-                                           "them all)")), highlight=False, soft_wrap=True)
+                out.print(
+                    escape(
+                        printable(
+                            f"  {kind}: ... and {len(names) - DIFF_NAMES_SHOWN} more (--json lists them all)"
+                        )
+                    ),
+                    highlight=False,
+                    soft_wrap=True,
+                )
         if job.diff:
-            out.print(escape(printable(job.diff.rstrip("\n"), one_line=False, tabs=True)), highlight=False,
-                      soft_wrap=True)
-    out.print(escape(printable(f"{plural(len(result.jobs), 'job')}, {len(result.changed)} with a changed report")),
-              highlight=False, soft_wrap=True)
+            out.print(
+                escape(printable(job.diff.rstrip("\n"), one_line=False, tabs=True)),
+                highlight=False,
+                soft_wrap=True,
+            )
+    out.print(
+        escape(printable(f"{plural(len(result.jobs), 'job')}, {len(result.changed)} with a changed report")),
+        highlight=False,
+        soft_wrap=True,
+    )
     return 1 if result.changed else 0
 
 
@@ -434,8 +601,9 @@ def cmd_view(args: argparse.Namespace) -> int:
     from .ui.viewer import write_view
 
     if not is_run_dir(args.run_dir):
-        raise ConfigError([f"{args.run_dir / RUN_JSON}: not found; is {args.run_dir} a run directory "
-                           "(runs/<run-id>)?"])
+        raise ConfigError(
+            [f"{args.run_dir / RUN_JSON}: not found; is {args.run_dir} a run directory (runs/<run-id>)?"]
+        )
     if args.serve:
         from .ui.viewer.serve import serve
 
@@ -443,8 +611,15 @@ def cmd_view(args: argparse.Namespace) -> int:
     result = write_view(args.run_dir, args.out)
     for problem in result.problems:
         print_error(problem, label="warning")
-    out.print(escape(printable(f"wrote {result.index} ({plural(result.pages_written, 'job page')} updated in {result.pages_dir})")),
-              highlight=False, soft_wrap=True)
+    out.print(
+        escape(
+            printable(
+                f"wrote {result.index} ({plural(result.pages_written, 'job page')} updated in {result.pages_dir})"
+            )
+        ),
+        highlight=False,
+        soft_wrap=True,
+    )
     out.print(escape(printable(f"open: file://{result.index.resolve()}")), highlight=False, soft_wrap=True)
     return 0
 

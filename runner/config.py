@@ -138,7 +138,9 @@ class RunnerSection(BaseModel):
     max_cost_usd: Float | None = Field(None, gt=0, le=1_000_000)  # for the whole run
     executor: Literal["local", "ray"] = "local"
     ray_address: str | None = Field(None, min_length=1)  # None: start a local Ray; "auto" or host:port: join
-    keep_runs: Int | None = Field(None, ge=1, le=1_000_000)  # after a run, remove all but this many newest runs
+    keep_runs: Int | None = Field(
+        None, ge=1, le=1_000_000
+    )  # after a run, remove all but this many newest runs
     # delivery = "batch": model calls go as Message Batches at the batch price (see models/batches.py)
     delivery: Literal["live", "batch"] = "live"
     batch_window_s: Float = Field(2.0, gt=0, le=3600)  # a batch is sent this long after its first request
@@ -165,9 +167,10 @@ def _price_or_discount(value: Any) -> str:
 
 
 # a model's prices, or [prices] batch_discount (a number; which key may be which: Settings checks)
-PriceOrDiscount = Annotated[Annotated[Price, Tag("price")]
-                            | Annotated[Annotated[float, BeforeValidator(_not_bool)], Tag("discount")],
-                            Discriminator(_price_or_discount)]
+PriceOrDiscount = Annotated[
+    Annotated[Price, Tag("price")] | Annotated[Annotated[float, BeforeValidator(_not_bool)], Tag("discount")],
+    Discriminator(_price_or_discount),
+]
 
 
 class SummarizerSection(BaseModel):
@@ -196,8 +199,9 @@ class Settings(BaseSettings):
             if key == BATCH_DISCOUNT_KEY and (isinstance(value, Price) or not 0 <= value <= 1):
                 raise ValueError(f"prices.{key}: expected a number from 0 to 1 (got {_short(value)})")
             if key != BATCH_DISCOUNT_KEY and not isinstance(value, Price):
-                raise ValueError(f"prices.{key}: expected a table of prices (input, output, ...) "
-                                 f"(got {_short(value)})")
+                raise ValueError(
+                    f"prices.{key}: expected a table of prices (input, output, ...) (got {_short(value)})"
+                )
         return self
 
     def limits_for(self, job: str, task_limits: dict[str, Any] | None = None) -> Limits:
@@ -205,7 +209,11 @@ class Settings(BaseSettings):
         are TOML: a number written as a string is an error, not a number)."""
         if task_limits:
             strict_limits(task_limits)
-        merged = {**self.limits.model_dump(exclude_unset=False), **self.jobs.get(job, {}), **(task_limits or {})}
+        merged = {
+            **self.limits.model_dump(exclude_unset=False),
+            **self.jobs.get(job, {}),
+            **(task_limits or {}),
+        }
         return Limits.model_validate(merged)
 
 
@@ -214,8 +222,12 @@ def strict_limits(table: dict[str, Any]) -> None:
     Limits.model_validate_json(json.dumps({**Limits().model_dump(), **table}, default=str), strict=True)
 
 
-def describe_errors(source: str, error: ValidationError, prefix: str = "",
-                    source_for: Callable[[tuple[Any, ...]], str | None] | None = None) -> list[str]:
+def describe_errors(
+    source: str,
+    error: ValidationError,
+    prefix: str = "",
+    source_for: Callable[[tuple[Any, ...]], str | None] | None = None,
+) -> list[str]:
     """One line per pydantic error: ``file: key: what was expected (got value)``.
 
     ``source_for(loc)`` may name a different source for one error (an environment variable)."""
@@ -228,7 +240,7 @@ def describe_errors(source: str, error: ValidationError, prefix: str = "",
         elif err["type"] == "missing":
             msg = "required key is missing"
         elif err["type"] == "value_error" and msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
+            msg = msg[len("Value error, ") :]
         got = err.get("input")
         # a whole table as "got" (a check across keys) says nothing the message does not
         hidden = err["type"] in ("missing", "extra_forbidden") or (isinstance(got, dict) and bool(got))
@@ -263,7 +275,9 @@ def read_toml(path: Path) -> dict[str, Any]:
     try:
         mode = os.stat(path).st_mode
         if not stat.S_ISREG(mode):  # a FIFO or a device would block, or never end
-            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a special file"
+            kind = (
+                "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a special file"
+            )
             raise ConfigError([f"{path}: cannot read: {kind}, not a regular file (expected a TOML file)"])
         raw = path.read_bytes()
     except OSError as e:
@@ -276,8 +290,11 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError([f"{path}: TOML syntax error: {e}"]) from None
 
 
-STRICT_SECTIONS: dict[str, type[BaseModel]] = {"runner": RunnerSection, "summarizer": SummarizerSection,
-                                                "limits": Limits}
+STRICT_SECTIONS: dict[str, type[BaseModel]] = {
+    "runner": RunnerSection,
+    "summarizer": SummarizerSection,
+    "limits": Limits,
+}
 
 
 def strict_check(source: str, data: dict[str, Any]) -> None:
@@ -291,8 +308,9 @@ def strict_check(source: str, data: dict[str, Any]) -> None:
             except ValidationError as e:
                 problems += describe_errors(source, e, prefix=key)
     for name, table in (data.get("prices") or {}).items() if isinstance(data.get("prices"), dict) else ():
-        if name == BATCH_DISCOUNT_KEY and (isinstance(table, bool) or not isinstance(table, int | float)
-                                           or not 0 <= table <= 1):
+        if name == BATCH_DISCOUNT_KEY and (
+            isinstance(table, bool) or not isinstance(table, int | float) or not 0 <= table <= 1
+        ):
             problems.append(f"{source}: prices.{name}: expected a number from 0 to 1 (got {_short(table)})")
         elif isinstance(table, dict):
             try:
@@ -328,8 +346,9 @@ def load_settings(path: Path | None) -> Settings:
 
     class _Loaded(Settings):
         @classmethod
-        def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
-                                       file_secret_settings):
+        def settings_customise_sources(
+            cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+        ):
             sources = [init_settings, env_settings]
             if toml_file is not None:
                 sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
@@ -348,8 +367,9 @@ def load_settings(path: Path | None) -> Settings:
         try:
             settings.limits_for(name)
         except ValidationError as e:
-            merged += describe_errors(source, e, prefix=f"jobs.{name}",
-                                      source_for=functools.partial(_job_env_source, name))
+            merged += describe_errors(
+                source, e, prefix=f"jobs.{name}", source_for=functools.partial(_job_env_source, name)
+            )
     problems = _merged(problems, merged)
     if problems:
         raise ConfigError(problems)

@@ -90,7 +90,9 @@ class JobSpec(BaseModel):
     system: str | None = None
     tools: tuple[ToolName, ...]
     limits: Limits
-    fresh: bool = Field(False, exclude=True)  # `runner run --fresh`: no baseline for this run (not in job.json)
+    fresh: bool = Field(
+        False, exclude=True
+    )  # `runner run --fresh`: no baseline for this run (not in job.json)
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -107,7 +109,9 @@ class JobError:
     name: str
     source: Path
     problems: tuple[str, ...]
-    unsafe: bool = False  # its workspace would expose the system or the run's own files: `run` refuses to start
+    unsafe: bool = (
+        False  # its workspace would expose the system or the run's own files: `run` refuses to start
+    )
     duplicate: bool = False  # its name is another task file's: `run` refuses to start
 
     @property
@@ -157,11 +161,34 @@ def _check_workspace(raw: str, task_file: Path) -> tuple[Path | None, str | None
 # ``/home`` every home), nor anything below the ones marked True (kernel, devices, system settings);
 # a directory below ``/usr`` or ``/root`` is fine (``{stdlib}`` is there).
 SYSTEM_DIRS: dict[str, bool] = {
-    "/": False, "/bin": True, "/boot": True, "/dev": True, "/etc": True, "/home": False, "/lib": False,
-    "/lib32": False, "/lib64": False, "/libx32": False, "/media": False, "/mnt": False, "/opt": False,
-    "/proc": True, "/root": False, "/run": True, "/sbin": True, "/srv": False, "/sys": True, "/tmp": False,
-    "/usr": False, "/usr/bin": True, "/usr/lib": False, "/usr/local": False, "/usr/sbin": True, "/var": False,
-    "/var/tmp": False}
+    "/": False,
+    "/bin": True,
+    "/boot": True,
+    "/dev": True,
+    "/etc": True,
+    "/home": False,
+    "/lib": False,
+    "/lib32": False,
+    "/lib64": False,
+    "/libx32": False,
+    "/media": False,
+    "/mnt": False,
+    "/opt": False,
+    "/proc": True,
+    "/root": False,
+    "/run": True,
+    "/sbin": True,
+    "/srv": False,
+    "/sys": True,
+    "/tmp": False,
+    "/usr": False,
+    "/usr/bin": True,
+    "/usr/lib": False,
+    "/usr/local": False,
+    "/usr/sbin": True,
+    "/var": False,
+    "/var/tmp": False,
+}
 
 
 def workspace_problem(workspace: Path, output_dir: Path | None, source: Path | str) -> str | None:
@@ -176,22 +203,29 @@ def workspace_problem(workspace: Path, output_dir: Path | None, source: Path | s
         if below is not None and (path == real or below):
             what = "the root directory" if str(path) == "/" else f"the system directory {str(path)!r}"
             where = "" if path == real else " (inside it)"
-            return (f"{source}: workspace: {str(workspace)!r} is {what}{where}; expected a project "
-                    "directory of its own")
+            return (
+                f"{source}: workspace: {str(workspace)!r} is {what}{where}; expected a project "
+                "directory of its own"
+            )
     if output_dir is None:
         return None
     runs = Path(os.path.realpath(output_dir))
     if real == runs or real in runs.parents:
-        return (f"{source}: workspace: {str(workspace)!r} is or contains the output directory {str(output_dir)!r} "
-                "(every job's files); expected a directory outside it, or set [runner] output_dir elsewhere")
+        return (
+            f"{source}: workspace: {str(workspace)!r} is or contains the output directory {str(output_dir)!r} "
+            "(every job's files); expected a directory outside it, or set [runner] output_dir elsewhere"
+        )
     if runs in real.parents:
-        return (f"{source}: workspace: {str(workspace)!r} is inside the output directory {str(output_dir)!r}; "
-                "expected a directory outside it")
+        return (
+            f"{source}: workspace: {str(workspace)!r} is inside the output directory {str(output_dir)!r}; "
+            "expected a directory outside it"
+        )
     return None
 
 
-def load_job(task_file: Path, settings: Settings, *,
-             sandbox_problem: SandboxProbe | None = None) -> JobSpec | JobError:
+def load_job(
+    task_file: Path, settings: Settings, *, sandbox_problem: SandboxProbe | None = None
+) -> JobSpec | JobError:
     """Load one task file; every problem is reported, none raised.
 
     ``sandbox_problem()`` says why bash's sandbox cannot start on this machine (the caller passes
@@ -210,15 +244,20 @@ def load_job(task_file: Path, settings: Settings, *,
         raw = data.get("name")
         name = raw if isinstance(raw, str) else fallback_name
         name = name if valid_name(name) else fallback_name
-        return JobError(name, task_file, tuple(describe_errors(str(task_file), e) + _other_problems(data, name, task_file,
-                                                                                                  settings, e)))
+        return JobError(
+            name,
+            task_file,
+            tuple(describe_errors(str(task_file), e) + _other_problems(data, name, task_file, settings, e)),
+        )
     name = task.name or task_file.stem
     problems: list[str] = []
     if name.lower() in RESERVED_NAMES:
-        problems.append(f"{task_file}: name: {name!r} is reserved (the run's own files use it); choose another")
+        problems.append(
+            f"{task_file}: name: {name!r} is reserved (the run's own files use it); choose another"
+        )
         name = safe_job_name(name)
     elif not valid_name(name):
-        problems.append(f"{task_file}: name: file stem {name!r} is not a valid job name; set name = \"...\"")
+        problems.append(f'{task_file}: name: file stem {name!r} is not a valid job name; set name = "..."')
         name = safe_job_name(name)
     workspace, problem = _check_workspace(task.workspace, task_file)
     unsafe = False
@@ -232,10 +271,17 @@ def load_job(task_file: Path, settings: Settings, *,
         limits = settings.limits_for(name, own_limits(task))
     except ValidationError as e:
         problems += describe_errors(str(task_file), e, prefix="limits")
-    if (limits is not None and "bash" in task.tools and limits.sandbox == "bwrap" and sandbox_problem
-            and (reason := sandbox_problem())):
-        problems.append(f"{task_file}: tools: lists bash, which runs under bwrap, but {reason}; "
-                        'fix that, or set limits.sandbox = "none" to run bash without a sandbox')
+    if (
+        limits is not None
+        and "bash" in task.tools
+        and limits.sandbox == "bwrap"
+        and sandbox_problem
+        and (reason := sandbox_problem())
+    ):
+        problems.append(
+            f"{task_file}: tools: lists bash, which runs under bwrap, but {reason}; "
+            'fix that, or set limits.sandbox = "none" to run bash without a sandbox'
+        )
     if problems or limits is None or workspace is None:
         return JobError(name, task_file, tuple(problems), unsafe)
     return JobSpec(
@@ -255,8 +301,9 @@ def own_limits(task: TaskFile) -> dict[str, Any]:
     return task.limits if task.incremental is None else {**task.limits, "incremental": task.incremental}
 
 
-def _other_problems(data: dict[str, Any], name: str, task_file: Path, settings: Settings,
-                    error: ValidationError) -> list[str]:
+def _other_problems(
+    data: dict[str, Any], name: str, task_file: Path, settings: Settings, error: ValidationError
+) -> list[str]:
     """What else is wrong with a task file whose fields did not validate: its ``[limits]`` and its
     workspace, checked as written, so that every problem is reported at once."""
     failed = {str(err["loc"][0]) for err in error.errors() if err["loc"]}
@@ -314,8 +361,9 @@ def find_task_files(targets: list[Path]) -> tuple[list[Path], list[str]]:
     return files, problems
 
 
-def load_jobs(task_files: list[Path], settings: Settings, *,
-              sandbox_problem: SandboxProbe | None = None) -> tuple[list[JobSpec], list[JobError]]:
+def load_jobs(
+    task_files: list[Path], settings: Settings, *, sandbox_problem: SandboxProbe | None = None
+) -> tuple[list[JobSpec], list[JobError]]:
     """Load every task file; duplicate job names are errors for the later files.
 
     Every result gets a distinct name (a run uses it as a directory name): a task file that failed
@@ -342,11 +390,16 @@ def load_jobs(task_files: list[Path], settings: Settings, *,
             first = given.get(claimed[result.name], claimed[result.name])
             how = "" if result.name != result.source.stem else " (the file stem; no name is set)"
             this = given.get(result.source, result.source)
-            problems: tuple[str, ...] = ((
-                f"{this}: name: job name {result.name!r}{how} is also the name of {first}; each job needs its own "
-                "name (it names the job's directory): set name = \"...\" in one of them",)
-                if claimed[result.name] != result.source else
-                (f"{this}: name: this task file (job {result.name!r}) is given more than once; give it once",))
+            problems: tuple[str, ...] = (
+                (
+                    f"{this}: name: job name {result.name!r}{how} is also the name of {first}; each job needs its own "
+                    'name (it names the job\'s directory): set name = "..." in one of them',
+                )
+                if claimed[result.name] != result.source
+                else (
+                    f"{this}: name: this task file (job {result.name!r}) is given more than once; give it once",
+                )
+            )
             duplicate = True
         else:
             problems = result.problems
@@ -354,8 +407,9 @@ def load_jobs(task_files: list[Path], settings: Settings, *,
         if name in taken:
             name = _unique(f"{result.name}@{safe_job_name(result.source.stem)}", taken)
         taken.add(name)
-        errors.append(JobError(name, result.source, problems, isinstance(result, JobError) and result.unsafe,
-                               duplicate))
+        errors.append(
+            JobError(name, result.source, problems, isinstance(result, JobError) and result.unsafe, duplicate)
+        )
     return specs, errors
 
 

@@ -126,8 +126,10 @@ def _problems(messages: list[Message]) -> Iterator[str]:
         if role == "user":
             for block in tool_results(message):
                 if str(block.get("tool_use_id")) not in previous_uses:
-                    yield (f"messages.{i}: tool_result {block.get('tool_use_id')!r} has no matching tool_use "
-                           "in the previous message")
+                    yield (
+                        f"messages.{i}: tool_result {block.get('tool_use_id')!r} has no matching tool_use "
+                        "in the previous message"
+                    )
         else:
             for block in tool_uses(message):
                 if str(block.get("id")) in seen_ids:
@@ -138,5 +140,7 @@ def _problems(messages: list[Message]) -> Iterator[str]:
                 answered = {str(b.get("tool_use_id")) for b in tool_results(messages[i + 1])}
                 missing = uses - answered
                 if missing:
-                    yield (f"messages.{i}: tool_use ids {sorted(missing)} were found without tool_result "
-                           "blocks immediately after")
+                    yield (
+                        f"messages.{i}: tool_use ids {sorted(missing)} were found without tool_result "
+                        "blocks immediately after"
+                    )

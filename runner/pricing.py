@@ -31,11 +31,21 @@ class Usage(BaseModel):
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
 
-    def __init__(self, input_tokens: int = 0, output_tokens: int = 0, cache_creation_input_tokens: int = 0,
-                 cache_read_input_tokens: int = 0, **extra: Any) -> None:
-        super().__init__(input_tokens=input_tokens, output_tokens=output_tokens,
-                         cache_creation_input_tokens=cache_creation_input_tokens,
-                         cache_read_input_tokens=cache_read_input_tokens, **extra)
+    def __init__(
+        self,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cache_creation_input_tokens: int = 0,
+        cache_read_input_tokens: int = 0,
+        **extra: Any,
+    ) -> None:
+        super().__init__(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cache_creation_input_tokens=cache_creation_input_tokens,
+            cache_read_input_tokens=cache_read_input_tokens,
+            **extra,
+        )
 
     @property
     def context_tokens(self) -> int:
@@ -70,10 +80,15 @@ class Rates:
     cache_read: float
 
     @classmethod
-    def of(cls, input: float, output: float, cache_write: float | None = None,
-           cache_read: float | None = None) -> Rates:
-        return cls(input, output, input * CACHE_WRITE if cache_write is None else cache_write,
-                   input * CACHE_READ if cache_read is None else cache_read)
+    def of(
+        cls, input: float, output: float, cache_write: float | None = None, cache_read: float | None = None
+    ) -> Rates:
+        return cls(
+            input,
+            output,
+            input * CACHE_WRITE if cache_write is None else cache_write,
+            input * CACHE_READ if cache_read is None else cache_read,
+        )
 
 
 DEFAULT_PRICES: dict[str, Rates] = {
@@ -112,15 +127,20 @@ class PriceTable:
         if self.key_for(model) is not None:
             return None
         r = self.prices[FALLBACK]
-        return (f"model {model!r} has no price in the price table; it is priced as {FALLBACK} "
-                f"(${r.input:g} in / ${r.output:g} out per million tokens), so costs and max_cost_usd may be off; "
-                f'set [prices."{model}"] input = ..., output = ... in config.toml')
+        return (
+            f"model {model!r} has no price in the price table; it is priced as {FALLBACK} "
+            f"(${r.input:g} in / ${r.output:g} out per million tokens), so costs and max_cost_usd may be off; "
+            f'set [prices."{model}"] input = ..., output = ... in config.toml'
+        )
 
     def cost(self, model: str, usage: Usage) -> float:
         r = self.rates(model)
-        return (usage.input_tokens * r.input + usage.cache_creation_input_tokens * r.cache_write
-                + usage.cache_read_input_tokens * r.cache_read + usage.output_tokens * r.output) / 1_000_000
-
+        return (
+            usage.input_tokens * r.input
+            + usage.cache_creation_input_tokens * r.cache_write
+            + usage.cache_read_input_tokens * r.cache_read
+            + usage.output_tokens * r.output
+        ) / 1_000_000
 
     def cost_with_batch(self, model: str, usage: Usage, batch: Usage) -> float:
         """The cost of ``usage`` of which ``batch`` (each count at most ``usage``'s) was billed by a

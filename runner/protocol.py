@@ -30,8 +30,10 @@ def line_count(text: str) -> int:
 
 def persisted_marker(path: str, text: str, preview_chars: int) -> str:
     """What replaces a result saved at ``path``: where it is, its size, and its first characters."""
-    return (f"{PERSISTED_TAG}\n{SAVED_AT}{path}\nOriginal size: {len(text)} chars, "
-            f"{line_count(text)} lines\n{PREVIEW}{text[:preview_chars]}\n{PERSISTED_END}")
+    return (
+        f"{PERSISTED_TAG}\n{SAVED_AT}{path}\nOriginal size: {len(text)} chars, "
+        f"{line_count(text)} lines\n{PREVIEW}{text[:preview_chars]}\n{PERSISTED_END}"
+    )
 
 
 def is_persisted(content: str) -> bool:
@@ -69,7 +71,7 @@ def saved_path(content: Any) -> str | None:
             match = _SAVED_AT.search(content)
             return match.group(1) if match else None
         if is_placeholder(content):
-            return content[len(PLACEHOLDER_PREFIX):].rstrip("]")
+            return content[len(PLACEHOLDER_PREFIX) :].rstrip("]")
     return None
 
 
@@ -128,26 +130,36 @@ COMPACTION_BLOCK_HEAD = f"[{COMPACTED}]\n"
 RETIRED = "- retired-note: "
 
 
-SUMMARY_CUT = ("[summary cut at a line end: {kept} of {total} characters fit this job's summary limit "
-               "({limit} characters, summary_share of the context); the full transcript is {where}]")
-NOTES_ONLY = ("Only the notes are carried over: history compactions came too often or freed too little "
-              "of the context ({why}), so this summary keeps the notes alone.")
-THRASHING = ("thrashing: {compactions} history compactions in a row came within {turns} turns of the one "
-             "before or freed under {share} of the context (turns between them: {gaps}; share of the context "
-             "freed: {freed}); a summary of half the size and then one of the notes alone did not help")
+SUMMARY_CUT = (
+    "[summary cut at a line end: {kept} of {total} characters fit this job's summary limit "
+    "({limit} characters, summary_share of the context); the full transcript is {where}]"
+)
+NOTES_ONLY = (
+    "Only the notes are carried over: history compactions came too often or freed too little "
+    "of the context ({why}), so this summary keeps the notes alone."
+)
+THRASHING = (
+    "thrashing: {compactions} history compactions in a row came within {turns} turns of the one "
+    "before or freed under {share} of the context (turns between them: {gaps}; share of the context "
+    "freed: {freed}); a summary of half the size and then one of the notes alone did not help"
+)
 
 
 def summary_text(label: str, active_request: str, summary: str, where: str, memory: str = "") -> str:
-    return (f"[{label}]\n\nCurrent user request:\n{active_request}\n\nConversation summary:\n{summary}\n\n"
-            f"Full transcript: {where}. Read any part back with the recall tool."
-            + (f"\n\n{memory}" if memory else ""))
+    return (
+        f"[{label}]\n\nCurrent user request:\n{active_request}\n\nConversation summary:\n{summary}\n\n"
+        f"Full transcript: {where}. Read any part back with the recall tool."
+        + (f"\n\n{memory}" if memory else "")
+    )
 
 
 # -- the memory index: what a compacted context is told of the memory files --------------------------
 
 MEMORY_INDEX_CHARS = 1_500
-MEMORY_INDEX = ("[Memory files] kept outside the context, never compacted; read them with the memory tool "
-                "(view, paged with view_range):")
+MEMORY_INDEX = (
+    "[Memory files] kept outside the context, never compacted; read them with the memory tool "
+    "(view, paged with view_range):"
+)
 _MEMORY_ENTRY = re.compile(r"^  (/memories/\S+) \((\d+) bytes\)$", re.M)  # not a ``- `` note line
 
 
@@ -162,7 +174,11 @@ def memory_index(files: list[tuple[str, int]], budget: int = MEMORY_INDEX_CHARS)
     for k, (path, size) in enumerate(files):
         line = f"  {path} ({size} bytes)"
         more = f"  and {len(files) - k} more (view /memories to list them)"
-        if used + 1 + len(line) + 1 + len(more) > budget and k < len(files) - 1 or used + 1 + len(line) > budget:
+        if (
+            used + 1 + len(line) + 1 + len(more) > budget
+            and k < len(files) - 1
+            or used + 1 + len(line) > budget
+        ):
             lines.append(more)
             break
         lines.append(line)
@@ -188,6 +204,7 @@ def mentions_summary(text: str) -> bool:
 
 # -- which marker a text is: for readers of a conversation (the viewer) -------------------------------
 
+
 class Marker(StrEnum):
     """A text the runner put in a context in place of what it removed."""
 
@@ -212,23 +229,34 @@ def marker_of(text: str) -> Marker | None:
 
 # -- cut results: every result the tools cut says so, and how to get the rest -------------------------
 
-GLOB_CUT = ("[glob: cut: showing {shown} of {total} matches (newest first){walk}; narrow the pattern "
-            "(e.g. per directory with `path`, or by name) to see the rest]")
+GLOB_CUT = (
+    "[glob: cut: showing {shown} of {total} matches (newest first){walk}; narrow the pattern "
+    "(e.g. per directory with `path`, or by name) to see the rest]"
+)
 GLOB_WALK = ", counting stopped at {cap} entries, there may be more"
 _GLOB_CUT = re.compile(r"^\[glob: cut: showing (\d+) of (\d+) matches", re.M)
 
-GREP_WALK_CUT = ("[grep: cut: the search stopped after {cap} files, matches in later files are not shown; "
-                 "search a narrower `path`]")
-BASH_OUTPUT_CUT = ("[bash: cut: output was {total} bytes, showing the first {shown}; narrow it with head, tail, "
-                   "grep or sed -n]")
+GREP_WALK_CUT = (
+    "[grep: cut: the search stopped after {cap} files, matches in later files are not shown; "
+    "search a narrower `path`]"
+)
+BASH_OUTPUT_CUT = (
+    "[bash: cut: output was {total} bytes, showing the first {shown}; narrow it with head, tail, "
+    "grep or sed -n]"
+)
 EMPTY_FILE = "[read: the file is empty (0 lines, 0 bytes)]"
 # a large file's read starts with one of these lines (first, so a preview of the result shows it)
-READ_PAGE = ("[read: lines {start}-{end} of {lines} ({size} bytes; too large for one read); next: "
-             "view_range [{next_start}, {next_end}]]")
-READ_BYTES = ("[read: bytes {start}-{end} of {size} ({lines} lines; {why}); next: "
-              "byte_range [{end}, {next_end}]]")
+READ_PAGE = (
+    "[read: lines {start}-{end} of {lines} ({size} bytes; too large for one read); next: "
+    "view_range [{next_start}, {next_end}]]"
+)
+READ_BYTES = (
+    "[read: bytes {start}-{end} of {size} ({lines} lines; {why}); next: byte_range [{end}, {next_end}]]"
+)
 READ_BYTES_END = "[read: bytes {start}-{end} of {size} ({lines} lines); the end of the file]"
-_READ_SIZE = re.compile(r"^\[read: (?:lines \d+-\d+ of (\d+) \((\d+) bytes|bytes \d+-\d+ of (\d+) \((\d+) lines)")
+_READ_SIZE = re.compile(
+    r"^\[read: (?:lines \d+-\d+ of (\d+) \((\d+) bytes|bytes \d+-\d+ of (\d+) \((\d+) lines)"
+)
 BINARY_READ = "read: {path}: not valid UTF-8 text ({size} bytes; binary files are only supported for image/PDF extensions)"
 _BINARY_READ = re.compile(r"^read: .*: not valid UTF-8 text \((\d+) bytes;")
 
@@ -247,13 +275,17 @@ def binary_size(error: str) -> int | None:
     """The size of the file a read refused as binary."""
     match = _BINARY_READ.match(error)
     return int(match.group(1)) if match else None
+
+
 RECALL_PAGE = "[recall: page {page} of {pages}, characters {start}-{end} of {total}; {rest}]"
 RECALL_NEXT = "next page: offset {end}"
 RECALL_END = "end of file"
 _RECALL_PAGE = re.compile(r"\n\[recall: page (\d+) of (\d+), characters (\d+)-(\d+) of (\d+); ([^\]]*)\]$")
 
-REPEATED_CALL = ("[not run: this exact {name} call was already made {count} times in this job, "
-                 "first at turn {turn}; its result {where}. Change the call or move on]")
+REPEATED_CALL = (
+    "[not run: this exact {name} call was already made {count} times in this job, "
+    "first at turn {turn}; its result {where}. Change the call or move on]"
+)
 REPEATED_WHERE = "is saved at {path} (recall it with the recall tool)"
 REPEATED_ABOVE = "is in the conversation above"
 STUCK = "repeated the same call {count} times after being told it was already made: {call}"
@@ -274,7 +306,9 @@ def recall_page(text: str) -> tuple[int, int, int, int, int] | None:
 def without_footer(text: str) -> str:
     """A recall result's page without its footer."""
     match = _RECALL_PAGE.search(text)
-    return text[:match.start()] if match else text
+    return text[: match.start()] if match else text
+
+
 # -- The seed lessons' placeholders, read at run time ------------------------------------------------
 # What the seed lessons' pipelines write in place of a tool result (bench/seeds_pipeline.py runs them
 # as written; their other texts are in bench/seed_texts.py). A reader of a conversation (the offline
@@ -290,22 +324,32 @@ SEED_002_MICRO_PLACEHOLDER = "[Earlier tool result omitted for brevity]"  # 002 
 def is_seed_placeholder(content: str) -> bool:
     """Whether a tool result's text is one of the seed lessons' placeholders for a removed result
     (000's names where the result was saved; 001's and 002's name nothing: the tool must be re-run)."""
-    return (content.startswith(SEED_000_PLACEHOLDER_PREFIX) and content.endswith("]")
-            or content in (SEED_001_MICRO_PLACEHOLDER, SEED_002_MICRO_PLACEHOLDER))
+    return (
+        content.startswith(SEED_000_PLACEHOLDER_PREFIX)
+        and content.endswith("]")
+        or content in (SEED_001_MICRO_PLACEHOLDER, SEED_002_MICRO_PLACEHOLDER)
+    )
+
+
 # the last request of a job about to hit a limit: answered without tools (tool_choice "none")
-OUT_OF_TURNS = ("You are out of turns ({reason}); no more tool calls can run. Write your report now from what "
-                "you have gathered so far, and say what you could not finish.")
+OUT_OF_TURNS = (
+    "You are out of turns ({reason}); no more tool calls can run. Write your report now from what "
+    "you have gathered so far, and say what you could not finish."
+)
 NO_TOOLS = {"type": "none"}
 
 
 # --- subagents (the ``task`` tool) ----------------------------------------------------------------
 
-SUBAGENT_RESULT = ("[subagent {dir}: {status} after {turns} turns, ${cost:.4f}; its report is {path} "
-                   "({chars} chars{cut})]\n")
+SUBAGENT_RESULT = (
+    "[subagent {dir}: {status} after {turns} turns, ${cost:.4f}; its report is {path} ({chars} chars{cut})]\n"
+)
 SUBAGENT_CUT = ", cut here: read the rest with recall"
 SUBAGENT_FAILED = "the subagent could not run: {error}"
-_SUBAGENT_RESULT = re.compile(r"^\[subagent (\S+): (\w+) after (\d+) turns, \$[\d.]+; its report is (\S+) "
-                              r"\((\d+) chars(, cut here[^)]*)?\)\]\n")
+_SUBAGENT_RESULT = re.compile(
+    r"^\[subagent (\S+): (\w+) after (\d+) turns, \$[\d.]+; its report is (\S+) "
+    r"\((\d+) chars(, cut here[^)]*)?\)\]\n"
+)
 
 
 def subagent_result(text: str) -> tuple[str, str, str, bool] | None:
@@ -317,21 +361,28 @@ def subagent_result(text: str) -> tuple[str, str, str, bool] | None:
 # --- an incremental job: its baseline and what changed since (rundir/manifest.py) ----------------
 
 INCREMENTAL_HEAD = "[Incremental run]"
-INCREMENTAL_NOTE = (INCREMENTAL_HEAD + " This analysis ran before: run {run}, started {when}, on this same "
-                    "workspace. Its report is saved at {report} (read it with recall){memory}. Since then "
-                    "{added} files were added, {changed} changed and {removed} removed ({unchanged} unchanged); "
-                    "the full lists are saved at {changes} (read it with recall). The first of each:\n"
-                    "{inline}\n"
-                    "Examine what was added or changed, leave out what was removed, and carry the rest over "
-                    "from the previous report.")
+INCREMENTAL_NOTE = (
+    INCREMENTAL_HEAD + " This analysis ran before: run {run}, started {when}, on this same "
+    "workspace. Its report is saved at {report} (read it with recall){memory}. Since then "
+    "{added} files were added, {changed} changed and {removed} removed ({unchanged} unchanged); "
+    "the full lists are saved at {changes} (read it with recall). The first of each:\n"
+    "{inline}\n"
+    "Examine what was added or changed, leave out what was removed, and carry the rest over "
+    "from the previous report."
+)
 INCREMENTAL_MEMORY = ", and its {files} memory files are your memory now (view {prefix} with the memory tool)"
 CHANGES_INLINE_CHARS = 1_500  # the three inline lists together; each gets a third
 CHANGE_KINDS = ("added", "changed", "removed")
-CHANGES_HEAD = "[Changes since run {run}: {added} added, {changed} changed, {removed} removed, {unchanged} unchanged]"
-_INCREMENTAL = re.compile(re.escape(INCREMENTAL_HEAD) + r" This analysis ran before: run (\S+), started .*? "
-                          r"Its report is saved at (\S+) \(read it with recall\).*? Since then (\d+) files were "
-                          r"added, (\d+) changed and (\d+) removed \((\d+) unchanged\); the full lists are saved "
-                          r"at (\S+) \(", re.S)
+CHANGES_HEAD = (
+    "[Changes since run {run}: {added} added, {changed} changed, {removed} removed, {unchanged} unchanged]"
+)
+_INCREMENTAL = re.compile(
+    re.escape(INCREMENTAL_HEAD) + r" This analysis ran before: run (\S+), started .*? "
+    r"Its report is saved at (\S+) \(read it with recall\).*? Since then (\d+) files were "
+    r"added, (\d+) changed and (\d+) removed \((\d+) unchanged\); the full lists are saved "
+    r"at (\S+) \(",
+    re.S,
+)
 _CHANGES_LIST = re.compile(r"^(added|changed|removed) \((\d+)\):$")
 
 
@@ -356,13 +407,29 @@ def inline_list(paths: list[str], chars: int) -> str:
     return (", ".join(shown) or "(none)") + (f", and {rest} more" if rest else "")
 
 
-def incremental_note(*, run: str, when: str, report: str, changes: str, memory: str, lists: dict[str, list[str]],
-                     unchanged: int) -> str:
+def incremental_note(
+    *,
+    run: str,
+    when: str,
+    report: str,
+    changes: str,
+    memory: str,
+    lists: dict[str, list[str]],
+    unchanged: int,
+) -> str:
     """The message an incremental job starts with, after its prompt: its baseline, and what changed."""
     share = CHANGES_INLINE_CHARS // len(CHANGE_KINDS)
     inline = "\n".join(f"{kind}: {inline_list(lists[kind], share)}" for kind in CHANGE_KINDS)
-    return INCREMENTAL_NOTE.format(run=run, when=when, report=report, changes=changes, memory=memory,
-                                   unchanged=unchanged, inline=inline, **{k: len(lists[k]) for k in CHANGE_KINDS})
+    return INCREMENTAL_NOTE.format(
+        run=run,
+        when=when,
+        report=report,
+        changes=changes,
+        memory=memory,
+        unchanged=unchanged,
+        inline=inline,
+        **{k: len(lists[k]) for k in CHANGE_KINDS},
+    )
 
 
 def changes_text(*, run: str, lists: dict[str, list[str]], unchanged: int) -> str:
@@ -379,8 +446,15 @@ def incremental_of(text: str) -> dict[str, Any] | None:
     match = _INCREMENTAL.match(text) if text.startswith(INCREMENTAL_HEAD) else None
     if match is None:
         return None
-    return {"run": match[1], "report": match[2], "changes": match[7], "added": int(match[3]),
-            "changed": int(match[4]), "removed": int(match[5]), "unchanged": int(match[6])}
+    return {
+        "run": match[1],
+        "report": match[2],
+        "changes": match[7],
+        "added": int(match[3]),
+        "changed": int(match[4]),
+        "removed": int(match[5]),
+        "unchanged": int(match[6]),
+    }
 
 
 def changes_of(text: str) -> dict[str, list[str]]:

@@ -75,8 +75,13 @@ class LocalGate:
     """At most ``max_concurrent`` slots held at once, at most ``per_window`` started in any
     ``window_s`` seconds; in this process."""
 
-    def __init__(self, max_concurrent: int, per_window: int, window_s: float = 60.0,
-                 clock: Callable[[], float] | None = None):
+    def __init__(
+        self,
+        max_concurrent: int,
+        per_window: int,
+        window_s: float = 60.0,
+        clock: Callable[[], float] | None = None,
+    ):
         self.capacity = anyio.CapacityLimiter(max_concurrent)
         self.rate = RateLimiter(per_window, window_s, clock)
 

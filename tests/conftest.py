@@ -58,13 +58,15 @@ def runner_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "runner", *args]
 
 
-def run_cli_process(*args: str, cwd: Path | str, timeout: float = 120,
-                    **env: str) -> subprocess.CompletedProcess[str]:
+def run_cli_process(
+    *args: str, cwd: Path | str, timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess[str]:
     """``python -m runner ARGS`` as a real subprocess in ``cwd`` with :func:`runner_env` and ``env``:
     for what only a process has (a crash, a kill, a signal, a lock held by another process, a timeout
     on something that could block, a separate interpreter's memory)."""
-    return subprocess.run(runner_argv(*args), cwd=cwd, env=runner_env(**env), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        runner_argv(*args), cwd=cwd, env=runner_env(**env), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def fresh_consoles(patch: pytest.MonkeyPatch) -> None:
@@ -105,7 +107,9 @@ def signal_handlers_kept() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def call_main(args: tuple[str, ...], cwd: Path | str | None, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def call_main(
+    args: tuple[str, ...], cwd: Path | str | None, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     """``runner.cli.main(args)`` in ``cwd`` with ``env`` set, its stdout and stderr captured; exit codes
     as ``python -m runner`` has them (``sys.exit`` inside, argparse's 2 included). An exception the
     CLI does not catch is raised here: the test fails with its traceback."""
@@ -151,8 +155,13 @@ def run_cli_once(*args: str, cwd: Path | str | None = None, **env: str) -> subpr
         return call_main(args, cwd, env)
 
 
-async def scripted_job(tmp_path: Path, script: list[dict], *, tools: tuple[str, ...] = ("read", "glob", "grep"),
-                       max_turns: int = 20):
+async def scripted_job(
+    tmp_path: Path,
+    script: list[dict],
+    *,
+    tools: tuple[str, ...] = ("read", "glob", "grep"),
+    max_turns: int = 20,
+):
     """One session on the anthropic backend (the real SDK over HTTP) against the emulator playing
     ``script``; its workspace is ``tmp_path / "ws"`` (made, with one module, when missing), its
     directory ``tmp_path / "job"``. Returns the session, the requests the emulator received and the
@@ -170,13 +179,23 @@ async def scripted_job(tmp_path: Path, script: list[dict], *, tools: tuple[str, 
     if not ws.exists():
         ws.mkdir()
         (ws / "a.py").write_text('"""A."""\n')
-    spec = JobSpec(name="s", source=Path("s.toml"), prompt="Survey.", workspace=ws, model="claude-sonnet-5-5",
-                   system=None, tools=tools, limits=Limits(max_retries=0, max_turns=max_turns))
+    spec = JobSpec(
+        name="s",
+        source=Path("s.toml"),
+        prompt="Survey.",
+        workspace=ws,
+        model="claude-sonnet-5-5",
+        system=None,
+        tools=tools,
+        limits=Limits(max_retries=0, max_turns=max_turns),
+    )
     with running_emulator(EmulatorConfig(script=script, record_requests=True)) as emu:
         model = AnthropicModel(base_url=emu.base_url, api_key="k", max_retries=0)
         store = JobStore(tmp_path / "job")
         await store.open()
-        session = Session(spec, model=model, compactor=Compactor(Summarizer(None, "m")), store=store, summary_model="m")
+        session = Session(
+            spec, model=model, compactor=Compactor(Summarizer(None, "m")), store=store, summary_model="m"
+        )
         await session.run()
         await model.aclose()
         recorded = emu.state.snapshot()["recorded_requests"]
@@ -194,12 +213,25 @@ async def offline_survey(root: Path, out: Path, limits: dict):
     from runner.jobs import JobSpec
     from runner.models.offline import OfflineModel
 
-    spec = JobSpec(name="survey", source=Path("survey.toml"), prompt="Survey this package.", workspace=root,
-                   model="m", system=None, tools=("read", "glob", "grep"), limits=Limits(**limits))
+    spec = JobSpec(
+        name="survey",
+        source=Path("survey.toml"),
+        prompt="Survey this package.",
+        workspace=root,
+        model="m",
+        system=None,
+        tools=("read", "glob", "grep"),
+        limits=Limits(**limits),
+    )
     store = JobStore(out)
     await store.open()
-    result = await Session(spec, model=OfflineModel(), compactor=Compactor(Summarizer(None, "none")), store=store,
-                           summary_model="none").run()
+    result = await Session(
+        spec,
+        model=OfflineModel(),
+        compactor=Compactor(Summarizer(None, "none")),
+        store=store,
+        summary_model="none",
+    ).run()
     final = out / "final.md"
     return result, final.read_text() if final.exists() else ""
 
@@ -247,10 +279,13 @@ def calls_and_gaps(job: Path) -> tuple[int, int, list[int]]:
     import collections
     import json
 
-    calls = [json.dumps([b["name"], b["input"]], sort_keys=True)
-             for line in (job / "transcript.jsonl").read_text().splitlines()
-             if (m := json.loads(line))["role"] == "assistant" and isinstance(m["content"], list)
-             for b in m["content"] if b.get("type") == "tool_use"]
+    calls = [
+        json.dumps([b["name"], b["input"]], sort_keys=True)
+        for line in (job / "transcript.jsonl").read_text().splitlines()
+        if (m := json.loads(line))["role"] == "assistant" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_use"
+    ]
     turn, history = 0, []
     for line in (job / "events.jsonl").read_text().splitlines():
         event = json.loads(line)

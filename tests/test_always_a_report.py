@@ -19,19 +19,24 @@ from runner.rundir.store import read_jsonl
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
 
-def _run(run: CliRunner, tmp: Path, limits: str, backend: str = "offline",
-         **env: str) -> tuple[subprocess.CompletedProcess, Path]:
+def _run(
+    run: CliRunner, tmp: Path, limits: str, backend: str = "offline", **env: str
+) -> tuple[subprocess.CompletedProcess, Path]:
     (tmp / "jobs").mkdir()
-    (tmp / "jobs" / "j.toml").write_text(f'workspace = "{{stdlib}}/email"\nprompt = "Survey."\n[limits]\n{limits}\n')
+    (tmp / "jobs" / "j.toml").write_text(
+        f'workspace = "{{stdlib}}/email"\nprompt = "Survey."\n[limits]\n{limits}\n'
+    )
     (tmp / "config.toml").write_text(f'[runner]\nbackend = "{backend}"\n')
     done = run("run", "jobs", cwd=tmp, **env)
     return done, next((tmp / "runs").iterdir()) / "j"
 
 
-@pytest.mark.parametrize(("limits", "status"), [("max_turns = 4", "max_turns"),
-                                                ("max_cost_usd = 0.3", "budget_exceeded")])
-def test_a_job_stopped_by_a_limit_reports_what_it_had(tmp_path: Path, limits: str, status: str,
-                                                      run_cli: CliRunner) -> None:
+@pytest.mark.parametrize(
+    ("limits", "status"), [("max_turns = 4", "max_turns"), ("max_cost_usd = 0.3", "budget_exceeded")]
+)
+def test_a_job_stopped_by_a_limit_reports_what_it_had(
+    tmp_path: Path, limits: str, status: str, run_cli: CliRunner
+) -> None:
     done, job = _run(run_cli, tmp_path, limits)
     assert done.returncode == 1, done.stderr
     metrics = json.loads((job / "metrics.json").read_text())
@@ -41,12 +46,22 @@ def test_a_job_stopped_by_a_limit_reports_what_it_had(tmp_path: Path, limits: st
     assert "# Survey of" in final  # the offline policy's report, written by the last call
     # ground truth: the files the report lists are exactly those the job's read calls returned
     transcript, _ = read_jsonl(job / "transcript.jsonl")
-    read_ok = {b["tool_use_id"] for m in transcript if m["role"] == "user" and isinstance(m["content"], list)
-               for b in m["content"] if b.get("type") == "tool_result" and not b.get("is_error")}
-    paths = {os.path.relpath(b["input"]["file_path"], STDLIB / "email") if os.path.isabs(b["input"]["file_path"])
-             else b["input"]["file_path"] for m in transcript
-             if m["role"] == "assistant" for b in m["content"]
-             if b.get("type") == "tool_use" and b["name"] == "read" and b["id"] in read_ok}
+    read_ok = {
+        b["tool_use_id"]
+        for m in transcript
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result" and not b.get("is_error")
+    }
+    paths = {
+        os.path.relpath(b["input"]["file_path"], STDLIB / "email")
+        if os.path.isabs(b["input"]["file_path"])
+        else b["input"]["file_path"]
+        for m in transcript
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if b.get("type") == "tool_use" and b["name"] == "read" and b["id"] in read_ok
+    }
     texts = {p for p, row in survey_rows(final, job).items() if row[1] == "text"}
     assert paths and texts == paths
     assert len(paths) < len(list((STDLIB / "email").rglob("*.py")))  # it really was cut short
@@ -56,7 +71,9 @@ def test_a_job_stopped_by_a_limit_reports_what_it_had(tmp_path: Path, limits: st
     if status == "max_turns":
         assert metrics["turns"] == 4  # the report's call came out of the limit, not on top of it
     else:
-        assert metrics["cost_usd"] <= float(limits.split("=")[1])  # the reserve kept the report inside the budget
+        assert metrics["cost_usd"] <= float(
+            limits.split("=")[1]
+        )  # the reserve kept the report inside the budget
     events, _ = read_jsonl(job / "events.jsonl")
     assert [e["stage"] for e in events if e["stage"] == "last_call"] == ["last_call"]
 
@@ -66,8 +83,14 @@ def test_a_timed_out_api_job_writes_its_report(tmp_path: Path) -> None:
     # tenth of the timeout kept for it (0.8 s)
     with running_emulator(EmulatorConfig(latency=Latency(seconds=0.5))) as emu:
         # a real process: the emulator in this one must not share its interpreter with the timed job
-        done, job = _run(run_cli_process, tmp_path, "timeout_s = 8.0", backend="anthropic", ANTHROPIC_BASE_URL=emu.base_url,
-                         ANTHROPIC_API_KEY="emulator")
+        done, job = _run(
+            run_cli_process,
+            tmp_path,
+            "timeout_s = 8.0",
+            backend="anthropic",
+            ANTHROPIC_BASE_URL=emu.base_url,
+            ANTHROPIC_API_KEY="emulator",
+        )
     assert done.returncode == 1, done.stderr
     metrics = json.loads((job / "metrics.json").read_text())
     assert metrics["status"] == "timeout"

@@ -32,7 +32,6 @@ pytestmark = pytest.mark.anyio
 SECRET = "sk-ant-test-9f3c1e77-never-write-me"
 
 
-
 @pytest.fixture(scope="module")
 def server():
     with running_emulator(EmulatorConfig()) as handle:
@@ -40,18 +39,38 @@ def server():
 
 
 def spec(name: str, workspace: Path, tools: tuple[str, ...] = ("read", "glob", "grep"), **limits) -> JobSpec:
-    return JobSpec(name=name, source=Path(f"{name}.toml"), prompt=f"Survey this workspace ({name}).",
-                   workspace=workspace, model="claude-sonnet-5-5", system="You survey code.", tools=tools,
-                   limits=Limits(**{"max_retries": 8, "timeout_s": 120, **limits}))
+    return JobSpec(
+        name=name,
+        source=Path(f"{name}.toml"),
+        prompt=f"Survey this workspace ({name}).",
+        workspace=workspace,
+        model="claude-sonnet-5-5",
+        system="You survey code.",
+        tools=tools,
+        limits=Limits(**{"max_retries": 8, "timeout_s": 120, **limits}),
+    )
 
 
-async def run(server, specs: list[JobSpec], run_dir: Path, concurrency: int, adaptive: AdaptiveLimit | None = None):
-    raw = AnthropicModel(base_url=server.base_url, api_key=SECRET, max_retries=8,
-                         on_rate_limited=adaptive.rate_limited if adaptive else None)
+async def run(
+    server, specs: list[JobSpec], run_dir: Path, concurrency: int, adaptive: AdaptiveLimit | None = None
+):
+    raw = AnthropicModel(
+        base_url=server.base_url,
+        api_key=SECRET,
+        max_retries=8,
+        on_rate_limited=adaptive.rate_limited if adaptive else None,
+    )
     model = AdaptiveModel(raw, adaptive) if adaptive else raw
     summarizer = Summarizer(raw, "claude-haiku-5-5", requests_per_minute=10_000)
-    batch = Batch(run_dir=run_dir, specs=specs, model=model, compactor=Compactor(summarizer),
-                  summary_model="claude-haiku-5-5", concurrency=concurrency, handle_signals=False)
+    batch = Batch(
+        run_dir=run_dir,
+        specs=specs,
+        model=model,
+        compactor=Compactor(summarizer),
+        summary_model="claude-haiku-5-5",
+        concurrency=concurrency,
+        handle_signals=False,
+    )
     try:
         return await run_batch(batch)
     finally:
@@ -62,7 +81,9 @@ def small_workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     ws.mkdir()
     for i in range(6):
-        (ws / f"m{i}.py").write_text(f'"""Module {i}."""\n\n' + "".join(f"def f{j}():\n    return {j}\n" for j in range(i + 2)))
+        (ws / f"m{i}.py").write_text(
+            f'"""Module {i}."""\n\n' + "".join(f"def f{j}():\n    return {j}\n" for j in range(i + 2))
+        )
     return ws
 
 
@@ -81,9 +102,15 @@ async def test_the_client_shards_share_one_tls_context_and_all_answer(server, tm
         assert len({id(c._client._transport.ssl_context) for c in model.clients}) == 1
         assert len({id(c._client) for c in model.clients}) == 4
         ws = small_workspace(tmp_path)
-        batch = Batch(run_dir=tmp_path / "run", specs=[spec(f"j{i}", ws) for i in range(4)],
-                      model=model, compactor=Compactor(Summarizer(model, "claude-haiku-5-5")),
-                      summary_model="claude-haiku-5-5", concurrency=4, handle_signals=False)
+        batch = Batch(
+            run_dir=tmp_path / "run",
+            specs=[spec(f"j{i}", ws) for i in range(4)],
+            model=model,
+            compactor=Compactor(Summarizer(model, "claude-haiku-5-5")),
+            summary_model="claude-haiku-5-5",
+            concurrency=4,
+            handle_signals=False,
+        )
         result = await run_batch(batch)
     finally:
         await model.aclose()
@@ -107,8 +134,12 @@ async def test_multi_turn_job_with_parallel_calls_completes_and_reloads(server, 
 
 
 async def test_twenty_jobs_survive_twenty_percent_faults(server, tmp_path):
-    faults = Faults(rate_limit=Fault(rate=0.05), overloaded=Fault(rate=0.05), server_error=Fault(rate=0.05),
-                    drop=Fault(rate=0.05))
+    faults = Faults(
+        rate_limit=Fault(rate=0.05),
+        overloaded=Fault(rate=0.05),
+        server_error=Fault(rate=0.05),
+        drop=Fault(rate=0.05),
+    )
     server.reconfigure(EmulatorConfig(faults=faults, retry_after_s=0.05, retry_after_ms=True, seed=7))
     ws = small_workspace(tmp_path)
     specs = [spec(f"job{i:02d}", ws) for i in range(20)]
@@ -117,7 +148,8 @@ async def test_twenty_jobs_survive_twenty_percent_faults(server, tmp_path):
     failed = {k: v for k, v in stats["outcomes"].items() if k != "ok"}
     assert sum(failed.values()) >= 20, stats["outcomes"]  # faults really happened
     assert {r.status for r in result.results.values()} == {"succeeded"}, {
-        n: r.error for n, r in result.results.items() if r.status != "succeeded"}
+        n: r.error for n, r in result.results.items() if r.status != "succeeded"
+    }
     for s in specs:
         check_transcript(tmp_path / "run" / s.name)
     print(f"20 jobs: {stats['outcomes']}")
@@ -144,11 +176,21 @@ def test_the_api_key_is_written_nowhere(server, tmp_path):
     (tmp_path / "jobs").mkdir()
     (tmp_path / "jobs" / "survey.toml").write_text(f'workspace = "{ws}"\nprompt = "Survey it."\n')
     (tmp_path / "jobs" / "shell.toml").write_text(
-        f'workspace = "{ws}"\nprompt = "Survey it with a shell."\ntools = ["read", "glob", "grep", "bash"]\n')
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RUNNER_")},
-           "ANTHROPIC_API_KEY": SECRET, "ANTHROPIC_BASE_URL": server.base_url}
-    done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs", "--output-dir", "runs"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=120)
+        f'workspace = "{ws}"\nprompt = "Survey it with a shell."\ntools = ["read", "glob", "grep", "bash"]\n'
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("RUNNER_")},
+        "ANTHROPIC_API_KEY": SECRET,
+        "ANTHROPIC_BASE_URL": server.base_url,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "jobs", "--output-dir", "runs"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert SECRET not in done.stdout + done.stderr
     run_dir = next(p for p in (tmp_path / "runs").iterdir() if not p.is_symlink())

@@ -49,11 +49,9 @@ EMULATOR = "runner.emulator"  # a separate application: it may import the runner
 EMULATOR_ENTRY = {("runner.cli", "runner.emulator.cli")}
 
 # Imports that point up a layer today, each with the fix under way. Nothing else may.
-KNOWN_UPWARD = {
-}
+KNOWN_UPWARD = {}
 # Underscore-private names used across modules today, each with the fix under way.
-KNOWN_PRIVATE = {
-}
+KNOWN_PRIVATE = {}
 # Underscore names that are public API of a library.
 PUBLIC_UNDERSCORE = {"os._exit"}
 
@@ -82,7 +80,7 @@ def _imports(name: str, path: Path, mods: dict[str, Path]) -> Iterator[Import]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             parts = package.split(".")
-            base = ".".join(parts[:len(parts) - node.level + 1]) if node.level else ""
+            base = ".".join(parts[: len(parts) - node.level + 1]) if node.level else ""
             target = ".".join(p for p in (base, node.module or "") if p)
             for alias in node.names:
                 module = f"{target}.{alias.name}"
@@ -98,8 +96,12 @@ def _imports(name: str, path: Path, mods: dict[str, Path]) -> Iterator[Import]:
 
 
 def _ours(mods: dict[str, Path]) -> list[Import]:
-    return [i for name, path in sorted(mods.items()) for i in _imports(name, path, mods)
-            if i.imported in mods and i.imported != i.importer]
+    return [
+        i
+        for name, path in sorted(mods.items())
+        for i in _imports(name, path, mods)
+        if i.imported in mods and i.imported != i.importer
+    ]
 
 
 def _layer(module: str) -> int | None:
@@ -140,9 +142,13 @@ def test_imports_point_down_the_layers() -> None:
 
 
 def test_nothing_in_the_runner_imports_the_emulator() -> None:
-    into = [f"{i.importer} -> {i.imported}, line {i.line}" for i in _ours(_modules())
-            if _in_emulator(i.imported) and not _in_emulator(i.importer)
-            and (i.importer, i.imported) not in EMULATOR_ENTRY]
+    into = [
+        f"{i.importer} -> {i.imported}, line {i.line}"
+        for i in _ours(_modules())
+        if _in_emulator(i.imported)
+        and not _in_emulator(i.importer)
+        and (i.importer, i.imported) not in EMULATOR_ENTRY
+    ]
     assert not into, "the runner imports the emulator:\n" + "\n".join(into)
 
 
@@ -190,7 +196,7 @@ def test_no_import_cycle_between_our_modules() -> None:
 
     def visit(name: str, path: list[str]) -> None:
         if name in path:
-            raise AssertionError("import cycle: " + " -> ".join(path[path.index(name):] + [name]))
+            raise AssertionError("import cycle: " + " -> ".join(path[path.index(name) :] + [name]))
         if name in done:
             return
         for target in sorted(edges[name]):

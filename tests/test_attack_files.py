@@ -60,8 +60,9 @@ class Swapper:
     """A process exchanging ``ws/d`` (a real directory) and ``ws/x`` (a symlink) until stopped."""
 
     def __init__(self, ws: Path):
-        self.process = subprocess.Popen([sys.executable, "-c", SWAPPER, str(ws / "d"), str(ws / "x"), "60",
-                                         str(RENAMEAT2)])
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", SWAPPER, str(ws / "d"), str(ws / "x"), "60", str(RENAMEAT2)]
+        )
 
     def stop(self) -> None:
         self.process.kill()
@@ -112,13 +113,17 @@ def tally(results: list[dict], secret: str) -> dict[str, int]:
 
 @needs_renameat2
 @pytest.mark.parametrize("lookup", ["openat2", "walk"])
-async def test_reads_through_a_swapped_symlink_never_leave_the_workspace(tmp_path, store, monkeypatch, lookup):
+async def test_reads_through_a_swapped_symlink_never_leave_the_workspace(
+    tmp_path, store, monkeypatch, lookup
+):
     monkeypatch.setattr(beneath, "use_openat2", lookup == "openat2")
     ws, _ = race_tree(tmp_path)
     swapper = Swapper(ws)
     try:
         async with Toolset(str(ws), ("read",), store) as tools:
-            results = await batches(tools, [call("read", {"file_path": "d/secret.txt"}, f"r{i}") for i in range(5000)])
+            results = await batches(
+                tools, [call("read", {"file_path": "d/secret.txt"}, f"r{i}") for i in range(5000)]
+            )
     finally:
         swapper.stop()
     counts = tally(results, OUTSIDE)
@@ -135,7 +140,9 @@ async def test_a_swap_to_proc_self_never_reads_the_runners_environment(tmp_path,
     swapper = Swapper(ws)
     try:
         async with Toolset(str(ws), ("read",), store) as tools:
-            results = await batches(tools, [call("read", {"file_path": "d/environ"}, f"e{i}") for i in range(5000)])
+            results = await batches(
+                tools, [call("read", {"file_path": "d/environ"}, f"e{i}") for i in range(5000)]
+            )
     finally:
         swapper.stop()
     counts = tally(results, canary)
@@ -153,16 +160,34 @@ async def test_writes_through_a_swapped_symlink_create_nothing_outside(tmp_path,
     swapper = Swapper(ws)
     try:
         async with Toolset(str(ws), ("read", "write", "edit"), store) as tools:
-            results = await batches(tools, [call("write", {"file_path": "d/new.txt", "content": f"{INSIDE}\n"},
-                                                 f"w{i}") for i in range(2000)], size=1)
-            edits = await batches(tools, [call("edit", {"file_path": "d/secret.txt", "old_string": INSIDE,
-                                                        "new_string": INSIDE}, f"x{i}") for i in range(500)], size=1)
+            results = await batches(
+                tools,
+                [
+                    call("write", {"file_path": "d/new.txt", "content": f"{INSIDE}\n"}, f"w{i}")
+                    for i in range(2000)
+                ],
+                size=1,
+            )
+            edits = await batches(
+                tools,
+                [
+                    call(
+                        "edit",
+                        {"file_path": "d/secret.txt", "old_string": INSIDE, "new_string": INSIDE},
+                        f"x{i}",
+                    )
+                    for i in range(500)
+                ],
+                size=1,
+            )
     finally:
         swapper.stop()
     wrote = sum(1 for r in results if not r.get("is_error"))
     refused = sum(1 for r in results if r.get("is_error") and "outside" in text(r))
-    print(f"write race ({lookup}): attempted {len(results)}, wrote {wrote}, refused {refused}; "
-          f"edit: {sum(1 for r in edits if not r.get('is_error'))} edited")
+    print(
+        f"write race ({lookup}): attempted {len(results)}, wrote {wrote}, refused {refused}; "
+        f"edit: {sum(1 for r in edits if not r.get('is_error'))} edited"
+    )
     assert sorted(os.listdir(outside)) == ["outside-only.txt", "secret.txt"]  # nothing created outside
     assert (outside / "secret.txt").read_text() == f"{OUTSIDE}\n"
     assert wrote > 0 and refused > 0, (wrote, refused)
@@ -177,10 +202,16 @@ async def test_grep_and_glob_over_a_swapped_symlink_never_list_outside(tmp_path,
     swapper = Swapper(ws)
     try:
         async with Toolset(str(ws), ("glob", "grep"), store) as tools:
-            globs = await batches(tools, [call("glob", {"pattern": "*", "path": "d"}, f"g{i}") for i in range(1500)]
-                                  + [call("glob", {"pattern": "d/*"}, f"h{i}") for i in range(1500)])
-            greps = await batches(tools, [call("grep", {"pattern": "MARKER|TEXT", "path": "d"}, f"p{i}")
-                                          for i in range(150)], size=10)
+            globs = await batches(
+                tools,
+                [call("glob", {"pattern": "*", "path": "d"}, f"g{i}") for i in range(1500)]
+                + [call("glob", {"pattern": "d/*"}, f"h{i}") for i in range(1500)],
+            )
+            greps = await batches(
+                tools,
+                [call("grep", {"pattern": "MARKER|TEXT", "path": "d"}, f"p{i}") for i in range(150)],
+                size=10,
+            )
     finally:
         swapper.stop()
     for results in (globs, greps):
@@ -188,12 +219,15 @@ async def test_grep_and_glob_over_a_swapped_symlink_never_list_outside(tmp_path,
     listed = sum(1 for r in globs if "secret.txt" in text(r))
     found = sum(1 for r in greps if INSIDE in text(r))
     refused = sum(1 for r in globs + greps if r.get("is_error") and "outside" in text(r))
-    print(f"glob race: {len(globs)} calls, {listed} listed d; grep race: {len(greps)} calls, {found} found; "
-          f"{refused} refused")
+    print(
+        f"glob race: {len(globs)} calls, {listed} listed d; grep race: {len(greps)} calls, {found} found; "
+        f"{refused} refused"
+    )
     assert listed > 0 and found > 0 and refused > 0
 
 
 # --- a regular expression that never ends ---------------------------------------------------------
+
 
 def grep_workers() -> list[int]:
     """This process's children running the grep worker."""
@@ -304,8 +338,9 @@ async def test_a_bad_input_is_an_error_result(tmp_path, store, name, args):
     ws.mkdir()
     (ws / "f.txt").write_text("one\ntwo\nthree\n")
     (ws / "big.txt").write_text("row\n" * 100_000)
-    async with Toolset(str(ws), ("read", "write", "edit", "glob", "grep", "bash"), store,
-                       Limits(sandbox="none")) as tools:
+    async with Toolset(
+        str(ws), ("read", "write", "edit", "glob", "grep", "bash"), store, Limits(sandbox="none")
+    ) as tools:
         result = await tools.run(call(name, args))
     assert result.get("is_error") is True, result
     body = text(result)
@@ -323,7 +358,9 @@ async def test_huge_numbers_and_lone_surrogates_that_mean_something_are_answered
         wrote = await tools.run(call("write", {"file_path": "s.txt", "content": "a\ud800b"}, "t2"))
         grep = await tools.run(call("grep", {"pattern": "\ud800"}, "t3"))
         recall = await tools.run(call("recall", {"path": rel, "offset": 10**30}, "t4"))
-        recall_huge = await tools.run(call("recall", {"path": rel, "offset": 10**400, "limit": 10**400}, "t5"))
+        recall_huge = await tools.run(
+            call("recall", {"path": rel, "offset": 10**400, "limit": 10**400}, "t5")
+        )
         capped = await tools.run(call("bash", {"command": "echo hi", "timeout_ms": 10**400}, "t6"))
     assert to_end["content"] == "two\nthree\n"
     assert not wrote.get("is_error") and (ws / "s.txt").read_bytes() == b"a\\ud800b"
@@ -334,6 +371,7 @@ async def test_huge_numbers_and_lone_surrogates_that_mean_something_are_answered
 
 
 # --- a tree deeper than a path can name -----------------------------------------------------------
+
 
 async def test_a_directory_deeper_than_the_path_limit_is_skipped_not_a_failure(tmp_path, store):
     ws = tmp_path / "ws"
@@ -359,6 +397,7 @@ async def test_a_directory_deeper_than_the_path_limit_is_skipped_not_a_failure(t
 
 # --- links inside the workspace keep working ------------------------------------------------------
 
+
 @pytest.mark.parametrize("lookup", ["openat2", "walk"])
 async def test_symlinks_that_stay_inside_work(tmp_path, store, monkeypatch, lookup):
     monkeypatch.setattr(beneath, "use_openat2", lookup == "openat2")
@@ -370,11 +409,14 @@ async def test_symlinks_that_stay_inside_work(tmp_path, store, monkeypatch, look
     (ws / "file-link.py").symlink_to("real/sub/f.py")
     (ws / "real" / "up").symlink_to("../rel-link")
     async with Toolset(str(ws), ("read", "write", "edit", "glob", "grep"), store) as tools:
-        reads = [await tools.run(call("read", {"file_path": p}, f"r{i}")) for i, p in
-                 enumerate(["rel-link/f.py", "abs-link/sub/f.py", "file-link.py", "real/up/f.py"])]
+        reads = [
+            await tools.run(call("read", {"file_path": p}, f"r{i}"))
+            for i, p in enumerate(["rel-link/f.py", "abs-link/sub/f.py", "file-link.py", "real/up/f.py"])
+        ]
         wrote = await tools.run(call("write", {"file_path": "file-link.py", "content": "x = 2\n"}, "w"))
-        edited = await tools.run(call("edit", {"file_path": "rel-link/f.py", "old_string": "2", "new_string": "3"},
-                                      "e"))
+        edited = await tools.run(
+            call("edit", {"file_path": "rel-link/f.py", "old_string": "2", "new_string": "3"}, "e")
+        )
         globbed = await tools.run(call("glob", {"pattern": "rel-link/*.py"}, "g"))
         grepped = await tools.run(call("grep", {"pattern": "x =", "path": "rel-link"}, "p"))
     for result in reads:
@@ -387,6 +429,7 @@ async def test_symlinks_that_stay_inside_work(tmp_path, store, monkeypatch, look
 
 async def test_without_openat2_the_walk_takes_over(tmp_path, store, monkeypatch):
     """A kernel before 5.6 answers ENOSYS: the first call says so, and every lookup after it walks."""
+
     def enosys(*args: object) -> int:
         raise OSError(errno.ENOSYS, "Function not implemented")
 

@@ -38,8 +38,10 @@ from runner.ui.tables import narrow_table
 from runner.ui.terminal import json_printable, printable
 
 # a window title, a clickable link, cursor up and erase line, an 8-bit CSI, rich markup and a bidi override
-HOSTILE = ("\x1b]0;PWNED\x07\x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\\x1b[1A\x1b[2K"
-           "\x9b31m[red]x[/red]\u202e")
+HOSTILE = (
+    "\x1b]0;PWNED\x07\x1b]8;;http://evil.example/\x1b\\click\x1b]8;;\x1b\\\x1b[1A\x1b[2K"
+    "\x9b31m[red]x[/red]\u202e"
+)
 NAME = "\x1b]0;PWNED\x07\x1b[1A\x1b[2K\x9b31m[red]x\u202e"  # the same in a file name (no slash)
 RAW = ("\x1b", "\x07", "\x9b", "\u202e")
 
@@ -51,9 +53,22 @@ def assert_no_raw(text: str) -> None:
 
 # -- the one function -------------------------------------------------------------------------------
 
+
 def test_printable_escapes_every_control_character_and_nothing_else() -> None:
-    unsafe = [*range(0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A),
-              0x200E, 0x200F, 0x061C, 0x2028, 0x2029, 0xD800, 0xDFFF]
+    unsafe = [
+        *range(0x20),
+        0x7F,
+        *range(0x80, 0xA0),
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+        0x200E,
+        0x200F,
+        0x061C,
+        0x2028,
+        0x2029,
+        0xD800,
+        0xDFFF,
+    ]
     for code in unsafe:
         shown = printable(f"a{chr(code)}b")
         assert shown == "a" + (f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}") + "b", hex(code)
@@ -72,6 +87,7 @@ def test_printable_escapes_every_control_character_and_nothing_else() -> None:
 
 
 # -- a stub Messages API ----------------------------------------------------------------------------
+
 
 @contextmanager
 def stub_api(answer: Callable[[int, dict[str, Any]], tuple[int, str, bytes]]) -> Iterator[str]:
@@ -111,14 +127,28 @@ def stub_api(answer: Callable[[int, dict[str, Any]], tuple[int, str, bytes]]) ->
 
 def reply(content: list[dict[str, Any]], stop: str) -> bytes:
     """A Messages reply as JSON with ASCII escapes (so a lone surrogate goes out as ``\\ud800``)."""
-    return json.dumps({"id": "msg_stub", "type": "message", "role": "assistant", "model": "claude-sonnet-5-5",
-                       "content": content, "stop_reason": stop, "stop_sequence": None,
-                       "usage": {"input_tokens": 100, "output_tokens": 20}}).encode("ascii")
+    return json.dumps(
+        {
+            "id": "msg_stub",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-5-5",
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 100, "output_tokens": 20},
+        }
+    ).encode("ascii")
 
 
 def runner(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=runner_env(**env),
-                          capture_output=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *args],
+        cwd=cwd,
+        env=runner_env(**env),
+        capture_output=True,
+        timeout=120,
+    )
 
 
 def project(tmp_path: Path, name: str = "j") -> Path:
@@ -131,12 +161,22 @@ def project(tmp_path: Path, name: str = "j") -> Path:
 
 # -- escapes reach no terminal ----------------------------------------------------------------------
 
+
 def test_an_api_error_and_a_file_name_carrying_escapes_are_printed_escaped(tmp_path: Path) -> None:
     project(tmp_path)
     (tmp_path / "jobs" / f"bad{NAME}.toml").write_text('prompt = "p"\nworkspace = "../ws"\n')
     with stub_api(lambda n, body: (400, "text/plain", HOSTILE.encode())) as url:
-        done = runner("run", "jobs", "--output-dir", "runs", "--backend", "anthropic", cwd=tmp_path,
-                      ANTHROPIC_API_KEY="stub", ANTHROPIC_BASE_URL=url)
+        done = runner(
+            "run",
+            "jobs",
+            "--output-dir",
+            "runs",
+            "--backend",
+            "anthropic",
+            cwd=tmp_path,
+            ANTHROPIC_API_KEY="stub",
+            ANTHROPIC_BASE_URL=url,
+        )
     stdout, stderr = done.stdout.decode(), done.stderr.decode()
     assert done.returncode == 1, stderr
     assert_no_raw(stdout + stderr)
@@ -159,8 +199,18 @@ def test_an_api_error_and_a_file_name_carrying_escapes_are_printed_escaped(tmp_p
 
 
 def rows() -> list[dict[str, Any]]:
-    return [{"job": f"j{HOSTILE}", "status": f"failed{HOSTILE}", "turns": 1, "error": HOSTILE,
-             "compactions": {HOSTILE: 1}, "usage": {}, "cost_usd": 0.0, "wall_s": 0.0}]
+    return [
+        {
+            "job": f"j{HOSTILE}",
+            "status": f"failed{HOSTILE}",
+            "turns": 1,
+            "error": HOSTILE,
+            "compactions": {HOSTILE: 1},
+            "usage": {},
+            "cost_usd": 0.0,
+            "wall_s": 0.0,
+        }
+    ]
 
 
 def terminal() -> Console:
@@ -216,9 +266,9 @@ WORKSPACES: dict[str, Callable[[Path], str]] = {
 
 @pytest.mark.parametrize("command", ["validate", "run"])
 @pytest.mark.parametrize("case", list(WORKSPACES))
-def test_a_workspace_over_the_run_directory_or_the_system_is_refused(tmp_path: Path, capsys: Any,
-                                                                       monkeypatch: Any, case: str,
-                                                                       command: str) -> None:
+def test_a_workspace_over_the_run_directory_or_the_system_is_refused(
+    tmp_path: Path, capsys: Any, monkeypatch: Any, case: str, command: str
+) -> None:
     monkeypatch.chdir(tmp_path)
     for key in ("ANTHROPIC_API_KEY", "RUNNER_OUTPUT_DIR"):
         monkeypatch.delenv(key, raising=False)
@@ -247,6 +297,7 @@ def test_a_workspace_beside_the_output_directory_or_below_a_home_is_fine() -> No
 
 
 # -- view --serve -----------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory: Any) -> Path:
@@ -292,8 +343,11 @@ def get(port: int, path: str, host: str | None = None) -> Answer:
         connection.putheader("Host", host or f"127.0.0.1:{port}")
         connection.endheaders()
         response = connection.getresponse()
-        return Answer(response.status, {k.lower(): v for k, v in response.getheaders()},
-                      response.read().decode("utf-8", "replace"))
+        return Answer(
+            response.status,
+            {k.lower(): v for k, v in response.getheaders()},
+            response.read().decode("utf-8", "replace"),
+        )
     finally:
         connection.close()
 
@@ -319,12 +373,20 @@ def test_serve_answers_only_loopback_hosts_serves_only_its_pages_and_sends_a_csp
         assert script is not None
         digest = base64.b64encode(hashlib.sha256(script.group(1).encode()).digest()).decode()
         assert f"script-src 'sha256-{digest}'" in csp  # the index's own script, and only it
-        assert f"'sha256-{digest}'" in html.unescape(index.text)  # the same policy in the page, opened from disk
+        assert f"'sha256-{digest}'" in html.unescape(
+            index.text
+        )  # the same policy in the page, opened from disk
         assert 'http-equiv="Content-Security-Policy"' in index.text
         page = get(port, "/view/j.html")
         assert page.status_code == 200 and page.headers["content-security-policy"] == csp
 
-        for planted in ("/pwn.html", "/j/pwn.html", "/run.json/../pwn.html", "/j/../pwn.html", "/latest/j/final.md"):
+        for planted in (
+            "/pwn.html",
+            "/j/pwn.html",
+            "/run.json/../pwn.html",
+            "/j/../pwn.html",
+            "/latest/j/final.md",
+        ):
             assert get(port, planted).status_code == 404, planted
         transcript = get(port, "/j/transcript.jsonl")
         assert transcript.status_code == 200 and transcript.headers["content-type"].startswith("text/plain")
@@ -345,21 +407,48 @@ def test_the_written_pages_carry_the_csp(finished_run: Path, capsys: Any) -> Non
 
 # -- bad inputs are errors, not crashes -------------------------------------------------------------
 
+
 def test_a_lone_surrogate_in_a_tool_input_is_written_and_reloads(tmp_path: Path) -> None:
     project(tmp_path)
 
     def answer(n: int, body: dict[str, Any]) -> tuple[int, str, bytes]:
         if n == 1:
-            return 200, "application/json", reply([
-                {"type": "text", "text": "looking \ud800"},
-                {"type": "tool_use", "id": "toolu_1", "name": "grep", "input": {"pattern": "x\ud800"}},
-                {"type": "tool_use", "id": "toolu_2", "name": "read", "input": {"file_path": "\ud800.py"}}],
-                "tool_use")
+            return (
+                200,
+                "application/json",
+                reply(
+                    [
+                        {"type": "text", "text": "looking \ud800"},
+                        {
+                            "type": "tool_use",
+                            "id": "toolu_1",
+                            "name": "grep",
+                            "input": {"pattern": "x\ud800"},
+                        },
+                        {
+                            "type": "tool_use",
+                            "id": "toolu_2",
+                            "name": "read",
+                            "input": {"file_path": "\ud800.py"},
+                        },
+                    ],
+                    "tool_use",
+                ),
+            )
         return 200, "application/json", reply([{"type": "text", "text": "# Report\n\nDone."}], "end_turn")
 
     with stub_api(answer) as url:
-        done = runner("run", "jobs", "--output-dir", "runs", "--backend", "anthropic", cwd=tmp_path,
-                      ANTHROPIC_API_KEY="stub", ANTHROPIC_BASE_URL=url)
+        done = runner(
+            "run",
+            "jobs",
+            "--output-dir",
+            "runs",
+            "--backend",
+            "anthropic",
+            cwd=tmp_path,
+            ANTHROPIC_API_KEY="stub",
+            ANTHROPIC_BASE_URL=url,
+        )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     assert b"Traceback" not in done.stderr
     job = tmp_path / "runs" / "latest" / "j"
@@ -367,10 +456,17 @@ def test_a_lone_surrogate_in_a_tool_input_is_written_and_reloads(tmp_path: Path)
     (job / "transcript.jsonl").read_bytes().decode("utf-8")  # valid UTF-8 throughout
     records, problems = read_jsonl(job / "transcript.jsonl")
     assert not problems
-    uses = [b for m in records if isinstance(m.get("content"), list) for b in m["content"]
-            if b.get("type") == "tool_use"]
-    assert {u["id"]: u["input"] for u in uses} == {"toolu_1": {"pattern": "x\ud800"},
-                                                  "toolu_2": {"file_path": "\ud800.py"}}
+    uses = [
+        b
+        for m in records
+        if isinstance(m.get("content"), list)
+        for b in m["content"]
+        if b.get("type") == "tool_use"
+    ]
+    assert {u["id"]: u["input"] for u in uses} == {
+        "toolu_1": {"pattern": "x\ud800"},
+        "toolu_2": {"file_path": "\ud800.py"},
+    }
 
 
 def deep_toml(path: Path, prefix: str) -> None:
@@ -400,14 +496,17 @@ def test_a_config_nested_200000_deep_is_one_error_line(tmp_path: Path) -> None:
         stderr = done.stderr.decode()
         assert done.returncode == 2 and "Traceback" not in stderr, stderr[-2000:]
         errors = [line for line in stderr.splitlines() if line.strip()]
-        assert errors == ["error: config.toml: cannot parse: nested too deeply (expected a task or config file "
-                          "of ordinary depth)"], errors
+        assert errors == [
+            "error: config.toml: cannot parse: nested too deeply (expected a task or config file "
+            "of ordinary depth)"
+        ], errors
 
 
 def test_resume_refuses_a_job_json_whose_workspace_holds_the_run(tmp_path: Path) -> None:
     project(tmp_path)
-    (tmp_path / "jobs" / "j.toml").write_text('prompt = "Run the tests."\nworkspace = "../ws"\ntools = ["bash"]\n'
-                                              '[limits]\nsandbox = "none"\n')
+    (tmp_path / "jobs" / "j.toml").write_text(
+        'prompt = "Run the tests."\nworkspace = "../ws"\ntools = ["bash"]\n[limits]\nsandbox = "none"\n'
+    )
     done = runner("run", "jobs", "--output-dir", "runs", "--backend", "offline", cwd=tmp_path)
     assert done.returncode == 1, done.stderr  # the offline model cannot run tests: the job failed
     run_dir = (tmp_path / "runs" / "latest").resolve()

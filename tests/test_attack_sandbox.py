@@ -22,8 +22,10 @@ from conftest import scripted_job
 from runner.tools import sandbox
 from runner.tools.sandbox import MAX_PROCESSES, SANDBOX_UID, TMP_BYTES, bwrap_problem, run_command
 
-pytestmark = [pytest.mark.anyio,
-              pytest.mark.skipif(bwrap_problem() is not None, reason=f"bwrap cannot start: {bwrap_problem()}")]
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(bwrap_problem() is not None, reason=f"bwrap cannot start: {bwrap_problem()}"),
+]
 ROOT = os.geteuid() == 0
 PYTHON = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else None
 
@@ -44,10 +46,17 @@ def workspace(tmp_path: Path) -> Path:
     return ws
 
 
-async def sh(command: str, workspace: Path, *, writable: bool = False, network: bool = False,
-             timeout_s: float = 30) -> sandbox.CommandResult:
-    return await run_command(command, workspace=str(workspace), writable=writable, network=network,
-                             sandbox="bwrap", timeout_s=timeout_s)
+async def sh(
+    command: str, workspace: Path, *, writable: bool = False, network: bool = False, timeout_s: float = 30
+) -> sandbox.CommandResult:
+    return await run_command(
+        command,
+        workspace=str(workspace),
+        writable=writable,
+        network=network,
+        sandbox="bwrap",
+        timeout_s=timeout_s,
+    )
 
 
 def host_processes(marker: str) -> list[str]:
@@ -62,7 +71,9 @@ async def test_the_command_is_never_root(workspace):
 
     async def look() -> None:
         for _ in range(50):
-            done = subprocess.run(["ps", "-ww", "-eo", "uid=,args="], capture_output=True, text=True, check=True)
+            done = subprocess.run(
+                ["ps", "-ww", "-eo", "uid=,args="], capture_output=True, text=True, check=True
+            )
             seen.extend(line.split()[0] for line in done.stdout.splitlines() if f"sleep {marker}" in line)
             if seen:
                 return
@@ -70,9 +81,12 @@ async def test_the_command_is_never_root(workspace):
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(look)
-        done = await sh(f"id -u; id -g; grep -E '^Cap(Eff|Prm|Bnd)|NoNewPrivs|^Seccomp:' /proc/self/status; "
-                        f"sleep {marker} & sleep 0.1; while [ -z \"$(ls /tmp/stop 2>/dev/null)\" ]; do "
-                        "sleep 0.1; [ $SECONDS -gt 5 ] && break; done; kill %1", workspace)
+        done = await sh(
+            f"id -u; id -g; grep -E '^Cap(Eff|Prm|Bnd)|NoNewPrivs|^Seccomp:' /proc/self/status; "
+            f'sleep {marker} & sleep 0.1; while [ -z "$(ls /tmp/stop 2>/dev/null)" ]; do '
+            "sleep 0.1; [ $SECONDS -gt 5 ] && break; done; kill %1",
+            workspace,
+        )
     words = " ".join(done.output.split())
     assert words.startswith("1000 1000")
     assert "CapEff: 0000000000000000" in words and "CapBnd: 0000000000000000" in words
@@ -145,7 +159,9 @@ async def test_a_fork_bomb_ends_at_its_limits_and_leaves_the_host_alone(workspac
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(watch)
-        done = await sh(f"{name}() {{ {name} | {name} & }}; {name}; sleep 2; echo still-here", workspace, timeout_s=4)
+        done = await sh(
+            f"{name}() {{ {name} | {name} & }}; {name}; sleep 2; echo still-here", workspace, timeout_s=4
+        )
         tg.cancel_scope.cancel()
     assert "Resource temporarily unavailable" in done.output or "retry" in done.output
     assert 0 < peak <= MAX_PROCESSES + 8, peak  # bwrap and its init besides the call's own
@@ -154,12 +170,15 @@ async def test_a_fork_bomb_ends_at_its_limits_and_leaves_the_host_alone(workspac
 
 
 async def test_filling_the_writable_mounts_stops_at_their_size(workspace):
-    done = await sh("dd if=/dev/zero of=/tmp/fill bs=1M count=3000 2>&1 | grep -c 'No space left'; "
-                    "stat -c size=%s /tmp/fill; "
-                    "dd if=/dev/zero of=/dev/shm/fill bs=1M count=3000 2>&1 | grep -c 'No space left'; "
-                    "stat -c size=%s /dev/shm/fill; "
-                    "for d in / /home /root /var /run /dev /etc; do touch $d/x 2>/dev/null && echo wrote=$d; done; "
-                    "echo end", workspace)
+    done = await sh(
+        "dd if=/dev/zero of=/tmp/fill bs=1M count=3000 2>&1 | grep -c 'No space left'; "
+        "stat -c size=%s /tmp/fill; "
+        "dd if=/dev/zero of=/dev/shm/fill bs=1M count=3000 2>&1 | grep -c 'No space left'; "
+        "stat -c size=%s /dev/shm/fill; "
+        "for d in / /home /root /var /run /dev /etc; do touch $d/x 2>/dev/null && echo wrote=$d; done; "
+        "echo end",
+        workspace,
+    )
     lines = done.output.split()
     assert lines[0] == "1" and lines[2] == "1", done.output  # both writes stopped by a full file system
     sizes = [int(word.removeprefix("size=")) for word in lines if word.startswith("size=")]
@@ -169,22 +188,51 @@ async def test_filling_the_writable_mounts_stops_at_their_size(workspace):
 
 @pytest.mark.skipif(PYTHON is None, reason="no /usr/bin/python3 to make raw system calls with")
 async def test_seccomp_denies_the_dangerous_calls(workspace):
-    calls = {"ptrace": 101, "keyctl": 250, "add_key": 248, "bpf": 321, "perf_event_open": 298,
-             "userfaultfd": 323, "io_uring_setup": 425, "init_module": 175, "kexec_load": 246,
-             "mount": 165, "unshare": 272, "open_by_handle_at": 304} if sandbox.seccomp.native_arch() == "x86_64" \
-        else {"ptrace": 117, "keyctl": 219, "add_key": 217, "bpf": 280, "perf_event_open": 241,
-              "userfaultfd": 282, "io_uring_setup": 425, "init_module": 105, "kexec_load": 104,
-              "mount": 40, "unshare": 97, "open_by_handle_at": 265}
-    script = ("import ctypes, os, socket\n"
-              "libc = ctypes.CDLL(None, use_errno=True)\n"
-              f"for name, nr in {calls!r}.items():\n"
-              "    r = libc.syscall(nr, 0, 0, 0, 0, 0)\n"
-              "    print(name, r, ctypes.get_errno())\n"
-              "try:\n"
-              "    socket.socket(socket.AF_UNIX); print('unix allowed')\n"
-              "except PermissionError: print('unix denied')\n"
-              "r = libc.syscall(" + str(sandbox.seccomp.CLONE[sandbox.seccomp.native_arch()]) + ", 0x10000000 | 17, 0, 0, 0, 0)\n"
-              "print('clone_newuser', r, ctypes.get_errno())\n")
+    calls = (
+        {
+            "ptrace": 101,
+            "keyctl": 250,
+            "add_key": 248,
+            "bpf": 321,
+            "perf_event_open": 298,
+            "userfaultfd": 323,
+            "io_uring_setup": 425,
+            "init_module": 175,
+            "kexec_load": 246,
+            "mount": 165,
+            "unshare": 272,
+            "open_by_handle_at": 304,
+        }
+        if sandbox.seccomp.native_arch() == "x86_64"
+        else {
+            "ptrace": 117,
+            "keyctl": 219,
+            "add_key": 217,
+            "bpf": 280,
+            "perf_event_open": 241,
+            "userfaultfd": 282,
+            "io_uring_setup": 425,
+            "init_module": 105,
+            "kexec_load": 104,
+            "mount": 40,
+            "unshare": 97,
+            "open_by_handle_at": 265,
+        }
+    )
+    script = (
+        "import ctypes, os, socket\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        f"for name, nr in {calls!r}.items():\n"
+        "    r = libc.syscall(nr, 0, 0, 0, 0, 0)\n"
+        "    print(name, r, ctypes.get_errno())\n"
+        "try:\n"
+        "    socket.socket(socket.AF_UNIX); print('unix allowed')\n"
+        "except PermissionError: print('unix denied')\n"
+        "r = libc.syscall("
+        + str(sandbox.seccomp.CLONE[sandbox.seccomp.native_arch()])
+        + ", 0x10000000 | 17, 0, 0, 0, 0)\n"
+        "print('clone_newuser', r, ctypes.get_errno())\n"
+    )
     (workspace / "probe.py").write_text(script)
     closed = await sh(f"{PYTHON} probe.py; unshare -U true; echo unshare=$?", workspace)
     opened = await sh(f"{PYTHON} probe.py", workspace, network=True)
@@ -201,8 +249,10 @@ async def test_a_unix_socket_in_the_workspace_is_unreachable_without_network(wor
     server.bind(str(path))
     server.listen(1)
     server.settimeout(0.1)
-    (workspace / "connect.py").write_text("import socket\ns = socket.socket(socket.AF_UNIX)\n"
-                                          "s.connect('host.sock'); s.sendall(b'hello'); print('connected')\n")
+    (workspace / "connect.py").write_text(
+        "import socket\ns = socket.socket(socket.AF_UNIX)\n"
+        "s.connect('host.sock'); s.sendall(b'hello'); print('connected')\n"
+    )
     try:
         done = await sh(f"{PYTHON} connect.py 2>&1 | tail -1", workspace)
         try:
@@ -218,8 +268,10 @@ async def test_a_unix_socket_in_the_workspace_is_unreachable_without_network(wor
 
 async def test_seccomp_tables_match_this_machines_headers():
     arch = sandbox.seccomp.native_arch()
-    header = {"x86_64": "/usr/include/x86_64-linux-gnu/asm/unistd_64.h",
-              "aarch64": "/usr/include/asm-generic/unistd.h"}.get(arch)
+    header = {
+        "x86_64": "/usr/include/x86_64-linux-gnu/asm/unistd_64.h",
+        "aarch64": "/usr/include/asm-generic/unistd.h",
+    }.get(arch)
     if header is None or not os.path.exists(header):
         pytest.skip(f"no kernel headers to check the {arch} table against")
     defined = {}
@@ -227,8 +279,12 @@ async def test_seccomp_tables_match_this_machines_headers():
         parts = line.split()
         if len(parts) == 3 and parts[0] == "#define" and parts[1].startswith("__NR_") and parts[2].isdigit():
             defined[parts[1][5:]] = int(parts[2])
-    table = {**sandbox.seccomp.DENIED[arch], "clone": sandbox.seccomp.CLONE[arch],
-             "clone3": sandbox.seccomp.CLONE3[arch], "socket": sandbox.seccomp.SOCKET[arch]}
+    table = {
+        **sandbox.seccomp.DENIED[arch],
+        "clone": sandbox.seccomp.CLONE[arch],
+        "clone3": sandbox.seccomp.CLONE3[arch],
+        "socket": sandbox.seccomp.SOCKET[arch],
+    }
     assert {name: defined.get(name) for name in table} == table
 
 
@@ -247,17 +303,25 @@ async def test_a_hostile_model_through_the_real_sdk_gets_nothing(tmp_path, monke
     before = Path("/proc/sys/kernel/core_pattern").read_text()
     ws = tmp_path / "ws"
     ws.mkdir()
-    attack = ("echo '|/bin/sh -c \"cat /proc/1/environ > /tmp/x\"' > /proc/sys/kernel/core_pattern; "
-              "cat /etc/shadow; cat /proc/1/environ; env; for p in /proc/[0-9]*; do cat $p/environ; done; "
-              "ls /root /home /run /var; echo done")
-    script = [{"content": [{"type": "tool_use", "id": "toolu_a1", "name": "bash", "input": {"command": attack}}],
-               "stop_reason": "tool_use"},
-              {"content": "Finished.", "stop_reason": "end_turn"}]
+    attack = (
+        "echo '|/bin/sh -c \"cat /proc/1/environ > /tmp/x\"' > /proc/sys/kernel/core_pattern; "
+        "cat /etc/shadow; cat /proc/1/environ; env; for p in /proc/[0-9]*; do cat $p/environ; done; "
+        "ls /root /home /run /var; echo done"
+    )
+    script = [
+        {
+            "content": [{"type": "tool_use", "id": "toolu_a1", "name": "bash", "input": {"command": attack}}],
+            "stop_reason": "tool_use",
+        },
+        {"content": "Finished.", "stop_reason": "end_turn"},
+    ]
     session, recorded, lines = await scripted_job(tmp_path, script, tools=("bash",), max_turns=5)
     assert session.record.status == "succeeded", session.record.error
     transcript = json.dumps(lines)
     assert "done" in transcript and "Read-only file system" in transcript  # the command really ran
     assert key not in transcript and key not in str(recorded)
-    assert "root:x" not in transcript and "root:*" not in transcript and "root:!" not in transcript  # no /etc/shadow line
+    assert (
+        "root:x" not in transcript and "root:*" not in transcript and "root:!" not in transcript
+    )  # no /etc/shadow line
     assert "shadow: Permission denied" in transcript
     assert Path("/proc/sys/kernel/core_pattern").read_text() == before

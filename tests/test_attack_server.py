@@ -52,50 +52,85 @@ def fresh(emu):
 
 
 def _request(**kw) -> Request:
-    return Request(model="claude-sonnet-5-5", messages=[{"role": "user", "content": "hi"}], tools=[],
-                   max_tokens=100, **kw)
+    return Request(
+        model="claude-sonnet-5-5",
+        messages=[{"role": "user", "content": "hi"}],
+        tools=[],
+        max_tokens=100,
+        **kw,
+    )
 
 
 def _workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
     for i in range(4):
-        (ws / f"m{i}.py").write_text(f'"""Module {i}."""\n' + "".join(f"def f{j}():\n    return {j}\n" for j in range(30)))
+        (ws / f"m{i}.py").write_text(
+            f'"""Module {i}."""\n' + "".join(f"def f{j}():\n    return {j}\n" for j in range(30))
+        )
     return ws
 
 
 def _spec(name: str, ws: Path, **limits) -> JobSpec:
-    return JobSpec(name=name, source=Path(f"{name}.toml"), prompt=f"Survey this workspace ({name}).", workspace=ws,
-                   model="claude-sonnet-5-5", system=None, tools=("read", "glob", "grep"),
-                   limits=Limits(**{"max_retries": 0, "timeout_s": 60, **limits}))
+    return JobSpec(
+        name=name,
+        source=Path(f"{name}.toml"),
+        prompt=f"Survey this workspace ({name}).",
+        workspace=ws,
+        model="claude-sonnet-5-5",
+        system=None,
+        tools=("read", "glob", "grep"),
+        limits=Limits(**{"max_retries": 0, "timeout_s": 60, **limits}),
+    )
 
 
 async def _run(emu, specs: list[JobSpec], run_dir: Path, max_retries: int = 0):
     raw = AnthropicModel(base_url=emu.base_url, api_key="k", max_retries=max_retries, timeout=20)
     summarizer = Summarizer(raw, "claude-haiku-5-5", requests_per_minute=10_000)
-    batch = Batch(run_dir=run_dir, specs=specs, model=raw, compactor=Compactor(summarizer),
-                  summary_model="claude-haiku-5-5", concurrency=len(specs), handle_signals=False)
+    batch = Batch(
+        run_dir=run_dir,
+        specs=specs,
+        model=raw,
+        compactor=Compactor(summarizer),
+        summary_model="claude-haiku-5-5",
+        concurrency=len(specs),
+        handle_signals=False,
+    )
     try:
         return await run_batch(batch)
     finally:
         await raw.aclose()
 
 
-def _run_cli(tmp_path: Path, emu, jobs: dict[str, str], config: str) -> tuple[subprocess.CompletedProcess[str], int, Path]:
+def _run_cli(
+    tmp_path: Path, emu, jobs: dict[str, str], config: str
+) -> tuple[subprocess.CompletedProcess[str], int, Path]:
     """``runner run`` as a real process on the anthropic backend; its result, its peak RSS in bytes (from
     a small parent that waits for it alone, so RUSAGE_CHILDREN is the runner's) and its run directory."""
     (tmp_path / "jobs").mkdir()
     ws = _workspace(tmp_path)
     for name, extra in jobs.items():
-        (tmp_path / "jobs" / f"{name}.toml").write_text(f'workspace = "{ws}"\nprompt = "Survey ({name})."\n{extra}')
+        (tmp_path / "jobs" / f"{name}.toml").write_text(
+            f'workspace = "{ws}"\nprompt = "Survey ({name})."\n{extra}'
+        )
     (tmp_path / "config.toml").write_text(f'[runner]\nbackend = "anthropic"\n{config}')
-    wrapper = ("import resource, subprocess, sys\n"
-               "code = subprocess.call([sys.executable, '-m', 'runner', 'run', 'jobs', '--output-dir', 'runs'])\n"
-               "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
-               "sys.exit(code)\n")
-    done = subprocess.run([sys.executable, "-c", wrapper], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env=runner_env(ANTHROPIC_BASE_URL=emu.base_url, ANTHROPIC_API_KEY="emulator", COLUMNS="250"))
-    peak = next(int(line.split()[1]) * 1024 for line in done.stderr.splitlines() if line.startswith("PEAK_RSS_KB"))
+    wrapper = (
+        "import resource, subprocess, sys\n"
+        "code = subprocess.call([sys.executable, '-m', 'runner', 'run', 'jobs', '--output-dir', 'runs'])\n"
+        "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", wrapper],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=runner_env(ANTHROPIC_BASE_URL=emu.base_url, ANTHROPIC_API_KEY="emulator", COLUMNS="250"),
+    )
+    peak = next(
+        int(line.split()[1]) * 1024 for line in done.stderr.splitlines() if line.startswith("PEAK_RSS_KB")
+    )
     [run_dir] = [p for p in (tmp_path / "runs").iterdir() if not p.is_symlink()]
     return done, peak, run_dir
 
@@ -106,26 +141,40 @@ def _metrics(run_dir: Path) -> dict[str, dict]:
 
 # --- usage -------------------------------------------------------------------------------------
 
+
 def test_usage_counts_must_be_non_negative_integers_below_the_bound():
     assert usage_from_api({"input_tokens": 5, "output_tokens": None}).input_tokens == 5
-    for bad, field in [({"input_tokens": -1}, "usage.input_tokens = -1"),
-                       ({"output_tokens": -1e9}, "usage.output_tokens = -1000000000.0"),
-                       ({"cache_read_input_tokens": 10**8}, "usage.cache_read_input_tokens = 100000000"),
-                       ({"cache_creation_input_tokens": "12"}, "usage.cache_creation_input_tokens = '12'"),
-                       ({"input_tokens": True}, "usage.input_tokens = True"),
-                       ({"input_tokens": 1.5}, "usage.input_tokens = 1.5"),
-                       ({"iterations": [{"input_tokens": 3}, {"output_tokens": -7}]}, "usage.iterations[1].output_tokens = -7"),
-                       ({"iterations": [{"input_tokens": 6 * 10**7}, {"input_tokens": 6 * 10**7}]}, "total input_tokens"),
-                       ({"iterations": "x"}, "usage.iterations = 'x'")]:
+    for bad, field in [
+        ({"input_tokens": -1}, "usage.input_tokens = -1"),
+        ({"output_tokens": -1e9}, "usage.output_tokens = -1000000000.0"),
+        ({"cache_read_input_tokens": 10**8}, "usage.cache_read_input_tokens = 100000000"),
+        ({"cache_creation_input_tokens": "12"}, "usage.cache_creation_input_tokens = '12'"),
+        ({"input_tokens": True}, "usage.input_tokens = True"),
+        ({"input_tokens": 1.5}, "usage.input_tokens = 1.5"),
+        (
+            {"iterations": [{"input_tokens": 3}, {"output_tokens": -7}]},
+            "usage.iterations[1].output_tokens = -7",
+        ),
+        ({"iterations": [{"input_tokens": 6 * 10**7}, {"input_tokens": 6 * 10**7}]}, "total input_tokens"),
+        ({"iterations": "x"}, "usage.iterations = 'x'"),
+    ]:
         with pytest.raises(InvalidReply, match=re.escape(field)):
             usage_from_api(bad)
 
 
 def test_hostile_usage_fails_its_call_and_never_reaches_a_budget(tmp_path: Path, fresh) -> None:
-    fresh.set_script([{"content": "a", "usage": {"input_tokens": -1e9}},
-                      {"content": "b", "usage": {"output_tokens": 10**12}}])
-    done, _, run_dir = _run_cli(tmp_path, fresh, {"neg": "", "huge": "", "sibling": ""},
-                                "concurrency = 3\nmax_cost_usd = 0.05\n[limits]\nmax_retries = 0\n")
+    fresh.set_script(
+        [
+            {"content": "a", "usage": {"input_tokens": -1e9}},
+            {"content": "b", "usage": {"output_tokens": 10**12}},
+        ]
+    )
+    done, _, run_dir = _run_cli(
+        tmp_path,
+        fresh,
+        {"neg": "", "huge": "", "sibling": ""},
+        "concurrency = 3\nmax_cost_usd = 0.05\n[limits]\nmax_retries = 0\n",
+    )
     assert "Traceback" not in done.stderr, done.stderr
     metrics = _metrics(run_dir)
     failed = {n: m for n, m in metrics.items() if m["status"] == "failed"}
@@ -143,16 +192,24 @@ def test_hostile_usage_fails_its_call_and_never_reaches_a_budget(tmp_path: Path,
 
 # --- size --------------------------------------------------------------------------------------
 
+
 def test_a_gzip_bomb_and_a_100_mb_reply_are_refused_within_a_bounded_memory(tmp_path: Path, fresh) -> None:
-    fresh.set_script([{"hostile": {"kind": "gzip_bomb", "bytes": 4 * GIB}},
-                      {"hostile": {"kind": "huge_text", "bytes": 100_000_000}}])
-    done, peak, run_dir = _run_cli(tmp_path, fresh, {"bomb": "", "big": ""},
-                                   "concurrency = 2\n[limits]\nmax_retries = 2\n")
+    fresh.set_script(
+        [
+            {"hostile": {"kind": "gzip_bomb", "bytes": 4 * GIB}},
+            {"hostile": {"kind": "huge_text", "bytes": 100_000_000}},
+        ]
+    )
+    done, peak, run_dir = _run_cli(
+        tmp_path, fresh, {"bomb": "", "big": ""}, "concurrency = 2\n[limits]\nmax_retries = 2\n"
+    )
     assert "Traceback" not in done.stderr, done.stderr
     metrics = _metrics(run_dir)
     assert [m["status"] for m in metrics.values()] == ["failed", "failed"], metrics
     for m in metrics.values():
-        assert "ReplyTooLarge: the reply's body is over max_reply_bytes = 33,554,432 bytes" in m["error"], m["error"]
+        assert "ReplyTooLarge: the reply's body is over max_reply_bytes = 33,554,432 bytes" in m["error"], m[
+            "error"
+        ]
         assert m["requests"] == 1  # refused at once: not retried
     assert any("content-encoding gzip" in m["error"] for m in metrics.values())
     for name in metrics:
@@ -164,23 +221,45 @@ def test_a_gzip_bomb_and_a_100_mb_reply_are_refused_within_a_bounded_memory(tmp_
 
 @pytest.mark.anyio
 async def test_a_tool_input_over_1_mib_is_answered_with_an_error_and_not_run(tmp_path: Path, fresh) -> None:
-    fresh.set_script([{"content": [{"type": "tool_use", "id": "toolu_big", "name": "read",
-                                    "input": {"path": "m0.py", "pad": "x" * (1 << 20)}},
-                                   {"type": "tool_use", "id": "toolu_ok", "name": "glob", "input": {"pattern": "*.py"}}],
-                       "stop_reason": "tool_use"},
-                      {"content": "done"}])
+    fresh.set_script(
+        [
+            {
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_big",
+                        "name": "read",
+                        "input": {"path": "m0.py", "pad": "x" * (1 << 20)},
+                    },
+                    {"type": "tool_use", "id": "toolu_ok", "name": "glob", "input": {"pattern": "*.py"}},
+                ],
+                "stop_reason": "tool_use",
+            },
+            {"content": "done"},
+        ]
+    )
     out = await _run(fresh, [_spec("tool", _workspace(tmp_path))], tmp_path / "run")
     assert out.results["tool"].status == "succeeded", out.results["tool"].error
     messages, _ = read_jsonl(tmp_path / "run" / "tool" / "transcript.jsonl")
-    [call] = [b for m in messages if m["role"] == "assistant" for b in m["content"] if b.get("id") == "toolu_big"]
+    [call] = [
+        b for m in messages if m["role"] == "assistant" for b in m["content"] if b.get("id") == "toolu_big"
+    ]
     assert call["input"] == {}
-    results = {b["tool_use_id"]: b for m in messages if m["role"] == "user" and isinstance(m["content"], list)
-               for b in m["content"] if b.get("type") == "tool_result"}
-    assert results["toolu_big"]["is_error"] and "over the limit of 1,048,576 bytes" in str(results["toolu_big"]["content"])
+    results = {
+        b["tool_use_id"]: b
+        for m in messages
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    }
+    assert results["toolu_big"]["is_error"] and "over the limit of 1,048,576 bytes" in str(
+        results["toolu_big"]["content"]
+    )
     assert not results["toolu_ok"].get("is_error") and "m0.py" in str(results["toolu_ok"]["content"])
 
 
 # --- time --------------------------------------------------------------------------------------
+
 
 @pytest.mark.anyio
 async def test_a_dripping_reply_fails_the_attempt_at_the_deadline(fresh) -> None:
@@ -210,8 +289,11 @@ def test_retry_after_is_capped_in_every_form():
 
 @pytest.mark.anyio
 async def test_a_429_asking_for_100000_s_waits_only_max_retry_after_s(fresh) -> None:
-    fresh.reconfigure(EmulatorConfig(faults=Faults(rate_limit=Fault(schedule=[1])), retry_after_s=100000.0,
-                                     retry_after_ms=True))
+    fresh.reconfigure(
+        EmulatorConfig(
+            faults=Faults(rate_limit=Fault(schedule=[1])), retry_after_s=100000.0, retry_after_ms=True
+        )
+    )
     model = AnthropicModel(base_url=fresh.base_url, api_key="k", max_retries=1, max_retry_after_s=1.0)
     started = time.monotonic()
     try:
@@ -225,12 +307,13 @@ async def test_a_429_asking_for_100000_s_waits_only_max_retry_after_s(fresh) -> 
 
 # --- shape -------------------------------------------------------------------------------------
 
+
 @pytest.mark.anyio
 async def test_a_200_with_an_error_body_is_retried_then_fails(fresh) -> None:
     fresh.set_script([{"hostile": {"kind": "error_body"}}] * 3)
     model = AnthropicModel(base_url=fresh.base_url, api_key="k", max_retries=2)
     try:
-        with pytest.raises(NotAMessage, match="not a message.*\"type\":\"error\""):
+        with pytest.raises(NotAMessage, match='not a message.*"type":"error"'):
             await model.create(_request())
     finally:
         await model.aclose()
@@ -245,17 +328,26 @@ async def test_a_job_never_succeeds_on_an_error_body_or_an_unknown_stop_reason(t
     result = out.results["errbody"]
     assert result.status == "failed" and "NotAMessage" in (result.error or ""), result.error
     assert result.requests == 2 and result.retries == 1
-    fresh.set_script([{"content": [{"type": "tool_use", "id": "toolu_1", "name": "glob", "input": {"pattern": "*"}}],
-                       "stop_reason": "banana"}])
+    fresh.set_script(
+        [
+            {
+                "content": [{"type": "tool_use", "id": "toolu_1", "name": "glob", "input": {"pattern": "*"}}],
+                "stop_reason": "banana",
+            }
+        ]
+    )
     out = await _run(fresh, [_spec("stop", ws)], tmp_path / "b")
     result = out.results["stop"]
-    assert result.status == "failed" and "InvalidReply: stop_reason = 'banana'" in (result.error or ""), result.error
+    assert result.status == "failed" and "InvalidReply: stop_reason = 'banana'" in (result.error or ""), (
+        result.error
+    )
     assert result.turns == 0 and result.cost_usd == 0
     final = (tmp_path / "b" / "stop" / "final.md").read_text()
     assert final.startswith("> **Partial report** (status `failed`") and "banana" in final
 
 
 # --- disk --------------------------------------------------------------------------------------
+
 
 @pytest.mark.anyio
 async def test_the_disk_quota_ends_the_job_with_its_final_documents(tmp_path: Path, fresh) -> None:
@@ -273,7 +365,9 @@ async def test_the_disk_quota_ends_the_job_with_its_final_documents(tmp_path: Pa
 
 
 @pytest.mark.anyio
-async def test_a_long_answer_past_the_quota_is_not_a_success_and_its_report_is_cut(tmp_path: Path, fresh) -> None:
+async def test_a_long_answer_past_the_quota_is_not_a_success_and_its_report_is_cut(
+    tmp_path: Path, fresh
+) -> None:
     fresh.set_script([{"content": "x" * 3_000_000}])  # under max_reply_bytes, over the job's quota
     out = await _run(fresh, [_spec("long", _workspace(tmp_path), max_job_bytes=100_000)], tmp_path / "run")
     result = out.results["long"]
@@ -287,14 +381,18 @@ async def test_a_long_answer_past_the_quota_is_not_a_success_and_its_report_is_c
 
 def test_the_hostile_keys_of_the_emulator_config_are_checked(tmp_path: Path) -> None:
     good = tmp_path / "good.toml"
-    good.write_text('[[script]]\nusage = { input_tokens = -1e9 }\n[[script]]\nstop_reason = "banana"\n'
-                    '[[script]]\nhostile = { kind = "drip", interval_s = 0.5 }\n')
+    good.write_text(
+        '[[script]]\nusage = { input_tokens = -1e9 }\n[[script]]\nstop_reason = "banana"\n'
+        '[[script]]\nhostile = { kind = "drip", interval_s = 0.5 }\n'
+    )
     config = EmulatorConfig.from_toml(good)
     assert config.script[0].usage == {"input_tokens": -1e9} and config.script[2].hostile.kind == "drip"
-    for text, expected in [('[[script]]\nhostile = { kind = "bomb" }\n', "script.0.hostile.kind"),
-                           ('[[script]]\nhostile = { kind = "drip", interval_s = "1" }\n', "script.0.hostile.interval_s"),
-                           ('[[script]]\nhostile = { kind = "gzip_bomb", size = 5 }\n', "script.0.hostile.size: unknown key"),
-                           ('[[script]]\nusage = { input_token = 5 }\n', "unknown usage field(s) input_token")]:
+    for text, expected in [
+        ('[[script]]\nhostile = { kind = "bomb" }\n', "script.0.hostile.kind"),
+        ('[[script]]\nhostile = { kind = "drip", interval_s = "1" }\n', "script.0.hostile.interval_s"),
+        ('[[script]]\nhostile = { kind = "gzip_bomb", size = 5 }\n', "script.0.hostile.size: unknown key"),
+        ("[[script]]\nusage = { input_token = 5 }\n", "unknown usage field(s) input_token"),
+    ]:
         bad = tmp_path / "bad.toml"
         bad.write_text(text)
         with pytest.raises(ConfigError, match=re.escape(expected)):

@@ -38,18 +38,24 @@ def server():
 def workspace(tmp_path_factory) -> Path:
     ws = tmp_path_factory.mktemp("ws")
     for i in range(6):
-        (ws / f"m{i}.py").write_text(f'"""Module {i}."""\n\n' + "".join(f"def f{j}():\n    return {j}\n"
-                                                                       for j in range(i + 2)))
+        (ws / f"m{i}.py").write_text(
+            f'"""Module {i}."""\n\n' + "".join(f"def f{j}():\n    return {j}\n" for j in range(i + 2))
+        )
     return ws
 
 
 def spec(name: str, workspace: Path) -> JobSpec:
     """A survey small enough to be quick, with a context limit that makes it summarize."""
-    return JobSpec(name=name, source=Path(f"{name}.toml"), prompt="Survey this workspace.",
-                   workspace=workspace, model="claude-sonnet-5-5", system="You survey code.",
-                   tools=("read", "glob", "grep"),
-                   limits=Limits(max_retries=8, timeout_s=120, context_char_limit=3000,
-                                 keep_recent_results=1))
+    return JobSpec(
+        name=name,
+        source=Path(f"{name}.toml"),
+        prompt="Survey this workspace.",
+        workspace=workspace,
+        model="claude-sonnet-5-5",
+        system="You survey code.",
+        tools=("read", "glob", "grep"),
+        limits=Limits(max_retries=8, timeout_s=120, context_char_limit=3000, keep_recent_results=1),
+    )
 
 
 async def run(server, run_dir: Path, workspace: Path, *, batch: bool, jobs: int = 10, **batcher):
@@ -61,9 +67,15 @@ async def run(server, run_dir: Path, workspace: Path, *, batch: bool, jobs: int 
         model = BatchModel(shared, raw)
         summaries = BatchModel(shared, raw, part="batch_summarizer_usage", owns_live=False)
     summarizer = Summarizer(summaries, SUMMARY_MODEL, requests_per_minute=10_000)
-    job_batch = Batch(run_dir=run_dir, specs=[spec(f"job{i}", workspace) for i in range(jobs)], model=model,
-                      compactor=Compactor(summarizer), summary_model=SUMMARY_MODEL, concurrency=jobs,
-                      handle_signals=False)
+    job_batch = Batch(
+        run_dir=run_dir,
+        specs=[spec(f"job{i}", workspace) for i in range(jobs)],
+        model=model,
+        compactor=Compactor(summarizer),
+        summary_model=SUMMARY_MODEL,
+        concurrency=jobs,
+        handle_signals=False,
+    )
     try:
         return await run_batch(job_batch)
     finally:
@@ -84,7 +96,8 @@ def model_calls(job_dir: Path) -> list[dict]:
 
 
 async def test_ten_jobs_in_batch_delivery_report_as_live_with_the_same_tokens_at_half_the_cost(
-        server, workspace, tmp_path):
+    server, workspace, tmp_path
+):
     server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.2)))
     live = await run(server, tmp_path / "live", workspace, batch=False)
     live_stats = server.stats()
@@ -98,12 +111,14 @@ async def test_ten_jobs_in_batch_delivery_report_as_live_with_the_same_tokens_at
     assert stats["batches"]["created"] < stats["batch_requests"]  # calls of several jobs share a batch
     assert stats["summary_requests"] == live_stats["summary_requests"] > 0  # summaries went by batch too
     for name, result in live.results.items():
-        assert (tmp_path / "batch" / name / "final.md").read_text() == (tmp_path / "live" / name / "final.md"
-                                                                       ).read_text()
+        assert (tmp_path / "batch" / name / "final.md").read_text() == (
+            tmp_path / "live" / name / "final.md"
+        ).read_text()
         assert batched.results[name].turns == result.turns
     assert tokens(tmp_path / "batch") == tokens(tmp_path / "live")
-    assert totals(tmp_path / "batch")["cost_usd"] == pytest.approx(totals(tmp_path / "live")["cost_usd"] / 2,
-                                                                   abs=2e-6)
+    assert totals(tmp_path / "batch")["cost_usd"] == pytest.approx(
+        totals(tmp_path / "live")["cost_usd"] / 2, abs=2e-6
+    )
     for name in live.results:  # each job: every call billed by the batch, priced at half
         metrics = json.loads((tmp_path / "batch" / name / "metrics.json").read_text())
         assert metrics["batch_usage"] == metrics["usage"]
@@ -116,17 +131,24 @@ async def test_ten_jobs_in_batch_delivery_report_as_live_with_the_same_tokens_at
 
 
 async def test_errored_expired_and_canceled_requests_are_sent_again(server, workspace, tmp_path):
-    faults = Batches(turnaround_s=0.2, errored=Fault(rate=0.15), expired=Fault(rate=0.1),
-                     canceling=Fault(schedule=[2]), errored_type="api_error")
+    faults = Batches(
+        turnaround_s=0.2,
+        errored=Fault(rate=0.15),
+        expired=Fault(rate=0.1),
+        canceling=Fault(schedule=[2]),
+        errored_type="api_error",
+    )
     server.reconfigure(EmulatorConfig(seed=3, batches=faults))
     result = await run(server, tmp_path / "run", workspace, batch=True, jobs=6)
     stats = server.stats()
     assert {r.status for r in result.results.values()} == {"succeeded"}, {
-        n: r.error for n, r in result.results.items()}
+        n: r.error for n, r in result.results.items()
+    }
     outcomes = stats["batch_outcomes"]
     assert outcomes["errored"] and outcomes["expired"] and outcomes["canceled"], outcomes
     assert sum(r.retries for r in result.results.values()) == (
-        outcomes["errored"] + outcomes["expired"] + outcomes["canceled"])
+        outcomes["errored"] + outcomes["expired"] + outcomes["canceled"]
+    )
     assert stats["requests"] == 0  # every one recovered through a later batch
 
 
@@ -134,8 +156,12 @@ async def test_a_request_the_api_refuses_fails_the_call_as_live(server):
     server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.05), context_window_tokens=2_000))
     raw = AnthropicModel(base_url=server.base_url, api_key="test-key", max_retries=0)
     model = BatchModel(Batcher(raw, window_s=0.01, poll_s=0.02), raw)
-    request = Request(model="claude-sonnet-5-5", messages=[{"role": "user", "content": "x " * 20_000}],
-                      tools=[], max_tokens=100)
+    request = Request(
+        model="claude-sonnet-5-5",
+        messages=[{"role": "user", "content": "x " * 20_000}],
+        tools=[],
+        max_tokens=100,
+    )
     from runner.models.base import PromptTooLong
 
     try:
@@ -159,11 +185,13 @@ async def test_a_deadline_moves_calls_live_and_the_run_ends_before_it(server, wo
     assert ended < deadline + 1.0  # after the last batch, what was left went live (~0.5 s of calls)
     assert totals(tmp_path / "run")["cost_usd"] < sum(  # what the batch answered cost half
         PriceTable().cost("claude-sonnet-5-5", r.usage) + PriceTable().cost(SUMMARY_MODEL, r.summarizer_usage)
-        for r in result.results.values())
+        for r in result.results.values()
+    )
 
 
-async def test_a_batch_in_flight_at_the_deadline_is_cancelled_and_its_calls_go_live(server, workspace,
-                                                                                     tmp_path):
+async def test_a_batch_in_flight_at_the_deadline_is_cancelled_and_its_calls_go_live(
+    server, workspace, tmp_path
+):
     server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=30.0, cancel_s=0.05)))
     started = time.monotonic()
     result = await run(server, tmp_path / "run", workspace, batch=True, jobs=3, deadline=time.time() + 1.0)
@@ -195,8 +223,10 @@ def test_the_deadline_is_the_next_local_clock_time_or_seconds_from_now():
 
 def test_batch_delivery_settings_and_the_discount_load_strictly(tmp_path):
     path = tmp_path / "config.toml"
-    path.write_text('[runner]\ndelivery = "batch"\ndeadline = "06:30"\nbatch_window_s = 5\n'
-                    '[prices]\nbatch_discount = 0.4\n[prices.sonnet]\ninput = 3.0\noutput = 15.0\n')
+    path.write_text(
+        '[runner]\ndelivery = "batch"\ndeadline = "06:30"\nbatch_window_s = 5\n'
+        "[prices]\nbatch_discount = 0.4\n[prices.sonnet]\ninput = 3.0\noutput = 15.0\n"
+    )
     settings = load_settings(path)
     assert settings.runner.delivery == "batch" and settings.runner.deadline == "06:30"
     table = PriceTable(settings.prices)
@@ -204,11 +234,13 @@ def test_batch_delivery_settings_and_the_discount_load_strictly(tmp_path):
     usage = Usage(input_tokens=1000, output_tokens=100)
     assert table.cost_with_batch("sonnet", usage, usage) == pytest.approx(0.4 * table.cost("sonnet", usage))
     assert table.cost_with_batch("sonnet", usage, Usage()) == table.cost("sonnet", usage)
-    for bad, named in (('[runner]\ndelivery = "later"\n', "runner.delivery"),
-                       ('[runner]\ndeadline = "6.30"\n', "runner.deadline"),
-                       ("[prices]\nbatch_discount = 1.5\n", "prices.batch_discount"),
-                       ("[prices]\nbatch_discount = true\n", "prices.batch_discount"),
-                       ("[prices]\nsonnet = 0.5\n", "prices.sonnet")):
+    for bad, named in (
+        ('[runner]\ndelivery = "later"\n', "runner.delivery"),
+        ('[runner]\ndeadline = "6.30"\n', "runner.deadline"),
+        ("[prices]\nbatch_discount = 1.5\n", "prices.batch_discount"),
+        ("[prices]\nbatch_discount = true\n", "prices.batch_discount"),
+        ("[prices]\nsonnet = 0.5\n", "prices.sonnet"),
+    ):
         path.write_text(bad)
         with pytest.raises(ConfigError, match=re.escape(named)):
             load_settings(path)
@@ -216,8 +248,10 @@ def test_batch_delivery_settings_and_the_discount_load_strictly(tmp_path):
 
 # --- crash-safe: kill -9 with a batch in flight, then resume; Ctrl-C ------------------------------
 
-CONFIG = ('[runner]\nbackend = "anthropic"\ndelivery = "batch"\nbatch_window_s = 0.1\nbatch_poll_s = 0.05\n'
-          'batch_poll_max_s = 0.2\n')
+CONFIG = (
+    '[runner]\nbackend = "anthropic"\ndelivery = "batch"\nbatch_window_s = 0.1\nbatch_poll_s = 0.05\n'
+    "batch_poll_max_s = 0.2\n"
+)
 
 
 def _project(root: Path, workspace: Path) -> Path:
@@ -225,7 +259,8 @@ def _project(root: Path, workspace: Path) -> Path:
     for name in ("alpha", "beta"):
         (root / "jobs" / f"{name}.toml").write_text(
             f'name = "{name}"\nworkspace = "{workspace}"\nprompt = "Survey this workspace ({name})."\n'
-            "[limits]\ncontext_char_limit = 3000\nkeep_recent_results = 1\n")
+            "[limits]\ncontext_char_limit = 3000\nkeep_recent_results = 1\n"
+        )
     (root / "config.toml").write_text(CONFIG)
     return root
 
@@ -255,31 +290,50 @@ def test_kill_9_with_a_batch_in_flight_then_resume_pays_for_no_request_twice(ser
 
     server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.05)))
     whole = _project(tmp_path / "intact", workspace)  # paths as long as the killed run's: the same tokens
-    done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs"], cwd=whole, env=_env(server),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "jobs"],
+        cwd=whole,
+        env=_env(server),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     expected = server.stats()
 
     server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.6)))
     killed = _project(tmp_path / "killed", workspace)
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "jobs"], cwd=killed, env=_env(server),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run", "jobs"],
+        cwd=killed,
+        env=_env(server),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     run_dir = _wait_for_batches(killed, 2, proc)  # the second batch is in flight
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    resumed = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)], cwd=killed,
-                             env=_env(server), capture_output=True, text=True, timeout=120)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "runner", "resume", str(run_dir)],
+        cwd=killed,
+        env=_env(server),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert resumed.returncode == 0, resumed.stderr
     stats = server.stats()
     for name in ("alpha", "beta"):
-        assert (run_dir / name / "final.md").read_text() == next((whole / "runs").glob(f"*/{name}/final.md")
-                                                                  ).read_text()
+        assert (run_dir / name / "final.md").read_text() == next(
+            (whole / "runs").glob(f"*/{name}/final.md")
+        ).read_text()
     # every request answered once: the same requests and tokens as the run never killed
     assert stats["batch_outcomes"]["succeeded"] + stats["requests"] == expected["batch_outcomes"]["succeeded"]
     assert stats["tokens"] == expected["tokens"]
     recorded = [json.loads(line) for line in (run_dir / "batches.jsonl").read_text().splitlines()]
-    assert len(recorded) == stats["batches"]["created"] and all(r["batch"].startswith("msgbatch_")
-                                                               for r in recorded)
+    assert len(recorded) == stats["batches"]["created"] and all(
+        r["batch"].startswith("msgbatch_") for r in recorded
+    )
 
 
 def test_ctrl_c_cancels_the_batches_in_flight_and_writes_every_job(server, workspace, tmp_path):
@@ -289,8 +343,14 @@ def test_ctrl_c_cancels_the_batches_in_flight_and_writes_every_job(server, works
 
     server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=60.0, cancel_s=0.05)))
     root = _project(tmp_path / "run", workspace)
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "jobs"], cwd=root, env=_env(server),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run", "jobs"],
+        cwd=root,
+        env=_env(server),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     run_dir = _wait_for_batches(root, 1, proc)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=30)

@@ -12,19 +12,37 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
 # the rows each benchmark's smoke run must print (the like-with-like comparisons)
-ROWS = {"cost": ("| none |", "| seed 000 |", "| seed 000 + our caching |", "| seed 001 @ 50k |", "| seed 001 @ 200k |",
-                 "| ours |", "| server |", "| mask |"),
-        "compactor": ("seed 000", "seed 001", "floor", "1-minute load average at start"),
-        "batch_delivery": ("| long live |", "| long batch |", "| nightly live |", "| nightly batch |",
-                           "| nightly batch, deadline 0.6 |", "Long session: tokens equal")}
+ROWS = {
+    "cost": (
+        "| none |",
+        "| seed 000 |",
+        "| seed 000 + our caching |",
+        "| seed 001 @ 50k |",
+        "| seed 001 @ 200k |",
+        "| ours |",
+        "| server |",
+        "| mask |",
+    ),
+    "compactor": ("seed 000", "seed 001", "floor", "1-minute load average at start"),
+    "batch_delivery": (
+        "| long live |",
+        "| long batch |",
+        "| nightly live |",
+        "| nightly batch |",
+        "| nightly batch, deadline 0.6 |",
+        "Long session: tokens equal",
+    ),
+}
 
 
-@pytest.mark.parametrize("name", ["concurrency", "ratelimit", "cost", "compactor", "viewer",
-                                  "batch_delivery"])
+@pytest.mark.parametrize(
+    "name", ["concurrency", "ratelimit", "cost", "compactor", "viewer", "batch_delivery"]
+)
 def test_benchmark_smoke(name: str) -> None:
     before = (BENCH.parent / "BENCHMARKS.md").read_text()
-    done = subprocess.run([sys.executable, str(BENCH / f"{name}.py"), "--smoke"], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(BENCH / f"{name}.py"), "--smoke"], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert done.stdout.strip()  # it printed its table
     for row in ROWS.get(name, ()):

@@ -36,9 +36,15 @@ def turn(n: int, notes: int = 6) -> list[dict]:
     """One assistant turn: progress notes (keyed, new each turn), a read, and its 3,000-char result."""
     text = "\n".join(f"- file: d{n:03}/f{k}.py | {n * 10 + k} lines | " + "x" * 60 for k in range(notes))
     use = {"type": "tool_use", "id": f"toolu_{n}", "name": "read", "input": {"file_path": f"/w/d{n:03}/f.py"}}
-    return [{"role": "assistant", "content": [{"type": "text", "text": f"Read batch {n}.\n{text}"}, use]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}",
-                                          "content": f"line of d{n:03}\n" * 200}]}]
+    return [
+        {"role": "assistant", "content": [{"type": "text", "text": f"Read batch {n}.\n{text}"}, use]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": f"line of d{n:03}\n" * 200}
+            ],
+        },
+    ]
 
 
 async def state_for(tmp_path: Path, limits: Limits) -> CompactionState:
@@ -87,8 +93,10 @@ async def test_model_summaries_of_summaries_through_the_emulator_never_outgrow_t
             texts = await summaries_of_summaries(Compactor(summarizer), state, 12)
         finally:
             await model.aclose()
-        asked = [r["body"]["max_tokens"] if "body" in r else r.get("max_tokens")
-                 for r in emu.stats()["recorded_requests"]]
+        asked = [
+            r["body"]["max_tokens"] if "body" in r else r.get("max_tokens")
+            for r in emu.stats()["recorded_requests"]
+        ]
     cap = limits.summary_share * limit
     print(f"limit {limit}: model summaries {[len(t) for t in texts]} (cap {cap:.0f}), max_tokens {asked[:1]}")
     assert summarizer.calls == 12 and state.summary_failures == 0
@@ -131,8 +139,12 @@ def test_a_snip_marker_carries_a_bounded_digest_and_folds_in_earlier_markers():
     assert len(marker) <= SNIP_DIGEST_CHARS + 80 and "files read:" in marker and "d037/f.py" in marker
     second = stages.snip(kept + entries[101:], 50, 3, 30)
     assert second is not None
-    markers = [b["text"] for e in second.entries for b in e.message["content"] if isinstance(b, dict)
-               and b.get("type") == "text" and archived_span(b["text"])]
+    markers = [
+        b["text"]
+        for e in second.entries
+        for b in e.message["content"]
+        if isinstance(b, dict) and b.get("type") == "text" and archived_span(b["text"])
+    ]
     assert len(markers) == 1  # the earlier marker was folded in, not left beside the new one
     assert archived_span(markers[0])[0] == 4 and len(markers[0]) <= SNIP_DIGEST_CHARS + 80
     assert "and " in markers[0] and "more" in markers[0]  # the oldest reads give way, counted
@@ -172,8 +184,10 @@ async def test_the_toolset_catches_a_call_repeated_30_turns_later(tmp_path):
         [first] = await tools.run_batch([{**same, "id": "toolu_a"}], turn=1)
         assert not first.get("is_error")
         for t in range(2, 31):
-            await tools.run_batch([{"type": "tool_use", "id": f"toolu_{t}", "name": "glob",
-                                    "input": {"pattern": f"{t}*"}}], turn=t)
+            await tools.run_batch(
+                [{"type": "tool_use", "id": f"toolu_{t}", "name": "glob", "input": {"pattern": f"{t}*"}}],
+                turn=t,
+            )
         [again] = await tools.run_batch([{**same, "id": "toolu_b"}], turn=31)
     assert again.get("is_error") and "already made 1 times in this job, first at turn 1" in again["content"]
 
@@ -217,9 +231,13 @@ async def test_a_thrashing_job_halves_its_summaries_then_keeps_notes_only_then_i
 
 
 async def test_the_asyncio_survey_with_a_tiny_snip_ends_within_60_turns_with_a_report(tmp_path):
-    result, report = await offline_survey(STDLIB / "asyncio", tmp_path / "job", {"snip_trigger": 12, "snip_target": 8})
-    print(f"asyncio, snip 12/8: {result.status} after {result.turns} turns ({result.error}); "  # type: ignore[attr-defined]
-          f"compactions {result.compactions}")  # type: ignore[attr-defined]
+    result, report = await offline_survey(
+        STDLIB / "asyncio", tmp_path / "job", {"snip_trigger": 12, "snip_target": 8}
+    )
+    print(
+        f"asyncio, snip 12/8: {result.status} after {result.turns} turns ({result.error}); "  # type: ignore[attr-defined]
+        f"compactions {result.compactions}"
+    )  # type: ignore[attr-defined]
     assert result.turns <= 60  # type: ignore[attr-defined]
     assert result.status in ("succeeded", "stuck")  # type: ignore[attr-defined]
     if result.status == "stuck":  # type: ignore[attr-defined]
@@ -227,8 +245,11 @@ async def test_the_asyncio_survey_with_a_tiny_snip_ends_within_60_turns_with_a_r
         assert result.error and result.error in report  # type: ignore[attr-defined]
     records = [json.loads(line) for line in (tmp_path / "job" / "context.jsonl").read_text().splitlines()]
     # the newest context with a snip marker in it (a compaction after the read pass may summarize it)
-    markers = next(found for r in reversed(records)
-                   if (found := re.findall(r"\[\d+ messages archived: [^\]]*\]", json.dumps(r))))
+    markers = next(
+        found
+        for r in reversed(records)
+        if (found := re.findall(r"\[\d+ messages archived: [^\]]*\]", json.dumps(r)))
+    )
     assert len(markers) == 1 and re.search(r"transcript\.jsonl messages \d+-\d+\]", markers[0])  # one, folded
 
 
@@ -236,8 +257,13 @@ async def test_a_job_whose_compactions_thrash_ends_stuck_with_its_report(tmp_pat
     # the offline policy keeps its progress in memory files, so it completes encodings in 15,000
     # chars with compactions 2 to 6 turns apart; a ladder that counts a compaction within 6 turns of
     # the one before as poor makes that a thrashing job
-    limits = {"context_char_limit": 15_000, "batch_char_limit": 15_000, "large_result_chars": 4_000,
-              "summary_share": 0.5, "thrash_turns": 6}
+    limits = {
+        "context_char_limit": 15_000,
+        "batch_char_limit": 15_000,
+        "large_result_chars": 4_000,
+        "summary_share": 0.5,
+        "thrash_turns": 6,
+    }
     result, report = await offline_survey(STDLIB / "encodings", tmp_path / "job", limits)
     print(f"encodings in 15,000 chars: {result.status} after {result.turns} turns: {result.error}")  # type: ignore[attr-defined]
     assert result.status == "stuck" and result.error.startswith("thrashing: ")  # type: ignore[attr-defined]
@@ -286,14 +312,19 @@ async def test_a_10000_file_tree_is_surveyed_whole_in_the_default_window(tmp_pat
     wall = time.monotonic() - started
     job = tmp_path / "job"
     calls, repeated, gaps = calls_and_gaps(job)
-    print(f"{len(truth)} files: {result.status} in {result.turns} turns, {wall:.1f} s; {calls} calls, "  # type: ignore[attr-defined]
-          f"{repeated} repeated; {len(gaps) + 1} history compactions, closest {min(gaps, default=0)} turns apart; "
-          f"compactions {result.compactions}")  # type: ignore[attr-defined]
+    print(
+        f"{len(truth)} files: {result.status} in {result.turns} turns, {wall:.1f} s; {calls} calls, "  # type: ignore[attr-defined]
+        f"{repeated} repeated; {len(gaps) + 1} history compactions, closest {min(gaps, default=0)} turns apart; "
+        f"compactions {result.compactions}"
+    )  # type: ignore[attr-defined]
     assert result.status == "succeeded", result.error  # type: ignore[attr-defined]
     rows = survey_rows(report, job)
     assert set(truth) <= set(rows), sorted(set(truth) - set(rows))[:5]
-    wrong = [(p, rows[p]) for p, data in truth.items()
-             if ("binary" if rows[p][1] == "image" else rows[p][1], rows[p][2]) != expected_row(data)]
+    wrong = [
+        (p, rows[p])
+        for p, data in truth.items()
+        if ("binary" if rows[p][1] == "image" else rows[p][1], rows[p][2]) != expected_row(data)
+    ]
     assert not wrong, wrong[:5]
     assert repeated <= 0.02 * calls
     assert min(gaps, default=99) >= 3  # no two history compactions within 3 turns

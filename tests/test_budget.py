@@ -15,8 +15,12 @@ def test_price_table_defaults_overrides_and_fallback(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text('[prices."claude-sonnet-5-5"]\ninput = 2.0\noutput = 10.0\ncache_read = 0.5\n')
     table = PriceTable(load_settings(config).prices)
-    usage = Usage(input_tokens=1_000_000, output_tokens=1_000_000, cache_creation_input_tokens=1_000_000,
-                  cache_read_input_tokens=1_000_000)
+    usage = Usage(
+        input_tokens=1_000_000,
+        output_tokens=1_000_000,
+        cache_creation_input_tokens=1_000_000,
+        cache_read_input_tokens=1_000_000,
+    )
     assert table.cost("claude-sonnet-5-5", usage) == 2.0 + 10.0 + 2.0 * 1.25 + 0.5
     assert table.cost("claude-haiku-5-5", usage) == 1.0 + 5.0 + 1.25 + 0.1  # family default
     assert table.cost("some-unknown-model", usage) == table.cost("claude-opus-5", usage)  # never free
@@ -25,8 +29,12 @@ def test_price_table_defaults_overrides_and_fallback(tmp_path: Path) -> None:
 def test_run_budget_stops_every_job(tmp_path: Path, run_cli: CliRunner) -> None:
     (tmp_path / "jobs").mkdir()
     for i in range(3):
-        (tmp_path / "jobs" / f"j{i}.toml").write_text(f'workspace = "{{stdlib}}/json"\nprompt = "Survey {i}."\n')
-    (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\nconcurrency = 1\nmax_cost_usd = 0.05\n')
+        (tmp_path / "jobs" / f"j{i}.toml").write_text(
+            f'workspace = "{{stdlib}}/json"\nprompt = "Survey {i}."\n'
+        )
+    (tmp_path / "config.toml").write_text(
+        '[runner]\nbackend = "offline"\nconcurrency = 1\nmax_cost_usd = 0.05\n'
+    )
     done = run_cli("run", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     run = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
@@ -46,9 +54,11 @@ def test_a_small_budget_works_until_near_its_cap_then_reports(tmp_path: Path, ru
     8,000 output tokens, which alone would cost more than the cap): it makes several turns, then one
     last call writes a short report, and the whole job stays under the cap."""
     (tmp_path / "jobs").mkdir()
-    (tmp_path / "jobs" / "a.toml").write_text('name = "a"\nworkspace = "{stdlib}/email"\nprompt = "Survey it."\n'
-                                              'model = "claude-haiku-4-5"\n'  # priced as haiku: ~$0.005 a turn
-                                              "[limits]\nmax_cost_usd = 0.05\ncontext_char_limit = 8000\n")
+    (tmp_path / "jobs" / "a.toml").write_text(
+        'name = "a"\nworkspace = "{stdlib}/email"\nprompt = "Survey it."\n'
+        'model = "claude-haiku-4-5"\n'  # priced as haiku: ~$0.005 a turn
+        "[limits]\nmax_cost_usd = 0.05\ncontext_char_limit = 8000\n"
+    )
     (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\n')
     done = run_cli("run", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
@@ -60,9 +70,14 @@ def test_a_small_budget_works_until_near_its_cap_then_reports(tmp_path: Path, ru
     assert metrics["cost_usd"] <= 0.05, metrics
     assert metrics["cost_usd"] >= 0.03, metrics  # it worked until near the cap
     events = [json.loads(line) for line in (job / "events.jsonl").read_text().splitlines()]
-    assert [e["stage"] for e in events if e["stage"] in ("model_call", "last_call")][-2:] == ["last_call", "model_call"]
+    assert [e["stage"] for e in events if e["stage"] in ("model_call", "last_call")][-2:] == [
+        "last_call",
+        "model_call",
+    ]
     transcript = [json.loads(line) for line in (job / "transcript.jsonl").read_text().splitlines()]
     report = transcript[-1]
-    assert report["role"] == "assistant" and "# Survey of" in report["content"][0]["text"]  # the model wrote it
+    assert (
+        report["role"] == "assistant" and "# Survey of" in report["content"][0]["text"]
+    )  # the model wrote it
     final = (job / "final.md").read_text()
     assert "budget_exceeded" in final and report["content"][0]["text"][:200] in final

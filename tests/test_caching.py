@@ -21,9 +21,11 @@ from runner.rundir.store import JobStore, read_jsonl
 pytestmark = pytest.mark.anyio
 
 
-
 def call(i: int) -> dict:
-    return {"role": "assistant", "content": [{"type": "tool_use", "id": f"t{i}", "name": "read", "input": {}}]}
+    return {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": f"t{i}", "name": "read", "input": {}}],
+    }
 
 
 def result(i: int, text: str) -> dict:
@@ -57,22 +59,28 @@ def test_the_settled_prefix_stops_at_the_first_result_micro_compact_would_still_
 async def test_observation_masking_keeps_only_the_newest_results(tmp_path: Path):
     store = JobStore(tmp_path / "job")
     await store.open()
-    state = CompactionState(store=store, limits=Limits(compaction="mask", keep_recent_results=2),
-                            active_request="go")
+    state = CompactionState(
+        store=store, limits=Limits(compaction="mask", keep_recent_results=2), active_request="go"
+    )
     await state.add({"role": "user", "content": "go"})
     for i in range(6):
         await state.add(call(i))
         await state.add(result(i, f"result {i} " + "z" * 300))
         await Compactor(Summarizer(None, "m")).prepare(state)
         state.window.mark_seen()
-    contents = [m["content"][0]["content"] for m in state.window.messages if m["role"] == "user" and
-                isinstance(m["content"], list)]
+    contents = [
+        m["content"][0]["content"]
+        for m in state.window.messages
+        if m["role"] == "user" and isinstance(m["content"], list)
+    ]
     # the newest two seen results stay, and the newest result, which the model has not seen yet
     assert all(c.startswith("[Earlier tool result saved at") for c in contents[:-3])
     assert all(c.startswith("result") for c in contents[-3:])
     events, _ = read_jsonl(store.dir / "events.jsonl")
     assert {e["stage"] for e in events} == {"observation_mask"}
-    assert all(e["cache_invalidated_from"] is not None for e in events)  # each rewrite was inside the sent prefix
+    assert all(
+        e["cache_invalidated_from"] is not None for e in events
+    )  # each rewrite was inside the sent prefix
 
 
 async def test_a_cache_aware_session_reads_its_prefix_back_after_compaction(tmp_path: Path):
@@ -81,16 +89,24 @@ async def test_a_cache_aware_session_reads_its_prefix_back_after_compaction(tmp_
     for i in range(40):
         (ws / f"m{i:02d}.py").write_text(f'"""Module {i}."""\n' + "x = 1\n" * (600 + 40 * i))
     limits = Limits(context_char_limit=20_000, compact_target_ratio=0.5, max_turns=200)
-    spec = JobSpec(name="cached", source=Path("cached.toml"), prompt="Survey.", workspace=ws,
-                   model="claude-sonnet-5-5", system="You survey code. " * 600, tools=("read", "glob", "grep"),
-                   limits=limits)
+    spec = JobSpec(
+        name="cached",
+        source=Path("cached.toml"),
+        prompt="Survey.",
+        workspace=ws,
+        model="claude-sonnet-5-5",
+        system="You survey code. " * 600,
+        tools=("read", "glob", "grep"),
+        limits=limits,
+    )
     with running_emulator(EmulatorConfig(record_requests=True, min_cacheable_tokens=256)) as emu:
         model = AnthropicModel(base_url=emu.base_url, api_key="k", max_retries=0)
         store = JobStore(tmp_path / "job")
         await store.open()
         summarizer = Summarizer(model, "claude-haiku-5-5")
-        result_ = await Session(spec, model=model, compactor=Compactor(summarizer), store=store,
-                                summary_model="claude-haiku-5-5").run()
+        result_ = await Session(
+            spec, model=model, compactor=Compactor(summarizer), store=store, summary_model="claude-haiku-5-5"
+        ).run()
         await model.aclose()
         recorded = emu.state.snapshot()["recorded_requests"]
     assert result_.status == "succeeded", result_.error

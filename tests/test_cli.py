@@ -17,7 +17,17 @@ from runner.rundir.store import read_jsonl
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_JOBS = ("project-self", "stdlib-asyncio", "stdlib-email", "stdlib-json")
-METRIC_KEYS = {"job", "status", "turns", "wall_s", "usage", "cost_usd", "compactions", "persisted_bytes", "error"}
+METRIC_KEYS = {
+    "job",
+    "status",
+    "turns",
+    "wall_s",
+    "usage",
+    "cost_usd",
+    "compactions",
+    "persisted_bytes",
+    "error",
+}
 USAGE_KEYS = {"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"}
 PIPELINE = {"tool_result_budget", "snip", "micro_compact", "fit_tool_results", "compact_history"}
 
@@ -70,7 +80,9 @@ def test_demo_job_files(demo_run, name):
 
     metrics = json.loads((job_dir / "metrics.json").read_text())
     assert METRIC_KEYS <= set(metrics)
-    assert set(metrics["usage"]) >= USAGE_KEYS and all(isinstance(metrics["usage"][k], int) for k in USAGE_KEYS)
+    assert set(metrics["usage"]) >= USAGE_KEYS and all(
+        isinstance(metrics["usage"][k], int) for k in USAGE_KEYS
+    )
     assert metrics["job"] == name and metrics["status"] == "succeeded" and metrics["error"] is None
     assert metrics["turns"] >= 2 and metrics["wall_s"] >= 0 and metrics["cost_usd"] > 0
     assert isinstance(metrics["compactions"], dict) and isinstance(metrics["persisted_bytes"], int)
@@ -102,7 +114,9 @@ def test_asyncio_job_uses_the_whole_pipeline_and_loses_no_file(demo_run):
     every_file = final.split("## Every file", 1)[1]
     listed = set(re.findall(r"^\| ([^|]+\.py) \|", every_file, flags=re.M))
     asyncio_dir = Path(sysconfig.get_paths()["stdlib"]) / "asyncio"
-    real = {str(p.relative_to(asyncio_dir)) for p in asyncio_dir.rglob("*.py") if "__pycache__" not in p.parts}
+    real = {
+        str(p.relative_to(asyncio_dir)) for p in asyncio_dir.rglob("*.py") if "__pycache__" not in p.parts
+    }
     assert real and listed == real, (sorted(real - listed), sorted(listed - real))
 
 
@@ -162,7 +176,9 @@ def test_bad_concurrency_is_a_usage_error(small_project, value, run_cli):
     assert not (small_project / "runs").exists()
 
 
-@pytest.mark.parametrize("args", [["run", "--concurrency", "two"], ["frobnicate"], ["run", "--backend", "gpt"]])
+@pytest.mark.parametrize(
+    "args", [["run", "--concurrency", "two"], ["frobnicate"], ["run", "--backend", "gpt"]]
+)
 def test_argparse_errors_exit_2(small_project, args, run_cli):
     proc = run_cli(*args, cwd=small_project)
     assert proc.returncode == 2

@@ -41,14 +41,21 @@ from runner.tools.toolset import Toolset
 REQUEST = "Survey the package in the workspace and list every TODO (request id 5d0c-compactor)."
 
 
-
 # --- random histories -----------------------------------------------------------------------------------
 
-PATTERNS = ["abc def ", "line of log output 0123456789\n", "é ü 中文 🙂 \"quoted\" \\ back\tslash\n", "x",
-            "{\"json\": [1, 2, 3]}\n", "CRLF line\r\n"]
+PATTERNS = [
+    "abc def ",
+    "line of log output 0123456789\n",
+    'é ü 中文 🙂 "quoted" \\ back\tslash\n',
+    "x",
+    '{"json": [1, 2, 3]}\n',
+    "CRLF line\r\n",
+]
 # tool output that looks like a compaction placeholder: a file the agent reads may well contain one
-SPOOFS = [f"{PERSISTED_TAG}\nFull output saved to: tool-results/not-this-one.txt\nPreview:\n",
-          f"{PERSISTED_TAG}\nFull output saved to: ../../../etc/passwd\n"]
+SPOOFS = [
+    f"{PERSISTED_TAG}\nFull output saved to: tool-results/not-this-one.txt\nPreview:\n",
+    f"{PERSISTED_TAG}\nFull output saved to: ../../../etc/passwd\n",
+]
 
 
 def make_text(pattern: str, n: int, spoof: int | None) -> str:
@@ -74,14 +81,25 @@ class Turn:
     event: str  # "ok" | "reactive" | "compact_call"
 
 
-sizes = st.one_of(st.integers(0, 200), st.integers(200, 5_000), st.integers(5_000, 40_000),
-                  st.integers(40_000, 300_000))
-calls = st.builds(Call, name=st.sampled_from(["read", "grep", "bash", "glob"]), size=sizes,
-                  pattern=st.sampled_from(PATTERNS), shape=st.sampled_from(["str", "str", "list1", "list2"]),
-                  is_error=st.booleans(), spoof=st.one_of(st.none(), st.none(), st.none(), st.sampled_from([0, 1])))
-turns = st.builds(Turn, text=st.one_of(st.none(), st.text(max_size=200), st.sampled_from([REQUEST[:20], "ok"])),
-                  calls=st.lists(calls, max_size=4), tool_first=st.booleans(),
-                  event=st.sampled_from(["ok"] * 8 + ["reactive", "compact_call"]))
+sizes = st.one_of(
+    st.integers(0, 200), st.integers(200, 5_000), st.integers(5_000, 40_000), st.integers(40_000, 300_000)
+)
+calls = st.builds(
+    Call,
+    name=st.sampled_from(["read", "grep", "bash", "glob"]),
+    size=sizes,
+    pattern=st.sampled_from(PATTERNS),
+    shape=st.sampled_from(["str", "str", "list1", "list2"]),
+    is_error=st.booleans(),
+    spoof=st.one_of(st.none(), st.none(), st.none(), st.sampled_from([0, 1])),
+)
+turns = st.builds(
+    Turn,
+    text=st.one_of(st.none(), st.text(max_size=200), st.sampled_from([REQUEST[:20], "ok"])),
+    calls=st.lists(calls, max_size=4),
+    tool_first=st.booleans(),
+    event=st.sampled_from(["ok"] * 8 + ["reactive", "compact_call"]),
+)
 
 
 @st.composite
@@ -90,14 +108,19 @@ def limit_sets(draw) -> Limits:
     target = draw(st.integers(head + 3, 12))
     trigger = draw(st.sampled_from([max(8, target + 1), max(12, target + 1), 20, 50]))
     large = draw(st.sampled_from([200, 5_000, 30_000]))
-    return Limits(context_char_limit=draw(st.sampled_from([2_000, 10_000, 50_000])),
-                  snip_head=head, snip_target=target, snip_trigger=trigger,
-                  batch_char_limit=draw(st.sampled_from([1_000, 50_000, 200_000])),
-                  large_result_chars=large, preview_chars=draw(st.sampled_from([0, 100, 150])),
-                  keep_recent_results=draw(st.sampled_from([0, 1, 3])),
-                  fit_preview_chars=draw(st.sampled_from([0, 100, 1_000])),
-                  keep_recent_messages=draw(st.sampled_from([1, 2, 5])),
-                  context_token_limit=draw(st.sampled_from([None, None, 1_000, 5_000])))
+    return Limits(
+        context_char_limit=draw(st.sampled_from([2_000, 10_000, 50_000])),
+        snip_head=head,
+        snip_target=target,
+        snip_trigger=trigger,
+        batch_char_limit=draw(st.sampled_from([1_000, 50_000, 200_000])),
+        large_result_chars=large,
+        preview_chars=draw(st.sampled_from([0, 100, 150])),
+        keep_recent_results=draw(st.sampled_from([0, 1, 3])),
+        fit_preview_chars=draw(st.sampled_from([0, 100, 1_000])),
+        keep_recent_messages=draw(st.sampled_from([1, 2, 5])),
+        context_token_limit=draw(st.sampled_from([None, None, 1_000, 5_000])),
+    )
 
 
 def result_content(call: Call) -> str | list:
@@ -111,17 +134,32 @@ def result_content(call: Call) -> str | list:
 
 
 def turn_messages(turn: Turn, first_id: int) -> tuple[dict, dict]:
-    uses = [{"type": "tool_use", "id": f"toolu_{first_id + i:05d}", "name": c.name,
-             "input": {"file_path": f"pkg/m{first_id + i}.py", "command": "pytest -q", "pattern": "TODO"}}
-            for i, c in enumerate(turn.calls)]
+    uses = [
+        {
+            "type": "tool_use",
+            "id": f"toolu_{first_id + i:05d}",
+            "name": c.name,
+            "input": {"file_path": f"pkg/m{first_id + i}.py", "command": "pytest -q", "pattern": "TODO"},
+        }
+        for i, c in enumerate(turn.calls)
+    ]
     text = [{"type": "text", "text": turn.text}] if turn.text else []
     content = (uses + text) if turn.tool_first else (text + uses)
     if not content:
         content = [{"type": "text", "text": "thinking..."}]
     if uses:
-        answer = {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": u["id"], "content": result_content(c),
-             **({"is_error": True} if c.is_error else {})} for u, c in zip(uses, turn.calls, strict=True)]}
+        answer = {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": u["id"],
+                    "content": result_content(c),
+                    **({"is_error": True} if c.is_error else {}),
+                }
+                for u, c in zip(uses, turn.calls, strict=True)
+            ],
+        }
     else:
         answer = {"role": "user", "content": "Your reply was cut off. Continue from where you stopped."}
     return {"role": "assistant", "content": content}, answer
@@ -131,7 +169,9 @@ def originals(store: JobStore) -> dict[str, object]:
     """Every tool result's content as it was added, from the transcript."""
     records, warnings = read_jsonl(store.dir / TRANSCRIPT)
     assert warnings == []
-    return {block["tool_use_id"]: block.get("content") for message in records for block in tool_results(message)}
+    return {
+        block["tool_use_id"]: block.get("content") for message in records for block in tool_results(message)
+    }
 
 
 async def check_recoverable(state: CompactionState, messages: list[dict], toolset: Toolset) -> int:
@@ -146,13 +186,21 @@ async def check_recoverable(state: CompactionState, messages: list[dict], toolse
             before = output_text(original[block["tool_use_id"]])
             assert isinstance(content, str) and before is not None
             path = saved_path(content)
-            assert path is not None and (content.startswith(PERSISTED_TAG) or content.startswith(PLACEHOLDER_PREFIX))
+            assert path is not None and (
+                content.startswith(PERSISTED_TAG) or content.startswith(PLACEHOLDER_PREFIX)
+            )
             target = state.store.resolve(path)
             assert target.read_bytes() == before.encode("utf-8"), f"{path} does not hold the original"
             pages, offset = [], 0
             while True:  # page by page, exactly: recall does no newline translation
-                recalled = await toolset.run({"type": "tool_use", "id": "r", "name": "recall",
-                                              "input": {"path": path, "offset": offset, "limit": 10**7}})
+                recalled = await toolset.run(
+                    {
+                        "type": "tool_use",
+                        "id": "r",
+                        "name": "recall",
+                        "input": {"path": path, "offset": offset, "limit": 10**7},
+                    }
+                )
                 assert not recalled.get("is_error"), recalled
                 page, count, _, offset, total = recall_page(recalled["content"])
                 pages.append(without_footer(recalled["content"]))
@@ -174,8 +222,9 @@ def check_effective(state: CompactionState) -> None:
     for entry in entries:
         for block in tool_results(entry.message):
             text = output_text(block.get("content"))
-            assert text is None or saved_path(text) or len(text) <= state.limits.fit_preview_chars + 300, \
+            assert text is None or saved_path(text) or len(text) <= state.limits.fit_preview_chars + 300, (
                 f"over the limit with a {len(text)}-char new result left whole"
+            )
 
 
 async def simulate(root: Path, limits: Limits, script: list[Turn], check_files: bool) -> CompactionState:
@@ -201,7 +250,9 @@ async def simulate(root: Path, limits: Limits, script: list[Turn], check_files: 
                 await compactor.reactive(state)
                 assert request_problems(state.window.messages, REQUEST) == []
                 continue
-            await compactor.record(state, Reply([], "tool_use", Usage(input_tokens=max(1, state.window.total // 3))))
+            await compactor.record(
+                state, Reply([], "tool_use", Usage(input_tokens=max(1, state.window.total // 3)))
+            )
             reply, answer = turn_messages(turn, next_id)
             next_id += len(turn.calls)
             await state.add(reply)
@@ -218,7 +269,9 @@ async def simulate(root: Path, limits: Limits, script: list[Turn], check_files: 
     return state
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(limits=limit_sets(), script=st.lists(turns, min_size=1, max_size=40))
 def test_every_prepared_request_is_api_valid_with_the_request_once(limits, script):
     with tempfile.TemporaryDirectory() as tmp:
@@ -230,8 +283,11 @@ def test_every_prepared_request_is_api_valid_with_the_request_once(limits, scrip
 def test_every_replaced_result_is_recoverable_byte_for_byte():
     checked: list[int] = []
 
-    @settings(max_examples=60, deadline=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=60,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(limits=limit_sets(), script=st.lists(turns, min_size=1, max_size=25))
     def every_example(limits, script):
         with tempfile.TemporaryDirectory() as tmp:
@@ -244,11 +300,22 @@ def test_every_replaced_result_is_recoverable_byte_for_byte():
     assert sum(checked) > 0, f"no replaced result was checked in {len(checked)} examples"
 
 
-small_calls = st.builds(Call, name=st.sampled_from(["read", "grep"]), size=st.integers(0, 3_000),
-                      pattern=st.sampled_from(PATTERNS), shape=st.sampled_from(["str", "list1", "list2"]),
-                      is_error=st.booleans(), spoof=st.one_of(st.none(), st.just(0)))
-small_turns = st.builds(Turn, text=st.one_of(st.none(), st.text(max_size=50)), calls=st.lists(small_calls, max_size=3),
-                        tool_first=st.booleans(), event=st.sampled_from(["ok"] * 20 + ["reactive", "compact_call"]))
+small_calls = st.builds(
+    Call,
+    name=st.sampled_from(["read", "grep"]),
+    size=st.integers(0, 3_000),
+    pattern=st.sampled_from(PATTERNS),
+    shape=st.sampled_from(["str", "list1", "list2"]),
+    is_error=st.booleans(),
+    spoof=st.one_of(st.none(), st.just(0)),
+)
+small_turns = st.builds(
+    Turn,
+    text=st.one_of(st.none(), st.text(max_size=50)),
+    calls=st.lists(small_calls, max_size=3),
+    tool_first=st.booleans(),
+    event=st.sampled_from(["ok"] * 20 + ["reactive", "compact_call"]),
+)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -266,14 +333,18 @@ def test_a_result_that_looks_like_a_placeholder_is_still_saved_before_it_is_repl
     take the path written inside it for the place the output was saved."""
     limits = Limits(context_char_limit=2_000, keep_recent_results=0)
     spoofed = Call("read", 5_000, "abc ", "str", False, 0)
-    script = [Turn(None, [spoofed], False, "ok"), Turn("next", [Call("read", 10, "x", "str", False, None)], False,
-                                                       "ok"), Turn("done", [], False, "ok")]
+    script = [
+        Turn(None, [spoofed], False, "ok"),
+        Turn("next", [Call("read", 10, "x", "str", False, None)], False, "ok"),
+        Turn("done", [], False, "ok"),
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         state = anyio.run(simulate, Path(tmp), limits, script, True)
         assert state.record.compactions["micro_compact"] >= 1
 
 
 # --- a real Session with a fake model -------------------------------------------------------------------
+
 
 class ScriptedModel:
     """Answers with the scripted replies in order; an exception in the script is raised instead."""
@@ -301,25 +372,43 @@ def too_long() -> PromptTooLong:
 
 
 def tool_reply(*calls: tuple[str, str, dict], text: str = "Reading.") -> Reply:
-    return Reply([{"type": "text", "text": text}] + [{"type": "tool_use", "id": i, "name": n, "input": a}
-                                                     for i, n, a in calls], "tool_use", Usage(100, 20))
+    return Reply(
+        [{"type": "text", "text": text}]
+        + [{"type": "tool_use", "id": i, "name": n, "input": a} for i, n, a in calls],
+        "tool_use",
+        Usage(100, 20),
+    )
 
 
 def final_reply(text: str = "Done: 1 TODO in pkg/mod.py.") -> Reply:
     return Reply([{"type": "text", "text": text}], "end_turn", Usage(100, 20))
 
 
-async def run_session(tmp: Path, model: ScriptedModel, summarizer: Summarizer | None = None, name: str = "job",
-                      **limits) -> tuple[Session, object]:
+async def run_session(
+    tmp: Path, model: ScriptedModel, summarizer: Summarizer | None = None, name: str = "job", **limits
+) -> tuple[Session, object]:
     workspace = tmp / f"ws-{name}"
     (workspace / "pkg").mkdir(parents=True)
     (workspace / "pkg" / "mod.py").write_text("def f():\n    return 1  # TODO: more\n" * 50)
-    spec = JobSpec(name=name, source=tmp / f"{name}.toml", prompt=REQUEST, workspace=workspace,
-                   model="claude-sonnet-4-5", system=None, tools=("read", "grep"), limits=Limits(**limits))
+    spec = JobSpec(
+        name=name,
+        source=tmp / f"{name}.toml",
+        prompt=REQUEST,
+        workspace=workspace,
+        model="claude-sonnet-4-5",
+        system=None,
+        tools=("read", "grep"),
+        limits=Limits(**limits),
+    )
     store = JobStore(tmp / "run" / name)
     await store.open()
-    session = Session(spec, model=model, compactor=Compactor(summarizer or Summarizer(None, "none")), store=store,
-                      summary_model="claude-haiku-4-5")
+    session = Session(
+        spec,
+        model=model,
+        compactor=Compactor(summarizer or Summarizer(None, "none")),
+        store=store,
+        summary_model="claude-haiku-4-5",
+    )
     return session, await session.run()
 
 
@@ -330,7 +419,9 @@ def assert_valid_requests(model: ScriptedModel) -> None:
 
 @pytest.mark.anyio
 async def test_reactive_compaction_then_the_retry_succeeds(tmp_path: Path):
-    model = ScriptedModel([tool_reply(("t1", "read", {"file_path": "pkg/mod.py"})), too_long(), final_reply()])
+    model = ScriptedModel(
+        [tool_reply(("t1", "read", {"file_path": "pkg/mod.py"})), too_long(), final_reply()]
+    )
     session, result = await run_session(tmp_path, model)
     assert result.status == "succeeded", result.error
     assert result.compactions == {"reactive_compact": 1}
@@ -368,8 +459,15 @@ async def test_two_prompt_too_long_in_a_row_fail_the_job_not_the_caller(tmp_path
 
 @pytest.mark.anyio
 async def test_prompt_too_long_on_a_successful_retry_resets_the_count(tmp_path: Path):
-    model = ScriptedModel([tool_reply(("t1", "read", {"file_path": "pkg/mod.py"})), too_long(),
-                           tool_reply(("t2", "grep", {"pattern": "TODO"})), too_long(), final_reply()])
+    model = ScriptedModel(
+        [
+            tool_reply(("t1", "read", {"file_path": "pkg/mod.py"})),
+            too_long(),
+            tool_reply(("t2", "grep", {"pattern": "TODO"})),
+            too_long(),
+            final_reply(),
+        ]
+    )
     _, result = await run_session(tmp_path, model)
     assert result.status == "succeeded", result.error
     assert result.compactions == {"reactive_compact": 2}
@@ -378,9 +476,17 @@ async def test_prompt_too_long_on_a_successful_retry_resets_the_count(tmp_path: 
 
 @pytest.mark.anyio
 async def test_compact_tool_runs_after_the_whole_batch(tmp_path: Path):
-    model = ScriptedModel([tool_reply(("t1", "read", {"file_path": "pkg/mod.py"}), ("t2", "compact", {}),
-                                      ("t3", "grep", {"pattern": "TODO"}), text="Read, then compact."),
-                           final_reply()])
+    model = ScriptedModel(
+        [
+            tool_reply(
+                ("t1", "read", {"file_path": "pkg/mod.py"}),
+                ("t2", "compact", {}),
+                ("t3", "grep", {"pattern": "TODO"}),
+                text="Read, then compact.",
+            ),
+            final_reply(),
+        ]
+    )
     session, result = await run_session(tmp_path, model)
     assert result.status == "succeeded", result.error
     assert result.compactions == {"compact_tool": 1}
@@ -400,6 +506,7 @@ async def test_compact_tool_runs_after_the_whole_batch(tmp_path: Path):
 
 # --- the summarizer: circuit breaker and gate -----------------------------------------------------------
 
+
 class FailingModel:
     name = "failing"
     server_compaction = True
@@ -412,7 +519,9 @@ class FailingModel:
         self.calls += 1
         if self.fail is None or self.calls <= self.fail:
             raise RuntimeError("529 overloaded")
-        return Reply([{"type": "text", "text": "Goal: survey. Next step: report."}], "end_turn", Usage(50, 10))
+        return Reply(
+            [{"type": "text", "text": "Goal: survey. Next step: report."}], "end_turn", Usage(50, 10)
+        )
 
     async def aclose(self) -> None:
         return None
@@ -427,8 +536,14 @@ async def compact_turns(tmp: Path, compactor: Compactor, n: int) -> tuple[Compac
     for i in range(n):
         state.window.mark_seen()
         await state.add(tool_reply((f"c{i}", "read", {"file_path": f"f{i}.py"})).message())
-        await state.add({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"c{i}",
-                                                      "content": f"contents of f{i}.py"}]})
+        await state.add(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": f"c{i}", "content": f"contents of f{i}.py"}
+                ],
+            }
+        )
         await compactor.compact(state)
         summaries.append(state.window.messages[0]["content"])
         assert request_problems(state.window.messages, REQUEST) == []
@@ -495,8 +610,15 @@ def most_in_any_window(starts: list[float], window: float) -> int:
 async def test_summary_gate_bounds_concurrency_and_rate_across_20_sessions(tmp_path: Path):
     max_concurrent, rate, window = 3, 6, 0.4
     model = SlowModel(delay=0.12)
-    compactor = Compactor(Summarizer(model, "claude-haiku-4-5", max_concurrent=max_concurrent,
-                                     requests_per_minute=rate, window_s=window))
+    compactor = Compactor(
+        Summarizer(
+            model,
+            "claude-haiku-4-5",
+            max_concurrent=max_concurrent,
+            requests_per_minute=rate,
+            window_s=window,
+        )
+    )
     per_session = 2
 
     async def session(i: int) -> None:

@@ -76,7 +76,11 @@ def test_limits_merge_from_all_four_levels_in_order(tmp_path):
     assert (beta.max_turns, beta.timeout_s, beta.max_output_tokens, beta.max_retries) == (10, 100, 1000, 9)
     gamma = limits_of(tmp_path, settings, "gamma")
     assert (gamma.max_turns, gamma.timeout_s, gamma.max_output_tokens, gamma.max_retries) == (
-        10, 100, 1000, DEFAULTS.max_retries)
+        10,
+        100,
+        1000,
+        DEFAULTS.max_retries,
+    )
     assert gamma.batch_char_limit == DEFAULTS.batch_char_limit
 
 
@@ -116,12 +120,15 @@ def test_bad_env_value_names_the_variable(tmp_path, monkeypatch):
     assert "RUNNER_LIMITS__MAX_TURNS" in problem and "limits.max_turns" in problem
 
 
-@pytest.mark.parametrize("text, key", [
-    ("[limits]\nmax_turns = true\n", "limits.max_turns"),
-    ("[limits]\ntimeout_s = false\n", "limits.timeout_s"),
-    ("[runner]\nconcurrency = true\n", "runner.concurrency"),
-    ("[jobs.x]\nmax_turns = true\n", "jobs.x.max_turns"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("[limits]\nmax_turns = true\n", "limits.max_turns"),
+        ("[limits]\ntimeout_s = false\n", "limits.timeout_s"),
+        ("[runner]\nconcurrency = true\n", "runner.concurrency"),
+        ("[jobs.x]\nmax_turns = true\n", "jobs.x.max_turns"),
+    ],
+)
 def test_booleans_are_not_numbers(tmp_path, text, key):
     path = tmp_path / "config.toml"
     path.write_text(text)
@@ -158,11 +165,21 @@ def test_cli_uses_merged_limits_and_env(tmp_path, run_cli):
     """The resolved limits land in job.json; the env var reaches `runner run`."""
     write_project(tmp_path)
     (tmp_path / "ws" / "a.py").write_text("x = 1\n")
-    proc = run_cli("run", "--output-dir", "out", cwd=tmp_path, RUNNER_LIMITS__MAX_OUTPUT_TOKENS="1234",
-                   RUNNER_RUNNER__BACKEND="offline")
+    proc = run_cli(
+        "run",
+        "--output-dir",
+        "out",
+        cwd=tmp_path,
+        RUNNER_LIMITS__MAX_OUTPUT_TOKENS="1234",
+        RUNNER_RUNNER__BACKEND="offline",
+    )
     assert proc.returncode == 0, proc.stderr
     [run_dir] = [p for p in (tmp_path / "out").iterdir() if not p.is_symlink()]
-    got = {name: json.loads((run_dir / name / "job.json").read_text())["limits"] for name in ("alpha", "beta", "gamma")}
-    assert {n: (v["max_turns"], v["timeout_s"], v["max_output_tokens"], v["max_retries"]) for n, v in got.items()} == {
-        "alpha": (30, 200, 1234, 4), "beta": (10, 100, 1234, 9), "gamma": (10, 100, 1234, 4)}
+    got = {
+        name: json.loads((run_dir / name / "job.json").read_text())["limits"]
+        for name in ("alpha", "beta", "gamma")
+    }
+    assert {
+        n: (v["max_turns"], v["timeout_s"], v["max_output_tokens"], v["max_retries"]) for n, v in got.items()
+    } == {"alpha": (30, 200, 1234, 4), "beta": (10, 100, 1234, 9), "gamma": (10, 100, 1234, 4)}
     assert json.loads((run_dir / "run.json").read_text())["concurrency"] == 4

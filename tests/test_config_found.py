@@ -15,7 +15,9 @@ def _nightly(tmp: Path) -> Path:
     srv = tmp / "srv" / "nightly"
     (srv / "jobs").mkdir(parents=True)
     (srv / "jobs" / "j.toml").write_text('workspace = "{stdlib}/json"\nprompt = "Survey."\n')
-    (srv / "config.toml").write_text('[runner]\nbackend = "offline"\noutput_dir = "out"\n[limits]\nmax_turns = 40\n')
+    (srv / "config.toml").write_text(
+        '[runner]\nbackend = "offline"\noutput_dir = "out"\n[limits]\nmax_turns = 40\n'
+    )
     return srv
 
 
@@ -27,7 +29,9 @@ def test_the_nearest_config_above_the_jobs_is_used_and_named(tmp_path: Path, run
     assert done.returncode == 0, done.stderr
     assert f"config: {srv / 'config.toml'}" in done.stderr
     assert not (elsewhere / "runs").exists() and not (elsewhere / "out").exists()
-    [run_dir] = [p for p in (srv / "out").iterdir() if not p.is_symlink()]  # output_dir is relative to the config file
+    [run_dir] = [
+        p for p in (srv / "out").iterdir() if not p.is_symlink()
+    ]  # output_dir is relative to the config file
     assert '"max_turns": 40' in (run_dir / "j" / "job.json").read_text()
 
 
@@ -42,12 +46,15 @@ def test_the_current_directorys_config_when_none_is_above(tmp_path: Path, run_cl
     assert done.returncode == 0 and "config: config.toml" in done.stdout, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize(("text", "key"), [
-    ('[runner]\nconcurrency = "8"\n', "runner.concurrency"),
-    ('[limits]\ncache_aware = "yes"\n', "limits.cache_aware"),
-    ('[limits]\nmax_turns = 8.0\n', "limits.max_turns"),
-    ('[jobs.j]\nmax_turns = "8"\n', "jobs.j.max_turns"),
-])
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('[runner]\nconcurrency = "8"\n', "runner.concurrency"),
+        ('[limits]\ncache_aware = "yes"\n', "limits.cache_aware"),
+        ("[limits]\nmax_turns = 8.0\n", "limits.max_turns"),
+        ('[jobs.j]\nmax_turns = "8"\n', "jobs.j.max_turns"),
+    ],
+)
 def test_config_values_are_not_coerced(tmp_path: Path, text: str, key: str, run_cli) -> None:
     srv = _nightly(tmp_path)
     (srv / "config.toml").write_text(text)
@@ -60,7 +67,9 @@ def test_config_values_are_not_coerced(tmp_path: Path, text: str, key: str, run_
 
 def test_a_task_files_limits_are_not_coerced(tmp_path: Path, run_cli) -> None:
     srv = _nightly(tmp_path)
-    (srv / "jobs" / "j.toml").write_text('workspace = "{stdlib}/json"\nprompt = "Survey."\n[limits]\ntimeout_s = "9"\n')
+    (srv / "jobs" / "j.toml").write_text(
+        'workspace = "{stdlib}/json"\nprompt = "Survey."\n[limits]\ntimeout_s = "9"\n'
+    )
     done = run_cli("validate", "jobs", cwd=srv)
     assert done.returncode == 2 and "limits.timeout_s" in done.stderr, done.stderr
 

@@ -27,7 +27,8 @@ def _setup(tmp: Path) -> None:
     for i in range(JOBS):
         (tmp / "jobs" / f"job{i}.toml").write_text(
             f'name = "job{i}"\nworkspace = "{{stdlib}}/email"\nprompt = "Survey the email package ({i})."\n'
-            "[limits]\nbatch_char_limit = 60_000\ncontext_char_limit = 30_000\n")
+            "[limits]\nbatch_char_limit = 60_000\ncontext_char_limit = 30_000\n"
+        )
     (tmp / "config.toml").write_text('[runner]\nconcurrency = 2\nbackend = "offline"\noutput_dir = "runs"\n')
 
 
@@ -42,8 +43,13 @@ def _run_json(tmp: Path) -> tuple[Path | None, dict | None]:
 
 
 def _kill_when(tmp: Path, ready) -> Path:
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "run"], cwd=tmp, env=runner_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run"],
+        cwd=tmp,
+        env=runner_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     try:
         while time.monotonic() < deadline:
@@ -102,16 +108,25 @@ def test_sigkill_then_resume(tmp_path: Path, point: str, capsys) -> None:
     assert any("interrupted" == j["status"] for j in document["jobs"]), document["jobs"]
     assert cli.main(["report", str(run_dir)]) == 1
     assert f"runner resume {run_dir}" in " ".join(capsys.readouterr().out.split())
-    done_before = {j["job"]: (run_dir / j["job"] / "metrics.json").read_bytes()
-                   for j in before["jobs"] if j["status"] == "succeeded"}
+    done_before = {
+        j["job"]: (run_dir / j["job"] / "metrics.json").read_bytes()
+        for j in before["jobs"]
+        if j["status"] == "succeeded"
+    }
     for metrics in run_dir.glob("*/metrics.json"):
         json.loads(metrics.read_text())  # never torn, even right after the kill
     for output in run_dir.glob("*/tool-results/*.txt"):
         output.read_text(encoding="utf-8")
 
     started = time.monotonic()
-    resumed = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)], cwd=tmp_path, env=runner_env(),
-                             capture_output=True, text=True, timeout=120)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "runner", "resume", str(run_dir)],
+        cwd=tmp_path,
+        env=runner_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     elapsed = time.monotonic() - started
     assert resumed.returncode == 0, resumed.stderr + resumed.stdout
     assert "Traceback" not in resumed.stderr
@@ -135,16 +150,25 @@ def test_half_written_lines_are_tolerated(tmp_path: Path) -> None:
     _setup(tmp_path)
     run_dir = _kill_when(tmp_path, KILL_POINTS["mid-job"])
     doc = json.loads((run_dir / "run.json").read_text())
-    unfinished = [j["job"] for j in doc["jobs"] if j["status"] != "succeeded"
-                  and (run_dir / j["job"] / "transcript.jsonl").exists()]
+    unfinished = [
+        j["job"]
+        for j in doc["jobs"]
+        if j["status"] != "succeeded" and (run_dir / j["job"] / "transcript.jsonl").exists()
+    ]
     assert unfinished
     victim = run_dir / unfinished[0]
     with open(victim / "transcript.jsonl", "a") as f:
         f.write('{"role": "assistant", "content": [{"type": "te')
     with open(victim / "events.jsonl", "a") as f:
         f.write('{"stage": "sn')
-    resumed = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)], cwd=tmp_path, env=runner_env(),
-                             capture_output=True, text=True, timeout=120)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "runner", "resume", str(run_dir)],
+        cwd=tmp_path,
+        env=runner_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert "half-written last line" in resumed.stderr
     assert "Traceback" not in resumed.stderr
@@ -166,15 +190,27 @@ def test_resume_brings_a_lagging_run_json_up_to_date(tmp_path: Path) -> None:
     """Killed right after the last jobs ended, run.json (rewritten at most every half second) can still
     say "running" for jobs whose own files say they succeeded: resume trusts the jobs' files."""
     _setup(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "runner", "run"], cwd=tmp_path, env=runner_env(), capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "run"],
+        cwd=tmp_path,
+        env=runner_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     run_dir, doc = _run_json(tmp_path)
     doc["state"] = "running"
     doc["jobs"][-1] = {"job": doc["jobs"][-1]["job"], "status": "running", "turns": 3}
     (run_dir / "run.json").write_text(json.dumps(doc))
-    resumed = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)], cwd=tmp_path, env=runner_env(),
-                             capture_output=True, text=True, timeout=120)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "runner", "resume", str(run_dir)],
+        cwd=tmp_path,
+        env=runner_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert resumed.returncode == 0, resumed.stderr
     after = json.loads((run_dir / "run.json").read_text())
     assert [j["status"] for j in after["jobs"]] == ["succeeded"] * JOBS and after["state"] == "finished"

@@ -64,8 +64,9 @@ class Play:
         self.count = 0
         self.transcripts: dict[str, list[Message]] = {}
 
-    async def converse(self, prompt: str, job_dir: Path, tools: tuple[str, ...], *, task: bool,
-                       max_turns: int = 400) -> tuple[list[Message], str, str]:
+    async def converse(
+        self, prompt: str, job_dir: Path, tools: tuple[str, ...], *, task: bool, max_turns: int = 400
+    ) -> tuple[list[Message], str, str]:
         store = JobStore(job_dir)
         await store.open()
         messages: list[Message] = [{"role": "user", "content": prompt}]
@@ -91,24 +92,36 @@ class Play:
         (job_dir / "final.md").write_text("(out of turns)\n", encoding="utf-8")
         return messages, "(out of turns)\n", "max_turns"
 
-    async def task(self, call: dict[str, Any], parent: Path, n: int,
-                   results: dict[str, dict[str, Any]]) -> None:
+    async def task(
+        self, call: dict[str, Any], parent: Path, n: int, results: dict[str, dict[str, Any]]
+    ) -> None:
         args = call["input"]
         where = f"agents/{n}-{slug(args['description'])}"
         tools = tuple(args["tools"])
         assert set(tools) <= set(TOOLS)
         if args["description"] in self.fail:
-            messages, final, status = await self.converse(args["prompt"], parent / where, tools, task=False,
-                                                          max_turns=3)
+            messages, final, status = await self.converse(
+                args["prompt"], parent / where, tools, task=False, max_turns=3
+            )
         else:
             messages, final, status = await self.converse(args["prompt"], parent / where, tools, task=False)
         self.transcripts[args["description"]] = messages
-        shown = final[:self.result_chars]
-        head = SUBAGENT_RESULT.format(dir=where, status=status, turns=len(messages) // 2, cost=0.0,
-                                      path=f"{where}/final.md", chars=len(final),
-                                      cut=SUBAGENT_CUT if len(shown) < len(final) else "")
-        results[call["id"]] = {"type": "tool_result", "tool_use_id": call["id"], "content": head + shown,
-                               **({"is_error": True} if status != "succeeded" else {})}
+        shown = final[: self.result_chars]
+        head = SUBAGENT_RESULT.format(
+            dir=where,
+            status=status,
+            turns=len(messages) // 2,
+            cost=0.0,
+            path=f"{where}/final.md",
+            chars=len(final),
+            cut=SUBAGENT_CUT if len(shown) < len(final) else "",
+        )
+        results[call["id"]] = {
+            "type": "tool_result",
+            "tool_use_id": call["id"],
+            "content": head + shown,
+            **({"is_error": True} if status != "succeeded" else {}),
+        }
 
 
 def task_calls(messages: list[Message]) -> list[list[dict[str, Any]]]:
@@ -123,15 +136,21 @@ def todo_lines(files: dict[str, bytes]) -> int:
     for data in files.values():
         if b"\x00" in data[:512]:
             continue
-        hits += sum(1 for raw in data.splitlines(keepends=True) if len(raw) <= 2000
-                    and rx.search(raw.decode(errors="replace").rstrip("\r\n")))
+        hits += sum(
+            1
+            for raw in data.splitlines(keepends=True)
+            if len(raw) <= 2000 and rx.search(raw.decode(errors="replace").rstrip("\r\n"))
+        )
     return hits
 
 
 def assert_rows_right(rows: dict[str, list[Any]], truth: dict[str, bytes]) -> None:
     assert set(rows) == set(truth), (sorted(set(truth) - set(rows))[:5], sorted(set(rows) - set(truth))[:5])
-    wrong = [(p, rows[p]) for p, data in truth.items()
-             if ("binary" if rows[p][1] == "image" else rows[p][1], rows[p][2]) != expected_row(data)]
+    wrong = [
+        (p, rows[p])
+        for p, data in truth.items()
+        if ("binary" if rows[p][1] == "image" else rows[p][1], rows[p][2]) != expected_row(data)
+    ]
     assert not wrong, wrong[:5]
 
 
@@ -142,6 +161,7 @@ def totals(report: str) -> tuple[int, ...]:
 
 
 # --- the pure policy --------------------------------------------------------------------------------
+
 
 async def test_a_big_tree_is_split_among_subagents_and_every_file_is_right(tree, tmp_path, small_threshold):
     play = Play(tree)
@@ -165,10 +185,13 @@ async def test_a_big_tree_is_split_among_subagents_and_every_file_is_right(tree,
         where = f"agents/{n}-{slug(call['input']['description'])}"
         assert f"`{where}/final.md`" in final and (job / where / "memories" / "survey").is_dir()
     for description, transcript in play.transcripts.items():  # each part read only its own files
-        read = [str(u["input"].get("file_path")) for m in transcript for u in tool_uses(m)
-                if u["name"] == "read"]
-        assert read and all("/" not in p if description == delegation.TOP_DESCRIPTION else
-                            p.startswith(description + "/") for p in read), (description, read[:5])
+        read = [
+            str(u["input"].get("file_path")) for m in transcript for u in tool_uses(m) if u["name"] == "read"
+        ]
+        assert read and all(
+            "/" not in p if description == delegation.TOP_DESCRIPTION else p.startswith(description + "/")
+            for p in read
+        ), (description, read[:5])
 
 
 async def test_a_cut_report_is_read_back_before_the_parent_reports(tree, tmp_path, small_threshold):
@@ -177,8 +200,10 @@ async def test_a_cut_report_is_read_back_before_the_parent_reports(tree, tmp_pat
     messages, final, status = await play.converse("Survey this workspace.", job, TOOLS, task=True)
     assert status == "succeeded"
     recalls = [u["input"] for m in messages for u in tool_uses(m) if u["name"] == "recall"]
-    assert {r["path"] for r in recalls} == {f"agents/{n}-{slug(d)}/final.md" for n, d in
-                                            enumerate(sorted(PACKAGES) + [delegation.TOP_DESCRIPTION], 1)}
+    assert {r["path"] for r in recalls} == {
+        f"agents/{n}-{slug(d)}/final.md"
+        for n, d in enumerate(sorted(PACKAGES) + [delegation.TOP_DESCRIPTION], 1)
+    }
     truth = regular_files(tree)
     todo = re.search(r"## TODO / FIXME / XXX \((\d+) lines in (\d+) files", final)
     assert todo and int(todo[1]) == todo_lines(truth) and "see its report" not in final
@@ -222,38 +247,55 @@ async def test_a_scoped_survey_reads_only_its_part_with_workspace_paths(tree, tm
     prompt = scoped_prompt(scope, "Survey this workspace.")
     messages, final, status = await Play(tree).converse(prompt, tmp_path / "job", TOOLS, task=True)
     assert status == "succeeded" and not task_calls(messages)  # a part is never split again
-    truth = {p: d for p, d in regular_files(tree).items()
-             if ("/" not in p if scope == TOP else p.startswith("email/"))}
+    truth = {
+        p: d
+        for p, d in regular_files(tree).items()
+        if ("/" not in p if scope == TOP else p.startswith("email/"))
+    }
     assert_rows_right(survey_rows(final, tmp_path / "job"), truth)
     todo = re.search(r"## TODO / FIXME / XXX \((\d+) lines in (\d+) files", final)
     assert todo and int(todo[1]) == todo_lines(truth)
     globs = [u["input"] for m in messages for u in tool_uses(m) if u["name"] == "glob"]
-    assert all(g.get("path", "").startswith("email") or g == {"pattern": "email"} for g in globs) \
-        if scope != TOP else all(g.get("path", ".") == "." for g in globs)
+    assert (
+        all(g.get("path", "").startswith("email") or g == {"pattern": "email"} for g in globs)
+        if scope != TOP
+        else all(g.get("path", ".") == "." for g in globs)
+    )
 
 
 def test_the_scope_is_read_from_the_prompt_and_a_plain_survey_has_none():
     for scope in ("email", "a b/c", TOP):
         assert scope_of([{"role": "user", "content": scoped_prompt(scope, "Survey it.")}]) == scope
     assert scope_of([{"role": "user", "content": "Survey it."}]) is None
-    assert not delegation.applies([{"role": "user", "content": scoped_prompt("x", "Survey it.")}],
-                                  {"task", "memory", "glob", "read"})
+    assert not delegation.applies(
+        [{"role": "user", "content": scoped_prompt("x", "Survey it.")}], {"task", "memory", "glob", "read"}
+    )
     assert not delegation.applies([{"role": "user", "content": "Survey it."}], {"memory", "glob", "read"})
     assert delegation.applies([{"role": "user", "content": "Survey it."}], {"task", "memory", "glob", "read"})
 
 
 def test_a_task_result_header_parses():
-    head = SUBAGENT_RESULT.format(dir="agents/1-email", status="succeeded", turns=3, cost=0.0,
-                                  path="agents/1-email/final.md", chars=10, cut=SUBAGENT_CUT)
+    head = SUBAGENT_RESULT.format(
+        dir="agents/1-email",
+        status="succeeded",
+        turns=3,
+        cost=0.0,
+        path="agents/1-email/final.md",
+        chars=10,
+        cut=SUBAGENT_CUT,
+    )
     assert subagent_result(head + "body") == ("agents/1-email", "succeeded", "agents/1-email/final.md", True)
 
 
 # --- through the runtime ----------------------------------------------------------------------------
 
+
 def test_runner_run_of_a_survey_with_the_task_tool_delegates_on_the_offline_model(
-        tree, tmp_path, small_threshold, run_cli: CliRunner):
-    (tmp_path / "j.toml").write_text('workspace = "ws"\nprompt = "Survey this workspace."\n'
-                                     'tools = ["read", "glob", "grep", "task"]\n')
+    tree, tmp_path, small_threshold, run_cli: CliRunner
+):
+    (tmp_path / "j.toml").write_text(
+        'workspace = "ws"\nprompt = "Survey this workspace."\ntools = ["read", "glob", "grep", "task"]\n'
+    )
     done = run_cli("run", "j.toml", "--backend", "offline", "--output-dir", "runs", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     job = next((tmp_path / "runs").glob("*/j"))

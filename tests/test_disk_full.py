@@ -20,7 +20,9 @@ FINAL = {"succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "canc
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(mount)], capture_output=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(mount)], capture_output=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
     try:
@@ -34,14 +36,21 @@ def _jobs(tmp: Path, n: int) -> None:
     for i in range(n):
         (tmp / "jobs" / f"j{i}.toml").write_text(
             f'workspace = "{{stdlib}}/email"\nprompt = "Survey ({i})."\n'
-            "[limits]\nlarge_result_chars = 400\npreview_chars = 100\nbatch_char_limit = 1000\ncontext_char_limit = 8000\n")
+            "[limits]\nlarge_result_chars = 400\npreview_chars = 100\nbatch_char_limit = 1000\ncontext_char_limit = 8000\n"
+        )
     (tmp / "config.toml").write_text('[runner]\nbackend = "offline"\nconcurrency = 3\n')
 
 
 def _runner(tmp: Path, out: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-    return subprocess.run([sys.executable, "-m", "runner", "run", "jobs", "--output-dir", str(out)], cwd=tmp,
-                          env={**env, "COLUMNS": "250"}, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "runner", "run", "jobs", "--output-dir", str(out)],
+        cwd=tmp,
+        env={**env, "COLUMNS": "250"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_disk_that_fills_up_leaves_final_documents(tmp_path: Path, small_disk: Path) -> None:
@@ -62,7 +71,9 @@ def test_a_disk_that_fills_up_leaves_final_documents(tmp_path: Path, small_disk:
         row = next(line for line in done.stdout.splitlines() if line.replace("│", " ").split()[:1] == [name])
         assert m["status"] in row, (row, m["status"])
     assert "queued" not in done.stdout and "running" not in done.stdout
-    assert not [p for p in run_dir.rglob("*") if p.name.endswith((".tmp", ".spare")) or p.name.startswith(".reserve")]
+    assert not [
+        p for p in run_dir.rglob("*") if p.name.endswith((".tmp", ".spare")) or p.name.startswith(".reserve")
+    ]
 
 
 def test_starting_on_a_full_disk_is_one_line_and_exit_2(tmp_path: Path, small_disk: Path) -> None:

@@ -37,12 +37,13 @@ from runner.models.policy import TODO_PATTERN, decide
 
 pytestmark = pytest.mark.anyio
 
-TOOLS = [{"name": n, "description": n, "input_schema": {"type": "object", "properties": {}}}
-         for n in ("glob", "read", "grep")]
+TOOLS = [
+    {"name": n, "description": n, "input_schema": {"type": "object", "properties": {}}}
+    for n in ("glob", "read", "grep")
+]
 HELLO = [{"role": "user", "content": "Survey the workspace."}]
 ROOT = "/ws"
 REPO = Path(__file__).resolve().parent.parent
-
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +81,9 @@ def policy_history(files: dict[str, int], turns: int) -> list[dict]:
             if use["name"] == "glob":
                 output = "\n".join(f"{ROOT}/{name}" for name in files)
             elif use["name"] == "read":
-                output = '"""Module doc."""\n' + "x = 1\n" * (files[use["input"]["file_path"][len(ROOT) + 1:]] // 6)
+                output = '"""Module doc."""\n' + "x = 1\n" * (
+                    files[use["input"]["file_path"][len(ROOT) + 1 :]] // 6
+                )
             else:
                 output = "no matches"
             results.append({"type": "tool_result", "tool_use_id": use["id"], "content": output})
@@ -88,7 +91,14 @@ def policy_history(files: dict[str, int], turns: int) -> list[dict]:
     return history
 
 
-BIG_WORKSPACE = {"a0.py": 60_000, "a1.py": 60_000, "a2.py": 60_000, "a3.py": 60_000, "b0.py": 600, "b1.py": 600}
+BIG_WORKSPACE = {
+    "a0.py": 60_000,
+    "a1.py": 60_000,
+    "a2.py": 60_000,
+    "a3.py": 60_000,
+    "b0.py": 600,
+    "b1.py": 600,
+}
 
 
 def plain(content) -> list[dict]:
@@ -122,8 +132,12 @@ async def test_count_tokens_matches_the_estimate(emu):
 
 
 async def test_scripted_replies_are_served_in_order_then_the_policy(emu):
-    emu.set_script([{"content": "first", "stop_reason": "end_turn"},
-                    {"content": [{"type": "text", "text": "second"}], "stop_reason": "max_tokens"}])
+    emu.set_script(
+        [
+            {"content": "first", "stop_reason": "end_turn"},
+            {"content": [{"type": "text", "text": "second"}], "stop_reason": "max_tokens"},
+        ]
+    )
     async with client(emu) as c:
         replies = [await create(c) for _ in range(3)]
     assert [r.content[0].text for r in replies[:2]] == ["first", "second"]
@@ -143,22 +157,33 @@ async def test_enforced_max_tokens_cuts_the_reply(emu):
 ORPHAN = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "?"}]}]
 TWO_USERS = [*HELLO, {"role": "user", "content": "again"}]
 ASSISTANT_FIRST = [{"role": "assistant", "content": "hello"}, *HELLO]
-UNANSWERED = [*HELLO, {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "glob", "input": {}}]},
-              {"role": "user", "content": "no result"}]
-NULL_CALLER = [*HELLO, {"role": "assistant", "content": [
-    {"type": "tool_use", "id": "t1", "name": "glob", "input": {}, "caller": None}]},
-    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]
+UNANSWERED = [
+    *HELLO,
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "glob", "input": {}}]},
+    {"role": "user", "content": "no result"},
+]
+NULL_CALLER = [
+    *HELLO,
+    {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "t1", "name": "glob", "input": {}, "caller": None}],
+    },
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+]
 EMPTY_TEXT = [{"role": "user", "content": [{"type": "text", "text": ""}]}]
 
 
-@pytest.mark.parametrize(("messages", "needle"), [
-    (ORPHAN, "has no matching tool_use"),
-    (TWO_USERS, "roles must alternate"),
-    (ASSISTANT_FIRST, "first message must use the user role"),
-    (UNANSWERED, "without tool_result blocks"),
-    (NULL_CALLER, "caller"),
-    (EMPTY_TEXT, "must be non-empty"),
-])
+@pytest.mark.parametrize(
+    ("messages", "needle"),
+    [
+        (ORPHAN, "has no matching tool_use"),
+        (TWO_USERS, "roles must alternate"),
+        (ASSISTANT_FIRST, "first message must use the user role"),
+        (UNANSWERED, "without tool_result blocks"),
+        (NULL_CALLER, "caller"),
+        (EMPTY_TEXT, "must be non-empty"),
+    ],
+)
 async def test_invalid_messages_are_a_400(emu, messages, needle):
     async with client(emu) as c:
         with pytest.raises(anthropic.BadRequestError) as caught:
@@ -168,21 +193,52 @@ async def test_invalid_messages_are_a_400(emu, messages, needle):
     assert emu.state.outcomes["400"] == 1
 
 
-@pytest.mark.parametrize(("body", "needle"), [
-    ({"model": "m", "messages": HELLO}, "max_tokens: Field required"),
-    ({"model": "m", "messages": HELLO, "max_tokens": 0}, "max_tokens: Input should be greater than or equal to 1"),
-    ({"messages": HELLO, "max_tokens": 10}, "model: Field required"),
-    ({"model": "m", "messages": HELLO, "max_tokens": 10, "surprise": 1}, "surprise: Extra inputs"),
-    ({"model": "m", "messages": HELLO, "max_tokens": 10, "tools": [{"name": "t"}]}, "tools.0.custom.input_schema: Field required"),
-    ({"model": "m", "messages": HELLO, "max_tokens": 10, "tools": [{"input_schema": {"type": "object"}}]},
-     "tools.0.custom.name: Field required"),
-    ({"model": "m", "messages": HELLO, "max_tokens": 10, "system": [{"type": "image", "source": {}}]}, "system.0"),
-    ({"model": "m", "messages": HELLO, "max_tokens": 10, "system": 5}, "system: Input should be a valid list"),
-    ({"model": "m", "messages": HELLO, "max_tokens": 10,
-      "system": [{"type": "text", "text": "s", "cache_control": {"type": "forever"}}]}, "cache_control"),
-    ({"model": "m", "max_tokens": 10, "context_management": {"edits": []},
-      "messages": HELLO}, "context_management: needs the anthropic-beta header"),
-])
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ({"model": "m", "messages": HELLO}, "max_tokens: Field required"),
+        (
+            {"model": "m", "messages": HELLO, "max_tokens": 0},
+            "max_tokens: Input should be greater than or equal to 1",
+        ),
+        ({"messages": HELLO, "max_tokens": 10}, "model: Field required"),
+        ({"model": "m", "messages": HELLO, "max_tokens": 10, "surprise": 1}, "surprise: Extra inputs"),
+        (
+            {"model": "m", "messages": HELLO, "max_tokens": 10, "tools": [{"name": "t"}]},
+            "tools.0.custom.input_schema: Field required",
+        ),
+        (
+            {
+                "model": "m",
+                "messages": HELLO,
+                "max_tokens": 10,
+                "tools": [{"input_schema": {"type": "object"}}],
+            },
+            "tools.0.custom.name: Field required",
+        ),
+        (
+            {"model": "m", "messages": HELLO, "max_tokens": 10, "system": [{"type": "image", "source": {}}]},
+            "system.0",
+        ),
+        (
+            {"model": "m", "messages": HELLO, "max_tokens": 10, "system": 5},
+            "system: Input should be a valid list",
+        ),
+        (
+            {
+                "model": "m",
+                "messages": HELLO,
+                "max_tokens": 10,
+                "system": [{"type": "text", "text": "s", "cache_control": {"type": "forever"}}],
+            },
+            "cache_control",
+        ),
+        (
+            {"model": "m", "max_tokens": 10, "context_management": {"edits": []}, "messages": HELLO},
+            "context_management: needs the anthropic-beta header",
+        ),
+    ],
+)
 async def test_invalid_bodies_are_a_400(emu, body, needle):
     async with client(emu) as c:
         with pytest.raises(anthropic.BadRequestError) as caught:
@@ -194,8 +250,15 @@ async def test_cache_control_is_allowed_on_blocks_but_at_most_four(emu):
     cc = {"type": "ephemeral"}
     system = [{"type": "text", "text": "sys", "cache_control": cc}]
     tools = [{**TOOLS[0], "cache_control": cc}, *TOOLS[1:]]
-    messages = [{"role": "user", "content": [{"type": "text", "text": "a", "cache_control": cc},
-                                             {"type": "text", "text": "b", "cache_control": {**cc, "ttl": "1h"}}]}]
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "a", "cache_control": cc},
+                {"type": "text", "text": "b", "cache_control": {**cc, "ttl": "1h"}},
+            ],
+        }
+    ]
     async with client(emu) as c:
         assert (await create(c, messages, system=system, tools=tools)).stop_reason == "tool_use"
         messages[0]["content"].append({"type": "text", "text": "c", "cache_control": cc})
@@ -204,8 +267,12 @@ async def test_cache_control_is_allowed_on_blocks_but_at_most_four(emu):
 
 
 def test_a_missing_api_key_is_a_401(emu):
-    request = urllib.request.Request(emu.base_url + "/v1/messages", data=b"{}", method="POST",
-                                     headers={"content-type": "application/json", "anthropic-version": "2023-06-01"})
+    request = urllib.request.Request(
+        emu.base_url + "/v1/messages",
+        data=b"{}",
+        method="POST",
+        headers={"content-type": "application/json", "anthropic-version": "2023-06-01"},
+    )
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request, timeout=5)
     assert caught.value.code == 401
@@ -222,8 +289,12 @@ async def test_a_configured_api_key_must_match(emu):
 
 def test_a_body_over_the_byte_limit_is_a_413(emu):
     emu.config.max_request_bytes = 10
-    request = urllib.request.Request(emu.base_url + "/v1/messages", data=json.dumps({"x": "y" * 20}).encode(),
-                                     method="POST", headers={"x-api-key": "k", "anthropic-version": "2023-06-01"})
+    request = urllib.request.Request(
+        emu.base_url + "/v1/messages",
+        data=json.dumps({"x": "y" * 20}).encode(),
+        method="POST",
+        headers={"x-api-key": "k", "anthropic-version": "2023-06-01"},
+    )
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request, timeout=5)
     assert caught.value.code == 413
@@ -272,11 +343,14 @@ async def test_429_carries_the_api_headers(emu):
     assert caught.value.type == "rate_limit_error"
 
 
-@pytest.mark.parametrize(("fault", "outcome", "error"), [
-    ("overloaded", "529", anthropic.OverloadedError),
-    ("server_error", "500", anthropic.InternalServerError),
-    ("drop", "dropped", anthropic.APIConnectionError),
-])
+@pytest.mark.parametrize(
+    ("fault", "outcome", "error"),
+    [
+        ("overloaded", "529", anthropic.OverloadedError),
+        ("server_error", "500", anthropic.InternalServerError),
+        ("drop", "dropped", anthropic.APIConnectionError),
+    ],
+)
 async def test_transient_faults_are_retried_and_succeed(emu, fault, outcome, error):
     getattr(emu.config.faults, fault).schedule = [1, 3]
     async with client(emu) as c:
@@ -313,6 +387,7 @@ async def test_rpm_is_enforced_over_a_sliding_window(emu):
     emu.config.retry_after_ms = True
     outcomes: list[str] = []
     async with client(emu) as c:
+
         async def one() -> None:
             try:
                 await create(c)
@@ -357,8 +432,15 @@ async def test_latency_and_peak_concurrency(emu):
 def test_stats_endpoint(emu):
     with urllib.request.urlopen(emu.base_url + "/_emulator/stats", timeout=5) as response:
         stats = json.loads(response.read())
-    assert {"requests", "outcomes", "peak_concurrent", "requests_in_window", "tokens", "compactions",
-            "recorded_requests"} <= set(stats)
+    assert {
+        "requests",
+        "outcomes",
+        "peak_concurrent",
+        "requests_in_window",
+        "tokens",
+        "compactions",
+        "recorded_requests",
+    } <= set(stats)
 
 
 # --- prompt caching -----------------------------------------------------------------------------
@@ -385,11 +467,18 @@ async def test_the_runner_reads_the_prefix_its_previous_turn_wrote(emu):
     """AnthropicModel puts a breakpoint on the newest message: the next turn reads it (lookback)."""
     model = AnthropicModel(base_url=emu.base_url, api_key="test-key", max_retries=0)
     history = policy_history({"a.py": 3_000, "b.py": 3_000}, turns=2)
-    first = await model.create(Request(model="m", messages=history, tools=TOOLS, max_tokens=1000, system="sys"))
-    results = [{"type": "tool_result", "tool_use_id": b["id"], "content": "1"} for b in first.content
-               if b["type"] == "tool_use"]
+    first = await model.create(
+        Request(model="m", messages=history, tools=TOOLS, max_tokens=1000, system="sys")
+    )
+    results = [
+        {"type": "tool_result", "tool_use_id": b["id"], "content": "1"}
+        for b in first.content
+        if b["type"] == "tool_use"
+    ]
     history = [*history, first.message(), {"role": "user", "content": results}]
-    second = await model.create(Request(model="m", messages=history, tools=TOOLS, max_tokens=1000, system="sys"))
+    second = await model.create(
+        Request(model="m", messages=history, tools=TOOLS, max_tokens=1000, system="sys")
+    )
     await model.aclose()
     assert first.usage.cache_creation_input_tokens > 1024
     assert second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
@@ -404,18 +493,32 @@ EDIT = {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens
 async def test_server_compaction_returns_a_compaction_block_and_iterations(emu):
     history = policy_history(BIG_WORKSPACE, turns=3)
     async with client(emu) as c:
-        small = await c.beta.messages.create(model="m", max_tokens=1000, messages=HELLO, tools=TOOLS,
-                                             context_management=EDIT, betas=["compact-2026-01-12"])
+        small = await c.beta.messages.create(
+            model="m",
+            max_tokens=1000,
+            messages=HELLO,
+            tools=TOOLS,
+            context_management=EDIT,
+            betas=["compact-2026-01-12"],
+        )
         assert small.content[0].type == "text" and small.usage.iterations is None
-        response = await c.beta.messages.create(model="m", max_tokens=1000, messages=history, tools=TOOLS,
-                                                context_management=EDIT, betas=["compact-2026-01-12"])
+        response = await c.beta.messages.create(
+            model="m",
+            max_tokens=1000,
+            messages=history,
+            tools=TOOLS,
+            context_management=EDIT,
+            betas=["compact-2026-01-12"],
+        )
     content = plain(response.content)
     assert content[0]["type"] == "compaction"
     assert content[0]["content"] == fallback_summary(history)
     iterations = [it.model_dump() for it in response.usage.iterations]
     assert [it["type"] for it in iterations] == ["compaction", "message"]
     assert iterations[0]["input_tokens"] > 50_000
-    assert response.usage.input_tokens == iterations[1]["input_tokens"] < 50_000  # top level: the message only
+    assert (
+        response.usage.input_tokens == iterations[1]["input_tokens"] < 50_000
+    )  # top level: the message only
     assert response.usage.output_tokens == iterations[1]["output_tokens"]
     # The policy answered from the compacted view: the summary (which carries its earlier notes)
     # and the newest results, which it notes now (outlines counted from the text read); so it moves on
@@ -423,58 +526,98 @@ async def test_server_compaction_returns_a_compaction_block_and_iterations(emu):
     text = content[1]["text"]
     assert "- file: b0.py | 618 | 101 | Module doc." in text and "- file: b1.py | " in text
     assert [(b["name"], b["input"]) for b in content if b["type"] == "tool_use"] == [
-        ("grep", {"pattern": TODO_PATTERN})]
+        ("grep", {"pattern": TODO_PATTERN})
+    ]
     assert emu.state.compactions == 1
 
     # The next turn: the API reads from the compaction block on, so no new compaction, and the
     # policy knows the files from the notes after the block.
     calls = [b for b in content if b["type"] == "tool_use"]
-    history = [*history, {"role": "assistant", "content": content},
-               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": b["id"], "content": "no matches"}
-                                            for b in calls]}]
+    history = [
+        *history,
+        {"role": "assistant", "content": content},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": b["id"], "content": "no matches"} for b in calls
+            ],
+        },
+    ]
     async with client(emu) as c:
-        follow = await c.beta.messages.create(model="m", max_tokens=1000, messages=history, tools=TOOLS,
-                                              context_management=EDIT, betas=["compact-2026-01-12"])
+        follow = await c.beta.messages.create(
+            model="m",
+            max_tokens=1000,
+            messages=history,
+            tools=TOOLS,
+            context_management=EDIT,
+            betas=["compact-2026-01-12"],
+        )
     assert follow.content[0].type != "compaction" and emu.state.compactions == 1
     view = effective_view(history)
     assert view[0]["content"].startswith("[Compacted]\n") and len(view) == 3
     assert plain(follow.content) == decide(view, {"glob", "read", "grep"})[0]
     assert [b.type for b in follow.content] == ["text"] and follow.stop_reason == "end_turn"  # the report
-    assert "- file: b0.py | 618 | 101 | Module doc." not in follow.content[0].text and "| b0.py |" in follow.content[0].text
+    assert (
+        "- file: b0.py | 618 | 101 | Module doc." not in follow.content[0].text
+        and "| b0.py |" in follow.content[0].text
+    )
     assert follow.usage.input_tokens < 50_000
 
 
 async def test_the_beta_path_is_served_with_or_without_the_query(emu):
     async with client(emu) as c:
-        beta = await c.beta.messages.create(model="m", max_tokens=100, messages=HELLO, betas=["compact-2026-01-12"])
-        queried = await c.post("/v1/messages?beta=true", cast_to=object,
-                               body={"model": "m", "max_tokens": 100, "messages": HELLO})
+        beta = await c.beta.messages.create(
+            model="m", max_tokens=100, messages=HELLO, betas=["compact-2026-01-12"]
+        )
+        queried = await c.post(
+            "/v1/messages?beta=true",
+            cast_to=object,
+            body={"model": "m", "max_tokens": 100, "messages": HELLO},
+        )
     assert beta.type == "message" and queried["type"] == "message"
 
 
 async def test_pause_after_compaction_returns_only_the_compaction(emu):
-    edit = {"edits": [{**EDIT["edits"][0], "pause_after_compaction": True, "instructions": "Keep file notes."}]}
+    edit = {
+        "edits": [{**EDIT["edits"][0], "pause_after_compaction": True, "instructions": "Keep file notes."}]
+    }
     async with client(emu) as c:
-        response = await c.beta.messages.create(model="m", max_tokens=1000, messages=policy_history(BIG_WORKSPACE, 3),
-                                                tools=TOOLS, context_management=edit, betas=["compact-2026-01-12"])
+        response = await c.beta.messages.create(
+            model="m",
+            max_tokens=1000,
+            messages=policy_history(BIG_WORKSPACE, 3),
+            tools=TOOLS,
+            context_management=edit,
+            betas=["compact-2026-01-12"],
+        )
     assert response.stop_reason == "compaction" and [b.type for b in response.content] == ["compaction"]
-    assert [it.type for it in response.usage.iterations] == ["compaction"] and response.usage.input_tokens == 0
+    assert [it.type for it in response.usage.iterations] == [
+        "compaction"
+    ] and response.usage.input_tokens == 0
 
 
 async def test_compaction_settings_are_validated(emu):
     low = {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 10_000}}]}
     async with client(emu) as c:
         with pytest.raises(anthropic.BadRequestError, match="at least 50000"):
-            await c.beta.messages.create(model="m", max_tokens=10, messages=HELLO, context_management=low,
-                                         betas=["compact-2026-01-12"])
+            await c.beta.messages.create(
+                model="m", max_tokens=10, messages=HELLO, context_management=low, betas=["compact-2026-01-12"]
+            )
         with pytest.raises(anthropic.BadRequestError, match="anthropic-beta"):
             await c.beta.messages.create(model="m", max_tokens=10, messages=HELLO, context_management=EDIT)
 
 
 async def test_the_runner_backend_sums_server_compaction_iterations(emu):
     model = AnthropicModel(base_url=emu.base_url, api_key="test-key", max_retries=0)
-    reply = await model.create(Request(model="m", messages=policy_history(BIG_WORKSPACE, turns=3), tools=TOOLS,
-                                       max_tokens=1000, context_management=EDIT))
+    reply = await model.create(
+        Request(
+            model="m",
+            messages=policy_history(BIG_WORKSPACE, turns=3),
+            tools=TOOLS,
+            max_tokens=1000,
+            context_management=EDIT,
+        )
+    )
     await model.aclose()
     assert reply.content[0]["type"] == "compaction"
     assert reply.usage.input_tokens > 50_000  # compaction + message iterations
@@ -487,9 +630,13 @@ async def test_the_runner_backend_sums_server_compaction_iterations(emu):
 async def test_the_runner_backend_gets_a_policy_reply(emu):
     model = AnthropicModel(base_url=emu.base_url, api_key="test-key", max_retries=2)
     emu.config.faults.overloaded.schedule = [1]
-    reply = await model.create(Request(model="m", messages=HELLO, tools=TOOLS, max_tokens=1000, system="Be brief."))
+    reply = await model.create(
+        Request(model="m", messages=HELLO, tools=TOOLS, max_tokens=1000, system="Be brief.")
+    )
     await model.aclose()
-    as_sent = [{"role": "user", "content": [{"type": "text", "text": HELLO[0]["content"]}]}]  # cache_control dropped
+    as_sent = [
+        {"role": "user", "content": [{"type": "text", "text": HELLO[0]["content"]}]}
+    ]  # cache_control dropped
     assert (reply.content, reply.stop_reason) == decide(as_sent, {"glob", "read", "grep"})
     assert reply.usage.input_tokens > 0 and reply.usage.output_tokens > 0 and not reply.estimated
     assert emu.state.outcomes["529"] == 1
@@ -536,8 +683,12 @@ def stats_when_up(url: str) -> dict:
 
 def test_runner_emulate_serves_until_terminated():
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "runner", "emulate", "--port", str(port)],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runner", "emulate", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         banner, env_line = process.stdout.readline(), process.stdout.readline()
         url = f"http://127.0.0.1:{port}"
@@ -555,9 +706,24 @@ def test_the_readmes_emulator_commands_work_as_written(tmp_path):
     to keep it short): the shipped faults happen, the SDK retries them, the job succeeds."""
     with running_emulator(EmulatorConfig.from_toml(REPO / "emulator.toml")) as emu:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-        done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs/stdlib-json.toml", "--backend",
-                               "anthropic", "--output-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True,
-                              timeout=120, env={**env, "ANTHROPIC_BASE_URL": emu.base_url, "ANTHROPIC_API_KEY": "emulator"})
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "runner",
+                "run",
+                "jobs/stdlib-json.toml",
+                "--backend",
+                "anthropic",
+                "--output-dir",
+                str(tmp_path),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**env, "ANTHROPIC_BASE_URL": emu.base_url, "ANTHROPIC_API_KEY": "emulator"},
+        )
         stats = emu.stats()
     assert done.returncode == 0, done.stderr
     [metrics] = [m for m in tmp_path.glob("*/stdlib-json/metrics.json") if not m.parent.parent.is_symlink()]
@@ -582,15 +748,21 @@ def test_cli_refuses_bad_config_and_non_loopback_hosts(tmp_path):
     assert config.rpm == 10 and config.window_s == 2.0 and config.faults.overloaded.rate == 0.1
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ('rpm = "50"\n', "rpm: Input should be a valid integer (got '50')"),
-    ("seed = true\n", "seed: Input should be a valid integer (got True)"),
-    ('enforce_max_tokens = "yes"\n', "enforce_max_tokens: Input should be a valid boolean (got 'yes')"),
-    ('[latency]\nseconds = "2"\n', "latency.seconds: Input should be a valid number (got '2')"),
-    ("[faults.overloaded]\nschedule = [1, \"3\"]\n", "faults.overloaded.schedule.1: Input should be a valid integer (got '3')"),
-    ("rpn = 50\n", "rpn: unknown key"),
-    ("[faults.overload]\nrate = 0.1\n", "faults.overload: unknown key"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('rpm = "50"\n', "rpm: Input should be a valid integer (got '50')"),
+        ("seed = true\n", "seed: Input should be a valid integer (got True)"),
+        ('enforce_max_tokens = "yes"\n', "enforce_max_tokens: Input should be a valid boolean (got 'yes')"),
+        ('[latency]\nseconds = "2"\n', "latency.seconds: Input should be a valid number (got '2')"),
+        (
+            '[faults.overloaded]\nschedule = [1, "3"]\n',
+            "faults.overloaded.schedule.1: Input should be a valid integer (got '3')",
+        ),
+        ("rpn = 50\n", "rpn: unknown key"),
+        ("[faults.overload]\nrate = 0.1\n", "faults.overload: unknown key"),
+    ],
+)
 def test_config_values_are_strict_and_errors_name_file_and_key(tmp_path, text, expected):
     path = tmp_path / "emulator.toml"
     path.write_text(text)
@@ -607,8 +779,13 @@ def test_config_values_are_strict_when_set_at_run_time_too(emu):
 
 
 def run_emulate(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", "emulate", "--port", "0", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "runner", "emulate", "--port", "0", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_runner_emulate_with_a_bad_config_is_one_line_and_exit_2(tmp_path):
@@ -616,25 +793,30 @@ def test_runner_emulate_with_a_bad_config_is_one_line_and_exit_2(tmp_path):
     bad.write_text('rpm = "50"\n[latency]\nsecond = 1\n')
     done = run_emulate("--config", str(bad))
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.splitlines() == [f"error: {bad}: latency.second: unknown key",
-                                        f"error: {bad}: rpm: Input should be a valid integer (got '50')"]
-    for path, expected in [(tmp_path / "none.toml", "config file not found"),
-                           (tmp_path, "config file is a directory, expected a TOML file")]:
+    assert done.stderr.splitlines() == [
+        f"error: {bad}: latency.second: unknown key",
+        f"error: {bad}: rpm: Input should be a valid integer (got '50')",
+    ]
+    for path, expected in [
+        (tmp_path / "none.toml", "config file not found"),
+        (tmp_path, "config file is a directory, expected a TOML file"),
+    ]:
         done = run_emulate("--config", str(path))
         assert (done.returncode, done.stderr) == (2, f"error: {path}: {expected}\n")
     (tmp_path / "broken.toml").write_text("rpm = \n")
     done = run_emulate("--config", str(tmp_path / "broken.toml"))
-    assert done.returncode == 2 and done.stderr.startswith(f"error: {tmp_path / 'broken.toml'}: TOML syntax error")
+    assert done.returncode == 2 and done.stderr.startswith(
+        f"error: {tmp_path / 'broken.toml'}: TOML syntax error"
+    )
     assert len(done.stderr.splitlines()) == 1
-
 
 
 def test_the_shipped_emulator_toml_and_the_readmes_example_load():
     """The README's ``runner emulate --config emulator.toml`` names a file that ships, and its TOML
     example is a valid config."""
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## The emulator"):]
-    section = section[:section.index("\n## ", 1)]
+    section = readme[readme.index("## The emulator") :]
+    section = section[: section.index("\n## ", 1)]
     assert "--config emulator.toml" in section
     shipped = EmulatorConfig.from_toml(REPO / "emulator.toml")
     assert shipped.faults.overloaded.schedule and shipped.rpm

@@ -22,12 +22,16 @@ from runner.emulator.tokens import input_tokens
 
 pytestmark = pytest.mark.anyio
 
-TOOLS = [{"name": n, "description": n, "input_schema": {"type": "object", "properties": {}}}
-         for n in ("glob", "read", "grep")]
+TOOLS = [
+    {"name": n, "description": n, "input_schema": {"type": "object", "properties": {}}}
+    for n in ("glob", "read", "grep")
+]
 HELLO = [{"role": "user", "content": "Survey the workspace."}]
 CACHED_SYSTEM = [{"type": "text", "text": "You survey code. " * 400, "cache_control": {"type": "ephemeral"}}]
-CONVERSATION = [{"role": "user", "content": "Survey the workspace."},
-                {"role": "assistant", "content": [{"type": "text", "text": "I read a.py: it parses flags."}]}]
+CONVERSATION = [
+    {"role": "user", "content": "Survey the workspace."},
+    {"role": "assistant", "content": [{"type": "text", "text": "I read a.py: it parses flags."}]},
+]
 SUMMARY_ASK = "<conversation>\n" + "\n".join(json.dumps(m) for m in CONVERSATION) + "\n</conversation>"
 
 
@@ -40,8 +44,15 @@ MIXED = [
     {"custom_id": "policy", "params": params()},
     {"custom_id": "cache-write", "params": params(system=CACHED_SYSTEM)},
     {"custom_id": "cache-read", "params": params(system=CACHED_SYSTEM)},
-    {"custom_id": "summary", "params": {"model": "emu-model", "max_tokens": 4000, "system": SYSTEM_PROMPT,
-                                        "messages": [{"role": "user", "content": SUMMARY_ASK}]}},
+    {
+        "custom_id": "summary",
+        "params": {
+            "model": "emu-model",
+            "max_tokens": 4000,
+            "system": SYSTEM_PROMPT,
+            "messages": [{"role": "user", "content": SUMMARY_ASK}],
+        },
+    },
     {"custom_id": "report", "params": params(tool_choice={"type": "none"})},
     {"custom_id": "too-long", "params": params(messages=[{"role": "user", "content": "x" * 40_000}])},
 ]
@@ -50,8 +61,9 @@ WINDOW = 8_000  # tokens: only "too-long" is over it
 
 def config(**batches) -> EmulatorConfig:
     batches.setdefault("turnaround_s", 0.3)
-    return EmulatorConfig(record_requests=True, seed=5, context_window_tokens=WINDOW,
-                          batches=Batches(**batches))
+    return EmulatorConfig(
+        record_requests=True, seed=5, context_window_tokens=WINDOW, batches=Batches(**batches)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +105,10 @@ def answer(message) -> dict:
 
 
 def requests_of(n: int, prefix: str = "r") -> list[dict]:
-    return [{"custom_id": f"{prefix}{i}", "params": params([{"role": "user", "content": f"Task {i}."}])}
-            for i in range(n)]
+    return [
+        {"custom_id": f"{prefix}{i}", "params": params([{"role": "user", "content": f"Task {i}."}])}
+        for i in range(n)
+    ]
 
 
 # --- a batch answers as live calls do ---------------------------------------------------------------
@@ -115,8 +129,13 @@ async def test_a_batch_ends_after_its_turnaround_with_every_answer_a_live_call_g
         waited = time.monotonic() - started
         got = await results(c, batch.id)
     assert waited >= 0.3
-    assert batch.request_counts.model_dump() == {"processing": 0, "succeeded": 5, "errored": 1, "canceled": 0,
-                                                 "expired": 0}
+    assert batch.request_counts.model_dump() == {
+        "processing": 0,
+        "succeeded": 5,
+        "errored": 1,
+        "canceled": 0,
+        "expired": 0,
+    }
     assert batch.ended_at is not None
     assert batch.results_url.endswith(f"/v1/messages/batches/{batch.id}/results")
     assert set(got) == {r["custom_id"] for r in MIXED}
@@ -215,15 +234,17 @@ async def test_validation_errors_name_the_request_and_the_field(emu):
             await c.messages.batches.create(requests=bad)
     message = caught.value.api_message
     assert caught.value.body["error"]["type"] == "invalid_request_error"
-    for needle in ["requests.1.custom_id: String should match pattern '^[a-zA-Z0-9_-]{1,64}$'",
-                   "requests.2.params.max_tokens: Field required",
-                   "requests.3.custom_id: custom_id 'ok' is not unique in the batch (also requests.0)",
-                   "requests.4.params.stream: streaming is not supported in a Message Batch",
-                   "requests.5.custom_id: String should match pattern",
-                   "requests.5.extra: Extra inputs are not permitted",
-                   "requests.6.params.messages.0.content.0.text.text: Field required",
-                   "requests.7.custom_id: Field required",
-                   "requests.8: Input should be a valid dictionary"]:
+    for needle in [
+        "requests.1.custom_id: String should match pattern '^[a-zA-Z0-9_-]{1,64}$'",
+        "requests.2.params.max_tokens: Field required",
+        "requests.3.custom_id: custom_id 'ok' is not unique in the batch (also requests.0)",
+        "requests.4.params.stream: streaming is not supported in a Message Batch",
+        "requests.5.custom_id: String should match pattern",
+        "requests.5.extra: Extra inputs are not permitted",
+        "requests.6.params.messages.0.content.0.text.text: Field required",
+        "requests.7.custom_id: Field required",
+        "requests.8: Input should be a valid dictionary",
+    ]:
         assert needle in message
     assert not message.startswith("requests.0") and "requests.0." not in message
     assert emu.stats()["batches"]["created"] == 0 and emu.stats()["batch_requests"] == 0
@@ -300,20 +321,26 @@ async def outcomes_with(handle, settings: EmulatorConfig, n: int) -> dict[str, s
     counts = done.request_counts
     assert counts.succeeded + counts.errored + counts.expired + counts.canceled == n
     assert sum(r.type == "errored" for r in got.values()) == counts.errored
-    return {k: r.type for k, r in got.items()} | {f"{k}.error": r.error.error.type
-                                                  for k, r in got.items() if r.type == "errored"}
+    return {k: r.type for k, r in got.items()} | {
+        f"{k}.error": r.error.error.type for k, r in got.items() if r.type == "errored"
+    }
 
 
 async def test_errored_and_expired_requests_by_rate_are_reproducible(emu):
     settings = config(turnaround_s=0.05, errored={"rate": 0.3}, expired={"rate": 0.3})
     first = await outcomes_with(emu, settings, 30)
-    assert first == await outcomes_with(emu, config(turnaround_s=0.05, errored={"rate": 0.3},
-                                                    expired={"rate": 0.3}), 30)
+    assert first == await outcomes_with(
+        emu, config(turnaround_s=0.05, errored={"rate": 0.3}, expired={"rate": 0.3}), 30
+    )
     for i in range(30):
         number = i + 1  # the batch's requests are the emulator's first
-        expected = ("errored" if fires(settings.batches.errored, 5, "batch_errored", number)
-                    else "expired" if fires(settings.batches.expired, 5, "batch_expired", number)
-                    else "succeeded")
+        expected = (
+            "errored"
+            if fires(settings.batches.errored, 5, "batch_errored", number)
+            else "expired"
+            if fires(settings.batches.expired, 5, "batch_expired", number)
+            else "succeeded"
+        )
         assert first[f"r{i}"] == expected
     assert {"errored", "expired", "succeeded"} <= set(first.values())
     assert {v for k, v in first.items() if k.endswith(".error")} == {"overloaded_error"}
@@ -427,5 +454,8 @@ async def test_reset_forgets_batches_and_their_timers(emu):
 
 def test_the_too_long_request_is_over_the_window():
     assert input_tokens(None, MIXED[-1]["params"]["messages"], TOOLS) > WINDOW
-    assert all(input_tokens(r["params"].get("system"), r["params"]["messages"], r["params"].get("tools", []))
-               <= WINDOW for r in MIXED[:-1])
+    assert all(
+        input_tokens(r["params"].get("system"), r["params"]["messages"], r["params"].get("tools", []))
+        <= WINDOW
+        for r in MIXED[:-1]
+    )

@@ -23,32 +23,69 @@ from conftest import runner_env
 from test_emulator import BIG_WORKSPACE, EDIT, HELLO, TOOLS, client, create, plain, policy_history
 
 pytestmark = pytest.mark.anyio
-server, emu = test_emulator.server, test_emulator.emu  # its fixtures: one emulator for this module, reset per test
+server, emu = (
+    test_emulator.server,
+    test_emulator.emu,
+)  # its fixtures: one emulator for this module, reset per test
 
 CC = {"type": "ephemeral"}
 LONG_SYSTEM = "You survey code, carefully and in order. " * 200  # over 1024 tokens: cacheable
-TOOL_INPUT = {"file_path": "/ws/naïve/ünïcödé.py", "offset": 12, "limit": None, "flags": [True, False, 1.5],
-              "nested": {"pattern": "x" * 300, "quote": 'a "quoted" \\ back\nslash'}}
+TOOL_INPUT = {
+    "file_path": "/ws/naïve/ünïcödé.py",
+    "offset": 12,
+    "limit": None,
+    "flags": [True, False, 1.5],
+    "nested": {"pattern": "x" * 300, "quote": 'a "quoted" \\ back\nslash'},
+}
 SCRIPTED = {
     "text": [{"content": "Long text, cut into many deltas: " + "ωord " * 100, "stop_reason": "end_turn"}],
-    "blocks": [{"content": [
-        {"type": "thinking", "thinking": "Let me think about this. " * 20, "signature": "sig-abc123"},
-        {"type": "redacted_thinking", "data": "opaque-data"},
-        {"type": "text", "text": "Reading one file."},
-        {"type": "tool_use", "id": "toolu_emu_1", "name": "read", "input": TOOL_INPUT}],
-        "stop_reason": "tool_use"}],
+    "blocks": [
+        {
+            "content": [
+                {"type": "thinking", "thinking": "Let me think about this. " * 20, "signature": "sig-abc123"},
+                {"type": "redacted_thinking", "data": "opaque-data"},
+                {"type": "text", "text": "Reading one file."},
+                {"type": "tool_use", "id": "toolu_emu_1", "name": "read", "input": TOOL_INPUT},
+            ],
+            "stop_reason": "tool_use",
+        }
+    ],
     "empty": [{"content": [], "stop_reason": "end_turn"}],
-    "citations": [{"content": [{"type": "text", "text": "The file says hello.", "citations": [
-        {"type": "char_location", "cited_text": "hello", "document_index": 0, "document_title": "a.txt",
-         "start_char_index": 0, "end_char_index": 5}]}], "stop_reason": "end_turn"}],
+    "citations": [
+        {
+            "content": [
+                {
+                    "type": "text",
+                    "text": "The file says hello.",
+                    "citations": [
+                        {
+                            "type": "char_location",
+                            "cited_text": "hello",
+                            "document_index": 0,
+                            "document_title": "a.txt",
+                            "start_char_index": 0,
+                            "end_char_index": 5,
+                        }
+                    ],
+                }
+            ],
+            "stop_reason": "end_turn",
+        }
+    ],
 }
 
 
 def comparable(message) -> dict:
     """What a streamed and a non-streamed reply must share."""
-    return {"content": plain(message.content), "stop_reason": message.stop_reason,
-            "stop_sequence": message.stop_sequence, "usage": message.usage.model_dump(exclude_none=True),
-            "model": message.model, "role": message.role, "type": message.type}
+    return {
+        "content": plain(message.content),
+        "stop_reason": message.stop_reason,
+        "stop_sequence": message.stop_sequence,
+        "usage": message.usage.model_dump(exclude_none=True),
+        "model": message.model,
+        "role": message.role,
+        "type": message.type,
+    }
 
 
 async def both_ways(emu, kwargs: dict, script: list[dict] | None = None, beta: bool = False):
@@ -94,8 +131,14 @@ async def test_a_streamed_reply_with_cache_counts_has_them_in_its_usage(emu):
 
 
 async def test_a_streamed_server_compaction_is_the_non_streamed_one(emu):
-    kwargs = {"model": "m", "max_tokens": 1000, "messages": policy_history(BIG_WORKSPACE, turns=3), "tools": TOOLS,
-              "context_management": EDIT, "betas": ["compact-2026-01-12"]}
+    kwargs = {
+        "model": "m",
+        "max_tokens": 1000,
+        "messages": policy_history(BIG_WORKSPACE, turns=3),
+        "tools": TOOLS,
+        "context_management": EDIT,
+        "betas": ["compact-2026-01-12"],
+    }
     plain_reply, streamed = await both_ways(emu, kwargs, beta=True)
     assert streamed.content[0].type == "compaction" and streamed.content[0].content
     assert comparable(streamed) == comparable(plain_reply)
@@ -158,7 +201,9 @@ async def test_tool_use_input_arrives_as_input_json_deltas(emu):
     events = await events_of(emu)
     [start] = [e for e in events if e.type == "content_block_start" and e.content_block.type == "tool_use"]
     assert start.content_block.input == {} and start.content_block.id == "toolu_emu_1"
-    parts = [e.delta.partial_json for e in events if e.type == "content_block_delta" and e.index == start.index]
+    parts = [
+        e.delta.partial_json for e in events if e.type == "content_block_delta" and e.index == start.index
+    ]
     assert parts[0] == "" and len(parts) > 3 and all(len(p) <= emu.config.stream_chunk_chars for p in parts)
     assert json.loads("".join(parts)) == TOOL_INPUT
     emu.set_script(SCRIPTED["blocks"])
@@ -170,9 +215,12 @@ async def test_tool_use_input_arrives_as_input_json_deltas(emu):
 def test_the_wire_is_server_sent_events_with_pings(emu):
     """What the SDK hides: the content type, ``event:`` names matching each data's type, pings."""
     body = {"model": "m", "max_tokens": 1000, "messages": HELLO, "tools": TOOLS, "stream": True}
-    request = urllib.request.Request(emu.base_url + "/v1/messages", data=json.dumps(body).encode(), method="POST",
-                                     headers={"x-api-key": "k", "anthropic-version": "2023-06-01",
-                                              "content-type": "application/json"})
+    request = urllib.request.Request(
+        emu.base_url + "/v1/messages",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"x-api-key": "k", "anthropic-version": "2023-06-01", "content-type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status == 200
         assert response.headers["content-type"].startswith("text/event-stream")
@@ -213,7 +261,9 @@ async def test_a_mid_stream_error_comes_after_the_first_delta(emu):
     seen = []
     async with client(emu) as c:
         with pytest.raises(anthropic.APIStatusError) as caught:
-            async for event in await c.messages.create(model="m", max_tokens=1000, messages=HELLO, stream=True):
+            async for event in await c.messages.create(
+                model="m", max_tokens=1000, messages=HELLO, stream=True
+            ):
                 seen.append(event.type)
     assert seen == ["message_start", "content_block_start", "content_block_delta"]
     assert caught.value.body["error"]["type"] == "api_error"
@@ -248,8 +298,12 @@ async def test_top_level_cache_control_caches_up_to_the_last_block(emu):
         first = await c.messages.create(**auto)
         second = await c.messages.create(**auto)
         emu.reset()
-        system_only = await c.messages.create(model="m", max_tokens=100, messages=HELLO,
-                                              system=[{"type": "text", "text": LONG_SYSTEM, "cache_control": CC}])
+        system_only = await c.messages.create(
+            model="m",
+            max_tokens=100,
+            messages=HELLO,
+            system=[{"type": "text", "text": LONG_SYSTEM, "cache_control": CC}],
+        )
         counted = await c.messages.count_tokens(model="m", messages=HELLO, system=LONG_SYSTEM)
         emu.reset()
         without = await c.messages.create(model="m", max_tokens=100, messages=HELLO, system=LONG_SYSTEM)
@@ -265,49 +319,74 @@ async def test_top_level_cache_control_caches_up_to_the_last_block(emu):
 async def test_top_level_cache_control_takes_a_breakpoint_slot(emu):
     blocks = [{"type": "text", "text": t, "cache_control": CC} for t in "abcd"]
     async with client(emu) as c:
-        await c.messages.create(model="m", max_tokens=100, messages=[{"role": "user", "content": blocks[:3]}],
-                                cache_control=CC)
+        await c.messages.create(
+            model="m", max_tokens=100, messages=[{"role": "user", "content": blocks[:3]}], cache_control=CC
+        )
         with pytest.raises(anthropic.BadRequestError, match="A maximum of 4 blocks with cache_control"):
-            await c.messages.create(model="m", max_tokens=100, messages=[{"role": "user", "content": blocks}],
-                                    cache_control=CC)
+            await c.messages.create(
+                model="m", max_tokens=100, messages=[{"role": "user", "content": blocks}], cache_control=CC
+            )
 
 
 # --- every documented field ----------------------------------------------------------------------
 
-MCP = {"type": "url", "url": "https://mcp.example.invalid/sse", "name": "docs",
-       "tool_configuration": {"allowed_tools": ["search"], "enabled": True}}
+MCP = {
+    "type": "url",
+    "url": "https://mcp.example.invalid/sse",
+    "name": "docs",
+    "tool_configuration": {"allowed_tools": ["search"], "enabled": True},
+}
 SKILLS = {"id": None, "skills": [{"type": "anthropic", "skill_id": "pptx", "version": "latest"}]}
 
 VALID_FIELDS = [
-    {"cache_control": CC}, {"cache_control": {"type": "ephemeral", "ttl": "1h"}},
-    {"metadata": {"user_id": "u" * 256}}, {"metadata": {}},
-    {"service_tier": "auto"}, {"service_tier": "standard_only"},
-    {"thinking": {"type": "enabled", "budget_tokens": 1024}}, {"thinking": {"type": "disabled"}},
+    {"cache_control": CC},
+    {"cache_control": {"type": "ephemeral", "ttl": "1h"}},
+    {"metadata": {"user_id": "u" * 256}},
+    {"metadata": {}},
+    {"service_tier": "auto"},
+    {"service_tier": "standard_only"},
+    {"thinking": {"type": "enabled", "budget_tokens": 1024}},
+    {"thinking": {"type": "disabled"}},
     {"thinking": {"type": "adaptive", "display": "omitted"}},
-    {"stop_sequences": ["END", "\n\nHuman:"]}, {"temperature": 0.0}, {"temperature": 1}, {"top_p": 0.9},
+    {"stop_sequences": ["END", "\n\nHuman:"]},
+    {"temperature": 0.0},
+    {"temperature": 1},
+    {"top_p": 0.9},
     {"top_k": 5},
-    {"tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}, {"tool_choice": {"type": "any"}},
+    {"tool_choice": {"type": "auto", "disable_parallel_tool_use": True}},
+    {"tool_choice": {"type": "any"}},
     {"tool_choice": {"type": "tool", "name": "glob", "disable_parallel_tool_use": False}},
     {"tool_choice": {"type": "none"}},
-    {"container": "container_011"}, {"container": SKILLS},
+    {"container": "container_011"},
+    {"container": SKILLS},
     {"mcp_servers": [MCP]},
     {"output_config": {"effort": "low"}},
     {"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}},
-    {"inference_geo": "us"}, {"speed": "fast"}, {"diagnostics": {"previous_message_id": None}},
-    {"stream": False}, {"metadata": None, "service_tier": None, "thinking": None},  # null: as if omitted
+    {"inference_geo": "us"},
+    {"speed": "fast"},
+    {"diagnostics": {"previous_message_id": None}},
+    {"stream": False},
+    {"metadata": None, "service_tier": None, "thinking": None},  # null: as if omitted
 ]
 
 INVALID_FIELDS = [
-    ({"cache_control": {"type": "ephemeral", "ttl": "2h"}}, "cache_control.ttl: Input should be '5m' or '1h'"),
+    (
+        {"cache_control": {"type": "ephemeral", "ttl": "2h"}},
+        "cache_control.ttl: Input should be '5m' or '1h'",
+    ),
     ({"cache_control": {"type": "persistent"}}, "cache_control.type: Input should be 'ephemeral'"),
     ({"metadata": {"user_id": "u" * 257}}, "metadata.user_id: String should have at most 256 characters"),
     ({"metadata": {"user_id": 7}}, "metadata.user_id: Input should be a valid string"),
     ({"metadata": {"session": "s"}}, "metadata.session: Extra inputs are not permitted"),
     ({"service_tier": "priority"}, "service_tier: Input should be 'auto' or 'standard_only'"),
-    ({"thinking": {"type": "enabled", "budget_tokens": 1023}},
-     "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"),
-    ({"thinking": {"type": "enabled", "budget_tokens": 2000}},
-     "thinking.enabled.budget_tokens: must be less than max_tokens (2000 >= 2000)"),
+    (
+        {"thinking": {"type": "enabled", "budget_tokens": 1023}},
+        "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024",
+    ),
+    (
+        {"thinking": {"type": "enabled", "budget_tokens": 2000}},
+        "thinking.enabled.budget_tokens: must be less than max_tokens (2000 >= 2000)",
+    ),
     ({"thinking": {"type": "enabled"}}, "thinking.enabled.budget_tokens: Field required"),
     ({"thinking": {"type": "sometimes"}}, "thinking: Input tag 'sometimes' found using 'type'"),
     ({"stop_sequences": "END"}, "stop_sequences: Input should be a valid list"),
@@ -316,21 +395,34 @@ INVALID_FIELDS = [
     ({"temperature": "0.5"}, "temperature: Input should be a valid number"),
     ({"top_p": -0.1}, "top_p: Input should be greater than or equal to 0"),
     ({"top_k": 2.5}, "top_k: Input should be a valid integer"),
-    ({"tool_choice": {"type": "none", "disable_parallel_tool_use": True}},
-     "tool_choice.none.disable_parallel_tool_use: Extra inputs are not permitted"),
+    (
+        {"tool_choice": {"type": "none", "disable_parallel_tool_use": True}},
+        "tool_choice.none.disable_parallel_tool_use: Extra inputs are not permitted",
+    ),
     ({"tool_choice": {"type": "maybe"}}, "tool_choice.auto.type: Input should be 'auto' or 'any'"),
-    ({"tool_choice": {"type": "auto", "disable_parallel_tool_use": "yes"}},
-     "tool_choice.auto.disable_parallel_tool_use: Input should be a valid boolean"),
+    (
+        {"tool_choice": {"type": "auto", "disable_parallel_tool_use": "yes"}},
+        "tool_choice.auto.disable_parallel_tool_use: Input should be a valid boolean",
+    ),
     ({"container": 5}, "container: Input should be a valid dictionary"),
     ({"container": {"skills": [{"type": "custom"}]}}, "container.skills.0.skill_id: Field required"),
     ({"mcp_servers": [{**MCP, "url": None}]}, "mcp_servers.0.url: Input should be a valid string"),
     ({"mcp_servers": [{**MCP, "type": "stdio"}]}, "mcp_servers.0.type: Input should be 'url'"),
-    ({"output_config": {"effort": "extreme"}}, "output_config.effort: Input should be 'low', 'medium', 'high', "),
+    (
+        {"output_config": {"effort": "extreme"}},
+        "output_config.effort: Input should be 'low', 'medium', 'high', ",
+    ),
     ({"output_config": {"format": {"type": "json_schema"}}}, "output_config.format.schema: Field required"),
-    ({"output_format": {"type": "json_schema", "schema": {}}}, "output_format: Extra inputs are not permitted"),
+    (
+        {"output_format": {"type": "json_schema", "schema": {}}},
+        "output_format: Extra inputs are not permitted",
+    ),
     ({"speed": "warp"}, "speed: Input should be 'standard' or 'fast'"),
     ({"inference_geo": 1}, "inference_geo: Input should be a valid string"),
-    ({"diagnostics": {"previous_message_id": 1}}, "diagnostics.previous_message_id: Input should be a valid string"),
+    (
+        {"diagnostics": {"previous_message_id": 1}},
+        "diagnostics.previous_message_id: Input should be a valid string",
+    ),
     ({"stream": "yes"}, "stream: Input should be a valid boolean"),
 ]
 
@@ -338,8 +430,12 @@ INVALID_FIELDS = [
 async def post(emu, fields: dict, betas: tuple[str, ...] = ("mcp-client-2025-04-04",)):
     body = {"model": "m", "max_tokens": 2000, "messages": HELLO, "tools": TOOLS, **fields}
     async with client(emu) as c:
-        return await c.post("/v1/messages", cast_to=object, body=body,
-                            options={"headers": {"anthropic-beta": ",".join(betas)}} if betas else {})
+        return await c.post(
+            "/v1/messages",
+            cast_to=object,
+            body=body,
+            options={"headers": {"anthropic-beta": ",".join(betas)}} if betas else {},
+        )
 
 
 @pytest.mark.parametrize("fields", VALID_FIELDS, ids=lambda f: "+".join(f))
@@ -348,7 +444,9 @@ async def test_each_documented_field_is_accepted(emu, fields):
     assert reply["type"] == "message" and emu.stats()["outcomes"] == {"ok": 1}
 
 
-@pytest.mark.parametrize(("fields", "expected"), INVALID_FIELDS, ids=[next(iter(f)) for f, _ in INVALID_FIELDS])
+@pytest.mark.parametrize(
+    ("fields", "expected"), INVALID_FIELDS, ids=[next(iter(f)) for f, _ in INVALID_FIELDS]
+)
 async def test_each_field_with_a_bad_value_is_a_400_naming_it(emu, fields, expected):
     with pytest.raises(anthropic.BadRequestError) as caught:
         await post(emu, fields)
@@ -364,11 +462,25 @@ async def test_mcp_servers_need_the_mcp_client_beta(emu):
 
 async def test_the_sdks_own_keyword_arguments_are_accepted(emu):
     """The fields as the SDK's ``messages.create`` sends them, streamed."""
-    async with client(emu) as c, c.messages.stream(
-            model="m", max_tokens=2000, messages=HELLO, tools=TOOLS, cache_control=CC, metadata={"user_id": "u1"},
-            service_tier="auto", thinking={"type": "enabled", "budget_tokens": 1024}, stop_sequences=["END"],
-            tool_choice={"type": "auto"}, output_config={"effort": "medium"}, container="c1", inference_geo="eu",
-            extra_body={"temperature": 0.2, "top_p": 0.5, "top_k": 3}) as stream:
+    async with (
+        client(emu) as c,
+        c.messages.stream(
+            model="m",
+            max_tokens=2000,
+            messages=HELLO,
+            tools=TOOLS,
+            cache_control=CC,
+            metadata={"user_id": "u1"},
+            service_tier="auto",
+            thinking={"type": "enabled", "budget_tokens": 1024},
+            stop_sequences=["END"],
+            tool_choice={"type": "auto"},
+            output_config={"effort": "medium"},
+            container="c1",
+            inference_geo="eu",
+            extra_body={"temperature": 0.2, "top_p": 0.5, "top_k": 3},
+        ) as stream,
+    ):
         assert (await stream.get_final_message()).stop_reason == "tool_use"
 
 
@@ -409,18 +521,36 @@ def inspect_python() -> str | None:
     return sys.executable if importlib.util.find_spec("inspect_ai") else None
 
 
-@pytest.mark.skipif(inspect_python() is None, reason="inspect_ai is not installed (set RUNNER_INSPECT_PYTHON)")
+@pytest.mark.skipif(
+    inspect_python() is None, reason="inspect_ai is not installed (set RUNNER_INSPECT_PYTHON)"
+)
 def test_inspect_ais_anthropic_provider_is_answered(emu):
     """inspect_ai's anthropic provider with its stock settings (it streams, and sends a top-level
     cache_control): its request is accepted and the streamed tool call reaches it whole."""
-    emu.set_script([{"content": [{"type": "tool_use", "id": "toolu_emu_1", "name": "add", "input": {"x": 1, "y": 2}}],
-                     "stop_reason": "tool_use"}])
+    emu.set_script(
+        [
+            {
+                "content": [
+                    {"type": "tool_use", "id": "toolu_emu_1", "name": "add", "input": {"x": 1, "y": 2}}
+                ],
+                "stop_reason": "tool_use",
+            }
+        ]
+    )
     python = inspect_python()
     assert python is not None
-    done = subprocess.run([python, "-c", INSPECT_SCRIPT, emu.base_url], capture_output=True, text=True,
-                          timeout=180, env=runner_env())
+    done = subprocess.run(
+        [python, "-c", INSPECT_SCRIPT, emu.base_url],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=runner_env(),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.splitlines()[-1]) == {"stop_reason": "tool_calls", "calls": [{"x": 1, "y": 2}]}
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "stop_reason": "tool_calls",
+        "calls": [{"x": 1, "y": 2}],
+    }
     stats = emu.stats()
     assert stats["outcomes"] == {"ok": 1} and stats["streamed_requests"] == 1, stats
     assert {"stream", "cache_control"} <= set(stats["recorded_requests"][0])

@@ -35,7 +35,11 @@ def without(name: str) -> dict:
 
 
 def turn(*assistant_blocks, results=(RESULT,)) -> list[dict]:
-    return [*HELLO, {"role": "assistant", "content": list(assistant_blocks)}, {"role": "user", "content": list(results)}]
+    return [
+        *HELLO,
+        {"role": "assistant", "content": list(assistant_blocks)},
+        {"role": "user", "content": list(results)},
+    ]
 
 
 def problems(request, *, betas=(), count_tokens=False) -> list[str]:
@@ -50,8 +54,13 @@ VALID = [
     body(tools=[TOOL, {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]),
     body(tool_choice={"type": "tool", "name": "glob"}, tools=[TOOL]),
     body(system=[{"type": "text", "text": "s", "cache_control": {**CC, "ttl": "1h"}}], temperature=1),
-    body(messages=[*HELLO, {"role": "assistant", "content": [{"type": "compaction", "content": "notes"}]},
-                   {"role": "user", "content": "go on"}]),  # with the beta header, below
+    body(
+        messages=[
+            *HELLO,
+            {"role": "assistant", "content": [{"type": "compaction", "content": "notes"}]},
+            {"role": "user", "content": "go on"},
+        ]
+    ),  # with the beta header, below
 ]
 
 
@@ -60,60 +69,124 @@ def test_valid_requests_have_no_problems(request_body):
     assert problems(request_body, betas=[BETA]) == []
 
 
-@pytest.mark.parametrize(("request_body", "expected"), [
-    (without("max_tokens"), "max_tokens: Field required"),
-    (body(max_tokens=0), "max_tokens: Input should be greater than or equal to 1"),
-    (body(max_tokens="100"), "max_tokens: Input should be a valid integer"),  # strict: no coercion
-    (body(max_tokens=True), "max_tokens: Input should be a valid integer"),
-    (without("model"), "model: Field required"),
-    (body(surprise=1), "surprise: Extra inputs are not permitted"),
-    (body(stream="yes"), "stream: Input should be a valid boolean"),
-    (body(temperature=2), "temperature: Input should be less than or equal to 1"),
-    (body(stop_sequences="END"), "stop_sequences: Input should be a valid list"),
-    (body(tools=[{"name": "t"}]), "tools.0.custom.input_schema: Field required"),
-    (body(tools=[{**TOOL, "name": "a.b"}]), "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'"),
-    (body(tools=[{**TOOL, "input_schema": {"type": "array"}}]), "tools.0.custom.input_schema.type: Input should be 'object'"),
-    (body(tools=[TOOL, TOOL]), "tools: Tool names must be unique."),
-    (body(tool_choice={"type": "tool"}), "tool_choice.tool.name: Field required"),
-    (body(system=[{"type": "text", "text": "s", "source": {}}]), "system.0.source: Extra inputs are not permitted"),
-    (body(system=5), "system: Input should be a valid list"),
-    (body(system=[{"type": "text", "text": ""}]), "system: text content blocks must be non-empty"),
-    (body(system=[{"type": "text", "text": "s", "cache_control": {"type": "forever"}}]),
-     "system.0.cache_control.type: Input should be 'ephemeral'"),
-    (body(messages=[{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text"}]}]),
-     "messages.0.content.1.text.text: Field required"),
-    (body(messages=[{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": None}]}]),
-     "messages.0.content.1.text.text: Input should be a valid string"),
-    (body(messages=[{"role": "user", "content": [{"type": "text", "text": ""}]}]),
-     "messages: text content blocks must be non-empty"),
-    (body(messages=[{"role": "user", "content": 5}]), "messages.0.content: Input should be a valid list"),
-    (body(messages=[{"role": "system", "content": "hi"}]), "messages.0.role: Input should be 'user' or 'assistant'"),
-    (body(messages=[{"role": "user", "content": "hi", "name": "x"}]), "messages.0.name: Extra inputs are not permitted"),
-    (body(messages=[{"role": "user", "content": [{"type": "video"}]}]),
-     "messages.0.content.0: Input tag 'video' found using 'type' does not match any of the expected tags: 'text', "
-     "'image', 'document', 'tool_use', 'tool_result', 'thinking', 'redacted_thinking', 'compaction'"),
-    (body(messages=turn({k: v for k, v in USE.items() if k != "id"})), "messages.1.content.0.tool_use.id: Field required"),
-    (body(messages=turn({**USE, "id": "toolu:1"})),
-     "messages.1.content.0.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"),
-    (body(messages=turn({**USE, "caller": None})), "messages.1.content.0.tool_use.caller: Input should be a valid dictionary"),
-    (body(messages=turn(USE, results=[{**RESULT, "is_error": "yes"}])),
-     "messages.2.content.0.tool_result.is_error: Input should be a valid boolean"),
-    (body(messages=[*HELLO, {"role": "assistant", "content": ""}, {"role": "user", "content": "again"}]),
-     "messages.1: all messages must have non-empty content except for the optional final assistant message"),
-    (body(messages=[*HELLO, {"role": "assistant", "content": [{"type": "image", "source": {}}]}]),
-     "messages.1.content.0: image blocks are not allowed in assistant messages"),
-    (body(messages=[*HELLO, {"role": "assistant", "content": [{"type": "compaction", "content": "notes"}]}]),
-     "messages.1.content.0.compaction: compaction blocks need the anthropic-beta header compact-2026-01-12"),
-    (body(context_management=EDIT), "context_management: needs the anthropic-beta header compact-2026-01-12"),
-])
+@pytest.mark.parametrize(
+    ("request_body", "expected"),
+    [
+        (without("max_tokens"), "max_tokens: Field required"),
+        (body(max_tokens=0), "max_tokens: Input should be greater than or equal to 1"),
+        (body(max_tokens="100"), "max_tokens: Input should be a valid integer"),  # strict: no coercion
+        (body(max_tokens=True), "max_tokens: Input should be a valid integer"),
+        (without("model"), "model: Field required"),
+        (body(surprise=1), "surprise: Extra inputs are not permitted"),
+        (body(stream="yes"), "stream: Input should be a valid boolean"),
+        (body(temperature=2), "temperature: Input should be less than or equal to 1"),
+        (body(stop_sequences="END"), "stop_sequences: Input should be a valid list"),
+        (body(tools=[{"name": "t"}]), "tools.0.custom.input_schema: Field required"),
+        (
+            body(tools=[{**TOOL, "name": "a.b"}]),
+            "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'",
+        ),
+        (
+            body(tools=[{**TOOL, "input_schema": {"type": "array"}}]),
+            "tools.0.custom.input_schema.type: Input should be 'object'",
+        ),
+        (body(tools=[TOOL, TOOL]), "tools: Tool names must be unique."),
+        (body(tool_choice={"type": "tool"}), "tool_choice.tool.name: Field required"),
+        (
+            body(system=[{"type": "text", "text": "s", "source": {}}]),
+            "system.0.source: Extra inputs are not permitted",
+        ),
+        (body(system=5), "system: Input should be a valid list"),
+        (body(system=[{"type": "text", "text": ""}]), "system: text content blocks must be non-empty"),
+        (
+            body(system=[{"type": "text", "text": "s", "cache_control": {"type": "forever"}}]),
+            "system.0.cache_control.type: Input should be 'ephemeral'",
+        ),
+        (
+            body(messages=[{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text"}]}]),
+            "messages.0.content.1.text.text: Field required",
+        ),
+        (
+            body(
+                messages=[
+                    {
+                        "role": "user",
+                        "content": [{"type": "text", "text": "a"}, {"type": "text", "text": None}],
+                    }
+                ]
+            ),
+            "messages.0.content.1.text.text: Input should be a valid string",
+        ),
+        (
+            body(messages=[{"role": "user", "content": [{"type": "text", "text": ""}]}]),
+            "messages: text content blocks must be non-empty",
+        ),
+        (body(messages=[{"role": "user", "content": 5}]), "messages.0.content: Input should be a valid list"),
+        (
+            body(messages=[{"role": "system", "content": "hi"}]),
+            "messages.0.role: Input should be 'user' or 'assistant'",
+        ),
+        (
+            body(messages=[{"role": "user", "content": "hi", "name": "x"}]),
+            "messages.0.name: Extra inputs are not permitted",
+        ),
+        (
+            body(messages=[{"role": "user", "content": [{"type": "video"}]}]),
+            "messages.0.content.0: Input tag 'video' found using 'type' does not match any of the expected tags: 'text', "
+            "'image', 'document', 'tool_use', 'tool_result', 'thinking', 'redacted_thinking', 'compaction'",
+        ),
+        (
+            body(messages=turn({k: v for k, v in USE.items() if k != "id"})),
+            "messages.1.content.0.tool_use.id: Field required",
+        ),
+        (
+            body(messages=turn({**USE, "id": "toolu:1"})),
+            "messages.1.content.0.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'",
+        ),
+        (
+            body(messages=turn({**USE, "caller": None})),
+            "messages.1.content.0.tool_use.caller: Input should be a valid dictionary",
+        ),
+        (
+            body(messages=turn(USE, results=[{**RESULT, "is_error": "yes"}])),
+            "messages.2.content.0.tool_result.is_error: Input should be a valid boolean",
+        ),
+        (
+            body(
+                messages=[*HELLO, {"role": "assistant", "content": ""}, {"role": "user", "content": "again"}]
+            ),
+            "messages.1: all messages must have non-empty content except for the optional final assistant message",
+        ),
+        (
+            body(messages=[*HELLO, {"role": "assistant", "content": [{"type": "image", "source": {}}]}]),
+            "messages.1.content.0: image blocks are not allowed in assistant messages",
+        ),
+        (
+            body(
+                messages=[
+                    *HELLO,
+                    {"role": "assistant", "content": [{"type": "compaction", "content": "notes"}]},
+                ]
+            ),
+            "messages.1.content.0.compaction: compaction blocks need the anthropic-beta header compact-2026-01-12",
+        ),
+        (
+            body(context_management=EDIT),
+            "context_management: needs the anthropic-beta header compact-2026-01-12",
+        ),
+    ],
+)
 def test_each_problem_is_one_line_in_the_apis_words(request_body, expected):
     assert problems(request_body) == [expected]
 
 
-@pytest.mark.parametrize(("trigger", "expected"), [
-    (10_000, "context_management.edits.0.trigger.value: must be an integer of at least 50000"),
-    ("60000", "context_management.edits.0.trigger.value: Input should be a valid integer"),
-])
+@pytest.mark.parametrize(
+    ("trigger", "expected"),
+    [
+        (10_000, "context_management.edits.0.trigger.value: must be an integer of at least 50000"),
+        ("60000", "context_management.edits.0.trigger.value: Input should be a valid integer"),
+    ],
+)
 def test_compaction_triggers_are_checked_against_the_minimum(trigger, expected):
     edit = {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": trigger}}]}
     assert problems(body(context_management=edit), betas=[BETA]) == [expected]
@@ -122,44 +195,85 @@ def test_compaction_triggers_are_checked_against_the_minimum(trigger, expected):
 
 def test_every_shape_problem_is_reported_at_once():
     assert problems(body(system=[{"type": "image", "source": {}}])) == [
-        "system.0.type: Input should be 'text'", "system.0.text: Field required",
-        "system.0.source: Extra inputs are not permitted"]
+        "system.0.type: Input should be 'text'",
+        "system.0.text: Field required",
+        "system.0.source: Extra inputs are not permitted",
+    ]
     request = body(max_tokens="1", surprise=1, tools=[{"name": "a b", "input_schema": {"type": "object"}}])
-    assert problems(request) == ["tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'",
-                                 "max_tokens: Input should be a valid integer",
-                                 "surprise: Extra inputs are not permitted"]
+    assert problems(request) == [
+        "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'",
+        "max_tokens: Input should be a valid integer",
+        "surprise: Extra inputs are not permitted",
+    ]
 
 
 def test_rules_across_messages_come_from_the_runners_own_invariants():
     orphan = body(messages=[{"role": "user", "content": [RESULT]}])
-    assert problems(orphan) == ["messages.0: tool_result 'toolu_1' has no matching tool_use in the previous message"]
-    assert problems(body(messages=[*HELLO, *HELLO])) == ["messages.1: roles must alternate, two user messages in a row"]
+    assert problems(orphan) == [
+        "messages.0: tool_result 'toolu_1' has no matching tool_use in the previous message"
+    ]
+    assert problems(body(messages=[*HELLO, *HELLO])) == [
+        "messages.1: roles must alternate, two user messages in a row"
+    ]
     assert problems(body(messages=[])) == ["messages: at least one message is required"]
 
 
 def test_at_most_four_cache_control_breakpoints_anywhere():
-    four = body(tools=[{**TOOL, "cache_control": CC}], system=[{"type": "text", "text": "s", "cache_control": CC}],
-                messages=turn({**USE, "cache_control": CC},
-                              results=[{**RESULT, "content": [{"type": "text", "text": "a", "cache_control": CC}]}]))
+    four = body(
+        tools=[{**TOOL, "cache_control": CC}],
+        system=[{"type": "text", "text": "s", "cache_control": CC}],
+        messages=turn(
+            {**USE, "cache_control": CC},
+            results=[{**RESULT, "content": [{"type": "text", "text": "a", "cache_control": CC}]}],
+        ),
+    )
     assert problems(four) == []
-    five = {**four, "messages": [{"role": "user", "content": [{"type": "text", "text": "q", "cache_control": CC}]},
-                                 *four["messages"][1:]]}
+    five = {
+        **four,
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "q", "cache_control": CC}]},
+            *four["messages"][1:],
+        ],
+    }
     assert problems(five) == ["A maximum of 4 blocks with cache_control may be provided. Found 5."]
 
 
 def test_count_tokens_takes_no_generation_settings():
     counted = {"model": "m", "messages": HELLO}
     assert problems(counted, count_tokens=True) == []
-    assert problems({**counted, "max_tokens": 5}, count_tokens=True) == ["max_tokens: Extra inputs are not permitted"]
+    assert problems({**counted, "max_tokens": 5}, count_tokens=True) == [
+        "max_tokens: Extra inputs are not permitted"
+    ]
 
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-                    max_leaves=20)
-KEYS = st.sampled_from(["model", "max_tokens", "messages", "system", "tools", "tool_choice", "context_management",
-                        "role", "content", "type", "text", "id", "name", "input", "tool_use_id", "cache_control"])
-REQUESTISH = st.recursive(JSON, lambda inner: st.dictionaries(KEYS, inner, max_size=5) | st.lists(inner, max_size=3),
-                          max_leaves=30)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+KEYS = st.sampled_from(
+    [
+        "model",
+        "max_tokens",
+        "messages",
+        "system",
+        "tools",
+        "tool_choice",
+        "context_management",
+        "role",
+        "content",
+        "type",
+        "text",
+        "id",
+        "name",
+        "input",
+        "tool_use_id",
+        "cache_control",
+    ]
+)
+REQUESTISH = st.recursive(
+    JSON, lambda inner: st.dictionaries(KEYS, inner, max_size=5) | st.lists(inner, max_size=3), max_leaves=30
+)
 
 
 @settings(max_examples=300, deadline=None)

@@ -63,8 +63,9 @@ def test_a_bad_key_stops_the_batch_and_resume_runs_the_rest(tmp_path: Path) -> N
 
 def test_a_closed_port_is_one_line_and_exit_2(tmp_path: Path) -> None:
     _setup(tmp_path)
-    (tmp_path / "config.toml").write_text('[runner]\nbackend = "anthropic"\nconcurrency = 2\n'
-                                          "[limits]\nmax_retries = 1\n")
+    (tmp_path / "config.toml").write_text(
+        '[runner]\nbackend = "anthropic"\nconcurrency = 2\n[limits]\nmax_retries = 1\n'
+    )
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -82,8 +83,9 @@ def test_a_closed_port_is_one_line_and_exit_2(tmp_path: Path) -> None:
 
 def test_retries_429_and_529_are_counted_per_job(tmp_path: Path) -> None:
     _setup(tmp_path)
-    (tmp_path / "config.toml").write_text('[runner]\nbackend = "anthropic"\nconcurrency = 2\n'
-                                          "[limits]\nmax_retries = 8\n")
+    (tmp_path / "config.toml").write_text(
+        '[runner]\nbackend = "anthropic"\nconcurrency = 2\n[limits]\nmax_retries = 8\n'
+    )
     faults = Faults(rate_limit=Fault(schedule=[2, 7]), overloaded=Fault(schedule=[4, 9, 12]))
     with running_emulator(EmulatorConfig(faults=faults, retry_after_s=0.05)) as emu:
         done = _runner(tmp_path, "run", "jobs", base_url=emu.base_url, key="k")
@@ -91,7 +93,9 @@ def test_retries_429_and_529_are_counted_per_job(tmp_path: Path) -> None:
         assert "Unclosed client session" not in done.stderr
         run_dir = next((tmp_path / "runs").iterdir())
         metrics = [json.loads(p.read_text()) for p in run_dir.glob("*/metrics.json")]
-        events = [e for p in run_dir.glob("*/events.jsonl") for e in read_jsonl(p)[0] if e["stage"] == "retries"]
+        events = [
+            e for p in run_dir.glob("*/events.jsonl") for e in read_jsonl(p)[0] if e["stage"] == "retries"
+        ]
     # ground truth: the faults the emulator was told to answer with, by request number
     assert sum(m["rate_limited_429"] for m in metrics) == 2
     assert sum(m["overloaded_529"] for m in metrics) == 3
@@ -103,10 +107,13 @@ def test_retries_of_the_last_call_are_an_event_too(tmp_path: Path) -> None:
     """The report call a limit leaves (no tools) goes through the same counting as every other call."""
     (tmp_path / "jobs").mkdir()
     (tmp_path / "jobs" / "j.toml").write_text('workspace = "{stdlib}/json"\nprompt = "Survey."\n')
-    (tmp_path / "config.toml").write_text('[runner]\nbackend = "anthropic"\nconcurrency = 1\n'
-                                          "[limits]\nmax_turns = 2\nmax_retries = 3\n")
+    (tmp_path / "config.toml").write_text(
+        '[runner]\nbackend = "anthropic"\nconcurrency = 1\n[limits]\nmax_turns = 2\nmax_retries = 3\n'
+    )
     # request 1 is the job's first call; request 2, its last call (the report), is answered 529 once
-    with running_emulator(EmulatorConfig(faults=Faults(overloaded=Fault(schedule=[2])), retry_after_s=0.05)) as emu:
+    with running_emulator(
+        EmulatorConfig(faults=Faults(overloaded=Fault(schedule=[2])), retry_after_s=0.05)
+    ) as emu:
         done = _runner(tmp_path, "run", "jobs", base_url=emu.base_url, key="k")
     run_dir = next((tmp_path / "runs").iterdir())
     assert done.returncode == 1, done.stderr  # max_turns is not a success

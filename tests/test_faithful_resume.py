@@ -56,8 +56,13 @@ def _lines(path: Path) -> int:
 
 def _start_and_kill(tmp: Path, argv: list[str], at_line: int) -> bool:
     """Start ``runner argv``; SIGKILL it once the transcript has ``at_line`` lines. False when it ended first."""
-    proc = subprocess.Popen([sys.executable, "-m", "runner", *argv], cwd=tmp, env=runner_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", *argv],
+        cwd=tmp,
+        env=runner_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     try:
         while time.monotonic() < deadline:
@@ -79,21 +84,36 @@ def _outcome(run_dir: Path) -> dict:
     metrics = json.loads((job / "metrics.json").read_text())
     transcript, _ = read_jsonl(job / "transcript.jsonl")
     events, _ = read_jsonl(job / "events.jsonl")
-    events = [e for e in events if "chars_before" in e]  # compactions only (not model_call, retries, last_call)
+    events = [
+        e for e in events if "chars_before" in e
+    ]  # compactions only (not model_call, retries, last_call)
     summaries = [e for e in events if e["stage"] in ("compact_history", "compact_tool", "reactive_compact")]
     stages: dict[str, int] = {}
     for e in events:
         stages[e["stage"]] = stages.get(e["stage"], 0) + 1
-    return {"stages": stages, "chars_before": [e["chars_before"] for e in events], "status": metrics["status"], "turns": metrics["turns"], "rereads": reread_count(transcript),
-            "summaries": len(summaries), "summary_files": len(list((job / "summaries").glob("*.md")))}
+    return {
+        "stages": stages,
+        "chars_before": [e["chars_before"] for e in events],
+        "status": metrics["status"],
+        "turns": metrics["turns"],
+        "rereads": reread_count(transcript),
+        "summaries": len(summaries),
+        "summary_files": len(list((job / "summaries").glob("*.md"))),
+    }
 
 
 def test_killed_four_times_resumes_like_an_uninterrupted_run(tmp_path: Path) -> None:
     whole = tmp_path / "whole"
     whole.mkdir()
     _setup(whole)
-    done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs"], cwd=whole, env=runner_env(),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "jobs"],
+        cwd=whole,
+        env=runner_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     expected = _outcome(_run_dir(whole))
     assert expected["status"] == "succeeded" and expected["summaries"] >= 3  # the job compacts hard
@@ -109,8 +129,14 @@ def test_killed_four_times_resumes_like_an_uninterrupted_run(tmp_path: Path) -> 
             kills += 1
         argv = ["resume", str(_run_dir(killed))]
     assert kills >= 3
-    final = subprocess.run([sys.executable, "-m", "runner", *argv], cwd=killed, env=runner_env(),
-                           capture_output=True, text=True, timeout=120)
+    final = subprocess.run(
+        [sys.executable, "-m", "runner", *argv],
+        cwd=killed,
+        env=runner_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert final.returncode == 0, final.stderr
     got = _outcome(_run_dir(killed))
     assert got["status"] == "succeeded"
@@ -120,7 +146,9 @@ def test_killed_four_times_resumes_like_an_uninterrupted_run(tmp_path: Path) -> 
     # the context never jumps back to the whole transcript (which would be snipped and compacted again)
     assert got["stages"].get("snip", 0) == expected["stages"].get("snip", 0), (got, expected)
     assert max(got["chars_before"]) <= 1.2 * max(expected["chars_before"]), (got, expected)
-    assert got["summary_files"] <= expected["summary_files"] + kills  # at most one redone per kill mid-summary
+    assert (
+        got["summary_files"] <= expected["summary_files"] + kills
+    )  # at most one redone per kill mid-summary
 
 
 @pytest.mark.anyio
@@ -140,8 +168,13 @@ async def test_every_context_record_decodes_to_the_window_it_was_written_from(tm
 
     CompactionState.context_record = spy  # type: ignore[method-assign]
     try:
-        session = Session(spec, model=OfflineModel(), compactor=Compactor(Summarizer(None, "s")), store=store,
-                          summary_model="s")
+        session = Session(
+            spec,
+            model=OfflineModel(),
+            compactor=Compactor(Summarizer(None, "s")),
+            store=store,
+            summary_model="s",
+        )
         result = await session.run()
     finally:
         CompactionState.context_record = record  # type: ignore[method-assign]
@@ -149,9 +182,13 @@ async def test_every_context_record_decodes_to_the_window_it_was_written_from(tm
     records, warnings = read_jsonl(store.dir / "context.jsonl")
     transcript, _ = read_jsonl(store.dir / "transcript.jsonl")
     assert not warnings and len(records) == len(windows) > 10
-    assert any("summary" in json.dumps(r) for r in records) and any('"saved"' in json.dumps(r) for r in records)
+    assert any("summary" in json.dumps(r) for r in records) and any(
+        '"saved"' in json.dumps(r) for r in records
+    )
     for record_line, window in zip(records, windows, strict=True):
-        entries = Recorder().decode(record_line["entries"], transcript[:record_line["n"]], store, spec.prompt)
+        entries = Recorder().decode(
+            record_line["entries"], transcript[: record_line["n"]], store, spec.prompt
+        )
         assert [e.message for e in entries] == window
     # the newest record plus the transcript written after it is the window the job ended with
     rebuilt = CompactionState(store=store, limits=spec.limits, active_request=spec.prompt)

@@ -25,7 +25,9 @@ def project(tmp_path: Path, monkeypatch: Any) -> Path:
     ws.mkdir()
     (ws / "mod.py").write_text('"""A module."""\n\ndef f():\n    return 1  # TODO: more\n')
     (tmp_path / "jobs").mkdir()
-    (tmp_path / "jobs" / "one.toml").write_text('prompt = "Survey."\nworkspace = "../ws"\n[limits]\nmax_turns = 6\n')
+    (tmp_path / "jobs" / "one.toml").write_text(
+        'prompt = "Survey."\nworkspace = "../ws"\n[limits]\nmax_turns = 6\n'
+    )
     (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\nconcurrency = 2\n')
     return tmp_path
 
@@ -37,9 +39,12 @@ def errors_of(text: str) -> list[str]:
 # --- validate reports every problem at once ------------------------------------------------------------
 
 
-def test_validate_reports_a_top_level_mistake_and_the_limits_errors_together(project: Path, capsys: Any) -> None:
-    (project / "config.toml").write_text('concurency = 3\n[runner]\nconcurrency = "8"\n[limits]\nmax_turns = 0\n'
-                                         '[jobs.one]\nmax_turns = -1\n')
+def test_validate_reports_a_top_level_mistake_and_the_limits_errors_together(
+    project: Path, capsys: Any
+) -> None:
+    (project / "config.toml").write_text(
+        'concurency = 3\n[runner]\nconcurrency = "8"\n[limits]\nmax_turns = 0\n[jobs.one]\nmax_turns = -1\n'
+    )
     assert cli.main(["validate"]) == 2
     errors = errors_of(capsys.readouterr().err)
     assert any("config.toml: concurency: unknown key" in e for e in errors), errors
@@ -49,9 +54,12 @@ def test_validate_reports_a_top_level_mistake_and_the_limits_errors_together(pro
     assert len(errors) == len(set(errors)) == 4, errors  # each once
 
 
-def test_validate_reports_a_task_files_limits_and_workspace_beside_a_bad_field(project: Path, capsys: Any) -> None:
-    (project / "jobs" / "one.toml").write_text('prompt = "p"\nworkspace = "../nowhere"\ntools = ["shell"]\n'
-                                               '[limits]\nmax_turns = 0\n')
+def test_validate_reports_a_task_files_limits_and_workspace_beside_a_bad_field(
+    project: Path, capsys: Any
+) -> None:
+    (project / "jobs" / "one.toml").write_text(
+        'prompt = "p"\nworkspace = "../nowhere"\ntools = ["shell"]\n[limits]\nmax_turns = 0\n'
+    )
     assert cli.main(["validate"]) == 2
     errors = errors_of(capsys.readouterr().err)
     assert any("jobs/one.toml: tools.0:" in e for e in errors), errors
@@ -85,9 +93,16 @@ def test_counts_are_printed_in_the_right_number() -> None:
 
 
 def test_the_totals_line_says_how_much_of_the_tokens_were_summaries() -> None:
-    jobs = [{"job": "a", "usage": {"input_tokens": 100, "output_tokens": 10},
-             "summarizer_usage": {"input_tokens": 40, "output_tokens": 4}}]
-    line = totals_line({"totals": {"jobs": 1, "succeeded": 1, "input_tokens": 140, "output_tokens": 14}, "jobs": jobs})
+    jobs = [
+        {
+            "job": "a",
+            "usage": {"input_tokens": 100, "output_tokens": 10},
+            "summarizer_usage": {"input_tokens": 40, "output_tokens": 4},
+        }
+    ]
+    line = totals_line(
+        {"totals": {"jobs": 1, "succeeded": 1, "input_tokens": 140, "output_tokens": 14}, "jobs": jobs}
+    )
     assert "140 in / 14 out tokens" in line and "summaries' 40 in / 4 out" in line
     assert "summaries" not in totals_line({"totals": {"jobs": 1}, "jobs": [{"usage": {"input_tokens": 1}}]})
 
@@ -96,7 +111,11 @@ def test_the_totals_line_says_how_much_of_the_tokens_were_summaries() -> None:
 
 
 def test_help_texts(capsys: Any) -> None:
-    for command, flags in (("run", ["--config"]), ("resume", ["--concurrency"]), ("emulate", ["--host", "--port"])):
+    for command, flags in (
+        ("run", ["--config"]),
+        ("resume", ["--concurrency"]),
+        ("emulate", ["--host", "--port"]),
+    ):
         with pytest.raises(SystemExit):
             cli.main([command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
@@ -140,7 +159,9 @@ def test_an_unknown_model_is_named_with_the_price_assumed(project: Path, capsys:
     assert len(warnings) == 1, warnings
     assert "'gpt-4o' has no price" in warnings[0] and "opus ($15 in / $75 out" in warnings[0]
     assert '[prices."gpt-4o"]' in warnings[0] and "job one" in warnings[0]
-    (project / "config.toml").write_text('[runner]\nbackend = "offline"\n[prices."gpt-4o"]\ninput = 2.5\noutput = 10\n')
+    (project / "config.toml").write_text(
+        '[runner]\nbackend = "offline"\n[prices."gpt-4o"]\ninput = 2.5\noutput = 10\n'
+    )
     assert cli.main(["validate"]) == 0
     assert "warning:" not in capsys.readouterr().err
     assert PriceTable().unpriced("claude-sonnet-5-5") is None and PriceTable().unpriced("gpt-4o")
@@ -152,10 +173,14 @@ def run_once(project: Path, capsys: Any, *args: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def test_a_run_on_the_offline_model_says_which_jobs_will_not_get_their_tools(project: Path, capsys: Any) -> None:
-    (project / "jobs" / "acts.toml").write_text('prompt = "Fix the bug and run the tests."\nworkspace = "../ws"\n'
-                                                'tools = ["read", "glob", "grep", "bash", "write"]\n'
-                                                '[limits]\nmax_turns = 4\nsandbox = "none"\n')
+def test_a_run_on_the_offline_model_says_which_jobs_will_not_get_their_tools(
+    project: Path, capsys: Any
+) -> None:
+    (project / "jobs" / "acts.toml").write_text(
+        'prompt = "Fix the bug and run the tests."\nworkspace = "../ws"\n'
+        'tools = ["read", "glob", "grep", "bash", "write"]\n'
+        '[limits]\nmax_turns = 4\nsandbox = "none"\n'
+    )
     _, _, err = run_once(project, capsys)
     lines = [ln for ln in err.splitlines() if "only surveys" in ln]
     assert len(lines) == 1, err
@@ -165,8 +190,9 @@ def test_a_run_on_the_offline_model_says_which_jobs_will_not_get_their_tools(pro
 # --- the end of a run on a pipe, and --json --------------------------------------------------------------
 
 
-def test_the_end_of_a_run_on_a_pipe_fits_80_columns_and_names_the_run_directory(project: Path, capsys: Any,
-                                                                               monkeypatch: Any) -> None:
+def test_the_end_of_a_run_on_a_pipe_fits_80_columns_and_names_the_run_directory(
+    project: Path, capsys: Any, monkeypatch: Any
+) -> None:
     from runner.execution import batch
 
     assert batch.out.width <= 100  # a pipe: rich's 80 columns (or $COLUMNS), not a 200-column box table
@@ -279,8 +305,12 @@ def test_the_status_line_is_cut_to_the_terminal_width() -> None:
 
     console = Console(file=StringIO(), width=60, force_terminal=True, color_system=None)
     display = LiveDisplay(console)
-    display.tally.start({f"job-{i}": JobMetrics(job=f"job-{i}", status=s) for i, s in
-                         enumerate(["running", "queued", "running"])})
+    display.tally.start(
+        {
+            f"job-{i}": JobMetrics(job=f"job-{i}", status=s)
+            for i, s in enumerate(["running", "queued", "running"])
+        }
+    )
     console.print(display._render())
     lines = console.file.getvalue().splitlines()
     assert "done" in lines[-1] and "…" in lines[-1] and len(lines[-1]) <= 60, lines
@@ -299,13 +329,17 @@ def test_paths_are_absolute_when_run_from_the_root(monkeypatch: Any, tmp_path: P
 # --- the emulator's script ------------------------------------------------------------------------------
 
 
-def test_a_misspelled_key_in_a_scripted_block_is_one_line_naming_the_file_and_the_field(tmp_path: Path) -> None:
+def test_a_misspelled_key_in_a_scripted_block_is_one_line_naming_the_file_and_the_field(
+    tmp_path: Path,
+) -> None:
     from runner.config import ConfigError
     from runner.emulator import EmulatorConfig
 
     config = tmp_path / "emu.toml"
-    config.write_text('[[script]]\ncontent = "Looking."\n[[script]]\nstop_reason = "tool_use"\n'
-                      'content = [{type = "tool_use", id = "toolu_1", name = "bash", inputs = {command = "ls"}}]\n')
+    config.write_text(
+        '[[script]]\ncontent = "Looking."\n[[script]]\nstop_reason = "tool_use"\n'
+        'content = [{type = "tool_use", id = "toolu_1", name = "bash", inputs = {command = "ls"}}]\n'
+    )
     with pytest.raises(ConfigError) as raised:  # `runner emulate --config` prints each line and exits 2
         EmulatorConfig.from_toml(config)
     [err] = raised.value.problems

@@ -32,7 +32,9 @@ def tree(tmp_path: Path) -> Path:
     """A copy of the standard library's json package, with a link inside, a link out, a dangling
     link, a FIFO and a .git directory."""
     ws = tmp_path / "ws"
-    shutil.copytree(Path(sysconfig.get_paths()["stdlib"]) / "json", ws, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(sysconfig.get_paths()["stdlib"]) / "json", ws, ignore=shutil.ignore_patterns("__pycache__")
+    )
     (ws / "sub").mkdir()
     (ws / "sub" / "notes.txt").write_text("notes\n")
     os.symlink("decoder.py", ws / "alias.py")
@@ -47,17 +49,26 @@ def tree(tmp_path: Path) -> Path:
 def test_manifest_of_a_real_tree(tmp_path: Path) -> None:
     ws = tree(tmp_path)
     manifest = build(ws, git=False)
-    files = sorted(p.relative_to(ws).as_posix() for p in ws.rglob("*") if p.is_file() and not p.is_symlink()
-                   and ".git" not in p.parts)
+    files = sorted(
+        p.relative_to(ws).as_posix()
+        for p in ws.rglob("*")
+        if p.is_file() and not p.is_symlink() and ".git" not in p.parts
+    )
     assert sorted(p for p, e in manifest.entries.items() if e["kind"] == "file") == files
     for path in files:
         data = (ws / path).read_bytes()
         assert manifest.entries[path]["size"] == len(data)
         assert manifest.entries[path]["sha256"] == hashlib.sha256(data).hexdigest()
     assert manifest.entries["alias.py"] == {"path": "alias.py", "kind": "symlink", "target": "decoder.py"}
-    assert manifest.entries["etc"]["kind"] == "symlink" and not any(p.startswith("etc/") for p in manifest.entries)
+    assert manifest.entries["etc"]["kind"] == "symlink" and not any(
+        p.startswith("etc/") for p in manifest.entries
+    )
     assert manifest.entries["dangling.py"]["kind"] == "symlink"
-    assert manifest.entries["queue"] == {"path": "queue", "kind": "unreadable", "error": "a FIFO, not a regular file"}
+    assert manifest.entries["queue"] == {
+        "path": "queue",
+        "kind": "unreadable",
+        "error": "a FIFO, not a regular file",
+    }
     assert not any(p.startswith(".git") for p in manifest.entries)
     (tmp_path / MANIFEST).write_text(manifest.text())
     back, problem = read_manifest(tmp_path / MANIFEST)
@@ -75,7 +86,11 @@ def test_manifest_diff(tmp_path: Path) -> None:
     os.remove(ws / "alias.py")
     os.symlink("encoder.py", ws / "alias.py")
     changes = diff(before, build(ws, git=False))
-    assert (changes.added, changes.changed, changes.removed) == (["new.py"], ["alias.py", "tool.py"], ["scanner.py"])
+    assert (changes.added, changes.changed, changes.removed) == (
+        ["new.py"],
+        ["alias.py", "tool.py"],
+        ["scanner.py"],
+    )
     assert changes.unchanged == len(before.entries) - 3
     assert diff(before, before).total == 0
 
@@ -86,11 +101,18 @@ def test_manifest_records_git_commit_and_dirty_paths(tmp_path: Path) -> None:
     (repo / "pkg").mkdir(parents=True)
     (repo / "pkg" / "a.py").write_text("a = 1\n")
     (repo / "top.txt").write_text("top\n")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "one"]):
         subprocess.run(["git", "-C", str(repo), *args], check=True, env=env, capture_output=True)
-    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     (repo / "pkg" / "a.py").write_text("a = 2\n")
     (repo / "pkg" / "b.py").write_text("b = 1\n")
     manifest = build(repo / "pkg")  # a directory inside the repository: paths relative to it
@@ -104,8 +126,12 @@ def test_a_damaged_manifest_is_named(tmp_path: Path) -> None:
     ws = tree(tmp_path)
     text = build(ws, git=False).text()
     path = tmp_path / MANIFEST
-    for damaged, says in ((text[:-40], "truncated"), (text.replace('"kind": "file"', '"kind": "?"', 1), "line"),
-                          ("\n".join(text.split("\n")[:3]) + "\n", "entries"), ("{}\n", "head")):
+    for damaged, says in (
+        (text[:-40], "truncated"),
+        (text.replace('"kind": "file"', '"kind": "?"', 1), "line"),
+        ("\n".join(text.split("\n")[:3]) + "\n", "entries"),
+        ("{}\n", "head"),
+    ):
         path.write_text(damaged)
         manifest, problem = read_manifest(path)
         assert manifest is None and problem is not None and says in problem, problem
@@ -114,14 +140,32 @@ def test_a_damaged_manifest_is_named(tmp_path: Path) -> None:
 
 # --- the baseline ----------------------------------------------------------------------------------
 
+
 def spec_for(ws: Path, prompt: str = PROMPT) -> JobSpec:
-    return JobSpec(name="survey", source=Path("survey.toml"), prompt=prompt, workspace=ws, model="m",
-                   system=None, tools=("read",), limits=Limits(incremental=True))
+    return JobSpec(
+        name="survey",
+        source=Path("survey.toml"),
+        prompt=prompt,
+        workspace=ws,
+        model="m",
+        system=None,
+        tools=("read",),
+        limits=Limits(incremental=True),
+    )
 
 
-def earlier_run(output: Path, run: str, ws: Path, *, status: str = "succeeded", prompt: str = PROMPT,
-                workspace: Path | None = None, manifest: str | None = None, final: bool = True,
-                created: float = 1000.0) -> Path:
+def earlier_run(
+    output: Path,
+    run: str,
+    ws: Path,
+    *,
+    status: str = "succeeded",
+    prompt: str = PROMPT,
+    workspace: Path | None = None,
+    manifest: str | None = None,
+    final: bool = True,
+    created: float = 1000.0,
+) -> Path:
     job = output / run / "survey"
     job.mkdir(parents=True)
     (job / "metrics.json").write_text(json.dumps({"job": "survey", "status": status, "cost_usd": 0.25}))
@@ -137,17 +181,25 @@ def earlier_run(output: Path, run: str, ws: Path, *, status: str = "succeeded", 
     return job
 
 
-@pytest.mark.parametrize(("case", "kwargs", "reason"), [
-    ("missing", None, "no earlier run of job survey"),
-    ("failed", {"status": "failed"}, "ended failed"),
-    ("another prompt", {"prompt": "Something else."}, "had another prompt"),
-    ("another workspace", {"workspace": Path("/elsewhere")}, "had another workspace (/elsewhere)"),
-    ("no manifest", {"manifest": ""}, f"has no usable {MANIFEST} (missing)"),
-    ("damaged manifest", {"manifest": '{"manifest": 1, "created": 5, "entries": 9}\n{"path"\n'}, "damaged"),
-    ("no final.md", {"final": False}, "has no final.md"),
-])
-def test_an_unusable_baseline_means_a_full_run_with_its_reason(tmp_path: Path, case: str,
-                                                                kwargs: dict[str, Any] | None, reason: str) -> None:
+@pytest.mark.parametrize(
+    ("case", "kwargs", "reason"),
+    [
+        ("missing", None, "no earlier run of job survey"),
+        ("failed", {"status": "failed"}, "ended failed"),
+        ("another prompt", {"prompt": "Something else."}, "had another prompt"),
+        ("another workspace", {"workspace": Path("/elsewhere")}, "had another workspace (/elsewhere)"),
+        ("no manifest", {"manifest": ""}, f"has no usable {MANIFEST} (missing)"),
+        (
+            "damaged manifest",
+            {"manifest": '{"manifest": 1, "created": 5, "entries": 9}\n{"path"\n'},
+            "damaged",
+        ),
+        ("no final.md", {"final": False}, "has no final.md"),
+    ],
+)
+def test_an_unusable_baseline_means_a_full_run_with_its_reason(
+    tmp_path: Path, case: str, kwargs: dict[str, Any] | None, reason: str
+) -> None:
     ws = tree(tmp_path)
     output = tmp_path / "runs"
     (output / "now").mkdir(parents=True)
@@ -172,6 +224,7 @@ def test_the_newest_usable_earlier_run_is_the_baseline(tmp_path: Path) -> None:
 
 # --- two nights through `runner run` ---------------------------------------------------------------
 
+
 @pytest.fixture
 def nightly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, list[list[dict]]]:
     """A project: the tree, an incremental task file, a config on the offline model; and every request
@@ -179,7 +232,9 @@ def nightly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path
     ws = tree(tmp_path)
     (ws / "queue").unlink()
     (tmp_path / "jobs").mkdir()
-    (tmp_path / "jobs" / "survey.toml").write_text(f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n')
+    (tmp_path / "jobs" / "survey.toml").write_text(
+        f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n'
+    )
     (tmp_path / "config.toml").write_text('[runner]\noutput_dir = "runs"\nbackend = "offline"\n')
     requests: list[list[dict]] = []
     create = OfflineModel.create
@@ -209,12 +264,17 @@ def test_two_nights_the_second_starts_from_the_first(run_cli: Any, nightly: tupl
     root, ws, requests = nightly
     first, stderr = night(run_cli, root)
     job = first["jobs"][0]
-    assert job["incremental"]["baseline"] is None and "no earlier run of job survey" in job["incremental"]["fresh"]
+    assert (
+        job["incremental"]["baseline"] is None
+        and "no earlier run of job survey" in job["incremental"]["fresh"]
+    )
     assert "job survey: a full run: no usable baseline" in stderr
     run1 = Path(first["run_dir"])
     assert (run1 / "survey" / MANIFEST).is_file()
     assert len(requests[0][0]["content"] if isinstance(requests[0][0]["content"], list) else [1]) == 1
-    memories = sorted(p.relative_to(run1 / "survey").as_posix() for p in (run1 / "survey" / "memories").rglob("*.md"))
+    memories = sorted(
+        p.relative_to(run1 / "survey").as_posix() for p in (run1 / "survey" / "memories").rglob("*.md")
+    )
     assert memories
 
     change(ws)
@@ -222,21 +282,38 @@ def test_two_nights_the_second_starts_from_the_first(run_cli: Any, nightly: tupl
     second, stderr = night(run_cli, root)
     run2 = Path(second["run_dir"])
     inc = second["jobs"][0]["incremental"]
-    assert (inc["baseline"], inc["files_added"], inc["files_changed"], inc["files_removed"]) == (run1.name, 1, 1, 1)
+    assert (inc["baseline"], inc["files_added"], inc["files_changed"], inc["files_removed"]) == (
+        run1.name,
+        1,
+        1,
+        1,
+    )
     assert inc["baseline_cost_usd"] == round(first["jobs"][0]["cost_usd"], 6) and inc["fresh"] is None
     assert f"job survey: incremental from run {run1.name}: 1 files added, 1 changed, 1 removed" in stderr
     first_request = requests[0]
     assert not request_problems(first_request, PROMPT)
-    assert len(first_request) == 1 and first_request[0]["content"][0]["text"] == PROMPT  # the window joined the two
+    assert (
+        len(first_request) == 1 and first_request[0]["content"][0]["text"] == PROMPT
+    )  # the window joined the two
     note = protocol.incremental_of(first_request[0]["content"][1]["text"])
-    assert note == {"run": run1.name, "report": BASELINE_REPORT, "changes": BASELINE_CHANGES, "added": 1,
-                    "changed": 1, "removed": 1, "unchanged": inc["files_unchanged"]}
+    assert note == {
+        "run": run1.name,
+        "report": BASELINE_REPORT,
+        "changes": BASELINE_CHANGES,
+        "added": 1,
+        "changed": 1,
+        "removed": 1,
+        "unchanged": inc["files_unchanged"],
+    }
     text = text_of(first_request[0])
     assert "added: new_mod.py" in text and "changed: tool.py" in text and "removed: scanner.py" in text
     assert f"its {len(memories)} memory files are your memory now" in text
     job2 = run2 / "survey"
     assert protocol.changes_of((job2 / BASELINE_CHANGES).read_text()) == {
-        "added": ["new_mod.py"], "changed": ["tool.py"], "removed": ["scanner.py"]}
+        "added": ["new_mod.py"],
+        "changed": ["tool.py"],
+        "removed": ["scanner.py"],
+    }
     assert (job2 / BASELINE_REPORT).read_text() == (run1 / "survey" / "final.md").read_text()
     transcript = [json.loads(line) for line in (job2 / "transcript.jsonl").read_text().splitlines()]
     assert transcript[0] == {"role": "user", "content": PROMPT}  # resume still finds its prompt alone
@@ -252,7 +329,11 @@ def test_two_nights_the_second_starts_from_the_first(run_cli: Any, nightly: tupl
     requests.clear()
     third, stderr = night(run_cli, root, "--fresh")  # the same tree, in full
     inc3 = third["jobs"][0]["incremental"]
-    assert inc3["baseline"] is None and inc3["fresh"] == FRESH_FLAG and f"job survey: a full run: {FRESH_FLAG}" in stderr
+    assert (
+        inc3["baseline"] is None
+        and inc3["fresh"] == FRESH_FLAG
+        and f"job survey: a full run: {FRESH_FLAG}" in stderr
+    )
     assert isinstance(requests[0][0]["content"], str)  # the prompt alone
     run3 = Path(third["run_dir"])
     assert run_cli("diff", str(run2), str(run3), cwd=root).returncode == 0  # the same tree, the same report
@@ -287,13 +368,24 @@ def test_a_resumed_incremental_job_keeps_its_baseline(run_cli: Any, nightly: tup
 
 # --- the texts and the pure comparison ---------------------------------------------------------------
 
+
 def test_the_change_lists_round_trip_and_the_note_keeps_its_budget() -> None:
-    lists = {"added": [f"pkg/module_{i:04d}.py" for i in range(500)], "changed": ['odd "name".py', " lead", "a\nb"],
-             "removed": []}
+    lists = {
+        "added": [f"pkg/module_{i:04d}.py" for i in range(500)],
+        "changed": ['odd "name".py', " lead", "a\nb"],
+        "removed": [],
+    }
     text = protocol.changes_text(run="r1", lists=lists, unchanged=7)
     assert protocol.changes_of(text) == lists
-    note = protocol.incremental_note(run="r1", when="today", report=BASELINE_REPORT, changes=BASELINE_CHANGES,
-                                     memory="", lists=lists, unchanged=7)
+    note = protocol.incremental_note(
+        run="r1",
+        when="today",
+        report=BASELINE_REPORT,
+        changes=BASELINE_CHANGES,
+        memory="",
+        lists=lists,
+        unchanged=7,
+    )
     assert len(note) < len(protocol.INCREMENTAL_NOTE) + protocol.CHANGES_INLINE_CHARS + 200
     assert "and 4" in note and "removed: (none)" in note
     assert protocol.incremental_of(note)["added"] == 500
@@ -304,8 +396,12 @@ def test_compare_reports_by_sections_and_by_rows() -> None:
     a = "# Findings\n\n## src/a.py\nuses eval\n\n## src/b.py\nok\n"
     b = "# Findings\n\n## src/a.py\nuses exec\n\n## src/c.py\nnew\n"
     result = compare("j", a, b)
-    assert (result.unit, result.added, result.removed, result.changed) == ("sections", ["src/c.py"], ["src/b.py"],
-                                                                           ["src/a.py"])
+    assert (result.unit, result.added, result.removed, result.changed) == (
+        "sections",
+        ["src/c.py"],
+        ["src/b.py"],
+        ["src/a.py"],
+    )
     assert result.report_changed and result.diff.startswith("--- a/final.md\n+++ b/final.md\n")
     table = "## Every file\n\n| file | lines |\n|---|---:|\n| a.py | 3 |\n| b\\|c.py | 4 |\n"
     rows = compare("j", table, table.replace("| a.py | 3 |", "| a.py | 5 |") + "| d.py | 1 |\n")

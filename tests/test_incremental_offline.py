@@ -36,8 +36,9 @@ def project(root: Path, packages: tuple[str, ...], limits: str = "") -> Path:
     for name in packages:
         shutil.copytree(STDLIB / name, ws / name, ignore=shutil.ignore_patterns("__pycache__"))
     (root / "jobs").mkdir()
-    (root / "jobs" / "survey.toml").write_text(f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n'
-                                               f"[limits]\nmax_turns = 2000\n{limits}")
+    (root / "jobs" / "survey.toml").write_text(
+        f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n[limits]\nmax_turns = 2000\n{limits}'
+    )
     (root / "config.toml").write_text('[runner]\noutput_dir = "runs"\nbackend = "offline"\n')
     return ws
 
@@ -59,7 +60,11 @@ def change(ws: Path) -> dict[str, set[str]]:
     removed = [with_todo[1], without[2]]
     for path in removed:
         (ws / path).unlink()
-    return {"added": {"email/nightly.py", "json/decoder_copy.py"}, "changed": set(changed), "removed": set(removed)}
+    return {
+        "added": {"email/nightly.py", "json/decoder_copy.py"},
+        "changed": set(changed),
+        "removed": set(removed),
+    }
 
 
 def night(run_cli: Any, root: Path, *args: str) -> tuple[Path, dict]:
@@ -70,9 +75,13 @@ def night(run_cli: Any, root: Path, *args: str) -> tuple[Path, dict]:
 
 
 def calls(job: Path, name: str) -> list[dict]:
-    return [b["input"] for line in (job / "transcript.jsonl").read_text().splitlines()
-            if (m := json.loads(line))["role"] == "assistant" and isinstance(m["content"], list)
-            for b in m["content"] if b.get("type") == "tool_use" and b["name"] == name]
+    return [
+        b["input"]
+        for line in (job / "transcript.jsonl").read_text().splitlines()
+        if (m := json.loads(line))["role"] == "assistant" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_use" and b["name"] == name
+    ]
 
 
 def said(job: Path) -> str:
@@ -87,7 +96,9 @@ def said(job: Path) -> str:
 def head(report: str) -> str:
     """The totals and tables (what comes before the TODO lines), without the line on the baseline."""
     text = report.split("\n## TODO", 1)[0]
-    kept = [line for line in text.split("\n") if not line.startswith(("Incremental survey:", "A full survey:"))]
+    kept = [
+        line for line in text.split("\n") if not line.startswith(("Incremental survey:", "A full survey:"))
+    ]
     return re.sub(r"\n{3,}", "\n\n", "\n".join(kept))
 
 
@@ -107,7 +118,8 @@ def assert_same_facts(job: Path, other: Path) -> None:
 
 @pytest.mark.parametrize("packages", [SMALL, BIG], ids=["small", "big"])
 def test_the_second_night_has_a_fresh_surveys_facts_and_reads_only_what_changed(
-        run_cli: Any, tmp_path: Path, packages: tuple[str, ...]) -> None:
+    run_cli: Any, tmp_path: Path, packages: tuple[str, ...]
+) -> None:
     ws = project(tmp_path, packages)
     first, first_doc = night(run_cli, tmp_path)
     assert "Incremental survey" not in (first / "final.md").read_text()
@@ -117,19 +129,30 @@ def test_the_second_night_has_a_fresh_surveys_facts_and_reads_only_what_changed(
 
     record = doc["incremental"]
     assert (record["baseline"], record["files_added"], record["files_changed"], record["files_removed"]) == (
-        first.parent.name, 2, 3, 2)
+        first.parent.name,
+        2,
+        3,
+        2,
+    )
     on_disk = json.loads((second / "metrics.json").read_text())["incremental"]
     assert on_disk["baseline_cost_usd"] == round(first_doc["cost_usd"], 6)  # its cost, against the baseline's
     share = 0.35 if packages == BIG else 0.9  # 7 of its files in 35 changed, a few turns of its own
-    assert doc["cost_usd"] < share * on_disk["baseline_cost_usd"] and doc["cost_usd"] < share * fresh_doc["cost_usd"]
+    assert (
+        doc["cost_usd"] < share * on_disk["baseline_cost_usd"]
+        and doc["cost_usd"] < share * fresh_doc["cost_usd"]
+    )
 
     assert_same_facts(second, fresh)
     report = (second / "final.md").read_text()
-    assert (f"Incremental survey: 2 files added, 3 changed and 2 removed since run {first.parent.name}; only "
-            "the 5 added or changed are read") in said(second)
+    assert (
+        f"Incremental survey: 2 files added, 3 changed and 2 removed since run {first.parent.name}; only "
+        "the 5 added or changed are read"
+    ) in said(second)
     read = [c["file_path"] for c in calls(second, "read")]
     assert sorted(read) == sorted(changes["added"] | changes["changed"])  # each once, nothing unchanged
-    searched = {c["path"] for c in calls(second, "grep") if "path" in c and c["pattern"].startswith(r"\b(TODO")}
+    searched = {
+        c["path"] for c in calls(second, "grep") if "path" in c and c["pattern"].startswith(r"\b(TODO")
+    }
     assert searched >= changes["added"] | changes["changed"]
     assert not any(path in changes["removed"] for path in survey_rows(report, second))
 
@@ -138,10 +161,14 @@ def test_a_night_with_no_change_reads_nothing_and_says_so(run_cli: Any, tmp_path
     project(tmp_path, BIG)
     first, _ = night(run_cli, tmp_path)
     second, doc = night(run_cli, tmp_path)
-    assert f"Incremental survey: nothing changed since run {first.parent.name}; no file is read" in said(second)
+    assert f"Incremental survey: nothing changed since run {first.parent.name}; no file is read" in said(
+        second
+    )
     assert not calls(second, "read") and not calls(second, "grep") and not calls(second, "glob")
     assert_same_facts(second, first)
-    assert (second / "final.md").read_text() == (first / "final.md").read_text()  # the whole report, unchanged
+    assert (second / "final.md").read_text() == (
+        first / "final.md"
+    ).read_text()  # the whole report, unchanged
     assert run_cli("diff", str(first.parent), str(second.parent), cwd=tmp_path).returncode == 0
     assert doc["turns"] <= 3 and doc["cost_usd"] < 0.02 * doc["incremental"]["baseline_cost_usd"]
 
@@ -156,7 +183,9 @@ def test_no_change_in_a_small_tree_lists_every_row(run_cli: Any, tmp_path: Path)
     assert_same_facts(second, first)
 
 
-def test_a_baseline_the_runtime_cannot_use_means_a_full_run_with_its_reason(run_cli: Any, tmp_path: Path) -> None:
+def test_a_baseline_the_runtime_cannot_use_means_a_full_run_with_its_reason(
+    run_cli: Any, tmp_path: Path
+) -> None:
     ws = project(tmp_path, SMALL)
     first, _ = night(run_cli, tmp_path)
     (first / MANIFEST).write_text('{"manifest": 1, "created": 5, "entries": 9}\n{"path"\n')  # damaged
@@ -178,8 +207,9 @@ def test_a_baseline_without_survey_facts_means_a_full_survey_saying_why(run_cli:
     second, doc = night(run_cli, tmp_path)
     assert doc["incremental"]["baseline"] == first.parent.name  # the runtime took it: the survey could not
     report = (second / "final.md").read_text()
-    assert (f"A full survey: run {first.parent.name} is this job's baseline, but its memory holds no survey "
-            "facts") in report
+    assert (
+        f"A full survey: run {first.parent.name} is this job's baseline, but its memory holds no survey facts"
+    ) in report
     assert len(calls(second, "read")) >= len(survey_rows(report, second)) > len(changes["added"])
     fresh, _ = night(run_cli, tmp_path, "--fresh")
     assert_same_facts(second, fresh)
@@ -195,12 +225,19 @@ def _lines(path: Path) -> int:
 def _kill_at(root: Path, baseline: Path, at_line: int) -> Path | None:
     """``runner run`` in a real process, SIGKILLed once its job's transcript has ``at_line`` lines: its
     run directory, or None when the run ended first (it is moved out of the way then)."""
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "jobs"], cwd=root, env=runner_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run", "jobs"],
+        cwd=root,
+        env=runner_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:
-            runs = [r for r in (root / "runs").iterdir() if r.is_dir() and not r.is_symlink() and r != baseline]
+            runs = [
+                r for r in (root / "runs").iterdir() if r.is_dir() and not r.is_symlink() and r != baseline
+            ]
             if runs and _lines(runs[0] / "survey" / "transcript.jsonl") >= at_line:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
@@ -218,8 +255,9 @@ def _kill_at(root: Path, baseline: Path, at_line: int) -> Path | None:
     return None
 
 
-def test_a_killed_incremental_night_resumes_from_its_baseline_to_the_same_report(run_cli: Any,
-                                                                                 tmp_path: Path) -> None:
+def test_a_killed_incremental_night_resumes_from_its_baseline_to_the_same_report(
+    run_cli: Any, tmp_path: Path
+) -> None:
     ws = project(tmp_path, BIG, "context_char_limit = 20000\n")  # a small window: more turns to kill in
     first, _ = night(run_cli, tmp_path)
     change(ws)

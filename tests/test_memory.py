@@ -39,17 +39,22 @@ async def test_the_commands_work_on_the_job_directory(tmp_path):
     assert not created.get("is_error") and (tmp_path / "memories" / "notes.md").read_text() == "one\ntwo\n"
     view = await run(tool, command="view", path="/memories/notes.md")
     assert view["content"].endswith("     1\tone\n     2\ttwo")
-    assert not (await run(tool, command="insert", path="/memories/notes.md", insert_line=0,
-                          insert_text="zero\n")).get("is_error")
-    assert not (await run(tool, command="str_replace", path="/memories/notes.md", old_str="two",
-                          new_str="2")).get("is_error")
+    assert not (
+        await run(tool, command="insert", path="/memories/notes.md", insert_line=0, insert_text="zero\n")
+    ).get("is_error")
+    assert not (
+        await run(tool, command="str_replace", path="/memories/notes.md", old_str="two", new_str="2")
+    ).get("is_error")
     assert (tmp_path / "memories" / "notes.md").read_text() == "zero\none\n2\n"
     part = await run(tool, command="view", path="/memories/notes.md", view_range=[2, 2])
     assert part["content"].endswith("     2\tone")
-    assert not (await run(tool, command="create", path="/memories/notes.md", file_text="new\n")).get("is_error")
+    assert not (await run(tool, command="create", path="/memories/notes.md", file_text="new\n")).get(
+        "is_error"
+    )
     assert (tmp_path / "memories" / "notes.md").read_text() == "new\n"  # create rewrites
-    assert not (await run(tool, command="rename", old_path="/memories/notes.md",
-                          new_path="/memories/sub/moved.md")).get("is_error")
+    assert not (
+        await run(tool, command="rename", old_path="/memories/notes.md", new_path="/memories/sub/moved.md")
+    ).get("is_error")
     listing = await run(tool, command="view", path="/memories")
     assert "/memories/sub/moved.md" in listing["content"]
     assert not (await run(tool, command="delete", path="/memories/sub")).get("is_error")
@@ -59,7 +64,9 @@ async def test_the_commands_work_on_the_job_directory(tmp_path):
 
 async def test_a_long_file_is_viewed_a_page_at_a_time(tmp_path):
     tool = MemoryTool(str(tmp_path), page_chars=1_000)
-    await run(tool, command="create", path="/memories/long.md", file_text="".join(f"line {n}\n" for n in range(500)))
+    await run(
+        tool, command="create", path="/memories/long.md", file_text="".join(f"line {n}\n" for n in range(500))
+    )
     first = (await run(tool, command="view", path="/memories/long.md"))["content"]
     assert len(first) < 1_300 and "[memory: lines 1-" in first and "view the rest with view_range [" in first
     start = int(first.rsplit("view_range [", 1)[1].split(",")[0])
@@ -67,25 +74,28 @@ async def test_a_long_file_is_viewed_a_page_at_a_time(tmp_path):
     assert f"{start:>6}\tline {start - 1}" in rest
 
 
-@pytest.mark.parametrize("args", [
-    {"command": "view", "path": "/memories/../x"},
-    {"command": "create", "path": "/memories/../escape.md", "file_text": "x"},
-    {"command": "view", "path": "/etc/passwd"},
-    {"command": "create", "path": "/etc/passwd", "file_text": "x"},
-    {"command": "create", "path": "memories/x", "file_text": "x"},
-    {"command": "view", "path": "/memories/link"},
-    {"command": "create", "path": "/memories/link", "file_text": "x"},
-    {"command": "create", "path": "/memories/dirlink/x.md", "file_text": "x"},
-    {"command": "rename", "old_path": "/memories/ok.md", "new_path": "/memories/../../moved.md"},
-    {"command": "delete", "path": "/memories/.."},
-    {"command": "view", "path": "/memories/\udcff"},
-    {"command": "create", "path": "/memories/a.md", "file_text": "lone \ud800 surrogate"},
-    {"command": "create", "path": "/memories/a.md", "file_text": "x" * (MAX_FILE_BYTES + 1)},
-    {"command": "create", "path": "/memories/a.md"},
-    {"command": "insert", "path": "/memories/ok.md", "insert_line": 99, "insert_text": "x"},
-    {"command": "explode", "path": "/memories/ok.md"},
-    {"command": "view", "path": 7},
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"command": "view", "path": "/memories/../x"},
+        {"command": "create", "path": "/memories/../escape.md", "file_text": "x"},
+        {"command": "view", "path": "/etc/passwd"},
+        {"command": "create", "path": "/etc/passwd", "file_text": "x"},
+        {"command": "create", "path": "memories/x", "file_text": "x"},
+        {"command": "view", "path": "/memories/link"},
+        {"command": "create", "path": "/memories/link", "file_text": "x"},
+        {"command": "create", "path": "/memories/dirlink/x.md", "file_text": "x"},
+        {"command": "rename", "old_path": "/memories/ok.md", "new_path": "/memories/../../moved.md"},
+        {"command": "delete", "path": "/memories/.."},
+        {"command": "view", "path": "/memories/\udcff"},
+        {"command": "create", "path": "/memories/a.md", "file_text": "lone \ud800 surrogate"},
+        {"command": "create", "path": "/memories/a.md", "file_text": "x" * (MAX_FILE_BYTES + 1)},
+        {"command": "create", "path": "/memories/a.md"},
+        {"command": "insert", "path": "/memories/ok.md", "insert_line": 99, "insert_text": "x"},
+        {"command": "explode", "path": "/memories/ok.md"},
+        {"command": "view", "path": 7},
+    ],
+)
 async def test_a_path_out_of_memories_or_a_bad_input_is_an_error_result(tmp_path, args):
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -126,18 +136,30 @@ async def test_every_job_is_offered_memory_and_a_view_of_changed_memory_is_not_a
     async with Toolset(str(tmp_path), ("read",), store, Limits(max_repeated_calls=1)) as tools:
         assert MEMORY_TOOL in tools.definitions() and "memory" in tools.names
         view = {"command": "view", "path": "/memories"}
-        calls = [{"type": "tool_use", "id": f"toolu_{n}", "name": "memory", "input": args}
-                 for n, args in enumerate([{"command": "create", "path": "/memories/a.md", "file_text": "a"},
-                                           view, {"command": "create", "path": "/memories/b.md", "file_text": "b"},
-                                           view, view])]
+        calls = [
+            {"type": "tool_use", "id": f"toolu_{n}", "name": "memory", "input": args}
+            for n, args in enumerate(
+                [
+                    {"command": "create", "path": "/memories/a.md", "file_text": "a"},
+                    view,
+                    {"command": "create", "path": "/memories/b.md", "file_text": "b"},
+                    view,
+                    view,
+                ]
+            )
+        ]
         results = [(await tools.run_batch([call], turn=n))[0] for n, call in enumerate(calls)]
     assert [bool(r.get("is_error")) for r in results] == [False, False, False, False, True]
     assert "already made" in results[-1]["content"]
 
 
 def test_the_emulator_knows_the_memory_tool_and_its_beta():
-    body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
-            "tools": [MEMORY_TOOL]}
+    body = {
+        "model": "m",
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [MEMORY_TOOL],
+    }
     assert validate(body, betas=[MEMORY_BETA], count_tokens=False, min_trigger=0) == []
     assert any("anthropic-beta" in p for p in validate(body, betas=[], count_tokens=False, min_trigger=0))
     odd = {**body, "tools": [{**MEMORY_TOOL, "description": "x"}]}
@@ -147,19 +169,35 @@ def test_the_emulator_knows_the_memory_tool_and_its_beta():
 
 
 async def test_memory_calls_through_the_sdk_are_valid_against_the_emulator(tmp_path):
-    create = {"type": "tool_use", "id": "toolu_m1", "name": "memory",
-              "input": {"command": "create", "path": "/memories/plan.md", "file_text": "- step one\n"}}
-    view = {"type": "tool_use", "id": "toolu_m2", "name": "memory",
-            "input": {"command": "view", "path": "/memories/plan.md"}}
-    session, recorded, transcript = await scripted_job(tmp_path, [
-        {"content": [create], "stop_reason": "tool_use"},
-        {"content": [view], "stop_reason": "tool_use"},
-        {"content": "Done.", "stop_reason": "end_turn"},
-    ])
+    create = {
+        "type": "tool_use",
+        "id": "toolu_m1",
+        "name": "memory",
+        "input": {"command": "create", "path": "/memories/plan.md", "file_text": "- step one\n"},
+    }
+    view = {
+        "type": "tool_use",
+        "id": "toolu_m2",
+        "name": "memory",
+        "input": {"command": "view", "path": "/memories/plan.md"},
+    }
+    session, recorded, transcript = await scripted_job(
+        tmp_path,
+        [
+            {"content": [create], "stop_reason": "tool_use"},
+            {"content": [view], "stop_reason": "tool_use"},
+            {"content": "Done.", "stop_reason": "end_turn"},
+        ],
+    )
     assert session.record.status == "succeeded", session.record.error
     assert len(recorded) == 3 and all(MEMORY_TOOL in r["tools"] for r in recorded)
-    results = [b for m in transcript if m["role"] == "user" and isinstance(m["content"], list)
-               for b in m["content"] if b.get("type") == "tool_result"]
+    results = [
+        b
+        for m in transcript
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    ]
     assert not any(r.get("is_error") for r in results)
     assert "     1\t- step one" in results[1]["content"]
     assert (tmp_path / "job" / "memories" / "plan.md").read_text() == "- step one\n"
@@ -182,8 +220,10 @@ async def test_a_history_compaction_leaves_the_memory_index_in_the_window(tmp_pa
     state = CompactionState(store=store, limits=Limits(), active_request="Survey.")
     await state.add({"role": "user", "content": "Survey."})
     for n in range(3):
-        await state.add({"role": "assistant", "content": [{"type": "text", "text": f"turn {n}"}]},
-                        {"role": "user", "content": f"more {n}"})
+        await state.add(
+            {"role": "assistant", "content": [{"type": "text", "text": f"turn {n}"}]},
+            {"role": "user", "content": f"more {n}"},
+        )
     state.window.mark_seen()
     await Compactor(Summarizer(None, "none")).compact_history(state)
     await store.flush()
@@ -196,27 +236,46 @@ async def test_a_history_compaction_leaves_the_memory_index_in_the_window(tmp_pa
 
 
 def survey_spec(max_turns: int) -> JobSpec:
-    limits = Limits(context_char_limit=30_000, batch_char_limit=30_000, large_result_chars=8_000,
-                    max_turns=max_turns)
-    return JobSpec(name="survey", source=Path("survey.toml"), prompt="Survey this package.",
-                   workspace=Path(email.__file__).parent, model="m", system=None, tools=("read", "glob", "grep"),
-                   limits=limits)
+    limits = Limits(
+        context_char_limit=30_000, batch_char_limit=30_000, large_result_chars=8_000, max_turns=max_turns
+    )
+    return JobSpec(
+        name="survey",
+        source=Path("survey.toml"),
+        prompt="Survey this package.",
+        workspace=Path(email.__file__).parent,
+        model="m",
+        system=None,
+        tools=("read", "glob", "grep"),
+        limits=limits,
+    )
 
 
 async def test_a_resumed_job_sees_the_same_memory(tmp_path):
     job = tmp_path / "job"
     store = JobStore(job)
     await store.open()
-    first = await Session(survey_spec(8), model=OfflineModel(), compactor=Compactor(Summarizer(None, "none")), store=store,
-                          summary_model="none").run()
+    first = await Session(
+        survey_spec(8),
+        model=OfflineModel(),
+        compactor=Compactor(Summarizer(None, "none")),
+        store=store,
+        summary_model="none",
+    ).run()
     assert first.status == "max_turns"
     kept = {p.name: p.read_text() for p in (job / "memories" / "survey").iterdir()}
     assert {"files-000.md", "facts-000.md"} <= set(kept)
     transcript, _ = read_jsonl(job / "transcript.jsonl")
     again = JobStore(job)
     await again.open()
-    second = await Session(survey_spec(200), model=OfflineModel(), compactor=Compactor(Summarizer(None, "none")),
-                           store=again, summary_model="none", history=transcript).run()
+    second = await Session(
+        survey_spec(200),
+        model=OfflineModel(),
+        compactor=Compactor(Summarizer(None, "none")),
+        store=again,
+        summary_model="none",
+        history=transcript,
+    ).run()
     assert second.status == "succeeded", second.error
     now = {p.name: p.read_text() for p in (job / "memories" / "survey").iterdir()}
     assert now["files-000.md"] == kept["files-000.md"]  # the listing was whole: nothing listed again
@@ -224,6 +283,10 @@ async def test_a_resumed_job_sees_the_same_memory(tmp_path):
     rows = survey_rows((job / "final.md").read_text(), job)
     assert len(rows) == len({p for p in rows})  # every entry once
     final, _ = read_jsonl(job / "transcript.jsonl")
-    assert not any(b.get("name") == "glob" for m in final[len(transcript):] if m["role"] == "assistant"
-                   and isinstance(m["content"], list) for b in m["content"])  # it did not list the tree again
+    assert not any(
+        b.get("name") == "glob"
+        for m in final[len(transcript) :]
+        if m["role"] == "assistant" and isinstance(m["content"], list)
+        for b in m["content"]
+    )  # it did not list the tree again
     assert "# Survey of" in (job / "final.md").read_text()

@@ -41,16 +41,27 @@ except ImportError:  # pragma: no cover - every virtualenv has pip
     pass
 LIMITS = {  # max_turns raised: a survey reads a few files a turn, so a tree of 500 takes 200-500 turns
     "default": {"max_turns": 1_000},
-    "tight": {"context_char_limit": 30_000, "batch_char_limit": 30_000, "large_result_chars": 8_000,
-              "max_turns": 1_000},
-    "very-tight": {"context_char_limit": 15_000, "batch_char_limit": 15_000, "large_result_chars": 4_000,
-                   "max_turns": 1_000},
+    "tight": {
+        "context_char_limit": 30_000,
+        "batch_char_limit": 30_000,
+        "large_result_chars": 8_000,
+        "max_turns": 1_000,
+    },
+    "very-tight": {
+        "context_char_limit": 15_000,
+        "batch_char_limit": 15_000,
+        "large_result_chars": 4_000,
+        "max_turns": 1_000,
+    },
 }
 # In a 15,000-char context the survey's own state note (about 2,000 chars a turn) and the summary leave
 # room for two or three reads a turn: the surveys of the trees with a few hundred files (encodings'
 # __pycache__, idlelib, pip) there may end stuck (thrashing), never succeed with a partial report.
 MUST_SUCCEED = {(tree, limits) for tree in TREES for limits in LIMITS} - {
-    ("pip", "very-tight"), ("idlelib", "very-tight"), ("encodings", "very-tight")}
+    ("pip", "very-tight"),
+    ("idlelib", "very-tight"),
+    ("encodings", "very-tight"),
+}
 
 
 def text_files(root: Path) -> set[str]:
@@ -69,8 +80,13 @@ def text_files(root: Path) -> set[str]:
 
 
 def todo_lines(root: Path) -> set[str]:
-    done = subprocess.run(["grep", "-rnIE", r"\b(TODO|FIXME|XXX)\b", "--exclude-dir=__pycache__", "."],
-                          cwd=root, capture_output=True, text=True, errors="replace")
+    done = subprocess.run(
+        ["grep", "-rnIE", r"\b(TODO|FIXME|XXX)\b", "--exclude-dir=__pycache__", "."],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        errors="replace",
+    )
     return {":".join(line[2:].split(":", 2)[:2]) for line in done.stdout.splitlines()}  # path:line
 
 

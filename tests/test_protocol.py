@@ -41,8 +41,20 @@ def test_each_marker_is_classified_and_shown_as_one(text: str, kind: Marker) -> 
     assert is_marker(text) and is_marker("\n  " + text)  # the viewer: after leading blank space too
 
 
-@pytest.mark.parametrize("text", ["", "def f(): pass", "Compacted", "[Compacted", "[12 messages", "[x messages archived: y]",
-                                  "see [Compacted] above", "persisted-output", "[Earlier tool result compacted."])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "def f(): pass",
+        "Compacted",
+        "[Compacted",
+        "[12 messages",
+        "[x messages archived: y]",
+        "see [Compacted] above",
+        "persisted-output",
+        "[Earlier tool result compacted.",
+    ],
+)
 def test_other_texts_are_no_marker(text: str) -> None:
     assert marker_of(text) is None and not is_marker(text)
     assert not is_snip_marker(text)
@@ -50,9 +62,17 @@ def test_other_texts_are_no_marker(text: str) -> None:
 
 def test_the_stages_are_the_names_on_disk_with_a_label_and_a_colour() -> None:
     assert json.dumps({Stage.SNIP: 1, "x": Stage.COMPACT_HISTORY}) == '{"snip": 1, "x": "compact_history"}'
-    assert [str(s) for s in Stage] == ["tool_result_budget", "snip", "micro_compact", "fit_tool_results",
-                                       "compact_history", "reactive_compact", "compact_tool", "server_compaction",
-                                       "observation_mask"]
+    assert [str(s) for s in Stage] == [
+        "tool_result_budget",
+        "snip",
+        "micro_compact",
+        "fit_tool_results",
+        "compact_history",
+        "reactive_compact",
+        "compact_tool",
+        "server_compaction",
+        "observation_mask",
+    ]
     assert len({s.color for s in Stage}) == len(Stage) and OTHER_STAGE_COLOR not in {s.color for s in Stage}
     assert short_name("micro_compact") == "micro" and short_name("summary_failed") == "summary_failed"
     assert stage_color("snip") == Stage.SNIP.color and stage_color("?") == OTHER_STAGE_COLOR
@@ -61,6 +81,8 @@ def test_the_stages_are_the_names_on_disk_with_a_label_and_a_colour() -> None:
 
 def test_the_viewer_names_the_summary_each_history_compaction_wrote() -> None:
     assert {s: summary_label(s) for s in SUMMARY_STAGES} == {
-        Stage.COMPACT_HISTORY: f"[{COMPACTED}]", Stage.COMPACT_TOOL: f"[{COMPACTED}]",
-        Stage.REACTIVE_COMPACT: f"[{REACTIVE_COMPACT}]"}
+        Stage.COMPACT_HISTORY: f"[{COMPACTED}]",
+        Stage.COMPACT_TOOL: f"[{COMPACTED}]",
+        Stage.REACTIVE_COMPACT: f"[{REACTIVE_COMPACT}]",
+    }
     assert summary_label(Stage.SNIP) is None and summary_label("model_call") is None

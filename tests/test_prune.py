@@ -55,8 +55,12 @@ def names(runs: Path) -> list[str]:
 def test_keep_removes_all_but_the_newest_and_counts_the_bytes(runs: Path) -> None:
     expected = sum(size(runs / f"20261101-00000{i}-abcd") for i in (0, 1, 2))
     result = prune(runs, keep=2)
-    assert [r.path.name for r in result.removed] == [f"20261101-00000{i}-abcd" for i in (0, 1, 2)]  # oldest first
-    pid_written = 3 * len(f"{os.getpid()}\n")  # each run's .lock, taken before it goes, holds the pruner's pid
+    assert [r.path.name for r in result.removed] == [
+        f"20261101-00000{i}-abcd" for i in (0, 1, 2)
+    ]  # oldest first
+    pid_written = 3 * len(
+        f"{os.getpid()}\n"
+    )  # each run's .lock, taken before it goes, holds the pruner's pid
     assert result.freed == expected + pid_written and expected > 6000
     assert names(runs) == ["20261101-000003-abcd", "20261101-000004-abcd"]
     assert not list(runs.glob(f"{PRUNING}*"))
@@ -64,9 +68,13 @@ def test_keep_removes_all_but_the_newest_and_counts_the_bytes(runs: Path) -> Non
 
 def test_older_than_and_both_together(runs: Path) -> None:
     assert [r.path.name for r in prune(runs, older_than_s=30 * DAY, dry_run=True).removed] == [
-        "20261101-000000-abcd", "20261101-000001-abcd"]
+        "20261101-000000-abcd",
+        "20261101-000001-abcd",
+    ]
     # with both: only what both select (beyond the 4 newest AND older than 30 days)
-    assert [r.path.name for r in prune(runs, keep=4, older_than_s=30 * DAY).removed] == ["20261101-000000-abcd"]
+    assert [r.path.name for r in prune(runs, keep=4, older_than_s=30 * DAY).removed] == [
+        "20261101-000000-abcd"
+    ]
     assert len(names(runs)) == 4
 
 
@@ -99,10 +107,18 @@ def test_never_a_run_being_written(runs: Path) -> None:
 
 def test_a_writer_in_another_process_keeps_its_run(runs: Path) -> None:
     old = runs / "20261101-000001-abcd"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
-                               "from runner.rundir.lock import hold_run_dir\n"
-                               f"with hold_run_dir(Path({str(old)!r})):\n    print('held', flush=True)\n"
-                               "    time.sleep(60)\n"], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom pathlib import Path\n"
+            "from runner.rundir.lock import hold_run_dir\n"
+            f"with hold_run_dir(Path({str(old)!r})):\n    print('held', flush=True)\n"
+            "    time.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         result = prune(runs, keep=1)
@@ -154,7 +170,9 @@ def project(runs: Path, monkeypatch: Any) -> Path:
 def test_the_command_says_what_it_removed_and_what_it_freed(project: Path, capsys: Any) -> None:
     assert cli.main(["prune", "--keep", "3", "--dry-run"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("would remove runs/20261101-000000-abcd (last written ") and out[0].endswith(("bytes)", "KB)"))
+    assert out[0].startswith("would remove runs/20261101-000000-abcd (last written ") and out[0].endswith(
+        ("bytes)", "KB)")
+    )
     assert out[-1].startswith("prune runs: would remove 2 runs, would free ") and out[-1].endswith("; 3 kept")
     assert len(names(project / "runs")) == 5
     assert cli.main(["prune", "--older-than", "15d"]) == 0
@@ -171,7 +189,9 @@ def test_keep_runs_prunes_after_a_run(project: Path, capsys: Any) -> None:
     ws.mkdir()
     (ws / "a.py").write_text('"""A."""\n')
     (project / "jobs").mkdir()
-    (project / "jobs" / "one.toml").write_text('prompt = "Survey."\nworkspace = "../ws"\n[limits]\nmax_turns = 4\n')
+    (project / "jobs" / "one.toml").write_text(
+        'prompt = "Survey."\nworkspace = "../ws"\n[limits]\nmax_turns = 4\n'
+    )
     (project / "config.toml").write_text('[runner]\nbackend = "offline"\nkeep_runs = 2\n')
     assert cli.main(["validate"]) == 0
     assert cli.main(["run"]) in (0, 1)
@@ -179,6 +199,6 @@ def test_keep_runs_prunes_after_a_run(project: Path, capsys: Any) -> None:
     new = (project / "runs" / "latest").resolve()
     assert names(project / "runs") == sorted(["20261101-000004-abcd", new.name])
     assert "prune runs: removed 4 runs, freed " in err and "; 2 kept" in err
-    (project / "config.toml").write_text('[runner]\nkeep_runs = 0\n')
+    (project / "config.toml").write_text("[runner]\nkeep_runs = 0\n")
     assert cli.main(["validate"]) == 2
     assert "runner.keep_runs" in capsys.readouterr().err

@@ -29,8 +29,14 @@ def _jobs(tmp: Path) -> None:
 
 
 def _run(tmp: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "runner", "run", "jobs", "--executor", "ray", "--ray-address", "auto"],
-                          cwd=tmp, env=_env(), capture_output=True, text=True, timeout=240)
+    return subprocess.run(
+        [sys.executable, "-m", "runner", "run", "jobs", "--executor", "ray", "--ray-address", "auto"],
+        cwd=tmp,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 @pytest.fixture()
@@ -38,14 +44,36 @@ def head():
     if not RAY.exists() or shutil.which("ray", path=str(RAY.parent)) is None:
         pytest.skip("Ray is not installed (the `ray` extra)")
     subprocess.run([str(RAY), "stop", "--force"], env=_env(), capture_output=True, timeout=120)
-    started = subprocess.run([str(RAY), "start", "--head", "--num-cpus", "2", "--include-dashboard=false",
-                              "--disable-usage-stats"], env=_env(), capture_output=True, text=True, timeout=180)
+    started = subprocess.run(
+        [
+            str(RAY),
+            "start",
+            "--head",
+            "--num-cpus",
+            "2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     if started.returncode != 0:
         pytest.skip(f"`ray start --head` cannot start a cluster on this machine: {started.stderr[-500:]}")
     try:
-        probe = subprocess.run([sys.executable, "-c", "import ray; ray.init(address='auto', log_to_driver=False); "
-                                "print(ray.get_runtime_context().get_node_id())"],
-                               env=_env(), capture_output=True, text=True, timeout=120)
+        probe = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import ray; ray.init(address='auto', log_to_driver=False); "
+                "print(ray.get_runtime_context().get_node_id())",
+            ],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert probe.returncode == 0, probe.stderr[-2000:]
         yield probe.stdout.strip().splitlines()[-1]  # the head node's id
     finally:

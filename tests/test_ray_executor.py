@@ -70,15 +70,31 @@ def settings_for(tmp_path: Path, text: str = ""):
 def offline_batch(run_dir: Path, jobs_dir: Path, settings) -> Batch:
     files, _ = find_task_files([jobs_dir])
     specs, errors = load_jobs(files, settings)
-    return Batch(run_dir=run_dir, specs=specs, errors=errors, model=OfflineModel(),
-                 compactor=Compactor(Summarizer(None, "claude-haiku-5-5")), summary_model="claude-haiku-5-5",
-                 concurrency=4, meta={"backend": "offline"}, handle_signals=False)
+    return Batch(
+        run_dir=run_dir,
+        specs=specs,
+        errors=errors,
+        model=OfflineModel(),
+        compactor=Compactor(Summarizer(None, "claude-haiku-5-5")),
+        summary_model="claude-haiku-5-5",
+        concurrency=4,
+        meta={"backend": "offline"},
+        handle_signals=False,
+    )
 
 
 def anthropic_batch(run_dir: Path, specs: list[JobSpec], settings) -> Batch:
-    return Batch(run_dir=run_dir, specs=specs, model=OfflineModel(), compactor=Compactor(Summarizer(None, "x")),
-                 summary_model=settings.summarizer.model, concurrency=settings.runner.concurrency,
-                 meta={"backend": "anthropic"}, run_budget=RunBudget(None), prices=PriceTable())
+    return Batch(
+        run_dir=run_dir,
+        specs=specs,
+        model=OfflineModel(),
+        compactor=Compactor(Summarizer(None, "x")),
+        summary_model=settings.summarizer.model,
+        concurrency=settings.runner.concurrency,
+        meta={"backend": "anthropic"},
+        run_budget=RunBudget(None),
+        prices=PriceTable(),
+    )
 
 
 def on_ray(batch: Batch, settings, **kwargs):
@@ -114,9 +130,16 @@ def workspace(tmp_path: Path, files: int = 12, lines: int = 600) -> Path:
 
 
 def spec(name: str, ws: Path, **limits) -> JobSpec:
-    return JobSpec(name=name, source=Path(f"{name}.toml"), prompt=f"Survey this workspace ({name}).", workspace=ws,
-                   model="claude-sonnet-5-5", system="You survey code.", tools=("read", "glob", "grep"),
-                   limits=Limits(**{"max_retries": 8, "timeout_s": 120, **limits}))
+    return JobSpec(
+        name=name,
+        source=Path(f"{name}.toml"),
+        prompt=f"Survey this workspace ({name}).",
+        workspace=ws,
+        model="claude-sonnet-5-5",
+        system="You survey code.",
+        tools=("read", "glob", "grep"),
+        limits=Limits(**{"max_retries": 8, "timeout_s": 120, **limits}),
+    )
 
 
 def test_a_ray_batch_writes_the_local_layout_and_statuses(cluster, tmp_path):
@@ -126,14 +149,19 @@ def test_a_ray_batch_writes_the_local_layout_and_statuses(cluster, tmp_path):
     for i in range(3):
         (jobs / f"ok{i}.toml").write_text(f'prompt = "Survey {i}."\nworkspace = "{ws}"\n')
     (jobs / "short.toml").write_text(f'prompt = "Survey."\nworkspace = "{ws}"\n[limits]\nmax_turns = 2\n')
-    (jobs / "broken.toml").write_text('prompt = 3\n')
+    (jobs / "broken.toml").write_text("prompt = 3\n")
     settings = settings_for(tmp_path)
     local = anyio.run(run_batch, offline_batch(tmp_path / "local", jobs, settings))
     ray_run = on_ray(offline_batch(tmp_path / "ray", jobs, settings), settings)
 
     statuses = {n: r.status for n, r in local.results.items()}
-    assert statuses == {"ok0": "succeeded", "ok1": "succeeded", "ok2": "succeeded", "short": "max_turns",
-                        "broken": "failed"}
+    assert statuses == {
+        "ok0": "succeeded",
+        "ok1": "succeeded",
+        "ok2": "succeeded",
+        "short": "max_turns",
+        "broken": "failed",
+    }
     assert {n: r.status for n, r in ray_run.results.items()} == statuses
     assert layout(tmp_path / "ray") == layout(tmp_path / "local")
     document = json.loads((tmp_path / "ray" / "run.json").read_text())
@@ -150,20 +178,27 @@ def test_a_ray_batch_writes_the_local_layout_and_statuses(cluster, tmp_path):
 
 def test_the_summary_gate_holds_across_workers(cluster, tmp_path):
     ws = workspace(tmp_path)
-    settings = settings_for(tmp_path, "[runner]\nconcurrency = 8\n[summarizer]\nmax_concurrent = 1\n"
-                                      "requests_per_minute = 2\n")
+    settings = settings_for(
+        tmp_path, "[runner]\nconcurrency = 8\n[summarizer]\nmax_concurrent = 1\nrequests_per_minute = 2\n"
+    )
     specs = [spec(f"job{i}", ws, context_char_limit=8_000, compact_target_ratio=0.5) for i in range(6)]
     window_s = 1.0
     with running_emulator(EmulatorConfig(latency=Latency(seconds=0.2))) as emu:
         os.environ["ANTHROPIC_BASE_URL"] = emu.base_url
         try:
-            result = on_ray(anthropic_batch(tmp_path / "run", specs, settings), settings, summary_window_s=window_s)
+            result = on_ray(
+                anthropic_batch(tmp_path / "run", specs, settings), settings, summary_window_s=window_s
+            )
         finally:
             os.environ.pop("ANTHROPIC_BASE_URL")
         stats = emu.state.snapshot()
         spans = sorted(emu.state.summary_spans)
-    assert all(r.status == "succeeded" for r in result.results.values()), {n: r.error for n, r in result.results.items()}
-    pids = {json.loads((tmp_path / "run" / s.name / "metrics.json").read_text())["worker"]["pid"] for s in specs}
+    assert all(r.status == "succeeded" for r in result.results.values()), {
+        n: r.error for n, r in result.results.items()
+    }
+    pids = {
+        json.loads((tmp_path / "run" / s.name / "metrics.json").read_text())["worker"]["pid"] for s in specs
+    }
     assert len(pids) == 2  # both workers ran jobs
     summarized = [s.name for s in specs if (tmp_path / "run" / s.name / "summaries").is_dir()]
     assert stats["summary_requests"] >= 4 and len(summarized) >= 3, stats["summary_requests"]
@@ -207,13 +242,16 @@ def test_a_killed_workers_jobs_finish_elsewhere_from_their_last_turn(cluster, tm
     assert "pid" in seen, "the batch ended before a worker could be killed"
     assert {n: r.status for n, r in result.results.items()} == {s.name: "succeeded" for s in specs}
     document = json.loads((run_dir / "run.json").read_text())
-    assert [w for w in document["workers"] if w.get("lost")] == [w for w in document["workers"]
-                                                                 if w["pid"] == seen["pid"]]
+    assert [w for w in document["workers"] if w.get("lost")] == [
+        w for w in document["workers"] if w["pid"] == seen["pid"]
+    ]
     moved = 0
     for s in specs:
         metrics = json.loads((run_dir / s.name / "metrics.json").read_text())
         assert metrics["status"] == "succeeded" and metrics["worker"]["pid"] != seen["pid"]
-        lost = [e for e in read_jsonl(run_dir / s.name / "events.jsonl")[0] if e.get("stage") == "worker_lost"]
+        lost = [
+            e for e in read_jsonl(run_dir / s.name / "events.jsonl")[0] if e.get("stage") == "worker_lost"
+        ]
         if not lost:
             continue
         moved += 1
@@ -249,7 +287,9 @@ def test_ctrl_c_cancels_every_job_on_every_worker(cluster, tmp_path):
     pids = set()
     for s in specs:
         metrics = json.loads((run_dir / s.name / "metrics.json").read_text())
-        assert metrics["status"] == "cancelled" and metrics["turns"] >= 1  # written by its worker when cancelled
+        assert (
+            metrics["status"] == "cancelled" and metrics["turns"] >= 1
+        )  # written by its worker when cancelled
         pids.add(metrics["worker"]["pid"])
         assert read_jsonl(run_dir / s.name / "transcript.jsonl")[0][0]["content"] == s.prompt
     assert len(pids) == 2  # jobs on both workers were cancelled
@@ -267,29 +307,43 @@ def test_choosing_ray_without_it_installed_is_one_line_and_exit_2(tmp_path, monk
 
 
 def test_importing_the_runner_does_not_import_ray():
-    code = ("import sys, runner.cli, runner.execution.scheduler, runner.agent.runjob, runner.execution; "
-            "sys.exit('ray' in sys.modules)")
+    code = (
+        "import sys, runner.cli, runner.execution.scheduler, runner.agent.runjob, runner.execution; "
+        "sys.exit('ray' in sys.modules)"
+    )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
 def test_a_worker_that_cannot_see_the_run_directory_is_one_error_before_any_job(cluster, tmp_path):
     """The multi-machine case on one machine: the driver, in a mount namespace of its own, has a
     private filesystem over its output directory; the cluster's workers do not see it."""
-    if not shutil.which("unshare") or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode:
-        pytest.skip("needs `unshare -m` (a private mount namespace) to give the driver storage the workers lack")
+    if (
+        not shutil.which("unshare")
+        or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode
+    ):
+        pytest.skip(
+            "needs `unshare -m` (a private mount namespace) to give the driver storage the workers lack"
+        )
     ws = workspace(tmp_path, files=2, lines=2)
     (tmp_path / "jobs").mkdir()
     (tmp_path / "jobs" / "a.toml").write_text(f'prompt = "Survey."\nworkspace = "{ws}"\n')
     private = tmp_path / "private"
     private.mkdir()
     address = cluster.get_runtime_context().gcs_address
-    command = (f"mount -t tmpfs none {private} && {sys.executable} -m runner run jobs --backend offline "
-               f"--executor ray --ray-address {address} --output-dir {private}/runs")
-    done = subprocess.run(["unshare", "-m", "sh", "-c", command], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
+    command = (
+        f"mount -t tmpfs none {private} && {sys.executable} -m runner run jobs --backend offline "
+        f"--executor ray --ray-address {address} --output-dir {private}/runs"
+    )
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     errors = [line for line in done.stderr.splitlines() if line.startswith("error")]
     assert done.returncode == 2, done.stderr
-    assert len(errors) == 1 and "cannot see the run directory" in errors[0] and "storage every node sees" in errors[0]
+    assert (
+        len(errors) == 1
+        and "cannot see the run directory" in errors[0]
+        and "storage every node sees" in errors[0]
+    )
     assert "Traceback" not in done.stderr
     assert not (private / "runs").exists()  # the workers' side: nothing was written
 
@@ -327,7 +381,15 @@ def test_a_lost_workers_job_that_had_not_started_simply_starts(tmp_path):
     pytest.importorskip("ray", reason="Ray is not installed")
     from runner.execution.ray_driver import continue_point
 
-    spec = JobSpec(name="queued", source=tmp_path / "queued.toml", workspace=tmp_path, prompt="Survey.",
-                   model="m", system=None, tools=("read",), limits=Limits())
+    spec = JobSpec(
+        name="queued",
+        source=tmp_path / "queued.toml",
+        workspace=tmp_path,
+        prompt="Survey.",
+        model="m",
+        system=None,
+        tools=("read",),
+        limits=Limits(),
+    )
     assert continue_point(tmp_path / "run" / "queued", spec, {"pid": 1}) is None
     assert not (tmp_path / "run").exists()

@@ -46,8 +46,9 @@ def _workers(run_dir: Path) -> list[dict[str, Any]]:
         return []
 
 
-def fault_run(ray: Any, tmp_path: Path, name: str, pick: Pick, jobs: int = 6, stop: bool = False,
-              stall_s: float = 60.0) -> dict[str, Any]:
+def fault_run(
+    ray: Any, tmp_path: Path, name: str, pick: Pick, jobs: int = 6, stop: bool = False, stall_s: float = 60.0
+) -> dict[str, Any]:
     """Run the batch; once ``pick`` names an owner (from the services' state), SIGKILL (or SIGSTOP)
     that worker's process. Returns what was seen."""
     from runner.execution.ray_driver import run_batch_ray
@@ -85,10 +86,13 @@ def fault_run(ray: Any, tmp_path: Path, name: str, pick: Pick, jobs: int = 6, st
         thread.start()
         began = time.monotonic()
         try:
+
             async def batch():
                 with anyio.fail_after(150):  # the hang this guards against never ended
-                    return await run_batch_ray(anthropic_batch(run_dir, specs, settings), settings, workers=2,
-                                               stall_s=stall_s)
+                    return await run_batch_ray(
+                        anthropic_batch(run_dir, specs, settings), settings, workers=2, stall_s=stall_s
+                    )
+
             result = anyio.run(batch)
         finally:
             done.set()
@@ -99,8 +103,12 @@ def fault_run(ray: Any, tmp_path: Path, name: str, pick: Pick, jobs: int = 6, st
     assert "owner" in seen, "the batch ended before a worker could be stopped"
     seen["result"] = result
     seen["document"] = json.loads((run_dir / "run.json").read_text())
-    seen["lost_events"] = {s.name: [e for e in read_jsonl(run_dir / s.name / "events.jsonl")[0]
-                                    if e.get("stage") == "worker_lost"] for s in specs}
+    seen["lost_events"] = {
+        s.name: [
+            e for e in read_jsonl(run_dir / s.name / "events.jsonl")[0] if e.get("stage") == "worker_lost"
+        ]
+        for s in specs
+    }
     seen["run_dir"] = run_dir
     seen["specs"] = specs
     return seen
@@ -142,6 +150,7 @@ def _holding(kind: str, without: str | None = None, after_starts: int = 0) -> Pi
             if counts[f"{kind}_held"] and not (without and counts[f"{without}_held"]):
                 return owner
         return None
+
     return pick
 
 
@@ -175,7 +184,9 @@ def test_a_worker_killed_while_its_calls_are_in_flight(cluster, tmp_path):  # no
     # each was sent again once: the calls answered that no job recorded are at most the recorded turns
     # the continuation dropped and the calls the dead worker had in flight (answered, never written)
     dropped = sum(e["turns_rerun"] for events in seen["lost_events"].values() for e in events)
-    answered_twice = emulator["outcomes"]["ok"] - emulator["summary_requests"] - seen["document"]["totals"]["turns"]
+    answered_twice = (
+        emulator["outcomes"]["ok"] - emulator["summary_requests"] - seen["document"]["totals"]["turns"]
+    )
     assert 0 <= answered_twice <= dropped + in_flight, (answered_twice, dropped, released)
 
 
@@ -235,8 +246,9 @@ def test_a_dead_owners_slots_come_back_and_it_is_fenced(cluster):  # noqa: F811
         ray.get(services.call_acquire.remote("w1:call:1"))
     ray.get(services.release.remote("w1:gate:0"))  # late: ignored, w2 still holds the only slot
     state = ray.get(services.state.remote())
-    assert state["gate_held"] == 1 and state["owners"] == {"w2": {"gate_held": 1, "gate_waiting": 0,
-                                                                  "call_held": 0, "call_waiting": 0}}
+    assert state["gate_held"] == 1 and state["owners"] == {
+        "w2": {"gate_held": 1, "gate_waiting": 0, "call_held": 0, "call_waiting": 0}
+    }
     ray.get(services.release.remote("w2:gate:0"))
     assert leaked(ray.get(services.state.remote())) == 0
     ray.kill(services)

@@ -25,9 +25,17 @@ def _write(path: Path, data: object) -> None:
 def test_a_running_run_shows_each_jobs_checkpoint(tmp_path: Path, run_cli) -> None:
     run_dir = tmp_path / "run"
     # run.json as written when the batch started; the jobs' checkpoints are newer
-    _write(run_dir / "run.json", {"state": "running", "jobs": [
-        {"job": "a", "status": "queued", "turns": 0}, {"job": "b", "status": "queued", "turns": 0},
-        {"job": "c", "status": "queued", "turns": 0}]})
+    _write(
+        run_dir / "run.json",
+        {
+            "state": "running",
+            "jobs": [
+                {"job": "a", "status": "queued", "turns": 0},
+                {"job": "b", "status": "queued", "turns": 0},
+                {"job": "c", "status": "queued", "turns": 0},
+            ],
+        },
+    )
     _write(run_dir / "a" / "metrics.json", {"job": "a", "status": "running", "turns": 17, "cost_usd": 0.4321})
     _write(run_dir / "b" / "metrics.json", {"job": "b", "status": "succeeded", "turns": 9, "cost_usd": 0.1})
     with hold_run_dir(run_dir):  # as the run's writer does while it runs
@@ -40,12 +48,19 @@ def test_a_running_run_shows_each_jobs_checkpoint(tmp_path: Path, run_cli) -> No
     assert "running" in shown.stdout and "17" in shown.stdout and "0.4321" in shown.stdout
 
 
-@pytest.mark.parametrize("damage", [
-    "[1, 2]", '{"jobs": 5}', '{"jobs": [3, null, "x"]}', '{"jobs": [{"job": "../../etc", "status": 5}]}',
-    '{"jobs": [{"job": "a", "turns": "many", "usage": [1], "compactions": {"snip": "x"}, "cost_usd": "1$",'
-    ' "wall_s": null, "persisted_bytes": {}}], "totals": "none", "state": 7}',
-    "{not json", "\udcff".encode("utf-8", "surrogateescape").decode("latin-1"),
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "[1, 2]",
+        '{"jobs": 5}',
+        '{"jobs": [3, null, "x"]}',
+        '{"jobs": [{"job": "../../etc", "status": 5}]}',
+        '{"jobs": [{"job": "a", "turns": "many", "usage": [1], "compactions": {"snip": "x"}, "cost_usd": "1$",'
+        ' "wall_s": null, "persisted_bytes": {}}], "totals": "none", "state": 7}',
+        "{not json",
+        "\udcff".encode("utf-8", "surrogateescape").decode("latin-1"),
+    ],
+)
 def test_a_damaged_run_json_never_tracebacks(tmp_path: Path, damage: str, run_cli) -> None:
     run_dir = tmp_path / "run"
     _write(run_dir / "run.json", damage)
@@ -70,7 +85,9 @@ def test_a_run_whose_writer_is_gone_is_interrupted_and_a_live_one_is_not(tmp_pat
 
     run_dir = tmp_path / "run"
     (run_dir / "j").mkdir(parents=True)
-    (run_dir / "run.json").write_text(json.dumps({"state": "running", "jobs": [{"job": "j", "status": "running"}]}))
+    (run_dir / "run.json").write_text(
+        json.dumps({"state": "running", "jobs": [{"job": "j", "status": "running"}]})
+    )
     (run_dir / "j" / "metrics.json").write_text(json.dumps({"job": "j", "status": "running"}))
     with hold_run_dir(run_dir):  # the writer's exclusive lock
         assert writer_alive(run_dir)
@@ -80,10 +97,14 @@ def test_a_run_whose_writer_is_gone_is_interrupted_and_a_live_one_is_not(tmp_pat
     dead = load_run(run_dir)
     assert dead.state == "interrupted" and dead.jobs[0].metrics.status == "interrupted"
     assert any("runner resume" in p for p in dead.problems)
-    assert json.loads((run_dir / "j" / "metrics.json").read_text())["status"] == "running"  # shown, not written
+    assert (
+        json.loads((run_dir / "j" / "metrics.json").read_text())["status"] == "running"
+    )  # shown, not written
 
 
-def test_a_job_with_subagents_has_their_rows_in_the_report_and_a_note_in_the_table(tmp_path: Path, run_cli) -> None:
+def test_a_job_with_subagents_has_their_rows_in_the_report_and_a_note_in_the_table(
+    tmp_path: Path, run_cli
+) -> None:
     from rich.console import Console
     from test_viewer import make_subagent_run
 
@@ -112,7 +133,10 @@ def test_the_subagent_note_counts_failed_and_running_ones():
     from runner.ui.report import subagent_note
 
     assert subagent_note([]) == subagent_note(None) == subagent_note("x") == ""
-    rows = [{"agent": "1-a", "status": "succeeded"}, {"agent": "2-b", "status": "budget_exceeded"},
-            {"agent": "3-c", "status": "running"}]
+    rows = [
+        {"agent": "1-a", "status": "succeeded"},
+        {"agent": "2-b", "status": "budget_exceeded"},
+        {"agent": "3-c", "status": "running"},
+    ]
     assert subagent_note(rows) == "3 subagents, 1 failed, 1 running"
     assert subagent_note(rows[:1]) == "1 subagent"

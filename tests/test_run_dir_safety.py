@@ -20,22 +20,34 @@ def _ended_run(tmp: Path, run: CliRunner, jobs: int = 1, max_turns: int = 3) -> 
     """A finished offline run whose jobs stopped on max_turns (so resume has work to do)."""
     (tmp / "jobs").mkdir()
     for i in range(jobs):
-        (tmp / "jobs" / f"j{i}.toml").write_text(f'workspace = "{{stdlib}}/email"\nprompt = "Survey ({i})."\n'
-                                                 f"[limits]\nmax_turns = {max_turns}\n")
+        (tmp / "jobs" / f"j{i}.toml").write_text(
+            f'workspace = "{{stdlib}}/email"\nprompt = "Survey ({i})."\n[limits]\nmax_turns = {max_turns}\n'
+        )
     (tmp / "config.toml").write_text('[runner]\nbackend = "offline"\nconcurrency = 1\n')
     first = run("run", "jobs", cwd=tmp)
     assert first.returncode == 1, first.stderr
     for i in range(jobs):
-        (tmp / "jobs" / f"j{i}.toml").write_text(f'workspace = "{{stdlib}}/email"\nprompt = "Survey ({i})."\n')
+        (tmp / "jobs" / f"j{i}.toml").write_text(
+            f'workspace = "{{stdlib}}/email"\nprompt = "Survey ({i})."\n'
+        )
     return next((tmp / "runs").iterdir())
 
 
 def test_a_second_writer_exits_2_naming_the_holder(tmp_path: Path) -> None:
     run_dir = _ended_run(tmp_path, run_cli_process)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
-                               "from runner.rundir.lock import hold_run_dir\n"
-                               "with hold_run_dir(Path(sys.argv[1])):\n    print('held', flush=True)\n"
-                               "    time.sleep(60)\n", str(run_dir)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom pathlib import Path\n"
+            "from runner.rundir.lock import hold_run_dir\n"
+            "with hold_run_dir(Path(sys.argv[1])):\n    print('held', flush=True)\n"
+            "    time.sleep(60)\n",
+            str(run_dir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         second = run_cli_process("resume", str(run_dir), "--limits-from-config", cwd=tmp_path)
@@ -53,22 +65,30 @@ def test_a_second_writer_exits_2_naming_the_holder(tmp_path: Path) -> None:
 def test_two_resumes_at_once_run_each_job_once(tmp_path: Path) -> None:
     run_dir = _ended_run(tmp_path, run_cli_process, jobs=4)
     argv = runner_argv("resume", str(run_dir), "--limits-from-config")
-    first = subprocess.Popen(argv, cwd=tmp_path, env=runner_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+    first = subprocess.Popen(
+        argv, cwd=tmp_path, env=runner_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     lock = run_dir / ".lock"
     while first.poll() is None and not (lock.exists() and lock.read_text().strip() == str(first.pid)):
         time.sleep(0.001)
     first.send_signal(signal.SIGSTOP)  # the first resume holds the run, mid-work (a slow night)
     try:
-        second = subprocess.run(argv, cwd=tmp_path, env=runner_env(), capture_output=True, text=True, timeout=120)
+        second = subprocess.run(
+            argv, cwd=tmp_path, env=runner_env(), capture_output=True, text=True, timeout=120
+        )
     finally:
         first.send_signal(signal.SIGCONT)
     assert first.wait(timeout=120) == 0
     assert second.returncode == 2 and f"pid {first.pid}" in second.stderr, second.stderr
     for transcript in run_dir.glob("*/transcript.jsonl"):
         messages, _ = read_jsonl(transcript)
-        ids = Counter(b["id"] for m in messages if isinstance(m["content"], list)
-                      for b in m["content"] if b.get("type") == "tool_use")
+        ids = Counter(
+            b["id"]
+            for m in messages
+            if isinstance(m["content"], list)
+            for b in m["content"]
+            if b.get("type") == "tool_use"
+        )
         assert ids and max(ids.values()) == 1, transcript
 
 
@@ -93,7 +113,9 @@ def test_a_hostile_job_json_never_writes_outside_the_run(tmp_path: Path, run_cli
     assert metrics["status"] == "failed" and "ESCAPED" in metrics["error"]
 
 
-def test_resume_without_the_key_refuses_instead_of_switching_backend(tmp_path: Path, run_cli: CliRunner) -> None:
+def test_resume_without_the_key_refuses_instead_of_switching_backend(
+    tmp_path: Path, run_cli: CliRunner
+) -> None:
     run_dir = _ended_run(tmp_path, run_cli)
     run = json.loads((run_dir / "run.json").read_text())
     run["backend"] = "anthropic"
@@ -107,7 +129,9 @@ def test_resume_without_the_key_refuses_instead_of_switching_backend(tmp_path: P
     assert json.loads((run_dir / "j0" / "metrics.json").read_text())["status"] == "max_turns"
 
 
-def test_a_budget_exceeded_job_stays_ended_unless_its_limit_was_raised(tmp_path: Path, run_cli: CliRunner) -> None:
+def test_a_budget_exceeded_job_stays_ended_unless_its_limit_was_raised(
+    tmp_path: Path, run_cli: CliRunner
+) -> None:
     (tmp_path / "jobs").mkdir()
     task = tmp_path / "jobs" / "b.toml"
     task.write_text('workspace = "{stdlib}/email"\nprompt = "Survey."\n[limits]\nmax_cost_usd = 0.05\n')

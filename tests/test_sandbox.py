@@ -23,8 +23,10 @@ from runner.config import Limits
 from runner.tools.sandbox import bwrap_problem
 from runner.tools.toolset import Toolset
 
-pytestmark = [pytest.mark.anyio,
-              pytest.mark.skipif(bwrap_problem() is not None, reason=f"bwrap cannot start: {bwrap_problem()}")]
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(bwrap_problem() is not None, reason=f"bwrap cannot start: {bwrap_problem()}"),
+]
 SECRET = "sk-ant-sandbox-" + uuid.uuid4().hex
 
 
@@ -61,8 +63,10 @@ async def test_the_key_is_unreachable_by_any_path(workspace, store, monkeypatch,
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
     monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", SECRET)
     async with Toolset(str(workspace), ("bash",), store) as tools:
-        results = [await tools.run(bash(p.format(secret=tmp_path / "secret.env", outside=tmp_path), f"toolu_{i}"))
-                   for i, p in enumerate(PROBES)]
+        results = [
+            await tools.run(bash(p.format(secret=tmp_path / "secret.env", outside=tmp_path), f"toolu_{i}"))
+            for i, p in enumerate(PROBES)
+        ]
         pids = await tools.run(bash("ls /proc | grep -E '^[0-9]+$' | wc -l", "toolu_pids"))
     for probe, result in zip(PROBES, results, strict=True):
         assert SECRET not in text(result), probe
@@ -89,7 +93,9 @@ async def test_tmp_is_private_to_each_call(workspace, store, tmp_path):
         first = await tools.run(bash("echo KEPT-CONTENT > /tmp/mine && cat /tmp/mine"))
         second = await tools.run(bash(f"cat /tmp/mine; cat {marker}; echo done", "toolu_2"))
     assert "KEPT-CONTENT" in text(first)
-    assert "KEPT-CONTENT" not in text(second) and "HOST-CONTENT" not in text(second) and "done" in text(second)
+    assert (
+        "KEPT-CONTENT" not in text(second) and "HOST-CONTENT" not in text(second) and "done" in text(second)
+    )
 
 
 async def test_no_network_unless_the_job_allows_it(workspace, store):
@@ -155,13 +161,31 @@ def test_validate_says_when_bwrap_cannot_start(tmp_path):
     (tmp_path / "shell.toml").write_text(f'workspace = "{ws}"\nprompt = "p"\ntools = ["read", "bash"]\n')
     (tmp_path / "plain.toml").write_text(f'workspace = "{ws}"\nprompt = "p"\n')
     env = {**os.environ, "PYTHONPATH": str(fake)}
-    bad = subprocess.run([sys.executable, "-m", "runner", "validate", "shell.toml", "plain.toml"], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "runner", "validate", "shell.toml", "plain.toml"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2, bad.stderr
     lines = [line for line in bad.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "shell.toml" in lines[0] and "bwrap" in lines[0] and 'sandbox = "none"' in lines[0]
-    (tmp_path / "shell.toml").write_text(f'workspace = "{ws}"\nprompt = "p"\ntools = ["read", "bash"]\n'
-                                         '[limits]\nsandbox = "none"\n')
-    chosen = subprocess.run([sys.executable, "-m", "runner", "validate", "shell.toml"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=60)
+    assert (
+        len(lines) == 1
+        and "shell.toml" in lines[0]
+        and "bwrap" in lines[0]
+        and 'sandbox = "none"' in lines[0]
+    )
+    (tmp_path / "shell.toml").write_text(
+        f'workspace = "{ws}"\nprompt = "p"\ntools = ["read", "bash"]\n[limits]\nsandbox = "none"\n'
+    )
+    chosen = subprocess.run(
+        [sys.executable, "-m", "runner", "validate", "shell.toml"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert chosen.returncode == 0, chosen.stderr

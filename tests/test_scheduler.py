@@ -32,20 +32,36 @@ def workspace(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
     (ws / "pkg").mkdir(parents=True)
     (ws / "pkg" / "__init__.py").write_text('"""A tiny package."""\n')
-    (ws / "pkg" / "core.py").write_text('"""Core."""\n\nclass A:\n    pass\n\n\ndef f():\n    return 1  # TODO\n')
+    (ws / "pkg" / "core.py").write_text(
+        '"""Core."""\n\nclass A:\n    pass\n\n\ndef f():\n    return 1  # TODO\n'
+    )
     (ws / "README.txt").write_text("read me\n" * 20)
     return ws
 
 
 def spec(name: str, workspace: Path, prompt: str | None = None, **limits) -> JobSpec:
-    return JobSpec(name=name, source=workspace.parent / f"{name}.toml", prompt=prompt or f"Survey it ({name}).",
-                   workspace=workspace, model="claude-sonnet-4-5", system=None, tools=("read", "glob", "grep"),
-                   limits=Limits(**limits))
+    return JobSpec(
+        name=name,
+        source=workspace.parent / f"{name}.toml",
+        prompt=prompt or f"Survey it ({name}).",
+        workspace=workspace,
+        model="claude-sonnet-4-5",
+        system=None,
+        tools=("read", "glob", "grep"),
+        limits=Limits(**limits),
+    )
 
 
 def batch(run_dir: Path, specs: list[JobSpec], model, concurrency: int = 4) -> Batch:
-    return Batch(run_dir=run_dir, specs=specs, model=model, compactor=Compactor(Summarizer(None, "claude-haiku-4-5")),
-                 summary_model="claude-haiku-4-5", concurrency=concurrency, handle_signals=False)
+    return Batch(
+        run_dir=run_dir,
+        specs=specs,
+        model=model,
+        compactor=Compactor(Summarizer(None, "claude-haiku-4-5")),
+        summary_model="claude-haiku-4-5",
+        concurrency=concurrency,
+        handle_signals=False,
+    )
 
 
 def prompt_of(request: Request) -> str:
@@ -96,8 +112,11 @@ def assert_transcript_valid(job_dir: Path) -> list[dict]:
     assert not warnings
     assert messages and messages[0]["role"] == "user"
     end = len(messages)
-    while end and messages[end - 1]["role"] == "assistant" and any(
-            b.get("type") == "tool_use" for b in messages[end - 1]["content"]):
+    while (
+        end
+        and messages[end - 1]["role"] == "assistant"
+        and any(b.get("type") == "tool_use" for b in messages[end - 1]["content"])
+    ):
         end -= 1  # a job stopped between a reply and its tool results
     assert request_problems(messages[:end]) == []
     return messages
@@ -135,8 +154,10 @@ async def test_timeout_ends_the_job_with_its_files_written(tmp_path, workspace):
     assert messages[0]["content"] == "SLEEPY survey"
     # the last call (without tools) did not come back within the reserve: a report built from the history
     assert (job_dir / "final.md").read_text().startswith("> **Partial report** (status `timeout`")
-    assert {j["job"]: j["status"] for j in run_doc(tmp_path / "run")["jobs"]} == {"slow": "timeout",
-                                                                                  "quick": "succeeded"}
+    assert {j["job"]: j["status"] for j in run_doc(tmp_path / "run")["jobs"]} == {
+        "slow": "timeout",
+        "quick": "succeeded",
+    }
 
 
 @pytest.mark.anyio
@@ -166,7 +187,9 @@ async def test_fifty_offline_jobs_all_succeed(tmp_path, workspace):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     for i in range(50):
-        (jobs / f"job-{i:02d}.toml").write_text(f'prompt = "Survey the package, copy {i}."\nworkspace = "../ws"\n')
+        (jobs / f"job-{i:02d}.toml").write_text(
+            f'prompt = "Survey the package, copy {i}."\nworkspace = "../ws"\n'
+        )
     files, missing = find_task_files([jobs])
     specs, errors = load_jobs(files, Settings())
     assert len(specs) == 50 and not errors and not missing
@@ -228,10 +251,17 @@ def test_ctrl_c_cancels_the_run_and_records_every_job(tmp_path):
     jobs.mkdir()
     for i in range(200):
         (jobs / f"job-{i:03d}.toml").write_text(
-            f'prompt = "Survey the email package ({i})."\nworkspace = "{{stdlib}}/email"\n')
+            f'prompt = "Survey the email package ({i})."\nworkspace = "{{stdlib}}/email"\n'
+        )
     (tmp_path / "config.toml").write_text('[runner]\nconcurrency = 2\nbackend = "offline"\n')
-    proc = subprocess.Popen([sys.executable, "-m", "runner", "run"], cwd=tmp_path, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run"],
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         document = None
@@ -353,7 +383,8 @@ async def test_an_unusable_backend_stops_any_dispatch_and_the_rest_is_not_starte
     assert [(j["job"], j["status"], j["error"]) for j in document["jobs"]] == [
         ("a", "failed", "http://x: 401 AuthenticationError"),
         ("b", "not_started", "not started: http://x: 401 AuthenticationError"),
-        ("c", "not_started", "not started: http://x: 401 AuthenticationError")]
+        ("c", "not_started", "not started: http://x: 401 AuthenticationError"),
+    ]
 
 
 @pytest.mark.anyio

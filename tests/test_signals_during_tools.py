@@ -32,7 +32,9 @@ def _leftovers(_parent: int | None = None) -> list[str]:
     return [line for line in found.splitlines() if "pgrep" not in line]
 
 
-def _signal_while(tmp_path: Path, task: str, reply: ScriptedReply, running, signum: int) -> tuple[subprocess.Popen, str, float]:
+def _signal_while(
+    tmp_path: Path, task: str, reply: ScriptedReply, running, signum: int
+) -> tuple[subprocess.Popen, str, float]:
     """Run ``runner run`` on one job (``task``: its task file's text) against the emulator, which
     answers with ``reply``; once ``running()`` finds the blocked call, send ``signum``. Returns the
     ended process, its stderr and how long it took to end after the signal."""
@@ -41,9 +43,14 @@ def _signal_while(tmp_path: Path, task: str, reply: ScriptedReply, running, sign
     (tmp_path / "config.toml").write_text('[runner]\nbackend = "anthropic"\n')
     with running_emulator(EmulatorConfig(script=[reply])) as emu:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-        proc = subprocess.Popen([sys.executable, "-m", "runner", "run", "jobs"], cwd=tmp_path,
-                                env={**env, "ANTHROPIC_BASE_URL": emu.base_url, "ANTHROPIC_API_KEY": "emulator"},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runner", "run", "jobs"],
+            cwd=tmp_path,
+            env={**env, "ANTHROPIC_BASE_URL": emu.base_url, "ANTHROPIC_API_KEY": "emulator"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             deadline = time.monotonic() + 60
             while not running(proc.pid):  # the call is running (and blocked)
@@ -66,8 +73,10 @@ def test_a_signal_ends_the_batch_while_a_tool_blocks(tmp_path: Path, signum: int
     if problem:
         pytest.skip(f"bubblewrap cannot start here: {problem}")
     (tmp_path / "ws").mkdir()
-    task = (f'workspace = "{tmp_path / "ws"}"\nprompt = "Wait."\ntools = ["read", "glob", "grep", "bash"]\n'
-            "[limits]\ntimeout_s = 600\n")
+    task = (
+        f'workspace = "{tmp_path / "ws"}"\nprompt = "Wait."\ntools = ["read", "glob", "grep", "bash"]\n'
+        "[limits]\ntimeout_s = 600\n"
+    )
     proc, err, took = _signal_while(tmp_path, task, _blocking_call(), _leftovers, signum)
     assert proc.returncode == 130, err
     assert took < 15, f"the runner took {took:.1f} s to stop"  # a bound, not a benchmark: it is ~1 s
@@ -84,8 +93,11 @@ def test_a_signal_ends_the_batch_while_a_tool_blocks(tmp_path: Path, signum: int
 
 def _grep_workers(parent: int | None = None) -> list[str]:
     """grep's child processes (of ``parent``, else of any process)."""
-    found = subprocess.run(["pgrep", "-af", *(["-P", str(parent)] if parent else []), "runner.tools.grep_worker"],
-                           capture_output=True, text=True).stdout
+    found = subprocess.run(
+        ["pgrep", "-af", *(["-P", str(parent)] if parent else []), "runner.tools.grep_worker"],
+        capture_output=True,
+        text=True,
+    ).stdout
     return [line for line in found.splitlines() if "pgrep" not in line]
 
 
@@ -102,8 +114,9 @@ def test_sigterm_ends_the_batch_within_2_s_while_a_catastrophic_regex_runs(tmp_p
         seen.extend(line.split()[0] for line in _grep_workers(parent))
         return seen
 
-    proc, err, took = _signal_while(tmp_path, task, ScriptedReply(content=[use], stop_reason="tool_use"),
-                                    started, signal.SIGTERM)
+    proc, err, took = _signal_while(
+        tmp_path, task, ScriptedReply(content=[use], stop_reason="tool_use"), started, signal.SIGTERM
+    )
     assert proc.returncode == 130, err
     assert took < 2, f"the runner took {took:.1f} s to stop"  # the issue's bound for any tool call
     [run_dir] = [p for p in (tmp_path / "runs").iterdir() if not p.is_symlink()]

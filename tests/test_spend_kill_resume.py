@@ -43,7 +43,8 @@ def _setup(tmp: Path, workspace: Path) -> None:
     (tmp / "jobs").mkdir(parents=True)
     (tmp / "jobs" / "a.toml").write_text(
         f'name = "a"\nworkspace = "{workspace}"\nprompt = "Survey this package."\n'
-        "[limits]\ncontext_char_limit = 30000\nbatch_char_limit = 40000\nlarge_result_chars = 5000\n")
+        "[limits]\ncontext_char_limit = 30000\nbatch_char_limit = 40000\nlarge_result_chars = 5000\n"
+    )
     (tmp / "config.toml").write_text('[runner]\nbackend = "offline"\n')
 
 
@@ -69,10 +70,15 @@ def _calls(job: Path) -> int:
 
 def _spend(job: Path) -> dict:
     metrics = json.loads((job / "metrics.json").read_text())
-    return {"status": metrics["status"], "turns": metrics["turns"], "cost_usd": metrics["cost_usd"],
-            "usage": {k: metrics["usage"][k] for k in USAGE_KEYS},
-            "summarizer_usage": {k: metrics["summarizer_usage"][k] for k in USAGE_KEYS},
-            "compactions": metrics["compactions"], "persisted_bytes": metrics["persisted_bytes"]}
+    return {
+        "status": metrics["status"],
+        "turns": metrics["turns"],
+        "cost_usd": metrics["cost_usd"],
+        "usage": {k: metrics["usage"][k] for k in USAGE_KEYS},
+        "summarizer_usage": {k: metrics["summarizer_usage"][k] for k in USAGE_KEYS},
+        "compactions": metrics["compactions"],
+        "persisted_bytes": metrics["persisted_bytes"],
+    }
 
 
 def _segment(tmp: Path, argv: list[str], delay: float) -> tuple[bool, float]:
@@ -81,8 +87,13 @@ def _segment(tmp: Path, argv: list[str], delay: float) -> tuple[bool, float]:
     job = (_run_dir(tmp) or tmp / "none") / "a"
     start_size = _size(job / "events.jsonl")
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "runner", *argv], cwd=tmp, env=runner_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner", *argv],
+        cwd=tmp,
+        env=runner_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     kill_at = None
     try:
         while time.monotonic() - started < 60:
@@ -112,8 +123,14 @@ def test_twenty_kills_lose_no_spend(tmp_path: Path) -> None:
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     _setup(whole, workspace)
     _setup(killed, workspace)
-    done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs"], cwd=whole, env=runner_env(),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "jobs"],
+        cwd=whole,
+        env=runner_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr
     expected_dir = _run_dir(whole)
     assert expected_dir is not None
@@ -142,15 +159,25 @@ def test_twenty_kills_lose_no_spend(tmp_path: Path) -> None:
         at_calls.append(_calls(run_dir / "a"))
         argv = ["resume", str(run_dir)]
     started = time.monotonic()
-    final = subprocess.run([sys.executable, "-m", "runner", *argv], cwd=killed, env=runner_env(),
-                           capture_output=True, text=True, timeout=120)
+    final = subprocess.run(
+        [sys.executable, "-m", "runner", *argv],
+        cwd=killed,
+        env=runner_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lived += time.monotonic() - started
-    assert final.returncode == done.returncode, final.stderr  # 0, or 1 when the job ends stuck like the whole run
+    assert final.returncode == done.returncode, (
+        final.stderr
+    )  # 0, or 1 when the job ends stuck like the whole run
     run_dir = _run_dir(killed)
     assert run_dir is not None
     got = _spend(run_dir / "a")
     print(f"seed {seed}: {kills} kills at model calls {at_calls} of {total_calls}; {expected}")
-    assert got == expected, f"seed {seed}, kills at calls {at_calls}; {_first_difference(expected_dir, run_dir)}"
+    assert got == expected, (
+        f"seed {seed}, kills at calls {at_calls}; {_first_difference(expected_dir, run_dir)}"
+    )
     # the kills landed across the job, not all at its start
     assert max(at_calls) > total_calls // 3, at_calls
     # wall_s sums every segment: about the work of the whole job (the last segment ran a small part of
@@ -169,7 +196,7 @@ def _first_difference(one: Path, other: Path) -> str:
         if x != y:
             x, y = json.dumps(x), json.dumps(y)
             at = next((k for k, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), min(len(x), len(y)))
-            return f"transcript line {i + 1} differs: {x[max(0, at - 150):at + 100]!r} | {y[max(0, at - 150):at + 100]!r}"
+            return f"transcript line {i + 1} differs: {x[max(0, at - 150) : at + 100]!r} | {y[max(0, at - 150) : at + 100]!r}"
     return f"transcripts agree over {min(len(a), len(b))} lines (of {len(a)} and {len(b)})"
 
 
@@ -217,23 +244,42 @@ def test_killed_between_a_preview_and_its_placeholder_resumes_alike(tmp_path: Pa
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     _setup(whole, workspace)
     _setup(killed, workspace)
-    done = subprocess.run([sys.executable, "-m", "runner", "run", "jobs"], cwd=whole, env=runner_env(),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "jobs"],
+        cwd=whole,
+        env=runner_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr
     expected_dir = _run_dir(whole)
     assert expected_dir is not None
     events, _ = read_jsonl(expected_dir / "a" / "events.jsonl")
     at = _named_again(events)
     assert at is not None, "the job never micro-compacts a result saved with a preview"
-    first = subprocess.run([sys.executable, "-c", _KILLED_AFTER_CALLS, str(at), "run", "jobs"], cwd=killed,
-                           env=runner_env(), capture_output=True, text=True, timeout=120)
+    first = subprocess.run(
+        [sys.executable, "-c", _KILLED_AFTER_CALLS, str(at), "run", "jobs"],
+        cwd=killed,
+        env=runner_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     run_dir = _run_dir(killed)
     assert first.returncode == -signal.SIGKILL and run_dir is not None, first.stderr
     assert _calls(run_dir / "a") == at
-    final = subprocess.run([sys.executable, "-m", "runner", "resume", str(run_dir)], cwd=killed,
-                           env=runner_env(), capture_output=True, text=True, timeout=120)
+    final = subprocess.run(
+        [sys.executable, "-m", "runner", "resume", str(run_dir)],
+        cwd=killed,
+        env=runner_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert final.returncode == done.returncode, final.stderr
     assert _spend(run_dir / "a") == _spend(expected_dir / "a"), _first_difference(expected_dir, run_dir)
     assert _first_difference(expected_dir, run_dir).startswith("transcripts agree")
     assert sorted(p.name for p in (run_dir / "a" / "tool-results").iterdir()) == sorted(
-        p.name for p in (expected_dir / "a" / "tool-results").iterdir())
+        p.name for p in (expected_dir / "a" / "tool-results").iterdir()
+    )

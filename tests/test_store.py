@@ -16,8 +16,26 @@ from hypothesis import strategies as st
 from runner.rundir.docs import TOOL_RESULTS
 from runner.rundir.store import QUOTA_SLACK, DiskQuotaExceeded, JobStore, read_jsonl, safe_name
 
-HOSTILE_IDS = ["../../x", "x" * 5_000, "", "a/b", "a_b", "a?b", "/etc/passwd", "..", ".", "tool-results/../../y",
-               "a\0b", "ä/ö", "CON", "a.2", "a", "toolu_01AbC", " ", "\n"]
+HOSTILE_IDS = [
+    "../../x",
+    "x" * 5_000,
+    "",
+    "a/b",
+    "a_b",
+    "a?b",
+    "/etc/passwd",
+    "..",
+    ".",
+    "tool-results/../../y",
+    "a\0b",
+    "ä/ö",
+    "CON",
+    "a.2",
+    "a",
+    "toolu_01AbC",
+    " ",
+    "\n",
+]
 
 
 def files_under(root: Path) -> list[Path]:
@@ -97,7 +115,9 @@ async def test_resolve_refuses_paths_outside_the_job_directory(store: JobStore):
 
 
 @pytest.mark.anyio
-async def test_symlinks_planted_in_the_job_directory_are_never_written_through(store: JobStore, tmp_path: Path):
+async def test_symlinks_planted_in_the_job_directory_are_never_written_through(
+    store: JobStore, tmp_path: Path
+):
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "victim.txt").write_text("untouched")
@@ -116,7 +136,7 @@ async def test_symlinks_planted_in_the_job_directory_are_never_written_through(s
 
 @pytest.mark.anyio
 async def test_persisted_output_is_byte_exact_including_newlines_and_unicode(store: JobStore):
-    content = "line\r\nother\rline\n\ttab \"q\" \\ é 中文 🙂 \u2028 end"
+    content = 'line\r\nother\rline\n\ttab "q" \\ é 中文 🙂 \u2028 end'
     rel = await store.persist_output("toolu_x", content)
     assert (store.dir / rel).read_bytes() == content.encode("utf-8")
     assert not [p for p in (store.dir / TOOL_RESULTS).iterdir() if p.name.endswith(".tmp")]
@@ -153,8 +173,10 @@ async def test_a_flush_writes_outputs_then_appends_records(store: JobStore):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ids=st.lists(st.one_of(st.sampled_from(HOSTILE_IDS), st.text(max_size=80)), min_size=1, max_size=12),
-       data=st.data())
+@given(
+    ids=st.lists(st.one_of(st.sampled_from(HOSTILE_IDS), st.text(max_size=80)), min_size=1, max_size=12),
+    data=st.data(),
+)
 def test_any_ids_any_contents_each_result_keeps_its_own_file(tmp_path_factory, ids, data):
     """Property: whatever the ids (repeated, empty, look-alike, path-like), each (id, content) pair gets a
     file under tool-results/ that holds exactly that content."""
@@ -193,10 +215,14 @@ def test_a_checkpoint_swaps_names_with_its_spare_and_makes_no_new_file(tmp_path)
     inodes = {path.stat().st_ino, spare_of(path).stat().st_ino}
     assert path.read_text() == texts[1] and spare_of(path).read_text() == texts[0]
     swap_in_sync(path, texts[2])
-    assert path.read_text() == texts[2] and spare_of(path).read_text() == texts[1]  # no tail of the longer text
+    assert (
+        path.read_text() == texts[2] and spare_of(path).read_text() == texts[1]
+    )  # no tail of the longer text
     assert {path.stat().st_ino, spare_of(path).stat().st_ino} == inodes
     retire_spare(path, '{"status": "succeeded"}\n')
-    assert path.stat().st_ino not in inodes, "the last write is a fresh file: no reader of a checkpoint sees it change"
+    assert path.stat().st_ino not in inodes, (
+        "the last write is a fresh file: no reader of a checkpoint sees it change"
+    )
     assert json.loads(path.read_text()) == {"status": "succeeded"} and list(tmp_path.iterdir()) == [path]
 
 

@@ -28,8 +28,9 @@ async def prepared(tmp_path, mode: str, turns: int = 12, size: int = 4_000, serv
     store = JobStore(tmp_path / mode)
     await store.open()
     limits = Limits(compaction=mode, **LIMITS)
-    state = CompactionState(store=store, limits=limits, active_request=REQUEST,
-                            strategy=strategy_for(limits, server_side))
+    state = CompactionState(
+        store=store, limits=limits, active_request=REQUEST, strategy=strategy_for(limits, server_side)
+    )
     compactor = Compactor(Summarizer(None, "none"))
     await state.add({"role": "user", "content": REQUEST})
     for i in range(turns):
@@ -57,11 +58,19 @@ def test_only_the_client_pipeline_offers_the_compact_tool():
 
 def test_only_server_sends_context_management():
     for name in STRATEGIES:
-        edit = strategy_for(Limits(compaction=name, server_trigger_tokens=60_000,
-                                   server_instructions="Keep file names.")).context_management()
+        edit = strategy_for(
+            Limits(compaction=name, server_trigger_tokens=60_000, server_instructions="Keep file names.")
+        ).context_management()
         if name == "server":
-            assert edit == {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 60_000},
-                                       "instructions": "Keep file names."}]}
+            assert edit == {
+                "edits": [
+                    {
+                        "type": "compact_20260112",
+                        "trigger": {"type": "input_tokens", "value": 60_000},
+                        "instructions": "Keep file names.",
+                    }
+                ]
+            }
         else:
             assert edit is None
 
@@ -100,8 +109,8 @@ async def test_mask_masks_every_seen_result_but_the_newest(tmp_path):
     keep = Limits().keep_recent_results
     # small results, far under the limit: masking does not wait for a limit
     assert state.window.total < LIMITS["context_char_limit"]
-    assert all(t.startswith(PLACEHOLDER_PREFIX) for t in texts[:-(keep + 1)])
-    assert not any(t.startswith(PLACEHOLDER_PREFIX) for t in texts[-(keep + 1):])
+    assert all(t.startswith(PLACEHOLDER_PREFIX) for t in texts[: -(keep + 1)])
+    assert not any(t.startswith(PLACEHOLDER_PREFIX) for t in texts[-(keep + 1) :])
     assert set(state.record.compactions) == {"observation_mask"}
 
 

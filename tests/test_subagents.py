@@ -56,9 +56,15 @@ class ByPrompt:
         usage = Usage(input_tokens=1_000, output_tokens=100)
         if prompt == PARENT:
             if len(messages) == 1:
-                calls = [{"type": "tool_use", "id": f"toolu_task_{i}", "name": "task",
-                          "input": {"prompt": f"Read part {i}.", "description": f"part {i}", "tools": ["read"]}}
-                         for i in range(self.tasks)]
+                calls = [
+                    {
+                        "type": "tool_use",
+                        "id": f"toolu_task_{i}",
+                        "name": "task",
+                        "input": {"prompt": f"Read part {i}.", "description": f"part {i}", "tools": ["read"]},
+                    }
+                    for i in range(self.tasks)
+                ]
                 return Reply([{"type": "text", "text": "Handing out the parts."}, *calls], "tool_use", usage)
             answers = [str(r.get("content")) for r in tool_results(messages[-1])]
             return Reply([{"type": "text", "text": "All parts:\n" + "\n".join(answers)}], "end_turn", usage)
@@ -66,8 +72,12 @@ class ByPrompt:
             raise RuntimeError("the subagent's model failed")
         turns = sum(1 for m in messages if m["role"] == "assistant")
         if turns < self.child_turns:
-            call = {"type": "tool_use", "id": f"toolu_{abs(hash(prompt)) % 10**8}_{turns}", "name": "read",
-                    "input": {"file_path": "a.py"}}
+            call = {
+                "type": "tool_use",
+                "id": f"toolu_{abs(hash(prompt)) % 10**8}_{turns}",
+                "name": "read",
+                "input": {"file_path": "a.py"},
+            }
             return Reply([{"type": "text", "text": "Reading."}, call], "tool_use", usage)
         return Reply([{"type": "text", "text": f"Report on {prompt!r}: done."}], "end_turn", usage)
 
@@ -79,15 +89,29 @@ def job(tmp_path: Path, **limits: Any) -> JobSpec:
     ws = tmp_path / "ws"
     ws.mkdir(exist_ok=True)
     (ws / "a.py").write_text('"""A."""\nx = 1\n')
-    return JobSpec(name="parent", source=tmp_path / "parent.toml", prompt=PARENT, workspace=ws, model="claude-sonnet-5-5",
-                   system=None, tools=("read", "glob", "task"), limits=Limits(**limits))
+    return JobSpec(
+        name="parent",
+        source=tmp_path / "parent.toml",
+        prompt=PARENT,
+        workspace=ws,
+        model="claude-sonnet-5-5",
+        system=None,
+        tools=("read", "glob", "task"),
+        limits=Limits(**limits),
+    )
 
 
 async def run(spec: JobSpec, model: ByPrompt, out: Path, budget: RunBudget | None = None) -> Session:
     store = JobStore(out)
     await store.open()
-    session = Session(spec, model=model, compactor=Compactor(Summarizer(None, "none")), store=store,
-                      summary_model="claude-haiku-4-5", run_budget=budget)
+    session = Session(
+        spec,
+        model=model,
+        compactor=Compactor(Summarizer(None, "none")),
+        store=store,
+        summary_model="claude-haiku-4-5",
+        run_budget=budget,
+    )
     await session.run()
     return session
 
@@ -108,14 +132,19 @@ async def test_eight_subagents_four_at_once_each_a_session_of_its_own(tmp_path: 
         assert (child / "final.md").read_text().startswith("Report on 'Read part")
         lines, _ = read_jsonl(child / "transcript.jsonl")
         assert lines[0] == {"role": "user", "content": f"Read part {name.split('-')[-1]}."}
-        assert all("task" not in {t["name"] for t in r.tools} for r in model.requests
-                   if text_of(r.messages[0]) != PARENT), "a subagent has no task tool"
+        assert all(
+            "task" not in {t["name"] for t in r.tools}
+            for r in model.requests
+            if text_of(r.messages[0]) != PARENT
+        ), "a subagent has no task tool"
     # every call the model saw: the parent's 2 and 8 subagents' 3 each; at most 4 subagents at once
     assert len(model.requests) == 2 + 8 * 3
     assert model.most == 4
     # the parent's record: a row per subagent, its cost and tokens include theirs, and the run was charged once
     rows = {r["agent"]: r for r in record.subagents}
-    assert set(rows) == set(agents) and all(r["status"] == "succeeded" and r["turns"] == 3 for r in rows.values())
+    assert set(rows) == set(agents) and all(
+        r["status"] == "succeeded" and r["turns"] == 3 for r in rows.values()
+    )
     assert record.subagent_usage.input_tokens == 8 * 3 * 1_000
     assert record.usage.input_tokens == 2 * 1_000
     assert record.usage_total("input_tokens") == 26 * 1_000
@@ -141,7 +170,10 @@ async def test_a_failing_subagent_is_an_error_result_not_a_failed_job(tmp_path: 
     assert [bool(r.get("is_error")) for r in results] == [False, True, False]
     head = subagent_result(str(results[1]["content"]))
     assert head is not None and head[1] == "failed"
-    assert "the subagent's model failed" in (tmp_path / "parent" / "agents" / "2-part-1" / "final.md").read_text()
+    assert (
+        "the subagent's model failed"
+        in (tmp_path / "parent" / "agents" / "2-part-1" / "final.md").read_text()
+    )
     assert {r["agent"]: r["status"] for r in session.record.subagents}["2-part-1"] == "failed"
 
 
@@ -164,12 +196,26 @@ async def test_bad_task_input_is_an_error_naming_the_field(tmp_path: Path) -> No
     from runner.agent.subagents import Subagents
 
     spec = job(tmp_path)
-    session = Session(spec, model=ByPrompt(tasks=0), compactor=Compactor(Summarizer(None, "none")),
-                      store=JobStore(tmp_path / "p"), summary_model="none")
-    subagents = Subagents(parent=spec, job_dir=tmp_path / "p", spend=session.spend, run_child=session._run_child,
-                          deadline=float("inf"))
-    for args, field in (({}, "prompt"), ({"prompt": "x", "tools": ["bash"]}, "tools"),
-                        ({"prompt": "x", "tools": ["task"]}, "tools"), ({"prompt": "x", "max_turns": 0}, "max_turns")):
+    session = Session(
+        spec,
+        model=ByPrompt(tasks=0),
+        compactor=Compactor(Summarizer(None, "none")),
+        store=JobStore(tmp_path / "p"),
+        summary_model="none",
+    )
+    subagents = Subagents(
+        parent=spec,
+        job_dir=tmp_path / "p",
+        spend=session.spend,
+        run_child=session._run_child,
+        deadline=float("inf"),
+    )
+    for args, field in (
+        ({}, "prompt"),
+        ({"prompt": "x", "tools": ["bash"]}, "tools"),
+        ({"prompt": "x", "tools": ["task"]}, "tools"),
+        ({"prompt": "x", "max_turns": 0}, "max_turns"),
+    ):
         result = await subagents.run("toolu_x", args)
         assert result["is_error"] and str(result["content"]).startswith(f"task: {field}:"), result
 
@@ -201,14 +247,22 @@ async def test_cancelled_mid_subagent_then_resumed_matches_an_uninterrupted_run(
     cut = cut_transcript(tmp_path / "cut", PARENT)
     store = JobStore(tmp_path / "cut")
     await store.open()
-    resumed = Session(job(tmp_path, max_subagents=2), model=again, compactor=Compactor(Summarizer(None, "none")),
-                      store=store, summary_model="claude-haiku-4-5", history=cut.history,
-                      prior=read_metrics(tmp_path / "cut"))
+    resumed = Session(
+        job(tmp_path, max_subagents=2),
+        model=again,
+        compactor=Compactor(Summarizer(None, "none")),
+        store=store,
+        summary_model="claude-haiku-4-5",
+        history=cut.history,
+        prior=read_metrics(tmp_path / "cut"),
+    )
     await resumed.run()
     assert resumed.record.status == "succeeded", resumed.record.error
     done_before = [n for n, s in statuses.items() if s == "succeeded"]
     asked = {text_of(r.messages[0]) for r in again.requests if text_of(r.messages[0]) != PARENT}
-    assert not asked & {f"Read part {n.split('-')[-1]}." for n in done_before}, "a finished subagent ran again"
+    assert not asked & {f"Read part {n.split('-')[-1]}." for n in done_before}, (
+        "a finished subagent ran again"
+    )
     assert (tmp_path / "cut" / "final.md").read_text() == (tmp_path / "whole" / "final.md").read_text()
     for key in ("input_tokens", "output_tokens"):
         assert resumed.record.usage_total(key) == whole.record.usage_total(key)
@@ -228,8 +282,11 @@ class Endless:
         if request.tool_choice == {"type": "none"}:
             return Reply([{"type": "text", "text": "Report: stopped at the deadline."}], "end_turn", usage)
         turn = sum(1 for m in request.messages if m["role"] == "assistant")
-        return Reply([{"type": "tool_use", "id": f"toolu_r{turn}", "name": "glob", "input": {"pattern": f"*{turn}*"}}],
-                     "tool_use", usage)
+        return Reply(
+            [{"type": "tool_use", "id": f"toolu_r{turn}", "name": "glob", "input": {"pattern": f"*{turn}*"}}],
+            "tool_use",
+            usage,
+        )
 
     async def aclose(self) -> None:
         return None
@@ -243,10 +300,18 @@ async def test_the_runs_deadline_ends_a_job_in_time_with_its_report(tmp_path: Pa
     store = JobStore(tmp_path / "parent")
     await store.open()
     deadline = time.time() + 3.0
-    session = Session(spec, model=Endless(), compactor=Compactor(Summarizer(None, "none")), store=store,
-                      summary_model="none", deadline=deadline)
+    session = Session(
+        spec,
+        model=Endless(),
+        compactor=Compactor(Summarizer(None, "none")),
+        store=store,
+        summary_model="none",
+        deadline=deadline,
+    )
     await session.run()
     ended = time.time()
-    assert session.record.status == "timeout" and "deadline" in (session.record.error or ""), session.record.error
+    assert session.record.status == "timeout" and "deadline" in (session.record.error or ""), (
+        session.record.error
+    )
     assert ended <= deadline + 0.5, ended - deadline
     assert "Report: stopped at the deadline." in (tmp_path / "parent" / "final.md").read_text()

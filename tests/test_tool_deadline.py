@@ -19,8 +19,9 @@ from runner.tools.toolset import Toolset
 
 
 @pytest.mark.anyio
-async def test_a_hung_file_tool_is_abandoned_at_its_deadline_while_the_loop_runs_on(tmp_path: Path,
-                                                                                   monkeypatch) -> None:
+async def test_a_hung_file_tool_is_abandoned_at_its_deadline_while_the_loop_runs_on(
+    tmp_path: Path, monkeypatch
+) -> None:
     release = threading.Event()
 
     def hung(*args: object) -> str:
@@ -45,8 +46,9 @@ async def test_a_hung_file_tool_is_abandoned_at_its_deadline_while_the_loop_runs
             async with anyio.create_task_group() as tg:
                 tg.start_soon(ticker)
                 started = time.monotonic()
-                result = await toolset.run({"type": "tool_use", "id": "toolu_1", "name": "glob",
-                                            "input": {"pattern": "**/*"}})
+                result = await toolset.run(
+                    {"type": "tool_use", "id": "toolu_1", "name": "glob", "input": {"pattern": "**/*"}}
+                )
                 took = time.monotonic() - started
                 tg.cancel_scope.cancel()
     finally:

@@ -44,6 +44,7 @@ def call(name: str, args: Any, id: str = "toolu_1") -> dict:  # noqa: A002
 
 # --- any file can be read -------------------------------------------------------------------------
 
+
 async def test_a_1mb_file_is_read_by_line_range_and_page_by_page(tmp_path, store):
     lines = [f"line {i:06d} " + "x" * 60 for i in range(1, 15_001)]  # 15,000 lines, about 1 MB
     (tmp_path / "big.txt").write_text("\n".join(lines) + "\n")
@@ -57,8 +58,13 @@ async def test_a_1mb_file_is_read_by_line_range_and_page_by_page(tmp_path, store
         assert first and int(first.group(3)) == 15_000
         step = int(first.group(2))
         while start <= 15_000:
-            got = await tools.run(call("read", {"file_path": "big.txt", "view_range": [start, start + step - 1]},
-                                       f"toolu_p{start}"))
+            got = await tools.run(
+                call(
+                    "read",
+                    {"file_path": "big.txt", "view_range": [start, start + step - 1]},
+                    f"toolu_p{start}",
+                )
+            )
             assert not got.get("is_error"), got
             pages.append(got["content"])
             start += step
@@ -81,8 +87,11 @@ async def test_a_one_line_file_of_900_kb_is_read_by_byte_range_to_its_end(tmp_pa
         nxt = re.search(r"next: byte_range \[(\d+), (\d+)\]", first["content"])
         while nxt:
             k += 1
-            got = await tools.run(call("read", {"file_path": "one.svg", "byte_range": [int(nxt[1]), int(nxt[2])]},
-                                       f"toolu_b{k}"))
+            got = await tools.run(
+                call(
+                    "read", {"file_path": "one.svg", "byte_range": [int(nxt[1]), int(nxt[2])]}, f"toolu_b{k}"
+                )
+            )
             assert not got.get("is_error"), got
             head, body = got["content"].split("\n", 1)
             parts.append(body)
@@ -91,7 +100,9 @@ async def test_a_one_line_file_of_900_kb_is_read_by_byte_range_to_its_end(tmp_pa
     assert "".join(parts) == text  # every character once: no page starts or ends inside one
 
 
-@pytest.mark.parametrize("byte_range", [[10**30, 10**31], [-1, 5], [5, 5], [True, 9], ["0", 9], [0], [0, 1, 2]])
+@pytest.mark.parametrize(
+    "byte_range", [[10**30, 10**31], [-1, 5], [5, 5], [True, 9], ["0", 9], [0], [0, 1, 2]]
+)
 async def test_a_bad_or_huge_byte_range_is_a_readable_error(tmp_path, store, byte_range):
     (tmp_path / "f.txt").write_text("hello\n")
     async with Toolset(str(tmp_path), ("read",), store) as tools:
@@ -110,6 +121,7 @@ async def test_a_binary_file_read_says_its_size(tmp_path, store):
 
 
 # --- cut results say so ---------------------------------------------------------------------------
+
 
 async def test_a_300_match_glob_says_it_was_cut_and_how_many_there_are(tmp_path, store):
     for i in range(300):
@@ -134,6 +146,7 @@ async def test_grep_says_when_its_walk_stopped(tmp_path, store, monkeypatch):
 
 # --- no call can stall the loop ------------------------------------------------------------------
 
+
 # every spelling names the FIFO ``pipe`` for the SDK (it collapses ``.``, ``..`` and a trailing ``/`` in
 # the text before it follows links); ``s`` is a link to ``a/b``, and ``a/pipe`` is a regular file
 @pytest.mark.parametrize("spelled", ["pipe", "pipe/", "pipe/.", "nope/../pipe", "s/../pipe", "./a/../pipe"])
@@ -145,10 +158,13 @@ async def test_fifos_are_refused_before_they_are_opened(tmp_path, store, spelled
     (ws / "s").symlink_to("a/b")
     async with Toolset(str(ws), ("read", "write", "edit"), store) as tools:
         with anyio.fail_after(30):  # an open() of the FIFO would block here forever
-            results = [await tools.run(call("write", {"file_path": spelled, "content": "x"}, "t1")),
-                       await tools.run(call("read", {"file_path": spelled}, "t2")),
-                       await tools.run(call("edit", {"file_path": spelled, "old_string": "a", "new_string": "b"},
-                                            "t3"))]
+            results = [
+                await tools.run(call("write", {"file_path": spelled, "content": "x"}, "t1")),
+                await tools.run(call("read", {"file_path": spelled}, "t2")),
+                await tools.run(
+                    call("edit", {"file_path": spelled, "old_string": "a", "new_string": "b"}, "t3")
+                ),
+            ]
     for result in results:
         assert result.get("is_error") and "not a regular file" in result["content"], result
 
@@ -164,8 +180,10 @@ async def test_what_a_path_outside_the_workspace_is_goes_unsaid(tmp_path, store)
     (ws / "out").symlink_to(outside)
     async with Toolset(str(ws), ("read", "write"), store) as tools:
         with anyio.fail_after(30):
-            results = [await tools.run(call("read", {"file_path": "out/p"}, "t1")),
-                       await tools.run(call("write", {"file_path": "out/p", "content": "x"}, "t2"))]
+            results = [
+                await tools.run(call("read", {"file_path": "out/p"}, "t1")),
+                await tools.run(call("write", {"file_path": "out/p", "content": "x"}, "t2")),
+            ]
     for result in results:
         assert result.get("is_error") and "outside" in result["content"], result
         assert "not a regular file" not in result["content"] and "FIFO" not in result["content"]
@@ -186,6 +204,7 @@ async def test_a_big_directory_is_not_read_as_a_big_file(tmp_path, store):
 
 # --- non-UTF-8 names ------------------------------------------------------------------------------
 
+
 async def test_a_non_utf8_file_name_is_escaped_and_the_job_succeeds(tmp_path, store):
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -198,18 +217,36 @@ async def test_a_non_utf8_file_name_is_escaped_and_the_job_succeeds(tmp_path, st
     store.queue_records("transcript.jsonl", [listed])
     await store.flush()
     spec = job("names", ws, ("read", "glob", "grep"))
-    result = await run_batch(Batch(run_dir=tmp_path / "run2", specs=[spec], model=OfflineModel(),
-                                   compactor=Compactor(Summarizer(None, "none")), summary_model="none", concurrency=4,
-                                   handle_signals=False))
+    result = await run_batch(
+        Batch(
+            run_dir=tmp_path / "run2",
+            specs=[spec],
+            model=OfflineModel(),
+            compactor=Compactor(Summarizer(None, "none")),
+            summary_model="none",
+            concurrency=4,
+            handle_signals=False,
+        )
+    )
     assert result.results["names"].status == "succeeded", result.results["names"].error
 
 
 # --- whole jobs through the real SDK against the emulator ---------------------------------------
 
-def job(name: str, workspace: Path, tools: tuple[str, ...] = ("read", "glob", "grep"), **limits: Any) -> JobSpec:
-    return JobSpec(name=name, source=Path(f"{name}.toml"), prompt=f"Work on this workspace ({name}).",
-                   workspace=workspace, model="claude-sonnet-5-5", system=None, tools=tools,
-                   limits=Limits(**{"max_retries": 0, "timeout_s": 120, **limits}))
+
+def job(
+    name: str, workspace: Path, tools: tuple[str, ...] = ("read", "glob", "grep"), **limits: Any
+) -> JobSpec:
+    return JobSpec(
+        name=name,
+        source=Path(f"{name}.toml"),
+        prompt=f"Work on this workspace ({name}).",
+        workspace=workspace,
+        model="claude-sonnet-5-5",
+        system=None,
+        tools=tools,
+        limits=Limits(**{"max_retries": 0, "timeout_s": 120, **limits}),
+    )
 
 
 def use(id: Any, name: Any, args: Any) -> dict:  # noqa: A002
@@ -227,10 +264,17 @@ async def run_scripted(tmp_path: Path, script: list[dict], spec: JobSpec) -> tup
     with running_emulator(EmulatorConfig(script=script, record_requests=True)) as emu:
         model = AnthropicModel(base_url=emu.base_url, api_key="emulator", max_retries=0)
         try:
-            result = await run_batch(Batch(run_dir=tmp_path / "run", specs=[spec], model=model,
-                                           compactor=Compactor(Summarizer(None, "none")),  # the script is the model only
-                                           summary_model="claude-haiku-5-5", concurrency=1,
-                                           handle_signals=False))
+            result = await run_batch(
+                Batch(
+                    run_dir=tmp_path / "run",
+                    specs=[spec],
+                    model=model,
+                    compactor=Compactor(Summarizer(None, "none")),  # the script is the model only
+                    summary_model="claude-haiku-5-5",
+                    concurrency=1,
+                    handle_signals=False,
+                )
+            )
         finally:
             await model.aclose()
         stats = emu.stats()
@@ -283,7 +327,9 @@ async def test_a_100kb_output_is_read_back_in_full_under_a_20000_char_limit(tmp_
     saved = "tool-results/toolu_read.txt"
     offsets = list(range(0, len(body), page))
     script = [reply(use("toolu_read", "read", {"file_path": "data.txt"}))]
-    script += [reply(use(f"toolu_r{k}", "recall", {"path": saved, "offset": off})) for k, off in enumerate(offsets)]
+    script += [
+        reply(use(f"toolu_r{k}", "recall", {"path": saved, "offset": off})) for k, off in enumerate(offsets)
+    ]
     script.append(DONE)
     spec = job("recall", ws, context_char_limit=20_000)
     result, seen, job_dir = await run_scripted(tmp_path, script, spec)
@@ -292,8 +338,16 @@ async def test_a_100kb_output_is_read_back_in_full_under_a_20000_char_limit(tmp_
     assert (job_dir / saved).read_text() == body  # the read's output was saved (it did not fit)
     pieces = []
     for k, off in enumerate(offsets):  # the request after each recall carries that page whole
-        answer = next((b for body_ in seen["requests"] for m in body_["messages"] for b in tool_results(m)
-                       if b["tool_use_id"] == f"toolu_r{k}"), None)
+        answer = next(
+            (
+                b
+                for body_ in seen["requests"]
+                for m in body_["messages"]
+                for b in tool_results(m)
+                if b["tool_use_id"] == f"toolu_r{k}"
+            ),
+            None,
+        )
         assert answer is not None, (k, result.turns, len(seen["requests"]))
         text = answer["content"] if isinstance(answer["content"], str) else answer["content"][0]["text"]
         number, pages, start, end, total = recall_page(text)
@@ -316,13 +370,18 @@ async def test_a_repeated_call_is_caught_and_a_model_that_keeps_repeating_is_stu
     answers = [b for m in transcript for b in tool_results(m)]
     assert [bool(a.get("is_error")) for a in answers[:3]] == [False] * 3  # run three times
     caught = answers[3]
-    assert caught.get("is_error") and "already made 3 times" in caught["content"] and "turn 1" in caught["content"]
+    assert (
+        caught.get("is_error")
+        and "already made 3 times" in caught["content"]
+        and "turn 1" in caught["content"]
+    )
     where = re.search(r"saved at (\S+)", caught["content"]).group(1)
     assert "a.py:1:# TODO: one" in (job_dir / where).read_text()  # where its result is, really
     assert result.turns == 6  # three runs, then caught three times: stuck
 
 
 # --- a blocked job ends at its timeout; the others go on ------------------------------------------
+
 
 class Dispatch:
     """A scripted model for the job whose prompt names it, the offline policy for the rest."""
@@ -351,13 +410,26 @@ async def test_a_job_blocked_in_a_tool_ends_at_its_timeout_while_the_others_fini
     ws.mkdir()
     os.mkfifo(ws / "pipe")
     (ws / "a.py").write_text('"""A."""\n')
-    fifo = [reply(use("toolu_w", "write", {"file_path": "pipe", "content": "x"})),
-            reply(use("toolu_b", "bash", {"command": "cat pipe; sleep 600"})), DONE]
-    specs = [job("fifo", ws, ("read", "glob", "grep", "write", "bash"), timeout_s=3),
-             *(job(f"survey{i}", ws) for i in range(3))]
-    result = await run_batch(Batch(run_dir=tmp_path / "run", specs=specs, model=Dispatch({"(fifo)": fifo}),
-                                   compactor=Compactor(Summarizer(None, "none")), summary_model="none", concurrency=4,
-                                   handle_signals=False))
+    fifo = [
+        reply(use("toolu_w", "write", {"file_path": "pipe", "content": "x"})),
+        reply(use("toolu_b", "bash", {"command": "cat pipe; sleep 600"})),
+        DONE,
+    ]
+    specs = [
+        job("fifo", ws, ("read", "glob", "grep", "write", "bash"), timeout_s=3),
+        *(job(f"survey{i}", ws) for i in range(3)),
+    ]
+    result = await run_batch(
+        Batch(
+            run_dir=tmp_path / "run",
+            specs=specs,
+            model=Dispatch({"(fifo)": fifo}),
+            compactor=Compactor(Summarizer(None, "none")),
+            summary_model="none",
+            concurrency=4,
+            handle_signals=False,
+        )
+    )
     stuck = result.results["fifo"]
     assert stuck.status == "timeout", (stuck.status, stuck.error)
     assert stuck.wall_s < 3 + 2  # the acceptance bound: within 2 s of its timeout
@@ -365,4 +437,3 @@ async def test_a_job_blocked_in_a_tool_ends_at_its_timeout_while_the_others_fini
     transcript, _ = read_jsonl(tmp_path / "run" / "fifo" / "transcript.jsonl")
     write_result = next(b for m in transcript for b in tool_results(m) if b["tool_use_id"] == "toolu_w")
     assert write_result.get("is_error") and "not a regular file" in write_result["content"]
-

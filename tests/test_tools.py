@@ -41,7 +41,9 @@ MISTAKES = [
     pytest.param(call("read", {"file_path": "/etc/passwd"}), ("outside",), id="absolute-path-outside"),
     pytest.param(call("read", {"file_path": "../outside.txt"}), ("outside",), id="relative-path-outside"),
     pytest.param(call("read", {"file_path": "escape"}), ("outside",), id="symlink-to-file-outside"),
-    pytest.param(call("read", {"file_path": "escape-dir/outside.txt"}), ("outside",), id="symlink-dir-outside"),
+    pytest.param(
+        call("read", {"file_path": "escape-dir/outside.txt"}), ("outside",), id="symlink-dir-outside"
+    ),
     pytest.param(call("glob", {"pattern": "*", "path": "/etc"}), ("outside",), id="glob-outside"),
     pytest.param(call("grep", {"pattern": "root", "path": "/etc/passwd"}), ("outside",), id="grep-outside"),
     pytest.param(call("read", {"file_path": "no-such-file.py"}), ("no such file",), id="missing-file"),
@@ -62,9 +64,15 @@ MISTAKES = [
     pytest.param(call("recall", {"path": "../../etc/passwd"}), ("outside",), id="recall-escape"),
     pytest.param(call("recall", {"path": "/etc/passwd"}), ("outside",), id="recall-absolute"),
     pytest.param(call("recall", {}), ("path",), id="recall-missing-path"),
-    pytest.param(call("recall", {"path": "tool-results/none.txt"}), ("no such file",), id="recall-missing-file"),
-    pytest.param(call("recall", {"path": "transcript.jsonl", "offset": -1}), ("offset",), id="recall-bad-offset"),
-    pytest.param(call("recall", {"path": "transcript.jsonl", "limit": "all"}), ("limit",), id="recall-bad-limit"),
+    pytest.param(
+        call("recall", {"path": "tool-results/none.txt"}), ("no such file",), id="recall-missing-file"
+    ),
+    pytest.param(
+        call("recall", {"path": "transcript.jsonl", "offset": -1}), ("offset",), id="recall-bad-offset"
+    ),
+    pytest.param(
+        call("recall", {"path": "transcript.jsonl", "limit": "all"}), ("limit",), id="recall-bad-limit"
+    ),
     pytest.param(call("recall", "transcript.jsonl"), ("JSON object",), id="recall-input-string"),
 ]
 
@@ -81,8 +89,13 @@ async def test_mistakes_become_error_results(workspace, store, tool_call, words)
 
 @pytest.mark.anyio
 async def test_a_batch_of_mistakes_answers_every_call_in_order(workspace, store):
-    calls = [call("read", {"file_path": "notes.txt"}, "a"), call("nope", {}, "b"), call("read", "x", "c"),
-             call("read", {"file_path": "/etc/passwd"}, "d"), call("glob", {"pattern": "**/*.py"}, "e")]
+    calls = [
+        call("read", {"file_path": "notes.txt"}, "a"),
+        call("nope", {}, "b"),
+        call("read", "x", "c"),
+        call("read", {"file_path": "/etc/passwd"}, "d"),
+        call("glob", {"pattern": "**/*.py"}, "e"),
+    ]
     async with Toolset(str(workspace), ("read", "glob", "grep"), store) as tools:
         results = await tools.run_batch(calls)
     assert [r["tool_use_id"] for r in results] == ["a", "b", "c", "d", "e"]

@@ -38,8 +38,14 @@ class Watched:
     async def create(self, request: Any) -> Any:
         transcript, _ = read_jsonl(self.job / "transcript.jsonl")
         named = set(NAMED.findall(dumps(request.messages)))
-        self.seen.append({"hops": self.hops[0], "transcript": transcript, "named": named,
-                          "missing": {rel for rel in named if not (self.job / rel).is_file()}})
+        self.seen.append(
+            {
+                "hops": self.hops[0],
+                "transcript": transcript,
+                "named": named,
+                "missing": {rel for rel in named if not (self.job / rel).is_file()},
+            }
+        )
         return await self.inner.create(request)
 
 
@@ -55,14 +61,22 @@ async def test_each_turn_is_one_write_and_the_model_sees_only_what_is_on_disk(tm
     job = tmp_path / "job"
     # tight limits: outputs are persisted and placeholders reach the model
     limits = Limits(context_char_limit=15_000, batch_char_limit=15_000, large_result_chars=4_000)
-    spec = JobSpec(name="survey", source=Path("survey.toml"), prompt="Survey this package.",
-                   workspace=Path(email.__file__).parent, model="m", system=None, tools=("read", "glob", "grep"),
-                   limits=limits)
+    spec = JobSpec(
+        name="survey",
+        source=Path("survey.toml"),
+        prompt="Survey this package.",
+        workspace=Path(email.__file__).parent,
+        model="m",
+        system=None,
+        tools=("read", "glob", "grep"),
+        limits=limits,
+    )
     store = JobStore(job)
     await store.open()
     model = Watched(job, hops)
-    result = await Session(spec, model=model, compactor=Compactor(Summarizer(None, "none")), store=store,
-                           summary_model="none").run()
+    result = await Session(
+        spec, model=model, compactor=Compactor(Summarizer(None, "none")), store=store, summary_model="none"
+    ).run()
     assert result.status == "succeeded", result.error
     calls = model.seen
     assert len(calls) == result.turns > 10
@@ -71,7 +85,7 @@ async def test_each_turn_is_one_write_and_the_model_sees_only_what_is_on_disk(tm
     for k, call in enumerate(calls):
         assert not call["missing"], (k, call["missing"])  # every output or summary named is on disk
         on_disk = call["transcript"]
-        assert on_disk == final[:len(on_disk)]  # whole lines, in order
+        assert on_disk == final[: len(on_disk)]  # whole lines, in order
         assert on_disk[-1]["role"] == "user"  # the turn the request ends with is written
         assert sum(m["role"] == "assistant" for m in on_disk) == k  # every earlier reply too
     # one executor hop between two calls, whatever the turn wrote (transcript, events, outputs, metrics)
@@ -123,13 +137,22 @@ async def test_an_output_that_cannot_be_placed_writes_nothing_of_its_batch(tmp_p
 
 async def test_a_cancelled_job_still_writes_what_its_last_turn_queued(tmp_path):
     job = tmp_path / "job"
-    spec = JobSpec(name="survey", source=Path("survey.toml"), prompt="Survey this package.",
-                   workspace=Path(email.__file__).parent, model="m", system=None, tools=("read", "glob", "grep"),
-                   limits=Limits())
+    spec = JobSpec(
+        name="survey",
+        source=Path("survey.toml"),
+        prompt="Survey this package.",
+        workspace=Path(email.__file__).parent,
+        model="m",
+        system=None,
+        tools=("read", "glob", "grep"),
+        limits=Limits(),
+    )
     store = JobStore(job)
     await store.open()
     model = Watched(job, [0])
-    session = Session(spec, model=model, compactor=Compactor(Summarizer(None, "none")), store=store, summary_model="none")
+    session = Session(
+        spec, model=model, compactor=Compactor(Summarizer(None, "none")), store=store, summary_model="none"
+    )
     with anyio.CancelScope() as scope:
         inner = model.create
 
@@ -144,7 +167,9 @@ async def test_a_cancelled_job_still_writes_what_its_last_turn_queued(tmp_path):
     assert scope.cancelled_caught and session.record.status == "cancelled"
     assert session.record.turns == 3
     events, _ = read_jsonl(job / "events.jsonl")
-    assert sum(e.get("stage") == "model_call" for e in events) == 3  # the third was only queued when cancelled
+    assert (
+        sum(e.get("stage") == "model_call" for e in events) == 3
+    )  # the third was only queued when cancelled
     transcript, _ = read_jsonl(job / "transcript.jsonl")
     assert sum(m["role"] == "assistant" for m in transcript) == 2  # the third reply's tools never answered
     assert (job / "final.md").exists() and "cancelled" in (job / "metrics.json").read_text()

@@ -28,8 +28,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "runner", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +63,11 @@ def test_report_json_of_a_finished_run_has_run_json_fields_and_each_jobs_metrics
         metrics = json.loads((run_dir / job["job"] / "metrics.json").read_text())
         assert {k: job[k] for k in metrics} == metrics
     assert document["totals"]["cost_usd"] == pytest.approx(
-        sum(json.loads((run_dir / j / "metrics.json").read_text())["cost_usd"] for j in ("stdlib-json", "stdlib-email")))
+        sum(
+            json.loads((run_dir / j / "metrics.json").read_text())["cost_usd"]
+            for j in ("stdlib-json", "stdlib-email")
+        )
+    )
     assert document["totals"]["succeeded"] == document["totals"]["jobs"] == 2
 
 
@@ -73,8 +78,10 @@ def _in_progress(run_dir: Path, target: Path) -> Path:
     shutil.copytree(run_dir, target)
     doc = json.loads((target / "run.json").read_text())
     doc["state"] = "running"
-    doc["jobs"] = [{"job": "stdlib-email", "status": "running", "turns": 1},
-                   {"job": "queued-one", "status": "queued", "turns": 0}]
+    doc["jobs"] = [
+        {"job": "stdlib-email", "status": "running", "turns": 1},
+        {"job": "queued-one", "status": "queued", "turns": 0},
+    ]
     (target / "run.json").write_text(json.dumps(doc))
     metrics = json.loads((target / "stdlib-email" / "metrics.json").read_text())
     metrics.update(status="running", turns=7)
@@ -95,7 +102,9 @@ def test_report_json_of_a_run_in_progress_shows_each_jobs_live_status(run, tmp_p
     document = json.loads(proc.stdout)
     jobs = {j["job"]: j for j in document["jobs"]}
     assert document["state"] == "running"
-    assert jobs["stdlib-email"]["status"] == "running" and jobs["stdlib-email"]["turns"] == 7  # metrics.json wins
+    assert (
+        jobs["stdlib-email"]["status"] == "running" and jobs["stdlib-email"]["turns"] == 7
+    )  # metrics.json wins
     assert jobs["queued-one"]["status"] == "queued"
     assert "stdlib-json" in jobs  # found by its directory though run.json does not list it
     assert any("stdlib-json/metrics.json" in p for p in document["problems"])
@@ -105,7 +114,9 @@ def test_report_json_of_a_run_in_progress_shows_each_jobs_live_status(run, tmp_p
 def test_view_of_a_damaged_run_in_progress_writes_every_page(run, tmp_path):
     _, run_dir = run
     live = _in_progress(run_dir, tmp_path / "live")
-    (live / "stdlib-email" / "transcript.jsonl").write_bytes(b'{"role": "user", "content": "x"}\n\xff\xfe{"ro')
+    (live / "stdlib-email" / "transcript.jsonl").write_bytes(
+        b'{"role": "user", "content": "x"}\n\xff\xfe{"ro'
+    )
     with hold_run_dir(live):  # its writer is alive
         result = write_view(live)
     index = result.index.read_text()
@@ -131,17 +142,34 @@ class _Collect(HTMLParser):
 def _chromium_dom(page: Path, tmp_path: Path) -> tuple[_Collect, str]:
     """The DOM after scripts ran, and chromium's log (page console messages included)."""
     proc = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-         "--enable-logging=stderr", "--log-level=0", "--dump-dom", page.resolve().as_uri()],
-        capture_output=True, text=True, timeout=90)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--enable-logging=stderr",
+            "--log-level=0",
+            "--dump-dom",
+            page.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     dom = _Collect()
     dom.feed(proc.stdout)
     return dom, proc.stderr
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (`apt-get install chromium`; .ci/run installs it)")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium on PATH (`apt-get install chromium`; .ci/run installs it)"
+)
 def test_the_pages_render_in_a_real_browser(run, tmp_path):
     _, run_dir = run
     result = write_view(run_dir, tmp_path / "run.html")  # --out elsewhere: links still reach the run's files
@@ -152,7 +180,9 @@ def test_the_pages_render_in_a_real_browser(run, tmp_path):
     rows = [attrs["data-name"] for tag, attrs in dom.tags if tag == "tr" and "data-name" in attrs]
     assert sorted(rows) == ["stdlib-email", "stdlib-json"]
     assert sum(1 for tag, attrs in dom.tags if tag == "rect" and attrs.get("class") == "bar") == 2
-    links = [attrs["href"] for tag, attrs in dom.tags if tag == "a" and attrs.get("href", "").endswith(".html")]
+    links = [
+        attrs["href"] for tag, attrs in dom.tags if tag == "a" and attrs.get("href", "").endswith(".html")
+    ]
     assert len(links) == 2
     job_page = (result.index.parent / links[0]).resolve()
     page, log = _chromium_dom(job_page, tmp_path)
@@ -164,20 +194,37 @@ def test_the_pages_render_in_a_real_browser(run, tmp_path):
     drops = sum(1 for e in events if e["stage"] != "model_call" and "chars_before" in e)
     metrics = json.loads((run_dir / job_page.stem / "metrics.json").read_text())
     assert calls == metrics["turns"] and drops == sum(metrics["compactions"].values())
-    assert len(lines[0]["points"].split()) == calls + 2 * drops  # a point per call, and each compaction's drop
-    saved = [attrs["href"] for tag, attrs in page.tags if tag == "a" and "tool-results/" in attrs.get("href", "")]
+    assert (
+        len(lines[0]["points"].split()) == calls + 2 * drops
+    )  # a point per call, and each compaction's drop
+    saved = [
+        attrs["href"] for tag, attrs in page.tags if tag == "a" and "tool-results/" in attrs.get("href", "")
+    ]
     assert saved and all((job_page.parent / h).resolve().is_file() for h in saved)  # links reach the outputs
 
 
 def test_the_final_table_fits_80_columns_without_breaking_a_word():
     statuses = ["succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "cancelled"]
-    jobs = [{"job": f"nightly-codebase-analysis-{i:03d}-with-a-long-name", "status": s, "turns": 200,
-             "usage": {"input_tokens": 12_345_678, "output_tokens": 987_654, "cache_read_input_tokens": 5_000_000,
-                       "cache_creation_input_tokens": 100_000},
-             "compactions": {"snip": 9, "micro_compact": 40, "compact_history": 3}, "persisted_bytes": 10**9,
-             "cost_usd": 123.456789, "wall_s": 3600.5, "usage_estimated": True,
-             "error": "a long error message that would wrap inside words in a narrow table"}
-            for i, s in enumerate(statuses)]
+    jobs = [
+        {
+            "job": f"nightly-codebase-analysis-{i:03d}-with-a-long-name",
+            "status": s,
+            "turns": 200,
+            "usage": {
+                "input_tokens": 12_345_678,
+                "output_tokens": 987_654,
+                "cache_read_input_tokens": 5_000_000,
+                "cache_creation_input_tokens": 100_000,
+            },
+            "compactions": {"snip": 9, "micro_compact": 40, "compact_history": 3},
+            "persisted_bytes": 10**9,
+            "cost_usd": 123.456789,
+            "wall_s": 3600.5,
+            "usage_estimated": True,
+            "error": "a long error message that would wrap inside words in a narrow table",
+        }
+        for i, s in enumerate(statuses)
+    ]
     console = Console(width=80, record=True, color_system=None)
     console.print(fitting_table(jobs, "run runs/20261130-010203-abcd", console.width))
     text = console.export_text()
@@ -262,12 +309,16 @@ def test_the_live_display_renders_active_jobs_and_the_tally():
 
     console = Console(file=StringIO(), width=80, force_terminal=True, color_system=None)
     display = LiveDisplay(console)
-    progress = {"a-very-long-job-name-" * 3: JobMetrics(job="a-very-long-job-name-" * 3, status="running", turns=3),
-                "b": JobMetrics(job="b", status="queued")}
+    progress = {
+        "a-very-long-job-name-" * 3: JobMetrics(job="a-very-long-job-name-" * 3, status="running", turns=3),
+        "b": JobMetrics(job="b", status="queued"),
+    }
     display.tally.start(progress)
     console.print(display._render())
     text = console.file.getvalue()
-    assert "a-very-long-job-name-" in text and "0/2 done" in text and "1 queued" in text and "1 running" in text
+    assert (
+        "a-very-long-job-name-" in text and "0/2 done" in text and "1 queued" in text and "1 running" in text
+    )
     assert max(len(line) for line in text.splitlines()) <= 80
 
 
@@ -275,8 +326,9 @@ def test_text_from_the_run_is_never_markup_on_the_pages(tmp_path):
     name = '<img src=x onerror="alert(1)">'
     job_dir = tmp_path / "run" / name
     job_dir.mkdir(parents=True)
-    (job_dir / "metrics.json").write_text(json.dumps({"job": name, "status": "failed", "turns": 1,
-                                                      "error": "<script>alert(2)</script>"}))
+    (job_dir / "metrics.json").write_text(
+        json.dumps({"job": name, "status": "failed", "turns": 1, "error": "<script>alert(2)</script>"})
+    )
     (job_dir / "final.md").write_text("# Report\n\n<script>alert(3)</script>\n")
     (job_dir / "transcript.jsonl").write_text(json.dumps({"role": "user", "content": "<b>hi</b>"}) + "\n")
     result = write_view(tmp_path / "run")
@@ -305,8 +357,17 @@ def long_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("long") / "20261201-000000-long"
     run_dir.mkdir()
     metrics = _bench_viewer().make_long_job(run_dir, "long-survey", 3000)
-    (run_dir / "run.json").write_text(json.dumps({"run_id": run_dir.name, "state": "finished", "backend": "offline",
-                                                  "model": "claude-sonnet-5-5", "jobs": [metrics]}))
+    (run_dir / "run.json").write_text(
+        json.dumps(
+            {
+                "run_id": run_dir.name,
+                "state": "finished",
+                "backend": "offline",
+                "model": "claude-sonnet-5-5",
+                "jobs": [metrics],
+            }
+        )
+    )
     write_view(run_dir)
     return run_dir
 
@@ -324,8 +385,9 @@ def test_a_3000_turn_jobs_transcript_is_split_into_pages_of_bounded_size(long_ru
     main = view / page_name("long-survey")
     assert main.stat().st_size < 5 * 2**20, main.stat().st_size
     pages = sorted(view.glob("long-survey.*.html"), key=lambda p: int(p.name.split(".")[1]))
-    assert len(pages) >= 10 and [p.name for p in pages] == [transcript_page_name("long-survey", n)
-                                                            for n in range(2, len(pages) + 2)]
+    assert len(pages) >= 10 and [p.name for p in pages] == [
+        transcript_page_name("long-survey", n) for n in range(2, len(pages) + 2)
+    ]
     assert max(p.stat().st_size for p in pages) < 2 * 2**20
     shown = [n for page in [main, *pages] for n in _lines_shown(page.read_text())]
     assert shown == list(range(1, len(transcript.read_text().splitlines()) + 1))  # every line once, in order
@@ -361,11 +423,18 @@ def test_serve_serves_a_long_transcripts_pages_and_no_other(long_run):
     page = client.get("/view/long-survey.2.html")
     assert page.status_code == 200 and "transcript, page 2 of" in page.text
     assert _lines_shown(page.text) == _lines_shown((long_run / "view" / "long-survey.2.html").read_text())
-    for missing in ("long-survey.1.html", "long-survey.02.html", "long-survey.999.html", "long-survey.x.html"):
+    for missing in (
+        "long-survey.1.html",
+        "long-survey.02.html",
+        "long-survey.999.html",
+        "long-survey.x.html",
+    ):
         assert client.get(f"/view/{missing}").status_code == 404, missing
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (`apt-get install chromium`; .ci/run installs it)")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium on PATH (`apt-get install chromium`; .ci/run installs it)"
+)
 def test_a_3000_turn_jobs_pages_open_in_a_real_browser(long_run, tmp_path):
     dom, log = _chromium_dom(long_run / "view" / page_name("long-survey"), tmp_path)
     assert not re.search(r"CONSOLE.*(Uncaught|Error)", log), log
@@ -393,8 +462,17 @@ def make_subagent_run(base: Path) -> Path:
     run_dir.mkdir(parents=True)
     session = anyio.run(run_session, subagent_job(base), ByPrompt(tasks=3, fail="part 1"), run_dir / "parent")
     assert session.record.status == "succeeded", session.record.error
-    (run_dir / "run.json").write_text(json.dumps({"run_id": run_dir.name, "state": "finished", "backend": "offline",
-                                                  "model": "claude-sonnet-5-5", "jobs": [session.record.document()]}))
+    (run_dir / "run.json").write_text(
+        json.dumps(
+            {
+                "run_id": run_dir.name,
+                "state": "finished",
+                "backend": "offline",
+                "model": "claude-sonnet-5-5",
+                "jobs": [session.record.document()],
+            }
+        )
+    )
     return run_dir
 
 
@@ -422,7 +500,9 @@ def test_a_jobs_subagents_are_a_tree_on_its_page_each_with_a_page_of_its_own(age
     from urllib.parse import unquote
 
     view = agents_run / "view"
-    assert sorted(p.name for p in (view / "parent" / "agents").iterdir()) == [f"{n}.html" for n in AGENT_NAMES]
+    assert sorted(p.name for p in (view / "parent" / "agents").iterdir()) == [
+        f"{n}.html" for n in AGENT_NAMES
+    ]
     page = (view / page_name("parent")).read_text()
     dom = _Collect()
     dom.feed(page)
@@ -440,7 +520,10 @@ def test_a_jobs_subagents_are_a_tree_on_its_page_each_with_a_page_of_its_own(age
     assert sum(h.startswith("parent/agents/") for h in _hrefs(page)) == 2 * len(AGENT_NAMES)
     # the index's row: how many, and how many failed
     row = re.search(r'<tr data-name="parent".*?</tr>', (agents_run / "index.html").read_text())
-    assert row is not None and '<td class="num" data-v="3">3, <span class="status failed">1 failed</span>' in row[0]
+    assert (
+        row is not None
+        and '<td class="num" data-v="3">3, <span class="status failed">1 failed</span>' in row[0]
+    )
     child = (view / "parent" / "agents" / "1-part-0.html").read_text()
     assert "subagent 1-part-0 of job parent" in child and 'href="../../parent.html" rel="up"' in child
     assert "<polyline" in child and "Report on &#39;Read part 0.&#39;: done." in child
@@ -462,14 +545,17 @@ def test_a_subagents_page_is_a_full_job_page_with_pages_of_transcript(agents_run
     agents = run_dir / "view" / "parent" / "agents"
     count = len(list(agents.glob("1-part-0*.html")))
     assert count >= 3 and sorted(p.name for p in agents.glob("1-part-0*.html")) == sorted(
-        ["1-part-0.html", *(f"1-part-0.{n}.html" for n in range(2, count + 1))])
+        ["1-part-0.html", *(f"1-part-0.{n}.html" for n in range(2, count + 1))]
+    )
     second = (agents / "1-part-0.2.html").read_text()
     assert f"transcript, page 2 of {count}" in second and 'href="../../parent.html" rel="up"' in second
     for href in _hrefs(second):
         assert (agents / href.split("#")[0]).resolve().exists(), href
     assert write_view(run_dir).pages_written == 0  # nothing newer than the pages
     (run_dir / "parent" / "agents" / "1-part-0" / "final.md").write_text("A newer report.")
-    assert write_view(run_dir).pages_written == 1  # a subagent's file newer than its job's page: both rewritten
+    assert (
+        write_view(run_dir).pages_written == 1
+    )  # a subagent's file newer than its job's page: both rewritten
     assert "A newer report." in (agents / "1-part-0.html").read_text()
     shutil.rmtree(run_dir / "parent" / "agents" / "3-part-2")  # gone: its pages go too
     write_view(run_dir, force=True)
@@ -497,16 +583,25 @@ def test_serve_answers_every_link_of_a_run_with_subagents(agents_run):
     assert {p: s for p, s in seen.items() if s != 200} == {}
     assert "/parent" in seen and "/parent/agents/1-part-0" in seen  # the pages' "files" links: a list of them
     for name in AGENT_NAMES:
-        assert f"/view/parent/agents/{name}.html" in seen and f"/parent/agents/{name}/transcript.jsonl" in seen
+        assert (
+            f"/view/parent/agents/{name}.html" in seen and f"/parent/agents/{name}/transcript.jsonl" in seen
+        )
     final = client.get("/parent/agents/1-part-0/final.md")
     assert final.text == (agents_run / "parent" / "agents" / "1-part-0" / "final.md").read_text()
     assert "sandbox" in final.headers["content-security-policy"]
-    for missing in ("/view/parent/agents/9-none.html", "/view/nope/agents/1-part-0.html",
-                    "/parent/agents/1-part-0/pwn.html", "/parent/agents/..%2f..%2frun.json", "/parent/agents/9-none"):
+    for missing in (
+        "/view/parent/agents/9-none.html",
+        "/view/nope/agents/1-part-0.html",
+        "/parent/agents/1-part-0/pwn.html",
+        "/parent/agents/..%2f..%2frun.json",
+        "/parent/agents/9-none",
+    ):
         assert client.get(missing).status_code == 404, missing
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (`apt-get install chromium`; .ci/run installs it)")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium on PATH (`apt-get install chromium`; .ci/run installs it)"
+)
 def test_subagent_pages_render_in_a_real_browser(agents_run, tmp_path):
     dom, log = _chromium_dom(agents_run / "view" / page_name("parent"), tmp_path)
     assert not re.search(r"CONSOLE.*(Uncaught|Error)", log), log
@@ -526,7 +621,10 @@ def test_subagent_pages_render_in_a_real_browser(agents_run, tmp_path):
             assert lines_drawn and all(len(a["points"].split()) == metrics["turns"] for a in lines_drawn)
         else:
             assert not lines_drawn and "No model call recorded yet." in text
-        assert any(tag == "a" and a.get("rel") == "up" and a.get("href") == "../../parent.html" for tag, a in page.tags)
+        assert any(
+            tag == "a" and a.get("rel") == "up" and a.get("href") == "../../parent.html"
+            for tag, a in page.tags
+        )
 
 
 def test_hostile_subagent_names_and_texts_are_never_markup_nor_links_out(tmp_path):
@@ -536,18 +634,29 @@ def test_hostile_subagent_names_and_texts_are_never_markup_nor_links_out(tmp_pat
     name = '<img src=x onerror="alert(1)">'
     agent = run_dir / "j" / "agents" / name
     agent.mkdir(parents=True)
-    (agent / "metrics.json").write_text(json.dumps({"job": name, "status": "failed", "turns": 1,
-                                                   "error": "<script>alert(2)</script>"}))
+    (agent / "metrics.json").write_text(
+        json.dumps({"job": name, "status": "failed", "turns": 1, "error": "<script>alert(2)</script>"})
+    )
     (agent / "transcript.jsonl").write_text(json.dumps({"role": "user", "content": "<b>hi</b>"}) + "\n")
     (agent / "final.md").write_text("<script>alert(3)</script>\n")
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "metrics.json").write_text(json.dumps({"job": "outside", "status": "succeeded"}))
     (run_dir / "j" / "agents" / "link-out").symlink_to(outside)  # a link out of the run: not a subagent
-    rows = [{"agent": name, "status": "failed", "turns": 1, "cost_usd": 0.0, "wall_s": 0.0, "error": "x"},
-            {"agent": "../../<i>up</i>", "status": "succeeded", "turns": 1, "cost_usd": 0.0, "wall_s": 0.0,
-             "error": None}]
-    (run_dir / "j" / "metrics.json").write_text(json.dumps({"job": "j", "status": "succeeded", "subagents": rows}))
+    rows = [
+        {"agent": name, "status": "failed", "turns": 1, "cost_usd": 0.0, "wall_s": 0.0, "error": "x"},
+        {
+            "agent": "../../<i>up</i>",
+            "status": "succeeded",
+            "turns": 1,
+            "cost_usd": 0.0,
+            "wall_s": 0.0,
+            "error": None,
+        },
+    ]
+    (run_dir / "j" / "metrics.json").write_text(
+        json.dumps({"job": "j", "status": "succeeded", "subagents": rows})
+    )
     (run_dir / "j" / "transcript.jsonl").write_text(json.dumps({"role": "user", "content": "go"}) + "\n")
     (run_dir / "run.json").write_text(json.dumps({"state": "finished", "jobs": [{"job": "j"}]}))
     result = write_view(run_dir)
@@ -555,11 +664,19 @@ def test_hostile_subagent_names_and_texts_are_never_markup_nor_links_out(tmp_pat
     assert len(pages) == 3, pages  # the index, the job's page, one subagent's page
     for page in pages:
         text = page.read_text()
-        assert "<img src=x" not in text and "<script>alert" not in text and "<b>hi" not in text and "<i>up" not in text
+        assert (
+            "<img src=x" not in text
+            and "<script>alert" not in text
+            and "<b>hi" not in text
+            and "<i>up" not in text
+        )
         assert "link-out" not in text and "outside" not in text
         for href in _hrefs(text):
             target = (page.parent / unquote(href.split("#")[0])).resolve()
             assert target.exists() and run_dir.resolve() in [target, *target.parents], (page, href)
     job_page = (result.pages_dir / page_name("j")).read_text()
-    assert "&lt;img src=x" in job_page and "../../&lt;i&gt;up&lt;/i&gt; <span class=\"meta\">(no directory)" in job_page
+    assert (
+        "&lt;img src=x" in job_page
+        and '../../&lt;i&gt;up&lt;/i&gt; <span class="meta">(no directory)' in job_page
+    )
     assert "2 subagents" not in job_page and "Subagents (2)" in job_page

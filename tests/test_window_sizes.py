@@ -17,11 +17,24 @@ from runner.rundir.store import JobStore, read_jsonl
 
 MESSAGES = [
     {"role": "user", "content": 'Survey "this" — é 中文 \t tab \\ backslash \u2028 sep'},
-    {"role": "assistant", "content": [{"type": "text", "text": "ok"},
-                                      {"type": "tool_use", "id": "toolu_1", "name": "read",
-                                       "input": {"file_path": "a/ü.py"}}]},
-    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
-                                  "content": [{"type": "text", "text": "x\n" * 50 + "\x00\x1f"}], "is_error": True}]},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "ok"},
+            {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"file_path": "a/ü.py"}},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_1",
+                "content": [{"type": "text", "text": "x\n" * 50 + "\x00\x1f"}],
+                "is_error": True,
+            }
+        ],
+    },
     {"role": "user", "content": "a second user message: merged into the previous one in the window"},
 ]
 

@@ -47,7 +47,13 @@ from ..rundir.docs import (
 from ..rundir.store import dumps, read_jsonl, write_atomic_sync
 from ..tools.memory import MEMORY_DIR, WRITES, MemoryTool
 
-REDONE = (CompactionEvent, ModelCallEvent, RetriesEvent, LastCallEvent, SummaryFailedEvent)  # done again after a cut
+REDONE = (
+    CompactionEvent,
+    ModelCallEvent,
+    RetriesEvent,
+    LastCallEvent,
+    SummaryFailedEvent,
+)  # done again after a cut
 _SUMMARY = re.compile(rf"^{SUMMARIES}/(\d+)\.md$")
 
 
@@ -98,7 +104,7 @@ def cut_transcript(job_dir: Path, prompt: str) -> Continuation:
     transcript, warnings = read_jsonl(job_dir / TRANSCRIPT)
     raw = [m for m in transcript if isinstance(m, dict)]
     replies = sum(m.get("role") == "assistant" for m in raw)
-    history = raw[:raw_lines(raw, len(last_complete_turn(merge_adjacent(raw))))]
+    history = raw[: raw_lines(raw, len(last_complete_turn(merge_adjacent(raw))))]
     if not history or history[0].get("content") != prompt:
         if transcript:
             (job_dir / TRANSCRIPT).replace(job_dir / UNUSABLE_TRANSCRIPT)
@@ -146,7 +152,7 @@ def read_ledger(job_dir: Path, lines: int) -> Ledger | None:
         return None
     ledger = Ledger(parsed[end] if end >= 0 else None)
     before: int | None = None
-    for event in parsed[:end + 1]:
+    for event in parsed[: end + 1]:
         if isinstance(event, ModelCallEvent):
             ledger.calls.append(event)
             before = event.lines
@@ -164,16 +170,22 @@ def cut_spend(job_dir: Path, lines: int) -> None:
     end = _last_kept(parsed, lines)
     if end is None:
         return
-    kept = events[:end + 1] + [e for e, p in zip(events[end + 1:], parsed[end + 1:], strict=True)
-                               if not isinstance(p, REDONE)]
+    kept = events[: end + 1] + [
+        e for e, p in zip(events[end + 1 :], parsed[end + 1 :], strict=True) if not isinstance(p, REDONE)
+    ]
     if len(kept) != len(events):
         write_atomic_sync(job_dir / EVENTS, event_lines(kept))
     records, _ = read_jsonl(job_dir / CONTEXT)
     fitting = [r for r in records if isinstance(r, dict) and isinstance(r.get("n"), int) and r["n"] < lines]
     if len(fitting) != len(records):
         write_atomic_sync(job_dir / CONTEXT, "".join(dumps(r) + "\n" for r in fitting))
-    named = [int(m.group(1)) for p in parsed[:end + 1] if isinstance(p, CompactionEvent)
-             for path in p.paths if (m := _SUMMARY.match(path))]
+    named = [
+        int(m.group(1))
+        for p in parsed[: end + 1]
+        if isinstance(p, CompactionEvent)
+        for path in p.paths
+        if (m := _SUMMARY.match(path))
+    ]
     newest = max(named, default=0)
     try:
         written = list((job_dir / SUMMARIES).iterdir())
@@ -218,8 +230,13 @@ async def rebuild_memory(job_dir: Path, history: list[Message]) -> bool:
         for call in tool_uses(message):
             args = call.get("input")
             got = results.get(call.get("id"))
-            if (call.get("name") == "memory" and isinstance(args, dict) and args.get("command") in WRITES
-                    and got is not None and not got.get("is_error")):
+            if (
+                call.get("name") == "memory"
+                and isinstance(args, dict)
+                and args.get("command") in WRITES
+                and got is not None
+                and not got.get("is_error")
+            ):
                 writes.append((call, got))
     scratch = job_dir / f".{MEMORY_DIR}.rebuild"
     await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, scratch, ignore_errors=True))
@@ -227,15 +244,17 @@ async def rebuild_memory(job_dir: Path, history: list[Message]) -> bool:
         await anyio.to_thread.run_sync(scratch.mkdir)
         start = job_dir / BASELINE_MEMORIES
         if await anyio.Path(start).is_dir() and not await anyio.Path(start).is_symlink():
-            await anyio.to_thread.run_sync(functools.partial(shutil.copytree, start, scratch / MEMORY_DIR,
-                                                             symlinks=True))
+            await anyio.to_thread.run_sync(
+                functools.partial(shutil.copytree, start, scratch / MEMORY_DIR, symlinks=True)
+            )
         tool = MemoryTool(str(scratch))
         for call, got in writes:
             again = await tool.run(str(call.get("id", "")), call["input"])
             if again.get("is_error") or again.get("content") != got.get("content"):
                 return False
         if await anyio.to_thread.run_sync(_tree, scratch / MEMORY_DIR) == await anyio.to_thread.run_sync(
-                _tree, job_dir / MEMORY_DIR):
+            _tree, job_dir / MEMORY_DIR
+        ):
             return False
         await anyio.to_thread.run_sync(_swap_in, job_dir, scratch)
         return True

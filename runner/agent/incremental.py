@@ -134,7 +134,9 @@ def find_baseline(spec: JobSpec, run_dir: Path, before: float) -> tuple[Baseline
         if manifest is not None:
             return Baseline(job_dir, manifest, read_metrics(job_dir) or JobMetrics()), None
         if first_problem is None:
-            first_problem = f"its newest earlier run, {job_dir.parent.name}, has no usable {MANIFEST} ({problem})"
+            first_problem = (
+                f"its newest earlier run, {job_dir.parent.name}, has no usable {MANIFEST} ({problem})"
+            )
     if not examined:
         return None, f"no usable baseline: no earlier run of job {spec.name} in {output_dir}"
     more = f" (none of its {examined} earlier runs is usable)" if examined > 1 else ""
@@ -188,24 +190,44 @@ async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Mess
     baseline: Baseline | None = None
     reason: str | None = FRESH_FLAG
     if not forced:
-        baseline, reason = await anyio.to_thread.run_sync(find_baseline, spec, store.dir.parent, manifest.created)
+        baseline, reason = await anyio.to_thread.run_sync(
+            find_baseline, spec, store.dir.parent, manifest.created
+        )
     if baseline is None:
         record.incremental = Incremental(fresh=reason, manifest_entries=entries, manifest_s=took)
         return []
     changes = diff(baseline.manifest, manifest)
     lists = {"added": changes.added, "changed": changes.changed, "removed": changes.removed}
     report = await anyio.to_thread.run_sync(
-        lambda: (baseline.job_dir / FINAL).read_text(encoding="utf-8", errors="replace"))
-    await store.save([(BASELINE_REPORT, report),
-                      (BASELINE_CHANGES, changes_text(run=baseline.run, lists=lists, unchanged=changes.unchanged))])
+        lambda: (baseline.job_dir / FINAL).read_text(encoding="utf-8", errors="replace")
+    )
+    await store.save(
+        [
+            (BASELINE_REPORT, report),
+            (BASELINE_CHANGES, changes_text(run=baseline.run, lists=lists, unchanged=changes.unchanged)),
+        ]
+    )
     memories = await anyio.to_thread.run_sync(copy_memories, baseline.job_dir, store.dir)
     memory = INCREMENTAL_MEMORY.format(files=len(memories), prefix=PREFIX) if memories else ""
-    record.incremental = Incremental(baseline=baseline.run, baseline_cost_usd=round(baseline.metrics.cost_usd, 6),
-                                     files_added=len(changes.added), files_changed=len(changes.changed),
-                                     files_removed=len(changes.removed), files_unchanged=changes.unchanged,
-                                     manifest_entries=entries, manifest_s=took)
-    note = incremental_note(run=baseline.run, when=_when(baseline.manifest.created), report=BASELINE_REPORT,
-                            changes=BASELINE_CHANGES, memory=memory, lists=lists, unchanged=changes.unchanged)
+    record.incremental = Incremental(
+        baseline=baseline.run,
+        baseline_cost_usd=round(baseline.metrics.cost_usd, 6),
+        files_added=len(changes.added),
+        files_changed=len(changes.changed),
+        files_removed=len(changes.removed),
+        files_unchanged=changes.unchanged,
+        manifest_entries=entries,
+        manifest_s=took,
+    )
+    note = incremental_note(
+        run=baseline.run,
+        when=_when(baseline.manifest.created),
+        report=BASELINE_REPORT,
+        changes=BASELINE_CHANGES,
+        memory=memory,
+        lists=lists,
+        unchanged=changes.unchanged,
+    )
     return [{"role": "user", "content": note}]
 
 
@@ -213,7 +235,12 @@ def summary_line(job: str, incremental: Incremental) -> str:
     """One line for the operator: the job's baseline and what changed, or why it ran fresh."""
     if incremental.baseline is None:
         return f"job {job}: a full run: {incremental.fresh or 'no baseline'}"
-    cost = f"; the baseline cost ${incremental.baseline_cost_usd:.4f}" if incremental.baseline_cost_usd is not None \
+    cost = (
+        f"; the baseline cost ${incremental.baseline_cost_usd:.4f}"
+        if incremental.baseline_cost_usd is not None
         else ""
-    return (f"job {job}: incremental from run {incremental.baseline}: {incremental.files_added} files added, "
-            f"{incremental.files_changed} changed, {incremental.files_removed} removed{cost}")
+    )
+    return (
+        f"job {job}: incremental from run {incremental.baseline}: {incremental.files_added} files added, "
+        f"{incremental.files_changed} changed, {incremental.files_removed} removed{cost}"
+    )

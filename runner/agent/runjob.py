@@ -45,8 +45,14 @@ class Resumed:
     prior: JobMetrics | None  # its metrics.json so far, if it had one
 
 
-async def run_job(spec: JobSpec, *, run_dir: Path, services: Services, record: JobMetrics | None = None,
-                  resumed: Resumed | None = None) -> JobMetrics:
+async def run_job(
+    spec: JobSpec,
+    *,
+    run_dir: Path,
+    services: Services,
+    record: JobMetrics | None = None,
+    resumed: Resumed | None = None,
+) -> JobMetrics:
     """Run ``spec`` to an ending in ``run_dir/<name>/``; return its record. ``record``, when given, is
     the one the job fills in as it goes (the executor and its display read it), so a caller that is
     cancelled still holds what the job did."""
@@ -55,13 +61,25 @@ async def run_job(spec: JobSpec, *, run_dir: Path, services: Services, record: J
     try:
         store = JobStore(run_dir / spec.name)
         await store.open()
-        session = Session(spec, model=services.model, compactor=services.compactor, store=store,
-                          summary_model=services.summary_model, record=record,
-                          history=resumed.history if resumed else None, prior=resumed.prior if resumed else None,
-                          run_budget=services.budget, prices=services.prices, deadline=services.deadline)
+        session = Session(
+            spec,
+            model=services.model,
+            compactor=services.compactor,
+            store=store,
+            summary_model=services.summary_model,
+            record=record,
+            history=resumed.history if resumed else None,
+            prior=resumed.prior if resumed else None,
+            run_budget=services.budget,
+            prices=services.prices,
+            deadline=services.deadline,
+        )
         await session.run()
     except BackendUnusable:  # no job can run on this backend: the executor stops the batch
         raise
     except Exception as e:  # setting the job up failed (its directory, the disk): this job alone fails
-        record.status, record.error = Status.FAILED, one_line(f"could not run the job: {type(e).__name__}: {e}")
+        record.status, record.error = (
+            Status.FAILED,
+            one_line(f"could not run the job: {type(e).__name__}: {e}"),
+        )
     return record

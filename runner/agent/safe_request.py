@@ -44,7 +44,9 @@ def api_valid(messages: list[Message]) -> list[Message]:
                 raw_id, name, args = block.get("id"), block.get("name"), block.get("input")
                 bad_id = not isinstance(raw_id, str) or not _ID.match(raw_id) or raw_id in seen
                 bad_name = not isinstance(name, str) or not _NAME.match(name)
-                if isinstance(raw_id, str) and not (bad_id or bad_name or not isinstance(args, dict)):  # no copy
+                if isinstance(raw_id, str) and not (
+                    bad_id or bad_name or not isinstance(args, dict)
+                ):  # no copy
                     seen.add(raw_id)
                     renames.append((raw_id, raw_id))
                     fixed.append(block)

@@ -65,7 +65,9 @@ from .subagents import Subagents
 
 CHECKPOINT_INTERVAL_S = 1.0
 CUT_OFF = "not run: your reply was cut off"  # the results of calls in a reply cut at max_tokens (never run)
-CONTINUE_AFTER_MAX_TOKENS = "Your reply was cut off by the output token limit. Continue from where you stopped."
+CONTINUE_AFTER_MAX_TOKENS = (
+    "Your reply was cut off by the output token limit. Continue from where you stopped."
+)
 
 
 def time_reserve(timeout_s: float) -> float:
@@ -85,21 +87,43 @@ def model_call_event(record: JobMetrics, chars: int, reply: Reply, lines: int) -
     transcript lines before the call's reply. A resumed job starts from such a line
     (:func:`~runner.agent.continuation.read_ledger`)."""
     doc = record.document()
-    return {**ModelCallEvent(turn=record.turns, chars=chars, tokens=reply.usage.context_tokens,
-                             estimated=reply.estimated, cost_usd=doc["cost_usd"],
-                             batch=getattr(reply, "batch", None)).line(),  # models/batches.py BatchReply
-            "lines": lines, **{k: doc[k] for k in ("usage", "summarizer_usage", "compactions", "persisted_bytes",
-                                                   "wall_s", *BATCH_FIELDS) if k in doc}}
+    return {
+        **ModelCallEvent(
+            turn=record.turns,
+            chars=chars,
+            tokens=reply.usage.context_tokens,
+            estimated=reply.estimated,
+            cost_usd=doc["cost_usd"],
+            batch=getattr(reply, "batch", None),
+        ).line(),  # models/batches.py BatchReply
+        "lines": lines,
+        **{
+            k: doc[k]
+            for k in ("usage", "summarizer_usage", "compactions", "persisted_bytes", "wall_s", *BATCH_FIELDS)
+            if k in doc
+        },
+    }
 
 
 class Session:
     """Runs one job to an ending, in its ``record`` (mutated as it goes: the executor and the display
     read it). ``history`` continues a resumed job from its transcript, ``prior`` from its record."""
 
-    def __init__(self, spec: JobSpec, *, model: Model, compactor: Compactor, store: JobStore, summary_model: str,
-                 record: JobMetrics | None = None, history: list[Message] | None = None,
-                 prior: JobMetrics | None = None, run_budget: Budget | None = None,
-                 prices: PriceTable | None = None, deadline: float | None = None):
+    def __init__(
+        self,
+        spec: JobSpec,
+        *,
+        model: Model,
+        compactor: Compactor,
+        store: JobStore,
+        summary_model: str,
+        record: JobMetrics | None = None,
+        history: list[Message] | None = None,
+        prior: JobMetrics | None = None,
+        run_budget: Budget | None = None,
+        prices: PriceTable | None = None,
+        deadline: float | None = None,
+    ):
         self.spec = spec
         self.model = model
         self.compactor = compactor
@@ -107,12 +131,25 @@ class Session:
         store.max_bytes = spec.limits.max_job_bytes
         self.record = record if record is not None else new_record(spec)
         self.record.error = None
-        if prior is not None:  # a resumed job keeps what it already spent (rebuilt from events.jsonl at _begin)
+        if (
+            prior is not None
+        ):  # a resumed job keeps what it already spent (rebuilt from events.jsonl at _begin)
             self.record.carry_over(prior)
-        self.state = CompactionState(store=store, limits=spec.limits, active_request=spec.prompt,
-                                     strategy=strategy_for(spec.limits, model.server_compaction), record=self.record)
-        self.spend = Spend(self.record, spec.limits, spec.model, summary_model, prices or DEFAULT_TABLE,
-                           run_budget or RunBudget())
+        self.state = CompactionState(
+            store=store,
+            limits=spec.limits,
+            active_request=spec.prompt,
+            strategy=strategy_for(spec.limits, model.server_compaction),
+            record=self.record,
+        )
+        self.spend = Spend(
+            self.record,
+            spec.limits,
+            spec.model,
+            summary_model,
+            prices or DEFAULT_TABLE,
+            run_budget or RunBudget(),
+        )
         self.spend.settle(charge=False)  # what an earlier segment spent is not this run's
         self.history = history
         self.deadline = deadline  # the run's (epoch seconds): the job's timeout ends by then
@@ -172,15 +209,23 @@ class Session:
         timeout = self.spec.limits.timeout_s
         if self.deadline is not None and self.deadline - time.time() < timeout:
             left = max(1.0, self.deadline - time.time())
-            return left, f"reached the run's deadline ({time.strftime('%H:%M:%S', time.localtime(self.deadline))})"
+            return (
+                left,
+                f"reached the run's deadline ({time.strftime('%H:%M:%S', time.localtime(self.deadline))})",
+            )
         return timeout, f"timed out after {timeout:g} s"
 
     async def _loop(self) -> None:
         """The agent loop: before every call the limits are checked and the history prepared; a reply
         is kept, its tool calls run and their results appended, until the model answers."""
         await self._begin()
-        async with Toolset(str(self.spec.workspace), self.spec.tools, self.store, self.spec.limits,
-                           task=await self._subagents()) as toolset:
+        async with Toolset(
+            str(self.spec.workspace),
+            self.spec.tools,
+            self.store,
+            self.spec.limits,
+            task=await self._subagents(),
+        ) as toolset:
             if self.history:
                 await rebuild_memory(self.store.dir, self.history)
                 await self._replay_tools(toolset)
@@ -198,7 +243,9 @@ class Session:
         spec, state = self.spec, self.state
         await self.store.write_json(JOB_JSON, spec.to_json())
         if self.history:
-            await in_thread(cut_spend)(self.store.dir, len(self.history))  # as a resume's cut does (a no-op after one)
+            await in_thread(cut_spend)(
+                self.store.dir, len(self.history)
+            )  # as a resume's cut does (a no-op after one)
             await state.resume(self.history)
             self.record.turns = sum(1 for m in merge_adjacent(self.history) if m["role"] == "assistant")
             ledger = await in_thread(read_ledger)(self.store.dir, len(self.history))
@@ -206,32 +253,58 @@ class Session:
                 self._rebuild(ledger)
                 self._unsee_after(ledger)
         else:  # an incremental job's note on its baseline follows the prompt (the window joins the two)
-            await state.add({"role": "user", "content": spec.prompt}, *await incremental.start(spec, self.store,
-                                                                                          self.record))
+            await state.add(
+                {"role": "user", "content": spec.prompt},
+                *await incremental.start(spec, self.store, self.record),
+            )
 
     async def _subagents(self) -> Subagents | None:
         """The job's subagents, when it has the ``task`` tool (a subagent's spec never lists it)."""
         if "task" not in self.spec.tools:
             return None
         timeout, _ = self._timeout()
-        subagents = Subagents(parent=self.spec, job_dir=self.store.dir, spend=self.spend, run_child=self._run_child,
-                              deadline=self._started + timeout - time_reserve(timeout))
+        subagents = Subagents(
+            parent=self.spec,
+            job_dir=self.store.dir,
+            spend=self.spend,
+            run_child=self._run_child,
+            deadline=self._started + timeout - time_reserve(timeout),
+        )
         await subagents.load()
         subagents.count = sum(1 for m in self.history or [] for c in tool_uses(m) if c.get("name") == "task")
         return subagents
 
-    async def _run_child(self, spec: JobSpec, store: JobStore, record: JobMetrics, history: list[Message] | None,
-                         prior: JobMetrics | None, budget: Budget) -> JobMetrics:
+    async def _run_child(
+        self,
+        spec: JobSpec,
+        store: JobStore,
+        record: JobMetrics,
+        history: list[Message] | None,
+        prior: JobMetrics | None,
+        budget: Budget,
+    ) -> JobMetrics:
         """A subagent's session, on this job's services, to its ending."""
-        return await Session(spec, model=self.model, compactor=self.compactor, store=store,
-                             summary_model=self.spend.summary_model, record=record, history=history, prior=prior,
-                             run_budget=budget, prices=self.spend.prices, deadline=self.deadline).run()
+        return await Session(
+            spec,
+            model=self.model,
+            compactor=self.compactor,
+            store=store,
+            summary_model=self.spend.summary_model,
+            record=record,
+            history=history,
+            prior=prior,
+            run_budget=budget,
+            prices=self.spend.prices,
+            deadline=self.deadline,
+        ).run()
 
     def _offer(self, toolset: Toolset) -> None:
         """The tool definitions every request carries (the strategy says whether ``compact`` is one)."""
         state = self.state
         strategy = state.strategy
-        self._tools = [t for t in toolset.definitions() if t["name"] != "compact" or strategy.offers_compact_tool]
+        self._tools = [
+            t for t in toolset.definitions() if t["name"] != "compact" or strategy.offers_compact_tool
+        ]
         state.overhead_chars = len(json.dumps([self.spec.system, self._tools], ensure_ascii=False))
         if self._ledger is not None and self._ledger.last is not None and self._ledger.last.tokens:
             last = self._ledger.last  # the token estimate as the last kept call measured it
@@ -246,13 +319,16 @@ class Session:
         self._ledger = ledger
         record, state, spend, last = self.record, self.state, self.spend, ledger.last
         record.usage = last.usage.model_copy() if last and last.usage else type(record.usage)()
-        record.summarizer_usage = last.summarizer_usage.model_copy() if last and last.summarizer_usage \
-            else type(record.usage)()
+        record.summarizer_usage = (
+            last.summarizer_usage.model_copy() if last and last.summarizer_usage else type(record.usage)()
+        )
         record.compactions = dict(last.compactions or {} if last else {})
         record.persisted_bytes = last.persisted_bytes or 0 if last else 0
         record.turns = last.turn if last else 0
         record.usage_estimated = any(c.estimated for c in ledger.calls)
-        batch = (last.model_extra or {}) if last else {}  # the part a Message Batch answered (delivery = "batch")
+        batch = (
+            (last.model_extra or {}) if last else {}
+        )  # the part a Message Batch answered (delivery = "batch")
         record.batch_usage = Usage.model_validate(batch.get("batch_usage") or {})
         record.batch_summarizer_usage = Usage.model_validate(batch.get("batch_summarizer_usage") or {})
         record.batch_calls = int(batch.get("batch_calls") or 0)
@@ -276,8 +352,12 @@ class Session:
         and results written after it are not (the stages that act on seen messages decide alike)."""
         lines = ledger.last.lines if ledger.last and ledger.last.lines is not None else 0
         window = self.state.window
-        window.replace([Entry(e.message, e.chars, e.seq, e.seen and not (e.seq is not None and e.seq > lines))
-                        for e in window.entries])
+        window.replace(
+            [
+                Entry(e.message, e.chars, e.seq, e.seen and not (e.seq is not None and e.seq > lines))
+                for e in window.entries
+            ]
+        )
 
     async def _replay_tools(self, toolset: Toolset) -> None:
         """Tell a resumed job's toolset the calls its kept history made (the repeat guard, the ids
@@ -295,35 +375,63 @@ class Session:
                 calls = tool_uses(message)
                 answer = history[i + 1] if i + 1 < len(history) else None
                 recorded = {b.get("tool_use_id"): b for b in tool_results(answer)} if answer else {}
-                if not calls or not recorded or all(str(b.get("content", "")).startswith(CUT_OFF)
-                                                     for b in recorded.values()):
+                if (
+                    not calls
+                    or not recorded
+                    or all(str(b.get("content", "")).startswith(CUT_OFF) for b in recorded.values())
+                ):
                     continue
 
-                async def on_record(call: dict[str, Any], recorded: dict[Any, Any] = recorded) -> dict[str, Any]:
-                    return recorded.get(call.get("id")) or error_result(str(call.get("id", "")), "no result on record")
+                async def on_record(
+                    call: dict[str, Any], recorded: dict[Any, Any] = recorded
+                ) -> dict[str, Any]:
+                    return recorded.get(call.get("id")) or error_result(
+                        str(call.get("id", "")), "no result on record"
+                    )
 
                 toolset.run = on_record  # type: ignore[method-assign]
                 results = await toolset.run_batch(calls, turn)
                 toolset.compact_requested = False
                 toolset.memory.generation += sum(
-                    1 for call, got in zip(calls, results, strict=False) if call.get("name") == "memory"
-                    and isinstance(call.get("input"), dict) and call["input"].get("command") in MEMORY_WRITES
-                    and got is recorded.get(call.get("id")) and not got.get("is_error"))
+                    1
+                    for call, got in zip(calls, results, strict=False)
+                    if call.get("name") == "memory"
+                    and isinstance(call.get("input"), dict)
+                    and call["input"].get("command") in MEMORY_WRITES
+                    and got is recorded.get(call.get("id"))
+                    and not got.get("is_error")
+                )
         finally:
             toolset.run = run  # type: ignore[method-assign]
 
     def _check_before_call(self) -> None:
         """Raise JobEnded when this call would go over a limit (the last turn is kept for the report)."""
         if self.record.turns + 1 >= self.spec.limits.max_turns:
-            raise JobEnded(Status.MAX_TURNS, f"reached max_turns = {self.spec.limits.max_turns}", last_call=True)
+            raise JobEnded(
+                Status.MAX_TURNS, f"reached max_turns = {self.spec.limits.max_turns}", last_call=True
+            )
         self.spend.check_run()
 
-    def _request(self, messages: list[Message], *, max_tokens: int, tool_choice: dict[str, Any] | None = None,
-                 cache_points: tuple[int, ...] = ()) -> Request:
+    def _request(
+        self,
+        messages: list[Message],
+        *,
+        max_tokens: int,
+        tool_choice: dict[str, Any] | None = None,
+        cache_points: tuple[int, ...] = (),
+    ) -> Request:
         spec, strategy = self.spec, self.state.strategy
-        return Request(model=spec.model, messages=api_valid(messages), tools=self._tools, max_tokens=max_tokens,
-                       system=spec.system, context_management=strategy.context_management(),
-                       max_retries=spec.limits.max_retries, cache_points=cache_points, tool_choice=tool_choice)
+        return Request(
+            model=spec.model,
+            messages=api_valid(messages),
+            tools=self._tools,
+            max_tokens=max_tokens,
+            system=spec.system,
+            context_management=strategy.context_management(),
+            max_retries=spec.limits.max_retries,
+            cache_points=cache_points,
+            tool_choice=tool_choice,
+        )
 
     async def _query(self) -> Reply | None:
         """Prepare the history and call the model. None when the API found the prompt too long and a
@@ -333,8 +441,11 @@ class Session:
         if stuck := self.compactor.stuck(state):  # its compactions thrash: a report of what it has
             raise JobEnded(Status.STUCK, stuck, last_call=True)
         self.spend.check_reserve(state)  # on the window this call carries, compacted
-        request = self._request(messages, max_tokens=self.spec.limits.max_output_tokens,
-                                cache_points=state.strategy.cache_points(state.window))
+        request = self._request(
+            messages,
+            max_tokens=self.spec.limits.max_output_tokens,
+            cache_points=state.strategy.cache_points(state.window),
+        )
         try:
             reply = await self._call(request)
         except PromptTooLong as e:
@@ -367,8 +478,12 @@ class Session:
         # a reply with tool calls is written together with their results (one write a turn); if
         # the run dies in between, resume would drop the unanswered reply anyway (a reply the API
         # compacted is in the window already: Compactor.record adopted it)
-        deferred = bool(reply.content) and not reply.compacted and reply.stop_reason in (
-            "tool_use", "max_tokens") and bool(tool_uses(reply.message()))
+        deferred = (
+            bool(reply.content)
+            and not reply.compacted
+            and reply.stop_reason in ("tool_use", "max_tokens")
+            and bool(tool_uses(reply.message()))
+        )
         if reply.content and not deferred and not reply.compacted:
             await state.add(reply.message())
         try:
@@ -389,9 +504,17 @@ class Session:
             now = (record.requests, record.rate_limited_429, record.overloaded_529, record.server_errors_5xx)
             attempts, *errors = (b - a for a, b in zip(seen, now, strict=True))
             if attempts > 1 or any(errors):
-                self.store.queue_records(EVENTS, [RetriesEvent(
-                    attempts=attempts, rate_limited_429=errors[0], overloaded_529=errors[1],
-                    server_errors_5xx=errors[2]).line()])
+                self.store.queue_records(
+                    EVENTS,
+                    [
+                        RetriesEvent(
+                            attempts=attempts,
+                            rate_limited_429=errors[0],
+                            overloaded_529=errors[1],
+                            server_errors_5xx=errors[2],
+                        ).line()
+                    ],
+                )
 
     async def _last_call(self, reason: str) -> None:
         """One call with the tools listed but none allowed: the model writes its report from what it has."""
@@ -399,7 +522,9 @@ class Session:
         self.store.queue_records(EVENTS, [LastCallEvent(reason=reason).line()])
         messages = await self.compactor.prepare(state)  # writes what the store has queued
         # the instruction goes with this request only: the transcript keeps alternating roles
-        messages = merge_adjacent([*messages, {"role": "user", "content": OUT_OF_TURNS.format(reason=reason)}])
+        messages = merge_adjacent(
+            [*messages, {"role": "user", "content": OUT_OF_TURNS.format(reason=reason)}]
+        )
         max_tokens = self.spend.report_tokens(state)
         if max_tokens < MIN_REPORT_TOKENS:  # the budget has no room for it: the report is built without it
             self.record.error = f"{self.record.error}; no room left in max_cost_usd for the last call"
@@ -418,15 +543,28 @@ class Session:
         if stop in ("pause_turn", "compaction"):
             return False  # unfinished turn: sent back as it is (an empty one is simply asked again)
         if stop == "max_tokens" and not reply.content:
-            raise JobEnded(Status.FAILED, f"the model produced no output within max_output_tokens = "
-                                     f"{self.spec.limits.max_output_tokens}")
+            raise JobEnded(
+                Status.FAILED,
+                f"the model produced no output within max_output_tokens = "
+                f"{self.spec.limits.max_output_tokens}",
+            )
         if calls and stop == "max_tokens":  # the last call may be cut off: run none, say so in each result
-            results = [error_result(str(c.get("id", "")), f"{CUT_OFF} by the output token limit, so this call may be incomplete; send it again") for c in calls]
-            await self.state.add(*([reply.message()] if deferred else []), {"role": "user", "content": results})
+            results = [
+                error_result(
+                    str(c.get("id", "")),
+                    f"{CUT_OFF} by the output token limit, so this call may be incomplete; send it again",
+                )
+                for c in calls
+            ]
+            await self.state.add(
+                *([reply.message()] if deferred else []), {"role": "user", "content": results}
+            )
             return False
         if calls and stop == "tool_use":
             results = await self._run_calls(toolset, calls, reply.refused_calls)
-            await self.state.add(*([reply.message()] if deferred else []), {"role": "user", "content": results})
+            await self.state.add(
+                *([reply.message()] if deferred else []), {"role": "user", "content": results}
+            )
             if stuck := toolset.stuck():
                 raise JobEnded(Status.STUCK, stuck)
             if toolset.compact_requested:
@@ -439,10 +577,12 @@ class Session:
         self.final_text = text_of(reply.message())
         return True
 
-    async def _run_calls(self, toolset: Toolset, calls: list[dict[str, Any]],
-                         refused: dict[str, str]) -> list[dict[str, Any]]:
+    async def _run_calls(
+        self, toolset: Toolset, calls: list[dict[str, Any]], refused: dict[str, str]
+    ) -> list[dict[str, Any]]:
         """One result per call, in order: the toolset's, and an error result for each call the backend
         refused to pass on (its input was too large), which is never run."""
+
         def is_refused(call: dict[str, Any]) -> bool:
             return isinstance(call.get("id"), str) and call["id"] in refused
 
@@ -456,9 +596,13 @@ class Session:
         """Compact after the API found the prompt too long; JobEnded when that keeps happening or
         there is nothing left to compact (``_reactive_retries`` counts back to 0 at an accepted call)."""
         if self._reactive_retries >= self.spec.limits.max_reactive_retries:
-            raise JobEnded(Status.FAILED, f"prompt is too long even after reactive compaction ({one_line(reason)})")
+            raise JobEnded(
+                Status.FAILED, f"prompt is too long even after reactive compaction ({one_line(reason)})"
+            )
         if not await self.compactor.reactive(self.state):
-            raise JobEnded(Status.FAILED, f"prompt is too long and there is nothing left to compact ({one_line(reason)})")
+            raise JobEnded(
+                Status.FAILED, f"prompt is too long and there is nothing left to compact ({one_line(reason)})"
+            )
         self._reactive_retries += 1
 
     def _checkpoint(self) -> None:
@@ -486,17 +630,24 @@ class Session:
             if record.status == Status.SUCCEEDED:
                 record.status, record.error = Status.DISK_QUOTA, e.strerror
             else:
-                record.error = (record.error or "") + f" (could not write the last turn's lines: {e.strerror})"
+                record.error = (
+                    record.error or ""
+                ) + f" (could not write the last turn's lines: {e.strerror})"
         except (OSError, ValueError) as e:
             record.error = (record.error or "") + f" (could not write the last turn's lines: {e})"
         if record.status != Status.SUCCEEDED or self.final_text is not None:
             text = final_markdown(record.status, record.error, self.final_text, state.window.messages)
             try:
                 await final_write(run_dir, lambda: self.store.write_text(FINAL, text))
-            except OSError as e:  # the disk failed us: say so in the record, do not hide the job's own outcome
+            except (
+                OSError
+            ) as e:  # the disk failed us: say so in the record, do not hide the job's own outcome
                 record.error = (record.error or "") + f" (could not write {FINAL}: {e})"
         try:  # written last: a job whose metrics say succeeded has its final.md
-            await final_write(run_dir, lambda: self.store.write_json(METRICS, record.document()),
-                              lambda: self.store.overwrite_json(METRICS, record.document()))
+            await final_write(
+                run_dir,
+                lambda: self.store.write_json(METRICS, record.document()),
+                lambda: self.store.overwrite_json(METRICS, record.document()),
+            )
         except OSError as e:
             record.error = (record.error or "") + f" (could not write {METRICS}: {e})"

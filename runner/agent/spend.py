@@ -71,8 +71,9 @@ class Spend:
         this run did not make; a subagent's spend is charged by the subagent)."""
         record = self.record
         prices = self.prices
-        own = (prices.cost_with_batch(self.model, record.usage, record.batch_usage) + prices.cost_with_batch(
-            self.summary_model, record.summarizer_usage, record.batch_summarizer_usage))
+        own = prices.cost_with_batch(self.model, record.usage, record.batch_usage) + prices.cost_with_batch(
+            self.summary_model, record.summarizer_usage, record.batch_summarizer_usage
+        )
         if charge:
             self.run_budget.charge(own - self.own_cost)
         self.own_cost = own
@@ -95,8 +96,10 @@ class Spend:
 
     def check_run(self) -> None:
         if self.run_budget.exceeded:
-            raise JobEnded(Status.BUDGET_EXCEEDED, f"the run spent ${self.run_budget.spent:.4f}, "
-                                                   f"its max_cost_usd is ${self.run_budget.limit:g}")
+            raise JobEnded(
+                Status.BUDGET_EXCEEDED,
+                f"the run spent ${self.run_budget.spent:.4f}, its max_cost_usd is ${self.run_budget.limit:g}",
+            )
 
     def check_reserve(self, state: CompactionState) -> None:
         """Before a call, on the window it carries: when this call (as much output as the largest reply
@@ -113,8 +116,11 @@ class Spend:
         report = self.next_call_cost(state, output_tokens=self.report_floor(), more_chars=more)
         cost = self.record.cost_usd
         if cost + ESTIMATE_MARGIN * (this_call + report) >= limit:
-            raise JobEnded(Status.BUDGET_EXCEEDED, f"spent ${cost:.4f} of max_cost_usd ${limit:g}, "
-                                                   f"keeping ${report:.4f} for the report", last_call=True)
+            raise JobEnded(
+                Status.BUDGET_EXCEEDED,
+                f"spent ${cost:.4f} of max_cost_usd ${limit:g}, keeping ${report:.4f} for the report",
+                last_call=True,
+            )
 
     def report_floor(self) -> int:
         """The report's output the reserve plans for: what ``REPORT_SHARE`` of the budget buys, at least
@@ -137,7 +143,9 @@ class Spend:
         per_token = self._per_output_token()
         return max(0, min(most, int(left / per_token))) if per_token > 0 else most
 
-    def next_call_cost(self, state: CompactionState, output_tokens: int | None = None, more_chars: int = 0) -> float:
+    def next_call_cost(
+        self, state: CompactionState, output_tokens: int | None = None, more_chars: int = 0
+    ) -> float:
         """What a call carrying the current context (and ``more_chars``) would cost: its size in tokens
         as the last real usage measured it, and as much output as the largest reply so far."""
         tokens = state.estimated_tokens(more_chars)

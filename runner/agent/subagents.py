@@ -50,8 +50,11 @@ TASK_TOOL = {
         "properties": {
             "prompt": {"type": "string", "description": "The whole task, as the subagent will read it."},
             "description": {"type": "string", "description": "A few words naming the task."},
-            "tools": {"type": "array", "items": {"type": "string"},
-                      "description": "The tools it may use (a subset of yours; default: yours but task)."},
+            "tools": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "The tools it may use (a subset of yours; default: yours but task).",
+            },
             "max_turns": {"type": "integer", "minimum": 1, "description": "At most this many turns."},
         },
         "required": ["prompt"],
@@ -63,8 +66,10 @@ MIN_TIME_S = 5.0  # a subagent is not started with less time than this left
 RESULT_SHARE = 0.1
 RESULT_MIN_CHARS = 1_000
 
-RunChild = Callable[[JobSpec, JobStore, JobMetrics, "list[Message] | None", "JobMetrics | None", Budget],
-                    Awaitable[JobMetrics]]
+RunChild = Callable[
+    [JobSpec, JobStore, JobMetrics, "list[Message] | None", "JobMetrics | None", Budget],
+    Awaitable[JobMetrics],
+]
 
 
 def slug(text: str) -> str:
@@ -132,10 +137,20 @@ class Subagents:
         async with self.limiter:
             left = self.deadline - time.monotonic()
             if left < MIN_TIME_S:
-                return _result(tool_use_id, SUBAGENT_FAILED.format(error="no time left before the job's timeout"),
-                               error=True)
-            record = await self._run(spec.model_copy(update={"limits": spec.limits.model_copy(
-                update={"timeout_s": min(spec.limits.timeout_s, left)})}))
+                return _result(
+                    tool_use_id,
+                    SUBAGENT_FAILED.format(error="no time left before the job's timeout"),
+                    error=True,
+                )
+            record = await self._run(
+                spec.model_copy(
+                    update={
+                        "limits": spec.limits.model_copy(
+                            update={"timeout_s": min(spec.limits.timeout_s, left)}
+                        )
+                    }
+                )
+            )
         return await self._answer(tool_use_id, spec, record)
 
     def _problem(self, args: dict[str, Any]) -> str | None:
@@ -159,12 +174,24 @@ class Subagents:
     def _spec(self, args: dict[str, Any]) -> JobSpec:
         parent = self.parent
         name = f"{self.count}-{slug(str(args.get('description') or args['prompt']))}"
-        tools = tuple(t for t in parent.tools if t != "task" and (args.get("tools") is None or t in args["tools"]))
+        tools = tuple(
+            t for t in parent.tools if t != "task" and (args.get("tools") is None or t in args["tools"])
+        )
         limit = parent.limits.max_cost_usd
         turns = min(parent.limits.max_turns, args.get("max_turns") or parent.limits.max_turns)
-        limits = parent.limits.model_copy(update={"max_turns": turns, "max_cost_usd": (
-            None if limit is None else max(1e-6, limit * (1 - REPORT_SHARE) - self.spend.record.cost_usd))})
-        return parent.model_copy(update={"name": name, "prompt": args["prompt"], "tools": tools, "limits": limits})
+        limits = parent.limits.model_copy(
+            update={
+                "max_turns": turns,
+                "max_cost_usd": (
+                    None
+                    if limit is None
+                    else max(1e-6, limit * (1 - REPORT_SHARE) - self.spend.record.cost_usd)
+                ),
+            }
+        )
+        return parent.model_copy(
+            update={"name": name, "prompt": args["prompt"], "tools": tools, "limits": limits}
+        )
 
     async def _run(self, spec: JobSpec) -> JobMetrics:
         """Run (or continue, or take the ending of) the subagent ``spec`` names."""
@@ -184,11 +211,15 @@ class Subagents:
         history = None
         if prior is not None and same:
             history = (await in_thread(cut_transcript)(child_dir, spec.prompt)).history
-        record = self.spend.children[spec.name] = JobMetrics(job=spec.name, status=Status.QUEUED, model=spec.model)
+        record = self.spend.children[spec.name] = JobMetrics(
+            job=spec.name, status=Status.QUEUED, model=spec.model
+        )
         store = JobStore(child_dir)
         await store.open()
         limit = self.parent.limits.max_cost_usd
-        budget = ShareBudget(self.spend.run_budget, self.spend, None if limit is None else limit * (1 - REPORT_SHARE))
+        budget = ShareBudget(
+            self.spend.run_budget, self.spend, None if limit is None else limit * (1 - REPORT_SHARE)
+        )
         try:
             return await self.run_child(spec, store, record, history, prior if history else None, budget)
         finally:
@@ -200,20 +231,35 @@ class Subagents:
         try:
             report = await anyio.Path(self.job_dir / path).read_text(encoding="utf-8", errors="replace")
         except OSError as e:
-            return _result(tool_use_id, SUBAGENT_FAILED.format(error=f"{path}: {e.strerror or e}"), error=True)
+            return _result(
+                tool_use_id, SUBAGENT_FAILED.format(error=f"{path}: {e.strerror or e}"), error=True
+            )
         most = max(RESULT_MIN_CHARS, int(self.parent.limits.context_char_limit * RESULT_SHARE))
         shown = report[:most]
-        head = SUBAGENT_RESULT.format(dir=where, status=record.status, turns=record.turns, cost=record.cost_usd,
-                                      path=path, chars=len(report), cut=SUBAGENT_CUT if len(shown) < len(report) else "")
+        head = SUBAGENT_RESULT.format(
+            dir=where,
+            status=record.status,
+            turns=record.turns,
+            cost=record.cost_usd,
+            path=path,
+            chars=len(report),
+            cut=SUBAGENT_CUT if len(shown) < len(report) else "",
+        )
         return _result(tool_use_id, head + shown, error=record.status != Status.SUCCEEDED)
 
 
 def _same_task(child_dir: Path, spec: JobSpec) -> bool:
     """Whether ``child_dir`` holds the subagent ``spec`` describes (same prompt and tools)."""
     data, _ = read_json(child_dir / JOB_JSON)
-    return isinstance(data, dict) and data.get("prompt") == spec.prompt and data.get("tools") == list(spec.tools)
+    return (
+        isinstance(data, dict) and data.get("prompt") == spec.prompt and data.get("tools") == list(spec.tools)
+    )
 
 
 def _result(tool_use_id: str, text: str, *, error: bool = False) -> dict[str, Any]:
-    return {"type": "tool_result", "tool_use_id": tool_use_id, "content": text,
-            **({"is_error": True} if error else {})}
+    return {
+        "type": "tool_result",
+        "tool_use_id": tool_use_id,
+        "content": text,
+        **({"is_error": True} if error else {}),
+    }

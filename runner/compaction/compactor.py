@@ -61,7 +61,9 @@ class Thrash:
     level: int = 0  # 0: summaries of summary_share; 1: of half of it; 2: notes only; 3: stuck
     strikes: int = 0  # poor compactions in a row since the last step up
     last_turn: int | None = None
-    run: list[tuple[int | None, float]] = field(default_factory=list)  # (turns since the one before, share freed)
+    run: list[tuple[int | None, float]] = field(
+        default_factory=list
+    )  # (turns since the one before, share freed)
     reason: str | None = None
 
     def record(self, turn: int, freed: float, limits: Limits) -> None:
@@ -80,8 +82,13 @@ class Thrash:
         if self.level >= LEVEL_STUCK:
             gaps = ", ".join("-" if g is None else str(g) for g, _ in self.run)
             freed_shares = ", ".join(f"{f:.0%}" for _, f in self.run)
-            self.reason = THRASHING.format(compactions=len(self.run), turns=limits.thrash_turns,
-                                           share=f"{limits.thrash_freed_share:.0%}", gaps=gaps, freed=freed_shares)
+            self.reason = THRASHING.format(
+                compactions=len(self.run),
+                turns=limits.thrash_turns,
+                share=f"{limits.thrash_freed_share:.0%}",
+                gaps=gaps,
+                freed=freed_shares,
+            )
 
     def why(self) -> str:
         return f"{len(self.run)} poor compactions in a row"
@@ -134,7 +141,10 @@ class CompactionState:
 
     def context_record(self) -> dict[str, Any]:
         """The window as ``context.jsonl`` records it: by reference (see :mod:`.context`)."""
-        record: dict[str, Any] = {"n": self.transcript_len, "entries": self.recorder.encode(self.window.entries)}
+        record: dict[str, Any] = {
+            "n": self.transcript_len,
+            "entries": self.recorder.encode(self.window.entries),
+        }
         if self.summary_failures:
             record["summary_failures"] = self.summary_failures
         if self.last_tokens:
@@ -146,7 +156,9 @@ class CompactionState:
         it (``transcript`` is the whole transcript a resumed job keeps). Raises when they disagree."""
         n = int(record["n"])
         if not 0 < n <= len(transcript):
-            raise ValueError(f"context record names {n} transcript messages, the transcript has {len(transcript)}")
+            raise ValueError(
+                f"context record names {n} transcript messages, the transcript has {len(transcript)}"
+            )
         entries = self.recorder.decode(record["entries"], transcript, self.store, self.active_request)
         self.window.replace(entries)
         self.transcript_len = n
@@ -169,7 +181,11 @@ class CompactionState:
     def _resume_sync(self, transcript: list[Message]) -> bool:
         records, _ = read_jsonl(self.store.dir / CONTEXT)
         for record in reversed(records):
-            if not isinstance(record, dict) or not isinstance(record.get("n"), int) or record["n"] > len(transcript):
+            if (
+                not isinstance(record, dict)
+                or not isinstance(record.get("n"), int)
+                or record["n"] > len(transcript)
+            ):
                 continue
             try:
                 self.resume_from(record, transcript)
@@ -187,8 +203,9 @@ class CompactionState:
     def _mark_restored_seen(self) -> None:
         entries = self.window.entries
         unseen = entries[-1:] if entries and entries[-1].message["role"] == "user" else []
-        self.window.replace([Entry(e.message, e.chars, e.seq, True) for e in entries[:len(entries) - len(unseen)]]
-                            + unseen)
+        self.window.replace(
+            [Entry(e.message, e.chars, e.seq, True) for e in entries[: len(entries) - len(unseen)]] + unseen
+        )
 
     def _append(self, message: Message, chars: int | None = None) -> None:
         """A message with the same role as the newest one (the continuation of a paused turn) is merged
@@ -210,7 +227,9 @@ class CompactionState:
         measured; None before any measurement."""
         if not self.last_tokens or not self.last_chars:
             return None
-        return int(self.last_tokens * (self.window.total + self.overhead_chars + more_chars) / self.last_chars)
+        return int(
+            self.last_tokens * (self.window.total + self.overhead_chars + more_chars) / self.last_chars
+        )
 
     def char_limit(self) -> int:
         """The context limit in characters: the char limit, or tighter, the token limit converted
@@ -244,23 +263,34 @@ class CompactionState:
             return
         before = self.window.snapshot()
         old = self.window.entries
-        first_change = next((i for i, (a, b) in enumerate(zip(old, outcome.entries, strict=False)) if a is not b),
-                            min(len(old), len(outcome.entries)))
+        first_change = next(
+            (i for i, (a, b) in enumerate(zip(old, outcome.entries, strict=False)) if a is not b),
+            min(len(old), len(outcome.entries)),
+        )
         sent = sum(1 for e in old if e.seen)  # the prefix the last request sent, and may have cached
         self.window.replace(outcome.entries)
         after = self.window.snapshot()
         self.record.count(stage)
-        self.record.persisted_bytes += sum(len(item.content.encode("utf-8", "surrogatepass")) for item in outcome.persist)
+        self.record.persisted_bytes += sum(
+            len(item.content.encode("utf-8", "surrogatepass")) for item in outcome.persist
+        )
         writes.outputs += [(item.path, item.content) for item in outcome.persist]
         if self.repeats is not None:
             for item in outcome.persist:
                 if item.tool_use_id:
                     self.repeats.saved(item.tool_use_id, item.path)
-        writes.events.append(CompactionEvent(
-            stage=stage, messages_before=before["messages"], messages_after=after["messages"],
-            chars_before=before["chars"], chars_after=after["chars"], paths=sorted(set(outcome.paths)),
-            # a rewrite inside what was already sent costs the prompt cache from there on
-            cache_invalidated_from=first_change if first_change < sent else None).line())
+        writes.events.append(
+            CompactionEvent(
+                stage=stage,
+                messages_before=before["messages"],
+                messages_after=after["messages"],
+                chars_before=before["chars"],
+                chars_after=after["chars"],
+                paths=sorted(set(outcome.paths)),
+                # a rewrite inside what was already sent costs the prompt cache from there on
+                cache_invalidated_from=first_change if first_change < sent else None,
+            ).line()
+        )
 
 
 @dataclass
@@ -276,8 +306,13 @@ class Writes:
         if self.outputs or self.events:
             outputs, events = self.outputs, self.events
             self.outputs, self.events = [], []
-            state.store.queue(outputs, {EVENTS: [dumps(e) for e in events],
-                                        CONTEXT: [dumps(state.context_record())] if events else []})
+            state.store.queue(
+                outputs,
+                {
+                    EVENTS: [dumps(e) for e in events],
+                    CONTEXT: [dumps(state.context_record())] if events else [],
+                },
+            )
 
 
 class _StageRun:
@@ -378,8 +413,15 @@ class Compactor:
                 summary = await self.summarizer.summarize(messages, state.active_request, budget, where)
             except Exception as e:  # counted for the breaker; this compaction still happens
                 state.summary_failures += 1
-                state.store.queue_records(EVENTS, [SummaryFailedEvent(
-                    error=f"{type(e).__name__}: {e}"[:300], consecutive_failures=state.summary_failures).line()])
+                state.store.queue_records(
+                    EVENTS,
+                    [
+                        SummaryFailedEvent(
+                            error=f"{type(e).__name__}: {e}"[:300],
+                            consecutive_failures=state.summary_failures,
+                        ).line()
+                    ],
+                )
             else:
                 state.summary_failures = 0
                 state.record.summarizer_usage.add(summary.usage)

@@ -66,7 +66,9 @@ class Recorder:
         out = [self._entry(e, live) for e in entries]
         if len(self._by_id) > 4 * len(live) + 64:  # forget what left the window
             self._by_id = {k: v for k, v in self._by_id.items() if k in live}
-        if len(self._by_text) > 4 * len(entries) + 64:  # texts too (a summary's, a prompt's): kept only in view
+        if (
+            len(self._by_text) > 4 * len(entries) + 64
+        ):  # texts too (a summary's, a prompt's): kept only in view
             shown = set(_texts(entries))
             self._by_text = {k: v for k, v in self._by_text.items() if k in shown}
         return out
@@ -110,15 +112,19 @@ class Recorder:
                 return ref
         return {"x": block}
 
-
-    def decode(self, refs: list[Ref], transcript: list[Message], store: JobStore, active_request: str) -> list[Entry]:
+    def decode(
+        self, refs: list[Ref], transcript: list[Message], store: JobStore, active_request: str
+    ) -> list[Entry]:
         """The window a context line describes, each part remembered under the reference it came from.
         Raises (KeyError, IndexError, TypeError, OSError, ValueError) when the transcript or a saved
         file does not match it."""
         entries = []
         for ref in refs:
             if "m" in ref:
-                message = {"role": ref["role"], "content": _content(ref["m"], transcript, store, active_request)}
+                message = {
+                    "role": ref["role"],
+                    "content": _content(ref["m"], transcript, store, active_request),
+                }
                 self._remember(message, ref["m"])
             else:
                 content = []
@@ -151,7 +157,9 @@ def _content(ref: Ref, transcript: list[Message], store: JobStore, active_reques
         return ref["x"]
     if "summary" in ref:
         text = _read(store, ref["summary"])
-        return summary_message(ref["label"], active_request, text, ref["where"], ref.get("memory", ""))["content"]
+        return summary_message(ref["label"], active_request, text, ref["where"], ref.get("memory", ""))[
+            "content"
+        ]
     return _line(transcript, ref["t"])["content"]
 
 
@@ -165,8 +173,12 @@ def _block(ref: Ref, transcript: list[Message], store: JobStore, active_request:
     if "x" in ref:
         return ref["x"]
     if ref.get("text"):
-        return {"type": "text", "text": _content({k: v for k, v in ref.items() if k != "text"}, transcript,
-                                                 store, active_request)}
+        return {
+            "type": "text",
+            "text": _content(
+                {k: v for k, v in ref.items() if k != "text"}, transcript, store, active_request
+            ),
+        }
     block = _line(transcript, ref["t"])["content"][ref["b"]]
     if "saved" not in ref:
         return block
@@ -186,5 +198,7 @@ def _texts(entries: list[Entry]) -> list[str]:
         if isinstance(content, str):
             out.append(content)
         else:
-            out += [b["text"] for b in content or [] if isinstance(b, dict) and isinstance(b.get("text"), str)]
+            out += [
+                b["text"] for b in content or [] if isinstance(b, dict) and isinstance(b.get("text"), str)
+            ]
     return out

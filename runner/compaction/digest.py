@@ -42,7 +42,7 @@ class _Items:
     def shown(self, under: str) -> list[str]:
         out = []
         for item, (count, saved) in self.items.items():
-            text = item[len(under):] if under and item.startswith(under) else item
+            text = item[len(under) :] if under and item.startswith(under) else item
             out.append(text + (f"{TIMES}{count}" if count > 1 else "") + (f"{SAVED}{saved}" if saved else ""))
         return out
 
@@ -62,13 +62,13 @@ def _carry(text: str, kinds: dict[str, _Items]) -> None:
     under = ""
     for line in lines[1:]:
         if line.startswith(DIGEST_UNDER.split("{", 1)[0]) and line.endswith(")"):
-            under = line[len(DIGEST_UNDER.split("{", 1)[0]):-1]
+            under = line[len(DIGEST_UNDER.split("{", 1)[0]) : -1]
     for line in lines[1:]:
         for fmt, kind in _KINDS:
             prefix = fmt.split("{", 1)[0]
             if not line.startswith(prefix):
                 continue
-            for part in line[len(prefix):].split(SEP):
+            for part in line[len(prefix) :].split(SEP):
                 if not part or part.startswith(DIGEST_MORE.split("{", 1)[0]):
                     continue
                 item, saved, times = _parse_item(part)
@@ -108,8 +108,11 @@ def marker_texts(message: Message) -> list[str]:
     if message.get("role") != "user":
         return []
     content = message.get("content")
-    texts = [content] if isinstance(content, str) else [
-        str(b.get("text", "")) for b in blocks(message) if b.get("type") == "text"]
+    texts = (
+        [content]
+        if isinstance(content, str)
+        else [str(b.get("text", "")) for b in blocks(message) if b.get("type") == "text"]
+    )
     return [t for t in texts if archived_span(t)]
 
 

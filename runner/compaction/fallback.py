@@ -99,15 +99,18 @@ def fallback_summary(messages: list[Message], budget: int = 12_000, notes_only: 
             elif name in ("write", "edit"):
                 changed.append(f"{name} {args.get('file_path')}" + (" (failed)" if failed else ""))
             elif name == "bash":
-                commands.append(f"`{one_line(str(args.get('command')), 120)}` → "
-                                f"{'exit != 0' if failed else 'exit 0'}{at}")
+                commands.append(
+                    f"`{one_line(str(args.get('command')), 120)}` → {'exit != 0' if failed else 'exit 0'}{at}"
+                )
             elif name not in ("compact", "?"):
                 shown = ", ".join(f"{k}={v!r}" for k, v in sorted(args.items()))
                 other.append(f"{name}({one_line(shown, 140)}){at}")
             if failed:
                 errors.append(f"{name}: {one_line(result_text(result), 160)}")
-    header = [f"Summary built without a model from {len(messages)} messages "
-              f"({sum(len(tool_uses(m)) for m in messages)} tool calls)."]
+    header = [
+        f"Summary built without a model from {len(messages)} messages "
+        f"({sum(len(tool_uses(m)) for m in messages)} tool calls)."
+    ]
     if notes_only:
         header.append(NOTES_ONLY.format(why=notes_only))
     room = budget - _size(header)
@@ -119,15 +122,21 @@ def fallback_summary(messages: list[Message], budget: int = 12_000, notes_only: 
     if not notes_only:
         newest_reads = list(reads.items())[-READS_SHOWN:]
         under = _common_directory([p for p, _ in newest_reads])
-        shown_reads = [f"- {p[len(under):]}" + (f" ({n} times)" if n > 1 else "")
-                       + (f" → {read_saved[p]}" if p in read_saved else "") for p, n in newest_reads]
+        shown_reads = [
+            f"- {p[len(under) :]}"
+            + (f" ({n} times)" if n > 1 else "")
+            + (f" → {read_saved[p]}" if p in read_saved else "")
+            for p, n in newest_reads
+        ]
         if len(reads) > READS_SHOWN:  # an index of every file would crowd out the notes that hold the facts
             shown_reads = [f"- and {len(reads) - READS_SHOWN} older ones (see the transcript)", *shown_reads]
-        lists = [("### Files written or edited", [f"- {c}" for c in changed], "- none"),
-                 (f"### Files read (paths under `{under}`)" if under else "### Files read", shown_reads, "- none"),
-                 ("### Errors seen", [f"- {e}" for e in errors[-20:]], None),
-                 ("### Commands run", [f"- {c}" for c in commands[-30:]], "- none"),
-                 ("### Other tool calls", [f"- {c}" for c in other[-30:]], None)]
+        lists = [
+            ("### Files written or edited", [f"- {c}" for c in changed], "- none"),
+            (f"### Files read (paths under `{under}`)" if under else "### Files read", shown_reads, "- none"),
+            ("### Errors seen", [f"- {e}" for e in errors[-20:]], None),
+            ("### Commands run", [f"- {c}" for c in commands[-30:]], "- none"),
+            ("### Other tool calls", [f"- {c}" for c in other[-30:]], None),
+        ]
     wanted = sum(_size([h, *(items or ([e] if e else []))]) for h, items, e in lists)
     reserve = min(wanted, room // LISTS_SHARE)
 
@@ -169,7 +178,7 @@ def note_lines(messages: list[Message], skip: str = "") -> list[str]:
         for line in newest_first:
             line = line.rstrip()
             if line.startswith(RETIRED):
-                seen.add("- " + line[len(RETIRED):])
+                seen.add("- " + line[len(RETIRED) :])
                 continue
             key = line.split(KEY_END, 1)[0]
             if line.startswith("- ") and key not in seen:

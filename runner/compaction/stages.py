@@ -119,22 +119,35 @@ def _replace_results(entry: Entry, new: dict[int, str]) -> Entry:
 def _result_slots(entry: Entry) -> list[tuple[int, dict[str, Any]]]:
     if entry.message.get("role") != "user" or isinstance(entry.message.get("content"), str):
         return []
-    return [(i, b) for i, b in enumerate(entry.message["content"])
-            if isinstance(b, dict) and b.get("type") == "tool_result"]
+    return [
+        (i, b)
+        for i, b in enumerate(entry.message["content"])
+        if isinstance(b, dict) and b.get("type") == "tool_result"
+    ]
 
 
 def _recall_ids(entries: list[Entry]) -> set[str]:
     """The ids of ``recall`` calls and ``memory`` views: their results are read-backs (of saved
     outputs, of memory files, one page each), never saved again (persisting one would hand the model
     a preview of what it asked to read in full)."""
-    return {str(b.get("id")) for entry in entries if entry.message.get("role") == "assistant"
-            for b in blocks(entry.message) if b.get("type") == "tool_use" and (
-                b.get("name") == "recall" or b.get("name") == "memory"
-                and isinstance(b.get("input"), dict) and b["input"].get("command") == "view")}
+    return {
+        str(b.get("id"))
+        for entry in entries
+        if entry.message.get("role") == "assistant"
+        for b in blocks(entry.message)
+        if b.get("type") == "tool_use"
+        and (
+            b.get("name") == "recall"
+            or b.get("name") == "memory"
+            and isinstance(b.get("input"), dict)
+            and b["input"].get("command") == "view"
+        )
+    }
 
 
-def _marker(block: dict[str, Any], min_chars: int, preview: int, name_for: NameFor,
-            out: Outcome) -> tuple[str, int] | None:
+def _marker(
+    block: dict[str, Any], min_chars: int, preview: int, name_for: NameFor, out: Outcome
+) -> tuple[str, int] | None:
     """The persisted-output marker for ``block`` and the chars it saves, its output queued in ``out``;
     None when the result is not text, not over ``min_chars``, already a marker, or would not shrink."""
     text = output_text(block.get("content"))
@@ -149,8 +162,15 @@ def _marker(block: dict[str, Any], min_chars: int, preview: int, name_for: NameF
     return marker, len(text) - len(marker)
 
 
-def _persist_slots(entry: Entry, ranked: list[tuple[int, dict[str, Any]]], over: Callable[[int], bool],
-                   min_chars: int, preview: int, name_for: NameFor, out: Outcome) -> tuple[Entry, int]:
+def _persist_slots(
+    entry: Entry,
+    ranked: list[tuple[int, dict[str, Any]]],
+    over: Callable[[int], bool],
+    min_chars: int,
+    preview: int,
+    name_for: NameFor,
+    out: Outcome,
+) -> tuple[Entry, int]:
     """Persist results of ``entry`` in ``ranked`` order while ``over(saved_so_far)``."""
     new: dict[int, str] = {}
     saved = 0
@@ -164,8 +184,13 @@ def _persist_slots(entry: Entry, ranked: list[tuple[int, dict[str, Any]]], over:
     return (_replace_results(entry, new), saved) if new else (entry, 0)
 
 
-def tool_result_budget(entries: list[Entry], batch_char_limit: int, large_result_chars: int,
-                       preview_chars: int, name_for: NameFor) -> Outcome | None:
+def tool_result_budget(
+    entries: list[Entry],
+    batch_char_limit: int,
+    large_result_chars: int,
+    preview_chars: int,
+    name_for: NameFor,
+) -> Outcome | None:
     """1. The newest batch of tool results is over ``batch_char_limit``: persist its largest results
     over ``large_result_chars``, each replaced by a marker with a preview, until the batch fits."""
     if not entries:
@@ -176,11 +201,21 @@ def tool_result_budget(entries: list[Entry], batch_char_limit: int, large_result
     if total <= batch_char_limit:
         return None
     recalls = _recall_ids(entries[-2:])
-    ranked = sorted((s for s in slots if str(s[1].get("tool_use_id")) not in recalls),
-                    key=lambda s: size_of(s[1].get("content")), reverse=True)
+    ranked = sorted(
+        (s for s in slots if str(s[1].get("tool_use_id")) not in recalls),
+        key=lambda s: size_of(s[1].get("content")),
+        reverse=True,
+    )
     out = Outcome(entries)
-    entry, _ = _persist_slots(last, ranked, lambda saved: total - saved > batch_char_limit, large_result_chars,
-                              preview_chars, name_for, out)
+    entry, _ = _persist_slots(
+        last,
+        ranked,
+        lambda saved: total - saved > batch_char_limit,
+        large_result_chars,
+        preview_chars,
+        name_for,
+        out,
+    )
     if entry is last:
         return None
     out.entries = [*entries[:-1], entry]
@@ -209,8 +244,11 @@ def join(*parts: list[Entry]) -> list[Entry]:
 
 def safe_tail_start(entries: list[Entry], start: int) -> int:
     """Move a cut point back so the kept tail never begins with an orphaned tool_result."""
-    while 0 < start < len(entries) and is_tool_result_message(entries[start].message) \
-            and has_tool_use(entries[start - 1].message):
+    while (
+        0 < start < len(entries)
+        and is_tool_result_message(entries[start].message)
+        and has_tool_use(entries[start - 1].message)
+    ):
         start -= 1
     return start
 
@@ -242,8 +280,9 @@ def snip(entries: list[Entry], trigger: int, head: int, target: int) -> Outcome 
     head_entries, earlier = _without_markers(entries[:head_end])
     carried = [Entry.of(user_text(t)) for t in earlier]
     count = len(archived) + sum(archived_count(t) for t in earlier)
-    text = archived_marker(count, archived_range(carried + archived),
-                           digest([e.message for e in carried + archived]))
+    text = archived_marker(
+        count, archived_range(carried + archived), digest([e.message for e in carried + archived])
+    )
     marker = Entry.of(user_text(text), seen=True)
     return Outcome(join(head_entries, [marker], entries[tail_start:]))
 
@@ -262,13 +301,18 @@ def _without_markers(entries: list[Entry]) -> tuple[list[Entry], list[str]]:
     return out, markers
 
 
-def micro_compact(entries: list[Entry], total: int, target: int, keep_recent: int,
-                  name_for: NameFor, saved_for: SavedFor) -> Outcome | None:
+def micro_compact(
+    entries: list[Entry], total: int, target: int, keep_recent: int, name_for: NameFor, saved_for: SavedFor
+) -> Outcome | None:
     """3. Replace tool results the model has already seen, oldest first, except the newest
     ``keep_recent``, with a one-line placeholder naming where each is saved, until ``total`` is
     at most ``target``. A marker's path is reused only when ``saved_for`` confirms it."""
-    seen = [(pos, index, block) for pos, entry in enumerate(entries) if entry.seen
-            for index, block in _result_slots(entry)]
+    seen = [
+        (pos, index, block)
+        for pos, entry in enumerate(entries)
+        if entry.seen
+        for index, block in _result_slots(entry)
+    ]
     candidates = seen[:-keep_recent] if keep_recent else seen
     out = Outcome(entries)
     changed: dict[int, dict[int, str]] = {}
@@ -277,8 +321,11 @@ def micro_compact(entries: list[Entry], total: int, target: int, keep_recent: in
             break
         content = block.get("content")
         text = output_text(content)
-        if text is None or len(text) <= MICRO_MIN_CHARS or (isinstance(content, str)
-                                                              and is_placeholder(content)):
+        if (
+            text is None
+            or len(text) <= MICRO_MIN_CHARS
+            or (isinstance(content, str) and is_placeholder(content))
+        ):
             continue
         tool_use_id = str(block.get("tool_use_id", ""))
         path = saved_path(text)
@@ -298,14 +345,20 @@ def micro_compact(entries: list[Entry], total: int, target: int, keep_recent: in
     return out
 
 
-def fit_tool_results(entries: list[Entry], total: int, target: int, preview_chars: int,
-                     name_for: NameFor) -> Outcome | None:
+def fit_tool_results(
+    entries: list[Entry], total: int, target: int, preview_chars: int, name_for: NameFor
+) -> Outcome | None:
     """4. Persist results the model has not seen yet, largest first, keeping a short preview and the
     path, until ``total`` is at most ``target``. The model still sees every new result, at least
     as a preview. A ``recall`` result is never persisted again: the model sees it whole."""
     recalls = _recall_ids(entries)
-    unseen = [(pos, index, block) for pos, entry in enumerate(entries) if not entry.seen
-              for index, block in _result_slots(entry) if str(block.get("tool_use_id")) not in recalls]
+    unseen = [
+        (pos, index, block)
+        for pos, entry in enumerate(entries)
+        if not entry.seen
+        for index, block in _result_slots(entry)
+        if str(block.get("tool_use_id")) not in recalls
+    ]
     ranked = sorted(unseen, key=lambda s: size_of(s[2].get("content")), reverse=True)
     out = Outcome(entries)
     changed: dict[int, dict[int, str]] = {}
@@ -334,7 +387,9 @@ def unseen_tail_start(entries: list[Entry]) -> int:
 
 def summary_message(label: str, active_request: str, summary: str, where: str, memory: str = "") -> Message:
     """The one message that replaces summarized history; ``memory``: the index of the memory files."""
-    summary = summary.replace(active_request, "(the current user request, above)") if active_request else summary
+    summary = (
+        summary.replace(active_request, "(the current user request, above)") if active_request else summary
+    )
     return user_text(summary_text(label, active_request, summary, where, memory))
 
 

@@ -57,7 +57,7 @@ def cut_summary(text: str, max_chars: int, where: str = TRANSCRIPT) -> str:
         return text
     note = SUMMARY_CUT.format(kept=0, total=len(text), limit=max_chars, where=where)
     room = max_chars - len(note) - 1 - 8  # the kept count's digits
-    head = text[:max(0, room)].rsplit("\n", 1)[0] if room > 0 else ""
+    head = text[: max(0, room)].rsplit("\n", 1)[0] if room > 0 else ""
     note = SUMMARY_CUT.format(kept=len(head), total=len(text), limit=max_chars, where=where)
     return (f"{head}\n{note}" if head else note)[:max_chars]
 
@@ -76,10 +76,19 @@ def render_history(messages: list[Message], max_chars: int) -> str:
 class Summarizer:
     """Asks ``model`` (``model_name``) for a summary; ``model=None`` means no model is available."""
 
-    def __init__(self, model: Model | None, model_name: str, *, max_concurrent: int = 4,
-                 requests_per_minute: int = 50, window_s: float = 60.0, max_input_chars: int = 400_000,
-                 max_output_tokens: int = 6_000, clock: Callable[[], float] | None = None,
-                 gate: Gate | None = None):
+    def __init__(
+        self,
+        model: Model | None,
+        model_name: str,
+        *,
+        max_concurrent: int = 4,
+        requests_per_minute: int = 50,
+        window_s: float = 60.0,
+        max_input_chars: int = 400_000,
+        max_output_tokens: int = 6_000,
+        clock: Callable[[], float] | None = None,
+        gate: Gate | None = None,
+    ):
         self.model = model
         self.model_name = model_name
         self.max_input_chars = max_input_chars
@@ -102,13 +111,26 @@ class Summarizer:
     def request(self, messages: list[Message], active_request: str, max_chars: int | None = None) -> Request:
         history = render_history(messages, self.max_input_chars)
         hint = SIZE_HINT.format(chars=max_chars) if max_chars is not None else ""
-        prompt = (f"<conversation>\n{history}\n</conversation>\n\nThe agent's current task is stated "
-                  f"separately; do not repeat it. {INSTRUCTIONS}{hint}")
-        return Request(model=self.model_name, system=SYSTEM_PROMPT, messages=[{"role": "user", "content": prompt}],
-                       tools=[], max_tokens=self.max_tokens(max_chars), cache=False)
+        prompt = (
+            f"<conversation>\n{history}\n</conversation>\n\nThe agent's current task is stated "
+            f"separately; do not repeat it. {INSTRUCTIONS}{hint}"
+        )
+        return Request(
+            model=self.model_name,
+            system=SYSTEM_PROMPT,
+            messages=[{"role": "user", "content": prompt}],
+            tools=[],
+            max_tokens=self.max_tokens(max_chars),
+            cache=False,
+        )
 
-    async def summarize(self, messages: list[Message], active_request: str, max_chars: int | None = None,
-                        where: str = TRANSCRIPT) -> Summary:
+    async def summarize(
+        self,
+        messages: list[Message],
+        active_request: str,
+        max_chars: int | None = None,
+        where: str = TRANSCRIPT,
+    ) -> Summary:
         """A summary of ``messages``; with ``max_chars``, at most that long (cut, saying so, when the
         model wrote more; ``where`` names the full transcript in that line)."""
         if self.model is None:

@@ -15,5 +15,14 @@ from .config import EmulatorConfig, Fault, Faults, Latency, ScriptedReply
 from .server import EmulatorHandle, running_emulator
 from .state import EmulatorState
 
-__all__ = ["EmulatorConfig", "EmulatorHandle", "EmulatorState", "Fault", "Faults", "Latency", "ScriptedReply",
-           "create_app", "running_emulator"]
+__all__ = [
+    "EmulatorConfig",
+    "EmulatorHandle",
+    "EmulatorState",
+    "Fault",
+    "Faults",
+    "Latency",
+    "ScriptedReply",
+    "create_app",
+    "running_emulator",
+]

@@ -99,15 +99,21 @@ class Api:
     def _body(self, request: Request, raw: bytes, count_tokens: bool) -> dict[str, Any] | Response:
         config = self.state.config
         if len(raw) > config.max_request_bytes:
-            return self.fail(413, f"Request exceeds the maximum allowed number of bytes ({config.max_request_bytes}).")
+            return self.fail(
+                413, f"Request exceeds the maximum allowed number of bytes ({config.max_request_bytes})."
+            )
         try:
             body = json.loads(raw)
         except ValueError as e:
             return self.fail(400, f"There was an error parsing the body: {e}")
         if not count_tokens:
             self.state.record(body)
-        problems = validate(body, betas=betas_of(request), count_tokens=count_tokens,
-                            min_trigger=config.compaction_min_trigger)
+        problems = validate(
+            body,
+            betas=betas_of(request),
+            count_tokens=count_tokens,
+            min_trigger=config.compaction_min_trigger,
+        )
         if problems:
             return self.fail(400, "; ".join(problems))
         return cast(dict[str, Any], body)  # validate() found a JSON object
@@ -149,7 +155,9 @@ class Api:
         fault = pick_fault(config, n)
         if fault == "rate_limit":
             headers = {**admission.headers, **retry_headers(config.retry_after_s, config.retry_after_ms)}
-            return self.fail(429, "Number of request tokens has exceeded your rate limit (injected).", headers)
+            return self.fail(
+                429, "Number of request tokens has exceeded your rate limit (injected).", headers
+            )
         if fault == "overloaded":
             return self.fail(529, "Overloaded")
         if fault == "server_error":
@@ -160,7 +168,9 @@ class Api:
         if fault == "slow" and not await sleep_unless_disconnected(request, config.slow_s):
             state.count("slow")
             return Response(status_code=499)
-        scripted = config.script[state.script_position] if state.script_position < len(config.script) else None
+        scripted = (
+            config.script[state.script_position] if state.script_position < len(config.script) else None
+        )
         if scripted is not None and scripted.hostile is not None:
             state.script_position += 1
             state.count("hostile")
@@ -178,8 +188,13 @@ class Api:
             return JSONResponse(message, headers=headers)
         return self._stream(message, billed, fault, headers)
 
-    def _stream(self, message: dict[str, Any], billed: list[dict[str, Any]], fault: str | None,
-                headers: dict[str, str]) -> Response:
+    def _stream(
+        self,
+        message: dict[str, Any],
+        billed: list[dict[str, Any]],
+        fault: str | None,
+        headers: dict[str, str],
+    ) -> Response:
         """The reply as server-sent events; a ``stream_error`` fault cuts it with an error event, unbilled."""
         state, config = self.state, self.state.config
         events = message_events(message, config.stream_chunk_chars)
@@ -189,8 +204,9 @@ class Api:
         else:
             state.bill(billed)
             state.count("slow" if fault == "slow" else "ok")
-        return StreamingResponse(frames(events), media_type="text/event-stream",
-                                 headers={**headers, "cache-control": "no-cache"})
+        return StreamingResponse(
+            frames(events), media_type="text/event-stream", headers={**headers, "cache-control": "no-cache"}
+        )
 
     async def count_tokens(self, request: Request) -> Response:
         refused = self.preflight(request)
@@ -201,8 +217,10 @@ class Api:
             return body
         self.state.count_tokens_requests += 1
         view = effective_view(body["messages"])
-        return JSONResponse({"input_tokens": input_tokens(body.get("system"), view, body.get("tools") or [])},
-                            headers={"request-id": new_request_id()})
+        return JSONResponse(
+            {"input_tokens": input_tokens(body.get("system"), view, body.get("tools") or [])},
+            headers={"request-id": new_request_id()},
+        )
 
     async def stats(self, request: Request) -> Response:
         return JSONResponse(self.state.snapshot())

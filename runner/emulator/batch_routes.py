@@ -65,8 +65,9 @@ def batch_problems(body: Any, *, betas: Iterable[str], min_trigger: int, max_req
     return problems
 
 
-def request_problems(i: int, item: Any, seen: dict[str, int], *, betas: set[str],
-                     min_trigger: int) -> list[str]:
+def request_problems(
+    i: int, item: Any, seen: dict[str, int], *, betas: set[str], min_trigger: int
+) -> list[str]:
     """The problems of ``requests[i]``; ``seen``: the custom_ids so far (updated)."""
     where = f"requests.{i}"
     if not isinstance(item, dict):
@@ -79,8 +80,10 @@ def request_problems(i: int, item: Any, seen: dict[str, int], *, betas: set[str]
     elif isinstance(custom_id, str) and not CUSTOM_ID.match(custom_id):
         problems.append(f"{where}.custom_id: String should match pattern '{CUSTOM_ID.pattern}'")
     elif isinstance(custom_id, str) and custom_id in seen:
-        problems.append(f"{where}.custom_id: custom_id {custom_id!r} is not unique in the batch "
-                        f"(also requests.{seen[custom_id]})")
+        problems.append(
+            f"{where}.custom_id: custom_id {custom_id!r} is not unique in the batch "
+            f"(also requests.{seen[custom_id]})"
+        )
     elif isinstance(custom_id, str):
         seen[custom_id] = i
     if "params" not in item:
@@ -141,8 +144,12 @@ class BatchRoutes:
         except ValueError as e:
             return self.fail(400, f"There was an error parsing the body: {e}")
         betas = {b.strip() for b in request.headers.get("anthropic-beta", "").split(",") if b.strip()}
-        problems = batch_problems(body, betas=betas, min_trigger=config.compaction_min_trigger,
-                                  max_requests=config.batches.max_requests)
+        problems = batch_problems(
+            body,
+            betas=betas,
+            min_trigger=config.compaction_min_trigger,
+            max_requests=config.batches.max_requests,
+        )
         if problems:
             return self.fail(400, "; ".join(problems))
         for item in body["requests"]:
@@ -189,8 +196,11 @@ class BatchRoutes:
         if isinstance(batch, Response):
             return batch
         if batch.status != "ended":
-            return self.fail(400, f"Message batch {batch.id} has not finished processing "
-                                  f"(processing_status {batch.status}); its results are not available yet.")
+            return self.fail(
+                400,
+                f"Message batch {batch.id} has not finished processing "
+                f"(processing_status {batch.status}); its results are not available yet.",
+            )
         return Response(batch.results, media_type="application/x-jsonl")
 
     async def delete(self, request: Request) -> Response:
@@ -198,7 +208,10 @@ class BatchRoutes:
         if isinstance(batch, Response):
             return batch
         if batch.status != "ended":
-            return self.fail(400, f"Message batch {batch.id} has not finished processing "
-                                  f"(processing_status {batch.status}); cancel it before deleting it.")
+            return self.fail(
+                400,
+                f"Message batch {batch.id} has not finished processing "
+                f"(processing_status {batch.status}); cancel it before deleting it.",
+            )
         del self.state.batches[batch.id]
         return JSONResponse({"id": batch.id, "type": "message_batch_deleted"})

@@ -68,11 +68,14 @@ def create_batch(state: EmulatorState, requests: list[dict[str, Any]]) -> Batch:
     """A new batch of ``requests`` (valid ``{custom_id, params}``), its timer started. Call on the loop."""
     config = state.config
     number, first = state.batch_created(len(requests))
-    batch = Batch(id="msgbatch_emu_" + uuid.uuid4().hex[:24], number=number,
-                  requests=[BatchRequest(r["custom_id"], r["params"], first + i)
-                            for i, r in enumerate(requests)],
-                  created_at=datetime.now(UTC), started=asyncio.get_running_loop().time(),
-                  turnaround_s=turnaround_of(config, number))
+    batch = Batch(
+        id="msgbatch_emu_" + uuid.uuid4().hex[:24],
+        number=number,
+        requests=[BatchRequest(r["custom_id"], r["params"], first + i) for i, r in enumerate(requests)],
+        created_at=datetime.now(UTC),
+        started=asyncio.get_running_loop().time(),
+        turnaround_s=turnaround_of(config, number),
+    )
     state.batches[batch.id] = batch
     if fires(config.batches.canceling, config.seed, "batch_canceling", number):
         at = batch.turnaround_s * (0.25 + 0.5 * chance(config.seed, "batch_canceling_at", number))
@@ -164,12 +167,18 @@ def batch_object(batch: Batch, base_url: str) -> dict[str, Any]:
     """The ``message_batch`` object as the API shapes it; ``base_url`` ends with ``/``."""
     ended = batch.ended_at is not None
     counts = {kind: batch.counts[kind] if ended else 0 for kind in RESULT_TYPES}
-    return {"id": batch.id, "type": "message_batch", "processing_status": batch.status,
-            "request_counts": {"processing": 0 if ended else len(batch.requests), **counts},
-            "created_at": rfc3339(batch.created_at), "expires_at": rfc3339(batch.created_at + EXPIRES_AFTER),
-            "ended_at": rfc3339(batch.ended_at), "cancel_initiated_at": rfc3339(batch.cancel_initiated_at),
-            "archived_at": None,
-            "results_url": f"{base_url}v1/messages/batches/{batch.id}/results" if ended else None}
+    return {
+        "id": batch.id,
+        "type": "message_batch",
+        "processing_status": batch.status,
+        "request_counts": {"processing": 0 if ended else len(batch.requests), **counts},
+        "created_at": rfc3339(batch.created_at),
+        "expires_at": rfc3339(batch.created_at + EXPIRES_AFTER),
+        "ended_at": rfc3339(batch.ended_at),
+        "cancel_initiated_at": rfc3339(batch.cancel_initiated_at),
+        "archived_at": None,
+        "results_url": f"{base_url}v1/messages/batches/{batch.id}/results" if ended else None,
+    }
 
 
 def page(batches: list[Batch], *, limit: int, before_id: str | None, after_id: str | None) -> dict[str, Any]:
@@ -178,11 +187,15 @@ def page(batches: list[Batch], *, limit: int, before_id: str | None, after_id: s
     ids = [b.id for b in batches]
     if after_id is not None:
         start = ids.index(after_id) + 1
-        chosen, more = batches[start:start + limit], start + limit < len(batches)
+        chosen, more = batches[start : start + limit], start + limit < len(batches)
     elif before_id is not None:
         end = ids.index(before_id)
-        chosen, more = batches[max(0, end - limit):end], end - limit > 0
+        chosen, more = batches[max(0, end - limit) : end], end - limit > 0
     else:
         chosen, more = batches[:limit], limit < len(batches)
-    return {"data": chosen, "has_more": more, "first_id": chosen[0].id if chosen else None,
-            "last_id": chosen[-1].id if chosen else None}
+    return {
+        "data": chosen,
+        "has_more": more,
+        "first_id": chosen[0].id if chosen else None,
+        "last_id": chosen[-1].id if chosen else None,
+    }

@@ -30,31 +30,47 @@ def without_cache_control(block: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in block.items() if k != "cache_control"}
 
 
-def cache_segments(system: Any, tools: list[dict[str, Any]], messages: list[Message]) -> list[tuple[str, Any]]:
+def cache_segments(
+    system: Any, tools: list[dict[str, Any]], messages: list[Message]
+) -> list[tuple[str, Any]]:
     """The request in cache order (tools, system, message blocks): (JSON text without
     cache_control, the block's cache_control or None)."""
     out: list[tuple[str, Any]] = []
     for tool in tools:
-        out.append((json.dumps(["tool", without_cache_control(tool)], sort_keys=True), tool.get("cache_control")))
-    system_blocks: list[dict[str, Any]] = [{"type": "text", "text": system}] if isinstance(system, str) else system or []
+        out.append(
+            (json.dumps(["tool", without_cache_control(tool)], sort_keys=True), tool.get("cache_control"))
+        )
+    system_blocks: list[dict[str, Any]] = (
+        [{"type": "text", "text": system}] if isinstance(system, str) else system or []
+    )
     for block in system_blocks:
-        out.append((json.dumps(["system", without_cache_control(block)], sort_keys=True), block.get("cache_control")))
+        out.append(
+            (json.dumps(["system", without_cache_control(block)], sort_keys=True), block.get("cache_control"))
+        )
     for i, message in enumerate(messages):
         for block in blocks(message):
             content = block.get("content")
             nested = content if isinstance(content, list) else []
             cc = block.get("cache_control") or next(
-                (item.get("cache_control") for item in nested if isinstance(item, dict) and item.get("cache_control")),
-                None)
-            out.append((json.dumps([i, message.get("role"), without_cache_control(block)], sort_keys=True), cc))
+                (
+                    item.get("cache_control")
+                    for item in nested
+                    if isinstance(item, dict) and item.get("cache_control")
+                ),
+                None,
+            )
+            out.append(
+                (json.dumps([i, message.get("role"), without_cache_control(block)], sort_keys=True), cc)
+            )
     return out
 
 
 UNCACHEABLE = frozenset({"thinking", "redacted_thinking", "empty"})
 
 
-def with_automatic_breakpoint(segments: list[tuple[str, Any]], kinds: list[str],
-                              cache_control: Any) -> list[tuple[str, Any]]:
+def with_automatic_breakpoint(
+    segments: list[tuple[str, Any]], kinds: list[str], cache_control: Any
+) -> list[tuple[str, Any]]:
     """``segments`` with ``cache_control`` set on the last one whose block type (``kinds``, one a
     segment) is cacheable, unless that one has a breakpoint already; unchanged when it is None."""
     if not cache_control:
@@ -62,15 +78,18 @@ def with_automatic_breakpoint(segments: list[tuple[str, Any]], kinds: list[str],
     for k in range(len(segments) - 1, -1, -1):
         if kinds[k] not in UNCACHEABLE:
             text, cc = segments[k]
-            return [*segments[:k], (text, cc or cache_control), *segments[k + 1:]]
+            return [*segments[:k], (text, cc or cache_control), *segments[k + 1 :]]
     return segments
 
 
 def segment_kinds(system: Any, tools: list[dict[str, Any]], messages: list[Message]) -> list[str]:
     """The block type of each of :func:`cache_segments`' segments (``tool`` for a tool)."""
     system_blocks = [system] if isinstance(system, str) else system or []
-    return (["tool"] * len(tools) + ["text"] * len(system_blocks)
-            + [_kind(block) for message in messages for block in blocks(message)])
+    return (
+        ["tool"] * len(tools)
+        + ["text"] * len(system_blocks)
+        + [_kind(block) for message in messages for block in blocks(message)]
+    )
 
 
 def _kind(block: dict[str, Any]) -> str:
@@ -85,16 +104,25 @@ class PromptCache:
         self.clock = clock
         self._calls = 0
 
-    def account(self, model: str, system: Any, tools: list[dict[str, Any]], messages: list[Message], total: int,
-                config: EmulatorConfig, automatic: Any = None) -> tuple[int, int]:
+    def account(
+        self,
+        model: str,
+        system: Any,
+        tools: list[dict[str, Any]],
+        messages: list[Message],
+        total: int,
+        config: EmulatorConfig,
+        automatic: Any = None,
+    ) -> tuple[int, int]:
         """(cache_read_input_tokens, cache_creation_input_tokens) for one request; updates the cache.
         ``automatic``: the request's top-level ``cache_control``, if any."""
         now = self.clock()
         self._calls += 1
         if self._calls % 256 == 0:
             self.entries = {k: v for k, v in self.entries.items() if v[0] > now}
-        segments = with_automatic_breakpoint(cache_segments(system, tools, messages),
-                                             segment_kinds(system, tools, messages), automatic)
+        segments = with_automatic_breakpoint(
+            cache_segments(system, tools, messages), segment_kinds(system, tools, messages), automatic
+        )
         breakpoints = [k for k, (_, cc) in enumerate(segments) if cc]
         if not breakpoints:
             return 0, 0
@@ -110,8 +138,10 @@ class PromptCache:
             entry = self.entries.get(hashes[k])
             return entry is not None and entry[0] > now
 
-        candidates = sorted({p for b in breakpoints for p in range(max(0, b - config.cache_lookback_blocks), b + 1)},
-                            reverse=True)
+        candidates = sorted(
+            {p for b in breakpoints for p in range(max(0, b - config.cache_lookback_blocks), b + 1)},
+            reverse=True,
+        )
         read = 0
         for p in candidates:
             if tokens[p] >= config.min_cacheable_tokens and live(p):
@@ -119,7 +149,9 @@ class PromptCache:
                 self.entries[hashes[p]] = (now + config.cache_ttl_s, tokens[p])
                 break
         last = breakpoints[-1]
-        creation = tokens[last] - read if tokens[last] >= config.min_cacheable_tokens and not live(last) else 0
+        creation = (
+            tokens[last] - read if tokens[last] >= config.min_cacheable_tokens and not live(last) else 0
+        )
         for b in breakpoints:
             if tokens[b] >= config.min_cacheable_tokens and not live(b):
                 ttl = 3600.0 if (segments[b][1] or {}).get("ttl") == "1h" else config.cache_ttl_s

@@ -51,10 +51,10 @@ def effective_view(messages: list[Message]) -> list[Message]:
     i, j = found
     content = blocks(messages[i])
     view: list[Message] = [{"role": "user", "content": COMPACTION_BLOCK_HEAD + content[j]["content"]}]
-    rest = [b for b in content[j + 1:] if b.get("type") != "compaction"]
+    rest = [b for b in content[j + 1 :] if b.get("type") != "compaction"]
     if rest:
         view.append({"role": "assistant", "content": rest})
-    return merge_adjacent(view + messages[i + 1:])
+    return merge_adjacent(view + messages[i + 1 :])
 
 
 def summary_input(messages: list[Message]) -> list[Message]:
@@ -90,8 +90,9 @@ class ServerCompaction:
     pause: bool  # ``pause_after_compaction``: the reply is the compaction alone
 
 
-def server_compaction(body: dict[str, Any], view: list[Message], total: int,
-                      default_trigger: int) -> ServerCompaction | None:
+def server_compaction(
+    body: dict[str, Any], view: list[Message], total: int, default_trigger: int
+) -> ServerCompaction | None:
     """The compaction a request of ``total`` input tokens gets, or None (no edit, or under its trigger)."""
     edit = compaction_edit(body)
     if edit is None:
@@ -100,7 +101,16 @@ def server_compaction(body: dict[str, Any], view: list[Message], total: int,
     if total <= trigger:
         return None
     summary = fallback_summary(summary_input(body["messages"]), SERVER_SUMMARY_CHARS)
-    usage = {"type": "compaction", "input_tokens": total, "output_tokens": estimate(summary),
-             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-    return ServerCompaction({"type": "compaction", "content": summary}, usage, compacted_view(summary, view),
-                            bool(edit.get("pause_after_compaction")))
+    usage = {
+        "type": "compaction",
+        "input_tokens": total,
+        "output_tokens": estimate(summary),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
+    return ServerCompaction(
+        {"type": "compaction", "content": summary},
+        usage,
+        compacted_view(summary, view),
+        bool(edit.get("pause_after_compaction")),
+    )

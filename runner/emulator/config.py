@@ -84,8 +84,10 @@ class Batches(_Strict):
     @model_validator(mode="after")
     def _bounds(self) -> Batches:
         if self.turnaround_max_s is not None and self.turnaround_max_s < self.turnaround_s:
-            raise ValueError(f"turnaround_max_s ({self.turnaround_max_s:g}) is less than turnaround_s "
-                             f"({self.turnaround_s:g})")
+            raise ValueError(
+                f"turnaround_max_s ({self.turnaround_max_s:g}) is less than turnaround_s "
+                f"({self.turnaround_s:g})"
+            )
         return self
 
 
@@ -129,8 +131,10 @@ class ScriptedReply(_Strict):
             unknown = sorted(set(block) - set(model.model_fields)) if model else []
             if model and unknown:
                 keys = sorted(model.model_fields, key=lambda k: (not model.model_fields[k].is_required(), k))
-                raise ValueError(f"content.{i}.{unknown[0]}: unknown key in a {block['type']} block "
-                                 f"(expected {', '.join(keys)})")
+                raise ValueError(
+                    f"content.{i}.{unknown[0]}: unknown key in a {block['type']} block "
+                    f"(expected {', '.join(keys)})"
+                )
         return value
 
     @field_validator("usage")
@@ -138,8 +142,10 @@ class ScriptedReply(_Strict):
     def _usage_keys(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         unknown = sorted(set(value or {}) - {*USAGE_KEYS, "iterations"})
         if unknown:
-            raise ValueError(f"unknown usage field(s) {', '.join(unknown)}; expected some of "
-                             f"{', '.join([*USAGE_KEYS, 'iterations'])}")
+            raise ValueError(
+                f"unknown usage field(s) {', '.join(unknown)}; expected some of "
+                f"{', '.join([*USAGE_KEYS, 'iterations'])}"
+            )
         return value
 
 

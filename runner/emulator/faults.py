@@ -41,9 +41,16 @@ from starlette.types import Receive, Scope, Send
 from .config import EmulatorConfig, Fault, Hostile
 
 FAULT_ORDER = ("rate_limit", "overloaded", "server_error", "drop", "slow", "stream_error")
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-               405: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error",
-               500: "api_error", 529: "overloaded_error"}
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
 RETRYABLE = {429, 500, 529}
 
 
@@ -83,8 +90,11 @@ def retry_headers(seconds: float, with_ms: bool) -> dict[str, str]:
 def api_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     """An error response exactly as the API shapes it."""
     request_id = new_request_id()
-    body = {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message},
-            "request_id": request_id}
+    body = {
+        "type": "error",
+        "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message},
+        "request_id": request_id,
+    }
     out = {"request-id": request_id, **(headers or {})}
     if status in RETRYABLE:
         out["x-should-retry"] = "true"
@@ -151,13 +161,21 @@ class SlidingWindow:
         headers: dict[str, str] = {}
         reset_in = (self.log[0][0] + window - now) if self.log else 0.0
         if rpm is not None:
-            headers.update({"anthropic-ratelimit-requests-limit": str(rpm),
-                            "anthropic-ratelimit-requests-remaining": str(max(0, rpm - len(self.log))),
-                            "anthropic-ratelimit-requests-reset": _rfc3339(reset_in)})
+            headers.update(
+                {
+                    "anthropic-ratelimit-requests-limit": str(rpm),
+                    "anthropic-ratelimit-requests-remaining": str(max(0, rpm - len(self.log))),
+                    "anthropic-ratelimit-requests-reset": _rfc3339(reset_in),
+                }
+            )
         if itpm is not None:
-            headers.update({"anthropic-ratelimit-input-tokens-limit": str(itpm),
-                            "anthropic-ratelimit-input-tokens-remaining": str(max(0, itpm - used_tokens)),
-                            "anthropic-ratelimit-input-tokens-reset": _rfc3339(reset_in)})
+            headers.update(
+                {
+                    "anthropic-ratelimit-input-tokens-limit": str(itpm),
+                    "anthropic-ratelimit-input-tokens-remaining": str(max(0, itpm - used_tokens)),
+                    "anthropic-ratelimit-input-tokens-reset": _rfc3339(reset_in),
+                }
+            )
         if not admitted:
             headers.update(retry_headers(wait, config.retry_after_ms))
         return Admission(admitted, max(0.0, wait), limited_by, headers)
@@ -166,9 +184,11 @@ class SlidingWindow:
 def over_the_limit(config: EmulatorConfig, admission: Admission) -> str:
     """The 429 message for a request the enforced limits refused, in the API's words."""
     limit = config.rpm if admission.limited_by == "requests" else config.input_tokens_per_minute
-    return (f"This request would exceed the rate limit for your organization of {limit} "
-            f"{admission.limited_by.replace('_', ' ')} per {config.window_s:g} seconds. "
-            "Please wait before trying again (see the retry-after header).")
+    return (
+        f"This request would exceed the rate limit for your organization of {limit} "
+        f"{admission.limited_by.replace('_', ' ')} per {config.window_s:g} seconds. "
+        "Please wait before trying again (see the retry-after header)."
+    )
 
 
 class DroppedResponse(Response):
@@ -176,8 +196,13 @@ class DroppedResponse(Response):
     connection, and the client sees the body cut short."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"4096")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"4096")],
+            }
+        )
         await send({"type": "http.response.body", "body": b'{"id": "msg_emu_', "more_body": True})
 
 
@@ -188,6 +213,7 @@ async def sleep_unless_disconnected(request: Request, seconds: float) -> bool:
     """Sleep; False as soon as the client disconnects. Call only after the body was read."""
     disconnected = False
     async with anyio.create_task_group() as tg:
+
         async def watch() -> None:
             nonlocal disconnected
             while (await request.receive())["type"] != "http.disconnect":
@@ -206,9 +232,18 @@ _PIECE = 1 << 20
 
 def _text_message(model: str, marker: str) -> tuple[bytes, bytes]:
     """The bytes of a one-text-block message before and after its text, which is ``marker``'s place."""
-    body = json.dumps({"id": "msg_emu_" + uuid.uuid4().hex[:24], "type": "message", "role": "assistant",
-                       "model": model, "content": [{"type": "text", "text": marker}], "stop_reason": "end_turn",
-                       "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 10}}).encode()
+    body = json.dumps(
+        {
+            "id": "msg_emu_" + uuid.uuid4().hex[:24],
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": marker}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 10},
+        }
+    ).encode()
     head, _, tail = body.partition(marker.encode())
     return head, tail
 
@@ -233,7 +268,7 @@ async def _gzipped(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 
 async def _drip(data: bytes, interval_s: float) -> AsyncIterator[bytes]:
     for i in range(len(data)):
-        yield data[i:i + 1]
+        yield data[i : i + 1]
         await anyio.sleep(interval_s)
 
 
@@ -241,14 +276,29 @@ def hostile_response(request: Request, hostile: Hostile, model: str) -> Response
     """A 200 that no honest server sends (see :class:`.config.Hostile`)."""
     headers = {"request-id": new_request_id()}
     if hostile.kind == "error_body":
-        return JSONResponse({"type": "error", "error": {"type": "api_error", "message": "Internal server error "
-                             "(sent with status 200)"}, "request_id": headers["request-id"]}, headers=headers)
+        return JSONResponse(
+            {
+                "type": "error",
+                "error": {"type": "api_error", "message": "Internal server error (sent with status 200)"},
+                "request_id": headers["request-id"],
+            },
+            headers=headers,
+        )
     head, tail = _text_message(model, "@@TEXT@@")
     if hostile.kind == "drip":
-        return StreamingResponse(_drip(head + b"dripped" + tail, hostile.interval_s), media_type="application/json",
-                                 headers={**headers, "content-length": str(len(head) + 7 + len(tail))})
+        return StreamingResponse(
+            _drip(head + b"dripped" + tail, hostile.interval_s),
+            media_type="application/json",
+            headers={**headers, "content-length": str(len(head) + 7 + len(tail))},
+        )
     if hostile.kind == "huge_text":
-        return StreamingResponse(_text_body(request, head, hostile.bytes, tail), media_type="application/json",
-                                 headers={**headers, "content-length": str(len(head) + hostile.bytes + len(tail))})
-    return StreamingResponse(_gzipped(_text_body(request, head, hostile.bytes, tail)), media_type="application/json",
-                             headers={**headers, "content-encoding": "gzip"})
+        return StreamingResponse(
+            _text_body(request, head, hostile.bytes, tail),
+            media_type="application/json",
+            headers={**headers, "content-length": str(len(head) + hostile.bytes + len(tail))},
+        )
+    return StreamingResponse(
+        _gzipped(_text_body(request, head, hostile.bytes, tail)),
+        media_type="application/json",
+        headers={**headers, "content-encoding": "gzip"},
+    )

@@ -41,14 +41,19 @@ def system_text(system: Any) -> str:
 
 def conversation_of(view: list[Message]) -> list[Message]:
     """The history a Summarizer request carries as JSON lines in ``<conversation>`` tags."""
-    text = "\n".join(b.get("text", "") for m in view if m.get("role") == "user"
-                     for b in blocks(m) if b.get("type") == "text")
+    text = "\n".join(
+        b.get("text", "")
+        for m in view
+        if m.get("role") == "user"
+        for b in blocks(m)
+        if b.get("type") == "text"
+    )
     start = text.find("<conversation>\n")
     end = text.rfind("\n</conversation>")
     if start < 0 or end < start:
         return []
     out = []
-    for line in text[start + len("<conversation>\n"):end].split("\n"):
+    for line in text[start + len("<conversation>\n") : end].split("\n"):
         try:
             item = json.loads(line)
         except ValueError:
@@ -61,6 +66,7 @@ def conversation_of(view: list[Message]) -> list[Message]:
 def without_breakpoints(messages: list[Message]) -> list[Message]:
     """``messages`` without cache_control markers: the policy's answer (its tool_use ids included)
     must not depend on where a client put its breakpoints."""
+
     def clean(block: Any) -> Any:
         if not isinstance(block, dict):
             return block
@@ -69,8 +75,10 @@ def without_breakpoints(messages: list[Message]) -> list[Message]:
             block["content"] = [clean(item) for item in block["content"]]
         return block
 
-    return [{**m, "content": [clean(b) for b in m["content"]]} if isinstance(m.get("content"), list) else m
-            for m in messages]
+    return [
+        {**m, "content": [clean(b) for b in m["content"]]} if isinstance(m.get("content"), list) else m
+        for m in messages
+    ]
 
 
 def truncate(content: Content, max_tokens: int) -> tuple[Content, bool]:
@@ -109,8 +117,9 @@ def answer(state: EmulatorState, body: dict[str, Any], view: list[Message]) -> t
     return decide(without_breakpoints(view), names, config.batch_size)
 
 
-def build_message(state: EmulatorState, body: dict[str, Any], view: list[Message],
-                  total: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def build_message(
+    state: EmulatorState, body: dict[str, Any], view: list[Message], total: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The response body and the usages to bill (one per iteration)."""
     config = state.config
     model, system, tools = body["model"], body.get("system"), body.get("tools") or []
@@ -131,8 +140,12 @@ def build_message(state: EmulatorState, body: dict[str, Any], view: list[Message
         content, cut = truncate(content, body["max_tokens"])
         stop_reason = "max_tokens" if cut else stop_reason
     read, creation = state.cache.account(model, system, tools, view, total, config, body.get("cache_control"))
-    usage: dict[str, Any] = {"input_tokens": total - read - creation, "output_tokens": estimate(content),
-                             "cache_creation_input_tokens": creation, "cache_read_input_tokens": read}
+    usage: dict[str, Any] = {
+        "input_tokens": total - read - creation,
+        "output_tokens": estimate(content),
+        "cache_creation_input_tokens": creation,
+        "cache_read_input_tokens": read,
+    }
     billed = [*iterations, {"type": "message", **usage}]
     if iterations:
         usage["iterations"] = billed
@@ -143,5 +156,13 @@ def build_message(state: EmulatorState, body: dict[str, Any], view: list[Message
 
 def message_body(model: str, content: Content, stop_reason: str, usage: dict[str, Any]) -> dict[str, Any]:
     """A ``message`` response body as the API shapes it."""
-    return {"id": "msg_emu_" + uuid.uuid4().hex[:24], "type": "message", "role": "assistant", "model": model,
-            "content": content, "stop_reason": stop_reason, "stop_sequence": None, "usage": usage}
+    return {
+        "id": "msg_emu_" + uuid.uuid4().hex[:24],
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": usage,
+    }

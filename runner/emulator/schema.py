@@ -97,8 +97,10 @@ class DocumentBlock(_Cacheable):
 
 
 ResultItem = Annotated[TextBlock | ImageBlock | DocumentBlock, Field(discriminator="type")]
-ResultContent = Annotated[Annotated[str, Tag(AS_STRING)] | Annotated[list[ResultItem], Tag(AS_BLOCKS)],
-                          Discriminator(_string_or_blocks)]
+ResultContent = Annotated[
+    Annotated[str, Tag(AS_STRING)] | Annotated[list[ResultItem], Tag(AS_BLOCKS)],
+    Discriminator(_string_or_blocks),
+]
 
 
 class ToolUseBlock(_Cacheable):
@@ -150,10 +152,20 @@ class CompactionBlock(_Cacheable):
         return self
 
 
-Block = Annotated[TextBlock | ImageBlock | DocumentBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock
-                  | RedactedThinkingBlock | CompactionBlock, Field(discriminator="type")]
-MessageContent = Annotated[Annotated[str, Tag(AS_STRING)] | Annotated[list[Block], Tag(AS_BLOCKS)],
-                           Discriminator(_string_or_blocks)]
+Block = Annotated[
+    TextBlock
+    | ImageBlock
+    | DocumentBlock
+    | ToolUseBlock
+    | ToolResultBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+    | CompactionBlock,
+    Field(discriminator="type"),
+]
+MessageContent = Annotated[
+    Annotated[str, Tag(AS_STRING)] | Annotated[list[Block], Tag(AS_BLOCKS)], Discriminator(_string_or_blocks)
+]
 
 
 class Message(Shape):
@@ -161,8 +173,10 @@ class Message(Shape):
     content: MessageContent
 
 
-SystemContent = Annotated[Annotated[str, Tag(AS_STRING)] | Annotated[list[TextBlock], Tag(AS_BLOCKS)],
-                          Discriminator(_string_or_blocks)]
+SystemContent = Annotated[
+    Annotated[str, Tag(AS_STRING)] | Annotated[list[TextBlock], Tag(AS_BLOCKS)],
+    Discriminator(_string_or_blocks),
+]
 
 
 class InputSchema(BaseModel):
@@ -217,8 +231,12 @@ def _tool_kind(value: Any) -> str:
     return "custom" if kind in (None, "custom") else "server"
 
 
-Tool = Annotated[Annotated[CustomTool, Tag("custom")] | Annotated[MemoryTool, Tag("memory")]
-                 | Annotated[ServerTool, Tag("server")], Discriminator(_tool_kind)]
+Tool = Annotated[
+    Annotated[CustomTool, Tag("custom")]
+    | Annotated[MemoryTool, Tag("memory")]
+    | Annotated[ServerTool, Tag("server")],
+    Discriminator(_tool_kind),
+]
 
 
 class ToolChoiceAuto(Shape):
@@ -241,8 +259,12 @@ def _choice_kind(value: Any) -> str:
     return kind if kind in ("tool", "none") else "auto"
 
 
-ToolChoice = Annotated[Annotated[ToolChoiceAuto, Tag("auto")] | Annotated[ToolChoiceNone, Tag("none")]
-                       | Annotated[ToolChoiceTool, Tag("tool")], Discriminator(_choice_kind)]
+ToolChoice = Annotated[
+    Annotated[ToolChoiceAuto, Tag("auto")]
+    | Annotated[ToolChoiceNone, Tag("none")]
+    | Annotated[ToolChoiceTool, Tag("tool")],
+    Discriminator(_choice_kind),
+]
 
 
 class ThinkingEnabled(Shape):
@@ -264,8 +286,9 @@ class ThinkingBetweenTools(Shape):
     type: Literal["between_tools"]
 
 
-Thinking = Annotated[ThinkingEnabled | ThinkingDisabled | ThinkingAdaptive | ThinkingBetweenTools,
-                     Field(discriminator="type")]
+Thinking = Annotated[
+    ThinkingEnabled | ThinkingDisabled | ThinkingAdaptive | ThinkingBetweenTools, Field(discriminator="type")
+]
 
 
 class JsonOutputFormat(Shape):
@@ -309,8 +332,9 @@ class McpServer(Shape):
     tool_configuration: McpToolConfiguration | None = None
 
 
-ContainerField = Annotated[Annotated[str, Tag(AS_STRING)] | Annotated[Container, Tag(AS_OBJECT)],
-                           Discriminator(_string_or_object)]
+ContainerField = Annotated[
+    Annotated[str, Tag(AS_STRING)] | Annotated[Container, Tag(AS_OBJECT)], Discriminator(_string_or_object)
+]
 
 
 class Metadata(Shape):
@@ -364,8 +388,9 @@ class CountTokensRequest(Shape):
 
     @field_validator("tools")
     @classmethod
-    def _unique_names(cls, tools: list[CustomTool | MemoryTool | ServerTool] | None
-                      ) -> list[CustomTool | MemoryTool | ServerTool] | None:
+    def _unique_names(
+        cls, tools: list[CustomTool | MemoryTool | ServerTool] | None
+    ) -> list[CustomTool | MemoryTool | ServerTool] | None:
         names = [t.name for t in tools or []]
         if len(set(names)) != len(names):
             raise ValueError("Tool names must be unique.")
@@ -373,16 +398,22 @@ class CountTokensRequest(Shape):
 
     @field_validator("context_management")
     @classmethod
-    def _needs_the_beta(cls, value: ContextManagement | None, info: ValidationInfo) -> ContextManagement | None:
+    def _needs_the_beta(
+        cls, value: ContextManagement | None, info: ValidationInfo
+    ) -> ContextManagement | None:
         if value is not None and COMPACTION_BETA not in _betas(info):
             raise ValueError(f"needs the anthropic-beta header {COMPACTION_BETA}")
         return value
 
     @field_validator("mcp_servers")
     @classmethod
-    def _needs_an_mcp_beta(cls, value: list[McpServer] | None, info: ValidationInfo) -> list[McpServer] | None:
+    def _needs_an_mcp_beta(
+        cls, value: list[McpServer] | None, info: ValidationInfo
+    ) -> list[McpServer] | None:
         if value is not None and not any(b.startswith(MCP_BETA_PREFIX) for b in _betas(info)):
-            raise ValueError(f"needs an anthropic-beta header {MCP_BETA_PREFIX}* (e.g. {MCP_BETA_PREFIX}2025-04-04)")
+            raise ValueError(
+                f"needs an anthropic-beta header {MCP_BETA_PREFIX}* (e.g. {MCP_BETA_PREFIX}2025-04-04)"
+            )
         return value
 
 
@@ -403,8 +434,10 @@ class MessagesRequest(CountTokensRequest):
     @model_validator(mode="after")
     def _budget_under_max_tokens(self) -> MessagesRequest:
         if isinstance(self.thinking, ThinkingEnabled) and self.thinking.budget_tokens >= self.max_tokens:
-            raise ValueError("thinking.enabled.budget_tokens: must be less than max_tokens "
-                             f"({self.thinking.budget_tokens} >= {self.max_tokens})")
+            raise ValueError(
+                "thinking.enabled.budget_tokens: must be less than max_tokens "
+                f"({self.thinking.budget_tokens} >= {self.max_tokens})"
+            )
         return self
 
 

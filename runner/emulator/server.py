@@ -46,9 +46,18 @@ def check_host(host: str) -> None:
 
 def build_server(state: EmulatorState, host: str, port: int, log_level: str = "warning") -> uvicorn.Server:
     check_host(host)
-    config = uvicorn.Config(create_app(state), host=host, port=port, log_config=None, log_level=log_level,
-                            access_log=False, lifespan="off", http="h11", loop="asyncio",
-                            timeout_graceful_shutdown=1)
+    config = uvicorn.Config(
+        create_app(state),
+        host=host,
+        port=port,
+        log_config=None,
+        log_level=log_level,
+        access_log=False,
+        lifespan="off",
+        http="h11",
+        loop="asyncio",
+        timeout_graceful_shutdown=1,
+    )
     logging.getLogger("uvicorn.error").addFilter(_DROP_FILTER)
     return uvicorn.Server(config)
 
@@ -73,8 +82,9 @@ class EmulatorHandle:
 
     def set_script(self, replies: list[ScriptedReply | dict[str, Any]]) -> None:
         """Replace the script and serve it from its start."""
-        self.state.config.script = [r if isinstance(r, ScriptedReply) else ScriptedReply.model_validate(r)
-                                    for r in replies]
+        self.state.config.script = [
+            r if isinstance(r, ScriptedReply) else ScriptedReply.model_validate(r) for r in replies
+        ]
         self.state.script_position = 0
 
     def reset(self) -> None:
@@ -88,8 +98,9 @@ class EmulatorHandle:
 
 
 @contextmanager
-def running_emulator(config: EmulatorConfig | None = None, *, host: str = "127.0.0.1",
-                     port: int = 0) -> Iterator[EmulatorHandle]:
+def running_emulator(
+    config: EmulatorConfig | None = None, *, host: str = "127.0.0.1", port: int = 0
+) -> Iterator[EmulatorHandle]:
     """Serve the emulator in a daemon thread for the duration of the ``with`` block."""
     check_host(host)
     state = EmulatorState(config or EmulatorConfig())
@@ -100,7 +111,9 @@ def running_emulator(config: EmulatorConfig | None = None, *, host: str = "127.0
     sock.listen(128)
     bound_port = sock.getsockname()[1]
     server = build_server(state, host, bound_port)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="runner-emulator", daemon=True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="runner-emulator", daemon=True
+    )
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:

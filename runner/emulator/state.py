@@ -177,8 +177,9 @@ class EmulatorState:
                 "cache_entries": len(self.cache.entries),
                 "batches": {k: self.batch_counts[k] for k in ("created", "ended", "canceled")},
                 "batch_requests": self.batch_requests,
-                "batch_outcomes": {k: self.batch_outcomes[k]
-                                   for k in ("succeeded", "errored", "canceled", "expired")},
+                "batch_outcomes": {
+                    k: self.batch_outcomes[k] for k in ("succeeded", "errored", "canceled", "expired")
+                },
                 "batch_tokens": dict(self.batch_tokens),
                 "recorded_requests": list(self.recorded),
             }

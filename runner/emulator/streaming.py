@@ -44,7 +44,7 @@ def sse(event: Event) -> bytes:
 
 def pieces(text: str, chunk: int) -> list[str]:
     """``text`` cut into pieces of at most ``chunk`` characters (none for an empty text)."""
-    return [text[i:i + chunk] for i in range(0, len(text), chunk)]
+    return [text[i : i + chunk] for i in range(0, len(text), chunk)]
 
 
 def _delta(index: int, delta: dict[str, Any]) -> Event:
@@ -54,7 +54,9 @@ def _delta(index: int, delta: dict[str, Any]) -> Event:
 def _text_events(index: int, block: dict[str, Any], chunk: int) -> tuple[dict[str, Any], list[Event]]:
     citations = block.get("citations")
     start = {k: v for k, v in block.items() if k != "citations"} | {"text": ""}
-    deltas = [_delta(index, {"type": "text_delta", "text": piece}) for piece in pieces(block.get("text", ""), chunk)]
+    deltas = [
+        _delta(index, {"type": "text_delta", "text": piece}) for piece in pieces(block.get("text", ""), chunk)
+    ]
     if isinstance(citations, list):
         deltas += [_delta(index, {"type": "citations_delta", "citation": c}) for c in citations]
     return start, deltas
@@ -62,13 +64,17 @@ def _text_events(index: int, block: dict[str, Any], chunk: int) -> tuple[dict[st
 
 def _input_events(index: int, block: dict[str, Any], chunk: int) -> tuple[dict[str, Any], list[Event]]:
     text = json.dumps(block.get("input", {}), ensure_ascii=False)
-    return {**block, "input": {}}, [_delta(index, {"type": "input_json_delta", "partial_json": piece})
-                                    for piece in ["", *pieces(text, chunk)]]
+    return {**block, "input": {}}, [
+        _delta(index, {"type": "input_json_delta", "partial_json": piece})
+        for piece in ["", *pieces(text, chunk)]
+    ]
 
 
 def _thinking_events(index: int, block: dict[str, Any], chunk: int) -> tuple[dict[str, Any], list[Event]]:
-    deltas = [_delta(index, {"type": "thinking_delta", "thinking": piece})
-              for piece in pieces(block.get("thinking", ""), chunk)]
+    deltas = [
+        _delta(index, {"type": "thinking_delta", "thinking": piece})
+        for piece in pieces(block.get("thinking", ""), chunk)
+    ]
     deltas.append(_delta(index, {"type": "signature_delta", "signature": block.get("signature", "")}))
     return {**block, "thinking": "", "signature": ""}, deltas
 
@@ -98,8 +104,11 @@ def block_events(index: int, block: dict[str, Any], chunk: int) -> list[Event]:
         start, deltas = _compaction_events(index, block, chunk)
     else:
         start, deltas = block, []
-    return [{"type": "content_block_start", "index": index, "content_block": start}, *deltas,
-            {"type": "content_block_stop", "index": index}]
+    return [
+        {"type": "content_block_start", "index": index, "content_block": start},
+        *deltas,
+        {"type": "content_block_stop", "index": index},
+    ]
 
 
 def start_usage(usage: dict[str, Any]) -> dict[str, Any]:
@@ -129,15 +138,20 @@ def message_events(message: dict[str, Any], chunk: int) -> Iterator[Event]:
                 yield PING
     if not message.get("content"):
         yield PING
-    yield {"type": "message_delta", "delta": {"stop_reason": message.get("stop_reason"),
-                                              "stop_sequence": message.get("stop_sequence")},
-           "usage": delta_usage(usage)}
+    yield {
+        "type": "message_delta",
+        "delta": {"stop_reason": message.get("stop_reason"), "stop_sequence": message.get("stop_sequence")},
+        "usage": delta_usage(usage),
+    }
     yield {"type": "message_stop"}
 
 
 def error_event(error_type: str) -> Event:
     """The ``error`` event the API sends when a stream fails mid-way."""
-    return {"type": "error", "error": {"type": error_type, "message": ERROR_MESSAGES.get(error_type, error_type)}}
+    return {
+        "type": "error",
+        "error": {"type": error_type, "message": ERROR_MESSAGES.get(error_type, error_type)},
+    }
 
 
 def broken(events: Iterator[Event], error_type: str) -> Iterator[Event]:

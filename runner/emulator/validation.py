@@ -29,8 +29,15 @@ from ..messages import Message, request_problems
 from .schema import BRANCH_TAGS, CountTokensRequest, MessagesRequest, blocks_with_cache_control
 
 MAX_BREAKPOINTS = 4
-ROLE_OF_BLOCK = {"tool_use": "assistant", "thinking": "assistant", "redacted_thinking": "assistant",
-                 "compaction": "assistant", "tool_result": "user", "image": "user", "document": "user"}
+ROLE_OF_BLOCK = {
+    "tool_use": "assistant",
+    "thinking": "assistant",
+    "redacted_thinking": "assistant",
+    "compaction": "assistant",
+    "tool_result": "user",
+    "image": "user",
+    "document": "user",
+}
 
 
 def validate(body: Any, *, betas: Iterable[str], count_tokens: bool, min_trigger: int) -> list[str]:
@@ -47,8 +54,9 @@ def validate(body: Any, *, betas: Iterable[str], count_tokens: bool, min_trigger
     problems += empty_text("system", [body.get("system")])
     breakpoints = blocks_with_cache_control(request)
     if breakpoints > MAX_BREAKPOINTS:
-        problems.append(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
-                        f"Found {breakpoints}.")
+        problems.append(
+            f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {breakpoints}."
+        )
     return problems
 
 
@@ -70,23 +78,29 @@ def conversation_problems(messages: list[Message]) -> list[str]:
 
 def empty_content(i: int, message: Message, *, last: bool) -> list[str]:
     if message["content"] == "" and not (last and message["role"] == "assistant"):
-        return [f"messages.{i}: all messages must have non-empty content except for the optional "
-                "final assistant message"]
+        return [
+            f"messages.{i}: all messages must have non-empty content except for the optional "
+            "final assistant message"
+        ]
     return []
 
 
 def misplaced_blocks(i: int, message: Message) -> list[str]:
     """Blocks of a type the message's role may not send (a tool_result from the assistant, ...)."""
     role, content = message["role"], message["content"]
-    return [f"messages.{i}.content.{j}: {block['type']} blocks are not allowed in {role} messages"
-            for j, block in enumerate(content if isinstance(content, list) else [])
-            if ROLE_OF_BLOCK.get(block["type"], role) != role]
+    return [
+        f"messages.{i}.content.{j}: {block['type']} blocks are not allowed in {role} messages"
+        for j, block in enumerate(content if isinstance(content, list) else [])
+        if ROLE_OF_BLOCK.get(block["type"], role) != role
+    ]
 
 
 def empty_text(field: str, contents: list[Any]) -> list[str]:
     """One problem when a text block in ``contents`` (each a string, a list of blocks or None) is
     empty; the items inside a tool_result may be."""
-    if any(isinstance(content, list) and any(b["type"] == "text" and not b["text"] for b in content)
-           for content in contents):
+    if any(
+        isinstance(content, list) and any(b["type"] == "text" and not b["text"] for b in content)
+        for content in contents
+    ):
         return [f"{field}: text content blocks must be non-empty"]
     return []

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 
-RAY_MISSING = "executor = \"ray\" needs Ray, which is not installed: pip install 'runner[ray]' (or pip install ray)"
+RAY_MISSING = (
+    "executor = \"ray\" needs Ray, which is not installed: pip install 'runner[ray]' (or pip install ray)"
+)
 
 
 def ray_available() -> bool:

@@ -29,9 +29,17 @@ def shards_for(concurrency: int) -> int:
     return -(-concurrency // JOBS_PER_SHARD)
 
 
-def build_backend(backend: str, *, runner: RunnerSection, summarizer: SummarizerSection, max_retries: int,
-                  calls: CallLimit, on_rate_limited: Callable[[], None] | None = None, gate: Gate | None = None,
-                  base_url: str | None = None) -> tuple[Model, Summarizer]:
+def build_backend(
+    backend: str,
+    *,
+    runner: RunnerSection,
+    summarizer: SummarizerSection,
+    max_retries: int,
+    calls: CallLimit,
+    on_rate_limited: Callable[[], None] | None = None,
+    gate: Gate | None = None,
+    base_url: str | None = None,
+) -> tuple[Model, Summarizer]:
     """The model for jobs on ``backend`` (``anthropic`` or ``offline``) and the summarizer. A 429/529
     calls ``on_rate_limited`` (default: ``calls.rate_limited``); ``gate``: a summary gate shared beyond
     this process, else the summarizer's own (``max_concurrent``, ``requests_per_minute``)."""
@@ -48,16 +56,27 @@ def build_backend(backend: str, *, runner: RunnerSection, summarizer: Summarizer
         from ..models.adaptive import AdaptiveModel
         from ..models.anthropic import AnthropicModel
 
-        raw = AnthropicModel(base_url=base_url, max_retries=max_retries, timeout=runner.request_timeout_s,
-                             on_rate_limited=on_rate_limited or calls.rate_limited,
-                             shards=shards_for(runner.concurrency), max_reply_bytes=runner.max_reply_bytes,
-                             max_retry_after_s=runner.max_retry_after_s)
+        raw = AnthropicModel(
+            base_url=base_url,
+            max_retries=max_retries,
+            timeout=runner.request_timeout_s,
+            on_rate_limited=on_rate_limited or calls.rate_limited,
+            shards=shards_for(runner.concurrency),
+            max_reply_bytes=runner.max_reply_bytes,
+            max_retry_after_s=runner.max_retry_after_s,
+        )
         summaries = raw
         model = AdaptiveModel(raw, calls)
         if runner.delivery == "batch":  # Message Batches, live near the deadline (models/batches.py)
             from ..models.batches import batch_delivery
 
             model, summaries = batch_delivery(raw, model, runner, max_retries=max_retries)
-    return model, Summarizer(summaries, s.model, max_concurrent=s.max_concurrent,
-                             requests_per_minute=s.requests_per_minute, max_input_chars=s.max_input_chars,
-                             max_output_tokens=s.max_output_tokens, gate=gate)
+    return model, Summarizer(
+        summaries,
+        s.model,
+        max_concurrent=s.max_concurrent,
+        requests_per_minute=s.requests_per_minute,
+        max_input_chars=s.max_input_chars,
+        max_output_tokens=s.max_output_tokens,
+        gate=gate,
+    )

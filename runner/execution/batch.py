@@ -38,16 +38,15 @@ def print_error(line: str, label: str = "error") -> None:
     err.print(f"[red]{label}[/]: {escape(printable(line))}", highlight=False, soft_wrap=True)
 
 
-
 def config_path(args: argparse.Namespace) -> Path | None:
     """``--config``, else the nearest config.toml from the jobs (or run) directory up, else ./config.toml."""
     path = getattr(args, "config", None)
     if path is None:
-        targets = getattr(args, "targets", None) or [getattr(args, "run_dir", None) or
-                                                     getattr(args, "resume", None) or Path("jobs")]
+        targets = getattr(args, "targets", None) or [
+            getattr(args, "run_dir", None) or getattr(args, "resume", None) or Path("jobs")
+        ]
         path = find_config(targets[0])
     return path
-
 
 
 def find_config(start: Path) -> Path | None:
@@ -57,7 +56,6 @@ def find_config(start: Path) -> Path | None:
         if candidate.exists():  # a FIFO or directory by that name is found, and refused by name
             return Path(shown_path(candidate))
     return DEFAULT_CONFIG if DEFAULT_CONFIG.exists() else None
-
 
 
 def settings_from(args: argparse.Namespace, say: Any = None) -> Settings:
@@ -73,7 +71,9 @@ def settings_from(args: argparse.Namespace, say: Any = None) -> Settings:
         limit = RunnerSection.model_fields["concurrency"].metadata
         top = next((m.le for m in limit if getattr(m, "le", None) is not None), None)
         if args.concurrency < 1 or (top is not None and args.concurrency > top):
-            raise ConfigError([f"--concurrency: expected a whole number from 1 to {top}, got {args.concurrency}"])
+            raise ConfigError(
+                [f"--concurrency: expected a whole number from 1 to {top}, got {args.concurrency}"]
+            )
         settings.runner.concurrency = args.concurrency
     if getattr(args, "backend", None):
         settings.runner.backend = args.backend
@@ -93,7 +93,6 @@ def settings_from(args: argparse.Namespace, say: Any = None) -> Settings:
     return settings
 
 
-
 def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
     """The model for jobs and the batch's Summarizer; says loudly when it is the offline model."""
     from ..models.adaptive import AdaptiveLimit
@@ -104,8 +103,11 @@ def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
     if backend == "auto":
         backend = "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
     if backend == "offline":
-        err.print("[bold yellow]Using the embedded offline model[/] (no ANTHROPIC_API_KEY, or backend = offline): "
-                  "a deterministic survey policy, not a language model; token counts are estimates.", soft_wrap=True)
+        err.print(
+            "[bold yellow]Using the embedded offline model[/] (no ANTHROPIC_API_KEY, or backend = offline): "
+            "a deterministic survey policy, not a language model; token counts are estimates.",
+            soft_wrap=True,
+        )
     elif not os.environ.get("ANTHROPIC_API_KEY"):
         raise ConfigError(["backend = anthropic needs ANTHROPIC_API_KEY in the environment"])
     limit = AdaptiveLimit(maximum=settings.runner.concurrency)
@@ -114,12 +116,16 @@ def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
         limit.rate_limited()
         API()
 
-    model, summarizer = build_backend(backend, runner=settings.runner, summarizer=settings.summarizer,
-                                      max_retries=settings.limits.max_retries, calls=limit,
-                                      on_rate_limited=rate_limited)
+    model, summarizer = build_backend(
+        backend,
+        runner=settings.runner,
+        summarizer=settings.summarizer,
+        max_retries=settings.limits.max_retries,
+        calls=limit,
+        on_rate_limited=rate_limited,
+    )
     API.batch_line = getattr(getattr(model, "batcher", None), "status_line", None)  # delivery = "batch"
     return model, summarizer, backend
-
 
 
 def execute(batch: Batch, settings: Settings, as_json: bool = False) -> int:
@@ -143,7 +149,9 @@ def execute(batch: Batch, settings: Settings, as_json: bool = False) -> int:
     shown.print(escape(printable(f"run {batch.run_dir}")), highlight=False, soft_wrap=True)  # never folded
     print_table(shown, rows)
     shown.print(totals_line({"totals": totals_of(rows), "jobs": rows}), highlight=False, soft_wrap=True)
-    shown.print(escape(printable(f"files: {os.path.abspath(batch.run_dir)}")), highlight=False, soft_wrap=True)
+    shown.print(
+        escape(printable(f"files: {os.path.abspath(batch.run_dir)}")), highlight=False, soft_wrap=True
+    )
     if as_json:
         print(json_printable(json.dumps(json_document(batch.run_dir), ensure_ascii=False, indent=1)))
     if result.fatal:
@@ -155,7 +163,6 @@ def execute(batch: Batch, settings: Settings, as_json: bool = False) -> int:
     return 0 if result.ok else 1
 
 
-
 def print_table(console: Console, rows: list[dict[str, Any]]) -> None:
     """The run table at the console's width; when that is the narrow one (no error column), each job's
     error follows it as a line of its own."""
@@ -165,14 +172,14 @@ def print_table(console: Console, rows: list[dict[str, Any]]) -> None:
         return
     for row in rows:
         if row.get("error"):
-            console.print(escape(printable(f"{row.get('job', '?')}: {row['error']}")), highlight=False, soft_wrap=True)
-
+            console.print(
+                escape(printable(f"{row.get('job', '?')}: {row['error']}")), highlight=False, soft_wrap=True
+            )
 
 
 def json_document(run_dir: Path) -> dict[str, Any]:
     """The run as ``--json`` prints it: ``run_dir`` (absolute), then run.json's fields and each job's metrics."""
     return {"run_dir": os.path.abspath(run_dir), **run_document(run_dir)}
-
 
 
 def final_rows(run_dir: Path, result: Any) -> list[dict[str, Any]]:
@@ -187,10 +194,8 @@ def final_rows(run_dir: Path, result: Any) -> list[dict[str, Any]]:
     return rows + list(ran.values())
 
 
-
 def say(line: str) -> None:
     err.print(escape(printable(line)), highlight=False, soft_wrap=True)
-
 
 
 def warn_fallbacks(specs: list[JobSpec], model: Model) -> None:
@@ -200,9 +205,11 @@ def warn_fallbacks(specs: list[JobSpec], model: Model) -> None:
     for spec in specs:
         strategy = STRATEGIES[spec.limits.compaction]
         if strategy.server_side and not model.server_compaction:
-            print_error(f"{spec.source}: limits.compaction: \"{strategy.name}\" needs the anthropic backend; job "
-                        f"{spec.name} uses \"{strategy.fallback}\" on the {model.name} model", label="warning")
-
+            print_error(
+                f'{spec.source}: limits.compaction: "{strategy.name}" needs the anthropic backend; job '
+                f'{spec.name} uses "{strategy.fallback}" on the {model.name} model',
+                label="warning",
+            )
 
 
 def spending(settings: Settings) -> dict[str, Any]:
@@ -211,14 +218,20 @@ def spending(settings: Settings) -> dict[str, Any]:
     from ..pricing import PriceTable
     from ..services import RunBudget
 
-    return {"run_budget": RunBudget(settings.runner.max_cost_usd), "prices": PriceTable(settings.prices),
-            "deadline": deadline_at(settings.runner.deadline, settings.runner.deadline_s)}
-
+    return {
+        "run_budget": RunBudget(settings.runner.max_cost_usd),
+        "prices": PriceTable(settings.prices),
+        "deadline": deadline_at(settings.runner.deadline, settings.runner.deadline_s),
+    }
 
 
 def run_meta(settings: Settings, backend: str) -> dict[str, Any]:
-    return {"backend": backend, "model": settings.runner.model, "summary_model": settings.summarizer.model,
-            "concurrency": settings.runner.concurrency}
+    return {
+        "backend": backend,
+        "model": settings.runner.model,
+        "summary_model": settings.summarizer.model,
+        "concurrency": settings.runner.concurrency,
+    }
 
 
 def shown_path(path: Path) -> str:

@@ -92,7 +92,11 @@ class BatchResult:
 
     @property
     def ok(self) -> bool:
-        return not self.interrupted and self.kept_ok and all(r.status == Status.SUCCEEDED for r in self.results.values())
+        return (
+            not self.interrupted
+            and self.kept_ok
+            and all(r.status == Status.SUCCEEDED for r in self.results.values())
+        )
 
 
 @dataclass
@@ -156,8 +160,11 @@ def ended(spec: JobSpec, status: str, error: str) -> JobMetrics:
 def never_started(record: JobMetrics, fatal: str | None) -> JobMetrics:
     """``record``, of a job whose session never started, marked so: ``not_started`` with ``fatal`` (the
     backend is unusable), else ``cancelled``."""
-    record.status, record.error = (Status.NOT_STARTED, f"not started: {fatal}") if fatal else (
-        Status.CANCELLED, "cancelled before it started")
+    record.status, record.error = (
+        (Status.NOT_STARTED, f"not started: {fatal}")
+        if fatal
+        else (Status.CANCELLED, "cancelled before it started")
+    )
     return record
 
 
@@ -204,7 +211,10 @@ async def run_batch_with(batch: Batch, dispatch: Dispatch, display: Display | No
                 if result.status == Status.QUEUED:  # its session never started
                     never_started(result, out.fatal)
                 elif not returned and result.status == Status.RUNNING:
-                    result.status, result.error = Status.CANCELLED, "cancelled; the batch stopped waiting for it"
+                    result.status, result.error = (
+                        Status.CANCELLED,
+                        "cancelled; the batch stopped waiting for it",
+                    )
                 out.results[spec.name] = run_json.results[spec.name] = result
                 with anyio.CancelScope(shield=True):
                     await quietly(run_json.write())
@@ -263,14 +273,23 @@ async def end(batch: Batch, dispatch: Dispatch, out: BatchResult, run_json: RunJ
     run_json.finished = True
     run_json.interrupted = out.interrupted
     await quietly(dispatch.finish(), "could not finish the batch")
-    await quietly(final_write(batch.run_dir, lambda: run_json.write(force=True),
-                              lambda: overwrite(batch.run_dir / RUN_JSON, run_json_text(run_json.document())),
-                              RUN_RESERVE))
+    await quietly(
+        final_write(
+            batch.run_dir,
+            lambda: run_json.write(force=True),
+            lambda: overwrite(batch.run_dir / RUN_JSON, run_json_text(run_json.document())),
+            RUN_RESERVE,
+        )
+    )
     await quietly(dispatch.close(), "could not stop the executor")
 
 
-async def on_signals(first: Callable[[], None], second: Callable[[], None], *,
-                     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+async def on_signals(
+    first: Callable[[], None],
+    second: Callable[[], None],
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
     """``first()`` on the first SIGINT or SIGTERM, ``second()`` on the next; then stops listening."""
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
@@ -338,8 +357,10 @@ class RunJson:
     def document(self) -> RunDocument:
         jobs: list[JobMetrics] = []
         names = [*self.batch.kept, *(e.name for e in self.batch.errors), *(s.name for s in self.batch.specs)]
-        sources = {**{e.name: str(e.source.absolute()) for e in self.batch.errors},
-                   **{s.name: str(s.source.absolute()) for s in self.batch.specs}}
+        sources = {
+            **{e.name: str(e.source.absolute()) for e in self.batch.errors},
+            **{s.name: str(s.source.absolute()) for s in self.batch.specs},
+        }
         for name in dict.fromkeys(names):
             if name in self.results:
                 result = self.results[name]
@@ -351,11 +372,23 @@ class RunJson:
                 job = self.batch.kept[name].model_copy()
             else:
                 p = self.progress[name]  # running until its session has written its files and returned
-                job = JobMetrics(job=name, status=p.status if p.status in LIVE_STATUSES else Status.RUNNING,
-                                 turns=p.turns)
+                job = JobMetrics(
+                    job=name, status=p.status if p.status in LIVE_STATUSES else Status.RUNNING, turns=p.turns
+                )
             if name in sources:
                 job.source = sources[name]
             jobs.append(job)
-        state = RunState.INTERRUPTED if self.interrupted else (RunState.FINISHED if self.finished else RunState.RUNNING)
-        return RunDocument(run_id=self.batch.run_dir.name, state=state, started=self.started, updated=time.time(),
-                           **self.batch.meta, totals=totals_of(jobs), jobs=jobs)
+        state = (
+            RunState.INTERRUPTED
+            if self.interrupted
+            else (RunState.FINISHED if self.finished else RunState.RUNNING)
+        )
+        return RunDocument(
+            run_id=self.batch.run_dir.name,
+            state=state,
+            started=self.started,
+            updated=time.time(),
+            **self.batch.meta,
+            totals=totals_of(jobs),
+            jobs=jobs,
+        )

@@ -75,8 +75,11 @@ def continue_point(job_dir: Path, spec: JobSpec, lost: dict[str, Any]) -> Resume
         return None
     cut = cut_transcript(job_dir, spec.prompt)
     events, _ = read_jsonl(job_dir / EVENTS)
-    events.append(WorkerLostEvent(worker=lost, continue_from_message=len(cut.history or []),
-                                  turns_rerun=cut.turns_rerun).line())
+    events.append(
+        WorkerLostEvent(
+            worker=lost, continue_from_message=len(cut.history or []), turns_rerun=cut.turns_rerun
+        ).line()
+    )
     # rewritten whole: a half-written last line (the worker died mid-write) is dropped
     write_atomic_sync(job_dir / EVENTS, event_lines(events))
     if cut.history is None:
@@ -94,10 +97,16 @@ async def _answer(ref: Any, what: str) -> Any:
 
 
 def worker_config(batch: Batch, settings: Settings) -> WorkerConfig:
-    return WorkerConfig(backend=str(batch.meta.get("backend", "offline")), runner=settings.runner,
-                        summarizer=settings.summarizer, max_retries=settings.limits.max_retries,
-                        prices=batch.prices, budget_limit=batch.run_budget.limit,
-                        base_url=os.environ.get("ANTHROPIC_BASE_URL"), deadline=batch.deadline)
+    return WorkerConfig(
+        backend=str(batch.meta.get("backend", "offline")),
+        runner=settings.runner,
+        summarizer=settings.summarizer,
+        max_retries=settings.limits.max_retries,
+        prices=batch.prices,
+        budget_limit=batch.run_budget.limit,
+        base_url=os.environ.get("ANTHROPIC_BASE_URL"),
+        deadline=batch.deadline,
+    )
 
 
 @dataclass
@@ -128,8 +137,8 @@ class Pool:
         self._ids += 1
         owner = f"w{self._ids}-{secrets.token_hex(3)}"
         handle = JobWorker.options(  # type: ignore[attr-defined]  # a @ray.remote class
-                                   max_concurrency=self.config.runner.concurrency + 16,
-                                   scheduling_strategy="SPREAD").remote(self.config, self.services, owner)
+            max_concurrency=self.config.runner.concurrency + 16, scheduling_strategy="SPREAD"
+        ).remote(self.config, self.services, owner)
         worker = _Worker(owner, handle)
         self.handles.append(handle)
         answer = await self._probe(worker)
@@ -144,7 +153,9 @@ class Pool:
         try:
             answer = await worker.handle.probe.remote(str(path), token)
         except RayActorError as e:
-            raise ConfigError([f"ray executor: a worker could not start: {one_line(str(e.__cause__ or e))}"]) from None
+            raise ConfigError(
+                [f"ray executor: a worker could not start: {one_line(str(e.__cause__ or e))}"]
+            ) from None
         where = f"ray worker on {answer['node']} (pid {answer['pid']})"
         try:
             seen = path.read_text(encoding="utf-8").strip()
@@ -153,9 +164,13 @@ class Pool:
             seen = None
         if answer["error"] or seen != token:
             reason = answer["error"] or f"its probe file {path.name} did not appear on the driver's side"
-            raise ConfigError([f"{self.run_dir}: the {where} cannot see the run directory ({reason}); on a "
-                               "multi-machine cluster the run directory must be on storage every node sees, "
-                               "at the same path"])
+            raise ConfigError(
+                [
+                    f"{self.run_dir}: the {where} cannot see the run directory ({reason}); on a "
+                    "multi-machine cluster the run directory must be on storage every node sees, "
+                    "at the same path"
+                ]
+            )
         return answer
 
     async def start(self) -> None:
@@ -185,8 +200,13 @@ class Pool:
             entry = next((e for e in self.started if e["owner"] == worker.owner), {})
             entry.update(lost=True, lost_because=reason)
             self._kill(worker)
-            entry["released"] = await _answer(self.services.release_owner.remote(worker.owner),
-                                              "could not give back a lost worker's slots") or {}
+            entry["released"] = (
+                await _answer(
+                    self.services.release_owner.remote(worker.owner),
+                    "could not give back a lost worker's slots",
+                )
+                or {}
+            )
             if len(self.live) < self.size and len(self.lost) <= 4 * self.size:
                 try:
                     await self._start_one()
@@ -218,8 +238,15 @@ class OnRay(Dispatch):
     """Each job on the least loaded worker of a :class:`Pool`, its progress polled into its record;
     continued on another worker when its worker dies."""
 
-    def __init__(self, batch: Batch, settings: Settings, *, workers: int | None, summary_window_s: float,
-                 stall_s: float):
+    def __init__(
+        self,
+        batch: Batch,
+        settings: Settings,
+        *,
+        workers: int | None,
+        summary_window_s: float,
+        stall_s: float,
+    ):
         self.batch = batch
         self.settings = settings
         self.workers = workers
@@ -231,10 +258,14 @@ class OnRay(Dispatch):
     async def start(self, tasks: anyio.abc.TaskGroup) -> None:
         batch, s = self.batch, self.settings.summarizer
         self.services = RunServices.options(  # type: ignore[attr-defined]  # a @ray.remote class
-                                            name=f"runner-services-{batch.run_dir.name}-{secrets.token_hex(3)}",
-                                            get_if_exists=True).remote(
-            s.max_concurrent, s.requests_per_minute, self.summary_window_s, self.settings.runner.concurrency,
-            batch.run_budget.limit)
+            name=f"runner-services-{batch.run_dir.name}-{secrets.token_hex(3)}", get_if_exists=True
+        ).remote(
+            s.max_concurrent,
+            s.requests_per_minute,
+            self.summary_window_s,
+            self.settings.runner.concurrency,
+            batch.run_budget.limit,
+        )
         size = self.workers or max(1, min(batch.concurrency, int(ray.available_resources().get("CPU", 1))))
         self.pool = Pool(batch.run_dir, worker_config(batch, self.settings), self.services, size)
         try:
@@ -256,8 +287,9 @@ class OnRay(Dispatch):
                 worker = self.pool.pick()
                 worker.load += 1
                 try:
-                    result: JobMetrics = await worker.handle.run.remote(str(self.batch.run_dir.absolute()), spec,
-                                                                        resumed)
+                    result: JobMetrics = await worker.handle.run.remote(
+                        str(self.batch.run_dir.absolute()), spec, resumed
+                    )
                     return result
                 except RayActorError as e:
                     await self.pool.replace(worker)
@@ -265,8 +297,12 @@ class OnRay(Dispatch):
                         return ended(spec, Status.CANCELLED, "cancelled; its worker died")
                     last = type(e).__name__
                     if attempt < MAX_REQUEUES:
-                        resumed = await anyio.to_thread.run_sync(continue_point, self.batch.run_dir / spec.name,
-                                                                 spec, {"owner": worker.owner, **worker.where})
+                        resumed = await anyio.to_thread.run_sync(
+                            continue_point,
+                            self.batch.run_dir / spec.name,
+                            spec,
+                            {"owner": worker.owner, **worker.where},
+                        )
                 except BackendUnusable as e:  # Ray's error for it is one too, and carries the worker's
                     record.status, record.error = Status.FAILED, str(getattr(e, "cause", e))
                     raise BackendUnusable(record.error) from None
@@ -274,7 +310,9 @@ class OnRay(Dispatch):
                     worker.load -= 1
         finally:
             self.records.pop(spec.name, None)
-        return ended(spec, Status.FAILED, one_line(f"its Ray worker died {MAX_REQUEUES + 1} times; last: {last}"))
+        return ended(
+            spec, Status.FAILED, one_line(f"its Ray worker died {MAX_REQUEUES + 1} times; last: {last}")
+        )
 
     async def watch(self, worker: _Worker) -> None:
         """Poll one worker for its jobs' progress; declare it dead when Ray says so or when it has
@@ -321,9 +359,23 @@ class OnRay(Dispatch):
         with anyio.move_on_after(10):
             slots = await _answer(self.services.state.remote(), "could not read the services' counts")
             if slots is not None:
-                self.batch.meta = {**self.batch.meta, "slots_at_end": {
-                    "leaked": leaked(slots), **{k: slots[k] for k in (
-                        "gate_held", "gate_waiting", "calls_held", "calls_waiting", "held", "waiting")}}}
+                self.batch.meta = {
+                    **self.batch.meta,
+                    "slots_at_end": {
+                        "leaked": leaked(slots),
+                        **{
+                            k: slots[k]
+                            for k in (
+                                "gate_held",
+                                "gate_waiting",
+                                "calls_held",
+                                "calls_waiting",
+                                "held",
+                                "waiting",
+                            )
+                        },
+                    },
+                }
 
     async def close(self) -> None:
         for worker in list(self.pool.live.values()):
@@ -339,9 +391,15 @@ def adopt(record: JobMetrics, state: JobMetrics) -> None:
         setattr(record, name, getattr(state, name))
 
 
-async def run_batch_ray(batch: Batch, settings: Settings, display: Display | None = None, *,
-                        workers: int | None = None, summary_window_s: float = 60.0,
-                        stall_s: float = STALL_S) -> BatchResult:
+async def run_batch_ray(
+    batch: Batch,
+    settings: Settings,
+    display: Display | None = None,
+    *,
+    workers: int | None = None,
+    summary_window_s: float = 60.0,
+    stall_s: float = STALL_S,
+) -> BatchResult:
     """:func:`runner.execution.scheduler.run_batch` on the Ray cluster this process is connected to."""
     dispatch = OnRay(batch, settings, workers=workers, summary_window_s=summary_window_s, stall_s=stall_s)
     return await run_batch_with(batch, dispatch, display)
@@ -353,11 +411,21 @@ def run_on_ray(batch: Batch, settings: Settings, display: Display | None = None)
     if started:
         address = settings.runner.ray_address
         try:
-            ray.init(address=address or None, include_dashboard=False, logging_level=logging.WARNING,
-                     log_to_driver=False, configure_logging=True)
+            ray.init(
+                address=address or None,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+                configure_logging=True,
+            )
         except (ConnectionError, RuntimeError, ValueError) as e:
-            raise ConfigError([f"runner.ray_address: could not connect to Ray at {address!r}: {one_line(str(e))}"
-                               if address else f"ray executor: could not start Ray: {one_line(str(e))}"]) from None
+            raise ConfigError(
+                [
+                    f"runner.ray_address: could not connect to Ray at {address!r}: {one_line(str(e))}"
+                    if address
+                    else f"ray executor: could not start Ray: {one_line(str(e))}"
+                ]
+            ) from None
     try:
         return anyio.run(run_batch_ray, batch, settings, display)
     finally:

@@ -48,8 +48,14 @@ def owner_of(token: str) -> str:
 class RunServices:
     """One per run, named ``runner-services-<run id>``. Every method is called by workers or the driver."""
 
-    def __init__(self, max_concurrent: int, requests_per_minute: int, window_s: float, max_calls: int,
-                 budget_limit: float | None):
+    def __init__(
+        self,
+        max_concurrent: int,
+        requests_per_minute: int,
+        window_s: float,
+        max_calls: int,
+        budget_limit: float | None,
+    ):
         self._args = (max_concurrent, requests_per_minute, window_s, max_calls)
         self.budget_limit = budget_limit
         self.spent = 0.0
@@ -69,7 +75,9 @@ class RunServices:
             self.calls = AdaptiveLimit(maximum=max_calls)
             self._ready = True
 
-    async def _acquire(self, limiter: anyio.CapacityLimiter, token: str, kind: str, rate: RateLimiter | None) -> None:
+    async def _acquire(
+        self, limiter: anyio.CapacityLimiter, token: str, kind: str, rate: RateLimiter | None
+    ) -> None:
         if token.split(":")[1:2] != [kind]:
             raise RuntimeError(f"slot {token} is not a {kind} token")
         if owner_of(token) in self._dead:
@@ -153,21 +161,32 @@ class RunServices:
         for state, tokens in (("held", self._held), ("waiting", self._waiting)):
             for token in tokens:
                 kind = token.split(":")[1]
-                entry = owners.setdefault(owner_of(token), dict.fromkeys(
-                    (f"{k}_{s}" for k in KINDS for s in ("held", "waiting")), 0))
+                entry = owners.setdefault(
+                    owner_of(token),
+                    dict.fromkeys((f"{k}_{s}" for k in KINDS for s in ("held", "waiting")), 0),
+                )
                 entry[f"{kind}_{state}"] += 1
-        return {"spent": self.spent, "gate_starts": self.gate_starts, "gate_held": self.gate.borrowed_tokens,
-                "gate_waiting": self.gate.statistics().tasks_waiting, "calls_limit": self.calls.current,
-                "calls_held": self.calls.limiter.borrowed_tokens,
-                "calls_waiting": self.calls.limiter.statistics().tasks_waiting,
-                "held": len(self._held), "waiting": len(self._waiting), "owners": owners,
-                "dead": sorted(self._dead)}
+        return {
+            "spent": self.spent,
+            "gate_starts": self.gate_starts,
+            "gate_held": self.gate.borrowed_tokens,
+            "gate_waiting": self.gate.statistics().tasks_waiting,
+            "calls_limit": self.calls.current,
+            "calls_held": self.calls.limiter.borrowed_tokens,
+            "calls_waiting": self.calls.limiter.statistics().tasks_waiting,
+            "held": len(self._held),
+            "waiting": len(self._waiting),
+            "owners": owners,
+            "dead": sorted(self._dead),
+        }
 
 
 def leaked(state: dict[str, Any]) -> int:
     """Slots still held or waited for in a :meth:`RunServices.state` taken after every job ended."""
-    return sum(int(state.get(k, 0)) for k in ("gate_held", "gate_waiting", "calls_held", "calls_waiting",
-                                               "held", "waiting"))
+    return sum(
+        int(state.get(k, 0))
+        for k in ("gate_held", "gate_waiting", "calls_held", "calls_waiting", "held", "waiting")
+    )
 
 
 class _Slots:

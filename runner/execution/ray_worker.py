@@ -48,16 +48,33 @@ class JobWorker:
     def __init__(self, config: WorkerConfig, services: Any, owner: str):
         self.config = config
         self.owner = owner
-        self.where = {"node": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(),
-                      "pid": os.getpid()}
+        self.where = {
+            "node": socket.gethostname(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+        }
         if config.backend != "offline" and not os.environ.get("ANTHROPIC_API_KEY"):
-            raise RuntimeError(f"ANTHROPIC_API_KEY is not set in the environment of the Ray worker on "
-                               f"{socket.gethostname()}; set it where the node's `ray start` runs")
-        self.model, summarizer = build_backend(config.backend, runner=config.runner, summarizer=config.summarizer,
-                                               max_retries=config.max_retries, calls=RayCallLimit(services, owner),
-                                               gate=RayGate(services, owner), base_url=config.base_url)
-        self.services = Services(self.model, Compactor(summarizer), config.summarizer.model, config.prices,
-                                 RayBudget(services, config.budget_limit), config.deadline)
+            raise RuntimeError(
+                f"ANTHROPIC_API_KEY is not set in the environment of the Ray worker on "
+                f"{socket.gethostname()}; set it where the node's `ray start` runs"
+            )
+        self.model, summarizer = build_backend(
+            config.backend,
+            runner=config.runner,
+            summarizer=config.summarizer,
+            max_retries=config.max_retries,
+            calls=RayCallLimit(services, owner),
+            gate=RayGate(services, owner),
+            base_url=config.base_url,
+        )
+        self.services = Services(
+            self.model,
+            Compactor(summarizer),
+            config.summarizer.model,
+            config.prices,
+            RayBudget(services, config.budget_limit),
+            config.deadline,
+        )
         self.records: dict[str, JobMetrics] = {}
         self.scopes: dict[str, anyio.CancelScope] = {}
 
@@ -78,7 +95,9 @@ class JobWorker:
         scope = self.scopes[spec.name] = anyio.CancelScope()
         try:
             with scope:
-                await run_job(spec, run_dir=Path(run_dir), services=self.services, record=record, resumed=resumed)
+                await run_job(
+                    spec, run_dir=Path(run_dir), services=self.services, record=record, resumed=resumed
+                )
         finally:
             self.scopes.pop(spec.name, None)
             self.records.pop(spec.name, None)

@@ -59,20 +59,20 @@ class ResumePlan:
     meta: dict[str, Any] = field(default_factory=dict)  # backend and models of the run, from run.json
 
 
-
-
 def _limit_raised(old: JobSpec, new: JobSpec, status: str) -> bool:
     """Whether today's limits lift the limit a job ended on."""
     if status == Status.BUDGET_EXCEEDED:
         return old.limits.max_cost_usd is not None and (
-            new.limits.max_cost_usd is None or new.limits.max_cost_usd > old.limits.max_cost_usd)
+            new.limits.max_cost_usd is None or new.limits.max_cost_usd > old.limits.max_cost_usd
+        )
     if status == Status.MAX_TURNS:
         return new.limits.max_turns > old.limits.max_turns
     return True
 
 
-def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = False,
-                only: list[str] | None = None) -> ResumePlan:
+def plan_resume(
+    run_dir: Path, settings: Settings, limits_from_config: bool = False, only: list[str] | None = None
+) -> ResumePlan:
     """What to rerun. Each job keeps the spec (model, limits) in its ``job.json``; with
     ``limits_from_config``, the limits of today's config and task file. A job that ended on a limit
     (``budget_exceeded``, ``max_turns``) is kept as it is unless that limit was raised. Every name read
@@ -81,7 +81,9 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
     run, problem = read_json(run_json)
     if not isinstance(run, dict):
         raise ConfigError([problem or f"{run_json}: missing or no object; is {run_dir} a run directory?"])
-    entries = [e for e in run.get("jobs", []) if isinstance(e, dict)] if isinstance(run.get("jobs"), list) else []
+    entries = (
+        [e for e in run.get("jobs", []) if isinstance(e, dict)] if isinstance(run.get("jobs"), list) else []
+    )
     names = [e.get("job") for e in entries]
     unknown = [n for n in only or [] if n not in names]
     if unknown:
@@ -95,7 +97,9 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
         job_dir = run_dir / name
         metrics = read_metrics(job_dir)
         status = metrics.status if metrics else ""
-        if metrics and status == Status.SUCCEEDED and (job_dir / FINAL).exists():  # metrics.json is written last
+        if (
+            metrics and status == Status.SUCCEEDED and (job_dir / FINAL).exists()
+        ):  # metrics.json is written last
             plan.kept[name] = metrics
             continue
         if only and name not in only:
@@ -105,10 +109,15 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
         job, _ = read_json(job_json)
         if not isinstance(job, dict):
             source = Path(entry.get("source") or (metrics.source if metrics else None) or "")
-            loaded = (load_job(source, settings, sandbox_problem=bwrap_problem) if source.is_file() else
-                      JobError(name, source, (f"{job_dir}: no job.json and no task file to load it from",)))
+            loaded = (
+                load_job(source, settings, sandbox_problem=bwrap_problem)
+                if source.is_file()
+                else JobError(name, source, (f"{job_dir}: no job.json and no task file to load it from",))
+            )
             if isinstance(loaded, JobSpec) and loaded.name != name:
-                loaded = JobError(name, source, (f"{source}: now names its job {loaded.name!r}, the run has {name!r}",))
+                loaded = JobError(
+                    name, source, (f"{source}: now names its job {loaded.name!r}, the run has {name!r}",)
+                )
             if isinstance(loaded, JobError):
                 plan.errors.append(loaded)
                 continue
@@ -120,23 +129,36 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
             plan.errors.append(JobError(name, job_json, tuple(describe_errors(str(job_json), e))))
             continue
         if spec.name != name:  # a job.json may not send its job anywhere but its own directory
-            plan.errors.append(JobError(name, job_json, (
-                f"{job_json}: name: expected {name!r} (the job's directory), got {spec.name!r}",)))
+            plan.errors.append(
+                JobError(
+                    name,
+                    job_json,
+                    (f"{job_json}: name: expected {name!r} (the job's directory), got {spec.name!r}",),
+                )
+            )
             continue
         if unsafe := workspace_problem(spec.workspace, run_dir.parent, job_json):  # nor into the run's files
             plan.errors.append(JobError(name, job_json, (unsafe,), unsafe=True))
             continue
         if limits_from_config:
-            fresh = (load_job(spec.source, settings, sandbox_problem=bwrap_problem) if spec.source.is_file()
-                     else None)
+            fresh = (
+                load_job(spec.source, settings, sandbox_problem=bwrap_problem)
+                if spec.source.is_file()
+                else None
+            )
             if isinstance(fresh, JobSpec) and fresh.name == spec.name:
                 spec = spec.model_copy(update={"limits": fresh.limits})
                 plan.notes.append(f"{name}: limits from today's config and task file")
-        if metrics and status in LIMIT_STATUSES and not (
-                limits_from_config and _limit_raised(recorded, spec, status)):
+        if (
+            metrics
+            and status in LIMIT_STATUSES
+            and not (limits_from_config and _limit_raised(recorded, spec, status))
+        ):
             plan.kept[name] = metrics
-            plan.notes.append(f"{name}: ended {status} and its limit was not raised "
-                              f"(`--limits-from-config` with a higher limit in config.toml); kept as it is")
+            plan.notes.append(
+                f"{name}: ended {status} and its limit was not raised "
+                f"(`--limits-from-config` with a higher limit in config.toml); kept as it is"
+            )
             continue
         plan.specs.append(spec)
         events, event_warnings = read_jsonl(job_dir / EVENTS)
@@ -150,8 +172,10 @@ def plan_resume(run_dir: Path, settings: Settings, limits_from_config: bool = Fa
             plan.histories[name] = cut.history
             if metrics:
                 plan.priors[name] = metrics
-            plan.notes.append(f"{name}: continuing from line {len(history)} of the transcript"
-                              + (f" ({cut.dropped} dropped after the last complete turn)" if cut.dropped else ""))
+            plan.notes.append(
+                f"{name}: continuing from line {len(history)} of the transcript"
+                + (f" ({cut.dropped} dropped after the last complete turn)" if cut.dropped else "")
+            )
         else:
             plan.notes.append(f"{name}: no usable transcript; starting from the beginning")
         if has_tool_use(history[-1]) if history else False:
@@ -178,8 +202,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if not (run_dir / RUN_JSON).is_file():
         raise ConfigError([f"{run_dir / RUN_JSON}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
     with hold_run_dir(run_dir):
-        plan = plan_resume(run_dir, settings, getattr(args, "limits_from_config", False),
-                           getattr(args, "only", None))
+        plan = plan_resume(
+            run_dir, settings, getattr(args, "limits_from_config", False), getattr(args, "only", None)
+        )
         keep_backend(run_dir, plan.meta, settings, getattr(args, "backend", None))
         if unsafe := [line for e in plan.errors if e.unsafe for line in e.problems]:
             raise ConfigError(unsafe)  # as `run`: no job starts beside one that could rewrite the others
@@ -189,17 +214,35 @@ def cmd_resume(args: argparse.Namespace) -> int:
         if not plan.specs and not plan.errors:
             # run.json may lag behind the jobs' own files (the run was killed right after they ended)
             console.print(Text(printable(f"resume: no job of {run_dir} is left to run")), soft_wrap=True)
-            batch = Batch(run_dir=run_dir, specs=[], model=None, compactor=None,  # type: ignore[arg-type]
-                          summary_model=settings.summarizer.model, concurrency=1, kept=plan.kept,
-                          meta={**plan.meta, "resumed": True}, handle_signals=False)
+            batch = Batch(
+                run_dir=run_dir,
+                specs=[],
+                model=None,  # type: ignore[arg-type]
+                compactor=None,  # type: ignore[arg-type]
+                summary_model=settings.summarizer.model,
+                concurrency=1,
+                kept=plan.kept,
+                meta={**plan.meta, "resumed": True},
+                handle_signals=False,
+            )
             return execute(batch, settings, as_json=getattr(args, "json", False))
         claim(run_dir, len(plan.specs) + len(plan.errors))
         model, summarizer, backend = make_backend(settings)
         warn_fallbacks(plan.specs, model)
-        batch = Batch(run_dir=run_dir, specs=plan.specs, errors=plan.errors, model=model,
-                      compactor=Compactor(summarizer), summary_model=settings.summarizer.model,
-                      concurrency=settings.runner.concurrency, histories=plan.histories, priors=plan.priors,
-                      kept=plan.kept, meta={**run_meta(settings, backend), "resumed": True}, **spending(settings))
+        batch = Batch(
+            run_dir=run_dir,
+            specs=plan.specs,
+            errors=plan.errors,
+            model=model,
+            compactor=Compactor(summarizer),
+            summary_model=settings.summarizer.model,
+            concurrency=settings.runner.concurrency,
+            histories=plan.histories,
+            priors=plan.priors,
+            kept=plan.kept,
+            meta={**run_meta(settings, backend), "resumed": True},
+            **spending(settings),
+        )
         return execute(batch, settings, as_json=getattr(args, "json", False))
 
 
@@ -212,15 +255,25 @@ def keep_backend(run_dir: Path, meta: dict[str, Any], settings: Settings, asked:
         if asked in ("anthropic", "offline"):
             backend = asked
         else:
-            raise ConfigError([f"{where}: backend: expected \"anthropic\" or \"offline\", got {backend!r}; "
-                               "say which with --backend"])
+            raise ConfigError(
+                [
+                    f'{where}: backend: expected "anthropic" or "offline", got {backend!r}; '
+                    "say which with --backend"
+                ]
+            )
     if asked not in (None, "auto", backend):
         raise ConfigError([f"--backend {asked}: {where} ran on {backend}; a resumed run keeps its backend"])
     if backend == "anthropic" and not os.environ.get("ANTHROPIC_API_KEY"):
-        raise ConfigError([f"{where}: this run used the anthropic backend; resuming it needs ANTHROPIC_API_KEY "
-                           "(it is not switched to the offline model)"])
+        raise ConfigError(
+            [
+                f"{where}: this run used the anthropic backend; resuming it needs ANTHROPIC_API_KEY "
+                "(it is not switched to the offline model)"
+            ]
+        )
     settings.runner.backend = "anthropic" if backend == "anthropic" else "offline"
-    for key, section, field_name in (("model", settings.runner, "model"),
-                                     ("summary_model", settings.summarizer, "model")):
+    for key, section, field_name in (
+        ("model", settings.runner, "model"),
+        ("summary_model", settings.summarizer, "model"),
+    ):
         if isinstance(meta.get(key), str) and meta[key]:
             setattr(section, field_name, meta[key])

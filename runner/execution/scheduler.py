@@ -25,8 +25,9 @@ class InProcess(Dispatch):
 
     def __init__(self, batch: Batch):
         self.run_dir = batch.run_dir
-        self.services = Services(batch.model, batch.compactor, batch.summary_model, batch.prices, batch.run_budget,
-                                 batch.deadline)
+        self.services = Services(
+            batch.model, batch.compactor, batch.summary_model, batch.prices, batch.run_budget, batch.deadline
+        )
         self.scopes: set[anyio.CancelScope] = set()
         self.cancelled = False
 
@@ -36,7 +37,9 @@ class InProcess(Dispatch):
             if self.cancelled:
                 scope.cancel()
             try:
-                await run_job(spec, run_dir=self.run_dir, services=self.services, record=record, resumed=resumed)
+                await run_job(
+                    spec, run_dir=self.run_dir, services=self.services, record=record, resumed=resumed
+                )
             finally:
                 self.scopes.discard(scope)
         return record

@@ -22,8 +22,13 @@ from .base import Model, Reply, Request
 
 
 class AdaptiveLimit:
-    def __init__(self, maximum: int, minimum: int = 1, cooldown_s: float = 1.0,
-                 clock: Callable[[], float] | None = None):
+    def __init__(
+        self,
+        maximum: int,
+        minimum: int = 1,
+        cooldown_s: float = 1.0,
+        clock: Callable[[], float] | None = None,
+    ):
         self.maximum = maximum
         self.minimum = max(1, min(minimum, maximum))
         self.cooldown_s = cooldown_s

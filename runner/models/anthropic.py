@@ -47,8 +47,18 @@ from .wire import CURRENT, count_response, on_request
 
 EPHEMERAL = {"type": "ephemeral"}
 # every stop_reason the Messages API documents; the session has a meaning for each (session.py)
-STOP_REASONS = frozenset({"end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal",
-                          "compaction", "model_context_window_exceeded"})
+STOP_REASONS = frozenset(
+    {
+        "end_turn",
+        "max_tokens",
+        "stop_sequence",
+        "tool_use",
+        "pause_turn",
+        "refusal",
+        "compaction",
+        "model_context_window_exceeded",
+    }
+)
 
 
 def is_prompt_too_long(error: Exception) -> bool:
@@ -62,8 +72,14 @@ def is_prompt_too_long(error: Exception) -> bool:
 
 
 def _cacheable(block: dict[str, Any]) -> bool:
-    return block.get("type") in ("text", "tool_result", "tool_use", "image", "document", "compaction") and not (
-        block.get("type") == "text" and not block.get("text"))
+    return block.get("type") in (
+        "text",
+        "tool_result",
+        "tool_use",
+        "image",
+        "document",
+        "compaction",
+    ) and not (block.get("type") == "text" and not block.get("text"))
 
 
 def _with_breakpoint(message: dict[str, Any]) -> dict[str, Any]:
@@ -80,7 +96,9 @@ def _with_breakpoint(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "content": content}
 
 
-def with_cache_breakpoint(messages: list[dict[str, Any]], points: tuple[int, ...] = ()) -> list[dict[str, Any]]:
+def with_cache_breakpoint(
+    messages: list[dict[str, Any]], points: tuple[int, ...] = ()
+) -> list[dict[str, Any]]:
     """A copy of ``messages`` with a ``cache_control`` breakpoint on the newest message and on each
     message index in ``points`` (the history itself is never changed)."""
     if not messages:
@@ -105,8 +123,10 @@ def reply_of(data: dict[str, Any], max_text_bytes: int = 32 * MIB) -> Reply:
         raise InvalidReply(f"the reply is not a message with a content list: {one_line(repr(data), 120)}")
     stop_reason = data.get("stop_reason")
     if stop_reason not in STOP_REASONS:
-        raise InvalidReply(f"stop_reason = {one_line(repr(stop_reason), 80)}: not one the Messages API "
-                           f"documents ({', '.join(sorted(STOP_REASONS))}); the reply is not acted on")
+        raise InvalidReply(
+            f"stop_reason = {one_line(repr(stop_reason), 80)}: not one the Messages API "
+            f"documents ({', '.join(sorted(STOP_REASONS))}); the reply is not acted on"
+        )
     content, refused = [], {}
     text_bytes = 0
     for i, block in enumerate(data["content"]):
@@ -116,18 +136,24 @@ def reply_of(data: dict[str, Any], max_text_bytes: int = 32 * MIB) -> Reply:
         if isinstance(block.get("text"), str):
             text_bytes += len(block["text"].encode("utf-8", "surrogatepass"))
             if text_bytes > max_text_bytes:
-                raise InvalidReply(f"content[{i}].text: the reply's text is over max_reply_bytes = "
-                                   f"{max_text_bytes:,} bytes")
+                raise InvalidReply(
+                    f"content[{i}].text: the reply's text is over max_reply_bytes = {max_text_bytes:,} bytes"
+                )
         if block.get("type") == "tool_use":
             size = len(json.dumps(block.get("input"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
             if size > MAX_TOOL_INPUT_BYTES:
                 refused[str(block.get("id", ""))] = (
                     f"not run: this call's input is {size:,} bytes, over the limit of {MAX_TOOL_INPUT_BYTES:,} "
-                    "bytes for one tool call; send a smaller one")
+                    "bytes for one tool call; send a smaller one"
+                )
                 block = {**block, "input": {}}
         content.append(block)
-    return Reply(content=content, stop_reason=stop_reason, usage=usage_from_api(data.get("usage") or {}),
-                 refused_calls=refused)
+    return Reply(
+        content=content,
+        stop_reason=stop_reason,
+        usage=usage_from_api(data.get("usage") or {}),
+        refused_calls=refused,
+    )
 
 
 class ReplyTimedOut(Exception):
@@ -138,7 +164,9 @@ def _timed_out(error: Exception, guard: Guard) -> ReplyTimedOut:
     cause = error.__cause__
     if isinstance(cause, httpx2.ReadTimeout) and "request_timeout_s" in str(cause):
         return ReplyTimedOut(one_line(str(cause)))
-    return ReplyTimedOut(f"no reply within request_timeout_s = {guard.deadline_s:g} s ({one_line(str(error))})")
+    return ReplyTimedOut(
+        f"no reply within request_timeout_s = {guard.deadline_s:g} s ({one_line(str(error))})"
+    )
 
 
 def request_params(request: Request) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -147,23 +175,33 @@ def request_params(request: Request) -> tuple[dict[str, Any], tuple[str, ...]]:
     params: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_tokens,
-        "messages": (with_cache_breakpoint(request.messages, request.cache_points[:1]) if request.cache
-                     else request.messages),
+        "messages": (
+            with_cache_breakpoint(request.messages, request.cache_points[:1])
+            if request.cache
+            else request.messages
+        ),
     }
     if request.tools:
-        params["tools"] = ([*request.tools[:-1], {**request.tools[-1], "cache_control": EPHEMERAL}]
-                           if request.cache else request.tools)
+        params["tools"] = (
+            [*request.tools[:-1], {**request.tools[-1], "cache_control": EPHEMERAL}]
+            if request.cache
+            else request.tools
+        )
     if request.tool_choice is not None:
         params["tool_choice"] = request.tool_choice
     if request.system:
-        params["system"] = [{"type": "text", "text": request.system,
-                             **({"cache_control": EPHEMERAL} if request.cache else {})}]
+        params["system"] = [
+            {
+                "type": "text",
+                "text": request.system,
+                **({"cache_control": EPHEMERAL} if request.cache else {}),
+            }
+        ]
     betas = [MEMORY_BETA] if any(t.get("type") == MEMORY_TOOL_TYPE for t in request.tools or ()) else []
     if request.context_management:
         params["context_management"] = request.context_management
         betas.insert(0, COMPACTION_BETA)
     return params, tuple(betas)
-
 
 
 class AnthropicModel:
@@ -177,10 +215,19 @@ class AnthropicModel:
     name = "anthropic"
     server_compaction = True
 
-    def __init__(self, *, api_key: str | None = None, base_url: str | None = None, max_retries: int = 4,
-                 timeout: float = 600.0, http_client: Any = None,
-                 on_rate_limited: Callable[[], None] | None = None, shards: int = 1,
-                 max_reply_bytes: int = 32 * MIB, max_retry_after_s: float = 60.0):
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_retries: int = 4,
+        timeout: float = 600.0,
+        http_client: Any = None,
+        on_rate_limited: Callable[[], None] | None = None,
+        shards: int = 1,
+        max_reply_bytes: int = 32 * MIB,
+        max_retry_after_s: float = 60.0,
+    ):
         kwargs: dict[str, Any] = {"max_retries": max_retries, "timeout": timeout}
         if api_key is not None:
             kwargs["api_key"] = api_key
@@ -190,20 +237,27 @@ class AnthropicModel:
             shards = 1
         self.clients = []
         self._connected = False  # a call has succeeded: later connection failures are retried as usual
-        self.guard = Guard(deadline_s=timeout, max_reply_bytes=max_reply_bytes, max_retry_after_s=max_retry_after_s)
+        self.guard = Guard(
+            deadline_s=timeout, max_reply_bytes=max_reply_bytes, max_retry_after_s=max_retry_after_s
+        )
 
         async def watch(response: Any) -> None:  # sees every attempt, including the SDK's retries
             count_response(response.status_code)
             if response.status_code in (429, 529) and on_rate_limited is not None:
                 on_rate_limited()
 
-        tls = httpx2.create_ssl_context() if http_client is None else None  # one for every shard: each costs ~20 ms
+        tls = (
+            httpx2.create_ssl_context() if http_client is None else None
+        )  # one for every shard: each costs ~20 ms
         for _ in range(max(1, shards)):
             client = http_client
             if client is None:
-                client = guarded_client(self.guard, event_hooks={"request": [on_request], "response": [watch]},
-                                        verify=tls)
-            self.clients.append(anthropic.AsyncAnthropic(**kwargs, **({"http_client": client} if client else {})))
+                client = guarded_client(
+                    self.guard, event_hooks={"request": [on_request], "response": [watch]}, verify=tls
+                )
+            self.clients.append(
+                anthropic.AsyncAnthropic(**kwargs, **({"http_client": client} if client else {}))
+            )
         self.client = self.clients[0]
         self._turn = itertools.count()
         self._with_retries: dict[tuple[int, int], Any] = {}
@@ -218,7 +272,9 @@ class AnthropicModel:
             client = self._with_retries[key]
         kwargs, betas = request_params(request)
         path, options = "/v1/messages", {}
-        if betas:  # the memory tool and server-side compaction are betas: the beta endpoint, with their header
+        if (
+            betas
+        ):  # the memory tool and server-side compaction are betas: the beta endpoint, with their header
             path, options = "/v1/messages?beta=true", {"headers": {"anthropic-beta": ",".join(betas)}}
         # the body serialized once by the C encoder: the SDK's retries, timeouts and error types, without
         # its per-request walk over the parameters, its deep copy of them, or its pydantic reply models
@@ -226,11 +282,12 @@ class AnthropicModel:
         counts = CURRENT.get()
         sent = counts.requests if counts is not None else 0
         try:
-            response = await client.post(path, cast_to=httpx2.Response, content=body,
-                                         options=options)  # type: ignore[call-overload]  # a plain RequestOptions dict
+            response = await client.post(path, cast_to=httpx2.Response, content=body, options=options)  # type: ignore[call-overload]  # a plain RequestOptions dict
         except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as e:
-            raise BackendUnusable(f"{self.client.base_url}: {e.status_code} {type(e).__name__}: "
-                                  f"{one_line(e.api_message or str(e), 200)}") from e
+            raise BackendUnusable(
+                f"{self.client.base_url}: {e.status_code} {type(e).__name__}: "
+                f"{one_line(e.api_message or str(e), 200)}"
+            ) from e
         except anthropic.APIStatusError as e:
             if is_prompt_too_long(e):
                 raise PromptTooLong(e.api_message or str(e)) from e
@@ -241,8 +298,10 @@ class AnthropicModel:
             if self._connected:
                 raise
             cause = e.__cause__ or e
-            raise BackendUnusable(f"{self.client.base_url}: cannot connect ({type(cause).__name__}: "
-                                  f"{one_line(str(cause) or str(e), 200)})") from e
+            raise BackendUnusable(
+                f"{self.client.base_url}: cannot connect ({type(cause).__name__}: "
+                f"{one_line(str(cause) or str(e), 200)})"
+            ) from e
         finally:  # the attempts beyond the first were the SDK's retries
             if counts is not None:
                 counts.retries += max(0, counts.requests - sent - 1)

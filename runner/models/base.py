@@ -29,8 +29,9 @@ def _token_count(where: str, value: Any) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_USAGE_TOKENS:
-        raise InvalidReply(f"{where} = {value!r}: not a token count (a non-negative integer below "
-                           f"{MAX_USAGE_TOKENS:,})")
+        raise InvalidReply(
+            f"{where} = {value!r}: not a token count (a non-negative integer below {MAX_USAGE_TOKENS:,})"
+        )
     return int(value)
 
 

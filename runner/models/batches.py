@@ -64,8 +64,13 @@ from .wire import CURRENT
 RETRYABLE = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 MAX_BATCH_BYTES = 200_000_000  # of request bodies in one batch (the API takes 256 MB)
 CANCEL_TIMEOUT_S = 5.0
-NO_RESULT = {"type": "errored", "error": {"type": "error", "error": {
-    "type": "api_error", "message": "the batch's results have no line for this request"}}}
+NO_RESULT = {
+    "type": "errored",
+    "error": {
+        "type": "error",
+        "error": {"type": "api_error", "message": "the batch's results have no line for this request"},
+    },
+}
 
 
 class BatchRequestFailed(Exception):
@@ -126,9 +131,17 @@ class Group:
 class Batcher:
     """The batch's open groups and its batches in flight, shared by every :class:`BatchModel`."""
 
-    def __init__(self, backend: AnthropicModel, *, window_s: float = 2.0, max_requests: int = 10_000,
-                 poll_s: float = 1.0, poll_max_s: float = 60.0, deadline: float | None = None,
-                 max_retries: int = 4):
+    def __init__(
+        self,
+        backend: AnthropicModel,
+        *,
+        window_s: float = 2.0,
+        max_requests: int = 10_000,
+        poll_s: float = 1.0,
+        poll_max_s: float = 60.0,
+        deadline: float | None = None,
+        max_retries: int = 4,
+    ):
         self.backend = backend
         self.window_s = window_s
         self.max_requests = max_requests
@@ -166,8 +179,17 @@ class Batcher:
     def _record(self, batch_id: str, group: Group) -> None:
         if self.journal is None:
             return
-        line = json.dumps({"batch": batch_id, "betas": list(group.betas), "custom_ids": list(group.waiters),
-                           "created": round(time.time(), 3)}) + "\n"
+        line = (
+            json.dumps(
+                {
+                    "batch": batch_id,
+                    "betas": list(group.betas),
+                    "custom_ids": list(group.waiters),
+                    "created": round(time.time(), 3),
+                }
+            )
+            + "\n"
+        )
         with open(self.journal, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
@@ -190,7 +212,8 @@ class Batcher:
         """The live display's part: the batch in flight, requests waiting, the last turnaround, the
         projected end; None before the first request."""
         waiting = sum(len(g.waiters) for g in self.open.values()) + sum(
-            len(g.waiters) for g in self.in_flight.values())
+            len(g.waiters) for g in self.in_flight.values()
+        )
         if not self.batches_sent and not waiting:
             return None
         parts = [f"batch {self.last_batch or '-'}", f"{waiting} waiting"]
@@ -233,19 +256,22 @@ class Batcher:
                 if "prompt is too long" in message.lower() or "prompt_too_long" in message.lower():
                     raise PromptTooLong(message)
                 if etype not in RETRYABLE:
-                    raise BatchRequestFailed(f"batch {group.batch_id}: request {key}: {etype}: "
-                                             f"{one_line(message, 200)}")
+                    raise BatchRequestFailed(
+                        f"batch {group.batch_id}: request {key}: {etype}: {one_line(message, 200)}"
+                    )
             elif kind == "canceled" and self.stopping:
-                raise BatchRequestFailed(f"batch {group.batch_id}: request {key}: canceled "
-                                         "(the run is stopping)")
+                raise BatchRequestFailed(
+                    f"batch {group.batch_id}: request {key}: canceled (the run is stopping)"
+                )
             elif kind not in ("expired", "canceled"):
                 raise BatchRequestFailed(f"batch {group.batch_id}: request {key}: result type {kind!r}")
             resends += 1
             if record is not None:
                 record.retries += 1
 
-    def _reply(self, result: dict[str, Any], record: JobMetrics | None, part: str,
-               batch: str | None) -> Reply:
+    def _reply(
+        self, result: dict[str, Any], record: JobMetrics | None, part: str, batch: str | None
+    ) -> Reply:
         """A succeeded result as the call's reply, its usage billed in the record's batch part."""
         reply = reply_of(result.get("message") or {}, self.backend.guard.max_reply_bytes)
         if record is not None:
@@ -275,8 +301,10 @@ class Batcher:
                 while (await api.retrieve(batch_id, **self._betas(group))).processing_status != "ended":
                     await anyio.sleep(group.poll_s)
                     group.poll_s = min(group.poll_s * 2, self.poll_max_s)
-                return {line.custom_id: line.result.to_dict()
-                        async for line in await api.results(batch_id, **self._betas(group))}
+                return {
+                    line.custom_id: line.result.to_dict()
+                    async for line in await api.results(batch_id, **self._betas(group))
+                }
         except Exception:  # e.g. the batch was deleted or has expired: its requests are sent again
             return {}
 
@@ -356,8 +384,10 @@ class Batcher:
                 group.poll_s = self.poll_s
                 await self._cancel(group)
         with uncounted():
-            lines = {line.custom_id: line.result.to_dict()
-                     async for line in await self._api(group).results(group.batch_id, **self._betas(group))}
+            lines = {
+                line.custom_id: line.result.to_dict()
+                async for line in await self._api(group).results(group.batch_id, **self._betas(group))
+            }
         if group.sent is not None:
             self.last_turnaround = time.monotonic() - group.sent
         self.in_flight.pop(group.batch_id, None)
@@ -412,12 +442,21 @@ class BatchModel:
             await self.live.aclose()
 
 
-def batch_delivery(raw: AnthropicModel, live: Model, runner: RunnerSection, *,
-                   max_retries: int) -> tuple[BatchModel, BatchModel]:
+def batch_delivery(
+    raw: AnthropicModel, live: Model, runner: RunnerSection, *, max_retries: int
+) -> tuple[BatchModel, BatchModel]:
     """``delivery = "batch"``: the jobs' model (live: ``live``) and the summarizer's (live: ``raw``),
     sharing one batcher configured by ``[runner]``."""
-    batcher = Batcher(raw, window_s=runner.batch_window_s, max_requests=runner.batch_max_requests,
-                      poll_s=runner.batch_poll_s, poll_max_s=runner.batch_poll_max_s,
-                      deadline=deadline_at(runner.deadline, runner.deadline_s), max_retries=max_retries)
-    return (BatchModel(batcher, live),
-            BatchModel(batcher, raw, part="batch_summarizer_usage", owns_live=False))
+    batcher = Batcher(
+        raw,
+        window_s=runner.batch_window_s,
+        max_requests=runner.batch_max_requests,
+        poll_s=runner.batch_poll_s,
+        poll_max_s=runner.batch_poll_max_s,
+        deadline=deadline_at(runner.deadline, runner.deadline_s),
+        max_retries=max_retries,
+    )
+    return (
+        BatchModel(batcher, live),
+        BatchModel(batcher, raw, part="batch_summarizer_usage", owns_live=False),
+    )

@@ -78,16 +78,20 @@ SURVEY = re.compile(r"\bsurvey", re.I)
 _UNNAMEABLE = re.compile(r"[`|\n\r]")  # a directory a prompt, a note or a table cell could not name
 _EXT_ROW = re.compile(r"^\| (\S+) \| (\d+) \| (\d+) \|$", re.M)
 _LARGEST_ROW = re.compile(r"^\| (.+?) \| (\d+) \| (\d+) \|$", re.M)
-_TODO_HEAD = re.compile(r"^## TODO / FIXME / XXX \((\d+) lines in (\d+) files(; the search output was cut)?",
-                        re.M)
+_TODO_HEAD = re.compile(
+    r"^## TODO / FIXME / XXX \((\d+) lines in (\d+) files(; the search output was cut)?", re.M
+)
 TOTAL_NAMES = ("files", "text", "lines", "chars", "binary", "binary_bytes", "errors")
 
 
 def applies(messages: list[Message], tool_names: set[str]) -> bool:
     """Whether this job's survey may be handed to subagents: ``task`` (and ``memory``) offered, the
     request a survey and not a scoped one."""
-    return {"task", "memory"} <= tool_names and bool(SURVEY.search(request(messages))) \
+    return (
+        {"task", "memory"} <= tool_names
+        and bool(SURVEY.search(request(messages)))
         and scope_of(messages) is None
+    )
 
 
 def request(messages: list[Message]) -> str:
@@ -107,8 +111,14 @@ def decide(messages: list[Message], tool_names: set[str]) -> tuple[list[dict[str
     if state is None:  # the first turn: the memory survey's, and the top-level directories
         content, stop = memory_survey.decide(messages)
         if stop == "tool_use":
-            content.append({"type": "tool_use", "id": _call_id(messages, len(content)), "name": "glob",
-                            "input": dict(PROBE)})
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": _call_id(messages, len(content)),
+                    "name": "glob",
+                    "input": dict(PROBE),
+                }
+            )
         return content, stop
     sized = _sized(messages)
     if sized is not None:
@@ -135,8 +145,12 @@ def in_progress(messages: list[Message]) -> bool:
 
 
 def _probes(messages: list[Message]) -> set[str]:
-    return {str(u.get("id")) for m in messages for u in tool_uses(m) if u.get("name") == "glob"
-            and u.get("input") == PROBE}
+    return {
+        str(u.get("id"))
+        for m in messages
+        for u in tool_uses(m)
+        if u.get("name") == "glob" and u.get("input") == PROBE
+    }
 
 
 def probed(messages: list[Message]) -> bool:
@@ -153,9 +167,17 @@ def without_probe(messages: list[Message]) -> list[Message]:
     for m in messages:
         content = m.get("content")
         if isinstance(content, list):
-            content = [b for b in content if not (isinstance(b, dict) and (
-                (b.get("type") == "tool_use" and str(b.get("id")) in ids)
-                or (b.get("type") == "tool_result" and str(b.get("tool_use_id")) in ids)))]
+            content = [
+                b
+                for b in content
+                if not (
+                    isinstance(b, dict)
+                    and (
+                        (b.get("type") == "tool_use" and str(b.get("id")) in ids)
+                        or (b.get("type") == "tool_result" and str(b.get("tool_use_id")) in ids)
+                    )
+                )
+            ]
             m = {**m, "content": content}
         out.append(m)
     return out
@@ -163,13 +185,15 @@ def without_probe(messages: list[Message]) -> list[Message]:
 
 # --- the split ------------------------------------------------------------------------------------
 
+
 def _split(messages: list[Message]) -> tuple[str, int, list[str], bool] | None:
     """(root, entries, top-level directories, whether the top holds files) when the newest results
     answer the first turn's listing and the tree is to be split; else None."""
     if len(messages) < 2 or messages[-2].get("role") != "assistant":
         return None
-    uses = {str(u.get("id")): u.get("input") or {} for u in tool_uses(messages[-2])
-            if u.get("name") == "glob"}
+    uses = {
+        str(u.get("id")): u.get("input") or {} for u in tool_uses(messages[-2]) if u.get("name") == "glob"
+    }
     answers: dict[str, str] = {}
     for result in tool_results(messages[-1]):
         args = uses.get(str(result.get("tool_use_id")))
@@ -208,16 +232,32 @@ def _entry_count(text: str) -> int:
     return len(_entries(text))
 
 
-def _measure(messages: list[Message], split: tuple[str, int, list[str], bool]) -> tuple[list[dict[str, Any]], str]:
+def _measure(
+    messages: list[Message], split: tuple[str, int, list[str], bool]
+) -> tuple[list[dict[str, Any]], str]:
     """The turn before the split: each top-level directory's size, one ``glob`` of ``**/*`` in it."""
     root, entries, dirs, top = split
-    note = json.dumps({"root": root, "entries": entries, "dirs": dirs, "top": top}, separators=(",", ":"),
-                      ensure_ascii=False)
-    content: list[dict[str, Any]] = [{"type": "text", "text": f"Measuring the {len(dirs)} top-level directories "
-                                      f"before handing them out.\n{SIZES_KEY}{note}"}]
+    note = json.dumps(
+        {"root": root, "entries": entries, "dirs": dirs, "top": top},
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    content: list[dict[str, Any]] = [
+        {
+            "type": "text",
+            "text": f"Measuring the {len(dirs)} top-level directories "
+            f"before handing them out.\n{SIZES_KEY}{note}",
+        }
+    ]
     for k, d in enumerate(dirs):
-        content.append({"type": "tool_use", "id": _call_id(messages, k), "name": "glob",
-                        "input": {"pattern": "**/*", "path": d}})
+        content.append(
+            {
+                "type": "tool_use",
+                "id": _call_id(messages, k),
+                "name": "glob",
+                "input": {"pattern": "**/*", "path": d},
+            }
+        )
     return content, "tool_use"
 
 
@@ -231,25 +271,31 @@ def _sized(messages: list[Message]) -> tuple[str, int, list[str], bool] | None:
     if at < 0:
         return None
     try:
-        note = json.loads(text[at + len(SIZES_KEY):].split("\n", 1)[0])
+        note = json.loads(text[at + len(SIZES_KEY) :].split("\n", 1)[0])
     except ValueError:
         return None
     paths = {str(u.get("id")): str((u.get("input") or {}).get("path", "")) for u in tool_uses(messages[-2])}
-    sizes = {paths.get(str(r.get("tool_use_id")), ""): _entry_count(result_text(r))
-             for r in tool_results(messages[-1]) if not r.get("is_error")}
+    sizes = {
+        paths.get(str(r.get("tool_use_id")), ""): _entry_count(result_text(r))
+        for r in tool_results(messages[-1])
+        if not r.get("is_error")
+    }
     dirs = sorted(note["dirs"], key=lambda d: (-sizes.get(d, 0), d))
     return note["root"], int(note["entries"]), dirs, bool(note["top"])
 
 
-def _delegate(messages: list[Message], tool_names: set[str], root: str, entries: int, dirs: list[str],
-              top: bool) -> tuple[list[dict[str, Any]], str]:
+def _delegate(
+    messages: list[Message], tool_names: set[str], root: str, entries: int, dirs: list[str], top: bool
+) -> tuple[list[dict[str, Any]], str]:
     parts = [[d, d] for d in dirs] + ([[TOP, TOP_DESCRIPTION]] if top else [])
     plan = {"root": root, "entries": entries, "parts": parts}
     tools = [t for t in SUBAGENT_TOOLS if t in tool_names]
     asked = request(messages).strip()
-    text = (f"The tree is big ({entries} entries in {len(dirs)} top-level directories): one subagent per "
-            f"directory{' and one for the files at the top' if top else ''}, all at once.\n"
-            f"{PLAN_KEY}{json.dumps(plan, separators=(',', ':'), ensure_ascii=False)}")
+    text = (
+        f"The tree is big ({entries} entries in {len(dirs)} top-level directories): one subagent per "
+        f"directory{' and one for the files at the top' if top else ''}, all at once.\n"
+        f"{PLAN_KEY}{json.dumps(plan, separators=(',', ':'), ensure_ascii=False)}"
+    )
     content: list[dict[str, Any]] = [{"type": "text", "text": text}]
     for k, (scope, description) in enumerate(parts):
         task = {"prompt": scoped_prompt(scope, asked), "description": description, "tools": tools}
@@ -259,6 +305,7 @@ def _delegate(messages: list[Message], tool_names: set[str], root: str, entries:
 
 # --- the parts' results ---------------------------------------------------------------------------
 
+
 def _plan(messages: list[Message]) -> dict[str, Any] | None:
     """The newest split note in view."""
     for m in reversed(messages):
@@ -266,7 +313,7 @@ def _plan(messages: list[Message]) -> dict[str, Any] | None:
         at = text.rfind(PLAN_KEY)
         if at >= 0:
             try:
-                plan = json.loads(text[at + len(PLAN_KEY):].split("\n", 1)[0])
+                plan = json.loads(text[at + len(PLAN_KEY) :].split("\n", 1)[0])
             except ValueError:
                 continue
             if isinstance(plan, dict) and isinstance(plan.get("parts"), list):
@@ -283,7 +330,7 @@ def _parts(messages: list[Message], plan: dict[str, Any]) -> dict[str, dict[str,
         for line in text_of(m).split("\n"):
             if line.startswith(PART_KEY):
                 try:
-                    part = json.loads(line[len(PART_KEY):])
+                    part = json.loads(line[len(PART_KEY) :])
                 except ValueError:
                     continue
                 if isinstance(part, dict) and part.get("scope") in scopes:
@@ -326,8 +373,12 @@ def _learn_result(part: dict[str, Any], shown: str, error: bool, *, whole: bool)
         part.update(status="not run", error=shown.strip().split("\n", 1)[0][:300])
         return
     where, status, report_path, cut = head
-    part.update(dir=where, status="failed" if error and status == "succeeded" else status, report=report_path,
-                cut=cut or not whole)
+    part.update(
+        dir=where,
+        status="failed" if error and status == "succeeded" else status,
+        report=report_path,
+        cut=cut or not whole,
+    )
     _learn_report(part, shown.split("\n", 1)[1] if "\n" in shown else "")
 
 
@@ -339,33 +390,50 @@ def _learn_report(part: dict[str, Any], body: str) -> None:
     todo = _TODO_HEAD.search(body)
     if todo and "todo" not in part:
         part["todo"] = [int(todo[1]), int(todo[2]), bool(todo[3])]
-        sections = body[:todo.start()]
+        sections = body[: todo.start()]
         ext = sections.split("## Files and lines per extension", 1)[-1].split("## Largest", 1)[0]
         part["ext"] = {e: [int(n), int(lines)] for e, n, lines in _EXT_ROW.findall(ext)}
         largest = sections.split("## Largest text files", 1)[-1]
-        part["largest"] = [[int(size), path.replace("\\|", "|"), int(lines)]
-                           for path, lines, size in _LARGEST_ROW.findall(largest)][:LARGEST]
+        part["largest"] = [
+            [int(size), path.replace("\\|", "|"), int(lines)]
+            for path, lines, size in _LARGEST_ROW.findall(largest)
+        ][:LARGEST]
 
 
 def _assemble(messages: list[Message], plan: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
     """Read back the reports cut before their TODO count, once; then the report."""
     parts = _parts(messages, plan)
-    due = [p for p in parts.values() if not p.get("recalled") and (p.get("saved") or (
-        p.get("report") and p.get("cut") and "todo" not in p and p.get("status") == "succeeded"))]
+    due = [
+        p
+        for p in parts.values()
+        if not p.get("recalled")
+        and (
+            p.get("saved")
+            or (p.get("report") and p.get("cut") and "todo" not in p and p.get("status") == "succeeded")
+        )
+    ]
     if not due:
         return [{"type": "text", "text": report(plan, parts)}], "end_turn"
-    notes = "\n".join(PART_KEY + json.dumps(p, separators=(",", ":"), ensure_ascii=False)
-                      for _, p in sorted(parts.items()))
+    notes = "\n".join(
+        PART_KEY + json.dumps(p, separators=(",", ":"), ensure_ascii=False) for _, p in sorted(parts.items())
+    )
     text = f"{len(due)} report{'s' if len(due) > 1 else ''} cut before the TODO count: read back.\n{notes}"
     content: list[dict[str, Any]] = [{"type": "text", "text": text}]
     for k, part in enumerate(due):
         path = part.get("report") or part.get("saved")
-        content.append({"type": "tool_use", "id": _call_id(messages, k), "name": "recall",
-                        "input": {"path": path, "offset": 0, "limit": RECALL_CHARS}})
+        content.append(
+            {
+                "type": "tool_use",
+                "id": _call_id(messages, k),
+                "name": "recall",
+                "input": {"path": path, "offset": 0, "limit": RECALL_CHARS},
+            }
+        )
     return content, "tool_use"
 
 
 # --- the report -----------------------------------------------------------------------------------
+
 
 def _scope_cell(scope: str) -> str:
     return "the files at the top" if scope == TOP else f"`{scope}/`"
@@ -374,37 +442,53 @@ def _scope_cell(scope: str) -> str:
 def report(plan: dict[str, Any], parts: dict[str, dict[str, Any]], partial: str = "") -> str:
     """The parent's Markdown report: the parts' sums, each subagent, what is not covered."""
     scopes = [scope for scope, _ in plan["parts"]]
-    covered = [(s, parts[s]) for s in scopes
-               if parts.get(s, {}).get("status") == "succeeded" and "totals" in parts[s]]
+    covered = [
+        (s, parts[s])
+        for s in scopes
+        if parts.get(s, {}).get("status") == "succeeded" and "totals" in parts[s]
+    ]
     missing = [s for s in scopes if s not in dict(covered)]
     n = len(scopes)
     top = " and one for the files at the top" if TOP in scopes else ""
     out = [f"# Survey of `{plan['root']}`", ""]
     if partial:
         out += [partial, ""]
-    out.append(f"The tree ({plan['entries']} entries) was split among {n} subagents, one per top-level "
-               f"directory{top}; each surveyed its part and wrote its own report. The totals here are the "
-               "sum of theirs.")
+    out.append(
+        f"The tree ({plan['entries']} entries) was split among {n} subagents, one per top-level "
+        f"directory{top}; each surveyed its part and wrote its own report. The totals here are the "
+        "sum of theirs."
+    )
     if missing:
         names = ", ".join(map(_scope_cell, missing))
-        out.append(f"**Not covered**: {len(missing)} of the {n} parts ({names}): their subagents did not "
-                   "succeed, and their files are not in these totals.")
+        out.append(
+            f"**Not covered**: {len(missing)} of the {n} parts ({names}): their subagents did not "
+            "succeed, and their files are not in these totals."
+        )
     else:
         out.append(f"Every part is covered: all {n} subagents succeeded.")
     sums = {name: sum(p["totals"][name] for _, p in covered) for name in TOTAL_NAMES}
     out += ["", TOTALS.format(**sums)]
-    out += ["", "## Subagents", "", "| subagent | scope | status | files | report |",
-            "|---|---|---|---:|---|"]
+    out += [
+        "",
+        "## Subagents",
+        "",
+        "| subagent | scope | status | files | report |",
+        "|---|---|---|---:|---|",
+    ]
     out += [_subagent_row(scope, parts.get(scope, {})) for scope in scopes]
     if missing:
         out += ["", "## Not covered", ""]
         out += [f"- {_scope_cell(scope)}: not covered ({_why(parts.get(scope, {}))})." for scope in missing]
     out += _merged_tables(covered)
     reports = ", ".join(f"`{p['report']}`" for _, p in covered)
-    out += ["", "## Every file", "",
-            "Every file's row (lines, size, top-level definitions, first docstring or comment line) is in "
-            f"its part's report: {reports or '(none)'}, in its table or in the facts files it names (under "
-            "that report's directory)."]
+    out += [
+        "",
+        "## Every file",
+        "",
+        "Every file's row (lines, size, top-level definitions, first docstring or comment line) is in "
+        f"its part's report: {reports or '(none)'}, in its table or in the facts files it names (under "
+        "that report's directory).",
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -412,8 +496,9 @@ def _subagent_row(scope: str, part: dict[str, Any]) -> str:
     files = part["totals"]["files"] if "totals" in part else "-"
     status = part.get("status") or "no result"
     if part.get("report"):
-        return SUBAGENT_ROW.format(dir=part.get("dir"), scope=_scope_cell(scope), status=status, files=files,
-                                   report=part["report"])
+        return SUBAGENT_ROW.format(
+            dir=part.get("dir"), scope=_scope_cell(scope), status=status, files=files, report=part["report"]
+        )
     return f"| (none) | {_scope_cell(scope)} | {status} | {files} | (none) |"
 
 
@@ -439,8 +524,14 @@ def _merged_tables(covered: list[tuple[str, dict[str, Any]]]) -> list[str]:
             acc = ext.setdefault(e, [0, 0])
             acc[0] += n
             acc[1] += lines
-    out = ["", "## Files and lines per extension (text files)", "", *gap, "| extension | files | lines |",
-           "|---|---:|---:|"]
+    out = [
+        "",
+        "## Files and lines per extension (text files)",
+        "",
+        *gap,
+        "| extension | files | lines |",
+        "|---|---:|---:|",
+    ]
     by_lines = sorted(ext.items(), key=lambda kv: (-kv[1][1], kv[0]))
     out += [f"| {e} | {n} | {lines} |" for e, (n, lines) in by_lines]
     largest = sorted((row for p in known for row in p["largest"]), key=lambda r: (-r[0], r[1]))[:LARGEST]
@@ -449,8 +540,11 @@ def _merged_tables(covered: list[tuple[str, dict[str, Any]]]) -> list[str]:
     hits, files = sum(p["todo"][0] for p in known), sum(p["todo"][1] for p in known)
     cut = "; a search output was cut, there may be more" if any(p["todo"][2] for p in known) else ""
     out += ["", f"## TODO / FIXME / XXX ({hits} lines in {files} files{cut})", "", *gap]
-    out.append("Each line is listed in its part's report (the first ones) and its todo files (all of them)."
-               if hits else "(none)")
+    out.append(
+        "Each line is listed in its part's report (the first ones) and its todo files (all of them)."
+        if hits
+        else "(none)"
+    )
     return out
 
 

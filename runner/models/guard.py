@@ -89,8 +89,10 @@ async def read_capped(response: httpx2.Response, cap: int) -> bytes:
         size += len(chunk)
         if size > cap:
             encoding = response.headers.get("content-encoding")
-            raise ReplyTooLarge(f"the reply's body is over max_reply_bytes = {cap:,} bytes (decoded"
-                                f"{f', content-encoding {encoding}' if encoding else ''}); not read further")
+            raise ReplyTooLarge(
+                f"the reply's body is over max_reply_bytes = {cap:,} bytes (decoded"
+                f"{f', content-encoding {encoding}' if encoding else ''}); not read further"
+            )
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -100,12 +102,20 @@ def check_message(body: bytes) -> dict[str, Any]:
     try:
         data = json.loads(body)
     except ValueError as e:
-        raise NotAMessage(f"the server answered 2xx with a body that is not JSON ({e}): "
-                          f"{one_line(body[:200].decode('utf-8', 'replace'), 200)}") from None
-    if not isinstance(data, dict) or data.get("type") != "message" or not isinstance(data.get("content"), list) \
-            or not isinstance(data.get("stop_reason"), str):
-        raise NotAMessage(f"the server answered 2xx with a body that is not a message (need type \"message\", "
-                          f"a content list and a stop_reason): {one_line(body[:300].decode('utf-8', 'replace'), 300)}")
+        raise NotAMessage(
+            f"the server answered 2xx with a body that is not JSON ({e}): "
+            f"{one_line(body[:200].decode('utf-8', 'replace'), 200)}"
+        ) from None
+    if (
+        not isinstance(data, dict)
+        or data.get("type") != "message"
+        or not isinstance(data.get("content"), list)
+        or not isinstance(data.get("stop_reason"), str)
+    ):
+        raise NotAMessage(
+            f'the server answered 2xx with a body that is not a message (need type "message", '
+            f"a content list and a stop_reason): {one_line(body[:300].decode('utf-8', 'replace'), 300)}"
+        )
     return data
 
 
@@ -127,15 +137,21 @@ class _Guarded(httpx2.AsyncClient):
                 finally:
                     await response.aclose()
         except TimeoutError:
-            raise httpx2.ReadTimeout(f"no whole reply within request_timeout_s = {guard.deadline_s:g} s "
-                                     "(a total deadline per attempt)", request=request) from None
+            raise httpx2.ReadTimeout(
+                f"no whole reply within request_timeout_s = {guard.deadline_s:g} s "
+                "(a total deadline per attempt)",
+                request=request,
+            ) from None
         extensions = dict(response.extensions)
         if response.is_success and request.method == "POST" and request.url.path.endswith("/v1/messages"):
             extensions[PARSED] = check_message(body)
-        headers = httpx2.Headers([(k, v) for k, v in response.headers.multi_items() if k.lower() not in _DROPPED])
+        headers = httpx2.Headers(
+            [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _DROPPED]
+        )
         capped_retry_headers(headers, guard.max_retry_after_s)
-        out = httpx2.Response(response.status_code, headers=headers, content=body, request=request,
-                              extensions=extensions)
+        out = httpx2.Response(
+            response.status_code, headers=headers, content=body, request=request, extensions=extensions
+        )
         try:
             out.elapsed = response.elapsed
         except RuntimeError:  # a transport whose stream keeps no time

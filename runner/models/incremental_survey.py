@@ -102,8 +102,12 @@ VIEW_CHARS = {"facts": 100, "todo": 30}  # what a line of each log takes, about,
 QUEUE_CHARS = 2_000  # a page of the change lists read back for the reads: some 60 paths
 HASH_CHARS = 10  # of a path's key in the state's sets
 GREPS_PER_TURN = 24  # TODO searches of single files a turn, at least (their results are a few lines)
-_MEMORY = re.compile(re.escape(INCREMENTAL_MEMORY.format(files="\0", prefix="\1")).replace("\0", r"(\d+)")
-                     .replace(re.escape("\1"), r"\S+").replace("\1", r"\S+"))
+_MEMORY = re.compile(
+    re.escape(INCREMENTAL_MEMORY.format(files="\0", prefix="\1"))
+    .replace("\0", r"(\d+)")
+    .replace(re.escape("\1"), r"\S+")
+    .replace("\1", r"\S+")
+)
 _LISTED = re.compile(r"^(\d+)\t" + re.escape(DIR) + r"/(facts|todo)-(\d{3})\.md$", re.M)
 _VIEW_FOOTER = re.compile(r"\[memory: lines (\d+)-(\d+) of (\d+) shown")
 _KIND = re.compile(r"^(" + "|".join(CHANGE_KINDS) + r") \(\d+\):$", re.M)
@@ -116,6 +120,7 @@ _TABLE_ROW = re.compile(r"^\| (.+?) \| (\d+) \| (\d+) \|$")
 
 
 # --- when it leads ----------------------------------------------------------------------------------
+
 
 def note_of(messages: list[Message]) -> tuple[dict[str, Any], str] | None:
     """The runtime's note on the baseline (what :func:`runner.protocol.incremental_of` reads) and its
@@ -155,13 +160,26 @@ def fresh_line(run: str, reason: str) -> str:
 
 # --- the steps --------------------------------------------------------------------------------------
 
+
 def _start(messages: list[Message]) -> Turn:
     note, text = note_of(messages) or ({}, "")
     counts = [note["added"], note["changed"], note["removed"]]
     s = State(phase=PHASE)
-    s.inc = {"run": note["run"], "report": note["report"], "changes": note["changes"], "counts": counts,
-             "step": "open", "kind": "", "examined": "", "removed": "", "shards": None,
-             "zero": not any(counts), "section": "", "base": {}, "shown": {}}
+    s.inc = {
+        "run": note["run"],
+        "report": note["report"],
+        "changes": note["changes"],
+        "counts": counts,
+        "step": "open",
+        "kind": "",
+        "examined": "",
+        "removed": "",
+        "shards": None,
+        "zero": not any(counts),
+        "section": "",
+        "base": {},
+        "shown": {},
+    }
     turn = Turn(s)
     if _MEMORY.search(text) is None:
         return _fresh(turn, "it left no memory files to carry over")
@@ -204,8 +222,11 @@ def _plan(turn: Turn) -> Turn:
     inc = s.inc
     if inc.get("fail"):
         return _fresh(turn, inc["fail"])
-    recalls = [("recall", {"path": path, "offset": offset}) for path, kind, _, _, offset in s.recalls
-               if kind not in ("todo", "queue")]  # the whole tree's TODO search is read back by the memory
+    recalls = [
+        ("recall", {"path": path, "offset": offset})
+        for path, kind, _, _, offset in s.recalls
+        if kind not in ("todo", "queue")
+    ]  # the whole tree's TODO search is read back by the memory
     turn.calls += recalls  # survey, the files to read as they are needed
     if inc["step"] == "open" and s.recalls:
         return turn
@@ -222,7 +243,9 @@ def _plan(turn: Turn) -> Turn:
     if inc["step"] in ("facts", "todo"):
         log, k, seen, dropped = inc["scan"][:4]
         first = 1 + HEAD + seen - dropped
-        turn.calls.append(("memory", {"command": "view", "path": shard_path(log, k), "view_range": [first, -1]}))
+        turn.calls.append(
+            ("memory", {"command": "view", "path": shard_path(log, k), "view_range": [first, -1]})
+        )
         return turn
     if inc["step"] == "read":
         _plan_reads(turn)
@@ -246,9 +269,14 @@ def _plan(turn: Turn) -> Turn:
             turn.calls += [("grep", {"pattern": TODO_PATTERN, "path": p}) for p in files]
             return turn
         places = _shown_places(inc)
-        s.todo = {"hits": inc["hits"][0] + inc["new"][0], "files": inc["hits"][1] + inc["new"][1], "last": "",
-                  "cut": bool(inc.get("cut")), "saved": "",
-                  "shown": [f"{p}: {inc['texts'].get(p, inc['shown'].get(p, ''))}" for p in places]}
+        s.todo = {
+            "hits": inc["hits"][0] + inc["new"][0],
+            "files": inc["hits"][1] + inc["new"][1],
+            "last": "",
+            "cut": bool(inc.get("cut")),
+            "saved": "",
+            "shown": [f"{p}: {inc['texts'].get(p, inc['shown'].get(p, ''))}" for p in places],
+        }
         return _hand_over(turn)
     return turn
 
@@ -257,8 +285,11 @@ def _hand_over(turn: Turn) -> Turn:
     """The memory survey's last phases from here: a small tree's rows viewed back, then the report."""
     s = turn.state
     inc = s.inc
-    s.inc = {"run": inc["run"], "counts": inc["counts"], **({"where": inc["base"]["where"]} if inc["zero"]
-                                                             and "where" in inc["base"] else {})}
+    s.inc = {
+        "run": inc["run"],
+        "counts": inc["counts"],
+        **({"where": inc["base"]["where"]} if inc["zero"] and "where" in inc["base"] else {}),
+    }
     s.phase = "todo"
     memory_survey.plan(turn)
     return turn
@@ -273,13 +304,26 @@ def _carry_report(s: State) -> bool:
     files, text, lines, chars, binary, binary_bytes, errors = base["totals"]
     if files != text + binary + errors:
         return False
-    s.totals = {"text": text, "lines": lines, "chars": chars, "binary": binary, "binary_bytes": binary_bytes,
-                "errors": errors, "no_defs": base.get("no_defs", 0)}
+    s.totals = {
+        "text": text,
+        "lines": lines,
+        "chars": chars,
+        "binary": binary,
+        "binary_bytes": binary_bytes,
+        "errors": errors,
+        "no_defs": base.get("no_defs", 0),
+    }
     s.ext = {e: [n, lines] for e, n, lines in base["ext"]}
     s.largest = [[size, path, lines] for path, lines, size in base["largest"]]
     hits, todo_files, cut = base["todo"]
-    s.todo = {"hits": hits, "files": todo_files, "last": "", "cut": cut, "saved": "",
-              "shown": [f"{p}: {t}" for p, t in s.inc["shown"].items()]}
+    s.todo = {
+        "hits": hits,
+        "files": todo_files,
+        "last": "",
+        "cut": cut,
+        "saved": "",
+        "shown": [f"{p}: {t}" for p, t in s.inc["shown"].items()],
+    }
     shards = s.inc["shards"]
     s.shards["facts"] = [[0, size] for size in shards["facts"]]
     s.shards["todo"] = [[0, size] for size in shards.get("todo", [])]
@@ -291,9 +335,21 @@ def _begin_scan(s: State) -> None:
     """The scans start: the todo log first (a changed file's new TODO lines go where its old ones were),
     then the facts."""
     inc = s.inc
-    inc.update(step="todo", scan=["todo", -1, 0, 0, 0, 0], hits=[0, 0, ""], top=[], slots={}, new=[0, 0, ""],
-               texts={}, tail=[], cnew={}, whole_todo=bool(inc["base"]["todo"][2]), grepped=0, pending=[],
-               queued=0)
+    inc.update(
+        step="todo",
+        scan=["todo", -1, 0, 0, 0, 0],
+        hits=[0, 0, ""],
+        top=[],
+        slots={},
+        new=[0, 0, ""],
+        texts={},
+        tail=[],
+        cnew={},
+        whole_todo=bool(inc["base"]["todo"][2]),
+        grepped=0,
+        pending=[],
+        queued=0,
+    )
     inc["shown"] = {}  # read back when the report is made: the state stays small
     for log in ("facts", "todo"):
         s.shards[log], s.logs[log] = [], 0
@@ -328,7 +384,7 @@ def _plan_greps(turn: Turn) -> None:
     inc["grepped"] = max(0, inc["grepped"] - (inc["queued"] - len(s.files_next)))  # the reads took those
     again = inc["pending"]  # asked last turn and not learned: their results are gone
     start = inc["grepped"]
-    paths = again + s.files_next[start:start + max(0, GREPS_PER_TURN - len(again))]
+    paths = again + s.files_next[start : start + max(0, GREPS_PER_TURN - len(again))]
     inc["grepped"] = start + len(paths) - len(again)
     inc["pending"] = paths
     turn.calls += [("grep", {"pattern": TODO_PATTERN, "path": p}) for p in paths]
@@ -342,7 +398,7 @@ def _plan_reads(turn: Turn) -> None:
     if queue is not None and len(s.files_next) - inc["grepped"] < GREPS_PER_TURN:
         turn.calls.append(("recall", {"path": queue[0], "offset": queue[4], "limit": QUEUE_CHARS}))
     _plan_greps(turn)
-    searched = s.files_next if inc["whole_todo"] else s.files_next[:inc["grepped"]]
+    searched = s.files_next if inc["whole_todo"] else s.files_next[: inc["grepped"]]
     batch = read_batch(searched, max(READ_CHARS, s.target - OUTLINE_CHARS * len(turn.outlines)))
     s.issued["files"] = len(batch)
     inc["queued"] = len(s.files_next)
@@ -360,6 +416,7 @@ def _shown_places(inc: dict[str, Any]) -> list[str]:
 
 # --- what a result teaches ----------------------------------------------------------------------------
 
+
 def learn(turn: Turn, use: dict[str, Any], result: dict[str, Any]) -> bool:
     """An incremental step's result learned; False for what the memory survey learns (reads, outline
     searches, memory writes, the whole tree's TODO search)."""
@@ -368,8 +425,10 @@ def learn(turn: Turn, use: dict[str, Any], result: dict[str, Any]) -> bool:
     text = result_text(result)
     gone = is_placeholder(text) or is_seed_placeholder(text)
     if name == "recall":
-        item = next((r for r in s.recalls if r[0] == str(args.get("path"))
-                     and r[4] == int(args.get("offset") or 0)), None)
+        item = next(
+            (r for r in s.recalls if r[0] == str(args.get("path")) and r[4] == int(args.get("offset") or 0)),
+            None,
+        )
         if item is None or item[1] == "todo":
             return item is None
         if not gone and not result.get("is_error"):
@@ -458,7 +517,7 @@ def path_hash(path: str) -> str:
 
 
 def hashes(keys: str) -> set[str]:
-    return {keys[i:i + HASH_CHARS] for i in range(0, len(keys), HASH_CHARS)}
+    return {keys[i : i + HASH_CHARS] for i in range(0, len(keys), HASH_CHARS)}
 
 
 def _learn_shown(inc: dict[str, Any], body: str) -> None:
@@ -528,7 +587,9 @@ def _learn_report_line(inc: dict[str, Any], line: str) -> None:
     elif section.startswith("## Largest"):
         base.setdefault("largest", [])
         if row:
-            base["largest"].append([row[1].replace("\\|", "|").replace("\\n", "\n"), int(row[2]), int(row[3])])
+            base["largest"].append(
+                [row[1].replace("\\|", "|").replace("\\n", "\n"), int(row[2]), int(row[3])]
+            )
 
 
 def _learn_view(turn: Turn, path: str, view_range: Any, result: dict[str, Any], text: str) -> None:
@@ -542,8 +603,12 @@ def _learn_view(turn: Turn, path: str, view_range: Any, result: dict[str, Any], 
                     inc["shards"][log].append(int(size))
         return
     scan = inc.get("scan")
-    if not scan or path != shard_path(scan[0], scan[1]) or not isinstance(view_range, list) or \
-            view_range[0] != 1 + HEAD + scan[2] - scan[3]:
+    if (
+        not scan
+        or path != shard_path(scan[0], scan[1])
+        or not isinstance(view_range, list)
+        or view_range[0] != 1 + HEAD + scan[2] - scan[3]
+    ):
         return  # not the page the scan is at (a result read again after a summary)
     if result.get("is_error"):
         if "view_range starts at line" not in text:
@@ -557,7 +622,9 @@ def _learn_view(turn: Turn, path: str, view_range: Any, result: dict[str, Any], 
         return
     _take_out(turn, path, scan, stale)
     log, k = scan[0], scan[1]
-    if result.get("is_error") or not _VIEW_FOOTER.search(text):  # the shard's end (a page says where the rest is)
+    if result.get("is_error") or not _VIEW_FOOTER.search(
+        text
+    ):  # the shard's end (a page says where the rest is)
         seen, dropped, dropped_bytes = scan[2:5]
         s.shards[log].append([s.logs[log], inc["shards"][log][k] - dropped_bytes])
         s.logs[log] += seen - dropped
@@ -581,7 +648,9 @@ def _scan_lines(turn: Turn, scan: list[Any], lines: list[str]) -> list[list[str]
                     raise ValueError(line)
                 path = str(row[0])
             except ValueError:
-                inc["fail"] = f"its memory file {shard_path('facts', scan[1])} has a damaged line ({line[:120]})"
+                inc["fail"] = (
+                    f"its memory file {shard_path('facts', scan[1])} has a damaged line ({line[:120]})"
+                )
                 return None
             key = path_hash(path)
             stale = key in removed or key in changed
@@ -624,8 +693,17 @@ def _take_out(turn: Turn, path: str, scan: list[Any], runs: list[list[str]]) -> 
     """The stale lines of the page just seen, out of their shard (these calls run before the view of the
     next page, which starts where the lines that are left end)."""
     for run in runs:
-        turn.calls.append(("memory", {"command": "str_replace", "path": path, "old_str": "\n" + "\n".join(run) + "\n",
-                                      "new_str": "\n"}))
+        turn.calls.append(
+            (
+                "memory",
+                {
+                    "command": "str_replace",
+                    "path": path,
+                    "old_str": "\n" + "\n".join(run) + "\n",
+                    "new_str": "\n",
+                },
+            )
+        )
 
 
 def _learn_file_todo(turn: Turn, path: str, text: str, first: bool) -> None:
@@ -633,9 +711,15 @@ def _learn_file_todo(turn: Turn, path: str, text: str, first: bool) -> None:
     its old lines' place (a file that had none: at the log's end), the first ones' text kept."""
     s = turn.state
     inc = s.inc
-    found = [f for f in (todo_place(s.root, line) for line in text.split("\n")
-                         if line.strip() and not line.startswith(("no matches", "[output", "[recall", "[grep")))
-             if f is not None]
+    found = [
+        f
+        for f in (
+            todo_place(s.root, line)
+            for line in text.split("\n")
+            if line.strip() and not line.startswith(("no matches", "[output", "[recall", "[grep"))
+        )
+        if f is not None
+    ]
     places = [f"{p}:{n}" for p, n, _ in found]
     inc["cut"] = inc.get("cut") or "[output truncated at" in text
     new = inc["new"]
@@ -663,13 +747,22 @@ def _insert(turn: Turn, slot: list[int], lines: list[str]) -> None:
     them, the order of the old lines); the other slots and the shards' layout follow."""
     s = turn.state
     k, pos, order = slot
-    turn.calls.append(("memory", {"command": "insert", "path": shard_path("todo", k), "insert_line": HEAD + pos,
-                                  "insert_text": "".join(line + "\n" for line in lines)}))
+    turn.calls.append(
+        (
+            "memory",
+            {
+                "command": "insert",
+                "path": shard_path("todo", k),
+                "insert_line": HEAD + pos,
+                "insert_text": "".join(line + "\n" for line in lines),
+            },
+        )
+    )
     for other in s.inc["slots"].values():
         if other[0] == k and (other[1] > pos or other[1] == pos and other[2] > order):
             other[1] += len(lines)
     s.shards["todo"][k][1] += sum(len(line.encode()) + 1 for line in lines)
-    for later in s.shards["todo"][k + 1:]:
+    for later in s.shards["todo"][k + 1 :]:
         later[0] += len(lines)
     s.logs["todo"] += len(lines)
 
@@ -684,6 +777,7 @@ def _learn_texts(s: State, text: str) -> None:
 
 # --- the turn -------------------------------------------------------------------------------------------
 
+
 def decide(messages: list[Message]) -> tuple[list[dict[str, Any]], str]:
     """The next assistant content and its stop reason."""
     state, at = load_state(messages)
@@ -692,7 +786,11 @@ def decide(messages: list[Message]) -> tuple[list[dict[str, Any]], str]:
     else:
         turn = Turn(state)
         pace(state, messages)
-        if state.inc.get("step") in ("open", "todo", "facts"):  # their pages are large: compactions come often,
+        if state.inc.get("step") in (
+            "open",
+            "todo",
+            "facts",
+        ):  # their pages are large: compactions come often,
             state.target = TARGET_CHARS  # which says nothing of what the reads after them may take a turn
         memory_survey.apply(turn, messages, at, other=learn)
         turn.calls += [("grep", {"pattern": OUTLINE_PATTERN, "path": p}) for p in turn.outlines]
@@ -715,12 +813,16 @@ def _progress(s: State) -> str:
         return fresh_line(inc["run"], inc["fresh"])
     a, c, r = inc.get("counts", [0, 0, 0])
     if not any((a, c, r)):
-        return (f"Incremental survey: nothing changed since run {inc.get('run')}; no file is read, every fact "
-                "is carried over from its report and memory.")
+        return (
+            f"Incremental survey: nothing changed since run {inc.get('run')}; no file is read, every fact "
+            "is carried over from its report and memory."
+        )
     step = inc.get("step") if s.phase == PHASE else s.phase
-    return (f"Incremental survey: {a} files added, {c} changed and {r} removed since run {inc.get('run')}; only "
-            f"the {a + c} added or changed are read, every other fact is carried over from its memory. Now: "
-            f"{step}; {s.logs['facts']} facts rows, {len(s.files_next)} files queued to read.")
+    return (
+        f"Incremental survey: {a} files added, {c} changed and {r} removed since run {inc.get('run')}; only "
+        f"the {a + c} added or changed are read, every other fact is carried over from its memory. Now: "
+        f"{step}; {s.logs['facts']} facts rows, {len(s.files_next)} files queued to read."
+    )
 
 
 def partial_report(messages: list[Message]) -> str:
@@ -734,6 +836,9 @@ def partial_report(messages: list[Message]) -> str:
             turn = Turn(state)
     s = turn.state
     step = s.inc.get("step", "open")
-    return report(s, [], partial=f"(Partial: the incremental survey stopped in its {step} step; the counts "
-                                 "below are the facts carried over or read by then, not the whole tree's.)")
-
+    return report(
+        s,
+        [],
+        partial=f"(Partial: the incremental survey stopped in its {step} step; the counts "
+        "below are the facts carried over or read by then, not the whole tree's.)",
+    )

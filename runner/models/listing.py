@@ -15,14 +15,67 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-SKIP_DIRS = frozenset({"__pycache__", ".git", ".hg", ".svn", "node_modules", ".mypy_cache", ".pytest_cache",
-                       ".ruff_cache", ".tox", ".venv"})
-BINARY_EXTENSIONS = frozenset({
-    ".pyc", ".pyo", ".pyd", ".so", ".o", ".a", ".dll", ".dylib", ".exe", ".bin", ".class", ".jar", ".whl",
-    ".egg", ".zip", ".gz", ".bz2", ".xz", ".tar", ".tgz", ".7z", ".png", ".jpg", ".jpeg", ".gif", ".bmp",
-    ".ico", ".webp", ".pdf", ".woff", ".woff2", ".ttf", ".otf", ".db", ".sqlite", ".pickle", ".pkl", ".npy",
-    ".npz", ".mo", ".wav", ".mp3", ".mp4",
-})
+SKIP_DIRS = frozenset(
+    {
+        "__pycache__",
+        ".git",
+        ".hg",
+        ".svn",
+        "node_modules",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".tox",
+        ".venv",
+    }
+)
+BINARY_EXTENSIONS = frozenset(
+    {
+        ".pyc",
+        ".pyo",
+        ".pyd",
+        ".so",
+        ".o",
+        ".a",
+        ".dll",
+        ".dylib",
+        ".exe",
+        ".bin",
+        ".class",
+        ".jar",
+        ".whl",
+        ".egg",
+        ".zip",
+        ".gz",
+        ".bz2",
+        ".xz",
+        ".tar",
+        ".tgz",
+        ".7z",
+        ".png",
+        ".jpg",
+        ".jpeg",
+        ".gif",
+        ".bmp",
+        ".ico",
+        ".webp",
+        ".pdf",
+        ".woff",
+        ".woff2",
+        ".ttf",
+        ".otf",
+        ".db",
+        ".sqlite",
+        ".pickle",
+        ".pkl",
+        ".npy",
+        ".npz",
+        ".mo",
+        ".wav",
+        ".mp3",
+        ".mp4",
+    }
+)
 FIRST = ("*", "**/*")  # the first queries, at the workspace root (``*`` first: it gives the root)
 NAME_CLASSES = ("[a-f]", "[g-m]", "[n-s]", "[t-z]", "[A-Z]", "[!a-zA-Z]")
 
@@ -30,7 +83,7 @@ NAME_CLASSES = ("[a-f]", "[g-m]", "[n-s]", "[t-z]", "[A-Z]", "[!a-zA-Z]")
 def rel(root: str | None, path: str) -> str:
     """``path`` relative to ``root`` ('.' for the root itself); a path outside it as it is."""
     if root and (path == root or path.startswith(root.rstrip("/") + "/")):
-        return path[len(root.rstrip("/")) + 1:] or "."
+        return path[len(root.rstrip("/")) + 1 :] or "."
     return path
 
 
@@ -75,8 +128,14 @@ class Listing:
     root: str | None = None
     answers: dict[tuple[str, str], Answer] = field(default_factory=dict)
 
-    def learn(self, path: str, pattern: str, entries: list[str], span: tuple[int, int, int] = (0, 1, 1),
-              cut: bool = False) -> list[str]:
+    def learn(
+        self,
+        path: str,
+        pattern: str,
+        entries: list[str],
+        span: tuple[int, int, int] = (0, 1, 1),
+        cut: bool = False,
+    ) -> list[str]:
         """Record (part of) the answer to ``glob(pattern, path)``: ``span`` is (start, next start,
         total) of the part; returns its names relative to the root."""
         if self.root is None and path == "" and pattern == "*" and entries:
@@ -85,7 +144,9 @@ class Listing:
         self.record(path, pattern, names, span, cut)
         return names
 
-    def record(self, path: str, pattern: str, names: list[str], span: tuple[int, int, int], cut: bool) -> None:
+    def record(
+        self, path: str, pattern: str, names: list[str], span: tuple[int, int, int], cut: bool
+    ) -> None:
         answer = self.answers.setdefault((path, pattern), Answer())
         answer.parts[span[0]] = (span[1], names)
         answer.total = span[2]

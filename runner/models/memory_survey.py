@@ -97,26 +97,40 @@ HEADINGS = {
     "dirs": "# directories to list, one a line",
     "files": "# files to read: a directory, then its names (tab-separated)",
     "facts": '# one entry a line: [path, "text", lines, chars, defs, doc] | [path, "text", lines, bytes, '
-             'defs, doc, "bytes"] | [path, "binary", bytes] | [path, "image", bytes] | [path, "error", text]',
+    'defs, doc, "bytes"] | [path, "binary", bytes] | [path, "image", bytes] | [path, "error", text]',
     "todo": "# every TODO / FIXME / XXX line the search found: path:line",
 }
 SKIP_DIRS = frozenset({".git", ".hg", ".svn"})  # version control internals: not the tree's files
 TOP = "."  # the scope of a survey of only the files at the top of the workspace
 # a subagent's prompt: the model's text (a parent writes it, the subagent's survey reads its scope)
-SCOPED_PROMPT = ("You survey one part of a workspace; other agents survey the rest. Your part: {scope}. "
-                 "List and read only that part, and give every path relative to the workspace root. The "
-                 "request you have a part of:\n\n{request}")
+SCOPED_PROMPT = (
+    "You survey one part of a workspace; other agents survey the rest. Your part: {scope}. "
+    "List and read only that part, and give every path relative to the workspace root. The "
+    "request you have a part of:\n\n{request}"
+)
 SCOPE_DIR = "the directory `{dir}/` and everything in it"
 SCOPE_TOP = "only the files at the top of the workspace (not those in any subdirectory)"
-_SCOPE = re.compile("Your part: (?:" + re.escape(SCOPE_DIR).replace(re.escape("{dir}"), "(.+)") + "|("
-                    + re.escape(SCOPE_TOP) + "))" + re.escape(". List and read only that part"))
-INCREMENTAL_TODO_TEXT = ("the files themselves (an incremental survey searches only the files added or changed "
-                         "since its baseline)")
+_SCOPE = re.compile(
+    "Your part: (?:"
+    + re.escape(SCOPE_DIR).replace(re.escape("{dir}"), "(.+)")
+    + "|("
+    + re.escape(SCOPE_TOP)
+    + "))"
+    + re.escape(". List and read only that part")
+)
+INCREMENTAL_TODO_TEXT = (
+    "the files themselves (an incremental survey searches only the files added or changed since its baseline)"
+)
 SCOPED_HEAD = "One part of a survey split among agents; every path is relative to the workspace root."
-TOTALS = ("{files} files: {text} text files read ({lines} lines, {chars} chars), {binary} binary "
-          "({binary_bytes} bytes), {errors} could not be read.")
-TOTALS_LINE = re.compile(r"^(\d+) files: (\d+) text files read \((\d+) lines, (\d+) chars\), (\d+) binary "
-                         r"\((\d+) bytes\), (\d+) could not be read\.$", re.M)
+TOTALS = (
+    "{files} files: {text} text files read ({lines} lines, {chars} chars), {binary} binary "
+    "({binary_bytes} bytes), {errors} could not be read."
+)
+TOTALS_LINE = re.compile(
+    r"^(\d+) files: (\d+) text files read \((\d+) lines, (\d+) chars\), (\d+) binary "
+    r"\((\d+) bytes\), (\d+) could not be read\.$",
+    re.M,
+)
 # a row of a parent's table of its subagents (:mod:`.delegation`): report_rows follows the succeeded ones
 SUBAGENT_ROW = "| `{dir}` | {scope} | {status} | {files} | `{report}` |"
 _SUBAGENT_ROW = re.compile(r"^\| `([^`\n]+)` \| .* \| (\w+) \| [\d-]+ \| `([^`\n]+)` \|$", re.M)
@@ -128,29 +142,46 @@ class State:
 
     phase: str = "start"  # start, list, read, todo, inline, report, done
     root: str = ""
-    logs: dict[str, int] = field(default_factory=lambda: {"dirs": 0, "files": 0, "facts": 0, "todo": 0})  # lines
+    logs: dict[str, int] = field(
+        default_factory=lambda: {"dirs": 0, "files": 0, "facts": 0, "todo": 0}
+    )  # lines
     taken: dict[str, int] = field(default_factory=lambda: {"dirs": 0, "files": 0})  # lines read back
     open: list[list[str]] = field(default_factory=list)  # [dir, pattern] globs still to ask
     dirs_next: list[str] = field(default_factory=list)  # read back from the dirs log, not asked yet
     files_next: list[str] = field(default_factory=list)  # read back from the files log, not read yet
     recalls: list[list[Any]] = field(default_factory=list)  # [saved path, kind, dir, pattern, offset]
-    shards: dict[str, list[list[int]]] = field(default_factory=lambda: {"dirs": [], "files": [], "facts": [],
-                                                                         "todo": []})
+    shards: dict[str, list[list[int]]] = field(
+        default_factory=lambda: {"dirs": [], "files": [], "facts": [], "todo": []}
+    )
     # per log, each file's [first line, bytes]
     waiting: list[list[Any]] = field(default_factory=list)  # facts rows whose outline grep is asked
-    issued: dict[str, int] = field(default_factory=lambda: {"open": 0, "dirs": 0, "files": 0})  # asked this turn
+    issued: dict[str, int] = field(
+        default_factory=lambda: {"open": 0, "dirs": 0, "files": 0}
+    )  # asked this turn
     target: int = TARGET_CHARS
     turn: int = 0
     summary: str = ""  # the newest history summary seen (a hash) and the turn it came
     compacted_at: int = 0
-    totals: dict[str, int] = field(default_factory=lambda: {"text": 0, "lines": 0, "chars": 0, "binary": 0,
-                                                             "binary_bytes": 0, "errors": 0, "no_defs": 0})
+    totals: dict[str, int] = field(
+        default_factory=lambda: {
+            "text": 0,
+            "lines": 0,
+            "chars": 0,
+            "binary": 0,
+            "binary_bytes": 0,
+            "errors": 0,
+            "no_defs": 0,
+        }
+    )
     ext: dict[str, list[int]] = field(default_factory=dict)  # extension -> files, lines
     largest: list[list[Any]] = field(default_factory=list)  # [size, path, lines], largest first
-    todo: dict[str, Any] = field(default_factory=lambda: {"hits": 0, "files": 0, "last": "", "cut": False,
-                                                          "saved": "", "shown": []})
+    todo: dict[str, Any] = field(
+        default_factory=lambda: {"hits": 0, "files": 0, "last": "", "cut": False, "saved": "", "shown": []}
+    )
     scope: str = ""  # "" the whole workspace, TOP its top files only, else one directory (relative)
-    inc: dict[str, Any] = field(default_factory=dict)  # an incremental survey's own state (.incremental_survey)
+    inc: dict[str, Any] = field(
+        default_factory=dict
+    )  # an incremental survey's own state (.incremental_survey)
 
     def note(self) -> str:
         fields = asdict(self)
@@ -184,7 +215,7 @@ def load_state(messages: list[Message]) -> tuple[State | None, int]:
         text = text_of(messages[i])
         at = text.rfind(STATE_KEY)
         if at >= 0:
-            line = text[at + len(STATE_KEY):].split("\n", 1)[0]
+            line = text[at + len(STATE_KEY) :].split("\n", 1)[0]
             try:
                 fields = json.loads(line)
                 fields["files_next"] = _unruns(fields.get("files_next", []))
@@ -288,7 +319,9 @@ class Turn:
         for d, names in sorted(groups.items()):
             for k in range(0, len(names), NAMES_PER_LINE):
                 head = ("+" if listed else "") + escape(d or ".")
-                self.appends["files"].append("\t".join([head, *(escape(n) for n in names[k:k + NAMES_PER_LINE])]))
+                self.appends["files"].append(
+                    "\t".join([head, *(escape(n) for n in names[k : k + NAMES_PER_LINE])])
+                )
 
     def directory(self, path: str) -> None:
         if self.state.scope == TOP:  # a survey of the top files lists no directory
@@ -313,12 +346,28 @@ class Turn:
                     part.append(lines.pop(0))
                 path = shard_path(log, len(shards) - 1)
                 if new:
-                    self.calls.append(("memory", {"command": "create", "path": path,
-                                                  "file_text": "\n".join([HEADINGS[log], *part]) + "\n"}))
+                    self.calls.append(
+                        (
+                            "memory",
+                            {
+                                "command": "create",
+                                "path": path,
+                                "file_text": "\n".join([HEADINGS[log], *part]) + "\n",
+                            },
+                        )
+                    )
                 else:
-                    self.calls.append(("memory", {"command": "insert", "path": path,
-                                                  "insert_line": at - shards[-1][0] + HEAD,
-                                                  "insert_text": "\n".join(part) + "\n"}))
+                    self.calls.append(
+                        (
+                            "memory",
+                            {
+                                "command": "insert",
+                                "path": path,
+                                "insert_line": at - shards[-1][0] + HEAD,
+                                "insert_text": "\n".join(part) + "\n",
+                            },
+                        )
+                    )
                 at += len(part)
             self.state.logs[log] = at
 
@@ -330,8 +379,16 @@ class Turn:
         k, base, following = shard_of(self.state, log, start)
         stop = min(end, start + VIEW_LINES[log], following if following is not None else end)
         first = start - base + 1 + HEAD
-        self.calls.append(("memory", {"command": "view", "path": shard_path(log, k),
-                                      "view_range": [first, first + stop - start - 1]}))
+        self.calls.append(
+            (
+                "memory",
+                {
+                    "command": "view",
+                    "path": shard_path(log, k),
+                    "view_range": [first, first + stop - start - 1],
+                },
+            )
+        )
         return True
 
 
@@ -343,7 +400,7 @@ def first_doc_line(text: str) -> str:
             continue
         for quote in ('"""', "'''", 'r"""', "r'''"):
             if line.startswith(quote):
-                body = line[len(quote):].replace(quote.lstrip("r"), "").strip()
+                body = line[len(quote) :].replace(quote.lstrip("r"), "").strip()
                 if body:
                     return body[:DOC_CHARS]
                 break
@@ -362,7 +419,7 @@ def first_doc_line(text: str) -> str:
 
 def rel_path(root: str, path: str) -> str:
     if root and (path == root or path.startswith(root.rstrip("/") + "/")):
-        return path[len(root.rstrip("/")) + 1:] or "."
+        return path[len(root.rstrip("/")) + 1 :] or "."
     return path.lstrip("/") if not root else path
 
 
@@ -407,8 +464,17 @@ def _learn_read(turn: Turn, path: str, result: dict[str, Any], listed: bool) -> 
         row: list[Any] = [path, "text", partial[0], partial[1], None, doc, "bytes"]
     else:
         size = persisted_size(text)
-        chars, lines = size if size else (len(text), text.count("\n") + (1 if text and not text.endswith("\n") else 0))
-        row = [path, "text", lines, chars, len(OUTLINE.findall(text)) if whole and path.endswith(".py") else None, doc]
+        chars, lines = (
+            size if size else (len(text), text.count("\n") + (1 if text and not text.endswith("\n") else 0))
+        )
+        row = [
+            path,
+            "text",
+            lines,
+            chars,
+            len(OUTLINE.findall(text)) if whole and path.endswith(".py") else None,
+            doc,
+        ]
     if path.endswith(".py") and row[4] is None:  # only part of it was in view: its outline by grep
         turn.state.waiting.append(row)
         turn.outlines.append(path)
@@ -499,13 +565,13 @@ def apply(turn: Turn, messages: list[Message], at: int, other: Learner | None = 
             turn.fact(str(row[0]), row)
         s.waiting = []
         return
-    listed = {p.lstrip("+"): p.startswith("+") for p in s.files_next[:s.issued["files"]]}
-    del s.open[:s.issued["open"]]
-    del s.dirs_next[:s.issued["dirs"]]
-    del s.files_next[:s.issued["files"]]
+    listed = {p.lstrip("+"): p.startswith("+") for p in s.files_next[: s.issued["files"]]}
+    del s.open[: s.issued["open"]]
+    del s.dirs_next[: s.issued["dirs"]]
+    del s.files_next[: s.issued["files"]]
     s.issued = {"open": 0, "dirs": 0, "files": 0}
     waiting, s.waiting = {str(row[0]): row for row in s.waiting}, []
-    results = [r for m in messages[at + 1:at + 2] for r in tool_results(m)]
+    results = [r for m in messages[at + 1 : at + 2] for r in tool_results(m)]
     lost = []
     for result in results:
         use = uses.get(str(result.get("tool_use_id")))
@@ -555,13 +621,17 @@ def count_matches(text: str) -> int:
         return size[1]
     if text.strip() in ("", "no matches"):
         return 0
-    return len([line for line in text.split("\n") if line.strip() and not line.startswith("[output truncated")])
+    return len(
+        [line for line in text.split("\n") if line.strip() and not line.startswith("[output truncated")]
+    )
 
 
 def _learn_glob_result(turn: Turn, args: dict[str, Any], result: dict[str, Any], text: str) -> None:
     s = turn.state
     pattern = str(args.get("pattern"))
-    if "path" not in args:  # the first turn's: ``*`` tells the root, ``**/*`` the whole tree or that it is big
+    if (
+        "path" not in args
+    ):  # the first turn's: ``*`` tells the root, ``**/*`` the whole tree or that it is big
         entries = _entries(text)
         if pattern == "*":
             s.root = os.path.dirname(entries[0]) if entries else s.root
@@ -588,7 +658,7 @@ def _learn_glob_result(turn: Turn, args: dict[str, Any], result: dict[str, Any],
 def _root_of(entry: str, scope: str) -> str:
     """The workspace root, from the path a glob of the scope's own name answered."""
     if entry.endswith("/" + scope):
-        return entry[:-len(scope) - 1]
+        return entry[: -len(scope) - 1]
     for _ in scope.split("/"):
         entry = os.path.dirname(entry)
     return entry
@@ -650,7 +720,7 @@ def _take_appended(turn: Turn) -> None:
     """The files log's lines appended this turn, as the next files to read (no need to read back
     what this turn writes): the first :data:`VIEW_LINES` of them."""
     s = turn.state
-    for line in turn.appends["files"][:VIEW_LINES["files"]]:
+    for line in turn.appends["files"][: VIEW_LINES["files"]]:
         s.files_next += _files_line(line)
         s.taken["files"] += 1
 
@@ -663,15 +733,22 @@ def plan(turn: Turn) -> None:
         if s.scope == TOP:
             turn.calls.append(("glob", {"pattern": "*"}))
         elif s.scope:
-            turn.calls += [("glob", {"pattern": glob_literal(s.scope)}),
-                           ("glob", {"pattern": "**/*", "path": s.scope})]
+            turn.calls += [
+                ("glob", {"pattern": glob_literal(s.scope)}),
+                ("glob", {"pattern": "**/*", "path": s.scope}),
+            ]
         else:
             turn.calls += [("glob", {"pattern": "*"}), ("glob", {"pattern": "**/*"})]
         s.phase = "list"
         return
     if s.recalls:
         path, _, _, _, offset = s.recalls[0]
-        turn.calls.append(("recall", {"path": path, "offset": offset, "limit": max(1_000, min(s.target, TARGET_CHARS) * 3 // 4)}))
+        turn.calls.append(
+            (
+                "recall",
+                {"path": path, "offset": offset, "limit": max(1_000, min(s.target, TARGET_CHARS) * 3 // 4)},
+            )
+        )
         return
     if s.phase == "list":
         if not root:  # the workspace is empty
@@ -679,7 +756,7 @@ def plan(turn: Turn) -> None:
             return
         globs = max(1, s.target // GLOB_CHARS)
         opens = s.open[:globs]
-        dirs = s.dirs_next[:globs - len(opens)]
+        dirs = s.dirs_next[: globs - len(opens)]
         s.issued["open"], s.issued["dirs"] = len(opens), len(dirs)
         turn.calls += [("glob", {"pattern": pattern, "path": d or "."}) for d, pattern in opens]  # relative
         turn.calls += [("glob", {"pattern": "**/*", "path": d}) for d in dirs]
@@ -714,8 +791,16 @@ def plan(turn: Turn) -> None:
         if turn.appends["facts"]:  # the last rows are written this turn: read them back next turn
             return
         for first in range(1 + HEAD, s.logs["facts"] + 1 + HEAD, INLINE_VIEW):  # all at once: one message
-            turn.calls.append(("memory", {"command": "view", "path": shard_path("facts", 0),
-                                          "view_range": [first, min(first + INLINE_VIEW, s.logs["facts"] + 1 + HEAD) - 1]}))
+            turn.calls.append(
+                (
+                    "memory",
+                    {
+                        "command": "view",
+                        "path": shard_path("facts", 0),
+                        "view_range": [first, min(first + INLINE_VIEW, s.logs["facts"] + 1 + HEAD) - 1],
+                    },
+                )
+            )
         s.phase = "report"
 
 
@@ -736,8 +821,10 @@ def decide(messages: list[Message]) -> tuple[list[dict[str, Any]], str]:
     if not turn.calls:
         return [{"type": "text", "text": report(turn.state, [])}], "end_turn"
     s = turn.state
-    text = (f"Listed: {s.logs['files']} file groups, {s.taken['dirs']}/{s.logs['dirs']} directories; "
-            f"read {s.logs['facts']} entries. Next: {turn.calls[-1][0]}.\n{s.note()}")
+    text = (
+        f"Listed: {s.logs['files']} file groups, {s.taken['dirs']}/{s.logs['dirs']} directories; "
+        f"read {s.logs['facts']} entries. Next: {turn.calls[-1][0]}.\n{s.note()}"
+    )
     content: list[dict[str, Any]] = [{"type": "text", "text": text}]
     for k, (name, args) in enumerate(turn.calls):
         content.append({"type": "tool_use", "id": call_id(messages, k), "name": name, "input": args})
@@ -760,7 +847,9 @@ def pace(s: State, messages: list[Message]) -> None:
 
 
 def call_id(messages: list[Message], k: int) -> str:
-    seed = f"{len(messages)}:{k}:{json.dumps(messages[-1] if messages else None, sort_keys=True, default=str)}"
+    seed = (
+        f"{len(messages)}:{k}:{json.dumps(messages[-1] if messages else None, sort_keys=True, default=str)}"
+    )
     return "toolu_mem_" + hashlib.sha256(seed.encode()).hexdigest()[:20]
 
 
@@ -769,10 +858,12 @@ def _inline_rows(messages: list[Message], at: int, total: int) -> list[list[Any]
     ``total`` rows are in view (a view the compactor cut leaves the report pointing at the files)."""
     rows: list[list[Any]] = []
     uses = {str(u.get("id")): u for u in tool_uses(messages[at])}
-    for m in messages[at + 1:at + 2]:
+    for m in messages[at + 1 : at + 2]:
         for r in tool_results(m):
             use = uses.get(str(r.get("tool_use_id"))) or {}
-            if use.get("name") == "memory" and str((use.get("input") or {}).get("path", "")).startswith(f"{DIR}/facts"):
+            if use.get("name") == "memory" and str((use.get("input") or {}).get("path", "")).startswith(
+                f"{DIR}/facts"
+            ):
                 for line in result_text(r).split("\n")[1:]:
                     match = NUMBERED.match(line)
                     if match and int(match[1]) > HEAD:
@@ -795,10 +886,21 @@ def report(s: State, rows: list[list[Any]], partial: str = "", pending: list[lis
         out += [partial, ""]
     out.append(TOTALS.format(files=t["text"] + t["binary"] + t["errors"], **t))
     if t["no_defs"]:
-        out.append(f"{t['no_defs']} Python files show no count of top-level definitions: their outline could "
-                   "not be read.")
-    out += ["", "## Files and lines per extension (text files)", "", "| extension | files | lines |", "|---|---:|---:|"]
-    out += [f"| {e} | {n} | {lines} |" for e, (n, lines) in sorted(s.ext.items(), key=lambda kv: (-kv[1][1], kv[0]))]
+        out.append(
+            f"{t['no_defs']} Python files show no count of top-level definitions: their outline could "
+            "not be read."
+        )
+    out += [
+        "",
+        "## Files and lines per extension (text files)",
+        "",
+        "| extension | files | lines |",
+        "|---|---:|---:|",
+    ]
+    out += [
+        f"| {e} | {n} | {lines} |"
+        for e, (n, lines) in sorted(s.ext.items(), key=lambda kv: (-kv[1][1], kv[0]))
+    ]
     out += ["", "## Largest text files", "", "| file | lines | size |", "|---|---:|---:|"]
     out += [f"| {_cell(p)} | {lines} | {size} |" for size, p, lines in s.largest]
     todo = s.todo
@@ -810,23 +912,33 @@ def report(s: State, rows: list[list[Any]], partial: str = "", pending: list[lis
         if s.inc and not s.inc.get("fresh") and not todo["saved"]:
             where = s.inc.get("where") or INCREMENTAL_TODO_TEXT
         logs = ", ".join(f"`memories/survey/todo-{k:03d}.md`" for k in range(len(s.shards["todo"])))
-        out.append(f"- ... the first {len(todo['shown'])} are shown; every line's place is in {logs}, "
-                   f"its text in {where}")
+        out.append(
+            f"- ... the first {len(todo['shown'])} are shown; every line's place is in {logs}, "
+            f"its text in {where}"
+        )
     out += ["", "## Every file", ""]
     if rows:
-        out += ["| file | lines | size | top-level definitions | first docstring or comment |",
-                "|---|---:|---:|---:|---|"]
+        out += [
+            "| file | lines | size | top-level definitions | first docstring or comment |",
+            "|---|---:|---:|---:|---|",
+        ]
         for row in sorted(rows, key=lambda r: str(r[0])):
             out.append(_row(row))
     else:
         shards = len(s.shards["facts"])
         names = ", ".join(f"`memories/survey/facts-{k:03d}.md`" for k in range(shards))
-        out.append(f"Every entry's facts ({s.logs['facts']} lines, one JSON array a line: path, kind, lines, size, "
-                   f"top-level definitions, first docstring or comment line) are in the job directory's {names or '(none)'}.")
+        out.append(
+            f"Every entry's facts ({s.logs['facts']} lines, one JSON array a line: path, kind, lines, size, "
+            f"top-level definitions, first docstring or comment line) are in the job directory's {names or '(none)'}."
+        )
         if pending:
-            out += ["", "Read last, not in those files yet:", "",
-                    "| file | lines | size | top-level definitions | first docstring or comment |",
-                    "|---|---:|---:|---:|---|"]
+            out += [
+                "",
+                "Read last, not in those files yet:",
+                "",
+                "| file | lines | size | top-level definitions | first docstring or comment |",
+                "|---|---:|---:|---:|---|",
+            ]
             out += [_row(row) for row in pending]
     return "\n".join(out) + "\n"
 
@@ -866,8 +978,13 @@ def partial_report(messages: list[Message]) -> str:
             turn = Turn(state)
     s = turn.state
     pending = [json.loads(row) for row in turn.appends["facts"]]
-    return report(s, [], partial=f"(Partial: the survey stopped in its {s.phase} phase; the counts below are "
-                                 "what was read by then.)", pending=pending)
+    return report(
+        s,
+        [],
+        partial=f"(Partial: the survey stopped in its {s.phase} phase; the counts below are "
+        "what was read by then.)",
+        pending=pending,
+    )
 
 
 def report_rows(report: str, job_dir: Path) -> dict[str, list[Any]]:

@@ -35,8 +35,10 @@ class OfflineModel:
     async def create(self, request: Request) -> Reply:
         tool_names = {t["name"] for t in request.tools}
         if not {"glob", "read"} <= tool_names:
-            raise RuntimeError("the offline model surveys a workspace with glob, read and grep, and this job does "
-                               f"not offer them (tools: {', '.join(sorted(tool_names))}); run it with an API key")
+            raise RuntimeError(
+                "the offline model surveys a workspace with glob, read and grep, and this job does "
+                f"not offer them (tools: {', '.join(sorted(tool_names))}); run it with an API key"
+            )
         if (request.tool_choice or {}).get("type") == "none":  # the last call: a report from what it has
             report = partial_report(request.messages)
             room = request.max_tokens * CHARS_PER_TOKEN  # like the API, it stops at max_tokens

@@ -66,8 +66,11 @@ OUTLINES_PER_READ = 3  # outline greps per turn, per file read per turn: a file'
 BIG_TREE = 60  # files; a bigger tree's notes leave out the first docstring lines
 CHECKPOINT_EVERY = 6  # assistant turns between checkpoints; snip keeps far more than that
 RECALL_PAGE = 20_000  # the most it reads back at once: a page that fits beside the rest of the context
-NOTE = re.compile(r"^- (dir|file|files|error|outline|glob|saved|todo-at|todo-part|todo-scan"
-                  r"|todo-cut): (.*)$", re.M)
+NOTE = re.compile(
+    r"^- (dir|file|files|error|outline|glob|saved|todo-at|todo-part|todo-scan"
+    r"|todo-cut): (.*)$",
+    re.M,
+)
 GLOB_AT = " @ "  # a glob note's key: ``<pattern> @ <directory>``
 
 
@@ -133,13 +136,25 @@ def _parse_notes(text: str, facts: Facts) -> None:
                 start, _, rest = span.partition("-")
                 end, _, total = rest.partition("/")
                 prefix = "" if where == "." else f"{where}/"
-                names = [p if p.startswith("/") else prefix + p for p in parts[2].split(", ") if p] \
-                    if len(parts) > 2 else []
+                names = (
+                    [p if p.startswith("/") else prefix + p for p in parts[2].split(", ") if p]
+                    if len(parts) > 2
+                    else []
+                )
                 facts.glob.root = facts.glob.root or (parts[3] if len(parts) > 3 and parts[3] else None)
-                facts.glob.record("" if where == "." else where, pattern, names,
-                                  (int(start), int(end), int(total)), cut == "cut")
+                facts.glob.record(
+                    "" if where == "." else where,
+                    pattern,
+                    names,
+                    (int(start), int(end), int(total)),
+                    cut == "cut",
+                )
             elif kind == "saved" and len(parts) >= 5:
-                facts.recall_due[parts[0]] = (parts[1], int(parts[2]), ("" if parts[3] == "." else parts[3], parts[4]))
+                facts.recall_due[parts[0]] = (
+                    parts[1],
+                    int(parts[2]),
+                    ("" if parts[3] == "." else parts[3], parts[4]),
+                )
                 if parts[1] == "todo":
                     facts.todo_saved = parts[0]
             elif kind == "todo-part":
@@ -205,13 +220,13 @@ def _dir_note(facts: Facts, d: str) -> str:
     for name in sorted(facts.glob.rel(n) for n in facts.glob.answers[(d, "*")].names()):
         if name in subdirs or skipped(name):
             continue
-        base = name[len(d) + 1:] if name.startswith(d + "/") else name
+        base = name[len(d) + 1 :] if name.startswith(d + "/") else name
         if name in facts.files:
             chars, lines, _ = facts.files[name]
             items.append(f"{base} {chars} {lines} {facts.outlines.get(name, '-')}")
         else:
             items.append(base)
-    subs = [n[len(d) + 1:] + "/" if n.startswith(d + "/") else n for n in subdirs]
+    subs = [n[len(d) + 1 :] + "/" if n.startswith(d + "/") else n for n in subdirs]
     return f"- dir: {d} | {', '.join(subs)} | {'; '.join(items)}"
 
 
@@ -219,8 +234,9 @@ def _entries(content: str) -> list[str]:
     return [line.strip() for line in content.split("\n") if line.strip().startswith("/")]
 
 
-def _learn_glob(facts: Facts, query: tuple[str, str], content: str, span: tuple[int, int, int],
-                notes: list[str] | None) -> None:
+def _learn_glob(
+    facts: Facts, query: tuple[str, str], content: str, span: tuple[int, int, int], notes: list[str] | None
+) -> None:
     """A glob answer (or one page of a saved one) for ``query``; noted so it survives compaction."""
     cut = glob_cut(content) is not None
     names = facts.glob.learn(query[0], query[1], _entries(content), span, cut)
@@ -228,15 +244,18 @@ def _learn_glob(facts: Facts, query: tuple[str, str], content: str, span: tuple[
         notes.append(_glob_note(query, span, cut, [] if cut else names, facts.glob.root))
 
 
-def _glob_note(query: tuple[str, str], span: tuple[int, int, int], cut: bool, names: list[str],
-               root: str | None) -> str:
+def _glob_note(
+    query: tuple[str, str], span: tuple[int, int, int], cut: bool, names: list[str], root: str | None
+) -> str:
     """One page of one glob answer; skipped names (``__pycache__``, binaries) are left out. Its key
     is the query and, after the first, the page's start, so every page is kept once."""
     page = f" +{span[0]}" if span[0] else ""
     prefix = f"{query[0]}/" if query[0] else ""
-    kept = [n[len(prefix):] if n.startswith(prefix) else n for n in names if not skipped(n)]
-    return (f"- glob: {query[1]}{GLOB_AT}{query[0] or '.'}{page} | {span[0]}-{span[1]}/{span[2]}"
-            f"{' cut' if cut else ''} | {', '.join(kept)} | {'' if query[0] else root or ''}")
+    kept = [n[len(prefix) :] if n.startswith(prefix) else n for n in names if not skipped(n)]
+    return (
+        f"- glob: {query[1]}{GLOB_AT}{query[0] or '.'}{page} | {span[0]}-{span[1]}/{span[2]}"
+        f"{' cut' if cut else ''} | {', '.join(kept)} | {'' if query[0] else root or ''}"
+    )
 
 
 def _big(facts: Facts) -> bool:
@@ -248,8 +267,11 @@ def _big(facts: Facts) -> bool:
 def _dir_files_note(facts: Facts, d: str) -> str:
     """A big tree's facts of every file of directory ``d`` known so far, as one note: ``name chars
     lines defs`` items. The note grows as files are read; the newest one has all of them."""
-    items = [f"{os.path.basename(p)} {c} {n} {facts.outlines.get(p, '-')}"
-             for p, (c, n, _) in sorted(facts.files.items()) if (os.path.dirname(p) or ".") == d]
+    items = [
+        f"{os.path.basename(p)} {c} {n} {facts.outlines.get(p, '-')}"
+        for p, (c, n, _) in sorted(facts.files.items())
+        if (os.path.dirname(p) or ".") == d
+    ]
     return f"- files: {d} | {'; '.join(items)}"
 
 
@@ -263,8 +285,9 @@ def _file_notes(facts: Facts, paths: list[str]) -> list[str]:
     if not _big(facts):
         return [_file_note(facts, p) for p in paths]
     dirs = sorted({os.path.dirname(p) or "." for p in paths if _groupable(p)})
-    return ([_file_note(facts, p) for p in paths if not _groupable(p)]
-            + [_dir_note(facts, d) if _combined(facts, d) else _dir_files_note(facts, d) for d in dirs])
+    return [_file_note(facts, p) for p in paths if not _groupable(p)] + [
+        _dir_note(facts, d) if _combined(facts, d) else _dir_files_note(facts, d) for d in dirs
+    ]
 
 
 def _file_note(facts: Facts, path: str) -> str:
@@ -347,8 +370,9 @@ def _page(content: str) -> tuple[str, tuple[int, int, int]]:
     return body, (start, end, total)
 
 
-def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: list[str] | None,
-           touched: list[str]) -> None:
+def _learn(
+    facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: list[str] | None, touched: list[str]
+) -> None:
     """Learn from one result; for the newest results (``notes`` given) note what it taught, and add
     the files whose facts it added to ``touched`` (noted together, per directory in a big tree)."""
     name, args = use.get("name"), use.get("input") or {}
@@ -409,8 +433,12 @@ def _learn(facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: lis
 
 def _history_cut(messages: list[Message]) -> bool:
     """Whether a summary or a snip marker is in view: what noted the results in view may be gone."""
-    return any(is_summary(text) or archived_count(text) for message in messages if message["role"] == "user"
-               for text in (str(b.get("text", "")) for b in blocks(message) if b.get("type") == "text"))
+    return any(
+        is_summary(text) or archived_count(text)
+        for message in messages
+        if message["role"] == "user"
+        for text in (str(b.get("text", "")) for b in blocks(message) if b.get("type") == "text")
+    )
 
 
 def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
@@ -430,7 +458,9 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
             for use in tool_uses(message):
                 uses[str(use.get("id"))] = use
         else:
-            _parse_notes("\n".join(b.get("text", "") for b in blocks(message) if b.get("type") == "text"), facts)
+            _parse_notes(
+                "\n".join(b.get("text", "") for b in blocks(message) if b.get("type") == "text"), facts
+            )
     new_notes: list[str] = []
     touched: list[str] = []
     # after a summary or a snip, every result in view is noted again (a duplicate note is harmless)
@@ -470,15 +500,21 @@ def _combine_glob_notes(facts: Facts, notes: list[str], retire: bool = True) -> 
             out.append(_dir_note(facts, d))
     if retire and done:
         written = {note.split(" | ", 1)[0][2:] for note in out}
-        out += [f"{RETIRED}{key}" for d in done for key in _replaced_by_dir_note(facts, d) if key not in written]
+        out += [
+            f"{RETIRED}{key}" for d in done for key in _replaced_by_dir_note(facts, d) if key not in written
+        ]
     return out
 
 
 def _replaced_by_dir_note(facts: Facts, d: str) -> list[str]:
     """The keys of the notes that directory ``d``'s ``dir`` note replaces: its glob pages, the saved
     answers they were read back from, and a ``files`` note of the files read before it was whole."""
-    keys = [f"glob: {pattern}{GLOB_AT}{d}{f' +{start}' if start else ''}"
-            for (where, pattern), answer in facts.glob.answers.items() if where == d for start in answer.parts]
+    keys = [
+        f"glob: {pattern}{GLOB_AT}{d}{f' +{start}' if start else ''}"
+        for (where, pattern), answer in facts.glob.answers.items()
+        if where == d
+        for start in answer.parts
+    ]
     keys += [f"saved: {path}" for path, (_, _, query) in facts.recall_due.items() if query[0] == d]
     if _big(facts) and any(os.path.dirname(p) == d for p in facts.files):  # only a big tree notes ``files``
         keys.append(f"files: {d}")
@@ -495,22 +531,34 @@ def checkpoint(facts: Facts, kept: set[str] = frozenset()) -> str:  # type: igno
     lines = ["## Checkpoint (everything learned so far and not in the summary)"]
     for query, answer in sorted(facts.glob.answers.items()):
         for start, (end, names) in sorted(answer.parts.items()):
-            lines.append(_glob_note(query, (start, end, answer.total), answer.cut, [] if answer.cut else names,
-                                    facts.glob.root))
+            lines.append(
+                _glob_note(
+                    query,
+                    (start, end, answer.total),
+                    answer.cut,
+                    [] if answer.cut else names,
+                    facts.glob.root,
+                )
+            )
     lines = _combine_glob_notes(facts, lines, retire=False)  # a checkpoint restates: nothing to retire
     lines += [n for n in _file_notes(facts, sorted(facts.files)) if n not in lines]
     lines += [f"- error: {p} | {e}" for p, e in sorted(facts.errors.items())]
     lines += [f"- outline: {p} | {n}" for p, n in sorted(facts.outlines.items()) if p not in facts.files]
-    lines += [_saved_note(path, due) for path, due in sorted(facts.recall_due.items())
-              if not _combined(facts, due[2][0])]  # a whole directory's saved answers are read
+    lines += [
+        _saved_note(path, due)
+        for path, due in sorted(facts.recall_due.items())
+        if not _combined(facts, due[2][0])
+    ]  # a whole directory's saved answers are read
     lines += [_todo_at_note(facts, p) for p in sorted(facts.todo_at)]
     if facts.todo_cut:
         lines.append("- todo-cut: the search output was cut")
     if facts.todo_done:
         lines.append(_todo_scan_note(facts))
     else:
-        lines += [f"- todo-part: {start}-{end}/{facts.todo_total} | {n}"
-                  for start, (end, n) in sorted(facts.todo_parts.items())]
+        lines += [
+            f"- todo-part: {start}-{end}/{facts.todo_total} | {n}"
+            for start, (end, n) in sorted(facts.todo_parts.items())
+        ]
     return "\n".join(lines[:1] + [line for line in lines[1:] if line.rstrip() not in kept])
 
 
@@ -519,9 +567,17 @@ def report(facts: Facts) -> str:
     root = facts.root or "(workspace)"
     files = facts.files
     out = [f"# Survey of `{root}`", ""]
-    out.append(f"{len(files)} files read, {sum(c for c, _, _ in files.values())} chars, "
-               f"{sum(n for _, n, _ in files.values())} lines; {len(facts.errors)} entries could not be read.")
-    out += ["", "## Files and lines per extension", "", "| extension | files | lines | chars |", "|---|---:|---:|---:|"]
+    out.append(
+        f"{len(files)} files read, {sum(c for c, _, _ in files.values())} chars, "
+        f"{sum(n for _, n, _ in files.values())} lines; {len(facts.errors)} entries could not be read."
+    )
+    out += [
+        "",
+        "## Files and lines per extension",
+        "",
+        "| extension | files | lines | chars |",
+        "|---|---:|---:|---:|",
+    ]
     by_ext: dict[str, list[int]] = {}
     for path, (chars, lines, _) in files.items():
         ext = os.path.splitext(path)[1] or "(none)"
@@ -535,8 +591,13 @@ def report(facts: Facts) -> str:
     for path, (chars, lines, _) in sorted(files.items(), key=lambda kv: (-kv[1][0], kv[0]))[:10]:
         out.append(f"| {path} | {lines} | {chars} |")
     out += ["", *_todo_section(facts)]
-    out += ["", "## Every file", "", "| file | lines | top-level definitions | first docstring or comment |",
-            "|---|---:|---:|---|"]
+    out += [
+        "",
+        "## Every file",
+        "",
+        "| file | lines | top-level definitions | first docstring or comment |",
+        "|---|---:|---:|---|",
+    ]
     for path, (_, lines, doc) in sorted(files.items()):
         defs = facts.outlines.get(path, "")
         out.append(f"| {path} | {lines} | {defs} | {doc.replace('|', '/')} |")
@@ -551,11 +612,17 @@ def _todo_section(facts: Facts) -> list[str]:
     where the scan's whole output is saved when it is not."""
     hits = sorted((p, n) for p, numbers in facts.todo_at.items() for n in numbers)
     cut = "; the search output was cut, there may be more" if facts.todo_cut else ""
-    out = [f"## TODO / FIXME / XXX ({max(facts.todo_count, len(hits))} found in {len(facts.todo_at)} files{cut})", ""]
+    out = [
+        f"## TODO / FIXME / XXX ({max(facts.todo_count, len(hits))} found in {len(facts.todo_at)} files{cut})",
+        "",
+    ]
     if any((p, n) not in facts.todo_text for p, n in hits):
         where = f"`{facts.todo_saved}`" if facts.todo_saved else f"`{TRANSCRIPT}` (the grep call's result)"
-        out += [f"The text of every line is in the job directory's {where}; lines shown here without "
-                "their text are listed by file and line.", ""]
+        out += [
+            f"The text of every line is in the job directory's {where}; lines shown here without "
+            "their text are listed by file and line.",
+            "",
+        ]
     for p, n in hits:
         text = facts.todo_text.get((p, n))
         out.append(f"- `{p}:{n}: {text}`" if text is not None else f"- `{p}:{n}`")
@@ -563,20 +630,30 @@ def _todo_section(facts: Facts) -> list[str]:
 
 
 def _call_id(messages: list[Message], name: str, args: dict[str, Any], k: int) -> str:
-    seed = json.dumps([len(messages), messages[-1] if messages else None, name, args, k], sort_keys=True,
-                      default=str)
+    seed = json.dumps(
+        [len(messages), messages[-1] if messages else None, name, args, k], sort_keys=True, default=str
+    )
     return "toolu_off_" + hashlib.sha256(seed.encode()).hexdigest()[:20]
 
 
 def _summary_notes(messages: list[Message]) -> set[str]:
     """The note lines that summaries in view carry."""
-    return {line.rstrip() for m in messages if m["role"] == "user" and is_summary(text_of(m))
-            for line in text_of(m).split("\n") if line.startswith("- ")}
+    return {
+        line.rstrip()
+        for m in messages
+        if m["role"] == "user" and is_summary(text_of(m))
+        for line in text_of(m).split("\n")
+        if line.startswith("- ")
+    }
 
 
-def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -> tuple[list[dict[str, Any]], str]:
+def decide(
+    messages: list[Message], tool_names: set[str], batch_size: int = 4
+) -> tuple[list[dict[str, Any]], str]:
     """The next assistant content and its stop reason (``tool_use`` or ``end_turn``)."""
-    if "memory" in tool_names and incremental_survey.applies(messages, tool_names):  # a baseline to start from
+    if "memory" in tool_names and incremental_survey.applies(
+        messages, tool_names
+    ):  # a baseline to start from
         return incremental_survey.decide(messages)
     if "memory" in tool_names and delegation.applies(messages, tool_names):  # a big tree: subagents
         return delegation.decide(messages, tool_names)
@@ -592,12 +669,14 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
     pending = [p for p in (facts.listing or []) if p not in known]
     python = [p for p in sorted(facts.files) if p.endswith(".py")]
     pending_outline = [p for p in python if p not in facts.outlines]
-    summarized = any(m["role"] == "user" and mentions_summary(text_of(m))
-                     for m in messages)
+    summarized = any(m["role"] == "user" and mentions_summary(text_of(m)) for m in messages)
     # big workspaces are read more files at a time, so any tree is surveyed in a bounded number of turns
     batch = max(batch_size, math.ceil(len(facts.listing or []) / 60))
-    glob_due = [(path, query) for path, (kind, _, query) in facts.recall_due.items()
-                if kind == "glob" and not _answered(facts, query)]
+    glob_due = [
+        (path, query)
+        for path, (kind, _, query) in facts.recall_due.items()
+        if kind == "glob" and not _answered(facts, query)
+    ]
     todo_due = [path for path, (kind, _, _) in facts.recall_due.items() if kind == "todo"]
     if facts.listing is None and glob_due and "recall" in tool_names:
         path, query = glob_due[0]
@@ -612,15 +691,19 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
     elif pending_outline and not summarized and "compact" in tool_names and not facts.outlines:
         calls.append(("compact", {}))
     elif pending_outline and "grep" in tool_names:
-        calls += [("grep", {"pattern": OUTLINE_PATTERN, "path": os.path.join(root or "", p)})
-                  for p in pending_outline[:batch * OUTLINES_PER_READ]]
+        calls += [
+            ("grep", {"pattern": OUTLINE_PATTERN, "path": os.path.join(root or "", p)})
+            for p in pending_outline[: batch * OUTLINES_PER_READ]
+        ]
     elif not facts.todo_done and todo_due and "recall" in tool_names:
         calls.append(("recall", {"path": todo_due[-1], "offset": _chain_end(facts.todo_parts)}))
     elif not facts.todo_done and "grep" in tool_names:
         calls.append(("grep", {"pattern": TODO_PATTERN}))
     if not calls and not facts.files and (facts.listing or facts.glob.seen_anything()):
-        raise SurveyFailed(f"the survey of {root or 'the workspace'} read no file of the "
-                           f"{len(facts.listing or [])} it listed")
+        raise SurveyFailed(
+            f"the survey of {root or 'the workspace'} read no file of the "
+            f"{len(facts.listing or [])} it listed"
+        )
     if not calls:
         return [{"type": "text", "text": report(facts)}], "end_turn"
     if since_checkpoint >= CHECKPOINT_EVERY or (calls[0][0] == "compact"):
@@ -629,11 +712,14 @@ def decide(messages: list[Message], tool_names: set[str], batch_size: int = 4) -
     return _content(messages, text_parts, calls), "tool_use"
 
 
-def _content(messages: list[Message], text_parts: list[str], calls: list[tuple[str, dict[str, Any]]]
-             ) -> list[dict[str, Any]]:
+def _content(
+    messages: list[Message], text_parts: list[str], calls: list[tuple[str, dict[str, Any]]]
+) -> list[dict[str, Any]]:
     content: list[dict[str, Any]] = [{"type": "text", "text": "\n\n".join(text_parts)}]
     for k, (name, args) in enumerate(calls):
-        content.append({"type": "tool_use", "id": _call_id(messages, name, args, k), "name": name, "input": args})
+        content.append(
+            {"type": "tool_use", "id": _call_id(messages, name, args, k), "name": name, "input": args}
+        )
     return content
 
 

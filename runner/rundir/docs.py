@@ -98,7 +98,9 @@ def summary_path(number: int) -> str:
 MANIFEST = "manifest.jsonl"
 BASELINE_REPORT = output_path("baseline-report")  # an incremental job's copy of its baseline's final.md
 BASELINE_CHANGES = output_path("baseline-changes")  # the workspace's changes since the baseline, in full
-BASELINE_MEMORIES = "baseline-memories"  # the memory an incremental job started with (its baseline's), as it was
+BASELINE_MEMORIES = (
+    "baseline-memories"  # the memory an incremental job started with (its baseline's), as it was
+)
 
 
 def probe_name(worker: str) -> str:
@@ -107,6 +109,7 @@ def probe_name(worker: str) -> str:
 
 
 # --- statuses and usage ------------------------------------------------------------------------
+
 
 class Status(StrEnum):
     """A job's status; a ``str``, so it compares with and is written as its value."""
@@ -142,6 +145,7 @@ def now() -> float:
 
 
 # --- documents ---------------------------------------------------------------------------------
+
 
 class _Doc(BaseModel):
     """Strict on types (a count is an int, never a bool or a string), open to fields a newer runner adds."""
@@ -214,13 +218,22 @@ class JobMetrics(_Doc):
 
     def usage_total(self, key: str) -> int:
         """One usage count, the job's, its summaries' and its subagents' together."""
-        return getattr(self.usage, key, 0) + getattr(self.summarizer_usage, key, 0) + getattr(
-            self.subagent_usage, key, 0)
+        return (
+            getattr(self.usage, key, 0)
+            + getattr(self.summarizer_usage, key, 0)
+            + getattr(self.subagent_usage, key, 0)
+        )
 
     def subagent_row(self) -> dict[str, Any]:
         """This job's row in its parent's ``subagents``."""
-        return {"agent": self.job, "status": self.status, "turns": self.turns, "cost_usd": round(self.cost_usd, 6),
-                "wall_s": round(self.wall_s, 3), "error": self.error}
+        return {
+            "agent": self.job,
+            "status": self.status,
+            "turns": self.turns,
+            "cost_usd": round(self.cost_usd, 6),
+            "wall_s": round(self.wall_s, 3),
+            "error": self.error,
+        }
 
     def count(self, stage: str) -> None:
         """One more compaction of ``stage``."""
@@ -229,9 +242,13 @@ class JobMetrics(_Doc):
     def document(self) -> dict[str, Any]:
         """``metrics.json``: every field but the live ones (``worker`` and ``source`` when set), then
         any extra ones; wall time and cost rounded, compactions sorted by stage."""
-        out = {k: v for k, v in self.model_dump(exclude=set(self.LIVE)).items()
-               if (k not in WHEN_SET or v is not None) and (k not in SUBAGENT_FIELDS or self.subagents)
-               and (k not in BATCH_FIELDS or self.batch_calls)}
+        out = {
+            k: v
+            for k, v in self.model_dump(exclude=set(self.LIVE)).items()
+            if (k not in WHEN_SET or v is not None)
+            and (k not in SUBAGENT_FIELDS or self.subagents)
+            and (k not in BATCH_FIELDS or self.batch_calls)
+        }
         out["wall_s"], out["cost_usd"] = round(self.wall_s, 3), round(self.cost_usd, 6)
         out["compactions"] = dict(sorted(self.compactions.items()))
         return out
@@ -246,9 +263,13 @@ class JobMetrics(_Doc):
 
     def clean(self) -> dict[str, Any]:
         """Every field the table reads, in its type (a damaged value is back at its default)."""
-        return {k: v for k, v in self.model_dump(exclude=set(self.LIVE)).items()
-                if (k not in WHEN_SET or v is not None) and (k not in SUBAGENT_FIELDS or self.subagents)
-                and (k not in BATCH_FIELDS or self.batch_calls)}
+        return {
+            k: v
+            for k, v in self.model_dump(exclude=set(self.LIVE)).items()
+            if (k not in WHEN_SET or v is not None)
+            and (k not in SUBAGENT_FIELDS or self.subagents)
+            and (k not in BATCH_FIELDS or self.batch_calls)
+        }
 
 
 class RunDocument(_Doc):
@@ -275,8 +296,11 @@ class RunDocument(_Doc):
 def totals_of(rows: list[JobMetrics]) -> dict[str, int | float]:
     """Totals over job rows: jobs, cost, turns, a count per status, and tokens (the jobs' and their
     summaries')."""
-    out: dict[str, int | float] = {"jobs": len(rows), "cost_usd": round(sum(r.cost_usd for r in rows), 6),
-                                   "turns": sum(r.turns for r in rows)}
+    out: dict[str, int | float] = {
+        "jobs": len(rows),
+        "cost_usd": round(sum(r.cost_usd for r in rows), 6),
+        "turns": sum(r.turns for r in rows),
+    }
     for status in Status:
         out[status.value] = sum(1 for r in rows if r.status == status)
     for key in USAGE_KEYS:
@@ -292,6 +316,7 @@ def run_json_text(document: RunDocument) -> str:
 
 
 # --- events.jsonl ------------------------------------------------------------------------------
+
 
 class _Event(_Doc):
     model_config = ConfigDict(extra="allow", strict=False)
@@ -331,7 +356,9 @@ class ModelCallEvent(_Event):
     compactions: dict[str, int] | None = None
     persisted_bytes: int | None = None
     wall_s: float | None = None
-    batch: str | None = None  # the Message Batch that answered the call (delivery = "batch"); written when set
+    batch: str | None = (
+        None  # the Message Batch that answered the call (delivery = "batch"); written when set
+    )
 
     def line(self) -> dict[str, Any]:
         out = self.model_dump()
@@ -342,8 +369,14 @@ class ModelCallEvent(_Event):
     @property
     def ledger(self) -> bool:
         """Whether the line carries the job's whole spend (a resumed job can start from it)."""
-        return None not in (self.lines, self.usage, self.summarizer_usage, self.compactions,
-                            self.persisted_bytes, self.wall_s)
+        return None not in (
+            self.lines,
+            self.usage,
+            self.summarizer_usage,
+            self.compactions,
+            self.persisted_bytes,
+            self.wall_s,
+        )
 
 
 class RetriesEvent(_Event):
@@ -392,11 +425,15 @@ def _kind(value: Any) -> str:
 
 
 Event = Annotated[
-    Annotated[CompactionEvent, Tag("compaction")] | Annotated[ModelCallEvent, Tag("model_call")]
-    | Annotated[RetriesEvent, Tag("retries")] | Annotated[LastCallEvent, Tag("last_call")]
-    | Annotated[WorkerLostEvent, Tag("worker_lost")] | Annotated[SummaryFailedEvent, Tag("summary_failed")]
+    Annotated[CompactionEvent, Tag("compaction")]
+    | Annotated[ModelCallEvent, Tag("model_call")]
+    | Annotated[RetriesEvent, Tag("retries")]
+    | Annotated[LastCallEvent, Tag("last_call")]
+    | Annotated[WorkerLostEvent, Tag("worker_lost")]
+    | Annotated[SummaryFailedEvent, Tag("summary_failed")]
     | Annotated[OtherEvent, Tag("other")],
-    Discriminator(_kind)]
+    Discriminator(_kind),
+]
 EVENT = TypeAdapter(Event)
 
 
@@ -410,7 +447,9 @@ def parse_event(line: dict[str, Any], where: str = EVENTS) -> tuple[Any, str | N
 
 def event_lines(events: list[Any]) -> str:
     """events.jsonl text for ``events`` (models or dicts), one JSON object per line."""
-    return "".join(json.dumps(e.line() if isinstance(e, _Event) else e, ensure_ascii=False) + "\n" for e in events)
+    return "".join(
+        json.dumps(e.line() if isinstance(e, _Event) else e, ensure_ascii=False) + "\n" for e in events
+    )
 
 
 # --- reading -----------------------------------------------------------------------------------
@@ -490,6 +529,7 @@ def metrics_of(data: dict[str, Any] | None, where: str = METRICS) -> JobMetrics:
 
 # --- a whole run -------------------------------------------------------------------------------
 
+
 @dataclass
 class JobData:
     """One job as it stands: its row brought up to date from its metrics.json, and where its files are."""
@@ -534,8 +574,13 @@ class RunData:
 def _job_dirs(run_dir: Path) -> list[str]:
     """Directories of the run that hold a job's files (a run.json may lag behind them)."""
     try:
-        return sorted(p.name for p in run_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
-                      and ((p / METRICS).exists() or (p / JOB_JSON).exists()))
+        return sorted(
+            p.name
+            for p in run_dir.iterdir()
+            if p.is_dir()
+            and not p.name.startswith(".")
+            and ((p / METRICS).exists() or (p / JOB_JSON).exists())
+        )
     except OSError:
         return []
 
@@ -550,8 +595,9 @@ def _read_run_json(path: Path, problems: list[str]) -> tuple[RunDocument, list[A
         if data is not None:
             problems.append(f"{path}: not a run document (expected an object with a jobs list)")
         return RunDocument(), [], False
-    head, head_problems = lenient(RunDocument, {k: v for k, v in data.items() if k not in ("jobs", "totals")},
-                                  str(path))
+    head, head_problems = lenient(
+        RunDocument, {k: v for k, v in data.items() if k not in ("jobs", "totals")}, str(path)
+    )
     problems += head_problems
     return head or RunDocument(), data["jobs"], True
 
@@ -569,7 +615,9 @@ def load_run(run_dir: Path, with_specs: bool = True) -> RunData:
         if isinstance(name, str):
             by_name.setdefault(name, entry)
         else:
-            problems.append(f"{path}: jobs.{i}.job: expected a job name, got {json.dumps(name, default=str)[:40]}")
+            problems.append(
+                f"{path}: jobs.{i}.job: expected a job name, got {json.dumps(name, default=str)[:40]}"
+            )
     for name in _job_dirs(run_dir):
         by_name.setdefault(name, {"job": name})
     jobs = []
@@ -595,14 +643,17 @@ def load_run(run_dir: Path, with_specs: bool = True) -> RunData:
             spec = spec_data if isinstance(spec_data, dict) else {}
         jobs.append(JobData(name, job_dir, metrics or JobMetrics(job=name), spec))
     update: dict[str, Any] = {}
-    if (head.state == RunState.RUNNING or any(j.metrics.status in LIVE_STATUSES for j in jobs)) \
-            and not writer_alive(run_dir):
+    if (
+        head.state == RunState.RUNNING or any(j.metrics.status in LIVE_STATUSES for j in jobs)
+    ) and not writer_alive(run_dir):
         update["state"] = RunState.INTERRUPTED
         for job in jobs:
             if job.metrics.status in LIVE_STATUSES:
                 job.metrics = job.metrics.model_copy(update={"status": Status.INTERRUPTED})
-        problems.append(f"{run_dir}: the runner writing this run is gone (it was killed or crashed); "
-                        f"`runner resume {run_dir}` continues it")
+        problems.append(
+            f"{run_dir}: the runner writing this run is gone (it was killed or crashed); "
+            f"`runner resume {run_dir}` continues it"
+        )
     rows = [j.metrics for j in jobs]
     run = head.model_copy(update={**update, "jobs": rows, "totals": totals_of(rows)})
     return RunData(run_dir, run, jobs, problems, ok)

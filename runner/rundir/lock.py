@@ -30,8 +30,12 @@ def hold_run_dir(run_dir: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            raise ConfigError([f"{run_dir}: another runner (pid {holder}) is writing this run; "
-                               "wait for it to end, or stop it"]) from None
+            raise ConfigError(
+                [
+                    f"{run_dir}: another runner (pid {holder}) is writing this run; "
+                    "wait for it to end, or stop it"
+                ]
+            ) from None
         try:  # the holder's pid, for the message above (a full disk must not stop the run here)
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -44,8 +44,12 @@ SKIPPED = frozenset({".git"})
 FILE, SYMLINK, UNREADABLE = "file", "symlink", "unreadable"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_SPECIAL = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
-            stat.S_IFBLK: "a block device"}
+_SPECIAL = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
 
 
 @dataclass
@@ -67,9 +71,16 @@ class Manifest:
         return sum(e.get("size", 0) for e in self.entries.values() if e["kind"] == FILE)
 
     def head(self) -> dict[str, Any]:
-        return {"manifest": VERSION, "workspace": self.workspace, "created": self.created,
-                "entries": len(self.entries), "files": self.files, "bytes": self.bytes, "git": self.git,
-                "wall_s": round(self.wall_s, 3)}
+        return {
+            "manifest": VERSION,
+            "workspace": self.workspace,
+            "created": self.created,
+            "entries": len(self.entries),
+            "files": self.files,
+            "bytes": self.bytes,
+            "git": self.git,
+            "wall_s": round(self.wall_s, 3),
+        }
 
     def text(self) -> str:
         """``manifest.jsonl``: the head line, then one line per entry in path order."""
@@ -107,6 +118,7 @@ def _identity(entry: dict[str, Any]) -> tuple[Any, ...]:
 
 
 # --- making one --------------------------------------------------------------------------------
+
 
 def _shown(name: str) -> str:
     """A file name as text: bytes that are not UTF-8 shown as ``\\xNN`` (stable, and JSON-writable)."""
@@ -202,8 +214,14 @@ def build(workspace: Path, *, git: bool = True) -> Manifest:
 def _git(workspace: Path, *args: str) -> str | None:
     env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
     try:
-        done = subprocess.run(["git", "-C", str(workspace), *args], capture_output=True, timeout=GIT_TIMEOUT_S,
-                              env=env, stdin=subprocess.DEVNULL, check=False)
+        done = subprocess.run(
+            ["git", "-C", str(workspace), *args],
+            capture_output=True,
+            timeout=GIT_TIMEOUT_S,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return os.fsdecode(done.stdout) if done.returncode == 0 else None
@@ -231,6 +249,7 @@ def git_state(workspace: Path) -> dict[str, Any] | None:
 
 # --- reading one -------------------------------------------------------------------------------
 
+
 def read_manifest(path: Path) -> tuple[Manifest | None, str | None]:
     """The manifest at ``path``, or None and why it cannot be used (missing, damaged, truncated)."""
     try:
@@ -251,15 +270,21 @@ def read_manifest(path: Path) -> tuple[Manifest | None, str | None]:
         return None, f"{path}: line 1: not a manifest head of version {VERSION}"
     entries: dict[str, dict[str, Any]] = {}
     for n, row in enumerate(rows, start=2):
-        if not isinstance(row, dict) or not isinstance(row.get("path"), str) or row.get("kind") not in (
-                FILE, SYMLINK, UNREADABLE):
+        if (
+            not isinstance(row, dict)
+            or not isinstance(row.get("path"), str)
+            or row.get("kind") not in (FILE, SYMLINK, UNREADABLE)
+        ):
             return None, f"{path}: line {n}: not a manifest entry"
         entries[row["path"]] = row
     if head.get("entries") != len(entries):
         return None, f"{path}: its head counts {head.get('entries')!r} entries, it holds {len(entries)}"
     created = head.get("created")
     git = head.get("git")
-    return Manifest(workspace=str(head.get("workspace", "")), entries=entries,
-                    created=float(created) if isinstance(created, (int, float)) else 0.0,
-                    git=git if isinstance(git, dict) else None,
-                    wall_s=float(head.get("wall_s") or 0.0)), None
+    return Manifest(
+        workspace=str(head.get("workspace", "")),
+        entries=entries,
+        created=float(created) if isinstance(created, (int, float)) else 0.0,
+        git=git if isinstance(git, dict) else None,
+        wall_s=float(head.get("wall_s") or 0.0),
+    ), None

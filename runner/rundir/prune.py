@@ -38,7 +38,9 @@ def parse_age(text: str) -> float:
     """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` as seconds; anything else is a :class:`ConfigError`."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", text)
     if not match:
-        raise ConfigError([f"--older-than: expected a number and a unit (s, m, h, d or w), such as 30d; got {text!r}"])
+        raise ConfigError(
+            [f"--older-than: expected a number and a unit (s, m, h, d or w), such as 30d; got {text!r}"]
+        )
     return float(match[1]) * _UNITS[match[2]]
 
 
@@ -92,7 +94,11 @@ def find_runs(output_dir: Path) -> list[Path]:
         return []
     except OSError as e:
         raise ConfigError([f"{output_dir}: cannot list the output directory: {e.strerror or e}"]) from None
-    runs = [p for p in entries if not p.name.startswith(".") and not p.is_symlink() and p.is_dir() and is_run_dir(p)]
+    runs = [
+        p
+        for p in entries
+        if not p.name.startswith(".") and not p.is_symlink() and p.is_dir() and is_run_dir(p)
+    ]
     return sorted(runs, key=lambda p: (_written(p), p.name), reverse=True)
 
 
@@ -106,11 +112,18 @@ def latest_target(output_dir: Path) -> Path | None:
         return None
 
 
-def prune(output_dir: Path, keep: int | None = None, older_than_s: float | None = None, dry_run: bool = False,
-          now: float | None = None) -> PruneResult:
+def prune(
+    output_dir: Path,
+    keep: int | None = None,
+    older_than_s: float | None = None,
+    dry_run: bool = False,
+    now: float | None = None,
+) -> PruneResult:
     """Remove (or, with ``dry_run``, list) the runs of ``output_dir`` that ``keep`` and ``older_than_s`` select."""
     if keep is None and older_than_s is None:
-        raise ConfigError(["prune: nothing to select by: give --keep N or --older-than AGE (or set [runner] keep_runs)"])
+        raise ConfigError(
+            ["prune: nothing to select by: give --keep N or --older-than AGE (or set [runner] keep_runs)"]
+        )
     if keep is not None and keep < 0:
         raise ConfigError([f"--keep: expected 0 or more runs to keep, got {keep}"])
     now = time.time() if now is None else now

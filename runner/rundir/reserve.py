@@ -25,8 +25,10 @@ PER_JOB_BYTES = 8 * 1024
 
 def claim(run_dir: Path, jobs: int) -> None:
     try:
-        for name, size in ((RUN_RESERVE, BASE_BYTES + 2 * PER_JOB_BYTES * jobs),
-                           (JOBS_RESERVE, BASE_BYTES + PER_JOB_BYTES * jobs)):
+        for name, size in (
+            (RUN_RESERVE, BASE_BYTES + 2 * PER_JOB_BYTES * jobs),
+            (JOBS_RESERVE, BASE_BYTES + PER_JOB_BYTES * jobs),
+        ):
             with open(run_dir / name, "wb") as f:
                 f.write(b"\0" * size)
                 f.flush()
@@ -50,8 +52,12 @@ def _full(e: OSError) -> bool:
     return e.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-async def final_write(run_dir: Path, write: Callable[[], Awaitable[None]],
-                      in_place: Callable[[], Awaitable[None]] | None = None, reserve: str = JOBS_RESERVE) -> None:
+async def final_write(
+    run_dir: Path,
+    write: Callable[[], Awaitable[None]],
+    in_place: Callable[[], Awaitable[None]] | None = None,
+    reserve: str = JOBS_RESERVE,
+) -> None:
     """``write()``; when the disk is full, free the reserve and try once more; still full, ``in_place()``
     (rewriting an existing file over its own blocks needs no new space)."""
     full: OSError | None = None

@@ -91,7 +91,7 @@ def _write_file(path: Path, data: bytes, mode: int) -> None:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def write_atomic_sync(path: Path, text: str) -> None:
@@ -174,7 +174,9 @@ def swap_in_sync(path: Path, text: str) -> None:
         fd = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
         try:
             _write_all(fd, data)
-            os.ftruncate(fd, len(data))  # after the write: a failed write leaves the old spare's tail, not a hole
+            os.ftruncate(
+                fd, len(data)
+            )  # after the write: a failed write leaves the old spare's tail, not a hole
         finally:
             os.close(fd)
         if not _exchange(spare, path):
@@ -203,7 +205,11 @@ def _stale_spares(directory: Path) -> None:
     mine = f".{os.getpid()}{SPARE_SUFFIX}"
     with os.scandir(directory) as entries:
         for entry in entries:
-            if entry.name.startswith(".") and entry.name.endswith(SPARE_SUFFIX) and not entry.name.endswith(mine):
+            if (
+                entry.name.startswith(".")
+                and entry.name.endswith(SPARE_SUFFIX)
+                and not entry.name.endswith(mine)
+            ):
                 _unlink_quietly(Path(entry.path))
 
 
@@ -224,7 +230,7 @@ def cut_to(text: str, room: int, why: str) -> str:
     if len(data) <= room:
         return text
     note = f"\n\n[cut: {len(data):,} bytes, the first {max(0, room - 400):,} kept; {why}]\n"
-    return data[:max(0, room - 400)].decode("utf-8", "ignore") + note
+    return data[: max(0, room - 400)].decode("utf-8", "ignore") + note
 
 
 def _tree_sizes(directory: Path) -> tuple[int, dict[Path, int]]:
@@ -281,8 +287,12 @@ def _same_text(path: Path, content: str) -> bool:
         return False
 
 
-def _save_sync(where: Callable[[str], Path], outputs: list[tuple[str, str]], appends: list[tuple[Path, str]],
-               files: Sequence[tuple[Path, str]] = ()) -> None:
+def _save_sync(
+    where: Callable[[str], Path],
+    outputs: list[tuple[str, str]],
+    appends: list[tuple[Path, str]],
+    files: Sequence[tuple[Path, str]] = (),
+) -> None:
     """Outputs ``(rel, content)`` at ``where(rel)``, then appends, then whole files (see JobStore.flush)."""
     targets = [(where(rel), content) for rel, content in outputs]  # all checked before anything is written
     for target, content in targets:  # whole files first: an appended record may name them
@@ -386,7 +396,9 @@ class JobStore:
             sizes.update({self._root / p.relative_to(self.dir): n for p, n in sizes.items()})
         self._sizes = sizes
 
-    def _charge(self, whole: Sequence[tuple[Path, str]] = (), appended: int = 0, exempt: bool = False) -> None:
+    def _charge(
+        self, whole: Sequence[tuple[Path, str]] = (), appended: int = 0, exempt: bool = False
+    ) -> None:
         """Count a write of whole files (``(path, text)``, replacing what is there) and ``appended``
         bytes against the quota before it is made; :class:`DiskQuotaExceeded` when it would pass the
         quota, or when an earlier write already did (``exempt``: a final document, always allowed)."""
@@ -394,9 +406,11 @@ class JobStore:
         delta = appended + sum(n - self._sizes.get(path, 0) for path, n in sizes.items())
         if not exempt and self.max_bytes is not None:
             if self.over_quota is None and self.bytes_used + delta > self.max_bytes:
-                self.over_quota = (f"the job's files would take {self.bytes_used + delta:,} bytes, over its disk "
-                                   f"quota max_job_bytes = {self.max_bytes:,} (a write of {delta:,} bytes was "
-                                   "refused)")
+                self.over_quota = (
+                    f"the job's files would take {self.bytes_used + delta:,} bytes, over its disk "
+                    f"quota max_job_bytes = {self.max_bytes:,} (a write of {delta:,} bytes was "
+                    "refused)"
+                )
             if self.over_quota is not None:
                 raise DiskQuotaExceeded(self.over_quota)
         self.bytes_used += delta
@@ -419,8 +433,12 @@ class JobStore:
         (see :meth:`queue`) loses its spare with it: this is its last write. Under a disk quota,
         ``final.md`` is cut to what the quota leaves plus :data:`QUOTA_SLACK`, saying so."""
         if name == FINAL and self.max_bytes is not None:
-            room = max(0, self.max_bytes - self.bytes_used + self._sizes.get(self.dir / name, 0)) + QUOTA_SLACK
-            text = cut_to(text, room, f"the job's disk quota max_job_bytes = {self.max_bytes:,} has no room for more")
+            room = (
+                max(0, self.max_bytes - self.bytes_used + self._sizes.get(self.dir / name, 0)) + QUOTA_SLACK
+            )
+            text = cut_to(
+                text, room, f"the job's disk quota max_job_bytes = {self.max_bytes:,} has no room for more"
+            )
         self._charge([(self.dir / name, text)], exempt=name in QUOTA_EXEMPT)
         if name in self._checkpointed:
             await _shielded(_retire_spare, self.dir / name, text)
@@ -434,8 +452,12 @@ class JobStore:
             self._charge(self._named(outputs))
             await _shielded(_save_in_thread, self._output_path, list(outputs), [])
 
-    def queue(self, outputs: Sequence[tuple[str, str]] = (), lines: dict[str, list[str]] | None = None,
-              files: dict[str, str] | None = None) -> None:
+    def queue(
+        self,
+        outputs: Sequence[tuple[str, str]] = (),
+        lines: dict[str, list[str]] | None = None,
+        files: dict[str, str] | None = None,
+    ) -> None:
         """Queue writes for the next :meth:`flush`: persisted outputs ``(rel, content)``, JSONL lines
         already serialized by :func:`dumps` (one JSON text each, no newline) per file, and whole files:
         checkpoints, rewritten through a spare (:func:`swap_in_sync`; only the newest text queued for a
@@ -460,10 +482,14 @@ class JobStore:
         if not (self._outputs or self._lines or self._files):
             return
         outputs, self._outputs = self._outputs, []
-        appends = [(self.dir / name, "".join(line + "\n" for line in lines)) for name, lines in self._lines.items()]
+        appends = [
+            (self.dir / name, "".join(line + "\n" for line in lines)) for name, lines in self._lines.items()
+        ]
         files = [(self.dir / name, text) for name, text in self._files.items()]
         self._lines, self._files = {}, {}
-        self._charge([*self._named(outputs), *files], appended=sum(len(data.encode("utf-8")) for _, data in appends))
+        self._charge(
+            [*self._named(outputs), *files], appended=sum(len(data.encode("utf-8")) for _, data in appends)
+        )
         await _shielded(_save_in_thread, self._output_path, outputs, appends, files)
 
     def _named(self, outputs: Sequence[tuple[str, str]]) -> list[tuple[Path, str]]:

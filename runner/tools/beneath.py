@@ -78,8 +78,13 @@ def _openat2(dirfd: int, path: bytes, flags: int, resolve: int) -> int:
         _libc.syscall.restype = ctypes.c_long
     assert _OPENAT2 is not None
     how = _OpenHow(flags | os.O_CLOEXEC, 0, resolve)
-    fd = _libc.syscall(ctypes.c_long(_OPENAT2), ctypes.c_int(dirfd), ctypes.c_char_p(path), ctypes.byref(how),
-                       ctypes.c_size_t(ctypes.sizeof(how)))
+    fd = _libc.syscall(
+        ctypes.c_long(_OPENAT2),
+        ctypes.c_int(dirfd),
+        ctypes.c_char_p(path),
+        ctypes.byref(how),
+        ctypes.c_size_t(ctypes.sizeof(how)),
+    )
     if fd < 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code))
@@ -151,7 +156,7 @@ def _under(root_real: str, absolute: str) -> str | None:
     if absolute == root_real:
         return "."
     prefix = root_real.rstrip("/") + "/"
-    return absolute[len(prefix):] if absolute.startswith(prefix) else None
+    return absolute[len(prefix) :] if absolute.startswith(prefix) else None
 
 
 def open_beneath(root: Root, rel: str, flags: int, *, no_symlinks: bool = False) -> int:
@@ -225,8 +230,9 @@ def open_regular(root: Root, rel: str, *, no_symlinks: bool = False) -> tuple[in
     return fd, found
 
 
-def _walk(root: Root, rel: str, flags: int, *, no_symlinks: bool = False, parent: bool = False,
-          create: bool = False) -> int | tuple[int, str]:
+def _walk(
+    root: Root, rel: str, flags: int, *, no_symlinks: bool = False, parent: bool = False, create: bool = False
+) -> int | tuple[int, str]:
     """The lookup without openat2: one component at a time, each opened ``O_NOFOLLOW`` relative to
     its parent's descriptor; a symlink is read and its target walked in its place (``..`` pops back
     to a directory already held, so it cannot leave through a swapped link)."""

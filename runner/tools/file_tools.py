@@ -56,13 +56,23 @@ GLOB_RESULT_LIMIT = 200
 WALK_MAX_ENTRIES = 50_000
 GREP_OUTPUT_LIMIT = 100 * 1024
 GREP_MAX_LINE_LENGTH = 2000
-BINARY_MEDIA_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
-                      ".webp": "image/webp", ".pdf": "application/pdf"}
+BINARY_MEDIA_TYPES = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+    ".pdf": "application/pdf",
+}
 READ_PAGE_BYTES = 64 * 1024  # a whole-file read of a large file returns its first lines up to this size
 _CHUNK = 1 << 20
-_ARGS = {"read": ("file_path", "view_range", "byte_range"), "write": ("file_path", "content"),
-         "edit": ("file_path", "old_string", "new_string", "replace_all"), "glob": ("pattern", "path"),
-         "grep": ("pattern", "path")}
+_ARGS = {
+    "read": ("file_path", "view_range", "byte_range"),
+    "write": ("file_path", "content"),
+    "edit": ("file_path", "old_string", "new_string", "replace_all"),
+    "glob": ("pattern", "path"),
+    "grep": ("pattern", "path"),
+}
 OUTSIDE = "path {path!r} is outside the session's working directory"
 NOT_REGULAR = "{op}: {path}: not a regular file (a FIFO, device or socket); refused"
 
@@ -76,9 +86,13 @@ class ToolFailure(Exception):
 
 
 _REASONS: tuple[tuple[type[OSError], str], ...] = (
-    (NotRegular, "not a regular file"), (FileNotFoundError, "no such file or directory"),
-    (NotADirectoryError, "not a directory"), (IsADirectoryError, "is a directory"),
-    (PermissionError, "permission denied"), (FileExistsError, "file already exists"))
+    (NotRegular, "not a regular file"),
+    (FileNotFoundError, "no such file or directory"),
+    (NotADirectoryError, "not a directory"),
+    (IsADirectoryError, "is a directory"),
+    (PermissionError, "permission denied"),
+    (FileExistsError, "file already exists"),
+)
 _ERRNO_REASONS = {errno.ELOOP: "too many levels of symbolic links", errno.ENAMETOOLONG: "file name too long"}
 
 
@@ -143,19 +157,25 @@ def encode(content: str) -> bytes:
 
 # --- read -----------------------------------------------------------------------------------------
 
+
 def _view_range(args: dict[str, Any]) -> tuple[int, int] | None:
     """``(start, end)`` of a ``view_range``: start from 1 (0 taken as 1), end ``-1`` (or 0) for the end of
     the file, as the SDK took them; anything else is an error."""
     value = args.get("view_range")
     if value is None or value == []:
         return None
-    if (not isinstance(value, list) or len(value) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
         raise ToolFailure("read: view_range must be [start_line, end_line] (two integers)")
     start, end = value
     if start < 0 or end < -1 or 0 < end < start:
-        raise ToolFailure(f"read: view_range [{start}, {end}] is not a range of lines: start at 1 or later, "
-                          "end at the start or later (or -1 for the end of the file)")
+        raise ToolFailure(
+            f"read: view_range [{start}, {end}] is not a range of lines: start at 1 or later, "
+            "end at the start or later (or -1 for the end of the file)"
+        )
     cap = 1 << 62  # larger numbers mean the same and keep every sum an ordinary integer
     return min(start, cap), min(end, cap)
 
@@ -198,14 +218,20 @@ class LineRange:
 
     def _over(self) -> str:
         if self.end - self.start == 1:
-            return (f"read: line {self.start + 1} of {self.path} alone exceeds {self.limit}-byte limit. "
-                    "The read tool cannot return part of a line, so view_range cannot narrow this further.")
-        return (f"read: view_range [{self.start_line}, {self.end_line}] of {self.path} exceeds {self.limit}-byte "
-                "limit. Narrow the view_range to read a smaller portion.")
+            return (
+                f"read: line {self.start + 1} of {self.path} alone exceeds {self.limit}-byte limit. "
+                "The read tool cannot return part of a line, so view_range cannot narrow this further."
+            )
+        return (
+            f"read: view_range [{self.start_line}, {self.end_line}] of {self.path} exceeds {self.limit}-byte "
+            "limit. Narrow the view_range to read a smaller portion."
+        )
 
 
 def _past_the_end(path: str, start: int, end: int, lines: int) -> ToolFailure:
-    return ToolFailure(f"read: view_range [{start}, {end}] starts after the last line: {path} has {lines} lines")
+    return ToolFailure(
+        f"read: view_range [{start}, {end}] starts after the last line: {path} has {lines} lines"
+    )
 
 
 def _decode(op: str, path: str, data: bytes, what: str) -> str:
@@ -246,13 +272,18 @@ def _byte_range(args: dict[str, Any]) -> tuple[int, int] | None:
     value = args.get("byte_range")
     if value is None or value == []:
         return None
-    if (not isinstance(value, list) or len(value) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
         raise ToolFailure("read: byte_range must be [start_byte, end_byte] (two integers)")
     start, end = value
     if start < 0 or end <= start:
-        raise ToolFailure(f"read: byte_range [{start}, {end}] is not a range of bytes: start at 0 or later, "
-                          "end after the start")
+        raise ToolFailure(
+            f"read: byte_range [{start}, {end}] is not a range of bytes: start at 0 or later, "
+            "end after the start"
+        )
     return start, min(end, start + READ_PAGE_BYTES)
 
 
@@ -284,8 +315,13 @@ def _bytes_page(f: Any, path: str, start: int, end: int, size: int, lines: int, 
     stop = start + len(data) if data else min(end, size)
     if stop >= size:
         return protocol.READ_BYTES_END.format(start=start, end=stop, size=size, lines=lines) + "\n" + text
-    return protocol.READ_BYTES.format(start=start, end=stop, size=size, lines=lines, why=why,
-                                      next_end=min(size, stop + READ_PAGE_BYTES)) + "\n" + text
+    return (
+        protocol.READ_BYTES.format(
+            start=start, end=stop, size=size, lines=lines, why=why, next_end=min(size, stop + READ_PAGE_BYTES)
+        )
+        + "\n"
+        + text
+    )
 
 
 def first_page(f: Any, stop_at: float) -> tuple[int, int, int]:
@@ -332,15 +368,18 @@ def read(workspace: str, args: dict[str, Any], stop_at: float) -> str | list[dic
             raise ToolFailure(f"read: {path}: {reason(e)}") from None
 
 
-def _read_open(f: Any, st: os.stat_result, path: str, rel: str, view: tuple[int, int] | None,
-               stop_at: float) -> str | list[dict[str, Any]]:
+def _read_open(
+    f: Any, st: os.stat_result, path: str, rel: str, view: tuple[int, int] | None, stop_at: float
+) -> str | list[dict[str, Any]]:
     media = BINARY_MEDIA_TYPES.get(os.path.splitext(rel)[1].lower())
     if media is not None:
         if view:
             raise ToolFailure("read: view_range is not supported for image/PDF files")
         limit = MAX_PDF_BYTES if media == "application/pdf" else MAX_IMAGE_BASE64_BYTES // 4 * 3
         if st.st_size > limit:
-            raise ToolFailure(f"read: {path} is {st.st_size} bytes, exceeds {limit}-byte limit for image/PDF files.")
+            raise ToolFailure(
+                f"read: {path} is {st.st_size} bytes, exceeds {limit}-byte limit for image/PDF files."
+            )
         data = base64.standard_b64encode(f.read(limit + 1)).decode("ascii")
         kind = "document" if media == "application/pdf" else "image"
         return [{"type": kind, "source": {"type": "base64", "media_type": media, "data": data}}]
@@ -349,12 +388,23 @@ def _read_open(f: Any, st: os.stat_result, path: str, rel: str, view: tuple[int,
             return _range(f, path, view[0], view[1], DEFAULT_MAX_FILE_BYTES, stop_at, st.st_size)
         lines, end, first_line = first_page(f, stop_at)
         if first_line > READ_PAGE_BYTES:  # its first line alone is more than a page: by bytes
-            return _bytes_page(f, path, 0, READ_PAGE_BYTES, st.st_size, lines,
-                               "its first line is longer than one read")
+            return _bytes_page(
+                f, path, 0, READ_PAGE_BYTES, st.st_size, lines, "its first line is longer than one read"
+            )
         f.seek(0)
         text = _range(f, path, 1, end, DEFAULT_MAX_FILE_BYTES, stop_at, st.st_size)
-        return protocol.READ_PAGE.format(start=1, end=end, lines=lines, size=st.st_size, next_start=end + 1,
-                                         next_end=min(lines, 2 * end)) + "\n" + text
+        return (
+            protocol.READ_PAGE.format(
+                start=1,
+                end=end,
+                lines=lines,
+                size=st.st_size,
+                next_start=end + 1,
+                next_end=min(lines, 2 * end),
+            )
+            + "\n"
+            + text
+        )
     text = _text(path, f.read(DEFAULT_MAX_FILE_BYTES + 1), st.st_size)
     if not view:
         return text or protocol.EMPTY_FILE
@@ -362,10 +412,11 @@ def _read_open(f: Any, st: os.stat_result, path: str, rel: str, view: tuple[int,
     rows = text.split("\n")
     if start > len(rows) and text:
         raise _past_the_end(path, start, end, protocol.line_count(text))
-    return "\n".join(rows[max(0, start - 1):end if end > 0 else len(rows)])
+    return "\n".join(rows[max(0, start - 1) : end if end > 0 else len(rows)])
 
 
 # --- write and edit -------------------------------------------------------------------------------
+
 
 def _replace(op: str, path: str, dirfd: int, name: str, data: bytes) -> None:
     """Put ``data`` at ``name`` in the directory ``dirfd``: written to a new name there, then renamed
@@ -379,12 +430,14 @@ def _replace(op: str, path: str, dirfd: int, name: str, data: bytes) -> None:
     if old is not None and not stat.S_ISREG(old.st_mode):
         raise ToolFailure(NOT_REGULAR.format(op=op, path=path))
     temp = f".{secrets.token_hex(8)}.{op}-tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dirfd)
+    fd = os.open(
+        temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=dirfd
+    )
     try:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             if old is not None:
                 os.fchmod(fd, stat.S_IMODE(old.st_mode))
                 try:
@@ -446,8 +499,10 @@ def edit(workspace: str, args: dict[str, Any], stop_at: float) -> str:
         fd, st = _opened("edit", root, rel, path)
         with os.fdopen(fd, "rb") as f:
             if st.st_size > DEFAULT_MAX_FILE_BYTES:
-                raise ToolFailure(f"edit: {path} is {st.st_size} bytes, exceeds {DEFAULT_MAX_FILE_BYTES}-byte limit. "
-                                  "The edit tool loads the whole file and cannot modify a file this large.")
+                raise ToolFailure(
+                    f"edit: {path} is {st.st_size} bytes, exceeds {DEFAULT_MAX_FILE_BYTES}-byte limit. "
+                    "The edit tool loads the whole file and cannot modify a file this large."
+                )
             try:
                 data = f.read(DEFAULT_MAX_FILE_BYTES + 1)
             except OSError as e:
@@ -464,6 +519,7 @@ def edit(workspace: str, args: dict[str, Any], stop_at: float) -> str:
 
 
 # --- glob -----------------------------------------------------------------------------------------
+
 
 def _join(rel: str, name: str) -> str:
     return name if rel == "." else f"{rel}/{name}"
@@ -603,7 +659,9 @@ def glob_parts(pattern: str) -> list[str]:
     if not pattern:
         raise ToolFailure("glob: Unacceptable pattern: ''")
     if pattern.startswith("/"):
-        raise ToolFailure("glob: absolute pattern not permitted; pass a relative pattern (and optionally path)")
+        raise ToolFailure(
+            "glob: absolute pattern not permitted; pass a relative pattern (and optionally path)"
+        )
     if "\x00" in pattern:
         raise ToolFailure("glob: the pattern contains a NUL byte")
     parts = [p for p in pattern.split("/") if p not in ("", ".")]
@@ -644,8 +702,10 @@ def glob(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     if not matches:
         return "no matches"
     order = sorted(range(len(matches)), key=lambda k: matches[k][0], reverse=True)
-    shown = [root.real if matches[k][1] == "." else f"{root.real}/{matches[k][1]}"
-             for k in order[:GLOB_RESULT_LIMIT]]
+    shown = [
+        root.real if matches[k][1] == "." else f"{root.real}/{matches[k][1]}"
+        for k in order[:GLOB_RESULT_LIMIT]
+    ]
     text = "\n".join(shown)
     if len(matches) > GLOB_RESULT_LIMIT:
         walk = protocol.GLOB_WALK.format(cap=cap) if len(matches) >= cap else ""
@@ -653,5 +713,9 @@ def glob(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     return text
 
 
-TOOLS: dict[str, Callable[[str, dict[str, Any], float], Any]] = {"read": read, "write": write, "edit": edit,
-                                                                "glob": glob}
+TOOLS: dict[str, Callable[[str, dict[str, Any], float], Any]] = {
+    "read": read,
+    "write": write,
+    "edit": edit,
+    "glob": glob,
+}

@@ -40,8 +40,9 @@ ANSWER_BYTES = 8 << 20  # more than any answer (the worker's output is capped at
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # also where runner is not installed: the directory holding the package goes last on the path (the
 # standard library first, so nothing beside it can stand in for it)
-_SERVE = (f"import sys; sys.path.append({_PACKAGE_PARENT!r}); "
-          "from runner.tools.grep_worker import serve; serve()")
+_SERVE = (
+    f"import sys; sys.path.append({_PACKAGE_PARENT!r}); from runner.tools.grep_worker import serve; serve()"
+)
 
 
 @dataclass
@@ -80,8 +81,14 @@ async def _keep(pool: _Pool) -> None:
 
 async def _start() -> _Worker:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
-    process = await anyio.open_process([sys.executable, "-I", "-c", _SERVE], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/", env=env)
+    process = await anyio.open_process(
+        [sys.executable, "-I", "-c", _SERVE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd="/",
+        env=env,
+    )
     assert process.stdout is not None
     return _Worker(process, BufferedByteReceiveStream(process.stdout))
 
@@ -120,10 +127,17 @@ async def _ask(pool: _Pool, request: dict[str, Any]) -> dict[str, Any]:
         try:
             await worker.process.stdin.send(json.dumps(request).encode() + b"\n")
             line = await worker.answers.receive_until(b"\n", ANSWER_BYTES)
-        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError,
-                anyio.DelimiterNotFound, anyio.IncompleteRead):
-            return {"error": "grep: the search failed (its worker exited; the pattern may need too much "
-                             "memory or time)"}
+        except (
+            anyio.EndOfStream,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            anyio.DelimiterNotFound,
+            anyio.IncompleteRead,
+        ):
+            return {
+                "error": "grep: the search failed (its worker exited; the pattern may need too much "
+                "memory or time)"
+            }
         try:
             answer = json.loads(line)
         except ValueError:

@@ -190,7 +190,9 @@ def _cpu_cap(cpu_s: float) -> None:
     soft = int(used.ru_utime + used.ru_stime) + max(1, int(cpu_s)) + 1
     try:
         _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-        resource.setrlimit(resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+        resource.setrlimit(
+            resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard)
+        )
     except (ValueError, OSError):
         pass
 
@@ -217,4 +219,3 @@ def serve(idle_s: float = 30.0) -> None:
             return
         stdout.write(answer(line))
         stdout.flush()
-

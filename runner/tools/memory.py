@@ -46,9 +46,14 @@ MAX_FILE_BYTES = 256 * 1024
 MAX_TOTAL_BYTES = 4 * 1024 * 1024
 LINE_NUMBER_WIDTH = 6
 MEMORY_TOOL: dict[str, Any] = {"type": "memory_20250818", "name": "memory"}
-_ARGS = {"view": ("path", "view_range"), "create": ("path", "file_text"),
-         "str_replace": ("path", "old_str", "new_str"), "insert": ("path", "insert_line", "insert_text"),
-         "delete": ("path",), "rename": ("old_path", "new_path")}
+_ARGS = {
+    "view": ("path", "view_range"),
+    "create": ("path", "file_text"),
+    "str_replace": ("path", "old_str", "new_str"),
+    "insert": ("path", "insert_line", "insert_text"),
+    "delete": ("path",),
+    "rename": ("old_path", "new_path"),
+}
 WRITES = frozenset({"create", "str_replace", "insert", "delete", "rename"})
 
 
@@ -59,7 +64,7 @@ def _rel(path: Any) -> str:
     if path != PREFIX and not path.startswith(PREFIX + "/"):
         raise ToolError(f"path must start with {PREFIX}, got: {path[:200]!r}")
     try:
-        return relative(path[len(PREFIX):].lstrip("/"), "/")
+        return relative(path[len(PREFIX) :].lstrip("/"), "/")
     except Outside:
         raise ToolError(f"path {path[:200]!r} would leave the {PREFIX} directory") from None
     except BadPath as e:
@@ -111,8 +116,9 @@ class MemoryTool(BetaAsyncAbstractMemoryTool):
                 raise ToolError(f"unknown command {command!r}; expected one of {', '.join(_ARGS)}")
             extra = sorted(str(k) for k in args if k != "command" and k not in _ARGS[command])
             if extra:
-                raise ToolError(f"unexpected argument(s) {', '.join(extra)}; {command} takes "
-                                f"{', '.join(_ARGS[command])}")
+                raise ToolError(
+                    f"unexpected argument(s) {', '.join(extra)}; {command} takes {', '.join(_ARGS[command])}"
+                )
             text = await self._dispatch(command, args)
         except ToolError as e:
             return _error(tool_use_id, f"memory: {e}")
@@ -128,28 +134,50 @@ class MemoryTool(BetaAsyncAbstractMemoryTool):
         args = {"path": None, "old_path": None, "new_path": None, **args}  # a missing path: _rel says so
         if command == "view":
             view_range = args.get("view_range")
-            if view_range is not None and (not isinstance(view_range, list) or len(view_range) != 2
-                                           or not all(isinstance(n, int) and not isinstance(n, bool)
-                                                      for n in view_range)):
+            if view_range is not None and (
+                not isinstance(view_range, list)
+                or len(view_range) != 2
+                or not all(isinstance(n, int) and not isinstance(n, bool) for n in view_range)
+            ):
                 raise ToolError("view_range must be a list of two integers [first line, last line or -1]")
-            return await self.view(BetaMemoryTool20250818ViewCommand.model_construct(
-                command="view", path=args["path"], view_range=view_range))
+            return await self.view(
+                BetaMemoryTool20250818ViewCommand.model_construct(
+                    command="view", path=args["path"], view_range=view_range
+                )
+            )
         if command == "create":
-            return await self.create(BetaMemoryTool20250818CreateCommand.model_construct(
-                command="create", path=args["path"], file_text=_text(args.get("file_text"), "file_text")))
+            return await self.create(
+                BetaMemoryTool20250818CreateCommand.model_construct(
+                    command="create", path=args["path"], file_text=_text(args.get("file_text"), "file_text")
+                )
+            )
         if command == "str_replace":
-            return await self.str_replace(BetaMemoryTool20250818StrReplaceCommand.model_construct(
-                command="str_replace", path=args["path"], old_str=_text(args.get("old_str"), "old_str"),
-                new_str=_text(args.get("new_str"), "new_str")))
+            return await self.str_replace(
+                BetaMemoryTool20250818StrReplaceCommand.model_construct(
+                    command="str_replace",
+                    path=args["path"],
+                    old_str=_text(args.get("old_str"), "old_str"),
+                    new_str=_text(args.get("new_str"), "new_str"),
+                )
+            )
         if command == "insert":
-            return await self.insert(BetaMemoryTool20250818InsertCommand.model_construct(
-                command="insert", path=args["path"], insert_line=_number(args.get("insert_line"), "insert_line"),
-                insert_text=_text(args.get("insert_text"), "insert_text")))
+            return await self.insert(
+                BetaMemoryTool20250818InsertCommand.model_construct(
+                    command="insert",
+                    path=args["path"],
+                    insert_line=_number(args.get("insert_line"), "insert_line"),
+                    insert_text=_text(args.get("insert_text"), "insert_text"),
+                )
+            )
         if command == "delete":
-            return await self.delete(BetaMemoryTool20250818DeleteCommand.model_construct(
-                command="delete", path=args["path"]))
-        return await self.rename(BetaMemoryTool20250818RenameCommand.model_construct(
-            command="rename", old_path=args["old_path"], new_path=args["new_path"]))
+            return await self.delete(
+                BetaMemoryTool20250818DeleteCommand.model_construct(command="delete", path=args["path"])
+            )
+        return await self.rename(
+            BetaMemoryTool20250818RenameCommand.model_construct(
+                command="rename", old_path=args["old_path"], new_path=args["new_path"]
+            )
+        )
 
     # -- the SDK's interface -----------------------------------------------------------------------
 
@@ -168,8 +196,10 @@ class MemoryTool(BetaAsyncAbstractMemoryTool):
         def change(content: str) -> str:
             count = content.count(command.old_str) if command.old_str else 0
             if count != 1:
-                raise ToolError(f"no replacement was performed: old_str appears {count} times in {command.path} "
-                                "(it must appear exactly once)")
+                raise ToolError(
+                    f"no replacement was performed: old_str appears {count} times in {command.path} "
+                    "(it must appear exactly once)"
+                )
             return content.replace(command.old_str, command.new_str, 1)
 
         await anyio.to_thread.run_sync(self._change, command.path, rel, change)
@@ -181,8 +211,10 @@ class MemoryTool(BetaAsyncAbstractMemoryTool):
         def change(content: str) -> str:
             lines = split_lines(content)
             if not 0 <= command.insert_line <= len(lines):
-                raise ToolError(f"invalid insert_line {command.insert_line}: it should be within [0, {len(lines)}]")
-            lines[command.insert_line:command.insert_line] = split_lines(command.insert_text) or [""]
+                raise ToolError(
+                    f"invalid insert_line {command.insert_line}: it should be within [0, {len(lines)}]"
+                )
+            lines[command.insert_line : command.insert_line] = split_lines(command.insert_text) or [""]
             return "\n".join(lines) + "\n"
 
         await anyio.to_thread.run_sync(self._change, command.path, rel, change)
@@ -230,7 +262,9 @@ class MemoryTool(BetaAsyncAbstractMemoryTool):
             raise ToolError(f"{path}: {file_tools.reason(e)}") from None
         with os.fdopen(fd, "rb") as f:
             if st.st_size > MAX_FILE_BYTES:
-                raise ToolError(f"{path}: {st.st_size} bytes, over the {MAX_FILE_BYTES}-byte limit of a memory file")
+                raise ToolError(
+                    f"{path}: {st.st_size} bytes, over the {MAX_FILE_BYTES}-byte limit of a memory file"
+                )
             return f.read(MAX_FILE_BYTES + 1).decode("utf-8", errors="replace")
 
     def _view(self, path: str, rel: str, view_range: list[int] | None) -> str:
@@ -254,7 +288,7 @@ class MemoryTool(BetaAsyncAbstractMemoryTool):
             raise ToolError(f"view_range starts at line {first}; {path} has {len(lines)} lines")
         shown: list[str] = []
         used = 0
-        for line in lines[first - 1:last]:
+        for line in lines[first - 1 : last]:
             if shown and used + len(line) + LINE_NUMBER_WIDTH + 2 > self.page_chars:
                 break
             shown.append(line)
@@ -267,8 +301,10 @@ class MemoryTool(BetaAsyncAbstractMemoryTool):
 
     def _listing(self, root: Root, path: str, rel: str) -> str:
         items = [(size, f"{path.rstrip('/')}/{name}") for name, size in files(root, rel, depth=2)]
-        return (f"Here're the files and directories up to 2 levels deep in {path}, excluding hidden items:\n"
-                + "\n".join([f"-\t{path}", *(f"{size}\t{p}" for size, p in items)]))
+        return (
+            f"Here're the files and directories up to 2 levels deep in {path}, excluding hidden items:\n"
+            + "\n".join([f"-\t{path}", *(f"{size}\t{p}" for size, p in items)])
+        )
 
     def _put(self, path: str, rel: str, content: str) -> None:
         with self._root(create=True) as root:
@@ -277,15 +313,19 @@ class MemoryTool(BetaAsyncAbstractMemoryTool):
     def _write(self, root: Root, path: str, rel: str, content: str) -> None:
         data = content.encode("utf-8")
         if len(data) > MAX_FILE_BYTES:
-            raise ToolError(f"{path}: {len(data)} bytes, over the {MAX_FILE_BYTES}-byte limit of a memory file")
+            raise ToolError(
+                f"{path}: {len(data)} bytes, over the {MAX_FILE_BYTES}-byte limit of a memory file"
+            )
         try:
             old = os.stat(rel, dir_fd=root.fd, follow_symlinks=False).st_size
         except OSError:
             old = 0
         total = sum(size for _, size in files(root, ".", depth=100))
         if total - old + len(data) > MAX_TOTAL_BYTES:
-            raise ToolError(f"{path}: the memory folder would hold {total - old + len(data)} bytes, over its "
-                            f"{MAX_TOTAL_BYTES}-byte limit; delete or shorten a memory file first")
+            raise ToolError(
+                f"{path}: the memory folder would hold {total - old + len(data)} bytes, over its "
+                f"{MAX_TOTAL_BYTES}-byte limit; delete or shorten a memory file first"
+            )
         file_tools.write_beneath("memory", root, rel, path, data)
 
     def _change(self, path: str, rel: str, change: Any) -> None:
@@ -340,8 +380,7 @@ def _error(tool_use_id: str, text: str) -> dict[str, Any]:
 
 
 def page_footer(path: str, first: int, end: int, total: int) -> str:
-    return (f"[memory: lines {first}-{end} of {total} shown; view the rest with view_range "
-            f"[{end + 1}, -1]]")
+    return f"[memory: lines {first}-{end} of {total} shown; view the rest with view_range [{end + 1}, -1]]"
 
 
 def _remove(dirfd: int, name: str, path: str) -> None:
@@ -382,7 +421,9 @@ def files(root: Root, rel: str = ".", depth: int = 100) -> list[tuple[str, int]]
                 out.append((prefix + name + "/", 0))
                 if level < depth:
                     try:
-                        sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                        sub = os.open(
+                            name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+                        )
                     except OSError:
                         continue
                     try:

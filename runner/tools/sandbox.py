@@ -90,8 +90,14 @@ def bwrap_problem() -> str | None:
     try:
         launch = Launch.for_call("true", workspace=probe, writable=True, network=False)
         try:
-            done = subprocess.run(launch.argv, capture_output=True, timeout=30, env=environment(),
-                                  stdin=subprocess.DEVNULL, pass_fds=launch.fds)
+            done = subprocess.run(
+                launch.argv,
+                capture_output=True,
+                timeout=30,
+                env=environment(),
+                stdin=subprocess.DEVNULL,
+                pass_fds=launch.fds,
+            )
         finally:
             launch.close()
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -114,8 +120,10 @@ def _limited(command: str, *, processes: bool = True) -> str:
     The process limit counts the processes of the command's uid, so it is set only in the sandbox,
     where that uid is the call's alone (in its own user namespace)."""
     nproc = f" -u {MAX_PROCESSES}" if processes else ""
-    return (f"ulimit -H -S -t {CPU_SECONDS} -v {MEMORY_KIB} -f {FILE_KIB}{nproc} 2>/dev/null "
-            f"|| {{ echo 'sandbox: could not set its limits' >&2; exit 126; }}; {command}")
+    return (
+        f"ulimit -H -S -t {CPU_SECONDS} -v {MEMORY_KIB} -f {FILE_KIB}{nproc} 2>/dev/null "
+        f"|| {{ echo 'sandbox: could not set its limits' >&2; exit 126; }}; {command}"
+    )
 
 
 @lru_cache(maxsize=1)
@@ -135,17 +143,39 @@ def _remove_stage(path: str) -> None:
         pass
 
 
-def argv_for(command: str, *, workspace: str, writable: bool, network: bool, source: str | None = None,
-             info_fd: int | None = None, seccomp_fd: int | None = None) -> list[str]:
+def argv_for(
+    command: str,
+    *,
+    workspace: str,
+    writable: bool,
+    network: bool,
+    source: str | None = None,
+    info_fd: int | None = None,
+    seccomp_fd: int | None = None,
+) -> list[str]:
     """The ``bwrap`` command line that runs ``command`` with bash in the sandbox described above,
     the workspace bound from ``source`` (default: itself); with ``info_fd``, bwrap writes there (JSON)
     the pid of the sandbox's init process; with ``seccomp_fd``, it loads that filter."""
-    argv = [bwrap_path() or "bwrap",
-            *(["--info-fd", str(info_fd)] if info_fd is not None else []),
-            *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
-            "--unshare-user", "--disable-userns", "--uid", str(INNER_ID), "--gid", str(INNER_ID),
-            "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try", "--cap-drop", "ALL", "--clearenv"]
+    argv = [
+        bwrap_path() or "bwrap",
+        *(["--info-fd", str(info_fd)] if info_fd is not None else []),
+        *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
+        "--unshare-user",
+        "--disable-userns",
+        "--uid",
+        str(INNER_ID),
+        "--gid",
+        str(INNER_ID),
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--cap-drop",
+        "ALL",
+        "--clearenv",
+    ]
     if not network:
         argv.append("--unshare-net")
     for path in _READ_ONLY_SYSTEM:
@@ -180,11 +210,24 @@ class Launch:
         os.close(filter_write)
         info_read, info_write = os.pipe()
         root = as_root()
-        argv = argv_for(command, workspace=workspace, writable=writable, network=network,
-                        source=_stage() if root else None, info_fd=info_write, seccomp_fd=filter_read)
+        argv = argv_for(
+            command,
+            workspace=workspace,
+            writable=writable,
+            network=network,
+            source=_stage() if root else None,
+            info_fd=info_write,
+            seccomp_fd=filter_read,
+        )
         if root:
-            spec = {"workspace": workspace, "stage": _stage(), "uid": SANDBOX_UID, "gid": SANDBOX_GID,
-                    "writable": writable, "argv": argv}
+            spec = {
+                "workspace": workspace,
+                "stage": _stage(),
+                "uid": SANDBOX_UID,
+                "gid": SANDBOX_GID,
+                "writable": writable,
+                "argv": argv,
+            }
             argv = [sys.executable, "-I", "-S", _LAUNCHER, json.dumps(spec)]
         return cls(argv, (filter_read, info_write), info_read)
 
@@ -204,8 +247,9 @@ class CommandResult:
     total_bytes: int
 
 
-async def run_command(command: str, *, workspace: str, writable: bool, network: bool, sandbox: str,
-                      timeout_s: float) -> CommandResult:
+async def run_command(
+    command: str, *, workspace: str, writable: bool, network: bool, sandbox: str, timeout_s: float
+) -> CommandResult:
     """Run ``command`` (bash) to its end or its deadline. A cancelled or timed-out call kills the
     whole process tree before this returns or raises."""
     timeout_s = min(timeout_s, MAX_TIMEOUT_S)
@@ -214,9 +258,16 @@ async def run_command(command: str, *, workspace: str, writable: bool, network: 
     else:  # no init to learn: the shell leads its own process group
         launch = Launch(["/bin/bash", "--noprofile", "--norc", "-c", _limited(command, processes=False)], ())
     try:
-        process = await anyio.open_process(launch.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                           stderr=subprocess.STDOUT, cwd=workspace, env=environment(),
-                                           start_new_session=True, pass_fds=launch.fds)
+        process = await anyio.open_process(
+            launch.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=workspace,
+            env=environment(),
+            start_new_session=True,
+            pass_fds=launch.fds,
+        )
     except BaseException:
         launch.close()
         raise
@@ -238,7 +289,7 @@ async def run_command(command: str, *, workspace: str, writable: bool, network: 
             async for chunk in process.stdout:
                 total += len(chunk)
                 if len(kept) < OUTPUT_LIMIT:
-                    kept += chunk[:OUTPUT_LIMIT - len(kept)]
+                    kept += chunk[: OUTPUT_LIMIT - len(kept)]
             exit_code = await process.wait()
     finally:
         if exit_code is None:
@@ -277,4 +328,3 @@ def _kill_tree(pid: int, init_pid: int | None) -> None:
                 kill(target, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-

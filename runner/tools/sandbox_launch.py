@@ -39,16 +39,22 @@ OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
 MOUNT_ATTR_RDONLY = 0x1
 MOUNT_ATTR_IDMAP = 0x00100000
-NR = {"x86_64": {"open_tree": 428, "move_mount": 429, "mount_setattr": 442},
-      "aarch64": {"open_tree": 428, "move_mount": 429, "mount_setattr": 442}}
+NR = {
+    "x86_64": {"open_tree": 428, "move_mount": 429, "mount_setattr": 442},
+    "aarch64": {"open_tree": 428, "move_mount": 429, "mount_setattr": 442},
+}
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 
 
 class MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 def fail(text: str, code: int = 126) -> None:
@@ -119,9 +125,11 @@ def main() -> None:
             idmapped(workspace, stage, owner, uid, gid, spec["writable"])
         except OSError as e:
             if spec["writable"]:
-                fail(f"cannot give the sandbox's unprivileged uid write access to {workspace}: "
-                     f"idmapped mounts are not available here ({e}); run the runner as the "
-                     "workspace's owner, or list neither write nor edit")
+                fail(
+                    f"cannot give the sandbox's unprivileged uid write access to {workspace}: "
+                    f"idmapped mounts are not available here ({e}); run the runner as the "
+                    "workspace's owner, or list neither write nor edit"
+                )
             check(libc.mount(workspace.encode(), stage.encode(), None, MS_BIND | MS_REC, None), "bind")
         os.setgroups([])
         os.setresgid(gid, gid, gid)
@@ -131,7 +139,10 @@ def main() -> None:
     except OSError as e:
         fail(str(e))
     argv = spec["argv"]
-    for ignored_by_python in (signal.SIGPIPE, signal.SIGXFSZ):  # a command gets the default, as from the runner
+    for ignored_by_python in (
+        signal.SIGPIPE,
+        signal.SIGXFSZ,
+    ):  # a command gets the default, as from the runner
         signal.signal(ignored_by_python, signal.SIG_DFL)
     os.execve(binary, argv, dict(os.environ))
 

@@ -148,14 +148,21 @@ def _escape(c: str) -> str:
 def _safe_content(content: Any) -> Any:
     if isinstance(content, str):
         return safe_text(content)
-    return [{**b, "text": safe_text(b["text"])} if isinstance(b, dict) and isinstance(b.get("text"), str) else b
-            for b in content]
+    return [
+        {**b, "text": safe_text(b["text"])} if isinstance(b, dict) and isinstance(b.get("text"), str) else b
+        for b in content
+    ]
 
 
 TOOL_ORDER = ("bash", "read", "write", "edit", "glob", "grep")  # the order of the SDK's toolset
 FILE_TOOLS = ("read", "write", "edit", "glob", "grep")
-_SDK_DEFINITIONS = {"read": beta_read_tool, "write": beta_write_tool, "edit": beta_edit_tool,
-                    "glob": beta_glob_tool, "grep": beta_grep_tool}
+_SDK_DEFINITIONS = {
+    "read": beta_read_tool,
+    "write": beta_write_tool,
+    "edit": beta_edit_tool,
+    "glob": beta_glob_tool,
+    "grep": beta_grep_tool,
+}
 
 
 @functools.lru_cache(maxsize=1)
@@ -165,18 +172,23 @@ def file_tool_definitions() -> dict[str, dict[str, Any]]:
     their implementation is ours."""
     context = AgentToolContext(workdir="/")
     definitions: dict[str, dict[str, Any]] = {
-        name: dict(factory(context).to_dict()) for name, factory in _SDK_DEFINITIONS.items()}  # type: ignore[arg-type]
-    schema = dict(definitions["read"]["input_schema"])  # one addition: a byte range, for a line too long to read
+        name: dict(factory(context).to_dict()) for name, factory in _SDK_DEFINITIONS.items()
+    }  # type: ignore[arg-type]
+    schema = dict(
+        definitions["read"]["input_schema"]
+    )  # one addition: a byte range, for a line too long to read
     schema["properties"] = {**schema["properties"], "byte_range": BYTE_RANGE_SCHEMA}
     definitions["read"] = {**definitions["read"], "input_schema": schema}
     return definitions
 
 
 BYTE_RANGE_SCHEMA: dict[str, Any] = {
-    "anyOf": [{"items": {"type": "integer"}, "type": "array"}, {"type": "null"}], "default": None,
+    "anyOf": [{"items": {"type": "integer"}, "type": "array"}, {"type": "null"}],
+    "default": None,
     "title": "Byte Range",
     "description": "[start_byte, end_byte): part of a file by bytes (at most 64 KiB), for a line too long for "
-                   "view_range; a read of such a file says so and where to go on"}
+    "view_range; a read of such a file says so and where to go on",
+}
 
 
 def error_result(tool_use_id: str, text: str) -> dict[str, Any]:
@@ -202,14 +214,22 @@ def recall_page_chars(limits: Limits | None) -> int:
     page always fits beside the rest of the context and is never moved back to disk."""
     if limits is None:
         return RECALL_PAGE_CHARS
-    return max(1_000, min(RECALL_PAGE_CHARS, int(limits.context_char_limit * limits.compact_target_ratio / 2)))
+    return max(
+        1_000, min(RECALL_PAGE_CHARS, int(limits.context_char_limit * limits.compact_target_ratio / 2))
+    )
 
 
 class Toolset:
     """The tools one job may call. Use as ``async with``: closing ends what its tools hold open."""
 
-    def __init__(self, workspace: str, names: tuple[str, ...], store: JobStore, limits: Limits | None = None,
-                 task: Task | None = None):
+    def __init__(
+        self,
+        workspace: str,
+        names: tuple[str, ...],
+        store: JobStore,
+        limits: Limits | None = None,
+        task: Task | None = None,
+    ):
         self.store = store
         self.task = task if "task" in names else None  # runs a task call: the job's subagents
         self.limits = limits or Limits()
@@ -230,12 +250,25 @@ class Toolset:
         published = file_tool_definitions()
         files = [dict(published[name]) for name in self._files]
         task = [dict(self.task.definition)] if self.task is not None else []
-        return [*([BASH_TOOL] if self._bash else []), *files, RECALL_TOOL, dict(MEMORY_TOOL), COMPACT_TOOL, *task]
+        return [
+            *([BASH_TOOL] if self._bash else []),
+            *files,
+            RECALL_TOOL,
+            dict(MEMORY_TOOL),
+            COMPACT_TOOL,
+            *task,
+        ]
 
     @property
     def names(self) -> set[str]:
-        return {*self._files, *(("bash",) if self._bash else ()), "recall", "memory", "compact",
-                *(("task",) if self.task is not None else ())}
+        return {
+            *self._files,
+            *(("bash",) if self._bash else ()),
+            "recall",
+            "memory",
+            "compact",
+            *(("task",) if self.task is not None else ()),
+        }
 
     async def __aenter__(self) -> Toolset:
         return self
@@ -263,11 +296,16 @@ class Toolset:
         for i, call in enumerate(calls):
             tool_use_id = call.get("id") if isinstance(call, dict) else None
             if not isinstance(tool_use_id, str) or not tool_use_id:
-                results[i] = error_result(str(tool_use_id or ""), "not run: the tool_use id is missing or not a "
-                                          f"string ({type(tool_use_id).__name__}); give every call a unique id")
+                results[i] = error_result(
+                    str(tool_use_id or ""),
+                    "not run: the tool_use id is missing or not a "
+                    f"string ({type(tool_use_id).__name__}); give every call a unique id",
+                )
             elif tool_use_id in self._ids:
-                results[i] = error_result(tool_use_id, f"not run: the tool_use id {tool_use_id!r} was already "
-                                                       "used; give every call a unique id")
+                results[i] = error_result(
+                    tool_use_id,
+                    f"not run: the tool_use id {tool_use_id!r} was already used; give every call a unique id",
+                )
             else:
                 self._ids.add(tool_use_id)
                 caught = await self._repeated(call, keys[i], turn)
@@ -312,10 +350,16 @@ class Toolset:
         where = protocol.REPEATED_ABOVE
         if earlier is not None:
             text = earlier[1].get("content")
-            rel = await self.store.persist_output(first.tool_use_id, text if isinstance(text, str) else str(text))
+            rel = await self.store.persist_output(
+                first.tool_use_id, text if isinstance(text, str) else str(text)
+            )
             where = protocol.REPEATED_WHERE.format(path=rel)
-        return error_result(call["id"], protocol.REPEATED_CALL.format(
-            name=name, count=count, window=self.repeats.window, turn=first.turn, where=where))
+        return error_result(
+            call["id"],
+            protocol.REPEATED_CALL.format(
+                name=name, count=count, window=self.repeats.window, turn=first.turn, where=where
+            ),
+        )
 
     async def run(self, call: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(call, dict):
@@ -325,14 +369,22 @@ class Toolset:
         name = call.get("name")
         args = call.get("input")
         if not isinstance(name, str):
-            return error_result(tool_use_id, f"the tool name must be a string, got {type(name).__name__}; "
-                                             f"available: {', '.join(sorted(self.names))}")
+            return error_result(
+                tool_use_id,
+                f"the tool name must be a string, got {type(name).__name__}; "
+                f"available: {', '.join(sorted(self.names))}",
+            )
         if not isinstance(args, dict):
-            return error_result(tool_use_id, f"{name}: input must be a JSON object, got {type(args).__name__}")
+            return error_result(
+                tool_use_id, f"{name}: input must be a JSON object, got {type(args).__name__}"
+            )
         if name == "compact":
             self.compact_requested = True
-            return {"type": "tool_result", "tool_use_id": tool_use_id,
-                    "content": "Compaction requested; it runs after this tool batch."}
+            return {
+                "type": "tool_result",
+                "tool_use_id": tool_use_id,
+                "content": "Compaction requested; it runs after this tool batch.",
+            }
         if name == "recall":
             return await self._recall(tool_use_id, args)
         if name == "memory":
@@ -342,17 +394,28 @@ class Toolset:
         if name == "task" and self.task is not None:
             return await self.task.run(tool_use_id, args)
         if name not in self._files:
-            return error_result(tool_use_id, f"unknown tool {name!r}; available: {', '.join(sorted(self.names))}")
+            return error_result(
+                tool_use_id, f"unknown tool {name!r}; available: {', '.join(sorted(self.names))}"
+            )
         deadline = self.deadline_s or FILE_TOOL_DEADLINE_S
-        late = error_result(tool_use_id, f"{name}: did not finish within {deadline:g} s; abandoned (narrow the call)")
+        late = error_result(
+            tool_use_id, f"{name}: did not finish within {deadline:g} s; abandoned (narrow the call)"
+        )
         try:
             if name == "grep":
                 file_tools.check_args("grep", args)
                 file_tools.string_arg("grep", args, "pattern")
                 file_tools.string_arg("grep", args, "path", optional=True)
-                answer = await grep_pool.search({"workspace": self.workspace, "path": args.get("path"),
-                                                 "pattern": args["pattern"], "max_files": file_tools.WALK_MAX_ENTRIES,
-                                                 "cpu_s": deadline + 5}, deadline)
+                answer = await grep_pool.search(
+                    {
+                        "workspace": self.workspace,
+                        "path": args.get("path"),
+                        "pattern": args["pattern"],
+                        "max_files": file_tools.WALK_MAX_ENTRIES,
+                        "cpu_s": deadline + 5,
+                    },
+                    deadline,
+                )
                 if answer is None:
                     return late
                 if "error" in answer:
@@ -363,8 +426,13 @@ class Toolset:
             else:
                 with anyio.move_on_after(deadline) as scope:
                     output = await anyio.to_thread.run_sync(
-                        _run_file_tool, self.workspace, name, args, time.monotonic() + deadline,
-                        abandon_on_cancel=True)
+                        _run_file_tool,
+                        self.workspace,
+                        name,
+                        args,
+                        time.monotonic() + deadline,
+                        abandon_on_cancel=True,
+                    )
                 if scope.cancelled_caught:
                     return late
         except ToolFailure as e:
@@ -382,16 +450,28 @@ class Toolset:
             return error_result(tool_use_id, "bash: command (a non-empty string) is required")
         if "\x00" in command:
             return error_result(tool_use_id, "bash: the command contains a NUL byte; a shell command cannot")
-        if timeout_ms is not None and (not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool)
-                                       or timeout_ms < 1):
+        if timeout_ms is not None and (
+            not isinstance(timeout_ms, int) or isinstance(timeout_ms, bool) or timeout_ms < 1
+        ):
             return error_result(tool_use_id, "bash: timeout_ms must be a positive integer (milliseconds)")
-        capped = isinstance(timeout_ms, int) and timeout_ms > MAX_TIMEOUT_S * 1000  # compared as integers: no overflow
+        capped = (
+            isinstance(timeout_ms, int) and timeout_ms > MAX_TIMEOUT_S * 1000
+        )  # compared as integers: no overflow
         timeout = MAX_TIMEOUT_S if capped else (timeout_ms / 1000 if timeout_ms else BASH_DEFAULT_TIMEOUT)
-        note = f"\n[bash: timeout_ms capped at {MAX_TIMEOUT_S:g} s, the longest a call may run]" if capped else ""
+        note = (
+            f"\n[bash: timeout_ms capped at {MAX_TIMEOUT_S:g} s, the longest a call may run]"
+            if capped
+            else ""
+        )
         try:
-            done = await run_command(safe_text(command), workspace=self.workspace, writable=self._writable,
-                                     network=self.limits.sandbox_network, sandbox=self.limits.sandbox,
-                                     timeout_s=timeout)
+            done = await run_command(
+                safe_text(command),
+                workspace=self.workspace,
+                writable=self._writable,
+                network=self.limits.sandbox_network,
+                sandbox=self.limits.sandbox,
+                timeout_s=timeout,
+            )
         except (OSError, ValueError) as e:
             return error_result(tool_use_id, safe_text(f"bash: could not start: {e}"))
         output = done.output or "(no output)"
@@ -405,9 +485,18 @@ class Toolset:
         path = args.get("path")
         offset = args.get("offset", 0) or 0
         limit = args.get("limit", self.page_chars) or self.page_chars
-        if (not isinstance(path, str) or not isinstance(offset, int) or not isinstance(limit, int)
-                or isinstance(offset, bool) or isinstance(limit, bool) or offset < 0 or limit < 1):
-            return error_result(tool_use_id, "recall: expected path (string), offset >= 0, limit >= 1 (integers)")
+        if (
+            not isinstance(path, str)
+            or not isinstance(offset, int)
+            or not isinstance(limit, int)
+            or isinstance(offset, bool)
+            or isinstance(limit, bool)
+            or offset < 0
+            or limit < 1
+        ):
+            return error_result(
+                tool_use_id, "recall: expected path (string), offset >= 0, limit >= 1 (integers)"
+            )
         limit = min(limit, self.page_chars)
         try:
             text = await anyio.to_thread.run_sync(_recall_text, str(self.store.dir), path)
@@ -418,11 +507,12 @@ class Toolset:
         except OSError:
             return error_result(tool_use_id, safe_text(f"recall: {path}: no such file in the job directory"))
         offset = min(offset, len(text))  # past the end: the empty last page (integers only: no overflow)
-        page = text[offset:offset + limit]
+        page = text[offset : offset + limit]
         end = offset + len(page)
         rest = protocol.RECALL_NEXT.format(end=end) if end < len(text) else protocol.RECALL_END
         before = -(-offset // limit)  # pages before this one, at this page size
         pages = before + max(1, -(-(len(text) - offset) // limit))
-        footer = protocol.RECALL_PAGE.format(page=before + 1, pages=pages, start=offset, end=end, total=len(text),
-                                             rest=rest)
+        footer = protocol.RECALL_PAGE.format(
+            page=before + 1, pages=pages, start=offset, end=end, total=len(text), rest=rest
+        )
         return {"type": "tool_result", "tool_use_id": tool_use_id, "content": safe_text(page) + "\n" + footer}

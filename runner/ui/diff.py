@@ -49,9 +49,17 @@ class JobDiff:
         return bool(self.diff) or self.status_a is None or self.status_b is None
 
     def document(self) -> dict[str, Any]:
-        return {"job": self.job, "status_a": self.status_a, "status_b": self.status_b,
-                "changed": self.report_changed, "unit": self.unit, "added": self.added, "removed": self.removed,
-                "changed_units": self.changed, "diff": self.diff}
+        return {
+            "job": self.job,
+            "status_a": self.status_a,
+            "status_b": self.status_b,
+            "changed": self.report_changed,
+            "unit": self.unit,
+            "added": self.added,
+            "removed": self.removed,
+            "changed_units": self.changed,
+            "diff": self.diff,
+        }
 
 
 @dataclass
@@ -65,8 +73,13 @@ class RunDiff:
         return [j for j in self.jobs if j.report_changed]
 
     def document(self) -> dict[str, Any]:
-        return {"run_a": str(self.run_a), "run_b": str(self.run_b), "changed": bool(self.changed),
-                "jobs_changed": [j.job for j in self.changed], "jobs": [j.document() for j in self.jobs]}
+        return {
+            "run_a": str(self.run_a),
+            "run_b": str(self.run_b),
+            "changed": bool(self.changed),
+            "jobs_changed": [j.job for j in self.changed],
+            "jobs": [j.document() for j in self.jobs],
+        }
 
 
 def _unescape(cell: str) -> str:
@@ -98,14 +111,16 @@ def sections(report: str) -> dict[str, str]:
         while key in out:
             n += 1
             key = f"{match[2]} ({n})"
-        out[key] = report[match.end():end].strip()
+        out[key] = report[match.end() : end].strip()
     return out
 
 
 def _stays_inside(report: str) -> bool:
     """Whether every subagent report the survey's report names (what :func:`report_rows` opens besides
     its facts files) is a relative path without ``..``, so beneath the job directory."""
-    return not any(name.startswith("/") or ".." in name.split("/") for name in _SUBAGENT_REPORT.findall(report))
+    return not any(
+        name.startswith("/") or ".." in name.split("/") for name in _SUBAGENT_REPORT.findall(report)
+    )
 
 
 def report_units(report: str, job_dir: Path | None = None) -> tuple[str, dict[str, str]]:
@@ -124,22 +139,41 @@ def report_units(report: str, job_dir: Path | None = None) -> tuple[str, dict[st
     return "sections", sections(report)
 
 
-def compare(job: str, report_a: str, report_b: str, *, units_a: tuple[str, dict[str, str]] | None = None,
-            units_b: tuple[str, dict[str, str]] | None = None, status_a: str | None = "",
-            status_b: str | None = "", name_a: str = "a/final.md", name_b: str = "b/final.md") -> JobDiff:
+def compare(
+    job: str,
+    report_a: str,
+    report_b: str,
+    *,
+    units_a: tuple[str, dict[str, str]] | None = None,
+    units_b: tuple[str, dict[str, str]] | None = None,
+    status_a: str | None = "",
+    status_b: str | None = "",
+    name_a: str = "a/final.md",
+    name_b: str = "b/final.md",
+) -> JobDiff:
     """``report_b`` against ``report_a``: the unified diff and the units added, removed and changed (the
     units :func:`report_units` finds, unless given). Pure."""
-    lines = difflib.unified_diff(report_a.splitlines(keepends=True), report_b.splitlines(keepends=True),
-                                 fromfile=name_a, tofile=name_b)
-    text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+    lines = difflib.unified_diff(
+        report_a.splitlines(keepends=True), report_b.splitlines(keepends=True), fromfile=name_a, tofile=name_b
+    )
+    text = "".join(
+        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+    )
     kind_a, a = units_a or report_units(report_a)
     kind_b, b = units_b or report_units(report_b)
     unit = kind_b if kind_a == kind_b else "rows" if "rows" in (kind_a, kind_b) else kind_b
     if kind_a != kind_b:  # one report has a file table, the other not: compare what each has of that kind
         a, b = (a if kind_a == unit else {}), (b if kind_b == unit else {})
-    return JobDiff(job=job, status_a=status_a, status_b=status_b, diff=text, unit=unit,
-                   added=sorted(k for k in b if k not in a), removed=sorted(k for k in a if k not in b),
-                   changed=sorted(k for k in b if k in a and a[k] != b[k]))
+    return JobDiff(
+        job=job,
+        status_a=status_a,
+        status_b=status_b,
+        diff=text,
+        unit=unit,
+        added=sorted(k for k in b if k not in a),
+        removed=sorted(k for k in a if k not in b),
+        changed=sorted(k for k in b if k in a and a[k] != b[k]),
+    )
 
 
 def read_report(job_dir: Path) -> str:
@@ -161,10 +195,22 @@ def diff_runs(run_a: Path, run_b: Path) -> RunDiff:
     out = []
     for name, (a, b) in jobs.items():
         texts = [read_report(j.dir) if j is not None else "" for j in (a, b)]
-        units = [report_units(t, j.dir if j is not None else None) for t, j in zip(texts, (a, b), strict=True)]
-        out.append(compare(name, texts[0], texts[1], units_a=units[0], units_b=units[1],
-                           status_a=_status(a), status_b=_status(b),
-                           name_a=f"{run_a}/{name}/{FINAL}", name_b=f"{run_b}/{name}/{FINAL}"))
+        units = [
+            report_units(t, j.dir if j is not None else None) for t, j in zip(texts, (a, b), strict=True)
+        ]
+        out.append(
+            compare(
+                name,
+                texts[0],
+                texts[1],
+                units_a=units[0],
+                units_b=units[1],
+                status_a=_status(a),
+                status_b=_status(b),
+                name_a=f"{run_a}/{name}/{FINAL}",
+                name_b=f"{run_b}/{name}/{FINAL}",
+            )
+        )
     return RunDiff(run_a, run_b, out)
 
 

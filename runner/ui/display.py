@@ -41,8 +41,11 @@ API = ApiCounts()  # one per process: every model of the batch reports here
 
 def _clock(seconds: float) -> str:
     seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
-        f"{seconds // 60}:{seconds % 60:02d}"
+    return (
+        f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+        if seconds >= 3600
+        else f"{seconds // 60}:{seconds % 60:02d}"
+    )
 
 
 class Tally:
@@ -107,7 +110,8 @@ class Tally:
         counts: Counter[str] = Counter(self.state(n) for n in self.progress)
         parts = [f"{len(self.results)}/{len(self.progress)} done"]
         parts += [f"{n} {s}" for s, n in sorted(counts.items()) if n and s != Status.SUCCEEDED] + (
-            [f"{counts[Status.SUCCEEDED]} {Status.SUCCEEDED}"] if counts[Status.SUCCEEDED] else [])
+            [f"{counts[Status.SUCCEEDED]} {Status.SUCCEEDED}"] if counts[Status.SUCCEEDED] else []
+        )
         eta = self.eta_s(now)
         parts.append(f"ETA {_clock(eta)}" if eta is not None else "ETA ?" if self.results else "ETA -")
         cost = sum(p.cost_usd for p in self.progress.values())
@@ -139,8 +143,10 @@ class PlainDisplay:
     def job_finished(self, result: JobMetrics) -> None:
         self.tally.finished(result)
         tail = f" ({printable(result.error)})" if result.error else ""
-        self._line(f"end    {printable(result.job)}: {result.status}, {result.turns} turns, "
-                   f"{result.wall_s:.1f} s{tail} [{self.tally.line()}]")
+        self._line(
+            f"end    {printable(result.job)}: {result.status}, {result.turns} turns, "
+            f"{result.wall_s:.1f} s{tail} [{self.tally.line()}]"
+        )
 
     def _line(self, text: str) -> None:
         """One line as it is (free text in it already :func:`printable`), straight to the console's
@@ -164,21 +170,33 @@ class LiveDisplay:
 
     def start(self, progress: dict[str, JobMetrics]) -> None:
         self.tally.start(progress)
-        self.live = Live(get_renderable=self._render, console=self.console, refresh_per_second=4,
-                         transient=True)
+        self.live = Live(
+            get_renderable=self._render, console=self.console, refresh_per_second=4, transient=True
+        )
         self.live.start()
 
     def _render(self) -> Group:
         table = Table(box=None, pad_edge=False)
         for column in ("job", "status", "turns", "context chars", "compactions", "cost $", "elapsed"):
-            table.add_column(column, justify="left" if column in ("job", "status") else "right",
-                             no_wrap=True, overflow="ellipsis", max_width=30 if column == "job" else None)
+            table.add_column(
+                column,
+                justify="left" if column in ("job", "status") else "right",
+                no_wrap=True,
+                overflow="ellipsis",
+                max_width=30 if column == "job" else None,
+            )
         active = self.tally.active()
         now = time.time()
         for p in active[:30]:
-            table.add_row(Text(printable(p.job)), Text(Status.RUNNING), str(p.turns), f"{p.context_chars:,}",
-                          str(sum(p.compactions.values())),
-                          f"{p.cost_usd:.4f}", f"{now - (p.started or now):.0f}s")
+            table.add_row(
+                Text(printable(p.job)),
+                Text(Status.RUNNING),
+                str(p.turns),
+                f"{p.context_chars:,}",
+                str(sum(p.compactions.values())),
+                f"{p.cost_usd:.4f}",
+                f"{now - (p.started or now):.0f}s",
+            )
         if len(active) > 30:
             table.add_row(f"... {len(active) - 30} more running", "", "", "", "", "", "")
         # one line at any width: cut with an ellipsis, never wrapped
@@ -190,8 +208,11 @@ class LiveDisplay:
     def job_finished(self, result: JobMetrics) -> None:
         self.tally.finished(result)
         tail = f" ({printable(result.error)})" if result.error else ""
-        self.console.print(Text(f"{printable(result.job)}: {result.status}, {result.turns} turns{tail}"),
-                           highlight=False, soft_wrap=True)
+        self.console.print(
+            Text(f"{printable(result.job)}: {result.status}, {result.turns} turns{tail}"),
+            highlight=False,
+            soft_wrap=True,
+        )
 
     def stop(self) -> None:
         if self.live is not None:

@@ -14,9 +14,20 @@ from ..rundir import docs as rundocs
 from ..rundir.docs import LIVE_STATUSES, RUN_JSON, Status, load_run, metrics_of
 from .terminal import printable
 
-STATUS_STYLE: dict[str, str] = {Status.SUCCEEDED: "green", Status.FAILED: "red", Status.TIMEOUT: "yellow", Status.MAX_TURNS: "yellow",
-                Status.BUDGET_EXCEEDED: "yellow", Status.STUCK: "yellow", Status.DISK_QUOTA: "yellow", Status.CANCELLED: "magenta",
-                Status.RUNNING: "cyan", Status.QUEUED: "dim", Status.NOT_STARTED: "dim", Status.INTERRUPTED: "red"}
+STATUS_STYLE: dict[str, str] = {
+    Status.SUCCEEDED: "green",
+    Status.FAILED: "red",
+    Status.TIMEOUT: "yellow",
+    Status.MAX_TURNS: "yellow",
+    Status.BUDGET_EXCEEDED: "yellow",
+    Status.STUCK: "yellow",
+    Status.DISK_QUOTA: "yellow",
+    Status.CANCELLED: "magenta",
+    Status.RUNNING: "cyan",
+    Status.QUEUED: "dim",
+    Status.NOT_STARTED: "dim",
+    Status.INTERRUPTED: "red",
+}
 
 
 def short_name(stage: str) -> str:
@@ -39,8 +50,13 @@ def subagent_note(rows: Any) -> str:
     count, failed, running = subagent_counts(rows)
     if not count:
         return ""
-    return ", ".join([plural(count, "subagent"), *([f"{failed} failed"] if failed else []),
-                      *([f"{running} running"] if running else [])])
+    return ", ".join(
+        [
+            plural(count, "subagent"),
+            *([f"{failed} failed"] if failed else []),
+            *([f"{running} running"] if running else []),
+        ]
+    )
 
 
 def load_report(run_dir: Path) -> dict[str, Any]:
@@ -53,10 +69,20 @@ def load_report(run_dir: Path) -> dict[str, Any]:
         raise ConfigError([f"{path}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
     data = load_run(run_dir, with_specs=False)
     if not data.run_json_ok:
-        raise ConfigError([next((p for p in data.problems if p.startswith(str(path))),
-                                f"{path}: not a run document (expected an object with a jobs list)")])
-    return {**data.run.head(), "state": data.run.state, "totals": data.run.totals,
-            "jobs": [j.metrics.clean() for j in data.jobs]}
+        raise ConfigError(
+            [
+                next(
+                    (p for p in data.problems if p.startswith(str(path))),
+                    f"{path}: not a run document (expected an object with a jobs list)",
+                )
+            ]
+        )
+    return {
+        **data.run.head(),
+        "state": data.run.state,
+        "totals": data.run.totals,
+        "jobs": [j.metrics.clean() for j in data.jobs],
+    }
 
 
 def clean_job(row: dict[str, Any]) -> dict[str, Any]:
@@ -73,9 +99,18 @@ def run_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
     estimated = any(j.get("usage_estimated") for j in jobs)
     table = Table(title=title, title_justify="left")
     columns: tuple[tuple[str, Literal["left", "right"]], ...] = (
-        ("job", "left"), ("status", "left"), ("turns", "right"), ("in tok", "right"), ("out tok", "right"),
-        ("cache r/w", "right"), ("compactions", "left"), ("persisted", "right"),
-        ("cost $" + ("*" if estimated else ""), "right"), ("wall s", "right"), ("error", "left"))
+        ("job", "left"),
+        ("status", "left"),
+        ("turns", "right"),
+        ("in tok", "right"),
+        ("out tok", "right"),
+        ("cache r/w", "right"),
+        ("compactions", "left"),
+        ("persisted", "right"),
+        ("cost $" + ("*" if estimated else ""), "right"),
+        ("wall s", "right"),
+        ("error", "left"),
+    )
     for column, justify in columns:
         table.add_column(column, justify=justify, overflow="fold")
     for job in jobs:
@@ -127,7 +162,9 @@ def totals_line(document: dict[str, Any]) -> str:
     """One line of totals: jobs, each status that occurred, tokens (with the summaries' share, which the
     job columns do not hold, when the rows are given under ``jobs``) and cost."""
     totals = document.get("totals") or {}
-    statuses = ", ".join(f"{totals[s]} {s}" for s in STATUS_STYLE if isinstance(totals.get(s), int) and totals[s])
+    statuses = ", ".join(
+        f"{totals[s]} {s}" for s in STATUS_STYLE if isinstance(totals.get(s), int) and totals[s]
+    )
     tokens = f"{totals.get('input_tokens', 0):,} in / {totals.get('output_tokens', 0):,} out tokens"
     summary_in = summary_out = 0
     for job in document.get("jobs") or ():
@@ -135,11 +172,16 @@ def totals_line(document: dict[str, Any]) -> str:
         if isinstance(usage, dict):
             summary_in += _count(usage.get("input_tokens"))
             summary_out += _count(usage.get("output_tokens"))
-    summaries = (f"; the tokens include summaries' {summary_in:,} in / {summary_out:,} out (not in the job columns)"
-                 if summary_in or summary_out else "")
+    summaries = (
+        f"; the tokens include summaries' {summary_in:,} in / {summary_out:,} out (not in the job columns)"
+        if summary_in or summary_out
+        else ""
+    )
     jobs = totals.get("jobs", 0)
-    return (f"{plural(jobs if isinstance(jobs, int) else 0, 'job')}, {statuses or '0 ' + Status.SUCCEEDED}; {tokens}; "
-            f"cost ${totals.get('cost_usd', 0):.4f}{summaries}")
+    return (
+        f"{plural(jobs if isinstance(jobs, int) else 0, 'job')}, {statuses or '0 ' + Status.SUCCEEDED}; {tokens}; "
+        f"cost ${totals.get('cost_usd', 0):.4f}{summaries}"
+    )
 
 
 def _count(value: Any) -> int:

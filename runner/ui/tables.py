@@ -42,21 +42,32 @@ def narrow_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     table.add_column("job", no_wrap=True, overflow="ellipsis", min_width=8, max_width=22)
     table.add_column("status", no_wrap=True, min_width=9)
-    for name, width in (("turns", 5), ("tok in/out", 13), ("cmp", 3), ("cost $" + ("*" if estimated else ""), 9),
-                        ("wall s", 6)):
+    for name, width in (
+        ("turns", 5),
+        ("tok in/out", 13),
+        ("cmp", 3),
+        ("cost $" + ("*" if estimated else ""), 9),
+        ("wall s", 6),
+    ):
         table.add_column(name, justify="right", no_wrap=True, min_width=width)
     for job in jobs:
         usage = job.get("usage") or {}
         status = str(job.get("status", "?"))
         comp = job.get("compactions") or {}
-        table.add_row(job_cell(job),
-                      Text(printable(NARROW_STATUS.get(status, status)), style=STATUS_STYLE.get(status, "white")),
-                      str(job.get("turns", 0)),
-                      f"{_tokens(usage.get('input_tokens', 0))}/{_tokens(usage.get('output_tokens', 0))}",
-                      str(sum(v for v in comp.values() if isinstance(v, int))),
-                      _short(job.get("cost_usd", 0.0), 4), _short(job.get("wall_s", 0.0), 1))
-    table.caption = ("ok = succeeded, cmp = compactions, * estimated (offline model)" if estimated
-                     else "ok = succeeded, cmp = compactions")
+        table.add_row(
+            job_cell(job),
+            Text(printable(NARROW_STATUS.get(status, status)), style=STATUS_STYLE.get(status, "white")),
+            str(job.get("turns", 0)),
+            f"{_tokens(usage.get('input_tokens', 0))}/{_tokens(usage.get('output_tokens', 0))}",
+            str(sum(v for v in comp.values() if isinstance(v, int))),
+            _short(job.get("cost_usd", 0.0), 4),
+            _short(job.get("wall_s", 0.0), 1),
+        )
+    table.caption = (
+        "ok = succeeded, cmp = compactions, * estimated (offline model)"
+        if estimated
+        else "ok = succeeded, cmp = compactions"
+    )
     return table
 
 

@@ -12,8 +12,19 @@ from __future__ import annotations
 
 # C0 controls, DEL, C1 controls; the bidi embeddings, overrides and isolates; the line and paragraph
 # separators; and lone surrogates (a file name that was not UTF-8), which a UTF-8 stream cannot encode
-_UNSAFE = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), 0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F),
-           *range(0x2066, 0x206A), 0x2028, 0x2029, *range(0xD800, 0xE000)]
+_UNSAFE = [
+    *range(0x00, 0x20),
+    0x7F,
+    *range(0x80, 0xA0),
+    0x061C,
+    0x200E,
+    0x200F,
+    *range(0x202A, 0x202F),
+    *range(0x2066, 0x206A),
+    0x2028,
+    0x2029,
+    *range(0xD800, 0xE000),
+]
 
 
 def _shown(code: int) -> str:

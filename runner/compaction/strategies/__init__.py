@@ -13,8 +13,9 @@ from .mask import MaskStrategy
 from .off import OffStrategy
 from .server import ServerStrategy
 
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in
-                                          (ClientStrategy, ServerStrategy, MaskStrategy, OffStrategy)}
+STRATEGIES: dict[str, type[Strategy]] = {
+    cls.name: cls for cls in (ClientStrategy, ServerStrategy, MaskStrategy, OffStrategy)
+}
 
 
 def strategy_for(limits: Limits, server_side: bool = True) -> Strategy:

@@ -19,21 +19,47 @@ class ClientStrategy(Strategy):
 
     async def prepare(self, stages: Stages) -> None:
         limits, window = self.limits, stages.window
-        stages.adopt(Stage.TOOL_RESULT_BUDGET, s.tool_result_budget(
-            window.entries, limits.batch_char_limit, limits.large_result_chars, limits.preview_chars,
-            stages.name_for))
-        stages.adopt(Stage.SNIP, s.snip(window.entries, limits.snip_trigger, limits.snip_head, limits.snip_target))
+        stages.adopt(
+            Stage.TOOL_RESULT_BUDGET,
+            s.tool_result_budget(
+                window.entries,
+                limits.batch_char_limit,
+                limits.large_result_chars,
+                limits.preview_chars,
+                stages.name_for,
+            ),
+        )
+        stages.adopt(
+            Stage.SNIP, s.snip(window.entries, limits.snip_trigger, limits.snip_head, limits.snip_target)
+        )
         limit = stages.char_limit()
         if window.total <= limit:
             return
         target = int(limit * limits.compact_target_ratio)
-        stages.adopt(Stage.MICRO_COMPACT, s.micro_compact(
-            window.entries, window.total, target, limits.keep_recent_results, stages.name_for, stages.saved_for))
+        stages.adopt(
+            Stage.MICRO_COMPACT,
+            s.micro_compact(
+                window.entries,
+                window.total,
+                target,
+                limits.keep_recent_results,
+                stages.name_for,
+                stages.saved_for,
+            ),
+        )
         if window.total > limit:
-            stages.adopt(Stage.FIT_TOOL_RESULTS, s.fit_tool_results(
-                window.entries, window.total, target, limits.fit_preview_chars, stages.name_for))
-        if window.total > limit and limits.keep_recent_results:  # the newest seen results too, before a summary
-            stages.adopt(Stage.MICRO_COMPACT, s.micro_compact(
-                window.entries, window.total, target, 0, stages.name_for, stages.saved_for))
+            stages.adopt(
+                Stage.FIT_TOOL_RESULTS,
+                s.fit_tool_results(
+                    window.entries, window.total, target, limits.fit_preview_chars, stages.name_for
+                ),
+            )
+        if (
+            window.total > limit and limits.keep_recent_results
+        ):  # the newest seen results too, before a summary
+            stages.adopt(
+                Stage.MICRO_COMPACT,
+                s.micro_compact(window.entries, window.total, target, 0, stages.name_for, stages.saved_for),
+            )
         if window.total > limit:
             await stages.summarize(Stage.COMPACT_HISTORY)

@@ -14,8 +14,19 @@ class MaskStrategy(Strategy):
 
     async def prepare(self, stages: Stages) -> None:
         limits, window = self.limits, stages.window
-        stages.adopt(Stage.TOOL_RESULT_BUDGET, s.tool_result_budget(
-            window.entries, limits.batch_char_limit, limits.large_result_chars, limits.preview_chars,
-            stages.name_for))
-        stages.adopt(Stage.OBSERVATION_MASK, s.micro_compact(
-            window.entries, window.total, 0, limits.keep_recent_results, stages.name_for, stages.saved_for))
+        stages.adopt(
+            Stage.TOOL_RESULT_BUDGET,
+            s.tool_result_budget(
+                window.entries,
+                limits.batch_char_limit,
+                limits.large_result_chars,
+                limits.preview_chars,
+                stages.name_for,
+            ),
+        )
+        stages.adopt(
+            Stage.OBSERVATION_MASK,
+            s.micro_compact(
+                window.entries, window.total, 0, limits.keep_recent_results, stages.name_for, stages.saved_for
+            ),
+        )

@@ -18,14 +18,23 @@ class ServerStrategy(Strategy):
     fallback = "client"
 
     def context_management(self) -> dict[str, Any]:
-        edit: dict[str, Any] = {"type": "compact_20260112",
-                                "trigger": {"type": "input_tokens", "value": self.limits.server_trigger_tokens}}
+        edit: dict[str, Any] = {
+            "type": "compact_20260112",
+            "trigger": {"type": "input_tokens", "value": self.limits.server_trigger_tokens},
+        }
         if self.limits.server_instructions:
             edit["instructions"] = self.limits.server_instructions
         return {"edits": [edit]}
 
     async def prepare(self, stages: Stages) -> None:
         limits, window = self.limits, stages.window
-        stages.adopt(Stage.TOOL_RESULT_BUDGET, s.tool_result_budget(
-            window.entries, limits.batch_char_limit, limits.large_result_chars, limits.preview_chars,
-            stages.name_for))
+        stages.adopt(
+            Stage.TOOL_RESULT_BUDGET,
+            s.tool_result_budget(
+                window.entries,
+                limits.batch_char_limit,
+                limits.large_result_chars,
+                limits.preview_chars,
+                stages.name_for,
+            ),
+        )

@@ -15,10 +15,20 @@ from ...compaction.stages import Stage
 from ...rundir.docs import Status
 
 OTHER_STAGE_COLOR = "#555"  # an event line of no known stage
-STATUS_COLORS: dict[str, str] = {Status.SUCCEEDED: "#2ca02c", Status.FAILED: "#d62728", Status.TIMEOUT: "#ff7f0e",
-                 Status.MAX_TURNS: "#ff7f0e", Status.BUDGET_EXCEEDED: "#ff7f0e", Status.STUCK: "#ff7f0e", Status.DISK_QUOTA: "#ff7f0e",
-                 Status.CANCELLED: "#9467bd", Status.RUNNING: "#1f77b4", Status.QUEUED: "#aaaaaa",
-                 Status.NOT_STARTED: "#aaaaaa", Status.INTERRUPTED: "#d62728"}
+STATUS_COLORS: dict[str, str] = {
+    Status.SUCCEEDED: "#2ca02c",
+    Status.FAILED: "#d62728",
+    Status.TIMEOUT: "#ff7f0e",
+    Status.MAX_TURNS: "#ff7f0e",
+    Status.BUDGET_EXCEEDED: "#ff7f0e",
+    Status.STUCK: "#ff7f0e",
+    Status.DISK_QUOTA: "#ff7f0e",
+    Status.CANCELLED: "#9467bd",
+    Status.RUNNING: "#1f77b4",
+    Status.QUEUED: "#aaaaaa",
+    Status.NOT_STARTED: "#aaaaaa",
+    Status.INTERRUPTED: "#d62728",
+}
 
 
 def stage_color(stage: str) -> str:
@@ -65,16 +75,32 @@ def _fmt(value: float) -> str:
     return f"{value:g}"
 
 
-def line_chart(series: Sequence[Series], *, title: str, x_label: str, left_label: str, right_label: str = "",
-               limits: Sequence[tuple[float, str, bool]] = (), marks: Sequence[Mark] = (),
-               width: int = 760, height: int = 260, money: bool = False) -> str:
+def line_chart(
+    series: Sequence[Series],
+    *,
+    title: str,
+    x_label: str,
+    left_label: str,
+    right_label: str = "",
+    limits: Sequence[tuple[float, str, bool]] = (),
+    marks: Sequence[Mark] = (),
+    width: int = 760,
+    height: int = 260,
+    money: bool = False,
+) -> str:
     """An SVG line chart; ``limits`` are horizontal lines ``(value, label, right_axis)``."""
     left, right, top, bottom = 58, 58 if any(s.right for s in series) else 16, 40, 34
     plot_w, plot_h = width - left - right, height - top - bottom
     xs = [x for s in series for x, _ in s.points] + [m.x for m in marks]
     x_max = max(xs, default=1) or 1
-    tops = {side: max([y for s in series if s.right == side for _, y in s.points]
-                      + [v for v, _, r in limits if r == side], default=0) for side in (False, True)}
+    tops = {
+        side: max(
+            [y for s in series if s.right == side for _, y in s.points]
+            + [v for v, _, r in limits if r == side],
+            default=0,
+        )
+        for side in (False, True)
+    }
     ticks = {side: _ticks(tops[side] * 1.05) for side in (False, True)}
 
     def px(x: float) -> float:
@@ -83,76 +109,113 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, left_label
     def py(y: float, side: bool) -> float:
         return top + plot_h - plot_h * y / (ticks[side][-1] or 1)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
-           f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}">',
-           f'<text x="{left}" y="16" class="ct">{escape(title)}</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}">',
+        f'<text x="{left}" y="16" class="ct">{escape(title)}</text>',
+    ]
     for tick in ticks[False]:
         y = py(tick, False)
         label = f"${tick:.2f}" if money else _fmt(tick)
-        out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
-                   f'<text x="{left - 4}" y="{y + 4:.1f}" class="ax" text-anchor="end">{label}</text>')
+        out.append(
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
+            f'<text x="{left - 4}" y="{y + 4:.1f}" class="ax" text-anchor="end">{label}</text>'
+        )
     if right > 16:
         for tick in ticks[True]:
-            out.append(f'<text x="{left + plot_w + 4}" y="{py(tick, True) + 4:.1f}" class="ax">{_fmt(tick)}</text>')
+            out.append(
+                f'<text x="{left + plot_w + 4}" y="{py(tick, True) + 4:.1f}" class="ax">{_fmt(tick)}</text>'
+            )
     for tick in _ticks(x_max):
         if tick <= x_max:
-            out.append(f'<text x="{px(tick):.1f}" y="{top + plot_h + 14}" class="ax" '
-                       f'text-anchor="middle">{_fmt(tick)}</text>')
-    out.append(f'<text x="{left + plot_w / 2}" y="{height - 4}" class="ax" text-anchor="middle">'
-               f'{escape(x_label)}</text>')
-    out.append(f'<text x="12" y="{top + plot_h / 2}" class="ax" text-anchor="middle" '
-               f'transform="rotate(-90 12 {top + plot_h / 2})">{escape(left_label)}</text>')
+            out.append(
+                f'<text x="{px(tick):.1f}" y="{top + plot_h + 14}" class="ax" '
+                f'text-anchor="middle">{_fmt(tick)}</text>'
+            )
+    out.append(
+        f'<text x="{left + plot_w / 2}" y="{height - 4}" class="ax" text-anchor="middle">'
+        f"{escape(x_label)}</text>"
+    )
+    out.append(
+        f'<text x="12" y="{top + plot_h / 2}" class="ax" text-anchor="middle" '
+        f'transform="rotate(-90 12 {top + plot_h / 2})">{escape(left_label)}</text>'
+    )
     if right_label:
         x: float = width - 6
-        out.append(f'<text x="{x}" y="{top + plot_h / 2}" class="ax" text-anchor="middle" '
-                   f'transform="rotate(90 {x} {top + plot_h / 2})">{escape(right_label)}</text>')
+        out.append(
+            f'<text x="{x}" y="{top + plot_h / 2}" class="ax" text-anchor="middle" '
+            f'transform="rotate(90 {x} {top + plot_h / 2})">{escape(right_label)}</text>'
+        )
     for mark in marks:
         x = px(mark.x)
-        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + plot_h}" stroke="{mark.color}" '
-                   f'class="mark"><title>{escape(mark.label)}</title></line>')
+        out.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + plot_h}" stroke="{mark.color}" '
+            f'class="mark"><title>{escape(mark.label)}</title></line>'
+        )
     for value, label, side in limits:
         y = py(value, side)
-        out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" class="limit"/>'
-                   f'<text x="{left + plot_w - 2}" y="{y - 3:.1f}" class="ax lim" text-anchor="end">'
-                   f'{escape(label)}</text>')
+        out.append(
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" class="limit"/>'
+            f'<text x="{left + plot_w - 2}" y="{y - 3:.1f}" class="ax lim" text-anchor="end">'
+            f"{escape(label)}</text>"
+        )
     for s in series:
         if not s.points:
             continue
         coords = " ".join(f"{px(x):.1f},{py(y, s.right):.1f}" for x, y in s.points)
-        out.append(f'<polyline points="{coords}" fill="none" stroke="{s.color}" stroke-width="1.6" '
-                   f'class="line"><title>{escape(s.label)}</title></polyline>')
+        out.append(
+            f'<polyline points="{coords}" fill="none" stroke="{s.color}" stroke-width="1.6" '
+            f'class="line"><title>{escape(s.label)}</title></polyline>'
+        )
     legend_x = left  # a line of its own, under the title
     for s in series:
-        out.append(f'<rect x="{legend_x}" y="25" width="10" height="3" fill="{s.color}"/>'
-                   f'<text x="{legend_x + 14}" y="30" class="ax">{escape(s.label)}</text>')
+        out.append(
+            f'<rect x="{legend_x}" y="25" width="10" height="3" fill="{s.color}"/>'
+            f'<text x="{legend_x + 14}" y="30" class="ax">{escape(s.label)}</text>'
+        )
         legend_x += 14 + 7 * len(s.label) + 16
     out.append("</svg>")
     return "".join(out)
 
 
-def bar_chart(bars: Sequence[tuple[str, float, str]], *, title: str, y_label: str, money: bool = False,
-              width: int = 760, height: int = 200) -> str:
+def bar_chart(
+    bars: Sequence[tuple[str, float, str]],
+    *,
+    title: str,
+    y_label: str,
+    money: bool = False,
+    width: int = 760,
+    height: int = 200,
+) -> str:
     """One bar per ``(label, value, status)``, coloured by status, in the given order."""
     left, right, top, bottom = 58, 12, 26, 14
     plot_w, plot_h = width - left - right, height - top - bottom
     ticks = _ticks(max((v for _, v, _ in bars), default=0) * 1.05)
     scale = ticks[-1] or 1
     step = plot_w / max(len(bars), 1)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
-           f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}">',
-           f'<text x="{left}" y="16" class="ct">{escape(title)}</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}">',
+        f'<text x="{left}" y="16" class="ct">{escape(title)}</text>',
+    ]
     for tick in ticks:
         y = top + plot_h - plot_h * tick / scale
         label = f"${tick:.2f}" if money else _fmt(tick)
-        out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
-                   f'<text x="{left - 4}" y="{y + 4:.1f}" class="ax" text-anchor="end">{label}</text>')
-    out.append(f'<text x="12" y="{top + plot_h / 2}" class="ax" text-anchor="middle" '
-               f'transform="rotate(-90 12 {top + plot_h / 2})">{escape(y_label)}</text>')
+        out.append(
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
+            f'<text x="{left - 4}" y="{y + 4:.1f}" class="ax" text-anchor="end">{label}</text>'
+        )
+    out.append(
+        f'<text x="12" y="{top + plot_h / 2}" class="ax" text-anchor="middle" '
+        f'transform="rotate(-90 12 {top + plot_h / 2})">{escape(y_label)}</text>'
+    )
     for i, (label, value, status) in enumerate(bars):
         h = plot_h * value / scale
         shown = f"${value:.4f}" if money else f"{value:g}"
-        out.append(f'<rect x="{left + i * step:.1f}" y="{top + plot_h - h:.1f}" width="{max(step - 1, 0.5):.1f}" '
-                   f'height="{h:.1f}" fill="{STATUS_COLORS.get(status, "#888")}" class="bar">'
-                   f'<title>{escape(label)}: {shown} ({escape(status)})</title></rect>')
+        out.append(
+            f'<rect x="{left + i * step:.1f}" y="{top + plot_h - h:.1f}" width="{max(step - 1, 0.5):.1f}" '
+            f'height="{h:.1f}" fill="{STATUS_COLORS.get(status, "#888")}" class="bar">'
+            f"<title>{escape(label)}: {shown} ({escape(status)})</title></rect>"
+        )
     out.append("</svg>")
     return "".join(out)

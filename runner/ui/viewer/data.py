@@ -46,8 +46,14 @@ def subagent_names(job: JobData) -> list[str]:
     root = job.dir / AGENTS
     try:
         real = root.resolve()
-        found = [p.name for p in root.iterdir() if not p.name.startswith(".") and p.is_dir()
-                 and p.resolve().parent == real and ((p / METRICS).exists() or (p / JOB_JSON).exists())]
+        found = [
+            p.name
+            for p in root.iterdir()
+            if not p.name.startswith(".")
+            and p.is_dir()
+            and p.resolve().parent == real
+            and ((p / METRICS).exists() or (p / JOB_JSON).exists())
+        ]
     except OSError:
         return []
     return sorted(found, key=agent_order)
@@ -57,7 +63,11 @@ def subagents_of(job: JobData, problems: list[str]) -> list[JobData]:
     """A job's subagents as they stand, each as a job of its own: its row in the parent's
     ``subagents`` overlaid with its own ``metrics.json`` (checkpointed while it runs); a live one of
     a job shown as interrupted is interrupted too."""
-    rows = {r["agent"]: r for r in job.metrics.subagents if isinstance(r, dict) and isinstance(r.get("agent"), str)}
+    rows = {
+        r["agent"]: r
+        for r in job.metrics.subagents
+        if isinstance(r, dict) and isinstance(r.get("agent"), str)
+    }
     out = []
     for name in subagent_names(job):
         child_dir = job.dir / AGENTS / name

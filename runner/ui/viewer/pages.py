@@ -81,7 +81,13 @@ def page_number(job: str, name: str) -> int | None:
     if name == page_name(job):
         return 1
     stem, dot, rest = name.removesuffix(".html").partition(".")
-    if name.endswith(".html") and dot and stem == safe_name(job) and rest.isdigit() and not rest.startswith("0"):
+    if (
+        name.endswith(".html")
+        and dot
+        and stem == safe_name(job)
+        and rest.isdigit()
+        and not rest.startswith("0")
+    ):
         number_ = int(rest)
         return number_ if number_ >= 2 else None
     return None
@@ -109,27 +115,53 @@ def job_row(job: JobData, pages: str) -> dict[str, Any]:
     comp = job.compactions()
     retries = retry_counts(r)
     agents, agents_failed, agents_running = subagent_counts(job.metrics.subagents)
-    return {"name": job.name, "href": f"{pages}/{quote(page_name(job.name))}", "status": job.status,
-            "turns": int(number(r.get("turns"))), **{k: int(job.usage(k)) for k in USAGE_KEYS},
-            "cost": number(r.get("cost_usd")), "wall": number(r.get("wall_s")),
-            "compactions": " ".join(f"{short_name(k)}:{v}" for k, v in sorted(comp.items())),
-            "compaction_total": sum(comp.values()), "retries": sum(retries.values()),
-            "retries_title": ", ".join(f"{k} {v}" for k, v in retries.items()),
-            "estimated": bool(r.get("usage_estimated")), "error": str(r.get("error") or ""),
-            "subagents": agents, "subagents_failed": agents_failed, "subagents_running": agents_running}
+    return {
+        "name": job.name,
+        "href": f"{pages}/{quote(page_name(job.name))}",
+        "status": job.status,
+        "turns": int(number(r.get("turns"))),
+        **{k: int(job.usage(k)) for k in USAGE_KEYS},
+        "cost": number(r.get("cost_usd")),
+        "wall": number(r.get("wall_s")),
+        "compactions": " ".join(f"{short_name(k)}:{v}" for k, v in sorted(comp.items())),
+        "compaction_total": sum(comp.values()),
+        "retries": sum(retries.values()),
+        "retries_title": ", ".join(f"{k} {v}" for k, v in retries.items()),
+        "estimated": bool(r.get("usage_estimated")),
+        "error": str(r.get("error") or ""),
+        "subagents": agents,
+        "subagents_failed": agents_failed,
+        "subagents_running": agents_running,
+    }
 
 
 def index_context(run: RunData, pages: str) -> dict[str, Any]:
     rows = [job_row(j, pages) for j in run.jobs]
     by_cost = sorted(rows, key=lambda r: -r["cost"])
-    chart = bar_chart([(r["name"], r["cost"], r["status"]) for r in by_cost],
-                      title="cost per job, highest first (hover a bar for the job)", y_label="USD", money=True)
+    chart = bar_chart(
+        [(r["name"], r["cost"], r["status"]) for r in by_cost],
+        title="cost per job, highest first (hover a bar for the job)",
+        y_label="USD",
+        money=True,
+    )
     head = run.run.head()
-    meta = {k: head[k] for k in ("run_id", "backend", "model", "summary_model", "concurrency") if head.get(k) is not None}
-    return {"run": run, "rows": rows, "totals": run.run.totals, "chart": chart, "meta": meta,
-            "estimated": any(r["estimated"] for r in rows), "with_subagents": any(r["subagents"] for r in rows),
-            "statuses": sorted({r["status"] for r in rows}),
-            "problems": run.problems, "title": f"run {run.run.run_id or run.dir.name}"}
+    meta = {
+        k: head[k]
+        for k in ("run_id", "backend", "model", "summary_model", "concurrency")
+        if head.get(k) is not None
+    }
+    return {
+        "run": run,
+        "rows": rows,
+        "totals": run.run.totals,
+        "chart": chart,
+        "meta": meta,
+        "estimated": any(r["estimated"] for r in rows),
+        "with_subagents": any(r["subagents"] for r in rows),
+        "statuses": sorted({r["status"] for r in rows}),
+        "problems": run.problems,
+        "title": f"run {run.run.run_id or run.dir.name}",
+    }
 
 
 def _text(content: Any) -> str:
@@ -146,28 +178,49 @@ def _compact_json(value: Any) -> str:
     return line if len(line) <= 100 else json.dumps(value, ensure_ascii=False, indent=1)
 
 
-def _block(block: Any, job: JobData, start: Path, saved: dict[str, str], agents: dict[str, str]) -> dict[str, Any]:
+def _block(
+    block: Any, job: JobData, start: Path, saved: dict[str, str], agents: dict[str, str]
+) -> dict[str, Any]:
     if not isinstance(block, dict):
         return {"kind": "other", "text": json.dumps(block, ensure_ascii=False)}
     kind = block.get("type")
     if kind == "text":
         text = str(block.get("text", ""))
-        return {"kind": "text", "text": text[:TEXT_SHOWN_CHARS], "chars": len(text), "cut": len(text) > TEXT_SHOWN_CHARS,
-                "marker": is_marker(text)}
+        return {
+            "kind": "text",
+            "text": text[:TEXT_SHOWN_CHARS],
+            "chars": len(text),
+            "cut": len(text) > TEXT_SHOWN_CHARS,
+            "marker": is_marker(text),
+        }
     if kind == "tool_use":
         shown = _compact_json(block.get("input"))
-        return {"kind": "tool_use", "name": str(block.get("name", "?")), "id": str(block.get("id", "")),
-                "input": shown[:TEXT_SHOWN_CHARS], "chars": len(shown), "cut": len(shown) > TEXT_SHOWN_CHARS}
+        return {
+            "kind": "tool_use",
+            "name": str(block.get("name", "?")),
+            "id": str(block.get("id", "")),
+            "input": shown[:TEXT_SHOWN_CHARS],
+            "chars": len(shown),
+            "cut": len(shown) > TEXT_SHOWN_CHARS,
+        }
     if kind == "tool_result":
         text = _text(block.get("content"))
         ident = str(block.get("tool_use_id", ""))
         rel = saved.get(safe_name(ident))
         head = subagent_result(text)
-        return {"kind": "tool_result", "id": ident, "text": text[:RESULT_SHOWN_CHARS], "chars": len(text),
-                "agent": head[0] if head else None, "agent_href": agents.get(head[0]) if head else None,
-                "cut": len(text) > RESULT_SHOWN_CHARS, "error": bool(block.get("is_error")),
-                "saved": link(job.dir / rel, start) if rel else None, "saved_name": rel,
-                "marker": is_marker(text)}
+        return {
+            "kind": "tool_result",
+            "id": ident,
+            "text": text[:RESULT_SHOWN_CHARS],
+            "chars": len(text),
+            "agent": head[0] if head else None,
+            "agent_href": agents.get(head[0]) if head else None,
+            "cut": len(text) > RESULT_SHOWN_CHARS,
+            "error": bool(block.get("is_error")),
+            "saved": link(job.dir / rel, start) if rel else None,
+            "saved_name": rel,
+            "marker": is_marker(text),
+        }
     return {"kind": "other", "text": json.dumps(block, ensure_ascii=False, indent=1)[:RESULT_SHOWN_CHARS]}
 
 
@@ -185,7 +238,11 @@ def _saved_outputs(compactions: list[dict[str, Any]]) -> dict[str, str]:
 
 def _event(event: dict[str, Any], job: JobData, start: Path, problems: list[str]) -> dict[str, Any]:
     stage = str(event.get("stage", "?"))
-    paths = [p for p in event.get("paths", []) if isinstance(p, str)] if isinstance(event.get("paths"), list) else []
+    paths = (
+        [p for p in event.get("paths", []) if isinstance(p, str)]
+        if isinstance(event.get("paths"), list)
+        else []
+    )
     root = job.dir.resolve()
     files, summary, summary_href = [], None, None
     for rel in paths:
@@ -196,31 +253,56 @@ def _event(event: dict[str, Any], job: JobData, start: Path, problems: list[str]
         if rel.startswith(f"{SUMMARIES}/") and summary is None:
             summary = read_text(target, problems)
             summary_href = files[-1]["href"]
-    return {"stage": stage, "color": stage_color(stage), "summary_label": summary_label(stage),
-            "before": int(number(event.get("messages_before"))), "after": int(number(event.get("messages_after"))),
-            "chars_before": int(number(event.get("chars_before"))), "chars_after": int(number(event.get("chars_after"))),
-            "files": files, "summary": summary[:TEXT_SHOWN_CHARS] if summary is not None else None,
-            "summary_cut": summary is not None and len(summary) > TEXT_SHOWN_CHARS, "summary_href": summary_href}
+    return {
+        "stage": stage,
+        "color": stage_color(stage),
+        "summary_label": summary_label(stage),
+        "before": int(number(event.get("messages_before"))),
+        "after": int(number(event.get("messages_after"))),
+        "chars_before": int(number(event.get("chars_before"))),
+        "chars_after": int(number(event.get("chars_after"))),
+        "files": files,
+        "summary": summary[:TEXT_SHOWN_CHARS] if summary is not None else None,
+        "summary_cut": summary is not None and len(summary) > TEXT_SHOWN_CHARS,
+        "summary_href": summary_href,
+    }
 
 
-def subagent_tree(job: JobData, start: Path, problems: list[str]) -> tuple[list[JobData], list[dict[str, Any]]]:
+def subagent_tree(
+    job: JobData, start: Path, problems: list[str]
+) -> tuple[list[JobData], list[dict[str, Any]]]:
     """A job's subagents (each a job of its own) and the rows of its tree on the page in directory
     ``start``: one per subagent directory, linked to its page, then any row of the job's ``subagents``
     with no directory (not linked)."""
     children = subagents_of(job, problems)
-    rows = [{**job_row(child, "."), "href": link(start / agents_page_dir(job.name) / page_name(child.name), start)}
-            for child in children]
+    rows = [
+        {
+            **job_row(child, "."),
+            "href": link(start / agents_page_dir(job.name) / page_name(child.name), start),
+        }
+        for child in children
+    ]
     shown = {child.name for child in children}
     for row in job.metrics.subagents:
         name = row.get("agent") if isinstance(row, dict) else None
         if isinstance(name, str) and name not in shown:
-            rows.append({"name": name, "href": None, "status": str(row.get("status", "?")),
-                         "turns": int(number(row.get("turns"))), "cost": number(row.get("cost_usd")),
-                         "wall": number(row.get("wall_s")), "error": str(row.get("error") or "")})
+            rows.append(
+                {
+                    "name": name,
+                    "href": None,
+                    "status": str(row.get("status", "?")),
+                    "turns": int(number(row.get("turns"))),
+                    "cost": number(row.get("cost_usd")),
+                    "wall": number(row.get("wall_s")),
+                    "error": str(row.get("error") or ""),
+                }
+            )
     return children, rows
 
 
-def job_context(job: JobData, start: Path, index_href: str, *, parent: tuple[str, str] | None = None) -> dict[str, Any]:
+def job_context(
+    job: JobData, start: Path, index_href: str, *, parent: tuple[str, str] | None = None
+) -> dict[str, Any]:
     """Everything one job's page shows. ``start`` is the page's directory (links are relative to it);
     ``parent`` is, on a subagent's page, its job's name and the link to its page."""
     problems: list[str] = []
@@ -246,16 +328,27 @@ def job_context(job: JobData, start: Path, index_href: str, *, parent: tuple[str
             if shown["chars_before"] or shown["chars_after"]:
                 chars += [(len(calls) + 0.5, shown["chars_before"]), (len(calls) + 0.5, shown["chars_after"])]
             timeline.setdefault(len(calls) + 1, []).append(shown)
-            marks.append(Mark(len(calls) + 0.5, f"{shown['stage']} before call {len(calls) + 1}: "
-                              f"{shown['chars_before']:,} -> {shown['chars_after']:,} chars", shown["color"]))
+            marks.append(
+                Mark(
+                    len(calls) + 0.5,
+                    f"{shown['stage']} before call {len(calls) + 1}: "
+                    f"{shown['chars_before']:,} -> {shown['chars_after']:,} chars",
+                    shown["color"],
+                )
+            )
     limits = job.limits()
     char_limit = number(limits.get("context_char_limit"))
     token_limit = number(limits.get("context_token_limit"))
     tokens: list[tuple[float, float]] = [(c.turn, c.tokens) for c in calls if c.tokens]
     estimated = any(c.estimated for c in calls)
     token_label = "tokens" + (" (estimated)" if estimated else "")
-    series = [Series("characters of the messages (each compaction's drop drawn at its mark)",
-                     chars if calls else [], "#1f77b4")]
+    series = [
+        Series(
+            "characters of the messages (each compaction's drop drawn at its mark)",
+            chars if calls else [],
+            "#1f77b4",
+        )
+    ]
     if tokens:
         series.append(Series(token_label, tokens, "#ff7f0e", right=True))
     limit_lines = [(char_limit, f"context_char_limit {char_limit:,.0f}", False)] if char_limit else []
@@ -263,12 +356,27 @@ def job_context(job: JobData, start: Path, index_href: str, *, parent: tuple[str
         limit_lines.append((token_limit, f"context_token_limit {token_limit:,.0f}", True))
     charts = []
     if calls:
-        charts.append(line_chart(series, title="context before each model call; lines mark compactions",
-                                 x_label="model call", left_label="characters",
-                                 right_label=token_label if tokens else "", limits=limit_lines, marks=marks))
-        charts.append(line_chart([Series("cost so far", [(c.turn, c.cost_usd) for c in calls], "#2ca02c")],
-                                 title="cost over model calls", x_label="model call", left_label="USD", money=True,
-                                 height=200))
+        charts.append(
+            line_chart(
+                series,
+                title="context before each model call; lines mark compactions",
+                x_label="model call",
+                left_label="characters",
+                right_label=token_label if tokens else "",
+                limits=limit_lines,
+                marks=marks,
+            )
+        )
+        charts.append(
+            line_chart(
+                [Series("cost so far", [(c.turn, c.cost_usd) for c in calls], "#2ca02c")],
+                title="cost over model calls",
+                x_label="model call",
+                left_label="USD",
+                money=True,
+                height=200,
+            )
+        )
     transcript = read_records(job.dir / TRANSCRIPT, problems)
     saved = _saved_outputs(compactions)
     items: list[dict[str, Any]] = []
@@ -280,47 +388,85 @@ def job_context(job: JobData, start: Path, index_href: str, *, parent: tuple[str
             items.extend({"kind": "event", **e} for e in timeline.pop(turn, []))
         content = message.get("content")
         text = str(content)
-        blocks = [_block(b, job, start, saved, agent_hrefs) for b in content] if isinstance(content, list) else [
-            {"kind": "text", "text": text[:TEXT_SHOWN_CHARS], "chars": len(text), "cut": len(text) > TEXT_SHOWN_CHARS,
-             "marker": is_marker(text)}]
-        items.append({"kind": "message", "role": role, "line": number_, "turn": turn if role == "assistant" else None,
-                      "blocks": blocks})
+        blocks = (
+            [_block(b, job, start, saved, agent_hrefs) for b in content]
+            if isinstance(content, list)
+            else [
+                {
+                    "kind": "text",
+                    "text": text[:TEXT_SHOWN_CHARS],
+                    "chars": len(text),
+                    "cut": len(text) > TEXT_SHOWN_CHARS,
+                    "marker": is_marker(text),
+                }
+            ]
+        )
+        items.append(
+            {
+                "kind": "message",
+                "role": role,
+                "line": number_,
+                "turn": turn if role == "assistant" else None,
+                "blocks": blocks,
+            }
+        )
     for rest in timeline.values():  # after the last reply (or from a run without model_call records)
         items.extend({"kind": "event", **e} for e in rest)
     pages = split_transcript(items, TRANSCRIPT_PAGE_CHARS)
     final = read_text(job.dir / FINAL, problems)
     usage = {k: int(job.usage(k)) for k in USAGE_KEYS}
-    return {"job": job, "row": job_row(job, "."), "usage": usage, "charts": charts, "compactions": compactions,
-            "items": pages[0], "transcript_pages": pages, "page_links": _page_links(job.name, pages), "page": 1,
-            "final_html": _markdown.render(final) if final is not None else None,
-            "problems": problems, "index_href": index_href, "row_model": job.record.get("model") or job.spec.get("model"),
-            "stage_colors": [(s, stage_color(s)) for s in dict.fromkeys(e["stage"] for e in compactions)],
-            "limits": limits, "spec": job.spec,
-            "title": f"subagent {job.name} of job {parent[0]}" if parent else f"job {job.name}",
-            "parent": {"name": parent[0], "href": parent[1]} if parent else None,
-            "subagents": children, "tree": tree, "agents_dir": AGENTS, "own_cost": number(job.record.get("cost_usd")) - sum(
-                number(r.get("cost_usd")) for r in job.metrics.subagents if isinstance(r, dict)),
-            "transcript_href": link(job.dir / TRANSCRIPT, start),
-            "transcript_name": TRANSCRIPT, "memory_dir": MEMORY_DIR,
-            "dir_href": link(job.dir, start),
-            "memories": [{"path": path, "size": size} for path, size in memory_files(str(job.dir))]}
+    return {
+        "job": job,
+        "row": job_row(job, "."),
+        "usage": usage,
+        "charts": charts,
+        "compactions": compactions,
+        "items": pages[0],
+        "transcript_pages": pages,
+        "page_links": _page_links(job.name, pages),
+        "page": 1,
+        "final_html": _markdown.render(final) if final is not None else None,
+        "problems": problems,
+        "index_href": index_href,
+        "row_model": job.record.get("model") or job.spec.get("model"),
+        "stage_colors": [(s, stage_color(s)) for s in dict.fromkeys(e["stage"] for e in compactions)],
+        "limits": limits,
+        "spec": job.spec,
+        "title": f"subagent {job.name} of job {parent[0]}" if parent else f"job {job.name}",
+        "parent": {"name": parent[0], "href": parent[1]} if parent else None,
+        "subagents": children,
+        "tree": tree,
+        "agents_dir": AGENTS,
+        "own_cost": number(job.record.get("cost_usd"))
+        - sum(number(r.get("cost_usd")) for r in job.metrics.subagents if isinstance(r, dict)),
+        "transcript_href": link(job.dir / TRANSCRIPT, start),
+        "transcript_name": TRANSCRIPT,
+        "memory_dir": MEMORY_DIR,
+        "dir_href": link(job.dir, start),
+        "memories": [{"path": path, "size": size} for path, size in memory_files(str(job.dir))],
+    }
 
 
 def _shown_chars(item: dict[str, Any]) -> int:
     """About how much of the page an item takes: the text it shows, and a little for its frame."""
     if item["kind"] == "event":
-        return 300 + len(item.get("summary") or "") + sum(len(f["name"]) + len(f["href"]) for f in item["files"])
+        return (
+            300 + len(item.get("summary") or "") + sum(len(f["name"]) + len(f["href"]) for f in item["files"])
+        )
     return 100 + sum(200 + len(b.get("text") or b.get("input") or "") for b in item["blocks"])
 
 
-def split_transcript(items: list[dict[str, Any]], budget: int = TRANSCRIPT_PAGE_CHARS) -> list[list[dict[str, Any]]]:
+def split_transcript(
+    items: list[dict[str, Any]], budget: int = TRANSCRIPT_PAGE_CHARS
+) -> list[list[dict[str, Any]]]:
     """``items`` in pages of at most about ``budget`` characters shown, each page starting at a turn (the
     compactions before a model call, then its reply), never splitting one; at least one page."""
     pages: list[list[dict[str, Any]]] = [[]]
     size = 0
     for i, item in enumerate(items):
         starts_turn = (item["kind"] == "event" or item.get("role") == "assistant") and (
-            i == 0 or items[i - 1]["kind"] != "event")
+            i == 0 or items[i - 1]["kind"] != "event"
+        )
         weight = _shown_chars(item)
         if starts_turn and pages[-1] and size + weight > budget:
             pages.append([])
@@ -336,7 +482,12 @@ def _page_links(job: str, pages: list[list[dict[str, Any]]]) -> list[dict[str, A
     for number_, page in enumerate(pages, 1):
         lines = [it["line"] for it in page if it["kind"] == "message"]
         turns = [it["turn"] for it in page if it["kind"] == "message" and it["turn"]]
-        out.append({"number": number_, "href": quote(page_name(job) if number_ == 1 else transcript_page_name(job, number_)),
-                    "lines": f"{lines[0]}-{lines[-1]}" if lines else "",
-                    "turns": f"{turns[0]}-{turns[-1]}" if turns else ""})
+        out.append(
+            {
+                "number": number_,
+                "href": quote(page_name(job) if number_ == 1 else transcript_page_name(job, number_)),
+                "lines": f"{lines[0]}-{lines[-1]}" if lines else "",
+                "turns": f"{turns[0]}-{turns[-1]}" if turns else "",
+            }
+        )
     return out

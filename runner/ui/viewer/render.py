@@ -32,11 +32,17 @@ PAGES_PER_WORKER = 16
 SCRIPT = (Path(__file__).parent / "templates" / "index.js.j2").read_text(encoding="utf-8")
 # What a page may load: its own styles and the index's one script (by hash), nothing else; no script in a
 # file of the run (a transcript, a planted page) ever runs in a page's origin. Also sent as a header by --serve.
-PAGE_CSP = ("default-src 'none'; script-src 'sha256-"
-            + base64.b64encode(hashlib.sha256(SCRIPT.encode("utf-8")).digest()).decode("ascii")
-            + "'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'")
-_env = Environment(loader=PackageLoader("runner.ui.viewer", "templates"), autoescape=select_autoescape(["j2", "html"]),
-                   trim_blocks=True, lstrip_blocks=True)
+PAGE_CSP = (
+    "default-src 'none'; script-src 'sha256-"
+    + base64.b64encode(hashlib.sha256(SCRIPT.encode("utf-8")).digest()).decode("ascii")
+    + "'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+)
+_env = Environment(
+    loader=PackageLoader("runner.ui.viewer", "templates"),
+    autoescape=select_autoescape(["j2", "html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
 
 
 @dataclass
@@ -55,11 +61,17 @@ def pages_dir_for(index: Path) -> Path:
 def render_index(run: RunData, index: Path, refresh: int | None = None) -> str:
     pages = link(pages_dir_for(index), index.parent)
     return _env.get_template("index.html.j2").render(
-        **index_context(run, pages), written=time.strftime("%Y-%m-%d %H:%M:%S"), refresh=refresh, script=SCRIPT,
-        csp=PAGE_CSP)
+        **index_context(run, pages),
+        written=time.strftime("%Y-%m-%d %H:%M:%S"),
+        refresh=refresh,
+        script=SCRIPT,
+        csp=PAGE_CSP,
+    )
 
 
-def render_job(job: JobData, pages_dir: Path, index: Path, refresh: int | None = None, page: int = 1) -> str | None:
+def render_job(
+    job: JobData, pages_dir: Path, index: Path, refresh: int | None = None, page: int = 1
+) -> str | None:
     """Page ``page`` of a job: 1 is the job's page (charts, compactions, report and the transcript's first
     page), 2 and on the transcript's further pages; None when the transcript has no such page."""
     context = job_context(job, pages_dir, link(index, pages_dir))
@@ -72,11 +84,14 @@ def render_job(job: JobData, pages_dir: Path, index: Path, refresh: int | None =
 def agent_context(job: JobData, agent: JobData, pages_dir: Path, index: Path) -> dict:
     """A subagent's page, in its job's directory of subagent pages, linking back to the job's page."""
     start = pages_dir / agents_page_dir(job.name)
-    return job_context(agent, start, link(index, start), parent=(job.name, link(pages_dir / page_name(job.name), start)))
+    return job_context(
+        agent, start, link(index, start), parent=(job.name, link(pages_dir / page_name(job.name), start))
+    )
 
 
-def render_agent(job: JobData, agent: JobData, pages_dir: Path, index: Path, refresh: int | None = None,
-                 page: int = 1) -> str | None:
+def render_agent(
+    job: JobData, agent: JobData, pages_dir: Path, index: Path, refresh: int | None = None, page: int = 1
+) -> str | None:
     """Page ``page`` of a subagent of ``job`` (as :func:`render_job`)."""
     context = agent_context(job, agent, pages_dir, index)
     if not 1 <= page <= len(context["transcript_pages"]):
@@ -91,8 +106,11 @@ def render_files(title: str, files: list[dict[str, str]]) -> str:
 
 def _render_page(context: dict, page: int, refresh: int | None) -> str:
     template = "job.html.j2" if page == 1 else "transcript.html.j2"
-    return _env.get_template(template).render(**{**context, "items": context["transcript_pages"][page - 1], "page": page},
-                                              refresh=refresh, csp=PAGE_CSP)
+    return _env.get_template(template).render(
+        **{**context, "items": context["transcript_pages"][page - 1], "page": page},
+        refresh=refresh,
+        csp=PAGE_CSP,
+    )
 
 
 def _stale(job: JobData, page: Path) -> bool:
@@ -118,7 +136,9 @@ def _write_pages(context: dict, pages: Path, name: str) -> None:
         write_atomic_sync(pages / transcript_page_name(name, number), _render_page(context, number, None))
     for old in pages.glob(f"{safe_name(name)}.*.html"):  # pages of a longer transcript than today's
         rest = old.name.removesuffix(".html").split(".", 1)[1]
-        if not (rest.isdigit() and 2 <= int(rest) <= count and old.name == transcript_page_name(name, int(rest))):
+        if not (
+            rest.isdigit() and 2 <= int(rest) <= count and old.name == transcript_page_name(name, int(rest))
+        ):
             old.unlink(missing_ok=True)
     write_atomic_sync(pages / page_name(name), _render_page(context, 1, None))
 

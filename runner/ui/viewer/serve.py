@@ -40,15 +40,22 @@ REFRESH_S = 5
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
 PAGE_HEADERS = {"Content-Security-Policy": PAGE_CSP + "; frame-ancestors 'none'"}
 FILE_HEADERS = {"Content-Security-Policy": "default-src 'none'; sandbox; frame-ancestors 'none'"}
-COMMON_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
-                  "Cross-Origin-Resource-Policy": "same-origin"}
+COMMON_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
 FILE_DIRS = (TOOL_RESULTS, SUMMARIES)
 
 
 def runner_file(parts: list[str]) -> bool:
     """Whether a path in a job's (or a subagent's) directory, split at ``/``, is one the runner writes."""
     return (len(parts) == 1 and parts[0] in JOB_FILES) or (
-        len(parts) == 2 and parts[0] in FILE_DIRS and parts[1] not in ("", ".", "..") and not parts[1].startswith("."))
+        len(parts) == 2
+        and parts[0] in FILE_DIRS
+        and parts[1] not in ("", ".", "..")
+        and not parts[1].startswith(".")
+    )
 
 
 def served_files(where: Path) -> list[str]:
@@ -56,8 +63,11 @@ def served_files(where: Path) -> list[str]:
     found = [name for name in JOB_FILES if (where / name).is_file()]
     for folder in FILE_DIRS:
         try:
-            found += sorted(f"{folder}/{p.name}" for p in (where / folder).iterdir()
-                            if runner_file([folder, p.name]) and p.is_file())
+            found += sorted(
+                f"{folder}/{p.name}"
+                for p in (where / folder).iterdir()
+                if runner_file([folder, p.name]) and p.is_file()
+            )
         except OSError:
             continue
     return found
@@ -97,17 +107,23 @@ class LoopbackOnly:
             return
         hosts = [v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"]
         if len(hosts) != 1 or not loopback_host(hosts[0], self.port):
-            refused = PlainTextResponse("421 misdirected request: this server answers only to a loopback host "
-                                        "(127.0.0.1, localhost or [::1])", status_code=421,
-                                        headers={**FILE_HEADERS, **COMMON_HEADERS})
+            refused = PlainTextResponse(
+                "421 misdirected request: this server answers only to a loopback host "
+                "(127.0.0.1, localhost or [::1])",
+                status_code=421,
+                headers={**FILE_HEADERS, **COMMON_HEADERS},
+            )
             await refused(scope, receive, send)
             return
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 present = {k.lower() for k, _ in message.get("headers", [])}
-                extra = [(k.lower().encode(), v.encode()) for k, v in {**FILE_HEADERS, **COMMON_HEADERS}.items()
-                         if k.lower().encode() not in present]
+                extra = [
+                    (k.lower().encode(), v.encode())
+                    for k, v in {**FILE_HEADERS, **COMMON_HEADERS}.items()
+                    if k.lower().encode() not in present
+                ]
                 message = {**message, "headers": [*message.get("headers", []), *extra]}
             await send(message)
 
@@ -154,13 +170,16 @@ def create_app(run_dir: Path, port: int | None = None) -> ASGIApp:
         parts = rest.split("/")
         found = next((j for j in load_run(run_dir, with_specs=False).jobs if j.name == job), None)
         where = job
-        if found is not None and (parts == [""] or (len(parts) == 2 and parts[0] == AGENTS
-                                                    and parts[1] in subagent_names(found))):
+        if found is not None and (
+            parts == [""] or (len(parts) == 2 and parts[0] == AGENTS and parts[1] in subagent_names(found))
+        ):
             where = f"{job}/{rest}".rstrip("/")
             files = [{"name": f, "href": "/" + quote(f"{where}/{f}")} for f in served_files(run_dir / where)]
             if parts == [""]:
-                files += [{"name": f"{AGENTS}/{a}/", "href": "/" + quote(f"{where}/{AGENTS}/{a}")}
-                          for a in subagent_names(found)]
+                files += [
+                    {"name": f"{AGENTS}/{a}/", "href": "/" + quote(f"{where}/{AGENTS}/{a}")}
+                    for a in subagent_names(found)
+                ]
             return HTMLResponse(render_files(f"files of {where}", files), headers=PAGE_HEADERS)
         if found is not None and len(parts) > 2 and parts[0] == AGENTS and parts[1] in subagent_names(found):
             where, parts = f"{job}/{AGENTS}/{parts[1]}", parts[2:]
@@ -171,10 +190,16 @@ def create_app(run_dir: Path, port: int | None = None) -> ASGIApp:
                 return FileResponse(path, media_type="text/plain; charset=utf-8", headers=FILE_HEADERS)
         return PlainTextResponse("not found", status_code=404)
 
-    app = Starlette(routes=[Route("/", show_index), Route("/index.html", to_index),
-                            Route(f"/{pages.name}/{{page}}", show_job),
-                            Route(f"/{pages.name}/{{job}}/{AGENTS}/{{page}}", show_agent),
-                            Route("/{job}", job_file), Route("/{job}/{rest:path}", job_file)])
+    app = Starlette(
+        routes=[
+            Route("/", show_index),
+            Route("/index.html", to_index),
+            Route(f"/{pages.name}/{{page}}", show_job),
+            Route(f"/{pages.name}/{{job}}/{AGENTS}/{{page}}", show_agent),
+            Route("/{job}", job_file),
+            Route("/{job}/{rest:path}", job_file),
+        ]
+    )
     app.router.redirect_slashes = False  # an unknown path is a 404, never a redirect to one a route takes
     return LoopbackOnly(app, port)
 
