@@ -271,7 +271,8 @@ def checks(data: dict[str, Any]) -> list[str]:
         d = data["runs"][deadline_key(fraction)]
         saved = 1 - d["cost_usd"] / d["cost_if_live_usd"] if d["cost_if_live_usd"] else 0.0
         out.append(
-            f"{data['jobs']}-job batch with a deadline {d['deadline_s']:g} s after the start ({fraction:g} of the "
+            f"{data['jobs']}-job batch with a deadline {d['deadline_s']:g} s after the start ({fraction:g} "
+            "of the "
             f"no-deadline batch run's wall): {d['succeeded']}/{d['jobs']} succeeded, {d['batch_calls']:,} "
             f"calls answered by batches and {d['live_requests']:,} live requests, "
             f"{d['batches']['canceled']} batch(es) cancelled at the deadline; the last batch ended "
@@ -312,10 +313,13 @@ def render(data: dict[str, Any]) -> str:
         'standard-library modules each, the same limits, all at once), live and in `delivery = "batch"`, '
         "through the real SDK against the emulator's Batches API (the offline policy is the model; summaries "
         "go by batch too). Cost: the run's cost as the runner prices it (`prices.batch_discount` 0.5 on what "
-        "a batch answered; cache writes at the 5-minute rate in both: the requests carry `cache_control` with "
+        "a batch answered; cache writes at the 5-minute rate in both: the requests carry `cache_control` "
+        "with "
         'no `ttl`); "same tokens priced live": those tokens at the live price. The emulator adds no latency '
-        "to a live call here, so a live wall is the machine's time alone. A job's calls follow each other, so "
-        "the long session's batches hold one request each (its turns and summaries: one turnaround per call); "
+        "to a live call here, so a live wall is the machine's time alone. A job's calls follow each other, "
+        "so "
+        "the long session's batches hold one request each (its turns and summaries: one turnaround per "
+        "call); "
         "the 50 jobs share each batch.",
         "",
         f"**Turnaround scaled**: the emulator ends each batch a seeded uniform "
@@ -325,7 +329,8 @@ def render(data: dict[str, Any]) -> str:
         f"{clock['window_s']:g} s after its first request and polls after {clock['poll_s']:g} s, doubling up "
         f"to {clock['poll_max_s']:g} s (`batch_window_s`, `batch_poll_s`, `batch_poll_max_s`; defaults 2, 1, "
         "60). Wall numbers are for this scaled clock; cost and token numbers do not depend on it. One round "
-        "each: the policy and the emulator are deterministic, so cost and tokens repeat exactly (two full runs "
+        "each: the policy and the emulator are deterministic, so cost and tokens repeat exactly (two full "
+        "runs "
         "gave the same tokens and costs; a deadline run's split between batch and live depends on the "
         "clock).",
         "",

@@ -101,7 +101,8 @@ def render(data: dict) -> str:
     ]
     close = sum(runs[0]["within_2"] for runs in data["windows"].values())
     out.append(
-        f"History compactions less than 3 turns apart: {close} (target 0: {'met' if not close else 'MISSED'})."
+        f"History compactions less than 3 turns apart: {close} (target 0: "
+        f"{'met' if not close else 'MISSED'})."
     )
     return "\n".join(out)
 

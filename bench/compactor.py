@@ -309,21 +309,26 @@ def section(rows: list[dict[str, Any]], verdict: str, repeats: int, fs: str) -> 
     lines = [
         "## 4. Compactor overhead: ours, the seeds as written, and the floor",
         "",
-        "Synthetic sessions fed turn by turn (tool results 200..40,000 chars, ~1% of 100k..300k, 1-3 parallel "
+        "Synthetic sessions fed turn by turn (tool results 200..40,000 chars, ~1% of 100k..300k, 1-3 "
+        "parallel "
         "calls per turn, some list-shaped or `is_error`), the same session to each contestant, one after "
         f"another in each of {repeats} runs; files on {fs}. Time is wall time summed over the turns, best of "
         f"{repeats} runs, with the spread (worst / best - 1).",
         "",
         "- **ours**: everything the runner does per message for compaction: `prepare`, the cache "
-        "breakpoint's `settled_prefix`, `mark_seen`, and `CompactionState.add` of each message (measured once, "
+        "breakpoint's `settled_prefix`, `mark_seen`, and `CompactionState.add` of each message (measured "
+        "once, "
         "appended to `transcript.jsonl`).",
         '- **seed 000**: the Vietnamese lesson with code ("Context Compact"), transcribed literally: a '
-        "`json.dumps` of the whole history for every estimate, micro_compact only over 50,000 chars, a transcript "
+        "`json.dumps` of the whole history for every estimate, micro_compact only over 50,000 chars, a "
+        "transcript "
         "file written on every snip.",
         f'- **seed 001**: the English README ("s08: Context Compact"), transcribed literally, THRESHOLD '
-        f"{SEED_001_THRESHOLD:,} chars: micro_compact every turn with a fixed placeholder and no file (it keeps "
+        f"{SEED_001_THRESHOLD:,} chars: micro_compact every turn with a fixed placeholder and no file (it "
+        "keeps "
         "nothing), snip without a transcript, no fit stage.",
-        "- **floor**: each new message serialized once (`json.dumps`) and the turn written with one `os.write` "
+        "- **floor**: each new message serialized once (`json.dumps`) and the turn written with one "
+        "`os.write` "
         "to a file opened once.",
         "",
         "Both seeds summarize with the deterministic fallback (the only change to them); so does ours here.",
@@ -381,7 +386,8 @@ def verdict_text(rows: list[dict[str, Any]]) -> str:
         f"its own before the placeholder is sent ({files:,} files, written whole and renamed; seed 001 saves "
         f"none, the floor appends to one file). Writing them took {files_s:.2f} s of ours' "
         f"{largest['best_s']['ours']:.2f} s (timed in the store's worker thread). The other "
-        f"{largest['best_s']['ours'] - files_s:.2f} s is, in a cProfile of ours on this session, mostly the two "
+        f"{largest['best_s']['ours'] - files_s:.2f} s is, in a cProfile of ours on this session, mostly the "
+        "two "
         "hand-offs per turn to that thread (the transcript append, and a stage's outputs with their event "
         "line: a queue put, a wake-up, the loop waiting), then the stages' own work."
         if not all(met)
@@ -391,7 +397,8 @@ def verdict_text(rows: list[dict[str, Any]]) -> str:
         f"Targets at {n} messages, measured: ours takes {vs000['best']:.1f}× less time than seed 000 "
         f"(target ≥ 10×: {mark_runs(vs000, 10)}); seed 001 takes {vs001['best']:.2f}× our time "
         f"(target ≥ 1.00×, no slower: {mark_runs(vs001, 1)}); ours is {floor['best']:.2f}× the floor "
-        f"(target ≤ 3×: {mark_runs(floor, 3, higher_is_better=False)}); our time per turn at {n} messages is {growth:.2f}× what "
+        f"(target ≤ 3×: {mark_runs(floor, 3, higher_is_better=False)}); our time per turn at {n} messages is "
+        f"{growth:.2f}× what "
         f"it is at {smallest['messages']:,} (near-linear growth, target < 1.5×: {mark(growth < 1.5)})."
         + cause
     )

@@ -312,22 +312,27 @@ def findings(rows: list[dict[str, Any]], startup: float) -> str:
         over = local["cpu_s_per_call"] - floor["cpu_s_per_call"]
         room = 1.5 - floor["cpu_s_per_call"] * 1000
         parts.append(
-            f"The floor: the SDK alone (bench/sdk_floor.py: the same sessions, as many calls a session as the "
-            f"local run made, the same emulator; every tool call answered with a fixed line, nothing written; "
+            "The floor: the SDK alone (bench/sdk_floor.py: the same sessions, as many calls a session as "
+            "the "
+            "local run made, the same emulator; every tool call answered with a fixed line, nothing "
+            "written; "
             f"its imports include the runner modules it uses) took {floor['wall_over_ideal']:.2f}x ideal "
-            f"({'so nothing built on the SDK meets' if floor['wall_over_ideal'] > 1.15 else 'within'} the 1.15x target "
+            f"({'so nothing built on the SDK meets' if floor['wall_over_ideal'] > 1.15 else 'within'} the "
+            "1.15x target "
             f"here) and {floor['cpu_s_per_call'] * 1000:.1f} ms of CPU per call, imports included "
             + (
                 f"(leaving {room:.1f} ms per call under the 1.5 ms target for all the runner's own work)"
                 if room > 0
                 else "(already over the 1.5 ms target)"
             )
-            + f". The runner's own work (tools, files, compaction, display) adds {over * 1000:.1f} ms per call "
+            + f". The runner's own work (tools, files, compaction, display) adds {over * 1000:.1f} ms per "
+            "call "
             "over the floor."
         )
     if ray:
         parts.append(
-            f"Ray: wall {ray['wall_over_ideal']:.2f}x ideal, {ray['cpu_s_per_call'] * 1000:.1f} ms of CPU per "
+            f"Ray: wall {ray['wall_over_ideal']:.2f}x ideal, {ray['cpu_s_per_call'] * 1000:.1f} ms of CPU "
+            "per "
             f"call over all its processes, peak RSS {ray['peak_rss_mib']} MiB over {ray['processes']} "
             "processes (the driver, Ray's own, the services actor and 2 workers)."
         )
@@ -338,8 +343,10 @@ def findings(rows: list[dict[str, Any]], startup: float) -> str:
         worker_ms, services_ms = roles.get("workers", 0.0), roles.get("services", 0.0)
         if worker_ms and services_ms:
             parts.append(
-                f"Extrapolated to 16 cores (not measured): the workers' {worker_ms:.1f} ms per call spreads over "
-                f"the cores, but the services actor is one process, so its {services_ms:.1f} ms per call caps "
+                f"Extrapolated to 16 cores (not measured): the workers' {worker_ms:.1f} ms per call spreads "
+                "over "
+                f"the cores, but the services actor is one process, so its {services_ms:.1f} ms per call "
+                "caps "
                 f"the cluster at about {1000 / services_ms:.0f} calls a second, {2000 / services_ms:.0f} "
                 "sessions at 2 s latency, whatever the cores."
             )
@@ -412,7 +419,8 @@ def render(rows: list[dict[str, Any]], latency: float, repeat: int, startup: flo
     ]
     lines += [
         f"| {r['executor']} | {r['sessions']} | {r['model_calls']} | {r['ideal_s']} | {r['wall_s']} | "
-        f"{r['wall_over_ideal']:.2f}x ({spread(r, 'wall_over_ideal', '{:.2f}')}) | {r['cpu_s_per_call'] * 1000:.1f} "
+        f"{r['wall_over_ideal']:.2f}x ({spread(r, 'wall_over_ideal', '{:.2f}')}) | "
+        f"{r['cpu_s_per_call'] * 1000:.1f} "
         f"({spread(r, 'cpu_s_per_call', '{:.1f}', 1000)}) | {r['peak_rss_mib']} ({r['processes']}) | "
         f"{r['emulator_cpu_ms_per_call']:.1f} |"
         for r in rows
@@ -423,15 +431,22 @@ def render(rows: list[dict[str, Any]], latency: float, repeat: int, startup: flo
             "concurrency",
             (
                 "## 1. Concurrency\n\n"
-                f"N sessions of one short survey each (model calls / N calls a session), emulator in its own process with {latency:g} s "
-                "latency per call, runner as a `runner run` subprocess with concurrency = N, on the local executor "
+                "N sessions of one short survey each (model calls / N calls a session), emulator in its own "
+                f"process with {latency:g} s "
+                "latency per call, runner as a `runner run` subprocess with concurrency = N, on the local "
+                "executor "
                 "and on ray (a local Ray instance started by the runner, 2 workers); beside them the floor, "
-                f"`{FLOOR}`: the SDK alone making the same calls (bench/sdk_floor.py). Ideal = calls per session x "
-                "latency. CPU and peak RSS are summed over the runner and every process under it, sampled from "
-                f"/proc every 0.2 s. Each row ran {repeat} times, in rounds (every row once a round); the table "
-                "shows the run with the median wall time and, in brackets, the range over the runs. The emulator "
+                f"`{FLOOR}`: the SDK alone making the same calls (bench/sdk_floor.py). Ideal = calls per "
+                "session x "
+                "latency. CPU and peak RSS are summed over the runner and every process under it, sampled "
+                "from "
+                f"/proc every 0.2 s. Each row ran {repeat} times, in rounds (every row once a round); the "
+                "table "
+                "shows the run with the median wall time and, in brackets, the range over the runs. The "
+                "emulator "
                 "shares the 2 cores: its CPU per call is in the last column.\n\n"
-                "Targets at N = 500: local <= 1.15x ideal and <= 1.5 ms of runner CPU per call; ray within 10% of "
+                "Targets at N = 500: local <= 1.15x ideal and <= 1.5 ms of runner CPU per call; ray within "
+                "10% of "
                 "local; runner peak RSS <= 1.5 GiB.\n\n" + "\n".join(lines) + "\n\n" + findings(rows, startup)
             ),
             "python bench/concurrency.py",

@@ -386,7 +386,8 @@ def findings(rows: list[dict[str, Any]]) -> str:
             + "."
         )
     return (
-        "Targets: ours >= 2x cheaper than no compaction and than every anchor strategy that completes, with a "
+        "Targets: ours >= 2x cheaper than no compaction and than every anchor strategy that completes, with "
+        "a "
         "complete report and no more re-reads. Measured: ours is " + "; ".join(parts) + ". "
         f"Report: {ours['files_in_report']} of {ours['files_in_workspace']} files ({mark(complete)}). "
         f"Re-reads: ours {ours['rereads']}, fewest of any strategy that finished {fewest} "
@@ -420,12 +421,18 @@ def main() -> None:
             "cost",
             (
                 "## 3. Cost of a long session\n\n"
-                f"One survey job over {', '.join(packages)} (copied from the standard library), the offline policy "
-                f"served by the emulator to the real SDK; the job priced as {MODEL}, summaries as the row's summary "
-                f"model; cache writes 1.25x input, cache reads 0.1x. A strategy still running after {MAX_TURNS} turns "
-                "is stopped and reported as not finishing. Files in report: files in the final report / files in the "
-                "workspace. Re-reads: files read again because their content was compacted away. The seed rows run "
-                "`bench/seeds_pipeline.py` (each lesson's functions as written) from the runner's session; the "
+                f"One survey job over {', '.join(packages)} (copied from the standard library), the offline "
+                "policy "
+                f"served by the emulator to the real SDK; the job priced as {MODEL}, summaries as the row's "
+                "summary "
+                "model; cache writes 1.25x input, cache reads 0.1x. A strategy still running after "
+                f"{MAX_TURNS} turns "
+                "is stopped and reported as not finishing. Files in report: files in the final report / "
+                "files in the "
+                "workspace. Re-reads: files read again because their content was compacted away. The seed "
+                "rows run "
+                "`bench/seeds_pipeline.py` (each lesson's functions as written) from the runner's session; "
+                "the "
                 "offline policy takes each revision's placeholder as a removed result, as a model would.\n\n"
                 + strategies_text(strategies)
                 + "\n\n"

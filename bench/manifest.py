@@ -74,7 +74,8 @@ def main() -> int:
         f"Tree: `{tree}` ({len(manifest.entries):,} entries, {manifest.files:,} regular files, "
         f"{manifest.bytes / 2**20:,.0f} MiB; git: {'yes' if manifest.git else 'no'}); {rounds} rounds; "
         f"manifest.jsonl {size / 2**20:.1f} MiB. The build's median is "
-        f"{statistics.median(times['build']) / max(1, manifest.files) * 1e6:.0f} µs a file, the git status included."
+        f"{statistics.median(times['build']) / max(1, manifest.files) * 1e6:.0f} µs a file, the git status "
+        "included."
     )
     body = head + "\n\n" + "\n".join(rows) + "\n"
     print(f"{machine()}; {load_note()}")

@@ -193,7 +193,8 @@ def render(data: dict) -> str:
         fresh_walls = [x["fresh"]["wall_s"] for x in row["rounds"]]
         out.append(
             f"| {row['share']}% | {c['added']} / {c['edited']} / {c['removed']} | ${fresh['cost_usd']:.2f}, "
-            f"{fresh['turns']}, {_wall(fresh_walls)} | ${inc['cost_usd']:.3f}, {inc['turns']}, {_wall(walls)} | "
+            f"{fresh['turns']}, {_wall(fresh_walls)} | ${inc['cost_usd']:.3f}, {inc['turns']}, "
+            f"{_wall(walls)} | "
             f"{inc['cost_usd'] / fresh['cost_usd']:.1%} | {inc['reads']} / {fresh['reads']} | "
             f"{'yes' if facts else 'NO'} | {same} |"
         )

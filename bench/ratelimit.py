@@ -97,7 +97,8 @@ def main() -> None:
     if not args.smoke:
         write_result("ratelimit", {"runs": runs})
         rows = [
-            "| R per window | window | sessions | requests | most in any window | utilisation while saturated |",
+            "| R per window | window | sessions | requests | most in any window | utilisation while "
+            "saturated |",
             "|---:|---:|---:|---:|---:|---:|",
         ]
         rows += [

@@ -1,8 +1,8 @@
 """The floor under benchmark 1: the SDK alone, with none of the runner's work.
 
 N sessions of up to K calls each through the runner's own model client (the SDK's ``AsyncAnthropic``
-on its aiohttp transport, one shard per 25 sessions, as ``runner run`` makes it), against the same emulator, offering
-the same tool definitions as a survey job. A tool call is answered with a fixed line instead of being
+on its aiohttp transport, one shard per 25 sessions, as ``runner run`` makes it), against the same emulator,
+offering the same tool definitions as a survey job. A tool call is answered with a fixed line instead of being
 run, and a final answer with "Go on.", so every session makes K calls: no tools, no files, no
 compaction, no display. What this process spends, from its start
 (imports included) to its end, is what the SDK costs before the runner does anything.

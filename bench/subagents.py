@@ -118,10 +118,12 @@ def render(data: dict) -> str:
     out = [
         "## Subagents",
         "",
-        f"One survey of {data['files']:,} files (eight packages of this venv's site-packages) with and without "
+        f"One survey of {data['files']:,} files (eight packages of this venv's site-packages) with and "
+        "without "
         f"subagents, through the real SDK against the emulator with {data['latency']:g} s of latency a call "
         "(summaries too), at most 5 calls in flight; the offline policy is the model, the report is checked "
-        "against `os.walk`. Cost as priced for sonnet (the emulator's token counts, prompt caching included).",
+        "against `os.walk`. Cost as priced for sonnet (the emulator's token counts, prompt caching "
+        "included).",
         "",
         "| run | status | files named right | wall s | cost | parent turns | subagents (their turns) | "
         "tool calls | repeated | requests | peak in flight |",
@@ -157,7 +159,8 @@ def render(data: dict) -> str:
         f"packages: handed out largest first, four at once, the biggest (setuptools, about a quarter of the "
         f"files) still runs alone at the end. Perfectly packed the run would take about {lanes:.0f} calls' "
         f"time ({lanes * data['latency']:.0f} s, {alone['wall_s'] / (lanes * data['latency']):.1f}x); to get "
-        "there a big directory would have to be split in several parts, which the offline policy does not do.",
+        "there a big directory would have to be split in several parts, which the offline policy "
+        "does not do.",
     ]
     return "\n".join(out)
 

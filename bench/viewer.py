@@ -14,7 +14,8 @@ calls, transcript.jsonl, final.md, persisted outputs), then:
   (``--dump-dom``'s wall time less that of an empty page, the browser's start; median of 3), against
   the same job with its whole transcript on one page, as before pages (targets: under 2 s, under 5 MB).
 
-    python bench/viewer.py            # 500 jobs x 200 calls; writes bench/results/viewer.json and BENCHMARKS.md
+    python bench/viewer.py            # 500 jobs x 200 calls; writes bench/results/viewer.json and
+                                      # BENCHMARKS.md
     python bench/viewer.py --smoke    # 20 jobs x 30 calls and a 300-turn job, seconds, writes nothing
 """
 
@@ -466,9 +467,12 @@ def long_table(r: dict) -> str:
     )
     return (
         f"## A {r['turns']:,}-turn job's page\n\n"
-        f"One synthetic job shaped as a real offline survey's files ({r['transcript_bytes'] / 2**20:.1f} MiB of "
-        "transcript, a compaction every turn or two). Open: the real headless Chromium's `--dump-dom` wall time "
-        "less an empty page's (the browser's start), median of 3. Targets: the job's page under 5 MB, opened in "
+        f"One synthetic job shaped as a real offline survey's files ({r['transcript_bytes'] / 2**20:.1f} MiB "
+        "of "
+        "transcript, a compaction every turn or two). Open: the real headless Chromium's `--dump-dom` wall "
+        "time "
+        "less an empty page's (the browser's start), median of 3. Targets: the job's page under 5 MB, opened "
+        "in "
         "under 2 s.\n\n"
         "| page | size | open s |\n|---|---:|---:|\n"
         f"| the job's page (charts, compactions, report, transcript page 1 of {r['pages']}) | "
@@ -488,13 +492,16 @@ def table(r: dict) -> str:
         "Synthetic run on disk (every file a real run leaves). Targets: the index written in under 2 s and "
         "under 2 MB.\n\n"
         "| what | wall s | CPU s | size |\n|---|---:|---:|---:|\n"
-        f"| index.html alone (read every job's metrics, render, write) | {r['index_s']:.2f} | {r['index_cpu_s']:.2f} | "
+        f"| index.html alone (read every job's metrics, render, write) | {r['index_s']:.2f} | "
+        f"{r['index_cpu_s']:.2f} | "
         f"{r['index_bytes'] / 2**20:.2f} MiB |\n"
         f"| first `runner view` (index + {r['pages_written']} job pages, one process per core) | "
-        f"{r['all_pages_s']:.2f} | {r['all_pages_cpu_s']:.2f} | {r['all_pages_bytes'] / 2**20:.1f} MiB in all |\n"
+        f"{r['all_pages_s']:.2f} | {r['all_pages_cpu_s']:.2f} | {r['all_pages_bytes'] / 2**20:.1f} MiB in "
+        "all |\n"
         f"| `runner view` again, nothing changed ({r['pages_rewritten_again']} pages rewritten) | "
         f"{r['unchanged_again_s']:.2f} | {r['unchanged_again_cpu_s']:.2f} | |\n"
-        f"| largest job page (charts, compactions, transcript) | | | {r['largest_page_bytes'] / 2**10:.0f} KiB |\n\n"
+        f"| largest job page (charts, compactions, transcript) | | | {r['largest_page_bytes'] / 2**10:.0f} "
+        "KiB |\n\n"
         "CPU s counts this process and its page workers; the wall times were taken on a machine shared with "
         "other work.\n\n"
         f"Index: {met}. A job page is loaded only when its job is opened.\n"

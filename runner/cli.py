@@ -333,7 +333,8 @@ def warn_offline_tools(specs: list[JobSpec]) -> None:
         acting = [t for t in spec.tools if t in ACTING_TOOLS]
         if acting:
             print_error(
-                f"job {spec.name} ({shown_path(spec.source)}): the offline model only surveys the workspace (read, glob, "
+                f"job {spec.name} ({shown_path(spec.source)}): the offline model only surveys the workspace "
+                "(read, glob, "
                 f"grep) and writes a report; it will not do what the prompt asks with {', '.join(acting)}; "
                 "set ANTHROPIC_API_KEY to run it with a model",
                 label="warning",
@@ -614,7 +615,8 @@ def cmd_view(args: argparse.Namespace) -> int:
     out.print(
         escape(
             printable(
-                f"wrote {result.index} ({plural(result.pages_written, 'job page')} updated in {result.pages_dir})"
+                f"wrote {result.index} ({plural(result.pages_written, 'job page')} updated in "
+                f"{result.pages_dir})"
             )
         ),
         highlight=False,

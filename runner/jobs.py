@@ -8,7 +8,8 @@ A task file holds one job::
     model = "claude-sonnet-5-5"                 # optional, default: [runner] model
     system = "You are ..."                      # optional
     tools = ["read", "glob", "grep"]            # optional; bash, write, edit only when listed
-    incremental = true                          # optional: start from the last successful run (limits.incremental)
+    incremental = true                          # optional: start from the last successful run
+                                                # (limits.incremental)
     [limits]                                    # optional, overrides any limit for this job
     max_turns = 80
 
@@ -212,7 +213,8 @@ def workspace_problem(workspace: Path, output_dir: Path | None, source: Path | s
     runs = Path(os.path.realpath(output_dir))
     if real == runs or real in runs.parents:
         return (
-            f"{source}: workspace: {str(workspace)!r} is or contains the output directory {str(output_dir)!r} "
+            f"{source}: workspace: {str(workspace)!r} is or contains the output directory "
+            f"{str(output_dir)!r} "
             "(every job's files); expected a directory outside it, or set [runner] output_dir elsewhere"
         )
     if runs in real.parents:
@@ -392,12 +394,14 @@ def load_jobs(
             this = given.get(result.source, result.source)
             problems: tuple[str, ...] = (
                 (
-                    f"{this}: name: job name {result.name!r}{how} is also the name of {first}; each job needs its own "
+                    f"{this}: name: job name {result.name!r}{how} is also the name of {first}; each job "
+                    "needs its own "
                     'name (it names the job\'s directory): set name = "..." in one of them',
                 )
                 if claimed[result.name] != result.source
                 else (
-                    f"{this}: name: this task file (job {result.name!r}) is given more than once; give it once",
+                    f"{this}: name: this task file (job {result.name!r}) is given more than once; give it "
+                    "once",
                 )
             )
             duplicate = True

@@ -257,7 +257,10 @@ READ_BYTES_END = "[read: bytes {start}-{end} of {size} ({lines} lines); the end 
 _READ_SIZE = re.compile(
     r"^\[read: (?:lines \d+-\d+ of (\d+) \((\d+) bytes|bytes \d+-\d+ of (\d+) \((\d+) lines)"
 )
-BINARY_READ = "read: {path}: not valid UTF-8 text ({size} bytes; binary files are only supported for image/PDF extensions)"
+BINARY_READ = (
+    "read: {path}: not valid UTF-8 text ({size} bytes; binary files are only supported for "
+    "image/PDF extensions)"
+)
 _BINARY_READ = re.compile(r"^read: .*: not valid UTF-8 text \((\d+) bytes;")
 
 

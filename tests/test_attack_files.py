@@ -32,7 +32,7 @@ pytestmark = pytest.mark.anyio
 
 RENAMEAT2 = {"x86_64": 316, "aarch64": 276}.get(platform.machine())
 INSIDE, OUTSIDE = "INSIDE-TEXT-41", "OUTSIDE-MARKER-97"
-SWAPPER = r"""
+SWAPPER = """
 import ctypes, os, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
 a, b = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2])
@@ -40,7 +40,8 @@ end = time.monotonic() + float(sys.argv[3])
 n = 0
 while time.monotonic() < end:
     for _ in range(500):
-        if libc.syscall(ctypes.c_long(int(sys.argv[4])), ctypes.c_int(-100), a, ctypes.c_int(-100), b, 2) != 0:
+        if libc.syscall(ctypes.c_long(int(sys.argv[4])), ctypes.c_int(-100), a, \
+ctypes.c_int(-100), b, 2) != 0:
             sys.exit(ctypes.get_errno())
         n += 1
 """

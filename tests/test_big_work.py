@@ -314,7 +314,8 @@ async def test_a_10000_file_tree_is_surveyed_whole_in_the_default_window(tmp_pat
     calls, repeated, gaps = calls_and_gaps(job)
     print(
         f"{len(truth)} files: {result.status} in {result.turns} turns, {wall:.1f} s; {calls} calls, "  # type: ignore[attr-defined]
-        f"{repeated} repeated; {len(gaps) + 1} history compactions, closest {min(gaps, default=0)} turns apart; "
+        f"{repeated} repeated; {len(gaps) + 1} history compactions, closest {min(gaps, default=0)} turns "
+        "apart; "
         f"compactions {result.compactions}"
     )  # type: ignore[attr-defined]
     assert result.status == "succeeded", result.error  # type: ignore[attr-defined]

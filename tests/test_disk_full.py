@@ -36,7 +36,8 @@ def _jobs(tmp: Path, n: int) -> None:
     for i in range(n):
         (tmp / "jobs" / f"j{i}.toml").write_text(
             f'workspace = "{{stdlib}}/email"\nprompt = "Survey ({i})."\n'
-            "[limits]\nlarge_result_chars = 400\npreview_chars = 100\nbatch_char_limit = 1000\ncontext_char_limit = 8000\n"
+            "[limits]\nlarge_result_chars = 400\npreview_chars = 100\nbatch_char_limit = "
+            "1000\ncontext_char_limit = 8000\n"
         )
     (tmp / "config.toml").write_text('[runner]\nbackend = "offline"\nconcurrency = 3\n')
 

@@ -132,7 +132,8 @@ def test_valid_requests_have_no_problems(request_body):
         ),
         (
             body(messages=[{"role": "user", "content": [{"type": "video"}]}]),
-            "messages.0.content.0: Input tag 'video' found using 'type' does not match any of the expected tags: 'text', "
+            "messages.0.content.0: Input tag 'video' found using 'type' does not match any of the expected "
+            "tags: 'text', "
             "'image', 'document', 'tool_use', 'tool_result', 'thinking', 'redacted_thinking', 'compaction'",
         ),
         (
@@ -155,7 +156,8 @@ def test_valid_requests_have_no_problems(request_body):
             body(
                 messages=[*HELLO, {"role": "assistant", "content": ""}, {"role": "user", "content": "again"}]
             ),
-            "messages.1: all messages must have non-empty content except for the optional final assistant message",
+            "messages.1: all messages must have non-empty content except for the optional final assistant "
+            "message",
         ),
         (
             body(messages=[*HELLO, {"role": "assistant", "content": [{"type": "image", "source": {}}]}]),
@@ -168,7 +170,8 @@ def test_valid_requests_have_no_problems(request_body):
                     {"role": "assistant", "content": [{"type": "compaction", "content": "notes"}]},
                 ]
             ),
-            "messages.1.content.0.compaction: compaction blocks need the anthropic-beta header compact-2026-01-12",
+            "messages.1.content.0.compaction: compaction blocks need the anthropic-beta header "
+            "compact-2026-01-12",
         ),
         (
             body(context_management=EDIT),

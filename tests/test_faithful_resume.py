@@ -55,7 +55,8 @@ def _lines(path: Path) -> int:
 
 
 def _start_and_kill(tmp: Path, argv: list[str], at_line: int) -> bool:
-    """Start ``runner argv``; SIGKILL it once the transcript has ``at_line`` lines. False when it ended first."""
+    """Start ``runner argv``; SIGKILL it once the transcript has ``at_line`` lines. False when it ended
+    first."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner", *argv],
         cwd=tmp,

@@ -42,7 +42,8 @@ def test_a_retired_key_is_left_out_of_later_summaries_and_a_newer_note_with_it_i
         *turn(1, "- glob: * @ a | 0-1/1 | x, y\n- saved: tool-results/1.txt | glob | 9 | a | *"),
         *turn(
             2,
-            "- dir: a | | x 10 1 -; y 20 2 3\n- retired-note: glob: * @ a\n- retired-note: saved: tool-results/1.txt",
+            "- dir: a | | x 10 1 -; y 20 2 3\n- retired-note: glob: * @ a\n- retired-note: saved: "
+            "tool-results/1.txt",
         ),
         *turn(3, "Next: read."),
     ]

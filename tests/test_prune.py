@@ -21,7 +21,8 @@ DAY = 86400.0
 
 
 def make_run(runs: Path, name: str, age_days: float, payload: int = 1000) -> Path:
-    """A finished run's directory as a run leaves it (run.json, one job's files), last written ``age_days`` ago."""
+    """A finished run's directory as a run leaves it (run.json, one job's files), last written ``age_days``
+    ago."""
     run = runs / name
     (run / "job" / "tool-results").mkdir(parents=True)
     (run / "run.json").write_text(json.dumps({"run_id": name, "state": "finished", "jobs": [{"job": "job"}]}))

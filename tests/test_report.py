@@ -55,7 +55,8 @@ def test_a_running_run_shows_each_jobs_checkpoint(tmp_path: Path, run_cli) -> No
         '{"jobs": 5}',
         '{"jobs": [3, null, "x"]}',
         '{"jobs": [{"job": "../../etc", "status": 5}]}',
-        '{"jobs": [{"job": "a", "turns": "many", "usage": [1], "compactions": {"snip": "x"}, "cost_usd": "1$",'
+        '{"jobs": [{"job": "a", "turns": "many", "usage": [1], "compactions": {"snip": "x"}, "cost_usd": '
+        '"1$",'
         ' "wall_s": null, "persisted_bytes": {}}], "totals": "none", "state": 7}',
         "{not json",
         "\udcff".encode("utf-8", "surrogateescape").decode("latin-1"),

@@ -55,7 +55,8 @@ PROBES = [
     "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; cat $p/cmdline; done",
     "cat {secret}",
     "cat ~/.anthropic* /root/* /home/*/* 2>&1; ls -la / /tmp /home /root",
-    "ls /; grep -rs -e sk-ant-sandbox /etc /tmp /home /root /run /var /srv /mnt /media {outside}; echo searched",
+    "ls /; grep -rs -e sk-ant-sandbox /etc /tmp /home /root /run /var /srv /mnt /media {outside}; echo "
+    "searched",
 ]
 
 

@@ -237,7 +237,7 @@ async def test_cancelling_the_batch_writes_every_started_job(tmp_path, workspace
         assert json.loads((job_dir / "metrics.json").read_text())["status"] == "cancelled"
 
 
-# --- Ctrl-C on a real `runner run` ------------------------------------------------------------------------------
+# --- Ctrl-C on a real `runner run` --------------------------------------------------------------------------
 
 
 def _env() -> dict[str, str]:
@@ -304,7 +304,7 @@ def test_ctrl_c_cancels_the_run_and_records_every_job(tmp_path):
     assert "interrupted" in stderr
 
 
-# --- known bugs outside this suite's files (see the report); they document the expected behaviour ----------------
+# --- known bugs outside this suite's files (see the report); they document the expected behaviour -----------
 
 
 @pytest.mark.anyio
@@ -337,7 +337,7 @@ async def test_error_text_with_brackets_does_not_crash_the_display(tmp_path, wor
     assert "[/x]" in console.file.getvalue()
 
 
-# --- the batch core, with a dispatch of its own ----------------------------------------------------------------
+# --- the batch core, with a dispatch of its own -------------------------------------------------------------
 
 
 class Scripted(Dispatch):

@@ -196,7 +196,10 @@ def _first_difference(one: Path, other: Path) -> str:
         if x != y:
             x, y = json.dumps(x), json.dumps(y)
             at = next((k for k, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), min(len(x), len(y)))
-            return f"transcript line {i + 1} differs: {x[max(0, at - 150) : at + 100]!r} | {y[max(0, at - 150) : at + 100]!r}"
+            return (
+                f"transcript line {i + 1} differs: {x[max(0, at - 150) : at + 100]!r} | "
+                f"{y[max(0, at - 150) : at + 100]!r}"
+            )
     return f"transcripts agree over {min(len(a), len(b))} lines (of {len(a)} and {len(b)})"
 
 
@@ -238,7 +241,8 @@ def test_killed_between_a_preview_and_its_placeholder_resumes_alike(tmp_path: Pa
     (the kill takes that micro_compact back, so the resumed job does it again): the resumed job knows the
     saved output is that result's (from its context record), names it again and saves nothing new, so its
     summaries, transcript and spend are the uninterrupted run's. (It saved the marker itself as a new
-    ``.2.txt`` output, the next summary named that file, and the survey's state note named another summary.)"""
+    ``.2.txt`` output, the next summary named that file, and the survey's state note named another
+    summary.)"""
     workspace = tmp_path / "ws"
     _workspace(workspace)
     whole, killed = tmp_path / "whole", tmp_path / "killed"

@@ -140,7 +140,8 @@ async def test_eight_subagents_four_at_once_each_a_session_of_its_own(tmp_path: 
     # every call the model saw: the parent's 2 and 8 subagents' 3 each; at most 4 subagents at once
     assert len(model.requests) == 2 + 8 * 3
     assert model.most == 4
-    # the parent's record: a row per subagent, its cost and tokens include theirs, and the run was charged once
+    # the parent's record: a row per subagent, its cost and tokens include theirs, and the run was charged
+    # once
     rows = {r["agent"]: r for r in record.subagents}
     assert set(rows) == set(agents) and all(
         r["status"] == "succeeded" and r["turns"] == 3 for r in rows.values()

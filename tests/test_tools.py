@@ -1,6 +1,7 @@
 """The toolset over a real workspace with its real file tools (ours, under the SDK's ``agent_toolset``
 definitions): a model's mistake always becomes an ``is_error`` tool_result it can read, never an
-exception; ``recall`` stays inside the job directory and pages. The sandbox, cut results and hostile calls are in test_sandbox.py and test_tool_trust.py."""
+exception; ``recall`` stays inside the job directory and pages. The sandbox, cut results and hostile calls are
+in test_sandbox.py and test_tool_trust.py."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ A tool call whose input is over ``MAX_TOOL_INPUT_BYTES`` (the backend replaced i
 named it in ``Reply.refused_calls``) is answered with an error result, never run.
 
 Ends with a status: ``succeeded``, ``failed``, ``timeout``, ``max_turns``, ``budget_exceeded``,
-``stuck`` (the model kept repeating one call after being told, or its compactions thrash), ``disk_quota`` (its files reached
-``limits.max_job_bytes``) or ``cancelled``. Whatever the
+``stuck`` (the model kept repeating one call after being told, or its compactions thrash), ``disk_quota`` (its
+files reached ``limits.max_job_bytes``) or ``cancelled``. Whatever the
 ending, ``final.md`` and ``metrics.json`` are written (shielded from cancellation) and the
 transcript holds every message that was added.
 """
@@ -183,7 +183,10 @@ class Session:
                         except (JobEnded, BackendUnusable):
                             raise
                         except Exception as x:  # the job's ending stands; the report is built without it
-                            record.error = f"{record.error}; the last call failed: {one_line(f'{type(x).__name__}: {x}')}"
+                            record.error = (
+                                f"{record.error}; the last call failed: "
+                                f"{one_line(f'{type(x).__name__}: {x}')}"
+                            )
         except JobEnded as e:  # the last call itself went over a limit: the report is built without it
             record.error = f"{record.error}; {e.error}"
         except anyio.get_cancelled_exc_class():

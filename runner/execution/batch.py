@@ -34,7 +34,8 @@ err = Console(stderr=True)
 
 
 def print_error(line: str, label: str = "error") -> None:
-    """One problem as one line: user text is never read as rich markup, nor as terminal escapes, and never wrapped."""
+    """One problem as one line: user text is never read as rich markup, nor as terminal escapes, and never
+    wrapped."""
     err.print(f"[red]{label}[/]: {escape(printable(line))}", highlight=False, soft_wrap=True)
 
 
@@ -178,7 +179,8 @@ def print_table(console: Console, rows: list[dict[str, Any]]) -> None:
 
 
 def json_document(run_dir: Path) -> dict[str, Any]:
-    """The run as ``--json`` prints it: ``run_dir`` (absolute), then run.json's fields and each job's metrics."""
+    """The run as ``--json`` prints it: ``run_dir`` (absolute), then run.json's fields and each job's
+    metrics."""
     return {"run_dir": os.path.abspath(run_dir), **run_document(run_dir)}
 
 

@@ -8,8 +8,8 @@
   reactive compaction.
 - Every number and name of a reply is checked before the runner acts on it (see :mod:`.guard` for the
   HTTP side: a total deadline per attempt, a cap on the decoded body): usage counts in
-  :func:`~runner.models.base.usage_from_api`, the ``stop_reason`` against the API's list, a text block within the reply
-  cap, a tool call's input within :data:`MAX_TOOL_INPUT_BYTES` (else it is answered with an error
+  :func:`~runner.models.base.usage_from_api`, the ``stop_reason`` against the API's list, a text block within
+  the reply cap, a tool call's input within :data:`MAX_TOOL_INPUT_BYTES` (else it is answered with an error
   result, not run). A failed check is :class:`InvalidReply`: the call fails, nothing is billed.
 - Prompt caching: ``cache_control`` breakpoints on the last tool definition, the system prompt, the
   newest message and the newest message compaction will not rewrite (the request's ``cache_points``):
@@ -143,7 +143,8 @@ def reply_of(data: dict[str, Any], max_text_bytes: int = 32 * MIB) -> Reply:
             size = len(json.dumps(block.get("input"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
             if size > MAX_TOOL_INPUT_BYTES:
                 refused[str(block.get("id", ""))] = (
-                    f"not run: this call's input is {size:,} bytes, over the limit of {MAX_TOOL_INPUT_BYTES:,} "
+                    f"not run: this call's input is {size:,} bytes, over the limit of "
+                    f"{MAX_TOOL_INPUT_BYTES:,} "
                     "bytes for one tool call; send a smaller one"
                 )
                 block = {**block, "input": {}}

@@ -21,8 +21,8 @@ a file says "not a regular file" and is queued to be listed. The read pass goes 
 how many files a turn reads (and directories it lists) follows a target of what a turn may add to
 the context (at first :data:`TARGET_CHARS`, a read the compactor cuts taking about
 :data:`READ_CHARS`), which shrinks when history compactions come close together and grows when
-they come far apart: the policy does not know the window, it learns what fits. Then the TODO scan (its output read back
-page by page when saved), then the report: totals and largest files from the state, every file's
+they come far apart: the policy does not know the window, it learns what fits. Then the TODO scan (its output
+read back page by page when saved), then the report: totals and largest files from the state, every file's
 row from the facts log when the tree is small, else a pointer to the facts files.
 
 A scoped survey (a subagent's, its prompt made from :data:`SCOPED_PROMPT`) lists, reads and
@@ -929,7 +929,8 @@ def report(s: State, rows: list[list[Any]], partial: str = "", pending: list[lis
         names = ", ".join(f"`memories/survey/facts-{k:03d}.md`" for k in range(shards))
         out.append(
             f"Every entry's facts ({s.logs['facts']} lines, one JSON array a line: path, kind, lines, size, "
-            f"top-level definitions, first docstring or comment line) are in the job directory's {names or '(none)'}."
+            "top-level definitions, first docstring or comment line) are in the job directory's "
+            f"{names or '(none)'}."
         )
         if pending:
             out += [

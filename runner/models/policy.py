@@ -613,7 +613,8 @@ def _todo_section(facts: Facts) -> list[str]:
     hits = sorted((p, n) for p, numbers in facts.todo_at.items() for n in numbers)
     cut = "; the search output was cut, there may be more" if facts.todo_cut else ""
     out = [
-        f"## TODO / FIXME / XXX ({max(facts.todo_count, len(hits))} found in {len(facts.todo_at)} files{cut})",
+        f"## TODO / FIXME / XXX ({max(facts.todo_count, len(hits))} found in "
+        f"{len(facts.todo_at)} files{cut})",
         "",
     ]
     if any((p, n) not in facts.todo_text for p, n in hits):

@@ -18,7 +18,8 @@ This is the only module that knows how a run directory is laid out::
           context.jsonl               CONTEXT: the compacted window, for resume and the viewer
           events.jsonl                EVENTS: one Event per line (compaction stages, model calls, ...)
           final.md                    FINAL: the answer, or a partial report
-          manifest.jsonl              MANIFEST: an incremental job's workspace at its start (rundir/manifest.py)
+          manifest.jsonl              MANIFEST: an incremental job's workspace at its start
+                                      (rundir/manifest.py)
           baseline-memories/          BASELINE_MEMORIES: the memory it started with, its baseline's
           tool-results/, summaries/   TOOL_RESULTS, SUMMARIES: what compaction moved out of the context
             <id>.txt, <id>.<n>.txt    output_path(): an output of tool_use <id> (safe), n-th distinct one

@@ -119,7 +119,8 @@ def prune(
     dry_run: bool = False,
     now: float | None = None,
 ) -> PruneResult:
-    """Remove (or, with ``dry_run``, list) the runs of ``output_dir`` that ``keep`` and ``older_than_s`` select."""
+    """Remove (or, with ``dry_run``, list) the runs of ``output_dir`` that ``keep`` and ``older_than_s``
+    select."""
     if keep is None and older_than_s is None:
         raise ConfigError(
             ["prune: nothing to select by: give --keep N or --older-than AGE (or set [runner] keep_runs)"]

@@ -1,8 +1,8 @@
 """A job's toolset: the file tools ``read``, ``write``, ``edit``, ``glob`` and ``grep`` over the job's
 workspace, a sandboxed ``bash``, plus ``recall``, ``compact`` and ``memory`` (:mod:`runner.tools.memory`).
 
-Trust model: the file tools are ours (:mod:`runner.tools.file_tools`, :mod:`runner.tools.grep_worker`), with the
-definitions (names, descriptions, input schemas) and the behaviour of the SDK's ``agent_toolset``,
+Trust model: the file tools are ours (:mod:`runner.tools.file_tools`, :mod:`runner.tools.grep_worker`), with
+the definitions (names, descriptions, input schemas) and the behaviour of the SDK's ``agent_toolset``,
 whose implementation checked a path and then opened it by name again: a job that swapped a
 directory for a symlink in between could make another job on the same workspace read or write
 outside it. Ours open every path beneath a directory descriptor of the workspace
@@ -28,10 +28,10 @@ Guarantees:
   a worker thread under a deadline (:data:`FILE_TOOL_DEADLINE_S`, then an error result, the call is
   abandoned and its walk stops soon after), and never run a model-chosen regular expression in this
   process; ``grep`` runs in a child process (``python -I``, :mod:`runner.tools.grep_worker`, kept for the next
-  call by :mod:`runner.tools.grep_pool`) that is killed at the deadline or when the call is cancelled. ``read``, ``write`` and ``edit`` refuse non-regular
-  files (FIFOs, devices, sockets) without blocking (looked at with ``O_PATH``, opened non-blocking).
-  A cancelled ``bash`` call kills its process tree; ``timeout_ms`` is capped at
-  :data:`runner.tools.sandbox.MAX_TIMEOUT_S`, and the result says so.
+  call by :mod:`runner.tools.grep_pool`) that is killed at the deadline or when the call is cancelled.
+  ``read``, ``write`` and ``edit`` refuse non-regular files (FIFOs, devices, sockets) without blocking (looked
+  at with ``O_PATH``, opened non-blocking). A cancelled ``bash`` call kills its process tree; ``timeout_ms``
+  is capped at :data:`runner.tools.sandbox.MAX_TIMEOUT_S`, and the result says so.
 - Every cut result says so and how to get the rest (texts in :mod:`runner.protocol`).
 - Every result is valid UTF-8: undecodable file names and bytes are escaped (``\\xNN``).
 """
@@ -186,7 +186,8 @@ BYTE_RANGE_SCHEMA: dict[str, Any] = {
     "anyOf": [{"items": {"type": "integer"}, "type": "array"}, {"type": "null"}],
     "default": None,
     "title": "Byte Range",
-    "description": "[start_byte, end_byte): part of a file by bytes (at most 64 KiB), for a line too long for "
+    "description": "[start_byte, end_byte): part of a file by bytes (at most 64 KiB), for a line too long "
+    "for "
     "view_range; a read of such a file says so and where to go on",
 }
 

@@ -1,7 +1,7 @@
 """What changed between two runs' reports (``runner diff RUN_A RUN_B``), per job: the unified diff of
-``final.md`` and, for a report with an "## Every file" table (the survey's, :mod:`runner.models.memory_survey`:
-its rows, or the facts files it names) or with sections per file or finding (its ``##`` / ``###``
-headings), the rows added, removed and changed.
+``final.md`` and, for a report with an "## Every file" table (the survey's,
+:mod:`runner.models.memory_survey`: its rows, or the facts files it names) or with sections per file or
+finding (its ``##`` / ``###`` headings), the rows added, removed and changed.
 
 :func:`compare` and :func:`report_units` are pure (texts in, a :class:`JobDiff` out), so the viewer can
 show a job against its baseline with them; :func:`diff_runs` reads two run directories for them.
@@ -186,7 +186,8 @@ def read_report(job_dir: Path) -> str:
 
 
 def diff_runs(run_a: Path, run_b: Path) -> RunDiff:
-    """Every job of either run, its report in ``run_b`` against ``run_a`` (jobs in their first run's order)."""
+    """Every job of either run, its report in ``run_b`` against ``run_a`` (jobs in their first run's
+    order)."""
     runs = [load_run(run, with_specs=False) for run in (run_a, run_b)]
     jobs: dict[str, list[Any]] = {}
     for side, data in enumerate(runs):

@@ -179,7 +179,8 @@ def totals_line(document: dict[str, Any]) -> str:
     )
     jobs = totals.get("jobs", 0)
     return (
-        f"{plural(jobs if isinstance(jobs, int) else 0, 'job')}, {statuses or '0 ' + Status.SUCCEEDED}; {tokens}; "
+        f"{plural(jobs if isinstance(jobs, int) else 0, 'job')}, {statuses or '0 ' + Status.SUCCEEDED}; "
+        f"{tokens}; "
         f"cost ${totals.get('cost_usd', 0):.4f}{summaries}"
     )
 

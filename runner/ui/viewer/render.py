@@ -31,7 +31,8 @@ PAGES_PER_WORKER = 16
 # the index's table script, as it is (a template file only so that it ships with the others; never rendered)
 SCRIPT = (Path(__file__).parent / "templates" / "index.js.j2").read_text(encoding="utf-8")
 # What a page may load: its own styles and the index's one script (by hash), nothing else; no script in a
-# file of the run (a transcript, a planted page) ever runs in a page's origin. Also sent as a header by --serve.
+# file of the run (a transcript, a planted page) ever runs in a page's origin. Also sent as a header by
+# --serve.
 PAGE_CSP = (
     "default-src 'none'; script-src 'sha256-"
     + base64.b64encode(hashlib.sha256(SCRIPT.encode("utf-8")).digest()).decode("ascii")
