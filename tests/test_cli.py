@@ -66,6 +66,13 @@ def test_demo_run_succeeds_and_prints_the_table(demo_run):
     assert document["state"] == "finished" and document["backend"] == "offline"
     assert {j["job"]: j["status"] for j in document["jobs"]} == dict.fromkeys(DEMO_JOBS, "succeeded")
     assert document["totals"]["succeeded"] == document["totals"]["jobs"] == len(DEMO_JOBS)
+    # the table's totals and rows are the jobs' records as they ended: tokens and compactions too
+    totals = document["totals"]
+    assert totals["input_tokens"] > 0
+    assert f"{totals['input_tokens']:,} in / {totals['output_tokens']:,} out tokens" in proc.stdout, proc.stdout
+    asyncio_row = next(line for line in proc.stdout.splitlines() if line.startswith("stdlib-asyncio"))
+    compactions = sum(json.loads((run_dir / "stdlib-asyncio" / "metrics.json").read_text())["compactions"].values())
+    assert compactions > 0 and re.search(rf"\s{compactions}\s", asyncio_row), asyncio_row
 
 
 @pytest.mark.parametrize("name", DEMO_JOBS)

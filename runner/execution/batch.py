@@ -191,7 +191,7 @@ def final_rows(run_dir: Path, result: Any) -> list[dict[str, Any]]:
         rows = load_report(run_dir)["jobs"]
     except ConfigError:
         rows = []
-    ran = {name: clean_job(r.to_json()) for name, r in result.results.items()}
+    ran = {name: clean_job(r.document()) for name, r in result.results.items()}
     rows = [ran.pop(row["job"], row) for row in rows]
     return rows + list(ran.values())
 
