@@ -69,9 +69,11 @@ def test_demo_run_succeeds_and_prints_the_table(demo_run):
     # the table's totals and rows are the jobs' records as they ended: tokens and compactions too
     totals = document["totals"]
     assert totals["input_tokens"] > 0
-    assert f"{totals['input_tokens']:,} in / {totals['output_tokens']:,} out tokens" in proc.stdout, proc.stdout
+    shown = f"{totals['input_tokens']:,} in / {totals['output_tokens']:,} out tokens"
+    assert shown in proc.stdout, proc.stdout
     asyncio_row = next(line for line in proc.stdout.splitlines() if line.startswith("stdlib-asyncio"))
-    compactions = sum(json.loads((run_dir / "stdlib-asyncio" / "metrics.json").read_text())["compactions"].values())
+    metrics = json.loads((run_dir / "stdlib-asyncio" / "metrics.json").read_text())
+    compactions = sum(metrics["compactions"].values())
     assert compactions > 0 and re.search(rf"\s{compactions}\s", asyncio_row), asyncio_row
 
 
