@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Protocol
 
 from ...config import Limits
-from ..stages import Outcome, Stage
+from ..stages import Outcome, Stage, tool_result_budget
 from ..window import Window
 
 
@@ -63,6 +63,21 @@ class Strategy(ABC):
         will not rewrite (with ``cache_aware``), when it is not the newest message anyway."""
         settled = window.settled_prefix() if self.limits.cache_aware else 0
         return (settled - 1,) if 0 < settled < len(window) - 1 else ()
+
+    def budget_results(self, stages: Stages) -> None:
+        """1. ``tool_result_budget``, every strategy's first stage: a batch of results over its budget
+        has its largest ones saved."""
+        limits = self.limits
+        stages.adopt(
+            Stage.TOOL_RESULT_BUDGET,
+            tool_result_budget(
+                stages.window.entries,
+                limits.batch_char_limit,
+                limits.large_result_chars,
+                limits.preview_chars,
+                stages.name_for,
+            ),
+        )
 
     @abstractmethod
     async def prepare(self, stages: Stages) -> None:

@@ -19,16 +19,7 @@ class ClientStrategy(Strategy):
 
     async def prepare(self, stages: Stages) -> None:
         limits, window = self.limits, stages.window
-        stages.adopt(
-            Stage.TOOL_RESULT_BUDGET,
-            s.tool_result_budget(
-                window.entries,
-                limits.batch_char_limit,
-                limits.large_result_chars,
-                limits.preview_chars,
-                stages.name_for,
-            ),
-        )
+        self.budget_results(stages)
         stages.adopt(
             Stage.SNIP, s.snip(window.entries, limits.snip_trigger, limits.snip_head, limits.snip_target)
         )

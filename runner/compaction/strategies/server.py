@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import stages as s
-from ..stages import Stage
 from .base import Stages, Strategy
 
 
@@ -27,14 +25,4 @@ class ServerStrategy(Strategy):
         return {"edits": [edit]}
 
     async def prepare(self, stages: Stages) -> None:
-        limits, window = self.limits, stages.window
-        stages.adopt(
-            Stage.TOOL_RESULT_BUDGET,
-            s.tool_result_budget(
-                window.entries,
-                limits.batch_char_limit,
-                limits.large_result_chars,
-                limits.preview_chars,
-                stages.name_for,
-            ),
-        )
+        self.budget_results(stages)
