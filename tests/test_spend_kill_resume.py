@@ -81,9 +81,10 @@ def _spend(job: Path) -> dict:
     }
 
 
-def _segment(tmp: Path, argv: list[str], delay: float) -> tuple[bool, float]:
-    """Run ``runner argv``; SIGKILL it ``delay`` seconds after its job first writes (a random moment of
-    its work). (killed, how long the process lived); not killed when it ended first."""
+def _segment(tmp: Path, argv: list[str], delay: float, after_calls: int = 0) -> tuple[bool, float]:
+    """Run ``runner argv``; SIGKILL it ``delay`` seconds after its job first writes once its
+    events.jsonl holds ``after_calls`` model calls (a random moment of its work). (killed, how long the
+    process lived); not killed when it ended first."""
     job = (_run_dir(tmp) or tmp / "none") / "a"
     start_size = _size(job / "events.jsonl")
     started = time.monotonic()
@@ -102,7 +103,7 @@ def _segment(tmp: Path, argv: list[str], delay: float) -> tuple[bool, float]:
             now = time.monotonic()
             if kill_at is None:
                 job = (_run_dir(tmp) or tmp / "none") / "a"
-                if _size(job / "events.jsonl") != start_size:
+                if _size(job / "events.jsonl") != start_size and _calls(job) >= after_calls:
                     kill_at = now + delay
             elif now >= kill_at:
                 os.kill(proc.pid, signal.SIGKILL)
@@ -144,12 +145,12 @@ def test_twenty_kills_lose_no_spend(tmp_path: Path) -> None:
     rng = random.Random(seed)
     kills, lived, argv = 0, 0.0, ["run", "jobs"]
     at_calls: list[int] = []
+    # where the kills land: spread over the job (a share of its calls each, then up to one call's
+    # time more, so mid-turn), whatever the machine's load does to its pace
+    targets = sorted(int(rng.uniform(0.05, 0.9) * total_calls) for _ in range(KILLS))
     while kills < KILLS:
-        job = (_run_dir(killed) or killed / "none") / "a"
-        left = max(0.0, 1 - _calls(job) / total_calls)  # the share of the job still to run
-        # at most the share of the remaining work a kill may take: the kills land before the job ends
-        delay = rng.uniform(0, work_s * left / (KILLS - kills + 2))
-        was_killed, seconds = _segment(killed, argv, delay)
+        delay = rng.uniform(0, work_s / total_calls)
+        was_killed, seconds = _segment(killed, argv, delay, after_calls=targets[kills])
         lived += seconds
         run_dir = _run_dir(killed)
         assert run_dir is not None
