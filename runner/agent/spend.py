@@ -77,10 +77,14 @@ class Spend:
         if charge:
             self.run_budget.charge(own - self.own_cost)
         self.own_cost = own
-        record.cost_usd = own + sum(c.cost_usd for c in self.children.values())
+        record.cost_usd = self.total()
         if self.children:
             record.subagents = [c.subagent_row() for c in sorted(self.children.values(), key=_ordinal)]
             record.subagent_usage = sum_usage(self.children.values())
+
+    def total(self) -> float:
+        """The job's whole spend as it stands: its own (as last settled) and its subagents' (live)."""
+        return self.own_cost + sum(c.cost_usd for c in self.children.values())
 
     def sent(self, chars: int) -> None:
         """The last call carried ``chars`` characters of messages."""

@@ -89,12 +89,11 @@ class ShareBudget:
 
     @property
     def spent(self) -> float:
-        return self.parent.record.cost_usd
+        return self.parent.total()
 
     @property
     def exceeded(self) -> bool:
-        self.parent.settle()
-        return self.run.exceeded or (self.limit is not None and self.parent.record.cost_usd >= self.limit)
+        return self.run.exceeded or (self.limit is not None and self.parent.total() >= self.limit)
 
     def charge(self, usd: float) -> None:
         self.run.charge(usd)
