@@ -1,6 +1,6 @@
-"""The offline model delegates: a big tree's survey handed to subagents (``task``), one per
-top-level directory and one for the files at the top, each a scoped survey, their reports assembled
-by the parent.
+"""The offline model delegates: a big tree's survey handed to subagents (``task``), in parts of about
+the same size (a directory, several small ones, a big one's subdirectories and its own files, the
+files at the top), each a scoped survey, their reports assembled by the parent.
 
 The pure tests drive :func:`runner.models.policy.decide` for a parent and answer its ``task`` calls
 by running each child's conversation through the policy too, the real tools playing every other call
@@ -23,7 +23,15 @@ from runner.agent.subagents import slug
 from runner.config import Limits
 from runner.messages import Message, text_of, tool_uses
 from runner.models import delegation, policy
-from runner.models.memory_survey import TODO_PATTERN, TOP, TOTALS_LINE, scope_of, scoped_prompt
+from runner.models.memory_survey import (
+    TODO_PATTERN,
+    TOP,
+    TOTALS_LINE,
+    files_only,
+    scope_of,
+    scoped_prompt,
+    units,
+)
 from runner.protocol import SUBAGENT_CUT, SUBAGENT_RESULT, subagent_result
 from runner.rundir.store import JobStore
 from runner.tools.toolset import Toolset
@@ -154,6 +162,26 @@ def assert_rows_right(rows: dict[str, list[Any]], truth: dict[str, bytes]) -> No
     assert not wrong, wrong[:5]
 
 
+def in_scope(path: str, scope: str) -> bool:
+    """Whether a workspace-relative path is in one of the scope's units."""
+    for unit in units(scope):
+        only = files_only(unit)
+        if (only is None and path.startswith(unit + "/")) or (
+            only is not None and Path(path).parent == Path(only)
+        ):
+            return True
+    return False
+
+
+def scope_of_call(call: dict[str, Any]) -> str:
+    return scope_of([{"role": "user", "content": call["input"]["prompt"]}]) or ""
+
+
+# the parts of the test tree: asyncio (no subdirectory) whole, email (more than an eighth of the
+# tree) cut into its own files and email/mime, json, the files at the top
+PARTS = ["asyncio", "email/.", "email/mime", "json", TOP]
+
+
 def totals(report: str) -> tuple[int, ...]:
     match = TOTALS_LINE.search(report)
     assert match, report[:500]
@@ -169,8 +197,7 @@ async def test_a_big_tree_is_split_among_subagents_and_every_file_is_right(tree,
     messages, final, status = await play.converse("Survey this workspace.", job, TOOLS, task=True)
     assert status == "succeeded"
     [calls] = task_calls(messages)  # every part in one reply
-    scopes = sorted(scope_of([{"role": "user", "content": c["input"]["prompt"]}]) or "" for c in calls)
-    assert scopes == sorted([*PACKAGES, TOP])
+    assert sorted(map(scope_of_call, calls)) == sorted(PARTS)
     assert all("Survey this workspace." in c["input"]["prompt"] for c in calls)
     assert all(c["input"]["tools"] == list(TOOLS) for c in calls)
     truth = regular_files(tree)
@@ -184,14 +211,12 @@ async def test_a_big_tree_is_split_among_subagents_and_every_file_is_right(tree,
     for n, call in enumerate(calls, 1):
         where = f"agents/{n}-{slug(call['input']['description'])}"
         assert f"`{where}/final.md`" in final and (job / where / "memories" / "survey").is_dir()
-    for description, transcript in play.transcripts.items():  # each part read only its own files
+    for call in calls:  # each part read only its own files
+        transcript = play.transcripts[call["input"]["description"]]
         read = [
             str(u["input"].get("file_path")) for m in transcript for u in tool_uses(m) if u["name"] == "read"
         ]
-        assert read and all(
-            "/" not in p if description == delegation.TOP_DESCRIPTION else p.startswith(description + "/")
-            for p in read
-        ), (description, read[:5])
+        assert read and all(in_scope(p, scope_of_call(call)) for p in read), (call["input"], read[:5])
 
 
 async def test_a_cut_report_is_read_back_before_the_parent_reports(tree, tmp_path, small_threshold):
@@ -200,10 +225,10 @@ async def test_a_cut_report_is_read_back_before_the_parent_reports(tree, tmp_pat
     messages, final, status = await play.converse("Survey this workspace.", job, TOOLS, task=True)
     assert status == "succeeded"
     recalls = [u["input"] for m in messages for u in tool_uses(m) if u["name"] == "recall"]
-    assert {r["path"] for r in recalls} == {
-        f"agents/{n}-{slug(d)}/final.md"
-        for n, d in enumerate(sorted(PACKAGES) + [delegation.TOP_DESCRIPTION], 1)
-    }
+    [calls] = task_calls(messages)
+    assert sorted(r["path"] for r in recalls) == sorted(
+        f"agents/{n}-{slug(c['input']['description'])}/final.md" for n, c in enumerate(calls, 1)
+    )
     truth = regular_files(tree)
     todo = re.search(r"## TODO / FIXME / XXX \((\d+) lines in (\d+) files", final)
     assert todo and int(todo[1]) == todo_lines(truth) and "see its report" not in final
@@ -216,7 +241,7 @@ async def test_a_failed_subagent_leaves_its_part_not_covered(tree, tmp_path, sma
     job = tmp_path / "job"
     _, final, status = await play.converse("Survey this workspace.", job, TOOLS, task=True)
     assert status == "succeeded"
-    assert "**Not covered**: 1 of the 4 parts (`asyncio/`)" in final and "## Not covered" in final
+    assert f"**Not covered**: 1 of the {len(PARTS)} parts (`asyncio/`)" in final and "## Not covered" in final
     assert re.search(r"^\| `agents/\d-asyncio` \| `asyncio/` \| max_turns \|", final, re.M)
     truth = {p: d for p, d in regular_files(tree).items() if not p.startswith("asyncio/")}
     assert totals(final)[0] == len(truth)  # the failed part's counts are not in the totals
@@ -264,7 +289,7 @@ async def test_a_scoped_survey_reads_only_its_part_with_workspace_paths(tree, tm
 
 
 def test_the_scope_is_read_from_the_prompt_and_a_plain_survey_has_none():
-    for scope in ("email", "a b/c", TOP):
+    for scope in ("email", "a b/c", TOP, "a b/c/.", "email/.|email/mime|json", "json|.|x/y/."):
         assert scope_of([{"role": "user", "content": scoped_prompt(scope, "Survey it.")}]) == scope
     assert scope_of([{"role": "user", "content": "Survey it."}]) is None
     assert not delegation.applies(
@@ -272,6 +297,53 @@ def test_the_scope_is_read_from_the_prompt_and_a_plain_survey_has_none():
     )
     assert not delegation.applies([{"role": "user", "content": "Survey it."}], {"memory", "glob", "read"})
     assert delegation.applies([{"role": "user", "content": "Survey it."}], {"task", "memory", "glob", "read"})
+
+
+async def test_small_parts_are_grouped_and_every_file_is_right(tree, tmp_path, small_threshold, monkeypatch):
+    monkeypatch.setattr(delegation, "PARTS", 2)  # the units dealt out to two parts
+    play = Play(tree)
+    messages, final, status = await play.converse(
+        "Survey this workspace.", tmp_path / "job", TOOLS, task=True
+    )
+    assert status == "succeeded"
+    [calls] = task_calls(messages)
+    scopes = [scope_of_call(c) for c in calls]
+    # an eighth of the tree is now a half: email is not cut
+    assert len(scopes) == 2 and sorted(u for s in scopes for u in units(s)) == sorted([*PACKAGES, TOP])
+    for call in calls:
+        transcript = play.transcripts[call["input"]["description"]]
+        read = [
+            str(u["input"].get("file_path")) for m in transcript for u in tool_uses(m) if u["name"] == "read"
+        ]
+        assert read and all(in_scope(p, scope_of_call(call)) for p in read), (call["input"], read[:5])
+    truth = regular_files(tree)
+    assert_rows_right(survey_rows(final, tmp_path / "job"), truth)
+    assert totals(final)[0] == len(truth)
+    todo = re.search(r"## TODO / FIXME / XXX \((\d+) lines in (\d+) files", final)
+    assert todo and int(todo[1]) == todo_lines(truth)
+
+
+def test_the_parts_are_about_the_same_size_largest_first():
+    # 160 entries: "big" (100) is over an eighth and its listing is whole: cut into its
+    # subdirectories and its own files; the twelve small directories are dealt out with the rest
+    listing = [f"big/own{k}.py" for k in range(10)]
+    listing += ["big/a"] + [f"big/a/f{k}" for k in range(59)] + ["big/b"] + [f"big/b/f{k}" for k in range(29)]
+    sizes = {"big": len(listing)} | {f"s{k}": 5 for k in range(12)}
+    parts = delegation.plan_parts(entries=160, sizes=sizes, listings={"big": listing}, top=0)
+    assert len(parts) == delegation.PARTS
+    found = [u for p in parts for u in units(p)]
+    assert sorted(found) == sorted(["big/a", "big/b", "big/."] + [f"s{k}" for k in range(12)])
+    weight = {"big/a": 60, "big/b": 30, "big/.": 10} | {f"s{k}": 5 for k in range(12)}
+    loads = [sum(weight[u] for u in units(p)) for p in parts]
+    assert loads == sorted(loads, reverse=True) and loads[0] == 60  # the biggest unit alone, first
+    assert max(loads[1:]) <= 30  # the rest no bigger than the second biggest unit
+    # a big directory whose listing is not whole in view is one unit; so is one without subdirectories
+    whole = delegation.plan_parts(entries=160, sizes={"big": 100, "s": 60}, listings={}, top=3)
+    assert whole == ["big", "s", TOP]
+    flat = delegation.plan_parts(
+        entries=160, sizes={"big": 100, "s": 60}, listings={"big": [f"big/f{k}" for k in range(100)]}, top=0
+    )
+    assert flat == ["big", "s"]
 
 
 def test_a_task_result_header_parses():
@@ -302,9 +374,9 @@ def test_runner_run_of_a_survey_with_the_task_tool_delegates_on_the_offline_mode
     metrics = json.loads((job / "metrics.json").read_text())
     assert metrics["status"] == "succeeded"
     final = (job / "final.md").read_text()
-    assert "Every part is covered: all 4 subagents succeeded." in final
+    assert f"Every part is covered: all {len(PARTS)} subagents succeeded." in final
     agents = sorted(p.name for p in (job / "agents").iterdir())
-    assert len(agents) == 4 and all((job / "agents" / a / "final.md").is_file() for a in agents)
+    assert len(agents) == len(PARTS) and all((job / "agents" / a / "final.md").is_file() for a in agents)
     assert all((job / "agents" / a / "memories" / "survey").is_dir() for a in agents)
     assert all(f"`agents/{a}/final.md`" in final for a in agents)
     truth = regular_files(tree)

@@ -61,19 +61,26 @@ from .memory_survey import (
     TOP,
     TOTALS,
     TOTALS_LINE,
+    UNIT_SEP,
+    files_only,
     scope_of,
     scoped_prompt,
+    units,
 )
 
 DELEGATE_ENTRIES = INLINE_FILES  # a tree whose listing names more entries than this is split
 MIN_PARTS = 2  # top-level directories a tree needs to be split
+# the parts a big tree is cut into: twice the subagents that run at once by default, so that, handed
+# out largest first, they end close together; each about an eighth of the tree's entries
+PARTS = 8
 PROBE = {"pattern": "*/"}  # the first turn's extra call: the top-level directories
 SUBAGENT_TOOLS = ("read", "glob", "grep")
 TOP_DESCRIPTION = "top-level files"
 RECALL_CHARS = 8_000  # a cut report read back: its head (totals, tables, TODO count) is well within this
 PLAN_KEY = "- delegation | "
 SIZES_KEY = "- delegation-sizes | "  # the split waiting for its directories' sizes
-PART_KEY = "- subagent | "
+PART_KEY = "- subagent {k} | "  # one key per part: a summary keeps each part's newest note
+_PART_NOTE = re.compile(r"^- subagent(?: \d+)? \| (.*)$")
 SURVEY = re.compile(r"\bsurvey", re.I)
 _UNNAMEABLE = re.compile(r"[`|\n\r]")  # a directory a prompt, a note or a table cell could not name
 _EXT_ROW = re.compile(r"^\| (\S+) \| (\d+) \| (\d+) \|$", re.M)
@@ -135,7 +142,7 @@ def partial_report(messages: list[Message]) -> str:
     if plan is None:
         return memory_survey.partial_report(without_probe(messages))
     parts = _parts(messages, plan)
-    done = sum(1 for scope, _ in plan["parts"] if scope in parts)
+    done = sum(1 for scope in scopes(plan) if scope in parts)
     partial = f"(Partial: {done} of the {len(plan['parts'])} subagents' results were in when the job ended.)"
     return report(plan, parts, partial=partial)
 
@@ -186,9 +193,10 @@ def without_probe(messages: list[Message]) -> list[Message]:
 # --- the split ------------------------------------------------------------------------------------
 
 
-def _split(messages: list[Message]) -> tuple[str, int, list[str], bool] | None:
-    """(root, entries, top-level directories, whether the top holds files) when the newest results
-    answer the first turn's listing and the tree is to be split; else None."""
+def _split(messages: list[Message]) -> tuple[str, int, list[str], int] | None:
+    """(root, entries, top-level directories, the files at the top: how many, at least 1 when the
+    top listing was cut) when the newest results answer the first turn's listing and the tree is to
+    be split; else None."""
     if len(messages) < 2 or messages[-2].get("role") != "assistant":
         return None
     uses = {
@@ -210,8 +218,9 @@ def _split(messages: list[Message]) -> tuple[str, int, list[str], bool] | None:
         return None
     top = [e for e in _entries(answers["*"]) if e not in set(_entries(dirs_text))]
     root = os.path.dirname(dirs[0])
-    top_cut = glob_cut(answers["*"]) is not None
-    return root, entries, sorted(os.path.basename(d) for d in dirs), bool(top) or top_cut  # names, as paths
+    cut = glob_cut(answers["*"])
+    files = max(len(top), cut[1] - len(dirs), 1) if cut else len(top)
+    return root, entries, sorted(os.path.basename(d) for d in dirs), files  # names, as paths
 
 
 def _entries(text: str) -> list[str]:
@@ -233,7 +242,7 @@ def _entry_count(text: str) -> int:
 
 
 def _measure(
-    messages: list[Message], split: tuple[str, int, list[str], bool]
+    messages: list[Message], split: tuple[str, int, list[str], int]
 ) -> tuple[list[dict[str, Any]], str]:
     """The turn before the split: each top-level directory's size, one ``glob`` of ``**/*`` in it."""
     root, entries, dirs, top = split
@@ -261,9 +270,13 @@ def _measure(
     return content, "tool_use"
 
 
-def _sized(messages: list[Message]) -> tuple[str, int, list[str], bool] | None:
-    """The split, its directories largest first, when the newest results answer :func:`_measure`'s
-    turn (a size not in view counts as 0: that part starts last)."""
+Sizes = tuple[str, int, dict[str, int], dict[str, list[str]], int]
+
+
+def _sized(messages: list[Message]) -> Sizes | None:
+    """(root, entries, each top-level directory's size, the whole listings in view (entries relative
+    to the root), the files at the top) when the newest results answer :func:`_measure`'s turn (a
+    size not in view counts as 0)."""
     if len(messages) < 2 or messages[-2].get("role") != "assistant":
         return None
     text = text_of(messages[-2])
@@ -275,32 +288,93 @@ def _sized(messages: list[Message]) -> tuple[str, int, list[str], bool] | None:
     except ValueError:
         return None
     paths = {str(u.get("id")): str((u.get("input") or {}).get("path", "")) for u in tool_uses(messages[-2])}
-    sizes = {
-        paths.get(str(r.get("tool_use_id")), ""): _entry_count(result_text(r))
-        for r in tool_results(messages[-1])
-        if not r.get("is_error")
-    }
-    dirs = sorted(note["dirs"], key=lambda d: (-sizes.get(d, 0), d))
-    return note["root"], int(note["entries"]), dirs, bool(note["top"])
+    root = str(note["root"])
+    sizes: dict[str, int] = {d: 0 for d in note["dirs"]}
+    listings: dict[str, list[str]] = {}
+    for r in tool_results(messages[-1]):
+        d, text = paths.get(str(r.get("tool_use_id")), ""), result_text(r)
+        if d not in sizes or r.get("is_error"):
+            continue
+        sizes[d] = _entry_count(text)
+        if not (glob_cut(text) or is_placeholder(text) or is_persisted(text)):
+            listings[d] = [e[len(root) + 1 :] for e in _entries(text) if e.startswith(root + "/")]
+    return root, int(note["entries"]), sizes, listings, int(note["top"])
+
+
+def plan_parts(
+    *, entries: int, sizes: dict[str, int], listings: dict[str, list[str]], top: int
+) -> list[str]:
+    """The parts, largest first, each a scope (its units joined by ``UNIT_SEP``): a directory bigger
+    than an eighth of the tree is cut into its subdirectories and its own files (when its whole
+    listing is in view and names nothing a prompt could not), the units are dealt out largest first
+    to the least loaded of :data:`PARTS` parts (fewer when there are fewer units)."""
+    goal = max(1, -(-entries // PARTS))
+    found: list[tuple[int, str]] = []
+    for d, size in sizes.items():
+        pieces = _pieces(d, listings[d]) if size > goal and d in listings else None
+        found += pieces or [(max(size, 1), d)]
+    if top:
+        found.append((top, TOP))
+    loads: list[tuple[int, list[str]]] = [(0, []) for _ in range(min(PARTS, len(found)))]
+    for size, unit in sorted(found, key=lambda f: (-f[0], f[1])):
+        k = min(range(len(loads)), key=lambda i: (loads[i][0], i))
+        loads[k] = (loads[k][0] + size, [*loads[k][1], unit])
+    loads.sort(key=lambda load: (-load[0], load[1]))
+    return [UNIT_SEP.join(names) for _, names in loads if names]
+
+
+def _pieces(d: str, listing: list[str]) -> list[tuple[int, str]] | None:
+    """A directory's subdirectories and its own files as units with their sizes (entries), from its
+    whole listing; None when it has no subdirectory or names one no prompt could."""
+    inside = [e[len(d) + 1 :] for e in listing if e.startswith(d + "/")]
+    sub: dict[str, int] = {}
+    for rest in inside:
+        head, sep, _ = rest.partition("/")
+        if sep:
+            sub[head] = sub.get(head, 0) + 1
+    own = sum(1 for rest in inside if "/" not in rest and rest not in sub)
+    sub = {name: n + (name in inside) for name, n in sub.items() if name not in SKIP_DIRS}
+    if not sub or any(_UNNAMEABLE.search(name) or UNIT_SEP in name for name in sub):
+        return None
+    pieces = [(n, f"{d}/{name}") for name, n in sub.items()]
+    return pieces + ([(own, d + "/.")] if own else [])
 
 
 def _delegate(
-    messages: list[Message], tool_names: set[str], root: str, entries: int, dirs: list[str], top: bool
+    messages: list[Message],
+    tool_names: set[str],
+    root: str,
+    entries: int,
+    sizes: dict[str, int],
+    listings: dict[str, list[str]],
+    top: int,
 ) -> tuple[list[dict[str, Any]], str]:
-    parts = [[d, d] for d in dirs] + ([[TOP, TOP_DESCRIPTION]] if top else [])
+    parts = plan_parts(entries=entries, sizes=sizes, listings=listings, top=top)
     plan = {"root": root, "entries": entries, "parts": parts}
     tools = [t for t in SUBAGENT_TOOLS if t in tool_names]
     asked = request(messages).strip()
     text = (
-        f"The tree is big ({entries} entries in {len(dirs)} top-level directories): one subagent per "
-        f"directory{' and one for the files at the top' if top else ''}, all at once.\n"
-        f"{PLAN_KEY}{json.dumps(plan, separators=(',', ':'), ensure_ascii=False)}"
+        f"The tree is big ({entries} entries in {len(sizes)} top-level directories"
+        f"{' and files at the top' if top else ''}): {len(parts)} parts of about the same size, one "
+        f"subagent each, largest first.\n{PLAN_KEY}{_plan_json(plan)}"
     )
     content: list[dict[str, Any]] = [{"type": "text", "text": text}]
-    for k, (scope, description) in enumerate(parts):
-        task = {"prompt": scoped_prompt(scope, asked), "description": description, "tools": tools}
+    for k, scope in enumerate(parts):
+        task = {"prompt": scoped_prompt(scope, asked), "description": _description(scope), "tools": tools}
         content.append({"type": "tool_use", "id": _call_id(messages, k), "name": "task", "input": task})
     return content, "tool_use"
+
+
+def _plan_json(plan: dict[str, Any]) -> str:
+    return json.dumps(plan, separators=(",", ":"), ensure_ascii=False)
+
+
+def _description(scope: str) -> str:
+    """A few words naming a part: its first unit, and how many more."""
+    first, *more = units(scope)
+    only = files_only(first)
+    name = first if only is None else (f"{only} files" if only else TOP_DESCRIPTION)
+    return name + (f" and {len(more)} more" if more else "")
 
 
 # --- the parts' results ---------------------------------------------------------------------------
@@ -323,17 +397,18 @@ def _plan(messages: list[Message]) -> dict[str, Any] | None:
 
 def _parts(messages: list[Message], plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """What is known of each part (by scope): its notes, then the task results and recalls in view."""
-    scopes = {scope for scope, _ in plan["parts"]}
+    known = set(scopes(plan))
     parts: dict[str, dict[str, Any]] = {}
     uses: dict[str, dict[str, Any]] = {}
     for m in messages:
         for line in text_of(m).split("\n"):
-            if line.startswith(PART_KEY):
+            note = _PART_NOTE.match(line)
+            if note:
                 try:
-                    part = json.loads(line[len(PART_KEY) :])
+                    part = json.loads(note[1])
                 except ValueError:
                     continue
-                if isinstance(part, dict) and part.get("scope") in scopes:
+                if isinstance(part, dict) and part.get("scope") in known:
                     parts[part["scope"]] = part
         for use in tool_uses(m):
             uses[str(use.get("id"))] = use
@@ -342,7 +417,7 @@ def _parts(messages: list[Message], plan: dict[str, Any]) -> dict[str, dict[str,
             args = use.get("input") or {}
             if use.get("name") == "task":
                 scope = scope_of([{"role": "user", "content": str(args.get("prompt", ""))}])
-                if scope is not None and scope in scopes and not parts.get(scope, {}).get("status"):
+                if scope is not None and scope in known and not parts.get(scope, {}).get("status"):
                     parts[scope] = _task_part(scope, result) or parts.get(scope, {})
             elif use.get("name") == "recall":
                 for part in parts.values():
@@ -414,10 +489,15 @@ def _assemble(messages: list[Message], plan: dict[str, Any]) -> tuple[list[dict[
     ]
     if not due:
         return [{"type": "text", "text": report(plan, parts)}], "end_turn"
+    order = {scope: k for k, scope in enumerate(scopes(plan))}
     notes = "\n".join(
-        PART_KEY + json.dumps(p, separators=(",", ":"), ensure_ascii=False) for _, p in sorted(parts.items())
+        PART_KEY.format(k=order[scope]) + json.dumps(p, separators=(",", ":"), ensure_ascii=False)
+        for scope, p in sorted(parts.items(), key=lambda kv: order[kv[0]])
     )
-    text = f"{len(due)} report{'s' if len(due) > 1 else ''} cut before the TODO count: read back.\n{notes}"
+    text = (
+        f"{len(due)} report{'s' if len(due) > 1 else ''} cut before the TODO count: read back.\n"
+        f"{PLAN_KEY}{_plan_json(plan)}\n{notes}"
+    )
     content: list[dict[str, Any]] = [{"type": "text", "text": text}]
     for k, part in enumerate(due):
         path = part.get("report") or part.get("saved")
@@ -435,33 +515,44 @@ def _assemble(messages: list[Message], plan: dict[str, Any]) -> tuple[list[dict[
 # --- the report -----------------------------------------------------------------------------------
 
 
+def scopes(plan: dict[str, Any]) -> list[str]:
+    """A plan's parts' scopes, in order (a part written as ``[scope, description]`` too)."""
+    return [p[0] if isinstance(p, list) else str(p) for p in plan["parts"]]
+
+
 def _scope_cell(scope: str) -> str:
-    return "the files at the top" if scope == TOP else f"`{scope}/`"
+    cells = []
+    for unit in units(scope):
+        only = files_only(unit)
+        if only is None:
+            cells.append(f"`{unit}/`")
+        else:
+            cells.append(f"the files directly in `{only}/`" if only else "the files at the top")
+    return ", ".join(cells)
 
 
 def report(plan: dict[str, Any], parts: dict[str, dict[str, Any]], partial: str = "") -> str:
     """The parent's Markdown report: the parts' sums, each subagent, what is not covered."""
-    scopes = [scope for scope, _ in plan["parts"]]
+    names = scopes(plan)
     covered = [
         (s, parts[s])
-        for s in scopes
+        for s in names
         if parts.get(s, {}).get("status") == "succeeded" and "totals" in parts[s]
     ]
-    missing = [s for s in scopes if s not in dict(covered)]
-    n = len(scopes)
-    top = " and one for the files at the top" if TOP in scopes else ""
+    missing = [s for s in names if s not in dict(covered)]
+    n = len(names)
     out = [f"# Survey of `{plan['root']}`", ""]
     if partial:
         out += [partial, ""]
     out.append(
-        f"The tree ({plan['entries']} entries) was split among {n} subagents, one per top-level "
-        f"directory{top}; each surveyed its part and wrote its own report. The totals here are the "
-        "sum of theirs."
+        f"The tree ({plan['entries']} entries) was split among {n} subagents, each a part of about the "
+        "same size (one directory, several, or a big one's subdirectories and its own files); each "
+        "surveyed its part and wrote its own report. The totals here are the sum of theirs."
     )
     if missing:
-        names = ", ".join(map(_scope_cell, missing))
+        cells = "; ".join(map(_scope_cell, missing))
         out.append(
-            f"**Not covered**: {len(missing)} of the {n} parts ({names}): their subagents did not "
+            f"**Not covered**: {len(missing)} of the {n} parts ({cells}): their subagents did not "
             "succeed, and their files are not in these totals."
         )
     else:
@@ -475,7 +566,7 @@ def report(plan: dict[str, Any], parts: dict[str, dict[str, Any]], partial: str 
         "| subagent | scope | status | files | report |",
         "|---|---|---|---:|---|",
     ]
-    out += [_subagent_row(scope, parts.get(scope, {})) for scope in scopes]
+    out += [_subagent_row(scope, parts.get(scope, {})) for scope in names]
     if missing:
         out += ["", "## Not covered", ""]
         out += [f"- {_scope_cell(scope)}: not covered ({_why(parts.get(scope, {}))})." for scope in missing]

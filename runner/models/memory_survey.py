@@ -109,13 +109,28 @@ SCOPED_PROMPT = (
     "request you have a part of:\n\n{request}"
 )
 SCOPE_DIR = "the directory `{dir}/` and everything in it"
+SCOPE_FILES = "only the files directly in `{dir}/` (not those in its subdirectories)"
 SCOPE_TOP = "only the files at the top of the workspace (not those in any subdirectory)"
-_SCOPE = re.compile(
-    "Your part: (?:"
-    + re.escape(SCOPE_DIR).replace(re.escape("{dir}"), "(.+)")
+UNITS_JOIN = "; "  # a part of several units names them in this order, joined so
+UNIT_SEP = "|"  # a scope's units joined (no name a part can hold has it: see .delegation)
+FILES_ONLY = "/."  # the unit ``D/.``: only the files directly in ``D``
+_NAME = "([^`\n]+)"
+_UNIT = re.compile(
+    re.escape(SCOPE_DIR).replace(re.escape("{dir}"), _NAME)
+    + "|"
+    + re.escape(SCOPE_FILES).replace(re.escape("{dir}"), _NAME)
     + "|("
     + re.escape(SCOPE_TOP)
-    + "))"
+    + ")"
+)
+_SCOPE = re.compile(
+    "Your part: ((?:"
+    + _UNIT.pattern
+    + ")(?:"
+    + re.escape(UNITS_JOIN)
+    + "(?:"
+    + _UNIT.pattern
+    + "))*)"
     + re.escape(". List and read only that part")
 )
 INCREMENTAL_TODO_TEXT = (
@@ -178,7 +193,7 @@ class State:
     todo: dict[str, Any] = field(
         default_factory=lambda: {"hits": 0, "files": 0, "last": "", "cut": False, "saved": "", "shown": []}
     )
-    scope: str = ""  # "" the whole workspace, TOP its top files only, else one directory (relative)
+    scope: str = ""  # "" the whole workspace, else its units (see :func:`units`) joined by UNIT_SEP
     inc: dict[str, Any] = field(
         default_factory=dict
     )  # an incremental survey's own state (.incremental_survey)
@@ -226,18 +241,51 @@ def load_state(messages: list[Message]) -> tuple[State | None, int]:
 
 
 def scope_of(messages: list[Message]) -> str | None:
-    """The scope the job's request (its first message, or a summary's copy of it) gives: a
-    directory, :data:`TOP`, or None for an unscoped request."""
+    """The scope the job's request (its first message, or a summary's copy of it) gives (its
+    units joined by :data:`UNIT_SEP`), or None for an unscoped request."""
     match = _SCOPE.search(text_of(messages[0])) if messages else None
     if match is None:
         return None
-    return TOP if match[2] else match[1]
+    found = [
+        TOP if top else whole or files + FILES_ONLY for whole, files, top in _UNIT.findall(match[1])
+    ]
+    return UNIT_SEP.join(found)
+
+
+def units(scope: str) -> list[str]:
+    """A scope's units: a directory (its whole subtree, relative to the workspace root), ``D/.``
+    (only the files directly in ``D``), :data:`TOP` (only the files at the top); none when unscoped."""
+    return scope.split(UNIT_SEP) if scope else []
+
+
+def files_only(unit: str) -> str | None:
+    """The directory whose own files alone ``unit`` covers ("" for the top), None for a subtree."""
+    if unit == TOP:
+        return ""
+    return unit[: -len(FILES_ONLY)] if unit.endswith(FILES_ONLY) else None
+
+
+def unit_dir(unit: str) -> str:
+    """The directory a unit is in or of ("" for the top)."""
+    only = files_only(unit)
+    return unit if only is None else only
 
 
 def scoped_prompt(scope: str, request: str) -> str:
-    """The prompt of a survey of ``scope`` (a directory, or :data:`TOP`) only."""
-    part = SCOPE_TOP if scope == TOP else SCOPE_DIR.format(dir=scope)
-    return SCOPED_PROMPT.format(scope=part, request=request)
+    """The prompt of a survey of ``scope`` (its units joined by :data:`UNIT_SEP`) only."""
+    parts = []
+    for unit in units(scope):
+        only = files_only(unit)
+        if only is None:
+            parts.append(SCOPE_DIR.format(dir=unit))
+        else:
+            parts.append(SCOPE_FILES.format(dir=only) if only else SCOPE_TOP)
+    return SCOPED_PROMPT.format(scope=UNITS_JOIN.join(parts), request=request)
+
+
+def _own_files_dirs(s: State) -> set[str]:
+    """The directories whose own files (and no subdirectory) the survey covers."""
+    return {d for d in (files_only(u) for u in units(s.scope)) if d is not None}
 
 
 def glob_literal(path: str) -> str:
@@ -324,7 +372,7 @@ class Turn:
                 )
 
     def directory(self, path: str) -> None:
-        if self.state.scope == TOP:  # a survey of the top files lists no directory
+        if os.path.dirname(path) in _own_files_dirs(self.state):  # another part's: not listed here
             return
         if path.count("/") < MAX_DEPTH and os.path.basename(path) not in SKIP_DIRS:
             self.appends["dirs"].append(escape(path))
@@ -480,7 +528,7 @@ def _learn_read(turn: Turn, path: str, result: dict[str, Any], listed: bool) -> 
         turn.outlines.append(path)
     else:
         turn.fact(path, row)
-    if turn.state.scope == TOP:  # no search of the whole tree: each top file's TODO lines by its own grep
+    if os.path.dirname(path) in _own_files_dirs(turn.state):  # no search of its tree: its own grep
         turn.todos.append(path)
     return True
 
@@ -635,10 +683,10 @@ def _learn_glob_result(turn: Turn, args: dict[str, Any], result: dict[str, Any],
         entries = _entries(text)
         if pattern == "*":
             s.root = os.path.dirname(entries[0]) if entries else s.root
-            if s.scope != TOP:  # a survey of the top files lists them by this answer
+            if "" not in _own_files_dirs(s):  # a survey of the top files lists them by this answer
                 return
-        elif s.scope and pattern == glob_literal(s.scope):  # a scoped survey's root, by its directory
-            s.root = _root_of(entries[0], s.scope) if entries else s.root
+        elif s.scope and pattern == glob_literal(_probe_dir(s)):  # a scoped survey's root, by its directory
+            s.root = _root_of(entries[0], _probe_dir(s)) if entries else s.root
             return
     d = rel_path(s.root, str(args.get("path") or s.root))
     d = "" if d == "." else d
@@ -653,6 +701,11 @@ def _learn_glob_result(turn: Turn, args: dict[str, Any], result: dict[str, Any],
         s.recalls.append([saved_path(text), "glob", d, pattern, 0])
     else:
         _learn_glob(turn, d, pattern, text)
+
+
+def _probe_dir(s: State) -> str:
+    """The directory whose own name a scoped survey globs to find the workspace root."""
+    return next((unit_dir(u) for u in units(s.scope) if unit_dir(u)), "")
 
 
 def _root_of(entry: str, scope: str) -> str:
@@ -730,13 +783,16 @@ def plan(turn: Turn) -> None:
     s = turn.state
     root = s.root
     if s.phase == "start":
-        if s.scope == TOP:
-            turn.calls.append(("glob", {"pattern": "*"}))
-        elif s.scope:
-            turn.calls += [
-                ("glob", {"pattern": glob_literal(s.scope)}),
-                ("glob", {"pattern": "**/*", "path": s.scope}),
-            ]
+        if s.scope:
+            own = _own_files_dirs(s)
+            probe = {"pattern": "*"} if "" in own else {"pattern": glob_literal(_probe_dir(s))}
+            turn.calls.append(("glob", probe))
+            for unit in units(s.scope):
+                only = files_only(unit)
+                if only is None:
+                    turn.calls.append(("glob", {"pattern": "**/*", "path": unit}))
+                elif only:
+                    turn.calls.append(("glob", {"pattern": "*", "path": only}))
         else:
             turn.calls += [("glob", {"pattern": "*"}), ("glob", {"pattern": "**/*"})]
         s.phase = "list"
@@ -782,11 +838,16 @@ def plan(turn: Turn) -> None:
             plan(turn)
             return
         s.phase = "todo"
-        if s.scope != TOP:  # the top files' TODO lines were searched file by file
-            turn.calls.append(("grep", {"pattern": TODO_PATTERN, **({"path": s.scope} if s.scope else {})}))
+        if not s.scope:
+            turn.calls.append(("grep", {"pattern": TODO_PATTERN}))
+        for unit in units(s.scope):  # the own files of a directory were searched file by file
+            if files_only(unit) is None:
+                turn.calls.append(("grep", {"pattern": TODO_PATTERN, "path": unit}))
+        if turn.calls:
             return
-    if s.phase == "todo":
-        s.phase = "inline" if 0 < s.logs["facts"] + len(turn.appends["facts"]) <= INLINE_FILES else "report"
+    if s.phase == "todo":  # a part's report is its parent's to read: its rows stay in the facts files
+        small = 0 < s.logs["facts"] + len(turn.appends["facts"]) <= INLINE_FILES
+        s.phase = "inline" if small and not s.scope else "report"
     if s.phase == "inline":
         if turn.appends["facts"]:  # the last rows are written this turn: read them back next turn
             return
@@ -948,7 +1009,14 @@ def _scope_title(s: State) -> str:
     root = f"`{s.root or '(workspace)'}`"
     if s.scope == TOP:
         return f"the files at the top of {root}"
-    return f"`{s.scope}/` in {root}" if s.scope else root
+    names = []
+    for unit in units(s.scope):
+        only = files_only(unit)
+        if only is None:
+            names.append(f"`{unit}/`")
+        else:
+            names.append(f"the files directly in `{only}/`" if only else "the files at the top")
+    return f"{', '.join(names)} in {root}" if names else root
 
 
 def _cell(path: str) -> str:
