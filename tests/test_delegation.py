@@ -34,6 +34,7 @@ from runner.models.memory_survey import (
 )
 from runner.protocol import SUBAGENT_CUT, SUBAGENT_RESULT, subagent_result
 from runner.rundir.store import JobStore
+from runner.tools import file_tools
 from runner.tools.toolset import Toolset
 
 pytestmark = pytest.mark.anyio
@@ -177,7 +178,7 @@ def scope_of_call(call: dict[str, Any]) -> str:
     return scope_of([{"role": "user", "content": call["input"]["prompt"]}]) or ""
 
 
-# the parts of the test tree: asyncio (no subdirectory) whole, email (more than an eighth of the
+# the parts of the test tree: asyncio (no subdirectory) whole, email (more than 3/16 of the
 # tree) cut into its own files and email/mime, json, the files at the top
 PARTS = ["asyncio", "email/.", "email/mime", "json", TOP]
 
@@ -308,8 +309,7 @@ async def test_small_parts_are_grouped_and_every_file_is_right(tree, tmp_path, s
     assert status == "succeeded"
     [calls] = task_calls(messages)
     scopes = [scope_of_call(c) for c in calls]
-    # an eighth of the tree is now a half: email is not cut
-    assert len(scopes) == 2 and sorted(u for s in scopes for u in units(s)) == sorted([*PACKAGES, TOP])
+    assert len(scopes) == 2 and sorted(u for s in scopes for u in units(s)) == sorted(PARTS)
     for call in calls:
         transcript = play.transcripts[call["input"]["description"]]
         read = [
@@ -324,12 +324,16 @@ async def test_small_parts_are_grouped_and_every_file_is_right(tree, tmp_path, s
 
 
 def test_the_parts_are_about_the_same_size_largest_first():
-    # 160 entries: "big" (100) is over an eighth and its listing is whole: cut into its
-    # subdirectories and its own files; the twelve small directories are dealt out with the rest
+    # 160 entries: "big" (100) is over 3/16 of it: cut into its subdirectories and its own files (its
+    # whole listing says their sizes); the twelve small directories are dealt out with the rest
     listing = [f"big/own{k}.py" for k in range(10)]
     listing += ["big/a"] + [f"big/a/f{k}" for k in range(59)] + ["big/b"] + [f"big/b/f{k}" for k in range(29)]
+    pieces = delegation.pieces_of("big", listing)
+    assert sorted(pieces or []) == [(10, "big/."), (30, "big/b"), (60, "big/a")]
     sizes = {"big": len(listing)} | {f"s{k}": 5 for k in range(12)}
-    parts = delegation.plan_parts(entries=160, sizes=sizes, listings={"big": listing}, top=0)
+    parts = delegation.plan_parts(
+        entries=160, sizes=sizes, pieces={"big": [list(p) for p in pieces or []]}, top=0
+    )
     assert len(parts) == delegation.PARTS
     found = [u for p in parts for u in units(p)]
     assert sorted(found) == sorted(["big/a", "big/b", "big/."] + [f"s{k}" for k in range(12)])
@@ -337,13 +341,10 @@ def test_the_parts_are_about_the_same_size_largest_first():
     loads = [sum(weight[u] for u in units(p)) for p in parts]
     assert loads == sorted(loads, reverse=True) and loads[0] == 60  # the biggest unit alone, first
     assert max(loads[1:]) <= 30  # the rest no bigger than the second biggest unit
-    # a big directory whose listing is not whole in view is one unit; so is one without subdirectories
-    whole = delegation.plan_parts(entries=160, sizes={"big": 100, "s": 60}, listings={}, top=3)
+    # a big directory whose pieces are not known is one unit; one without subdirectories has none
+    whole = delegation.plan_parts(entries=160, sizes={"big": 100, "s": 60}, pieces={}, top=3)
     assert whole == ["big", "s", TOP]
-    flat = delegation.plan_parts(
-        entries=160, sizes={"big": 100, "s": 60}, listings={"big": [f"big/f{k}" for k in range(100)]}, top=0
-    )
-    assert flat == ["big", "s"]
+    assert delegation.pieces_of("big", [f"big/f{k}" for k in range(100)]) is None
 
 
 def test_a_task_result_header_parses():
@@ -384,3 +385,21 @@ def test_runner_run_of_a_survey_with_the_task_tool_delegates_on_the_offline_mode
     assert totals(final)[0] == len(truth)
     todo = re.search(r"## TODO / FIXME / XXX \((\d+) lines in (\d+) files", final)
     assert todo and int(todo[1]) == todo_lines(truth)
+
+
+async def test_a_big_directory_whose_listing_is_cut_is_measured_by_its_subdirectories(
+    tree, tmp_path, small_threshold, monkeypatch
+):
+    monkeypatch.setattr(file_tools, "GLOB_RESULT_LIMIT", 20)  # every big directory's listing is cut
+    play = Play(tree)
+    messages, final, status = await play.converse(
+        "Survey this workspace.", tmp_path / "job", TOOLS, task=True
+    )
+    assert status == "succeeded"
+    sizes = [u["input"] for m in messages for u in tool_uses(m) if u["input"].get("path") == "email/mime"]
+    assert sizes == [{"pattern": "**/*", "path": "email/mime"}]  # round 2: the subdirectory's size
+    [calls] = task_calls(messages)
+    assert sorted(map(scope_of_call, calls)) == sorted(PARTS)  # the same parts as a whole listing gives
+    truth = regular_files(tree)
+    assert_rows_right(survey_rows(final, tmp_path / "job"), truth)
+    assert totals(final)[0] == len(truth)

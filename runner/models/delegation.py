@@ -73,12 +73,15 @@ MIN_PARTS = 2  # top-level directories a tree needs to be split
 # the parts a big tree is cut into: twice the subagents that run at once by default, so that, handed
 # out largest first, they end close together; each about an eighth of the tree's entries
 PARTS = 8
+CUT_SHARE = 3 / 16  # a directory bigger than this share of the tree is cut (one part is 1/8 of it;
+# a bigger directory still runs within a lane's share, 1/4, and cutting it costs each piece a start)
 PROBE = {"pattern": "*/"}  # the first turn's extra call: the top-level directories
 SUBAGENT_TOOLS = ("read", "glob", "grep")
 TOP_DESCRIPTION = "top-level files"
 RECALL_CHARS = 8_000  # a cut report read back: its head (totals, tables, TODO count) is well within this
 PLAN_KEY = "- delegation | "
 SIZES_KEY = "- delegation-sizes | "  # the split waiting for its directories' sizes
+TAIL_CHARS = 400  # the end of a saved cut listing read back: its last line says how many it matched
 PART_KEY = "- subagent {k} | "  # one key per part: a summary keeps each part's newest note
 _PART_NOTE = re.compile(r"^- subagent(?: \d+)? \| (.*)$")
 SURVEY = re.compile(r"\bsurvey", re.I)
@@ -127,9 +130,9 @@ def decide(messages: list[Message], tool_names: set[str]) -> tuple[list[dict[str
                 }
             )
         return content, stop
-    sized = _sized(messages)
-    if sized is not None:
-        return _delegate(messages, tool_names, *sized)
+    found = _measured(messages)
+    if found is not None:
+        return _measure_more(messages, found) or _delegate(messages, tool_names, found)
     split = _split(messages)
     if split is not None:
         return _measure(messages, split)
@@ -234,8 +237,8 @@ def _entry_count(text: str) -> int:
     if cut:
         return cut[1]
     size = persisted_size(text)
-    if size:
-        return size[1] if size[1] > GLOB_SHOWN else len(_entries(persisted_preview(text)))
+    if size:  # one entry a line (and the cut line: a saved cut answer says at least this many)
+        return size[1]
     if is_placeholder(text):
         return 0
     return len(_entries(text))
@@ -244,39 +247,51 @@ def _entry_count(text: str) -> int:
 def _measure(
     messages: list[Message], split: tuple[str, int, list[str], int]
 ) -> tuple[list[dict[str, Any]], str]:
-    """The turn before the split: each top-level directory's size, one ``glob`` of ``**/*`` in it."""
+    """The turn before the split: each top-level directory's size and its subdirectories (a ``glob``
+    of ``**/*`` and one of ``*/`` in it)."""
     root, entries, dirs, top = split
-    note = json.dumps(
-        {"root": root, "entries": entries, "dirs": dirs, "top": top},
-        separators=(",", ":"),
-        ensure_ascii=False,
+    note = {"root": root, "entries": entries, "dirs": dirs, "top": top, "round": 1}
+    calls = [("glob", {"pattern": pattern, "path": d}) for d in dirs for pattern in ("**/*", "*/")]
+    return _sizes_turn(
+        messages, f"Measuring the {len(dirs)} top-level directories before handing them out.", note, calls
     )
-    content: list[dict[str, Any]] = [
-        {
-            "type": "text",
-            "text": f"Measuring the {len(dirs)} top-level directories "
-            f"before handing them out.\n{SIZES_KEY}{note}",
-        }
-    ]
-    for k, d in enumerate(dirs):
-        content.append(
-            {
-                "type": "tool_use",
-                "id": _call_id(messages, k),
-                "name": "glob",
-                "input": {"pattern": "**/*", "path": d},
-            }
-        )
+
+
+def _sizes_turn(
+    messages: list[Message], say: str, note: dict[str, Any], calls: list[tuple[str, dict[str, Any]]]
+) -> tuple[list[dict[str, Any]], str]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": f"{say}\n{SIZES_KEY}{_plan_json(note)}"}]
+    for k, (name, args) in enumerate(calls):
+        content.append({"type": "tool_use", "id": _call_id(messages, k), "name": name, "input": args})
     return content, "tool_use"
 
 
-Sizes = tuple[str, int, dict[str, int], dict[str, list[str]], int]
+class Measured:
+    """What a measuring turn's results tell (see :func:`_measured`)."""
+
+    def __init__(self, note: dict[str, Any]):
+        self.note = note
+        self.root = str(note["root"])
+        sizes = note.get("sizes") or {str(d): 1 for d in note.get("dirs") or []}  # each part counts
+        self.sizes: dict[str, int] = {str(d): int(n) for d, n in sizes.items()}
+        self.pieces: dict[str, list[list[Any]]] = dict(note.get("pieces") or {})
+        self.subdirs: dict[str, list[str]] = {}  # a big directory's subdirectories, its listing not whole
+        self.tails: dict[str, list[Any]] = {}  # a saved cut listing: [its saved path, its chars]
+
+    @property
+    def goal(self) -> int:
+        """The size above which a directory is cut."""
+        return max(1, int(int(self.note["entries"]) * CUT_SHARE))
+
+    def relative(self, entries: list[str]) -> list[str]:
+        return [e[len(self.root) + 1 :] for e in entries if e.startswith(self.root + "/")]
 
 
-def _sized(messages: list[Message]) -> Sizes | None:
-    """(root, entries, each top-level directory's size, the whole listings in view (entries relative
-    to the root), the files at the top) when the newest results answer :func:`_measure`'s turn (a
-    size not in view counts as 0)."""
+def _measured(messages: list[Message]) -> Measured | None:
+    """The sizes known when the newest results answer a measuring turn (its note in the message
+    before): round 1 (:func:`_measure`) gives each top-level directory's size, and a big one's pieces
+    when its listing is whole, else its subdirectories; round 2 the sizes of those and the totals of
+    the saved cut listings. A size not in view counts as what is in view (at least 1)."""
     if len(messages) < 2 or messages[-2].get("role") != "assistant":
         return None
     text = text_of(messages[-2])
@@ -285,34 +300,92 @@ def _sized(messages: list[Message]) -> Sizes | None:
         return None
     try:
         note = json.loads(text[at + len(SIZES_KEY) :].split("\n", 1)[0])
-    except ValueError:
+        found = Measured(note)
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    paths = {str(u.get("id")): str((u.get("input") or {}).get("path", "")) for u in tool_uses(messages[-2])}
-    root = str(note["root"])
-    sizes: dict[str, int] = {d: 0 for d in note["dirs"]}
+    uses = {str(u.get("id")): u.get("input") or {} for u in tool_uses(messages[-2])}
     listings: dict[str, list[str]] = {}
     for r in tool_results(messages[-1]):
-        d, text = paths.get(str(r.get("tool_use_id")), ""), result_text(r)
-        if d not in sizes or r.get("is_error"):
+        args, text = uses.get(str(r.get("tool_use_id"))), result_text(r)
+        if args is None or r.get("is_error"):
             continue
-        sizes[d] = _entry_count(text)
-        if not (glob_cut(text) or is_placeholder(text) or is_persisted(text)):
-            listings[d] = [e[len(root) + 1 :] for e in _entries(text) if e.startswith(root + "/")]
-    return root, int(note["entries"]), sizes, listings, int(note["top"])
+        d = str(args.get("path", ""))
+        if "offset" in args:  # round 2: a saved cut listing's last lines
+            cut = glob_cut(without_footer(text))
+            for big, (saved, _) in (note.get("tails") or {}).items():
+                if saved == args.get("path") and cut:
+                    found.sizes[big] = cut[1]
+        elif args.get("pattern") == "*/":
+            if not (glob_cut(text) or is_placeholder(text) or is_persisted(text)):
+                names = [os.path.basename(e) for e in _entries(text)]
+                found.subdirs[d] = [n for n in names if n not in SKIP_DIRS]
+        else:
+            found.sizes[d] = max(found.sizes.get(d, 0), _entry_count(text), 1)
+            whole = not (glob_cut(text) or is_placeholder(text) or is_persisted(text))
+            if whole:
+                listings[d] = found.relative(_entries(text))
+            elif is_persisted(text) and saved_path(text) and (persisted_size(text) or (0, 0))[1] > GLOB_SHOWN:
+                found.tails[d] = [saved_path(text), (persisted_size(text) or (0, 0))[0]]
+    if note.get("round") == 2:  # the big directories' subdirectories were measured
+        for big, subs in (note.get("subdirs") or {}).items():
+            known = [(found.sizes.pop(f"{big}/{sub}", 1), f"{big}/{sub}") for sub in subs]
+            own = found.sizes.get(big, 1) - sum(n for n, _ in known) - len(known)
+            found.pieces[big] = [[n, unit] for n, unit in known] + [[max(own, 1), big + "/."]]
+        found.subdirs = {}
+        return found
+    for d in list(found.sizes):
+        if found.sizes[d] <= found.goal:
+            found.subdirs.pop(d, None)
+            found.tails.pop(d, None)
+        elif d in listings:
+            pieces = pieces_of(d, listings[d])
+            if pieces:
+                found.pieces[d] = [[n, unit] for n, unit in pieces]
+            found.subdirs.pop(d, None)
+    found.subdirs = {
+        d: subs
+        for d, subs in found.subdirs.items()
+        if subs and not any(_UNNAMEABLE.search(n) or UNIT_SEP in n for n in subs)
+    }
+    return found
+
+
+def _measure_more(messages: list[Message], found: Measured) -> tuple[list[dict[str, Any]], str] | None:
+    """Round 2, when round 1 left big directories unmeasured: the sizes of their subdirectories, the
+    totals at the end of the saved cut listings; None when nothing is left to measure."""
+    if found.note.get("round") != 1 or not (found.subdirs or found.tails):
+        return None
+    note = {
+        **{k: found.note[k] for k in ("root", "entries", "top")},
+        "round": 2,
+        "sizes": found.sizes,
+        "pieces": found.pieces,
+        "subdirs": found.subdirs,
+        "tails": found.tails,
+    }
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("recall", {"path": saved, "offset": max(0, chars - TAIL_CHARS), "limit": TAIL_CHARS})
+        for saved, chars in found.tails.values()
+    ]
+    calls += [
+        ("glob", {"pattern": "**/*", "path": f"{d}/{sub}"})
+        for d, subs in found.subdirs.items()
+        for sub in subs
+    ]
+    say = f"{len(found.subdirs)} big directories to cut: measuring their subdirectories."
+    return _sizes_turn(messages, say, note, calls)
 
 
 def plan_parts(
-    *, entries: int, sizes: dict[str, int], listings: dict[str, list[str]], top: int
+    *, entries: int, sizes: dict[str, int], pieces: dict[str, list[list[Any]]], top: int
 ) -> list[str]:
     """The parts, largest first, each a scope (its units joined by ``UNIT_SEP``): a directory bigger
-    than an eighth of the tree is cut into its subdirectories and its own files (when its whole
-    listing is in view and names nothing a prompt could not), the units are dealt out largest first
-    to the least loaded of :data:`PARTS` parts (fewer when there are fewer units)."""
-    goal = max(1, -(-entries // PARTS))
+    than :data:`CUT_SHARE` of the tree is cut into its ``pieces`` (its subdirectories and its own files, with
+    their sizes) when they are known, and the units are dealt out largest first to the least loaded
+    of :data:`PARTS` parts (fewer when there are fewer units)."""
     found: list[tuple[int, str]] = []
     for d, size in sizes.items():
-        pieces = _pieces(d, listings[d]) if size > goal and d in listings else None
-        found += pieces or [(max(size, 1), d)]
+        found += [(int(n), str(unit)) for n, unit in pieces.get(d) or [[max(size, 1), d]]]
     if top:
         found.append((top, TOP))
     loads: list[tuple[int, list[str]]] = [(0, []) for _ in range(min(PARTS, len(found)))]
@@ -323,7 +396,7 @@ def plan_parts(
     return [UNIT_SEP.join(names) for _, names in loads if names]
 
 
-def _pieces(d: str, listing: list[str]) -> list[tuple[int, str]] | None:
+def pieces_of(d: str, listing: list[str]) -> list[tuple[int, str]] | None:
     """A directory's subdirectories and its own files as units with their sizes (entries), from its
     whole listing; None when it has no subdirectory or names one no prompt could."""
     inside = [e[len(d) + 1 :] for e in listing if e.startswith(d + "/")]
@@ -341,15 +414,11 @@ def _pieces(d: str, listing: list[str]) -> list[tuple[int, str]] | None:
 
 
 def _delegate(
-    messages: list[Message],
-    tool_names: set[str],
-    root: str,
-    entries: int,
-    sizes: dict[str, int],
-    listings: dict[str, list[str]],
-    top: int,
+    messages: list[Message], tool_names: set[str], found: Measured
 ) -> tuple[list[dict[str, Any]], str]:
-    parts = plan_parts(entries=entries, sizes=sizes, listings=listings, top=top)
+    root, entries, top = found.root, int(found.note["entries"]), int(found.note["top"])
+    sizes = {d: n for d, n in found.sizes.items()}
+    parts = plan_parts(entries=entries, sizes=sizes, pieces=found.pieces, top=top)
     plan = {"root": root, "entries": entries, "parts": parts}
     tools = [t for t in SUBAGENT_TOOLS if t in tool_names]
     asked = request(messages).strip()
@@ -535,9 +604,7 @@ def report(plan: dict[str, Any], parts: dict[str, dict[str, Any]], partial: str 
     """The parent's Markdown report: the parts' sums, each subagent, what is not covered."""
     names = scopes(plan)
     covered = [
-        (s, parts[s])
-        for s in names
-        if parts.get(s, {}).get("status") == "succeeded" and "totals" in parts[s]
+        (s, parts[s]) for s in names if parts.get(s, {}).get("status") == "succeeded" and "totals" in parts[s]
     ]
     missing = [s for s in names if s not in dict(covered)]
     n = len(names)
