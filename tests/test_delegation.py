@@ -268,25 +268,27 @@ async def test_a_tree_with_one_top_level_directory_is_not_split(tree, tmp_path, 
     assert_rows_right(survey_rows(final, tmp_path / "a"), regular_files(tree))
 
 
-@pytest.mark.parametrize("scope", ["email", TOP])
+@pytest.mark.parametrize("scope", ["email", TOP, "email/.", "email/mime|json", "json|.|email/."])
 async def test_a_scoped_survey_reads_only_its_part_with_workspace_paths(tree, tmp_path, scope):
     prompt = scoped_prompt(scope, "Survey this workspace.")
     messages, final, status = await Play(tree).converse(prompt, tmp_path / "job", TOOLS, task=True)
     assert status == "succeeded" and not task_calls(messages)  # a part is never split again
-    truth = {
-        p: d
-        for p, d in regular_files(tree).items()
-        if ("/" not in p if scope == TOP else p.startswith("email/"))
-    }
+    truth = {p: d for p, d in regular_files(tree).items() if in_scope(p, scope)}
+    assert truth and all(in_scope(p, scope) for p in survey_rows(final, tmp_path / "job"))
     assert_rows_right(survey_rows(final, tmp_path / "job"), truth)
     todo = re.search(r"## TODO / FIXME / XXX \((\d+) lines in (\d+) files", final)
     assert todo and int(todo[1]) == todo_lines(truth)
-    globs = [u["input"] for m in messages for u in tool_uses(m) if u["name"] == "glob"]
-    assert (
-        all(g.get("path", "").startswith("email") or g == {"pattern": "email"} for g in globs)
-        if scope != TOP
-        else all(g.get("path", ".") == "." for g in globs)
-    )
+    dirs = {u if files_only(u) is None else (files_only(u) or ".") for u in units(scope)}
+    for m in messages:  # every call stays in the part: its directories, or the root's own name
+        for use in tool_uses(m):
+            args = use["input"]
+            if use["name"] in ("glob", "grep"):
+                where = str(args.get("path", "."))
+                probe = use["name"] == "glob" and "path" not in args and args["pattern"] in dirs | {"*"}
+                inside = in_scope(where, scope) or any(where == d or where.startswith(d + "/") for d in dirs)
+                assert probe or inside, (scope, args)
+            elif use["name"] == "read":
+                assert in_scope(args["file_path"], scope), (scope, args)
 
 
 def test_the_scope_is_read_from_the_prompt_and_a_plain_survey_has_none():
