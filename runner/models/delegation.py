@@ -82,6 +82,7 @@ RECALL_CHARS = 8_000  # a cut report read back: its head (totals, tables, TODO c
 PLAN_KEY = "- delegation | "
 SIZES_KEY = "- delegation-sizes | "  # the split waiting for its directories' sizes
 TAIL_CHARS = 400  # the end of a saved cut listing read back: its last line says how many it matched
+MEASURE_ROUNDS = 4  # measuring turns at most before the split
 PART_KEY = "- subagent {k} | "  # one key per part: a summary keeps each part's newest note
 _PART_NOTE = re.compile(r"^- subagent(?: \d+)? \| (.*)$")
 SURVEY = re.compile(r"\bsurvey", re.I)
@@ -267,15 +268,17 @@ def _sizes_turn(
 
 
 class Measured:
-    """What a measuring turn's results tell (see :func:`_measured`)."""
+    """The sizes known so far (carried from round to round in the measuring turn's note)."""
 
     def __init__(self, note: dict[str, Any]):
         self.note = note
         self.root = str(note["root"])
-        sizes = note.get("sizes") or {str(d): 1 for d in note.get("dirs") or []}  # each part counts
-        self.sizes: dict[str, int] = {str(d): int(n) for d, n in sizes.items()}
+        self.dirs = [str(d) for d in note["dirs"]]
+        self.round = int(note.get("round", 1))
+        self.sizes: dict[str, int] = {str(d): int(n) for d, n in (note.get("sizes") or {}).items()}
+        self.exact: set[str] = set(note.get("exact") or [])  # the sizes that are not lower bounds
+        self.subdirs: dict[str, list[str]] = dict(note.get("subdirs") or {})
         self.pieces: dict[str, list[list[Any]]] = dict(note.get("pieces") or {})
-        self.subdirs: dict[str, list[str]] = {}  # a big directory's subdirectories, its listing not whole
         self.tails: dict[str, list[Any]] = {}  # a saved cut listing: [its saved path, its chars]
 
     @property
@@ -283,15 +286,85 @@ class Measured:
         """The size above which a directory is cut."""
         return max(1, int(int(self.note["entries"]) * CUT_SHARE))
 
-    def relative(self, entries: list[str]) -> list[str]:
-        return [e[len(self.root) + 1 :] for e in entries if e.startswith(self.root + "/")]
+    def size(self, d: str) -> int:
+        return max(self.sizes.get(d, 1), 1)
+
+    def note_of(self) -> dict[str, Any]:
+        return {
+            **{k: self.note[k] for k in ("root", "entries", "dirs", "top")},
+            "round": self.round + 1,
+            "sizes": self.sizes,
+            "exact": sorted(self.exact),
+            "subdirs": self.subdirs,
+            "pieces": self.pieces,
+        }
+
+    def learn(self, args: dict[str, Any], text: str) -> None:
+        """One measuring call's answer."""
+        d = str(args.get("path", ""))
+        if "offset" in args:  # the end of a saved cut listing: its total
+            cut = glob_cut(without_footer(text))
+            if cut and d in self.sizes:
+                self.sizes[d] = cut[1]
+                self.exact.add(d)
+            return
+        if args.get("pattern") == "*/":
+            if not (glob_cut(text) or is_placeholder(text) or is_persisted(text)):
+                names = [os.path.basename(e) for e in _entries(text)]
+                self.subdirs[d] = [n for n in names if n not in SKIP_DIRS]
+            return
+        if is_placeholder(text):
+            return
+        self.sizes[d] = max(self.sizes.get(d, 0), _entry_count(text), 1)
+        saved, lines = saved_path(text), (persisted_size(text) or (0, 0))[1]
+        if is_persisted(text) and saved and lines > GLOB_SHOWN:  # a lower bound: its total at its end
+            self.tails[d] = [saved, (persisted_size(text) or (0, 0))[0]]
+        else:
+            self.exact.add(d)
+        if not (glob_cut(text) or is_persisted(text)) and "/" not in d and self.size(d) > self.goal:
+            pieces = pieces_of(
+                d, [e[len(self.root) + 1 :] for e in _entries(text) if e.startswith(self.root + "/")]
+            )
+            if pieces:
+                self.pieces[d] = [[n, unit] for n, unit in pieces]
+
+    def settle(self) -> None:
+        """A big directory whose subdirectories' sizes are all known is cut into its pieces."""
+        for d, subs in list(self.subdirs.items()):
+            if d in self.pieces or not all(f"{d}/{sub}" in self.sizes for sub in subs):
+                continue
+            known = [(self.size(f"{d}/{sub}"), f"{d}/{sub}") for sub in subs]
+            own = self.size(d) - sum(n for n, _ in known) - len(known)
+            if known and not any(_UNNAMEABLE.search(n) or UNIT_SEP in n for n in subs):
+                self.pieces[d] = [[n, unit] for n, unit in known] + [[max(own, 1), d + "/."]]
+
+    def next_calls(self) -> list[tuple[str, dict[str, Any]]]:
+        """What is left to measure: the totals of saved cut listings, then, for each big directory not
+        cut yet, its subdirectories, then their sizes; nothing after :data:`MEASURE_ROUNDS` rounds."""
+        if self.round >= MEASURE_ROUNDS:
+            return []
+        calls: list[tuple[str, dict[str, Any]]] = [
+            ("recall", {"path": saved, "offset": max(0, chars - TAIL_CHARS), "limit": TAIL_CHARS})
+            for d, (saved, chars) in self.tails.items()
+            if "/" not in d or self.size(d.split("/")[0]) > self.goal
+        ]
+        for d in self.dirs:
+            if self.size(d) <= self.goal or d in self.pieces:
+                continue
+            if d not in self.subdirs:
+                calls.append(("glob", {"pattern": "*/", "path": d}))
+            else:
+                calls += [
+                    ("glob", {"pattern": "**/*", "path": f"{d}/{sub}"})
+                    for sub in self.subdirs[d]
+                    if f"{d}/{sub}" not in self.sizes
+                ]
+        return calls
 
 
 def _measured(messages: list[Message]) -> Measured | None:
     """The sizes known when the newest results answer a measuring turn (its note in the message
-    before): round 1 (:func:`_measure`) gives each top-level directory's size, and a big one's pieces
-    when its listing is whole, else its subdirectories; round 2 the sizes of those and the totals of
-    the saved cut listings. A size not in view counts as what is in view (at least 1)."""
+    before); None when they do not."""
     if len(messages) < 2 or messages[-2].get("role") != "assistant":
         return None
     text = text_of(messages[-2])
@@ -299,80 +372,31 @@ def _measured(messages: list[Message]) -> Measured | None:
     if at < 0:
         return None
     try:
-        note = json.loads(text[at + len(SIZES_KEY) :].split("\n", 1)[0])
-        found = Measured(note)
+        found = Measured(json.loads(text[at + len(SIZES_KEY) :].split("\n", 1)[0]))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
     uses = {str(u.get("id")): u.get("input") or {} for u in tool_uses(messages[-2])}
-    listings: dict[str, list[str]] = {}
     for r in tool_results(messages[-1]):
-        args, text = uses.get(str(r.get("tool_use_id"))), result_text(r)
-        if args is None or r.get("is_error"):
-            continue
-        d = str(args.get("path", ""))
-        if "offset" in args:  # round 2: a saved cut listing's last lines
-            cut = glob_cut(without_footer(text))
-            for big, (saved, _) in (note.get("tails") or {}).items():
-                if saved == args.get("path") and cut:
-                    found.sizes[big] = cut[1]
-        elif args.get("pattern") == "*/":
-            if not (glob_cut(text) or is_placeholder(text) or is_persisted(text)):
-                names = [os.path.basename(e) for e in _entries(text)]
-                found.subdirs[d] = [n for n in names if n not in SKIP_DIRS]
-        else:
-            found.sizes[d] = max(found.sizes.get(d, 0), _entry_count(text), 1)
-            whole = not (glob_cut(text) or is_placeholder(text) or is_persisted(text))
-            if whole:
-                listings[d] = found.relative(_entries(text))
-            elif is_persisted(text) and saved_path(text) and (persisted_size(text) or (0, 0))[1] > GLOB_SHOWN:
-                found.tails[d] = [saved_path(text), (persisted_size(text) or (0, 0))[0]]
-    if note.get("round") == 2:  # the big directories' subdirectories were measured
-        for big, subs in (note.get("subdirs") or {}).items():
-            known = [(found.sizes.pop(f"{big}/{sub}", 1), f"{big}/{sub}") for sub in subs]
-            own = found.sizes.get(big, 1) - sum(n for n, _ in known) - len(known)
-            found.pieces[big] = [[n, unit] for n, unit in known] + [[max(own, 1), big + "/."]]
-        found.subdirs = {}
-        return found
-    for d in list(found.sizes):
-        if found.sizes[d] <= found.goal:
-            found.subdirs.pop(d, None)
-            found.tails.pop(d, None)
-        elif d in listings:
-            pieces = pieces_of(d, listings[d])
-            if pieces:
-                found.pieces[d] = [[n, unit] for n, unit in pieces]
-            found.subdirs.pop(d, None)
-    found.subdirs = {
-        d: subs
-        for d, subs in found.subdirs.items()
-        if subs and not any(_UNNAMEABLE.search(n) or UNIT_SEP in n for n in subs)
-    }
+        args = uses.get(str(r.get("tool_use_id")))
+        if args is not None and not r.get("is_error"):
+            if "offset" in args:  # a recall names the saved file: the directory is in the note
+                for d, saved in (found.note.get("tails") or {}).items():
+                    if saved == args.get("path"):
+                        found.learn({**args, "path": d}, result_text(r))
+            else:
+                found.learn(args, result_text(r))
+    found.settle()
     return found
 
 
 def _measure_more(messages: list[Message], found: Measured) -> tuple[list[dict[str, Any]], str] | None:
-    """Round 2, when round 1 left big directories unmeasured: the sizes of their subdirectories, the
-    totals at the end of the saved cut listings; None when nothing is left to measure."""
-    if found.note.get("round") != 1 or not (found.subdirs or found.tails):
+    """The next measuring turn, when something is left to measure; else None."""
+    calls = found.next_calls()
+    if not calls:
         return None
-    note = {
-        **{k: found.note[k] for k in ("root", "entries", "top")},
-        "round": 2,
-        "sizes": found.sizes,
-        "pieces": found.pieces,
-        "subdirs": found.subdirs,
-        "tails": found.tails,
-    }
-    calls: list[tuple[str, dict[str, Any]]] = [
-        ("recall", {"path": saved, "offset": max(0, chars - TAIL_CHARS), "limit": TAIL_CHARS})
-        for saved, chars in found.tails.values()
-    ]
-    calls += [
-        ("glob", {"pattern": "**/*", "path": f"{d}/{sub}"})
-        for d, subs in found.subdirs.items()
-        for sub in subs
-    ]
-    say = f"{len(found.subdirs)} big directories to cut: measuring their subdirectories."
+    note = {**found.note_of(), "tails": {d: saved for d, (saved, _) in found.tails.items()}}
+    big = sum(1 for d in found.dirs if found.size(d) > found.goal and d not in found.pieces)
+    say = f"Measuring further: {len(found.tails)} cut listings' totals, {big} big directories to cut."
     return _sizes_turn(messages, say, note, calls)
 
 
@@ -417,7 +441,7 @@ def _delegate(
     messages: list[Message], tool_names: set[str], found: Measured
 ) -> tuple[list[dict[str, Any]], str]:
     root, entries, top = found.root, int(found.note["entries"]), int(found.note["top"])
-    sizes = {d: n for d, n in found.sizes.items()}
+    sizes = {d: found.size(d) for d in found.dirs}
     parts = plan_parts(entries=entries, sizes=sizes, pieces=found.pieces, top=top)
     plan = {"root": root, "entries": entries, "parts": parts}
     tools = [t for t in SUBAGENT_TOOLS if t in tool_names]
