@@ -32,7 +32,7 @@ from runner.models.memory_survey import (
     scoped_prompt,
     units,
 )
-from runner.protocol import SUBAGENT_CUT, SUBAGENT_RESULT, subagent_result
+from runner.protocol import SUBAGENT_CUT, SUBAGENT_RESULT, subagent_result, summary_text
 from runner.rundir.store import JobStore
 from runner.tools import file_tools
 from runner.tools.toolset import Toolset
@@ -405,3 +405,26 @@ async def test_a_big_directory_whose_listing_is_cut_is_measured_by_its_subdirect
     truth = regular_files(tree)
     assert_rows_right(survey_rows(final, tmp_path / "job"), truth)
     assert totals(final)[0] == len(truth)
+
+
+async def test_measuring_goes_on_after_a_summary_that_kept_only_its_note(tree, tmp_path, small_threshold):
+    """A history summary that kept the measuring note but not the survey's own: the parent measures on
+    (the turn whose answers the summary took is asked again), never starts the survey over."""
+    messages: list[Message] = [{"role": "user", "content": "Survey this workspace."}]
+    names = {"read", "glob", "grep", "memory", "task"}
+    store = JobStore(tmp_path / "job")
+    await store.open()
+    async with Toolset(str(tree), TOOLS, store, Limits()) as toolset:
+        for turn in range(2):  # the first turn, then the first measuring turn
+            content, _ = policy.decide(messages, names)
+            messages.append({"role": "assistant", "content": content})
+            calls = tool_uses(messages[-1])
+            results = await toolset.run_batch(calls, turn=turn)
+            messages.append({"role": "user", "content": results})
+    note = next(line for line in text_of(messages[-2]).split("\n") if line.startswith(delegation.SIZES_KEY))
+    asked = [u["input"] for u in tool_uses(messages[-2])]
+    summary = summary_text("Context summary", "Survey this workspace.", note, "transcript.jsonl")
+    content, stop = policy.decide([{"role": "user", "content": summary}], names)
+    assert stop == "tool_use" and delegation.SIZES_KEY in text_of({"role": "assistant", "content": content})
+    again = [u["input"] for u in tool_uses({"role": "assistant", "content": content})]
+    assert again == asked  # the same directories, measured again: their answers were in the summary

@@ -82,7 +82,8 @@ RECALL_CHARS = 8_000  # a cut report read back: its head (totals, tables, TODO c
 PLAN_KEY = "- delegation | "
 SIZES_KEY = "- delegation-sizes | "  # the split waiting for its directories' sizes
 TAIL_CHARS = 400  # the end of a saved cut listing read back: its last line says how many it matched
-MEASURE_ROUNDS = 4  # measuring turns at most before the split
+MEASURE_BATCH = 8  # directories a measuring turn lists (their answers fit a small window)
+MEASURE_ROUNDS = 40  # measuring turns at most before the split
 PART_KEY = "- subagent {k} | "  # one key per part: a summary keeps each part's newest note
 _PART_NOTE = re.compile(r"^- subagent(?: \d+)? \| (.*)$")
 SURVEY = re.compile(r"\bsurvey", re.I)
@@ -118,6 +119,9 @@ def decide(messages: list[Message], tool_names: set[str]) -> tuple[list[dict[str
     plan = _plan(messages)
     if plan is not None:
         return _assemble(messages, plan)
+    found = _measured(messages)  # measuring: its note says all it needs (the survey's may be gone)
+    if found is not None:
+        return _measure_more(messages, found) or _delegate(messages, tool_names, found)
     state, _ = memory_survey.load_state(messages)
     if state is None:  # the first turn: the memory survey's, and the top-level directories
         content, stop = memory_survey.decide(messages)
@@ -131,9 +135,6 @@ def decide(messages: list[Message], tool_names: set[str]) -> tuple[list[dict[str
                 }
             )
         return content, stop
-    found = _measured(messages)
-    if found is not None:
-        return _measure_more(messages, found) or _delegate(messages, tool_names, found)
     split = _split(messages)
     if split is not None:
         return _measure(messages, split)
@@ -248,14 +249,10 @@ def _entry_count(text: str) -> int:
 def _measure(
     messages: list[Message], split: tuple[str, int, list[str], int]
 ) -> tuple[list[dict[str, Any]], str]:
-    """The turn before the split: each top-level directory's size and its subdirectories (a ``glob``
-    of ``**/*`` and one of ``*/`` in it)."""
+    """The first measuring turn: the first :data:`MEASURE_BATCH` top-level directories' sizes."""
     root, entries, dirs, top = split
-    note = {"root": root, "entries": entries, "dirs": dirs, "top": top, "round": 1}
-    calls = [("glob", {"pattern": pattern, "path": d}) for d in dirs for pattern in ("**/*", "*/")]
-    return _sizes_turn(
-        messages, f"Measuring the {len(dirs)} top-level directories before handing them out.", note, calls
-    )
+    found = Measured({"root": root, "entries": entries, "dirs": dirs, "top": top, "round": 0, "queue": dirs})
+    return _measure_more(messages, found) or _delegate(messages, set(), found)
 
 
 def _sizes_turn(
@@ -268,43 +265,55 @@ def _sizes_turn(
 
 
 class Measured:
-    """The sizes known so far (carried from round to round in the measuring turn's note)."""
+    """The sizes known so far, carried from one measuring turn to the next in its note.
+
+    Each turn measures at most :data:`MEASURE_BATCH` directories (a ``glob`` of ``**/*`` in each, and
+    of ``*/`` in a top-level one: its subdirectories), so that their answers fit a small window and
+    are read before a compaction takes them; an answer that is gone is asked again (once). A saved
+    cut listing's total is read from its end (``recall``). A top-level directory bigger than
+    :data:`CUT_SHARE` of the tree is cut into its pieces: its subdirectories, measured in turn, and
+    its own files."""
 
     def __init__(self, note: dict[str, Any]):
         self.note = note
         self.root = str(note["root"])
         self.dirs = [str(d) for d in note["dirs"]]
         self.round = int(note.get("round", 1))
-        self.sizes: dict[str, int] = {str(d): int(n) for d, n in (note.get("sizes") or {}).items()}
-        self.exact: set[str] = set(note.get("exact") or [])  # the sizes that are not lower bounds
+        sizes = note.get("n") or []  # aligned with dirs: 0 not known yet
+        self.sizes: dict[str, int] = {d: int(n) for d, n in zip(self.dirs, sizes, strict=False) if n}
+        self.sizes.update({str(d): int(n) for d, n in (note.get("sub") or {}).items()})
+        bits = str(note.get("exact") or "")
+        self.exact: set[str] = {d for d, bit in zip(self.dirs, bits, strict=False) if bit == "1"}
+        self.exact |= set(note.get("sub_exact") or [])  # the sizes that are not lower bounds
         self.subdirs: dict[str, list[str]] = dict(note.get("subdirs") or {})
         self.pieces: dict[str, list[list[Any]]] = dict(note.get("pieces") or {})
+        self.queue = self._names(note.get("queue"))  # to measure, in order
+        self.asked = self._names(note.get("asked"))  # measured by the last turn
+        self.retried = set(self._names(note.get("retried")))
         self.tails: dict[str, list[Any]] = {}  # a saved cut listing: [its saved path, its chars]
+
+    def _names(self, items: Any) -> list[str]:
+        """Directories as the note writes them: a top-level one by its index in ``dirs``."""
+        return [self.dirs[i] if isinstance(i, int) else str(i) for i in items or []]
+
+    def _refs(self, names: list[str] | set[str]) -> list[Any]:
+        index = {d: k for k, d in enumerate(self.dirs)}
+        return [index.get(d, d) for d in names]
 
     @property
     def goal(self) -> int:
-        """The size above which a directory is cut."""
+        """The size above which a top-level directory is cut."""
         return max(1, int(int(self.note["entries"]) * CUT_SHARE))
 
     def size(self, d: str) -> int:
         return max(self.sizes.get(d, 1), 1)
-
-    def note_of(self) -> dict[str, Any]:
-        return {
-            **{k: self.note[k] for k in ("root", "entries", "dirs", "top")},
-            "round": self.round + 1,
-            "sizes": self.sizes,
-            "exact": sorted(self.exact),
-            "subdirs": self.subdirs,
-            "pieces": self.pieces,
-        }
 
     def learn(self, args: dict[str, Any], text: str) -> None:
         """One measuring call's answer."""
         d = str(args.get("path", ""))
         if "offset" in args:  # the end of a saved cut listing: its total
             cut = glob_cut(without_footer(text))
-            if cut and d in self.sizes:
+            if cut:
                 self.sizes[d] = cut[1]
                 self.exact.add(d)
             return
@@ -322,69 +331,99 @@ class Measured:
         else:
             self.exact.add(d)
         if not (glob_cut(text) or is_persisted(text)) and "/" not in d and self.size(d) > self.goal:
-            pieces = pieces_of(
-                d, [e[len(self.root) + 1 :] for e in _entries(text) if e.startswith(self.root + "/")]
-            )
+            listing = [e[len(self.root) + 1 :] for e in _entries(text) if e.startswith(self.root + "/")]
+            pieces = pieces_of(d, listing)
             if pieces:
                 self.pieces[d] = [[n, unit] for n, unit in pieces]
 
     def settle(self) -> None:
-        """A big directory whose subdirectories' sizes are all known is cut into its pieces."""
-        for d, subs in list(self.subdirs.items()):
-            if d in self.pieces or not all(f"{d}/{sub}" in self.sizes for sub in subs):
+        """What the answers leave: lost ones asked again (once), big directories' subdirectories to
+        measure, and a big directory whose subdirectories' sizes are all known cut into its pieces."""
+        lost = [d for d in self.asked if d not in self.sizes]
+        for d in lost:
+            if d in self.retried:  # lost twice: counted as one entry
+                self.sizes[d] = 1
+        self.retried |= set(lost)
+        self.queue = [d for d in lost if d not in self.sizes] + self.queue
+        for d in self.dirs:
+            if self.size(d) <= self.goal or d in self.pieces or d not in self.subdirs:
                 continue
-            known = [(self.size(f"{d}/{sub}"), f"{d}/{sub}") for sub in subs]
-            own = self.size(d) - sum(n for n, _ in known) - len(known)
-            if known and not any(_UNNAMEABLE.search(n) or UNIT_SEP in n for n in subs):
+            subs = self.subdirs[d]
+            if any(_UNNAMEABLE.search(n) or UNIT_SEP in n for n in subs) or not subs:
+                continue
+            waiting = [f"{d}/{sub}" for sub in subs if f"{d}/{sub}" not in self.sizes]
+            if not waiting:
+                known = [(self.size(f"{d}/{sub}"), f"{d}/{sub}") for sub in subs]
+                own = self.size(d) - sum(n for n, _ in known) - len(known)
                 self.pieces[d] = [[n, unit] for n, unit in known] + [[max(own, 1), d + "/."]]
+            else:
+                self.queue += [w for w in waiting if w not in self.queue and w not in self.asked]
 
     def next_calls(self) -> list[tuple[str, dict[str, Any]]]:
-        """What is left to measure: the totals of saved cut listings, then, for each big directory not
-        cut yet, its subdirectories, then their sizes; nothing after :data:`MEASURE_ROUNDS` rounds."""
+        """The next turn's calls: the totals of saved cut listings, the next directories of the queue;
+        nothing after :data:`MEASURE_ROUNDS` turns."""
         if self.round >= MEASURE_ROUNDS:
             return []
         calls: list[tuple[str, dict[str, Any]]] = [
             ("recall", {"path": saved, "offset": max(0, chars - TAIL_CHARS), "limit": TAIL_CHARS})
-            for d, (saved, chars) in self.tails.items()
-            if "/" not in d or self.size(d.split("/")[0]) > self.goal
+            for saved, chars in self.tails.values()
         ]
-        for d in self.dirs:
-            if self.size(d) <= self.goal or d in self.pieces:
-                continue
-            if d not in self.subdirs:
+        self.asked, self.queue = self.queue[:MEASURE_BATCH], self.queue[MEASURE_BATCH:]
+        for d in self.asked:
+            calls.append(("glob", {"pattern": "**/*", "path": d}))
+            if "/" not in d:
                 calls.append(("glob", {"pattern": "*/", "path": d}))
-            else:
-                calls += [
-                    ("glob", {"pattern": "**/*", "path": f"{d}/{sub}"})
-                    for sub in self.subdirs[d]
-                    if f"{d}/{sub}" not in self.sizes
-                ]
         return calls
+
+    def note_of(self) -> dict[str, Any]:
+        """The note the next measuring turn carries (kept small: a summary keeps it whole)."""
+        top = set(self.dirs)
+        return {
+            **{k: self.note[k] for k in ("root", "entries", "dirs", "top")},
+            "round": self.round + 1,
+            "n": [self.sizes.get(d, 0) for d in self.dirs],
+            "exact": "".join("1" if d in self.exact else "0" for d in self.dirs),
+            "sub": {d: n for d, n in self.sizes.items() if d not in top},
+            "sub_exact": sorted(d for d in self.exact if d not in top),
+            "subdirs": self.subdirs,
+            "pieces": self.pieces,
+            "queue": self._refs(self.queue),
+            "asked": self._refs(self.asked),
+            "retried": self._refs(sorted(self.retried)),
+            "tails": {d: saved for d, (saved, _) in self.tails.items()},
+        }
 
 
 def _measured(messages: list[Message]) -> Measured | None:
-    """The sizes known when the newest results answer a measuring turn (its note in the message
-    before); None when they do not."""
-    if len(messages) < 2 or messages[-2].get("role") != "assistant":
+    """The sizes known from the newest measuring note (in the message before the newest results,
+    or in a summary: then the answers of its turn are gone, and asked again); None when there is
+    none, or the tree was split since."""
+    found, where = None, -1
+    for where in range(len(messages) - 1, -1, -1):  # the newest note: a summary may carry it
+        text = text_of(messages[where])
+        at = text.rfind(SIZES_KEY)
+        if at >= 0:
+            try:
+                found = Measured(json.loads(text[at + len(SIZES_KEY) :].split("\n", 1)[0]))
+                break
+            except (ValueError, KeyError, TypeError, AttributeError, IndexError):
+                continue
+    if found is None or any(PLAN_KEY in text_of(m) for m in messages[where:]):
         return None
-    text = text_of(messages[-2])
-    at = text.rfind(SIZES_KEY)
-    if at < 0:
-        return None
-    try:
-        found = Measured(json.loads(text[at + len(SIZES_KEY) :].split("\n", 1)[0]))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
+    if where != len(messages) - 2 or messages[where].get("role") != "assistant":  # its answers are gone
+        found.settle()
+        return found
     uses = {str(u.get("id")): u.get("input") or {} for u in tool_uses(messages[-2])}
+    tails = found.note.get("tails") or {}
     for r in tool_results(messages[-1]):
         args = uses.get(str(r.get("tool_use_id")))
-        if args is not None and not r.get("is_error"):
-            if "offset" in args:  # a recall names the saved file: the directory is in the note
-                for d, saved in (found.note.get("tails") or {}).items():
-                    if saved == args.get("path"):
-                        found.learn({**args, "path": d}, result_text(r))
-            else:
-                found.learn(args, result_text(r))
+        if args is None or r.get("is_error"):
+            continue
+        if "offset" in args:  # a recall names the saved file: the directory is in the note
+            for d in [d for d, saved in tails.items() if saved == args.get("path")]:
+                found.learn({**args, "path": d}, result_text(r))
+        else:
+            found.learn(args, result_text(r))
     found.settle()
     return found
 
@@ -394,10 +433,9 @@ def _measure_more(messages: list[Message], found: Measured) -> tuple[list[dict[s
     calls = found.next_calls()
     if not calls:
         return None
-    note = {**found.note_of(), "tails": {d: saved for d, (saved, _) in found.tails.items()}}
-    big = sum(1 for d in found.dirs if found.size(d) > found.goal and d not in found.pieces)
-    say = f"Measuring further: {len(found.tails)} cut listings' totals, {big} big directories to cut."
-    return _sizes_turn(messages, say, note, calls)
+    left = len(found.queue) + len(found.asked)
+    say = f"Measuring the tree before handing it out: {left} directories to measure."
+    return _sizes_turn(messages, say, found.note_of(), calls)
 
 
 def plan_parts(

@@ -680,6 +680,9 @@ def _learn_glob_result(turn: Turn, args: dict[str, Any], result: dict[str, Any],
     if (
         "path" not in args
     ):  # the first turn's: ``*`` tells the root, ``**/*`` the whole tree or that it is big
+        probe = pattern == "*" or (s.scope and pattern == glob_literal(_probe_dir(s)))
+        if probe and result.get("is_error") and not s.root:  # not an empty workspace: not listed at all
+            raise RuntimeError(f"the survey could not list the workspace: {text[:300]}")
         entries = _entries(text)
         if pattern == "*":
             s.root = os.path.dirname(entries[0]) if entries else s.root
