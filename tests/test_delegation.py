@@ -347,6 +347,10 @@ def test_the_parts_are_about_the_same_size_largest_first():
     whole = delegation.plan_parts(entries=160, sizes={"big": 100, "s": 60}, pieces={}, top=3)
     assert whole == ["big", "s", TOP]
     assert delegation.pieces_of("big", [f"big/f{k}" for k in range(100)]) is None
+    # a piece as big is cut in turn
+    nested = {"big": [[60, "big/a"], [30, "big/b"]], "big/a": [[45, "big/a/x"], [15, "big/a/."]]}
+    parts = delegation.plan_parts(entries=160, sizes={"big": 100, "s": 60}, pieces=nested, top=0)
+    assert sorted(u for p in parts for u in units(p)) == ["big/a/.", "big/a/x", "big/b", "s"]
 
 
 def test_a_task_result_header_parses():
@@ -399,7 +403,8 @@ async def test_a_big_directory_whose_listing_is_cut_is_measured_by_its_subdirect
     )
     assert status == "succeeded"
     sizes = [u["input"] for m in messages for u in tool_uses(m) if u["input"].get("path") == "email/mime"]
-    assert sizes == [{"pattern": "**/*", "path": "email/mime"}]  # round 2: the subdirectory's size
+    # round 2: the subdirectory's size, and its own subdirectories (were it as big, it would be cut too)
+    assert sizes == [{"pattern": "**/*", "path": "email/mime"}, {"pattern": "*/", "path": "email/mime"}]
     [calls] = task_calls(messages)
     assert sorted(map(scope_of_call, calls)) == sorted(PARTS)  # the same parts as a whole listing gives
     truth = regular_files(tree)

@@ -268,10 +268,10 @@ class Measured:
     """The sizes known so far, carried from one measuring turn to the next in its note.
 
     Each turn measures at most :data:`MEASURE_BATCH` directories (a ``glob`` of ``**/*`` in each, and
-    of ``*/`` in a top-level one: its subdirectories), so that their answers fit a small window and
-    are read before a compaction takes them; an answer that is gone is asked again (once). A saved
-    cut listing's total is read from its end (``recall``). A top-level directory bigger than
-    :data:`CUT_SHARE` of the tree is cut into its pieces: its subdirectories, measured in turn, and
+    one of ``*/``: its subdirectories), so that their answers fit a small window and are read before
+    a compaction takes them; an answer that is gone is asked again (once). A saved cut listing's
+    total is read from its end (``recall``). A directory bigger than :data:`CUT_SHARE` of the tree
+    is cut into its pieces: its subdirectories, measured in turn (and cut in turn when as big), and
     its own files."""
 
     def __init__(self, note: dict[str, Any]):
@@ -330,7 +330,7 @@ class Measured:
             self.tails[d] = [saved, (persisted_size(text) or (0, 0))[0]]
         else:
             self.exact.add(d)
-        if not (glob_cut(text) or is_persisted(text)) and "/" not in d and self.size(d) > self.goal:
+        if not (glob_cut(text) or is_persisted(text)) and self.size(d) > self.goal:
             listing = [e[len(self.root) + 1 :] for e in _entries(text) if e.startswith(self.root + "/")]
             pieces = pieces_of(d, listing)
             if pieces:
@@ -345,7 +345,7 @@ class Measured:
                 self.sizes[d] = 1
         self.retried |= set(lost)
         self.queue = [d for d in lost if d not in self.sizes] + self.queue
-        for d in self.dirs:
+        for d in list(self.sizes):  # a big piece of a big directory is cut in turn
             if self.size(d) <= self.goal or d in self.pieces or d not in self.subdirs:
                 continue
             subs = self.subdirs[d]
@@ -371,8 +371,7 @@ class Measured:
         self.asked, self.queue = self.queue[:MEASURE_BATCH], self.queue[MEASURE_BATCH:]
         for d in self.asked:
             calls.append(("glob", {"pattern": "**/*", "path": d}))
-            if "/" not in d:
-                calls.append(("glob", {"pattern": "*/", "path": d}))
+            calls.append(("glob", {"pattern": "*/", "path": d}))
         return calls
 
     def note_of(self) -> dict[str, Any]:
@@ -442,12 +441,15 @@ def plan_parts(
     *, entries: int, sizes: dict[str, int], pieces: dict[str, list[list[Any]]], top: int
 ) -> list[str]:
     """The parts, largest first, each a scope (its units joined by ``UNIT_SEP``): a directory bigger
-    than :data:`CUT_SHARE` of the tree is cut into its ``pieces`` (its subdirectories and its own files, with
-    their sizes) when they are known, and the units are dealt out largest first to the least loaded
-    of :data:`PARTS` parts (fewer when there are fewer units)."""
-    found: list[tuple[int, str]] = []
-    for d, size in sizes.items():
-        found += [(int(n), str(unit)) for n, unit in pieces.get(d) or [[max(size, 1), d]]]
+    than :data:`CUT_SHARE` of the tree is cut into its ``pieces`` (its subdirectories and its own
+    files, with their sizes) when they are known, and so is a piece as big; the units are dealt out
+    largest first to the least loaded of :data:`PARTS` parts (fewer when there are fewer units)."""
+
+    def units_of(d: str, size: int) -> list[tuple[int, str]]:
+        cut = pieces.get(d)
+        return [u for n, unit in cut for u in units_of(str(unit), int(n))] if cut else [(max(size, 1), d)]
+
+    found = [u for d, size in sizes.items() for u in units_of(d, size)]
     if top:
         found.append((top, TOP))
     loads: list[tuple[int, list[str]]] = [(0, []) for _ in range(min(PARTS, len(found)))]
