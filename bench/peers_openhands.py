@@ -22,9 +22,9 @@ emulator's deterministic offline policy, as in :mod:`peers`. One run per condens
   observation keeps its tool call id (V0 replaced the observation with a user message).
 
 What the SDK runs as shipped: its system prompt (our system text as the ``AgentContext``'s
-``system_message_suffix``), its default tools ``finish`` and ``think`` beside ours, its tool schemas (it adds a
-``summary`` field to each), its ``LLM`` defaults (prompt caching on: ``cache_control`` on the system prompt and
-the newest message; ``reasoning_effort="high"``, sent as ``output_config.effort``; no streaming;
+``system_message_suffix``), its default tools ``finish`` and ``think`` beside ours, its tool schemas (it adds
+a ``summary`` field to each), its ``LLM`` defaults (prompt caching on: ``cache_control`` on the system prompt
+and the newest message; ``reasoning_effort="high"``, sent as ``output_config.effort``; no streaming;
 ``max_output_tokens`` from litellm's model table; 5 retries), stuck detection on. Changed, only to point it at
 the emulator: the ``LLM``'s ``model`` (``anthropic/<MODEL>``: litellm's anthropic provider), ``base_url`` and
 ``api_key``; ``max_iteration_per_run`` (default 500) set to ``cost.MAX_TURNS`` so a run that does not converge
@@ -32,8 +32,8 @@ stops where the cost table's do; ``LITELLM_LOCAL_MODEL_COST_MAP=True`` (litellm'
 not the network) and ``OPENHANDS_SUPPRESS_BANNER=1``. Telemetry: the SDK's tracing (Laminar/OpenTelemetry)
 starts only when ``LMNR_PROJECT_API_KEY`` or an ``OTEL_*`` endpoint is set; none is.
 
-The tools ``glob``, ``read`` and ``grep`` are SDK tools (``ToolDefinition`` with an ``Action`` whose fields are
-our inputs: names, types and which are required) that call the runner's own
+The tools ``glob``, ``read`` and ``grep`` are SDK tools (``ToolDefinition`` with an ``Action`` whose fields
+are our inputs: names, types and which are required) that call the runner's own
 :class:`runner.tools.toolset.Toolset`, so their outputs are ours, byte for byte (an error result is an
 ``Observation`` with ``is_error``, which the SDK sends under its error header).
 
@@ -48,19 +48,19 @@ policy reads and never to what is billed (the emulator bills the request the SDK
   answers our Summarizer, with the deterministic fallback summary of what that request carries: the SDK sends
   each forgotten event as its ``str()``, cut at 500 characters (an action's thought but not its arguments, an
   observation's first 500 characters), so the summary is built from those texts alone (a note line the cut
-  left unfinished is dropped: a model would not trust half a fact);
+  left unfinished keeps its complete ``; ``-separated items, as a reader of a list cut short would);
 - the policy's final report, when the ``finish`` tool is offered, is a ``finish`` call with the report as its
   message (the SDK's system prompt asks for it; a plain text reply would also end the run).
 
 The hooks are :mod:`peers`' (it replaces ``replies.answer`` and ``app.build_message`` for the run; see its
 module docstring for the runtime hook that would replace that).
 
-    python bench/peers_openhands.py            # full size; writes bench/results/peers_openhands.json, BENCHMARKS.md
-    python bench/peers_openhands.py --smoke    # one small package, writes nothing
+    python bench/peers_openhands.py          # full size; writes its result file and BENCHMARKS.md
+    python bench/peers_openhands.py --smoke  # one small package, writes nothing
     python bench/peers_openhands.py --only masking
 
-Needs Python >= 3.12 and ``openhands-sdk`` (the ``bench`` extra, in a venv of its own): the runner and CI never
-import it.
+Needs Python >= 3.12 and ``openhands-sdk`` (the ``bench`` extra, in a venv of its own): the runner and CI
+never import it.
 """
 
 from __future__ import annotations
@@ -164,7 +164,8 @@ def condensers() -> dict[str, tuple[Callable[[Any], Any] | None, str]]:
         "settings": (
             lambda llm: LLMSummarizingCondenserSettings().build_condenser(llm),
             "LLMSummarizingCondenserSettings().build_condenser(llm), what the SDK's settings build by "
-            "default: LLMSummarizingCondenser(max_size=240, keep_first=2, max_tokens=the model's input limit)",
+            "default: LLMSummarizingCondenser(max_size=240, keep_first=2, "
+            "max_tokens=the model's input limit, 1,000,000 tokens)",
         ),
         "masking": (
             lambda llm: masking_condenser_class()(),
@@ -198,10 +199,13 @@ def is_summary_request(body: dict[str, Any]) -> bool:
 
 
 def _whole_lines(text: str) -> str:
-    """``text`` without its last line when ``str(event)`` cut it (its preview ends in ``...``)."""
-    if len(text) >= PREVIEW and text.endswith("..."):
-        return text.rsplit("\n", 1)[0] if "\n" in text else ""
-    return text
+    """``text`` as a reader trusts it when ``str(event)`` cut it (its preview ends in ``...``): the line the
+    cut ran through keeps its complete items (up to its last ``; ``), or goes when it has none."""
+    if len(text) < PREVIEW or not text.endswith("..."):
+        return text
+    head, _, last = text[:-3].rpartition("\n")
+    kept = last.rsplit("; ", 1)[0] if "; " in last else ""
+    return "\n".join(x for x in (head, kept) if x)
 
 
 def summarized_events(view: list[Message], summaries: set[str]) -> list[Message]:
@@ -285,6 +289,7 @@ class OpenHandsTeacher:
         self.build_inner = build_message
         self.ledger = Ledger()
         self.summaries: set[str] = set()  # every summary this teacher wrote, as the SDK puts it back
+        self.most_removed = 0  # the most masked results one request carried
 
     def answer(self, state: EmulatorState, body: dict[str, Any], view: list[Message]) -> tuple[Any, str]:
         if is_summary_request(body):
@@ -294,6 +299,8 @@ class OpenHandsTeacher:
             self.summaries.add(summary)
             return [{"type": "text", "text": summary}], "end_turn"
         view = taught(view, self.summaries)
+        removed = sum(1 for m in view for b in blocks(m) if b.get("content") == SEED_001_MICRO_PLACEHOLDER)
+        self.most_removed = max(self.most_removed, removed)
         content, stop_reason = self.answer_inner(state, body, view)
         names = {t.get("name") for t in body.get("tools") or []}
         if stop_reason == "end_turn" and "finish" in names:
@@ -477,6 +484,7 @@ async def run_row(
 ) -> dict[str, Any]:
     teacher.ledger = Ledger()
     teacher.summaries = set()
+    teacher.most_removed = 0
     store = JobStore(out / f"openhands-{name}")
     await store.open()
     toolset = Toolset(str(workspace), TOOLS, store)
@@ -507,6 +515,7 @@ async def run_row(
         "cache_read_input_tokens": job.cache_read_input_tokens,
         "summary_model": MODEL,
         "summary_requests": ledger.summary_requests,
+        "most_masked_results": teacher.most_removed,
         "server_compactions": ledger.server_compactions,
         "summarizer_tokens": summ.input_tokens
         + summ.output_tokens
@@ -532,10 +541,11 @@ async def run_all(packages: tuple[str, ...], names: list[str]) -> list[dict[str,
                 row = await run_row(
                     name, known[name][0], workspace, Path(tmp) / "runs", teacher, emulator.base_url
                 )
+                row["emulator_outcomes"] = emulator.stats()["outcomes"]  # a refused request shows here
                 rows.append(row)
                 print(
                     f"  {row['strategy']}: {row['status']}, {row['turns']} turns, ${row['cost_usd']}, "
-                    f"{row['summary_requests']} summaries, "
+                    f"{row['summary_requests']} summaries, {row['most_masked_results']} masked at most, "
                     f"{row['files_in_report']}/{row['files_in_workspace']} files "
                     f"({row['files_correct']} correct), {row['rereads']} re-reads, {row['wall_s']} s"
                     + (f", {row['error']}" if row["error"] else ""),
@@ -579,6 +589,36 @@ def main() -> None:
     )
 
 
+def why(rows: list[dict[str, Any]]) -> str:
+    """What the rows show, in words, with their numbers."""
+    by = {r["strategy"].removeprefix("openhands "): r for r in rows}
+    out = []
+    if "default" in by:
+        r = by["default"]
+        out.append(
+            f"`default` ({r['status']}, {r['summary_requests']} summaries, {r['rereads']} re-reads) "
+            "condenses whenever the history passes 80 events, keeping the first 4 and about the last 35; its "
+            "summary is built from the events' 500-character previews, which cut the policy's notes (one "
+            "line per directory, growing as its files are read), so the policy re-reads what each summary "
+            "lost."
+        )
+    if "settings" in by:
+        r = by["settings"]
+        out.append(
+            f"`settings` ({r['status']}) condenses at 240 events: {r['summary_requests']} summaries here, "
+            f"{r['rereads']} re-reads."
+        )
+    if "masking" in by:
+        r = by["masking"]
+        out.append(
+            f"`masking` ({r['status']}, up to {r['most_masked_results']} results masked in one request, "
+            f"{r['rereads']} re-reads) keeps every reply's notes and masks only results; each step masks a "
+            "result inside the cached prefix, so the rest of the prompt is written to the cache again "
+            f"({r['cache_creation_input_tokens']:,} tokens of cache writes)."
+        )
+    return "\n\n" + " ".join(out) if out else ""
+
+
 def section(
     packages: tuple[str, ...],
     names: list[str],
@@ -587,32 +627,41 @@ def section(
     ours: dict[str, Any] | None,
     peer: str,
 ) -> str:
+    refused = sum(n for r in rows for k, n in r.get("emulator_outcomes", {}).items() if k != "ok")
     return (
-        "### OpenHands\n\n"
-        f"{peer}'s `Agent` (a `LocalConversation` in this process: no Docker, no agent server) on the cost "
-        f"table's survey job ({', '.join(packages)}), through litellm's anthropic provider to the same emulator "
-        f"and policy, priced as {MODEL} (its summaries too: `default_condenser` summarizes with the job's "
-        "model). Its defaults are kept: its system prompt (our system text as `AgentContext.system_message_suffix`), "
-        "its `finish` and `think` tools beside ours, the `summary` field it adds to every tool's input, prompt "
-        'caching (`cache_control` on the system prompt and the newest message), `reasoning_effort="high"` '
-        "(sent as `output_config.effort`), no streaming, its retries, stuck detection. Changed only to point it "
-        f"at the emulator: the `LLM`'s model (`{OPENHANDS_MODEL}`), `base_url` and `api_key`; "
-        f"`max_iteration_per_run` {MAX_TURNS} (its default 500), as the cost table stops a run; litellm's local "
-        "price map. Tools: ours (`glob`, `read`, `grep`: our inputs as SDK `Action`s, the runner's Toolset runs "
-        "them). The SDK ships no observation-masking condenser: the `masking` row is its legacy (V0) agent's "
-        f"`ObservationMaskingCondenser` (config default `attention_window={ATTENTION_WINDOW}`, `{MASKED}`) ported "
-        "onto the SDK's `CondenserBase` in `bench/peers_openhands.py` (the masked observation keeps its tool "
-        "call id, which the SDK's history needs). The policy reads `<MASKED>` as a removed result, a summary "
-        "the condenser put back as a summary, the summary prompt as a summary request (answered with the "
-        "deterministic summary of what the request carries: each event's `str()`, cut at 500 characters by the "
-        "SDK, an action's thought without its arguments), and calls `finish` with its report (glue in "
+        "## 3c. OpenHands on the same long session\n\n"
+        f"{peer}'s `Agent` (a `LocalConversation` in this process: no Docker, no agent server) on the "
+        f"cost table's survey job ({', '.join(packages)}), through litellm's anthropic provider to the same "
+        f"emulator and policy, priced as {MODEL} (its summaries too: its condensers summarize with the "
+        "job's model). Its defaults are kept: its system prompt (our system text as "
+        "`AgentContext.system_message_suffix`), its `finish` and `think` tools beside ours, the `summary` "
+        "field it adds to every tool's input, prompt caching (`cache_control` on the system prompt and the "
+        'newest message), `reasoning_effort="high"` (sent as `output_config.effort`), no streaming, its '
+        "retries, its stuck detection, tool output as the tool returns it (the SDK cuts none). Changed only "
+        f"to point it at the emulator: the `LLM`'s model (`{OPENHANDS_MODEL}`), `base_url` and `api_key`, "
+        f"`max_iteration_per_run` {MAX_TURNS} (its default 500) as the cost table stops a run, and litellm's "
+        f"local price map. Requests the emulator refused: {refused}. Tools: ours (`glob`, `read`, `grep`: "
+        "our inputs as SDK `Action`s, the runner's Toolset runs them). The SDK ships no observation-masking "
+        "condenser: the `masking` row is its legacy (V0) agent's `ObservationMaskingCondenser` (config "
+        f"default `attention_window={ATTENTION_WINDOW}` events, `{MASKED}`) ported onto the SDK's "
+        "`CondenserBase` in `bench/peers_openhands.py` (a masked observation keeps its tool call id, which "
+        "the SDK's history needs). The policy reads `<MASKED>` as a removed result, a summary the condenser "
+        "put back as a summary, the summarizer's prompt as a summary request, answered with the "
+        "deterministic summary of what that request carries: the SDK sends each forgotten event as its "
+        "`str()`, cut at 500 characters (an action's thought without its arguments, an observation's first "
+        "500 characters, an earlier summary's first 500), so a summary keeps only the notes in the first "
+        "500 characters of each reply; and it calls `finish` with its report (glue in "
         "`bench/peers_openhands.py`; the billed request is the one the SDK sent). As in 3b the policy is "
-        "offered no `memory` tool, so it takes its plain survey. Columns as 3b; `vs ours`: against section 3's "
-        f"`ours` row (${ours['cost_usd'] if ours else '?'}).\n\n"
+        "offered no `memory` tool, so it takes its plain survey, its facts in notes in its replies. Files "
+        "in report (correct): rows the report names (rows whose line count is the file's: the plain survey "
+        "counts the lines `read` returned, which for a file over 50,000 characters is its first part) / "
+        "files. "
+        f"`vs ours`: against section 3's `ours` row (${ours['cost_usd'] if ours else '?'}).\n\n"
         "Condensers: "
         + "; ".join(f"`openhands {n}` = {known[n][1]}" for n in names)
         + ".\n\n"
         + table(rows, ours)
+        + why(rows)
     )
 
 

@@ -77,3 +77,29 @@ def test_openhands_llm_is_answered(emu):
     assert stats["outcomes"] == {"ok": 2} and stats["streamed_requests"] == 1, stats
     first = stats["recorded_requests"][0]
     assert "output_config" in first and not first.get("stream"), first
+
+
+@pytest.mark.skipif(
+    openhands_python() is None, reason="openhands-sdk is not installed (set RUNNER_OPENHANDS_PYTHON)"
+)
+def test_openhands_agent_finishes_the_smoke_survey():
+    """``bench/peers_openhands.py --smoke``: the SDK's agent with each condenser runs the survey of one small
+    package through the emulator to a complete, correct report (it writes nothing)."""
+    python = openhands_python()
+    assert python is not None
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+    done = subprocess.run(
+        [python, os.path.join(bench, "peers_openhands.py"), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=runner_env(),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| openhands ")]
+    assert len(rows) == 4, done.stdout[-3000:]
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1] == "succeeded", row
+        found, total = cells[10].split(" / ")
+        assert found.split(" ")[0] == total and found.split(" ")[1] == f"({total})", row
