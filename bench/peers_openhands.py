@@ -17,15 +17,15 @@ emulator's deterministic offline policy, as in :mod:`peers`. One run per condens
   ``NoOpCondenser``, ``LLMSummarizingCondenser`` and ``PipelineCondenser``); OpenHands' own
   ``ObservationMaskingCondenser`` is in its legacy (V0) agent (``openhands.memory.condenser``, config default
   ``attention_window=100``): every observation older than the newest ``attention_window`` events becomes
-  ``<MASKED>``. :func:`masking_condenser` ports it onto the SDK's ``CondenserBase`` with the same window and
-  placeholder; the one difference is that the SDK pairs each tool call with its observation, so the masked
+  ``<MASKED>``. :func:`masking_condenser_class` ports it onto the SDK's ``CondenserBase`` with the same window
+  and placeholder; the one difference is that the SDK pairs each tool call with its observation, so the masked
   observation keeps its tool call id (V0 replaced the observation with a user message).
 
 What the SDK runs as shipped: its system prompt (our system text as the ``AgentContext``'s
 ``system_message_suffix``), its default tools ``finish`` and ``think`` beside ours, its tool schemas (it adds
 a ``summary`` field to each), its ``LLM`` defaults (prompt caching on: ``cache_control`` on the system prompt
 and the newest message; ``reasoning_effort="high"``, sent as ``output_config.effort``; no streaming;
-``max_output_tokens`` from litellm's model table; 5 retries), stuck detection on. Changed, only to point it at
+``max_tokens`` as it sets it; 5 retries), stuck detection on. Changed, only to point it at
 the emulator: the ``LLM``'s ``model`` (``anthropic/<MODEL>``: litellm's anthropic provider), ``base_url`` and
 ``api_key``; ``max_iteration_per_run`` (default 500) set to ``cost.MAX_TURNS`` so a run that does not converge
 stops where the cost table's do; ``LITELLM_LOCAL_MODEL_COST_MAP=True`` (litellm's price map from its package,
@@ -48,9 +48,10 @@ policy reads and never to what is billed (the emulator bills the request the SDK
   answers our Summarizer, with the deterministic fallback summary of what that request carries: the SDK sends
   each forgotten event as its ``str()``, cut at 500 characters (an action's thought but not its arguments, an
   observation's first 500 characters), so the summary is built from those texts alone (a note line the cut
-  left unfinished keeps its complete ``; ``-separated items, as a reader of a list cut short would);
+  left unfinished keeps its complete items, up to its last ``; `` or ``, ``, as a reader of a list cut short
+  would);
 - the policy's final report, when the ``finish`` tool is offered, is a ``finish`` call with the report as its
-  message (the SDK's system prompt asks for it; a plain text reply would also end the run).
+  message (the tool's description: use it when the task is done; a plain text reply would also end the run).
 
 The hooks are :mod:`peers`' (it replaces ``replies.answer`` and ``app.build_message`` for the run; see its
 module docstring for the runtime hook that would replace that).
@@ -200,11 +201,12 @@ def is_summary_request(body: dict[str, Any]) -> bool:
 
 def _whole_lines(text: str) -> str:
     """``text`` as a reader trusts it when ``str(event)`` cut it (its preview ends in ``...``): the line the
-    cut ran through keeps its complete items (up to its last ``; ``), or goes when it has none."""
+    cut ran through keeps its complete items (up to its last ``; `` or ``, ``), or goes when it has none."""
     if len(text) < PREVIEW or not text.endswith("..."):
         return text
     head, _, last = text[:-3].rpartition("\n")
-    kept = last.rsplit("; ", 1)[0] if "; " in last else ""
+    cut = max(last.rfind("; "), last.rfind(", "))
+    kept = last[:cut] if cut > 0 else ""
     return "\n".join(x for x in (head, kept) if x)
 
 
