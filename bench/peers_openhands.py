@@ -29,8 +29,9 @@ and the newest message; ``reasoning_effort="high"``, sent as ``output_config.eff
 the emulator: the ``LLM``'s ``model`` (``anthropic/<MODEL>``: litellm's anthropic provider), ``base_url`` and
 ``api_key``; ``max_iteration_per_run`` (default 500) set to ``cost.MAX_TURNS`` so a run that does not converge
 stops where the cost table's do; ``LITELLM_LOCAL_MODEL_COST_MAP=True`` (litellm's price map from its package,
-not the network) and ``OPENHANDS_SUPPRESS_BANNER=1``. Telemetry: the SDK's tracing (Laminar/OpenTelemetry)
-starts only when ``LMNR_PROJECT_API_KEY`` or an ``OTEL_*`` endpoint is set; none is.
+not the network), ``OPENHANDS_SUPPRESS_BANNER=1`` and no console visualizer (display only). Telemetry: the
+SDK's tracing (Laminar/OpenTelemetry) starts only when ``LMNR_PROJECT_API_KEY`` or an ``OTEL_*`` endpoint is
+set; none is.
 
 The tools ``glob``, ``read`` and ``grep`` are SDK tools (``ToolDefinition`` with an ``Action`` whose fields
 are our inputs: names, types and which are required) that call the runner's own
@@ -641,9 +642,11 @@ def section(
         'newest message), `reasoning_effort="high"` (sent as `output_config.effort`), no streaming, its '
         "retries, its stuck detection, tool output as the tool returns it (the SDK cuts none). Changed only "
         f"to point it at the emulator: the `LLM`'s model (`{OPENHANDS_MODEL}`), `base_url` and `api_key`, "
-        f"`max_iteration_per_run` {MAX_TURNS} (its default 500) as the cost table stops a run, and litellm's "
-        f"local price map. Requests the emulator refused: {refused}. Tools: ours (`glob`, `read`, `grep`: "
-        "our inputs as SDK `Action`s, the runner's Toolset runs them). The SDK ships no observation-masking "
+        f"`max_iteration_per_run` {MAX_TURNS} (its default 500) as the cost table stops a run, litellm's "
+        "local price map, and no console visualizer (display only); its tracing stays off (it starts only "
+        "when a Laminar key or an OpenTelemetry endpoint is set). Requests the emulator refused: "
+        f"{refused}. Tools: ours (`glob`, `read`, `grep`: our inputs as SDK `Action`s, the runner's Toolset "
+        "runs them). The SDK ships no observation-masking "
         "condenser: the `masking` row is its legacy (V0) agent's `ObservationMaskingCondenser` (config "
         f"default `attention_window={ATTENTION_WINDOW}` events, `{MASKED}`) ported onto the SDK's "
         "`CondenserBase` in `bench/peers_openhands.py` (a masked observation keeps its tool call id, which "
