@@ -13,6 +13,9 @@ Guarantees:
   less the parent's report share; it ends before its parent's timeout does.
 - A subagent's failure is an error result for its parent, never the parent's failure; a bad ``task``
   input is an error result naming the field.
+- Its result carries its report cut to fit the parent's window: at most a tenth of the parent's
+  context limit, and the task calls of one reply together at most half of it; the header names
+  the whole report's path for ``recall``.
 - Resume: a subagent that ended is not run again (its report is the result again); one that did not
   continues from its own last complete turn, with the spend it had.
 """
@@ -62,8 +65,10 @@ TASK_TOOL = {
 }
 SLUG_CHARS = 40
 MIN_TIME_S = 5.0  # a subagent is not started with less time than this left
-# the report a result carries: at most this share of the parent's context limit (the rest by recall)
+# the report a result carries: at most this share of the parent's context limit (the rest by recall),
+# and the results of the task calls of one reply together at most REPLY_SHARE of it
 RESULT_SHARE = 0.1
+REPLY_SHARE = 0.5
 RESULT_MIN_CHARS = 1_000
 
 RunChild = Callable[
@@ -111,6 +116,8 @@ class Subagents:
     count: int = 0  # task calls made so far (a resumed job's included)
     limiter: anyio.CapacityLimiter = field(init=False)
     definition: dict[str, Any] = field(default_factory=lambda: dict(TASK_TOOL))
+    running: int = 0  # task calls being run now (those of one reply start together)
+    together: int = 0  # the most that ran together since none was running: the reply's task calls
 
     def __post_init__(self) -> None:
         self.limiter = anyio.CapacityLimiter(self.parent.limits.max_subagents)
@@ -129,6 +136,16 @@ class Subagents:
     async def run(self, tool_use_id: str, args: dict[str, Any]) -> dict[str, Any]:
         """One ``task`` call: its subagent run to an ending; its report as the tool result."""
         self.count += 1
+        self.running += 1
+        self.together = max(self.together, self.running)
+        try:
+            return await self._run_task(tool_use_id, args)
+        finally:
+            self.running -= 1
+            if not self.running:
+                self.together = 0
+
+    async def _run_task(self, tool_use_id: str, args: dict[str, Any]) -> dict[str, Any]:
         problem = self._problem(args)
         if problem:
             return _result(tool_use_id, f"task: {problem}", error=True)
@@ -233,7 +250,9 @@ class Subagents:
             return _result(
                 tool_use_id, SUBAGENT_FAILED.format(error=f"{path}: {e.strerror or e}"), error=True
             )
-        most = max(RESULT_MIN_CHARS, int(self.parent.limits.context_char_limit * RESULT_SHARE))
+        limit = self.parent.limits.context_char_limit
+        share = min(RESULT_SHARE, REPLY_SHARE / max(1, self.together))
+        most = max(RESULT_MIN_CHARS, int(limit * share))
         shown = report[:most]
         head = SUBAGENT_RESULT.format(
             dir=where,

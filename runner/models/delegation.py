@@ -78,12 +78,15 @@ CUT_SHARE = 3 / 16  # a directory bigger than this share of the tree is cut (one
 PROBE = {"pattern": "*/"}  # the first turn's extra call: the top-level directories
 SUBAGENT_TOOLS = ("read", "glob", "grep")
 TOP_DESCRIPTION = "top-level files"
-RECALL_CHARS = 8_000  # a cut report read back: its head (totals, tables, TODO count) is well within this
+RECALL_CHARS = 4_000  # a cut report read back: its head (totals, tables, TODO count) is well within this
+RECALLS = 3  # cut reports read back a turn (their pages fit a small window)
 PLAN_KEY = "- delegation | "
 SIZES_KEY = "- delegation-sizes | "  # the split waiting for its directories' sizes
 TAIL_CHARS = 400  # the end of a saved cut listing read back: its last line says how many it matched
 MEASURE_BATCH = 8  # directories a measuring turn lists (their answers fit a small window)
+MEASURE_BATCH_SMALL = 3  # and once a summary is in view: the window is smaller than they need
 MEASURE_ROUNDS = 40  # measuring turns at most before the split
+TABLES_KEY = "- delegation-tables | "  # the parts' tables merged so far: one note, whatever their number
 PART_KEY = "- subagent {k} | "  # one key per part: a summary keeps each part's newest note
 _PART_NOTE = re.compile(r"^- subagent(?: \d+)? \| (.*)$")
 SURVEY = re.compile(r"\bsurvey", re.I)
@@ -148,8 +151,9 @@ def partial_report(messages: list[Message]) -> str:
         return memory_survey.partial_report(without_probe(messages))
     parts = _parts(messages, plan)
     done = sum(1 for scope in scopes(plan) if scope in parts)
+    tables = _merged(messages, plan, parts)
     partial = f"(Partial: {done} of the {len(plan['parts'])} subagents' results were in when the job ended.)"
-    return report(plan, parts, partial=partial)
+    return report(plan, parts, tables, partial=partial)
 
 
 def in_progress(messages: list[Message]) -> bool:
@@ -267,10 +271,11 @@ def _sizes_turn(
 class Measured:
     """The sizes known so far, carried from one measuring turn to the next in its note.
 
-    Each turn measures at most :data:`MEASURE_BATCH` directories (a ``glob`` of ``**/*`` in each, and
-    one of ``*/``: its subdirectories), so that their answers fit a small window and are read before
-    a compaction takes them; an answer that is gone is asked again (once). A saved cut listing's
-    total is read from its end (``recall``). A directory bigger than :data:`CUT_SHARE` of the tree
+    Each turn measures at most :data:`MEASURE_BATCH` directories (:data:`MEASURE_BATCH_SMALL` once a
+    summary is in view; a ``glob`` of ``**/*`` in each, and one of ``*/``: its subdirectories), so
+    that their answers fit a small window and are read before a compaction takes them; an answer
+    that is gone is asked again (once). A saved cut listing's total is read from its end
+    (``recall``). A directory bigger than :data:`CUT_SHARE` of the tree
     is cut into its pieces: its subdirectories, measured in turn (and cut in turn when as big), and
     its own files."""
 
@@ -291,6 +296,7 @@ class Measured:
         self.asked = self._names(note.get("asked"))  # measured by the last turn
         self.retried = set(self._names(note.get("retried")))
         self.tails: dict[str, list[Any]] = {}  # a saved cut listing: [its saved path, its chars]
+        self.batch = MEASURE_BATCH
 
     def _names(self, items: Any) -> list[str]:
         """Directories as the note writes them: a top-level one by its index in ``dirs``."""
@@ -368,7 +374,7 @@ class Measured:
             ("recall", {"path": saved, "offset": max(0, chars - TAIL_CHARS), "limit": TAIL_CHARS})
             for saved, chars in self.tails.values()
         ]
-        self.asked, self.queue = self.queue[:MEASURE_BATCH], self.queue[MEASURE_BATCH:]
+        self.asked, self.queue = self.queue[: self.batch], self.queue[self.batch :]
         for d in self.asked:
             calls.append(("glob", {"pattern": "**/*", "path": d}))
             calls.append(("glob", {"pattern": "*/", "path": d}))
@@ -429,6 +435,8 @@ def _measured(messages: list[Message]) -> Measured | None:
 
 def _measure_more(messages: list[Message], found: Measured) -> tuple[list[dict[str, Any]], str] | None:
     """The next measuring turn, when something is left to measure; else None."""
+    if any(is_summary(text_of(m)) for m in messages if m.get("role") == "user"):
+        found.batch = MEASURE_BATCH_SMALL
     calls = found.next_calls()
     if not calls:
         return None
@@ -620,19 +628,21 @@ def _assemble(messages: list[Message], plan: dict[str, Any]) -> tuple[list[dict[
             or (p.get("report") and p.get("cut") and "todo" not in p and p.get("status") == "succeeded")
         )
     ]
+    tables = _merged(messages, plan, parts)
     if not due:
-        return [{"type": "text", "text": report(plan, parts)}], "end_turn"
+        return [{"type": "text", "text": report(plan, parts, tables)}], "end_turn"
     order = {scope: k for k, scope in enumerate(scopes(plan))}
     notes = "\n".join(
-        PART_KEY.format(k=order[scope]) + json.dumps(p, separators=(",", ":"), ensure_ascii=False)
+        PART_KEY.format(k=order[scope])
+        + _plan_json({k: v for k, v in p.items() if k not in ("ext", "largest")})  # in the tables' note
         for scope, p in sorted(parts.items(), key=lambda kv: order[kv[0]])
     )
     text = (
-        f"{len(due)} report{'s' if len(due) > 1 else ''} cut before the TODO count: read back.\n"
-        f"{PLAN_KEY}{_plan_json(plan)}\n{notes}"
+        f"{len(due)} report{'s' if len(due) > 1 else ''} cut before the TODO count: reading back "
+        f"{min(len(due), RECALLS)}.\n{PLAN_KEY}{_plan_json(plan)}\n{TABLES_KEY}{_plan_json(tables)}\n{notes}"
     )
     content: list[dict[str, Any]] = [{"type": "text", "text": text}]
-    for k, part in enumerate(due):
+    for k, part in enumerate(due[:RECALLS]):
         path = part.get("report") or part.get("saved")
         content.append(
             {
@@ -664,7 +674,9 @@ def _scope_cell(scope: str) -> str:
     return ", ".join(cells)
 
 
-def report(plan: dict[str, Any], parts: dict[str, dict[str, Any]], partial: str = "") -> str:
+def report(
+    plan: dict[str, Any], parts: dict[str, dict[str, Any]], tables: dict[str, Any], partial: str = ""
+) -> str:
     """The parent's Markdown report: the parts' sums, each subagent, what is not covered."""
     names = scopes(plan)
     covered = [
@@ -701,7 +713,7 @@ def report(plan: dict[str, Any], parts: dict[str, dict[str, Any]], partial: str 
     if missing:
         out += ["", "## Not covered", ""]
         out += [f"- {_scope_cell(scope)}: not covered ({_why(parts.get(scope, {}))})." for scope in missing]
-    out += _merged_tables(covered)
+    out += _merged_tables(covered, tables)
     reports = ", ".join(f"`{p['report']}`" for _, p in covered)
     out += [
         "",
@@ -735,17 +747,45 @@ def _why(part: dict[str, Any]) -> str:
     return why + (f"; what it did is in `{part['report']}`" if part.get("report") else "")
 
 
-def _merged_tables(covered: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """The extension and largest-file tables and the TODO count, merged from the parts that gave them."""
-    known = [p for _, p in covered if "todo" in p]
-    unknown = [_scope_cell(s) for s, p in covered if "todo" not in p]
-    gap = [f"(Without {', '.join(unknown)}: see its report.)", ""] if unknown else []
-    ext: dict[str, list[int]] = {}
-    for p in known:
-        for e, (n, lines) in p["ext"].items():
-            acc = ext.setdefault(e, [0, 0])
+def _merged(
+    messages: list[Message], plan: dict[str, Any], parts: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """The parts' extension and largest-file tables and TODO counts merged: the newest tables' note,
+    and the parts whose tables are in view since (each part once, in the plan's order)."""
+    tables: dict[str, Any] = {"ext": {}, "largest": [], "todo": [0, 0, False], "from": []}
+    for m in reversed(messages):
+        text = text_of(m)
+        at = text.rfind(TABLES_KEY)
+        if at >= 0:
+            try:
+                note = json.loads(text[at + len(TABLES_KEY) :].split("\n", 1)[0])
+            except ValueError:
+                continue
+            if isinstance(note, dict) and {"ext", "largest", "todo", "from"} <= set(note):
+                tables = note
+                break
+    for scope in scopes(plan):
+        part = parts.get(scope, {})
+        covered = part.get("status") == "succeeded" and "totals" in part
+        if scope in tables["from"] or not covered or not {"ext", "largest", "todo"} <= set(part):
+            continue
+        for e, (n, lines) in part["ext"].items():
+            acc = tables["ext"].setdefault(e, [0, 0])
             acc[0] += n
             acc[1] += lines
+        rows = [*tables["largest"], *part["largest"]]
+        tables["largest"] = sorted(rows, key=lambda r: (-r[0], r[1]))[:LARGEST]
+        hits, files, cut = tables["todo"]
+        tables["todo"] = [hits + part["todo"][0], files + part["todo"][1], bool(cut or part["todo"][2])]
+        tables["from"] = [*tables["from"], scope]
+    return tables
+
+
+def _merged_tables(covered: list[tuple[str, dict[str, Any]]], tables: dict[str, Any]) -> list[str]:
+    """The extension and largest-file tables and the TODO count, merged from the parts that gave them."""
+    merged = set(tables["from"])
+    unknown = [_scope_cell(s) for s, _ in covered if s not in merged]
+    gap = [f"(Without {'; '.join(unknown)}: see its report.)", ""] if unknown else []
     out = [
         "",
         "## Files and lines per extension (text files)",
@@ -754,14 +794,16 @@ def _merged_tables(covered: list[tuple[str, dict[str, Any]]]) -> list[str]:
         "| extension | files | lines |",
         "|---|---:|---:|",
     ]
-    by_lines = sorted(ext.items(), key=lambda kv: (-kv[1][1], kv[0]))
+    by_lines = sorted(tables["ext"].items(), key=lambda kv: (-kv[1][1], kv[0]))
     out += [f"| {e} | {n} | {lines} |" for e, (n, lines) in by_lines]
-    largest = sorted((row for p in known for row in p["largest"]), key=lambda r: (-r[0], r[1]))[:LARGEST]
     out += ["", "## Largest text files", "", *gap, "| file | lines | size |", "|---|---:|---:|"]
-    out += [f"| {path.replace('|', chr(92) + '|')} | {lines} | {size} |" for size, path, lines in largest]
-    hits, files = sum(p["todo"][0] for p in known), sum(p["todo"][1] for p in known)
-    cut = "; a search output was cut, there may be more" if any(p["todo"][2] for p in known) else ""
-    out += ["", f"## TODO / FIXME / XXX ({hits} lines in {files} files{cut})", "", *gap]
+    out += [
+        f"| {path.replace('|', chr(92) + '|')} | {lines} | {size} |"
+        for size, path, lines in tables["largest"]
+    ]
+    hits, files, cut = tables["todo"]
+    more = "; a search output was cut, there may be more" if cut else ""
+    out += ["", f"## TODO / FIXME / XXX ({hits} lines in {files} files{more})", "", *gap]
     out.append(
         "Each line is listed in its part's report (the first ones) and its todo files (all of them)."
         if hits

@@ -84,6 +84,8 @@ INLINE_FILES = 200  # a tree this small gets every file's row in the report itse
 INLINE_VIEW = 40  # rows read back per view for it (about 4,000 chars: under any page)
 LARGEST = 10
 TODO_SHOWN = 30
+TODO_SHOWN_PART = 10  # in a part's report (its parent reads the counts; every line is in the todo log)
+TITLE_UNITS = 3  # a part's report names this many of its units in its title
 MAX_DEPTH = 64  # directories deeper than this (a symlink loop) are not listed
 TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
 OUTLINE_PATTERN = r"^(class |def |async def )"
@@ -585,7 +587,7 @@ def _learn_todo(turn: Turn, text: str) -> None:
         if path != todo["last"]:
             todo["files"] += 1
             todo["last"] = path
-        if len(todo["shown"]) < TODO_SHOWN:
+        if len(todo["shown"]) < (TODO_SHOWN_PART if turn.state.scope else TODO_SHOWN):
             todo["shown"].append(f"{path}:{number}: {hit.strip()[:100]}")
     todo["cut"] = todo["cut"] or "[output truncated at" in text
 
@@ -1019,6 +1021,8 @@ def _scope_title(s: State) -> str:
             names.append(f"`{unit}/`")
         else:
             names.append(f"the files directly in `{only}/`" if only else "the files at the top")
+    if len(names) > TITLE_UNITS:  # the parent's table names them all
+        names = [*names[:TITLE_UNITS], f"{len(names) - TITLE_UNITS} more"]
     return f"{', '.join(names)} in {root}" if names else root
 
 
