@@ -85,7 +85,7 @@ SIZES_KEY = "- delegation-sizes | "  # the split waiting for its directories' si
 TAIL_CHARS = 400  # the end of a saved cut listing read back: its last line says how many it matched
 MEASURE_BATCH = 8  # directories a measuring turn lists (their answers fit a small window)
 MEASURE_BATCH_SMALL = 3  # and once a summary is in view: the window is smaller than they need
-MEASURE_ROUNDS = 40  # measuring turns at most before the split
+MEASURE_ROUNDS = 80  # measuring turns at most before the split (a few minutes; the parts take hours)
 TABLES_KEY = "- delegation-tables | "  # the parts' tables merged so far: one note, whatever their number
 PART_KEY = "- subagent {k} | "  # one key per part: a summary keeps each part's newest note
 _PART_NOTE = re.compile(r"^- subagent(?: \d+)? \| (.*)$")
@@ -362,8 +362,8 @@ class Measured:
                 known = [(self.size(f"{d}/{sub}"), f"{d}/{sub}") for sub in subs]
                 own = self.size(d) - sum(n for n, _ in known) - len(known)
                 self.pieces[d] = [[n, unit] for n, unit in known] + [[max(own, 1), d + "/."]]
-            else:
-                self.queue += [w for w in waiting if w not in self.queue and w not in self.asked]
+            else:  # first: how a big directory is cut matters more than the small ones' sizes
+                self.queue = [w for w in waiting if w not in self.queue and w not in self.asked] + self.queue
 
     def next_calls(self) -> list[tuple[str, dict[str, Any]]]:
         """The next turn's calls: the totals of saved cut listings, the next directories of the queue;
