@@ -86,6 +86,9 @@ TAIL_CHARS = 400  # the end of a saved cut listing read back: its last line says
 MEASURE_BATCH = 8  # directories a measuring turn lists (their answers fit a small window)
 MEASURE_BATCH_SMALL = 3  # and once a summary is in view: the window is smaller than they need
 MEASURE_ROUNDS = 80  # measuring turns at most before the split (a few minutes; the parts take hours)
+MEASURE_SUMMARIES = 4  # history summaries at most while measuring: then the split, with what is known
+# (well under the thrashing detector's streak: the split and the parts' results come after)
+LIST_BATCH = 16  # directories whose subdirectories a turn lists (short answers)
 TABLES_KEY = "- delegation-tables | "  # the parts' tables merged so far: one note, whatever their number
 PART_KEY = "- subagent {k} | "  # one key per part: a summary keeps each part's newest note
 _PART_NOTE = re.compile(r"^- subagent(?: \d+)? \| (.*)$")
@@ -255,7 +258,7 @@ def _measure(
 ) -> tuple[list[dict[str, Any]], str]:
     """The first measuring turn: the first :data:`MEASURE_BATCH` top-level directories' sizes."""
     root, entries, dirs, top = split
-    found = Measured({"root": root, "entries": entries, "dirs": dirs, "top": top, "round": 0, "queue": dirs})
+    found = Measured({"root": root, "entries": entries, "dirs": dirs, "top": top, "round": 0})
     return _measure_more(messages, found) or _delegate(messages, set(), found)
 
 
@@ -290,17 +293,27 @@ class Measured:
         bits = str(note.get("exact") or "")
         self.exact: set[str] = {d for d, bit in zip(self.dirs, bits, strict=False) if bit == "1"}
         self.exact |= set(note.get("sub_exact") or [])  # the sizes that are not lower bounds
-        self.subdirs: dict[str, list[str]] = dict(note.get("subdirs") or {})
+        self.subdirs: dict[str, list[str]] = {
+            self._name(d): list(subs) for d, subs in (note.get("subdirs") or {}).items()
+        }  # a directory's subdirectories, while it may be big
+        self.counts: dict[str, int] = {self._name(d): int(n) for d, n in (note.get("counts") or {}).items()}
         self.pieces: dict[str, list[list[Any]]] = dict(note.get("pieces") or {})
-        self.queue = self._names(note.get("queue"))  # to measure, in order
-        self.asked = self._names(note.get("asked"))  # measured by the last turn
+        self.asked = self._names(note.get("asked"))  # sized by the last turn
+        self.listing = self._names(note.get("listing"))  # their subdirectories listed by the last turn
         self.retried = set(self._names(note.get("retried")))
+        self.retried_listing = set(self._names(note.get("retried_listing")))
+        self.summaries: set[str] = set(note.get("summaries") or [])  # seen while measuring
         self.tails: dict[str, list[Any]] = {}  # a saved cut listing: [its saved path, its chars]
         self.batch = MEASURE_BATCH
 
     def _names(self, items: Any) -> list[str]:
         """Directories as the note writes them: a top-level one by its index in ``dirs``."""
-        return [self.dirs[i] if isinstance(i, int) else str(i) for i in items or []]
+        return [self._name(i) for i in items or []]
+
+    def _name(self, item: Any) -> str:
+        if isinstance(item, int) or (isinstance(item, str) and item.isdigit()):  # a JSON key is a string
+            return self.dirs[int(item)]
+        return str(item)
 
     def _refs(self, names: list[str] | set[str]) -> list[Any]:
         index = {d: k for k, d in enumerate(self.dirs)}
@@ -325,8 +338,11 @@ class Measured:
             return
         if args.get("pattern") == "*/":
             if not (glob_cut(text) or is_placeholder(text) or is_persisted(text)):
-                names = [os.path.basename(e) for e in _entries(text)]
-                self.subdirs[d] = [n for n in names if n not in SKIP_DIRS]
+                names = [n for n in (os.path.basename(e) for e in _entries(text)) if n not in SKIP_DIRS]
+                if d in self.sizes and self.size(d) > self.goal:  # named: it is to be cut
+                    self.subdirs[d] = names
+                else:  # how many: the order in which the sizes are asked
+                    self.counts[d] = len(names)
             return
         if is_placeholder(text):
             return
@@ -343,41 +359,70 @@ class Measured:
                 self.pieces[d] = [[n, unit] for n, unit in pieces]
 
     def settle(self) -> None:
-        """What the answers leave: lost ones asked again (once), big directories' subdirectories to
-        measure, and a big directory whose subdirectories' sizes are all known cut into its pieces."""
-        lost = [d for d in self.asked if d not in self.sizes]
-        for d in lost:
-            if d in self.retried:  # lost twice: counted as one entry
+        """What the answers leave: a lost one asked again (once, then given up), and a big
+        directory whose subdirectories' sizes are all known cut into its pieces."""
+        for d in self.asked:
+            if d not in self.sizes and d in self.retried:  # lost twice: counted as one entry
                 self.sizes[d] = 1
-        self.retried |= set(lost)
-        self.queue = [d for d in lost if d not in self.sizes] + self.queue
+        for d in self.listing:
+            if d not in self.subdirs and d not in self.counts and d in self.retried_listing:
+                self.counts[d] = 0
+        self.retried |= {d for d in self.asked if d not in self.sizes}
+        self.retried_listing |= {d for d in self.listing if d not in self.subdirs and d not in self.counts}
         for d in list(self.sizes):  # a big piece of a big directory is cut in turn
-            if self.size(d) <= self.goal or d in self.pieces or d not in self.subdirs:
+            subs = self.subdirs.get(d)
+            if self.size(d) <= self.goal or d in self.pieces or not subs:
                 continue
-            subs = self.subdirs[d]
-            if any(_UNNAMEABLE.search(n) or UNIT_SEP in n for n in subs) or not subs:
+            if any(_UNNAMEABLE.search(n) or UNIT_SEP in n for n in subs):
                 continue
-            waiting = [f"{d}/{sub}" for sub in subs if f"{d}/{sub}" not in self.sizes]
-            if not waiting:
+            if all(f"{d}/{sub}" in self.sizes for sub in subs):
                 known = [(self.size(f"{d}/{sub}"), f"{d}/{sub}") for sub in subs]
                 own = self.size(d) - sum(n for n, _ in known) - len(known)
                 self.pieces[d] = [[n, unit] for n, unit in known] + [[max(own, 1), d + "/."]]
-            else:  # first: how a big directory is cut matters more than the small ones' sizes
-                self.queue = [w for w in waiting if w not in self.queue and w not in self.asked] + self.queue
+        for d in list(self.subdirs):  # only a big directory's subdirectories are named again
+            if d in self.sizes and (self.size(d) <= self.goal or d in self.pieces):
+                self.counts[d] = len(self.subdirs.pop(d))
+
+    def queue(self) -> list[str]:
+        """What to size next: a big directory's subdirectories first (how it is cut matters more than
+        the small ones' sizes), then the top-level directories with subdirectories, those with the
+        most first (the directories without any are small: each counts as one entry)."""
+        big = [
+            f"{d}/{sub}"
+            for d, subs in self.subdirs.items()
+            if d in self.sizes and self.size(d) > self.goal and d not in self.pieces
+            for sub in subs
+            if f"{d}/{sub}" not in self.sizes
+        ]
+        wide = len(self.dirs) > MEASURE_BATCH
+        rest = [
+            d
+            for d in self.dirs
+            if d not in self.sizes and (not wide or self.subdirs.get(d) or self.counts.get(d))
+        ]
+        rest.sort(key=lambda d: -len(self.subdirs.get(d) or []) - self.counts.get(d, 0))
+        return big + rest
 
     def next_calls(self) -> list[tuple[str, dict[str, Any]]]:
-        """The next turn's calls: the totals of saved cut listings, the next directories of the queue;
-        nothing after :data:`MEASURE_ROUNDS` turns."""
-        if self.round >= MEASURE_ROUNDS:
+        """The next turn's calls: the totals of saved cut listings; for a tree of many top-level
+        directories, their subdirectories first (short answers, :data:`LIST_BATCH` a turn), then the
+        sizes; nothing after :data:`MEASURE_ROUNDS` turns or :data:`MEASURE_SUMMARIES` summaries."""
+        if self.round >= MEASURE_ROUNDS or len(self.summaries) >= MEASURE_SUMMARIES:
             return []
         calls: list[tuple[str, dict[str, Any]]] = [
             ("recall", {"path": saved, "offset": max(0, chars - TAIL_CHARS), "limit": TAIL_CHARS})
             for saved, chars in self.tails.values()
         ]
-        self.asked, self.queue = self.queue[: self.batch], self.queue[self.batch :]
+        unlisted = [d for d in self.dirs if d not in self.subdirs and d not in self.counts]
+        if len(self.dirs) > MEASURE_BATCH and unlisted:
+            self.asked, self.listing = [], unlisted[:LIST_BATCH]
+            return calls + [("glob", {"pattern": "*/", "path": d}) for d in self.listing]
+        self.asked = self.queue()[: self.batch]
+        self.listing = [d for d in self.asked if d not in self.subdirs]  # named if it proves big
         for d in self.asked:
             calls.append(("glob", {"pattern": "**/*", "path": d}))
-            calls.append(("glob", {"pattern": "*/", "path": d}))
+            if d in self.listing:
+                calls.append(("glob", {"pattern": "*/", "path": d}))
         return calls
 
     def note_of(self) -> dict[str, Any]:
@@ -390,12 +435,15 @@ class Measured:
             "exact": "".join("1" if d in self.exact else "0" for d in self.dirs),
             "sub": {d: n for d, n in self.sizes.items() if d not in top},
             "sub_exact": sorted(d for d in self.exact if d not in top),
-            "subdirs": self.subdirs,
+            "subdirs": {self._refs([d])[0] if d in top else d: subs for d, subs in self.subdirs.items()},
+            "counts": {self._refs([d])[0] if d in top else d: n for d, n in self.counts.items()},
             "pieces": self.pieces,
-            "queue": self._refs(self.queue),
             "asked": self._refs(self.asked),
+            "listing": self._refs(self.listing),
             "retried": self._refs(sorted(self.retried)),
+            "retried_listing": self._refs(sorted(self.retried_listing)),
             "tails": {d: saved for d, (saved, _) in self.tails.items()},
+            "summaries": sorted(self.summaries),
         }
 
 
@@ -435,13 +483,15 @@ def _measured(messages: list[Message]) -> Measured | None:
 
 def _measure_more(messages: list[Message], found: Measured) -> tuple[list[dict[str, Any]], str] | None:
     """The next measuring turn, when something is left to measure; else None."""
-    if any(is_summary(text_of(m)) for m in messages if m.get("role") == "user"):
+    seen = [text_of(m) for m in messages if m.get("role") == "user" and is_summary(text_of(m))]
+    if seen:
         found.batch = MEASURE_BATCH_SMALL
+        found.summaries.add(hashlib.sha256(seen[-1].encode()).hexdigest()[:12])
     calls = found.next_calls()
     if not calls:
         return None
-    left = len(found.queue) + len(found.asked)
-    say = f"Measuring the tree before handing it out: {left} directories to measure."
+    left = len(found.queue()) + len(found.asked)
+    say = f"Measuring the tree before handing it out: {left} directories to size."
     return _sizes_turn(messages, say, found.note_of(), calls)
 
 
