@@ -433,3 +433,48 @@ async def test_measuring_goes_on_after_a_summary_that_kept_only_its_note(tree, t
     assert stop == "tool_use" and delegation.SIZES_KEY in text_of({"role": "assistant", "content": content})
     again = [u["input"] for u in tool_uses({"role": "assistant", "content": content})]
     assert again == asked  # the same directories, measured again: their answers were in the summary
+
+
+@pytest.mark.parametrize("shown", [200, 50])  # listings whole, or cut (their totals read back)
+async def test_a_wide_tree_is_counted_then_sized_and_its_big_directory_cut(
+    tmp_path, small_threshold, monkeypatch, shown
+):
+    """Twelve top-level directories (more than a measuring turn sizes): their subdirectories are
+    counted first, then the sizes are asked, most subdirectories first; the big one is cut."""
+    monkeypatch.setattr(file_tools, "GLOB_RESULT_LIMIT", shown)
+    ws = tmp_path / "ws"
+    for sub, n in (("a", 60), ("b", 30)):
+        (ws / "big" / sub).mkdir(parents=True)
+        for k in range(n):
+            (ws / "big" / sub / f"f{k}.txt").write_text(f"{sub} {k}\n")
+    for k in range(10):
+        (ws / "big" / f"own{k}.py").write_text(f"x = {k}  # TODO {k}\n")
+    for d in range(11):
+        (ws / f"small{d:02d}").mkdir()
+        for k in range(3):
+            (ws / f"small{d:02d}" / f"s{k}.md").write_text("small\n")
+    play = Play(ws)
+    messages, final, status = await play.converse(
+        "Survey this workspace.", tmp_path / "job", TOOLS, task=True
+    )
+    assert status == "succeeded"
+    [calls] = task_calls(messages)
+    found = sorted(u for c in calls for u in units(scope_of_call(c)))
+    assert found == sorted(["big/a", "big/b", "big/.", *(f"small{d:02d}" for d in range(11))])
+    counted = [u["input"] for m in messages for u in tool_uses(m) if u["input"].get("pattern") == "*/"]
+    assert {"pattern": "*/", "path": "small00"} in counted  # counted before sized
+    truth = regular_files(ws)
+    assert_rows_right(survey_rows(final, tmp_path / "job"), truth)
+    assert totals(final)[0] == len(truth)
+    todo = re.search(r"## TODO / FIXME / XXX \((\d+) lines in (\d+) files", final)
+    assert todo and int(todo[1]) == todo_lines(truth) == 10
+
+
+def test_a_big_directory_not_all_measured_is_cut_by_estimates():
+    note = {"root": "/r", "entries": 160, "dirs": ["big", "s"], "top": 0, "n": [100, 60]}
+    found = delegation.Measured({**note, "subdirs": {"0": ["a", "b", "c"]}, "sub": {"big/a": 40}})
+    found.cut_unmeasured()
+    # the rest (100 - 40 - 3 entries of the subdirectories themselves) shared by b, c and the own files
+    assert found.pieces["big"] == [[40, "big/a"], [19, "big/b"], [19, "big/c"], [19, "big/."]]
+    parts = delegation.plan_parts(entries=160, sizes={"big": 100, "s": 60}, pieces=found.pieces, top=0)
+    assert sorted(u for p in parts for u in units(p)) == ["big/.", "big/a", "big/b", "big/c", "s"]

@@ -383,6 +383,20 @@ class Measured:
             if d in self.sizes and (self.size(d) <= self.goal or d in self.pieces):
                 self.counts[d] = len(self.subdirs.pop(d))
 
+    def cut_unmeasured(self) -> None:
+        """Measuring is over: a big directory whose subdirectories are named but not all sized is cut
+        still, each subdirectory not sized (and its own files) taking an equal share of the rest."""
+        for d, subs in list(self.subdirs.items()):
+            if not subs or d in self.pieces or self.size(d) <= self.goal:
+                continue
+            if any(_UNNAMEABLE.search(n) or UNIT_SEP in n for n in subs):
+                continue
+            known = {sub: self.size(f"{d}/{sub}") for sub in subs if f"{d}/{sub}" in self.sizes}
+            rest = max(self.size(d) - sum(known.values()) - len(subs), 0)
+            share = max(1, rest // (len(subs) - len(known) + 1))
+            cut = [[known.get(sub, share), f"{d}/{sub}"] for sub in subs]
+            self.pieces[d] = [*cut, [share if len(known) < len(subs) else max(rest, 1), d + "/."]]
+
     def queue(self) -> list[str]:
         """What to size next: a big directory's subdirectories first (how it is cut matters more than
         the small ones' sizes), then the top-level directories with subdirectories, those with the
@@ -423,6 +437,17 @@ class Measured:
             calls.append(("glob", {"pattern": "**/*", "path": d}))
             if d in self.listing:
                 calls.append(("glob", {"pattern": "*/", "path": d}))
+        unnamed = [  # big, known so only now (a saved listing's total): its subdirectories named
+            d
+            for d in self.sizes
+            if self.size(d) > self.goal
+            and d not in self.subdirs
+            and d not in self.pieces
+            and d not in self.asked
+            and self.counts.get(d) != 0
+        ]
+        self.listing += unnamed
+        calls += [("glob", {"pattern": "*/", "path": d}) for d in unnamed]
         return calls
 
     def note_of(self) -> dict[str, Any]:
@@ -490,8 +515,10 @@ def _measure_more(messages: list[Message], found: Measured) -> tuple[list[dict[s
     calls = found.next_calls()
     if not calls:
         return None
-    left = len(found.queue()) + len(found.asked)
-    say = f"Measuring the tree before handing it out: {left} directories to size."
+    if found.asked:
+        say = f"Measuring the tree before handing it out: {len(found.queue()) + len(found.asked)} to size."
+    else:
+        say = f"Measuring the tree before handing it out: the subdirectories of {len(found.listing)}."
     return _sizes_turn(messages, say, found.note_of(), calls)
 
 
@@ -538,6 +565,7 @@ def pieces_of(d: str, listing: list[str]) -> list[tuple[int, str]] | None:
 def _delegate(
     messages: list[Message], tool_names: set[str], found: Measured
 ) -> tuple[list[dict[str, Any]], str]:
+    found.cut_unmeasured()
     root, entries, top = found.root, int(found.note["entries"]), int(found.note["top"])
     sizes = {d: found.size(d) for d in found.dirs}
     parts = plan_parts(entries=entries, sizes=sizes, pieces=found.pieces, top=top)
