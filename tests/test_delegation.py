@@ -413,7 +413,7 @@ async def test_a_big_directory_whose_listing_is_cut_is_measured_by_its_subdirect
 
 
 async def test_measuring_goes_on_after_a_summary_that_kept_only_its_note(tree, tmp_path, small_threshold):
-    """A history summary that kept the measuring note but not the survey's own: the parent measures on
+    """A history summary that kept the measuring notes but not the survey's own: the parent measures on
     (the turn whose answers the summary took is asked again), never starts the survey over."""
     messages: list[Message] = [{"role": "user", "content": "Survey this workspace."}]
     names = {"read", "glob", "grep", "memory", "task"}
@@ -426,7 +426,12 @@ async def test_measuring_goes_on_after_a_summary_that_kept_only_its_note(tree, t
             calls = tool_uses(messages[-1])
             results = await toolset.run_batch(calls, turn=turn)
             messages.append({"role": "user", "content": results})
-    note = next(line for line in text_of(messages[-2]).split("\n") if line.startswith(delegation.SIZES_KEY))
+    note = "\n".join(  # the measuring notes (the directories' and the sizes')
+        line
+        for m in messages
+        for line in text_of(m).split("\n")
+        if line.startswith((delegation.SIZES_KEY, delegation.DIRS_KEY))
+    )
     asked = [u["input"] for u in tool_uses(messages[-2])]
     summary = summary_text("Context summary", "Survey this workspace.", note, "transcript.jsonl")
     content, stop = policy.decide([{"role": "user", "content": summary}], names)

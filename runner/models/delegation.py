@@ -82,6 +82,9 @@ RECALL_CHARS = 4_000  # a cut report read back: its head (totals, tables, TODO c
 RECALLS = 3  # cut reports read back a turn (their pages fit a small window)
 PLAN_KEY = "- delegation | "
 SIZES_KEY = "- delegation-sizes | "  # the split waiting for its directories' sizes
+DIRS_KEY = (
+    "- delegation-dirs | "  # the top-level directories measured: written once (the sizes' note is small)
+)
 TAIL_CHARS = 400  # the end of a saved cut listing read back: its last line says how many it matched
 MEASURE_BATCH = 8  # directories a measuring turn lists (their answers fit a small window)
 MEASURE_BATCH_SMALL = 3  # and once a summary is in view: the window is smaller than they need
@@ -265,7 +268,9 @@ def _measure(
 def _sizes_turn(
     messages: list[Message], say: str, note: dict[str, Any], calls: list[tuple[str, dict[str, Any]]]
 ) -> tuple[list[dict[str, Any]], str]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": f"{say}\n{SIZES_KEY}{_plan_json(note)}"}]
+    dirs = note.pop("dirs", None)  # the first measuring turn's alone
+    head = f"{DIRS_KEY}{_plan_json({'dirs': dirs})}\n" if dirs is not None else ""
+    content: list[dict[str, Any]] = [{"type": "text", "text": f"{say}\n{head}{SIZES_KEY}{_plan_json(note)}"}]
     for k, (name, args) in enumerate(calls):
         content.append({"type": "tool_use", "id": _call_id(messages, k), "name": name, "input": args})
     return content, "tool_use"
@@ -454,7 +459,8 @@ class Measured:
         """The note the next measuring turn carries (kept small: a summary keeps it whole)."""
         top = set(self.dirs)
         return {
-            **{k: self.note[k] for k in ("root", "entries", "dirs", "top")},
+            **{k: self.note[k] for k in ("root", "entries", "top")},
+            **({"dirs": self.dirs} if self.round == 0 else {}),  # the first turn writes them, once
             "round": self.round + 1,
             "n": [self.sizes.get(d, 0) for d in self.dirs],
             "exact": "".join("1" if d in self.exact else "0" for d in self.dirs),
@@ -472,17 +478,34 @@ class Measured:
         }
 
 
+def _newest_note(messages: list[Message], key: str) -> dict[str, Any] | None:
+    """The newest note with ``key`` in view (a summary's too), as its JSON object."""
+    for m in reversed(messages):
+        text = text_of(m)
+        at = text.rfind(key)
+        if at >= 0:
+            try:
+                note = json.loads(text[at + len(key) :].split("\n", 1)[0])
+            except ValueError:
+                continue
+            if isinstance(note, dict):
+                return note
+    return None
+
+
 def _measured(messages: list[Message]) -> Measured | None:
     """The sizes known from the newest measuring note (in the message before the newest results,
     or in a summary: then the answers of its turn are gone, and asked again); None when there is
     none, or the tree was split since."""
+    dirs = _newest_note(messages, DIRS_KEY)
     found, where = None, -1
     for where in range(len(messages) - 1, -1, -1):  # the newest note: a summary may carry it
         text = text_of(messages[where])
         at = text.rfind(SIZES_KEY)
-        if at >= 0:
+        if at >= 0 and dirs is not None:
             try:
-                found = Measured(json.loads(text[at + len(SIZES_KEY) :].split("\n", 1)[0]))
+                note = json.loads(text[at + len(SIZES_KEY) :].split("\n", 1)[0])
+                found = Measured({**note, "dirs": dirs.get("dirs")})
                 break
             except (ValueError, KeyError, TypeError, AttributeError, IndexError):
                 continue
