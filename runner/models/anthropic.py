@@ -11,10 +11,12 @@
   :func:`~runner.models.base.usage_from_api`, the ``stop_reason`` against the API's list, a text block within
   the reply cap, a tool call's input within :data:`MAX_TOOL_INPUT_BYTES` (else it is answered with an error
   result, not run). A failed check is :class:`InvalidReply`: the call fails, nothing is billed.
-- Prompt caching: ``cache_control`` breakpoints on the last tool definition, the system prompt, the
-  newest message and the newest message compaction will not rewrite (the request's ``cache_points``):
-  the four the API allows. Each turn reads the prefix an earlier turn wrote, even when compaction has
-  just rewritten the messages after that point.
+- Prompt caching: ``cache_control`` breakpoints on the system prompt (which caches the tool
+  definitions before it; on the last tool when there is no system prompt), the newest message and
+  up to two of the request's ``cache_points`` (the newest message compaction will not rewrite, and
+  the longest prefix an earlier call cached that is unchanged): the four the API allows. Each turn
+  reads the prefix an earlier turn wrote, even when compaction has just rewritten the messages after
+  that point.
 - Server-side compaction: a request with ``context_management`` goes to the beta endpoint with the
   compaction beta; the reply's usage is the sum over ``usage.iterations``.
 """
@@ -171,21 +173,20 @@ def _timed_out(error: Exception, guard: Guard) -> ReplyTimedOut:
 
 
 def request_params(request: Request) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """The body posted for ``request`` (live, or as a Message Batch's request) and the betas it needs.
-    A breakpoint after the last tool caches the tool definitions with the system prompt."""
+    """The body posted for ``request`` (live, or as a Message Batch's request) and the betas it needs."""
     params: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_tokens,
         "messages": (
-            with_cache_breakpoint(request.messages, request.cache_points[:1])
+            with_cache_breakpoint(request.messages, request.cache_points[:2])
             if request.cache
             else request.messages
         ),
     }
-    if request.tools:
+    if request.tools:  # the system prompt's breakpoint caches the tools with it (tools come first)
         params["tools"] = (
             [*request.tools[:-1], {**request.tools[-1], "cache_control": EPHEMERAL}]
-            if request.cache
+            if request.cache and not request.system
             else request.tools
         )
     if request.tool_choice is not None:

@@ -59,10 +59,23 @@ class Strategy(ABC):
         return None
 
     def cache_points(self, window: Window) -> tuple[int, ...]:
-        """Messages after which a prompt-cache breakpoint pays off: the newest message compaction
-        will not rewrite (with ``cache_aware``), when it is not the newest message anyway."""
-        settled = window.settled_prefix() if self.limits.cache_aware else 0
-        return (settled - 1,) if 0 < settled < len(window) - 1 else ()
+        """Messages after which a prompt-cache breakpoint pays off (with ``cache_aware``; the newest
+        message has one anyway), at most two: the newest message compaction will not rewrite (a write
+        the next calls read back), and the longest prefix an earlier call cached that no stage has
+        rewritten since (a read: the API looks back only about 20 blocks from a breakpoint, and a
+        compaction's rewrite or a large batch can put more than that between the newest message and
+        the prefix that is still cached)."""
+        if not self.limits.cache_aware:
+            return ()
+        newest = len(window) - 1
+        settled = window.settled_prefix()
+        points = {settled - 1} if settled > 0 else set()
+        cached = window.cached_points()
+        if cached:
+            points.add(cached[-1])
+        chosen = tuple(sorted(p for p in points if 0 <= p < newest))
+        window.caching(chosen)
+        return chosen
 
     def budget_results(self, stages: Stages) -> None:
         """1. ``tool_result_budget``, every strategy's first stage: a batch of results over its budget
