@@ -265,6 +265,7 @@ BREAKDOWN_KEYS = (
     "resent",
     "read",
     "fresh",
+    "fresh_again",
     "rewritten",
     "write_read",
     "write_rewritten",
@@ -281,7 +282,8 @@ def cache_breakdown(
     - ``resent``: tokens of the longest prefix an earlier call sent unchanged (the most a cache could
       read back), ``read`` of all tokens were read; ``fresh``: the rest (new since, or rewritten),
       ``rewritten`` of it before the newest two messages (the reply and its results, new since the
-      call before): what a compaction changed in what had been sent;
+      call before): what a compaction changed in what had been sent; ``fresh_again`` of it a later
+      call sent again (worth a cache write; the rest is cheapest as plain input);
     - each cache write, by what became of it, following the cache entry each read came from:
       ``write_read`` (a later call read it back), ``write_unread`` (a later call sent it unchanged
       but read a shorter prefix: no breakpoint near enough), ``write_rewritten`` (no later call sent
@@ -303,6 +305,11 @@ def cache_breakdown(
         out["resent"] += common
         out["read"] += read
         out["fresh"] += usage.context_tokens - common
+        later = max(
+            (max((ends[i].get(h, 0) for h in prefixes[j][0]), default=0) for j in range(i + 1, len(usages))),
+            default=0,
+        )
+        out["fresh_again"] += max(0, later - common)
         # the reply and its results, new since the call before: fresh beyond them was rewritten
         tail = sum(len(blocks(m)) for m in requests[i]["messages"][-2:])
         new = usage.context_tokens - (tokens[-tail - 1] if 0 < tail < len(tokens) else 0)
@@ -516,14 +523,22 @@ def breakdown_table(rows: list[dict[str, Any]]) -> str:
 
 
 def floor_usd(row: dict[str, Any]) -> float:
-    """What a row would cost with its own requests and perfect caching: every fresh token written once,
-    every resent token read back, output and summaries as they are."""
+    """What a row would cost with its own requests and perfect caching: every fresh token a later call
+    sends again written once, the other fresh tokens sent as plain input, every resent token read
+    back; output and summaries as they are."""
     b = row["breakdown"]
     usd = parts_usd(row)
     return (
         usd["output"]
         + usd["summaries"]
-        + cost_usd(MODEL, Usage(cache_creation_input_tokens=b["fresh"], cache_read_input_tokens=b["resent"]))
+        + cost_usd(
+            MODEL,
+            Usage(
+                input_tokens=b["fresh"] - b["fresh_again"],
+                cache_creation_input_tokens=b["fresh_again"],
+                cache_read_input_tokens=b["resent"],
+            ),
+        )
     )
 
 
@@ -572,8 +587,9 @@ def breakdown_text(rows: list[dict[str, Any]]) -> str:
             f"{mask['cache_creation_input_tokens']:,} written tokens are never read back."
         )
     text.append(
-        f"With its own requests and perfect caching (every fresh token written once, every resent token "
-        f"read back) ours would cost ${floor_usd(ours):.4f}; its output alone is ${usd['output']:.4f}."
+        f"With its own requests and perfect caching (every fresh token a later call sends again written "
+        f"once, the rest sent as plain input, every resent token read back) ours would cost "
+        f"${floor_usd(ours):.4f}; its output alone is ${usd['output']:.4f}."
     )
     return " ".join(text)
 

@@ -132,12 +132,13 @@ def test_a_prefix_cached_before_stays_a_breakpoint_until_a_stage_rewrites_inside
         window.append(call(i))
         window.append(result(i, "r" * 500))
     strategy = strategy_for(Limits())
-    assert strategy.cache_points(window) == (1,)  # the prompt and the first call: settled, no result
-    window.mark_seen()  # the call cached the prefix up to its newest message, 8
+    # the prompt and the first call are settled (no result), and the newest message
+    assert strategy.cache_points(window) == (1, 8)
+    window.mark_seen()
     window.append(call(4))
     window.append(result(4, "r" * 500))
     assert window.cached_points() == (1, 8)
-    assert strategy.cache_points(window) == (1, 8)  # the longest prefix cached before is read back
+    assert strategy.cache_points(window) == (1, 8, 10)  # the longest prefix cached before is read back
     window.mark_seen()
     # micro_compact rewrites result 1 (index 4): the prefixes cached up to 8 and 10 are gone, 1 stays
     entries = list(window.entries)
@@ -145,8 +146,32 @@ def test_a_prefix_cached_before_stays_a_breakpoint_until_a_stage_rewrites_inside
     window.replace(entries)
     assert window.kept() == 4
     assert window.cached_points() == (1,)
-    assert strategy.cache_points(window) == (1,)  # settled: up to the unsettled result 0 (index 2)
+    assert strategy.cache_points(window) == (1, 10)  # settled: up to the unsettled result 0 (index 2)
     assert strategy_for(Limits(cache_aware=False)).cache_points(window) == ()
+
+
+def test_no_write_past_the_settled_message_when_the_next_call_rewrites_it():
+    from runner.compaction.strategies import strategy_for
+
+    window = Window()
+    window.append({"role": "user", "content": "go"})
+    for i in range(5):
+        window.append(call(i))
+        window.append(result(i, "r" * 500))
+    window.mark_seen()
+    mask = strategy_for(Limits(compaction="mask", keep_recent_results=3))
+    # five open results, the newest three kept: the next call masks result 0 (index 2) and all after it
+    # is new again, so the prefix is cached up to the settled message (1) and no further
+    assert mask.cache_points(window) == (1,)
+    assert strategy_for(Limits(compaction="mask", keep_recent_results=5)).cache_points(window) == (1, 10)
+    client = strategy_for(Limits(context_char_limit=2_000))
+    client.limit = 10_000  # as its prepare measured: the next call stays under the limit
+    assert client.cache_points(window) == (1, 10)
+    window.append(call(5))
+    window.append(result(5, "r" * 4_000))  # this call adds over 4,000 chars: the next would be over
+    client.limit = 8_000
+    # the prefix the call before cached (up to 10) is read back; the new call and result go as input
+    assert client.cache_points(window) == (1, 10)
 
 
 def test_the_system_prompt_breakpoint_caches_the_tools_and_a_request_sets_at_most_four():
@@ -155,11 +180,19 @@ def test_the_system_prompt_breakpoint_caches_the_tools_and_a_request_sets_at_mos
 
     history = [{"role": "user", "content": "go"}, call(1), result(1, "x" * 50), call(2), result(2, "y")]
     tools = [{"name": "read", "input_schema": {"type": "object"}}, {"name": "glob", "input_schema": {}}]
-    request = Request(
-        model="m", messages=history, tools=tools, max_tokens=10, system="s", cache_points=(0, 2)
-    )
-    params, _ = request_params(request)
-    assert json.dumps(params).count('"cache_control"') == 4  # system, two points, the newest message
+
+    def marks(points: tuple[int, ...], system: str | None = "s") -> tuple[int, dict]:
+        request = Request(
+            model="m", messages=history, tools=tools, max_tokens=10, system=system, cache_points=points
+        )
+        params, _ = request_params(request)
+        return json.dumps(params).count('"cache_control"'), params
+
+    count, params = marks((0, 2, 4))
+    assert count == 4  # system, two points, the newest message
     assert all("cache_control" not in t for t in params["tools"])
-    no_system, _ = request_params(Request(model="m", messages=history, tools=tools, max_tokens=10))
-    assert no_system["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    count, params = marks((0, 2))  # the newest message not named: not marked
+    assert count == 3 and "cache_control" not in json.dumps(params["messages"][4])
+    count, params = marks((), None)  # no point named: the newest message; no system: the last tool
+    assert count == 2 and params["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert params["messages"][4]["content"][0]["cache_control"] == {"type": "ephemeral"}

@@ -59,12 +59,16 @@ class Strategy(ABC):
         return None
 
     def cache_points(self, window: Window) -> tuple[int, ...]:
-        """Messages after which a prompt-cache breakpoint pays off (with ``cache_aware``; the newest
-        message has one anyway), at most two: the newest message compaction will not rewrite (a write
-        the next calls read back), and the longest prefix an earlier call cached that no stage has
-        rewritten since (a read: the API looks back only about 20 blocks from a breakpoint, and a
-        compaction's rewrite or a large batch can put more than that between the newest message and
-        the prefix that is still cached)."""
+        """Messages after which a prompt-cache breakpoint pays off (with ``cache_aware``; without, none
+        is named and the backend marks the newest message):
+
+        - the newest message compaction will not rewrite: a write the next calls read back;
+        - the longest prefix an earlier call cached that no stage has rewritten since: a read (the API
+          looks back only about 20 blocks from a breakpoint, and a compaction's rewrite or a large
+          batch can put more than that between the newest message and the prefix still cached);
+        - the newest message, unless :meth:`rewrites_next` says the next call rewrites from the settled
+          message on: then everything after it is sent as plain input (a write there would cost 1.25x
+          the input price and never be read)."""
         if not self.limits.cache_aware:
             return ()
         newest = len(window) - 1
@@ -73,9 +77,21 @@ class Strategy(ABC):
         cached = window.cached_points()
         if cached:
             points.add(cached[-1])
-        chosen = tuple(sorted(p for p in points if 0 <= p < newest))
-        window.caching(chosen)
-        return chosen
+        chosen = sorted(p for p in points if 0 <= p < newest)[-2:]
+        if newest >= 0 and not (chosen and settled - 1 in chosen and self.rewrites_next(window, settled)):
+            chosen.append(newest)
+        window.caching(tuple(chosen))
+        return tuple(chosen)
+
+    def rewrites_next(self, window: Window, settled: int) -> bool:
+        """Whether the next call will rewrite message ``settled`` (the first that is not settled), and
+        with it every message after it: by default, never."""
+        return False
+
+    def oldest_open_result_goes(self, window: Window, settled: int) -> bool:
+        """Whether the oldest result micro_compact could still rewrite (in message ``settled``) is older
+        than the newest ``keep_recent_results``, once the model has seen this call's."""
+        return window.open_results_from(settled) > self.limits.keep_recent_results
 
     def budget_results(self, stages: Stages) -> None:
         """1. ``tool_result_budget``, every strategy's first stage: a batch of results over its budget
