@@ -140,6 +140,10 @@ STRATEGIES: dict[str, Strategy] = {
         {"context_token_limit": 12_500, "compact_target_ratio": 0.5},
         text="context_token_limit=12500, compact_target_ratio=0.5, summaries on the summary model",
     ),
+    "ours, default ratio": Strategy(
+        {"context_token_limit": 12_500},
+        text="context_token_limit=12500 and every other limit its default (compact_target_ratio=0.8)",
+    ),
     "server": Strategy(
         {"compaction": "server", "server_trigger_tokens": 50_000},
         text="compaction=server, server_trigger_tokens=50000",
@@ -230,7 +234,8 @@ class SeedStrategy:
         return None  # the seeds have no thrash detection: a seed row ends on its own limits
 
 
-BREAKDOWN = ("ours", "seed 000", "seed 000 + our caching", "mask")  # the rows whose cost is taken apart
+# the rows whose cost is taken apart
+BREAKDOWN = ("ours", "ours, default ratio", "seed 000", "seed 000 + our caching", "mask")
 
 
 def prefix_tokens(request: dict[str, Any], total: int) -> tuple[list[str], list[int], list[bool]]:
