@@ -22,22 +22,19 @@ class ClientStrategy(Strategy):
     def __init__(self, limits: Limits):
         super().__init__(limits)
         self.limit: int | None = None  # the context limit in characters at the last prepare
-        self.growth = 0  # the characters the last prepare found added since the call before
 
     def rewrites_next(self, window: Window, settled: int) -> bool:
-        """The next call goes over the limit if it adds as much as this one did before any stage
-        shrank it (micro_compact runs before fit_tool_results: raw results put it over); then
-        micro_compact rewrites from the oldest result it can still rewrite (when that one is not among
-        the newest ``keep_recent_results``)."""
+        """The next call goes over the limit if it adds as much as this one did; then micro_compact
+        rewrites from the oldest result it can still rewrite (when that one is not among the newest
+        ``keep_recent_results``)."""
         return (
             self.limit is not None
-            and window.total + self.growth > self.limit
+            and window.total + window.unseen_chars() > self.limit
             and self.oldest_open_result_goes(window, settled)
         )
 
     async def prepare(self, stages: Stages) -> None:
         limits, window = self.limits, stages.window
-        self.growth = window.unseen_chars()  # what this call adds, before any stage shrinks it
         self.budget_results(stages)
         stages.adopt(
             Stage.SNIP, s.snip(window.entries, limits.snip_trigger, limits.snip_head, limits.snip_target)
