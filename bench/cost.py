@@ -573,7 +573,9 @@ def breakdown_text(rows: list[dict[str, Any]]) -> str:
         f"{b['resent'] + b['fresh']:,} tokens: {b['resent']:,} of a prefix an earlier call had sent "
         f"unchanged ({b['read']:,} read from the cache), {b['fresh']:,} fresh, of which "
         f"{b['rewritten']:,} were rewritten by a compaction and the rest new (each call's reply and its "
-        "results; the API bills every fresh token before the last breakpoint as a write).",
+        "results; the API bills every fresh token before the last breakpoint as a write). Its input "
+        f"(${usd['input']:.4f}, {ours['input_tokens']:,} tokens) is what comes after the settled message on "
+        "calls whose next call rewrites it: sent uncached, since a write would cost 1.25x and never be read.",
     ]
     seed = by.get("seed 000")
     if seed:
@@ -587,7 +589,8 @@ def breakdown_text(rows: list[dict[str, Any]]) -> str:
     if mask:
         mb = mask["breakdown"]
         text.append(
-            f"mask rewrites the result that leaves the newest three on every call: "
+            f"mask rewrites the result that leaves the newest three on every call, so what follows it goes "
+            f"uncached ({mask['input_tokens']:,} input tokens, of {mb['resent'] + mb['fresh']:,} sent); "
             f"{share(mb['write_rewritten'], mask['cache_creation_input_tokens'] or 1)} of its "
             f"{mask['cache_creation_input_tokens']:,} written tokens are never read back."
         )
