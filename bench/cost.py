@@ -574,8 +574,14 @@ def breakdown_text(rows: list[dict[str, Any]]) -> str:
         f"unchanged ({b['read']:,} read from the cache), {b['fresh']:,} fresh, of which "
         f"{b['rewritten']:,} were rewritten by a compaction and the rest new (each call's reply and its "
         "results; the API bills every fresh token before the last breakpoint as a write). Its input "
-        f"(${usd['input']:.4f}, {ours['input_tokens']:,} tokens) is what comes after the settled message on "
-        "calls whose next call rewrites it: sent uncached, since a write would cost 1.25x and never be read.",
+        f"(${usd['input']:.4f}, {ours['input_tokens']:,} tokens) is "
+        + (
+            "what comes after the settled message on calls whose next call surely rewrites it: sent "
+            "uncached, since a write would cost 1.25x and never be read."
+            if ours["input_tokens"] > 0.05 * (b["resent"] + b["fresh"])
+            else "what follows the newest breakpoint: the client pipeline writes every call's newest "
+            "message, since whether the next call rewrites it depends on results not yet known."
+        ),
     ]
     seed = by.get("seed 000")
     if seed:

@@ -8,10 +8,8 @@ The model may also call ``compact`` itself.
 
 from __future__ import annotations
 
-from ...config import Limits
 from .. import stages as s
 from ..stages import Stage
-from ..window import Window
 from .base import Stages, Strategy
 
 
@@ -19,27 +17,13 @@ class ClientStrategy(Strategy):
     name = "client"
     offers_compact_tool = True
 
-    def __init__(self, limits: Limits):
-        super().__init__(limits)
-        self.limit: int | None = None  # the context limit in characters at the last prepare
-
-    def rewrites_next(self, window: Window, settled: int) -> bool:
-        """The next call goes over the limit if it adds as much as this one did; then micro_compact
-        rewrites from the oldest result it can still rewrite (when that one is not among the newest
-        ``keep_recent_results``)."""
-        return (
-            self.limit is not None
-            and window.total + window.unseen_chars() > self.limit
-            and self.oldest_open_result_goes(window, settled)
-        )
-
     async def prepare(self, stages: Stages) -> None:
         limits, window = self.limits, stages.window
         self.budget_results(stages)
         stages.adopt(
             Stage.SNIP, s.snip(window.entries, limits.snip_trigger, limits.snip_head, limits.snip_target)
         )
-        limit = self.limit = stages.char_limit()
+        limit = stages.char_limit()
         if window.total <= limit:
             return
         target = int(limit * limits.compact_target_ratio)
