@@ -4,8 +4,11 @@ included), in the default 50,000-char window and in a 400,000-char one, side by 
 For each window: files in the tree and files the report names correctly (against ``os.walk``),
 turns, compactions by stage, identical repeated calls, history compactions and how close they
 came, cost (estimated from characters: the offline model counts about 4 characters a token, priced
-as the job's model), and wall time. Each run is repeated ``--repeat`` times (the policy is
-deterministic: only the wall varies); the wall is the median with its range.
+as the job's model), the same requests' cost with prompt caching (each request as the anthropic
+backend would post it, its ``cache_control`` breakpoints included, accounted by the emulator's
+:class:`PromptCache`, which follows the API's rules), and wall time. Each run is repeated
+``--repeat`` times (the policy is deterministic: only the wall varies); the wall is the median with
+its range.
 
     python bench/big_tree.py [--repeat 3] [--tree DIR] [--render]
 """
@@ -22,23 +25,92 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from common import RESULTS, replace_section, write_result  # noqa: E402
-from conftest import calls_and_gaps, expected_row, offline_survey, regular_files, survey_rows  # noqa: E402
+from conftest import calls_and_gaps, expected_row, regular_files, survey_rows  # noqa: E402
+
+from runner.agent.session import Session  # noqa: E402
+from runner.compaction.compactor import Compactor  # noqa: E402
+from runner.compaction.summarizer import Summarizer  # noqa: E402
+from runner.config import Limits  # noqa: E402
+from runner.emulator.caching import PromptCache  # noqa: E402
+from runner.emulator.config import EmulatorConfig  # noqa: E402
+from runner.jobs import JobSpec  # noqa: E402
+from runner.models.anthropic import request_params  # noqa: E402
+from runner.models.base import Reply, Request  # noqa: E402
+from runner.models.offline import OfflineModel  # noqa: E402
+from runner.pricing import Usage, cost_usd  # noqa: E402
+from runner.rundir.store import JobStore  # noqa: E402
 
 WINDOWS = {"default (50,000 chars)": 50_000, "400,000 chars": 400_000}
 COMMAND = "python bench/big_tree.py"
+
+
+class CachePriced:
+    """The offline model, and beside it what each request would bill with prompt caching: the body the
+    anthropic backend posts for it (its breakpoints), accounted by the emulator's prompt cache."""
+
+    def __init__(self, inner: OfflineModel):
+        self.inner = inner
+        self.name = inner.name
+        self.server_compaction = inner.server_compaction
+        self.cache = PromptCache()
+        self.config = EmulatorConfig()
+        self.usage = Usage()
+
+    async def create(self, request: Request) -> Reply:
+        reply = await self.inner.create(request)
+        body, _ = request_params(request)
+        total = reply.usage.input_tokens
+        read, written = self.cache.account(
+            request.model, body.get("system"), body.get("tools") or [], body["messages"], total, self.config
+        )
+        self.usage.add(
+            Usage(
+                input_tokens=total - read - written,
+                output_tokens=reply.usage.output_tokens,
+                cache_creation_input_tokens=written,
+                cache_read_input_tokens=read,
+            )
+        )
+        return reply
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def survey(root: Path, out: Path, limits: dict) -> tuple[Any, str, Usage]:
+    """The offline model's survey of ``root``: the job's result, its final.md, the cached usage."""
+    spec = JobSpec(
+        name="survey",
+        source=Path("survey.toml"),
+        prompt="Survey this package.",
+        workspace=root,
+        model="m",
+        system=None,
+        tools=("read", "glob", "grep"),
+        limits=Limits(**limits),
+    )
+    store = JobStore(out)
+    await store.open()
+    model = CachePriced(OfflineModel())
+    result = await Session(
+        spec, model=model, compactor=Compactor(Summarizer(None, "none")), store=store, summary_model="none"
+    ).run()
+    final = out / "final.md"
+    return result, final.read_text() if final.exists() else "", model.usage
 
 
 def run_one(tree: Path, truth: dict[str, bytes], window: int, work: Path) -> dict:
     job = work / f"job-{window}"
     shutil.rmtree(job, ignore_errors=True)
     started = time.monotonic()
-    result, report = asyncio.run(
-        offline_survey(tree, job, {"context_char_limit": window, "max_turns": 20_000})
+    result, report, cached = asyncio.run(
+        survey(tree, job, {"context_char_limit": window, "max_turns": 20_000})
     )
     wall = time.monotonic() - started
     rows = survey_rows(report, job)
@@ -59,8 +131,20 @@ def run_one(tree: Path, truth: dict[str, bytes], window: int, work: Path) -> dic
         "closest": min(gaps, default=0),
         "within_2": sum(g < 3 for g in gaps),
         "cost_usd": result.cost_usd,
+        "cached_usage": cached.to_json(),
+        "cached_cost_usd": cost_usd("m", cached),
         "wall_s": wall,
     }
+
+
+def cached_cell(run: dict) -> str:
+    usage = run.get("cached_usage")
+    if not usage:
+        return "-"
+    return (
+        f"${run['cached_cost_usd']:,.2f} ({usage['cache_creation_input_tokens']:,} / "
+        f"{usage['cache_read_input_tokens']:,})"
+    )
 
 
 def render(data: dict) -> str:
@@ -70,11 +154,15 @@ def render(data: dict) -> str:
         "(every regular file named with its line count, or as binary with its size). Cost is estimated "
         "(about 4 characters a token, priced as opus: $15 in / $75 out per million tokens, no prompt "
         "caching, which the offline model does not report); a real model's bill would differ, the ratio "
-        "between the windows would not.",
+        "between the windows would not. With caching: the same requests as the anthropic backend posts "
+        "them (its `cache_control` breakpoints), accounted by the emulator's prompt cache (the API's "
+        "rules: writes 1.25x input, reads 0.1x, a prefix of at least 1,024 tokens, about 20 blocks looked "
+        "back from a breakpoint).",
         "",
         "| window | files | named right | status | turns | history / snip / micro / fit / budget compactions "
-        "| calls | repeated | history compactions < 3 turns apart (closest) | cost (est.) | wall s |",
-        "|---|---:|---:|---|---:|---|---:|---:|---|---:|---:|",
+        "| calls | repeated | history compactions < 3 turns apart (closest) | cost (est.) | with caching "
+        "(written / read tokens) | wall s |",
+        "|---|---:|---:|---|---:|---|---:|---:|---|---:|---|---:|",
     ]
     for name, runs in data["windows"].items():
         r = runs[0]
@@ -89,7 +177,8 @@ def render(data: dict) -> str:
             f"| {name} | {r['files']:,} | {r['right']:,} | {r['status']} | {r['turns']:,} | "
             f"{c.get('compact_history', 0)} / {c.get('snip', 0)} / {c.get('micro_compact', 0)} / "
             f"{c.get('fit_tool_results', 0)} / {c.get('tool_result_budget', 0)} | {r['calls']:,} | "
-            f"{r['repeated']} | {r['within_2']} ({r['closest'] or '-'}) | ${r['cost_usd']:,.2f} | {wall} |"
+            f"{r['repeated']} | {r['within_2']} ({r['closest'] or '-'}) | ${r['cost_usd']:,.2f} | "
+            f"{cached_cell(r)} | {wall} |"
         )
     out += [
         "",

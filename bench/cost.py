@@ -32,6 +32,12 @@ turns, completeness (files in the report / files in the workspace) and re-reads 
 after its content was compacted away: information the strategy lost). A strategy that has not
 finished after ``MAX_TURNS`` turns is stopped and reported as not finishing.
 
+For the rows in ``BREAKDOWN`` the cost is taken apart by source (output, input, cache writes and
+reads, summaries), from the requests the emulator recorded: each cache write by what became of it
+(read back by a later call, sent again but not read, rewritten by a compaction first, the last
+call's), and the tokens sent split into what an earlier call had sent unchanged and the fresh rest
+(new, or rewritten by a compaction). The Targets line says what bounds ours against ``seed 000``.
+
     python bench/cost.py            # full size; writes bench/results/cost.json and BENCHMARKS.md
     python bench/cost.py --smoke    # one small package, a few seconds, writes nothing
 """
@@ -41,6 +47,9 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import hashlib
+import json
+import math
 import re
 import shutil
 import sys
@@ -61,15 +70,16 @@ from runner.agent.session import Session  # noqa: E402
 from runner.compaction.compactor import CompactionState, Compactor  # noqa: E402
 from runner.compaction.summarizer import Summarizer  # noqa: E402
 from runner.config import Limits  # noqa: E402
+from runner.emulator.caching import cache_segments  # noqa: E402
 from runner.emulator.config import EmulatorConfig  # noqa: E402
 from runner.emulator.server import running_emulator  # noqa: E402
 from runner.jobs import JobSpec  # noqa: E402
-from runner.messages import Message, merge_adjacent  # noqa: E402
+from runner.messages import Message, blocks, merge_adjacent  # noqa: E402
 from runner.models.anthropic import AnthropicModel  # noqa: E402
 from runner.models.base import Reply, Request  # noqa: E402
 from runner.models.memory_survey import report_rows  # noqa: E402
 from runner.models.policy import reread_count  # noqa: E402
-from runner.pricing import cost_usd  # noqa: E402
+from runner.pricing import Usage, cost_usd  # noqa: E402
 from runner.rundir.store import JobStore, read_jsonl  # noqa: E402
 
 MODEL = "claude-sonnet-5-5"
@@ -129,6 +139,10 @@ STRATEGIES: dict[str, Strategy] = {
     "ours": Strategy(
         {"context_token_limit": 12_500, "compact_target_ratio": 0.5},
         text="context_token_limit=12500, compact_target_ratio=0.5, summaries on the summary model",
+    ),
+    "ours, default ratio": Strategy(
+        {"context_token_limit": 12_500},
+        text="context_token_limit=12500 and every other limit its default (compact_target_ratio=0.8)",
     ),
     "server": Strategy(
         {"compaction": "server", "server_trigger_tokens": 50_000},
@@ -220,6 +234,117 @@ class SeedStrategy:
         return None  # the seeds have no thrash detection: a seed row ends on its own limits
 
 
+# the rows whose cost is taken apart
+BREAKDOWN = ("ours", "ours, default ratio", "seed 000", "seed 000 + our caching", "mask")
+
+
+def prefix_tokens(request: dict[str, Any], total: int) -> tuple[list[str], list[int], list[bool]]:
+    """Each block boundary of ``request`` in the API's cache order (tools, system, message blocks): the
+    hash of the prefix that ends there, its tokens as the emulator counts them (4 characters a token, at
+    most the request's ``total``), and whether a ``cache_control`` breakpoint is there."""
+    digest = hashlib.sha256(str(request.get("model")).encode())
+    hashes, tokens, marks, chars = [], [], [], 0
+    for text, cc in cache_segments(request.get("system"), request.get("tools") or [], request["messages"]):
+        digest.update(text.encode("utf-8", "surrogatepass") + b"\x00")
+        hashes.append(digest.hexdigest())
+        chars += len(text)
+        tokens.append(min(total, math.ceil(chars / 4)))
+        marks.append(bool(cc))
+    return hashes, tokens, marks
+
+
+def call_usages(events: Path) -> list[Usage]:
+    """Each model call's own usage (the ``model_call`` lines carry the job's running total)."""
+    out, before = [], Usage()
+    for line in events.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("stage") != "model_call" or not event.get("usage"):
+            continue
+        now = Usage(**event["usage"])
+        out.append(Usage(**{k: getattr(now, k) - getattr(before, k) for k in now.to_json()}))
+        before = now
+    return out
+
+
+BREAKDOWN_KEYS = (
+    "resent",
+    "read",
+    "fresh",
+    "fresh_again",
+    "rewritten",
+    "write_read",
+    "write_rewritten",
+    "write_last",
+    "write_unread",
+)
+
+
+def cache_breakdown(
+    requests: list[dict[str, Any]], usages: list[Usage], min_cacheable: int = 1024
+) -> dict[str, int] | None:
+    """Where one job's input tokens went, call by call (``requests`` as posted, ``usages`` as billed):
+
+    - ``resent``: tokens of the longest prefix an earlier call sent unchanged (the most a cache could
+      read back), ``read`` of all tokens were read; ``fresh``: the rest (new since, or rewritten),
+      ``rewritten`` of it before the newest two messages (the reply and its results, new since the
+      call before): what a compaction changed in what had been sent; ``fresh_again`` of it a later
+      call sent again (worth a cache write; the rest is cheapest as plain input);
+    - each cache write, by what became of it, following the cache entry each read came from:
+      ``write_read`` (a later call read it back), ``write_unread`` (a later call sent it unchanged
+      but read a shorter prefix: no breakpoint near enough), ``write_rewritten`` (no later call sent
+      it again: a compaction rewrote it) and ``write_last`` (the job's last call wrote it).
+
+    None when the requests and the calls do not pair up (a retried call)."""
+    if len(requests) != len(usages):
+        return None
+    prefixes = [prefix_tokens(r, u.context_tokens) for r, u in zip(requests, usages, strict=True)]
+    ends = [dict(zip(h, t, strict=True)) for h, t, _ in prefixes]  # prefix hash -> its tokens
+    owner: dict[str, int] = {}  # cache entry (prefix hash) -> the call that wrote it
+    read_end = [0] * len(usages)  # how far into its prefix a later call read a call's entries
+    sent: set[str] = set()  # every prefix an earlier call sent
+    out = dict.fromkeys(BREAKDOWN_KEYS, 0)
+    for i, (usage, (hashes, tokens, marks)) in enumerate(zip(usages, prefixes, strict=True)):
+        read = usage.cache_read_input_tokens
+        common = max((t for h, t in zip(hashes, tokens, strict=True) if h in sent), default=0)
+        sent.update(hashes)
+        out["resent"] += common
+        out["read"] += read
+        out["fresh"] += usage.context_tokens - common
+        later = max(
+            (max((ends[i].get(h, 0) for h in prefixes[j][0]), default=0) for j in range(i + 1, len(usages))),
+            default=0,
+        )
+        out["fresh_again"] += max(0, later - common)
+        # the reply and its results, new since the call before: fresh beyond them was rewritten
+        tail = sum(len(blocks(m)) for m in requests[i]["messages"][-2:])
+        new = usage.context_tokens - (tokens[-tail - 1] if 0 < tail < len(tokens) else 0)
+        out["rewritten"] += max(0, usage.context_tokens - common - new)
+        if read:
+            source = next(
+                (owner[h] for h, t in zip(hashes, tokens, strict=True) if t == read and h in owner), None
+            )
+            if source is not None:
+                read_end[source] = max(read_end[source], read)
+        for h, t, mark in zip(hashes, tokens, marks, strict=True):
+            if mark and t >= min_cacheable and h not in owner:
+                owner[h] = i
+    for i, usage in enumerate(usages):
+        written = usage.cache_creation_input_tokens
+        if not written:
+            continue
+        start, stop = usage.cache_read_input_tokens, usage.cache_read_input_tokens + written
+        sent_again = max(
+            (max((ends[i].get(h, 0) for h in prefixes[j][0]), default=0) for j in range(i + 1, len(usages))),
+            default=0,
+        )
+        got = max(0, min(read_end[i], stop) - start)
+        again = max(got, min(sent_again, stop) - start)
+        out["write_read"] += got
+        out["write_unread"] += again - got
+        out["write_last" if i == len(usages) - 1 else "write_rewritten"] += written - again
+    return out
+
+
 def make_workspace(root: Path, packages: tuple[str, ...]) -> Path:
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     workspace = root / "workspace"
@@ -232,12 +357,16 @@ def make_workspace(root: Path, packages: tuple[str, ...]) -> Path:
     return workspace
 
 
+def job_name(strategy: str) -> str:
+    return f"survey-{re.sub(r'[^a-z0-9]+', '-', strategy)}"
+
+
 async def run_strategy(
     name: str, strategy: Strategy, workspace: Path, out: Path, base_url: str
 ) -> dict[str, Any]:
     limits = Limits(**{"max_turns": MAX_TURNS, "timeout_s": 3_600, **strategy.limits})
     spec = JobSpec(
-        name=f"survey-{re.sub(r'[^a-z0-9]+', '-', name)}",
+        name=job_name(name),
         source=Path("bench/cost.py"),
         prompt=(
             "Survey this workspace: every file, lines per extension, largest files, TODO/FIXME lines, "
@@ -279,6 +408,7 @@ async def run_strategy(
         + summ.cache_creation_input_tokens
         + summ.cache_read_input_tokens,
         "cost_usd": round(cost_usd(MODEL, usage) + cost_usd(strategy.summary_model, summ), 4),
+        "summarizer_usage": summ.to_json(),
         "rereads": reread_count(transcript),
         "compactions": result.compactions,
         "files_in_report": len(report_rows(final, store.dir)) if result.status == "succeeded" else 0,
@@ -291,13 +421,19 @@ async def run_all(packages: tuple[str, ...], strategies: list[str]) -> list[dict
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         workspace = make_workspace(Path(tmp), packages)
-        config = EmulatorConfig(context_window_tokens=5_000_000)
+        config = EmulatorConfig(context_window_tokens=5_000_000, record_requests=True, max_recorded=100_000)
         with running_emulator(config) as emulator:
             for name in strategies:
                 emulator.reset()
                 row = await run_strategy(
                     name, STRATEGIES[name], workspace, Path(tmp) / "runs", emulator.base_url
                 )
+                if name in BREAKDOWN:  # the job's own requests (a summary request offers no tools)
+                    requests = [r for r in emulator.state.snapshot()["recorded_requests"] if r.get("tools")]
+                    events = Path(tmp) / "runs" / job_name(name) / "events.jsonl"
+                    row["breakdown"] = cache_breakdown(
+                        requests, call_usages(events), config.min_cacheable_tokens
+                    )
                 rows.append(row)
                 print(
                     f"  {name}: {row['status']}, {row['turns']} turns, ${row['cost_usd']}, "
@@ -339,6 +475,137 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{ratio} | {r['files_in_report']} / {r['files_in_workspace']} | {r['rereads']} |"
         )
     return "\n".join(lines)
+
+
+def parts_usd(row: dict[str, Any]) -> dict[str, float]:
+    """A row's cost by source: the job's output, input, cache writes and reads, and its summaries."""
+
+    def usd(**tokens: int) -> float:
+        return cost_usd(MODEL, Usage(**tokens))
+
+    return {
+        "output": usd(output_tokens=row["output_tokens"]),
+        "input": usd(input_tokens=row["input_tokens"]),
+        "write": usd(cache_creation_input_tokens=row["cache_creation_input_tokens"]),
+        "read": usd(cache_read_input_tokens=row["cache_read_input_tokens"]),
+        "summaries": cost_usd(row["summary_model"], Usage(**row.get("summarizer_usage", {}))),
+    }
+
+
+def share(part: float, whole: float) -> str:
+    return f"{part / whole:.0%}" if whole else "-"
+
+
+def breakdown_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| strategy | output $ | input $ | cache writes $ | writes read back / sent again unread / rewritten "
+        "/ last call | cache reads $ | summaries $ | cost $ | tokens sent | resent unchanged | read "
+        "from cache | fresh | of which rewritten |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        b = r.get("breakdown")
+        if not b:
+            continue
+        usd = parts_usd(r)
+        written = r["cache_creation_input_tokens"]
+        split = (
+            " / ".join(
+                share(b[k], written) for k in ("write_read", "write_unread", "write_rewritten", "write_last")
+            )
+            if written
+            else "-"
+        )
+        summaries = sum(r.get("summarizer_usage", {}).values())
+        lines.append(
+            f"| {r['strategy']} | {usd['output']:.4f} ({share(usd['output'], r['cost_usd'])}) | "
+            f"{usd['input']:.4f} | {usd['write']:.4f} ({share(usd['write'], r['cost_usd'])}) | {split} | "
+            f"{usd['read']:.4f} | {usd['summaries']:.4f} ({summaries:,} tokens on "
+            f"{r['summary_model']}) | {r['cost_usd']:.4f} | {b['resent'] + b['fresh']:,} | {b['resent']:,} | "
+            f"{b['read']:,} | {b['fresh']:,} | {b['rewritten']:,} |"
+        )
+    return "\n".join(lines)
+
+
+def floor_usd(row: dict[str, Any]) -> float:
+    """What a row would cost with its own requests and perfect caching: every fresh token a later call
+    sends again written once, the other fresh tokens sent as plain input, every resent token read
+    back; output and summaries as they are."""
+    b = row["breakdown"]
+    usd = parts_usd(row)
+    return (
+        usd["output"]
+        + usd["summaries"]
+        + cost_usd(
+            MODEL,
+            Usage(
+                input_tokens=b["fresh"] - b["fresh_again"],
+                cache_creation_input_tokens=b["fresh_again"],
+                cache_read_input_tokens=b["resent"],
+            ),
+        )
+    )
+
+
+def breakdown_text(rows: list[dict[str, Any]]) -> str:
+    """Where ours' cost goes, against seed 000 and mask (computed from the rows, never typed in)."""
+    by = {r["strategy"]: r for r in rows if r.get("breakdown")}
+    ours = by.get("ours")
+    if ours is None:
+        return ""
+    b, usd = ours["breakdown"], parts_usd(ours)
+    written = ours["cache_creation_input_tokens"] or 1
+    counts = {str(k): v for k, v in (ours.get("compactions") or {}).items()}
+    text = [
+        f"Where ours' ${ours['cost_usd']:.4f} goes: cache writes ${usd['write']:.4f} "
+        f"({share(usd['write'], ours['cost_usd'])}), output ${usd['output']:.4f} "
+        f"({share(usd['output'], ours['cost_usd'])}: {ours['output_tokens']:,} tokens of the policy's notes, "
+        f"tool calls and the final report, which any model writes too), summaries ${usd['summaries']:.4f} "
+        f"({counts.get('compact_history', 0)} history compactions on {ours['summary_model']}, "
+        f"{sum(ours.get('summarizer_usage', {}).values()):,} tokens), cache reads ${usd['read']:.4f}, input "
+        f"${usd['input']:.4f}. Of the {ours['cache_creation_input_tokens']:,} tokens written to the cache, "
+        f"{share(b['write_read'], written)} were read back by a later call, "
+        f"{share(b['write_rewritten'], written)} were rewritten before any call read them (a compaction "
+        "changed the prefix they sat in: micro_compact turning a seen result into a placeholder, or a "
+        "summary replacing the history, makes everything after it new again), "
+        f"{share(b['write_unread'], written)} were sent again unchanged but not read (no breakpoint near "
+        f"enough), {share(b['write_last'], written)} were the last call's. Its calls sent "
+        f"{b['resent'] + b['fresh']:,} tokens: {b['resent']:,} of a prefix an earlier call had sent "
+        f"unchanged ({b['read']:,} read from the cache), {b['fresh']:,} fresh, of which "
+        f"{b['rewritten']:,} were rewritten by a compaction and the rest new (each call's reply and its "
+        "results; the API bills every fresh token before the last breakpoint as a write). Its input "
+        f"(${usd['input']:.4f}, {ours['input_tokens']:,} tokens) is "
+        + (
+            "what comes after the settled message on calls whose next call surely rewrites it: sent "
+            "uncached, since a write would cost 1.25x and never be read."
+            if ours["input_tokens"] > 0.05 * (b["resent"] + b["fresh"])
+            else "what follows the newest breakpoint: the client pipeline writes every call's newest "
+            "message, since whether the next call rewrites it depends on results not yet known."
+        ),
+    ]
+    seed = by.get("seed 000")
+    if seed:
+        sb, su = seed["breakdown"], parts_usd(seed)
+        text.append(
+            f"seed 000 sends {sb['resent'] + sb['fresh']:,} tokens uncached (${su['input']:.4f}), "
+            f"{sb['resent']:,} of them resent unchanged, and its summaries run on {seed['summary_model']} "
+            f"(${su['summaries']:.4f}); output ${su['output']:.4f} ({seed['output_tokens']:,} tokens)."
+        )
+    mask = by.get("mask")
+    if mask:
+        mb = mask["breakdown"]
+        text.append(
+            f"mask rewrites the result that leaves the newest three on every call, so what follows it goes "
+            f"uncached ({mask['input_tokens']:,} input tokens, of {mb['resent'] + mb['fresh']:,} sent); "
+            f"{share(mb['write_rewritten'], mask['cache_creation_input_tokens'] or 1)} of its "
+            f"{mask['cache_creation_input_tokens']:,} written tokens are never read back."
+        )
+    text.append(
+        f"With its own requests and perfect caching (every fresh token a later call sends again written "
+        f"once, the rest sent as plain input, every resent token read back) ours would cost "
+        f"${floor_usd(ours):.4f}; its output alone is ${usd['output']:.4f}."
+    )
+    return " ".join(text)
 
 
 def strategies_text(names: list[str]) -> str:
@@ -391,7 +658,34 @@ def findings(rows: list[dict[str, Any]]) -> str:
         "complete report and no more re-reads. Measured: ours is " + "; ".join(parts) + ". "
         f"Report: {ours['files_in_report']} of {ours['files_in_workspace']} files ({mark(complete)}). "
         f"Re-reads: ours {ours['rereads']}, fewest of any strategy that finished {fewest} "
-        f"({mark(ours['rereads'] <= fewest)})." + extra
+        f"({mark(ours['rereads'] <= fewest)})." + extra + bound_text(by)
+    )
+
+
+def bound_text(by: dict[str, dict[str, Any]]) -> str:
+    """What bounds ours against seed 000: the parts of its cost no compaction or breakpoint lowers."""
+    ours, seed = by.get("ours"), by.get("seed 000")
+    if not ours or not seed or not ours.get("breakdown") or not finished(seed):
+        return ""
+    b, usd = ours["breakdown"], parts_usd(ours)
+    new = b["fresh"] - b["rewritten"]
+    floor = (
+        usd["output"]
+        + usd["summaries"]
+        + cost_usd(
+            MODEL,
+            Usage(cache_creation_input_tokens=new, cache_read_input_tokens=b["resent"] + b["rewritten"]),
+        )
+    )
+    goal = seed["cost_usd"] / 2
+    return (
+        f" What bounds it: 2x cheaper than `seed 000` is ${goal:.4f}; ours' output alone is "
+        f"${usd['output']:.4f} ({share(usd['output'], goal)} of that), and with its requests as they are "
+        f"(the same replies and results each call) but nothing ever rewritten and every resent token read "
+        f"from the cache (each call's {new:,} new tokens in all written once, its summaries as today) it "
+        f"would cost ${floor:.4f}, {seed['cost_usd'] / floor:.2f}x cheaper than `seed 000`; with perfect "
+        f"caching of the requests it makes now, ${floor_usd(ours):.4f} "
+        f"({seed['cost_usd'] / floor_usd(ours):.2f}x)."
     )
 
 
@@ -405,6 +699,8 @@ def main() -> None:
     print(load_note(), flush=True)
     rows = anyio.run(run_all, packages, strategies)
     print(table(rows))
+    print(breakdown_table(rows))
+    print(breakdown_text(rows))
     if not args.smoke and not args.only:
         print(findings(rows))
         write_result(
@@ -438,7 +734,9 @@ def main() -> None:
                 + "\n\n"
                 + table(rows)
                 + "\n\n"
-                + findings(rows)
+                + "Where the cost goes (cache writes by what became of them, following each read to the "
+                "call that wrote it; tokens sent split into a prefix an earlier call sent unchanged and the "
+                "rest):\n\n" + breakdown_table(rows) + "\n\n" + breakdown_text(rows) + "\n\n" + findings(rows)
             ),
             "python bench/cost.py",
         )

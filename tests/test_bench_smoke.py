@@ -22,6 +22,7 @@ ROWS = {
         "| ours |",
         "| server |",
         "| mask |",
+        "Where ours' $",
     ),
     "compactor": ("seed 000", "seed 001", "floor", "1-minute load average at start"),
     "batch_delivery": (

@@ -49,7 +49,9 @@ def test_the_settled_prefix_stops_at_the_first_result_micro_compact_would_still_
     window.append(call(2))
     window.append(result(2, "y" * 500))
     window.append(call(3))
-    assert window.settled_prefix() == 0  # nothing is settled before the model has seen it
+    # before the model has seen them, only messages without a tool result are settled (fit_tool_results
+    # may still rewrite an unseen result); the prompt and the first call are
+    assert window.settled_prefix() == 2
     window.mark_seen()
     assert window.settled_prefix() == 4  # up to the unsettled 500-char result
     window.append(result(3, "short"))
@@ -118,3 +120,73 @@ async def test_a_cache_aware_session_reads_its_prefix_back_after_compaction(tmp_
     events, _ = read_jsonl(store.dir / "events.jsonl")
     assert any(e["stage"] == "micro_compact" for e in events)
     assert result_.usage.cache_read_input_tokens > result_.usage.cache_creation_input_tokens
+
+
+def test_a_prefix_cached_before_stays_a_breakpoint_until_a_stage_rewrites_inside_it():
+    from runner.compaction.strategies import strategy_for
+    from runner.compaction.window import Entry
+
+    window = Window()
+    window.append({"role": "user", "content": "go"})
+    for i in range(4):
+        window.append(call(i))
+        window.append(result(i, "r" * 500))
+    strategy = strategy_for(Limits())
+    # the prompt and the first call are settled (no result), and the newest message
+    assert strategy.cache_points(window) == (1, 8)
+    window.mark_seen()
+    window.append(call(4))
+    window.append(result(4, "r" * 500))
+    assert window.cached_points() == (1, 8)
+    assert strategy.cache_points(window) == (1, 8, 10)  # the longest prefix cached before is read back
+    window.mark_seen()
+    # micro_compact rewrites result 1 (index 4): the prefixes cached up to 8 and 10 are gone, 1 stays
+    entries = list(window.entries)
+    entries[4] = Entry.of(result(1, "[Earlier tool result saved at tool-results/t1.txt]"), seen=True)
+    window.replace(entries)
+    assert window.kept() == 4
+    assert window.cached_points() == (1,)
+    assert strategy.cache_points(window) == (1, 10)  # settled: up to the unsettled result 0 (index 2)
+    assert strategy_for(Limits(cache_aware=False)).cache_points(window) == ()
+
+
+def test_no_write_past_the_settled_message_when_the_next_call_rewrites_it():
+    from runner.compaction.strategies import strategy_for
+
+    window = Window()
+    window.append({"role": "user", "content": "go"})
+    for i in range(5):
+        window.append(call(i))
+        window.append(result(i, "r" * 500))
+    window.mark_seen()
+    mask = strategy_for(Limits(compaction="mask", keep_recent_results=3))
+    # five open results, the newest three kept: the next call masks result 0 (index 2) and all after it
+    # is new again, so the prefix is cached up to the settled message (1) and no further
+    assert mask.cache_points(window) == (1,)
+    assert strategy_for(Limits(compaction="mask", keep_recent_results=5)).cache_points(window) == (1, 10)
+    # the client pipeline cannot know whether the next call goes over the limit: it always writes
+    assert strategy_for(Limits(context_char_limit=2_000)).cache_points(window) == (1, 10)
+
+
+def test_the_system_prompt_breakpoint_caches_the_tools_and_a_request_sets_at_most_four():
+    from runner.models.anthropic import request_params
+    from runner.models.base import Request
+
+    history = [{"role": "user", "content": "go"}, call(1), result(1, "x" * 50), call(2), result(2, "y")]
+    tools = [{"name": "read", "input_schema": {"type": "object"}}, {"name": "glob", "input_schema": {}}]
+
+    def marks(points: tuple[int, ...], system: str | None = "s") -> tuple[int, dict]:
+        request = Request(
+            model="m", messages=history, tools=tools, max_tokens=10, system=system, cache_points=points
+        )
+        params, _ = request_params(request)
+        return json.dumps(params).count('"cache_control"'), params
+
+    count, params = marks((0, 2, 4))
+    assert count == 4  # system, two points, the newest message
+    assert all("cache_control" not in t for t in params["tools"])
+    count, params = marks((0, 2))  # the newest message not named: not marked
+    assert count == 3 and "cache_control" not in json.dumps(params["messages"][4])
+    count, params = marks((), None)  # no point named: the newest message; no system: the last tool
+    assert count == 2 and params["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert params["messages"][4]["content"][0]["cache_control"] == {"type": "ephemeral"}

@@ -4,6 +4,14 @@ An :class:`Entry` is a message plus its size in characters (measured when it is 
 again), its line number in ``transcript.jsonl`` (``None`` for messages compaction made), and whether
 a model call has already included it. :class:`Window` keeps the running total, so checking a
 threshold costs O(1) and appending costs O(size of the new message).
+
+Guarantees (prompt-cache bookkeeping, for :meth:`Strategy.cache_points`):
+- :meth:`Window.kept` is the number of leading entries no stage has replaced since the last call
+  (identity, not equality: stages copy what they change), so a prefix a call asked to cache that
+  ends inside it is still byte for byte what the next request sends.
+- :meth:`Window.cached_points` are the message indices the last calls asked to cache that are still
+  inside :meth:`Window.kept`: the breakpoints where the next request can read the cache back.
+- :meth:`Window.unseen_chars` and :meth:`Window.open_results_from` cost O(messages counted).
 """
 
 from __future__ import annotations
@@ -53,6 +61,8 @@ class Window:
         self.total = 0
         self._seen = 0  # entries[:_seen] have been sent to the model
         self._settled = 0  # entries[:_settled] are seen and settled
+        self._kept = 0  # entries[:_kept] are the entries the last call sent, unreplaced since
+        self._points: tuple[int, ...] = ()  # messages the calls so far asked to cache (still in _kept)
 
     def append(self, message: Message, seq: int | None = None, chars: int | None = None) -> None:
         """Append ``message``; ``chars``, when given, must be its :func:`measure` (the length of its JSON
@@ -64,6 +74,13 @@ class Window:
 
     def replace(self, entries: list[Entry]) -> None:
         """Adopt a stage's output (O(len(entries)); stages run rarely)."""
+        kept = 0
+        for old, new in zip(self.entries[: self._kept], entries, strict=False):
+            if old is not new:
+                break
+            kept += 1
+        self._kept = kept
+        self._points = tuple(p for p in self._points if p < kept)
         self.entries = entries
         self.messages = [e.message for e in entries]
         self.total = sum(e.chars for e in entries)
@@ -78,11 +95,45 @@ class Window:
             e = self.entries[i]
             self.entries[i] = Entry(e.message, e.chars, e.seq, True)
         self._seen = len(self.entries)
+        self._kept = len(self.entries)
+
+    def caching(self, points: tuple[int, ...]) -> None:
+        """The next call asks the cache to keep the prefixes ending at these message indices; the
+        most recent few are remembered while they stay valid."""
+        self._points = tuple(sorted({*self._points, *points}))[-4:]
+
+    def unseen_chars(self) -> int:
+        """The size of what the next call adds: the messages the model has not seen yet."""
+        return sum(e.chars for e in self.entries[self._seen :])
+
+    def open_results_from(self, index: int) -> int:
+        """How many tool results from message ``index`` on micro_compact could still rewrite (over
+        ``MICRO_MIN_CHARS`` and not a placeholder)."""
+        return sum(
+            1
+            for entry in self.entries[index:]
+            for block in tool_results(entry.message)
+            if not (isinstance(block.get("content"), str) and is_placeholder(block["content"]))
+            and len(result_text(block)) > MICRO_MIN_CHARS
+        )
+
+    def kept(self) -> int:
+        """How many leading entries the last call sent and no stage has replaced since."""
+        return min(self._kept, len(self.entries))
+
+    def cached_points(self) -> tuple[int, ...]:
+        """Message indices an earlier call asked to cache whose prefix is unchanged since."""
+        kept = self.kept()
+        return tuple(p for p in self._points if p < kept)
 
     def settled_prefix(self) -> int:
-        """How many leading messages are seen and settled (amortized O(1): a pointer that only moves
-        forward until a stage replaces the entries)."""
-        while self._settled < self._seen and settled(self.entries[self._settled].message):
+        """How many leading messages are settled: seen (fit_tool_results rewrites what the model has
+        not seen), or holding no tool result at all (a summary, the prompt, a tool call); amortized
+        O(1): a pointer that only moves forward until a stage replaces the entries."""
+        while self._settled < len(self.entries):
+            message = self.entries[self._settled].message
+            if not settled(message) or (self._settled >= self._seen and tool_results(message)):
+                break
             self._settled += 1
         return self._settled
 

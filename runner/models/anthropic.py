@@ -11,10 +11,13 @@
   :func:`~runner.models.base.usage_from_api`, the ``stop_reason`` against the API's list, a text block within
   the reply cap, a tool call's input within :data:`MAX_TOOL_INPUT_BYTES` (else it is answered with an error
   result, not run). A failed check is :class:`InvalidReply`: the call fails, nothing is billed.
-- Prompt caching: ``cache_control`` breakpoints on the last tool definition, the system prompt, the
-  newest message and the newest message compaction will not rewrite (the request's ``cache_points``):
-  the four the API allows. Each turn reads the prefix an earlier turn wrote, even when compaction has
-  just rewritten the messages after that point.
+- Prompt caching: ``cache_control`` breakpoints on the system prompt (which caches the tool
+  definitions before it; on the last tool when there is no system prompt) and on the messages the
+  request's ``cache_points`` name (the newest message compaction will not rewrite, the longest prefix
+  an earlier call cached that is unchanged, and the newest message unless the next call rewrites what
+  comes after the settled one), or on the newest message when none is named: at most the four the API
+  allows. Each turn reads the prefix an earlier turn wrote, even when compaction has just rewritten the
+  messages after that point.
 - Server-side compaction: a request with ``context_management`` goes to the beta endpoint with the
   compaction beta; the reply's usage is the sum over ``usage.iterations``.
 """
@@ -97,13 +100,13 @@ def _with_breakpoint(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def with_cache_breakpoint(
-    messages: list[dict[str, Any]], points: tuple[int, ...] = ()
+    messages: list[dict[str, Any]], points: tuple[int, ...] = (), *, newest: bool = True
 ) -> list[dict[str, Any]]:
-    """A copy of ``messages`` with a ``cache_control`` breakpoint on the newest message and on each
-    message index in ``points`` (the history itself is never changed)."""
+    """A copy of ``messages`` with a ``cache_control`` breakpoint on each message index in ``points``
+    and (``newest``) on the newest message (the history itself is never changed)."""
     if not messages:
         return messages
-    marked = {len(messages) - 1, *(p for p in points if 0 <= p < len(messages))}
+    marked = {*((len(messages) - 1,) if newest else ()), *(p for p in points if 0 <= p < len(messages))}
     out = list(messages)
     for i in marked:
         out[i] = _with_breakpoint(out[i])
@@ -170,22 +173,26 @@ def _timed_out(error: Exception, guard: Guard) -> ReplyTimedOut:
     )
 
 
+def message_breakpoints(request: Request) -> list[dict[str, Any]]:
+    """The request's messages with its ``cache_points`` marked, at most three (the system prompt's is
+    the fourth); the newest message is marked when no point is named, or when it is one of them."""
+    newest = len(request.messages) - 1
+    points = tuple(p for p in request.cache_points if p != newest)
+    mark_newest = not request.cache_points or newest in request.cache_points
+    return with_cache_breakpoint(request.messages, points[-(2 if mark_newest else 3) :], newest=mark_newest)
+
+
 def request_params(request: Request) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """The body posted for ``request`` (live, or as a Message Batch's request) and the betas it needs.
-    A breakpoint after the last tool caches the tool definitions with the system prompt."""
+    """The body posted for ``request`` (live, or as a Message Batch's request) and the betas it needs."""
     params: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_tokens,
-        "messages": (
-            with_cache_breakpoint(request.messages, request.cache_points[:1])
-            if request.cache
-            else request.messages
-        ),
+        "messages": message_breakpoints(request) if request.cache else request.messages,
     }
-    if request.tools:
+    if request.tools:  # the system prompt's breakpoint caches the tools with it (tools come first)
         params["tools"] = (
             [*request.tools[:-1], {**request.tools[-1], "cache_control": EPHEMERAL}]
-            if request.cache
+            if request.cache and not request.system
             else request.tools
         )
     if request.tool_choice is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .. import stages as s
 from ..stages import Stage
+from ..window import Window
 from .base import Stages, Strategy
 
 
@@ -21,3 +22,7 @@ class MaskStrategy(Strategy):
                 window.entries, window.total, 0, limits.keep_recent_results, stages.name_for, stages.saved_for
             ),
         )
+
+    def rewrites_next(self, window: Window, settled: int) -> bool:
+        """Every call masks the results older than the newest ``keep_recent_results``."""
+        return self.oldest_open_result_goes(window, settled)
