@@ -1,14 +1,22 @@
-"""Benchmark 1: N sessions at once against the emulator in its own process.
+"""Benchmark 1: N sessions at once against the emulator in its own process, beside their floors and a peer.
 
 Each session is a short survey job of the offline policy (its calls per session are the table's model
-calls / N); every emulator call takes ``latency`` seconds. The runner runs as a real
-``runner run`` subprocess with concurrency = N, on each executor (``local``; ``ray``: a local Ray
-instance started by the runner, 2 workers). Reported beside the ideal (the sequential calls of one
-session times the latency): wall time, CPU seconds per model call and the peak RSS of all the
-runner's processes together (the runner and every process under it: Ray's, too), sampled from /proc.
+calls / N); every emulator call takes ``latency`` seconds. The runner runs as a real ``runner run``
+subprocess with concurrency = N, on each executor (``local``; ``ray``: a local Ray instance started by the
+runner, 2 workers). Beside it, in the same rounds, the same N sessions made by (bench/sdk_floor.py):
+``sdk only`` (the runner's model client alone, no tools, files or display), ``raw http`` (a bare aiohttp
+client posting the same bodies) and ``inspect_ai`` (the peer's own ``generate()`` loop over N samples with
+``max_connections`` and ``max_samples`` = N and our read/glob/grep tools; needs inspect_ai in the Python
+given by ``--peer-python``, else its rows say it is not installed).
 
-    python bench/concurrency.py             # N = 10, 100, 500 local, 500 sdk only, 100, 500 ray, 3 rounds;
-                                            # writes bench/results/concurrency.json
+Reported beside the ideal (the sequential calls of one session times the latency): wall time, CPU per
+model call and the peak RSS of all the processes together (sampled from /proc). CPU of every row but
+ray's is exact: the process's and its reaped children's user + system time from ``wait4``; ray's is
+sampled from /proc over all its processes. CPU per call net of process start-up is
+(CPU at N = 500 - CPU at N = 100) / (calls at 500 - calls at 100), per round.
+
+    python bench/concurrency.py             # N = 10, 100, 500 local; the floors, the peer and ray at 100
+                                            # and 500; 3 rounds; writes bench/results/concurrency.json
     python bench/concurrency.py --smoke     # N = 5, latency 0.2 s, local; writes nothing
 """
 
@@ -18,6 +26,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -188,22 +197,40 @@ def cpu_s_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TreeSampler.TICK
 
 
-FLOOR = "sdk only"  # the executor column of the floor row (bench/sdk_floor.py)
+FLOOR = "sdk only"  # the executor column of the floor rows (bench/sdk_floor.py --client sdk)
+RAW = "raw http"  # bench/sdk_floor.py --client raw
+PEER = "inspect_ai"  # bench/sdk_floor.py --client inspect, in the peer's Python
+CLIENT_OF = {FLOOR: "sdk", RAW: "raw", PEER: "inspect"}
+PAIRED = (100, 500)  # the sizes whose difference is CPU net of start-up
+TARGET_OWN_MS = 1.0  # the runner's own work per call, net of start-up, over the SDK floor's
+TARGET_WALL_OVER_FLOOR = 1.1  # the local runner's wall over the SDK floor's, at N = 500
+TARGET_RAY_OVER_LOCAL = 1.1
+
+
+def peer_installed(python: str) -> bool:
+    return subprocess.run([python, "-c", "import inspect_ai"], capture_output=True).returncode == 0
 
 
 def run_one(
-    n: int, latency: float, tmp: Path, executor: str = "local", calls_per_session: int = 5
+    n: int,
+    latency: float,
+    tmp: Path,
+    executor: str = "local",
+    calls_per_session: int = 5,
+    peer_python: str = sys.executable,
 ) -> dict[str, Any]:
-    """One row: N sessions on ``executor`` (or, for FLOOR, the SDK alone making ``calls_per_session``
-    calls a session) against a fresh emulator."""
-    jobs = tmp / f"jobs-{n}-{executor}"
+    """One row: N sessions on ``executor`` (or by a floor client or the peer, ``calls_per_session`` calls
+    a session where the client is told how many) against a fresh emulator."""
+    jobs = tmp / f"jobs-{n}-{executor.replace(' ', '_')}"
     base_url, emulator = survey_batch(n, latency, tmp, jobs)
     try:
         env = {**os.environ, "ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": "bench-key"}
         command = (
             [
-                sys.executable,
+                peer_python if executor == PEER else sys.executable,
                 str(Path(__file__).with_name("sdk_floor.py")),
+                "--client",
+                CLIENT_OF[executor],
                 "--base-url",
                 base_url,
                 "--sessions",
@@ -213,7 +240,7 @@ def run_one(
                 "--workspace",
                 str(tmp / "workspace"),
             ]
-            if executor == FLOOR
+            if executor in CLIENT_OF
             else [
                 sys.executable,
                 "-m",
@@ -231,34 +258,44 @@ def run_one(
             ]
         )
         emulator_cpu = cpu_s_of(emulator.pid)
+        out, err = tmp / f"out-{n}", tmp / f"err-{n}"
         started = time.perf_counter()
-        proc = subprocess.Popen(
-            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp
-        )
-        with TreeSampler(proc.pid) as tree:
-            stdout, stderr = proc.communicate()
-        wall = time.perf_counter() - started
+        with out.open("w") as stdout, err.open("w") as stderr:
+            proc = subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr, text=True, cwd=tmp)
+            with TreeSampler(proc.pid) as tree:
+                # exact CPU: the process's own and its reaped children's (grep workers), from wait4
+                _, status, usage = os.wait4(proc.pid, 0)
+            wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
         counted = stats(base_url)
         emulator_cpu = cpu_s_of(emulator.pid) - emulator_cpu
     finally:
         emulator.terminate()
         emulator.wait()
     if proc.returncode != 0:
-        raise SystemExit(f"{executor} failed for N={n}: {stderr[-2000:]}")
+        raise SystemExit(f"{executor} failed for N={n}: {err.read_text()[-2000:]}")
     calls = counted["outcomes"].get("ok", 0)
     sequential = calls / n
+    # ray's processes are not the driver's children to reap: its CPU is the sampled tree's
+    exact = executor != "ray"
+    cpu_s = usage.ru_utime + usage.ru_stime if exact else tree.cpu_s
     return {
         "executor": executor,
         "sessions": n,
         "latency_s": latency,
         "model_calls": calls,
         "emulator_cpu_ms_per_call": round(emulator_cpu / calls * 1000, 2),
-        **({"floor": json.loads(stdout.strip().splitlines()[-1])} if executor == FLOOR else {}),
+        **({"floor": json.loads(out.read_text().strip().splitlines()[-1])} if executor in CLIENT_OF else {}),
         "calls_per_session": sequential,
         "ideal_s": round(sequential * latency, 2),
         "wall_s": round(wall, 2),
         "wall_over_ideal": round(wall / (sequential * latency), 3),
-        "cpu_s_per_call": round(tree.cpu_s / calls, 5),
+        "cpu_s": round(cpu_s, 3),
+        "cpu_exact": exact,
+        "kernel_share": round(usage.ru_stime / max(1e-9, usage.ru_utime + usage.ru_stime), 3)
+        if exact
+        else None,
+        "cpu_s_per_call": round(cpu_s / calls, 5),
         "peak_rss_mib": round(tree.peak_rss / 2**20, 1),
         "processes": len(tree.processes),
         "peak_concurrent_at_emulator": counted.get("peak_concurrent"),
@@ -279,7 +316,11 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The run with the median wall time, with every run's wall/ideal and CPU per call beside it."""
     row = dict(sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2])
     row["runs"] = [
-        {k: r[k] for k in ("wall_s", "wall_over_ideal", "cpu_s_per_call", "peak_rss_mib")} for r in runs
+        {
+            k: r[k]
+            for k in ("wall_s", "wall_over_ideal", "cpu_s", "cpu_s_per_call", "model_calls", "peak_rss_mib")
+        }
+        for r in runs
     ]
     return row
 
@@ -289,72 +330,109 @@ def spread(row: dict[str, Any], key: str, form: str, scale: float = 1.0) -> str:
     return f"{form.format(min(values))}-{form.format(max(values))}" if len(values) > 1 else "1 run"
 
 
-def findings(rows: list[dict[str, Any]], startup: float) -> str:
+def median_range(values: list[float]) -> dict[str, Any]:
+    ordered = sorted(values)
+    return {
+        "median": round(statistics.median(ordered), 4),
+        "min": round(ordered[0], 4),
+        "max": round(ordered[-1], 4),
+        "values": [round(v, 4) for v in values],
+    }
+
+
+def floors(measured: dict[tuple[str, int], list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per round: each client's CPU per call net of start-up ((CPU at 500 - CPU at 100) / (calls at 500 -
+    calls at 100)), the runner's own work over the SDK floor's, and wall ratios at N = 500; each as its
+    median and range over the rounds."""
+    small, big = PAIRED
+    out: dict[str, Any] = {"net_ms_per_call": {}}
+    per_round: dict[str, list[float]] = {}
+    for executor in ("local", FLOOR, RAW, PEER, "ray"):
+        a, b = measured.get((executor, small), []), measured.get((executor, big), [])
+        nets = [
+            (rb["cpu_s"] - ra["cpu_s"]) / (rb["model_calls"] - ra["model_calls"]) * 1000
+            for ra, rb in zip(a, b, strict=False)
+            if rb["model_calls"] > ra["model_calls"]
+        ]
+        if nets:
+            per_round[executor] = nets
+            out["net_ms_per_call"][executor] = median_range(nets)
+    if "local" in per_round and FLOOR in per_round:
+        out["own_ms_per_call"] = median_range(
+            [x - y for x, y in zip(per_round["local"], per_round[FLOOR], strict=False)]
+        )
+    for key, (num, den) in {
+        "wall_local_over_floor": ("local", FLOOR),
+        "wall_peer_over_floor": (PEER, FLOOR),
+        "wall_ray_over_local": ("ray", "local"),
+    }.items():
+        a, b = measured.get((num, big), []), measured.get((den, big), [])
+        if a and b:
+            out[key] = median_range([x["wall_s"] / y["wall_s"] for x, y in zip(a, b, strict=False)])
+    return out
+
+
+def verdict(value: float, target: float) -> str:
+    return "met" if value <= target else f"MISSED by {value / target - 1:.0%}"
+
+
+def findings(rows: list[dict[str, Any]], startup: float, floor: dict[str, Any], peer_note: str) -> str:
     n = max(r["sessions"] for r in rows)
     at = {r["executor"]: r for r in rows if r["sessions"] == n}
-    local, ray = at.get("local"), at.get("ray")
+    local, ray, sdk = at.get("local"), at.get("ray"), at.get(FLOOR)
+    net = floor.get("net_ms_per_call", {})
+
+    def mr(d: dict[str, Any], form: str = "{:.2f}", unit: str = "") -> str:
+        return f"{form.format(d['median'])}{unit} ({form.format(d['min'])}-{form.format(d['max'])})"
+
     parts = []
-    if local:
+    if net:
         parts.append(
-            f"Measured at N = {n}: local wall {local['wall_over_ideal']:.2f}x ideal "
-            f"({'met' if local['wall_over_ideal'] <= 1.15 else 'MISSED'} the 1.15x target), "
-            f"{local['cpu_s_per_call'] * 1000:.1f} ms of runner CPU per call "
-            f"({'met' if local['cpu_s_per_call'] <= 0.0015 else 'MISSED'} the 1.5 ms target), "
-            f"peak RSS {local['peak_rss_mib']} MiB."
+            "CPU per call net of process start-up ((N = 500 - N = 100) / the calls between them, exact CPU "
+            "from wait4, median and range over the rounds): "
+            + ", ".join(f"{k} {mr(v, unit=' ms')}" for k, v in net.items())
+            + "."
         )
-        per_core = 2000 / (local["cpu_s_per_call"] * 1000)
+    own = floor.get("own_ms_per_call")
+    if own:
         parts.append(
-            f"At 2 s latency a session makes 0.5 calls a second, so one core carries about {per_core:.0f} "
-            "sessions of the local executor before it is CPU-bound."
+            f"The runner's own work (local minus the SDK floor, net of start-up): {mr(own, unit=' ms')} per "
+            f"call, target <= {TARGET_OWN_MS:g} ms: {verdict(own['median'], TARGET_OWN_MS)}."
         )
-    floor = at.get(FLOOR)
-    if floor and local:
-        over = local["cpu_s_per_call"] - floor["cpu_s_per_call"]
-        room = 1.5 - floor["cpu_s_per_call"] * 1000
+    wall = floor.get("wall_local_over_floor")
+    if wall and local and sdk:
         parts.append(
-            "The floor: the SDK alone (bench/sdk_floor.py: the same sessions, as many calls a session as "
-            "the "
-            "local run made, the same emulator; every tool call answered with a fixed line, nothing "
-            "written; "
-            f"its imports include the runner modules it uses) took {floor['wall_over_ideal']:.2f}x ideal "
-            f"({'so nothing built on the SDK meets' if floor['wall_over_ideal'] > 1.15 else 'within'} the "
-            "1.15x target "
-            f"here) and {floor['cpu_s_per_call'] * 1000:.1f} ms of CPU per call, imports included "
-            + (
-                f"(leaving {room:.1f} ms per call under the 1.5 ms target for all the runner's own work)"
-                if room > 0
-                else "(already over the 1.5 ms target)"
-            )
-            + f". The runner's own work (tools, files, compaction, display) adds {over * 1000:.1f} ms per "
-            "call "
-            "over the floor."
+            f"Wall at N = {n}: local {local['wall_over_ideal']:.2f}x ideal, the SDK floor "
+            f"{sdk['wall_over_ideal']:.2f}x; local over the floor {mr(wall, unit='x')}, target <= "
+            f"{TARGET_WALL_OVER_FLOOR:g}x: {verdict(wall['median'], TARGET_WALL_OVER_FLOOR)}."
         )
+    if local and local.get("kernel_share") is not None:
+        parts.append(
+            f"Of local's CPU at N = {n}, {local['kernel_share']:.0%} is kernel time; peak RSS "
+            f"{local['peak_rss_mib']} MiB."
+        )
+    if RAW in at:
+        parts.append(
+            f"The raw client reaches {at[RAW]['wall_over_ideal']:.2f}x ideal at N = {n}: the bound of any "
+            "client on these 2 cores, which the emulator shares (its own CPU per call is the last column)."
+        )
+    parts.append(peer_note)
     if ray:
-        parts.append(
-            f"Ray: wall {ray['wall_over_ideal']:.2f}x ideal, {ray['cpu_s_per_call'] * 1000:.1f} ms of CPU "
-            "per "
-            f"call over all its processes, peak RSS {ray['peak_rss_mib']} MiB over {ray['processes']} "
-            "processes (the driver, Ray's own, the services actor and 2 workers)."
-        )
         roles = ray["cpu_ms_per_call_by_role"]
         parts.append(
-            "Per call, by process: " + ", ".join(f"{k} {v:.1f} ms" for k, v in sorted(roles.items())) + "."
+            f"Ray at N = {n}: wall {ray['wall_over_ideal']:.2f}x ideal, "
+            f"{ray['cpu_s_per_call'] * 1000:.1f} ms "
+            f"of CPU per call over all its processes (sampled), peak RSS {ray['peak_rss_mib']} MiB over "
+            f"{ray['processes']} processes; per call by process: "
+            + ", ".join(f"{k} {v:.1f} ms" for k, v in sorted(roles.items()))
+            + "."
         )
-        worker_ms, services_ms = roles.get("workers", 0.0), roles.get("services", 0.0)
-        if worker_ms and services_ms:
+        rl = floor.get("wall_ray_over_local")
+        if rl:
             parts.append(
-                f"Extrapolated to 16 cores (not measured): the workers' {worker_ms:.1f} ms per call spreads "
-                "over "
-                f"the cores, but the services actor is one process, so its {services_ms:.1f} ms per call "
-                "caps "
-                f"the cluster at about {1000 / services_ms:.0f} calls a second, {2000 / services_ms:.0f} "
-                "sessions at 2 s latency, whatever the cores."
-            )
-        if local:
-            within = ray["wall_s"] <= 1.10 * local["wall_s"]
-            parts.append(
-                f"Ray's wall time is {ray['wall_s'] / local['wall_s']:.2f}x local's "
-                f"({'met' if within else 'MISSED'} the within-10% target on this 2-core machine)."
+                f"Ray's wall over local's at N = {n} (sessions of {ray['calls_per_session']:g} calls): "
+                f"{mr(rl, unit='x')}; the within-10% target is set at N = 2,000 sessions of 20 calls "
+                "(the ray scale rows below)."
             )
     parts.append(
         f"Each wall time includes {startup:.1f} s of process start-up (importing the SDK); the ray rows "
@@ -367,89 +445,145 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--sizes", type=int, nargs="*")
-    parser.add_argument("--executors", nargs="*", choices=["local", "ray"])
+    parser.add_argument("--executors", nargs="*", choices=["local", "ray", FLOOR, RAW, PEER])
     parser.add_argument(
         "--repeat", type=int, default=3, help="runs of each row; the table shows the median and range"
+    )
+    parser.add_argument(
+        "--peer-python",
+        default=os.environ.get("RUNNER_PEER_PYTHON", sys.executable),
+        help="a Python with inspect_ai installed (the peer rows); without it they say not installed",
     )
     parser.add_argument(
         "--render", action="store_true", help="rewrite BENCHMARKS.md from bench/results/concurrency.json"
     )
     args = parser.parse_args()
-    sizes, latency = ((5,), 0.2) if args.smoke else (tuple(args.sizes or (10, 100, 500)), 2.0)
-    executors = ["local"] if args.smoke else (args.executors or ["local", "ray"])
-    runs = [(e, n) for e in executors for n in sizes if e == "local" or n >= 100 or args.sizes]
     if args.render:  # the tables and findings again, from the last full run's results
         saved = json.loads((Path(__file__).parent / "results" / "concurrency.json").read_text())
         common.START_LOAD = saved["load_1min"]  # the load when those runs started, not now
-        render(saved["rows"], saved["latency_s"], saved["repeat"], saved["startup_s"], write=True)
-        return
-    if (
-        not args.smoke and "local" in executors
-    ):  # the SDK alone beside local at the largest N, with its calls a session
-        runs.insert(
-            runs.index(("local", max(sizes))) + 1 if ("local", max(sizes)) in runs else 0, (FLOOR, max(sizes))
+        render(
+            saved["rows"],
+            saved["latency_s"],
+            saved["repeat"],
+            saved["startup_s"],
+            saved["floors"],
+            saved["peer_note"],
+            write=True,
         )
+        return
+    sizes, latency = ((5,), 0.2) if args.smoke else (tuple(args.sizes or (10, 100, 500)), 2.0)
+    executors = ["local"] if args.smoke else (args.executors or ["local", FLOOR, RAW, PEER, "ray"])
+    if (
+        "ray" in executors
+        and subprocess.run([sys.executable, "-c", "import ray"], capture_output=True).returncode
+    ):
+        executors.remove("ray")  # the ray extra is not installed
+    have_peer = PEER in executors and peer_installed(args.peer_python)
+    peer_note = (
+        f"inspect_ai ({args.peer_python}): its own generate() loop, max_connections = max_samples = N."
+        if have_peer
+        else f"inspect_ai: not installed in {args.peer_python} (pass --peer-python): no peer rows."
+    )
+    if PEER in executors and not have_peer:
+        executors.remove(PEER)
+    runs = [
+        (e, n)
+        for e in executors
+        for n in sizes
+        if (e == "local" or n in PAIRED or args.sizes) and not (e == "ray" and n < 100 and not args.sizes)
+    ]
     measured: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for _ in range(1 if args.smoke else args.repeat):  # rounds: each row once a round, so they share the load
         for executor, n in runs:
             local = measured.get(("local", n))
             with tempfile.TemporaryDirectory() as tmp:
                 row = run_one(
-                    n, latency, Path(tmp), executor, round(local[0]["calls_per_session"]) if local else 5
+                    n,
+                    latency,
+                    Path(tmp),
+                    executor,
+                    round(local[-1]["calls_per_session"]) if local else 5,
+                    args.peer_python,
                 )
             measured.setdefault((executor, n), []).append(row)
             print(row, flush=True)
     rows = [median_row(measured[run]) for run in runs]
     startup = min(startup_s() for _ in range(3))
-    if not args.smoke and not args.sizes and not args.executors:
+    floor = floors(measured)
+    write = not args.smoke and not args.sizes and not args.executors
+    if write:
         write_result(
-            "concurrency", {"rows": rows, "latency_s": latency, "repeat": args.repeat, "startup_s": startup}
+            "concurrency",
+            {
+                "rows": rows,
+                "latency_s": latency,
+                "repeat": args.repeat,
+                "startup_s": startup,
+                "floors": floor,
+                "peer_note": peer_note,
+            },
         )
-    render(
-        rows, latency, args.repeat, startup, write=not args.smoke and not args.sizes and not args.executors
-    )
+    render(rows, latency, args.repeat, startup, floor, peer_note, write=write)
 
 
-def render(rows: list[dict[str, Any]], latency: float, repeat: int, startup: float, write: bool) -> None:
+def render(
+    rows: list[dict[str, Any]],
+    latency: float,
+    repeat: int,
+    startup: float,
+    floor: dict[str, Any],
+    peer_note: str,
+    write: bool,
+) -> None:
     """Print the table; with ``write``, put it and the findings in BENCHMARKS.md."""
+    net = floor.get("net_ms_per_call", {})
     lines = [
-        "| executor | sessions | model calls | ideal s | wall s | wall / ideal | runner CPU ms per call "
-        "| runner peak RSS MiB (processes) | emulator CPU ms per call |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| executor | sessions | model calls | ideal s | wall s | wall / ideal | CPU ms per call "
+        "| CPU ms per call net of start-up | peak RSS MiB (processes) | emulator CPU ms per call |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    lines += [
-        f"| {r['executor']} | {r['sessions']} | {r['model_calls']} | {r['ideal_s']} | {r['wall_s']} | "
-        f"{r['wall_over_ideal']:.2f}x ({spread(r, 'wall_over_ideal', '{:.2f}')}) | "
-        f"{r['cpu_s_per_call'] * 1000:.1f} "
-        f"({spread(r, 'cpu_s_per_call', '{:.1f}', 1000)}) | {r['peak_rss_mib']} ({r['processes']}) | "
-        f"{r['emulator_cpu_ms_per_call']:.1f} |"
-        for r in rows
-    ]
+    for r in rows:
+        d = net.get(r["executor"]) if r["sessions"] == PAIRED[1] else None
+        lines.append(
+            f"| {r['executor']} | {r['sessions']} | {r['model_calls']} | {r['ideal_s']} | {r['wall_s']} | "
+            f"{r['wall_over_ideal']:.2f}x ({spread(r, 'wall_over_ideal', '{:.2f}')}) | "
+            f"{r['cpu_s_per_call'] * 1000:.2f} ({spread(r, 'cpu_s_per_call', '{:.2f}', 1000)})"
+            f"{'' if r.get('cpu_exact', True) else ' sampled'} | "
+            + (f"{d['median']:.2f} ({d['min']:.2f}-{d['max']:.2f})" if d else "")
+            + f" | {r['peak_rss_mib']} ({r['processes']}) | {r['emulator_cpu_ms_per_call']:.1f} |"
+        )
     print("\n".join(lines))
+    print(findings(rows, startup, floor, peer_note))
     if write:
         replace_section(
             "concurrency",
             (
                 "## 1. Concurrency\n\n"
                 "N sessions of one short survey each (model calls / N calls a session), emulator in its own "
-                f"process with {latency:g} s "
-                "latency per call, runner as a `runner run` subprocess with concurrency = N, on the local "
-                "executor "
-                "and on ray (a local Ray instance started by the runner, 2 workers); beside them the floor, "
-                f"`{FLOOR}`: the SDK alone making the same calls (bench/sdk_floor.py). Ideal = calls per "
-                "session x "
-                "latency. CPU and peak RSS are summed over the runner and every process under it, sampled "
-                "from "
-                f"/proc every 0.2 s. Each row ran {repeat} times, in rounds (every row once a round); the "
-                "table "
-                "shows the run with the median wall time and, in brackets, the range over the runs. The "
-                "emulator "
-                "shares the 2 cores: its CPU per call is in the last column.\n\n"
-                "Targets at N = 500: local <= 1.15x ideal and <= 1.5 ms of runner CPU per call; ray within "
-                "10% of "
-                "local; runner peak RSS <= 1.5 GiB.\n\n" + "\n".join(lines) + "\n\n" + findings(rows, startup)
+                f"process with {latency:g} s latency per call, runner as a `runner run` subprocess with "
+                "concurrency = N, on the local executor and on ray (a local Ray instance started by the "
+                "runner, 2 workers). Beside them, in the same rounds (bench/sdk_floor.py): the floors "
+                f"`{FLOOR}` (the runner's model client alone making the same calls, every tool call "
+                f"answered with a fixed line, nothing written) and `{RAW}` (a bare aiohttp client posting "
+                f"the same bodies), and the peer `{PEER}` (inspect_ai 0.3.285 as shipped: N samples of its "
+                "`use_tools` + `generate()` loop, `max_connections` = `max_samples` = N, our glob/read/grep "
+                "as its tools, its log written; pointed at the emulator by ANTHROPIC_BASE_URL only; its "
+                "calls a session are its loop's). Ideal = calls per session x latency. CPU is exact "
+                "(user + system from wait4, the process and its reaped children) for every row but ray's, "
+                "sampled from /proc every 0.2 s over all its processes; peak RSS is sampled. CPU net of "
+                "start-up = (CPU at N = 500 - CPU at N = 100) / (calls at 500 - calls at 100), per round. "
+                f"Each row ran {repeat} times, in rounds (every row once a round); the table shows the run "
+                "with the median wall time and, in brackets, the range over the runs; net figures are "
+                "medians over the rounds with their range. The emulator shares the 2 cores: its CPU per "
+                "call is in the last column.\n\n"
+                f"Targets at N = 500: the runner's own work (local minus `{FLOOR}`, net of start-up) <= "
+                f"{TARGET_OWN_MS:g} ms per call; local's wall <= {TARGET_WALL_OVER_FLOOR:g}x `{FLOOR}`'s; "
+                "ray within 10% of local at N = 2,000 sessions of 20 calls; peak RSS <= 1.5 GiB.\n\n"
+                + "\n".join(lines)
+                + "\n\n"
+                + findings(rows, startup, floor, peer_note)
             ),
-            "python bench/concurrency.py",
+            "python bench/concurrency.py --peer-python /tmp/floor-peer/bin/python",
         )
 
 
