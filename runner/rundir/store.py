@@ -25,9 +25,9 @@ Guarantees:
   :class:`DiskQuotaExceeded`; from then on every write is refused (the job must end: a transcript
   with a hole in it would not reload), except the job's final documents (``final.md``,
   ``metrics.json``), which are always written.
-- No file I/O on the event loop but a small flush to a local disk (a few system calls into the page
-  cache: cheaper than handing them to a thread and back, which costs the loop the GIL twice); what is
-  already in ``tool-results/`` and ``summaries/`` is learned once, off the loop, by
+- No file I/O on the event loop but a small write to a local disk (a flush, a whole file) (a few system
+  calls into the page cache: cheaper than handing them to a thread and back, which costs the loop the
+  GIL twice); what is already in ``tool-results/`` and ``summaries/`` is learned once, off the loop, by
   :meth:`JobStore.open`; naming an output or a summary touches no file. A network or FUSE mount, which
   can hang, is always written from a worker thread. Files that appear there later by other hands are not
   seen (a job directory has one writer).
@@ -373,9 +373,18 @@ async def overwrite(path: Path, text: str) -> None:
     await _shielded(_overwrite, path, text)
 
 
+def _inline(path: Path, size: int) -> bool:
+    """Whether a write of ``size`` characters into ``path``'s directory is made on the event loop."""
+    return size <= INLINE_FLUSH_CHARS and local_disk(str(path.parent))
+
+
 async def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary name next to ``path``, then rename it over ``path``."""
-    await _shielded(_write_atomic, path, text)
+    """Write ``text`` to a temporary name next to ``path``, then rename it over ``path`` (on the loop
+    when it is small and the disk local: see the Guarantees)."""
+    if _inline(path, len(text)):
+        write_atomic_sync(path, text)
+    else:
+        await _shielded(_write_atomic, path, text)
 
 
 def read_jsonl(path: Path) -> tuple[list[Any], list[str]]:
@@ -475,7 +484,10 @@ class JobStore:
             )
         self._charge([(self.dir / name, text)], exempt=name in QUOTA_EXEMPT)
         if name in self._checkpointed:
-            await _shielded(_retire_spare, self.dir / name, text)
+            if _inline(self.dir / name, len(text)):
+                retire_spare(self.dir / name, text)
+            else:
+                await _shielded(_retire_spare, self.dir / name, text)
         else:
             await write_atomic(self.dir / name, text)
 
@@ -524,7 +536,7 @@ class JobStore:
         appended = sum(len(data.encode("utf-8")) for _, data in appends)
         self._charge([*self._named(outputs), *files], appended=appended)
         size = appended + sum(len(text) for _, text in outputs) + sum(len(text) for _, text in files)
-        if size <= INLINE_FLUSH_CHARS and local_disk(str(self.dir)):
+        if _inline(self.dir / METRICS, size):  # a name in the job directory
             _save_sync(self._output_path, outputs, appends, files)  # no thread hand-off (the Guarantees)
         else:
             await _shielded(_save_in_thread, self._output_path, outputs, appends, files)
