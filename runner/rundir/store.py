@@ -89,25 +89,47 @@ def dumps(obj: Any) -> str:
     return text if text.isascii() or not _SURROGATE.search(text) else json.dumps(obj)
 
 
-@functools.lru_cache(maxsize=256)
-def local_disk(path: str) -> bool:
-    """Whether ``path`` (an absolute directory) lies on a local file system (:data:`LOCAL_FILE_SYSTEMS`,
-    from ``/proc/self/mountinfo``: the mount with the longest mount point above it); False when that
-    cannot be told. Looked up once per directory per process."""
+@functools.cache
+def _mounts() -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """This process's mounts, read once from ``/proc/self/mountinfo``: file system type by device
+    (``major:minor``), and (mount point, type) pairs."""
+    by_device: dict[str, str] = {}
+    points: list[tuple[str, str]] = []
     try:
-        real = os.path.realpath(path)
-        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
-        return False
-    best, kind = "", ""
-    for line in mounts:
+        return by_device, points
+    for line in lines:
         fields = line.split()
         if "-" not in fields or len(fields) < 5:
             continue
-        point = fields[4].encode().decode("unicode_escape")  # octal escapes: "\040" for a space
-        under = real == point or real.startswith(point.rstrip("/") + "/")
-        if under and len(point) >= len(best):
-            best, kind = point, fields[fields.index("-") + 1]
+        kind = fields[fields.index("-") + 1]
+        by_device.setdefault(fields[2], kind)
+        points.append((fields[4].encode().decode("unicode_escape"), kind))  # octal escapes: "\040"
+    return by_device, points
+
+
+@functools.lru_cache(maxsize=4096)
+def local_disk(path: str) -> bool:
+    """Whether the directory ``path`` lies on a local file system (:data:`LOCAL_FILE_SYSTEMS`): the type
+    of the mount its device is (one ``stat``), else of the mount with the longest mount point above it;
+    False when that cannot be told. The mount table is read once per process (again for a device it
+    does not name); the answer is kept per path."""
+    by_device, points = _mounts()
+    try:
+        device = os.stat(path).st_dev
+    except OSError:
+        return False
+    name = f"{os.major(device)}:{os.minor(device)}"
+    if name not in by_device:  # mounted since the table was read? Read it again
+        _mounts.cache_clear()
+        by_device, points = _mounts()
+    kind = by_device.get(name)
+    if kind is None:  # a device no mount names (btrfs subvolumes): by the path
+        real, best = os.path.realpath(path), ""
+        for point, what in points:
+            if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
+                best, kind = point, what
     return kind in LOCAL_FILE_SYSTEMS
 
 

@@ -385,7 +385,12 @@ def _read_open(
             raise ToolFailure(
                 f"read: {path} is {st.st_size} bytes, exceeds {limit}-byte limit for image/PDF files."
             )
-        data = base64.standard_b64encode(f.read(limit + 1)).decode("ascii")
+        raw = bytearray()
+        for chunk in _chunks(f, stop_at):  # by chunks, the clock checked after each (up to 20 MiB)
+            raw += chunk
+            if len(raw) > limit:
+                break
+        data = base64.standard_b64encode(bytes(raw[: limit + 1])).decode("ascii")
         kind = "document" if media == "application/pdf" else "image"
         return [{"type": kind, "source": {"type": "base64", "media_type": media, "data": data}}]
     if st.st_size > DEFAULT_MAX_FILE_BYTES:

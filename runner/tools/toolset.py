@@ -29,14 +29,15 @@ Guarantees:
   abandoned and its walk stops soon after), and never run a model-chosen regular expression in this
   process. The small calls skip the thread: on a workspace on a local file system
   (:func:`runner.rundir.store.local_disk`), ``read`` and ``glob`` run first on the event loop with a
-  budget of :data:`INLINE_BUDGET_S`; one that needs longer stops at its next clock check (a 1 MiB chunk
-  read, 256 directory entries), having changed nothing (both only read), and runs again from the start
-  on a worker thread under the deadline. A thread hand-off costs the loop the GIL twice, more than most
-  of these calls take. A network or FUSE workspace, which can hang, never runs a tool on the loop;
-  ``grep`` runs in a child process (``python -I``, :mod:`runner.tools.grep_worker`, kept for the next
-  call by :mod:`runner.tools.grep_pool`) that is killed at the deadline or when the call is cancelled.
-  ``read``, ``write`` and ``edit`` refuse non-regular files (FIFOs, devices, sockets) without blocking
-  (looked at with ``O_PATH``, opened non-blocking). A cancelled ``bash`` call kills its process tree;
+  budget of :data:`INLINE_BUDGET_S`; one that needs longer stops at its next clock check (after each
+  1 MiB chunk of a paged or image/PDF read, each 256 directory entries; a whole text file, at most
+  256 KiB, is one read), having changed nothing (both only read), and runs again from the start on a
+  worker thread under the deadline. A thread hand-off costs the loop the GIL twice, more than most of
+  these calls take. A network or FUSE workspace, which can hang, never runs a tool on the loop; ``grep``
+  runs in a child process (``python -I``, :mod:`runner.tools.grep_worker`, kept for the next call by
+  :mod:`runner.tools.grep_pool`) that is killed at the deadline or when the call is cancelled. ``read``,
+  ``write`` and ``edit`` refuse non-regular files (FIFOs, devices, sockets) without blocking (looked at
+  with ``O_PATH``, opened non-blocking). A cancelled ``bash`` call kills its process tree;
   ``timeout_ms`` is capped at :data:`runner.tools.sandbox.MAX_TIMEOUT_S`, and the result says so.
 - Every cut result says so and how to get the rest (texts in :mod:`runner.protocol`).
 - Every result is valid UTF-8: undecodable file names and bytes are escaped (``\\xNN``).
