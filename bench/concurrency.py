@@ -432,10 +432,29 @@ def findings(rows: list[dict[str, Any]], startup: float, floor: dict[str, Any], 
             f"Of local's CPU at N = {n}, {local['kernel_share']:.0%} is kernel time; peak RSS "
             f"{local['peak_rss_mib']} MiB."
         )
+    if local and sdk:
+        busy = (local["cpu_s"] + local["emulator_cpu_ms_per_call"] * local["model_calls"] / 1000) / local[
+            "wall_s"
+        ]
+        parts.append(
+            f"What bounds local's wall: its {local['cpu_s']:.1f} s of CPU at N = {n} (the floor's "
+            f"{sdk['cpu_s']:.1f} s) and the emulator's share the 2 cores with each other and with the "
+            f"machine's other load (see the load average above): runner and emulator together kept "
+            f"{busy:.2f} cores busy over local's wall; every second of CPU over the floor's is wall time "
+            "once the cores are full."
+        )
     if RAW in at:
         parts.append(
             f"The raw client reaches {at[RAW]['wall_over_ideal']:.2f}x ideal at N = {n}: the bound of any "
             "client on these 2 cores, which the emulator shares (its own CPU per call is the last column)."
+        )
+    peer = at.get(PEER)
+    peer_wall = floor.get("wall_peer_over_floor")
+    if peer and PEER in net and peer_wall:
+        parts.append(
+            f"The peer, inspect_ai, at N = {n}: {peer['wall_over_ideal']:.2f}x ideal, "
+            f"{mr(net[PEER], unit=' ms')} of CPU per call net of start-up, its wall "
+            f"{mr(peer_wall, unit='x')} the SDK floor's; peak RSS {peer['peak_rss_mib']} MiB."
         )
     parts.append(peer_note)
     if ray:
@@ -477,6 +496,11 @@ def main() -> None:
         help="a Python with inspect_ai installed (the peer rows); without it they say not installed",
     )
     parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile one local run at N = 500 and add where its time goes to the saved results' findings",
+    )
+    parser.add_argument(
         "--ray-scale",
         action="store_true",
         help="ray against local on sessions of about 20 calls (section ray_scale); --sizes, --repeat",
@@ -485,6 +509,20 @@ def main() -> None:
         "--render", action="store_true", help="rewrite BENCHMARKS.md from bench/results/concurrency.json"
     )
     args = parser.parse_args()
+    if args.profile:  # into the last full run's results, then rendered with them
+        path = Path(__file__).parent / "results" / "concurrency.json"
+        saved = json.loads(path.read_text())
+        saved["profile"] = profile_local(PAIRED[1])
+        path.write_text(json.dumps(saved, indent=2) + "\n")
+        print(profile_text(saved["profile"]))
+        args.render = True
+    if args.profile:  # into the last full run's results, then rendered with them
+        path = Path(__file__).parent / "results" / "concurrency.json"
+        saved = json.loads(path.read_text())
+        saved["profile"] = profile_local(PAIRED[1])
+        path.write_text(json.dumps(saved, indent=2) + "\n")
+        print(profile_text(saved["profile"]))
+        args.render = True
     if args.render:  # the tables and findings again, from the last full run's results
         saved = json.loads((Path(__file__).parent / "results" / "concurrency.json").read_text())
         common.START_LOAD = saved["load_1min"]  # the load when those runs started, not now
@@ -494,8 +532,9 @@ def main() -> None:
             saved["repeat"],
             saved["startup_s"],
             saved["floors"],
-            saved["peer_note"],
+            saved["peer_note"] + (" " + profile_text(saved["profile"]) if saved.get("profile") else ""),
             write=True,
+            command=saved.get("command"),
         )
         return
     if args.ray_scale:
@@ -564,9 +603,94 @@ def main() -> None:
                 "startup_s": startup,
                 "floors": floor,
                 "peer_note": peer_note,
+                "command": " ".join(["python bench/concurrency.py", *sys.argv[1:]]),
             },
         )
     render(rows, latency, args.repeat, startup, floor, peer_note, write=write)
+
+
+# where the local runner's time goes, by area: (label, file suffix, function) whose cumulative time counts
+AREAS = (
+    ("model calls (the SDK and its guard)", "runner/models/anthropic.py", "create"),
+    ("tools (read, glob, grep, memory)", "runner/tools/toolset.py", "run_batch"),
+    ("  of which the memory tool", "runner/tools/memory.py", "run"),
+    ("compaction's prepare", "runner/compaction/compactor.py", "prepare"),
+    ("the store's turn flushes", "runner/rundir/store.py", "flush"),
+    ("run.json rewrites", "runner/execution/core.py", "write"),
+    ("progress lines", "runner/ui/display.py", "job_finished"),
+    ("the final table", "runner/execution/batch.py", "print_table"),
+)
+
+
+def profile_local(n: int, latency: float = 2.0) -> dict[str, Any]:
+    """One local run of N sessions under cProfile (its own overhead inflates every figure about alike):
+    each area's share of the event loop's busy time (the run's, ``batch.execute``, less its waits in
+    epoll; the imports before it left out)."""
+    import pstats
+
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        jobs = tmp / "jobs"
+        base_url, emulator = survey_batch(n, latency, tmp, jobs)
+        out = tmp / "profile.out"
+        try:
+            env = {**os.environ, "ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": "bench-key"}
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "cProfile",
+                    "-o",
+                    str(out),
+                    "-m",
+                    "runner",
+                    "run",
+                    str(jobs),
+                    "--backend",
+                    "anthropic",
+                    "--concurrency",
+                    str(n),
+                    "--output-dir",
+                    str(tmp / "runs"),
+                ],
+                env=env,
+                cwd=tmp,
+                check=True,
+                capture_output=True,
+            )
+        finally:
+            emulator.terminate()
+            emulator.wait()
+        table = pstats.Stats(str(out)).stats  # type: ignore[attr-defined]
+    run = max(
+        v[3]
+        for (f, _, name), v in table.items()
+        if f.endswith("runner/execution/batch.py") and name == "execute"
+    )
+    idle = sum(v[2] for (f, _, name), v in table.items() if "epoll" in name and "poll" in name)
+    busy = run - idle  # the run's own time, imports and set-up before it left out
+    shares = {}
+    for label, suffix, function in AREAS:
+        shares[label] = sum(
+            v[3] for (f, _, name), v in table.items() if f.endswith(suffix) and name == function
+        )
+    return {
+        "sessions": n,
+        "busy_s": round(busy, 2),
+        "shares": {k: round(v / busy, 3) for k, v in shares.items()},
+    }
+
+
+def profile_text(profile: dict[str, Any] | None) -> str:
+    if not profile:
+        return ""
+    parts = ", ".join(f"{k.strip()} {v:.0%}" for k, v in profile["shares"].items())
+    return (
+        f"Where the local runner's time goes at N = {profile['sessions']} (one run under cProfile, the "
+        f"share of the event loop's busy time after the imports, {profile['busy_s']:.1f} s under the "
+        "profiler; areas nest: "
+        f"the memory tool is part of the tools): {parts}."
+    )
 
 
 def ray_scale(sizes: tuple[int, ...], repeat: int, write: bool) -> None:
@@ -652,6 +776,7 @@ def render(
     floor: dict[str, Any],
     peer_note: str,
     write: bool,
+    command: str | None = None,
 ) -> None:
     """Print the table; with ``write``, put it and the findings in BENCHMARKS.md."""
     net = floor.get("net_ms_per_call", {})
@@ -701,7 +826,7 @@ def render(
                 + "\n\n"
                 + findings(rows, startup, floor, peer_note)
             ),
-            " ".join(["python bench/concurrency.py", *sys.argv[1:]]),
+            command or " ".join(["python bench/concurrency.py", *sys.argv[1:]]),
         )
 
 

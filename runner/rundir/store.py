@@ -1,4 +1,4 @@
-"""Per-job persistence: one directory per job, every write through aiofiles.
+"""Per-job persistence: one directory per job; small writes on the event loop, the rest through aiofiles.
 
 Guarantees:
 - Whole files (``metrics.json``, ``job.json``, ``final.md``, persisted outputs, summaries) are
