@@ -209,6 +209,7 @@ RAW = "raw http"  # bench/sdk_floor.py --client raw
 PEER = "inspect_ai"  # bench/sdk_floor.py --client inspect, in the peer's Python
 BEFORE = "local before"  # the local executor run from another source tree (--before: an A/B of a change)
 CLIENT_OF = {FLOOR: "sdk", RAW: "raw", PEER: "inspect"}
+NOT_INSTALLED = "not installed"
 PAIRED = (100, 500)  # the sizes whose difference is CPU net of start-up
 TARGET_OWN_MS = 1.0  # the runner's own work per call, net of start-up, over the SDK floor's
 TARGET_WALL_OVER_FLOOR = 1.1  # the local runner's wall over the SDK floor's, at N = 500
@@ -216,7 +217,10 @@ TARGET_RAY_OVER_LOCAL = 1.1
 
 
 def peer_installed(python: str) -> bool:
-    return subprocess.run([python, "-c", "import inspect_ai"], capture_output=True).returncode == 0
+    try:
+        return subprocess.run([python, "-c", "import inspect_ai"], capture_output=True).returncode == 0
+    except OSError:  # no such Python
+        return False
 
 
 def run_one(
@@ -541,7 +545,7 @@ def main() -> None:
         ray_scale(tuple(args.sizes or (100, 500)), args.repeat, write=not args.sizes)
         return
     sizes, latency = ((5,), 0.2) if args.smoke else (tuple(args.sizes or (10, 100, 500)), 2.0)
-    executors = ["local"] if args.smoke else (args.executors or ["local", FLOOR, RAW, PEER, "ray"])
+    executors = list(args.executors or (["local"] if args.smoke else ["local", FLOOR, RAW, PEER, "ray"]))
     if (
         "ray" in executors
         and subprocess.run([sys.executable, "-c", "import ray"], capture_output=True).returncode
@@ -551,7 +555,9 @@ def main() -> None:
     peer_note = (
         f"inspect_ai ({args.peer_python}): its own generate() loop, max_connections = max_samples = N."
         if have_peer
-        else f"inspect_ai: not installed in {args.peer_python} (pass --peer-python): no peer rows."
+        else f"inspect_ai: {NOT_INSTALLED} in {args.peer_python} (pass --peer-python): no peer rows."
+        if PEER in executors
+        else "inspect_ai: not run here."
     )
     if PEER in executors and not have_peer:
         executors.remove(PEER)
@@ -795,6 +801,8 @@ def render(
             + (f"{d['median']:.2f} ({d['min']:.2f}-{d['max']:.2f})" if d else "")
             + f" | {r['peak_rss_mib']} ({r['processes']}) | {r['emulator_cpu_ms_per_call']:.1f} |"
         )
+    if NOT_INSTALLED in peer_note and not any(r["executor"] == PEER for r in rows):
+        lines.append(f"| {PEER} | {', '.join(map(str, PAIRED))} | {NOT_INSTALLED} |  |  |  |  |  |  |  |")
     print("\n".join(lines))
     print(findings(rows, startup, floor, peer_note))
     if write:
