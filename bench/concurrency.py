@@ -756,7 +756,8 @@ def render_ray_scale(saved: dict[str, Any], write: bool) -> None:
         "Ray's wall over local's: "
         + ", ".join(f"N = {n}: {r['median']:.2f}x" for n, r in ratios.items())
         + ". Target: within 10% at N = 2,000 sessions of 20 calls: "
-        f"{verdict(ratios[big]['median'], TARGET_RAY_OVER_LOCAL)} at N = {big}, the largest measured. "
+        f"by the walls, {verdict(ratios[big]['median'], TARGET_RAY_OVER_LOCAL)} at N = {big}, the largest "
+        f"measured ({repeat} round{'s' if repeat > 1 else ''}). "
         f"N = 2,000 was not run (too long for these 2 shared cores): its CPU alone, at the CPU per call "
         f"measured at N = {big} plus the emulator's {emulator_ms:.1f} ms, keeps 2 cores busy for about "
         f"{bound_local:.0f} s on local and {bound_ray:.0f} s on ray, against an ideal of {ideal:.0f} s"
@@ -766,6 +767,14 @@ def render_ray_scale(saved: dict[str, Any], write: bool) -> None:
             if bound_local > ideal
             else "."
         )
+        + " Over these walls runner and emulator kept "
+        + ", ".join(
+            f"{e} {(r['cpu_s'] + r['emulator_cpu_ms_per_call'] * r['model_calls'] / 1000) / r['wall_s']:.2f}"
+            for e, r in (("local", local), ("ray", ray))
+        )
+        + f" cores busy at N = {big}, with the machine's other load (the load average above) on the same 2"
+        " cores: where that is well under 2, the other load set the walls, and the ratio of CPU per call "
+        f"(ray {ray['cpu_s_per_call'] / local['cpu_s_per_call']:.1f}x local's) says more than the walls'."
         + " What bounds ray: its CPU per call over all its processes (the driver, Ray's own, the services "
         "actor every model call and summary goes through, the workers)."
     )
