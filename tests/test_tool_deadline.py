@@ -29,6 +29,7 @@ async def test_a_hung_file_tool_is_abandoned_at_its_deadline_while_the_loop_runs
         return "too late"
 
     monkeypatch.setattr(tools_module, "_run_file_tool", hung)
+    monkeypatch.setattr(tools_module, "local_disk", lambda path: False)  # a network mount: never inline
     monkeypatch.setattr(tools_module, "FILE_TOOL_DEADLINE_S", 0.5)
     store = JobStore(tmp_path / "job")
     await store.open()

@@ -58,6 +58,13 @@ async def test_each_turn_is_one_write_and_the_model_sees_only_what_is_on_disk(tm
         await save(*args)
 
     monkeypatch.setattr(runner.rundir.store, "_save_in_thread", counted)
+    inline = runner.rundir.store._save_sync
+
+    def counted_inline(*args: Any) -> None:  # a small flush is written on the loop, not in a hop
+        hops[0] += 1
+        inline(*args)
+
+    monkeypatch.setattr(runner.rundir.store, "_save_sync", counted_inline)
     job = tmp_path / "job"
     # tight limits: outputs are persisted and placeholders reach the model
     limits = Limits(context_char_limit=15_000, batch_char_limit=15_000, large_result_chars=4_000)
@@ -88,7 +95,8 @@ async def test_each_turn_is_one_write_and_the_model_sees_only_what_is_on_disk(tm
         assert on_disk == final[: len(on_disk)]  # whole lines, in order
         assert on_disk[-1]["role"] == "user"  # the turn the request ends with is written
         assert sum(m["role"] == "assistant" for m in on_disk) == k  # every earlier reply too
-    # one executor hop between two calls, whatever the turn wrote (transcript, events, outputs, metrics)
+    # one write (on the loop, or one executor hop) between two calls, whatever the turn wrote (transcript,
+    # events, outputs, metrics)
     assert [b["hops"] - a["hops"] for a, b in zip(calls, calls[1:], strict=False)] == [1] * (len(calls) - 1)
     events, _ = read_jsonl(job / "events.jsonl")
     assert sum(e.get("stage") == "model_call" for e in events) == result.turns  # the last one too

@@ -1,4 +1,4 @@
-"""Per-job persistence: one directory per job, every write through aiofiles.
+"""Per-job persistence: one directory per job; small writes on the event loop, the rest through aiofiles.
 
 Guarantees:
 - Whole files (``metrics.json``, ``job.json``, ``final.md``, persisted outputs, summaries) are
@@ -11,20 +11,26 @@ Guarantees:
   reported by :func:`read_jsonl`.
 - File names made from ids the model or API chose are sanitized and can never leave the job
   directory, nor overwrite another id's output.
-- A turn's writes are queued (:meth:`JobStore.queue`) and written by one :meth:`JobStore.flush`: one
-  hop to aiofiles' executor per turn. A flush writes persisted outputs first, then the JSONL lines
-  (each file's lines in one write, files in the order they were first queued), then whole files such
-  as the metrics checkpoint; so a line on disk never names an output that is not. The owner flushes
-  before anything it queued is shown to a model; a crash loses at most what was queued since.
+- A turn's writes are queued (:meth:`JobStore.queue`) and written by one :meth:`JobStore.flush`: on the
+  event loop itself when they are small (at most :data:`INLINE_FLUSH_CHARS` in all) and the job
+  directory is on a local file system (:func:`local_disk`), else one hop to aiofiles' executor. Both
+  ways run the same writes in the same order, so what a crash leaves is the same. A flush writes
+  persisted outputs first, then the JSONL lines (each file's lines in one write, files in the order they
+  were first queued), then whole files such as the metrics checkpoint; so a line on disk never names an
+  output that is not. The owner flushes before anything it queued is shown to a model; a crash loses at
+  most what was queued since.
 - A disk quota per job (:attr:`JobStore.max_bytes`, the job's ``max_job_bytes``): the store keeps a
   running total of the bytes in its directory (seeded from what is there when it opens: a resumed
   job's files count) and refuses, before writing anything, a write that would pass the quota, with
   :class:`DiskQuotaExceeded`; from then on every write is refused (the job must end: a transcript
   with a hole in it would not reload), except the job's final documents (``final.md``,
   ``metrics.json``), which are always written.
-- No blocking file I/O on the event loop: what is already in ``tool-results/`` and ``summaries/`` is
-  learned once, off the loop, by :meth:`JobStore.open`; naming an output or a summary touches no
-  file. Files that appear there later by other hands are not seen (a job directory has one writer).
+- No file I/O on the event loop but a small write to a local disk (a flush, a whole file) (a few system
+  calls into the page cache: cheaper than handing them to a thread and back, which costs the loop the
+  GIL twice); what is already in ``tool-results/`` and ``summaries/`` is learned once, off the loop, by
+  :meth:`JobStore.open`; naming an output or a summary touches no file. A network or FUSE mount, which
+  can hang, is always written from a worker thread. Files that appear there later by other hands are not
+  seen (a job directory has one writer).
 """
 
 from __future__ import annotations
@@ -57,6 +63,12 @@ from .docs import (
 )
 
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
+# A flush of at most this many characters to a local disk is written on the event loop (see the Guarantees)
+INLINE_FLUSH_CHARS = 64 * 1024
+# File systems on which a small write lands in the page cache and cannot hang (not network, not FUSE)
+LOCAL_FILE_SYSTEMS = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "overlay", "zfs", "f2fs", "bcachefs"}
+)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _TMP_IDS = itertools.count()
 
@@ -75,6 +87,50 @@ def dumps(obj: Any) -> str:
     so the line is written and reads back as the same string."""
     text = json.dumps(obj, ensure_ascii=False)
     return text if text.isascii() or not _SURROGATE.search(text) else json.dumps(obj)
+
+
+@functools.cache
+def _mounts() -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """This process's mounts, read once from ``/proc/self/mountinfo``: file system type by device
+    (``major:minor``), and (mount point, type) pairs."""
+    by_device: dict[str, str] = {}
+    points: list[tuple[str, str]] = []
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return by_device, points
+    for line in lines:
+        fields = line.split()
+        if "-" not in fields or len(fields) < 5:
+            continue
+        kind = fields[fields.index("-") + 1]
+        by_device.setdefault(fields[2], kind)
+        points.append((fields[4].encode().decode("unicode_escape"), kind))  # octal escapes: "\040"
+    return by_device, points
+
+
+@functools.lru_cache(maxsize=4096)
+def local_disk(path: str) -> bool:
+    """Whether the directory ``path`` lies on a local file system (:data:`LOCAL_FILE_SYSTEMS`): the type
+    of the mount its device is (one ``stat``), else of the mount with the longest mount point above it;
+    False when that cannot be told. The mount table is read once per process (again for a device it
+    does not name); the answer is kept per path."""
+    by_device, points = _mounts()
+    try:
+        device = os.stat(path).st_dev
+    except OSError:
+        return False
+    name = f"{os.major(device)}:{os.minor(device)}"
+    if name not in by_device:  # mounted since the table was read? Read it again
+        _mounts.cache_clear()
+        by_device, points = _mounts()
+    kind = by_device.get(name)
+    if kind is None:  # a device no mount names (btrfs subvolumes): by the path
+        real, best = os.path.realpath(path), ""
+        for point, what in points:
+            if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
+                best, kind = point, what
+    return kind in LOCAL_FILE_SYSTEMS
 
 
 def _write_file(path: Path, data: bytes, mode: int) -> None:
@@ -339,9 +395,18 @@ async def overwrite(path: Path, text: str) -> None:
     await _shielded(_overwrite, path, text)
 
 
+def _inline(path: Path, size: int) -> bool:
+    """Whether a write of ``size`` characters into ``path``'s directory is made on the event loop."""
+    return size <= INLINE_FLUSH_CHARS and local_disk(str(path.parent))
+
+
 async def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary name next to ``path``, then rename it over ``path``."""
-    await _shielded(_write_atomic, path, text)
+    """Write ``text`` to a temporary name next to ``path``, then rename it over ``path`` (on the loop
+    when it is small and the disk local: see the Guarantees)."""
+    if _inline(path, len(text)):
+        write_atomic_sync(path, text)
+    else:
+        await _shielded(_write_atomic, path, text)
 
 
 def read_jsonl(path: Path) -> tuple[list[Any], list[str]]:
@@ -441,7 +506,10 @@ class JobStore:
             )
         self._charge([(self.dir / name, text)], exempt=name in QUOTA_EXEMPT)
         if name in self._checkpointed:
-            await _shielded(_retire_spare, self.dir / name, text)
+            if _inline(self.dir / name, len(text)):
+                retire_spare(self.dir / name, text)
+            else:
+                await _shielded(_retire_spare, self.dir / name, text)
         else:
             await write_atomic(self.dir / name, text)
 
@@ -487,10 +555,13 @@ class JobStore:
         ]
         files = [(self.dir / name, text) for name, text in self._files.items()]
         self._lines, self._files = {}, {}
-        self._charge(
-            [*self._named(outputs), *files], appended=sum(len(data.encode("utf-8")) for _, data in appends)
-        )
-        await _shielded(_save_in_thread, self._output_path, outputs, appends, files)
+        appended = sum(len(data.encode("utf-8")) for _, data in appends)
+        self._charge([*self._named(outputs), *files], appended=appended)
+        size = appended + sum(len(text) for _, text in outputs) + sum(len(text) for _, text in files)
+        if _inline(self.dir / METRICS, size):  # a name in the job directory
+            _save_sync(self._output_path, outputs, appends, files)  # no thread hand-off (the Guarantees)
+        else:
+            await _shielded(_save_in_thread, self._output_path, outputs, appends, files)
 
     def _named(self, outputs: Sequence[tuple[str, str]]) -> list[tuple[Path, str]]:
         """Outputs ``(rel, content)`` as ``(path, content)`` for the quota's count (no file I/O: a name

@@ -14,9 +14,10 @@ Guarantees:
 - FIFOs, devices and sockets are refused by ``read``, ``write`` and ``edit``, never opened blocking.
 - A bad input (a wrong type, a NUL byte, a lone surrogate, a huge number) is a :class:`ToolFailure`
   with a readable text, never another exception.
-- Every function here is plain Python run on a worker thread, and never runs a model-chosen regular
-  expression (``fnmatch`` patterns compile to linear ones); a walk checks its deadline (``stop_at``)
-  and stops soon after it, so an abandoned call frees its thread.
+- Every function here is plain Python run on a worker thread (``read`` and ``glob`` first on the event
+  loop, under a budget of a few milliseconds: see :mod:`runner.tools.toolset`), and never runs a
+  model-chosen regular expression (``fnmatch`` patterns compile to linear ones); a walk checks its
+  deadline (``stop_at``) and stops soon after it, so an abandoned call frees its thread.
 - A directory walk skips, without failing, an entry it cannot open or list, and anything whose path
   beneath the root is longer than the kernel takes (``PATH_MAX``).
 """
@@ -83,6 +84,10 @@ class ToolFailure(Exception):
     def __init__(self, text: str):
         super().__init__(text)
         self.text = text
+
+
+class OutOfTime(ToolFailure):
+    """A call that passed its ``stop_at`` (it stops at its next check, having changed nothing)."""
 
 
 _REASONS: tuple[tuple[type[OSError], str], ...] = (
@@ -244,7 +249,7 @@ def _decode(op: str, path: str, data: bytes, what: str) -> str:
 def _chunks(f: Any, stop_at: float) -> Iterator[bytes]:
     while chunk := f.read(_CHUNK):
         if time.monotonic() > stop_at:
-            raise ToolFailure("read: ran out of time")
+            raise OutOfTime("read: ran out of time")
         yield chunk
 
 
@@ -380,7 +385,12 @@ def _read_open(
             raise ToolFailure(
                 f"read: {path} is {st.st_size} bytes, exceeds {limit}-byte limit for image/PDF files."
             )
-        data = base64.standard_b64encode(f.read(limit + 1)).decode("ascii")
+        raw = bytearray()
+        for chunk in _chunks(f, stop_at):  # by chunks, the clock checked after each (up to 20 MiB)
+            raw += chunk
+            if len(raw) > limit:
+                break
+        data = base64.standard_b64encode(bytes(raw[: limit + 1])).decode("ascii")
         kind = "document" if media == "application/pdf" else "image"
         return [{"type": kind, "source": {"type": "base64", "media_type": media, "data": data}}]
     if st.st_size > DEFAULT_MAX_FILE_BYTES:
@@ -536,7 +546,7 @@ class _Clock:
     def tick(self) -> None:
         self.n += 1
         if self.n % 256 == 0 and time.monotonic() > self.stop_at:
-            raise ToolFailure(f"{self.op}: ran out of time")
+            raise OutOfTime(f"{self.op}: ran out of time")
 
 
 def listing(root: Root, rel: str, clock: _Clock) -> list[os.DirEntry[str]]:

@@ -17,6 +17,9 @@ Guarantees:
   a lone surrogate) is an ``is_error`` result, never an exception.
 - ``generation`` counts the writes made, so the repeat guard can tell a ``view`` of changed memory
   from a repeated one.
+- A command's file work runs on the event loop when the job directory is on a local file system
+  (:func:`runner.rundir.store.local_disk`: a few system calls on files of at most
+  :data:`MAX_FILE_BYTES`, cheaper than a hand-off to a thread and back), else on a worker thread.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from anthropic.types.beta import (
     BetaMemoryTool20250818ViewCommand,
 )
 
+from ..rundir.store import local_disk
 from . import file_tools
 from .beneath import BadPath, NotRegular, Outside, Root, open_beneath, open_regular, parent_beneath, relative
 from .file_tools import ToolFailure
@@ -179,15 +183,21 @@ class MemoryTool(BetaAsyncAbstractMemoryTool):
             )
         )
 
+    async def _file_work(self, work: Any, *args: Any) -> Any:
+        """``work(*args)``: here on the loop on a local disk, else on a worker thread (the Guarantees)."""
+        if local_disk(self.job_dir):
+            return work(*args)
+        return await anyio.to_thread.run_sync(work, *args)
+
     # -- the SDK's interface -----------------------------------------------------------------------
 
     async def view(self, command: BetaMemoryTool20250818ViewCommand) -> str:
         rel = _rel(command.path)
-        return await anyio.to_thread.run_sync(self._view, command.path, rel, command.view_range)
+        return await self._file_work(self._view, command.path, rel, command.view_range)
 
     async def create(self, command: BetaMemoryTool20250818CreateCommand) -> str:
         rel = _rel(command.path)
-        await anyio.to_thread.run_sync(self._put, command.path, rel, command.file_text)
+        await self._file_work(self._put, command.path, rel, command.file_text)
         return f"File created successfully at: {command.path}"
 
     async def str_replace(self, command: BetaMemoryTool20250818StrReplaceCommand) -> str:
@@ -202,7 +212,7 @@ class MemoryTool(BetaAsyncAbstractMemoryTool):
                 )
             return content.replace(command.old_str, command.new_str, 1)
 
-        await anyio.to_thread.run_sync(self._change, command.path, rel, change)
+        await self._file_work(self._change, command.path, rel, change)
         return f"The memory file {command.path} has been edited."
 
     async def insert(self, command: BetaMemoryTool20250818InsertCommand) -> str:
@@ -217,21 +227,21 @@ class MemoryTool(BetaAsyncAbstractMemoryTool):
             lines[command.insert_line : command.insert_line] = split_lines(command.insert_text) or [""]
             return "\n".join(lines) + "\n"
 
-        await anyio.to_thread.run_sync(self._change, command.path, rel, change)
+        await self._file_work(self._change, command.path, rel, change)
         return f"The file {command.path} has been edited."
 
     async def delete(self, command: BetaMemoryTool20250818DeleteCommand) -> str:
         rel = _rel(command.path)
         if rel == ".":
             raise ToolError(f"cannot delete the {PREFIX} directory itself")
-        await anyio.to_thread.run_sync(self._delete, command.path, rel)
+        await self._file_work(self._delete, command.path, rel)
         return f"Successfully deleted {command.path}"
 
     async def rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
         old, new = _rel(command.old_path), _rel(command.new_path)
         if "." in (old, new):
             raise ToolError(f"cannot rename the {PREFIX} directory itself")
-        await anyio.to_thread.run_sync(self._rename, command.old_path, old, command.new_path, new)
+        await self._file_work(self._rename, command.old_path, old, command.new_path, new)
         return f"Successfully renamed {command.old_path} to {command.new_path}"
 
     # -- on a worker thread, beneath the folder's descriptor ----------------------------------------

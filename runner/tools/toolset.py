@@ -24,14 +24,21 @@ Guarantees:
   object, a repeated or missing id, bad arguments: wrong types, NUL bytes, lone surrogates, huge or
   negative numbers, a path outside the workspace): it returns an ``is_error`` tool_result the model
   can read.
-- No call blocks the event loop or outlives its job: ``read``, ``write``, ``edit`` and ``glob`` run on
-  a worker thread under a deadline (:data:`FILE_TOOL_DEADLINE_S`, then an error result, the call is
+- No call blocks the event loop or outlives its job: ``read``, ``write``, ``edit`` and ``glob`` run on a
+  worker thread under a deadline (:data:`FILE_TOOL_DEADLINE_S`, then an error result, the call is
   abandoned and its walk stops soon after), and never run a model-chosen regular expression in this
-  process; ``grep`` runs in a child process (``python -I``, :mod:`runner.tools.grep_worker`, kept for the next
-  call by :mod:`runner.tools.grep_pool`) that is killed at the deadline or when the call is cancelled.
-  ``read``, ``write`` and ``edit`` refuse non-regular files (FIFOs, devices, sockets) without blocking (looked
-  at with ``O_PATH``, opened non-blocking). A cancelled ``bash`` call kills its process tree; ``timeout_ms``
-  is capped at :data:`runner.tools.sandbox.MAX_TIMEOUT_S`, and the result says so.
+  process. The small calls skip the thread: on a workspace on a local file system
+  (:func:`runner.rundir.store.local_disk`), ``read`` and ``glob`` run first on the event loop with a
+  budget of :data:`INLINE_BUDGET_S`; one that needs longer stops at its next clock check (after each
+  1 MiB chunk of a paged or image/PDF read, each 256 directory entries; a whole text file, at most
+  256 KiB, is one read), having changed nothing (both only read), and runs again from the start on a
+  worker thread under the deadline. A thread hand-off costs the loop the GIL twice, more than most of
+  these calls take. A network or FUSE workspace, which can hang, never runs a tool on the loop; ``grep``
+  runs in a child process (``python -I``, :mod:`runner.tools.grep_worker`, kept for the next call by
+  :mod:`runner.tools.grep_pool`) that is killed at the deadline or when the call is cancelled. ``read``,
+  ``write`` and ``edit`` refuse non-regular files (FIFOs, devices, sockets) without blocking (looked at
+  with ``O_PATH``, opened non-blocking). A cancelled ``bash`` call kills its process tree;
+  ``timeout_ms`` is capped at :data:`runner.tools.sandbox.MAX_TIMEOUT_S`, and the result says so.
 - Every cut result says so and how to get the rest (texts in :mod:`runner.protocol`).
 - Every result is valid UTF-8: undecodable file names and bytes are escaped (``\\xNN``).
 """
@@ -56,7 +63,7 @@ from anthropic.lib.tools.agent_toolset import (
 from .. import protocol
 from ..config import Limits
 from ..rundir.docs import TOOL_RESULTS, TRANSCRIPT
-from ..rundir.store import JobStore
+from ..rundir.store import JobStore, local_disk
 from . import file_tools, grep_pool
 from .beneath import Outside, Root, open_regular, relative
 from .file_tools import DEFAULT_MAX_FILE_BYTES, READ_PAGE_BYTES, ToolFailure
@@ -68,6 +75,8 @@ __all__ = ["DEFAULT_MAX_FILE_BYTES", "READ_PAGE_BYTES", "Toolset", "error_result
 
 RECALL_PAGE_CHARS = 20_000
 FILE_TOOL_DEADLINE_S = 60.0
+INLINE_BUDGET_S = 0.002  # how long a read or glob may hold the event loop before it goes to a thread
+INLINE_TOOLS = frozenset({"read", "glob"})  # read-only: stopped part-way, a call changed nothing
 BASH_DEFAULT_TIMEOUT = 120.0  # seconds, the SDK's default
 READ_ONLY = frozenset({"read", "glob", "grep", "recall", "compact"})
 CONCURRENT = READ_ONLY | {"task"}  # a batch of these runs at once (a subagent's writes are its own calls')
@@ -194,6 +203,9 @@ BYTE_RANGE_SCHEMA: dict[str, Any] = {
 
 def error_result(tool_use_id: str, text: str) -> dict[str, Any]:
     return {"type": "tool_result", "tool_use_id": tool_use_id, "content": text, "is_error": True}
+
+
+_NOT_INLINE = object()  # Toolset._inline: run the call on a worker thread
 
 
 def _run_file_tool(workspace: str, name: str, args: dict[str, Any], stop_at: float) -> Any:
@@ -425,6 +437,8 @@ class Toolset:
                 if answer.get("cut"):
                     output += "\n" + protocol.GREP_WALK_CUT.format(cap=file_tools.WALK_MAX_ENTRIES)
             else:
+                output = self._inline(name, args)
+            if output is _NOT_INLINE:
                 with anyio.move_on_after(deadline) as scope:
                     output = await anyio.to_thread.run_sync(
                         _run_file_tool,
@@ -444,6 +458,16 @@ class Toolset:
         if content == "" or content == []:
             content = "(no output)"
         return {"type": "tool_result", "tool_use_id": tool_use_id, "content": _safe_content(content)}
+
+    def _inline(self, name: str, args: dict[str, Any]) -> Any:
+        """The call's output, run on the event loop within :data:`INLINE_BUDGET_S`; ``_NOT_INLINE``
+        when it may not run here (not read-only, not a local disk) or needs longer."""
+        if name not in INLINE_TOOLS or not local_disk(self.workspace):
+            return _NOT_INLINE
+        try:
+            return file_tools.TOOLS[name](self.workspace, args, time.monotonic() + INLINE_BUDGET_S)
+        except file_tools.OutOfTime:
+            return _NOT_INLINE
 
     async def _run_bash(self, tool_use_id: str, args: dict[str, Any]) -> dict[str, Any]:
         command, timeout_ms = args.get("command"), args.get("timeout_ms")
