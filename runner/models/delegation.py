@@ -89,8 +89,8 @@ TAIL_CHARS = 400  # the end of a saved cut listing read back: its last line says
 MEASURE_BATCH = 8  # directories a measuring turn lists (their answers fit a small window)
 MEASURE_BATCH_SMALL = 3  # and once a summary is in view: the window is smaller than they need
 MEASURE_ROUNDS = 80  # measuring turns at most before the split (a few minutes; the parts take hours)
-MEASURE_SUMMARIES = 4  # history summaries at most while measuring: then the split, with what is known
-# (well under the thrashing detector's streak: the split and the parts' results come after)
+MEASURE_SUMMARIES = 2  # history summaries at most while measuring: then the split, with what is known
+# (before the thrashing detector halves the summaries, which would drop the measuring notes)
 LIST_BATCH = 16  # directories whose subdirectories a turn lists (short answers)
 TABLES_KEY = "- delegation-tables | "  # the parts' tables merged so far: one note, whatever their number
 PART_KEY = "- subagent {k} | "  # one key per part: a summary keeps each part's newest note
