@@ -1,28 +1,89 @@
 """Run every benchmark and rewrite BENCHMARKS.md: ``python bench/run_all.py`` (``--smoke`` for seconds).
 
 Each benchmark runs in its own process, one after another, and stamps its table with the machine, the
-1-minute load average when it started and its command (``bench/common.py``): run it on a quiet machine."""
+1-minute load average when it started and its command (``bench/common.py``): run it on a quiet machine.
+
+The peers run in interpreters of their own, as their authors ship them (``pip install -e '.[bench]'``
+into a venv; OpenHands' SDK needs Python 3.12): ``RUNNER_PEER_PYTHON`` has inspect_ai (the peers'
+cost rows, and its rows in the concurrency table), ``RUNNER_OPENHANDS_PYTHON`` has openhands-sdk.
+A peer whose interpreter is not given is skipped, and says so; its table keeps its last results.
+
+    python bench/run_all.py [--smoke] [--only NAME ...]
+"""
 
 from __future__ import annotations
 
+import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-BENCHES = ("concurrency.py", "ray_fault.py", "ratelimit.py", "cost.py", "compactor.py", "viewer.py")
+HERE = Path(__file__).resolve().parent
+INSPECT = "RUNNER_PEER_PYTHON"
+OPENHANDS = "RUNNER_OPENHANDS_PYTHON"
+
+# (name, script, its arguments, the interpreter's variable or None for this one, whether it has --smoke)
+BENCHES: tuple[tuple[str, str, tuple[str, ...], str | None, bool], ...] = (
+    ("concurrency", "concurrency.py", (), None, True),
+    ("ray_scale", "concurrency.py", ("--ray-scale",), None, False),
+    ("ray_fault", "ray_fault.py", (), None, True),
+    ("ratelimit", "ratelimit.py", (), None, True),
+    ("cost", "cost.py", (), None, True),
+    ("peers", "peers.py", (), INSPECT, True),
+    ("peers_openhands", "peers_openhands.py", (), OPENHANDS, True),
+    ("compactor", "compactor.py", (), None, True),
+    ("viewer", "viewer.py", (), None, True),
+    ("big_tree", "big_tree.py", (), None, False),
+    ("manifest", "manifest.py", (), None, True),
+    ("subagents", "subagents.py", (), None, False),
+    ("subagents_site", "subagents.py", ("--site-packages", "--latency", "0.5"), None, False),
+    ("nightly", "nightly.py", (), None, False),
+    ("batch_delivery", "batch_delivery.py", (), None, True),
+    ("scaling", "scaling.py", (), None, True),
+)
+
+
+def command(name: str, smoke: bool) -> list[str] | str:
+    """The command line of one benchmark, or why it is skipped."""
+    _, script, args, python_var, has_smoke = next(b for b in BENCHES if b[0] == name)
+    if not (HERE / script).exists():
+        return f"{script} is not in this checkout"
+    python = sys.executable
+    if python_var is not None:
+        python = os.environ.get(python_var, "")
+        if not python:
+            return f"its peer's interpreter is not given (set {python_var})"
+    extra = list(args)
+    if name == "concurrency" and os.environ.get(INSPECT):
+        extra += ["--peer-python", os.environ[INSPECT]]
+    if smoke:
+        if not has_smoke:
+            return "no smoke size"
+        extra.append("--smoke")
+    return [python, str(HERE / script), *extra]
 
 
 def main() -> int:
-    here = Path(__file__).resolve().parent
-    extra = sys.argv[1:]
-    sys.path.insert(0, str(here))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--smoke", action="store_true", help="each benchmark's smoke size (seconds)")
+    parser.add_argument("--only", nargs="+", choices=[b[0] for b in BENCHES], help="these benchmarks only")
+    args = parser.parse_args()
+    sys.path.insert(0, str(HERE))
     from common import load_note, machine
 
     print(f"{machine()}; {load_note()}", flush=True)
-    for bench in BENCHES:
-        print(f"== {bench} {' '.join(extra)}", flush=True)
-        done = subprocess.run([sys.executable, str(here / bench), *extra])
+    for name in args.only or [b[0] for b in BENCHES]:
+        line = command(name, args.smoke)
+        if isinstance(line, str):
+            print(f"== {name}: skipped: {line}", flush=True)
+            continue
+        print(f"== {name}: {' '.join(line)}", flush=True)
+        done = subprocess.run(line, cwd=HERE.parent)
         if done.returncode != 0:
+            print(f"== {name} failed (exit {done.returncode})", flush=True)
             return done.returncode
     return 0
 
