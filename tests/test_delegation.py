@@ -483,3 +483,35 @@ def test_a_big_directory_not_all_measured_is_cut_by_estimates():
     assert found.pieces["big"] == [[40, "big/a"], [19, "big/b"], [19, "big/c"], [19, "big/."]]
     parts = delegation.plan_parts(entries=160, sizes={"big": 100, "s": 60}, pieces=found.pieces, top=0)
     assert sorted(u for p in parts for u in units(p)) == ["big/.", "big/a", "big/b", "big/c", "s"]
+
+
+async def test_a_summary_that_dropped_the_directories_note_has_them_listed_again(
+    tree, tmp_path, small_threshold
+):
+    messages: list[Message] = [{"role": "user", "content": "Survey this workspace."}]
+    names = {"read", "glob", "grep", "memory", "task"}
+    store = JobStore(tmp_path / "job")
+    await store.open()
+    async with Toolset(str(tree), TOOLS, store, Limits()) as toolset:
+        for turn in range(2):
+            content, _ = policy.decide(messages, names)
+            messages.append({"role": "assistant", "content": content})
+            messages.append(
+                {"role": "user", "content": await toolset.run_batch(tool_uses(messages[-1]), turn=turn)}
+            )
+        asked = [u["input"] for u in tool_uses(messages[-2])]
+        sizes = next(
+            line for line in text_of(messages[-2]).split("\n") if line.startswith(delegation.SIZES_KEY)
+        )
+        summary = summary_text("Context summary", "Survey this workspace.", sizes, "transcript.jsonl")
+        view: list[Message] = [{"role": "user", "content": summary}]
+        content, _ = policy.decide(view, names)
+        assert [u["input"] for u in tool_uses({"role": "assistant", "content": content})] == [
+            delegation.REPROBE
+        ]
+        view.append({"role": "assistant", "content": content})
+        view.append({"role": "user", "content": await toolset.run_batch(tool_uses(view[-1]), turn=2)})
+        content, _ = policy.decide(view, names)
+    text = text_of({"role": "assistant", "content": content})
+    assert delegation.DIRS_KEY in text and delegation.SIZES_KEY in text  # noted again
+    assert [u["input"] for u in tool_uses({"role": "assistant", "content": content})] == asked

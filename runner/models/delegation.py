@@ -85,12 +85,14 @@ SIZES_KEY = "- delegation-sizes | "  # the split waiting for its directories' si
 DIRS_KEY = (
     "- delegation-dirs | "  # the top-level directories measured: written once (the sizes' note is small)
 )
+REPROBE = {"pattern": "*/", "path": "."}  # the top-level directories, asked again after a summary
 TAIL_CHARS = 400  # the end of a saved cut listing read back: its last line says how many it matched
 MEASURE_BATCH = 8  # directories a measuring turn lists (their answers fit a small window)
 MEASURE_BATCH_SMALL = 3  # and once a summary is in view: the window is smaller than they need
 MEASURE_ROUNDS = 80  # measuring turns at most before the split (a few minutes; the parts take hours)
-MEASURE_SUMMARIES = 2  # history summaries at most while measuring: then the split, with what is known
-# (before the thrashing detector halves the summaries, which would drop the measuring notes)
+MEASURE_SUMMARIES = 6  # history summaries at most while measuring: then the split, with what is known
+CLOSE_SUMMARIES = 2  # or once two come this close (turns): the thrashing detector's first strike;
+# a few more and it halves the summaries, which could drop the measuring notes
 LIST_BATCH = 16  # directories whose subdirectories a turn lists (short answers)
 TABLES_KEY = "- delegation-tables | "  # the parts' tables merged so far: one note, whatever their number
 PART_KEY = "- subagent {k} | "  # one key per part: a summary keeps each part's newest note
@@ -128,6 +130,9 @@ def decide(messages: list[Message], tool_names: set[str]) -> tuple[list[dict[str
     plan = _plan(messages)
     if plan is not None:
         return _assemble(messages, plan)
+    again = reprobe(messages)
+    if again is not None:
+        return again
     found = _measured(messages)  # measuring: its note says all it needs (the survey's may be gone)
     if found is not None:
         return _measure_more(messages, found) or _delegate(messages, tool_names, found)
@@ -307,9 +312,10 @@ class Measured:
         self.listing = self._names(note.get("listing"))  # their subdirectories listed by the last turn
         self.retried = set(self._names(note.get("retried")))
         self.retried_listing = set(self._names(note.get("retried_listing")))
-        self.summaries: set[str] = set(note.get("summaries") or [])  # seen while measuring
+        self.summaries: dict[str, int] = dict(note.get("summaries") or {})  # seen while measuring: round
         self.tails: dict[str, list[Any]] = {}  # a saved cut listing: [its saved path, its chars]
         self.batch = MEASURE_BATCH
+        self.rewrite_dirs = False
 
     def _names(self, items: Any) -> list[str]:
         """Directories as the note writes them: a top-level one by its index in ``dirs``."""
@@ -425,8 +431,11 @@ class Measured:
     def next_calls(self) -> list[tuple[str, dict[str, Any]]]:
         """The next turn's calls: the totals of saved cut listings; for a tree of many top-level
         directories, their subdirectories first (short answers, :data:`LIST_BATCH` a turn), then the
-        sizes; nothing after :data:`MEASURE_ROUNDS` turns or :data:`MEASURE_SUMMARIES` summaries."""
-        if self.round >= MEASURE_ROUNDS or len(self.summaries) >= MEASURE_SUMMARIES:
+        sizes; nothing after :data:`MEASURE_ROUNDS` turns, :data:`MEASURE_SUMMARIES` summaries, or two
+        summaries :data:`CLOSE_SUMMARIES` turns apart."""
+        rounds = sorted(self.summaries.values())
+        close = any(b - a <= CLOSE_SUMMARIES for a, b in zip(rounds, rounds[1:], strict=False))
+        if self.round >= MEASURE_ROUNDS or len(rounds) >= MEASURE_SUMMARIES or close:
             return []
         calls: list[tuple[str, dict[str, Any]]] = [
             ("recall", {"path": saved, "offset": max(0, chars - TAIL_CHARS), "limit": TAIL_CHARS})
@@ -460,7 +469,9 @@ class Measured:
         top = set(self.dirs)
         return {
             **{k: self.note[k] for k in ("root", "entries", "top")},
-            **({"dirs": self.dirs} if self.round == 0 else {}),  # the first turn writes them, once
+            # written by the first turn, and again by the first after each summary (which keeps
+            # the newest notes first: written once, they would be the first it leaves out)
+            **({"dirs": self.dirs} if self.round == 0 or self.rewrite_dirs else {}),
             "round": self.round + 1,
             "n": [self.sizes.get(d, 0) for d in self.dirs],
             "exact": "".join("1" if d in self.exact else "0" for d in self.dirs),
@@ -474,7 +485,7 @@ class Measured:
             "retried": self._refs(sorted(self.retried)),
             "retried_listing": self._refs(sorted(self.retried_listing)),
             "tails": {d: saved for d, (saved, _) in self.tails.items()},
-            "summaries": sorted(self.summaries),
+            "summaries": self.summaries,
         }
 
 
@@ -493,11 +504,40 @@ def _newest_note(messages: list[Message], key: str) -> dict[str, Any] | None:
     return None
 
 
+def _reprobed(messages: list[Message]) -> dict[str, Any] | None:
+    """The top-level directories again, from the answer to :data:`REPROBE` in the newest results."""
+    if len(messages) < 2:
+        return None
+    ids = {str(u.get("id")) for u in tool_uses(messages[-2]) if u.get("input") == REPROBE}
+    for r in tool_results(messages[-1]):
+        text = result_text(r)
+        if str(r.get("tool_use_id")) in ids and not r.get("is_error") and not glob_cut(text):
+            if not (is_placeholder(text) or is_persisted(text)):
+                names = {os.path.basename(e) for e in _entries(text)}
+                return {"dirs": sorted(n for n in names if n not in SKIP_DIRS)}
+    return None
+
+
+def reprobe(messages: list[Message]) -> tuple[list[dict[str, Any]], str] | None:
+    """When a summary kept the sizes' note but not the directories' (it keeps the newest notes first):
+    the top-level directories asked again (the note counts them in their sorted order), rather than
+    measuring from the start; None when that is not the case."""
+    if _plan(messages) is not None or _newest_note(messages, DIRS_KEY) or _reprobed(messages):
+        return None
+    note = _newest_note(messages, SIZES_KEY)
+    if note is None:
+        return None
+    text = f"The top-level directories' note is gone: listing them again.\n{SIZES_KEY}{_plan_json(note)}"
+    call = {"type": "tool_use", "id": _call_id(messages, 0), "name": "glob", "input": dict(REPROBE)}
+    return [{"type": "text", "text": text}, call], "tool_use"
+
+
 def _measured(messages: list[Message]) -> Measured | None:
     """The sizes known from the newest measuring note (in the message before the newest results,
     or in a summary: then the answers of its turn are gone, and asked again); None when there is
     none, or the tree was split since."""
-    dirs = _newest_note(messages, DIRS_KEY)
+    noted = _newest_note(messages, DIRS_KEY)
+    dirs = noted or _reprobed(messages)
     found, where = None, -1
     for where in range(len(messages) - 1, -1, -1):  # the newest note: a summary may carry it
         text = text_of(messages[where])
@@ -511,6 +551,7 @@ def _measured(messages: list[Message]) -> Measured | None:
                 continue
     if found is None or any(PLAN_KEY in text_of(m) for m in messages[where:]):
         return None
+    found.rewrite_dirs = noted is None  # listed again: noted again
     if where != len(messages) - 2 or messages[where].get("role") != "assistant":  # its answers are gone
         found.settle()
         return found
@@ -518,7 +559,7 @@ def _measured(messages: list[Message]) -> Measured | None:
     tails = found.note.get("tails") or {}
     for r in tool_results(messages[-1]):
         args = uses.get(str(r.get("tool_use_id")))
-        if args is None or r.get("is_error"):
+        if args is None or r.get("is_error") or args == REPROBE:
             continue
         if "offset" in args:  # a recall names the saved file: the directory is in the note
             for d in [d for d, saved in tails.items() if saved == args.get("path")]:
@@ -534,7 +575,9 @@ def _measure_more(messages: list[Message], found: Measured) -> tuple[list[dict[s
     seen = [text_of(m) for m in messages if m.get("role") == "user" and is_summary(text_of(m))]
     if seen:
         found.batch = MEASURE_BATCH_SMALL
-        found.summaries.add(hashlib.sha256(seen[-1].encode()).hexdigest()[:12])
+        newest = hashlib.sha256(seen[-1].encode()).hexdigest()[:12]
+        found.rewrite_dirs = found.rewrite_dirs or newest not in found.summaries
+        found.summaries.setdefault(newest, found.round)
     calls = found.next_calls()
     if not calls:
         return None
