@@ -85,12 +85,14 @@ SIZES_KEY = "- delegation-sizes | "  # the split waiting for its directories' si
 DIRS_KEY = (
     "- delegation-dirs | "  # the top-level directories measured: written once (the sizes' note is small)
 )
-REPROBE = {"pattern": "*/", "path": "."}  # the top-level directories, asked again after a summary
+# the top-level directories, asked again after a summary: each way at most the times a call may repeat
+REPROBES = ({"pattern": "*/", "path": "."}, {"pattern": "./*/"}, {"pattern": "*/", "path": "./"})
+REPROBE = REPROBES[0]
 TAIL_CHARS = 400  # the end of a saved cut listing read back: its last line says how many it matched
 MEASURE_BATCH = 8  # directories a measuring turn lists (their answers fit a small window)
 MEASURE_BATCH_SMALL = 3  # and once a summary is in view: the window is smaller than they need
 MEASURE_ROUNDS = 80  # measuring turns at most before the split (a few minutes; the parts take hours)
-MEASURE_SUMMARIES = 6  # history summaries at most while measuring: then the split, with what is known
+MEASURE_SUMMARIES = 5  # history summaries at most while measuring: then the split, with what is known
 CLOSE_SUMMARIES = 2  # or once two come this close (turns): the thrashing detector's first strike;
 # a few more and it halves the summaries, which could drop the measuring notes
 LIST_BATCH = 16  # directories whose subdirectories a turn lists (short answers)
@@ -486,6 +488,7 @@ class Measured:
             "retried_listing": self._refs(sorted(self.retried_listing)),
             "tails": {d: saved for d, (saved, _) in self.tails.items()},
             "summaries": self.summaries,
+            "reprobes": int(self.note.get("reprobes") or 0),
         }
 
 
@@ -508,7 +511,7 @@ def _reprobed(messages: list[Message]) -> dict[str, Any] | None:
     """The top-level directories again, from the answer to :data:`REPROBE` in the newest results."""
     if len(messages) < 2:
         return None
-    ids = {str(u.get("id")) for u in tool_uses(messages[-2]) if u.get("input") == REPROBE}
+    ids = {str(u.get("id")) for u in tool_uses(messages[-2]) if u.get("input") in REPROBES}
     for r in tool_results(messages[-1]):
         text = result_text(r)
         if str(r.get("tool_use_id")) in ids and not r.get("is_error") and not glob_cut(text):
@@ -527,8 +530,11 @@ def reprobe(messages: list[Message]) -> tuple[list[dict[str, Any]], str] | None:
     note = _newest_note(messages, SIZES_KEY)
     if note is None:
         return None
+    times = int(note.get("reprobes") or 0)
+    note["reprobes"] = times + 1
     text = f"The top-level directories' note is gone: listing them again.\n{SIZES_KEY}{_plan_json(note)}"
-    call = {"type": "tool_use", "id": _call_id(messages, 0), "name": "glob", "input": dict(REPROBE)}
+    way = REPROBES[times % len(REPROBES)]
+    call = {"type": "tool_use", "id": _call_id(messages, 0), "name": "glob", "input": dict(way)}
     return [{"type": "text", "text": text}, call], "tool_use"
 
 
@@ -559,7 +565,7 @@ def _measured(messages: list[Message]) -> Measured | None:
     tails = found.note.get("tails") or {}
     for r in tool_results(messages[-1]):
         args = uses.get(str(r.get("tool_use_id")))
-        if args is None or r.get("is_error") or args == REPROBE:
+        if args is None or r.get("is_error") or args in REPROBES:
             continue
         if "offset" in args:  # a recall names the saved file: the directory is in the note
             for d in [d for d, saved in tails.items() if saved == args.get("path")]:
