@@ -393,7 +393,9 @@ class RunJson:
                 return
             make = self.batch.kept[name].model_copy
         else:
-            p = self.progress[name]  # running until its session has written its files and returned
+            # running until its session has written its files and returned (a task file that did not
+            # load is queued until its failure is recorded, before the first write)
+            p = self.progress.get(name) or JobMetrics(job=name, status=Status.QUEUED)
             status = p.status if p.status in LIVE_STATUSES else Status.RUNNING
             key = (status, p.turns)
             if self._keys[i] == key:
