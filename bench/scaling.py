@@ -45,7 +45,7 @@ ROOT = HERE.parent
 CONCURRENCY = 50
 SESSION_FILES = 6_000  # modules of ~3 KB: more than 3,000 turns of survey at context_char_limit 20,000
 SESSION_POINTS = (100, 1_000, 3_000)
-WINDOW = 50  # turns over which the time per turn at a point is taken (the WINDOW turns ending there)
+WINDOW = 100  # turns over which the time per turn at a point is taken (the WINDOW turns ending there)
 
 
 def spread(values: list[float], digits: int = 1) -> str:
