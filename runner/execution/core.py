@@ -5,7 +5,7 @@ process's task group, or on a Ray worker).
 Guarantees:
 - At most ``concurrency`` jobs are dispatched at once; a job's failure is its own (``run_job``'s).
 - ``run.json`` is written before any job starts, rewritten (atomically) when a job starts or ends, at
-  most every ``MIN_INTERVAL_S`` (or 50 times the last rewrite's time on the loop, when longer) between
+  most every ``MIN_INTERVAL_S`` (or 50 times the last rewrite's own time, when longer) between
   the first write and the last, and written last through the disk reserve (``final_write``) with
   state ``finished`` or ``interrupted``; the reserves are then released and the batch's model closed.
 - Every job ends in a final state, in ``run.json`` and in :attr:`BatchResult.results`: a task file that
@@ -412,7 +412,7 @@ class RunJson:
 
     async def write(self, force: bool = False) -> None:
         """Rewrite run.json; between the first and the last write, at most every ``MIN_INTERVAL_S``, or
-        every 50 times the last write's time on the loop when that is longer (each write lists every
+        every 50 times the last write's time (made and written) when that is longer (each write lists every
         job, so writing on every event, or every half second in a batch of any size, would cost
         O(jobs^2)). Each job's own metrics.json is always current; ``runner resume`` trusts those."""
         if not force and time.monotonic() - self._last_write < self._interval:
@@ -422,9 +422,10 @@ class RunJson:
                 return  # another writer did it while this one waited
             began = time.monotonic()
             self._last_write = began
-            text = self.text()
-            self._interval = max(MIN_INTERVAL_S, 50 * (time.monotonic() - began))
-            await write_atomic(self.batch.run_dir / RUN_JSON, text)
+            try:
+                await write_atomic(self.batch.run_dir / RUN_JSON, self.text())
+            finally:
+                self._interval = max(MIN_INTERVAL_S, 50 * (time.monotonic() - began))
 
     def text(self) -> str:
         """run.json as :func:`~runner.rundir.docs.run_json_text` writes :meth:`document`, from the
