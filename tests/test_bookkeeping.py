@@ -198,3 +198,37 @@ def test_a_big_run_gets_its_table_as_plain_lines_that_fit_80_columns() -> None:
         lines[3].split()[:5] == ["j00002", "ok", "5", "7.4k/0", "2"] and lines[4] == "2 subagents, 1 failed"
     )
     assert fitting_table(rows[:PLAIN_ROWS], None, 80).__class__.__name__ == "Table"
+
+
+def test_a_long_jobs_page_lists_and_marks_a_bounded_number_of_compactions(tmp_path: Path) -> None:
+    from runner.ui.viewer import pages
+    from runner.ui.viewer.render import write_view
+
+    run_dir = tmp_path / "20261201-000000-long"
+    job = run_dir / "long"
+    job.mkdir(parents=True)
+    many = pages.COMPACTIONS_SHOWN * 3
+    events, transcript = [], [{"role": "user", "content": "Survey it."}]
+    for turn in range(1, many + 1):
+        events.append(
+            {"ts": turn, "stage": "micro_compact", "messages_before": 9, "messages_after": 9}
+            | {"chars_before": 9_000 + turn, "chars_after": 6_000}
+        )
+        events.append(
+            {"ts": turn, "stage": "model_call", "turn": turn, "chars": 9_000, "tokens": 2_250}
+            | {"estimated": True, "cost_usd": 0.001 * turn}
+        )
+        transcript.append({"role": "assistant", "content": [{"type": "text", "text": f"turn {turn}"}]})
+    (job / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (job / "transcript.jsonl").write_text("".join(json.dumps(m) + "\n" for m in transcript))
+    metrics = {"job": "long", "status": "succeeded", "turns": many, "compactions": {"micro_compact": many}}
+    (job / "metrics.json").write_text(json.dumps(metrics))
+    (run_dir / "run.json").write_text(
+        json.dumps({"run_id": run_dir.name, "state": "finished", "jobs": [metrics]})
+    )
+    page = (write_view(run_dir).pages_dir / "long.html").read_text()
+    assert f"Compactions ({many})" in page
+    table = page[page.index("<h2>Compactions") : page.index("<h2>Final report")]
+    assert table.count("<tr><td") == pages.COMPACTIONS_SHOWN
+    assert f"the other {many - pages.COMPACTIONS_SHOWN:,} are each in the transcript" in table
+    assert 0 < page.count('class="mark"') <= pages.MARKS_SHOWN and f"1 compaction in 3 (of {many:,})" in page
