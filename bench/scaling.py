@@ -247,7 +247,8 @@ def session_child(args: argparse.Namespace) -> None:
     )
 
 
-def measure_session(turns: int, files: int, rounds: int, keep: Path) -> dict:
+def measure_session(turns: int, files: int, rounds: int, keep: Path, *, separate_trace: bool = True) -> dict:
+    """``separate_trace``: the traced round is one more (else the last timed one is traced: a smoke run)."""
     points = [p for p in SESSION_POINTS if p <= turns] or [turns]
     with tempfile.TemporaryDirectory(prefix="scaling-session-") as tmp:
         base = Path(tmp)
@@ -259,8 +260,9 @@ def measure_session(turns: int, files: int, rounds: int, keep: Path) -> dict:
             f"[limits]\nmax_turns = {turns}\ntimeout_s = 3600\ncontext_char_limit = 20000\n"
         )
         results = []
-        for i in range(rounds + 1):
-            traced = i == rounds  # the last round under tracemalloc: its heap bytes, not its times
+        total = rounds + 1 if separate_trace else rounds
+        for i in range(total):
+            traced = i == total - 1  # the last round under tracemalloc: its heap bytes, not its times
             out = base / f"out-{i}.json"
             runs = base / f"runs-{i}"
             cmd = [sys.executable, str(HERE / "scaling.py"), "--session-child", str(out)]
@@ -274,7 +276,7 @@ def measure_session(turns: int, files: int, rounds: int, keep: Path) -> dict:
             if i == 0:
                 shutil.copytree(runs.resolve() / Path(os.readlink(runs / "latest")).name, keep, symlinks=True)
             shutil.rmtree(runs)
-    timed = [r for r in results if not r["traced"]]
+    timed = [r for r in results if not r["traced"]] or results
     traced = next(r for r in results if r["traced"])
     rows = []
     for p in points:
@@ -621,7 +623,7 @@ def main() -> int:
         long_run = Path(kept) / "run"
         if "session" in only or "viewer" in only:
             turns, files = (40, 100) if args.smoke else (3_000, SESSION_FILES)
-            result["session"] = measure_session(turns, files, rounds, long_run)
+            result["session"] = measure_session(turns, files, rounds, long_run, separate_trace=not args.smoke)
             if "session" in only:
                 sections.append(session_table(result["session"]))
                 print(sections[-1], flush=True)
