@@ -33,11 +33,17 @@ ROWS = {
         "| nightly batch, deadline 0.6 |",
         "Long session: tokens equal",
     ),
+    "scaling": (
+        "## Scaling 1: jobs per batch",
+        "## Scaling 2: session length",
+        "## Scaling 3: workspace size",
+        "## Scaling 4: the viewer's page of a long job",
+    ),
 }
 
 
 @pytest.mark.parametrize(
-    "name", ["concurrency", "ratelimit", "cost", "compactor", "viewer", "batch_delivery"]
+    "name", ["concurrency", "ratelimit", "cost", "compactor", "viewer", "batch_delivery", "scaling"]
 )
 def test_benchmark_smoke(name: str) -> None:
     before = (BENCH.parent / "BENCHMARKS.md").read_text()

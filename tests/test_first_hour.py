@@ -248,6 +248,7 @@ def _tally_with_a_long_job() -> Any:
         progress[n].status = "failed"
         tally.finished(JobMetrics(job=n, status="failed", wall_s=0.2))
     progress["g"].status, progress["g"].turns, progress["g"].started = "running", 114, tally.started_wall
+    tally.job_started(progress["g"])
     return tally, progress
 
 
@@ -267,6 +268,7 @@ def test_the_eta_from_the_pace_when_it_can_be_estimated() -> None:
     tally.start(progress)
     tally.finished(JobMetrics(job="a", status="succeeded", wall_s=30.0))
     progress["b"].status, progress["b"].started = "running", tally.started_wall + 20
+    tally.job_started(progress["b"])
     # one of four done in 30 s: three more at that pace take 90 s (b, 10 s in, needs 20 s more of it)
     assert tally.eta_s(now=tally.started + 30) == pytest.approx(90)
     assert "ETA 1:30" in tally.line(now=tally.started + 30)

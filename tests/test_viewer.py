@@ -290,6 +290,8 @@ def test_the_live_tally_tells_counts_eta_cost_against_the_limit_tokens_and_429s(
     tally.start(progress)
     assert "0/4 done" in tally.line() and "ETA -" in tally.line()  # nothing finished: no guess
     progress["a"].status, progress["b"].status = "running", "running"
+    tally.job_started(progress["a"])
+    tally.job_started(progress["b"])
     progress["a"].cost_usd, progress["a"].usage = 1.25, Usage(input_tokens=1000, output_tokens=100)
     progress["b"].cost_usd, progress["b"].usage.input_tokens = 0.5, 500
     tally.finished(JobMetrics(job="a", status="failed", usage=Usage(input_tokens=1000, output_tokens=100)))

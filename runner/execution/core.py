@@ -5,9 +5,9 @@ process's task group, or on a Ray worker).
 Guarantees:
 - At most ``concurrency`` jobs are dispatched at once; a job's failure is its own (``run_job``'s).
 - ``run.json`` is written before any job starts, rewritten (atomically) when a job starts or ends, at
-  most every ``MIN_INTERVAL_S`` between the first write and the last, and written last through the
-  disk reserve (``final_write``) with state ``finished`` or ``interrupted``; the reserves are then
-  released and the batch's model closed.
+  most every ``MIN_INTERVAL_S`` (or 50 times the last rewrite's own time, when longer) between
+  the first write and the last, and written last through the disk reserve (``final_write``) with
+  state ``finished`` or ``interrupted``; the reserves are then released and the batch's model closed.
 - Every job ends in a final state, in ``run.json`` and in :attr:`BatchResult.results`: a task file that
   did not load is ``failed`` (its ``metrics.json`` says why); a job never started when the batch
   stopped is ``not_started`` with the reason when the backend is unusable, else ``cancelled``.
@@ -18,16 +18,20 @@ Guarantees:
   files are whatever it wrote by then). A third gets Python's default handling.
 - A job that meets :class:`~runner.models.base.BackendUnusable` stops the batch as the first signal
   does, but not interrupted: :attr:`BatchResult.fatal` is the one-line reason.
+- Bookkeeping per event is O(1) in the jobs of the batch but for a rewrite's join of the rows' texts:
+  a row is serialized when it changes (an ended job's once), the totals are kept as rows change.
 - Bookkeeping never ends the batch: a failure to write ``run.json``, of the display or of closing
   is a warning on stderr.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import signal
 import sys
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -43,7 +47,7 @@ from ..compaction.compactor import Compactor
 from ..jobs import JobError, JobSpec
 from ..messages import Message
 from ..models.base import BackendUnusable, Model
-from ..pricing import PriceTable
+from ..pricing import USAGE_KEYS, PriceTable
 from ..rundir.docs import (
     JOBS_RESERVE,
     LIVE_STATUSES,
@@ -54,7 +58,6 @@ from ..rundir.docs import (
     RunDocument,
     RunState,
     Status,
-    run_json_text,
     totals_of,
 )
 from ..rundir.reserve import final_write, release
@@ -196,6 +199,7 @@ async def run_batch_with(batch: Batch, dispatch: Dispatch, display: Display | No
             returned = False
             try:
                 display.job_started(record)
+                run_json.job_started(spec.name)
                 await quietly(run_json.write())
                 history = batch.histories.get(spec.name)
                 resumed = Resumed(history, batch.priors.get(spec.name)) if history else None
@@ -215,7 +219,8 @@ async def run_batch_with(batch: Batch, dispatch: Dispatch, display: Display | No
                         Status.CANCELLED,
                         "cancelled; the batch stopped waiting for it",
                     )
-                out.results[spec.name] = run_json.results[spec.name] = result
+                out.results[spec.name] = result
+                run_json.ended(spec.name, result)
                 with anyio.CancelScope(shield=True):
                     await quietly(run_json.write())
                 quietly_call(display.job_finished, result)
@@ -227,7 +232,8 @@ async def run_batch_with(batch: Batch, dispatch: Dispatch, display: Display | No
     async def run_jobs() -> None:
         for error in batch.errors:
             out.results[error.name] = await record_load_error(batch.run_dir, error)
-        run_json.results.update(out.results)
+        for name, result in out.results.items():
+            run_json.ended(name, result)
         await quietly(run_json.write(force=True))
         display.start(progress)
         async with anyio.create_task_group() as jobs:
@@ -269,7 +275,8 @@ async def end(batch: Batch, dispatch: Dispatch, out: BatchResult, run_json: RunJ
         await quietly(dispatch.cancel(), "could not cancel the jobs")
     for spec in batch.specs:
         if spec.name not in out.results:
-            out.results[spec.name] = run_json.results[spec.name] = never_started(new_record(spec), out.fatal)
+            out.results[spec.name] = never_started(new_record(spec), out.fatal)
+            run_json.ended(spec.name, out.results[spec.name])
     run_json.finished = True
     run_json.interrupted = out.interrupted
     await quietly(dispatch.finish(), "could not finish the batch")
@@ -277,7 +284,7 @@ async def end(batch: Batch, dispatch: Dispatch, out: BatchResult, run_json: RunJ
         final_write(
             batch.run_dir,
             lambda: run_json.write(force=True),
-            lambda: overwrite(batch.run_dir / RUN_JSON, run_json_text(run_json.document())),
+            lambda: overwrite(batch.run_dir / RUN_JSON, run_json.text()),
             RUN_RESERVE,
         )
     )
@@ -329,55 +336,107 @@ async def record_load_error(run_dir: Path, error: JobError) -> JobMetrics:
 
 
 class RunJson:
-    """``run.json`` of a batch: kept jobs, load errors, ended jobs' results and running jobs' live rows."""
+    """``run.json`` of a batch: kept jobs, load errors, ended jobs' results and running jobs' live rows.
+
+    Each row is serialized when it changes, not at every write: an ended job's row once, a running
+    job's live row when its status or turns moved, a queued job's once; the totals are kept as rows
+    change. A write joins the rows' texts, so its cost on the loop grows with the jobs only by a join.
+    """
 
     def __init__(self, batch: Batch, progress: dict[str, JobMetrics]):
         self.batch = batch
         self.progress = progress
-        self.results: dict[str, JobMetrics] = {}
+        self.results: dict[str, JobMetrics] = {}  # set through :meth:`ended`
         self.started = time.time()
         self.finished = False
         self.interrupted = False
         self._lock = anyio.Lock()
         self._last_write = float("-inf")
-        self._rows: dict[str, tuple[JobMetrics, JobMetrics]] = {}  # an ended job's row, made once
+        self._interval = MIN_INTERVAL_S
+        self._sources = {
+            **{e.name: str(e.source.absolute()) for e in batch.errors},
+            **{s.name: str(s.source.absolute()) for s in batch.specs},
+        }
+        names = [*batch.kept, *(e.name for e in batch.errors), *(s.name for s in batch.specs)]
+        self._index = {name: i for i, name in enumerate(dict.fromkeys(names))}
+        self._texts: list[str] = [""] * len(self._index)
+        self._rows: list[JobMetrics] = [JobMetrics()] * len(self._index)
+        self._keys: list[object] = [None] * len(self._index)
+        self._totals = _Totals()
+        self._live: set[str] = set()  # jobs started and not ended: their rows are looked at on each write
+        for name in self._index:
+            self._refresh(name)
+
+    def ended(self, name: str, result: JobMetrics) -> None:
+        """``name`` ended with ``result`` (final from now on: its row is made once)."""
+        self.results[name] = result
+        self._live.discard(name)
+        self._refresh(name)
+
+    def job_started(self, name: str) -> None:
+        """``name`` was dispatched: its live row follows its record until it ends."""
+        if name not in self.results:
+            self._live.add(name)
+
+    def _refresh(self, name: str) -> None:
+        """Make ``name``'s row again if what it shows changed since it was last made."""
+        i = self._index[name]
+        if name in self.results:
+            result = self.results[name]
+            key: object = result
+            if self._keys[i] is result:
+                return
+            make = lambda: JobMetrics.model_validate(result.document())  # noqa: E731
+        elif name in self.batch.kept:
+            key = "kept"
+            if self._keys[i] == key:
+                return
+            make = self.batch.kept[name].model_copy
+        else:
+            # running until its session has written its files and returned (a task file that did not
+            # load is queued until its failure is recorded, before the first write)
+            p = self.progress.get(name) or JobMetrics(job=name, status=Status.QUEUED)
+            status = p.status if p.status in LIVE_STATUSES else Status.RUNNING
+            key = (status, p.turns)
+            if self._keys[i] == key:
+                return
+            make = lambda: JobMetrics(job=name, status=status, turns=p.turns)  # noqa: E731
+        row = make()
+        if name in self._sources:
+            row.source = self._sources[name]
+        if self._keys[i] is not None:
+            self._totals.remove(self._rows[i])
+        self._totals.add(row)
+        self._rows[i], self._keys[i] = row, key
+        self._texts[i] = json.dumps(row.to_json(), ensure_ascii=False)
 
     async def write(self, force: bool = False) -> None:
-        """Rewrite run.json; between the first and the last write, at most every ``MIN_INTERVAL_S``
-        (each write lists every job, so writing on every event would cost O(jobs^2) in a big batch).
-        Each job's own metrics.json is always current; ``runner resume`` trusts those."""
-        if not force and time.monotonic() - self._last_write < MIN_INTERVAL_S:
+        """Rewrite run.json; between the first and the last write, at most every ``MIN_INTERVAL_S``, or
+        every 50 times the last write's time (made and written) when that is longer (each write lists every
+        job, so writing on every event, or every half second in a batch of any size, would cost
+        O(jobs^2)). Each job's own metrics.json is always current; ``runner resume`` trusts those."""
+        if not force and time.monotonic() - self._last_write < self._interval:
             return
         async with self._lock:
-            if not force and time.monotonic() - self._last_write < MIN_INTERVAL_S:
+            if not force and time.monotonic() - self._last_write < self._interval:
                 return  # another writer did it while this one waited
-            self._last_write = time.monotonic()
-            await write_atomic(self.batch.run_dir / RUN_JSON, run_json_text(self.document()))
+            began = time.monotonic()
+            self._last_write = began
+            try:
+                await write_atomic(self.batch.run_dir / RUN_JSON, self.text())
+            finally:
+                self._interval = max(MIN_INTERVAL_S, 50 * (time.monotonic() - began))
 
-    def document(self) -> RunDocument:
-        jobs: list[JobMetrics] = []
-        names = [*self.batch.kept, *(e.name for e in self.batch.errors), *(s.name for s in self.batch.specs)]
-        sources = {
-            **{e.name: str(e.source.absolute()) for e in self.batch.errors},
-            **{s.name: str(s.source.absolute()) for s in self.batch.specs},
-        }
-        for name in dict.fromkeys(names):
-            if name in self.results:
-                result = self.results[name]
-                row = self._rows.get(name)
-                if row is None or row[0] is not result:  # a result is final once it is here
-                    row = self._rows[name] = (result, JobMetrics.model_validate(result.document()))
-                job = row[1]
-            elif name in self.batch.kept:
-                job = self.batch.kept[name].model_copy()
-            else:
-                p = self.progress[name]  # running until its session has written its files and returned
-                job = JobMetrics(
-                    job=name, status=p.status if p.status in LIVE_STATUSES else Status.RUNNING, turns=p.turns
-                )
-            if name in sources:
-                job.source = sources[name]
-            jobs.append(job)
+    def text(self) -> str:
+        """run.json as :func:`~runner.rundir.docs.run_json_text` writes :meth:`document`, from the
+        rows made so far (the live ones made again where they changed)."""
+        for name in list(self._live):
+            self._refresh(name)
+        head = {**self._head().head(), "totals": self._totals.document(len(self._texts))}
+        jobs = ",\n    ".join(self._texts)
+        return json.dumps(head, ensure_ascii=False)[:-1] + f', "jobs": [\n    {jobs}\n]}}\n'
+
+    def _head(self, jobs: list[JobMetrics] | None = None) -> RunDocument:
         state = (
             RunState.INTERRUPTED
             if self.interrupted
@@ -389,6 +448,38 @@ class RunJson:
             started=self.started,
             updated=time.time(),
             **self.batch.meta,
-            totals=totals_of(jobs),
-            jobs=jobs,
+            totals={} if jobs is None else totals_of(jobs),
+            jobs=jobs or [],
         )
+
+    def document(self) -> RunDocument:
+        """run.json as a document, every row made again from the records."""
+        for name in self._index:
+            self._refresh(name)
+        return self._head([row.model_copy() for row in self._rows])
+
+
+class _Totals:
+    """:func:`~runner.rundir.docs.totals_of` kept as rows are added and removed."""
+
+    def __init__(self) -> None:
+        self.cost = 0.0
+        self.turns = 0
+        self.statuses: Counter[str] = Counter()
+        self.usage = dict.fromkeys(USAGE_KEYS, 0)
+
+    def add(self, row: JobMetrics, sign: int = 1) -> None:
+        self.cost += sign * row.cost_usd
+        self.turns += sign * row.turns
+        self.statuses[row.status] += sign
+        for key in USAGE_KEYS:
+            self.usage[key] += sign * row.usage_total(key)
+
+    def remove(self, row: JobMetrics) -> None:
+        self.add(row, -1)
+
+    def document(self, jobs: int) -> dict[str, int | float]:
+        out: dict[str, int | float] = {"jobs": jobs, "cost_usd": round(self.cost, 6), "turns": self.turns}
+        for status in Status:
+            out[status.value] = self.statuses[status]
+        return {**out, **self.usage}

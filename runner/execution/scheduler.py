@@ -7,7 +7,8 @@ Guarantees:
   happened in; the others run on.
 - Cancellation (Ctrl-C or SIGTERM): every running job stops, writes its files with status
   ``cancelled``, and ``run.json`` says so; :func:`run_batch` then reports ``interrupted``.
-- ``run.json`` is rewritten (atomically) whenever a job starts or ends, so it is always current.
+- ``run.json`` is rewritten (atomically) when a job starts or ends, as often as :mod:`.core`'s rate
+  bound lets it; each job's own ``metrics.json`` is always current.
 """
 
 from __future__ import annotations

@@ -449,7 +449,10 @@ class JobStore:
         self._checkpointed: set[str] = set()  # whole files queued here: checkpoints, with a spare each
         self.max_bytes: int | None = None  # the job's disk quota (max_job_bytes); None: none
         self.bytes_used = 0  # bytes in the job directory: what was there at open, plus what this store wrote
-        self._sizes: dict[Path, int] = {}  # each whole file's size as far as the store knows it
+        # each whole file's size as far as the store knows it: a saved output's by its name relative to
+        # the job directory (the string its reservation already holds: a long session keeps one entry
+        # per output), any other file's by its path
+        self._sizes: dict[str, int] = {}
         self.over_quota: str | None = None  # why a write was refused: every later write is refused too
 
     async def open(self) -> None:
@@ -459,15 +462,19 @@ class JobStore:
         self._on_disk, self._summaries, self._root, (self.bytes_used, sizes) = await _open(self.dir)
         if self._root is not None:  # whole files are named below the resolved root, and below dir
             sizes.update({self._root / p.relative_to(self.dir): n for p, n in sizes.items()})
-        self._sizes = sizes
+        self._sizes = {str(p): n for p, n in sizes.items()}
+        self._sizes.update(
+            {str(p.relative_to(self.dir)): n for p, n in sizes.items() if p.is_relative_to(self.dir)}
+        )
 
     def _charge(
-        self, whole: Sequence[tuple[Path, str]] = (), appended: int = 0, exempt: bool = False
+        self, whole: Sequence[tuple[Path | str, str]] = (), appended: int = 0, exempt: bool = False
     ) -> None:
-        """Count a write of whole files (``(path, text)``, replacing what is there) and ``appended``
+        """Count a write of whole files (``(path, text)``, replacing what is there; a saved output's
+        path is its name relative to the job directory, a ``str``) and ``appended``
         bytes against the quota before it is made; :class:`DiskQuotaExceeded` when it would pass the
         quota, or when an earlier write already did (``exempt``: a final document, always allowed)."""
-        sizes = {path: len(text.encode("utf-8", "surrogatepass")) for path, text in whole}
+        sizes = {str(path): len(text.encode("utf-8", "surrogatepass")) for path, text in whole}
         delta = appended + sum(n - self._sizes.get(path, 0) for path, n in sizes.items())
         if not exempt and self.max_bytes is not None:
             if self.over_quota is None and self.bytes_used + delta > self.max_bytes:
@@ -499,7 +506,8 @@ class JobStore:
         ``final.md`` is cut to what the quota leaves plus :data:`QUOTA_SLACK`, saying so."""
         if name == FINAL and self.max_bytes is not None:
             room = (
-                max(0, self.max_bytes - self.bytes_used + self._sizes.get(self.dir / name, 0)) + QUOTA_SLACK
+                max(0, self.max_bytes - self.bytes_used + self._sizes.get(str(self.dir / name), 0))
+                + QUOTA_SLACK
             )
             text = cut_to(
                 text, room, f"the job's disk quota max_job_bytes = {self.max_bytes:,} has no room for more"
@@ -517,7 +525,7 @@ class JobStore:
         """Persisted outputs ``(rel, content)``, each written whole (atomic) unless the same bytes are
         already there, in one hop to aiofiles' executor. Writes nothing queued by :meth:`queue`."""
         if outputs:
-            self._charge(self._named(outputs))
+            self._charge(outputs)
             await _shielded(_save_in_thread, self._output_path, list(outputs), [])
 
     def queue(
@@ -556,17 +564,12 @@ class JobStore:
         files = [(self.dir / name, text) for name, text in self._files.items()]
         self._lines, self._files = {}, {}
         appended = sum(len(data.encode("utf-8")) for _, data in appends)
-        self._charge([*self._named(outputs), *files], appended=appended)
+        self._charge([*outputs, *files], appended=appended)
         size = appended + sum(len(text) for _, text in outputs) + sum(len(text) for _, text in files)
         if _inline(self.dir / METRICS, size):  # a name in the job directory
             _save_sync(self._output_path, outputs, appends, files)  # no thread hand-off (the Guarantees)
         else:
             await _shielded(_save_in_thread, self._output_path, outputs, appends, files)
-
-    def _named(self, outputs: Sequence[tuple[str, str]]) -> list[tuple[Path, str]]:
-        """Outputs ``(rel, content)`` as ``(path, content)`` for the quota's count (no file I/O: a name
-        that would leave the directory is refused later, by the write)."""
-        return [((self._root or self.dir) / rel, content) for rel, content in outputs]
 
     def _output_path(self, rel: str) -> Path:
         """Where output ``rel`` is written (called in the writing thread: it may stat). A name

@@ -49,35 +49,70 @@ def _clock(seconds: float) -> str:
 
 
 class Tally:
-    """What both displays report: counts, ETA, cost, tokens, retries; a pure summary of what it was told."""
+    """What both displays report: counts, ETA, cost, tokens, retries; a pure summary of what it was told.
+
+    Kept as it is told (:meth:`job_started`, :meth:`finished`): a line costs O(jobs running), not
+    O(jobs), so a batch of any size pays the same per job for its progress."""
 
     def __init__(self, budget: Budget | None = None, api: ApiCounts = API):
         self.budget = budget
         self.api = api
         self.progress: dict[str, JobMetrics] = {}
         self.results: dict[str, JobMetrics] = {}
+        self.running: dict[str, JobMetrics] = {}  # started (or found running), not ended; in start order
         self.started = time.monotonic()
         self.started_wall = time.time()
+        self._ended: Counter[str] = Counter()  # ended jobs by status
+        self._ended_cost = 0.0
+        self._ended_tokens = [0, 0]  # input, output
+        self._retries = 0
+        self._durations = [0.0, 0]  # sum and count of the ended jobs' wall times (those above 0)
+        self._ended_here = 0  # ended jobs that are in ``progress``
 
     def start(self, progress: dict[str, JobMetrics]) -> None:
         self.progress = progress
         self.started = time.monotonic()
         self.started_wall = time.time()
+        self.running = {
+            n: p for n, p in progress.items() if p.status != Status.QUEUED and n not in self.results
+        }
+        self._ended_here = sum(1 for n in self.results if n in progress)
+
+    def job_started(self, progress: JobMetrics) -> None:
+        if progress.job not in self.results:
+            self.running[progress.job] = self.progress.get(progress.job, progress)
 
     def finished(self, result: JobMetrics) -> None:
-        self.results[result.job] = result
+        name = result.job
+        if name in self.results:  # told twice: count it once, as its last result
+            self._count(self.results[name], self.progress.get(name, self.results[name]), -1)
+        elif name in self.progress:
+            self._ended_here += 1
+        self.results[name] = result
+        self.running.pop(name, None)
+        self._count(result, self.progress.get(name, result), 1)
+
+    def _count(self, result: JobMetrics, record: JobMetrics, sign: int) -> None:
+        self._ended[result.status] += sign
+        self._ended_cost += sign * record.cost_usd
+        self._ended_tokens[0] += sign * record.usage_total("input_tokens")
+        self._ended_tokens[1] += sign * record.usage_total("output_tokens")
+        self._retries += sign * result.retries
+        if result.wall_s > 0:
+            self._durations[0] += sign * result.wall_s
+            self._durations[1] += sign
 
     def state(self, name: str) -> str:
         """A job's status as every part of the display tells it: its result's once it ended; until then
-        queued, or running (a session that already set its final status is still running until it ends)."""
+        running once started (a session that already set its final status is still running until it
+        ends), else queued."""
         if name in self.results:
             return self.results[name].status
-        progress = self.progress.get(name)
-        return Status.QUEUED if progress is None or progress.status == Status.QUEUED else Status.RUNNING
+        return Status.RUNNING if name in self.running else Status.QUEUED
 
     def active(self) -> list[JobMetrics]:
-        """The jobs running now (started, not ended), in order."""
-        return [p for n, p in self.progress.items() if self.state(n) == Status.RUNNING]
+        """The jobs running now (started, not ended), in the order they started."""
+        return list(self.running.values())
 
     def eta_s(self, now: float | None = None) -> float | None:
         """Seconds left, or None when they cannot be estimated: before the first job ends, or while a
@@ -90,14 +125,14 @@ class Tally:
         if not done:
             return None
         now = now if now is not None else time.monotonic()
-        left = sum(1 for n in self.progress if n not in self.results)
-        if not left:
+        left = len(self.progress) - self._ended_here
+        if left <= 0:
             return 0.0
         estimate = (now - self.started) / done * left
-        durations = [r.wall_s for r in self.results.values() if r.wall_s > 0]
-        typical = sum(durations) / len(durations) if durations else None
+        total, count = self._durations
+        typical = total / count if count else None
         wall_now = self.started_wall + (now - self.started)
-        for p in self.active():
+        for p in self.running.values():
             if p.started is None:
                 continue
             ran = max(wall_now - p.started, 0.0)
@@ -107,20 +142,24 @@ class Tally:
         return estimate
 
     def line(self, now: float | None = None) -> str:
-        counts: Counter[str] = Counter(self.state(n) for n in self.progress)
+        counts: Counter[str] = Counter(self._ended)
+        counts[Status.RUNNING] += len(self.running)
+        counts[Status.QUEUED] += len(self.progress) - self._ended_here - len(self.running)
         parts = [f"{len(self.results)}/{len(self.progress)} done"]
-        parts += [f"{n} {s}" for s, n in sorted(counts.items()) if n and s != Status.SUCCEEDED] + (
-            [f"{counts[Status.SUCCEEDED]} {Status.SUCCEEDED}"] if counts[Status.SUCCEEDED] else []
+        parts += [f"{n} {s}" for s, n in sorted(counts.items()) if n > 0 and s != Status.SUCCEEDED] + (
+            [f"{counts[Status.SUCCEEDED]} {Status.SUCCEEDED}"] if counts[Status.SUCCEEDED] > 0 else []
         )
         eta = self.eta_s(now)
         parts.append(f"ETA {_clock(eta)}" if eta is not None else "ETA ?" if self.results else "ETA -")
-        cost = sum(p.cost_usd for p in self.progress.values())
+        cost = self._ended_cost + sum(p.cost_usd for p in self.running.values())
         limit = self.budget.limit if self.budget else None
         parts.append(f"${cost:.4f}" + (f" of ${limit:g}" if limit is not None else ""))
-        tokens_in = sum(p.usage_total("input_tokens") for p in self.progress.values())
-        tokens_out = sum(p.usage_total("output_tokens") for p in self.progress.values())
+        tokens_in = self._ended_tokens[0] + sum(p.usage_total("input_tokens") for p in self.running.values())
+        tokens_out = self._ended_tokens[1] + sum(
+            p.usage_total("output_tokens") for p in self.running.values()
+        )
         parts.append(f"tokens {tokens_in:,} in / {tokens_out:,} out")
-        retries = sum(r.retries for r in self.results.values())  # the SDK's (429s and 529s among them)
+        retries = self._retries  # the SDK's (429s and 529s among them)
         parts.append(f"429/529 {self.api.throttled}" + (f", retries {retries}" if retries else ""))
         if self.api.batch_line is not None and (batch := self.api.batch_line()):
             parts.append(batch)
@@ -138,6 +177,7 @@ class PlainDisplay:
         self.tally.start(progress)
 
     def job_started(self, progress: JobMetrics) -> None:
+        self.tally.job_started(progress)
         self._line(f"start  {printable(progress.job)}")
 
     def job_finished(self, result: JobMetrics) -> None:
@@ -203,7 +243,7 @@ class LiveDisplay:
         return Group(table, Text(self.tally.line(), style="bold", no_wrap=True, overflow="ellipsis"))
 
     def job_started(self, progress: JobMetrics) -> None:
-        return None
+        self.tally.job_started(progress)
 
     def job_finished(self, result: JobMetrics) -> None:
         self.tally.finished(result)

@@ -4,21 +4,27 @@ Guarantee: at any width of 80 columns or more the table fits, and no cell wraps 
 the narrow layout merges tokens into one column, shows compactions as a total, leaves errors out
 (they are in ``runner report --json`` and the viewer) and cuts a long job name with an ellipsis.
 In both, a job that had subagents says how many (and how many failed) on a line under its name.
+A big run (over ``PLAIN_ROWS`` jobs) gets the narrow layout as plain lines, laid out here: rich lays out
+every cell of a table, about 0.6 ms a row, a cost per job as large as a share of the job's own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from ..rundir.docs import Status
-from .report import STATUS_STYLE, job_cell, run_table
+from .report import STATUS_STYLE, job_cell, run_table, subagent_note
 from .terminal import printable
 
 NARROW_STATUS: dict[str, str] = {Status.BUDGET_EXCEEDED: "budget", Status.SUCCEEDED: "ok"}
+PLAIN_ROWS = 500  # a run of more jobs gets its table as plain lines
 
 
 def _tokens(n: float) -> str:
@@ -71,8 +77,72 @@ def narrow_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
     return table
 
 
-def fitting_table(jobs: list[dict[str, Any]], title: str | None, width: int) -> Table:
-    """The full run table when it fits in ``width`` columns, else the narrow one."""
+@dataclass
+class PlainColumn:
+    header: str
+
+
+class PlainTable:
+    """The narrow table's columns and caption as plain lines (no styles), each at most 80 columns."""
+
+    def __init__(self, jobs: list[dict[str, Any]], title: str | None = None):
+        estimated = any(j.get("usage_estimated") for j in jobs)
+        headers = [
+            "job",
+            "status",
+            "turns",
+            "tok in/out",
+            "cmp",
+            "cost $" + ("*" if estimated else ""),
+            "wall s",
+        ]
+        self.columns = [PlainColumn(h) for h in headers]
+        rows: list[tuple[list[str], str]] = []
+        for job in jobs:
+            usage = job.get("usage") or {}
+            status = str(job.get("status", "?"))
+            comp = job.get("compactions") or {}
+            name = printable(job.get("job", "?"))
+            cells = [
+                name if len(name) <= 22 else name[:21] + "…",
+                printable(NARROW_STATUS.get(status, status))[:13],
+                str(job.get("turns", 0)),
+                f"{_tokens(usage.get('input_tokens', 0))}/{_tokens(usage.get('output_tokens', 0))}",
+                str(sum(v for v in comp.values() if isinstance(v, int))),
+                _short(job.get("cost_usd", 0.0), 4),
+                _short(job.get("wall_s", 0.0), 1),
+            ]
+            rows.append((cells, subagent_note(job.get("subagents"))))
+        widths = [max([len(h), *(len(cells[i]) for cells, _ in rows)]) for i, h in enumerate(headers)]
+        widths = [max(w, m) for w, m in zip(widths, (8, 9, 5, 13, 3, 9, 6), strict=True)]
+
+        def line(cells: list[str]) -> str:
+            out = [cells[0].ljust(widths[0]), cells[1].ljust(widths[1])]
+            out += [c.rjust(w) for c, w in zip(cells[2:], widths[2:], strict=True)]
+            return " ".join(out).rstrip()
+
+        self.lines = ([title] if title else []) + [line(headers)]
+        for cells, note in rows:
+            self.lines.append(line(cells))
+            if note:
+                self.lines.append(note[:80])
+        self.lines.append(
+            "ok = succeeded, cmp = compactions, * estimated (offline model)"
+            if estimated
+            else "ok = succeeded, cmp = compactions"
+        )
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        for text in self.lines:
+            yield Segment(text)
+            yield Segment.line()
+
+
+def fitting_table(jobs: list[dict[str, Any]], title: str | None, width: int) -> Table | PlainTable:
+    """The full run table when it fits in ``width`` columns, else the narrow one; over ``PLAIN_ROWS``
+    jobs, the narrow one as plain lines."""
+    if len(jobs) > PLAIN_ROWS:
+        return PlainTable(jobs, title)
     wide = run_table(jobs, title=title)
     measure = Console(width=10_000).measure(wide)
     return wide if measure.maximum <= width else narrow_table(jobs, title)

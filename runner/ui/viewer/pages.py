@@ -4,7 +4,9 @@ charts, compactions and transcript. Pure functions of what :mod:`.data` read.
 A long job's transcript is split into pages (:func:`split_transcript`): the job's page shows the first,
 ``<job>.<n>.html`` beside it each of the others, so no page holds more than about
 :data:`TRANSCRIPT_PAGE_CHARS` characters of transcript (a turn is never split across two pages), and
-every block on a page is cut to a bounded length, the whole one link away.
+every block on a page is cut to a bounded length, the whole one link away. The job's page lists at most
+:data:`COMPACTIONS_SHOWN` compactions and draws at most :data:`MARKS_SHOWN` of them on its chart (each
+one is in the transcript, where it happened), so a long job's page stays small.
 
 A job's subagents each have a full job page of their own, under the job's (``<job>/agents/<agent>.html``
 and its further transcript pages beside it), linked from the job's tree of subagents and from the
@@ -44,6 +46,8 @@ from .data import number, read_records, read_text, subagents_of
 RESULT_SHOWN_CHARS = 4000  # a longer tool result is cut on the page; the whole is one link away
 TEXT_SHOWN_CHARS = 20_000  # so is a longer text or tool input (a report, a file written)
 TRANSCRIPT_PAGE_CHARS = 800_000  # characters of transcript shown on one page, at most (plus one turn)
+COMPACTIONS_SHOWN = 500  # rows of the job page's compactions table (every one is in the transcript too)
+MARKS_SHOWN = 500  # compaction marks drawn on the context chart, at most (evenly chosen when there are more)
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False})
 
 
@@ -336,6 +340,11 @@ def job_context(
                     shown["color"],
                 )
             )
+    marks_title = "lines mark compactions"
+    if len(marks) > MARKS_SHOWN:  # a line per compaction of a long job is megabytes of overlapping lines
+        step = -(-len(marks) // MARKS_SHOWN)
+        marks_title = f"lines mark 1 compaction in {step} (of {len(marks):,})"
+        marks = marks[::step]
     limits = job.limits()
     char_limit = number(limits.get("context_char_limit"))
     token_limit = number(limits.get("context_token_limit"))
@@ -359,7 +368,7 @@ def job_context(
         charts.append(
             line_chart(
                 series,
-                title="context before each model call; lines mark compactions",
+                title=f"context before each model call; {marks_title}",
                 x_label="model call",
                 left_label="characters",
                 right_label=token_label if tokens else "",
@@ -421,6 +430,7 @@ def job_context(
         "usage": usage,
         "charts": charts,
         "compactions": compactions,
+        "compactions_shown": COMPACTIONS_SHOWN,
         "items": pages[0],
         "transcript_pages": pages,
         "page_links": _page_links(job.name, pages),

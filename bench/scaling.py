@@ -1,0 +1,652 @@
+"""How the runner's costs grow with the work: jobs per batch, turns per session, files per workspace, and
+the viewer's page of a long job.
+
+1. Jobs per batch: ``runner run`` of 1, 100, 1,000 and 3,000 tiny jobs (a two-file workspace, five turns
+   each) on the embedded offline model, in its own process (so the runner's cost is not mixed with an
+   emulator's or the SDK's); CPU seconds (user + system, the runner and the grep workers it reaped,
+   exact, from ``wait4``) per job net of start-up, ``(CPU(N) - CPU(1)) / (N - 1)`` paired within a
+   round, and the peak RSS per job the same way.
+2. Session length: one offline survey stopped at 3,000 turns (``max_turns``), the runner in a process of
+   its own, instrumented: at every model call its process CPU, the CPU spent inside the model (the
+   offline policy's, taken out: it is the model, not the runner), its RSS and the Python heap's
+   allocated blocks; and, in a round of its own under ``tracemalloc``, the traced bytes.
+3. Workspace size: the runner's ``glob`` (``file_tools.glob``), ``grep`` (``grep_worker.grep``, what a
+   grep worker runs) and manifest (``rundir/manifest.build``) on generated trees of 10k and 300k files.
+4. Viewer: ``write_view`` of the 3,000-turn job of table 2, the page sizes, and the real headless
+   Chromium's time to open the job's page (``bench/viewer.py``'s measure).
+
+    python bench/scaling.py            # the four tables, 3 rounds; writes bench/results/scaling.json
+                                       # and BENCHMARKS.md
+    python bench/scaling.py --smoke    # tiny sizes, 1 round, no browser, seconds; writes nothing
+    python bench/scaling.py --only jobs --source DIR   # table 1 of another checkout (DIR holds its
+                                       # runner/); writes nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import replace_section, write_result  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CONCURRENCY = 50
+SESSION_FILES = 6_000  # modules of ~3 KB: more than 3,000 turns of survey at context_char_limit 20,000
+SESSION_POINTS = (100, 1_000, 3_000)
+WINDOW = 100  # turns over which the time per turn at a point is taken (the WINDOW turns ending there)
+
+
+def spread(values: list[float], digits: int = 1) -> str:
+    """The median and, in brackets, the range: ``13.6 (13.2-14.1)``."""
+    med = statistics.median(values)
+    return f"{med:.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def run_measured(cmd: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None) -> dict:
+    """Run ``cmd``; its wall time, CPU (user + system of it and the children it reaped) and peak RSS."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd, text=True
+    )
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - started
+    return {
+        "returncode": proc.returncode,
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "user_s": usage.ru_utime,
+        "sys_s": usage.ru_stime,
+        "maxrss_kib": usage.ru_maxrss,
+        "stderr": err[-2000:],
+    }
+
+
+def runner_env(source: Path | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNNER_") and k != "ANTHROPIC_API_KEY"}
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
+    return env
+
+
+# --- 1. jobs per batch -------------------------------------------------------------------------------
+
+
+def tiny_jobs(base: Path, n: int) -> Path:
+    """``n`` task files of one two-file survey each."""
+    ws = base / "ws"
+    if not ws.exists():
+        ws.mkdir(parents=True)
+        (ws / "a.py").write_text('"""A."""\n\ndef a():\n    return 1\n')
+        (ws / "notes.txt").write_text("plain notes\n")
+    jobs = base / f"jobs-{n}"
+    jobs.mkdir()
+    for i in range(n):
+        (jobs / f"j{i:05d}.toml").write_text(
+            f'name = "j{i:05d}"\nworkspace = "{ws}"\nprompt = "Survey this workspace."\n'
+        )
+    return jobs
+
+
+def measure_jobs(sizes: tuple[int, ...], rounds: int, source: Path | None) -> dict:
+    with tempfile.TemporaryDirectory(prefix="scaling-jobs-") as tmp:
+        base = Path(tmp)
+        dirs = {n: tiny_jobs(base, n) for n in (1, *sizes)}
+        runs: dict[int, list[dict]] = {n: [] for n in dirs}
+        for _ in range(rounds):
+            for n, jobs in dirs.items():
+                out = base / "runs"
+                cmd = [sys.executable, "-m", "runner", "run", str(jobs), "--backend", "offline"]
+                cmd += ["--concurrency", str(CONCURRENCY), "--output-dir", str(out)]
+                r = run_measured(cmd, env=runner_env(source), cwd=base)
+                if r["returncode"] != 0:
+                    raise SystemExit(f"runner run of {n} jobs failed: {r['stderr']}")
+                runs[n].append({k: v for k, v in r.items() if k != "stderr"})
+                shutil.rmtree(out)
+    rows = []
+    for n in sizes:
+        per_job_ms = [
+            (r["cpu_s"] - s["cpu_s"]) / (n - 1) * 1e3 for r, s in zip(runs[n], runs[1], strict=True)
+        ]
+        per_job_kib = [
+            (r["maxrss_kib"] - s["maxrss_kib"]) / (n - 1) for r, s in zip(runs[n], runs[1], strict=True)
+        ]
+        rows.append(
+            {
+                "jobs": n,
+                "cpu_s": [round(r["cpu_s"], 3) for r in runs[n]],
+                "sys_s": [round(r["sys_s"], 3) for r in runs[n]],
+                "wall_s": [round(r["wall_s"], 2) for r in runs[n]],
+                "peak_rss_mib": [round(r["maxrss_kib"] / 1024, 1) for r in runs[n]],
+                "cpu_ms_per_job": [round(v, 2) for v in per_job_ms],
+                "rss_kib_per_job": [round(v, 1) for v in per_job_kib],
+            }
+        )
+    start = runs[1]
+    return {
+        "concurrency": CONCURRENCY,
+        "rounds": rounds,
+        "source": str(source) if source else None,
+        "start_up": {
+            "cpu_s": [round(r["cpu_s"], 3) for r in start],
+            "peak_rss_mib": [round(r["maxrss_kib"] / 1024, 1) for r in start],
+        },
+        "rows": rows,
+    }
+
+
+def jobs_table(r: dict) -> str:
+    rows = r["rows"]
+    lines = [
+        "## Scaling 1: jobs per batch",
+        "",
+        f"`runner run` of N tiny jobs (each a survey of a two-file workspace: 5 turns, 4 of them with tool "
+        f"calls) on the embedded offline model, concurrency {r['concurrency']}, the display on a pipe "
+        "(plain lines); the offline model keeps the emulator's and the SDK's CPU out of the runner's. CPU is "
+        "user + system of the runner and the grep workers it reaped (`wait4`, exact); per job it is net of "
+        "start-up, (CPU(N) - CPU(1)) / (N - 1), paired within each round, and so is the peak RSS per job. "
+        f"{r['rounds']} rounds (every size once a round); median and, in brackets, the range. Start-up (one "
+        f"job): {spread(r['start_up']['cpu_s'], 2)} s of CPU, "
+        f"{spread(r['start_up']['peak_rss_mib'])} MiB peak RSS.",
+        "",
+        "Target: flat, the CPU per job at the largest size within 10% of the smallest's.",
+        "",
+        "| jobs | CPU s | of it system s | wall s | CPU ms per job | peak RSS MiB | RSS KiB per job |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['jobs']:,} | {spread(row['cpu_s'], 2)} | {spread(row['sys_s'], 2)} | "
+            f"{spread(row['wall_s'])} | {spread(row['cpu_ms_per_job'])} | {spread(row['peak_rss_mib'])} | "
+            f"{spread(row['rss_kib_per_job'])} |"
+        )
+    first = statistics.median(rows[0]["cpu_ms_per_job"])
+    last = statistics.median(rows[-1]["cpu_ms_per_job"])
+    growth = last / first if first > 0 else float("inf")
+    verdict = "met" if growth <= 1.10 else f"MISSED by {(growth - 1.10) * 100:.0f} points"
+
+    def system_share(row: dict) -> float:
+        return statistics.median(row["sys_s"]) / statistics.median(row["cpu_s"]) * 100
+
+    lines += [
+        "",
+        f"CPU per job at {rows[-1]['jobs']:,} jobs is {growth:.2f}x that at {rows[0]['jobs']:,} ({verdict}). "
+        f"System time is {system_share(rows[0]):.0f}% of the CPU at {rows[0]['jobs']:,} jobs and "
+        f"{system_share(rows[-1]):.0f}% at {rows[-1]['jobs']:,}: most of the growth is system time, not "
+        "yet traced to its cause; the batch's bookkeeping per event is O(1) (tests/test_bookkeeping.py).",
+    ]
+    return "\n".join(lines)
+
+
+# --- 2. session length -------------------------------------------------------------------------------
+
+
+def session_workspace(base: Path, files: int) -> Path:
+    ws = base / "ws"
+    for i in range(files):
+        d = ws / f"pkg{i // 100:02d}"
+        d.mkdir(parents=True, exist_ok=True)
+        body = "".join(
+            f'def f{i}_{k}(x):\n    """Helper {k}."""\n    return x * {k} + {i}\n\n' for k in range(40)
+        )
+        todo = "# TODO: tidy\n" if i % 7 == 0 else ""
+        (d / f"mod{i:05d}.py").write_text(f'"""Module {i}: helpers."""\n\n{body}{todo}')
+    return ws
+
+
+def session_child(args: argparse.Namespace) -> None:
+    """In a process of its own: the runner's CLI on one job, every model call sampled."""
+    import resource
+    import tracemalloc
+
+    from runner import cli
+    from runner.models import offline
+
+    if args.tracemalloc:
+        tracemalloc.start()
+    page = os.sysconf("SC_PAGE_SIZE")
+    samples: list[list[float]] = []
+    model_cpu = [0.0]
+    original = offline.OfflineModel.create
+
+    def rss_kib() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * page // 1024
+
+    async def create(self: Any, request: Any) -> Any:
+        before = time.process_time()
+        samples.append(
+            [
+                before,
+                model_cpu[0],
+                rss_kib(),
+                sys.getallocatedblocks(),
+                tracemalloc.get_traced_memory()[0] if args.tracemalloc else 0,
+            ]
+        )
+        try:
+            return await original(self, request)
+        finally:
+            model_cpu[0] += time.process_time() - before
+
+    offline.OfflineModel.create = create  # type: ignore[method-assign]
+    try:
+        cli.main(["run", args.jobs, "--backend", "offline", "--output-dir", args.runs])
+    except SystemExit:
+        pass
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    Path(args.session_child).write_text(
+        json.dumps({"samples": samples, "children_cpu_s": children.ru_utime + children.ru_stime})
+    )
+
+
+def measure_session(turns: int, files: int, rounds: int, keep: Path, *, separate_trace: bool = True) -> dict:
+    """``separate_trace``: the traced round is one more (else the last timed one is traced: a smoke run)."""
+    points = [p for p in SESSION_POINTS if p <= turns] or [turns]
+    with tempfile.TemporaryDirectory(prefix="scaling-session-") as tmp:
+        base = Path(tmp)
+        ws = session_workspace(base, files)
+        jobs = base / "jobs"
+        jobs.mkdir()
+        (jobs / "long.toml").write_text(
+            f'name = "long"\nworkspace = "{ws}"\nprompt = "Survey this package. Read every file."\n'
+            f"[limits]\nmax_turns = {turns}\ntimeout_s = 3600\ncontext_char_limit = 20000\n"
+        )
+        results = []
+        total = rounds + 1 if separate_trace else rounds
+        for i in range(total):
+            traced = i == total - 1  # the last round under tracemalloc: its heap bytes, not its times
+            out = base / f"out-{i}.json"
+            runs = base / f"runs-{i}"
+            cmd = [sys.executable, str(HERE / "scaling.py"), "--session-child", str(out)]
+            cmd += ["--jobs", str(jobs), "--runs", str(runs)] + (["--tracemalloc"] if traced else [])
+            r = run_measured(cmd, cwd=base, env=runner_env(None))
+            if not out.exists():
+                raise SystemExit(f"the session run failed: {r['stderr']}")
+            data = json.loads(out.read_text())
+            metrics = json.loads((runs / "latest" / "long" / "metrics.json").read_text())
+            results.append({"traced": traced, "data": data, "metrics": metrics, "cpu_s": r["cpu_s"]})
+            if i == 0:
+                shutil.copytree(runs.resolve() / Path(os.readlink(runs / "latest")).name, keep, symlinks=True)
+            shutil.rmtree(runs)
+    timed = [r for r in results if not r["traced"]] or results
+    traced = next(r for r in results if r["traced"])
+    rows = []
+    for p in points:
+        lo = max(p - WINDOW, 1)
+        per_turn, rss, blocks = [], [], []
+        for r in timed:
+            s = r["data"]["samples"]
+            if len(s) < p:
+                raise SystemExit(f"the session made {len(s)} model calls, fewer than {p}")
+            # sample k is taken as call k+1 starts: from call lo+1's start to call p's start
+            runner_cpu = (s[p - 1][0] - s[lo - 1][0]) - (s[p - 1][1] - s[lo - 1][1])
+            per_turn.append(runner_cpu / (p - lo) * 1e3)
+            rss.append(s[p - 1][2] / 1024)
+            blocks.append(s[p - 1][3])
+        heap = traced["data"]["samples"][p - 1][4]
+        rows.append(
+            {
+                "turn": p,
+                "runner_cpu_ms_per_turn": [round(v, 3) for v in per_turn],
+                "rss_mib": [round(v, 1) for v in rss],
+                "allocated_blocks": blocks,
+                "traced_mib": round(heap / 2**20, 2),
+            }
+        )
+    growth = []
+    for a, b in zip(rows, rows[1:], strict=False):
+        turns_between = b["turn"] - a["turn"]
+        growth.append(
+            {
+                "from": a["turn"],
+                "to": b["turn"],
+                "rss_kib_per_turn": [
+                    round((y - x) * 1024 / turns_between, 2)
+                    for x, y in zip(a["rss_mib"], b["rss_mib"], strict=True)
+                ],
+                "blocks_per_turn": [
+                    round((y - x) / turns_between, 2)
+                    for x, y in zip(a["allocated_blocks"], b["allocated_blocks"], strict=True)
+                ],
+                "traced_kib_per_turn": round((b["traced_mib"] - a["traced_mib"]) * 1024 / turns_between, 2),
+            }
+        )
+    first = timed[0]
+    calls = len(first["data"]["samples"])
+    total_runner = [
+        (r["data"]["samples"][-1][0] - r["data"]["samples"][0][0])
+        - (r["data"]["samples"][-1][1] - r["data"]["samples"][0][1])
+        for r in timed
+    ]
+    return {
+        "turns": first["metrics"]["turns"],
+        "status": first["metrics"]["status"],
+        "model_calls": calls,
+        "files": files,
+        "rounds": rounds,
+        "compactions": first["metrics"].get("compactions", {}),
+        "window": WINDOW,
+        "rows": rows,
+        "growth": growth,
+        "runner_cpu_ms_per_turn_overall": [round(v / max(calls - 1, 1) * 1e3, 3) for v in total_runner],
+        "grep_workers_cpu_ms_per_turn": [
+            round(r["data"]["children_cpu_s"] / max(calls, 1) * 1e3, 3) for r in timed
+        ],
+        "process_cpu_s": [round(r["cpu_s"], 2) for r in timed],
+    }
+
+
+def session_table(r: dict) -> str:
+    rows, window = r["rows"], r["window"]
+    compactions = ", ".join(f"{k} {v}" for k, v in sorted(r["compactions"].items())) or "none"
+    lines = [
+        "## Scaling 2: session length",
+        "",
+        f"One offline survey of {r['files']:,} generated modules (~3 KB each), `context_char_limit = 20000`, "
+        f"stopped by `max_turns` at {r['turns']:,} turns ({r['status']}; {r['model_calls']:,} model calls; "
+        f"compactions: {compactions}). The runner runs the job in a process of its own, instrumented "
+        "at each model call: the runner's own CPU is the process's CPU (all its threads) less the CPU spent "
+        f"inside the model (the offline policy is the model here), per turn over the {window} turns ending "
+        "at the point; RSS from /proc; allocated blocks from `sys.getallocatedblocks()`; traced bytes from "
+        f"`tracemalloc`, in a round of its own (it slows the run, so its times are not used). {r['rounds']} "
+        "timed rounds; median and, in brackets, the range. Grep runs in worker processes: "
+        f"{spread(r['grep_workers_cpu_ms_per_turn'], 2)} ms of their CPU per turn over the whole job, "
+        "not in the columns.",
+        "",
+        "Targets: flat time per turn and flat memory per turn.",
+        "",
+        "| at turn | runner CPU ms per turn | RSS MiB | Python allocated blocks | traced heap MiB |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['turn']:,} | {spread(row['runner_cpu_ms_per_turn'], 2)} | {spread(row['rss_mib'])} | "
+            f"{statistics.median(row['allocated_blocks']):,.0f} | {row['traced_mib']:.2f} |"
+        )
+    lines += [
+        "",
+        "| turns | RSS KiB per turn | allocated blocks per turn | traced KiB per turn |",
+        "|---|---:|---:|---:|",
+    ]
+    for g in r["growth"]:
+        lines.append(
+            f"| {g['from']:,} to {g['to']:,} | {spread(g['rss_kib_per_turn'], 2)} | "
+            f"{spread(g['blocks_per_turn'], 1)} | {g['traced_kib_per_turn']:.2f} |"
+        )
+    first = statistics.median(rows[0]["runner_cpu_ms_per_turn"])
+    last = statistics.median(rows[-1]["runner_cpu_ms_per_turn"])
+    ratio = last / first if first > 0 else float("inf")
+    lines += [
+        "",
+        f"Runner CPU per turn at turn {rows[-1]['turn']:,} is {ratio:.2f}x that at turn {rows[0]['turn']:,}; "
+        f"over the whole job {spread(r['runner_cpu_ms_per_turn_overall'], 2)} ms per turn.",
+    ]
+    if r["growth"]:
+        g = r["growth"][-1]
+        lines.append(
+            f"Memory from turn {g['from']:,} to {g['to']:,}: {g['traced_kib_per_turn']:.2f} KiB of Python "
+            f"heap a turn (traced), {spread(g['rss_kib_per_turn'], 2)} KiB of RSS a turn."
+        )
+    return "\n".join(lines)
+
+
+# --- 3. workspace size -------------------------------------------------------------------------------
+
+
+def make_tree(root: Path, files: int) -> None:
+    """``files`` small files, 1,000 a directory (one in 1,000 holds the needle), and one ``needle.md``."""
+    for i in range(files):
+        d = root / f"d{i // 1000:04d}"
+        if i % 1000 == 0:
+            d.mkdir(parents=True)
+        text = f"line one of file {i}\nvalue = {i * 7}\n" + ("NEEDLE here\n" if i % 1000 == 7 else "")
+        (d / f"f{i:06d}.txt").write_text(text)
+    (root / "d0000" / "needle.md").write_text("the one markdown file\n")
+
+
+def tool_child(args: argparse.Namespace) -> None:
+    """In a process of its own: one tool over one tree, its wall and CPU time."""
+    from runner.rundir import manifest
+    from runner.tools import file_tools, grep_worker
+
+    ws, what = args.tool_child, args.tool
+    started, cpu = time.perf_counter(), time.process_time()
+    if what == "glob all":
+        out = file_tools.glob(ws, {"pattern": "**/*"}, time.monotonic() + 3600)
+        note = out.rsplit("\n", 1)[-1][:200]
+    elif what == "glob one":
+        out = file_tools.glob(ws, {"pattern": "**/*.md"}, time.monotonic() + 3600)
+        note = f"{len(out.splitlines())} match"
+    elif what == "grep":
+        answer = grep_worker.grep(
+            {"workspace": ws, "path": None, "pattern": "NEEDLE", "max_files": file_tools.WALK_MAX_ENTRIES}
+        )
+        note = f"{len(answer['text'].splitlines())} matches, cut {answer['cut']}"
+    else:
+        m = manifest.build(Path(ws), git=False)
+        note = f"{m.files} files"
+    print(
+        json.dumps(
+            {"wall_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu, "note": note}
+        )
+    )
+
+
+TOOLS = ("glob all", "glob one", "grep", "manifest")
+
+
+def measure_workspace(sizes: tuple[int, ...], rounds: int) -> dict:
+    from runner.tools import file_tools
+
+    rows = []
+    for files in sizes:
+        base = Path(tempfile.mkdtemp(prefix="scaling-tree-", dir="/tmp"))
+        try:
+            started = time.perf_counter()
+            make_tree(base / "ws", files)
+            made_s = time.perf_counter() - started
+            for tool in TOOLS:
+                got = []
+                for _ in range(rounds):
+                    cmd = [sys.executable, str(HERE / "scaling.py"), "--tool-child", str(base / "ws")]
+                    done = subprocess.run(
+                        cmd + ["--tool", tool], capture_output=True, text=True, check=True, cwd=ROOT
+                    )
+                    got.append(json.loads(done.stdout))
+                rows.append(
+                    {
+                        "files": files + 1,
+                        "tool": tool,
+                        "wall_s": [round(g["wall_s"], 3) for g in got],
+                        "cpu_s": [round(g["cpu_s"], 3) for g in got],
+                        "note": got[0]["note"],
+                        "tree_made_s": round(made_s, 1),
+                    }
+                )
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+    return {"rounds": rounds, "cap": file_tools.WALK_MAX_ENTRIES, "rows": rows}
+
+
+TOOL_NAMES = {
+    "glob all": "glob `**/*`",
+    "glob one": "glob `**/*.md` (1 match)",
+    "grep": "grep `NEEDLE` (whole tree)",
+    "manifest": "manifest (sha256 of every file)",
+}
+
+
+def workspace_table(r: dict) -> str:
+    cap = r["cap"]
+    lines = [
+        "## Scaling 3: workspace size",
+        "",
+        "Generated trees of small files (1,000 a directory, 30-45 bytes each) in /tmp, deleted afterwards. "
+        "Each tool runs in a fresh process (the files in the page cache after the first round): "
+        "`file_tools.glob` as the glob tool calls it, `grep_worker.grep` as a grep worker runs it, "
+        "`manifest.build` without git. Per file is over the files each one visited: glob and grep stop "
+        f"at {cap:,} entries (`WALK_MAX_ENTRIES`), glob at {cap:,} matches, so a pattern that matches "
+        f"few walks the whole tree. {r['rounds']} rounds; median and, in brackets, the range.",
+        "",
+        "| files | tool | wall s | CPU s | CPU µs per file visited | answer |",
+        "|---:|---|---:|---:|---:|---|",
+    ]
+    for row in r["rows"]:
+        visited = row["files"]
+        if row["tool"] in ("glob all", "grep"):
+            visited = min(row["files"], cap)
+        per = [c / visited * 1e6 for c in row["cpu_s"]]
+        note = row["note"].replace("|", "/")
+        lines.append(
+            f"| {row['files']:,} | {TOOL_NAMES[row['tool']]} | {spread(row['wall_s'], 3)} | "
+            f"{spread(row['cpu_s'], 3)} | {spread(per, 1)} | {note} |"
+        )
+    return "\n".join(lines)
+
+
+# --- 4. viewer ---------------------------------------------------------------------------------------
+
+
+def measure_viewer(run_dir: Path, rounds: int, open_rounds: int) -> dict:
+    import viewer as viewer_bench
+
+    from runner.ui.viewer.render import write_view
+
+    writes = []
+    result = None
+    for _ in range(rounds):
+        started, cpu = time.perf_counter(), viewer_bench.cpu_s()
+        result = write_view(run_dir, force=True)
+        writes.append((time.perf_counter() - started, viewer_bench.cpu_s() - cpu))
+    assert result is not None
+    pages = result.pages_dir
+    job_page = pages / "long.html"
+    others = sorted(pages.glob("long.*.html"), key=lambda p: p.stat().st_size)
+    transcript = run_dir / "long" / "transcript.jsonl"
+    opened = opened_middle = None
+    if open_rounds:  # none in a smoke run: the browser's start alone is seconds
+        with tempfile.TemporaryDirectory(prefix="scaling-chromium-") as tmp:
+            profile = Path(tmp) / "profile"
+            opened = viewer_bench.open_s(job_page, profile, open_rounds)
+            middle = pages / f"long.{max(2, (len(others) + 1) // 2)}.html"
+            opened_middle = viewer_bench.open_s(middle, profile, open_rounds) if others else None
+    return {
+        "rounds": rounds,
+        "open_rounds": open_rounds,
+        "transcript_bytes": transcript.stat().st_size,
+        "pages": 1 + len(others),
+        "job_page_bytes": job_page.stat().st_size,
+        "largest_transcript_page_bytes": others[-1].stat().st_size if others else 0,
+        "all_pages_bytes": job_page.stat().st_size + sum(p.stat().st_size for p in others),
+        "index_bytes": result.index.stat().st_size,
+        "write_s": [round(w, 3) for w, _ in writes],
+        "write_cpu_s": [round(c, 3) for _, c in writes],
+        "job_page_open_s": None if opened is None else round(opened, 2),
+        "transcript_page_open_s": None if opened_middle is None else round(opened_middle, 2),
+    }
+
+
+def viewer_table(r: dict, turns: int) -> str:
+    def mib(n: int) -> str:
+        return f"{n / 2**20:.2f} MiB"
+
+    def secs(v: float | None) -> str:
+        return "(not opened)" if v is None else f"{v:.2f}"
+
+    met = r["job_page_bytes"] < 5 * 2**20 and r["largest_transcript_page_bytes"] < 5 * 2**20
+    return "\n".join(
+        [
+            "## Scaling 4: the viewer's page of a long job",
+            "",
+            f"`write_view` of table 2's {turns:,}-turn job as the runner left it "
+            f"({mib(r['transcript_bytes'])} of transcript), {r['rounds']} rounds (every page rewritten "
+            "each time); open: the real headless Chromium's `--dump-dom` wall time less an empty page's "
+            "(bench/viewer.py), median of "
+            f"{r['open_rounds']}. Target: no page over 5 MiB.",
+            "",
+            "| what | size | time s |",
+            "|---|---:|---:|",
+            f"| write every page (job page, {r['pages'] - 1} transcript pages, index): wall | "
+            f"{mib(r['all_pages_bytes'])} in all | {spread(r['write_s'], 2)} |",
+            f"| the same, CPU | | {spread(r['write_cpu_s'], 2)} |",
+            f"| open the job's page (charts, compactions, report, transcript page 1) | "
+            f"{mib(r['job_page_bytes'])} | {secs(r['job_page_open_s'])} |",
+            f"| open a transcript page (largest {mib(r['largest_transcript_page_bytes'])}) | | "
+            f"{secs(r['transcript_page_open_s'])} |",
+            "",
+            f"Pages: {'met' if met else 'MISSED'}.",
+        ]
+    )
+
+
+# --- main --------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--only", default="jobs,session,workspace,viewer")
+    parser.add_argument("--source", type=Path, help="run table 1 with the runner of this checkout")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--session-child", help=argparse.SUPPRESS)
+    parser.add_argument("--jobs", help=argparse.SUPPRESS)
+    parser.add_argument("--runs", help=argparse.SUPPRESS)
+    parser.add_argument("--tracemalloc", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tool-child", help=argparse.SUPPRESS)
+    parser.add_argument("--tool", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.session_child:
+        session_child(args)
+        return 0
+    if args.tool_child:
+        tool_child(args)
+        return 0
+    sys.path.insert(0, str(ROOT))
+    only = set(args.only.split(","))
+    rounds = 1 if args.smoke else args.rounds
+    result: dict[str, Any] = {"command": "python bench/scaling.py"}
+    sections = []
+    if "jobs" in only:
+        sizes = (4,) if args.smoke else (100, 1_000, 3_000)
+        result["jobs"] = measure_jobs(sizes, rounds, args.source)
+        sections.append(jobs_table(result["jobs"]))
+        print(sections[-1], flush=True)
+    with tempfile.TemporaryDirectory(prefix="scaling-kept-") as kept:
+        long_run = Path(kept) / "run"
+        if "session" in only or "viewer" in only:
+            turns, files = (40, 100) if args.smoke else (3_000, SESSION_FILES)
+            result["session"] = measure_session(turns, files, rounds, long_run, separate_trace=not args.smoke)
+            if "session" in only:
+                sections.append(session_table(result["session"]))
+                print(sections[-1], flush=True)
+        if "workspace" in only:
+            sizes = (300,) if args.smoke else (10_000, 300_000)
+            result["workspace"] = measure_workspace(sizes, rounds)
+            sections.append(workspace_table(result["workspace"]))
+            print(sections[-1], flush=True)
+        if "viewer" in only:
+            result["viewer"] = measure_viewer(long_run, rounds, 0 if args.smoke else 3)
+            sections.append(viewer_table(result["viewer"], result["session"]["turns"]))
+            print(sections[-1], flush=True)
+    if not args.smoke and args.source is None and only == {"jobs", "session", "workspace", "viewer"}:
+        write_result("scaling", result)
+        replace_section("scaling", "\n\n".join(sections), "python bench/scaling.py")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
