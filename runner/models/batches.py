@@ -15,7 +15,8 @@ Guarantees:
   was created always has its id kept.
 - Each request's body is the one the live backend would post (the same cache breakpoints, tools,
   system prompt and betas); its ``custom_id`` names the job, the turn asked and 12 hex digits of the
-  body's sha256, within ``^[a-zA-Z0-9_-]{1,64}$`` and unique in its batch.
+  body's sha256 without its cache breakpoints (a resumed job places them anew), within
+  ``^[a-zA-Z0-9_-]{1,64}$`` and unique in its batch.
 - A sent batch is polled with ``retrieve`` every ``poll_s`` seconds, doubling up to ``poll_max_s``;
   when it has ended its results are fetched once and each waiter gets its own by ``custom_id``.
   The batches API's HTTP requests are counted in no job's record.
@@ -85,12 +86,30 @@ class BatchReply(Reply):
 
 
 def custom_id_of(job: str, turn: int, params: dict[str, Any]) -> str:
-    """``<job>-t<turn>-<12 hex digits of the body's sha256>``, at most 64 characters of ``[a-zA-Z0-9_-]``."""
-    body = json.dumps(params, sort_keys=True, separators=(",", ":")).encode()
+    """``<job>-t<turn>-<12 hex digits of the body's sha256>``, at most 64 characters of ``[a-zA-Z0-9_-]``;
+    the body without its ``cache_control`` markers (they change what is billed, not the answer, and a
+    resumed job places them from a cache memory it does not carry over)."""
+    body = json.dumps(_without_cache_control(params), sort_keys=True, separators=(",", ":")).encode()
     digest = hashlib.sha256(body).hexdigest()[:12]
     tail = f"-t{turn}-{digest}"
     name = re.sub(r"[^a-zA-Z0-9_-]", "_", job)[: 64 - len(tail)] or "job"
     return name + tail
+
+
+def _without_cache_control(value: Any) -> Any:
+    """``value`` without ``cache_control`` keys, a message's lone text block as its text (a breakpoint
+    on a string message puts it in that block form: the same message to the API)."""
+    if isinstance(value, dict):
+        out = {k: _without_cache_control(v) for k, v in value.items() if k != "cache_control"}
+        content = out.get("content")
+        if "role" in out and isinstance(content, list) and len(content) == 1:
+            block = content[0]
+            if isinstance(block, dict) and block.keys() == {"type", "text"} and block["type"] == "text":
+                out["content"] = block["text"]
+        return out
+    if isinstance(value, list):
+        return [_without_cache_control(v) for v in value]
+    return value
 
 
 @contextmanager
