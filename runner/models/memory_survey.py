@@ -248,9 +248,7 @@ def scope_of(messages: list[Message]) -> str | None:
     match = _SCOPE.search(text_of(messages[0])) if messages else None
     if match is None:
         return None
-    found = [
-        TOP if top else whole or files + FILES_ONLY for whole, files, top in _UNIT.findall(match[1])
-    ]
+    found = [TOP if top else whole or files + FILES_ONLY for whole, files, top in _UNIT.findall(match[1])]
     return UNIT_SEP.join(found)
 
 
