@@ -673,17 +673,8 @@ def _description(scope: str) -> str:
 
 def _plan(messages: list[Message]) -> dict[str, Any] | None:
     """The newest split note in view."""
-    for m in reversed(messages):
-        text = text_of(m)
-        at = text.rfind(PLAN_KEY)
-        if at >= 0:
-            try:
-                plan = json.loads(text[at + len(PLAN_KEY) :].split("\n", 1)[0])
-            except ValueError:
-                continue
-            if isinstance(plan, dict) and isinstance(plan.get("parts"), list):
-                return plan
-    return None
+    plan = _newest_note(messages, PLAN_KEY)
+    return plan if plan is not None and isinstance(plan.get("parts"), list) else None
 
 
 def _parts(messages: list[Message], plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -903,17 +894,9 @@ def _merged(
     """The parts' extension and largest-file tables and TODO counts merged: the newest tables' note,
     and the parts whose tables are in view since (each part once, in the plan's order)."""
     tables: dict[str, Any] = {"ext": {}, "largest": [], "todo": [0, 0, False], "from": []}
-    for m in reversed(messages):
-        text = text_of(m)
-        at = text.rfind(TABLES_KEY)
-        if at >= 0:
-            try:
-                note = json.loads(text[at + len(TABLES_KEY) :].split("\n", 1)[0])
-            except ValueError:
-                continue
-            if isinstance(note, dict) and {"ext", "largest", "todo", "from"} <= set(note):
-                tables = note
-                break
+    note = _newest_note(messages, TABLES_KEY)
+    if note is not None and {"ext", "largest", "todo", "from"} <= set(note):
+        tables = note
     for scope in scopes(plan):
         part = parts.get(scope, {})
         covered = part.get("status") == "succeeded" and "totals" in part
