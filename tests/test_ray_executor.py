@@ -369,10 +369,11 @@ def test_the_run_budget_is_one_for_the_whole_cluster(cluster, tmp_path):
     # a budget per worker would let the two workers spend 2 x 0.08 = 0.16 (the 8 jobs want more:
     # 8 x one_job); one budget for the cluster stops the run past 0.08 by no more than the calls in
     # flight when it was crossed (a worker learns of the other's spending when it next charges):
-    # measured 0.091-0.107, so halfway between one limit and two tells them apart
+    # measured 0.091-0.107 on a quiet machine and 0.123 at a load of 7 on 2 cores (more calls in flight
+    # when the other worker's charge lands), so three quarters of the way to two limits tells them apart
     assert one_job < 0.08 and 8 * one_job > 0.16, one_job
-    assert 0.08 <= document["totals"]["cost_usd"] < 0.12, document["totals"]
-    assert sum(s == "succeeded" for s in statuses) * one_job < 0.12
+    assert 0.08 <= document["totals"]["cost_usd"] < 0.14, document["totals"]
+    assert sum(s == "succeeded" for s in statuses) * one_job < 0.14
 
 
 def test_a_lost_workers_job_that_had_not_started_simply_starts(tmp_path):
