@@ -8,10 +8,12 @@ first turn is the memory survey's (:mod:`.memory_survey`) with one more call, a 
   top-level directories, or one it cannot name in a prompt: the memory survey goes on as if the
   extra call had not been made (it never sees it);
 - else it measures each top-level directory (a ``glob`` of ``**/*`` in it: a cut answer says its
-  total), then makes one ``task`` call per top-level directory, largest first (the runtime starts
-  them in that order, ``max_subagents`` at a time, so the longest part does not start last), and one
-  for the files at the top (when there are any, or the top listing was cut), all in one reply, each
-  with a scoped prompt (:func:`.memory_survey.scoped_prompt`) that carries the request.
+  total) and the subdirectories of a big one, cuts a directory bigger than :data:`CUT_SHARE` of the
+  tree into its subdirectories and its own files, and deals these units (and the files at the top)
+  out to :data:`PARTS` parts of about the same size (:func:`plan_parts`); then one ``task`` call per
+  part, largest first (the runtime starts them in that order, ``max_subagents`` at a time, so the
+  longest part does not start last), all in one reply, each with a scoped prompt
+  (:func:`.memory_survey.scoped_prompt`) that names its units and carries the request.
 
 Each result (:func:`runner.protocol.subagent_result`'s header, then the subagent's report, maybe cut)
 gives its part's status and totals; a part whose report was cut before its TODO count is read back

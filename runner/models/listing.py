@@ -14,6 +14,7 @@ and binary files by extension are left out.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 SKIP_DIRS = frozenset(
@@ -93,10 +94,114 @@ def skipped(name: str) -> bool:
     return any(p in SKIP_DIRS for p in parts) or os.path.splitext(name)[1].lower() in BINARY_EXTENSIONS
 
 
-def split(pattern: str) -> list[str]:
-    """Patterns that together match exactly what ``pattern`` (``<prefix>*``) matches."""
+def split(pattern: str, shown: Sequence[str] = ()) -> list[str]:
+    """Patterns that together match exactly what ``pattern`` (``<prefix>*``) matches.
+
+    ``shown``: the names a cut answer showed (relative to the directory). When they all begin alike
+    beyond the prefix (``beta_`` in a directory of ``beta_*`` files), the split starts after that
+    common beginning, with one pattern more per character of it for the names that leave it there,
+    instead of one level of name classes per character."""
     prefix = pattern[:-1]
-    return [prefix + c + "*" for c in NAME_CLASSES] + ([prefix] if prefix else [])
+    plain = [prefix + c + "*" for c in NAME_CLASSES] + ([prefix] if prefix else [])
+    elements = _elements(prefix)
+    common = _common_start(shown)
+    if elements is None or len(common) <= len(elements) or not _fits(common, elements):
+        return plain
+    out: list[str] = []
+    for i, element in enumerate(elements):  # names that leave ``common`` within the prefix
+        rest = _without(element, common[i])
+        if rest is not None:
+            out.append(common[:i] + rest + "".join(elements[i + 1 :]) + "*")
+    out.append(common[: len(elements)])  # the one name as long as the prefix, if it exists
+    for i in range(len(elements), len(common)):  # names that leave it later, or end there
+        out += [common[:i] + "[!" + common[i] + "]*", common[: i + 1]]
+    return out + [common + c + "*" for c in NAME_CLASSES]
+
+
+_SPECIAL = frozenset("[]!-\\*?^/")
+
+
+def _common_start(names: Sequence[str]) -> str:
+    """The longest beginning all ``names`` share, up to a character a pattern would read as syntax."""
+    if not names:
+        return ""
+    common = os.path.commonprefix(list(names))
+    cut = next((i for i, ch in enumerate(common) if ch in _SPECIAL), len(common))
+    return common[:cut]
+
+
+def _elements(prefix: str) -> list[str] | None:
+    """A prefix this module wrote as its characters and classes (``[acd]``, ``[!a-zA-Z_]``), or None."""
+    out: list[str] = []
+    i = 0
+    while i < len(prefix):
+        if prefix[i] == "[":
+            end = prefix.find("]", i + 1)
+            if end < 0:
+                return None
+            out.append(prefix[i : end + 1])
+            i = end + 1
+        elif prefix[i] in _SPECIAL:
+            return None
+        else:
+            out.append(prefix[i])
+            i += 1
+    return out
+
+
+def _class_chars(element: str) -> tuple[bool, set[str]] | None:
+    """A class as (negated, its characters), its ranges spelled out; None for a literal character."""
+    if not element.startswith("["):
+        return None
+    body, negated = element[1:-1], element.startswith("[!")
+    body = body[1:] if negated else body
+    chars: set[str] = set()
+    i = 0
+    while i < len(body):
+        if i + 2 < len(body) and body[i + 1] == "-":
+            chars.update(chr(c) for c in range(ord(body[i]), ord(body[i + 2]) + 1))
+            i += 3
+        else:
+            chars.add(body[i])
+            i += 1
+    return negated, chars
+
+
+def _fits(common: str, elements: list[str]) -> bool:
+    """Whether the prefix's elements match the first characters of ``common``."""
+    for ch, element in zip(common, elements, strict=False):
+        cls = _class_chars(element)
+        if cls is None and ch != element:
+            return False
+        if cls is not None and (ch in cls[1]) == cls[0]:
+            return False
+    return True
+
+
+def _without(element: str, ch: str) -> str | None:
+    """The class of the characters ``element`` matches but ``ch``; None when there are none."""
+    cls = _class_chars(element)
+    if cls is None:
+        return None
+    negated, chars = cls
+    if negated:
+        return "[!" + _spelled(chars | {ch}) + "]"
+    rest = chars - {ch}
+    return "[" + _spelled(rest) + "]" if rest else None
+
+
+def _spelled(chars: set[str]) -> str:
+    """Characters for a class, in order, runs of three or more as ranges (``a-f``)."""
+    ordered = sorted(chars)
+    out: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ord(ordered[j + 1]) == ord(ordered[j]) + 1:
+            j += 1
+        out.append(ordered[i] + "-" + ordered[j] if j - i >= 2 else "".join(ordered[i : j + 1]))
+        i = j + 1
+    return "".join(out)
 
 
 @dataclass

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -91,6 +92,7 @@ TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
 OUTLINE_PATTERN = r"^(class |def |async def )"
 OUTLINE = re.compile(OUTLINE_PATTERN, re.M)
 OUTLINE_CHARS = 1_000  # what an outline grep's result is expected to take
+GREP_LINE_LIMIT = 2_000  # the grep tool searches no longer line (bytes, its newline counted)
 DOC_CHARS = 60  # of a first docstring line, in the facts and the report
 NOT_A_FILE = re.compile(r"^read: .*: not a regular file$")
 NUMBERED = re.compile(r"^ *(\d+)\t(.*)$")
@@ -111,19 +113,31 @@ SCOPED_PROMPT = (
     "request you have a part of:\n\n{request}"
 )
 SCOPE_DIR = "the directory `{dir}/` and everything in it"
+SCOPE_DIRS = "the directories {dirs}, each with everything in it"  # several in a row, named once
 SCOPE_FILES = "only the files directly in `{dir}/` (not those in its subdirectories)"
+SCOPE_FILES_IN = "only the files directly in {dirs} (not those in their subdirectories)"
 SCOPE_TOP = "only the files at the top of the workspace (not those in any subdirectory)"
 UNITS_JOIN = "; "  # a part of several units names them in this order, joined so
 UNIT_SEP = "|"  # a scope's units joined (no name a part can hold has it: see .delegation)
 FILES_ONLY = "/."  # the unit ``D/.``: only the files directly in ``D``
 _NAME = "([^`\n]+)"
+_NAMES = "(`[^`\n]+/`(?:, `[^`\n]+/`)+)"  # two or more, each as `name/`
+
+
+def _form(template: str, field: str, group: str) -> str:
+    return re.escape(template).replace(re.escape("{" + field + "}"), group)
+
+
 _UNIT = re.compile(
-    re.escape(SCOPE_DIR).replace(re.escape("{dir}"), _NAME)
-    + "|"
-    + re.escape(SCOPE_FILES).replace(re.escape("{dir}"), _NAME)
-    + "|("
-    + re.escape(SCOPE_TOP)
-    + ")"
+    "|".join(
+        (
+            _form(SCOPE_DIR, "dir", _NAME),
+            _form(SCOPE_FILES, "dir", _NAME),
+            "(" + re.escape(SCOPE_TOP) + ")",
+            _form(SCOPE_DIRS, "dirs", _NAMES),
+            _form(SCOPE_FILES_IN, "dirs", _NAMES),
+        )
+    )
 )
 _SCOPE = re.compile(
     "Your part: ((?:"
@@ -135,6 +149,7 @@ _SCOPE = re.compile(
     + "))*)"
     + re.escape(". List and read only that part")
 )
+_LISTED = re.compile("`([^`\n]+)/`")
 INCREMENTAL_TODO_TEXT = (
     "the files themselves (an incremental survey searches only the files added or changed since its baseline)"
 )
@@ -195,7 +210,8 @@ class State:
     todo: dict[str, Any] = field(
         default_factory=lambda: {"hits": 0, "files": 0, "last": "", "cut": False, "saved": "", "shown": []}
     )
-    scope: str = ""  # "" the whole workspace, else its units (see :func:`units`) joined by UNIT_SEP
+    scope: str = ""  # "" the whole workspace, else its units (see :func:`units`) joined by UNIT_SEP;
+    # not in the note: the request (the first message, or a summary's copy of it) says it
     inc: dict[str, Any] = field(
         default_factory=dict
     )  # an incremental survey's own state (.incremental_survey)
@@ -203,8 +219,7 @@ class State:
     def note(self) -> str:
         fields = asdict(self)
         fields["files_next"] = _runs(self.files_next)
-        if not self.scope:
-            del fields["scope"]  # an unscoped survey's note is as it always was
+        del fields["scope"]  # the request says it (its first message, or a summary's copy of it)
         if not self.inc:
             del fields["inc"]  # and so is a survey's that is not incremental
         return STATE_KEY + json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
@@ -236,6 +251,7 @@ def load_state(messages: list[Message]) -> tuple[State | None, int]:
             try:
                 fields = json.loads(line)
                 fields["files_next"] = _unruns(fields.get("files_next", []))
+                fields.setdefault("scope", scope_of(messages) or "")
                 return State(**fields), i
             except (TypeError, ValueError):
                 continue
@@ -248,7 +264,14 @@ def scope_of(messages: list[Message]) -> str | None:
     match = _SCOPE.search(text_of(messages[0])) if messages else None
     if match is None:
         return None
-    found = [TOP if top else whole or files + FILES_ONLY for whole, files, top in _UNIT.findall(match[1])]
+    found: list[str] = []
+    for whole, files, top, wholes, files_in in _UNIT.findall(match[1]):
+        if top:
+            found.append(TOP)
+        elif wholes or files_in:
+            found += [d + ("" if wholes else FILES_ONLY) for d in _LISTED.findall(wholes or files_in)]
+        else:
+            found.append(whole or files + FILES_ONLY)
     return UNIT_SEP.join(found)
 
 
@@ -272,15 +295,25 @@ def unit_dir(unit: str) -> str:
 
 
 def scoped_prompt(scope: str, request: str) -> str:
-    """The prompt of a survey of ``scope`` (its units joined by :data:`UNIT_SEP`) only."""
+    """The prompt of a survey of ``scope`` (its units joined by :data:`UNIT_SEP`) only: units of a kind
+    in a row are named in one clause (:func:`scope_of` reads them back in the same order)."""
     parts = []
-    for unit in units(scope):
-        only = files_only(unit)
-        if only is None:
-            parts.append(SCOPE_DIR.format(dir=unit))
+    for kind, run in itertools.groupby(units(scope), key=_kind):
+        dirs = [unit_dir(u) for u in run]
+        if kind == "top":
+            parts += [SCOPE_TOP] * len(dirs)
+        elif len(dirs) == 1:
+            parts.append(SCOPE_DIR.format(dir=dirs[0]) if kind == "dir" else SCOPE_FILES.format(dir=dirs[0]))
         else:
-            parts.append(SCOPE_FILES.format(dir=only) if only else SCOPE_TOP)
+            listed = ", ".join(f"`{d}/`" for d in dirs)
+            template = SCOPE_DIRS if kind == "dir" else SCOPE_FILES_IN
+            parts.append(template.format(dirs=listed))
     return SCOPED_PROMPT.format(scope=UNITS_JOIN.join(parts), request=request)
+
+
+def _kind(unit: str) -> str:
+    only = files_only(unit)
+    return "dir" if only is None else "files" if only else "top"
 
 
 def _own_files_dirs(s: State) -> set[str]:
@@ -528,23 +561,41 @@ def _learn_read(turn: Turn, path: str, result: dict[str, Any], listed: bool) -> 
         turn.outlines.append(path)
     else:
         turn.fact(path, row)
-    if os.path.dirname(path) in _own_files_dirs(turn.state):  # no search of its tree: its own grep
-        turn.todos.append(path)
+    if os.path.dirname(path) in _own_files_dirs(turn.state):  # no search of its tree
+        if whole and not partial:  # all of it in view: its TODO lines are read off it
+            _todo_lines_of(turn, path, text)
+        else:
+            turn.todos.append(path)  # its own grep
     return True
 
 
-def _cut(turn: Turn, d: str, pattern: str) -> None:
-    """A cut answer: ``**/*`` of ``d`` is listed by its own entries, a cut ``*`` by narrower ones."""
+def _todo_lines_of(turn: Turn, path: str, text: str) -> None:
+    """The TODO lines of a file read whole, as the grep tool finds them: not in a file with a NUL
+    byte in its first 512, nor in a line longer than :data:`GREP_LINE_LIMIT` bytes."""
+    if b"\x00" in text.encode()[:512]:
+        return
+    rx = re.compile(TODO_PATTERN)
+    lines = text.split("\n")
+    for number, line in enumerate(lines, 1):
+        size = len(line.encode()) + (number < len(lines))  # the grep tool counts the newline
+        if size <= GREP_LINE_LIMIT and rx.search(line.rstrip("\r")):
+            _todo_hit(turn, path, str(number), line.rstrip("\r"))
+
+
+def _cut(turn: Turn, d: str, pattern: str, text: str) -> None:
+    """A cut answer: ``**/*`` of ``d`` is listed by its own entries, a cut ``*`` by narrower ones
+    (after the beginning all the names it showed share)."""
     if pattern == "**/*":
         turn.state.open.append([d, "*"])
-    else:
-        turn.state.open += [[d, p] for p in split(pattern) if p != pattern]
+        return
+    shown = [os.path.basename(rel_path(turn.state.root, e)) for e in _entries(text)]
+    turn.state.open += [[d, p] for p in split(pattern, shown) if p != pattern]
 
 
 def _learn_glob(turn: Turn, d: str, pattern: str, text: str) -> None:
     names = [rel_path(turn.state.root, e) for e in _entries(text)]
     if glob_cut(text) is not None:
-        _cut(turn, d, pattern)
+        _cut(turn, d, pattern, text)
     elif pattern == "**/*":
         parents = {os.path.dirname(n) for n in names}
         turn.files([n for n in names if n not in parents], listed=False)
@@ -579,15 +630,19 @@ def _learn_todo(turn: Turn, text: str) -> None:
         place = todo_place(turn.state.root, line)
         if place is None:
             continue
-        path, number, hit = place
-        todo["hits"] += 1
-        turn.appends["todo"].append(escape(f"{path}:{number}"))
-        if path != todo["last"]:
-            todo["files"] += 1
-            todo["last"] = path
-        if len(todo["shown"]) < (TODO_SHOWN_PART if turn.state.scope else TODO_SHOWN):
-            todo["shown"].append(f"{path}:{number}: {hit.strip()[:100]}")
+        _todo_hit(turn, *place)
     todo["cut"] = todo["cut"] or "[output truncated at" in text
+
+
+def _todo_hit(turn: Turn, path: str, number: str, hit: str) -> None:
+    todo = turn.state.todo
+    todo["hits"] += 1
+    turn.appends["todo"].append(escape(f"{path}:{number}"))
+    if path != todo["last"]:
+        todo["files"] += 1
+        todo["last"] = path
+    if len(todo["shown"]) < (TODO_SHOWN_PART if turn.state.scope else TODO_SHOWN):
+        todo["shown"].append(f"{path}:{number}: {hit.strip()[:100]}")
 
 
 def todo_place(root: str, line: str) -> tuple[str, str, str] | None:
@@ -699,7 +754,7 @@ def _learn_glob_result(turn: Turn, args: dict[str, Any], result: dict[str, Any],
     if is_placeholder(text) or is_seed_placeholder(text):  # gone before it was seen: ask again
         s.open.append([d, pattern])
     elif size and size[1] > GLOB_SHOWN:  # saved, and longer than a whole answer: it was cut
-        _cut(turn, d, pattern)
+        _cut(turn, d, pattern, text)
     elif is_persisted(text) and saved_path(text):
         s.recalls.append([saved_path(text), "glob", d, pattern, 0])
     else:

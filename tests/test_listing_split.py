@@ -1,0 +1,104 @@
+"""How a cut glob is narrowed: the patterns of a split match exactly what the cut one matched, each
+name once, and a directory whose names all begin alike is not narrowed one character a level."""
+
+from __future__ import annotations
+
+import fnmatch
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runner.models.listing import NAME_CLASSES, split
+
+NAME_CHARS = "abcdeftuvxyzBQ_.0-9~é"
+names = st.lists(st.text(alphabet=NAME_CHARS, min_size=1, max_size=12), min_size=1, max_size=60, unique=True)
+
+
+def matched(pattern: str, pool: list[str]) -> set[str]:
+    return {n for n in pool if fnmatch.fnmatchcase(n, pattern)}
+
+
+def assert_partition(pattern: str, parts: list[str], pool: list[str]) -> None:
+    want = matched(pattern, pool)
+    for name in pool:
+        hits = [p for p in parts if fnmatch.fnmatchcase(name, p)]
+        assert len(hits) == (1 if name in want else 0), (pattern, name, hits, parts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pool=names, data=st.data())
+def test_every_split_matches_each_name_once_and_nothing_more(pool: list[str], data: st.DataObject) -> None:
+    pattern = "*"
+    for _ in range(4):  # narrow a few levels, as a survey does with the answers it is shown
+        want = sorted(matched(pattern, pool))
+        shown = data.draw(st.lists(st.sampled_from(want), unique=True, max_size=8)) if want else []
+        parts = split(pattern, shown)
+        assert_partition(pattern, parts, pool)
+        narrower = [p for p in parts if p.endswith("*") and p != pattern]
+        if not narrower:
+            return
+        pattern = data.draw(st.sampled_from(narrower))
+
+
+def test_names_that_begin_alike_are_narrowed_after_their_common_beginning() -> None:
+    pool = [f"beta_{w}_{k}.py" for w in ("agent", "file", "tool", "message") for k in range(60)]
+    shown = pool[::7]
+    parts = split("*", shown)
+    assert_partition("*", parts, pool)
+    assert all(p.startswith("beta_[") for p in parts if matched(p, pool))  # one level of classes finds them
+    assert sorted(p for p in parts if p.startswith("beta_[")) == sorted(f"beta_{c}*" for c in NAME_CLASSES)
+
+
+def test_without_a_common_beginning_the_split_is_by_name_classes() -> None:
+    assert split("*", ["alpha.py", "beta.py"]) == [c + "*" for c in NAME_CLASSES]
+    assert split("ab*") == ["ab" + c + "*" for c in NAME_CLASSES] + ["ab"]
+
+
+def test_a_class_in_the_prefix_leaves_out_the_common_character() -> None:
+    pool = ["beta_x", "beta_y", "alpha", "c", "b", "bz", "zeta"]
+    parts = split("[a-f]*", ["beta_x", "beta_y"])
+    assert_partition("[a-f]*", parts, pool)
+    assert "[ac-f]*" in parts  # the names of [a-f]* that do not begin with b
+
+
+def test_a_common_beginning_with_pattern_syntax_stops_before_it() -> None:
+    pool = ["x[1].txt", "x[2].txt", "x-1", "x"]
+    parts = split("*", ["x[1].txt", "x[2].txt"])
+    assert_partition("*", parts, pool)
+    assert all("[[" not in p for p in parts)
+
+
+# --- the TODO lines of a part's own files, read off a whole read ---------------------------------------
+
+
+def test_todo_lines_read_off_a_file_are_the_grep_tools(tmp_path) -> None:
+    from runner.models import memory_survey as ms
+    from runner.tools.grep_worker import grep
+
+    files = {
+        "crlf.py": b"x = 1\r\n# TODO: one\r\nTODOs = 2\r\n# FIXME two\r\n",
+        "long.py": b"# TODO "
+        + b"x" * 1992
+        + b"\n# TODO "
+        + b"x" * 1993  # 2,000 bytes, then 2,001
+        + b"\n# XXX short\n# TODO "
+        + b"y" * 1994,  # 2,001 without a newline
+        "nul.py": b"\x00# TODO hidden\n# TODO hidden too\n",
+        "last.py": b"pass\n# XXX at the end without a newline",
+        "uni.py": "é = 'TODO'\n# todo not upper\nß # FIXME\n".encode(),
+    }
+    hits = {}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+        found = grep({"pattern": ms.TODO_PATTERN, "path": name, "workspace": str(tmp_path), "max_files": 10})
+        want = [] if found["text"] == "no matches" else found["text"].split("\n")
+        turn = ms.Turn(ms.State(scope="d/.", root=str(tmp_path)))
+        ms._todo_lines_of(turn, name, data.decode())
+        got = [ms.unescape(e) for e in turn.appends["todo"]]
+        places = [ms.todo_place(str(tmp_path), line) for line in want]
+        assert got == [f"{path}:{number}" for path, number, _ in places], (name, got, want)
+        assert turn.state.todo["shown"] == [f"{p}:{n}: {hit.strip()[:100]}" for p, n, hit in places]
+        assert turn.state.todo["hits"] == len(want)
+        hits[name] = [int(n) for _, n, _ in places]
+    # the cases bite: a line at the limit is searched, one byte over it is not, nor a file with a NUL
+    assert hits == {"crlf.py": [2, 4], "long.py": [1, 3], "nul.py": [], "last.py": [2], "uni.py": [1, 3]}
