@@ -3,9 +3,9 @@ latency a call: wall time, cost, files reported right, repeated calls.
 
 The tree is eight packages of this venv's site-packages (about 800 files: big enough to split, small
 enough that the run without subagents, one call at a time, ends in minutes at 2 s a call). With the
-``task`` tool the offline policy hands each top-level directory to a subagent, four at once
-(``max_subagents``); without it, the same policy surveys the tree alone. Both runs use the same
-model, window, prices, call limit (5 in flight) and summary gate.
+``task`` tool the offline policy measures the tree and cuts it into parts of about the same size,
+run four at once (``max_subagents``); without it, the same policy surveys the tree alone. Both runs
+use the same model, window, prices, call limit (5 in flight) and summary gate.
 
     python bench/subagents.py [--repeat 1] [--latency 2.0] [--site-packages] [--render]
 
@@ -97,6 +97,7 @@ async def survey(tree: Path, out: Path, tools: tuple[str, ...], latency: float) 
         for p, data in truth.items()
         if p in rows and ("binary" if rows[p][1] == "image" else rows[p][1], rows[p][2]) == expected_row(data)
     )
+    children = sum(float(r.get("cost_usd") or 0) for r in record.subagents)
     calls = repeated = 0
     for d in [job, *sorted((job / "agents").glob("*"))]:
         c, r, _ = calls_and_gaps(d)
@@ -116,6 +117,7 @@ async def survey(tree: Path, out: Path, tools: tuple[str, ...], latency: float) 
         "peak_concurrent": stats["peak_concurrent"],
         "input_tokens": record.usage_total("input_tokens"),
         "subagent_walls": [round(float(r.get("wall_s") or 0), 1) for r in record.subagents],
+        "parent_cost_usd": round(record.cost_usd - children, 4),
         "output_tokens": record.usage_total("output_tokens"),
     }
 
@@ -135,8 +137,9 @@ def render(data: dict) -> str:
         "latency a call (summaries too), at most 5 calls in flight; the offline policy is the model, "
         "the report is checked against `os.walk`. Cost as priced for sonnet (the emulator's token "
         "counts, prompt caching included). With the `task` tool the parent measures the tree (the "
-        "`parent turns`), cuts it into 8 parts of about the same size (a directory, several small "
-        "ones, a big one's subdirectories and its own files) and runs them 4 at once, largest first.",
+        "`parent turns`), cuts it into parts of about the same size (a directory, several small "
+        "ones, a big one's subdirectories and its own files: one part a lane for a small tree, up to "
+        "two a lane for a big one, one per 1,000 entries) and runs them 4 at once, largest first.",
     ]
     for label, tree in trees_of(data).items():
         out += ["", *render_tree(label, tree)]
@@ -187,6 +190,15 @@ def render_tree(label: str, tree: dict) -> list[str]:
             f"({split[0]['wall_s'] - max(packed, max(walls)):.0f} s beyond the subagents' share). The "
             f"subagents made {split[0]['subagent_turns']:,} turns against the lone survey's "
             f"{alone[0]['turns']:,}: each part starts, searches and reports on its own.",
+        ]
+    parent = split[0].get("parent_cost_usd")
+    if parent is not None:
+        extra = split[0]["cost_usd"] - alone[0]["cost_usd"]
+        out += [
+            "",
+            f"Where the cost goes: the parent (measuring, handing out, assembling) ${parent:.2f}, the "
+            f"subagents ${split[0]['cost_usd'] - parent:.2f}; against the lone survey's "
+            f"${alone[0]['cost_usd']:.2f} that is {'$' if extra >= 0 else '-$'}{abs(extra):.2f}.",
         ]
     return out
 

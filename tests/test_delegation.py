@@ -60,6 +60,7 @@ def tree(tmp_path: Path) -> Path:
 @pytest.fixture
 def small_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(delegation, "DELEGATE_ENTRIES", THRESHOLD)
+    monkeypatch.setattr(delegation, "PART_ENTRIES", 1)  # as many parts as there are units, up to 8
 
 
 class Play:
@@ -304,6 +305,7 @@ def test_the_scope_is_read_from_the_prompt_and_a_plain_survey_has_none():
 
 async def test_small_parts_are_grouped_and_every_file_is_right(tree, tmp_path, small_threshold, monkeypatch):
     monkeypatch.setattr(delegation, "PARTS", 2)  # the units dealt out to two parts
+    monkeypatch.setattr(delegation, "LANES", 2)
     play = Play(tree)
     messages, final, status = await play.converse(
         "Survey this workspace.", tmp_path / "job", TOOLS, task=True
@@ -336,21 +338,22 @@ def test_the_parts_are_about_the_same_size_largest_first():
     parts = delegation.plan_parts(
         entries=160, sizes=sizes, pieces={"big": [list(p) for p in pieces or []]}, top=0
     )
-    assert len(parts) == delegation.PARTS
+    assert len(parts) == delegation.LANES  # a small tree: one part a lane
     found = [u for p in parts for u in units(p)]
     assert sorted(found) == sorted(["big/a", "big/b", "big/."] + [f"s{k}" for k in range(12)])
     weight = {"big/a": 60, "big/b": 30, "big/.": 10} | {f"s{k}": 5 for k in range(12)}
     loads = [sum(weight[u] for u in units(p)) for p in parts]
     assert loads == sorted(loads, reverse=True) and loads[0] == 60  # the biggest unit alone, first
-    assert max(loads[1:]) <= 30  # the rest no bigger than the second biggest unit
-    # a big directory whose pieces are not known is one unit; one without subdirectories has none
-    whole = delegation.plan_parts(entries=160, sizes={"big": 100, "s": 60}, pieces={}, top=3)
-    assert whole == ["big", "s", TOP]
-    assert delegation.pieces_of("big", [f"big/f{k}" for k in range(100)]) is None
-    # a piece as big is cut in turn
-    nested = {"big": [[60, "big/a"], [30, "big/b"]], "big/a": [[45, "big/a/x"], [15, "big/a/."]]}
-    parts = delegation.plan_parts(entries=160, sizes={"big": 100, "s": 60}, pieces=nested, top=0)
-    assert sorted(u for p in parts for u in units(p)) == ["big/a/.", "big/a/x", "big/b", "s"]
+    assert max(loads[1:]) - min(loads[1:]) <= 5  # the rest within the smallest unit of each other
+
+
+def test_a_bigger_tree_is_cut_into_more_parts_up_to_two_a_lane():
+    sizes = {f"d{k:02d}": 1_000 for k in range(40)}
+    for entries, want in ((856, 4), (5_600, 5), (20_000, 8), (400_000, 8)):
+        scaled = {d: entries // 40 for d in sizes}
+        parts = delegation.plan_parts(entries=entries, sizes=scaled, pieces={}, top=0)
+        assert len(parts) == want, (entries, len(parts))
+        assert sorted(u for p in parts for u in units(p)) == sorted(sizes)
 
 
 def test_a_task_result_header_parses():

@@ -26,6 +26,7 @@ from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Latency
 from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
+from runner.models import delegation
 from runner.models.adaptive import AdaptiveLimit, AdaptiveModel
 from runner.models.anthropic import AnthropicModel
 from runner.models.delegation import DELEGATE_ENTRIES
@@ -63,7 +64,10 @@ def check_rows(report: str, job: Path, root: Path) -> None:
 
 
 @pytest.mark.anyio
-async def test_eight_subagents_four_at_once_hold_the_call_limit_and_the_gate(tmp_path: Path) -> None:
+async def test_eight_subagents_four_at_once_hold_the_call_limit_and_the_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(delegation, "PART_ENTRIES", 1)  # the policy's most parts (8), for a small tree
     root = tree(tmp_path / "ws")
     spec = JobSpec(
         name="survey",

@@ -10,7 +10,7 @@ first turn is the memory survey's (:mod:`.memory_survey`) with one more call, a 
 - else it measures each top-level directory (a ``glob`` of ``**/*`` in it: a cut answer says its
   total) and the subdirectories of a big one, cuts a directory bigger than :data:`CUT_SHARE` of the
   tree into its subdirectories and its own files, and deals these units (and the files at the top)
-  out to :data:`PARTS` parts of about the same size (:func:`plan_parts`); then one ``task`` call per
+  out to 4 to 8 parts of about the same size (:func:`plan_parts`); then one ``task`` call per
   part, largest first (the runtime starts them in that order, ``max_subagents`` at a time, so the
   longest part does not start last), all in one reply, each with a scoped prompt
   (:func:`.memory_survey.scoped_prompt`) that names its units and carries the request.
@@ -72,11 +72,15 @@ from .memory_survey import (
 
 DELEGATE_ENTRIES = INLINE_FILES  # a tree whose listing names more entries than this is split
 MIN_PARTS = 2  # top-level directories a tree needs to be split
-# the parts a big tree is cut into: twice the subagents that run at once by default, so that, handed
-# out largest first, they end close together; each about an eighth of the tree's entries
-PARTS = 8
-CUT_SHARE = 3 / 16  # a directory bigger than this share of the tree is cut (one part is 1/8 of it;
-# a bigger directory still runs within a lane's share, 1/4, and cutting it costs each piece a start)
+# the parts a tree is cut into: one per subagent that runs at once by default (each part costs a
+# start and a report, about 4 turns), and for a big tree up to twice as many, so that, handed out
+# largest first, parts whose sizes were misjudged still end close together: one part per
+# PART_ENTRIES entries between the two
+LANES = 4
+PARTS = 2 * LANES
+PART_ENTRIES = 1_000
+CUT_SHARE = 3 / 16  # a directory bigger than this share of the tree is cut (one part is 1/8 of a big
+# one; a bigger directory still runs within a lane's share, 1/4, and cutting it costs each piece a start)
 PROBE = {"pattern": "*/"}  # the first turn's extra call: the top-level directories
 SUBAGENT_TOOLS = ("read", "glob", "grep")
 TOP_DESCRIPTION = "top-level files"
@@ -602,7 +606,8 @@ def plan_parts(
     """The parts, largest first, each a scope (its units joined by ``UNIT_SEP``): a directory bigger
     than :data:`CUT_SHARE` of the tree is cut into its ``pieces`` (its subdirectories and its own
     files, with their sizes) when they are known, and so is a piece as big; the units are dealt out
-    largest first to the least loaded of :data:`PARTS` parts (fewer when there are fewer units)."""
+    largest first to the least loaded of one part per :data:`PART_ENTRIES` entries, at least
+    :data:`LANES` and at most :data:`PARTS` (fewer when there are fewer units)."""
 
     def units_of(d: str, size: int) -> list[tuple[int, str]]:
         cut = pieces.get(d)
@@ -611,7 +616,8 @@ def plan_parts(
     found = [u for d, size in sizes.items() for u in units_of(d, size)]
     if top:
         found.append((top, TOP))
-    loads: list[tuple[int, list[str]]] = [(0, []) for _ in range(min(PARTS, len(found)))]
+    count = max(LANES, min(PARTS, entries // PART_ENTRIES))
+    loads: list[tuple[int, list[str]]] = [(0, []) for _ in range(min(count, len(found)))]
     for size, unit in sorted(found, key=lambda f: (-f[0], f[1])):
         k = min(range(len(loads)), key=lambda i: (loads[i][0], i))
         loads[k] = (loads[k][0] + size, [*loads[k][1], unit])
