@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import shutil
 import statistics
 import sys
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from common import RESULTS, START_LOAD, replace_section, write_result  # noqa: E402
-from conftest import calls_and_gaps, expected_row, regular_files, survey_rows  # noqa: E402
+from conftest import calls_and_gaps, expected_row, regular_files, survey_rows, todo_lines  # noqa: E402
 
 from runner.compaction.compactor import Compactor  # noqa: E402
 from runner.compaction.summarizer import Summarizer  # noqa: E402
@@ -48,6 +49,9 @@ COMMAND = "python bench/subagents.py"
 EIGHT = "Eight packages"
 SITE = "The whole site-packages"
 CALLS_IN_FLIGHT = 5
+TODO_HEAD = re.compile(  # a report's TODO section: its count, and whether its search was cut
+    r"^## TODO / FIXME / XXX \((\d+) lines in \d+ files(; the search output was cut)?", re.M
+)
 
 
 def make_tree(root: Path) -> Path:
@@ -97,6 +101,7 @@ async def survey(tree: Path, out: Path, tools: tuple[str, ...], latency: float) 
         for p, data in truth.items()
         if p in rows and ("binary" if rows[p][1] == "image" else rows[p][1], rows[p][2]) == expected_row(data)
     )
+    todo = TODO_HEAD.search(report)
     children = sum(float(r.get("cost_usd") or 0) for r in record.subagents)
     calls = repeated = 0
     for d in [job, *sorted((job / "agents").glob("*"))]:
@@ -118,6 +123,9 @@ async def survey(tree: Path, out: Path, tools: tuple[str, ...], latency: float) 
         "input_tokens": record.usage_total("input_tokens"),
         "subagent_walls": [round(float(r.get("wall_s") or 0), 1) for r in record.subagents],
         "parent_cost_usd": round(record.cost_usd - children, 4),
+        "todo_reported": int(todo[1]) if todo else 0,
+        "todo_cut": bool(todo and todo[2]),
+        "todo_truth": todo_lines(truth),
         "output_tokens": record.usage_total("output_tokens"),
     }
 
@@ -146,15 +154,22 @@ def render(data: dict) -> str:
     return "\n".join(out)
 
 
+def _todo(run: dict) -> str:
+    """The TODO lines a report gives against the tree's (its search cut, when it says so)."""
+    if "todo_truth" not in run:
+        return "-"
+    return f"{run['todo_reported']:,} of {run['todo_truth']:,}" + (" (search cut)" if run["todo_cut"] else "")
+
+
 def render_tree(label: str, tree: dict) -> list[str]:
     out = [
         f"### {label}: {tree['files']:,} files, {tree['latency']:g} s a call, "
         f"{tree['repeat']} round{'s' if tree['repeat'] > 1 else ''}, 1-minute load average at its start "
         f"{tree.get('load_1min') or 0:.2f}",
         "",
-        "| run | status | files named right | wall s | cost | parent turns | subagents (their turns) | "
-        "tool calls | repeated | requests | peak in flight |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| run | status | files named right | TODO lines reported | wall s | cost | parent turns | "
+        "subagents (their turns) | tool calls | repeated | requests | peak in flight |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, runs in tree["runs"].items():
         r = runs[0]
@@ -165,7 +180,8 @@ def render_tree(label: str, tree: dict) -> list[str]:
             else f"{walls[0]:.0f}"
         )
         out.append(
-            f"| {name} | {r['status']} | {r['right']:,} of {r['files']:,} | {wall} | ${r['cost_usd']:.2f} | "
+            f"| {name} | {r['status']} | {r['right']:,} of {r['files']:,} | {_todo(r)} | {wall} | "
+            f"${r['cost_usd']:.2f} | "
             f"{r['turns']} | {r['subagents']} ({r['subagent_turns']:,}) | {r['calls']:,} | {r['repeated']} | "
             f"{r['requests']:,} | {r['peak_concurrent']} |"
         )

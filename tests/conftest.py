@@ -264,6 +264,29 @@ def regular_files(root: Path) -> dict[str, bytes]:
     return out
 
 
+def todo_lines(files: dict[str, bytes]) -> int:
+    """Ground truth: the lines the survey's TODO search finds in these files, as the grep tool
+    searches (not a file with a NUL byte in its first 512, nor a line over 2,000 bytes with its
+    newline)."""
+    import re
+
+    from runner.models.memory_survey import TODO_PATTERN
+
+    rx = re.compile(TODO_PATTERN)
+    hits = 0
+    for data in files.values():
+        if b"\x00" in data[:512]:
+            continue
+        lines = data.split(b"\n")
+        hits += sum(
+            1
+            for k, raw in enumerate(lines)
+            if len(raw) + (k < len(lines) - 1) <= 2000
+            and rx.search(raw.decode(errors="replace").rstrip("\r\n"))
+        )
+    return hits
+
+
 def expected_row(data: bytes) -> tuple:
     """What a survey must say of a file with these bytes: lines and size, or binary and its size."""
     try:

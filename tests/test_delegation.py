@@ -17,14 +17,13 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import CliRunner, expected_row, regular_files, survey_rows
+from conftest import CliRunner, expected_row, regular_files, survey_rows, todo_lines
 
 from runner.agent.subagents import slug
 from runner.config import Limits
 from runner.messages import Message, text_of, tool_uses
 from runner.models import delegation, policy
 from runner.models.memory_survey import (
-    TODO_PATTERN,
     TOP,
     TOTALS_LINE,
     files_only,
@@ -137,21 +136,6 @@ class Play:
 def task_calls(messages: list[Message]) -> list[list[dict[str, Any]]]:
     """The task calls of each assistant message that made some."""
     return [calls for m in messages if (calls := [u for u in tool_uses(m) if u["name"] == "task"])]
-
-
-def todo_lines(files: dict[str, bytes]) -> int:
-    """Ground truth: the lines the TODO search finds (text files, lines the grep tool searches)."""
-    rx = re.compile(TODO_PATTERN)
-    hits = 0
-    for data in files.values():
-        if b"\x00" in data[:512]:
-            continue
-        hits += sum(
-            1
-            for raw in data.splitlines(keepends=True)
-            if len(raw) <= 2000 and rx.search(raw.decode(errors="replace").rstrip("\r\n"))
-        )
-    return hits
 
 
 def assert_rows_right(rows: dict[str, list[Any]], truth: dict[str, bytes]) -> None:
