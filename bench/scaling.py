@@ -271,6 +271,7 @@ def session_child(args: argparse.Namespace) -> None:
 
     if args.tracemalloc:
         tracemalloc.start()
+    snapshots = {int(n) for n in args.snapshots.split(",")} if args.snapshots else set()
     page = os.sysconf("SC_PAGE_SIZE")
     samples: list[list[float]] = []
     model_cpu = [0.0]
@@ -291,6 +292,8 @@ def session_child(args: argparse.Namespace) -> None:
                 tracemalloc.get_traced_memory()[0] if args.tracemalloc else 0,
             ]
         )
+        if args.tracemalloc and len(samples) in snapshots:  # after the sample: not counted in it
+            tracemalloc.take_snapshot().dump(f"{args.session_child}.{len(samples)}.snapshot")
         try:
             return await original(self, request)
         finally:
@@ -329,7 +332,9 @@ def measure_session(
         out = base / f"out-{i}.json"
         runs = base / f"runs-{i}"
         cmd = [sys.executable, str(HERE / "scaling.py"), "--session-child", str(out)]
-        cmd += ["--jobs", str(jobs), "--runs", str(runs)] + (["--tracemalloc"] if traced else [])
+        cmd += ["--jobs", str(jobs), "--runs", str(runs)]
+        if traced:
+            cmd += ["--tracemalloc", "--snapshots", ",".join(map(str, points[-2:]))]
         r = run_measured(cmd, cwd=base, env=runner_env(None))
         if not out.exists():
             raise SystemExit(f"the session run failed: {r['stderr']}")
@@ -340,6 +345,7 @@ def measure_session(
             run_dir = (runs / "latest").resolve()
     timed = [r for r in results if not r["traced"]] or results
     traced = next(r for r in results if r["traced"])
+    grows = growth_by_file(base / f"out-{total - 1}.json", points[-2:])
     rows = []
     for p in points:
         lo = max(p - WINDOW, 1)
@@ -403,8 +409,32 @@ def measure_session(
             round(r["data"]["children_cpu_s"] / max(calls, 1) * 1e3, 3) for r in timed
         ],
         "process_cpu_s": [round(r["cpu_s"], 2) for r in timed],
+        "growth_by_file": grows,
         "run_dir": str(run_dir),
     }
+
+
+def growth_by_file(out: Path, points: list[int], top: int = 8) -> list[dict]:
+    """What the traced heap gained between the two points, by the file that allocated the blocks (not
+    the one that keeps them): the ``top`` files that gained most, in KiB per turn."""
+    import tracemalloc
+
+    if len(points) < 2:
+        return []
+    # the instrumentation's own samples and the imports are not the runner's
+    ignore = [tracemalloc.Filter(False, __file__), tracemalloc.Filter(False, "<frozen importlib.*")]
+    a, b = (tracemalloc.Snapshot.load(f"{out}.{p}.snapshot").filter_traces(ignore) for p in points)
+    turns = points[1] - points[0]
+    rows = []
+    gained = sorted(b.compare_to(a, "filename"), key=lambda stat: stat.size_diff, reverse=True)
+    for stat in [stat for stat in gained if stat.size_diff > 0][:top]:
+        name = stat.traceback[0].filename
+        for prefix in (str(ROOT) + "/", *sorted((p + "/" for p in sys.path if p), key=len, reverse=True)):
+            if name.startswith(prefix):
+                name = name[len(prefix) :]
+                break
+        rows.append({"file": name, "kib_per_turn": round(stat.size_diff / 1024 / turns, 3)})
+    return rows
 
 
 def session_table(r: dict) -> str:
@@ -457,6 +487,13 @@ def session_table(r: dict) -> str:
         lines.append(
             f"Memory from turn {g['from']:,} to {g['to']:,}: {g['traced_kib_per_turn']:.2f} KiB of Python "
             f"heap a turn (traced), {spread(g['rss_kib_per_turn'], 2)} KiB of RSS a turn."
+        )
+    if r.get("growth_by_file"):
+        parts = ", ".join(f"`{g['file']}` {g['kib_per_turn']:.2f}" for g in r["growth_by_file"])
+        lines.append(
+            f"What the traced heap gained a turn from turn {r['growth'][-1]['from']:,} to "
+            f"{r['growth'][-1]['to']:,}, in KiB, by the file that allocated it (not always the one that "
+            f"keeps it: the model's tool_use ids are kept by the tools): {parts}."
         )
     return "\n".join(lines)
 
@@ -662,6 +699,7 @@ def main() -> int:
     parser.add_argument("--jobs", help=argparse.SUPPRESS)
     parser.add_argument("--runs", help=argparse.SUPPRESS)
     parser.add_argument("--tracemalloc", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--snapshots", help=argparse.SUPPRESS)
     parser.add_argument("--tool-child", help=argparse.SUPPRESS)
     parser.add_argument("--tool", help=argparse.SUPPRESS)
     args = parser.parse_args()
