@@ -11,8 +11,14 @@ each entry is a reference, not a copy:
 - ``{"summary": "summaries/0001.md", "label": ..., "where": ...}``: a summary message;
 - ``{"x": block}``: anything else (the short markers compaction writes), inline.
 
-Guarantee: :func:`decode` of a line returns exactly the window :class:`Recorder` encoded, given the
-same transcript and job directory (a saved output is never rewritten with other content).
+Guarantees:
+- :func:`decode` of a line returns exactly the window :class:`Recorder` encoded, given the same
+  transcript and job directory (a saved output is never rewritten with other content).
+- A :class:`Recorder`'s memory is proportional to the window, not to the job: what it remembers of
+  messages, blocks, texts and tool results that left the window is forgotten at the next
+  :meth:`Recorder.encode` once it is as much again as what is in view (plus :data:`SLACK`), so the
+  forgetting costs O(1) per message added, amortized. A window only loses old parts and gains new
+  ones, so nothing forgotten is ever asked for again; were it, it would be encoded inline (``x``).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from .stages import summary_message
 from .window import Entry
 
 Ref = dict[str, Any]
+SLACK = 16  # entries of each kind a Recorder may hold past twice what is in view before it forgets
 
 
 def _read(store: JobStore, rel: str) -> str:
@@ -37,12 +44,14 @@ class Recorder:
     """Remembers where every block of the window came from, and encodes the window as references.
 
     Objects are tracked by identity (stages never mutate a block, they copy the ones they change) and
-    held only while they are in the window, so memory stays proportional to the window."""
+    held only while they are in the window, so memory stays proportional to the window; so are texts
+    (a summary's, a prompt's) and tool results (where each is in the transcript)."""
 
     def __init__(self) -> None:
         self._by_id: dict[int, tuple[Any, Ref]] = {}
         self._by_text: dict[str, Ref] = {}
         self._results: dict[str, tuple[int, int]] = {}  # tool_use_id -> (transcript line, block index)
+        self._kept = [0, 0, 0]  # how many of each (by id, by text, results) the last forgetting kept
 
     def added(self, message: Message, seq: int) -> None:
         """``message`` is line ``seq`` of the transcript."""
@@ -64,14 +73,24 @@ class Recorder:
     def encode(self, entries: list[Entry]) -> list[Ref]:
         live: set[int] = set()
         out = [self._entry(e, live) for e in entries]
-        if len(self._by_id) > 4 * len(live) + 64:  # forget what left the window
+        # forget what left the window, once it is as much again as what the last forgetting kept
+        if self._over(0, len(self._by_id), len(live)):
             self._by_id = {k: v for k, v in self._by_id.items() if k in live}
-        if (
-            len(self._by_text) > 4 * len(entries) + 64
-        ):  # texts too (a summary's, a prompt's): kept only in view
+            self._kept[0] = len(self._by_id)
+        if self._over(1, len(self._by_text), len(entries)):
             shown = set(_texts(entries))
             self._by_text = {k: v for k, v in self._by_text.items() if k in shown}
+            self._kept[1] = len(self._by_text)
+        if self._over(2, len(self._results), len(entries)):
+            ids = set(_result_ids(entries))
+            self._results = {k: v for k, v in self._results.items() if k in ids}
+            self._kept[2] = len(self._results)
         return out
+
+    def _over(self, kind: int, held: int, in_view: int) -> bool:
+        """Whether ``held`` things of ``kind`` are due to be forgotten: more than twice what the last
+        forgetting kept and twice ``in_view`` (a floor, for the first time), plus :data:`SLACK`."""
+        return held > 2 * max(self._kept[kind], in_view) + SLACK
 
     def _entry(self, entry: Entry, live: set[int]) -> Ref:
         message = entry.message
@@ -200,5 +219,19 @@ def _texts(entries: list[Entry]) -> list[str]:
         else:
             out += [
                 b["text"] for b in content or [] if isinstance(b, dict) and isinstance(b.get("text"), str)
+            ]
+    return out
+
+
+def _result_ids(entries: list[Entry]) -> list[str]:
+    """The tool_use id of every tool_result block in the window."""
+    out: list[str] = []
+    for entry in entries:
+        content = entry.message.get("content")
+        if isinstance(content, list):
+            out += [
+                str(b.get("tool_use_id", ""))
+                for b in content
+                if isinstance(b, dict) and b.get("type") == "tool_result"
             ]
     return out

@@ -1,0 +1,87 @@
+"""What a long job keeps in memory: bounded by its window where only the window needs it, and per
+distinct call where the repeat guard's promise (a repeat is caught anywhere in the job) needs it."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from runner.compaction.context import Recorder
+from runner.compaction.window import Entry
+from runner.protocol import placeholder
+from runner.rundir.store import JobStore
+from runner.tools.repeats import RepeatGuard, call_key
+
+
+def _turn(t: int) -> tuple[dict, dict]:
+    """Turn ``t``'s assistant message (two reads) and the user message answering it."""
+    ids = [f"toolu_{t}_{k}" for k in range(2)]
+    assistant = {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": i, "name": "read", "input": {"file_path": f"/w/{i}.py"}} for i in ids
+        ],
+    }
+    user = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": i, "content": f"text of {i} " * 20} for i in ids],
+    }
+    return assistant, user
+
+
+@pytest.mark.anyio
+async def test_the_recorder_forgets_results_that_left_the_window(tmp_path: Path) -> None:
+    """3,000 turns through a window of the newest 20 messages, the oldest result in view replaced by
+    its placeholder each turn (as micro_compact does): the recorder holds the results in view, not every
+    result of the job, and still encodes a replaced one by reference (so resume rebuilds it)."""
+    store = JobStore(tmp_path / "job")
+    await store.open()
+    recorder = Recorder()
+    messages: list[dict] = [{"role": "user", "content": "Survey this package."}]
+    recorder.added(messages[0], 1)
+    window: list[Entry] = [Entry.of(messages[0], 1)]
+    largest = 0
+    for t in range(1, 3_001):
+        for message in _turn(t):
+            messages.append(message)
+            recorder.added(message, len(messages))
+            window.append(Entry.of(message, len(messages)))
+        window = window[:1] + window[1:][-20:]  # the snip: the prompt and the newest messages
+        oldest = next(e for e in window[1:] if e.message["role"] == "user")
+        block = oldest.message["content"][0]
+        path = f"tool-results/{block['tool_use_id']}.txt"
+        replaced = {"role": "user", "content": [{**block, "content": placeholder(path)}]}
+        window[window.index(oldest)] = Entry.of(replaced, oldest.seq)
+        refs = recorder.encode(window)
+        ref = next(r for r in refs if r.get("seq") == oldest.seq)
+        assert ref["c"][0] == {"t": oldest.seq, "b": 0, "saved": path}  # by reference, not inline
+        largest = max(largest, len(recorder._results), len(recorder._by_id))
+    in_view = sum(len(e.message["content"]) for e in window[1:]) + len(window)
+    assert largest <= 2 * in_view + 32  # bounded by the window (the old recorder: 6,000 results)
+    # and what it kept decodes: the window comes back as it was, the replaced block as its placeholder
+    decoded = Recorder().decode(refs, messages, store, "Survey this package.")
+    assert [e.message for e in decoded] == [e.message for e in window]
+
+
+def test_the_repeat_guard_keeps_about_200_bytes_per_distinct_call_and_nothing_per_repeat() -> None:
+    """The guard must remember every distinct call of the job (a repeat 30 turns or 3,000 turns apart is
+    caught), so it grows with distinct calls, by a hash and a small record each; repeats add nothing."""
+    calls = [call_key("read", {"file_path": f"/ws/pkg{i // 100:02d}/mod{i:05d}.py"}) for i in range(5_000)]
+    ids = [f"toolu_{i:020d}" for i in range(10_000)]
+    guard = RepeatGuard(max_repeated=3)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i, key in enumerate(calls):
+            guard.record(key, 1_000 + i, ids[i])
+        distinct = tracemalloc.get_traced_memory()[0]
+        for i, key in enumerate(calls):  # each made once more: a count, no new entry
+            guard.record(key, 7_000 + i, ids[5_000 + i])
+        repeated = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert (distinct - before) / len(calls) < 250
+    assert repeated - distinct < 1_000
+    assert guard.check(calls[0], 9_000) is None  # made twice: not yet caught at max_repeated = 3
