@@ -207,6 +207,24 @@ def render_tree(label: str, tree: dict) -> list[str]:
             f"subagents made {split[0]['subagent_turns']:,} turns against the lone survey's "
             f"{alone[0]['turns']:,}: each part starts, searches and reports on its own.",
         ]
+    lone, parts = alone[0], split[0]
+    if "todo_truth" in lone and (lone["todo_cut"] or parts["todo_cut"]):
+        out += [
+            "",
+            f"TODO lines: the lone survey reports {lone['todo_reported']:,} of {lone['todo_truth']:,}"
+            + (
+                " (its one search of the tree was cut at the grep tool's output limit; its report says so)"
+                if lone["todo_cut"]
+                else ""
+            )
+            + f", the subagents {parts['todo_reported']:,}"
+            + (
+                " (a search was cut)"
+                if parts["todo_cut"]
+                else " (each part searches only its own, none was cut)"
+            )
+            + ": the runs' costs are not for the same work.",
+        ]
     parent = split[0].get("parent_cost_usd")
     if parent is not None:
         extra = split[0]["cost_usd"] - alone[0]["cost_usd"]
