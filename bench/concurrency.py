@@ -308,6 +308,7 @@ def run_one(
         "wall_over_ideal": round(wall / (sequential * latency), 3),
         "cpu_s": round(cpu_s, 3),
         "cpu_exact": exact,
+        "system_s": round(usage.ru_stime, 3) if exact else None,
         "kernel_share": round(usage.ru_stime / max(1e-9, usage.ru_utime + usage.ru_stime), 3)
         if exact
         else None,
@@ -326,6 +327,18 @@ def startup_s() -> float:
         [sys.executable, "-c", "import runner.cli, runner.execution.scheduler, anthropic"], check=True
     )
     return time.perf_counter() - started
+
+
+def new_file_us(count: int = 300) -> float:
+    """CPU microseconds (user + system, this process) to create one small file, write it and close it,
+    in a fresh directory where the rows' run directories were (the system's temporary directory)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.process_time()
+        for i in range(count):
+            fd = os.open(os.path.join(tmp, f"f{i}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            os.write(fd, b"x" * 300)
+            os.close(fd)
+        return (time.process_time() - started) / count * 1e6
 
 
 def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -378,6 +391,20 @@ def floors(measured: dict[tuple[str, int], list[dict[str, Any]]]) -> dict[str, A
             out[key] = median_range(
                 [x - y for x, y in zip(per_round[executor], per_round[FLOOR], strict=False)]
             )
+    kernel: dict[str, list[float]] = {}  # system CPU per call net of start-up, the same way
+    for executor in ("local", FLOOR):
+        a, b = measured.get((executor, small), []), measured.get((executor, big), [])
+        kernel[executor] = [
+            (rb["system_s"] - ra["system_s"]) / (rb["model_calls"] - ra["model_calls"]) * 1000
+            for ra, rb in zip(a, b, strict=False)
+            if rb["model_calls"] > ra["model_calls"]
+            and rb.get("system_s") is not None
+            and ra.get("system_s") is not None
+        ]
+    if kernel["local"] and kernel[FLOOR]:
+        out["own_kernel_ms_per_call"] = median_range(
+            [x - y for x, y in zip(kernel["local"], kernel[FLOOR], strict=False)]
+        )
     for key, (num, den) in {
         "wall_local_over_floor": ("local", FLOOR),
         "wall_before_over_floor": (BEFORE, FLOOR),
@@ -415,7 +442,24 @@ def findings(rows: list[dict[str, Any]], startup: float, floor: dict[str, Any], 
     if own:
         parts.append(
             f"The runner's own work (local minus the SDK floor, net of start-up): {mr(own, unit=' ms')} per "
-            f"call, target <= {TARGET_OWN_MS:g} ms: {verdict(own['median'], TARGET_OWN_MS)}."
+            f"call, target <= {TARGET_OWN_MS:g} ms: {verdict(own['median'], TARGET_OWN_MS)}"
+            + (
+                f"; of it, kernel time (local's system CPU minus the floor's, net of start-up, the same "
+                f"way) {mr(floor['own_kernel_ms_per_call'], unit=' ms')}: the system calls of the files "
+                "each job writes (its directory, transcript, events, context, checkpoint, memory, "
+                "final.md and metrics.json; a new file here costs "
+                + (
+                    f"{floor['new_file_us']['median']:.0f} us ({floor['new_file_us']['min']:.0f}-"
+                    f"{floor['new_file_us']['max']:.0f}) of CPU, measured after the rounds"
+                    if floor.get("new_file_us")
+                    else "tens of microseconds of kernel time"
+                )
+                + "), "
+                "its grep workers' pipes and processes, and the loop's wake-ups"
+                if floor.get("own_kernel_ms_per_call")
+                else ""
+            )
+            + "."
         )
     before, before_wall = floor.get("own_ms_per_call_before"), floor.get("wall_before_over_floor")
     if before and before_wall:
@@ -601,6 +645,7 @@ def main() -> None:
     rows = [median_row(measured[run]) for run in runs if run in measured]
     startup = min(startup_s() for _ in range(3))
     floor = floors(measured)
+    floor["new_file_us"] = median_range([new_file_us() for _ in range(3)])
     write = not args.smoke and not args.sizes and not args.executors
     if write:
         write_result(
