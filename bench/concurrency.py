@@ -350,7 +350,16 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
     row["runs"] = [
         {
             k: r[k]
-            for k in ("wall_s", "wall_over_ideal", "cpu_s", "cpu_s_per_call", "model_calls", "peak_rss_mib")
+            for k in (
+                "wall_s",
+                "wall_over_ideal",
+                "cpu_s",
+                "system_s",
+                "cpu_s_per_call",
+                "model_calls",
+                "peak_rss_mib",
+            )
+            if k in r
         }
         for r in runs
     ]
@@ -395,7 +404,7 @@ def floors(measured: dict[tuple[str, int], list[dict[str, Any]]]) -> dict[str, A
                 [x - y for x, y in zip(per_round[executor], per_round[FLOOR], strict=False)]
             )
     kernel: dict[str, list[float]] = {}  # system CPU per call net of start-up, the same way
-    for executor in ("local", FLOOR):
+    for executor in ("local", BEFORE, FLOOR):
         a, b = measured.get((executor, small), []), measured.get((executor, big), [])
         kernel[executor] = [
             (rb["system_s"] - ra["system_s"]) / (rb["model_calls"] - ra["model_calls"]) * 1000
@@ -404,9 +413,19 @@ def floors(measured: dict[tuple[str, int], list[dict[str, Any]]]) -> dict[str, A
             and rb.get("system_s") is not None
             and ra.get("system_s") is not None
         ]
-    if kernel["local"] and kernel[FLOOR]:
-        out["own_kernel_ms_per_call"] = median_range(
-            [x - y for x, y in zip(kernel["local"], kernel[FLOOR], strict=False)]
+    if kernel["local"] and kernel[FLOOR] and "local" in per_round and FLOOR in per_round:
+        own_kernel = [x - y for x, y in zip(kernel["local"], kernel[FLOOR], strict=False)]
+        own = [x - y for x, y in zip(per_round["local"], per_round[FLOOR], strict=False)]
+        out["own_kernel_ms_per_call"] = median_range(own_kernel)
+        out["own_user_ms_per_call"] = median_range([x - y for x, y in zip(own, own_kernel, strict=False)])
+    if kernel[BEFORE] and kernel[FLOOR] and BEFORE in per_round and FLOOR in per_round:
+        out["own_user_ms_per_call_before"] = median_range(
+            [
+                (x - y) - (kx - ky)
+                for x, y, kx, ky in zip(
+                    per_round[BEFORE], per_round[FLOOR], kernel[BEFORE], kernel[FLOOR], strict=False
+                )
+            ]
         )
     for key, (num, den) in {
         "wall_local_over_floor": ("local", FLOOR),
@@ -458,7 +477,15 @@ def findings(rows: list[dict[str, Any]], startup: float, floor: dict[str, Any], 
                     else "tens of microseconds of kernel time"
                 )
                 + "), "
-                "its grep workers' pipes and processes, and the loop's wake-ups"
+                "its grep workers' pipes and processes, and the loop's wake-ups; it moves with the "
+                "machine's other load on the shared disk and cores (the floor's stays flat), so the "
+                "user time, the runner's own Python, is the steadier measure: "
+                + (
+                    f"{mr(floor['own_user_ms_per_call'], unit=' ms')} per call, target "
+                    f"{verdict(floor['own_user_ms_per_call']['median'], TARGET_OWN_MS)} on it alone"
+                    if floor.get("own_user_ms_per_call")
+                    else "not measured"
+                )
                 if floor.get("own_kernel_ms_per_call")
                 else ""
             )
@@ -468,8 +495,13 @@ def findings(rows: list[dict[str, Any]], startup: float, floor: dict[str, Any], 
     if before and before_wall:
         parts.append(
             f"The same runner before the levers ({BEFORE!r} rows, the runner from another source tree in the "
-            f"same rounds): own work {mr(before, unit=' ms')} per call, wall {mr(before_wall, unit='x')} the "
-            "floor's."
+            f"same rounds): own work {mr(before, unit=' ms')} per call"
+            + (
+                f" (user time {mr(floor['own_user_ms_per_call_before'], unit=' ms')})"
+                if floor.get("own_user_ms_per_call_before")
+                else ""
+            )
+            + f", wall {mr(before_wall, unit='x')} the floor's."
         )
     wall = floor.get("wall_local_over_floor")
     if wall and local and sdk:
@@ -666,6 +698,7 @@ def main() -> None:
                 "repeat": args.repeat,
                 "startup_s": startup,
                 "floors": floor,
+                "raw_rows": [r for runs in measured.values() for r in runs],  # every run, for a re-count
                 "peer_note": peer_note,
                 "command": " ".join(["python bench/concurrency.py", *sys.argv[1:]]),
             },
