@@ -173,7 +173,9 @@ def survey_batch(
             f'workspace = "{workspace}"\nprompt = "Survey this workspace ({i})."\n'
         )
     (tmp / "emulator.toml").write_text(f"[latency]\nseconds = {latency}\n")
-    (tmp / "config.toml").write_text(f"[summarizer]\nmax_concurrent = {n}\nrequests_per_minute = 100000\n")
+    (tmp / "config.toml").write_text(  # the summary gate at its most (1,000): not the bottleneck
+        f"[summarizer]\nmax_concurrent = {min(n, 1000)}\nrequests_per_minute = 100000\n"
+    )
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     emulator = subprocess.Popen(
@@ -481,8 +483,9 @@ def findings(rows: list[dict[str, Any]], startup: float, floor: dict[str, Any], 
                 "machine's other load on the shared disk and cores (the floor's stays flat), so the "
                 "user time, the runner's own Python, is the steadier measure: "
                 + (
-                    f"{mr(floor['own_user_ms_per_call'], unit=' ms')} per call, target "
-                    f"{verdict(floor['own_user_ms_per_call']['median'], TARGET_OWN_MS)} on it alone"
+                    f"{mr(floor['own_user_ms_per_call'], unit=' ms')} per call, against the "
+                    f"{TARGET_OWN_MS:g} ms target on it alone: "
+                    f"{verdict(floor['own_user_ms_per_call']['median'], TARGET_OWN_MS)}"
                     if floor.get("own_user_ms_per_call")
                     else "not measured"
                 )
@@ -824,6 +827,7 @@ def ray_scale(sizes: tuple[int, ...], repeat: int, write: bool, add: bool = Fals
         "repeat": repeat,
         "files": len(files),
         "measured": {str(n): when for n in sizes},
+        "command": " ".join(["python bench/concurrency.py", *sys.argv[1:]]),
     }
     if add:
         old = json.loads((Path(__file__).parent / "results" / "ray_scale.json").read_text())
@@ -908,8 +912,8 @@ def render_ray_scale(saved: dict[str, Any], write: bool) -> None:
             "What bounds ray: its CPU per call over all its processes (the driver, Ray's own, the "
             "services actor every model call and summary goes through, the workers)"
             + (
-                "; at this size the cores were full: the CPU of runner and emulator, not the 2 s "
-                "latency, set both walls, so their ratio follows the ratio of CPU per call."
+                "; at this size the cores were full: the CPU of runner and emulator together (ray's "
+                "over all its processes), not the 2 s latency, set both walls."
                 if max(cores_busy(local), cores_busy(ray)) >= 1.5
                 else "; the cores were not full over these walls: where that is well under 2, the "
                 "machine's other load set the walls as much as either executor."
@@ -929,7 +933,7 @@ def render_ray_scale(saved: dict[str, Any], write: bool) -> None:
                 + "\n".join(lines)
                 + "\n\n"
                 + text,
-                " ".join(["python bench/concurrency.py", *sys.argv[1:]]),
+                saved.get("command") or " ".join(["python bench/concurrency.py", *sys.argv[1:]]),
             )
         return
     text = (
