@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import email
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,6 +123,44 @@ async def test_a_memories_folder_that_is_a_symlink_is_refused(tmp_path):
     (job / "memories").symlink_to(outside)
     result = await run(MemoryTool(str(job)), command="create", path="/memories/x.md", file_text="x")
     assert result["is_error"] and os.listdir(outside) == []
+
+
+async def test_a_memories_folder_swapped_for_a_symlink_between_calls_is_refused(tmp_path):
+    """The folder is opened afresh (``O_NOFOLLOW``) at every command: a link put in its place after
+    the tool has used it once leads nowhere, inside the job directory or out."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    job = tmp_path / "job"
+    job.mkdir()
+    tool = MemoryTool(str(job))
+    assert not (await run(tool, command="create", path="/memories/a.md", file_text="a\n")).get("is_error")
+    (job / "memories").rename(job / "old")
+    (job / "memories").symlink_to(outside)
+    for args in (
+        {"command": "create", "path": "/memories/x.md", "file_text": "x"},
+        {"command": "view", "path": "/memories"},
+        {"command": "delete", "path": "/memories/a.md"},
+    ):
+        result = await run(tool, **args)
+        assert result["is_error"] and "not a directory of the job" in result["content"], result
+    assert os.listdir(outside) == [] and (job / "old" / "a.md").read_text() == "a\n"
+
+
+def test_the_memory_tool_and_a_job_s_modules_import_without_the_sdk():
+    """The SDK (about a second to import) comes in with the anthropic backend or the first request's
+    tool definitions, not with the memory tool, the session or the scheduler."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, runner.tools.memory, runner.tools.toolset, runner.agent.session, "
+            "runner.execution.scheduler, runner.tools.memory_files; "
+            "assert 'anthropic' not in sys.modules, 'the SDK was imported'",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 async def test_the_folder_has_a_size_cap(tmp_path, monkeypatch):

@@ -28,9 +28,10 @@ Guarantees:
 - No file I/O on the event loop but a small write to a local disk (a flush, a whole file) (a few system
   calls into the page cache: cheaper than handing them to a thread and back, which costs the loop the
   GIL twice); what is already in ``tool-results/`` and ``summaries/`` is learned once, off the loop, by
-  :meth:`JobStore.open`; naming an output or a summary touches no file. A network or FUSE mount, which
-  can hang, is always written from a worker thread. Files that appear there later by other hands are not
-  seen (a job directory has one writer).
+  :meth:`JobStore.open` (a new job's directory, which does not exist yet on a local disk, is made on
+  the loop: there is nothing in it to read); naming an output or a summary touches no file. A network
+  or FUSE mount, which can hang, is always written from a worker thread. Files that appear there later
+  by other hands are not seen (a job directory has one writer).
 """
 
 from __future__ import annotations
@@ -400,6 +401,12 @@ def _inline(path: Path, size: int) -> bool:
     return size <= INLINE_FLUSH_CHARS and local_disk(str(path.parent))
 
 
+def _fresh(directory: Path) -> bool:
+    """Whether ``directory`` is yet to be made, on a local disk: a new job's, whose opening is a few
+    ``mkdir`` calls and listings of empty folders, made on the event loop."""
+    return local_disk(str(directory.parent)) and not os.path.lexists(directory)
+
+
 async def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary name next to ``path``, then rename it over ``path`` (on the loop
     when it is small and the disk local: see the Guarantees)."""
@@ -459,7 +466,11 @@ class JobStore:
         """Create the job's directories and learn, in one hop off the loop, which outputs and summaries
         are already there (a resumed job's), so naming a new one never touches the disk; and how many
         bytes the directory already holds (they count against the quota)."""
-        self._on_disk, self._summaries, self._root, (self.bytes_used, sizes) = await _open(self.dir)
+        if _fresh(self.dir):  # nothing there to learn: made on the loop (the Guarantees)
+            opened = _open_sync(self.dir)
+        else:
+            opened = await _open(self.dir)
+        self._on_disk, self._summaries, self._root, (self.bytes_used, sizes) = opened
         if self._root is not None:  # whole files are named below the resolved root, and below dir
             sizes.update({self._root / p.relative_to(self.dir): n for p, n in sizes.items()})
         self._sizes = {str(p): n for p, n in sizes.items()}

@@ -1,14 +1,17 @@
 """The memory tool: Anthropic's ``memory_20250818`` (commands ``view``, ``create``, ``str_replace``,
 ``insert``, ``delete``, ``rename`` on paths under ``/memories``), backed by the job directory's
 ``memories/`` folder. A place outside the window: compaction never touches these files, and after
-every history compaction the window gets a short index of them (:func:`index`).
+every history compaction the window gets a short index of them (:func:`index`). The folder's names,
+limits and listing are in :mod:`runner.tools.memory_files`; this module is the tool's commands, in the
+wording of the SDK's memory tool (``anthropic.lib.tools``), with no import of the SDK.
 
 Guarantees:
 
 - Nothing outside ``memories/`` is opened, listed, created, renamed or deleted: every lookup starts
   at a descriptor of that folder (:mod:`runner.tools.beneath`), the folder itself is opened without
-  following a symlink, a ``..`` out, an absolute path not under ``/memories`` and a symlink leading
-  out are refused with an error result; writes go to a temporary name renamed over the file.
+  following a symlink (``O_NOFOLLOW`` on its name in the job directory), a ``..`` out, an absolute path
+  not under ``/memories`` and a symlink leading out are refused with an error result; writes go to a
+  temporary name renamed over the file.
 - Sizes are capped: a memory file at most :data:`MAX_FILE_BYTES`, the folder at most
   :data:`MAX_TOTAL_BYTES`; a write past either is refused (an error result, nothing written).
 - A ``view`` of a file returns at most ``page_chars`` characters of numbered lines and says which
@@ -29,27 +32,34 @@ import stat
 from typing import Any
 
 import anyio
-from anthropic.lib.tools import BetaAsyncAbstractMemoryTool, ToolError
-from anthropic.types.beta import (
-    BetaMemoryTool20250818CreateCommand,
-    BetaMemoryTool20250818DeleteCommand,
-    BetaMemoryTool20250818InsertCommand,
-    BetaMemoryTool20250818RenameCommand,
-    BetaMemoryTool20250818StrReplaceCommand,
-    BetaMemoryTool20250818ViewCommand,
-)
 
 from ..rundir.store import local_disk
 from . import file_tools
-from .beneath import BadPath, NotRegular, Outside, Root, open_beneath, open_regular, parent_beneath, relative
+from .beneath import (
+    BadPath,
+    NotRegular,
+    Outside,
+    Root,
+    fd_path,
+    open_beneath,
+    open_regular,
+    parent_beneath,
+    relative,
+)
 from .file_tools import ToolFailure
+from .memory_files import (
+    MAX_FILE_BYTES,
+    MAX_TOTAL_BYTES,
+    MEMORY_DIR,
+    MEMORY_TOOL,
+    PREFIX,
+    WRITES,
+    files,
+    memory_files,
+    split_lines,
+)
 
-MEMORY_DIR = "memories"
-PREFIX = "/memories"
-MAX_FILE_BYTES = 256 * 1024
-MAX_TOTAL_BYTES = 4 * 1024 * 1024
 LINE_NUMBER_WIDTH = 6
-MEMORY_TOOL: dict[str, Any] = {"type": "memory_20250818", "name": "memory"}
 _ARGS = {
     "view": ("path", "view_range"),
     "create": ("path", "file_text"),
@@ -58,7 +68,12 @@ _ARGS = {
     "delete": ("path",),
     "rename": ("old_path", "new_path"),
 }
-WRITES = frozenset({"create", "str_replace", "insert", "delete", "rename"})
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class ToolError(Exception):
+    """A command the model got wrong, or that cannot be done: its text (after ``memory: ``) is the
+    error result (the SDK's memory tool raises its own ``ToolError`` for the same cases)."""
 
 
 def _rel(path: Any) -> str:
@@ -95,21 +110,15 @@ def _numbered(lines: list[str], start: int) -> str:
     return "\n".join(f"{str(i + start).rjust(LINE_NUMBER_WIDTH)}\t{line}" for i, line in enumerate(lines))
 
 
-def split_lines(content: str) -> list[str]:
-    """A memory file's lines (a trailing newline ends the last line; it does not start another)."""
-    if not content:
-        return []
-    return content[:-1].split("\n") if content.endswith("\n") else content.split("\n")
-
-
-class MemoryTool(BetaAsyncAbstractMemoryTool):
+class MemoryTool:
     """The memory tool of one job, on ``<job dir>/memories``. ``page_chars`` caps a view's text."""
 
     def __init__(self, job_dir: str, page_chars: int = 20_000):
-        super().__init__()
         self.job_dir = job_dir
         self.page_chars = page_chars
         self.generation = 0
+        self._folder = os.path.join(job_dir, MEMORY_DIR)
+        self._real: str | None = None  # the folder's real path, learned at its first open
 
     # -- the tool_result a session gets ----------------------------------------------------------
 
@@ -135,7 +144,7 @@ class MemoryTool(BetaAsyncAbstractMemoryTool):
         return {"type": "tool_result", "tool_use_id": tool_use_id, "content": text}
 
     async def _dispatch(self, command: str, args: dict[str, Any]) -> str:
-        args = {"path": None, "old_path": None, "new_path": None, **args}  # a missing path: _rel says so
+        path = args.get("path")  # a missing path: _rel says so
         if command == "view":
             view_range = args.get("view_range")
             if view_range is not None and (
@@ -144,44 +153,24 @@ class MemoryTool(BetaAsyncAbstractMemoryTool):
                 or not all(isinstance(n, int) and not isinstance(n, bool) for n in view_range)
             ):
                 raise ToolError("view_range must be a list of two integers [first line, last line or -1]")
-            return await self.view(
-                BetaMemoryTool20250818ViewCommand.model_construct(
-                    command="view", path=args["path"], view_range=view_range
-                )
-            )
+            return await self.view(path=path, view_range=view_range)
         if command == "create":
-            return await self.create(
-                BetaMemoryTool20250818CreateCommand.model_construct(
-                    command="create", path=args["path"], file_text=_text(args.get("file_text"), "file_text")
-                )
-            )
+            return await self.create(path=path, file_text=_text(args.get("file_text"), "file_text"))
         if command == "str_replace":
             return await self.str_replace(
-                BetaMemoryTool20250818StrReplaceCommand.model_construct(
-                    command="str_replace",
-                    path=args["path"],
-                    old_str=_text(args.get("old_str"), "old_str"),
-                    new_str=_text(args.get("new_str"), "new_str"),
-                )
+                path=path,
+                old_str=_text(args.get("old_str"), "old_str"),
+                new_str=_text(args.get("new_str"), "new_str"),
             )
         if command == "insert":
             return await self.insert(
-                BetaMemoryTool20250818InsertCommand.model_construct(
-                    command="insert",
-                    path=args["path"],
-                    insert_line=_number(args.get("insert_line"), "insert_line"),
-                    insert_text=_text(args.get("insert_text"), "insert_text"),
-                )
+                path=path,
+                insert_line=_number(args.get("insert_line"), "insert_line"),
+                insert_text=_text(args.get("insert_text"), "insert_text"),
             )
         if command == "delete":
-            return await self.delete(
-                BetaMemoryTool20250818DeleteCommand.model_construct(command="delete", path=args["path"])
-            )
-        return await self.rename(
-            BetaMemoryTool20250818RenameCommand.model_construct(
-                command="rename", old_path=args["old_path"], new_path=args["new_path"]
-            )
-        )
+            return await self.delete(path=path)
+        return await self.rename(old_path=args.get("old_path"), new_path=args.get("new_path"))
 
     async def _file_work(self, work: Any, *args: Any) -> Any:
         """``work(*args)``: here on the loop on a local disk, else on a worker thread (the Guarantees)."""
@@ -189,77 +178,88 @@ class MemoryTool(BetaAsyncAbstractMemoryTool):
             return work(*args)
         return await anyio.to_thread.run_sync(work, *args)
 
-    # -- the SDK's interface -----------------------------------------------------------------------
+    # -- the commands (the SDK memory tool's, with its results' wording) ----------------------------
 
-    async def view(self, command: BetaMemoryTool20250818ViewCommand) -> str:
-        rel = _rel(command.path)
-        return await self._file_work(self._view, command.path, rel, command.view_range)
+    async def view(self, *, path: Any, view_range: list[int] | None) -> str:
+        rel = _rel(path)
+        return await self._file_work(self._view, path, rel, view_range)
 
-    async def create(self, command: BetaMemoryTool20250818CreateCommand) -> str:
-        rel = _rel(command.path)
-        await self._file_work(self._put, command.path, rel, command.file_text)
-        return f"File created successfully at: {command.path}"
+    async def create(self, *, path: Any, file_text: str) -> str:
+        rel = _rel(path)
+        await self._file_work(self._put, path, rel, file_text)
+        return f"File created successfully at: {path}"
 
-    async def str_replace(self, command: BetaMemoryTool20250818StrReplaceCommand) -> str:
-        rel = _rel(command.path)
+    async def str_replace(self, *, path: Any, old_str: str, new_str: str) -> str:
+        rel = _rel(path)
 
         def change(content: str) -> str:
-            count = content.count(command.old_str) if command.old_str else 0
+            count = content.count(old_str) if old_str else 0
             if count != 1:
                 raise ToolError(
-                    f"no replacement was performed: old_str appears {count} times in {command.path} "
+                    f"no replacement was performed: old_str appears {count} times in {path} "
                     "(it must appear exactly once)"
                 )
-            return content.replace(command.old_str, command.new_str, 1)
+            return content.replace(old_str, new_str, 1)
 
-        await self._file_work(self._change, command.path, rel, change)
-        return f"The memory file {command.path} has been edited."
+        await self._file_work(self._change, path, rel, change)
+        return f"The memory file {path} has been edited."
 
-    async def insert(self, command: BetaMemoryTool20250818InsertCommand) -> str:
-        rel = _rel(command.path)
+    async def insert(self, *, path: Any, insert_line: int, insert_text: str) -> str:
+        rel = _rel(path)
 
         def change(content: str) -> str:
             lines = split_lines(content)
-            if not 0 <= command.insert_line <= len(lines):
-                raise ToolError(
-                    f"invalid insert_line {command.insert_line}: it should be within [0, {len(lines)}]"
-                )
-            lines[command.insert_line : command.insert_line] = split_lines(command.insert_text) or [""]
+            if not 0 <= insert_line <= len(lines):
+                raise ToolError(f"invalid insert_line {insert_line}: it should be within [0, {len(lines)}]")
+            lines[insert_line:insert_line] = split_lines(insert_text) or [""]
             return "\n".join(lines) + "\n"
 
-        await self._file_work(self._change, command.path, rel, change)
-        return f"The file {command.path} has been edited."
+        await self._file_work(self._change, path, rel, change)
+        return f"The file {path} has been edited."
 
-    async def delete(self, command: BetaMemoryTool20250818DeleteCommand) -> str:
-        rel = _rel(command.path)
+    async def delete(self, *, path: Any) -> str:
+        rel = _rel(path)
         if rel == ".":
             raise ToolError(f"cannot delete the {PREFIX} directory itself")
-        await self._file_work(self._delete, command.path, rel)
-        return f"Successfully deleted {command.path}"
+        await self._file_work(self._delete, path, rel)
+        return f"Successfully deleted {path}"
 
-    async def rename(self, command: BetaMemoryTool20250818RenameCommand) -> str:
-        old, new = _rel(command.old_path), _rel(command.new_path)
+    async def rename(self, *, old_path: Any, new_path: Any) -> str:
+        old, new = _rel(old_path), _rel(new_path)
         if "." in (old, new):
             raise ToolError(f"cannot rename the {PREFIX} directory itself")
-        await self._file_work(self._rename, command.old_path, old, command.new_path, new)
-        return f"Successfully renamed {command.old_path} to {command.new_path}"
+        await self._file_work(self._rename, old_path, old, new_path, new)
+        return f"Successfully renamed {old_path} to {new_path}"
 
-    # -- on a worker thread, beneath the folder's descriptor ----------------------------------------
+    # -- the file work, beneath the folder's descriptor ---------------------------------------------
 
     def _root(self, create: bool) -> Root:
-        with Root.open(self.job_dir) as job:
-            if create:
-                try:
-                    os.mkdir(MEMORY_DIR, 0o700, dir_fd=job.fd)
-                except FileExistsError:
-                    pass
-            try:
-                fd = open_beneath(job, MEMORY_DIR, os.O_RDONLY | os.O_DIRECTORY, no_symlinks=True)
-            except FileNotFoundError:
-                raise ToolError(f"{PREFIX} is empty (no memory file yet)") from None
-            except OSError as e:
-                raise ToolError(f"{PREFIX} is not a directory of the job ({file_tools.reason(e)})") from None
-        return Root(fd, os.path.join(job.real, MEMORY_DIR))
+        """The folder, opened by its name in the job directory without following a link at that name
+        (the job directory is the runner's own, its path trusted as :meth:`Root.open` trusts it); made
+        first when ``create`` and missing. One ``open`` (and a ``mkdir`` the first time)."""
+        try:
+            fd = self._open_folder(create)
+        except FileNotFoundError:
+            if create:  # no job directory: a bug, said as one
+                raise
+            raise ToolError(f"{PREFIX} is empty (no memory file yet)") from None
+        except OSError as e:  # a link at the name (ELOOP), a file (ENOTDIR)
+            raise ToolError(f"{PREFIX} is not a directory of the job ({file_tools.reason(e)})") from None
+        if self._real is None:  # used only to map an absolute link that points back inside
+            self._real = fd_path(fd) or os.path.realpath(self._folder)
+        return Root(fd, self._real)
+
+    def _open_folder(self, create: bool) -> int:
+        try:
+            return os.open(self._folder, _FOLDER_FLAGS)
+        except FileNotFoundError:
+            if not create:
+                raise
+        try:
+            os.mkdir(self._folder, 0o700)
+        except FileExistsError:
+            pass
+        return os.open(self._folder, _FOLDER_FLAGS)
 
     def _read(self, root: Root, path: str, rel: str) -> str:
         try:
@@ -412,53 +412,16 @@ def _remove(dirfd: int, name: str, path: str) -> None:
     os.rmdir(name, dir_fd=dirfd)
 
 
-def files(root: Root, rel: str = ".", depth: int = 100) -> list[tuple[str, int]]:
-    """``(path relative to rel, size)`` of the regular files (and, with a trailing ``/``, the
-    directories) beneath ``rel``, sorted, hidden names left out, links not followed."""
-    out: list[tuple[str, int]] = []
-
-    def walk(fd: int, prefix: str, level: int) -> None:
-        for name in sorted(os.listdir(fd)):
-            if name.startswith("."):
-                continue
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                out.append((prefix + name, st.st_size))
-            elif stat.S_ISDIR(st.st_mode):
-                out.append((prefix + name + "/", 0))
-                if level < depth:
-                    try:
-                        sub = os.open(
-                            name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
-                        )
-                    except OSError:
-                        continue
-                    try:
-                        walk(sub, prefix + name + "/", level + 1)
-                    finally:
-                        os.close(sub)
-
-    top = open_beneath(root, rel, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        walk(top, "", 1)
-    finally:
-        os.close(top)
-    return out
-
-
-def memory_files(job_dir: str) -> list[tuple[str, int]]:
-    """The job's memory files (``/memories/...`` path, bytes), for the index after a compaction and
-    the viewer; empty when there are none. Never follows a link out."""
-    try:
-        with Root.open(job_dir) as job:
-            fd = open_beneath(job, MEMORY_DIR, os.O_RDONLY | os.O_DIRECTORY, no_symlinks=True)
-            with Root(fd, os.path.join(job.real, MEMORY_DIR)) as root:
-                return [(f"{PREFIX}/{p}", size) for p, size in files(root) if not p.endswith("/")]
-    except OSError:
-        return []
-
-
-__all__ = ["MEMORY_TOOL", "MemoryTool", "memory_files", "split_lines"]
+__all__ = [
+    "MAX_FILE_BYTES",
+    "MAX_TOTAL_BYTES",
+    "MEMORY_DIR",
+    "MEMORY_TOOL",
+    "PREFIX",
+    "WRITES",
+    "MemoryTool",
+    "ToolError",
+    "files",
+    "memory_files",
+    "split_lines",
+]

@@ -51,14 +51,6 @@ import time
 from typing import Any, Protocol
 
 import anyio
-from anthropic.lib.tools.agent_toolset import (
-    AgentToolContext,
-    beta_edit_tool,
-    beta_glob_tool,
-    beta_grep_tool,
-    beta_read_tool,
-    beta_write_tool,
-)
 
 from .. import protocol
 from ..config import Limits
@@ -165,23 +157,33 @@ def _safe_content(content: Any) -> Any:
 
 TOOL_ORDER = ("bash", "read", "write", "edit", "glob", "grep")  # the order of the SDK's toolset
 FILE_TOOLS = ("read", "write", "edit", "glob", "grep")
-_SDK_DEFINITIONS = {
-    "read": beta_read_tool,
-    "write": beta_write_tool,
-    "edit": beta_edit_tool,
-    "glob": beta_glob_tool,
-    "grep": beta_grep_tool,
-}
 
 
 @functools.lru_cache(maxsize=1)
 def file_tool_definitions() -> dict[str, dict[str, Any]]:
     """The SDK's published definitions of its file tools (name, description, input schema), built
     once: the model sees the same tools (``read`` with one more optional input, ``byte_range``); only
-    their implementation is ours."""
+    their implementation is ours. The SDK is imported here, at the first job's first request, not
+    with this module (the tools themselves never need it)."""
+    from anthropic.lib.tools.agent_toolset import (
+        AgentToolContext,
+        beta_edit_tool,
+        beta_glob_tool,
+        beta_grep_tool,
+        beta_read_tool,
+        beta_write_tool,
+    )
+
+    factories = {
+        "read": beta_read_tool,
+        "write": beta_write_tool,
+        "edit": beta_edit_tool,
+        "glob": beta_glob_tool,
+        "grep": beta_grep_tool,
+    }
     context = AgentToolContext(workdir="/")
     definitions: dict[str, dict[str, Any]] = {
-        name: dict(factory(context).to_dict()) for name, factory in _SDK_DEFINITIONS.items()
+        name: dict(factory(context).to_dict()) for name, factory in factories.items()
     }  # type: ignore[arg-type]
     schema = dict(
         definitions["read"]["input_schema"]

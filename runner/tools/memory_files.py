@@ -1,0 +1,96 @@
+"""The memory folder's names, limits and listing, without the tool: what the compactor, the viewer, a
+resumed or incremental job need to know about ``memories/`` (standard library only, so none of them
+imports the SDK or the tool's code).
+
+Guarantees:
+
+- :func:`files` and :func:`memory_files` list only beneath ``memories/``: every directory is opened
+  from a descriptor of its parent (:mod:`runner.tools.beneath`), links are never followed (a link is
+  neither listed nor walked), hidden names are left out.
+- :func:`memory_files` never raises for a job without memories (or whose ``memories`` is a link):
+  it returns an empty list.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Any
+
+from .beneath import Root, open_beneath
+
+MEMORY_DIR = "memories"
+PREFIX = "/memories"
+MAX_FILE_BYTES = 256 * 1024
+MAX_TOTAL_BYTES = 4 * 1024 * 1024
+MEMORY_TOOL: dict[str, Any] = {"type": "memory_20250818", "name": "memory"}
+WRITES = frozenset({"create", "str_replace", "insert", "delete", "rename"})  # the commands that change memory
+
+
+def split_lines(content: str) -> list[str]:
+    """A memory file's lines (a trailing newline ends the last line; it does not start another)."""
+    if not content:
+        return []
+    return content[:-1].split("\n") if content.endswith("\n") else content.split("\n")
+
+
+def files(root: Root, rel: str = ".", depth: int = 100) -> list[tuple[str, int]]:
+    """``(path relative to rel, size)`` of the regular files (and, with a trailing ``/``, the
+    directories) beneath ``rel``, sorted, hidden names left out, links not followed."""
+    out: list[tuple[str, int]] = []
+
+    def walk(fd: int, prefix: str, level: int) -> None:
+        for name in sorted(os.listdir(fd)):
+            if name.startswith("."):
+                continue
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                out.append((prefix + name, st.st_size))
+            elif stat.S_ISDIR(st.st_mode):
+                out.append((prefix + name + "/", 0))
+                if level < depth:
+                    try:
+                        sub = os.open(
+                            name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+                        )
+                    except OSError:
+                        continue
+                    try:
+                        walk(sub, prefix + name + "/", level + 1)
+                    finally:
+                        os.close(sub)
+
+    top = open_beneath(root, rel, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        walk(top, "", 1)
+    finally:
+        os.close(top)
+    return out
+
+
+def memory_files(job_dir: str) -> list[tuple[str, int]]:
+    """The job's memory files (``/memories/...`` path, bytes), for the index after a compaction and
+    the viewer; empty when there are none. Never follows a link out."""
+    try:
+        with Root.open(job_dir) as job:
+            fd = open_beneath(job, MEMORY_DIR, os.O_RDONLY | os.O_DIRECTORY, no_symlinks=True)
+            with Root(fd, os.path.join(job.real, MEMORY_DIR)) as root:
+                return [(f"{PREFIX}/{p}", size) for p, size in files(root) if not p.endswith("/")]
+    except OSError:
+        return []
+
+
+__all__ = [
+    "MAX_FILE_BYTES",
+    "MAX_TOTAL_BYTES",
+    "MEMORY_DIR",
+    "MEMORY_TOOL",
+    "PREFIX",
+    "WRITES",
+    "files",
+    "memory_files",
+    "split_lines",
+]
