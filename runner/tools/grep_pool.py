@@ -34,8 +34,9 @@ import anyio
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-KEPT = 4  # idle workers kept per event loop
 MOST = 8  # workers at once per event loop: more calls wait their turn (within their deadline)
+KEPT = MOST  # idle workers kept per event loop: as many as may run again (fewer would be killed and
+# started again by the next burst of calls; an idle one exits by itself after 30 s)
 ANSWER_BYTES = 8 << 20  # more than any answer (the worker's output is capped at 100 KiB, JSON-escaped)
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # also where runner is not installed: the directory holding the package goes last on the path (the
