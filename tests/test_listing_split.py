@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from runner.models.listing import NAME_CLASSES, split
 
 NAME_CHARS = "abcdeftuvxyzBQ_.0-9~é"
-names = st.lists(st.text(alphabet=NAME_CHARS, min_size=1, max_size=12), min_size=1, max_size=60, unique=True)
+entry = st.text(alphabet=NAME_CHARS, min_size=1, max_size=12).filter(lambda n: n not in (".", ".."))
+names = st.lists(entry, min_size=1, max_size=60, unique=True)  # names a directory's entries can have
 
 
 def matched(pattern: str, pool: list[str]) -> set[str]:
@@ -52,6 +53,13 @@ def test_names_that_begin_alike_are_narrowed_after_their_common_beginning() -> N
 def test_without_a_common_beginning_the_split_is_by_name_classes() -> None:
     assert split("*", ["alpha.py", "beta.py"]) == [c + "*" for c in NAME_CLASSES]
     assert split("ab*") == ["ab" + c + "*" for c in NAME_CLASSES] + ["ab"]
+
+
+def test_no_split_asks_for_a_name_no_entry_can_have() -> None:
+    for shown in (["beta_a", "beta_b"], [".hidden_a", ".hidden_b"], ["..a", "..b"]):
+        parts = split("*", shown)
+        assert not {"", ".", ".."} & set(parts), parts
+        assert_partition("*", parts, [*shown, ".x", "...", "beta", "z"])
 
 
 def test_a_class_in_the_prefix_leaves_out_the_common_character() -> None:

@@ -115,9 +115,11 @@ def split(pattern: str, shown: Sequence[str] = ()) -> list[str]:
     out.append(common[: len(elements)])  # the one name as long as the prefix, if it exists
     for i in range(len(elements), len(common)):  # names that leave it later, or end there
         out += [common[:i] + "[!" + common[i] + "]*", common[: i + 1]]
-    return out + [common + c + "*" for c in NAME_CLASSES]
+    out += [common + c + "*" for c in NAME_CLASSES]
+    return [p for p in out if p not in _NO_NAME]  # the glob tool refuses these; no entry has such a name
 
 
+_NO_NAME = frozenset({"", ".", ".."})
 _SPECIAL = frozenset("[]!-\\*?^/")
 
 
