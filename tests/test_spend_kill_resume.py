@@ -9,6 +9,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -66,6 +67,16 @@ def _calls(job: Path) -> int:
         return job.joinpath("events.jsonl").read_bytes().count(b'"stage": "model_call"')
     except OSError:
         return 0
+
+
+def _call_gap(job: Path) -> float:
+    """The median time between a job's model calls (from its events.jsonl)."""
+    times = [
+        float(e["ts"])
+        for line in job.joinpath("events.jsonl").read_text().splitlines()
+        if (e := json.loads(line)).get("stage") == "model_call"
+    ]
+    return statistics.median(b - a for a, b in zip(times, times[1:], strict=False))
 
 
 def _spend(job: Path) -> dict:
@@ -146,10 +157,13 @@ def test_twenty_kills_lose_no_spend(tmp_path: Path) -> None:
     kills, lived, argv = 0, 0.0, ["run", "jobs"]
     at_calls: list[int] = []
     # where the kills land: spread over the job (a share of its calls each, then up to one call's
-    # time more, so mid-turn), whatever the machine's load does to its pace
+    # time more, so mid-turn), whatever the machine's load does to its pace; a call's time is the gap
+    # between model calls (the job's wall also holds its start and end, many calls' time under load),
+    # and the last target leaves a tenth of the calls, far more than one call's time, to land in
+    per_call = _call_gap(expected_dir / "a")
     targets = sorted(int(rng.uniform(0.05, 0.9) * total_calls) for _ in range(KILLS))
     while kills < KILLS:
-        delay = rng.uniform(0, work_s / total_calls)
+        delay = rng.uniform(0, per_call)
         was_killed, seconds = _segment(killed, argv, delay, after_calls=targets[kills])
         lived += seconds
         run_dir = _run_dir(killed)
