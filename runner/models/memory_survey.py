@@ -89,6 +89,7 @@ TODO_SHOWN_PART = 10  # in a part's report (its parent reads the counts; every l
 TITLE_UNITS = 3  # a part's report names this many of its units in its title
 MAX_DEPTH = 64  # directories deeper than this (a symlink loop) are not listed
 TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
+TODO = re.compile(TODO_PATTERN)
 OUTLINE_PATTERN = r"^(class |def |async def )"
 OUTLINE = re.compile(OUTLINE_PATTERN, re.M)
 OUTLINE_CHARS = 1_000  # what an outline grep's result is expected to take
@@ -574,11 +575,10 @@ def _todo_lines_of(turn: Turn, path: str, text: str) -> None:
     byte in its first 512, nor in a line longer than :data:`GREP_LINE_LIMIT` bytes."""
     if b"\x00" in text.encode()[:512]:
         return
-    rx = re.compile(TODO_PATTERN)
     lines = text.split("\n")
     for number, line in enumerate(lines, 1):
         size = len(line.encode()) + (number < len(lines))  # the grep tool counts the newline
-        if size <= GREP_LINE_LIMIT and rx.search(line.rstrip("\r")):
+        if size <= GREP_LINE_LIMIT and TODO.search(line.rstrip("\r")):
             _todo_hit(turn, path, str(number), line.rstrip("\r"))
 
 
