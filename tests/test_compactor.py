@@ -650,3 +650,31 @@ def test_the_recorder_forgets_texts_that_left_the_window() -> None:
         refs = recorder.encode(window)
         assert refs[0]["m"]["summary"] == f"summaries/{turn:04d}.md"
     assert len(recorder._by_text) <= 4 * len(window) + 64 + 1
+
+
+@pytest.mark.anyio
+async def test_a_last_calls_prepare_summarizes_without_a_model(tmp_path: Path):
+    """``prepare(model_summary=False)`` (a job's last call, with one call's time left) compacts a window
+    over its limit with the fallback summary and asks the summary model nothing; ``prepare`` asks it."""
+
+    async def over_the_limit(name: str) -> CompactionState:
+        store = JobStore(tmp_path / name)
+        await store.open()
+        state = CompactionState(store=store, limits=Limits(context_char_limit=4_000), active_request=REQUEST)
+        await state.add({"role": "user", "content": REQUEST})
+        for i in range(8):  # text alone: only a history compaction can bring it under the limit
+            await state.add({"role": "assistant", "content": f"step {i}: " + "x" * 1_000})
+            await state.add({"role": "user", "content": f"go on {i}"})
+        state.window.mark_seen()
+        return state
+
+    model = FailingModel(fail=0)
+    compactor = Compactor(Summarizer(model, "claude-haiku-4-5"))
+    last = await over_the_limit("last")
+    messages = await compactor.prepare(last, model_summary=False)
+    assert model.calls == 0
+    assert "Summary built without a model" in messages[0]["content"]
+    assert last.record.compactions["compact_history"] == 1
+    assert sum(len(str(m["content"])) for m in messages) < 4_000
+    messages = await compactor.prepare(await over_the_limit("usual"))
+    assert model.calls == 1 and "Goal: survey." in messages[0]["content"]

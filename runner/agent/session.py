@@ -523,7 +523,8 @@ class Session:
         """One call with the tools listed but none allowed: the model writes its report from what it has."""
         state = self.state
         self.store.queue_records(EVENTS, [LastCallEvent(reason=reason).line()])
-        messages = await self.compactor.prepare(state)  # writes what the store has queued
+        # writes what the store has queued; a summary it needs costs no call (the reserve is one call's)
+        messages = await self.compactor.prepare(state, model_summary=False)
         # the instruction goes with this request only: the transcript keeps alternating roles
         messages = merge_adjacent(
             [*messages, {"role": "user", "content": OUT_OF_TURNS.format(reason=reason)}]

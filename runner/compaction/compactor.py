@@ -19,6 +19,8 @@ Guarantees:
 - The circuit breaker: after ``max_summary_failures`` consecutive summary failures, the job's
   summaries come from the deterministic fallback, without a model call.
 - A summary (the model's or the fallback's) takes at most ``summary_share`` of the context limit.
+- ``prepare(state, model_summary=False)`` (a job's last call, whose time reserve is one call's) never
+  asks a model: a history compaction it needs takes the fallback summary.
 - The memory files (:mod:`runner.tools.memory`) are never compacted; every history compaction's summary
   message ends with their index (names and sizes, at most ``MEMORY_INDEX_CHARS``), so the model
   knows what it kept outside the window.
@@ -318,9 +320,10 @@ class Writes:
 class _StageRun:
     """The :class:`~runner.compaction.strategies.Stages` a strategy works through in one ``prepare``."""
 
-    def __init__(self, compactor: Compactor, state: CompactionState):
+    def __init__(self, compactor: Compactor, state: CompactionState, *, model_summary: bool):
         self._compactor = compactor
         self._state = state
+        self._model_summary = model_summary
         self.window = state.window
         self.limits = state.limits
         self.writes = Writes()
@@ -333,7 +336,7 @@ class _StageRun:
 
     async def summarize(self, stage: str) -> None:
         self.writes.queue(self._state)
-        await self._compactor.compact_history(self._state, stage)
+        await self._compactor.compact_history(self._state, stage, model_summary=self._model_summary)
 
 
 class Compactor:
@@ -342,26 +345,29 @@ class Compactor:
     def __init__(self, summarizer: Summarizer):
         self.summarizer = summarizer
 
-    async def prepare(self, state: CompactionState) -> list[Message]:
-        """Let the job's strategy compact ``state``'s window as needed; return the messages to send.
+    async def prepare(self, state: CompactionState, *, model_summary: bool = True) -> list[Message]:
+        """Let the job's strategy compact ``state``'s window as needed; return the messages to send
+        (``model_summary=False``: a summary it needs is the fallback's, without a model call).
 
         Everything the job's store has queued (the transcript lines added since the last call, the
         session's event lines) and the stages' outputs and events are written in one executor hop
         before this returns (and before a summary is asked for), so nothing outside ``prepare`` ever
         sees a placeholder whose file is not on disk; a failed write fails the call, and with it the job."""
-        run = _StageRun(self, state)
+        run = _StageRun(self, state, model_summary=model_summary)
         await state.strategy.prepare(run)
         run.writes.queue(state)
         await state.store.flush()
         return state.window.messages
 
-    async def compact_history(self, state: CompactionState, stage: str = Stage.COMPACT_HISTORY) -> None:
+    async def compact_history(
+        self, state: CompactionState, stage: str = Stage.COMPACT_HISTORY, *, model_summary: bool = True
+    ) -> None:
         """5/7. Summarize everything but the trailing messages the model has not seen yet."""
         entries = state.window.entries
         tail_start = stages.unseen_tail_start(entries)
         if tail_start == 0:
             return
-        await self._summarize_into(state, stage, COMPACTED, tail_start)
+        await self._summarize_into(state, stage, COMPACTED, tail_start, model_summary=model_summary)
 
     async def compact(self, state: CompactionState) -> None:
         """7. The ``compact`` tool: runs after the whole tool batch, every tool_use answered."""
@@ -385,12 +391,14 @@ class Compactor:
         """Why the job is stuck (its history compactions thrash), or ``None``."""
         return state.thrash.reason
 
-    async def _summarize_into(self, state: CompactionState, stage: str, label: str, tail_start: int) -> None:
+    async def _summarize_into(
+        self, state: CompactionState, stage: str, label: str, tail_start: int, *, model_summary: bool = True
+    ) -> None:
         entries = state.window.entries
         old = [e.message for e in entries[:tail_start]]
         seqs = [e.seq for e in entries[:tail_start] if e.seq is not None]
         transcript = f"{TRANSCRIPT} (messages 1-{max(seqs)} of this session)" if seqs else TRANSCRIPT
-        text = await self._summary(state, old, transcript)
+        text = await self._summary(state, old, transcript, model=model_summary)
         summary_path = state.store.queue_summary(text)  # written with the compaction's event
         where = f"{transcript}; summary in {summary_path}"
         memory = memory_index(await in_thread(memory_files)(str(state.store.dir)))
@@ -402,12 +410,14 @@ class Compactor:
         if stage in HISTORY_STAGES:
             state.thrash.record(state.turns, (before - state.window.total) / state.char_limit(), state.limits)
 
-    async def _summary(self, state: CompactionState, messages: list[Message], where: str = TRANSCRIPT) -> str:
+    async def _summary(
+        self, state: CompactionState, messages: list[Message], where: str = TRANSCRIPT, *, model: bool = True
+    ) -> str:
         budget = state.summary_chars()
         if state.thrash.level >= LEVEL_NOTES:  # memory-only carry-over: the notes alone, no model call
             return fallback_summary(messages, budget, notes_only=state.thrash.why())
         breaker_open = state.summary_failures >= state.limits.max_summary_failures
-        if self.summarizer.available and not breaker_open:
+        if model and self.summarizer.available and not breaker_open:
             try:
                 await state.store.flush()  # the summarizer is a model: every file it may be shown is on disk
                 summary = await self.summarizer.summarize(messages, state.active_request, budget, where)
