@@ -105,7 +105,7 @@ def test_todo_lines_read_off_a_file_are_the_grep_tools(tmp_path) -> None:
         got = [ms.unescape(e) for e in turn.appends["todo"]]
         places = [ms.todo_place(str(tmp_path), line) for line in want]
         assert got == [f"{path}:{number}" for path, number, _ in places], (name, got, want)
-        assert turn.state.todo["shown"] == [f"{p}:{n}: {hit.strip()[:100]}" for p, n, hit in places]
+        assert turn.appends["shown"] == [f"{p}:{n}: {hit.strip()[:100]}" for p, n, hit in places]
         assert turn.state.todo["hits"] == len(want)
         hits[name] = [int(n) for _, n, _ in places]
     # the cases bite: a line at the limit is searched, one byte over it is not, nor a file with a NUL

@@ -8,6 +8,8 @@ results. The memory files (under ``/memories/survey/``) are append-only logs, sp
 - ``dirs-NNN.md``: directories still to list (one relative path a line), read back a few at a time;
 - ``files-NNN.md``: the files to read, one line per group (``dir`` then names, tab-separated);
 - ``todo-NNN.md``: every TODO / FIXME / XXX line found, as ``path:line``;
+- ``shown-000.md``: the first of those lines with their text, as the report shows them (kept out of
+  the note, which every turn rewrites);
 - ``facts-NNN.md``: one line per entry read, a JSON array: ``[path, "text", lines, chars, defs,
   doc]``, ``[path, "text", lines, bytes, defs, doc, "bytes"]`` (a file too large for one read,
   measured from the read's first line), ``[path, "binary", bytes]``, ``[path, "image", bytes]``,
@@ -21,14 +23,18 @@ a file says "not a regular file" and is queued to be listed. The read pass goes 
 how many files a turn reads (and directories it lists) follows a target of what a turn may add to
 the context (at first :data:`TARGET_CHARS`, a read the compactor cuts taking about
 :data:`READ_CHARS`), which shrinks when history compactions come close together and grows when
-they come far apart: the policy does not know the window, it learns what fits. Then the TODO scan (its output
-read back page by page when saved), then the report: totals and largest files from the state, every file's
-row from the facts log when the tree is small, else a pointer to the facts files.
+they come far apart: the policy does not know the window, it learns what fits. A file's TODO lines are
+read off its text when a read shows all of it (by the grep tool's rules: not in a file with a NUL byte in
+its first 512, nor a line over :data:`GREP_LINE_LIMIT` bytes), else found by a ``grep`` of that file (a
+file too big for one read, a read the compactor saved, a file the read refuses as not UTF-8 whose
+extension is not a binary one's): no search of a whole tree, whose output the grep tool would cut. Then
+the report: totals and largest files from the state, every file's row from the facts log when the tree is
+small (else a pointer to the facts files), and the first TODO lines viewed back from memory.
 
 A scoped survey (a subagent's, its prompt made from :data:`SCOPED_PROMPT`) lists, reads and
 searches only its part: one directory (its first turn finds the workspace root by a glob of the
 directory's own name, then lists its subtree), or only the files at the top of the workspace
-(listed by ``*``, each text file's TODO lines found by a ``grep`` of that file). Its paths are
+(listed by ``*``). Its paths are
 relative to the workspace root, so the parts' facts make the whole tree's. :func:`report_rows`
 follows a parent's report (:mod:`.delegation`) to its subagents' reports.
 
@@ -92,6 +98,7 @@ TODO_PATTERN = r"\b(TODO|FIXME|XXX)\b"
 TODO = re.compile(TODO_PATTERN)
 OUTLINE_PATTERN = r"^(class |def |async def )"
 OUTLINE = re.compile(OUTLINE_PATTERN, re.M)
+BOTH_PATTERN = f"{OUTLINE_PATTERN}|{TODO_PATTERN}"  # one grep of a file for its outline and TODO lines
 OUTLINE_CHARS = 1_000  # what an outline grep's result is expected to take
 GREP_LINE_LIMIT = 2_000  # the grep tool searches no longer line (bytes, its newline counted)
 DOC_CHARS = 60  # of a first docstring line, in the facts and the report
@@ -104,6 +111,7 @@ HEADINGS = {
     "facts": '# one entry a line: [path, "text", lines, chars, defs, doc] | [path, "text", lines, bytes, '
     'defs, doc, "bytes"] | [path, "binary", bytes] | [path, "image", bytes] | [path, "error", text]',
     "todo": "# every TODO / FIXME / XXX line the search found: path:line",
+    "shown": "# the first TODO / FIXME / XXX lines, as the report shows them: path:line: text",
 }
 SKIP_DIRS = frozenset({".git", ".hg", ".svn"})  # version control internals: not the tree's files
 TOP = "."  # the scope of a survey of only the files at the top of the workspace
@@ -176,7 +184,7 @@ class State:
     phase: str = "start"  # start, list, read, todo, inline, report, done
     root: str = ""
     logs: dict[str, int] = field(
-        default_factory=lambda: {"dirs": 0, "files": 0, "facts": 0, "todo": 0}
+        default_factory=lambda: {"dirs": 0, "files": 0, "facts": 0, "todo": 0, "shown": 0}
     )  # lines
     taken: dict[str, int] = field(default_factory=lambda: {"dirs": 0, "files": 0})  # lines read back
     open: list[list[str]] = field(default_factory=list)  # [dir, pattern] globs still to ask
@@ -184,7 +192,7 @@ class State:
     files_next: list[str] = field(default_factory=list)  # read back from the files log, not read yet
     recalls: list[list[Any]] = field(default_factory=list)  # [saved path, kind, dir, pattern, offset]
     shards: dict[str, list[list[int]]] = field(
-        default_factory=lambda: {"dirs": [], "files": [], "facts": [], "todo": []}
+        default_factory=lambda: {"dirs": [], "files": [], "facts": [], "todo": [], "shown": []}
     )
     # per log, each file's [first line, bytes]
     waiting: list[list[Any]] = field(default_factory=list)  # facts rows whose outline grep is asked
@@ -216,6 +224,8 @@ class State:
     inc: dict[str, Any] = field(
         default_factory=dict
     )  # an incremental survey's own state (.incremental_survey)
+    lines_found: dict[str, int] = field(default_factory=dict)  # a saved outline-and-TODO grep's lines, by
+    # file: its outline is those less its TODO lines that are not outline lines (asked by a TODO grep)
 
     def note(self) -> str:
         fields = asdict(self)
@@ -223,6 +233,8 @@ class State:
         del fields["scope"]  # the request says it (its first message, or a summary's copy of it)
         if not self.inc:
             del fields["inc"]  # and so is a survey's that is not incremental
+        if not self.lines_found:
+            del fields["lines_found"]
         return STATE_KEY + json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -253,6 +265,9 @@ def load_state(messages: list[Message]) -> tuple[State | None, int]:
                 fields = json.loads(line)
                 fields["files_next"] = _unruns(fields.get("files_next", []))
                 fields.setdefault("scope", scope_of(messages) or "")
+                for kind in ("logs", "shards"):  # a note older than the shown log
+                    if kind in fields:
+                        fields[kind].setdefault("shown", 0 if kind == "logs" else [])
                 return State(**fields), i
             except (TypeError, ValueError):
                 continue
@@ -351,11 +366,22 @@ class Turn:
 
     def __init__(self, state: State):
         self.state = state
-        self.appends: dict[str, list[str]] = {"dirs": [], "files": [], "facts": [], "todo": []}
+        self.appends: dict[str, list[str]] = {"dirs": [], "files": [], "facts": [], "todo": [], "shown": []}
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.outlines: list[str] = []  # Python files whose outline this turn greps
-        self.todos: list[str] = []  # files whose TODO lines this turn greps (a survey of the top files)
+        self.todos: list[str] = []  # files whose TODO lines this turn greps (not all of it was in view)
         self.before = dict(state.logs)  # log lines that exist before this turn's writes
+
+    def searches(self) -> list[tuple[str, dict[str, Any]]]:
+        """This turn's greps of single files: one for a Python file's outline and TODO lines both."""
+        todos = set(self.todos)
+        calls = [
+            ("grep", {"pattern": BOTH_PATTERN if p in todos else OUTLINE_PATTERN, "path": p})
+            for p in self.outlines
+        ]
+        outlined = set(self.outlines)
+        calls += [("grep", {"pattern": TODO_PATTERN, "path": p}) for p in self.todos if p not in outlined]
+        return calls
 
     # --- what a result teaches ----------------------------------------------------------------------
 
@@ -533,6 +559,9 @@ def _learn_read(turn: Turn, path: str, result: dict[str, Any], listed: bool) -> 
             return True
         binary = binary_size(text)
         turn.fact(path, [path, "binary", binary] if binary is not None else [path, "error", text[:200]])
+        text_like = os.path.splitext(path)[1].lower() not in BINARY_EXTENSIONS
+        if binary is not None and text_like and _reads_todos(turn.state):
+            turn.todos.append(path)  # not UTF-8, and maybe text all the same: the grep tool searches it
         return True
     image = _image_bytes(result)
     if image is not None:
@@ -562,12 +591,18 @@ def _learn_read(turn: Turn, path: str, result: dict[str, Any], listed: bool) -> 
         turn.outlines.append(path)
     else:
         turn.fact(path, row)
-    if os.path.dirname(path) in _own_files_dirs(turn.state):  # no search of its tree
+    if _reads_todos(turn.state):
         if whole and not partial:  # all of it in view: its TODO lines are read off it
             _todo_lines_of(turn, path, text)
         else:
             turn.todos.append(path)  # its own grep
     return True
+
+
+def _reads_todos(s: State) -> bool:
+    """Whether this survey takes TODO lines from its reads (every survey but an incremental one, which
+    searches each file it reads ahead of the read, to put the file's lines where its old ones were)."""
+    return not s.inc or bool(s.inc.get("fresh"))
 
 
 def _todo_lines_of(turn: Turn, path: str, text: str) -> None:
@@ -622,16 +657,71 @@ def _learn_view(turn: Turn, log: str, index: int, text: str) -> None:
             s.files_next += _files_line(match[2])
 
 
-def _learn_todo(turn: Turn, text: str) -> None:
+def _learn_both(
+    turn: Turn, path: str, waiting: dict[str, list[Any]], result: dict[str, Any], text: str
+) -> None:
+    """A Python file's outline and TODO lines, from one grep. A saved result (its lines out of view)
+    keeps its count of lines and asks a TODO grep next turn; a gone one asks this grep again."""
+    row = waiting.pop(path, [])
+    saved = persisted_size(text) if is_persisted(text) else None
+    if saved or is_placeholder(text) or is_seed_placeholder(text):
+        if row:
+            turn.state.waiting.append(row)
+            if saved:
+                turn.state.lines_found[path] = saved[1]
+            else:
+                turn.outlines.append(path)
+        turn.todos.append(path)
+        return
+    found = _learn_todo(turn, "" if result.get("is_error") else text, only_todo=True)
+    if row:
+        row[4] = None if result.get("is_error") else count_matches(text) - _not_outline(found)
+        turn.fact(str(row[0]), row)
+
+
+def _learn_file_todos(
+    turn: Turn, path: str, waiting: dict[str, list[Any]], result: dict[str, Any], text: str
+) -> None:
+    """One file's TODO grep; with the count of its saved outline-and-TODO grep, that file's outline."""
+    s = turn.state
+    found_before = s.lines_found.pop(path, None)
+    row = waiting.pop(path, []) if found_before is not None else []
+    if is_placeholder(text) or is_seed_placeholder(text):  # gone: asked again
+        turn.todos.append(path)
+        if row:
+            s.waiting.append(row)
+            s.lines_found[path] = found_before or 0
+    elif is_persisted(text) and saved_path(text):  # read back page by page; the outline by its own grep
+        s.recalls.append([saved_path(text), "todo", "", "", 0])
+        if row:
+            s.waiting.append(row)
+            turn.outlines.append(path)
+    else:
+        found = _learn_todo(turn, "" if result.get("is_error") else text)
+        if row:
+            row[4] = None if result.get("is_error") else (found_before or 0) - _not_outline(found)
+            turn.fact(str(row[0]), row)
+
+
+def _not_outline(found: list[tuple[str, str, str]]) -> int:
+    return sum(1 for place in found if not OUTLINE.match(place[2]))
+
+
+def _learn_todo(turn: Turn, text: str, *, only_todo: bool = False) -> list[tuple[str, str, str]]:
+    """The TODO lines of a grep's output (``only_todo``: of the lines it found, those that are), each
+    as (path, line number, text)."""
     todo = turn.state.todo
+    found = []
     for line in text.split("\n"):
         if not line.strip() or line.startswith(("no matches", "[output", "[recall", "[grep")):
             continue
         place = todo_place(turn.state.root, line)
-        if place is None:
+        if place is None or (only_todo and not TODO.search(place[2])):
             continue
         _todo_hit(turn, *place)
+        found.append(place)
     todo["cut"] = todo["cut"] or "[output truncated at" in text
+    return found
 
 
 def _todo_hit(turn: Turn, path: str, number: str, hit: str) -> None:
@@ -641,8 +731,13 @@ def _todo_hit(turn: Turn, path: str, number: str, hit: str) -> None:
     if path != todo["last"]:
         todo["files"] += 1
         todo["last"] = path
-    if len(todo["shown"]) < (TODO_SHOWN_PART if turn.state.scope else TODO_SHOWN):
-        todo["shown"].append(f"{path}:{number}: {hit.strip()[:100]}")
+    line = f"{path}:{number}: {hit.strip()[:100]}"
+    limit = TODO_SHOWN_PART if turn.state.scope else TODO_SHOWN
+    if not _reads_todos(turn.state):  # an incremental survey's: in its state, until its report
+        if len(todo["shown"]) < limit:
+            todo["shown"].append(line)
+    elif turn.state.logs["shown"] + len(turn.appends["shown"]) < limit:  # in memory, not in every note
+        turn.appends["shown"].append(line)
 
 
 def todo_place(root: str, line: str) -> tuple[str, str, str] | None:
@@ -666,7 +761,7 @@ def apply(turn: Turn, messages: list[Message], at: int, other: Learner | None = 
         s.issued = {"open": 0, "dirs": 0, "files": 0}
         for row in s.waiting:  # their outline greps are out of view
             turn.fact(str(row[0]), row)
-        s.waiting = []
+        s.waiting, s.lines_found = [], {}
         return
     listed = {p.lstrip("+"): p.startswith("+") for p in s.files_next[: s.issued["files"]]}
     del s.open[: s.issued["open"]]
@@ -692,11 +787,15 @@ def apply(turn: Turn, messages: list[Message], at: int, other: Learner | None = 
             _learn_glob_result(turn, args, result, text)
         elif name == "recall":
             _learn_recall(turn, args, text)
+        elif name == "grep" and args.get("pattern") == BOTH_PATTERN:
+            _learn_both(turn, rel_path(s.root, str(args.get("path", ""))), waiting, result, text)
         elif name == "grep" and args.get("pattern") == OUTLINE_PATTERN:
             row = waiting.pop(rel_path(s.root, str(args.get("path", ""))), [])
             if row:
                 row[4] = None if result.get("is_error") or is_placeholder(text) else count_matches(text)
                 turn.fact(str(row[0]), row)
+        elif name == "grep" and args.get("pattern") == TODO_PATTERN and args.get("path"):
+            _learn_file_todos(turn, rel_path(s.root, str(args["path"])), waiting, result, text)
         elif name == "grep" and args.get("pattern") == TODO_PATTERN:
             if is_persisted(text) and saved_path(text):
                 s.todo["saved"] = saved_path(text)
@@ -714,6 +813,7 @@ def apply(turn: Turn, messages: list[Message], at: int, other: Learner | None = 
                 _learn_view(turn, match[1], base + int(view_range[0]) - 1 - HEAD, text)
     s.files_next = lost + s.files_next
     for row in waiting.values():  # an outline that did not come back: the row without it
+        s.lines_found.pop(str(row[0]), None)
         turn.fact(str(row[0]), row)
 
 
@@ -882,7 +982,7 @@ def plan(turn: Turn) -> None:
     if s.phase == "read":
         if not s.files_next and s.taken["files"] == turn.before["files"]:
             _take_appended(turn)
-        greps = len(turn.outlines) + len(turn.todos)
+        greps = len(set(turn.outlines) | set(turn.todos))
         batch = read_batch(s.files_next, max(READ_CHARS, s.target - OUTLINE_CHARS * greps))
         reads = max(2, len(batch))
         s.issued["files"] = len(batch)
@@ -895,21 +995,16 @@ def plan(turn: Turn) -> None:
             s.phase = "list"
             plan(turn)
             return
-        s.phase = "todo"
-        if not s.scope:
-            turn.calls.append(("grep", {"pattern": TODO_PATTERN}))
-        for unit in units(s.scope):  # the own files of a directory were searched file by file
-            if files_only(unit) is None:
-                turn.calls.append(("grep", {"pattern": TODO_PATTERN, "path": unit}))
-        if turn.calls:
+        s.phase = "todo"  # every file's TODO lines are found: read off it, or by its own grep
+    if s.phase == "todo":
+        s.phase = "inline"
+    if s.phase == "inline":  # what the report shows from memory, viewed back
+        if turn.appends["facts"] or turn.appends["shown"]:  # written this turn: read back next turn
             return
-    if s.phase == "todo":  # a part's report is its parent's to read: its rows stay in the facts files
-        small = 0 < s.logs["facts"] + len(turn.appends["facts"]) <= INLINE_FILES
-        s.phase = "inline" if small and not s.scope else "report"
-    if s.phase == "inline":
-        if turn.appends["facts"]:  # the last rows are written this turn: read them back next turn
-            return
-        for first in range(1 + HEAD, s.logs["facts"] + 1 + HEAD, INLINE_VIEW):  # all at once: one message
+        if s.logs["shown"]:
+            turn.calls.append(("memory", {"command": "view", "path": shard_path("shown", 0)}))
+        small = 0 < s.logs["facts"] <= INLINE_FILES and not s.scope  # a part's rows stay in its files
+        for first in range(1 + HEAD, s.logs["facts"] + 1 + HEAD if small else 0, INLINE_VIEW):
             turn.calls.append(
                 (
                     "memory",
@@ -930,10 +1025,11 @@ def decide(messages: list[Message]) -> tuple[list[dict[str, Any]], str]:
     if state is not None:
         pace(turn.state, messages)
         apply(turn, messages, at)
-        turn.calls += [("grep", {"pattern": OUTLINE_PATTERN, "path": p}) for p in turn.outlines]
-        turn.calls += [("grep", {"pattern": TODO_PATTERN, "path": p}) for p in turn.todos]
+        turn.calls += turn.searches()
     if turn.state.phase == "report" and state is not None and state.phase == "report":
         rows = _inline_rows(messages, at, turn.state.logs["facts"])
+        if turn.state.logs["shown"]:
+            turn.state.todo["shown"] = _shown_lines(messages, at)
         return [{"type": "text", "text": report(turn.state, rows)}], "end_turn"
     plan(turn)
     turn.write_logs()
@@ -991,6 +1087,21 @@ def _inline_rows(messages: list[Message], at: int, total: int) -> list[list[Any]
                         except ValueError:
                             continue
     return rows if len({str(r[0]) for r in rows if r}) == total else []
+
+
+def _shown_lines(messages: list[Message], at: int) -> list[str]:
+    """The TODO lines the report shows, from the view of the shown log made with the state in message
+    ``at`` (as many as are in view: a view the compactor cut shows fewer)."""
+    uses = {str(u.get("id")): u for u in tool_uses(messages[at])}
+    lines: list[str] = []
+    for r in tool_results(messages[at + 1]) if at + 1 < len(messages) else []:
+        use = uses.get(str(r.get("tool_use_id"))) or {}
+        if use.get("name") == "memory" and (use.get("input") or {}).get("path") == shard_path("shown", 0):
+            for line in result_text(r).split("\n")[1:]:
+                match = NUMBERED.match(line)
+                if match and int(match[1]) > HEAD:
+                    lines.append(match[2])
+    return lines
 
 
 def report(s: State, rows: list[list[Any]], partial: str = "", pending: list[list[Any]] | None = None) -> str:
@@ -1107,6 +1218,7 @@ def partial_report(messages: list[Message]) -> str:
             turn = Turn(state)
     s = turn.state
     pending = [json.loads(row) for row in turn.appends["facts"]]
+    pending += s.waiting  # read, their outline not known yet
     return report(
         s,
         [],
