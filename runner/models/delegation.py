@@ -60,6 +60,7 @@ from .memory_survey import (
     LARGEST,
     SKIP_DIRS,
     SUBAGENT_ROW,
+    TAIL_CHARS,
     TOP,
     TOTALS,
     TOTALS_LINE,
@@ -94,7 +95,6 @@ DIRS_KEY = (
 # the top-level directories, asked again after a summary: each way at most the times a call may repeat
 REPROBES = ({"pattern": "*/", "path": "."}, {"pattern": "./*/"}, {"pattern": "*/", "path": "./"})
 REPROBE = REPROBES[0]
-TAIL_CHARS = 400  # the end of a saved cut listing read back: its last line says how many it matched
 MEASURE_BATCH = 8  # directories a measuring turn lists (their answers fit a small window)
 MEASURE_BATCH_SMALL = 3  # and once a summary is in view: the window is smaller than they need
 MEASURE_ROUNDS = 80  # measuring turns at most before the split (a few minutes; the parts take hours)

@@ -23,13 +23,19 @@ a file says "not a regular file" and is queued to be listed. The read pass goes 
 how many files a turn reads (and directories it lists) follows a target of what a turn may add to
 the context (at first :data:`TARGET_CHARS`, a read the compactor cuts taking about
 :data:`READ_CHARS`), which shrinks when history compactions come close together and grows when
-they come far apart: the policy does not know the window, it learns what fits. A file's TODO lines are
-read off its text when a read shows all of it (by the grep tool's rules: not in a file with a NUL byte in
-its first 512, nor a line over :data:`GREP_LINE_LIMIT` bytes), else found by a ``grep`` of that file (a
-file too big for one read, a read the compactor saved, a file the read refuses as not UTF-8 whose
-extension is not a binary one's): no search of a whole tree, whose output the grep tool would cut. Then
-the report: totals and largest files from the state, every file's row from the facts log when the tree is
-small (else a pointer to the facts files), and the first TODO lines viewed back from memory.
+they come far apart: the policy does not know the window, it learns what fits.
+
+TODO lines: the first turn searches the tree (a part: each of its directories) with one ``grep``, read
+back page by page when saved. A search the grep tool cut (at 100 KiB of output, or its walk's limit)
+counts for nothing: that tree's files are searched one by one as they are read instead. A file's lines
+are then read off its text when a read shows all of it (by the grep tool's rules: not in a file with a
+NUL byte in its first 512, nor a line over :data:`GREP_LINE_LIMIT` bytes), else found by a ``grep`` of
+that file (a file too big for one read, a read the compactor saved, a file the read refuses as not UTF-8
+whose extension is not a binary one's); a Python file's outline and TODO lines by one grep, or by two
+while such greps' answers come back saved. A part's own files (no tree search covers them) are searched
+that way too. So a report's TODO count is every line, whatever the tree's size. Then the report: totals
+and largest files from the state, every file's row from the facts log when the tree is small (else a
+pointer to the facts files), and the first TODO lines viewed back from memory.
 
 A scoped survey (a subagent's, its prompt made from :data:`SCOPED_PROMPT`) lists, reads and
 searches only its part: one directory (its first turn finds the workspace root by a glob of the
@@ -100,6 +106,7 @@ OUTLINE_PATTERN = r"^(class |def |async def )"
 OUTLINE = re.compile(OUTLINE_PATTERN, re.M)
 BOTH_PATTERN = f"{OUTLINE_PATTERN}|{TODO_PATTERN}"  # one grep of a file for its outline and TODO lines
 OUTLINE_CHARS = 1_000  # what an outline grep's result is expected to take
+TAIL_CHARS = 400  # the end of a saved output read back: its last line says whether it was cut
 GREP_LINE_LIMIT = 2_000  # the grep tool searches no longer line (bytes, its newline counted)
 DOC_CHARS = 60  # of a first docstring line, in the facts and the report
 NOT_A_FILE = re.compile(r"^read: .*: not a regular file$")
@@ -226,6 +233,8 @@ class State:
     )  # an incremental survey's own state (.incremental_survey)
     lines_found: dict[str, int] = field(default_factory=dict)  # a saved outline-and-TODO grep's lines, by
     # file: its outline is those less its TODO lines that are not outline lines (asked by a TODO grep)
+    apart: bool = False  # the newest outline grep's answer was saved: a file's outline and TODO lines
+    # are asked by two greps (one would be saved too, and its TODO lines asked again a turn later)
 
     def note(self) -> str:
         fields = asdict(self)
@@ -233,8 +242,9 @@ class State:
         del fields["scope"]  # the request says it (its first message, or a summary's copy of it)
         if not self.inc:
             del fields["inc"]  # and so is a survey's that is not incremental
-        if not self.lines_found:
-            del fields["lines_found"]
+        for name in ("lines_found", "apart"):
+            if not fields[name]:
+                del fields[name]
         return STATE_KEY + json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -374,12 +384,12 @@ class Turn:
 
     def searches(self) -> list[tuple[str, dict[str, Any]]]:
         """This turn's greps of single files: one for a Python file's outline and TODO lines both."""
-        todos = set(self.todos)
+        todos = set() if self.state.apart else set(self.todos)
         calls = [
             ("grep", {"pattern": BOTH_PATTERN if p in todos else OUTLINE_PATTERN, "path": p})
             for p in self.outlines
         ]
-        outlined = set(self.outlines)
+        outlined = todos & set(self.outlines)
         calls += [("grep", {"pattern": TODO_PATTERN, "path": p}) for p in self.todos if p not in outlined]
         return calls
 
@@ -560,7 +570,7 @@ def _learn_read(turn: Turn, path: str, result: dict[str, Any], listed: bool) -> 
         binary = binary_size(text)
         turn.fact(path, [path, "binary", binary] if binary is not None else [path, "error", text[:200]])
         text_like = os.path.splitext(path)[1].lower() not in BINARY_EXTENSIONS
-        if binary is not None and text_like and _reads_todos(turn.state):
+        if binary is not None and text_like and _todos_by_file(turn.state, path):
             turn.todos.append(path)  # not UTF-8, and maybe text all the same: the grep tool searches it
         return True
     image = _image_bytes(result)
@@ -591,7 +601,7 @@ def _learn_read(turn: Turn, path: str, result: dict[str, Any], listed: bool) -> 
         turn.outlines.append(path)
     else:
         turn.fact(path, row)
-    if _reads_todos(turn.state):
+    if _todos_by_file(turn.state, path):
         if whole and not partial:  # all of it in view: its TODO lines are read off it
             _todo_lines_of(turn, path, text)
         else:
@@ -599,10 +609,44 @@ def _learn_read(turn: Turn, path: str, result: dict[str, Any], listed: bool) -> 
     return True
 
 
-def _reads_todos(s: State) -> bool:
-    """Whether this survey takes TODO lines from its reads (every survey but an incremental one, which
-    searches each file it reads ahead of the read, to put the file's lines where its old ones were)."""
-    return not s.inc or bool(s.inc.get("fresh"))
+def _incremental(s: State) -> bool:
+    """An incremental survey's own steps (it searches each file it reads ahead of the read, to put the
+    file's lines where its old ones were), not a full survey's."""
+    return bool(s.inc) and not s.inc.get("fresh")
+
+
+def _todos_by_file(s: State, path: str) -> bool:
+    """Whether ``path``'s TODO lines are found file by file: it is among a part's own files (no search
+    of a tree covers them), or beneath a search root whose search was cut (its output, or its walk)."""
+    if _incremental(s):
+        return False
+    if os.path.dirname(path) in _own_files_dirs(s):
+        return True
+    return any(not root or path.startswith(root + "/") for root in s.todo.get("by_file", []))
+
+
+def _search_roots(s: State) -> list[str]:
+    """What the first turn's TODO searches cover: the tree (``""``), or a part's directory units."""
+    return [u for u in units(s.scope) if files_only(u) is None] if s.scope else [""]
+
+
+def _learn_search(turn: Turn, root: str, result: dict[str, Any], text: str) -> None:
+    """A search of a tree for TODO lines: learned when whole; a saved one's end read first (a cut
+    output ends with the grep tool's line saying so); a cut, failed or gone one leaves that tree's
+    files to be searched one by one as they are read."""
+    s = turn.state
+    s.todo["asked"] = [r for r in s.todo.get("asked", []) if r != root]
+    if is_persisted(text) and saved_path(text):
+        chars = (persisted_size(text) or (0, 0))[0]
+        s.recalls.append([saved_path(text), "todo-tail", root, "", max(0, chars - TAIL_CHARS)])
+    elif result.get("is_error") or is_placeholder(text) or is_seed_placeholder(text) or _search_cut(text):
+        s.todo.setdefault("by_file", []).append(root)
+    else:
+        _learn_todo(turn, text)
+
+
+def _search_cut(text: str) -> bool:
+    return "[output truncated at" in text or any(line.startswith("[grep") for line in text.split("\n"))
 
 
 def _todo_lines_of(turn: Turn, path: str, text: str) -> None:
@@ -664,6 +708,7 @@ def _learn_both(
     keeps its count of lines and asks a TODO grep next turn; a gone one asks this grep again."""
     row = waiting.pop(path, [])
     saved = persisted_size(text) if is_persisted(text) else None
+    turn.state.apart = bool(saved)
     if saved or is_placeholder(text) or is_seed_placeholder(text):
         if row:
             turn.state.waiting.append(row)
@@ -733,7 +778,7 @@ def _todo_hit(turn: Turn, path: str, number: str, hit: str) -> None:
         todo["last"] = path
     line = f"{path}:{number}: {hit.strip()[:100]}"
     limit = TODO_SHOWN_PART if turn.state.scope else TODO_SHOWN
-    if not _reads_todos(turn.state):  # an incremental survey's: in its state, until its report
+    if _incremental(turn.state):  # an incremental survey's: in its state, until its report
         if len(todo["shown"]) < limit:
             todo["shown"].append(line)
     elif turn.state.logs["shown"] + len(turn.appends["shown"]) < limit:  # in memory, not in every note
@@ -758,6 +803,7 @@ def apply(turn: Turn, messages: list[Message], at: int, other: Learner | None = 
     s = turn.state
     uses = {str(u.get("id")): u for u in tool_uses(messages[at])}
     if not uses:
+        _unanswered_searches(s)
         s.issued = {"open": 0, "dirs": 0, "files": 0}
         for row in s.waiting:  # their outline greps are out of view
             turn.fact(str(row[0]), row)
@@ -790,12 +836,17 @@ def apply(turn: Turn, messages: list[Message], at: int, other: Learner | None = 
         elif name == "grep" and args.get("pattern") == BOTH_PATTERN:
             _learn_both(turn, rel_path(s.root, str(args.get("path", ""))), waiting, result, text)
         elif name == "grep" and args.get("pattern") == OUTLINE_PATTERN:
+            s.apart = s.apart and is_persisted(text)  # one grep of both again once an outline fits
             row = waiting.pop(rel_path(s.root, str(args.get("path", ""))), [])
             if row:
                 row[4] = None if result.get("is_error") or is_placeholder(text) else count_matches(text)
                 turn.fact(str(row[0]), row)
-        elif name == "grep" and args.get("pattern") == TODO_PATTERN and args.get("path"):
-            _learn_file_todos(turn, rel_path(s.root, str(args["path"])), waiting, result, text)
+        elif name == "grep" and args.get("pattern") == TODO_PATTERN and not _incremental(s):
+            where = rel_path(s.root, str(args.get("path") or ""))
+            if where in s.todo.get("asked", []):
+                _learn_search(turn, where, result, text)
+            else:
+                _learn_file_todos(turn, where, waiting, result, text)
         elif name == "grep" and args.get("pattern") == TODO_PATTERN:
             if is_persisted(text) and saved_path(text):
                 s.todo["saved"] = saved_path(text)
@@ -815,6 +866,14 @@ def apply(turn: Turn, messages: list[Message], at: int, other: Learner | None = 
     for row in waiting.values():  # an outline that did not come back: the row without it
         s.lines_found.pop(str(row[0]), None)
         turn.fact(str(row[0]), row)
+    _unanswered_searches(s)
+
+
+def _unanswered_searches(s: State) -> None:
+    """A TODO search whose answer is not in view (a summary took it): that tree's files one by one."""
+    if s.todo.get("asked"):
+        s.todo.setdefault("by_file", []).extend(s.todo.pop("asked"))
+    s.todo.pop("asked", None)
 
 
 def count_matches(text: str) -> int:
@@ -887,6 +946,14 @@ def _learn_recall(turn: Turn, args: dict[str, Any], text: str) -> None:
     if end < total and "\n" in body:  # a line cut at the page's end is left for the next page
         body = body.rsplit("\n", 1)[0] + "\n"
         end = item[4] + len(body)
+    if item[1] == "todo-tail":  # the end of a saved search: whole, read back from its start; or cut
+        s.recalls.remove(item)
+        if _search_cut(body):
+            s.todo.setdefault("by_file", []).append(item[2])
+        else:
+            s.todo["saved"] = path
+            s.recalls.append([path, "todo", "", "", 0])
+        return
     if item[1] == "glob":
         _learn_glob(turn, item[2], item[3], body)
     else:
@@ -953,6 +1020,9 @@ def plan(turn: Turn) -> None:
                     turn.calls.append(("glob", {"pattern": "*", "path": only}))
         else:
             turn.calls += [("glob", {"pattern": "*"}), ("glob", {"pattern": "**/*"})]
+        s.todo["asked"] = _search_roots(s)  # answered before any file is read
+        for root in s.todo["asked"]:
+            turn.calls.append(("grep", {"pattern": TODO_PATTERN, **({"path": root} if root else {})}))
         s.phase = "list"
         return
     if s.recalls:
