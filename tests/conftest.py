@@ -203,7 +203,7 @@ async def scripted_job(
     return session, recorded, transcript
 
 
-async def offline_survey(root: Path, out: Path, limits: dict):
+async def offline_survey(root: Path, out: Path, limits: dict, prompt: str = "Survey this package."):
     """The offline model's survey of ``root`` with ``limits``, its job directory ``out``: the job's
     result and its final.md ("" when there is none)."""
     from runner.agent.session import Session
@@ -216,7 +216,7 @@ async def offline_survey(root: Path, out: Path, limits: dict):
     spec = JobSpec(
         name="survey",
         source=Path("survey.toml"),
-        prompt="Survey this package.",
+        prompt=prompt,
         workspace=root,
         model="m",
         system=None,

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from conftest import expected_row, offline_survey, regular_files, survey_rows, survey_todos
 
-from runner.models.memory_survey import TODO_PATTERN, TODO_SHOWN
+from runner.models.memory_survey import FILES_ONLY, TODO_PATTERN, TODO_SHOWN, UNIT_SEP, scoped_prompt
 
 pytestmark = pytest.mark.anyio
 STDLIB = Path(encodings.__file__).parent.parent
@@ -176,3 +176,27 @@ async def test_every_todo_line_of_a_tree_whose_one_search_would_be_cut(tmp_path)
     for path, number, text in shown:
         line = (root / path).read_bytes().split(b"\n")[int(number) - 1].decode(errors="replace")
         assert text == line.strip()[:100]
+
+
+async def test_a_parts_todo_lines_are_every_one_when_its_directorys_search_would_be_cut(tmp_path):
+    """A subagent's part: a directory whose one search gives over 100 KiB (1,600 TODO lines, cut) and
+    the files directly in another (no tree search covers them): every line of the part, none of the rest."""
+    root = tmp_path / "ws"
+    for k in range(40):
+        body = "".join(f"x = {n}  # TODO: item {n} of file {k}, a line of some length\n" for n in range(40))
+        (root / "big" / f"sub{k % 4}").mkdir(parents=True, exist_ok=True)
+        (root / "big" / f"sub{k % 4}" / f"m{k:02d}.py").write_text(body)
+    (root / "own" / "deeper").mkdir(parents=True)
+    (root / "own" / "a.py").write_text("# FIXME: one\n")
+    (root / "own" / "deeper" / "b.py").write_text("# TODO: not this part's\n")
+    (root / "other.py").write_text("# XXX: not this part's either\n")
+    scope = UNIT_SEP.join(["big", "own" + FILES_ONLY])
+    prompt = scoped_prompt(scope, "Survey this package.")
+    result, report = await offline_survey(root, tmp_path / "job", {"max_turns": 2_000}, prompt=prompt)
+    assert result.status == "succeeded"
+    files = regular_files(root)
+    truth = todo_places({p: d for p, d in files.items() if p.startswith("big/") or p == "own/a.py"})
+    assert len(truth) == 40 * 40 + 1
+    head = re.search(r"## TODO / FIXME / XXX \((\d+) lines in (\d+) files(.*)\)", report)
+    assert head and int(head[1]) == len(truth) and int(head[2]) == 41 and "cut" not in head[3], head
+    assert survey_todos(report, tmp_path / "job") == truth

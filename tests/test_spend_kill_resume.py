@@ -38,8 +38,6 @@ def _workspace(root: Path) -> None:
                 body += [f"def f{k}(x):", f'    """Return x plus {k}."""', f"    return x + {k}{todo}", ""]
             body += [f"class C{i}:", '    """A class."""', "    def m(self):", "        return 1", ""]
             (pkg / f"mod{i}.py").write_text("\n".join(body))
-    # a read over large_result_chars: saved with a preview, the preview micro-compacted later
-    (root / "pkg0" / "big.py").write_text("".join(f"def g{k}(x):\n    return x * {k}\n\n" for k in range(400)))
 
 
 def _setup(tmp: Path, workspace: Path) -> None:
