@@ -37,7 +37,7 @@ BENCHES: tuple[tuple[str, str, tuple[str, ...], str | None, bool], ...] = (
     ("big_tree", "big_tree.py", (), None, False),
     ("manifest", "manifest.py", (), None, True),
     ("subagents", "subagents.py", (), None, False),
-    ("subagents_site", "subagents.py", ("--site-packages", "--latency", "0.5"), None, False),
+    ("subagents_site", "subagents.py", ("--site-packages", "--latency", "0.2"), None, False),
     ("nightly", "nightly.py", (), None, False),
     ("batch_delivery", "batch_delivery.py", (), None, True),
     ("scaling", "scaling.py", (), None, True),
