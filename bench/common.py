@@ -57,12 +57,13 @@ def write_result(name: str, data: dict) -> Path:
     return path
 
 
-def replace_section(name: str, body: str, command: str) -> None:
-    """Put ``body`` between ``<!-- name:start -->`` and ``<!-- name:end -->`` in BENCHMARKS.md."""
+def replace_section(name: str, body: str, command: str, *, load: str | None = None) -> None:
+    """Put ``body`` between ``<!-- name:start -->`` and ``<!-- name:end -->`` in BENCHMARKS.md (``load``:
+    what to say of the load instead of this process's start, when the body says it of each run)."""
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     text = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n"
     block = (
-        f"{start}\n_{date.today().isoformat()}, {machine()}; {load_note()}; command: `{command}`_\n\n"
+        f"{start}\n_{date.today().isoformat()}, {machine()}; {load or load_note()}; command: `{command}`_\n\n"
         f"{body.rstrip()}\n{end}"
     )
     pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)

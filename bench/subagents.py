@@ -137,6 +137,9 @@ def trees_of(data: dict) -> dict:
     return {EIGHT: {k: data.get(k) for k in ("repeat", "latency", "files", "runs", "load_1min")}}
 
 
+EACH = "each tree's load at its start below"
+
+
 def render(data: dict) -> str:
     out = [
         "## Subagents",
@@ -162,10 +165,11 @@ def _todo(run: dict) -> str:
 
 
 def render_tree(label: str, tree: dict) -> list[str]:
+    command = f"; command: `{tree['command']}`" if tree.get("command") else ""
     out = [
         f"### {label}: {tree['files']:,} files, {tree['latency']:g} s a call, "
         f"{tree['repeat']} round{'s' if tree['repeat'] > 1 else ''}, 1-minute load average at its start "
-        f"{tree.get('load_1min') or 0:.2f}",
+        f"{tree.get('load_1min') or 0:.2f}{command}",
         "",
         "| run | status | files named right | TODO lines reported | wall s | cost | parent turns | "
         "subagents (their turns) | tool calls | repeated | requests | peak in flight |",
@@ -255,7 +259,7 @@ def main() -> None:
     stored = RESULTS / "subagents.json"
     previous = trees_of(json.loads(stored.read_text())) if stored.exists() else {}
     if args.render:
-        replace_section("subagents", render({"trees": previous}), COMMAND)
+        replace_section("subagents", render({"trees": previous}), f"{COMMAND} (each tree's below)", load=EACH)
         return
     label = SITE if args.site_packages else EIGHT
     with tempfile.TemporaryDirectory() as tmp:
@@ -271,6 +275,7 @@ def main() -> None:
             "files": len(regular_files(tree)),
             "runs": {},
             "load_1min": START_LOAD,
+            "command": " ".join(["python bench/subagents.py", *sys.argv[1:]]),
         }
         for k in range(args.repeat):
             for name, tools in (
@@ -283,9 +288,7 @@ def main() -> None:
     previous = trees_of(json.loads(stored.read_text())) if stored.exists() else {}  # as it is now
     trees = {**previous, label: result}
     write_result("subagents", {"trees": trees})
-    replace_section(
-        "subagents", render({"trees": trees}), COMMAND + (" --site-packages" if args.site_packages else "")
-    )
+    replace_section("subagents", render({"trees": trees}), f"{COMMAND} (each tree's below)", load=EACH)
 
 
 if __name__ == "__main__":
