@@ -30,8 +30,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from common import RESULTS, replace_section, write_result  # noqa: E402
-from conftest import calls_and_gaps, expected_row, regular_files, survey_rows  # noqa: E402
+from common import RESULTS, replace_section, todo_cell, todo_counts, write_result  # noqa: E402
+from conftest import calls_and_gaps, expected_row, regular_files, survey_rows, todo_lines  # noqa: E402
 
 from runner.agent.session import Session  # noqa: E402
 from runner.compaction.compactor import Compactor  # noqa: E402
@@ -125,6 +125,7 @@ def run_one(tree: Path, truth: dict[str, bytes], window: int, work: Path) -> dic
         "turns": result.turns,
         "files": len(truth),
         "right": right,
+        **todo_counts(report, todo_lines(truth)),
         "compactions": dict(result.compactions),
         "calls": calls,
         "repeated": repeated,
@@ -159,10 +160,11 @@ def render(data: dict) -> str:
         "rules: writes 1.25x input, reads 0.1x, a prefix of at least 1,024 tokens, about 20 blocks looked "
         "back from a breakpoint).",
         "",
-        "| window | files | named right | status | turns | history / snip / micro / fit / budget compactions "
+        "| window | files | named right | TODO lines reported | status | turns "
+        "| history / snip / micro / fit / budget compactions "
         "| calls | repeated | history compactions < 3 turns apart (closest) | cost (est.) | with caching "
         "(written / read tokens) | wall s |",
-        "|---|---:|---:|---|---:|---|---:|---:|---|---:|---|---:|",
+        "|---|---:|---:|---:|---|---:|---|---:|---:|---|---:|---|---:|",
     ]
     for name, runs in data["windows"].items():
         r = runs[0]
@@ -174,7 +176,7 @@ def render(data: dict) -> str:
             else f"{walls[0]:.1f}"
         )
         out.append(
-            f"| {name} | {r['files']:,} | {r['right']:,} | {r['status']} | {r['turns']:,} | "
+            f"| {name} | {r['files']:,} | {r['right']:,} | {todo_cell(r)} | {r['status']} | {r['turns']:,} | "
             f"{c.get('compact_history', 0)} / {c.get('snip', 0)} / {c.get('micro_compact', 0)} / "
             f"{c.get('fit_tool_results', 0)} / {c.get('tool_result_budget', 0)} | {r['calls']:,} | "
             f"{r['repeated']} | {r['within_2']} ({r['closest'] or '-'}) | ${r['cost_usd']:,.2f} | "

@@ -71,3 +71,25 @@ def replace_section(name: str, body: str, command: str, *, load: str | None = No
         pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     )
     BENCHMARKS.write_text(text)
+
+
+TODO_HEAD = re.compile(  # a survey report's TODO section: its count, and whether its search was cut
+    r"^## TODO / FIXME / XXX \((\d+) lines in \d+ files(; the search output was cut)?", re.M
+)
+
+
+def todo_counts(report: str, truth: int) -> dict:
+    """What a survey's report says of its TODO lines, beside the tree's (``truth``)."""
+    todo = TODO_HEAD.search(report)
+    return {
+        "todo_reported": int(todo[1]) if todo else 0,
+        "todo_cut": bool(todo and todo[2]),
+        "todo_truth": truth,
+    }
+
+
+def todo_cell(run: dict) -> str:
+    """The TODO lines a report gives against the tree's (its search cut, when it says so)."""
+    if "todo_truth" not in run:
+        return "-"
+    return f"{run['todo_reported']:,} of {run['todo_truth']:,}" + (" (search cut)" if run["todo_cut"] else "")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import shutil
 import statistics
 import sys
@@ -30,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from common import RESULTS, START_LOAD, replace_section, write_result  # noqa: E402
+from common import RESULTS, START_LOAD, replace_section, todo_cell, todo_counts, write_result  # noqa: E402
 from conftest import calls_and_gaps, expected_row, regular_files, survey_rows, todo_lines  # noqa: E402
 
 from runner.compaction.compactor import Compactor  # noqa: E402
@@ -49,9 +48,6 @@ COMMAND = "python bench/subagents.py"
 EIGHT = "Eight packages"
 SITE = "The whole site-packages"
 CALLS_IN_FLIGHT = 5
-TODO_HEAD = re.compile(  # a report's TODO section: its count, and whether its search was cut
-    r"^## TODO / FIXME / XXX \((\d+) lines in \d+ files(; the search output was cut)?", re.M
-)
 
 
 def make_tree(root: Path) -> Path:
@@ -101,7 +97,6 @@ async def survey(tree: Path, out: Path, tools: tuple[str, ...], latency: float) 
         for p, data in truth.items()
         if p in rows and ("binary" if rows[p][1] == "image" else rows[p][1], rows[p][2]) == expected_row(data)
     )
-    todo = TODO_HEAD.search(report)
     children = sum(float(r.get("cost_usd") or 0) for r in record.subagents)
     calls = repeated = 0
     for d in [job, *sorted((job / "agents").glob("*"))]:
@@ -123,9 +118,7 @@ async def survey(tree: Path, out: Path, tools: tuple[str, ...], latency: float) 
         "input_tokens": record.usage_total("input_tokens"),
         "subagent_walls": [round(float(r.get("wall_s") or 0), 1) for r in record.subagents],
         "parent_cost_usd": round(record.cost_usd - children, 4),
-        "todo_reported": int(todo[1]) if todo else 0,
-        "todo_cut": bool(todo and todo[2]),
-        "todo_truth": todo_lines(truth),
+        **todo_counts(report, todo_lines(truth)),
         "output_tokens": record.usage_total("output_tokens"),
     }
 
@@ -157,13 +150,6 @@ def render(data: dict) -> str:
     return "\n".join(out)
 
 
-def _todo(run: dict) -> str:
-    """The TODO lines a report gives against the tree's (its search cut, when it says so)."""
-    if "todo_truth" not in run:
-        return "-"
-    return f"{run['todo_reported']:,} of {run['todo_truth']:,}" + (" (search cut)" if run["todo_cut"] else "")
-
-
 def render_tree(label: str, tree: dict) -> list[str]:
     command = f"; command: `{tree['command']}`" if tree.get("command") else ""
     out = [
@@ -184,7 +170,7 @@ def render_tree(label: str, tree: dict) -> list[str]:
             else f"{walls[0]:.0f}"
         )
         out.append(
-            f"| {name} | {r['status']} | {r['right']:,} of {r['files']:,} | {_todo(r)} | {wall} | "
+            f"| {name} | {r['status']} | {r['right']:,} of {r['files']:,} | {todo_cell(r)} | {wall} | "
             f"${r['cost_usd']:.2f} | "
             f"{r['turns']} | {r['subagents']} ({r['subagent_turns']:,}) | {r['calls']:,} | {r['repeated']} | "
             f"{r['requests']:,} | {r['peak_concurrent']} |"
