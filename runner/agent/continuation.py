@@ -45,7 +45,8 @@ from ..rundir.docs import (
     parse_event,
 )
 from ..rundir.store import dumps, read_jsonl, write_atomic_sync
-from ..tools.memory import MEMORY_DIR, WRITES, MemoryTool
+from ..tools.memory import MemoryTool
+from ..tools.memory_files import MEMORY_DIR, WRITES
 
 REDONE = (
     CompactionEvent,

@@ -53,7 +53,7 @@ from ..rundir.manifest import Manifest, build, diff, read_manifest
 from ..rundir.prune import find_runs
 from ..rundir.store import JobStore
 from ..tools.beneath import Root, open_regular
-from ..tools.memory import MEMORY_DIR, PREFIX, memory_files
+from ..tools.memory_files import MEMORY_DIR, PREFIX, memory_files
 
 FRESH_FLAG = "--fresh: a full run was asked for"
 

@@ -54,7 +54,7 @@ from ..rundir.docs import (
 from ..rundir.reserve import final_write
 from ..rundir.store import DiskQuotaExceeded, JobStore, dumps, in_thread
 from ..services import Budget, RunBudget
-from ..tools.memory import WRITES as MEMORY_WRITES
+from ..tools.memory_files import WRITES as MEMORY_WRITES
 from ..tools.toolset import Toolset, error_result
 from . import incremental
 from .continuation import Ledger, cut_spend, read_ledger, rebuild_memory

@@ -42,7 +42,7 @@ from ..models.base import Reply
 from ..protocol import COMPACTED, REACTIVE_COMPACT, THRASHING, memory_index
 from ..rundir.docs import CONTEXT, EVENTS, TRANSCRIPT, CompactionEvent, JobMetrics, SummaryFailedEvent
 from ..rundir.store import JobStore, dumps, in_thread, read_jsonl
-from ..tools.memory import memory_files
+from ..tools.memory_files import memory_files
 from ..tools.repeats import RepeatGuard
 from . import stages
 from .context import Recorder

@@ -51,11 +51,9 @@ from .memory_files import (
     MAX_FILE_BYTES,
     MAX_TOTAL_BYTES,
     MEMORY_DIR,
-    MEMORY_TOOL,
     PREFIX,
     WRITES,
     files,
-    memory_files,
     split_lines,
 )
 
@@ -410,18 +408,3 @@ def _remove(dirfd: int, name: str, path: str) -> None:
     finally:
         os.close(fd)
     os.rmdir(name, dir_fd=dirfd)
-
-
-__all__ = [
-    "MAX_FILE_BYTES",
-    "MAX_TOTAL_BYTES",
-    "MEMORY_DIR",
-    "MEMORY_TOOL",
-    "PREFIX",
-    "WRITES",
-    "MemoryTool",
-    "ToolError",
-    "files",
-    "memory_files",
-    "split_lines",
-]

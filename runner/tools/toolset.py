@@ -59,7 +59,8 @@ from ..rundir.store import JobStore, local_disk
 from . import file_tools, grep_pool
 from .beneath import Outside, Root, open_regular, relative
 from .file_tools import DEFAULT_MAX_FILE_BYTES, READ_PAGE_BYTES, ToolFailure
-from .memory import MEMORY_TOOL, MemoryTool
+from .memory import MemoryTool
+from .memory_files import MEMORY_TOOL
 from .repeats import RepeatGuard, call_key
 from .sandbox import MAX_TIMEOUT_S, run_command
 

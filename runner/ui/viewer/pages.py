@@ -38,7 +38,7 @@ from ...rundir.docs import (
     parse_event,
 )
 from ...rundir.store import safe_name
-from ...tools.memory import MEMORY_DIR, memory_files
+from ...tools.memory_files import MEMORY_DIR, memory_files
 from ..report import short_name, subagent_counts
 from .charts import Mark, Series, bar_chart, line_chart, stage_color
 from .data import number, read_records, read_text, subagents_of
