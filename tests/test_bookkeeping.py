@@ -164,6 +164,25 @@ def test_the_tally_counts_from_starts_and_ends_without_a_scan() -> None:
     assert tally.eta_s() is not None
 
 
+def test_the_tally_adds_up_the_running_jobs_spend_at_most_every_half_second() -> None:
+    from runner.ui.display import RUNNING_SUM_S
+
+    tally = Tally(None, ApiCounts())
+    progress = {f"j{i}": JobMetrics(job=f"j{i}", status="queued") for i in range(3)}
+    tally.start(progress)
+    for job in progress.values():
+        tally.job_started(job)
+        job.cost_usd = 1.0
+    t = tally.started
+    assert "$3.0000" in tally.line(now=t)
+    progress["j1"].cost_usd = 2.0  # spent more since the sum
+    assert "$3.0000" in tally.line(now=t + RUNNING_SUM_S / 2)  # not added up again yet
+    progress["j2"].status = "succeeded"
+    tally.finished(progress["j2"])  # its share moves to the ended jobs': counted once, as it ended
+    assert "$3.0000" in tally.line(now=t + RUNNING_SUM_S / 2)
+    assert "$4.0000" in tally.line(now=t + RUNNING_SUM_S)  # added up again: j0 1 + j1 2 + j2 1
+
+
 def test_a_big_run_gets_its_table_as_plain_lines_that_fit_80_columns() -> None:
     from io import StringIO
 

@@ -36,6 +36,7 @@ class ApiCounts:
         self.throttled += 1
 
 
+RUNNING_SUM_S = 0.5  # how often a line adds up again what the running jobs have spent
 API = ApiCounts()  # one per process: every model of the batch reports here
 
 
@@ -51,8 +52,11 @@ def _clock(seconds: float) -> str:
 class Tally:
     """What both displays report: counts, ETA, cost, tokens, retries; a pure summary of what it was told.
 
-    Kept as it is told (:meth:`job_started`, :meth:`finished`): a line costs O(jobs running), not
-    O(jobs), so a batch of any size pays the same per job for its progress."""
+    Kept as it is told (:meth:`job_started`, :meth:`finished`): a line costs O(1), not O(jobs), so a
+    batch of any size pays the same per job for its progress. What the running jobs have spent so far
+    is added up at most every :data:`RUNNING_SUM_S` (O(jobs running) each time; a job that ends in
+    between moves its share to the ended jobs' at once), so a line may show their spend up to that
+    much late."""
 
     def __init__(self, budget: Budget | None = None, api: ApiCounts = API):
         self.budget = budget
@@ -68,6 +72,10 @@ class Tally:
         self._retries = 0
         self._durations = [0.0, 0]  # sum and count of the ended jobs' wall times (those above 0)
         self._ended_here = 0  # ended jobs that are in ``progress``
+        # the running jobs' (cost, input tokens, output tokens), each job's as last added up, and when
+        self._running_parts: dict[str, tuple[float, int, int]] = {}
+        self._running_sum: list[float] = [0.0, 0, 0]
+        self._summed_at: float | None = None
 
     def start(self, progress: dict[str, JobMetrics]) -> None:
         self.progress = progress
@@ -77,6 +85,7 @@ class Tally:
             n: p for n, p in progress.items() if p.status != Status.QUEUED and n not in self.results
         }
         self._ended_here = sum(1 for n in self.results if n in progress)
+        self._summed_at = None
 
     def job_started(self, progress: JobMetrics) -> None:
         if progress.job not in self.results:
@@ -90,6 +99,9 @@ class Tally:
             self._ended_here += 1
         self.results[name] = result
         self.running.pop(name, None)
+        part = self._running_parts.pop(name, None)
+        if part is not None:
+            self._running_sum = [a - b for a, b in zip(self._running_sum, part, strict=True)]
         self._count(result, self.progress.get(name, result), 1)
 
     def _count(self, result: JobMetrics, record: JobMetrics, sign: int) -> None:
@@ -141,6 +153,21 @@ class Tally:
             estimate = max(estimate, typical - ran)
         return estimate
 
+    def _running(self, now: float | None) -> tuple[float, int, int]:
+        """What the running jobs have spent: (cost, input tokens, output tokens), added up again when
+        the last sum is :data:`RUNNING_SUM_S` old."""
+        now = now if now is not None else time.monotonic()
+        if self._summed_at is None or not 0 <= now - self._summed_at < RUNNING_SUM_S:
+            self._running_parts = {
+                name: (p.cost_usd, p.usage_total("input_tokens"), p.usage_total("output_tokens"))
+                for name, p in self.running.items()
+            }
+            parts = self._running_parts.values()
+            self._running_sum = [sum(column) for column in zip(*parts, strict=True)] or [0.0, 0, 0]
+            self._summed_at = now
+        cost, tokens_in, tokens_out = self._running_sum
+        return cost, int(tokens_in), int(tokens_out)
+
     def line(self, now: float | None = None) -> str:
         counts: Counter[str] = Counter(self._ended)
         counts[Status.RUNNING] += len(self.running)
@@ -151,13 +178,11 @@ class Tally:
         )
         eta = self.eta_s(now)
         parts.append(f"ETA {_clock(eta)}" if eta is not None else "ETA ?" if self.results else "ETA -")
-        cost = self._ended_cost + sum(p.cost_usd for p in self.running.values())
+        running_cost, running_in, running_out = self._running(now)
+        cost = self._ended_cost + running_cost
         limit = self.budget.limit if self.budget else None
         parts.append(f"${cost:.4f}" + (f" of ${limit:g}" if limit is not None else ""))
-        tokens_in = self._ended_tokens[0] + sum(p.usage_total("input_tokens") for p in self.running.values())
-        tokens_out = self._ended_tokens[1] + sum(
-            p.usage_total("output_tokens") for p in self.running.values()
-        )
+        tokens_in, tokens_out = self._ended_tokens[0] + running_in, self._ended_tokens[1] + running_out
         parts.append(f"tokens {tokens_in:,} in / {tokens_out:,} out")
         retries = self._retries  # the SDK's (429s and 529s among them)
         parts.append(f"429/529 {self.api.throttled}" + (f", retries {retries}" if retries else ""))

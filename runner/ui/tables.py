@@ -24,7 +24,7 @@ from .report import STATUS_STYLE, job_cell, run_table, subagent_note
 from .terminal import printable
 
 NARROW_STATUS: dict[str, str] = {Status.BUDGET_EXCEEDED: "budget", Status.SUCCEEDED: "ok"}
-PLAIN_ROWS = 500  # a run of more jobs gets its table as plain lines
+PLAIN_ROWS = 100  # a run of more jobs gets its table as plain lines (rich's costs 60 ms at 100 rows)
 
 
 def _tokens(n: float) -> str:
