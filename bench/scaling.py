@@ -545,7 +545,7 @@ def tool_child(args: argparse.Namespace) -> None:
         )
         note = f"{len(answer['text'].splitlines())} matches, cut {answer['cut']}"
     else:
-        m = manifest.build(Path(ws), git=False)
+        m = manifest.build(Path(ws))
         note = f"{m.files} files"
     print(
         json.dumps(

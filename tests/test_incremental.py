@@ -13,6 +13,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from runner import protocol
@@ -48,7 +49,7 @@ def tree(tmp_path: Path) -> Path:
 
 def test_manifest_of_a_real_tree(tmp_path: Path) -> None:
     ws = tree(tmp_path)
-    manifest = build(ws, git=False)
+    manifest = build(ws)
     files = sorted(
         p.relative_to(ws).as_posix()
         for p in ws.rglob("*")
@@ -78,14 +79,14 @@ def test_manifest_of_a_real_tree(tmp_path: Path) -> None:
 
 def test_manifest_diff(tmp_path: Path) -> None:
     ws = tree(tmp_path)
-    before = build(ws, git=False)
+    before = build(ws)
     (ws / "new.py").write_text("x = 1\n")
     with (ws / "tool.py").open("a") as f:
         f.write("# changed\n")
     (ws / "scanner.py").unlink()
     os.remove(ws / "alias.py")
     os.symlink("encoder.py", ws / "alias.py")
-    changes = diff(before, build(ws, git=False))
+    changes = diff(before, build(ws))
     assert (changes.added, changes.changed, changes.removed) == (
         ["new.py"],
         ["alias.py", "tool.py"],
@@ -96,11 +97,60 @@ def test_manifest_diff(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="no git here")
-def test_manifest_records_git_commit_and_dirty_paths(tmp_path: Path) -> None:
+def test_the_git_record_is_read_in_the_sandbox(tmp_path: Path) -> None:
+    from runner.tools.git_state import git_state
+    from runner.tools.sandbox import bwrap_problem
+
+    if bwrap_problem() is not None:
+        pytest.skip(f"no sandbox here: {bwrap_problem()}")
     repo = tmp_path / "repo"
     (repo / "pkg").mkdir(parents=True)
     (repo / "pkg" / "a.py").write_text("a = 1\n")
     (repo / "top.txt").write_text("top\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "one")
+    commit = _git(repo, "rev-parse", "HEAD")
+    (repo / "pkg" / "a.py").write_text("a = 2\n")
+    (repo / "pkg" / "b.py").write_text("b = 1\n")
+    assert build(repo / "pkg").git is None  # the walk never runs git
+    record = anyio.run(git_state, repo / "pkg")  # a directory inside the repository: paths relative to it
+    assert record == {"commit": commit, "dirty": ["a.py", "b.py"], "complete": True}
+    (tmp_path / "plain").mkdir()
+    assert anyio.run(git_state, tmp_path / "plain") is None  # not a repository: no git record
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="no git here")
+def test_a_planted_fsmonitor_never_runs_as_the_runner(tmp_path: Path, monkeypatch) -> None:
+    """A workspace's .git/config (an earlier job's bash wrote it) names a command git runs while it
+    reads the status (core.fsmonitor). Run as the runner it would see its key and its uid, and write
+    outside the workspace; in the sandbox it cannot."""
+    from runner.tools.git_state import git_state
+    from runner.tools.sandbox import bwrap_problem
+
+    if bwrap_problem() is not None:
+        pytest.skip(f"no sandbox here: {bwrap_problem()}")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.py").write_text("a = 1\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "one")
+    marks = tmp_path / "marks"  # outside the workspace: only a process of the host can write here
+    marks.mkdir(mode=0o777)
+    marks.chmod(0o777)
+    spy = f"sh -c 'id -u >> {marks}/ran; env >> {marks}/ran'"
+    _git(repo, "config", "core.fsmonitor", spy)
+    (repo / "a.py").write_text("a = 22\n")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-planted-test")
+    record = anyio.run(git_state, repo)
+    assert record is not None and "a.py" in record["dirty"]
+    ran = (marks / "ran").read_text() if (marks / "ran").exists() else ""
+    assert "sk-ant-planted-test" not in ran
+    assert not ran, f"a command of the repository's config ran outside the sandbox: {ran[:200]!r}"
+
+
+def _git(repo: Path, *args: str) -> str:
     env = {
         **os.environ,
         "GIT_AUTHOR_NAME": "t",
@@ -108,23 +158,15 @@ def test_manifest_records_git_commit_and_dirty_paths(tmp_path: Path) -> None:
         "GIT_COMMITTER_NAME": "t",
         "GIT_COMMITTER_EMAIL": "t@t",
     }
-    for args in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "one"]):
-        subprocess.run(["git", "-C", str(repo), *args], check=True, env=env, capture_output=True)
-    commit = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    (repo / "pkg" / "a.py").write_text("a = 2\n")
-    (repo / "pkg" / "b.py").write_text("b = 1\n")
-    manifest = build(repo / "pkg")  # a directory inside the repository: paths relative to it
-    assert manifest.git == {"commit": commit, "dirty": ["a.py", "b.py"], "complete": True}
-    assert build(tmp_path / "repo" / "pkg", git=False).git is None
-    (tmp_path / "plain").mkdir()
-    assert build(tmp_path / "plain").git is None  # not a repository: no git record
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, env=env, capture_output=True, text=True
+    )
+    return done.stdout.strip()
 
 
 def test_a_damaged_manifest_is_named(tmp_path: Path) -> None:
     ws = tree(tmp_path)
-    text = build(ws, git=False).text()
+    text = build(ws).text()
     path = tmp_path / MANIFEST
     for damaged, says in (
         (text[:-40], "truncated"),
@@ -173,7 +215,7 @@ def earlier_run(
     if final:
         (job / "final.md").write_text(f"# report of {run}\n")
     if manifest is None:
-        m = build(ws, git=False)
+        m = build(ws)
         m.created = created
         manifest = m.text()
     if manifest:

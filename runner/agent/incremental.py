@@ -53,6 +53,7 @@ from ..rundir.manifest import Manifest, build, diff, read_manifest
 from ..rundir.prune import find_runs
 from ..rundir.store import JobStore
 from ..tools.beneath import Root, open_regular
+from ..tools.git_state import git_state
 from ..tools.memory_files import MEMORY_DIR, PREFIX, memory_files
 
 FRESH_FLAG = "--fresh: a full run was asked for"
@@ -185,6 +186,7 @@ async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Mess
     except OSError as e:
         record.incremental = Incremental(fresh=f"the workspace could not be listed: {e.strerror or e}")
         return []
+    manifest.git = await git_state(spec.workspace)  # git runs in the sandbox, never as the runner
     await store.write_text(MANIFEST, manifest.text())
     entries, took = len(manifest.entries), round(manifest.wall_s, 3)
     baseline: Baseline | None = None

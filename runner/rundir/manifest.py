@@ -1,7 +1,8 @@
 """A workspace manifest: what a job's workspace held when the job started, as ``manifest.jsonl``.
 
 The file is one head line (:class:`Head`: the workspace, when, the counts, and the git commit and
-dirty paths when the workspace is in a git repository) and then one line per entry, sorted by path::
+dirty paths when the workspace is in a git repository: :mod:`runner.tools.git_state` reads them, in
+the sandbox) and then one line per entry, sorted by path::
 
     {"manifest": 1, "workspace": "/src/app", "created": 1767225600.0, "entries": 3, ...}
     {"path": "a.py", "kind": "file", "size": 120, "sha256": "9f86..."}
@@ -17,9 +18,8 @@ Guarantees:
   is recorded as unreadable). A symlink is recorded with its target, never followed; a FIFO, socket
   or device is never read (recorded as unreadable), nor is anything the process may not open.
 - Contents are hashed streamed (sha256, a fixed buffer), whatever a file's size.
-- ``.git`` entries (the repository's own store, at any depth) are left out; the commit and the
-  dirty paths come from ``git`` itself, run without a shell, with a timeout, ``-C`` the workspace,
-  never taking the index lock. No git, or not a repository: no git record.
+- ``.git`` entries (the repository's own store, at any depth) are left out. Nothing here runs git
+  (a repository's configuration can make git run commands): the caller fills :attr:`Manifest.git`.
 - Reading never raises for a damaged file: :func:`read_manifest` returns None and the problem.
 - Standard library only; blocking (callers run it off the event loop).
 """
@@ -31,7 +31,6 @@ import hashlib
 import json
 import os
 import stat
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,6 @@ from typing import Any
 
 VERSION = 1
 CHUNK = 1 << 20  # bytes hashed per read
-GIT_TIMEOUT_S = 10.0
 SKIPPED = frozenset({".git"})
 FILE, SYMLINK, UNREADABLE = "file", "symlink", "unreadable"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -196,9 +194,9 @@ def _walk(dir_fd: int, prefix: str, entries: dict[str, dict[str, Any]]) -> None:
             entries[path] = {"path": path, "kind": UNREADABLE, "error": f"{kind}, not a regular file"}
 
 
-def build(workspace: Path, *, git: bool = True) -> Manifest:
-    """The manifest of ``workspace`` now (blocking: run it off the event loop). OSError when the
-    workspace itself cannot be opened as a directory."""
+def build(workspace: Path) -> Manifest:
+    """The manifest of ``workspace`` now, without its git record (blocking: run it off the event loop).
+    OSError when the workspace itself cannot be opened as a directory."""
     started = time.monotonic()
     manifest = Manifest(workspace=str(workspace), created=round(time.time(), 3))
     fd = os.open(workspace, _DIR_FLAGS)
@@ -206,45 +204,8 @@ def build(workspace: Path, *, git: bool = True) -> Manifest:
         _walk(fd, "", manifest.entries)
     finally:
         os.close(fd)
-    manifest.git = git_state(workspace) if git else None
     manifest.wall_s = time.monotonic() - started
     return manifest
-
-
-def _git(workspace: Path, *args: str) -> str | None:
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(workspace), *args],
-            capture_output=True,
-            timeout=GIT_TIMEOUT_S,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return os.fsdecode(done.stdout) if done.returncode == 0 else None
-
-
-def git_state(workspace: Path) -> dict[str, Any] | None:
-    """The commit checked out and the paths (relative to the workspace) that differ from it, tracked
-    or not; None when git is absent or the workspace is in no repository it will read."""
-    commit = _git(workspace, "rev-parse", "--verify", "-q", "HEAD")
-    if commit is None:
-        return None
-    prefix = (_git(workspace, "rev-parse", "--show-prefix") or "").strip()
-    status = _git(workspace, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", ".")
-    dirty: list[str] = []
-    records = iter((status or "").split("\0"))
-    for record in records:
-        if len(record) < 4:
-            continue
-        code, path = record[:2], record[3:]
-        if code[0] in "RC":  # a rename or copy: its source follows as the next record
-            next(records, None)
-        dirty.append(_shown(path.removeprefix(prefix)))
-    return {"commit": commit.strip(), "dirty": sorted(set(dirty)), "complete": status is not None}
 
 
 # --- reading one -------------------------------------------------------------------------------
