@@ -242,6 +242,59 @@ async def test_seccomp_denies_the_dangerous_calls(workspace):
     assert "clone_newuser -1 1" in closed.output and "unshare=1" in closed.output
 
 
+@pytest.mark.skipif(PYTHON is None, reason="no /usr/bin/python3 to make raw system calls with")
+async def test_no_setuid_or_setgid_file_can_be_made_in_a_root_owned_workspace(workspace):
+    """As root, a root-owned workspace is written as root on disk: a setuid file there would run as
+    root for any host user. Every way to set the bits is tried, through libc and as raw system calls;
+    the host then finds none."""
+    assert workspace.stat().st_uid == os.geteuid()  # the runner's own (root's, in CI)
+    arch = sandbox.seccomp.native_arch()
+    raw = {name: number for name, (number, _) in sandbox.seccomp.MODE_CALLS[arch].items()}
+    script = f"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+AT, CREATE = -100, os.O_CREAT | os.O_WRONLY
+fd = os.open("plain", CREATE, 0o755)
+def probe(label, result):
+    print("probe", label, result, ctypes.get_errno())
+for mode in (0o4755, 0o2755):
+    name = b"f" + oct(mode).encode()
+    probe(f"fchmod {{mode:o}}", libc.fchmod(fd, mode))
+    probe(f"chmod {{mode:o}}", libc.chmod(b"plain", mode))
+    probe(f"fchmodat {{mode:o}}", libc.fchmodat(AT, b"plain", mode, 0))
+    probe(f"open {{mode:o}}", libc.open(name + b"o", CREATE, mode))
+    probe(f"openat {{mode:o}}", libc.openat(AT, name + b"a", CREATE, mode))
+    probe(f"creat {{mode:o}}", libc.creat(name + b"c", mode))
+    probe(f"mknod {{mode:o}}", libc.mknod(name + b"n", 0o100000 | mode, 0))
+args = {{
+    "chmod": (b"plain", 0o4755), "fchmod": (fd, 0o4755), "creat": (b"r1", 0o4755),
+    "open": (b"r2", CREATE, 0o4755), "mknod": (b"r3", 0o104755, 0), "mknodat": (AT, b"r4", 0o104755, 0),
+    "fchmodat": (AT, b"plain", 0o4755, 0), "fchmodat2": (AT, b"plain", 0o4755, 0),
+    "openat": (AT, b"r5", CREATE, 0o4755),
+}}
+for name, nr in {raw!r}.items():
+    probe("raw " + name, libc.syscall(nr, *args[name]))
+print("openat2", libc.syscall({sandbox.seccomp.OPENAT2[arch]}, AT, b"r6", 0, 0), ctypes.get_errno())
+"""
+    (workspace / "probe.py").write_text(script)
+    done = await sh(
+        f"{PYTHON} probe.py; cp /bin/sh ./sh-root && chmod 4755 ./sh-root; echo chmod=$?; "
+        "chmod u+s ./sh-root; echo us=$?; chmod 755 ./sh-root; echo plain=$?; "
+        "install -m 2755 /bin/sh ./sh-group; echo install=$?",
+        workspace,
+        writable=True,
+    )
+    probes = [line for line in done.output.splitlines() if line.startswith("probe ")]
+    assert len(probes) == 14 + len(raw), done.output
+    assert all(line.endswith(" -1 1") for line in probes), done.output  # EPERM, every one
+    assert "openat2 -1 38" in done.output, done.output  # ENOSYS: callers fall back to openat
+    assert "chmod=1" in done.output and "us=1" in done.output and "install=1" in done.output, done.output
+    assert "plain=0" in done.output, done.output  # other modes are set as before
+    modes = {p.name: p.lstat().st_mode for p in workspace.rglob("*")}
+    assert "sh-root" in modes and not {n: oct(m) for n, m in modes.items() if m & 0o6000}, modes
+    assert modes["sh-root"] & 0o777 == 0o755
+
+
 @pytest.mark.skipif(PYTHON is None, reason="no /usr/bin/python3 to connect a unix socket with")
 async def test_a_unix_socket_in_the_workspace_is_unreachable_without_network(workspace):
     path = workspace / "host.sock"
@@ -283,9 +336,14 @@ async def test_seccomp_tables_match_this_machines_headers():
         **sandbox.seccomp.DENIED[arch],
         "clone": sandbox.seccomp.CLONE[arch],
         "clone3": sandbox.seccomp.CLONE3[arch],
+        "openat2": sandbox.seccomp.OPENAT2[arch],
         "socket": sandbox.seccomp.SOCKET[arch],
+        **{name: number for name, (number, _) in sandbox.seccomp.MODE_CALLS[arch].items()},
     }
-    assert {name: defined.get(name) for name in table} == table
+    newer = {"fchmodat2"}  # Linux 6.6: older headers do not name it (its number is the same everywhere)
+    assert {name: defined.get(name) for name in table if name in defined or name not in newer} == {
+        name: number for name, number in table.items() if name in defined or name not in newer
+    }
 
 
 def test_the_launcher_leaves_no_mount_on_the_host(workspace):

@@ -16,7 +16,13 @@ Guarantees:
   and, unless the job may use the network, ``socket(AF_UNIX)`` (a unix socket in the workspace could
   reach a host service).
 - ``clone3`` fails with ``ENOSYS`` (its flags are behind a pointer a filter cannot read); the C
-  library then falls back to ``clone``, whose flags are checked.
+  library then falls back to ``clone``, whose flags are checked. So does ``openat2`` (its mode is
+  behind a pointer too): callers fall back to ``openat``.
+- No setuid or setgid file: a ``chmod`` family call (``chmod``, ``fchmod``, ``fchmodat``,
+  ``fchmodat2``) or a call that creates a file (``open``, ``openat``, ``creat``, ``mknod``,
+  ``mknodat``) whose mode has ``S_ISUID`` or ``S_ISGID`` fails with ``EPERM``. When the runner is
+  root, a root-owned workspace is written as root on disk (its owner, through the idmapped mount), so
+  such a file would run as root for whoever on the host executes it.
 - Every other call is allowed: this is a deny list in the spirit of Codex's Linux sandbox and
   Anthropic's sandbox-runtime, on top of bubblewrap's namespaces and an unprivileged uid.
 """
@@ -126,7 +132,30 @@ DENIED: dict[str, dict[str, int]] = {
 # Calls whose arguments are checked.
 CLONE = {"x86_64": 56, "aarch64": 220}
 CLONE3 = {"x86_64": 435, "aarch64": 435}
+OPENAT2 = {"x86_64": 437, "aarch64": 437}
 SOCKET = {"x86_64": 41, "aarch64": 198}
+SET_ID_BITS = 0o6000  # S_ISUID | S_ISGID
+# Calls that set a file's mode, with the index of their mode argument (aarch64 has no legacy calls).
+MODE_CALLS: dict[str, dict[str, tuple[int, int]]] = {
+    "x86_64": {
+        "chmod": (90, 1),
+        "fchmod": (91, 1),
+        "fchmodat": (268, 2),
+        "fchmodat2": (452, 2),
+        "open": (2, 2),
+        "openat": (257, 3),
+        "creat": (85, 1),
+        "mknod": (133, 1),
+        "mknodat": (259, 2),
+    },
+    "aarch64": {
+        "fchmod": (52, 1),
+        "fchmodat": (53, 2),
+        "fchmodat2": (452, 2),
+        "openat": (56, 3),
+        "mknodat": (33, 2),
+    },
+}
 
 # <linux/filter.h>, <linux/seccomp.h>
 _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
@@ -137,6 +166,7 @@ _RET = 0x06  # BPF_RET | BPF_K
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
 _NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (arg0's low 32 bits, little-endian)
+_ARG_SIZE = 8
 
 
 def native_arch() -> str:
@@ -167,6 +197,15 @@ def program(*, allow_unix_sockets: bool, arch: str | None = None) -> bytes:
     for number in sorted(DENIED[arch].values()):
         ops += [_op(_JEQ, number, jf=1), _fail(errno.EPERM)]
     ops += [_op(_JEQ, CLONE3[arch], jf=1), _fail(errno.ENOSYS)]
+    ops += [_op(_JEQ, OPENAT2[arch], jf=1), _fail(errno.ENOSYS)]
+    for number, mode_arg in sorted(MODE_CALLS[arch].values()):
+        ops += [
+            _op(_JEQ, number, jf=3),
+            _op(_LD_W_ABS, _ARG0 + _ARG_SIZE * mode_arg),
+            _op(_JSET, SET_ID_BITS, jf=1),
+            _fail(errno.EPERM),
+            _op(_LD_W_ABS, _NR),
+        ]
     # clone: flags are its first argument on both architectures
     ops += [
         _op(_JEQ, CLONE[arch], jf=3),
