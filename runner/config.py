@@ -27,6 +27,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     ValidationError,
     model_validator,
@@ -191,6 +192,12 @@ class Settings(BaseSettings):
     limits: Limits = Limits()
     jobs: dict[str, dict[str, Any]] = {}
     prices: dict[str, PriceOrDiscount] = {}
+    _config_file: Path | None = PrivateAttr(default=None)  # the file these settings were read from
+
+    @property
+    def config_file(self) -> Path | None:
+        """The config file these settings were read from (absolute), if any."""
+        return self._config_file
 
     @model_validator(mode="after")
     def _batch_discount_only(self) -> Settings:
@@ -373,6 +380,7 @@ def load_settings(path: Path | None) -> Settings:
     problems = _merged(problems, merged)
     if problems:
         raise ConfigError(problems)
+    settings._config_file = path.absolute() if path is not None else None
     return settings
 
 

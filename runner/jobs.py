@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -192,6 +193,50 @@ SYSTEM_DIRS: dict[str, bool] = {
 }
 
 
+WRITING_TOOLS = frozenset({"write", "edit"})  # the tools that make a job's workspace writable (bash too)
+
+
+def protected_paths(settings: Settings, task_file: Path) -> list[tuple[Path, str, bool]]:
+    """What decides how the next run runs, which a job that may write must not be able to change:
+    ``(path, what it is, whether a workspace inside it is refused too)``. The task file (and so its
+    folder: a ``config.toml`` planted there, or above it, would be found first), the config file, or
+    where one would be looked for last (``./config.toml``) when there is none, the runner's own code,
+    and the Python it runs on (its packages and standard library are imported by the next run)."""
+    config = settings.config_file
+    found = [(config, "the config file", False)] if config is not None else []
+    return [
+        (task_file.absolute(), "its task file", False),
+        *found,
+        *([] if config is not None else [(Path.cwd() / "config.toml", "./config.toml", False)]),
+        (Path(__file__).resolve().parent, "the runner's own code", True),
+        (Path(sys.prefix), "the Python environment the runner runs in", True),
+        (Path(sys.base_prefix), "the Python installation the runner runs on", True),
+    ]
+
+
+def writable_workspace_problem(
+    workspace: Path, protected: list[tuple[Path, str, bool]], source: Path | str
+) -> str | None:
+    """Why a job that may write (``write`` or ``edit``) may not have ``workspace``, or None: it contains
+    one of the ``protected`` paths, or lies inside one marked so. Compared as real paths."""
+    real = Path(os.path.realpath(workspace))
+    for path, what, nor_inside in protected:
+        target = Path(os.path.realpath(path))
+        if real == target or real in target.parents:
+            return (
+                f"{source}: workspace: {str(workspace)!r} contains {what} ({str(path)!r}), and the job may "
+                "write (tools: write or edit): it could change how the next run runs; give it a "
+                "workspace without it, or only the read tools"
+            )
+        if nor_inside and target in real.parents:
+            return (
+                f"{source}: workspace: {str(workspace)!r} is inside {what} ({str(path)!r}), and the job "
+                "may write (tools: write or edit): the next run would run what it wrote; give it a "
+                "copy elsewhere, or only the read tools"
+            )
+    return None
+
+
 def workspace_problem(workspace: Path, output_dir: Path | None, source: Path | str) -> str | None:
     """Why ``workspace`` (absolute) may not be a job's workspace, or None: a system directory (see
     :data:`SYSTEM_DIRS`), or one that contains, or lies inside, the output directory (where every
@@ -265,6 +310,8 @@ def load_job(
     unsafe = False
     if workspace is not None and not problem:
         problem = workspace_problem(workspace, settings.runner.output_dir, task_file)
+        if not problem and WRITING_TOOLS & set(task.tools):
+            problem = writable_workspace_problem(workspace, protected_paths(settings, task_file), task_file)
         workspace, unsafe = (None, True) if problem else (workspace, False)
     if problem:
         problems.append(problem)

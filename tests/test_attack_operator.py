@@ -296,6 +296,48 @@ def test_a_workspace_beside_the_output_directory_or_below_a_home_is_fine() -> No
     assert workspace_problem(Path("/proc/self"), None, "j.toml") is not None
 
 
+# -- a job that may write never has what decides the next run in its workspace ----------------------
+
+WRITABLE_WORKSPACES: dict[str, Callable[[Path], str]] = {
+    "the project (config, jobs)": lambda base: str(base),
+    "the jobs folder": lambda base: str(base / "jobs"),
+    "the runner's code": lambda base: str(Path(runner_package()).parent),
+    "a standard library package": lambda base: "{stdlib}/json",
+}
+
+
+def runner_package() -> str:
+    import runner
+
+    return str(Path(runner.__file__).resolve().parent)
+
+
+@pytest.mark.parametrize("case", list(WRITABLE_WORKSPACES))
+def test_a_job_that_may_write_cannot_have_the_config_the_jobs_or_the_runner_in_its_workspace(
+    tmp_path: Path, capsys: Any, monkeypatch: Any, case: str
+) -> None:
+    """With write or edit, a job could plant ``[limits] sandbox = "none"`` in config.toml (or a nearer
+    one beside the task files), or code the next run imports as root: refused at validate, and at run
+    before anything starts. The same workspace with the read tools only is fine."""
+    monkeypatch.chdir(tmp_path)
+    for key in ("ANTHROPIC_API_KEY", "RUNNER_OUTPUT_DIR"):
+        monkeypatch.delenv(key, raising=False)
+    (tmp_path / "config.toml").write_text(
+        '[runner]\noutput_dir = "/tmp/runner-test-runs"\nbackend = "offline"\n'
+    )
+    (tmp_path / "jobs").mkdir()
+    workspace = WRITABLE_WORKSPACES[case](tmp_path)
+    job = tmp_path / "jobs" / "j.toml"
+    job.write_text(f'prompt = "p"\nworkspace = "{workspace}"\ntools = ["read", "write", "bash"]\n')
+    for command in ("validate", "run"):
+        assert main([command, "jobs"]) == 2
+        errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, errors
+        assert "jobs/j.toml: workspace:" in errors[0] and "may write" in errors[0], errors[0]
+    job.write_text(f'prompt = "p"\nworkspace = "{workspace}"\ntools = ["read", "grep", "bash"]\n')
+    assert main(["validate", "jobs"]) == 0, capsys.readouterr().err
+
+
 # -- view --serve -----------------------------------------------------------------------------------
 
 

@@ -26,7 +26,17 @@ from rich.text import Text
 
 from ..agent.continuation import cut_transcript
 from ..config import ConfigError, Settings, describe_errors
-from ..jobs import JobError, JobSpec, load_job, parsed, valid_name, workspace_problem
+from ..jobs import (
+    WRITING_TOOLS,
+    JobError,
+    JobSpec,
+    load_job,
+    parsed,
+    protected_paths,
+    valid_name,
+    workspace_problem,
+    writable_workspace_problem,
+)
 from ..messages import Message, has_tool_use
 from ..rundir.docs import (
     EVENTS,
@@ -137,7 +147,12 @@ def plan_resume(
                 )
             )
             continue
-        if unsafe := workspace_problem(spec.workspace, run_dir.parent, job_json):  # nor into the run's files
+        unsafe = workspace_problem(spec.workspace, run_dir.parent, job_json)  # nor into the run's files
+        if not unsafe and WRITING_TOOLS & set(spec.tools):  # nor into what decides the next run
+            unsafe = writable_workspace_problem(
+                spec.workspace, protected_paths(settings, spec.source), job_json
+            )
+        if unsafe:
             plan.errors.append(JobError(name, job_json, (unsafe,), unsafe=True))
             continue
         if limits_from_config:
