@@ -383,3 +383,42 @@ async def test_a_hostile_model_through_the_real_sdk_gets_nothing(tmp_path, monke
     )  # no /etc/shadow line
     assert "shadow: Permission denied" in transcript
     assert Path("/proc/sys/kernel/core_pattern").read_text() == before
+
+
+@pytest.mark.parametrize("launcher", ["as the runner is", "without the root launcher"])
+async def test_a_nested_workspace_swapped_for_a_link_is_refused_not_followed(tmp_path, monkeypatch, launcher):
+    """Two jobs of a batch: A may write ``repo``, B's workspace is ``repo/pkg``. A swaps ``pkg`` for a
+    link to a root-only directory; B's next calls (bash, a file tool) would follow the link as root to
+    wherever it points. They are refused, and nothing is read or written there."""
+    from runner.rundir.store import JobStore
+    from runner.tools.toolset import Toolset
+
+    if launcher != "as the runner is":  # bwrap binding the workspace from a descriptor (not root)
+        monkeypatch.setattr(sandbox, "as_root", lambda: False)
+    repo, victim = tmp_path / "repo", tmp_path / "victim"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "mod.py").write_text("x = 1\n")
+    victim.mkdir(mode=0o700)
+    (victim / "secret").write_text("VICTIM-SECRET\n")
+    stores = [JobStore(tmp_path / "run" / name) for name in ("a", "b")]
+    for store in stores:
+        await store.open()
+    outer = Toolset(str(repo), ("bash", "write"), stores[0])
+    inner = Toolset(str(repo / "pkg"), ("bash", "read", "write"), stores[1])
+
+    def use(name: str, args: dict, n: int) -> dict:
+        return {"type": "tool_use", "id": f"toolu_{n}", "name": name, "input": args}
+
+    before = await inner.run(use("bash", {"command": "cat mod.py"}, 1))
+    assert "x = 1" in before["content"], before
+    swapped = await outer.run(
+        use("bash", {"command": f"rm -rf pkg && ln -s {victim} pkg && echo swapped"}, 2)
+    )
+    assert "swapped" in swapped["content"], swapped
+    shell = await inner.run(use("bash", {"command": "cat secret; echo planted > planted; ls"}, 3))
+    read = await inner.run(use("read", {"file_path": "secret"}, 4))
+    write = await inner.run(use("write", {"file_path": "planted2", "content": "x"}, 5))
+    for result in (shell, read, write):
+        assert "VICTIM-SECRET" not in str(result["content"]), result
+        assert "symbolic link" in str(result["content"]), result
+    assert sorted(p.name for p in victim.iterdir()) == ["secret"]  # nothing was written there

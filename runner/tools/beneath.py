@@ -11,6 +11,8 @@ Guarantees:
   opened ``O_NOFOLLOW`` relative to the descriptor of its parent, symlinks read and resolved by hand
   (a ``..`` above the root, or an absolute target outside it, is refused). There is no check
   followed by a second lookup, so there is no race to win.
+- A workspace is opened by its real path with no symlink on the way (:meth:`Root.open_exact`): a
+  directory above it swapped for a link (by a job whose workspace holds it) is refused.
 - Symlinks that stay inside the root keep working, absolute ones included (they are resolved by
   the walk against the root's own path); one leading out raises :class:`Outside`.
 - :func:`open_regular` never blocks and never reads a FIFO, a device or a socket: the target is
@@ -62,6 +64,17 @@ class NotRegular(OSError):
         self.mode = mode
 
 
+class MovedRoot(OSError):
+    """A root given by its real path now has a symbolic link on the way to it."""
+
+    def __init__(self, path: str):
+        super().__init__(
+            errno.ELOOP,
+            f"the directory {path!r} is no longer where it was: a part of its path is now a symbolic "
+            "link, which is not followed",
+        )
+
+
 class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
@@ -104,6 +117,29 @@ class Root:
         """The root at ``path`` (a directory the operator configured; its own links are followed)."""
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         return cls(fd, fd_path(fd) or os.path.realpath(path))
+
+    @classmethod
+    def open_exact(cls, path: str) -> Root:
+        """The root at ``path``, an absolute real path (a workspace, resolved when its job was loaded),
+        opened with no symbolic link anywhere on the way: a directory above it that a job swapped for
+        a link since (one whose workspace holds that directory) is refused, never followed.
+        :class:`MovedRoot` then."""
+        if not os.path.isabs(path):
+            raise MovedRoot(path)
+        top = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fd = open_beneath(
+                Root(top, "/"), path.strip("/") or ".", os.O_RDONLY | os.O_DIRECTORY, no_symlinks=True
+            )
+        except Outside:
+            raise MovedRoot(path) from None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise MovedRoot(path) from None
+            raise
+        finally:
+            os.close(top)
+        return cls(fd, path)
 
     def close(self) -> None:
         os.close(self.fd)

@@ -359,7 +359,7 @@ def read(workspace: str, args: dict[str, Any], stop_at: float) -> str | list[dic
     byte_range = _byte_range(args)
     if view and byte_range:
         raise ToolFailure("read: give view_range or byte_range, not both")
-    with Root.open(workspace) as root:
+    with Root.open_exact(workspace) as root:
         rel = target("read", root, path, workspace)
         fd, st = _opened("read", root, rel, path)
     with os.fdopen(fd, "rb") as f:
@@ -491,7 +491,7 @@ def write(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     path = _path("write", args)
     content = string_arg("write", args, "content")
     assert content is not None
-    with Root.open(workspace) as root:
+    with Root.open_exact(workspace) as root:
         _write_at("write", root, target("write", root, path, workspace), path, encode(content), create=True)
     return f"wrote {len(content)} bytes to {path}"
 
@@ -504,7 +504,7 @@ def edit(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     replace_all = args.get("replace_all")
     if replace_all is not None and not isinstance(replace_all, bool):
         raise ToolFailure(f"edit: replace_all must be true or false, got {type(replace_all).__name__}")
-    with Root.open(workspace) as root:
+    with Root.open_exact(workspace) as root:
         rel = target("edit", root, path, workspace)
         fd, st = _opened("edit", root, rel, path)
         with os.fdopen(fd, "rb") as f:
@@ -691,7 +691,7 @@ def glob(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     assert pattern is not None
     parts = glob_parts(pattern)
     clock = _Clock(stop_at, "glob")
-    with Root.open(workspace) as top:
+    with Root.open_exact(workspace) as top:
         rel = target("glob", top, path, workspace) if path else "."
         try:
             root = top.sub(rel)

@@ -138,7 +138,7 @@ def grep(request: dict[str, Any]) -> dict[str, Any]:
         return {"error": f"grep: invalid regex: {e}"}
     search = _Search(rx)
     cut = False
-    with Root.open(request["workspace"]) as top:
+    with Root.open_exact(request["workspace"]) as top:
         try:
             rel = relative(path, top.real, request["workspace"]) if path else "."
             probe = open_beneath(top, rel, os.O_PATH)

