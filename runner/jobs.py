@@ -145,9 +145,40 @@ def safe_job_name(raw: str) -> str:
     return f"{cleaned}-{digest}"
 
 
+def repository_link(raw: str, task_file: Path) -> tuple[Path, Path, str] | None:
+    """A symbolic link on the workspace's path, as written, below a directory that holds a ``.git``:
+    ``(repository, link, its target)``, or None. Inside a repository a link is the repository's
+    content, which whoever may commit there chooses; above it, the operator's own directories."""
+    text = raw.replace("{stdlib}", sysconfig.get_paths()["stdlib"])
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        path = task_file.parent / path
+    here = Path(path.anchor)
+    repository: Path | None = None
+    for part in path.parts[1:]:
+        if part == "..":
+            here = here.parent
+            continue
+        here = here / part
+        if repository is not None and here.is_symlink():
+            return repository, here, os.readlink(here)
+        if here.is_symlink():
+            here = here.resolve()
+        if repository is None and os.path.lexists(here / ".git"):
+            repository = here
+    return None
+
+
 def _check_workspace(raw: str, task_file: Path) -> tuple[Path | None, str | None]:
     try:
         workspace = expand_workspace(raw, task_file)
+        if workspace.is_dir() and (link := repository_link(raw, task_file)) is not None:
+            repository, at, target = link
+            return None, (
+                f"{task_file}: workspace: {raw!r} passes through {str(at)!r}, a symbolic link (to "
+                f"{target!r}) inside the repository {str(repository)!r}: a link any commit can point "
+                "elsewhere; name the directory it points to, if that is what you mean"
+            )
         if workspace.is_dir():
             return workspace, None
         if workspace.exists():

@@ -338,6 +338,31 @@ def test_a_job_that_may_write_cannot_have_the_config_the_jobs_or_the_runner_in_i
     assert main(["validate", "jobs"]) == 0, capsys.readouterr().err
 
 
+def test_a_workspace_through_a_link_a_repository_holds_is_refused(
+    tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
+    """``workspace = "checkout/docs"`` where a commit made ``docs`` a link to a directory of root's:
+    refused, naming the link. A link above the repository (the operator's own) is followed as before."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    secret = tmp_path / "root-cache"
+    secret.mkdir()
+    (tmp_path / "checkout" / ".git").mkdir(parents=True)
+    (tmp_path / "checkout" / "src").mkdir()
+    (tmp_path / "checkout" / "docs").symlink_to(secret)
+    (tmp_path / "checkouts").symlink_to(tmp_path / "checkout")
+    (tmp_path / "config.toml").write_text('[runner]\noutput_dir = "runs"\nbackend = "offline"\n')
+    (tmp_path / "jobs").mkdir()
+    job = tmp_path / "jobs" / "j.toml"
+    job.write_text('prompt = "p"\nworkspace = "../checkout/docs"\n')
+    assert main(["validate", "jobs"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "a symbolic link" in errors[0] and "checkout/docs" in errors[0], errors
+    for fine in ("../checkout/src", "../checkouts/src", str(secret)):
+        job.write_text(f'prompt = "p"\nworkspace = "{fine}"\n')
+        assert main(["validate", "jobs"]) == 0, (fine, capsys.readouterr().err)
+
+
 # -- view --serve -----------------------------------------------------------------------------------
 
 
