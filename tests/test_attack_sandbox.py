@@ -422,3 +422,23 @@ async def test_a_nested_workspace_swapped_for_a_link_is_refused_not_followed(tmp
         assert "VICTIM-SECRET" not in str(result["content"]), result
         assert "symbolic link" in str(result["content"]), result
     assert sorted(p.name for p in victim.iterdir()) == ["secret"]  # nothing was written there
+
+
+@pytest.mark.skipif(not ROOT, reason="the memory cgroup is made by the root launcher")
+@pytest.mark.skipif(PYTHON is None, reason="no /usr/bin/python3 to hold memory with")
+async def test_a_calls_processes_together_stay_within_its_memory(workspace, monkeypatch):
+    """Three processes of 150 MiB each, every one under the per-process limit, in a call allowed
+    256 MiB in all: the kernel kills what passes it, and the call's cgroup is gone afterwards."""
+    from runner.tools import sandbox_launch
+
+    found = sandbox_launch.call_cgroup(os.getpid())
+    if found is None:
+        pytest.skip("this machine gives no memory cgroup to make (cgroup v1 memory, or v2's top)")
+    parent = os.path.dirname(found[0])
+    monkeypatch.setattr(sandbox, "CALL_MEMORY_BYTES", 256 * 1024**2)
+    hold = "import time; b = bytearray(150 * 1024 * 1024); time.sleep(2); print('alive')"
+    done = await sh(f'for i in 1 2 3; do {PYTHON} -c "{hold}" & done; wait; echo done', workspace)
+    lines = done.output.splitlines()
+    killed, alive = sum("Killed" in line for line in lines), lines.count("alive")
+    assert "done" in lines and 1 <= killed <= 2 and alive == 3 - killed, done.output
+    assert not [d for d in os.listdir(parent) if d.startswith(sandbox_launch.CGROUP_PREFIX)]

@@ -24,7 +24,9 @@ What a sandboxed command is and sees (``bwrap``):
   ``/srv``, ``/mnt``, ``/media``: the root and everything else is read-only, no other file of the
   machine is there;
 - no network (its own network namespace with only loopback) unless ``sandbox_network = true``;
-- limits on CPU time, address space, file size and processes (``ulimit``, hard), an output cap and
+- limits on CPU time, address space, file size and processes (``ulimit``, hard), on the memory of
+  all its processes together (``CALL_MEMORY_BYTES``, a memory cgroup, when the runner is root and
+  the machine has cgroups to make), an output cap and
   a ceiling on a call's deadline (``MAX_TIMEOUT_S``);
 - death with its parent, and the whole process tree killed when the call times out or its job is
   cancelled (``bwrap`` is the tree's only way out of the PID namespace).
@@ -41,6 +43,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -48,13 +51,14 @@ from pathlib import Path
 import anyio
 
 from ..protocol import BASH_OUTPUT_CUT
-from . import seccomp
+from . import sandbox_launch, seccomp
 from .beneath import Root
 
 OUTPUT_LIMIT = 100 * 1024  # bytes of output a call returns
 CPU_SECONDS = 600  # CPU time of the whole call (ulimit -t)
 MEMORY_KIB = 4 * 1024 * 1024  # address space of each process (ulimit -v)
 FILE_KIB = 1024 * 1024  # largest file a call can write (ulimit -f)
+CALL_MEMORY_BYTES = 4 * 1024**3  # memory of all a call's processes together, where a cgroup can be made
 MAX_PROCESSES = 256  # processes and threads of the call's uid at once (ulimit -u; the uid is the call's own)
 TMP_BYTES = 256 * 1024 * 1024  # size of the private /tmp, the only writable directory besides the workspace
 MAX_TIMEOUT_S = 600.0  # the longest deadline a call may ask for (timeout_ms)
@@ -212,7 +216,11 @@ class Launch:
     info_read: int | None = None
 
     @classmethod
-    def for_call(cls, command: str, *, workspace: str, writable: bool, network: bool) -> Launch:
+    def for_call(
+        cls, command: str, *, workspace: str, writable: bool, network: bool, memory_bytes: int | None = None
+    ) -> Launch:
+        """``memory_bytes``: the memory cgroup the root launcher makes for the call (its caller removes
+        it when the call has ended: :func:`_remove_call_cgroup`); None: none."""
         filter_read, filter_write = os.pipe()
         os.write(filter_write, seccomp.program(allow_unix_sockets=network))  # a few hundred bytes
         os.close(filter_write)
@@ -244,6 +252,7 @@ class Launch:
                 "gid": SANDBOX_GID,
                 "writable": writable,
                 "argv": argv,
+                "memory_bytes": memory_bytes,
             }
             argv = [sys.executable, "-I", "-S", _LAUNCHER, json.dumps(spec)]
         fds = (filter_read, info_write, *(() if workspace_fd is None else (workspace_fd,)))
@@ -272,7 +281,9 @@ async def run_command(
     whole process tree before this returns or raises."""
     timeout_s = min(timeout_s, MAX_TIMEOUT_S)
     if sandbox == "bwrap":
-        launch = Launch.for_call(command, workspace=workspace, writable=writable, network=network)
+        launch = Launch.for_call(
+            command, workspace=workspace, writable=writable, network=network, memory_bytes=CALL_MEMORY_BYTES
+        )
     else:  # no init to learn: the shell leads its own process group
         launch = Launch(["/bin/bash", "--noprofile", "--norc", "-c", _limited(command, processes=False)], ())
     try:
@@ -315,10 +326,30 @@ async def run_command(
                 _kill_tree(process.pid, init_pid)
                 await process.wait()
         await process.aclose()
+        if sandbox == "bwrap" and as_root():
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(_remove_call_cgroup, process.pid)
     text = kept.decode("utf-8", errors="backslashreplace")
     if total > len(kept):
         text += "\n" + BASH_OUTPUT_CUT.format(total=total, shown=len(kept))
     return CommandResult(text, exit_code, total)
+
+
+def _remove_call_cgroup(pid: int) -> None:
+    """Remove the memory cgroup the launcher ``pid`` made (if it made one): empty once the call's
+    processes are reaped, which can take the kernel a moment after they were killed."""
+    found = sandbox_launch.call_cgroup(pid)
+    if found is None or not os.path.isdir(found[0]):
+        return
+    where = found[0]
+    for _ in range(50):
+        try:
+            os.rmdir(where)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.02)
 
 
 def _read_all(fd: int) -> bytes:

@@ -19,6 +19,10 @@ Guarantees:
 - The workspace is opened by its real path with no symbolic link followed on the way, and mounted
   from that descriptor: a directory above it swapped for a link (by another job whose workspace holds
   it) is refused with one line on stderr and exit 126, never followed to wherever the link points.
+- With ``memory_bytes``, the call's processes together get at most that much memory: this process
+  moves into a memory cgroup of its own first (cgroup v1's memory hierarchy, or v2's top), which
+  the runner removes once the call has ended (:func:`call_cgroup` names it by this process's pid).
+  Where none can be made, the per-process limits (``ulimit``) are all there is.
 - Before ``fexecve(bwrap)`` every privilege is dropped for good: supplementary groups cleared, real,
   effective and saved ids set to the sandbox's, so bwrap runs unprivileged in a user namespace and
   the command is never uid 0 on the host.
@@ -106,6 +110,70 @@ def userns_fd(owner_uid: int, owner_gid: int, uid: int, gid: int) -> int:
         os.waitpid(child, 0)
 
 
+CGROUP_ROOT = "/sys/fs/cgroup"
+CGROUP_PREFIX = "runner-sandbox-"
+
+
+def call_cgroup(
+    pid: int, cgroup_root: str = CGROUP_ROOT, *, started_in: str = "self"
+) -> tuple[str, bool] | None:
+    """Where the memory cgroup of the call whose launcher is ``pid`` lives, and whether it is cgroup
+    v2's: inside the memory cgroup the launcher started in (v1's memory hierarchy: ``started_in``, a
+    process in it, the runner's own), or at the top (v2, when the top hands out the memory
+    controller). None when neither can be made here."""
+    unified = os.path.join(cgroup_root, "cgroup.subtree_control")
+    try:
+        if os.path.exists(unified):
+            with open(unified) as f:
+                if "memory" not in f.read().split():
+                    return None
+            return os.path.join(cgroup_root, f"{CGROUP_PREFIX}{pid}"), True
+        with open(f"/proc/{started_in}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            base = os.path.join(cgroup_root, "memory", path.lstrip("/"))
+            return (os.path.join(base, f"{CGROUP_PREFIX}{pid}"), False) if os.path.isdir(base) else None
+    return None
+
+
+def confine_memory(limit: int) -> bool:
+    """Move this process (and so everything the call starts) into a memory cgroup of its own, at most
+    ``limit`` bytes of memory (and no swap where the kernel accounts it) for all its processes
+    together; False, with nothing left behind, where this machine gives no cgroup to make."""
+    found = call_cgroup(os.getpid())
+    if found is None:
+        return False
+    where, unified = found
+    settings = (
+        [("memory.max", limit), ("memory.swap.max", 0)]
+        if unified
+        else [("memory.limit_in_bytes", limit), ("memory.memsw.limit_in_bytes", limit)]
+    )
+    try:
+        os.mkdir(where, 0o755)
+    except OSError:
+        return False
+    try:
+        for name, value in settings:
+            try:
+                with open(os.path.join(where, name), "w") as f:
+                    f.write(str(value))
+            except FileNotFoundError:
+                if name.startswith(("memory.swap", "memory.memsw")):  # no swap accounting here
+                    continue
+                raise
+        with open(os.path.join(where, "cgroup.procs"), "w") as f:
+            f.write("0")
+    except OSError:
+        os.rmdir(where)
+        return False
+    return True
+
+
 def open_exact(path: str) -> int:
     """``path`` (absolute, real) as an ``O_PATH`` descriptor of the directory, one component at a time,
     each ``O_NOFOLLOW``: a symbolic link anywhere on the way is refused (``ENOTDIR``), never followed."""
@@ -159,6 +227,8 @@ def main() -> None:
             source = f"/proc/self/fd/{workspace_fd}".encode()  # the directory opened above, not its path
             check(libc.mount(source, stage.encode(), None, MS_BIND | MS_REC, None), "bind")
         os.close(workspace_fd)
+        if spec.get("memory_bytes"):
+            confine_memory(int(spec["memory_bytes"]))
         os.setgroups([])
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
