@@ -9,6 +9,8 @@ import re
 from datetime import date
 from pathlib import Path
 
+from runner.models.memory_survey import TODO_HEAD
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 BENCHMARKS = ROOT / "BENCHMARKS.md"
@@ -73,17 +75,12 @@ def replace_section(name: str, body: str, command: str, *, load: str | None = No
     BENCHMARKS.write_text(text)
 
 
-TODO_HEAD = re.compile(  # a survey report's TODO section: its count, and whether its search was cut
-    r"^## TODO / FIXME / XXX \((\d+) lines in \d+ files(; the search output was cut)?", re.M
-)
-
-
 def todo_counts(report: str, truth: int) -> dict:
     """What a survey's report says of its TODO lines, beside the tree's (``truth``)."""
     todo = TODO_HEAD.search(report)
     return {
         "todo_reported": int(todo[1]) if todo else 0,
-        "todo_cut": bool(todo and todo[2]),
+        "todo_cut": bool(todo and todo[3]),
         "todo_truth": truth,
     }
 

@@ -61,6 +61,7 @@ from .memory_survey import (
     SKIP_DIRS,
     SUBAGENT_ROW,
     TAIL_CHARS,
+    TODO_HEAD,
     TOP,
     TOTALS,
     TOTALS_LINE,
@@ -109,9 +110,6 @@ SURVEY = re.compile(r"\bsurvey", re.I)
 _UNNAMEABLE = re.compile(r"[`|\n\r]")  # a directory a prompt, a note or a table cell could not name
 _EXT_ROW = re.compile(r"^\| (\S+) \| (\d+) \| (\d+) \|$", re.M)
 _LARGEST_ROW = re.compile(r"^\| (.+?) \| (\d+) \| (\d+) \|$", re.M)
-_TODO_HEAD = re.compile(
-    r"^## TODO / FIXME / XXX \((\d+) lines in (\d+) files(; the search output was cut)?", re.M
-)
 TOTAL_NAMES = ("files", "text", "lines", "chars", "binary", "binary_bytes", "errors")
 
 
@@ -752,7 +750,7 @@ def _learn_report(part: dict[str, Any], body: str) -> None:
     totals = TOTALS_LINE.search(body)
     if totals and "totals" not in part:
         part["totals"] = dict(zip(TOTAL_NAMES, (int(g) for g in totals.groups()), strict=True))
-    todo = _TODO_HEAD.search(body)
+    todo = TODO_HEAD.search(body)
     if todo and "todo" not in part:
         part["todo"] = [int(todo[1]), int(todo[2]), bool(todo[3])]
         sections = body[: todo.start()]

@@ -79,6 +79,7 @@ from .memory_survey import (
     SCOPED_HEAD,
     SKIP_DIRS,
     TARGET_CHARS,
+    TODO_HEAD,
     TODO_PATTERN,
     TODO_SHOWN,
     TOTALS_LINE,
@@ -112,7 +113,6 @@ _LISTED = re.compile(r"^(\d+)\t" + re.escape(DIR) + r"/(facts|todo)-(\d{3})\.md$
 _VIEW_FOOTER = re.compile(r"\[memory: lines (\d+)-(\d+) of (\d+) shown")
 _KIND = re.compile(r"^(" + "|".join(CHANGE_KINDS) + r") \(\d+\):$", re.M)
 _TITLE = re.compile(r"^# Survey of `([^`\n]*)`$")
-_TODO_HEAD = re.compile(r"^## TODO / FIXME / XXX \((\d+) lines in (\d+) files(; the search output was cut)?")
 _SHOWN = re.compile(r"^- `([^:`]*:\d+): (.*)`$")
 _WHERE = re.compile(r"^- \.\.\. the first \d+ are shown; every line's place is in .*?, its text in (.*)$")
 _NO_DEFS = re.compile(r"^(\d+) Python files show no count of top-level definitions")
@@ -546,7 +546,7 @@ def _learn_report(s: State, body: str, first: bool, start: int) -> bool:
             continue
         if line.startswith("## "):
             inc["section"] = line
-            todo = _TODO_HEAD.match(line)
+            todo = TODO_HEAD.match(line)
             if todo:
                 base["todo"] = [int(todo[1]), int(todo[2]), bool(todo[3])]
                 inc["todo_at"] = at - len(line) - 1

@@ -109,6 +109,11 @@ OUTLINE_CHARS = 1_000  # what an outline grep's result is expected to take
 TAIL_CHARS = 400  # the end of a saved output read back: its last line says whether it was cut
 GREP_LINE_LIMIT = 2_000  # the grep tool searches no longer line (bytes, its newline counted)
 DOC_CHARS = 60  # of a first docstring line, in the facts and the report
+TODO_CUT = "; the search output was cut, there may be more"  # in the TODO heading when its search was cut
+# the report's TODO heading (written by _report): its lines, its files, and whether its search was cut
+TODO_HEAD = re.compile(
+    r"^## TODO / FIXME / XXX \((\d+) lines in (\d+) files(; the search output was cut)?", re.M
+)
 NOT_A_FILE = re.compile(r"^read: .*: not a regular file$")
 NUMBERED = re.compile(r"^ *(\d+)\t(.*)$")
 _SHARD = re.compile(r"^/memories/survey/(dirs|files|facts)-(\d{3})\.md$")
@@ -1204,7 +1209,7 @@ def report(s: State, rows: list[list[Any]], partial: str = "", pending: list[lis
     out += ["", "## Largest text files", "", "| file | lines | size |", "|---|---:|---:|"]
     out += [f"| {_cell(p)} | {lines} | {size} |" for size, p, lines in s.largest]
     todo = s.todo
-    cut = "; the search output was cut, there may be more" if todo["cut"] else ""
+    cut = TODO_CUT if todo["cut"] else ""
     out += ["", f"## TODO / FIXME / XXX ({todo['hits']} lines in {todo['files']} files{cut})", ""]
     out += [f"- `{h}`" for h in todo["shown"]] or ["(none)"]
     if todo["hits"] > len(todo["shown"]):
