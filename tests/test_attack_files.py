@@ -298,6 +298,42 @@ async def test_a_finished_grep_keeps_its_worker_for_the_next_call(tmp_path, stor
     assert "a.py:1:def f():" in text(first) and "a.py:2:    pass" in text(second)
 
 
+def peak_rss_mib(pid: int) -> int:
+    """A process's peak resident memory (VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    raise AssertionError(f"no VmHWM for {pid}")
+
+
+def address_space_limit(pid: int) -> int:
+    """A process's soft RLIMIT_AS in bytes (0: unlimited)."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max address space"):
+            soft = line.split()[3]
+            return 0 if soft == "unlimited" else int(soft)
+    raise AssertionError(f"no address space limit for {pid}")
+
+
+async def test_a_sparse_gigabyte_line_costs_the_grep_worker_little_memory(tmp_path, store):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with open(ws / "big.txt", "wb") as f:  # text, then a hole to 1 GiB: one line with no newline, no disk
+        f.write(b"needle here\n" + b"a" * 4096)
+        f.truncate(1 << 30)
+    (ws / "small.txt").write_text("another needle\n")
+    async with Toolset(str(ws), ("grep",), store) as tools:
+        tools.deadline_s = 30
+        result = await tools.run(call("grep", {"pattern": "needle"}))
+        workers = grep_workers()  # the worker that answered is kept, idle
+        peaks = {pid: peak_rss_mib(pid) for pid in workers}
+        soft = {pid: address_space_limit(pid) for pid in workers}
+    assert not result.get("is_error"), result
+    assert "big.txt:1:needle here" in text(result) and "small.txt:1:another needle" in text(result)
+    assert peaks and max(peaks.values()) < 100, peaks  # the old worker read the line whole: over 1 GiB
+    assert all(0 < most <= 1 << 30 for most in soft.values()), soft  # each worker's RLIMIT_AS: 1 GiB at most
+
+
 # --- bad inputs -----------------------------------------------------------------------------------
 
 BAD = [

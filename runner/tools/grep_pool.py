@@ -38,11 +38,16 @@ MOST = 8  # workers at once per event loop: more calls wait their turn (within t
 KEPT = MOST  # idle workers kept per event loop: as many as may run again (fewer would be killed and
 # started again by the next burst of calls; an idle one exits by itself after 30 s)
 ANSWER_BYTES = 8 << 20  # more than any answer (the worker's output is capped at 100 KiB, JSON-escaped)
-_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# also where runner is not installed: the directory holding the package goes last on the path (the
-# standard library first, so nothing beside it can stand in for it)
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the worker runs this very package (also where runner is not installed, or where another copy is: an
+# editable install elsewhere on the path), loaded from its directory; the path is left as it is (the
+# standard library first, so nothing beside the package can stand in for it)
 _SERVE = (
-    f"import sys; sys.path.append({_PACKAGE_PARENT!r}); from runner.tools.grep_worker import serve; serve()"
+    "import importlib.util, sys; "
+    f"spec = importlib.util.spec_from_file_location('runner', {os.path.join(_PACKAGE, '__init__.py')!r}, "
+    f"submodule_search_locations=[{_PACKAGE!r}]); "
+    "package = importlib.util.module_from_spec(spec); sys.modules['runner'] = package; "
+    "spec.loader.exec_module(package); from runner.tools.grep_worker import serve; serve()"
 )
 
 

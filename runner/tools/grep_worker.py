@@ -14,6 +14,9 @@ Guarantees:
   over 2,000 bytes and files with a NUL byte in their first 512 skipped, at most 100 KiB of output
   (then ``[output truncated at 102400 bytes]``), ``.git`` and ``node_modules`` not searched, the walk
   stopped after ``max_files`` files (``"cut": true`` in the answer).
+- Its memory stays small whatever the files hold: a line is read at most ``MAX_LINE_LENGTH + 1`` bytes
+  at a time (an over-long one, even a 1 GiB sparse file with no newline, is read past in 1 MiB pieces),
+  and a worker without an address-space limit gets one of 1 GiB (``RLIMIT_AS``, set by :func:`serve`).
 - It dies with the runner (``PR_SET_PDEATHSIG``), and when one request has used ``cpu_s`` seconds
   of CPU (``RLIMIT_CPU``, moved on before each request), whatever the runner does; a kept worker
   also exits after 30 s without a request.
@@ -33,7 +36,8 @@ import select
 import signal
 import stat
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 from .beneath import (
     PATH_MAX,
@@ -49,12 +53,36 @@ from .beneath import (
 
 OUTPUT_LIMIT = 100 * 1024
 MAX_LINE_LENGTH = 2000
+SKIP_CHUNK = 1 << 20  # the rest of an over-long line is read past in pieces of this size
 SKIPPED_DIRS = (".git", "node_modules")
+ADDRESS_SPACE = 1 << 30  # RLIMIT_AS of a worker that has none: its lines, walk and output need a few MiB
 PR_SET_PDEATHSIG = 1
 
 
 class _Full(Exception):
     """The output reached its limit."""
+
+
+def _lines(f: BinaryIO) -> Iterator[bytes | None]:
+    """Each line of ``f`` (its newline kept), or None for one longer than :data:`MAX_LINE_LENGTH` bytes:
+    never more than ``MAX_LINE_LENGTH + 1`` bytes of a line in memory, the rest of a long one read past
+    in :data:`SKIP_CHUNK` pieces (a 1 GiB line without a newline costs 1 MiB, not 1 GiB)."""
+    while raw := f.readline(MAX_LINE_LENGTH + 1):
+        if len(raw) <= MAX_LINE_LENGTH:
+            yield raw
+            continue
+        if not raw.endswith(b"\n"):
+            _skip_line(f)
+        yield None
+
+
+def _skip_line(f: BinaryIO) -> None:
+    """Past the next newline of ``f`` (a regular file: it can seek back), or to its end."""
+    while chunk := f.read(SKIP_CHUNK):
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            f.seek(newline + 1 - len(chunk), os.SEEK_CUR)
+            return
 
 
 class _Search:
@@ -75,9 +103,9 @@ class _Search:
             if b"\x00" in f.read(512):
                 return
             f.seek(0)
-            for i, raw in enumerate(f, 1):
-                if len(raw) > MAX_LINE_LENGTH:
-                    continue
+            for i, raw in enumerate(_lines(f), 1):
+                if raw is None:
+                    continue  # over MAX_LINE_LENGTH: skipped, as the SDK skipped it
                 line = raw.decode(errors="replace").rstrip("\r\n")
                 if self.rx.search(line):
                     self.push(f"{shown}:{i}:{line}")
@@ -197,6 +225,19 @@ def _cpu_cap(cpu_s: float) -> None:
         pass
 
 
+def _memory_cap(most: int = ADDRESS_SPACE) -> None:
+    """At most ``most`` bytes of address space (``RLIMIT_AS``) when the worker has no limit of its own:
+    past it an allocation fails (a MemoryError, answered as an error) instead of growing without end."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if soft == resource.RLIM_INFINITY:
+            resource.setrlimit(
+                resource.RLIMIT_AS, (most if hard == resource.RLIM_INFINITY else min(most, hard), hard)
+            )
+    except (ValueError, OSError):
+        pass
+
+
 def answer(line: bytes) -> bytes:
     """One request (a JSON line) answered (a JSON line), under its CPU cap."""
     try:
@@ -212,6 +253,7 @@ def serve(idle_s: float = 30.0) -> None:
     """Requests, one JSON line each, answered in order until stdin closes or stays idle ``idle_s``
     seconds (a kept worker of :mod:`runner.tools.grep_pool`)."""
     _die_with_parent()
+    _memory_cap()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while select.select([stdin], [], [], idle_s)[0]:
         line = stdin.readline()
