@@ -156,6 +156,48 @@ async def test_recall_reads_only_inside_the_job_directory_and_pages(tmp_path, wo
 
 
 @pytest.mark.anyio
+async def test_recall_of_a_large_file_holds_a_chunk_not_the_file(workspace, store):
+    import tracemalloc
+
+    unit = "héllo wörld €\n".encode() + b"\xff"  # multibyte characters split across chunks, a bad byte
+    shown = unit.decode(errors="replace")  # 15 characters of 19 bytes
+    copies = (64 << 20) // len(unit)  # 64 MiB
+    (store.dir / "tool-results" / "big.txt").write_bytes(unit * copies)
+    offsets = [0, 7, len(shown) * copies // 2 + 3, len(shown) * copies - 5]
+    calls = [
+        call("recall", {"path": "tool-results/big.txt", "offset": o, "limit": 40}, f"toolu_r{i}")
+        for i, o in enumerate(offsets)
+    ]
+    async with Toolset(str(workspace), ("read",), store) as tools:
+        tracemalloc.start()
+        try:
+            results = await tools.run_batch(calls)  # read-only: the four run at once
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert peak < 32 << 20, (
+        peak
+    )  # a chunk and its text a call; reading the file whole took over 160 MiB a call
+    for offset, result in zip(offsets, results, strict=True):
+        assert not result.get("is_error"), result
+        start = offset % len(shown)
+        want = (shown * 4)[start : start + min(40, len(shown) * copies - offset)]
+        assert without_footer(result["content"]) == want
+        assert recall_page(result["content"])[2:] == (offset, offset + len(want), len(shown) * copies)
+
+
+@pytest.mark.anyio
+async def test_recall_refuses_a_file_over_its_cap(workspace, store):
+    from runner.tools.toolset import RECALL_MAX_BYTES
+
+    with open(store.dir / "tool-results" / "huge.txt", "wb") as f:
+        f.truncate(RECALL_MAX_BYTES + 1)  # sparse: no disk used
+    async with Toolset(str(workspace), ("read",), store) as tools:
+        result = await tools.run(call("recall", {"path": "tool-results/huge.txt", "offset": 5, "limit": 3}))
+    assert_error(result, "tool-results/huge.txt", f"{RECALL_MAX_BYTES + 1} bytes", "more than recall reads")
+
+
+@pytest.mark.anyio
 async def test_bash_bad_input_is_an_error_result(workspace, store):
     async with Toolset(str(workspace), ("bash",), store) as tools:
         result = await tools.run(call("bash", {"command": 123}))

@@ -20,6 +20,10 @@ Guarantees:
   with symlinks resolved by hand; a write goes to a new name in the directory's descriptor, renamed
   over the name. Symlinks that stay inside keep working; a path that leads out gets an error result
   ("outside the session's working directory") that says nothing about what is there.
+- ``recall`` holds at most :data:`RECALL_CHUNK_BYTES` of a file and its page in memory, however many
+  calls read the same large file at once: it decodes the file a chunk at a time to find the page and
+  count its characters (offsets stay characters of the whole file, undecodable bytes replaced), and
+  refuses a file over :data:`RECALL_MAX_BYTES` with an error result that says so.
 - :meth:`Toolset.run` never raises for a model's mistake (unknown tool, input that is not an
   object, a repeated or missing id, bad arguments: wrong types, NUL bytes, lone surrogates, huge or
   negative numbers, a path outside the workspace): it returns an ``is_error`` tool_result the model
@@ -45,6 +49,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import codecs
 import functools
 import os
 import time
@@ -67,6 +72,8 @@ from .sandbox import MAX_TIMEOUT_S, run_command
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "READ_PAGE_BYTES", "Toolset", "error_result", "safe_text"]
 
 RECALL_PAGE_CHARS = 20_000
+RECALL_MAX_BYTES = 256 << 20  # the largest file recall reads: each call decodes it from the start
+RECALL_CHUNK_BYTES = 1 << 20  # recall reads and decodes this much at a time
 FILE_TOOL_DEADLINE_S = 60.0
 INLINE_BUDGET_S = 0.002  # how long a read or glob may hold the event loop before it goes to a thread
 INLINE_TOOLS = frozenset({"read", "glob"})  # read-only: stopped part-way, a call changed nothing
@@ -216,13 +223,38 @@ def _run_file_tool(workspace: str, name: str, args: dict[str, Any], stop_at: flo
     return file_tools.TOOLS[name](workspace, args, stop_at)
 
 
-def _recall_text(job_dir: str, path: str) -> str:
-    """A saved output as it was written (no newline translation, so offsets match its stated size),
-    opened beneath the job directory. Raises Outside, ValueError or OSError."""
+class RecallTooLarge(Exception):
+    """A saved file larger than recall reads (:data:`RECALL_MAX_BYTES`)."""
+
+    def __init__(self, size: int):
+        super().__init__(size)
+        self.size = size
+
+
+def _recall_page(job_dir: str, path: str, offset: int, limit: int) -> tuple[str, int]:
+    """Characters ``[offset, offset + limit)`` of a saved output as it was written (no newline
+    translation, undecodable bytes replaced, so offsets match its stated size) and its length in
+    characters, opened beneath the job directory. Read and decoded :data:`RECALL_CHUNK_BYTES` at a time:
+    never more than a chunk and the page in memory, whatever the file's size. Raises Outside,
+    ValueError, OSError or RecallTooLarge."""
     with Root.open(job_dir) as root:
         fd, _ = open_regular(root, relative(path, root.real, job_dir))
     with os.fdopen(fd, "rb") as f:
-        return f.read().decode("utf-8", errors="replace")
+        left = os.fstat(f.fileno()).st_size  # what is there now: a file that grows is read as it was
+        if left > RECALL_MAX_BYTES:
+            raise RecallTooLarge(left)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        page: list[str] = []
+        seen, end = 0, offset + limit  # characters decoded so far; the page's end
+        while True:
+            chunk = f.read(min(RECALL_CHUNK_BYTES, left))
+            left -= len(chunk)
+            text = decoder.decode(chunk, final=not chunk)
+            if seen < end and seen + len(text) > offset:
+                page.append(text[max(0, offset - seen) : end - seen])
+            seen += len(text)
+            if not chunk:
+                return "".join(page), seen
 
 
 def recall_page_chars(limits: Limits | None) -> int:
@@ -527,20 +559,29 @@ class Toolset:
             )
         limit = min(limit, self.page_chars)
         try:
-            text = await anyio.to_thread.run_sync(_recall_text, str(self.store.dir), path)
+            page, total = await anyio.to_thread.run_sync(
+                _recall_page, str(self.store.dir), path, offset, limit
+            )
+        except RecallTooLarge as e:
+            return error_result(
+                tool_use_id,
+                safe_text(
+                    f"recall: {path}: {e.size} bytes, more than recall reads ({RECALL_MAX_BYTES} bytes); "
+                    "not read"
+                ),
+            )
         except Outside:
             return error_result(tool_use_id, safe_text(f"recall: {path}: outside the job directory"))
         except ValueError as e:  # a NUL byte, a lone surrogate
             return error_result(tool_use_id, safe_text(f"recall: path {path!r} {e}"))
         except OSError:
             return error_result(tool_use_id, safe_text(f"recall: {path}: no such file in the job directory"))
-        offset = min(offset, len(text))  # past the end: the empty last page (integers only: no overflow)
-        page = text[offset : offset + limit]
+        offset = min(offset, total)  # past the end: the empty last page (integers only: no overflow)
         end = offset + len(page)
-        rest = protocol.RECALL_NEXT.format(end=end) if end < len(text) else protocol.RECALL_END
+        rest = protocol.RECALL_NEXT.format(end=end) if end < total else protocol.RECALL_END
         before = -(-offset // limit)  # pages before this one, at this page size
-        pages = before + max(1, -(-(len(text) - offset) // limit))
+        pages = before + max(1, -(-(total - offset) // limit))
         footer = protocol.RECALL_PAGE.format(
-            page=before + 1, pages=pages, start=offset, end=end, total=len(text), rest=rest
+            page=before + 1, pages=pages, start=offset, end=end, total=total, rest=rest
         )
         return {"type": "tool_result", "tool_use_id": tool_use_id, "content": safe_text(page) + "\n" + footer}
