@@ -331,3 +331,26 @@ async def test_a_resumed_job_sees_the_same_memory(tmp_path):
         for b in m["content"]
     )  # it did not list the tree again
     assert "# Survey of" in (job / "final.md").read_text()
+
+
+async def test_hidden_names_cannot_pass_the_folder_cap(tmp_path):
+    from runner.tools.memory_files import MAX_TOTAL_BYTES
+
+    tool = MemoryTool(str(tmp_path))
+    blob = "x" * (MAX_FILE_BYTES - 10)
+    results = [
+        await run(tool, command="create", path=path, file_text=blob)
+        for i in range(40)
+        for path in (f"/memories/.h{i}", f"/memories/d{i}/.h")
+    ]
+    assert all(r["is_error"] and "hidden name" in r["content"] for r in results), results[0]
+    assert not list((tmp_path / "memories").rglob(".*"))
+    (tmp_path / "memories").mkdir(exist_ok=True)
+    (tmp_path / "memories" / ".old").write_text(blob)  # a hidden file already there (not made by the tool)
+    made = [await run(tool, command="create", path=f"/memories/v{i}", file_text=blob) for i in range(40)]
+    moved = await run(tool, command="rename", old_path="/memories/v0", new_path="/memories/.v0")
+    assert moved["is_error"] and "hidden name" in moved["content"]
+    on_disk = sum(p.lstat().st_size for p in (tmp_path / "memories").rglob("*"))
+    assert on_disk <= MAX_TOTAL_BYTES, on_disk  # the hidden file counted too
+    assert sum(not r.get("is_error") for r in made) == MAX_TOTAL_BYTES // len(blob) - 1
+    assert "over its" in made[-1]["content"]

@@ -13,7 +13,11 @@ Guarantees:
   not under ``/memories`` and a symlink leading out are refused with an error result; writes go to a
   temporary name renamed over the file.
 - Sizes are capped: a memory file at most :data:`MAX_FILE_BYTES`, the folder at most
-  :data:`MAX_TOTAL_BYTES`; a write past either is refused (an error result, nothing written).
+  :data:`MAX_TOTAL_BYTES` of what is on disk (every entry's size, hidden names and directories
+  included: :func:`runner.tools.memory_files.folder_bytes`); a write past either is refused (an error
+  result, nothing written).
+- No hidden name is made: a ``create`` path or a ``rename`` destination with a component starting
+  with ``.`` is refused (an error result), as the listing and the index would not show it.
 - A ``view`` of a file returns at most ``page_chars`` characters of numbered lines and says which
   ``view_range`` holds the rest.
 - Every command returns a tool_result; a model's mistake (a bad path, a missing file, a wrong type,
@@ -54,6 +58,7 @@ from .memory_files import (
     PREFIX,
     WRITES,
     files,
+    folder_bytes,
     split_lines,
 )
 
@@ -74,18 +79,33 @@ class ToolError(Exception):
     error result (the SDK's memory tool raises its own ``ToolError`` for the same cases)."""
 
 
-def _rel(path: Any) -> str:
-    """A model's ``/memories/...`` path as a path relative to the folder (``.`` for the folder)."""
+def _rel(path: Any, *, new: bool = False) -> str:
+    """A model's ``/memories/...`` path as a path relative to the folder (``.`` for the folder); with
+    ``new`` (a name a command makes: ``create``'s path, ``rename``'s new path), one with no hidden name."""
     if not isinstance(path, str):
         raise ToolError(f"path must be a string under {PREFIX}, got {type(path).__name__}")
     if path != PREFIX and not path.startswith(PREFIX + "/"):
         raise ToolError(f"path must start with {PREFIX}, got: {path[:200]!r}")
     try:
-        return relative(path[len(PREFIX) :].lstrip("/"), "/")
+        rel = relative(path[len(PREFIX) :].lstrip("/"), "/")
     except Outside:
         raise ToolError(f"path {path[:200]!r} would leave the {PREFIX} directory") from None
     except BadPath as e:
         raise ToolError(f"path {path[:200]!r} {e}") from None
+    if new:
+        _check_new(path, rel)
+    return rel
+
+
+def _check_new(path: str, rel: str) -> None:
+    """Refuses a name a command would make that is hidden (a component starting with ``.``): the
+    listing and the index leave hidden names out, so memory there would be memory no one sees."""
+    hidden = next((part for part in rel.split("/") if part.startswith(".")), None)
+    if rel != "." and hidden is not None:
+        raise ToolError(
+            f"path {path[:200]!r} has a hidden name ({hidden[:100]!r}); "
+            f"names in {PREFIX} may not start with '.'"
+        )
 
 
 def _text(value: Any, key: str) -> str:
@@ -183,7 +203,7 @@ class MemoryTool:
         return await self._file_work(self._view, path, rel, view_range)
 
     async def create(self, *, path: Any, file_text: str) -> str:
-        rel = _rel(path)
+        rel = _rel(path, new=True)
         await self._file_work(self._put, path, rel, file_text)
         return f"File created successfully at: {path}"
 
@@ -223,7 +243,7 @@ class MemoryTool:
         return f"Successfully deleted {path}"
 
     async def rename(self, *, old_path: Any, new_path: Any) -> str:
-        old, new = _rel(old_path), _rel(new_path)
+        old, new = _rel(old_path), _rel(new_path, new=True)
         if "." in (old, new):
             raise ToolError(f"cannot rename the {PREFIX} directory itself")
         await self._file_work(self._rename, old_path, old, new_path, new)
@@ -328,7 +348,7 @@ class MemoryTool:
             old = os.stat(rel, dir_fd=root.fd, follow_symlinks=False).st_size
         except OSError:
             old = 0
-        total = sum(size for _, size in files(root, ".", depth=100))
+        total = folder_bytes(root)  # everything there, hidden names and directories included
         if total - old + len(data) > MAX_TOTAL_BYTES:
             raise ToolError(
                 f"{path}: the memory folder would hold {total - old + len(data)} bytes, over its "

@@ -7,6 +7,8 @@ Guarantees:
 - :func:`files` and :func:`memory_files` list only beneath ``memories/``: every directory is opened
   from a descriptor of its parent (:mod:`runner.tools.beneath`), links are never followed (a link is
   neither listed nor walked), hidden names are left out.
+- :func:`folder_bytes` counts everything beneath the folder, hidden names and directories included
+  (what the memory tool's cap is checked against), without recursion.
 - :func:`memory_files` never raises for a job without memories (or whose ``memories`` is a link):
   it returns an empty list.
 """
@@ -24,6 +26,7 @@ PREFIX = "/memories"
 MAX_FILE_BYTES = 256 * 1024
 MAX_TOTAL_BYTES = 4 * 1024 * 1024
 MEMORY_TOOL: dict[str, Any] = {"type": "memory_20250818", "name": "memory"}
+_SUBDIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 WRITES = frozenset({"create", "str_replace", "insert", "delete", "rename"})  # the commands that change memory
 
 
@@ -53,9 +56,7 @@ def files(root: Root, rel: str = ".", depth: int = 100) -> list[tuple[str, int]]
                 out.append((prefix + name + "/", 0))
                 if level < depth:
                     try:
-                        sub = os.open(
-                            name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
-                        )
+                        sub = os.open(name, _SUBDIR_FLAGS, dir_fd=fd)
                     except OSError:
                         continue
                     try:
@@ -69,6 +70,36 @@ def files(root: Root, rel: str = ".", depth: int = 100) -> list[tuple[str, int]]
     finally:
         os.close(top)
     return out
+
+
+def folder_bytes(root: Root) -> int:
+    """The bytes of everything beneath ``root`` as the file system reports them (``lstat``): every entry,
+    hidden names and directories included, links not followed; the memory folder's cap is on this.
+    Walked with a stack of paths, not recursion, one directory open at a time; an entry that vanishes
+    or cannot be opened meanwhile is left out."""
+    total = 0
+    stack = ["."]
+    while stack:
+        here = stack.pop()
+        try:
+            fd = open_beneath(root, here, os.O_RDONLY | os.O_DIRECTORY, no_symlinks=True)
+        except (OSError, ValueError):
+            continue
+        try:
+            names = os.listdir(fd)
+            for name in names:
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                total += st.st_size
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append(name if here == "." else f"{here}/{name}")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return total
 
 
 def memory_files(job_dir: str) -> list[tuple[str, int]]:
@@ -91,6 +122,7 @@ __all__ = [
     "PREFIX",
     "WRITES",
     "files",
+    "folder_bytes",
     "memory_files",
     "split_lines",
 ]
