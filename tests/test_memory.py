@@ -354,3 +354,50 @@ async def test_hidden_names_cannot_pass_the_folder_cap(tmp_path):
     assert on_disk <= MAX_TOTAL_BYTES, on_disk  # the hidden file counted too
     assert sum(not r.get("is_error") for r in made) == MAX_TOTAL_BYTES // len(blob) - 1
     assert "over its" in made[-1]["content"]
+
+
+async def test_a_memory_path_has_at_most_16_components(tmp_path):
+    from runner.tools.memory_files import MAX_DEPTH
+
+    tool = MemoryTool(str(tmp_path))
+    deep = await run(
+        tool, command="create", path="/memories/" + "/".join(["d"] * 1500) + "/note.md", file_text="x"
+    )
+    assert (
+        deep["is_error"]
+        and "1501 components deep" in deep["content"]
+        and f"the {MAX_DEPTH}" in deep["content"]
+    )
+    assert not (tmp_path / "memories" / "d").exists()
+    at_cap = "/memories/" + "/".join(["a"] * (MAX_DEPTH - 1)) + "/note.md"
+    assert not (await run(tool, command="create", path=at_cap, file_text="x")).get("is_error")
+    over = await run(
+        tool, command="create", path="/memories/" + "/".join(["b"] * MAX_DEPTH) + "/n.md", file_text="x"
+    )
+    assert over["is_error"] and "components deep" in over["content"]
+    # a rename cannot stack trees: /memories/a holds 15 levels; moving it under /memories/c/c would make 18
+    moved = await run(tool, command="rename", old_path="/memories/a", new_path="/memories/c/c/a")
+    assert moved["is_error"] and "levels of the directory moved there" in moved["content"], moved
+    assert (tmp_path / "memories" / "a").is_dir() and not (tmp_path / "memories" / "c").exists()
+    file_moved = await run(tool, command="rename", old_path=at_cap, new_path="/memories/c/note.md")
+    assert not file_moved.get("is_error"), file_moved
+
+
+async def test_a_resume_rebuilds_a_memory_folder_of_any_depth(tmp_path):
+    """A memory folder holding a chain 3,000 deep (an older runner let a create make one): a resume's
+    rebuild compares it and replaces it, without a RecursionError."""
+    from runner.agent.continuation import rebuild_memory
+    from runner.rundir.trees import remove_tree
+
+    job = tmp_path / "job"
+    (job / "memories").mkdir(parents=True)
+    code = (
+        "import os\nfor _ in range(3000):\n    os.mkdir('d'); os.chdir('d')\nopen('bottom', 'w').write('x')"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=job / "memories", check=True, timeout=30)
+    (job / "memories" / "d" / "note.md").write_text("not made by the kept history")
+    try:
+        assert await rebuild_memory(job, []) is True  # no kept write made it: the folder is rebuilt, empty
+        assert os.listdir(job / "memories") == [] and sorted(os.listdir(job)) == ["memories"]
+    finally:
+        remove_tree(job, ignore_errors=True)  # pytest's own clean-up recurses

@@ -16,6 +16,7 @@ import pytest
 from runner import cli
 from runner.rundir.lock import hold_run_dir
 from runner.rundir.prune import PRUNING, parse_age, prune
+from runner.rundir.trees import remove_tree
 
 DAY = 86400.0
 
@@ -203,3 +204,46 @@ def test_keep_runs_prunes_after_a_run(project: Path, capsys: Any) -> None:
     (project / "config.toml").write_text("[runner]\nkeep_runs = 0\n")
     assert cli.main(["validate"]) == 2
     assert "runner.keep_runs" in capsys.readouterr().err
+
+
+DEEP = 3_000  # levels: past Python's recursion limit, and, 2 bytes a level, past PATH_MAX (4,096)
+
+
+def make_deep(where: Path, levels: int = DEEP) -> None:
+    """A chain of ``levels`` directories ``d/d/...`` at ``where``, a file at its bottom and beside its top,
+    made by another process the way a job's bash would (``mkdir d && cd d`` in a loop)."""
+    where.mkdir(parents=True, exist_ok=True)
+    code = (
+        f"import os\nfor _ in range({levels}):\n    os.mkdir('d'); os.chdir('d')\n"
+        "open('bottom', 'w').write('x' * 9)"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=where, check=True, timeout=30)
+    (where / "top.txt").write_text("y" * 100)
+
+
+def test_a_run_of_any_depth_is_measured_and_removed(runs: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep me")
+    old = runs / "20261101-000000-abcd"
+    make_deep(old / "job" / "memories")
+    os.symlink(outside, old / "job" / "memories" / "d" / "link-out")  # a link down the chain, out of the run
+    dry = prune(runs, keep=4, dry_run=True)
+    assert [r.path.name for r in dry.removed] == [old.name] and dry.removed[0].bytes >= 1_000 + 100
+    try:
+        result = prune(runs, keep=4)
+        assert [r.path.name for r in result.removed] == [old.name] and not result.kept, result.kept
+        assert not old.exists() and not list(runs.glob(f"{PRUNING}*"))
+        assert (outside / "precious.txt").read_text() == "keep me"
+    finally:
+        remove_tree(runs, ignore_errors=True)  # on a failure: pytest's own clean-up recurses
+
+
+def test_an_interrupted_prune_of_a_deep_run_is_finished_off(runs: Path) -> None:
+    leftover = runs / f"{PRUNING}20261001-000000-dead"
+    make_deep(leftover / "job")
+    try:
+        prune(runs, keep=10)
+        assert not leftover.exists()
+    finally:
+        remove_tree(runs, ignore_errors=True)  # on a failure: pytest's own clean-up recurses

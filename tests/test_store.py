@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from runner.rundir.docs import TOOL_RESULTS
 from runner.rundir.store import QUOTA_SLACK, DiskQuotaExceeded, JobStore, read_jsonl, safe_name
+from runner.rundir.trees import remove_tree
 
 HOSTILE_IDS = [
     "../../x",
@@ -275,3 +276,26 @@ async def test_the_disk_quota_counts_what_is_there_and_never_refuses_the_final_d
     final = (job / "final.md").read_text()
     assert len(final) < QUOTA_SLACK + 1_000 and "[cut: " in final and "max_job_bytes = 8,000" in final
     assert json.loads((job / "metrics.json").read_text()) == {"status": "disk_quota"}
+
+
+@pytest.mark.anyio
+async def test_a_job_directory_of_any_depth_opens(tmp_path: Path):
+    """A resumed job's directory holding a chain of directories 3,000 deep (past Python's recursion
+    limit and PATH_MAX), made by another process as a job's bash would: its store opens and counts it."""
+    import subprocess
+    import sys
+
+    job = tmp_path / "job"
+    (job / "scratch").mkdir(parents=True)
+    code = (
+        "import os\nfor _ in range(3000):\n    os.mkdir('d'); os.chdir('d')\nopen('bottom', 'w').write('x')"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=job / "scratch", check=True, timeout=30)
+    (job / "transcript.jsonl").write_text("t" * 1_000 + "\n")
+    (job / "scratch" / "d" / "d" / "near.txt").write_text("n" * 500)
+    try:
+        store = JobStore(job)
+        await store.open()
+        assert store.bytes_used == 1_001 + 500  # what a path can name; the bottom, past PATH_MAX, is left out
+    finally:
+        remove_tree(job / "scratch", ignore_errors=True)  # pytest's own clean-up recurses

@@ -15,6 +15,7 @@ Guarantees:
   in ``events.jsonl`` (other kinds, such as ``worker_lost``, stay), its ``context.jsonl`` records
   and its summary files. A run written before these lines (no ``lines`` in its newest model call)
   is cut in its transcript only, and its spend comes from ``metrics.json``.
+- A memory folder of any depth is compared and replaced (:mod:`runner.rundir.trees`: no recursion).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import functools
 import re
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,7 @@ from ..rundir.docs import (
     parse_event,
 )
 from ..rundir.store import dumps, read_jsonl, write_atomic_sync
+from ..rundir.trees import remove_tree, walk
 from ..tools.memory import MemoryTool
 from ..tools.memory_files import MEMORY_DIR, WRITES
 
@@ -203,19 +206,19 @@ def _tree(root: Path) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     if not root.is_dir() or root.is_symlink():
         return out
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and not path.is_symlink():
+    for path, st in walk(root):  # any depth: no recursion
+        if stat.S_ISREG(st.st_mode):
             out[str(path.relative_to(root))] = path.read_bytes()
     return out
 
 
 def _swap_in(job_dir: Path, rebuilt: Path) -> None:
     live, old = job_dir / MEMORY_DIR, job_dir / f".{MEMORY_DIR}.old"
-    shutil.rmtree(old, ignore_errors=True)
+    remove_tree(old, ignore_errors=True)
     if live.exists() or live.is_symlink():
         live.rename(old)
     (rebuilt / MEMORY_DIR).rename(live) if (rebuilt / MEMORY_DIR).exists() else live.mkdir()
-    shutil.rmtree(old, ignore_errors=True)
+    remove_tree(old, ignore_errors=True)
 
 
 async def rebuild_memory(job_dir: Path, history: list[Message]) -> bool:
@@ -240,7 +243,7 @@ async def rebuild_memory(job_dir: Path, history: list[Message]) -> bool:
             ):
                 writes.append((call, got))
     scratch = job_dir / f".{MEMORY_DIR}.rebuild"
-    await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, scratch, ignore_errors=True))
+    await anyio.to_thread.run_sync(functools.partial(remove_tree, scratch, ignore_errors=True))
     try:
         await anyio.to_thread.run_sync(scratch.mkdir)
         start = job_dir / BASELINE_MEMORIES
@@ -260,4 +263,4 @@ async def rebuild_memory(job_dir: Path, history: list[Message]) -> bool:
         await anyio.to_thread.run_sync(_swap_in, job_dir, scratch)
         return True
     finally:
-        await anyio.to_thread.run_sync(functools.partial(shutil.rmtree, scratch, ignore_errors=True))
+        await anyio.to_thread.run_sync(functools.partial(remove_tree, scratch, ignore_errors=True))

@@ -14,6 +14,8 @@ Guarantees:
   (:func:`runner.rundir.docs.is_run_dir`), a symlink or a hidden entry (except ``.pruning-*`` leftovers of an
   interrupted prune, which are finished off).
 - Nothing outside the output directory is touched: deleting never follows a symlink.
+- A run of any depth is measured and removed (a chain of directories a job's ``bash`` made, deeper
+  than Python's recursion or a path can reach): :mod:`runner.rundir.trees` walks without recursion.
 - ``dry_run`` removes nothing and reports the same list, with the same byte counts.
 """
 
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from pathlib import Path
 from ..config import ConfigError
 from .docs import LATEST, RUN_JSON, is_run_dir, writer_alive
 from .lock import hold_run_dir
+from .trees import remove_tree, tree_bytes
 
 PRUNING = ".pruning-"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -61,19 +63,6 @@ class PruneResult:
     @property
     def freed(self) -> int:
         return sum(r.bytes for r in self.removed)
-
-
-def tree_bytes(path: Path) -> int:
-    """The sizes of the files under ``path`` (symlinks counted as links, never followed)."""
-    total = 0
-    for root, dirs, files in os.walk(path, followlinks=False):
-        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]  # listed as dirs, never entered
-        for name in [*files, *links]:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                continue
-    return total
 
 
 def _written(path: Path) -> float:
@@ -149,7 +138,7 @@ def prune(
                 run = Run(path, _written(path), tree_bytes(path))
                 trash = path.parent / f"{PRUNING}{path.name}"
                 os.rename(path, trash)
-                shutil.rmtree(trash)
+                remove_tree(trash)
         except ConfigError as e:  # its lock is held: a run or resume is writing it
             result.kept.append((path, e.problems[0].split(": ", 1)[-1]))
             continue
@@ -160,7 +149,7 @@ def prune(
     if not dry_run:
         for leftover in output_dir.glob(f"{PRUNING}*"):  # a prune interrupted between rename and delete
             if leftover.is_dir() and not leftover.is_symlink():
-                shutil.rmtree(leftover, ignore_errors=True)
+                remove_tree(leftover, ignore_errors=True)
     return result
 
 

@@ -21,7 +21,8 @@ Guarantees:
   most what was queued since.
 - A disk quota per job (:attr:`JobStore.max_bytes`, the job's ``max_job_bytes``): the store keeps a
   running total of the bytes in its directory (seeded from what is there when it opens: a resumed
-  job's files count) and refuses, before writing anything, a write that would pass the quota, with
+  job's files count, at any depth, walked without recursion by :func:`runner.rundir.trees.walk`)
+  and refuses, before writing anything, a write that would pass the quota, with
   :class:`DiskQuotaExceeded`; from then on every write is refused (the job must end: a transcript
   with a hole in it would not reload), except the job's final documents (``final.md``,
   ``metrics.json``), which are always written.
@@ -62,6 +63,7 @@ from .docs import (
     output_path,
     summary_path,
 )
+from .trees import walk
 
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
 # A flush of at most this many characters to a local disk is written on the event loop (see the Guarantees)
@@ -292,18 +294,8 @@ def cut_to(text: str, room: int, why: str) -> str:
 
 def _tree_sizes(directory: Path) -> tuple[int, dict[Path, int]]:
     """The bytes of every file under ``directory`` (not following links), and each file's size."""
-    sizes: dict[Path, int] = {}
-    total = 0
-    for root, _dirs, names in os.walk(directory):
-        for name in names:
-            path = Path(root, name)
-            try:
-                size = os.lstat(path).st_size
-            except OSError:
-                continue
-            sizes[path] = size
-            total += size
-    return total, sizes
+    sizes = {path: st.st_size for path, st in walk(directory)}  # any depth: no recursion
+    return sum(sizes.values()), sizes
 
 
 def _digest(content: str) -> str:

@@ -18,6 +18,9 @@ Guarantees:
   result, nothing written).
 - No hidden name is made: a ``create`` path or a ``rename`` destination with a component starting
   with ``.`` is refused (an error result), as the listing and the index would not show it.
+- No path is deeper than :data:`MAX_DEPTH` components: a ``create`` deeper, or a ``rename`` that would
+  put something deeper (a directory's own levels counted), is refused (an error result), so the
+  folder's walkers, ``runner prune`` and a resume never meet a deep tree here.
 - A ``view`` of a file returns at most ``page_chars`` characters of numbered lines and says which
   ``view_range`` holds the rest.
 - Every command returns a tool_result; a model's mistake (a bad path, a missing file, a wrong type,
@@ -52,6 +55,7 @@ from .beneath import (
 )
 from .file_tools import ToolFailure
 from .memory_files import (
+    MAX_DEPTH,
     MAX_FILE_BYTES,
     MAX_TOTAL_BYTES,
     MEMORY_DIR,
@@ -97,14 +101,24 @@ def _rel(path: Any, *, new: bool = False) -> str:
     return rel
 
 
-def _check_new(path: str, rel: str) -> None:
-    """Refuses a name a command would make that is hidden (a component starting with ``.``): the
-    listing and the index leave hidden names out, so memory there would be memory no one sees."""
-    hidden = next((part for part in rel.split("/") if part.startswith(".")), None)
-    if rel != "." and hidden is not None:
+def _check_new(path: str, rel: str, below: int = 0) -> None:
+    """Refuses a name a command would make that is hidden (a component starting with ``.``: the
+    listing and the index leave hidden names out, so memory there would be memory no one sees) or
+    deeper than :data:`MAX_DEPTH` components, counting the ``below`` levels a renamed directory holds."""
+    if rel == ".":
+        return
+    parts = rel.split("/")
+    hidden = next((part for part in parts if part.startswith(".")), None)
+    if hidden is not None:
         raise ToolError(
             f"path {path[:200]!r} has a hidden name ({hidden[:100]!r}); "
             f"names in {PREFIX} may not start with '.'"
+        )
+    if len(parts) + below > MAX_DEPTH:
+        held = f" (with the {below} levels of the directory moved there)" if below else ""
+        raise ToolError(
+            f"path {path[:200]!r} would be {len(parts) + below} components deep{held}, more than the "
+            f"{MAX_DEPTH} a memory path may have; use a shallower path"
         )
 
 
@@ -375,6 +389,7 @@ class MemoryTool:
 
     def _rename(self, old_path: str, old: str, new_path: str, new: str) -> None:
         with self._root(create=False) as root:
+            _check_new(new_path, new, _levels(root, old))
             try:
                 src, src_name = parent_beneath(root, old)
                 try:
@@ -409,6 +424,30 @@ def _error(tool_use_id: str, text: str) -> dict[str, Any]:
 
 def page_footer(path: str, first: int, end: int, total: int) -> str:
     return f"[memory: lines {first}-{end} of {total} shown; view the rest with view_range [{end + 1}, -1]]"
+
+
+def _levels(root: Root, rel: str) -> int:
+    """How many levels of entries a directory at ``rel`` holds (0 for a file, a link, nothing or an
+    empty directory), walked with a stack, never through a link."""
+    most = 0
+    stack = [(rel, 0)]
+    while stack:
+        here, level = stack.pop()
+        try:
+            fd = open_beneath(root, here, os.O_RDONLY | os.O_DIRECTORY, no_symlinks=True)
+        except (OSError, ValueError):
+            continue
+        try:
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    most = max(most, level + 1)
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append((f"{here}/{entry.name}", level + 1))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return most
 
 
 def _remove(dirfd: int, name: str, path: str) -> None:

@@ -25,6 +25,7 @@ MEMORY_DIR = "memories"
 PREFIX = "/memories"
 MAX_FILE_BYTES = 256 * 1024
 MAX_TOTAL_BYTES = 4 * 1024 * 1024
+MAX_DEPTH = 16  # components of a memory path (the folder's walkers, prune and resume never meet deep trees)
 MEMORY_TOOL: dict[str, Any] = {"type": "memory_20250818", "name": "memory"}
 _SUBDIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 WRITES = frozenset({"create", "str_replace", "insert", "delete", "rename"})  # the commands that change memory
@@ -115,6 +116,7 @@ def memory_files(job_dir: str) -> list[tuple[str, int]]:
 
 
 __all__ = [
+    "MAX_DEPTH",
     "MAX_FILE_BYTES",
     "MAX_TOTAL_BYTES",
     "MEMORY_DIR",
