@@ -244,6 +244,11 @@ BASH_OUTPUT_CUT = (
     "[bash: cut: output was {total} bytes, showing the first {shown}; narrow it with head, tail, "
     "grep or sed -n]"
 )
+BASH_OUTPUT_STOPPED = (
+    "[bash: stopped: the output passed {limit} bytes, so the command was killed before it ended; "
+    "showing the first {shown}; write less (redirect to a file, then look at part of it with head, "
+    "tail, grep or sed -n)]"
+)
 EMPTY_FILE = "[read: the file is empty (0 lines, 0 bytes)]"
 # a large file's read starts with one of these lines (first, so a preview of the result shows it)
 READ_PAGE = (

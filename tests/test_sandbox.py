@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -122,6 +123,34 @@ async def test_output_is_capped_and_says_so(workspace, store):
     body = text(result)
     assert "[bash: cut: output was 300000 bytes, showing the first 102400;" in body
     assert body.count("y\n") == 102400 // 2
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "none"])
+async def test_endless_output_is_stopped_soon_after_the_limit(workspace, store, sandbox):
+    from runner.tools.sandbox import OUTPUT_LIMIT, READ_LIMIT, run_command
+
+    marker = f"{uuid.uuid4().int % 1000 + 3000}.25"
+    started = time.monotonic()
+    done = await run_command(
+        f"(sleep {marker} &); cat /dev/zero",
+        workspace=str(workspace),
+        writable=False,
+        network=False,
+        sandbox=sandbox,
+        timeout_s=60,
+    )
+    took = time.monotonic() - started
+    assert took < 3, took  # not the deadline's 60 s of reading
+    assert done.stopped and done.exit_code is None
+    assert READ_LIMIT < done.total_bytes <= READ_LIMIT + (1 << 20), (
+        done.total_bytes
+    )  # read: the limit, a chunk
+    assert "the output passed" in done.output and "the command was killed" in done.output
+    assert leftover(f"sleep {marker}") == []
+    async with Toolset(str(workspace), ("bash",), store, Limits(sandbox=sandbox)) as tools:
+        result = await tools.run(bash("yes", timeout_ms=60_000))
+    assert result.get("is_error") and f"output passed {READ_LIMIT} bytes" in text(result), text(result)[-300:]
+    assert text(result).count("y\n") == OUTPUT_LIMIT // 2
 
 
 def leftover(marker: str) -> list[str]:

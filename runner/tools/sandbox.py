@@ -27,7 +27,9 @@ What a sandboxed command is and sees (``bwrap``):
 - limits on CPU time, address space, file size and processes (``ulimit``, hard), on the memory of
   all its processes together (``CALL_MEMORY_BYTES``, a memory cgroup, when the runner is root and
   the machine has cgroups to make), an output cap and
-  a ceiling on a call's deadline (``MAX_TIMEOUT_S``);
+  a ceiling on a call's deadline (``MAX_TIMEOUT_S``); past ``READ_LIMIT`` bytes of output (the cap
+  and 1 MiB) the runner reads no more: the command is killed and its result says so
+  (``cat /dev/zero`` costs the runner 1 MiB of reading, not its deadline's worth);
 - death with its parent, and the whole process tree killed when the call times out or its job is
   cancelled (``bwrap`` is the tree's only way out of the PID namespace).
 
@@ -50,11 +52,12 @@ from pathlib import Path
 
 import anyio
 
-from ..protocol import BASH_OUTPUT_CUT
+from ..protocol import BASH_OUTPUT_CUT, BASH_OUTPUT_STOPPED
 from . import sandbox_launch, seccomp
 from .beneath import Root
 
 OUTPUT_LIMIT = 100 * 1024  # bytes of output a call returns
+READ_LIMIT = OUTPUT_LIMIT + (1 << 20)  # bytes of output read: past them, the command is killed
 CPU_SECONDS = 600  # CPU time of the whole call (ulimit -t)
 MEMORY_KIB = 4 * 1024 * 1024  # address space of each process (ulimit -v)
 FILE_KIB = 1024 * 1024  # largest file a call can write (ulimit -f)
@@ -270,8 +273,9 @@ class Launch:
 @dataclass
 class CommandResult:
     output: str  # stdout and stderr interleaved, cut to OUTPUT_LIMIT bytes (with a notice when cut)
-    exit_code: int | None  # None: killed at its deadline
-    total_bytes: int
+    exit_code: int | None  # None: killed at its deadline, or (stopped) when its output passed READ_LIMIT
+    total_bytes: int  # read (at most READ_LIMIT and a chunk)
+    stopped: bool = False  # killed because its output passed READ_LIMIT
 
 
 async def run_command(
@@ -312,6 +316,7 @@ async def run_command(
     kept = bytearray()
     total = 0
     exit_code: int | None = None
+    stopped = False
     try:
         with anyio.move_on_after(timeout_s):
             assert process.stdout is not None
@@ -319,7 +324,11 @@ async def run_command(
                 total += len(chunk)
                 if len(kept) < OUTPUT_LIMIT:
                     kept += chunk[: OUTPUT_LIMIT - len(kept)]
-            exit_code = await process.wait()
+                if total > READ_LIMIT:
+                    stopped = True  # no more reading: killed below
+                    break
+            if not stopped:
+                exit_code = await process.wait()
     finally:
         if exit_code is None:
             with anyio.CancelScope(shield=True):
@@ -330,9 +339,11 @@ async def run_command(
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(_remove_call_cgroup, process.pid)
     text = kept.decode("utf-8", errors="backslashreplace")
-    if total > len(kept):
+    if stopped:
+        text += "\n" + BASH_OUTPUT_STOPPED.format(limit=READ_LIMIT, shown=len(kept))
+    elif total > len(kept):
         text += "\n" + BASH_OUTPUT_CUT.format(total=total, shown=len(kept))
-    return CommandResult(text, exit_code, total)
+    return CommandResult(text, exit_code, total, stopped)
 
 
 def _remove_call_cgroup(pid: int) -> None:

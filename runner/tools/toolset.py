@@ -41,7 +41,8 @@ Guarantees:
   runs in a child process (``python -I``, :mod:`runner.tools.grep_worker`, kept for the next call by
   :mod:`runner.tools.grep_pool`) that is killed at the deadline or when the call is cancelled. ``read``,
   ``write`` and ``edit`` refuse non-regular files (FIFOs, devices, sockets) without blocking (looked at
-  with ``O_PATH``, opened non-blocking). A cancelled ``bash`` call kills its process tree;
+  with ``O_PATH``, opened non-blocking). A cancelled ``bash`` call kills its process tree, and so does
+  one whose output passes :data:`runner.tools.sandbox.READ_LIMIT` (its result says so);
   ``timeout_ms`` is capped at :data:`runner.tools.sandbox.MAX_TIMEOUT_S`, and the result says so.
 - Every cut result says so and how to get the rest (texts in :mod:`runner.protocol`).
 - Every result is valid UTF-8: undecodable file names and bytes are escaped (``\\xNN``).
@@ -535,6 +536,8 @@ class Toolset:
         except (OSError, ValueError) as e:
             return error_result(tool_use_id, safe_text(f"bash: could not start: {e}"))
         output = done.output or "(no output)"
+        if done.stopped:  # the output says it passed the limit and the command was killed
+            return error_result(tool_use_id, f"{output}{note}")
         if done.exit_code is None:
             return error_result(tool_use_id, f"{output}\n[bash: killed after {timeout:g} s]{note}")
         if done.exit_code != 0:
