@@ -7,7 +7,8 @@ run's ``max_cost_usd``); a gzip bomb and a 100 MB reply refused with the runner'
 fails the attempt at ``request_timeout_s``; ``retry-after: 100000`` capped; a 200 with an error body
 retried then failed, never ``succeeded``; an unknown ``stop_reason`` failed; a tool input over 1 MiB
 answered with an error result, not run; the disk quota ending a job ``disk_quota`` with its final
-documents written.
+documents written; a reply nested too deeply to parse failing its job, never the batch (a raw server of
+the test's own: the emulator cannot serialize one).
 """
 
 from __future__ import annotations
@@ -397,3 +398,91 @@ def test_the_hostile_keys_of_the_emulator_config_are_checked(tmp_path: Path) -> 
         bad.write_text(text)
         with pytest.raises(ConfigError, match=re.escape(expected)):
             EmulatorConfig.from_toml(bad)
+
+
+# --- a reply nested too deeply ----------------------------------------------------------------------
+
+
+class _RawServer:
+    """A Messages API server of our own over real HTTP: the bodies given, in order, then end_turn text."""
+
+    def __init__(self, bodies: list[bytes]):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.bodies, self.served = list(bodies), 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                outer.served += 1
+                body = (
+                    outer.bodies.pop(0) if outer.bodies else _raw_message([{"type": "text", "text": "done"}])
+                )
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _raw_message(content: list[dict], stop: str = "end_turn") -> bytes:
+    return json.dumps(
+        {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "m",
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 10},
+        }
+    ).encode()
+
+
+def _deep_reply(depth: int) -> bytes:
+    call = {"type": "tool_use", "id": "toolu_1", "name": "grep", "input": {"pattern": "x", "path": "@"}}
+    return _raw_message([call], "tool_use").replace(b'"@"', b"[" * depth + b"1" + b"]" * depth)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("depth", [3_000, 990])
+async def test_a_reply_nested_too_deeply_fails_its_job_never_the_batch(tmp_path: Path, depth: int) -> None:
+    """The batch's first reply holds a tool input nested ``depth`` deep (past what Python's json parses,
+    or just under it): that job fails on a malformed reply; the backend is not taken for unusable, so the
+    next job of the batch runs and succeeds."""
+    ws = _workspace(tmp_path)
+    server = _RawServer([_deep_reply(depth)])
+    raw = AnthropicModel(base_url=server.url, api_key="k", max_retries=0, timeout=20)
+    batch = Batch(
+        run_dir=tmp_path / "run",
+        specs=[_spec("deep", ws), _spec("next", ws)],
+        model=raw,
+        compactor=Compactor(Summarizer(raw, "claude-haiku-5-5", requests_per_minute=10_000)),
+        summary_model="claude-haiku-5-5",
+        concurrency=1,
+        handle_signals=False,
+    )
+    try:
+        with anyio.fail_after(60):
+            out = await run_batch(batch)
+    finally:
+        await raw.aclose()
+        server.close()
+    deep, after = out.results["deep"], out.results["next"]
+    assert deep.status == "failed" and "nested too deeply" in (deep.error or ""), deep.error
+    assert "cannot connect" not in (deep.error or "")
+    assert after.status == "succeeded", (after.status, after.error)

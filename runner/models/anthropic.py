@@ -10,7 +10,10 @@
   HTTP side: a total deadline per attempt, a cap on the decoded body): usage counts in
   :func:`~runner.models.base.usage_from_api`, the ``stop_reason`` against the API's list, a text block within
   the reply cap, a tool call's input within :data:`MAX_TOOL_INPUT_BYTES` (else it is answered with an error
-  result, not run). A failed check is :class:`InvalidReply`: the call fails, nothing is billed.
+  result, not run). A failed check is :class:`InvalidReply`: the call fails, nothing is billed. A reply
+  nested too deeply to parse or serialize (a ``RecursionError``) is a malformed reply of its call
+  (:class:`~.guard.NotAMessage` from the guard, else :class:`InvalidReply`), never
+  :class:`BackendUnusable`, even as a batch's first reply.
 - Prompt caching: ``cache_control`` breakpoints on the system prompt (which caches the tool
   definitions before it; on the last tool when there is no system prompt) and on the messages the
   request's ``cache_points`` name (the newest message compaction will not rewrite, the longest prefix
@@ -303,9 +306,13 @@ class AnthropicModel:
         except anthropic.APITimeoutError as e:
             raise _timed_out(e, self.guard) from e
         except anthropic.APIConnectionError as e:
+            cause = e.__cause__ or e
+            if isinstance(cause, RecursionError):  # something of this reply nested too deeply
+                raise InvalidReply(
+                    f"the reply is nested too deeply to read ({one_line(str(cause), 200)})"
+                ) from e
             if self._connected:
                 raise
-            cause = e.__cause__ or e
             raise BackendUnusable(
                 f"{self.client.base_url}: cannot connect ({type(cause).__name__}: "
                 f"{one_line(str(cause) or str(e), 200)})"
@@ -315,7 +322,12 @@ class AnthropicModel:
                 counts.retries += max(0, counts.requests - sent - 1)
         self._connected = True
         data = response.extensions.get(PARSED)  # the guard parsed and checked it
-        return reply_of(data if data is not None else response.json(), self.guard.max_reply_bytes)
+        try:
+            return reply_of(data if data is not None else response.json(), self.guard.max_reply_bytes)
+        except RecursionError:  # parsed just under the limit, serialized (its tool inputs) just over it
+            raise InvalidReply(
+                "the reply is nested too deeply to read (Python's recursion limit); not acted on"
+            ) from None
 
     async def aclose(self) -> None:
         for client in self.clients:

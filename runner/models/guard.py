@@ -15,6 +15,8 @@ attempt:
 - for a 2xx answer to ``POST .../v1/messages``: the body must be a Messages API ``message`` (a JSON
   object with ``type: "message"``, a ``content`` list and a ``stop_reason``), else
   :class:`NotAMessage`, which the SDK retries (it is a ``RetryableError``) and, retries spent, raises.
+  A body nested too deeply to parse (a ``RecursionError``) is one of these too, never an error the
+  SDK would take for a failed connection.
 
 Only public names of the SDK and of httpx2 are used: ``anthropic.DefaultAioHttpClient`` /
 ``DefaultAsyncHttpxClient``, ``anthropic.AnthropicError``, ``anthropic.RetryableError``,
@@ -104,6 +106,11 @@ def check_message(body: bytes) -> dict[str, Any]:
     except ValueError as e:
         raise NotAMessage(
             f"the server answered 2xx with a body that is not JSON ({e}): "
+            f"{one_line(body[:200].decode('utf-8', 'replace'), 200)}"
+        ) from None
+    except RecursionError:  # a malformed reply of this call, not a connection that failed
+        raise NotAMessage(
+            "the server answered 2xx with a body nested too deeply to parse (Python's recursion limit): "
             f"{one_line(body[:200].decode('utf-8', 'replace'), 200)}"
         ) from None
     if (
