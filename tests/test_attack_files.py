@@ -298,6 +298,48 @@ async def test_a_finished_grep_keeps_its_worker_for_the_next_call(tmp_path, stor
     assert "a.py:1:def f():" in text(first) and "a.py:2:    pass" in text(second)
 
 
+async def test_one_job_s_catastrophic_greps_do_not_starve_another_job_s_grep(tmp_path, store):
+    from runner.rundir.store import JobStore
+    from runner.tools.grep_pool import MOST
+
+    hostile_ws, victim_ws = tmp_path / "hostile", tmp_path / "victim"
+    hostile_ws.mkdir()
+    victim_ws.mkdir()
+    (hostile_ws / "evil.txt").write_text(("a" * 40 + "b\n") * 50)
+    (victim_ws / "notes.txt").write_text("hello TODO world\n")
+    other = JobStore(tmp_path / "run" / "victim")
+    await other.open()
+    hostile, victim = Toolset(str(hostile_ws), ("grep",), store), Toolset(str(victim_ws), ("grep",), other)
+    hostile.deadline_s = victim.deadline_s = 2.5
+    found: dict[str, object] = {}
+
+    async def attack() -> None:
+        results = await hostile.run_batch([call("grep", {"pattern": "(a+)+$"}, f"g{i}") for i in range(MOST)])
+        found["hostile"] = [bool(r.get("is_error")) for r in results]
+
+    async def meanwhile() -> None:
+        await anyio.sleep(0.5)  # the hostile batch holds its workers by now
+        started = time.monotonic()
+        result = await victim.run(call("grep", {"pattern": "TODO"}, "v1"))
+        found["victim"] = (time.monotonic() - started, result)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(attack)
+        tg.start_soon(meanwhile)
+    took, result = found["victim"]
+    assert not result.get("is_error") and "notes.txt:1:hello TODO world" in text(result), result
+    assert took < 1.0, took  # it waited for no hostile grep (before: until their deadline, then failed)
+    assert found["hostile"] == [True] * MOST  # each ran, or waited for its job's turn, to its deadline
+
+
+async def test_a_subagent_has_its_job_s_share_and_another_job_its_own(tmp_path):
+    from runner.tools.shares import share_of
+
+    job = share_of(tmp_path / "run" / "job")
+    assert share_of(tmp_path / "run" / "job" / "agents" / "job~1") is job
+    assert share_of(tmp_path / "run" / "other") is not job
+
+
 def peak_rss_mib(pid: int) -> int:
     """A process's peak resident memory (VmHWM), in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -12,6 +12,9 @@ Guarantees:
 - A worker serves one call at a time; calls never share one. At most ``MOST`` workers run at once
   per event loop (a batch of 500 jobs grepping at once does not start 500 Python processes); a call
   waiting for one waits within its own deadline.
+- No job takes every worker: a call given its job's slots (``job_slots``, a few per job:
+  :data:`runner.tools.shares.JOB_GREPS`) waits for one of those before it waits for a worker, so one
+  job's eight catastrophic patterns hold two workers and another job's grep gets one of the rest.
 - Nothing outlives the runner: workers die with it (``PR_SET_PDEATHSIG``), and an idle worker exits
   by itself after 30 s (:func:`runner.tools.grep_worker.serve`), so a kept one never piles up.
 - Nothing outlives its event loop either: when ``asyncio.run`` (or ``anyio.run``) ends, it cancels the
@@ -107,12 +110,19 @@ async def _kill(worker: _Worker) -> None:
         await worker.process.aclose()
 
 
-async def search(request: dict[str, Any], deadline: float) -> dict[str, Any] | None:
+async def search(
+    request: dict[str, Any], deadline: float, *, job_slots: anyio.CapacityLimiter | None = None
+) -> dict[str, Any] | None:
     """The worker's answer to ``request``, or None when none came within ``deadline`` seconds
-    (waiting for a free worker included)."""
+    (waiting for a free worker included). With ``job_slots`` (the calling job's share,
+    :mod:`runner.tools.shares`), a slot of it is taken first: a call waiting for its job's turn holds
+    none of the loop's workers."""
     pool = _pool()
     with anyio.move_on_after(deadline):
-        async with pool.slots:
+        if job_slots is None:
+            async with pool.slots:
+                return await _ask(pool, request)
+        async with job_slots, pool.slots:
             return await _ask(pool, request)
     return None
 

@@ -39,7 +39,8 @@ Guarantees:
   worker thread under the deadline. A thread hand-off costs the loop the GIL twice, more than most of
   these calls take. A network or FUSE workspace, which can hang, never runs a tool on the loop; ``grep``
   runs in a child process (``python -I``, :mod:`runner.tools.grep_worker`, kept for the next call by
-  :mod:`runner.tools.grep_pool`) that is killed at the deadline or when the call is cancelled. ``read``,
+  :mod:`runner.tools.grep_pool`, at most :data:`runner.tools.shares.JOB_GREPS` of them for one job at
+  once) that is killed at the deadline or when the call is cancelled. ``read``,
   ``write`` and ``edit`` refuse non-regular files (FIFOs, devices, sockets) without blocking (looked at
   with ``O_PATH``, opened non-blocking). A cancelled ``bash`` call kills its process tree, and so does
   one whose output passes :data:`runner.tools.sandbox.READ_LIMIT` (its result says so);
@@ -69,6 +70,7 @@ from .memory import MemoryTool
 from .memory_files import MEMORY_TOOL
 from .repeats import RepeatGuard, call_key
 from .sandbox import MAX_TIMEOUT_S, run_command
+from .shares import JobShare, share_of
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "READ_PAGE_BYTES", "Toolset", "error_result", "safe_text"]
 
@@ -294,6 +296,13 @@ class Toolset:
         # tool_use id -> (turn, result) of the calls a caught repeat may name (those within the window)
         self._results: dict[str, tuple[int, dict[str, Any]]] = {}
         self.memory = MemoryTool(str(store.dir), self.page_chars)
+        self._job_share: JobShare | None = None  # learned in the event loop, at the first call that needs it
+
+    def _share(self) -> JobShare:
+        """This job's share of the loop's workers (its subagents', too: :mod:`runner.tools.shares`)."""
+        if self._job_share is None:
+            self._job_share = share_of(self.store.dir)
+        return self._job_share
 
     def definitions(self) -> list[dict[str, Any]]:
         published = file_tool_definitions()
@@ -464,6 +473,7 @@ class Toolset:
                         "cpu_s": deadline + 5,
                     },
                     deadline,
+                    job_slots=self._share().greps,
                 )
                 if answer is None:
                     return late
