@@ -153,6 +153,54 @@ async def test_endless_output_is_stopped_soon_after_the_limit(workspace, store, 
     assert text(result).count("y\n") == OUTPUT_LIMIT // 2
 
 
+async def test_one_job_s_flood_of_slow_globs_does_not_delay_another_job_s_calls(tmp_path, store):
+    """40 slow globs of one job (read-only: they run at once) took every thread of anyio's default
+    limiter for their deadline; another job's bash (which waits for bwrap's info on a thread) and
+    recall waited as long. Now the flood holds its job's few threads; the other job's calls run."""
+    from runner.rundir.store import JobStore
+
+    hostile_ws, victim_ws = tmp_path / "hostile", tmp_path / "victim"
+    for a in range(6):
+        for b in range(6):
+            for c in range(6):
+                (hostile_ws / f"a{a}" / f"b{b}" / f"c{c}").mkdir(parents=True)
+    victim_ws.mkdir()
+    other = JobStore(tmp_path / "run" / "victim")
+    await other.open()
+    saved = await other.persist_output("toolu_old", "an earlier output\n")
+    hostile = Toolset(str(hostile_ws), ("glob",), store)
+    victim = Toolset(str(victim_ws), ("bash",), other)
+    hostile.deadline_s = 3
+    found: dict[str, object] = {}
+
+    async def flood() -> None:
+        calls = [
+            {"type": "tool_use", "id": f"g{i}", "name": "glob", "input": {"pattern": "**/" * 6 + f"x{i}"}}
+            for i in range(40)
+        ]
+        found["flood"] = await hostile.run_batch(calls)
+
+    async def meanwhile() -> None:
+        await anyio.sleep(0.5)  # the globs hold their threads by now
+        started = time.monotonic()
+        found["bash"] = await victim.run(bash("echo hi", "v1"))
+        found["bash_s"] = time.monotonic() - started
+        started = time.monotonic()
+        found["recall"] = await victim.run(
+            {"type": "tool_use", "id": "v2", "name": "recall", "input": {"path": saved}}
+        )
+        found["recall_s"] = time.monotonic() - started
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(flood)
+        tg.start_soon(meanwhile)
+    assert text(found["bash"]).strip() == "hi" and found["bash_s"] < 1.5, (found["bash_s"], found["bash"])
+    assert text(found["recall"]).startswith("an earlier output") and found["recall_s"] < 1.0, found[
+        "recall_s"
+    ]
+    assert any("did not finish" in text(r) for r in found["flood"])  # the flood really was slow
+
+
 def leftover(marker: str) -> list[str]:
     done = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True)
     return [line for line in done.stdout.splitlines() if marker in line and "ps -eo" not in line]

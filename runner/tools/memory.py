@@ -29,16 +29,16 @@ Guarantees:
   from a repeated one.
 - A command's file work runs on the event loop when the job directory is on a local file system
   (:func:`runner.rundir.store.local_disk`: a few system calls on files of at most
-  :data:`MAX_FILE_BYTES`, cheaper than a hand-off to a thread and back), else on a worker thread.
+  :data:`MAX_FILE_BYTES`, cheaper than a hand-off to a thread and back), else on one of the job's
+  worker threads (:func:`runner.tools.shares.in_thread`).
 """
 
 from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 from typing import Any
-
-import anyio
 
 from ..rundir.store import local_disk
 from . import file_tools
@@ -65,6 +65,7 @@ from .memory_files import (
     folder_bytes,
     split_lines,
 )
+from .shares import in_thread, share_of
 
 LINE_NUMBER_WIDTH = 6
 _ARGS = {
@@ -208,7 +209,7 @@ class MemoryTool:
         """``work(*args)``: here on the loop on a local disk, else on a worker thread (the Guarantees)."""
         if local_disk(self.job_dir):
             return work(*args)
-        return await anyio.to_thread.run_sync(work, *args)
+        return await in_thread(share_of(Path(self.job_dir)), work, *args)  # the job's own threads
 
     # -- the commands (the SDK memory tool's, with its results' wording) ----------------------------
 

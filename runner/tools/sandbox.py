@@ -33,6 +33,9 @@ What a sandboxed command is and sees (``bwrap``):
 - death with its parent, and the whole process tree killed when the call times out or its job is
   cancelled (``bwrap`` is the tree's only way out of the PID namespace).
 
+A call starts whatever the jobs' tools are doing: its wait for bwrap's info runs on a thread of the
+sandbox's own limiter, never one of anyio's default limiter (nor of a job's share).
+
 Each call is a fresh shell: nothing (working directory, variables) carries over between calls.
 """
 
@@ -46,6 +49,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
+from asyncio import AbstractEventLoop, get_running_loop
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -309,7 +314,7 @@ async def run_command(
     info = b""
     if info_read is not None:
         try:  # bwrap writes the info and closes it once the sandbox runs (at once, or at its exit)
-            info = await anyio.to_thread.run_sync(_read_all, info_read)
+            info = await anyio.to_thread.run_sync(_read_all, info_read, limiter=_waits())
         finally:
             os.close(info_read)
     init_pid = _child_pid(info)
@@ -337,7 +342,7 @@ async def run_command(
         await process.aclose()
         if sandbox == "bwrap" and as_root():
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(_remove_call_cgroup, process.pid)
+                await anyio.to_thread.run_sync(_remove_call_cgroup, process.pid, limiter=_waits())
     text = kept.decode("utf-8", errors="backslashreplace")
     if stopped:
         text += "\n" + BASH_OUTPUT_STOPPED.format(limit=READ_LIMIT, shown=len(kept))
@@ -361,6 +366,21 @@ def _remove_call_cgroup(pid: int) -> None:
             return
         except OSError:
             time.sleep(0.02)
+
+
+_WAITS = 256  # threads of one event loop waiting for bwrap's info at once (each a few milliseconds)
+_waiters: weakref.WeakKeyDictionary[AbstractEventLoop, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
+
+
+def _waits() -> anyio.CapacityLimiter:
+    """The threads of this event loop's sandbox waits: theirs alone, never anyio's default limiter,
+    which a job's flood of slow tool calls could hold (its tools have their own:
+    :mod:`runner.tools.shares`)."""
+    loop = get_running_loop()
+    limiter = _waiters.get(loop)
+    if limiter is None:
+        limiter = _waiters[loop] = anyio.CapacityLimiter(_WAITS)
+    return limiter
 
 
 def _read_all(fd: int) -> bytes:

@@ -1,11 +1,16 @@
 """Each job's share of what the jobs of one event loop share: a job (with its subagents) may hold at
-most a few of the loop's grep workers at once, so a job whose model greps a catastrophic pattern
-eight times over waits for its own workers, never holding the ones another job needs.
+most a few of the loop's grep workers and worker threads at once, so a job whose model greps a
+catastrophic pattern eight times over, or globs forty slow patterns at once, waits for its own
+workers, never holding the ones another job needs.
 
 Guarantees:
 
 - A job holds at most :data:`JOB_GREPS` grep workers at once (of :data:`runner.tools.grep_pool.MOST`);
   its further calls wait on its own share (within their deadline), holding nothing another job waits for.
+- A job's blocking tool work (:func:`in_thread`: ``read``, ``write``, ``edit``, ``glob`` off the loop,
+  ``recall``, the memory tool off a local disk) takes one of its :data:`JOB_THREADS` threads, then one
+  of the loop's :data:`TOOL_THREADS`; never a thread of anyio's default limiter, which the rest of the
+  process (and the sandbox's own waits: :mod:`runner.tools.sandbox`) keeps to itself.
 - A job is its directory: a subagent (``<job>/agents/<name>``) shares its job's share.
 - A share lives while a toolset of its job holds it, in its event loop only (nothing is kept for a
   loop that has ended, nor used across loops).
@@ -15,14 +20,19 @@ from __future__ import annotations
 
 import weakref
 from asyncio import AbstractEventLoop, get_running_loop
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import anyio
 
 from ..rundir.docs import AGENTS
 
+T = TypeVar("T")
 JOB_GREPS = 2  # grep workers one job may hold at once
+JOB_THREADS = 4  # worker threads one job's tools may hold at once
+TOOL_THREADS = 64  # worker threads the tools of every job of one event loop may hold at once
 
 
 @dataclass(eq=False)
@@ -30,11 +40,24 @@ class JobShare:
     """What one job may hold at once."""
 
     greps: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(JOB_GREPS))
+    threads: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(JOB_THREADS))
 
 
-_shares: weakref.WeakKeyDictionary[AbstractEventLoop, weakref.WeakValueDictionary[str, JobShare]] = (
-    weakref.WeakKeyDictionary()
-)
+@dataclass(eq=False)
+class _Loop:
+    jobs: weakref.WeakValueDictionary[str, JobShare] = field(default_factory=weakref.WeakValueDictionary)
+    threads: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(TOOL_THREADS))
+
+
+_loops: weakref.WeakKeyDictionary[AbstractEventLoop, _Loop] = weakref.WeakKeyDictionary()
+
+
+def _loop() -> _Loop:
+    loop = get_running_loop()
+    found = _loops.get(loop)
+    if found is None:
+        found = _loops[loop] = _Loop()
+    return found
 
 
 def job_of(job_dir: Path) -> str:
@@ -47,12 +70,21 @@ def job_of(job_dir: Path) -> str:
 def share_of(job_dir: Path) -> JobShare:
     """The share of the job of ``job_dir`` in the running event loop (the same object for every
     toolset of the job while one holds it)."""
-    loop = get_running_loop()
-    shares = _shares.get(loop)
-    if shares is None:
-        shares = _shares[loop] = weakref.WeakValueDictionary()
+    jobs = _loop().jobs
     job = job_of(job_dir)
-    share = shares.get(job)
+    share = jobs.get(job)
     if share is None:
-        share = shares[job] = JobShare()
+        share = jobs[job] = JobShare()
     return share
+
+
+async def in_thread(
+    share: JobShare, work: Callable[..., T], *args: Any, abandon_on_cancel: bool = False
+) -> T:
+    """``work(*args)`` on a worker thread: one of the job's (``share``), then one of the loop's tool
+    threads, never one of anyio's default limiter. Cancelled with ``abandon_on_cancel``, the call
+    returns at once and gives its places back (the thread ends by itself)."""
+    async with share.threads:
+        return await anyio.to_thread.run_sync(
+            work, *args, abandon_on_cancel=abandon_on_cancel, limiter=_loop().threads
+        )

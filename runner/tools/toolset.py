@@ -30,8 +30,10 @@ Guarantees:
   can read.
 - No call blocks the event loop or outlives its job: ``read``, ``write``, ``edit`` and ``glob`` run on a
   worker thread under a deadline (:data:`FILE_TOOL_DEADLINE_S`, then an error result, the call is
-  abandoned and its walk stops soon after), and never run a model-chosen regular expression in this
-  process. The small calls skip the thread: on a workspace on a local file system
+  abandoned and its walk stops soon after; the thread is one of the job's few,
+  :func:`runner.tools.shares.in_thread`: one job's flood of slow calls never holds another job's),
+  and never run a model-chosen regular expression in this process. The small calls skip the thread:
+  on a workspace on a local file system
   (:func:`runner.rundir.store.local_disk`), ``read`` and ``glob`` run first on the event loop with a
   budget of :data:`INLINE_BUDGET_S`; one that needs longer stops at its next clock check (after each
   1 MiB chunk of a paged or image/PDF read, each 256 directory entries; a whole text file, at most
@@ -70,7 +72,7 @@ from .memory import MemoryTool
 from .memory_files import MEMORY_TOOL
 from .repeats import RepeatGuard, call_key
 from .sandbox import MAX_TIMEOUT_S, run_command
-from .shares import JobShare, share_of
+from .shares import JobShare, in_thread, share_of
 
 __all__ = ["DEFAULT_MAX_FILE_BYTES", "READ_PAGE_BYTES", "Toolset", "error_result", "safe_text"]
 
@@ -486,7 +488,8 @@ class Toolset:
                 output = self._inline(name, args)
             if output is _NOT_INLINE:
                 with anyio.move_on_after(deadline) as scope:
-                    output = await anyio.to_thread.run_sync(
+                    output = await in_thread(
+                        self._share(),
                         _run_file_tool,
                         self.workspace,
                         name,
@@ -572,8 +575,8 @@ class Toolset:
             )
         limit = min(limit, self.page_chars)
         try:
-            page, total = await anyio.to_thread.run_sync(
-                _recall_page, str(self.store.dir), path, offset, limit
+            page, total = await in_thread(
+                self._share(), _recall_page, str(self.store.dir), path, offset, limit
             )
         except RecallTooLarge as e:
             return error_result(
