@@ -442,3 +442,29 @@ async def test_a_calls_processes_together_stay_within_its_memory(workspace, monk
     killed, alive = sum("Killed" in line for line in lines), lines.count("alive")
     assert "done" in lines and 1 <= killed <= 2 and alive == 3 - killed, done.output
     assert not [d for d in os.listdir(parent) if d.startswith(sandbox_launch.CGROUP_PREFIX)]
+
+
+@pytest.mark.skipif(not ROOT, reason="the memory cgroup is made by the root launcher")
+async def test_a_killed_runners_call_cgroups_are_removed_by_the_next_call(workspace):
+    """A runner killed mid-call leaves its call's (empty) cgroup; the next call removes it, and never
+    one whose launcher still runs."""
+    from runner.tools import sandbox_launch
+
+    found = sandbox_launch.call_cgroup(os.getpid())
+    if found is None:
+        pytest.skip("this machine gives no memory cgroup to make (cgroup v1 memory, or v2's top)")
+    parent = os.path.dirname(found[0])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = os.path.join(parent, f"{sandbox_launch.CGROUP_PREFIX}{dead.pid}")
+    live = os.path.join(parent, f"{sandbox_launch.CGROUP_PREFIX}{os.getpid()}")  # this process runs
+    os.mkdir(stale)
+    os.mkdir(live)
+    try:
+        done = await sh("echo ok", workspace)
+        assert "ok" in done.output
+        assert not os.path.exists(stale) and os.path.isdir(live)
+    finally:
+        for path in (stale, live):
+            if os.path.isdir(path):
+                os.rmdir(path)

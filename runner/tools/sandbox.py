@@ -353,7 +353,9 @@ async def run_command(
 
 def _remove_call_cgroup(pid: int) -> None:
     """Remove the memory cgroup the launcher ``pid`` made (if it made one): empty once the call's
-    processes are reaped, which can take the kernel a moment after they were killed."""
+    processes are reaped, which can take the kernel a moment after they were killed. Then the ones
+    beside it whose launcher is gone (a runner killed mid-call leaves its calls' behind): a cgroup
+    that still holds a process cannot be removed, so a live call's is never touched."""
     found = sandbox_launch.call_cgroup(pid)
     if found is None or not os.path.isdir(found[0]):
         return
@@ -361,11 +363,37 @@ def _remove_call_cgroup(pid: int) -> None:
     for _ in range(50):
         try:
             os.rmdir(where)
-            return
+            break
         except FileNotFoundError:
-            return
+            break
         except OSError:
             time.sleep(0.02)
+    _remove_stale_cgroups(os.path.dirname(where))
+
+
+def _remove_stale_cgroups(parent: str) -> None:
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(sandbox_launch.CGROUP_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        launcher = name.removeprefix(sandbox_launch.CGROUP_PREFIX)
+        if not launcher.isdigit() or _alive(int(launcher)):
+            continue
+        try:
+            os.rmdir(os.path.join(parent, name))
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 _WAITS = 256  # threads of one event loop waiting for bwrap's info at once (each a few milliseconds)
