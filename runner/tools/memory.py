@@ -63,6 +63,7 @@ from .memory_files import (
     WRITES,
     files,
     folder_bytes,
+    levels,
     split_lines,
 )
 from .shares import in_thread, share_of
@@ -390,7 +391,7 @@ class MemoryTool:
 
     def _rename(self, old_path: str, old: str, new_path: str, new: str) -> None:
         with self._root(create=False) as root:
-            _check_new(new_path, new, _levels(root, old))
+            _check_new(new_path, new, levels(root, old))
             try:
                 src, src_name = parent_beneath(root, old)
                 try:
@@ -425,30 +426,6 @@ def _error(tool_use_id: str, text: str) -> dict[str, Any]:
 
 def page_footer(path: str, first: int, end: int, total: int) -> str:
     return f"[memory: lines {first}-{end} of {total} shown; view the rest with view_range [{end + 1}, -1]]"
-
-
-def _levels(root: Root, rel: str) -> int:
-    """How many levels of entries a directory at ``rel`` holds (0 for a file, a link, nothing or an
-    empty directory), walked with a stack, never through a link."""
-    most = 0
-    stack = [(rel, 0)]
-    while stack:
-        here, level = stack.pop()
-        try:
-            fd = open_beneath(root, here, os.O_RDONLY | os.O_DIRECTORY, no_symlinks=True)
-        except (OSError, ValueError):
-            continue
-        try:
-            with os.scandir(fd) as entries:
-                for entry in entries:
-                    most = max(most, level + 1)
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append((f"{here}/{entry.name}", level + 1))
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    return most
 
 
 def _remove(dirfd: int, name: str, path: str) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from typing import Any
 
 from .beneath import Root, open_beneath
@@ -73,34 +74,42 @@ def files(root: Root, rel: str = ".", depth: int = 100) -> list[tuple[str, int]]
     return out
 
 
-def folder_bytes(root: Root) -> int:
-    """The bytes of everything beneath ``root`` as the file system reports them (``lstat``): every entry,
-    hidden names and directories included, links not followed; the memory folder's cap is on this.
-    Walked with a stack of paths, not recursion, one directory open at a time; an entry that vanishes
-    or cannot be opened meanwhile is left out."""
-    total = 0
-    stack = ["."]
+def entries(root: Root, rel: str = ".") -> Iterator[tuple[int, os.stat_result]]:
+    """``(level, lstat)`` of every entry beneath the directory ``rel`` (level 1: its own entries),
+    hidden names and directories included, links not followed. Walked with a stack of paths, not
+    recursion, one directory open at a time; an entry that vanishes or cannot be opened is left out."""
+    stack = [(rel, 0)]
     while stack:
-        here = stack.pop()
+        here, level = stack.pop()
         try:
             fd = open_beneath(root, here, os.O_RDONLY | os.O_DIRECTORY, no_symlinks=True)
         except (OSError, ValueError):
             continue
         try:
-            names = os.listdir(fd)
-            for name in names:
+            for name in os.listdir(fd):
                 try:
                     st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 except OSError:
                     continue
-                total += st.st_size
+                yield level + 1, st
                 if stat.S_ISDIR(st.st_mode):
-                    stack.append(name if here == "." else f"{here}/{name}")
+                    stack.append((name if here == "." else f"{here}/{name}", level + 1))
         except OSError:
             pass
         finally:
             os.close(fd)
-    return total
+
+
+def folder_bytes(root: Root) -> int:
+    """The bytes of everything beneath ``root`` as the file system reports them (``lstat``): every entry,
+    hidden names and directories included, links not followed; the memory folder's cap is on this."""
+    return sum(st.st_size for _, st in entries(root))
+
+
+def levels(root: Root, rel: str) -> int:
+    """How many levels of entries the directory at ``rel`` holds (0 for a file, a link, nothing or an
+    empty directory)."""
+    return max((level for level, _ in entries(root, rel)), default=0)
 
 
 def memory_files(job_dir: str) -> list[tuple[str, int]]:
@@ -124,7 +133,9 @@ __all__ = [
     "PREFIX",
     "WRITES",
     "files",
+    "entries",
     "folder_bytes",
+    "levels",
     "memory_files",
     "split_lines",
 ]
