@@ -274,6 +274,8 @@ def session_child(args: argparse.Namespace) -> None:
     if args.tracemalloc:
         tracemalloc.start()
     snapshots = {int(n) for n in args.snapshots.split(",")} if args.snapshots else set()
+    points = {int(n) for n in args.points.split(",")} if args.points else set()
+    spilled: dict[int, int] = {}
     page = os.sysconf("SC_PAGE_SIZE")
     samples: list[list[float]] = []
     model_cpu = [0.0]
@@ -282,6 +284,18 @@ def session_child(args: argparse.Namespace) -> None:
     def rss_kib() -> int:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * page // 1024
+
+    def spill_bytes() -> int:
+        """The bytes of the spill files this process holds open (SQLite's private temporary databases,
+        unlinked once opened: runner.rundir.spill)."""
+        total = 0
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                if os.readlink(f"/proc/self/fd/{fd}").endswith("(deleted)"):
+                    total += os.fstat(int(fd)).st_size
+            except OSError:
+                pass
+        return total
 
     async def create(self: Any, request: Any) -> Any:
         before = time.process_time()
@@ -294,7 +308,9 @@ def session_child(args: argparse.Namespace) -> None:
                 tracemalloc.get_traced_memory()[0] if args.tracemalloc else 0,
             ]
         )
-        if args.tracemalloc and len(samples) in snapshots:  # after the sample: not counted in it
+        if len(samples) in points:  # after the sample: not counted in it
+            spilled[len(samples)] = spill_bytes()
+        if args.tracemalloc and len(samples) in snapshots:
             tracemalloc.take_snapshot().dump(f"{args.session_child}.{len(samples)}.snapshot")
         try:
             return await original(self, request)
@@ -308,7 +324,13 @@ def session_child(args: argparse.Namespace) -> None:
         pass
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     Path(args.session_child).write_text(
-        json.dumps({"samples": samples, "children_cpu_s": children.ru_utime + children.ru_stime})
+        json.dumps(
+            {
+                "samples": samples,
+                "children_cpu_s": children.ru_utime + children.ru_stime,
+                "spill_bytes": spilled,
+            }
+        )
     )
 
 
@@ -334,7 +356,7 @@ def measure_session(
         out = base / f"out-{i}.json"
         runs = base / f"runs-{i}"
         cmd = [sys.executable, str(HERE / "scaling.py"), "--session-child", str(out)]
-        cmd += ["--jobs", str(jobs), "--runs", str(runs)]
+        cmd += ["--jobs", str(jobs), "--runs", str(runs), "--points", ",".join(map(str, points))]
         if traced:
             cmd += ["--tracemalloc", "--snapshots", ",".join(map(str, points[-2:]))]
         r = run_measured(cmd, cwd=base, env=runner_env(None))
@@ -369,6 +391,7 @@ def measure_session(
                 "rss_mib": [round(v, 1) for v in rss],
                 "allocated_blocks": blocks,
                 "traced_mib": round(heap / 2**20, 2),
+                "spill_kib": [round(r["data"]["spill_bytes"].get(str(p), 0) / 1024, 1) for r in timed],
             }
         )
     growth = []
@@ -440,6 +463,8 @@ def growth_by_file(out: Path, points: list[int], top: int = 8) -> list[dict]:
 
 
 def session_table(r: dict) -> str:
+    from runner.rundir.spill import IN_MEMORY
+
     rows, window = r["rows"], r["window"]
     compactions = ", ".join(f"{k} {v}" for k, v in sorted(r["compactions"].items())) or "none"
     lines = [
@@ -458,13 +483,15 @@ def session_table(r: dict) -> str:
         "",
         "Targets: flat time per turn and flat memory per turn.",
         "",
-        "| at turn | runner CPU ms per turn | RSS MiB | Python allocated blocks | traced heap MiB |",
-        "|---:|---:|---:|---:|---:|",
+        "| at turn | runner CPU ms per turn | RSS MiB | Python allocated blocks | traced heap MiB "
+        "| spill files KiB |",
+        "|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         lines.append(
             f"| {row['turn']:,} | {spread(row['runner_cpu_ms_per_turn'], 2)} | {spread(row['rss_mib'])} | "
-            f"{statistics.median(row['allocated_blocks']):,.0f} | {row['traced_mib']:.2f} |"
+            f"{statistics.median(row['allocated_blocks']):,.0f} | {row['traced_mib']:.2f} | "
+            f"{statistics.median(row.get('spill_kib') or [0]):,.0f} |"
         )
     lines += [
         "",
@@ -503,11 +530,14 @@ def session_table(r: dict) -> str:
             f"What the traced heap gained a turn from turn {r['growth'][-1]['from']:,} to "
             f"{r['growth'][-1]['to']:,}, in KiB, by the file that allocated it (not always the one that "
             f"keeps it: the model's tool_use ids are kept by the tools): {parts}. What a job keeps for "
-            "all its length by what it promises: the repeat guard's record of every distinct call (a "
-            "repeat is caught anywhere in the job), the store's name and owner of every saved output "
-            "(the same result saved again gets the same name; recall checks a path against its owner) and "
-            "the toolset's set of every tool_use id (a reused id is refused); what only the window needs "
-            "(the context recorder's) is forgotten as it leaves."
+            "all its length by what it promises (the repeat guard's record of every distinct call: a "
+            "repeat is caught anywhere in the job; the store's name, owner and size of every saved output: "
+            "the same result saved again gets the same name, recall checks a path against its owner; the "
+            "toolset's every tool_use id: a reused id is refused) is held in spill maps "
+            f"(runner/rundir/spill.py): the newest {IN_MEMORY:,} entries of each in memory, the older "
+            "ones in "
+            "SQLite's private temporary file, unlinked once opened (the last column: their bytes on disk). "
+            "What only the window needs (the context recorder's) is forgotten as it leaves."
         )
     return "\n".join(lines)
 
@@ -738,6 +768,7 @@ def main() -> int:
     parser.add_argument("--runs", help=argparse.SUPPRESS)
     parser.add_argument("--tracemalloc", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--snapshots", help=argparse.SUPPRESS)
+    parser.add_argument("--points", help=argparse.SUPPRESS)
     parser.add_argument("--tool-child", help=argparse.SUPPRESS)
     parser.add_argument("--tool", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -63,6 +63,7 @@ from .docs import (
     output_path,
     summary_path,
 )
+from .spill import SpillMap
 from .trees import walk
 
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -437,8 +438,9 @@ class JobStore:
 
     def __init__(self, directory: Path):
         self.dir = directory
-        self._names: dict[str, str] = {}  # id + content hash -> reserved path
-        self._owners: dict[str, str] = {}  # reserved path -> its tool_use id (kept: reserve is O(1))
+        # kept for the whole job, past a bound off the heap (runner.rundir.spill)
+        self._names = SpillMap()  # id + content hash -> reserved path
+        self._owners = SpillMap()  # reserved path -> its tool_use id (kept: reserve is O(1))
         self._on_disk: dict[str, str] = {}  # outputs saved before this store opened -> content digest
         self._summaries = 0  # summaries/ files written or named so far
         self._root: Path | None = None
@@ -451,7 +453,7 @@ class JobStore:
         # each whole file's size as far as the store knows it: a saved output's by its name relative to
         # the job directory (the string its reservation already holds: a long session keeps one entry
         # per output), any other file's by its path
-        self._sizes: dict[str, int] = {}
+        self._sizes = SpillMap()
         self.over_quota: str | None = None  # why a write was refused: every later write is refused too
 
     async def open(self) -> None:
@@ -465,7 +467,8 @@ class JobStore:
         self._on_disk, self._summaries, self._root, (self.bytes_used, sizes) = opened
         if self._root is not None:  # whole files are named below the resolved root, and below dir
             sizes.update({self._root / p.relative_to(self.dir): n for p, n in sizes.items()})
-        self._sizes = {str(p): n for p, n in sizes.items()}
+        self._sizes = SpillMap()
+        self._sizes.update({str(p): n for p, n in sizes.items()})
         self._sizes.update(
             {str(p.relative_to(self.dir)): n for p, n in sizes.items() if p.is_relative_to(self.dir)}
         )
@@ -529,7 +532,7 @@ class JobStore:
         already there, in one hop to aiofiles' executor. Writes nothing queued by :meth:`queue`."""
         if outputs:
             self._charge(outputs)
-            await _shielded(_save_in_thread, self._output_path, list(outputs), [])
+            await _shielded(_save_in_thread, self._output_paths(outputs), list(outputs), [])
 
     def queue(
         self,
@@ -570,18 +573,25 @@ class JobStore:
         self._charge([*outputs, *files], appended=appended)
         size = appended + sum(len(text) for _, text in outputs) + sum(len(text) for _, text in files)
         if _inline(self.dir / METRICS, size):  # a name in the job directory
-            _save_sync(self._output_path, outputs, appends, files)  # no thread hand-off (the Guarantees)
+            _save_sync(self._output_paths(outputs), outputs, appends, files)  # no thread hand-off
         else:
-            await _shielded(_save_in_thread, self._output_path, outputs, appends, files)
+            await _shielded(_save_in_thread, self._output_paths(outputs), outputs, appends, files)
 
-    def _output_path(self, rel: str) -> Path:
-        """Where output ``rel`` is written (called in the writing thread: it may stat). A name
+    def _output_paths(self, outputs: Sequence[tuple[str, str]]) -> Callable[[str], Path]:
+        """Where each of ``outputs`` is written: a function the writing thread calls (it may stat),
+        made on the loop (which reservations hold is looked up here, not in that thread). A name
         :meth:`reserve` made is one sanitized file name in tool-results/, so it needs no realpath walk
         (tens of µs per output), only a check that tool-results/ is still a real directory; the rename
         never follows a symlink at the name. Any other name goes through :meth:`resolve`."""
-        if rel in self._owners and self._root is not None and not os.path.islink(self._root / TOOL_RESULTS):
-            return self._root / rel
-        return self.resolve(rel)
+        reserved = {rel for rel, _ in outputs if rel in self._owners}
+        root = self._root
+
+        def path(rel: str) -> Path:
+            if rel in reserved and root is not None and not os.path.islink(root / TOOL_RESULTS):
+                return root / rel
+            return self.resolve(rel)
+
+        return path
 
     def reserve(self, tool_use_id: str, content: str) -> str:
         """The path (relative to the job directory) that ``content`` of ``tool_use_id`` is saved under.
@@ -593,8 +603,9 @@ class JobStore:
         """
         digest = _digest(content)
         key = f"{tool_use_id}\0{digest}"
-        if key in self._names:
-            return self._names[key]
+        found = self._names.get(key)
+        if found is not None:
+            return found
         stem = safe_name(tool_use_id)
         rel = output_path(stem)
         n = 1

@@ -13,12 +13,13 @@ Guarantees:
   it is for a caller that names that file, or hands back the saved output, in the caught result.)
 - A ``write`` or ``edit`` starts afresh: what was read before it may be read again.
 - The ``max_repeated``-th caught call of one kind makes the job stuck.
-- Memory is bounded per distinct call: a key is kept as a 16-byte hash, never as the call's input,
-  with a record of its count, first turn and ids (about 180 bytes a distinct call in all); a repeat
-  adds nothing. This is what catching a repeat anywhere in the job costs: a session that reads a new
-  file every call grows by it (0.2 MiB per thousand distinct calls), and nothing of it can go while
-  the job runs. Only a caught call keeps a short description of itself (for the stuck reason).
-Pure bookkeeping: no I/O.
+- Memory is bounded: a key is kept as a 16-byte hash, never as the call's input, with a record of
+  its count, first turn and ids; a repeat adds nothing. Catching a repeat anywhere in the job means
+  keeping every distinct call's record for the whole job: past :data:`runner.rundir.spill.IN_MEMORY`
+  records the older ones move to an anonymous file (:class:`~runner.rundir.spill.SpillMap`), so a
+  session that reads a new file every call keeps a bounded heap. Only a caught call keeps a short
+  description of itself in memory (for the stuck reason).
+Bookkeeping: no I/O but the spill file's.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..rundir.spill import SpillMap
 
 # how many turns the tools keep a result in memory to name it when a repeat is caught (older ones
 # are named by where the compactor saved them); the guard itself counts over the whole job
@@ -49,14 +52,6 @@ class Made:
     tool_use_id: str
 
 
-@dataclass(slots=True)
-class _Runs:
-    count: int
-    first_turn: int
-    first_id: str
-    last_id: str
-
-
 @dataclass
 class Caught:
     """A repeat the guard caught: how often the call ran, when first, and where a result is saved."""
@@ -71,8 +66,10 @@ class RepeatGuard:
     max_repeated: int = 3
     window: int = WINDOW_TURNS
     at_once: bool = False
-    _runs: dict[bytes, _Runs] = field(default_factory=dict)
-    _saved: dict[str, str] = field(default_factory=dict)  # tool_use id -> where its output is saved
+    # call hash -> (count, first turn, first id, last id); both kept for the whole job, past a bound off
+    # the heap (runner.rundir.spill)
+    _runs: SpillMap = field(default_factory=SpillMap)
+    _saved: SpillMap = field(default_factory=SpillMap)  # tool_use id -> where its output is saved
     _caught: dict[bytes, int] = field(default_factory=dict)
     _described: dict[bytes, str] = field(default_factory=dict)  # caught keys only
 
@@ -82,12 +79,13 @@ class RepeatGuard:
         runs = self._runs.get(h)
         if runs is None:
             return None
-        saved = self._saved.get(runs.last_id) or self._saved.get(runs.first_id)
-        if not (self.at_once and saved is not None) and runs.count < self.max_repeated:
+        count, first_turn, first_id, last_id = runs
+        saved = self._saved.get(last_id) or self._saved.get(first_id)
+        if not (self.at_once and saved is not None) and count < self.max_repeated:
             return None
         self._caught[h] = self._caught.get(h, 0) + 1
         self._described.setdefault(h, key[:DESCRIPTION_CHARS])
-        return Caught(runs.count, Made(runs.first_turn, runs.first_id), saved)
+        return Caught(count, Made(first_turn, first_id), saved)
 
     def check(self, key: str, turn: int) -> tuple[int, Made] | None:
         """``(count, first)`` when the call ``key`` at ``turn`` is a repeat to catch, else ``None``."""
@@ -102,10 +100,9 @@ class RepeatGuard:
         h = _hash(key)
         runs = self._runs.get(h)
         if runs is None:
-            self._runs[h] = _Runs(1, turn, tool_use_id, tool_use_id)
+            self._runs[h] = (1, turn, tool_use_id, tool_use_id)
         else:
-            runs.count += 1
-            runs.last_id = tool_use_id
+            self._runs[h] = (runs[0] + 1, runs[1], runs[2], tool_use_id)
 
     def saved(self, tool_use_id: str, path: str) -> None:
         """The output of ``tool_use_id`` is saved at ``path`` (relative to the job directory)."""

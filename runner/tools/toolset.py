@@ -64,6 +64,7 @@ import anyio
 from .. import protocol
 from ..config import Limits
 from ..rundir.docs import TOOL_RESULTS, TRANSCRIPT
+from ..rundir.spill import SpillMap
 from ..rundir.store import JobStore, local_disk
 from . import file_tools, grep_pool
 from .beneath import Outside, Root, open_regular, relative
@@ -294,7 +295,7 @@ class Toolset:
         self.page_chars = recall_page_chars(limits)
         self.repeats = RepeatGuard(self.limits.max_repeated_calls)
         self.deadline_s: float | None = None  # a file tool's deadline; None: FILE_TOOL_DEADLINE_S
-        self._ids: set[str] = set()
+        self._ids = SpillMap()  # every tool_use id of the job (as keys), past a bound off the heap
         # tool_use id -> (turn, result) of the calls a caught repeat may name (those within the window)
         self._results: dict[str, tuple[int, dict[str, Any]]] = {}
         self.memory = MemoryTool(str(store.dir), self.page_chars)
@@ -367,7 +368,7 @@ class Toolset:
                     f"not run: the tool_use id {tool_use_id!r} was already used; give every call a unique id",
                 )
             else:
-                self._ids.add(tool_use_id)
+                self._ids[tool_use_id] = True
                 caught = await self._repeated(call, keys[i], turn)
                 if caught is not None:
                     results[i] = caught

@@ -1,0 +1,133 @@
+"""A mapping for what a job keeps for its whole length: its newest entries in memory, the rest on disk.
+
+A job's store names every output it saved (and who owns it), its repeat guard counts every distinct
+call, its tools remember every tool_use id: a few entries a call, each looked up again only now and
+then (a repeat, a recall, a resumed name), and none can go while the job runs. As dicts they grew a
+3,000-turn session's heap by 3 KiB a turn. :class:`SpillMap` keeps them off the heap past a bound.
+
+Guarantees:
+- At most :data:`IN_MEMORY` entries are held in memory. When a new key would pass that, every
+  entry in memory moves to the spill file in one transaction and memory starts afresh, so the heap a
+  map holds is bounded however long the job runs. A short job (most of them) never spills and never
+  opens a file.
+- A key is looked up in memory, then, once something spilled, in the file: what a map answers does
+  not depend on where an entry sits. A newer value in memory shadows an older one in the file.
+- The spill file is SQLite's private temporary database (``sqlite3.connect("")``): made in SQLite's
+  temporary directory (``SQLITE_TMPDIR``, else ``/var/tmp``, ``/usr/tmp``, ``/tmp``), unlinked by
+  SQLite as soon as it is opened, so nothing is left behind, even by a process killed with SIGKILL;
+  no journal, no fsync (it is scratch: a resumed job rebuilds its records from its files). SQLite caches
+  at most :data:`CACHE_KIB` of its pages.
+- Keys are ``str``, ``bytes`` or ``int`` (one kind a map); values are ``str``, ``int``, ``float``, ``bool``,
+  ``None`` or tuples of them (no lists, no dicts: a value comes back from the file as it went in).
+  The file is only ever read by this process.
+- Used by one thread at a time (the event loop's, or a worker's the loop waits for, as a resume's
+  rebuild is): nothing here locks.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+IN_MEMORY = 2_048
+CACHE_KIB = 256
+_MISSING = object()
+
+
+def _key(key: Any) -> Any:
+    """``key`` as SQLite stores it: a ``str`` as its UTF-8 bytes (a lone surrogate, which a tool_use id
+    from JSON may hold, included)."""
+    return key.encode("utf-8", "surrogatepass") if isinstance(key, str) else key
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+class SpillMap:
+    """A dict-like map (``get``, ``[]``, ``in``, ``update``, ``setdefault``, ``pop``, ``clear``) whose
+    entries past :data:`IN_MEMORY` live in an anonymous SQLite file (see the Guarantees)."""
+
+    def __init__(self, in_memory: int = IN_MEMORY):
+        self.in_memory = in_memory
+        self._memory: dict[Any, Any] = {}
+        self._db: sqlite3.Connection | None = None
+        self.spilled = 0  # entries moved to the file so far (a key spilled twice counts twice)
+
+    def _stored(self, key: Any) -> Any:
+        if self._db is None:
+            return _MISSING
+        row = self._db.execute("SELECT v FROM m WHERE k = ?", (_key(key),)).fetchone()
+        return _MISSING if row is None else _tuples(json.loads(row[0]))
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        value = self._memory.get(key, _MISSING)
+        if value is _MISSING:
+            value = self._stored(key)
+        return default if value is _MISSING else value
+
+    def __getitem__(self, key: Any) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._memory or self._stored(key) is not _MISSING
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if key not in self._memory and len(self._memory) >= self.in_memory:
+            self._spill()
+        self._memory[key] = value
+
+    def update(self, entries: dict[Any, Any]) -> None:
+        for key, value in entries.items():
+            self[key] = value
+
+    def setdefault(self, key: Any, value: Any) -> Any:
+        found = self.get(key, _MISSING)
+        if found is _MISSING:
+            self[key] = value
+            return value
+        return found
+
+    def pop(self, key: Any, default: Any = None) -> Any:
+        found = self.get(key, _MISSING)
+        self._memory.pop(key, None)
+        if self._db is not None:
+            with self._db:
+                self._db.execute("DELETE FROM m WHERE k = ?", (_key(key),))
+        return default if found is _MISSING else found
+
+    def clear(self) -> None:
+        self._memory = {}
+        if self._db is not None:
+            with self._db:
+                self._db.execute("DELETE FROM m")
+
+    def memory_items(self) -> Iterator[tuple[Any, Any]]:
+        """The entries held in memory (the newest ones), for tests and the benches."""
+        return iter(self._memory.items())
+
+    def _spill(self) -> None:
+        if self._db is None:
+            self._db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
+            self._db.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+            self._db.execute("PRAGMA journal_mode = OFF")
+            self._db.execute("PRAGMA synchronous = OFF")
+            self._db.execute("CREATE TABLE m (k PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID")
+        rows = [(_key(k), json.dumps(v)) for k, v in self._memory.items()]
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT OR REPLACE INTO m (k, v) VALUES (?, ?)", rows)
+        self.spilled += len(rows)
+        self._memory = {}  # a fresh dict: a dict emptied in place keeps its table
+
+    def close(self) -> None:
+        """Drop the spill file (SQLite deletes it); the map is empty after."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        self._memory = {}

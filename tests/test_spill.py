@@ -1,0 +1,106 @@
+"""The spill map: what a job keeps for its whole length, bounded in memory, the rest in SQLite's
+private temporary file. Answers are the same wherever an entry sits."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from runner.rundir.spill import SpillMap
+
+
+def test_it_answers_as_a_dict_does_wherever_an_entry_sits() -> None:
+    """Random sets, pops, setdefaults and clears, checked against a dict after every step; the map
+    spills many times, so entries sit in memory, in the file, and in both (a newer value shadowing)."""
+    rng = random.Random(7)
+    m, d = SpillMap(in_memory=16), {}
+    keys = [f"toolu_{i}" for i in range(200)] + ["\ud800lone surrogate", ""]
+    for step in range(5_000):
+        key = rng.choice(keys)
+        op = rng.random()
+        if op < 0.6:
+            value = (step, key, (step % 3, None)) if step % 2 else f"v{step}"
+            m[key] = value
+            d[key] = value
+        elif op < 0.75:
+            assert m.pop(key, "none") == d.pop(key, "none")
+        elif op < 0.9:
+            assert m.setdefault(key, 5) == d.setdefault(key, 5)
+        elif op < 0.901:
+            m.clear()
+            d.clear()
+        probe = rng.choice(keys)
+        assert (probe in m) == (probe in d)
+        assert m.get(probe) == d.get(probe)
+        assert len(dict(m.memory_items())) <= 16
+    assert m.spilled > 1_000
+    for key in keys:
+        assert m.get(key, "none") == d.get(key, "none")
+
+
+def test_bytes_and_int_keys_are_kept_apart_from_each_other_by_kind() -> None:
+    m = SpillMap(in_memory=2)
+    for i in range(10):
+        m[i.to_bytes(16, "big")] = i
+    assert [m[i.to_bytes(16, "big")] for i in range(10)] == list(range(10))
+    assert 3 not in m and b"missing" not in m
+
+
+def test_a_short_life_never_opens_a_file_and_the_heap_stays_bounded() -> None:
+    """Below the bound nothing spills (no SQLite at all); past it, however many entries, memory holds
+    at most the bound."""
+    m = SpillMap(in_memory=100)
+    for i in range(100):
+        m[f"k{i}"] = i
+    assert m.spilled == 0 and m._db is None  # noqa: SLF001 - the map's own state, checked here
+    for i in range(100, 20_000):
+        m[f"k{i}"] = i
+        assert len(dict(m.memory_items())) <= 100
+    assert m["k0"] == 0 and m["k19999"] == 19_999
+
+
+def test_the_spill_file_is_unlinked_while_in_use_so_a_killed_process_leaves_nothing(tmp_path: Path) -> None:
+    """A real process spills into SQLITE_TMPDIR, then is killed with SIGKILL: no file is left there,
+    and none was visible by name while it ran (SQLite unlinks it as soon as it is opened)."""
+    tmp = tmp_path / "sqlite-tmp"
+    tmp.mkdir()
+    code = (
+        "import os, sys, time\n"
+        "from runner.rundir.spill import SpillMap\n"
+        "m = SpillMap(in_memory=10)\n"
+        "for i in range(50_000): m[f'k{i}'] = 'x' * 100\n"
+        "def link(fd):\n"
+        "    try: return os.readlink(f'/proc/self/fd/{fd}')\n"
+        "    except OSError: return ''\n"
+        "fds = [link(fd) for fd in os.listdir('/proc/self/fd')]\n"
+        "print([f for f in fds if f.startswith(sys.argv[1])], flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    env = {**os.environ, "SQLITE_TMPDIR": str(tmp)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        line = child.stdout.readline()
+        assert "(deleted)" in line, line  # the spill file is open, and already has no name
+        assert list(tmp.iterdir()) == []
+    finally:
+        child.kill()
+        child.wait()
+    assert list(tmp.iterdir()) == []
+
+
+def test_a_map_spilled_in_a_worker_thread_is_used_on_by_another() -> None:
+    """A resumed job rebuilds its store's names in a worker thread the loop waits for, then goes on
+    using them on the loop."""
+    m = SpillMap(in_memory=4)
+    worker = threading.Thread(target=lambda: [m.__setitem__(f"k{i}", i) for i in range(50)])
+    worker.start()
+    worker.join()
+    assert m.spilled > 0
+    m["k50"] = 50
+    assert [m[f"k{i}"] for i in range(51)] == list(range(51))
