@@ -249,6 +249,10 @@ BASH_OUTPUT_STOPPED = (
     "showing the first {shown}; write less (redirect to a file, then look at part of it with head, "
     "tail, grep or sed -n)]"
 )
+BASH_DISK_LOW = (
+    "[bash: {what}: the workspace's file system has {free:,} bytes free, under the {reserve:,} kept free "
+    "for the machine; remove what is not needed (files written into the workspace), then go on]"
+)
 EMPTY_FILE = "[read: the file is empty (0 lines, 0 bytes)]"
 # a large file's read starts with one of these lines (first, so a preview of the result shows it)
 READ_PAGE = (

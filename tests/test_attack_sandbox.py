@@ -186,6 +186,52 @@ async def test_filling_the_writable_mounts_stops_at_their_size(workspace):
     assert "wrote=" not in done.output and "end" in done.output
 
 
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A real file system of 64 MiB (a tmpfs mounted here) holding a workspace."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small file system here: {made.stderr.decode().strip()}")
+    try:
+        (mount / "ws").mkdir()
+        yield mount / "ws"
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+@pytest.mark.skipif(not ROOT, reason="mounting the small file system needs root")
+async def test_a_command_that_writes_without_end_leaves_the_disk_its_reserve(small_disk):
+    """A writable call writes 1 MiB files, 50 a second, until something stops it: the runner kills it
+    before the file system is full (no write ever failed for space), the result says why, the next
+    call is not started while the free space stays under the reserve, and runs once it is freed."""
+    reserve = sandbox.disk_reserve(64 * 2**20)
+    fill = (
+        "i=0; while :; do head -c 1048576 /dev/zero > f$i || { echo FULL; break; }; "
+        "i=$((i+1)); sleep 0.02; done"
+    )
+    done = await sh(fill, small_disk, writable=True, timeout_s=60)
+    st = os.statvfs(small_disk)
+    free = st.f_bavail * st.f_frsize
+    assert done.stopped and done.exit_code is None, done.output
+    assert "FULL" not in done.output and "No space left" not in done.output
+    assert "kept free" in done.output and "killed" in done.output
+    assert 0 < free < reserve  # stopped within a poll of passing the reserve, with room left
+    written = len(list(small_disk.iterdir()))
+    assert written >= 50  # it ran until the reserve, not stopped at once
+    again = await sh("echo ran > ran.txt", small_disk, writable=True)
+    assert again.stopped and "not run" in again.output and not (small_disk / "ran.txt").exists()
+    for f in small_disk.iterdir():
+        f.unlink()
+    freed = await sh("echo ran > ran.txt; cat ran.txt", small_disk, writable=True)
+    assert freed.exit_code == 0 and freed.output.strip() == "ran"
+    # a read-only call has nothing to write there: it is never held back by the reserve
+    assert (await sh("echo read-only", small_disk)).exit_code == 0
+
+
 @pytest.mark.skipif(PYTHON is None, reason="no /usr/bin/python3 to make raw system calls with")
 async def test_seccomp_denies_the_dangerous_calls(workspace):
     calls = (

@@ -30,6 +30,11 @@ What a sandboxed command is and sees (``bwrap``):
   a ceiling on a call's deadline (``MAX_TIMEOUT_S``); past ``READ_LIMIT`` bytes of output (the cap
   and 1 MiB) the runner reads no more: the command is killed and its result says so
   (``cat /dev/zero`` costs the runner 1 MiB of reading, not its deadline's worth);
+- a floor on the free space of a writable workspace's file system (``disk_reserve``: 1 GiB, or a
+  tenth of a smaller file system): a call is not started under it, and a running one is killed within
+  ``DISK_POLL_S`` of the free space falling under it, so a command that writes without end leaves the
+  machine its reserve (less what it writes in one poll), and its result says so. This is a floor for
+  the machine, not a quota per job: a job's files in its workspace are not counted;
 - death with its parent, and the whole process tree killed when the call times out or its job is
   cancelled (``bwrap`` is the tree's only way out of the PID namespace).
 
@@ -57,7 +62,7 @@ from pathlib import Path
 
 import anyio
 
-from ..protocol import BASH_OUTPUT_CUT, BASH_OUTPUT_STOPPED
+from ..protocol import BASH_DISK_LOW, BASH_OUTPUT_CUT, BASH_OUTPUT_STOPPED
 from . import sandbox_launch, seccomp
 from .beneath import Root
 
@@ -70,6 +75,8 @@ CALL_MEMORY_BYTES = 4 * 1024**3  # memory of all a call's processes together, wh
 MAX_PROCESSES = 256  # processes and threads of the call's uid at once (ulimit -u; the uid is the call's own)
 TMP_BYTES = 256 * 1024 * 1024  # size of the private /tmp, the only writable directory besides the workspace
 MAX_TIMEOUT_S = 600.0  # the longest deadline a call may ask for (timeout_ms)
+DISK_RESERVE_BYTES = 1 << 30  # free space a writable call leaves its workspace's disk (disk_reserve)
+DISK_POLL_S = 0.1  # how often a writable call's workspace's free space is looked at
 SANDBOX_UID = SANDBOX_GID = 2_000_000_000  # host ids of a sandboxed command when the runner is root
 INNER_ID = 1000  # the uid and gid a command sees in its user namespace
 PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -280,7 +287,25 @@ class CommandResult:
     output: str  # stdout and stderr interleaved, cut to OUTPUT_LIMIT bytes (with a notice when cut)
     exit_code: int | None  # None: killed at its deadline, or (stopped) when its output passed READ_LIMIT
     total_bytes: int  # read (at most READ_LIMIT and a chunk)
-    stopped: bool = False  # killed because its output passed READ_LIMIT
+    # killed (or, for the disk, not started) by a limit other than its deadline: its output passed
+    # READ_LIMIT, or its workspace's free space fell under the reserve; the output says which
+    stopped: bool = False
+
+
+def free_space(path: str) -> tuple[int, int] | None:
+    """``(free, reserve)``: the bytes free to a normal user on ``path``'s file system and the floor a
+    writable call keeps (:func:`disk_reserve`); ``None`` when it cannot be looked at."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize, disk_reserve(st.f_blocks * st.f_frsize)
+
+
+def disk_reserve(size: int) -> int:
+    """The free space a writable call leaves a file system of ``size`` bytes: 1 GiB, or a tenth of a
+    smaller one."""
+    return min(DISK_RESERVE_BYTES, size // 10)
 
 
 async def run_command(
@@ -289,6 +314,11 @@ async def run_command(
     """Run ``command`` (bash) to its end or its deadline. A cancelled or timed-out call kills the
     whole process tree before this returns or raises."""
     timeout_s = min(timeout_s, MAX_TIMEOUT_S)
+    room = free_space(workspace) if writable else None
+    if room is not None and room[0] < room[1]:
+        return CommandResult(
+            BASH_DISK_LOW.format(what="not run", free=room[0], reserve=room[1]), None, 0, True
+        )
     if sandbox == "bwrap":
         launch = Launch.for_call(
             command, workspace=workspace, writable=writable, network=network, memory_bytes=CALL_MEMORY_BYTES
@@ -322,18 +352,34 @@ async def run_command(
     total = 0
     exit_code: int | None = None
     stopped = False
+    low_disk: tuple[int, int] | None = None
+
+    async def watch_disk(scope: anyio.CancelScope) -> None:
+        nonlocal low_disk
+        while True:
+            await anyio.sleep(DISK_POLL_S)
+            room = free_space(workspace)
+            if room is not None and room[0] < room[1]:
+                low_disk = room
+                scope.cancel()  # the reading stops; the tree is killed below
+                return
+
     try:
         with anyio.move_on_after(timeout_s):
-            assert process.stdout is not None
-            async for chunk in process.stdout:
-                total += len(chunk)
-                if len(kept) < OUTPUT_LIMIT:
-                    kept += chunk[: OUTPUT_LIMIT - len(kept)]
-                if total > READ_LIMIT:
-                    stopped = True  # no more reading: killed below
-                    break
-            if not stopped:
-                exit_code = await process.wait()
+            async with anyio.create_task_group() as watching:
+                if writable:
+                    watching.start_soon(watch_disk, watching.cancel_scope)
+                assert process.stdout is not None
+                async for chunk in process.stdout:
+                    total += len(chunk)
+                    if len(kept) < OUTPUT_LIMIT:
+                        kept += chunk[: OUTPUT_LIMIT - len(kept)]
+                    if total > READ_LIMIT:
+                        stopped = True  # no more reading: killed below
+                        break
+                if not stopped:
+                    exit_code = await process.wait()
+                watching.cancel_scope.cancel()
     finally:
         if exit_code is None:
             with anyio.CancelScope(shield=True):
@@ -344,7 +390,11 @@ async def run_command(
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(_remove_call_cgroup, process.pid, limiter=_waits())
     text = kept.decode("utf-8", errors="backslashreplace")
-    if stopped:
+    if low_disk is not None and exit_code is None:
+        stopped = True
+        what = "stopped: the command was killed before it ended"
+        text += "\n" + BASH_DISK_LOW.format(what=what, free=low_disk[0], reserve=low_disk[1])
+    elif stopped:
         text += "\n" + BASH_OUTPUT_STOPPED.format(limit=READ_LIMIT, shown=len(kept))
     elif total > len(kept):
         text += "\n" + BASH_OUTPUT_CUT.format(total=total, shown=len(kept))
