@@ -15,8 +15,13 @@ Guarantees:
 - The spill file is SQLite's private temporary database (``sqlite3.connect("")``): made in SQLite's
   temporary directory (``SQLITE_TMPDIR``, else ``/var/tmp``, ``/usr/tmp``, ``/tmp``), unlinked by
   SQLite as soon as it is opened, so nothing is left behind, even by a process killed with SIGKILL;
-  no journal, no fsync (it is scratch: a resumed job rebuilds its records from its files). SQLite caches
-  at most :data:`CACHE_KIB` of its pages.
+  its journal in memory (a failed spill rolls back), no fsync (it is scratch: a resumed job rebuilds
+  its records from its files). SQLite caches at most :data:`CACHE_KIB` of its pages.
+- A spill that fails (no room in the temporary directory, none writable) loses nothing: the entries
+  stay in memory, the bound doubles (the next attempt comes later), and :attr:`SpillMap.problem` says
+  why. A lookup the file can no longer answer (SQLite writes its pages out lazily, so even a read
+  may need room) raises :class:`SpillUnreadable`, naming the directory to free: never a wrong answer
+  (a name two outputs share, a repeat missed). The job fails saying so, and can be resumed.
 - Keys are ``str``, ``bytes`` or ``int`` (one kind a map); values are ``str``, ``int``, ``float``, ``bool``,
   ``None`` or tuples of them (no lists, no dicts: a value comes back from the file as it went in).
   The file is only ever read by this process.
@@ -29,11 +34,37 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 IN_MEMORY = 2_048
 CACHE_KIB = 256
 _MISSING = object()
+
+
+class SpillUnreadable(RuntimeError):
+    """The spill file could not answer (SQLite writes its pages out lazily, so a read can need room
+    the temporary directory no longer has): the job fails, saying so, rather than answer wrongly."""
+
+
+@contextmanager
+def _readable() -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.Error as e:
+        raise SpillUnreadable(
+            f"a job's records kept in SQLite's temporary file could not be read back ({e}); give SQLite's "
+            "temporary directory room (SQLITE_TMPDIR, else /var/tmp, /usr/tmp or /tmp), then resume"
+        ) from e
+
+
+def _connect() -> sqlite3.Connection:
+    db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
+    db.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+    db.execute("PRAGMA journal_mode = MEMORY")  # a failed spill rolls back (OFF would leave it torn)
+    db.execute("PRAGMA synchronous = OFF")
+    db.execute("CREATE TABLE m (k PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID")
+    return db
 
 
 def _key(key: Any) -> Any:
@@ -55,11 +86,13 @@ class SpillMap:
         self._memory: dict[Any, Any] = {}
         self._db: sqlite3.Connection | None = None
         self.spilled = 0  # entries moved to the file so far (a key spilled twice counts twice)
+        self.problem: str | None = None  # why the last spill failed (the entries stayed in memory)
 
     def _stored(self, key: Any) -> Any:
         if self._db is None:
             return _MISSING
-        row = self._db.execute("SELECT v FROM m WHERE k = ?", (_key(key),)).fetchone()
+        with _readable():
+            row = self._db.execute("SELECT v FROM m WHERE k = ?", (_key(key),)).fetchone()
         return _MISSING if row is None else _tuples(json.loads(row[0]))
 
     def get(self, key: Any, default: Any = None) -> Any:
@@ -97,14 +130,14 @@ class SpillMap:
         found = self.get(key, _MISSING)
         self._memory.pop(key, None)
         if self._db is not None:
-            with self._db:
+            with _readable(), self._db:
                 self._db.execute("DELETE FROM m WHERE k = ?", (_key(key),))
         return default if found is _MISSING else found
 
     def clear(self) -> None:
         self._memory = {}
         if self._db is not None:
-            with self._db:
+            with _readable(), self._db:
                 self._db.execute("DELETE FROM m")
 
     def memory_items(self) -> Iterator[tuple[Any, Any]]:
@@ -112,16 +145,17 @@ class SpillMap:
         return iter(self._memory.items())
 
     def _spill(self) -> None:
-        if self._db is None:
-            self._db = sqlite3.connect("", isolation_level=None, check_same_thread=False)
-            self._db.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
-            self._db.execute("PRAGMA journal_mode = OFF")
-            self._db.execute("PRAGMA synchronous = OFF")
-            self._db.execute("CREATE TABLE m (k PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID")
         rows = [(_key(k), json.dumps(v)) for k, v in self._memory.items()]
-        with self._db:
-            self._db.execute("BEGIN")
-            self._db.executemany("INSERT OR REPLACE INTO m (k, v) VALUES (?, ?)", rows)
+        try:
+            if self._db is None:
+                self._db = _connect()
+            with self._db:
+                self._db.execute("BEGIN")
+                self._db.executemany("INSERT OR REPLACE INTO m (k, v) VALUES (?, ?)", rows)
+        except sqlite3.Error as e:  # no room, or no temporary directory: the job goes on, in memory
+            self.in_memory *= 2  # the rolled-back rows are still in memory; try again later
+            self.problem = f"spill file: {e}"
+            return
         self.spilled += len(rows)
         self._memory = {}  # a fresh dict: a dict emptied in place keeps its table
 
