@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,8 @@ CONCURRENCY = 50
 SESSION_FILES = 6_000  # modules of ~3 KB: more than 3,000 turns of survey at context_char_limit 20,000
 SESSION_POINTS = (100, 1_000, 3_000)
 WINDOW = 100  # turns over which the time per turn at a point is taken (the WINDOW turns ending there)
+# what the session's heap is weighed without: this instrumentation's own allocations and the imports
+OWN_TRACES = [tracemalloc.Filter(False, __file__), tracemalloc.Filter(False, "<frozen importlib.*")]
 FLAT_KIB_PER_TURN = 0.1  # heap growth a turn that counts as flat (0.3 MiB over 3,000 turns)
 
 
@@ -267,7 +270,6 @@ def session_child(args: argparse.Namespace) -> None:
     """In a process of its own: the runner's CLI on one job, every model call sampled."""
     import gc
     import resource
-    import tracemalloc
 
     from runner import cli
     from runner.models import offline
@@ -313,13 +315,16 @@ def session_child(args: argparse.Namespace) -> None:
         )
         if len(samples) in points:  # after the sample: not counted in it
             spilled[len(samples)] = spill_bytes()
-            if args.tracemalloc:  # the heap with every spill map emptied into its file
+            if args.tracemalloc:  # the runner's heap with every spill map emptied into its file
                 for thing in gc.get_objects():
                     if isinstance(thing, SpillMap):
                         thing.spill()
-                settled[len(samples)] = tracemalloc.get_traced_memory()[0]
-        if args.tracemalloc and len(samples) in snapshots:
-            tracemalloc.take_snapshot().dump(f"{args.session_child}.{len(samples)}.snapshot")
+                snapshot = tracemalloc.take_snapshot()
+                if len(samples) in snapshots:
+                    snapshot.dump(f"{args.session_child}.{len(samples)}.snapshot")
+                # less this instrumentation's own (its samples grow a list by a call) and the imports
+                runner_only = snapshot.filter_traces(OWN_TRACES)
+                settled[len(samples)] = sum(trace.size for trace in runner_only.traces)
         try:
             return await original(self, request)
         finally:
@@ -455,13 +460,11 @@ def measure_session(
 def growth_by_file(out: Path, points: list[int], top: int = 8) -> list[dict]:
     """What the traced heap gained between the two points, by the file that allocated the blocks (not
     the one that keeps them): the ``top`` files that gained most, in KiB per turn."""
-    import tracemalloc
 
     if len(points) < 2:
         return []
     # the instrumentation's own samples and the imports are not the runner's
-    ignore = [tracemalloc.Filter(False, __file__), tracemalloc.Filter(False, "<frozen importlib.*")]
-    a, b = (tracemalloc.Snapshot.load(f"{out}.{p}.snapshot").filter_traces(ignore) for p in points)
+    a, b = (tracemalloc.Snapshot.load(f"{out}.{p}.snapshot").filter_traces(OWN_TRACES) for p in points)
     turns = points[1] - points[0]
     rows = []
     gained = sorted(b.compare_to(a, "filename"), key=lambda stat: stat.size_diff, reverse=True)
