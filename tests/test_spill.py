@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.rundir.spill import SpillMap
+from runner.rundir.spill import KeyFilter, SpillMap
 
 
 def test_it_answers_as_a_dict_does_wherever_an_entry_sits() -> None:
@@ -134,3 +134,20 @@ def test_a_full_temporary_directory_gives_a_clear_error_never_a_wrong_answer(tmp
     if done.returncode != 0:  # a read needed room: the clear error, not an AssertionError
         assert "SpillUnreadable" in done.stderr and "SQLITE_TMPDIR" in done.stderr, done.stderr
         assert "AssertionError" not in done.stderr
+
+
+def test_the_key_filter_holds_every_key_added_and_few_others() -> None:
+    """No key that went to the file is ever said to be absent (that would be a wrong answer); of the
+    keys never added, about 1% are said to be maybe there (each costs one lookup in the file)."""
+    added = KeyFilter(20_000)
+    keys = [f"toolu_{i:024d}".encode() for i in range(20_000)]
+    for key in keys:
+        added.add(key)
+    assert all(added.may_hold(key) for key in keys)
+    others = [f"other_{i:024d}".encode() for i in range(50_000)]
+    false = sum(added.may_hold(key) for key in others) / len(others)
+    assert false < 0.03, false
+    ints = KeyFilter(1_000)  # an int key's hash is itself: spread before probing
+    for i in range(1_000):
+        ints.add(i)
+    assert sum(ints.may_hold(i) for i in range(1_000, 51_000)) / 50_000 < 0.03

@@ -10,8 +10,10 @@ Guarantees:
   entry in memory moves to the spill file in one transaction and memory starts afresh, so the heap a
   map holds is bounded however long the job runs. A short job (most of them) never spills and never
   opens a file.
-- A key is looked up in memory, then, once something spilled, in the file: what a map answers does
-  not depend on where an entry sits. A newer value in memory shadows an older one in the file.
+- A key is looked up in memory, then, once something spilled, in the file, unless the file's key
+  filter (:class:`KeyFilter`, about 1.25 bytes a key in the file) says it was never spilled: what a
+  map answers does not depend on where an entry sits. A newer value in memory shadows an older one
+  in the file.
 - The spill file is SQLite's private temporary database (``sqlite3.connect("")``): made in SQLite's
   temporary directory (``SQLITE_TMPDIR``, else ``/var/tmp``, ``/usr/tmp``, ``/tmp``), unlinked by
   SQLite as soon as it is opened, so nothing is left behind, even by a process killed with SIGKILL;
@@ -67,6 +69,44 @@ def _connect() -> sqlite3.Connection:
     return db
 
 
+class KeyFilter:
+    """A Bloom filter of the keys in a spill file: ``may_hold`` is false for a key never added, so a
+    lookup of a new key (the common one: a new call, a new output, a new id) asks no file; true for
+    every key added, and for about 1% of the others (10 bits a key, 7 probes). Written here because
+    it is 20 lines over Python's own (per process, randomized) ``hash``, which is all a filter that
+    never leaves its process needs."""
+
+    PROBES = 7
+    BITS_PER_KEY = 10
+
+    def __init__(self, capacity: int):
+        self.capacity = max(capacity, 1)
+        self.size = self.capacity * self.BITS_PER_KEY
+        self.bits = bytearray(self.size // 8 + 1)
+        self.count = 0
+
+    def _start(self, key: Any) -> tuple[int, int]:
+        h = (hash(key) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF  # spread an int key's hash too
+        return h & 0xFFFFFFFF, (h >> 32) | 1  # probe i is (low + i * high) mod size
+
+    def add(self, key: Any) -> None:
+        low, high = self._start(key)
+        bits, size = self.bits, self.size
+        for i in range(self.PROBES):
+            j = (low + i * high) % size
+            bits[j >> 3] |= 1 << (j & 7)
+        self.count += 1
+
+    def may_hold(self, key: Any) -> bool:
+        low, high = self._start(key)
+        bits, size = self.bits, self.size
+        for i in range(self.PROBES):
+            j = (low + i * high) % size
+            if not bits[j >> 3] & (1 << (j & 7)):
+                return False
+        return True
+
+
 def _key(key: Any) -> Any:
     """``key`` as SQLite stores it: a ``str`` as its UTF-8 bytes (a lone surrogate, which a tool_use id
     from JSON may hold, included)."""
@@ -85,14 +125,18 @@ class SpillMap:
         self.in_memory = in_memory
         self._memory: dict[Any, Any] = {}
         self._db: sqlite3.Connection | None = None
+        self._filter = KeyFilter(0)  # the keys the file holds, to skip it for a new one (sized at a spill)
         self.spilled = 0  # entries moved to the file so far (a key spilled twice counts twice)
         self.problem: str | None = None  # why the last spill failed (the entries stayed in memory)
 
     def _stored(self, key: Any) -> Any:
         if self._db is None:
             return _MISSING
+        stored = _key(key)
+        if not self._filter.may_hold(stored):  # never spilled: no need to ask the file
+            return _MISSING
         with _readable():
-            row = self._db.execute("SELECT v FROM m WHERE k = ?", (_key(key),)).fetchone()
+            row = self._db.execute("SELECT v FROM m WHERE k = ?", (stored,)).fetchone()
         return _MISSING if row is None else _tuples(json.loads(row[0]))
 
     def get(self, key: Any, default: Any = None) -> Any:
@@ -139,6 +183,7 @@ class SpillMap:
         if self._db is not None:
             with _readable(), self._db:
                 self._db.execute("DELETE FROM m")
+            self._filter = KeyFilter(0)
 
     def memory_items(self) -> Iterator[tuple[Any, Any]]:
         """The entries held in memory (the newest ones), for tests and the benches."""
@@ -160,6 +205,14 @@ class SpillMap:
             return
         self.spilled += len(rows)
         self._memory = {}  # a fresh dict: a dict emptied in place keeps its table
+        if self._filter.count + len(rows) > self._filter.capacity:  # twice as big, from the file's keys
+            self._filter = KeyFilter(2 * (self._filter.capacity + len(rows)))
+            with _readable():
+                for (stored,) in self._db.execute("SELECT k FROM m"):
+                    self._filter.add(stored)
+        else:
+            for stored, _ in rows:
+                self._filter.add(stored)
 
     def close(self) -> None:
         """Drop the spill file (SQLite deletes it); the map is empty after."""
