@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import os
 import random
+import sqlite3
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from runner.rundir.spill import KeyFilter, SpillMap
+from runner.rundir.spill import KeyFilter, SpillMap, SpillUnreadable
+from runner.rundir.store import JobStore
+from runner.tools.toolset import Toolset
 
 
 def test_it_answers_as_a_dict_does_wherever_an_entry_sits() -> None:
@@ -151,3 +155,116 @@ def test_the_key_filter_holds_every_key_added_and_few_others() -> None:
     for i in range(1_000):
         ints.add(i)
     assert sum(ints.may_hold(i) for i in range(1_000, 51_000)) / 50_000 < 0.03
+
+
+class _FailingRebuild:
+    """A connection whose full read of the keys fails part-way (a page write that meets a full disk)."""
+
+    def __init__(self, db: sqlite3.Connection):
+        self.db = db
+
+    def execute(self, sql: str, *args: object) -> object:
+        if sql.startswith("SELECT k FROM"):
+            rows = self.db.execute(sql, *args).fetchall()
+
+            def failing() -> Iterator[tuple]:
+                yield from rows[:3]
+                raise sqlite3.OperationalError("database or disk is full")
+
+            return failing()
+        return self.db.execute(sql, *args)
+
+    def __enter__(self) -> sqlite3.Connection:
+        return self.db.__enter__()
+
+    def __exit__(self, *exc: object) -> object:
+        return self.db.__exit__(*exc)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.db, name)
+
+
+def test_a_filter_rebuild_that_fails_part_way_keeps_every_key_found() -> None:
+    """Growing the key filter reads every key back from the file; when that read fails part-way, no
+    key the file holds may be said absent (the store would hand out a name already taken)."""
+    m = SpillMap(in_memory=4)
+    for i in range(4):
+        m[f"k{i}"] = i
+    m["k4"] = 4  # the first spill: k0..k3 in the file
+    m._db = _FailingRebuild(m._db)  # noqa: SLF001 - the map's own connection, failing on purpose
+    for i in range(5, 40):
+        m[f"k{i}"] = i  # more spills, each growing the filter through the failing read
+    assert [m.get(f"k{i}") for i in range(40)] == list(range(40))
+    assert all(f"k{i}" in m for i in range(40))
+
+
+def _open_spill_files() -> int:
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").endswith("(deleted)"):
+                count += 1
+        except OSError:
+            pass
+    return count
+
+
+@pytest.mark.anyio
+async def test_a_jobs_stores_and_tools_let_their_spill_files_go_when_it_ends(tmp_path: Path) -> None:
+    """A store and a toolset that spilled close their files as they end (a dropped connection keeps
+    its file until a full garbage collection)."""
+    before = _open_spill_files()
+    store = JobStore(tmp_path / "job")
+    await store.open()
+    for i in range(20_000):  # past SQLite's cache of the file's pages, so the file is made
+        store.reserve(f"toolu_{i}", f"content {i}")
+    async with Toolset(str(tmp_path), ("read",), store) as tools:
+        for i in range(20_000):
+            tools.repeats.record(f'["read", {{"file_path": "/f{i}"}}]', i, f"toolu_{i}")
+        during = _open_spill_files()
+        assert during > before
+    store.close()
+    assert _open_spill_files() <= before < during  # (an earlier test's dropped one may go meanwhile)
+
+
+@pytest.mark.anyio
+async def test_a_tool_use_id_past_200_characters_is_not_run_and_not_kept(tmp_path: Path) -> None:
+    """A hostile server's megabyte ids: the call is refused, answered under its own id (so the request's
+    fresh id pairs with it), and the job-long records hold nothing of it but a hash."""
+    store = JobStore(tmp_path / "job")
+    await store.open()
+    (tmp_path / "a.txt").write_text("a\n")
+    long_id = "toolu_" + "x" * 1_000_000
+    async with Toolset(str(tmp_path), ("read",), store) as tools:
+        [result] = await tools.run_batch(
+            [{"type": "tool_use", "id": long_id, "name": "read", "input": {"file_path": "a.txt"}}]
+        )
+        assert result["is_error"] and result["tool_use_id"] == long_id
+        assert "over 200" in str(result["content"])
+        assert long_id not in tools._ids  # noqa: SLF001 - the toolset's own record, checked here
+    rel = store.reserve(long_id, "its result")
+    assert store.reserved_for(long_id, rel) and not store.reserved_for("toolu_other", rel)
+    assert all(len(owner) < 100 for _, owner in store._owners.memory_items())  # noqa: SLF001
+
+
+@pytest.mark.anyio
+async def test_a_flush_the_quota_could_not_count_keeps_its_writes_for_the_next(tmp_path: Path) -> None:
+    """The store's count of the job's bytes reads its records; when that fails (the spill file is
+    unreadable), nothing queued is dropped: the next flush writes it."""
+    store = JobStore(tmp_path / "job")
+    await store.open()
+    store.queue(lines={"events.jsonl": ['{"n": 1}']})
+    real = store._charge  # noqa: SLF001 - the store's own accounting, failing once on purpose
+    calls = [0]
+
+    def charge(*args: object, **kwargs: object) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise SpillUnreadable("database or disk is full")
+        real(*args, **kwargs)
+
+    store._charge = charge  # type: ignore[method-assign]  # noqa: SLF001
+    with pytest.raises(SpillUnreadable):
+        await store.flush()
+    await store.flush()
+    assert (tmp_path / "job" / "events.jsonl").read_text() == '{"n": 1}\n'

@@ -58,8 +58,8 @@ async def run_job(
     cancelled still holds what the job did."""
     record = record if record is not None else new_record(spec)
     record.worker = record.worker or {"node": socket.gethostname(), "pid": os.getpid()}
+    store = JobStore(run_dir / spec.name)
     try:
-        store = JobStore(run_dir / spec.name)
         await store.open()
         session = Session(
             spec,
@@ -82,4 +82,6 @@ async def run_job(
             Status.FAILED,
             one_line(f"could not run the job: {type(e).__name__}: {e}"),
         )
+    finally:
+        store.close()  # its records' spill files
     return record

@@ -240,6 +240,7 @@ class Subagents:
             return await self.run_child(spec, store, record, history, prior if history else None, budget)
         finally:
             self.spend.settle(charge=False)
+            store.close()  # its records' spill files
 
     async def _answer(self, tool_use_id: str, spec: JobSpec, record: JobMetrics) -> dict[str, Any]:
         where = f"{AGENTS}/{spec.name}"

@@ -44,7 +44,7 @@ CACHE_KIB = 256
 _MISSING = object()
 
 
-class SpillUnreadable(RuntimeError):
+class SpillUnreadable(OSError):
     """The spill file could not answer (SQLite writes its pages out lazily, so a read can need room
     the temporary directory no longer has): the job fails, saying so, rather than answer wrongly."""
 
@@ -203,20 +203,31 @@ class SpillMap:
             self.in_memory *= 2  # the rolled-back rows are still in memory; try again later
             self.problem = f"spill file: {e}"
             return
+        for stored, _ in rows:  # first, so no key the file holds is ever missing from the filter
+            self._filter.add(stored)
+        if self._filter.count > self._filter.capacity:  # twice as big, from the file's keys
+            self._filter = self._grown(self._filter)
         self.spilled += len(rows)
         self._memory = {}  # a fresh dict: a dict emptied in place keeps its table
-        if self._filter.count + len(rows) > self._filter.capacity:  # twice as big, from the file's keys
-            self._filter = KeyFilter(2 * (self._filter.capacity + len(rows)))
-            with _readable():
-                for (stored,) in self._db.execute("SELECT k FROM m"):
-                    self._filter.add(stored)
-        else:
-            for stored, _ in rows:
-                self._filter.add(stored)
+
+    def _grown(self, full: KeyFilter) -> KeyFilter:
+        """A filter twice as big as ``full``, of every key in the file; ``full`` itself (more false
+        positives, never a false negative) when the file cannot be read through."""
+        assert self._db is not None
+        grown = KeyFilter(2 * full.count)
+        try:
+            for (stored,) in self._db.execute("SELECT k FROM m"):
+                grown.add(stored)
+        except sqlite3.Error:
+            return full
+        return grown
 
     def close(self) -> None:
-        """Drop the spill file (SQLite deletes it); the map is empty after."""
+        """Drop the spill file (SQLite deletes it) and what memory holds: the map is empty after. Its
+        owner calls it when the job ends (a dropped connection would wait for a full garbage
+        collection to let its file go)."""
         if self._db is not None:
             self._db.close()
             self._db = None
         self._memory = {}
+        self._filter = KeyFilter(0)

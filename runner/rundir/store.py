@@ -86,6 +86,14 @@ def safe_name(raw: str) -> str:
     return f"{cleaned}-{digest}" if cleaned.strip("_") else f"id-{digest}"
 
 
+def id_key(tool_use_id: str) -> str:
+    """How the job-long records hold ``tool_use_id``: itself, or, past 200 characters (an id no
+    request carries: a hostile server's), its sha256, so a record never holds a megabyte."""
+    if len(tool_use_id) <= 200:
+        return tool_use_id
+    return "sha256:" + hashlib.sha256(tool_use_id.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def dumps(obj: Any) -> str:
     """One JSON text; a lone surrogate (which UTF-8 cannot encode) goes out as its ``\\udXXX`` escape,
     so the line is written and reads back as the same string."""
@@ -560,17 +568,18 @@ class JobStore:
         """Write everything queued, in one hop to aiofiles' executor: outputs first (each whole, atomic,
         skipped when the same bytes are there), then each file's lines in one append, then the whole
         files. Shielded: a cancelled caller still waits for the writes to land. The queue is emptied
-        before the writes start, so a failed write is not retried by the next flush."""
+        once the quota allows the writes, before they start, so a failed write is not retried by
+        the next flush; what the quota refused (or could not count) stays queued."""
         if not (self._outputs or self._lines or self._files):
             return
-        outputs, self._outputs = self._outputs, []
+        outputs = self._outputs
         appends = [
             (self.dir / name, "".join(line + "\n" for line in lines)) for name, lines in self._lines.items()
         ]
         files = [(self.dir / name, text) for name, text in self._files.items()]
-        self._lines, self._files = {}, {}
         appended = sum(len(data.encode("utf-8")) for _, data in appends)
-        self._charge([*outputs, *files], appended=appended)
+        self._charge([*outputs, *files], appended=appended)  # refused: still queued, nothing written
+        self._outputs, self._lines, self._files = [], {}, {}
         size = appended + sum(len(text) for _, text in outputs) + sum(len(text) for _, text in files)
         if _inline(self.dir / METRICS, size):  # a name in the job directory
             _save_sync(self._output_paths(outputs), outputs, appends, files)  # no thread hand-off
@@ -593,6 +602,11 @@ class JobStore:
 
         return path
 
+    def close(self) -> None:
+        """Let go of the job-long records' spill files (the job ended: nothing is named after)."""
+        for records in (self._names, self._owners, self._sizes):
+            records.close()
+
     def reserve(self, tool_use_id: str, content: str) -> str:
         """The path (relative to the job directory) that ``content`` of ``tool_use_id`` is saved under.
 
@@ -602,7 +616,8 @@ class JobStore:
         :meth:`open`.
         """
         digest = _digest(content)
-        key = f"{tool_use_id}\0{digest}"
+        owner = id_key(tool_use_id)
+        key = f"{owner}\0{digest}"
         found = self._names.get(key)
         if found is not None:
             return found
@@ -613,7 +628,7 @@ class JobStore:
             n += 1
             rel = output_path(stem, n)
         self._names[key] = rel
-        self._owners[rel] = tool_use_id
+        self._owners[rel] = owner
         return rel
 
     def claim(self, tool_use_id: str, rel: str) -> None:
@@ -621,15 +636,16 @@ class JobStore:
         context record says so): from now on it counts as reserved here for it, as in the segment
         that saved it. Nothing for a name not saved on disk or reserved for another id. No file I/O."""
         digest = self._on_disk.get(rel)
-        if not digest or self._owners.get(rel, tool_use_id) != tool_use_id:  # "": not a regular file
+        owner = id_key(tool_use_id)
+        if not digest or self._owners.get(rel, owner) != owner:  # "": not a regular file
             return
-        self._owners[rel] = tool_use_id
-        self._names.setdefault(f"{tool_use_id}\0{digest}", rel)
+        self._owners[rel] = owner
+        self._names.setdefault(f"{owner}\0{digest}", rel)
 
     def reserved_for(self, tool_use_id: str, rel: str) -> bool:
         """Whether ``rel`` was reserved here for an output of ``tool_use_id`` (a path named inside a
         tool's output proves nothing: the output may merely look like a placeholder)."""
-        return self._owners.get(rel) == tool_use_id
+        return self._owners.get(rel) == id_key(tool_use_id)
 
     async def write_output(self, rel: str, content: str) -> None:
         """Save a persisted output whole (atomic), unless the same bytes are already there."""

@@ -33,6 +33,9 @@ from ..rundir.spill import SpillMap
 
 # how many turns the tools keep a result in memory to name it when a repeat is caught (older ones
 # are named by where the compactor saved them); the guard itself counts over the whole job
+# the longest tool_use id a call may have (a request carries a fresh one in place of a longer one):
+# the job-long records keep every id, so a hostile server's megabyte ids are not run, nor kept
+MAX_ID_CHARS = 200
 WINDOW_TURNS = 10
 DESCRIPTION_CHARS = 300
 MUTATING = ("write", "edit")
@@ -106,11 +109,17 @@ class RepeatGuard:
 
     def saved(self, tool_use_id: str, path: str) -> None:
         """The output of ``tool_use_id`` is saved at ``path`` (relative to the job directory)."""
-        self._saved[tool_use_id] = path
+        if len(tool_use_id) <= MAX_ID_CHARS:  # a longer one's call was not run: nothing to catch
+            self._saved[tool_use_id] = path
 
     def saved_at(self, tool_use_id: str) -> str | None:
         """Where the output of ``tool_use_id`` is saved, if this job saved it."""
         return self._saved.get(tool_use_id)
+
+    def close(self) -> None:
+        """Let go of the records' spill files (the job ended)."""
+        self._runs.close()
+        self._saved.close()
 
     def stuck(self) -> tuple[str, int] | None:
         """The call a model keeps repeating after being told, and how often it was caught."""

@@ -71,7 +71,7 @@ from .beneath import Outside, Root, open_regular, relative
 from .file_tools import DEFAULT_MAX_FILE_BYTES, READ_PAGE_BYTES, ToolFailure
 from .memory import MemoryTool
 from .memory_files import MEMORY_TOOL
-from .repeats import RepeatGuard, call_key
+from .repeats import MAX_ID_CHARS, RepeatGuard, call_key
 from .sandbox import MAX_TIMEOUT_S, run_command
 from .shares import JobShare, in_thread, share_of
 
@@ -335,7 +335,9 @@ class Toolset:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        return None  # nothing is held between calls: each call's process or thread ends with it
+        # each call's process or thread ends with it; the job-long records' spill files go now
+        self._ids.close()
+        self.repeats.close()
 
     def stuck(self) -> str | None:
         """Why the job is stuck (a call the model keeps repeating after being told), or ``None``."""
@@ -345,7 +347,8 @@ class Toolset:
     async def run_batch(self, calls: list[dict[str, Any]], turn: int = 0) -> list[dict[str, Any]]:
         """Run one assistant message's tool calls; one result per call, in the calls' order.
 
-        A call whose id is missing, not a string or repeats an id of this job is not run: its
+        A call whose id is missing, not a string, longer than ``MAX_ID_CHARS`` or repeats an id
+        of this job is not run: its
         result says so (the request to the API carries a unique id in its place). A call already
         made ``max_repeated_calls`` times in the last turns is not run either. Read-only calls run
         concurrently; a batch with a mutating call (bash, write, edit) runs in order.
@@ -361,6 +364,12 @@ class Toolset:
                     str(tool_use_id or ""),
                     "not run: the tool_use id is missing or not a "
                     f"string ({type(tool_use_id).__name__}); give every call a unique id",
+                )
+            elif len(tool_use_id) > MAX_ID_CHARS:
+                results[i] = error_result(
+                    tool_use_id,
+                    f"not run: the tool_use id is {len(tool_use_id):,} characters, over {MAX_ID_CHARS}; "
+                    "give every call a short unique id",
                 )
             elif tool_use_id in self._ids:
                 results[i] = error_result(
