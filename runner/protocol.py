@@ -250,8 +250,9 @@ BASH_OUTPUT_STOPPED = (
     "tail, grep or sed -n)]"
 )
 BASH_DISK_LOW = (
-    "[bash: {what}: the workspace's file system has {free:,} bytes free, under the {reserve:,} kept free "
-    "for the machine; remove what is not needed (files written into the workspace), then go on]"
+    "[bash: stopped: the workspace's file system fell to {free:,} bytes free while the command ran, under "
+    "the {reserve:,} kept free for the machine, so it was killed before it ended; remove files that are "
+    "not needed (with rm: under that floor a command runs as long as it takes at most {slack} MiB more)]"
 )
 EMPTY_FILE = "[read: the file is empty (0 lines, 0 bytes)]"
 # a large file's read starts with one of these lines (first, so a preview of the result shows it)

@@ -203,33 +203,54 @@ def small_disk(tmp_path: Path):
         subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
+def free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def fill(pause: float) -> str:
+    """A command that writes 1 MiB files, one each ``pause`` seconds, until something stops it."""
+    return (
+        "i=0; while :; do head -c 1048576 /dev/zero > f$i$RANDOM || { echo FULL; break; }; "
+        f"i=$((i+1)); sleep {pause}; done"
+    )
+
+
 @pytest.mark.skipif(not ROOT, reason="mounting the small file system needs root")
 async def test_a_command_that_writes_without_end_leaves_the_disk_its_reserve(small_disk):
-    """A writable call writes 1 MiB files, 50 a second, until something stops it: the runner kills it
-    before the file system is full (no write ever failed for space), the result says why, the next
-    call is not started while the free space stays under the reserve, and runs once it is freed."""
+    """A writable call writes 1 MiB files, 10 a second, until something stops it: the runner kills it
+    before the file system is full (no write ever failed for space), and the result says why. Under
+    the reserve a call that takes no more space still runs (so rm can free it), one that writes on is
+    killed once it has taken the slack, and a read-only call is never held back."""
     reserve = sandbox.disk_reserve(64 * 2**20)
-    fill = (
-        "i=0; while :; do head -c 1048576 /dev/zero > f$i || { echo FULL; break; }; "
-        "i=$((i+1)); sleep 0.02; done"
-    )
-    done = await sh(fill, small_disk, writable=True, timeout_s=60)
-    st = os.statvfs(small_disk)
-    free = st.f_bavail * st.f_frsize
+    done = await sh(fill(0.1), small_disk, writable=True, timeout_s=60)
     assert done.stopped and done.exit_code is None, done.output
     assert "FULL" not in done.output and "No space left" not in done.output
-    assert "kept free" in done.output and "killed" in done.output
-    assert 0 < free < reserve  # stopped within a poll of passing the reserve, with room left
-    written = len(list(small_disk.iterdir()))
-    assert written >= 50  # it ran until the reserve, not stopped at once
-    again = await sh("echo ran > ran.txt", small_disk, writable=True)
-    assert again.stopped and "not run" in again.output and not (small_disk / "ran.txt").exists()
-    for f in small_disk.iterdir():
-        f.unlink()
-    freed = await sh("echo ran > ran.txt; cat ran.txt", small_disk, writable=True)
-    assert freed.exit_code == 0 and freed.output.strip() == "ran"
-    # a read-only call has nothing to write there: it is never held back by the reserve
+    assert "kept free" in done.output and "killed" in done.output and "rm" in done.output
+    assert 0 < free_bytes(small_disk) < reserve  # stopped within a poll of passing the reserve
+    assert len(list(small_disk.iterdir())) >= 50  # it ran until the reserve, not stopped at once
+    small = await sh("echo ran > ran.txt; cat ran.txt", small_disk, writable=True)
+    assert small.exit_code == 0 and small.output.strip() == "ran"  # under the floor, a small write runs
+    under = free_bytes(small_disk)
+    again = await sh(fill(0.1), small_disk, writable=True, timeout_s=60)
+    assert again.stopped and "FULL" not in again.output, again.output
+    taken = under - free_bytes(small_disk)
+    assert 0 < taken <= sandbox.disk_slack(reserve) + 2 * 2**20, taken  # the slack and one poll's writes
+    freed = await sh("rm -f f*; echo freed", small_disk, writable=True)
+    assert freed.exit_code == 0 and free_bytes(small_disk) > reserve
     assert (await sh("echo read-only", small_disk)).exit_code == 0
+
+
+async def test_fallocate_is_refused_so_no_call_takes_the_disk_in_one_step(workspace):
+    """fallocate(2) takes gigabytes in one call, faster than any watch of the free space: seccomp
+    answers it EOPNOTSUPP, and the C library's posix_fallocate falls back to writing."""
+    done = await sh(
+        "fallocate -l 10M big; echo fallocate=$?",
+        workspace,
+        writable=True,
+    )
+    assert "fallocate=1" in done.output and "not supported" in done.output.lower(), done.output
+    assert not (workspace / "big").exists() or (workspace / "big").stat().st_blocks == 0  # nothing taken
 
 
 @pytest.mark.skipif(PYTHON is None, reason="no /usr/bin/python3 to make raw system calls with")
@@ -383,6 +404,7 @@ async def test_seccomp_tables_match_this_machines_headers():
         "clone": sandbox.seccomp.CLONE[arch],
         "clone3": sandbox.seccomp.CLONE3[arch],
         "openat2": sandbox.seccomp.OPENAT2[arch],
+        "fallocate": sandbox.seccomp.FALLOCATE[arch],
         "socket": sandbox.seccomp.SOCKET[arch],
         **{name: number for name, (number, _) in sandbox.seccomp.MODE_CALLS[arch].items()},
     }

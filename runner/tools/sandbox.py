@@ -31,10 +31,13 @@ What a sandboxed command is and sees (``bwrap``):
   and 1 MiB) the runner reads no more: the command is killed and its result says so
   (``cat /dev/zero`` costs the runner 1 MiB of reading, not its deadline's worth);
 - a floor on the free space of a writable workspace's file system (``disk_reserve``: 1 GiB, or a
-  tenth of a smaller file system): a call is not started under it, and a running one is killed within
-  ``DISK_POLL_S`` of the free space falling under it, so a command that writes without end leaves the
-  machine its reserve (less what it writes in one poll), and its result says so. This is a floor for
-  the machine, not a quota per job: a job's files in its workspace are not counted;
+  tenth of a smaller file system): a running call is killed within ``DISK_POLL_S`` of the free space
+  falling under the reserve and under what it was at the call's start less ``disk_slack``, so a
+  command that writes without end leaves the machine its reserve less what ordinary writes take in
+  one poll (``fallocate``, which takes any amount at once, is refused by seccomp), and its result
+  says so; under the reserve a call runs as long as it takes no more (``rm`` can free space). This is
+  a floor for the machine, not a quota per job: whoever fills the disk, the writable calls running
+  then are stopped;
 - death with its parent, and the whole process tree killed when the call times out or its job is
   cancelled (``bwrap`` is the tree's only way out of the PID namespace).
 
@@ -56,6 +59,7 @@ import tempfile
 import time
 import weakref
 from asyncio import AbstractEventLoop, get_running_loop
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -63,6 +67,7 @@ from pathlib import Path
 import anyio
 
 from ..protocol import BASH_DISK_LOW, BASH_OUTPUT_CUT, BASH_OUTPUT_STOPPED
+from ..rundir.store import local_disk
 from . import sandbox_launch, seccomp
 from .beneath import Root
 
@@ -77,6 +82,7 @@ TMP_BYTES = 256 * 1024 * 1024  # size of the private /tmp, the only writable dir
 MAX_TIMEOUT_S = 600.0  # the longest deadline a call may ask for (timeout_ms)
 DISK_RESERVE_BYTES = 1 << 30  # free space a writable call leaves its workspace's disk (disk_reserve)
 DISK_POLL_S = 0.1  # how often a writable call's workspace's free space is looked at
+DISK_SLACK_BYTES = 64 << 20  # what a call may take under the reserve (see disk_slack)
 SANDBOX_UID = SANDBOX_GID = 2_000_000_000  # host ids of a sandboxed command when the runner is root
 INNER_ID = 1000  # the uid and gid a command sees in its user namespace
 PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -287,8 +293,8 @@ class CommandResult:
     output: str  # stdout and stderr interleaved, cut to OUTPUT_LIMIT bytes (with a notice when cut)
     exit_code: int | None  # None: killed at its deadline, or (stopped) when its output passed READ_LIMIT
     total_bytes: int  # read (at most READ_LIMIT and a chunk)
-    # killed (or, for the disk, not started) by a limit other than its deadline: its output passed
-    # READ_LIMIT, or its workspace's free space fell under the reserve; the output says which
+    # killed by a limit other than its deadline: its output passed READ_LIMIT, or its workspace's
+    # free space fell under the floor (see run_command); the output says which
     stopped: bool = False
 
 
@@ -300,6 +306,26 @@ def free_space(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.f_bavail * st.f_frsize, disk_reserve(st.f_blocks * st.f_frsize)
+
+
+def _disk_look(workspace: str) -> Callable[[], Awaitable[tuple[int, int] | None]]:
+    """How a writable call looks at its workspace's free space: on the loop for a local disk (one
+    ``statvfs``), else in a thread of the sandbox's own (a network mount can hang)."""
+    local: list[bool] = []
+
+    async def look() -> tuple[int, int] | None:
+        if not local:
+            local.append(await anyio.to_thread.run_sync(local_disk, workspace, limiter=_waits()))
+        if local[0]:
+            return free_space(workspace)
+        return await anyio.to_thread.run_sync(free_space, workspace, limiter=_waits())
+
+    return look
+
+
+def disk_slack(reserve: int) -> int:
+    """What a writable call may take once under ``reserve``: 64 MiB, or a quarter of a smaller reserve."""
+    return min(DISK_SLACK_BYTES, reserve // 4)
 
 
 def disk_reserve(size: int) -> int:
@@ -314,11 +340,11 @@ async def run_command(
     """Run ``command`` (bash) to its end or its deadline. A cancelled or timed-out call kills the
     whole process tree before this returns or raises."""
     timeout_s = min(timeout_s, MAX_TIMEOUT_S)
-    room = free_space(workspace) if writable else None
-    if room is not None and room[0] < room[1]:
-        return CommandResult(
-            BASH_DISK_LOW.format(what="not run", free=room[0], reserve=room[1]), None, 0, True
-        )
+    # a writable call's floor: killed once the free space is under the reserve and under what it was
+    # at the start less DISK_SLACK_BYTES (so under the floor a call that takes no more space runs)
+    look = _disk_look(workspace) if writable else None
+    at_start = await look() if look is not None else None
+    floor = None if at_start is None else min(at_start[1], at_start[0] - disk_slack(at_start[1]))
     if sandbox == "bwrap":
         launch = Launch.for_call(
             command, workspace=workspace, writable=writable, network=network, memory_bytes=CALL_MEMORY_BYTES
@@ -353,33 +379,40 @@ async def run_command(
     exit_code: int | None = None
     stopped = False
     low_disk: tuple[int, int] | None = None
-
-    async def watch_disk(scope: anyio.CancelScope) -> None:
-        nonlocal low_disk
-        while True:
-            await anyio.sleep(DISK_POLL_S)
-            room = free_space(workspace)
-            if room is not None and room[0] < room[1]:
-                low_disk = room
-                scope.cancel()  # the reading stops; the tree is killed below
-                return
-
+    # one task, no task group: the output is read (then the exit awaited) a poll at a time, and the
+    # free space looked at between, until the end, the deadline, the output limit or the floor
+    end = anyio.current_time() + timeout_s
+    next_look = anyio.current_time() + DISK_POLL_S
+    reading = True
     try:
-        with anyio.move_on_after(timeout_s):
-            async with anyio.create_task_group() as watching:
-                if writable:
-                    watching.start_soon(watch_disk, watching.cancel_scope)
-                assert process.stdout is not None
-                async for chunk in process.stdout:
-                    total += len(chunk)
-                    if len(kept) < OUTPUT_LIMIT:
-                        kept += chunk[: OUTPUT_LIMIT - len(kept)]
-                    if total > READ_LIMIT:
-                        stopped = True  # no more reading: killed below
-                        break
-                if not stopped:
+        assert process.stdout is not None
+        while exit_code is None and not stopped and low_disk is None:
+            now = anyio.current_time()
+            if now >= end:
+                break
+            with anyio.move_on_after((min(end, next_look) if floor is not None else end) - now):
+                if reading:
+                    try:
+                        chunk = await process.stdout.receive()
+                    except anyio.EndOfStream:
+                        reading = False
+                    else:
+                        total += len(chunk)
+                        if len(kept) < OUTPUT_LIMIT:
+                            kept += chunk[: OUTPUT_LIMIT - len(kept)]
+                        stopped = total > READ_LIMIT  # no more reading: killed below
+                else:
                     exit_code = await process.wait()
-                watching.cancel_scope.cancel()
+            if (
+                look is not None
+                and floor is not None
+                and exit_code is None
+                and anyio.current_time() >= next_look
+            ):
+                next_look = anyio.current_time() + DISK_POLL_S
+                room = await look()
+                if room is not None and room[0] < floor:
+                    low_disk = room  # killed below
     finally:
         if exit_code is None:
             with anyio.CancelScope(shield=True):
@@ -390,10 +423,11 @@ async def run_command(
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(_remove_call_cgroup, process.pid, limiter=_waits())
     text = kept.decode("utf-8", errors="backslashreplace")
-    if low_disk is not None and exit_code is None:
+    if low_disk is not None:
         stopped = True
-        what = "stopped: the command was killed before it ended"
-        text += "\n" + BASH_DISK_LOW.format(what=what, free=low_disk[0], reserve=low_disk[1])
+        text += "\n" + BASH_DISK_LOW.format(
+            free=low_disk[0], reserve=low_disk[1], slack=f"{disk_slack(low_disk[1]) / 2**20:.1f}"
+        )
     elif stopped:
         text += "\n" + BASH_OUTPUT_STOPPED.format(limit=READ_LIMIT, shown=len(kept))
     elif total > len(kept):

@@ -17,7 +17,9 @@ Guarantees:
   reach a host service).
 - ``clone3`` fails with ``ENOSYS`` (its flags are behind a pointer a filter cannot read); the C
   library then falls back to ``clone``, whose flags are checked. So does ``openat2`` (its mode is
-  behind a pointer too): callers fall back to ``openat``.
+  behind a pointer too): callers fall back to ``openat``. ``fallocate`` fails with ``EOPNOTSUPP``:
+  it takes gigabytes of disk in one call, faster than any watch of the free space can see (the C
+  library's ``posix_fallocate`` then writes block by block, at the speed of ordinary writes).
 - No setuid or setgid file: a ``chmod`` family call (``chmod``, ``fchmod``, ``fchmodat``,
   ``fchmodat2``) or a call that creates a file (``open``, ``openat``, ``creat``, ``mknod``,
   ``mknodat``) whose mode has ``S_ISUID`` or ``S_ISGID`` fails with ``EPERM``. When the runner is
@@ -133,6 +135,7 @@ DENIED: dict[str, dict[str, int]] = {
 CLONE = {"x86_64": 56, "aarch64": 220}
 CLONE3 = {"x86_64": 435, "aarch64": 435}
 OPENAT2 = {"x86_64": 437, "aarch64": 437}
+FALLOCATE = {"x86_64": 285, "aarch64": 47}
 SOCKET = {"x86_64": 41, "aarch64": 198}
 SET_ID_BITS = 0o6000  # S_ISUID | S_ISGID
 # Calls that set a file's mode, with the index of their mode argument (aarch64 has no legacy calls).
@@ -198,6 +201,7 @@ def program(*, allow_unix_sockets: bool, arch: str | None = None) -> bytes:
         ops += [_op(_JEQ, number, jf=1), _fail(errno.EPERM)]
     ops += [_op(_JEQ, CLONE3[arch], jf=1), _fail(errno.ENOSYS)]
     ops += [_op(_JEQ, OPENAT2[arch], jf=1), _fail(errno.ENOSYS)]
+    ops += [_op(_JEQ, FALLOCATE[arch], jf=1), _fail(errno.EOPNOTSUPP)]
     for number, mode_arg in sorted(MODE_CALLS[arch].values()):
         ops += [
             _op(_JEQ, number, jf=3),
