@@ -96,6 +96,22 @@ def isolate_cli(patch: pytest.MonkeyPatch, **env: str) -> None:
 
 
 @contextlib.contextmanager
+def mounted_tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A real file system of ``size`` (a tmpfs mounted at ``mount``, made here); the test is skipped
+    where none can be mounted (not root)."""
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@contextlib.contextmanager
 def signal_handlers_kept() -> Iterator[None]:
     """SIGINT and SIGTERM handled after as before (a batch listens for both, and asyncio puts the
     defaults back when it stops, not pytest's)."""

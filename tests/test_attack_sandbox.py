@@ -17,7 +17,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import scripted_job
+from conftest import mounted_tmpfs, scripted_job
 
 from runner.tools import sandbox
 from runner.tools.sandbox import MAX_PROCESSES, SANDBOX_UID, TMP_BYTES, bwrap_problem, run_command
@@ -189,18 +189,9 @@ async def test_filling_the_writable_mounts_stops_at_their_size(workspace):
 @pytest.fixture
 def small_disk(tmp_path: Path):
     """A real file system of 64 MiB (a tmpfs mounted here) holding a workspace."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)], capture_output=True
-    )
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a small file system here: {made.stderr.decode().strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "small", "64m") as mount:
         (mount / "ws").mkdir()
         yield mount / "ws"
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def free_bytes(path: Path) -> int:

@@ -12,23 +12,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import mounted_tmpfs
 
 FINAL = {"succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "cancelled", "not_started"}
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(mount)], capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "disk", "400k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _jobs(tmp: Path, n: int) -> None:

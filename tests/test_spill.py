@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import mounted_tmpfs
 
 from runner.rundir.spill import KeyFilter, SpillMap, SpillUnreadable
 from runner.rundir.store import JobStore
@@ -117,11 +118,6 @@ def test_a_full_temporary_directory_gives_a_clear_error_never_a_wrong_answer(tmp
     """SQLite's temporary directory is a real file system of 64 KiB: a spill fails for room (its
     entries stay in memory, and the map says why), and a lookup the file cannot answer raises
     SpillUnreadable naming the directory; every answer given is right."""
-    full = tmp_path / "full"
-    full.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], capture_output=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a small file system here: {made.stderr.decode().strip()}")
     code = (
         "from runner.rundir.spill import SpillMap\n"
         "m = SpillMap(in_memory=100)\n"
@@ -129,11 +125,9 @@ def test_a_full_temporary_directory_gives_a_clear_error_never_a_wrong_answer(tmp
         "print(m.problem, flush=True)\n"
         "for i in range(20_000): assert m[f'k{i}'] == 'x' * 200, i\n"
     )
-    try:
+    with mounted_tmpfs(tmp_path / "full", "64k") as full:
         env = {**os.environ, "SQLITE_TMPDIR": str(full)}
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    finally:
-        subprocess.run(["umount", "-l", str(full)], check=True)
     assert "full" in done.stdout.lower(), done.stdout  # the failed spill, said
     if done.returncode != 0:  # a read needed room: the clear error, not an AssertionError
         assert "SpillUnreadable" in done.stderr and "SQLITE_TMPDIR" in done.stderr, done.stderr
