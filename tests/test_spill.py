@@ -136,7 +136,7 @@ def test_a_full_temporary_directory_gives_a_clear_error_never_a_wrong_answer(tmp
 
 def test_the_key_filter_holds_every_key_added_and_few_others() -> None:
     """No key that went to the file is ever said to be absent (that would be a wrong answer); of the
-    keys never added, about 1% are said to be maybe there (each costs one lookup in the file)."""
+    keys never added, about 6% are said to be maybe there (each costs one lookup in the file)."""
     added = KeyFilter(20_000)
     keys = [f"toolu_{i:024d}".encode() for i in range(20_000)]
     for key in keys:
@@ -144,11 +144,11 @@ def test_the_key_filter_holds_every_key_added_and_few_others() -> None:
     assert all(added.may_hold(key) for key in keys)
     others = [f"other_{i:024d}".encode() for i in range(50_000)]
     false = sum(added.may_hold(key) for key in others) / len(others)
-    assert false < 0.03, false
+    assert false < 0.08, false
     ints = KeyFilter(1_000)  # an int key's hash is itself: spread before probing
     for i in range(1_000):
         ints.add(i)
-    assert sum(ints.may_hold(i) for i in range(1_000, 51_000)) / 50_000 < 0.03
+    assert sum(ints.may_hold(i) for i in range(1_000, 51_000)) / 50_000 < 0.08
 
 
 class _FailingRebuild:

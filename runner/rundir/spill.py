@@ -11,7 +11,7 @@ Guarantees:
   map holds is bounded however long the job runs. A short job (most of them) never spills and never
   opens a file.
 - A key is looked up in memory, then, once something spilled, in the file, unless the file's key
-  filter (:class:`KeyFilter`, about 1.25 bytes a key in the file) says it was never spilled: what a
+  filter (:class:`KeyFilter`, 6 to 9 bits a key in the file) says it was never spilled: what a
   map answers does not depend on where an entry sits. A newer value in memory shadows an older one
   in the file.
 - The spill file is SQLite's private temporary database (``sqlite3.connect("")``): made in SQLite's
@@ -72,12 +72,13 @@ def _connect() -> sqlite3.Connection:
 class KeyFilter:
     """A Bloom filter of the keys in a spill file: ``may_hold`` is false for a key never added, so a
     lookup of a new key (the common one: a new call, a new output, a new id) asks no file; true for
-    every key added, and for about 1% of the others (10 bits a key, 7 probes). Written here because
+    every key added, and for about 6% of the others (6 bits a key, 4 probes: each costs one lookup in
+    the file; more bits would cost a long job's heap more than the lookups they save). Written here because
     it is 20 lines over Python's own (per process, randomized) ``hash``, which is all a filter that
     never leaves its process needs."""
 
-    PROBES = 7
-    BITS_PER_KEY = 10
+    PROBES = 4
+    BITS_PER_KEY = 6
 
     def __init__(self, capacity: int):
         self.capacity = max(capacity, 1)
@@ -205,16 +206,16 @@ class SpillMap:
             return
         for stored, _ in rows:  # first, so no key the file holds is ever missing from the filter
             self._filter.add(stored)
-        if self._filter.count > self._filter.capacity:  # twice as big, from the file's keys
+        if self._filter.count > self._filter.capacity:  # bigger, from the file's keys
             self._filter = self._grown(self._filter)
         self.spilled += len(rows)
         self._memory = {}  # a fresh dict: a dict emptied in place keeps its table
 
     def _grown(self, full: KeyFilter) -> KeyFilter:
-        """A filter twice as big as ``full``, of every key in the file; ``full`` itself (more false
-        positives, never a false negative) when the file cannot be read through."""
+        """A filter half as big again as ``full``'s keys, of every key in the file; ``full`` itself
+        (more false positives, never a false negative) when the file cannot be read through."""
         assert self._db is not None
-        grown = KeyFilter(2 * full.count)
+        grown = KeyFilter(full.count * 3 // 2)
         try:
             for (stored,) in self._db.execute("SELECT k FROM m"):
                 grown.add(stored)
