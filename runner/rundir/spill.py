@@ -15,10 +15,11 @@ Guarantees:
   map answers does not depend on where an entry sits. A newer value in memory shadows an older one
   in the file.
 - The spill file is SQLite's private temporary database (``sqlite3.connect("")``): made in SQLite's
-  temporary directory (``SQLITE_TMPDIR``, else ``/var/tmp``, ``/usr/tmp``, ``/tmp``), unlinked by
-  SQLite as soon as it is opened, so nothing is left behind, even by a process killed with SIGKILL;
-  its journal in memory (a failed spill rolls back), no fsync (it is scratch: a resumed job rebuilds
-  its records from its files). SQLite caches at most :data:`CACHE_KIB` of its pages.
+  temporary directory (the first writable of ``SQLITE_TMPDIR``, ``TMPDIR``, ``/var/tmp``,
+  ``/usr/tmp``, ``/tmp``, ``.``), unlinked by SQLite as soon as it is opened, so nothing is left
+  behind, even by a process killed with SIGKILL; its journal in memory (a failed spill rolls back),
+  no fsync (it is scratch: a resumed job rebuilds its records from its files). SQLite caches at most
+  :data:`CACHE_KIB` of its pages.
 - A spill that fails (no room in the temporary directory, none writable) loses nothing: the entries
   stay in memory, the bound doubles (the next attempt comes later), and :attr:`SpillMap.problem` says
   why. A lookup the file can no longer answer (SQLite writes its pages out lazily, so even a read
@@ -56,7 +57,8 @@ def _readable() -> Iterator[None]:
     except sqlite3.Error as e:
         raise SpillUnreadable(
             f"a job's records kept in SQLite's temporary file could not be read back ({e}); give SQLite's "
-            "temporary directory room (SQLITE_TMPDIR, else /var/tmp, /usr/tmp or /tmp), then resume"
+            "temporary directory room (the first writable of SQLITE_TMPDIR, TMPDIR, /var/tmp, /usr/tmp, "
+            "/tmp, .), then resume"
         ) from e
 
 
