@@ -86,10 +86,15 @@ def safe_name(raw: str) -> str:
     return f"{cleaned}-{digest}" if cleaned.strip("_") else f"id-{digest}"
 
 
+# the longest tool_use id a call may have (a request carries a fresh one in place of a longer one):
+# the job-long records keep every id, so a hostile server's megabyte ids are not run, nor kept
+MAX_ID_CHARS = 200
+
+
 def id_key(tool_use_id: str) -> str:
-    """How the job-long records hold ``tool_use_id``: itself, or, past 200 characters (an id no
+    """How the job-long records hold ``tool_use_id``: itself, or, past :data:`MAX_ID_CHARS` (an id no
     request carries: a hostile server's), its sha256, so a record never holds a megabyte."""
-    if len(tool_use_id) <= 200:
+    if len(tool_use_id) <= MAX_ID_CHARS:
         return tool_use_id
     return "sha256:" + hashlib.sha256(tool_use_id.encode("utf-8", "surrogatepass")).hexdigest()
 

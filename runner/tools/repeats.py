@@ -30,12 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..rundir.spill import SpillMap
+from ..rundir.store import MAX_ID_CHARS
 
 # how many turns the tools keep a result in memory to name it when a repeat is caught (older ones
 # are named by where the compactor saved them); the guard itself counts over the whole job
-# the longest tool_use id a call may have (a request carries a fresh one in place of a longer one):
-# the job-long records keep every id, so a hostile server's megabyte ids are not run, nor kept
-MAX_ID_CHARS = 200
 WINDOW_TURNS = 10
 DESCRIPTION_CHARS = 300
 MUTATING = ("write", "edit")

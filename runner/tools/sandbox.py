@@ -59,7 +59,6 @@ import tempfile
 import time
 import weakref
 from asyncio import AbstractEventLoop, get_running_loop
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -308,19 +307,12 @@ def free_space(path: str) -> tuple[int, int] | None:
     return st.f_bavail * st.f_frsize, disk_reserve(st.f_blocks * st.f_frsize)
 
 
-def _disk_look(workspace: str) -> Callable[[], Awaitable[tuple[int, int] | None]]:
-    """How a writable call looks at its workspace's free space: on the loop for a local disk (one
+async def _look(workspace: str, local: bool) -> tuple[int, int] | None:
+    """:func:`free_space` of a writable call's workspace: on the loop for a local disk (one
     ``statvfs``), else in a thread of the sandbox's own (a network mount can hang)."""
-    local: list[bool] = []
-
-    async def look() -> tuple[int, int] | None:
-        if not local:
-            local.append(await anyio.to_thread.run_sync(local_disk, workspace, limiter=_waits()))
-        if local[0]:
-            return free_space(workspace)
-        return await anyio.to_thread.run_sync(free_space, workspace, limiter=_waits())
-
-    return look
+    if local:
+        return free_space(workspace)
+    return await anyio.to_thread.run_sync(free_space, workspace, limiter=_waits())
 
 
 def disk_slack(reserve: int) -> int:
@@ -341,10 +333,12 @@ async def run_command(
     whole process tree before this returns or raises."""
     timeout_s = min(timeout_s, MAX_TIMEOUT_S)
     # a writable call's floor: killed once the free space is under the reserve and under what it was
-    # at the start less DISK_SLACK_BYTES (so under the floor a call that takes no more space runs)
-    look = _disk_look(workspace) if writable else None
-    at_start = await look() if look is not None else None
-    floor = None if at_start is None else min(at_start[1], at_start[0] - disk_slack(at_start[1]))
+    # at the start less disk_slack (so under the floor a call that takes no more space runs)
+    local, floor = False, None
+    if writable:
+        local = await anyio.to_thread.run_sync(local_disk, workspace, limiter=_waits())
+        at_start = await _look(workspace, local)
+        floor = None if at_start is None else min(at_start[1], at_start[0] - disk_slack(at_start[1]))
     if sandbox == "bwrap":
         launch = Launch.for_call(
             command, workspace=workspace, writable=writable, network=network, memory_bytes=CALL_MEMORY_BYTES
@@ -403,14 +397,9 @@ async def run_command(
                         stopped = total > READ_LIMIT  # no more reading: killed below
                 else:
                     exit_code = await process.wait()
-            if (
-                look is not None
-                and floor is not None
-                and exit_code is None
-                and anyio.current_time() >= next_look
-            ):
+            if floor is not None and exit_code is None and anyio.current_time() >= next_look:
                 next_look = anyio.current_time() + DISK_POLL_S
-                room = await look()
+                room = await _look(workspace, local)
                 if room is not None and room[0] < floor:
                     low_disk = room  # killed below
     finally:

@@ -65,13 +65,13 @@ from .. import protocol
 from ..config import Limits
 from ..rundir.docs import TOOL_RESULTS, TRANSCRIPT
 from ..rundir.spill import SpillMap
-from ..rundir.store import JobStore, local_disk
+from ..rundir.store import MAX_ID_CHARS, JobStore, local_disk
 from . import file_tools, grep_pool
 from .beneath import Outside, Root, open_regular, relative
 from .file_tools import DEFAULT_MAX_FILE_BYTES, READ_PAGE_BYTES, ToolFailure
 from .memory import MemoryTool
 from .memory_files import MEMORY_TOOL
-from .repeats import MAX_ID_CHARS, RepeatGuard, call_key
+from .repeats import RepeatGuard, call_key
 from .sandbox import MAX_TIMEOUT_S, run_command
 from .shares import JobShare, in_thread, share_of
 
