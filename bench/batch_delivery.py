@@ -410,9 +410,7 @@ def main() -> None:
     fractions = args.deadline_fraction or list(DEADLINE_FRACTIONS)[: 1 if args.smoke else None]
     if args.render:
         data = json.loads((RESULTS / "batch_delivery.json").read_text())
-        common.START_LOAD = data[
-            "load_1min"
-        ]  # the section's load note: the measurement's, not this process's
+        common.measured_at(data)  # the load and code of those runs, not of now
         replace_section("batch_delivery", render(data), command_of(data["deadline_fractions"]))
         return
     print(load_note(), flush=True)

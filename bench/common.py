@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import re
+import subprocess
 from datetime import date
 from pathlib import Path
 
@@ -18,6 +19,30 @@ BENCHMARKS = ROOT / "BENCHMARKS.md"
 
 # the 1-minute load average when this benchmark process started (each benchmark is its own process)
 START_LOAD = os.getloadavg()[0]
+
+
+def source_commit() -> str:
+    """The commit of the code measured, with ``+changes`` when the runner or the benchmarks differ from it."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "--short=10", "HEAD")
+    if not head:
+        return "no git checkout"
+    return head + ("+changes" if git("status", "--porcelain", "--", "runner", "bench/*.py") else "")
+
+
+# the code this benchmark process measures (set back from saved results when a table is only re-rendered)
+START_COMMIT = source_commit()
+
+
+def measured_at(saved: dict) -> None:
+    """Re-rendering saved results: stamp the table with the load and commit of the runs, not of now."""
+    global START_LOAD, START_COMMIT
+    START_LOAD = saved["load_1min"]
+    START_COMMIT = saved.get("commit", "not recorded")
 
 
 def cpu_model() -> str:
@@ -51,7 +76,13 @@ def write_result(name: str, data: dict) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(
         json.dumps(
-            {"date": date.today().isoformat(), "machine": machine(), "load_1min": START_LOAD, **data},
+            {
+                "date": date.today().isoformat(),
+                "machine": machine(),
+                "load_1min": START_LOAD,
+                "commit": START_COMMIT,
+                **data,
+            },
             indent=2,
         )
         + "\n"
@@ -65,7 +96,8 @@ def replace_section(name: str, body: str, command: str, *, load: str | None = No
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     text = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n"
     block = (
-        f"{start}\n_{date.today().isoformat()}, {machine()}; {load or load_note()}; command: `{command}`_\n\n"
+        f"{start}\n_{date.today().isoformat()}, {machine()}; {load or load_note()}; code at {START_COMMIT}; "
+        f"command: `{command}`_\n\n"
         f"{body.rstrip()}\n{end}"
     )
     pattern = re.compile(re.escape(start) + ".*?" + re.escape(end), re.S)

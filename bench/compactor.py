@@ -508,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.render:
         saved = json.loads((ROOT / "bench" / "results" / "compactor.json").read_text())
-        common.START_LOAD = saved["load_1min"]  # the load when those runs started, not now
+        common.measured_at(saved)  # the load and code of those runs, not of now
         verdict = verdict_text(saved["rows"], saved.get("profile", ""))
         print(verdict)
         repeats = saved["rows"][0]["repeats"]

@@ -614,7 +614,7 @@ def main() -> None:
         args.render = True
     if args.render and not args.ray_scale:  # the tables and findings again, from the last run's results
         saved = json.loads((Path(__file__).parent / "results" / "concurrency.json").read_text())
-        common.START_LOAD = saved["load_1min"]  # the load when those runs started, not now
+        common.measured_at(saved)  # the load and code of those runs, not of now
         render(
             saved["rows"],
             saved["latency_s"],
@@ -628,12 +628,15 @@ def main() -> None:
         return
     if args.ray_scale and args.render:
         saved = json.loads((Path(__file__).parent / "results" / "ray_scale.json").read_text())
-        common.START_LOAD = saved["load_1min"]
+        common.measured_at(saved)  # the load and code of those runs, not of now
         render_ray_scale(saved, write=True)
         return
     if args.ray_scale:
         ray_scale(
-            tuple(args.sizes or (100, 500)), args.repeat, write=args.add or not args.sizes, add=args.add
+            tuple(args.sizes or (100, 500, SCALE_TARGET_N)),
+            args.repeat,
+            write=args.add or not args.sizes,
+            add=args.add,
         )
         return
     sizes, latency = ((5,), 0.2) if args.smoke else (tuple(args.sizes or (10, 100, 500)), 2.0)
@@ -820,7 +823,12 @@ def ray_scale(sizes: tuple[int, ...], repeat: int, write: bool, add: bool = Fals
                     {k: row[k] for k in ("executor", "sessions", "model_calls", "wall_s", "cpu_s")},
                     flush=True,
                 )
-    when = {"date": date.today().isoformat(), "load_1min": common.START_LOAD, "repeat": repeat}
+    when = {
+        "date": date.today().isoformat(),
+        "load_1min": common.START_LOAD,
+        "repeat": repeat,
+        "commit": common.START_COMMIT,
+    }
     saved = {
         "rows": measured,
         "sizes": list(sizes),

@@ -8,7 +8,10 @@ into a venv; OpenHands' SDK needs Python 3.12): ``RUNNER_PEER_PYTHON`` has inspe
 cost rows, and its rows in the concurrency table), ``RUNNER_OPENHANDS_PYTHON`` has openhands-sdk.
 A peer whose interpreter is not given is skipped, and says so; its table keeps its last results.
 
-    python bench/run_all.py [--smoke] [--only NAME ...]
+    python bench/run_all.py [--smoke] [--only NAME ... | --from NAME]
+
+Each benchmark's wall time is printed as it ends, and the whole run's at the end (about five hours
+here in all); ``--from NAME`` goes on from a benchmark after an interrupted run.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -69,22 +73,31 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--smoke", action="store_true", help="each benchmark's smoke size (seconds)")
-    parser.add_argument("--only", nargs="+", choices=[b[0] for b in BENCHES], help="these benchmarks only")
+    names = [b[0] for b in BENCHES]
+    parser.add_argument("--only", nargs="+", choices=names, help="these benchmarks only")
+    parser.add_argument("--from", dest="start", choices=names, help="this benchmark and those after it")
     args = parser.parse_args()
+    if args.only and args.start:
+        parser.error("--only and --from: give one")
     sys.path.insert(0, str(HERE))
     from common import load_note, machine
 
     print(f"{machine()}; {load_note()}", flush=True)
-    for name in args.only or [b[0] for b in BENCHES]:
+    began = time.monotonic()
+    for name in args.only or names[names.index(args.start) if args.start else 0 :]:
         line = command(name, args.smoke)
         if isinstance(line, str):
             print(f"== {name}: skipped: {line}", flush=True)
             continue
         print(f"== {name}: {' '.join(line)}", flush=True)
+        started = time.monotonic()
         done = subprocess.run(line, cwd=HERE.parent)
+        took = f"{(time.monotonic() - started) / 60:.1f} min"
         if done.returncode != 0:
-            print(f"== {name} failed (exit {done.returncode})", flush=True)
+            print(f"== {name} failed (exit {done.returncode}) after {took}", flush=True)
             return done.returncode
+        print(f"== {name}: done in {took}", flush=True)
+    print(f"== all done in {(time.monotonic() - began) / 60:.1f} min", flush=True)
     return 0
 
 

@@ -764,7 +764,7 @@ def render() -> None:
     saved = json.loads((common.RESULTS / "scaling.json").read_text())
     if saved["date"] != date.today().isoformat():  # the section is stamped with today's date
         raise SystemExit(f"the results are of {saved['date']}: measure again (python bench/scaling.py)")
-    common.START_LOAD = saved["load_1min"]
+    common.measured_at(saved)  # the load and code of those runs, not of now
     sections = [
         jobs_table(saved["jobs"]),
         session_table(saved["session"]),
