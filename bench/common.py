@@ -122,3 +122,48 @@ def todo_cell(run: dict) -> str:
     if "todo_truth" not in run:
         return "-"
     return f"{run['todo_reported']:,} of {run['todo_truth']:,}" + (" (search cut)" if run["todo_cut"] else "")
+
+
+TOKEN_FIELDS = (
+    "turns",
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "summarizer_tokens",
+    "cost_usd",
+)
+
+
+def repeat_note(
+    name: str,
+    rows: list[dict],
+    *,
+    decided_by: str = "the policy and the emulator",
+    fields: tuple[str, ...] = TOKEN_FIELDS,
+) -> str:
+    """How a one-round table of token counts compares with its previous saved run (read before this run
+    overwrites it): the rounds and spread of a deterministic table are its reruns."""
+    head = (
+        f"One round: {decided_by} decide every token, so a table of tokens has no spread within a run; "
+        "a rerun is its check."
+    )
+    try:
+        old = json.loads((RESULTS / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return head + " No earlier saved run to compare with."
+    before = {row["strategy"]: row for row in old.get("rows", [])}
+    same, differ = [], []
+    for row in rows:
+        was = before.get(row["strategy"])
+        if was is None:
+            continue
+        changed = [f"{f} {was.get(f)} -> {row.get(f)}" for f in fields if was.get(f) != row.get(f)]
+        if changed:
+            differ.append(f"{row['strategy']} ({', '.join(changed)})")
+        else:
+            same.append(row)
+    when = f"{old.get('date')}, code at {old.get('commit', 'not recorded')}, {old.get('machine')}"
+    text = f"{head} Against the previous saved run ({when}): {len(same)} of {len(same) + len(differ)} rows"
+    text += " the same in every token count and cost" + (f"; differ: {'; '.join(differ)}." if differ else ".")
+    return text

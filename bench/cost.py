@@ -63,7 +63,7 @@ from typing import Any
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_note, replace_section, write_result  # noqa: E402
+from common import load_note, repeat_note, replace_section, write_result  # noqa: E402
 from seeds_pipeline import Seed000, Seed001, Summarize  # noqa: E402
 
 from runner.agent.session import Session  # noqa: E402
@@ -703,6 +703,8 @@ def main() -> None:
     print(breakdown_text(rows))
     if not args.smoke and not args.only:
         print(findings(rows))
+        rerun = repeat_note("cost", rows)  # before this run's results replace the last
+        print(rerun)
         write_result(
             "cost",
             {

@@ -65,7 +65,7 @@ from typing import Any
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_note, replace_section, write_result  # noqa: E402
+from common import load_note, repeat_note, replace_section, write_result  # noqa: E402
 from cost import FULL_PACKAGES, MAX_TURNS, MODEL, SMOKE_PACKAGES, make_workspace  # noqa: E402
 
 from runner.compaction.fallback import fallback_summary  # noqa: E402
@@ -521,6 +521,10 @@ def main() -> None:
     import inspect_ai
 
     known = strategies()
+    rerun = repeat_note(
+        "peers", rows, decided_by="the policy, the emulator and inspect_ai's loop"
+    )  # before this run's results replace the last
+    print(rerun)
     write_result(
         "peers",
         {
@@ -570,6 +574,8 @@ def main() -> None:
             + "; ".join(f"`inspect_ai {n}` = {known[n][1]}" for n in names)
             + ".\n\n"
             + table(rows, ours)
+            + "\n\n"
+            + rerun
         ),
         "python bench/peers.py",
     )

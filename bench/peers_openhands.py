@@ -86,7 +86,7 @@ os.environ.setdefault("OPENHANDS_SUPPRESS_BANNER", "1")
 import anyio  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_note, replace_section, write_result  # noqa: E402
+from common import load_note, repeat_note, replace_section, write_result  # noqa: E402
 from cost import FULL_PACKAGES, MAX_TURNS, MODEL, SMOKE_PACKAGES, make_workspace  # noqa: E402
 from peers import (  # noqa: E402
     PROMPT,
@@ -574,6 +574,10 @@ def main() -> None:
 
     peer = f"openhands-sdk {version('openhands-sdk')}"
     known = condensers()
+    rerun = repeat_note(
+        "peers_openhands", rows, decided_by="the policy, the emulator and the SDK's loop"
+    )  # before this run's results replace the last
+    print(rerun)
     write_result(
         "peers_openhands",
         {
@@ -587,7 +591,7 @@ def main() -> None:
     )
     replace_section(
         "peers-openhands",
-        section(packages, names, known, rows, ours, peer),
+        section(packages, names, known, rows, ours, peer) + "\n\n" + rerun,
         "python bench/peers_openhands.py",
     )
 

@@ -330,7 +330,28 @@ def cpu_s() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def measure(jobs: int, calls: int) -> dict:
+TIMES = (
+    "index_s",
+    "index_cpu_s",
+    "all_pages_s",
+    "all_pages_cpu_s",
+    "unchanged_again_s",
+    "unchanged_again_cpu_s",
+)
+
+
+def measure(jobs: int, calls: int, rounds: int = 3) -> dict:
+    """``rounds`` runs, each on a run made afresh: each time is the median, with its range under
+    ``<name>_range``; sizes and page counts are the same in every round."""
+    runs = [measure_once(jobs, calls) for _ in range(rounds)]
+    result = dict(runs[0], rounds=rounds)
+    for key in TIMES:
+        values = sorted(run[key] for run in runs)
+        result[key], result[f"{key}_range"] = statistics.median(values), [values[0], values[-1]]
+    return result
+
+
+def measure_once(jobs: int, calls: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "20261130-000000-beef"
         make_run(run_dir, jobs, calls)
@@ -368,9 +389,9 @@ def measure(jobs: int, calls: int) -> dict:
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def open_s(page: Path, profile: Path, rounds: int = 3) -> float | None:
-    """Median seconds the headless Chromium takes to load ``page`` and lay out its DOM, less its start-up
-    (the same for an empty page); None without a Chromium."""
+def open_s(page: Path, profile: Path, rounds: int = 3) -> tuple[float, float, float] | None:
+    """Seconds the headless Chromium takes to load ``page`` and lay out its DOM, less its start-up (the
+    median for an empty page): the median of ``rounds`` and their range; None without a Chromium."""
     if CHROMIUM is None:
         return None
     empty = profile.parent / "empty.html"
@@ -400,7 +421,8 @@ def open_s(page: Path, profile: Path, rounds: int = 3) -> float | None:
 
     once(empty)  # the profile made once, outside the timings
     base = statistics.median(once(empty) for _ in range(rounds))
-    return max(statistics.median(once(page) for _ in range(rounds)) - base, 0.0)
+    times = sorted(max(once(page) - base, 0.0) for _ in range(rounds))
+    return statistics.median(times), times[0], times[-1]
 
 
 def measure_long(turns: int, rounds: int = 3) -> dict:
@@ -449,13 +471,18 @@ def measure_long(turns: int, rounds: int = 3) -> dict:
         one_page = whole.parent / "view" / "long-survey.html"
         r |= {"one_page_bytes": one_page.stat().st_size, "one_page_open_s": open_s(one_page, profile, rounds)}
         for key in ("job_page_open_s", "transcript_page_open_s", "one_page_open_s"):
-            r[key] = None if r[key] is None else round(r[key], 2)
+            if r[key] is not None:
+                r[key], r[f"{key}_range"] = round(r[key][0], 2), [round(t, 2) for t in r[key][1:]]
+        r["rounds"] = rounds
         return r
 
 
 def long_table(r: dict) -> str:
-    def secs(value: float | None) -> str:
-        return "(no chromium)" if value is None else f"{value:.2f}"
+    def secs(key: str) -> str:
+        if r[key] is None:
+            return "(no chromium)"
+        low, high = r.get(f"{key}_range", (r[key], r[key]))
+        return f"{r[key]:.2f} ({low:.2f}-{high:.2f})"
 
     met = (
         "met"
@@ -470,40 +497,43 @@ def long_table(r: dict) -> str:
         f"One synthetic job shaped as a real offline survey's files ({r['transcript_bytes'] / 2**20:.1f} MiB "
         "of "
         "transcript, a compaction every turn or two). Open: the real headless Chromium's `--dump-dom` wall "
-        "time "
-        "less an empty page's (the browser's start), median of 3. Targets: the job's page under 5 MB, opened "
-        "in "
+        "time less an empty page's (the browser's start), the median of "
+        f"{r.get('rounds', 3)} and, in brackets, the range. Targets: the job's page under 5 MB, opened in "
         "under 2 s.\n\n"
         "| page | size | open s |\n|---|---:|---:|\n"
         f"| the job's page (charts, compactions, report, transcript page 1 of {r['pages']}) | "
-        f"{r['job_page_bytes'] / 2**20:.2f} MiB | {secs(r['job_page_open_s'])} |\n"
+        f"{r['job_page_bytes'] / 2**20:.2f} MiB | {secs('job_page_open_s')} |\n"
         f"| a transcript page (largest {r['largest_transcript_page_bytes'] / 2**20:.2f} MiB) | | "
-        f"{secs(r['transcript_page_open_s'])} |\n"
+        f"{secs('transcript_page_open_s')} |\n"
         f"| before pages: the whole transcript on the job's page | {r['one_page_bytes'] / 2**20:.1f} MiB | "
-        f"{secs(r['one_page_open_s'])} |\n\n"
+        f"{secs('one_page_open_s')} |\n\n"
         f"Writing all {r['pages']} pages: {r['write_s']:.2f} s wall, {r['write_cpu_s']:.2f} s CPU. {met}.\n"
     )
 
 
 def table(r: dict) -> str:
+    def cell(key: str) -> str:
+        low, high = r.get(f"{key}_range", (r[key], r[key]))
+        return f"{r[key]:.2f} ({low:.2f}-{high:.2f})"
+
     met = "met" if r["index_s"] < 2 and r["index_bytes"] < 2 * 2**20 else "MISSED"
     return (
         f"## Run viewer: `runner view` of {r['jobs']} jobs x {r['calls_per_job']} model calls\n\n"
         "Synthetic run on disk (every file a real run leaves). Targets: the index written in under 2 s and "
         "under 2 MB.\n\n"
         "| what | wall s | CPU s | size |\n|---|---:|---:|---:|\n"
-        f"| index.html alone (read every job's metrics, render, write) | {r['index_s']:.2f} | "
-        f"{r['index_cpu_s']:.2f} | "
+        f"| index.html alone (read every job's metrics, render, write) | {cell('index_s')} | "
+        f"{cell('index_cpu_s')} | "
         f"{r['index_bytes'] / 2**20:.2f} MiB |\n"
         f"| first `runner view` (index + {r['pages_written']} job pages, one process per core) | "
-        f"{r['all_pages_s']:.2f} | {r['all_pages_cpu_s']:.2f} | {r['all_pages_bytes'] / 2**20:.1f} MiB in "
+        f"{cell('all_pages_s')} | {cell('all_pages_cpu_s')} | {r['all_pages_bytes'] / 2**20:.1f} MiB in "
         "all |\n"
         f"| `runner view` again, nothing changed ({r['pages_rewritten_again']} pages rewritten) | "
-        f"{r['unchanged_again_s']:.2f} | {r['unchanged_again_cpu_s']:.2f} | |\n"
+        f"{cell('unchanged_again_s')} | {cell('unchanged_again_cpu_s')} | |\n"
         f"| largest job page (charts, compactions, transcript) | | | {r['largest_page_bytes'] / 2**10:.0f} "
         "KiB |\n\n"
-        "CPU s counts this process and its page workers; the wall times were taken on a machine shared with "
-        "other work.\n\n"
+        f"CPU s counts this process and its page workers. {r.get('rounds', 1)} round(s), each on a run made "
+        "afresh: the median and, in brackets, the range.\n\n"
         f"Index: {met}. A job page is loaded only when its job is opened.\n"
     )
 
@@ -512,7 +542,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
-    result = measure(20, 30) if args.smoke else measure(500, 200)
+    result = measure(20, 30, rounds=1) if args.smoke else measure(500, 200)
     result["long_job"] = measure_long(300, rounds=1) if args.smoke else measure_long(3000)
     text = table(result) + "\n" + long_table(result["long_job"])
     print(text)
