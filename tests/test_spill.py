@@ -134,6 +134,35 @@ def test_a_full_temporary_directory_gives_a_clear_error_never_a_wrong_answer(tmp
         assert "AssertionError" not in done.stderr
 
 
+def test_a_failed_spill_keeps_its_entries_and_the_next_good_one_restores_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The temporary directory refuses the first spill (its entries stay in memory and the bound
+    doubles); once a spill succeeds the bound is back where it was, so memory is bounded again."""
+    from runner.rundir import spill
+
+    real, refusals = spill._connect, iter([True])
+
+    def connect_once_refused() -> sqlite3.Connection:
+        if next(refusals, False):
+            raise sqlite3.OperationalError("unable to open database file")
+        return real()
+
+    monkeypatch.setattr(spill, "_connect", connect_once_refused)
+    m = SpillMap(in_memory=4)
+    for i in range(5):  # the fifth entry asks for a spill, which is refused
+        m[f"k{i}"] = i
+    assert m.spilled == 0 and m.in_memory == 8 and "unable to open" in (m.problem or "")
+    for i in range(5, 9):  # the ninth spills all eight, and the bound is 4 again
+        m[f"k{i}"] = i
+    assert m.spilled == 8 and m.in_memory == 4
+    for i in range(9, 30):
+        m[f"k{i}"] = i
+        assert len(dict(m.memory_items())) <= 4
+    assert [m[f"k{i}"] for i in range(30)] == list(range(30))
+    m.close()
+
+
 def test_the_key_filter_holds_every_key_added_and_few_others() -> None:
     """No key that went to the file is ever said to be absent (that would be a wrong answer); of the
     keys never added, about 6% are said to be maybe there (each costs one lookup in the file)."""

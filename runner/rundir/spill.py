@@ -21,10 +21,11 @@ Guarantees:
   no fsync (it is scratch: a resumed job rebuilds its records from its files). SQLite caches at most
   :data:`CACHE_KIB` of its pages.
 - A spill that fails (no room in the temporary directory, none writable) loses nothing: the entries
-  stay in memory, the bound doubles (the next attempt comes later), and :attr:`SpillMap.problem` says
-  why. A lookup the file can no longer answer (SQLite writes its pages out lazily, so even a read
-  may need room) raises :class:`SpillUnreadable`, naming the directory to free: never a wrong answer
-  (a name two outputs share, a repeat missed). The job fails saying so, and can be resumed.
+  stay in memory, the bound doubles (the next attempt comes later; the first spill that succeeds
+  sets it back), and :attr:`SpillMap.problem` says why. A lookup the file can no longer answer
+  (SQLite writes its pages out lazily, so even a read may need room) raises
+  :class:`SpillUnreadable`, naming the directory to free: never a wrong answer (a name two outputs
+  share, a repeat missed). The job fails saying so, and can be resumed.
 - Keys are ``str``, ``bytes`` or ``int`` (one kind a map); values are ``str``, ``int``, ``float``, ``bool``,
   ``None`` or tuples of them (no lists, no dicts: a value comes back from the file as it went in).
   The file is only ever read by this process.
@@ -126,6 +127,7 @@ class SpillMap:
 
     def __init__(self, in_memory: int = IN_MEMORY):
         self.in_memory = in_memory
+        self._bound = in_memory  # what in_memory returns to after a failed spill has doubled it
         self._memory: dict[Any, Any] = {}
         self._db: sqlite3.Connection | None = None
         self._filter = KeyFilter(0)  # the keys the file holds, to skip it for a new one (sized at a spill)
@@ -212,6 +214,7 @@ class SpillMap:
             self._filter = self._grown(self._filter)
         self.spilled += len(rows)
         self._memory = {}  # a fresh dict: a dict emptied in place keeps its table
+        self.in_memory = self._bound
 
     def _grown(self, full: KeyFilter) -> KeyFilter:
         """A filter half as big again as ``full``'s keys, of every key in the file; ``full`` itself
