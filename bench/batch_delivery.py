@@ -292,6 +292,22 @@ def checks(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def rerun_note(data: dict[str, Any]) -> str:
+    """This run's tokens and costs against the previous saved run's, for every run without a deadline
+    (read before this run's results replace it)."""
+    try:
+        old = json.loads((RESULTS / "batch_delivery.json").read_text())
+    except (OSError, ValueError):
+        return "no earlier saved run to compare with"
+    keys = ("turns", "tokens", "cost_usd", "cost_if_live_usd", "succeeded")
+    names = [k for k in data["runs"] if "deadline" not in k and k in old.get("runs", {})]
+    differ = [k for k in names if any(data["runs"][k].get(f) != old["runs"][k].get(f) for f in keys)]
+    when = f"{old.get('date')}, code at {old.get('commit', 'not recorded')}"
+    if not differ:
+        return f"against the previous saved run ({when}): the same tokens and costs in all {len(names)}"
+    return f"against the previous saved run ({when}): {', '.join(differ)} differ, of {len(names)}"
+
+
 def render(data: dict[str, Any]) -> str:
     clock = data["clock"]
     names = {
@@ -329,10 +345,9 @@ def render(data: dict[str, Any]) -> str:
         f"{clock['window_s']:g} s after its first request and polls after {clock['poll_s']:g} s, doubling up "
         f"to {clock['poll_max_s']:g} s (`batch_window_s`, `batch_poll_s`, `batch_poll_max_s`; defaults 2, 1, "
         "60). Wall numbers are for this scaled clock; cost and token numbers do not depend on it. One round "
-        "each: the policy and the emulator are deterministic, so cost and tokens repeat exactly (two full "
-        "runs "
-        "gave the same tokens and costs; a deadline run's split between batch and live depends on the "
-        "clock).",
+        "each: the policy and the emulator decide every token, so a run has no spread of its own and a "
+        f"rerun is its check ({data.get('rerun', 'not compared with an earlier run')}; a deadline run's "
+        "split between batch and live depends on the clock).",
         "",
         *HEADER,
     ]
@@ -422,6 +437,8 @@ def main() -> None:
                 shutil.rmtree(link.resolve(), ignore_errors=True)
     print("\n".join(checks(data)))
     if not args.smoke:
+        data["rerun"] = rerun_note(data)
+        print(data["rerun"])
         write_result("batch_delivery", data)
         replace_section("batch_delivery", render(data), command_of(fractions))
 

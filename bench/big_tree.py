@@ -30,6 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+import common  # noqa: E402
 from common import RESULTS, replace_section, todo_cell, todo_counts, write_result  # noqa: E402
 from conftest import calls_and_gaps, expected_row, regular_files, survey_rows, todo_lines  # noqa: E402
 
@@ -148,14 +149,28 @@ def cached_cell(run: dict) -> str:
     )
 
 
+def same_calls(data: dict) -> str:
+    """Whether every run of each window made the same calls, turns and tokens, as checked, not assumed."""
+    keys = ("calls", "turns", "cost_usd", "cached_cost_usd", "cached_usage", "right")
+    differ = [
+        name
+        for name, runs in data["windows"].items()
+        if len({repr([r.get(k) for k in keys]) for r in runs}) > 1
+    ]
+    return (
+        "checked, the same calls, turns and cost in each" if not differ else f"NOT so for {', '.join(differ)}"
+    )
+
+
 def render(data: dict) -> str:
     out = [
         "The offline model surveys this venv's site-packages as it is (`__pycache__`, shared objects, "
         "files over 256 KiB) with the memory tool; the report's facts are checked against `os.walk` "
         "(every regular file named with its line count, or as binary with its size). Cost is estimated "
         "(about 4 characters a token, priced as opus: $15 in / $75 out per million tokens, no prompt "
-        "caching, which the offline model does not report); a real model's bill would differ, the ratio "
-        "between the windows would not. With caching: the same requests as the anthropic backend posts "
+        "caching, which the offline model does not report); a real model's bill would differ, and so "
+        "would the ratio between the windows (the next column shows how caching changes it). With caching: "
+        "the same requests as the anthropic backend posts "
         "them (its `cache_control` breakpoints), accounted by the emulator's prompt cache (the API's "
         "rules: writes 1.25x input, reads 0.1x, a prefix of at least 1,024 tokens, about 20 blocks looked "
         "back from a breakpoint).",
@@ -184,11 +199,14 @@ def render(data: dict) -> str:
         )
     out += [
         "",
-        "Every run of one window made the same calls (the policy is deterministic); wall times are "
+        f"Every run of one window made the same calls: {same_calls(data)} (the policy is deterministic); "
+        "wall times are "
         f"the median and range of {data['repeat']} runs on a shared machine.",
         "",
         "The small window is the cheaper one: each turn carries at most 50,000 characters, against up "
-        "to 400,000, for about the same number of turns (the survey reads a few files a turn in both).",
+        "to 400,000 (turns: "
+        + ", ".join(f"{name} {runs[0]['turns']:,}" for name, runs in data["windows"].items())
+        + "; the survey reads a few files a turn in both).",
     ]
     close = sum(runs[0]["within_2"] for runs in data["windows"].values())
     out.append(
@@ -212,6 +230,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.render:
         data = json.loads((RESULTS / "big_tree.json").read_text())
+        common.measured_at(data)  # the date, load and code of those runs, not of now
         replace_section("big-tree", render(data), f"{COMMAND} --repeat {data['repeat']}")
         return
     with tempfile.TemporaryDirectory() as tmp:

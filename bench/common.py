@@ -36,13 +36,17 @@ def source_commit() -> str:
 
 # the code this benchmark process measures (set back from saved results when a table is only re-rendered)
 START_COMMIT = source_commit()
+START_DATE = date.today().isoformat()
+MEASURED_ON: str | None = None  # the machine of re-rendered results (None: this one)
 
 
 def measured_at(saved: dict) -> None:
     """Re-rendering saved results: stamp the table with the load and commit of the runs, not of now."""
-    global START_LOAD, START_COMMIT
+    global START_LOAD, START_COMMIT, START_DATE, MEASURED_ON
     START_LOAD = saved["load_1min"]
     START_COMMIT = saved.get("commit", "not recorded")
+    START_DATE = saved.get("date", START_DATE)
+    MEASURED_ON = saved.get("machine")
 
 
 def cpu_model() -> str:
@@ -96,7 +100,7 @@ def replace_section(name: str, body: str, command: str, *, load: str | None = No
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     text = BENCHMARKS.read_text() if BENCHMARKS.exists() else "# Benchmarks\n"
     block = (
-        f"{start}\n_{date.today().isoformat()}, {machine()}; {load or load_note()}; code at {START_COMMIT}; "
+        f"{start}\n_{START_DATE}, {MEASURED_ON or machine()}; {load or load_note()}; code at {START_COMMIT}; "
         f"command: `{command}`_\n\n"
         f"{body.rstrip()}\n{end}"
     )

@@ -217,6 +217,7 @@ PAIRED = (100, 500)  # the sizes whose difference is CPU net of start-up
 TARGET_OWN_MS = 1.0  # the runner's own work per call, net of start-up, over the SDK floor's
 TARGET_WALL_OVER_FLOOR = 1.1  # the local runner's wall over the SDK floor's, at N = 500
 TARGET_RAY_OVER_LOCAL = 1.1
+TARGET_PEAK_RSS_MIB = 1536  # each executor's peak RSS at N = 500, over all its processes
 
 
 def peer_installed(python: str) -> bool:
@@ -457,8 +458,8 @@ def findings(rows: list[dict[str, Any]], startup: float, floor: dict[str, Any], 
     parts = []
     if net:
         parts.append(
-            "CPU per call net of process start-up ((N = 500 - N = 100) / the calls between them, exact CPU "
-            "from wait4, median and range over the rounds): "
+            "CPU per call net of process start-up ((N = 500 - N = 100) / the calls between them, paired "
+            "within each round; CPU exact from wait4, ray's sampled; median and range over the rounds): "
             + ", ".join(f"{k} {mr(v, unit=' ms')}" for k, v in net.items())
             + "."
         )
@@ -510,29 +511,43 @@ def findings(rows: list[dict[str, Any]], startup: float, floor: dict[str, Any], 
     if wall and local and sdk:
         parts.append(
             f"Wall at N = {n}: local {local['wall_over_ideal']:.2f}x ideal, the SDK floor "
-            f"{sdk['wall_over_ideal']:.2f}x; local over the floor {mr(wall, unit='x')}, target <= "
+            f"{sdk['wall_over_ideal']:.2f}x; local over the floor (per round, median and range) "
+            f"{mr(wall, unit='x')}, target <= "
             f"{TARGET_WALL_OVER_FLOOR:g}x: {verdict(wall['median'], TARGET_WALL_OVER_FLOOR)}."
         )
     if local and local.get("kernel_share") is not None:
+        parts.append(f"Of local's CPU at N = {n}, {local['kernel_share']:.0%} is kernel time.")
+    rss = [(name, at[name]["peak_rss_mib"]) for name in ("local", "ray") if name in at]
+    if rss:
+        worst = max(mib for _, mib in rss)
         parts.append(
-            f"Of local's CPU at N = {n}, {local['kernel_share']:.0%} is kernel time; peak RSS "
-            f"{local['peak_rss_mib']} MiB."
+            f"Peak RSS at N = {n} over each executor's processes: "
+            + ", ".join(f"{name} {mib} MiB" for name, mib in rss)
+            + f", target <= {TARGET_PEAK_RSS_MIB / 1024:g} GiB: {verdict(worst, TARGET_PEAK_RSS_MIB)}."
         )
     if local and sdk:
         busy = (local["cpu_s"] + local["emulator_cpu_ms_per_call"] * local["model_calls"] / 1000) / local[
             "wall_s"
         ]
+        if busy >= 1.5:
+            why = ": the cores were full, so each second of CPU over the floor's is a second of wall."
+        elif common.START_LOAD > 1.0:
+            why = (
+                ", with the machine's other load on the same 2 cores (the load average above): a ratio of "
+                "walls here measures that contention as much as the runner, and CPU per call is the figure "
+                "to trust."
+            )
+        else:
+            why = (
+                ": the cores were not full. The runner's Python runs on one event loop, and every "
+                "session's reply arrives at about the same moment (one latency, all started together), so "
+                "a turn's replies are handled one after another and its last session waits for the rest: "
+                "the CPU per call on the loop, over the floor's, is what the wall over the floor's follows."
+            )
         parts.append(
             f"What bounds local's wall: its {local['cpu_s']:.1f} s of CPU at N = {n} (the floor's "
-            f"{sdk['cpu_s']:.1f} s) and the emulator's, on 2 cores shared with the machine's other load (the "
-            f"load average above): runner and emulator together kept {busy:.2f} cores busy over local's wall"
-            + (
-                ", so on this run the other load, not the cores' capacity, set the wall: a ratio of walls "
-                "here measures that contention as much as the runner, and CPU per call is the "
-                "figure to trust."
-                if busy < 1.5
-                else ": the cores were full, so each second of CPU over the floor's is a second of wall."
-            )
+            f"{sdk['cpu_s']:.1f} s) and the emulator's; runner and emulator together kept {busy:.2f} cores "
+            f"busy over local's wall" + why
         )
     if RAW in at:
         parts.append(
@@ -545,7 +560,7 @@ def findings(rows: list[dict[str, Any]], startup: float, floor: dict[str, Any], 
         parts.append(
             f"The peer, inspect_ai, at N = {n}: {peer['wall_over_ideal']:.2f}x ideal, "
             f"{mr(net[PEER], unit=' ms')} of CPU per call net of start-up, its wall "
-            f"{mr(peer_wall, unit='x')} the SDK floor's; peak RSS {peer['peak_rss_mib']} MiB."
+            f"{mr(peer_wall, unit='x')} the SDK floor's (per round); peak RSS {peer['peak_rss_mib']} MiB."
         )
     parts.append(peer_note)
     if ray:
@@ -561,12 +576,13 @@ def findings(rows: list[dict[str, Any]], startup: float, floor: dict[str, Any], 
         rl = floor.get("wall_ray_over_local")
         if rl:
             parts.append(
-                f"Ray's wall over local's at N = {n} (sessions of {ray['calls_per_session']:g} calls): "
-                f"{mr(rl, unit='x')}; the within-10% target is set at N = 2,000 sessions of 20 calls "
-                "(the ray scale rows below)."
+                f"Ray's wall over local's at N = {n} (sessions of {ray['calls_per_session']:g} calls; per "
+                f"round, median and range): {mr(rl, unit='x')}; the within-10% target is set at N = 2,000 "
+                "sessions of 20 calls (the ray scale rows below)."
             )
     parts.append(
-        f"Each wall time includes {startup:.1f} s of process start-up (importing the SDK); the ray rows "
+        f"Each wall time includes at least {startup:.1f} s of process start-up (importing the SDK: the "
+        "fastest of 3 start-ups measured after the rounds); the ray rows "
         "also include starting a local Ray instance and its workers."
     )
     return " ".join(parts)

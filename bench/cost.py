@@ -738,7 +738,14 @@ def main() -> None:
                 + "\n\n"
                 + "Where the cost goes (cache writes by what became of them, following each read to the "
                 "call that wrote it; tokens sent split into a prefix an earlier call sent unchanged and the "
-                "rest):\n\n" + breakdown_table(rows) + "\n\n" + breakdown_text(rows) + "\n\n" + findings(rows)
+                "rest):\n\n"
+                + breakdown_table(rows)
+                + "\n\n"
+                + breakdown_text(rows)
+                + "\n\n"
+                + findings(rows)
+                + "\n\n"
+                + rerun
             ),
             "python bench/cost.py",
         )

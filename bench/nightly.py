@@ -34,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+import common  # noqa: E402
 from common import RESULTS, replace_section, write_result  # noqa: E402
 from conftest import runner_argv, runner_env, survey_todos  # noqa: E402
 
@@ -249,6 +250,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.render:
         data = json.loads((RESULTS / "nightly.json").read_text())
+        common.measured_at(data)  # the date, load and code of those runs, not of now
         replace_section("nightly", render(data), f"{COMMAND} --repeat {data['repeat']}")
         return
     with tempfile.TemporaryDirectory() as tmp:

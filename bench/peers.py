@@ -13,8 +13,9 @@ What inspect_ai runs as shipped: ``react()`` with its default prompt (our system
 defaults (threshold 0.9 of the context window inspect_ai knows for ``claude-sonnet-5-5``, 1,000,000 tokens:
 900,000, which this job never reaches, so the ``@ 50k`` rows run each strategy again with ``threshold=50000``,
 the ``server`` row's trigger). Changed, only to point it at the emulator: ``ANTHROPIC_BASE_URL`` and
-``ANTHROPIC_API_KEY``; a ``message_limit`` so a run that does not converge stops (about ``cost.MAX_TURNS``
-turns); and the two emulator gaps below (``EMULATOR_GAP``, ``FIRST_MESSAGE_USER``).
+``ANTHROPIC_API_KEY``; inspect_ai's own ``turn_limit`` of ``cost.MAX_TURNS`` model generations, so a run
+that does not converge stops where the runner's rows stop (``max_turns``); and the two emulator gaps
+below (``EMULATOR_GAP``, ``FIRST_MESSAGE_USER``).
 
 The tools ``glob``, ``read`` and ``grep`` are inspect_ai tools with our definitions (name, description,
 input schema) that call the runner's own :class:`runner.tools.toolset.Toolset`, so their outputs are ours,
@@ -396,7 +397,7 @@ async def run_row(
         tools=inspect_tools(toolset),
         compaction=make() if make else None,
     )
-    task = Task(dataset=[Sample(input=PROMPT)], solver=agent, message_limit=2 * MAX_TURNS + 2)
+    task = Task(dataset=[Sample(input=PROMPT)], solver=agent, turn_limit=MAX_TURNS)
     started = time.perf_counter()
     error = None
     logs = await eval_async(
@@ -551,8 +552,9 @@ def main() -> None:
             "knows "
             "for this model: 900,000 tokens, never reached here; the `@ 50k` rows set `threshold=50000`, the "
             "`server` row's trigger, and nothing else). Changed only to point it at the emulator: "
-            "`ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, a message limit of about "
-            f"{MAX_TURNS} turns, and two emulator gaps worked around in `bench/peers.py`: Sonnet 5.5's "
+            "`ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, inspect_ai's own `turn_limit` of "
+            f"{MAX_TURNS} model generations (where section 3's rows stop), and two emulator gaps worked "
+            "around in `bench/peers.py`: Sonnet 5.5's "
             "`thinking.block_binding` (sent as plain adaptive thinking through inspect_ai's model arg "
             "`extra_body`) and a request that starts with an assistant message (count_tokens of one message, "
             "or the "

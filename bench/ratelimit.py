@@ -85,6 +85,16 @@ def spread(values: list[float]) -> str:
     return f"{values[len(values) // 2]:.1%} ({values[0]:.1%}-{values[-1]:.1%})"
 
 
+def verdict(by_row: list[tuple[dict, ...]]) -> str:
+    """Both targets judged over every run of every row."""
+    over = sum(r["max_in_any_window"] > r["rate_per_window"] for runs in by_row for r in runs)
+    lowest = min(r["utilisation"] for runs in by_row for r in runs)
+    return (
+        f"No window over R: {'met' if over == 0 else f'MISSED in {over} runs'}; utilisation >= 95%: "
+        f"{'met' if lowest >= 0.95 else 'MISSED'} (the lowest of any run {lowest:.1%})."
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--smoke", action="store_true")
@@ -123,7 +133,10 @@ def main() -> None:
             f"in 1 ms), so the gate is saturated from start to end. {len(rounds)} rounds (every row once a "
             "round): most in any window is the most over all the rounds; utilisation is the median with, in "
             "brackets, the range.\n\n"
-            "Target: no window over R; utilisation >= 95% of R while saturated.\n\n" + "\n".join(rows),
+            "Target: no window over R; utilisation >= 95% of R while saturated.\n\n"
+            + "\n".join(rows)
+            + "\n\n"
+            + verdict(by_row),
             "python bench/ratelimit.py",
         )
 
