@@ -11,7 +11,9 @@ A peer whose interpreter is not given is skipped, and says so; its table keeps i
     python bench/run_all.py [--smoke] [--only NAME ... | --from NAME]
 
 Each benchmark's wall time is printed as it ends, and the whole run's at the end (about five hours
-here in all); ``--from NAME`` goes on from a benchmark after an interrupted run.
+here in all); ``--from NAME`` goes on from a benchmark after an interrupted run. Before each benchmark
+the run waits (at most :data:`SETTLE_MAX_S`) for the 1-minute load average to fall under
+:data:`QUIET_LOAD`, so that the load a table is stamped with is not the previous benchmark's.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+QUIET_LOAD = 1.0  # the 1-minute load average a benchmark waits for before it starts
+SETTLE_MAX_S = 240.0  # the longest it waits (a machine with other work may never get there)
 INSPECT = "RUNNER_PEER_PYTHON"
 OPENHANDS = "RUNNER_OPENHANDS_PYTHON"
 
@@ -68,6 +72,15 @@ def command(name: str, smoke: bool) -> list[str] | str:
     return [python, str(HERE / script), *extra]
 
 
+def settle(quiet: float = QUIET_LOAD, most_s: float = SETTLE_MAX_S) -> float:
+    """Wait until the 1-minute load average is under ``quiet`` (at most ``most_s``); the load then."""
+    waited = 0.0
+    while os.getloadavg()[0] >= quiet and waited < most_s:
+        time.sleep(5.0)
+        waited += 5.0
+    return os.getloadavg()[0]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -89,6 +102,8 @@ def main() -> int:
         if isinstance(line, str):
             print(f"== {name}: skipped: {line}", flush=True)
             continue
+        if not args.smoke:
+            print(f"== {name}: 1-minute load average {settle():.2f} at its start", flush=True)
         print(f"== {name}: {' '.join(line)}", flush=True)
         started = time.monotonic()
         done = subprocess.run(line, cwd=HERE.parent)
