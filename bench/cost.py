@@ -50,6 +50,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import re
 import shutil
 import sys
@@ -345,7 +346,13 @@ def cache_breakdown(
     return out
 
 
+WORKSPACE_MTIME = 1_700_000_000  # the first file's modification time in every bench workspace
+
+
 def make_workspace(root: Path, packages: tuple[str, ...]) -> Path:
+    """The standard library's ``packages`` copied under ``root/workspace``, each file's modification
+    time set by its sorted path (``glob`` lists newest first): the copy's order is the same on every
+    machine, where the installed files' own times, which ``copytree`` keeps, are not."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     workspace = root / "workspace"
     for package in packages:
@@ -354,6 +361,8 @@ def make_workspace(root: Path, packages: tuple[str, ...]) -> Path:
             workspace / package,
             ignore=shutil.ignore_patterns("__pycache__", "test", "tests"),
         )
+    for i, path in enumerate(sorted(p for p in workspace.rglob("*") if p.is_file())):
+        os.utime(path, (WORKSPACE_MTIME + i, WORKSPACE_MTIME + i))
     return workspace
 
 
