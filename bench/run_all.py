@@ -10,8 +10,9 @@ A peer whose interpreter is not given is skipped, and says so; its table keeps i
 
     python bench/run_all.py [--smoke] [--only NAME ... | --from NAME]
 
-Each benchmark's wall time is printed as it ends, and the whole run's at the end (about five hours
-here in all); ``--from NAME`` goes on from a benchmark after an interrupted run. Before each benchmark
+Each benchmark's wall time is printed as it ends, and the whole run's at the end (about two hours in
+all on a quiet machine of 2 cores, half of it ray_scale and the two subagents runs); ``--from NAME``
+goes on from a benchmark after an interrupted run. Before each benchmark
 the run waits (at most :data:`SETTLE_MAX_S`) for the 1-minute load average to fall under
 :data:`QUIET_LOAD`, so that the load a table is stamped with is not the previous benchmark's.
 """
