@@ -88,11 +88,10 @@ def main() -> int:
     )
     parser.add_argument("--smoke", action="store_true", help="each benchmark's smoke size (seconds)")
     names = [b[0] for b in BENCHES]
-    parser.add_argument("--only", nargs="+", choices=names, help="these benchmarks only")
-    parser.add_argument("--from", dest="start", choices=names, help="this benchmark and those after it")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--only", nargs="+", choices=names, help="these benchmarks only")
+    which.add_argument("--from", dest="start", choices=names, help="this benchmark and those after it")
     args = parser.parse_args()
-    if args.only and args.start:
-        parser.error("--only and --from: give one")
     sys.path.insert(0, str(HERE))
     from common import load_note, machine
 
