@@ -45,6 +45,7 @@ EXIT_CODES = """exit codes:
   1    a job did not succeed
   2    bad configuration or usage
   130  interrupted (Ctrl-C)"""
+REPLAY_STRATEGIES = ("client", "mask", "off")  # server: the API compacts, and a replay has none
 EXIT_CODES_VIEW = """exit codes:
   0    the pages were written (or the server stopped)
   2    RUN_DIR is not a run directory, or bad usage"""
@@ -226,6 +227,42 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
     prune.add_argument("--output-dir", type=Path, help="the runs directory (default: [runner] output_dir)")
 
+    replay = sub.add_parser(
+        "replay",
+        help="feed recorded agent histories through the Compactor and judge what each request kept",
+        epilog="""exit codes:
+  0    every history was replayed
+  2    a file is not a history (its file and line named), or bad usage""",
+    )
+    common(replay)
+    replay.add_argument(
+        "files",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="a history: shared/trajectories' JSONL (a header line, then one message a line) or a job's "
+        "transcript.jsonl",
+    )
+    replay.add_argument(
+        "--context-tokens",
+        type=int,
+        metavar="N",
+        help="the window in tokens (sets context_token_limit, and context_char_limit to 4 N); "
+        "default: the config's limits",
+    )
+    replay.add_argument(
+        "--compaction",
+        choices=REPLAY_STRATEGIES,
+        help="the strategy (default: [limits] compaction, client unless the config says otherwise)",
+    )
+    replay.add_argument("--json", action="store_true", help="print one JSON document: files and totals")
+    replay.add_argument(
+        "--dump",
+        type=Path,
+        metavar="DIR",
+        help="write each prepared request body as DIR/<file stem>/<turn>.json",
+    )
+
     emulate = sub.add_parser(
         "emulate",
         help="serve the local Messages-API emulator",
@@ -268,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_diff(args)
         if args.command == "prune":
             return cmd_prune(args)
+        if args.command == "replay":
+            return cmd_replay(args)
         if args.command == "emulate":
             from .emulator.cli import serve
 
@@ -628,3 +667,111 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    import anyio
+
+    from .pricing import PriceTable
+    from .replay import (
+        SUMMARIZER_NAME,
+        FileReport,
+        HistoryError,
+        ReplayOptions,
+        compactor_contestant,
+        replay_files,
+        totals,
+        window_limits,
+    )
+
+    if args.context_tokens is not None and args.context_tokens < 1_000:
+        raise ConfigError(
+            [f"--context-tokens: expected a whole number of at least 1000, got {args.context_tokens}"]
+        )
+    settings = settings_from(args)
+    limits = window_limits(settings.limits, args.context_tokens, args.compaction)
+    strategy = limits.compaction
+    if strategy not in REPLAY_STRATEGIES:
+        raise ConfigError(
+            [
+                f"[limits] compaction = {strategy!r}: the API compacts, and a replay has no server; "
+                f"use --compaction {' or '.join(REPLAY_STRATEGIES)}"
+            ]
+        )
+    summary_model = settings.summarizer.model
+    options = ReplayOptions(
+        model=settings.runner.model,
+        summary_model=summary_model,
+        prices=PriceTable(settings.prices),
+        context_tokens=limits.context_token_limit,
+        max_output_tokens=limits.max_output_tokens,
+        max_reactive_retries=limits.max_reactive_retries,
+        dump_dir=args.dump,
+    )
+    say(
+        f"replay: strategy {strategy}, window {limits.context_token_limit or '(none)'} tokens, model "
+        f"{options.model}; summaries: {SUMMARIZER_NAME} {summary_model}; prompt cache: the runner's "
+        "breakpoints, a 5-minute TTL that never expires between calls"
+    )
+
+    def progress(report: FileReport, seconds: float) -> None:
+        say(
+            f"replay: {report.file}: {report.turns} turns, {report.needed} needed facts: "
+            f"{report.in_context} in context, {report.recoverable} recoverable, {report.lost} lost; "
+            f"${report.cost_usd:.4f} (effective ${report.effective_cost_usd:.4f}) in {seconds:.1f} s"
+        )
+
+    try:
+        reports = anyio.run(
+            lambda: replay_files(
+                args.files,
+                options,
+                lambda job_dir: compactor_contestant(strategy, limits, job_dir, summary_model),
+                progress=progress,
+            )
+        )
+    except HistoryError as e:
+        print_error(str(e))
+        return 2
+    document: dict[str, Any] = {
+        "strategy": strategy,
+        "files": [r.to_json() for r in reports],
+        "totals": totals(reports),
+    }
+    if args.json:
+        print(json_printable(json.dumps(document, ensure_ascii=False, indent=1)))
+        return 0
+    from rich import box
+    from rich.table import Table
+
+    table = Table(
+        box=box.SIMPLE, title=f"replay: {strategy}, window {limits.context_token_limit or '-'} tokens"
+    )
+    for column in ("file", "turns", "sent", "cost", "effective", "needed", "in ctx", "recov.", "lost"):
+        table.add_column(
+            column, justify="left" if column == "file" else "right", no_wrap=True, overflow="ellipsis"
+        )
+    for row in [*document["files"], {"file": "total", **document["totals"]}]:
+        table.add_row(
+            escape(printable(Path(str(row["file"])).stem)),
+            f"{row['turns']:,}",
+            f"{row['tokens_sent'] / 1e6:.2f}M",
+            f"${row['cost_usd']:.3f}",
+            f"${row['effective_cost_usd']:.3f}",
+            f"{row['needed']:,}",
+            f"{row['in_context']:,}",
+            f"{row['recoverable']:,}",
+            f"{row['lost']:,}",
+        )
+    out.print(table)
+    done = document["totals"]
+    out.print(
+        escape(
+            f"compactions: {', '.join(f'{k} {v}' for k, v in done['compactions'].items()) or 'none'}; "
+            f"summaries {done['summaries']}; recalls {done['recalls']} ({done['recall_tokens']:,} tokens); "
+            f"requests over the window {done['over_window']} (refused and made room for: {done['refused']})"
+        ),
+        highlight=False,
+        soft_wrap=True,
+    )
+    return 0

@@ -25,6 +25,7 @@ LAYERS = {
     "runner.messages": 0,
     "runner.services": 0,
     "runner.pricing": 0,
+    "runner.billing": 0,
     # 1. configuration and the run directory's files
     "runner.config": 1,
     "runner.jobs": 1,
@@ -40,6 +41,8 @@ LAYERS = {
     "runner.ui": 4,
     # 5. executing a batch: local, Ray, resume
     "runner.execution": 5,
+    # 5. replaying recorded histories through the Compactor (an operator's measure, beside execution)
+    "runner.replay": 5,
     # 6. the command line
     "runner.cli": 6,
     "runner.__main__": 6,

@@ -9,7 +9,7 @@ Guarantees:
 - Server-side compaction comes first when its trigger is passed (see :mod:`.compaction`); its cost
   is an entry of ``usage.iterations``, and the top-level usage is the message's alone.
 - With ``enforce_max_tokens``, a reply longer than ``max_tokens`` is cut (stop_reason ``max_tokens``).
-- Usage has the API's fields; prompt caching is accounted by the state's :class:`.caching.PromptCache`.
+- Usage has the API's fields; prompt caching is accounted by the state's :class:`runner.billing.PromptCache`.
   A scripted reply's ``usage`` replaces fields of the usage sent (not of what is billed).
 """
 
@@ -25,7 +25,7 @@ from ..compaction.summarizer import SYSTEM_PROMPT
 from ..messages import Message, blocks
 from ..models.policy import decide, partial_report
 from ..pricing import USAGE_KEYS
-from .caching import without_cache_control
+from ..billing import without_cache_control
 from .compaction import server_compaction
 from .state import EmulatorState
 from .tokens import CHARS_PER_TOKEN, estimate, input_tokens

@@ -444,7 +444,7 @@ class MessagesRequest(CountTokensRequest):
 def blocks_with_cache_control(request: CountTokensRequest) -> int:
     """How many ``cache_control`` breakpoints a request sets (tools, system, message blocks and the
     items inside tool results; a top-level ``cache_control`` is one more, see
-    :func:`.caching.with_automatic_breakpoint`)."""
+    :func:`runner.billing.with_automatic_breakpoint`)."""
     count = int(request.cache_control is not None)
     count += sum(1 for tool in request.tools or [] if tool.cache_control is not None)
     if isinstance(request.system, list):

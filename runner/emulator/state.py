@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ..pricing import USAGE_KEYS
-from .caching import PromptCache
+from ..billing import PromptCache
 from .config import EmulatorConfig
 from .faults import SlidingWindow
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import math
 
+from ..billing import CHARS_PER_TOKEN
 from ..pricing import Usage
 from .base import Reply, Request
 from .policy import decide, partial_report
 
-CHARS_PER_TOKEN = 4
+__all__ = ["CHARS_PER_TOKEN", "OfflineModel", "estimate_tokens", "request_chars"]
 
 
 def estimate_tokens(text: str) -> int:

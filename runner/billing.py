@@ -1,4 +1,5 @@
-"""Prompt-caching accounting: which part of a request is read from the cache, which is written.
+"""How the API bills a request: its tokens (4 characters of its JSON text each, as the emulator and
+``runner replay`` count them) and prompt caching (which part is read from the cache, which is written).
 
 Guarantees (of :class:`PromptCache`): a prefix ends at a block, in the API's cache order (tools,
 system, message blocks); it is written at every ``cache_control`` breakpoint of at least
@@ -18,11 +19,42 @@ import json
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from ..messages import Message, blocks
-from .config import EmulatorConfig
-from .tokens import CHARS_PER_TOKEN
+from .messages import Message, blocks
+
+CHARS_PER_TOKEN = 4
+
+
+def estimate(obj: Any) -> int:
+    """Tokens of a JSON value: ceil(characters of its JSON text / 4)."""
+    return math.ceil(len(json.dumps(obj, ensure_ascii=False)) / CHARS_PER_TOKEN)
+
+
+def input_tokens(system: Any, messages: list[Message], tools: list[dict[str, Any]]) -> int:
+    """The input tokens of a request: the system prompt, the messages the API reads, the tools."""
+    return estimate([system, messages, tools])
+
+
+class CacheRules(Protocol):
+    """The prompt cache's parameters (the emulator's config has them under these names)."""
+
+    @property
+    def cache_ttl_s(self) -> float: ...
+    @property
+    def min_cacheable_tokens(self) -> int: ...
+    @property
+    def cache_lookback_blocks(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class ApiCacheRules:
+    """The API's documented defaults: a 5-minute TTL, 1,024 tokens at least, 20 blocks looked back."""
+
+    cache_ttl_s: float = 300.0
+    min_cacheable_tokens: int = 1024
+    cache_lookback_blocks: int = 20
 
 
 def without_cache_control(block: dict[str, Any]) -> dict[str, Any]:
@@ -111,7 +143,7 @@ class PromptCache:
         tools: list[dict[str, Any]],
         messages: list[Message],
         total: int,
-        config: EmulatorConfig,
+        config: CacheRules,
         automatic: Any = None,
     ) -> tuple[int, int]:
         """(cache_read_input_tokens, cache_creation_input_tokens) for one request; updates the cache.

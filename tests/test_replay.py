@@ -1,0 +1,280 @@
+"""``runner replay``: recorded histories through the Compactor, judged by the needed-fact rule.
+
+The rule is recomputed here by a plain loop (no helper of :mod:`runner.replay.facts`) on a real
+recorded history; hand-made histories show a dropped fact ``lost`` and a saved one ``recoverable``;
+bad histories are errors naming file and line, or counted skips; ``--dump`` bodies pass the
+emulator's validation of a Messages API request.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.anyio
+
+from runner.cli import main
+from runner.config import Limits
+from runner.emulator.validation import validate
+from runner.messages import Message
+from runner.pricing import PriceTable, Usage
+from runner.replay import HistoryError, ReplayOptions, compactor_contestant, load_history, window_limits
+from runner.replay.engine import replay
+from runner.replay.facts import needed_facts
+
+TRAJECTORY = (
+    Path(__file__).parent
+    / "recorded"
+    / "trajectories"
+    / "swebv_minisweagent_gemini3pro_matplotlib_matplotlib_25775.jsonl"
+)
+RULE = r"[A-Za-z_][A-Za-z0-9_]{5,}(?:\.[A-Za-z_][A-Za-z0-9_]+)*|(?:[\w.-]+/)+[\w.-]+"
+OPTIONS = ReplayOptions(model="claude-sonnet-5-5", summary_model="claude-haiku-5-5", prices=PriceTable())
+
+
+def rule_by_hand(path: Path) -> dict[int, set[str]]:
+    """The issue's rule, spelled out: assistant turn (1-based) -> its needed facts."""
+    lines = path.read_text().splitlines()
+    header = json.loads(lines[0])
+    pattern = re.compile(RULE)
+    results: set[str] = set()
+    other: set[str] = set(pattern.findall(header["system"]))
+    out: dict[int, set[str]] = {}
+    turn = 0
+    for line in lines[1:]:
+        message = json.loads(line)
+        said: set[str] = set()
+        for block in message["content"]:
+            if block["type"] == "text":
+                said |= set(pattern.findall(block["text"]))
+            elif block["type"] == "tool_use":
+                said |= set(pattern.findall(json.dumps(block["input"], separators=(",", ":"))))
+            elif block["type"] == "tool_result":
+                results |= set(pattern.findall(block["content"]))
+        if message["role"] == "assistant":
+            turn += 1
+            out[turn] = {f for f in said if f in results and f not in other}
+        other |= said
+    return out
+
+
+def test_needed_facts_follow_the_rule_on_a_recorded_history():
+    history = load_history(TRAJECTORY)
+    by_index = needed_facts(history.system, history.messages)
+    ours = {turn: by_index[i] for turn, i in enumerate(sorted(by_index), 1)}
+    expected = rule_by_hand(TRAJECTORY)
+    assert ours == expected
+    assert sum(len(v) for v in expected.values()) == 69  # the count the issue gives for this history
+
+
+def _cli_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
+    assert main(["replay", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_replay_cli_counts_every_needed_fact_once(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no config.toml: the built-in defaults
+    document = _cli_json(capsys, str(TRAJECTORY), "--context-tokens", "16000")
+    totals = document["totals"]
+    assert totals["needed"] == 69
+    assert totals["in_context"] + totals["recoverable"] + totals["lost"] == 69
+    assert totals["turns"] == 95 and totals["requests"] == 95
+    assert totals["over_window"] == 0  # the default strategy kept every request inside 16k tokens
+    assert totals["effective_cost_usd"] >= totals["cost_usd"] > 0
+    assert totals["compactions"]  # a 16k window over 95 turns needs compaction
+    (row,) = document["files"]
+    assert row["usage"]["cache_read_input_tokens"] > 0  # the runner's breakpoints are billed as cached
+
+
+def _history(tmp_path: Path, messages: list[Message], system: str = "You are an agent.") -> Path:
+    path = tmp_path / "history.jsonl"
+    lines = [json.dumps({"system": system, "task": "t"})] + [json.dumps(m) for m in messages]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _call(n: int, command: str, text: str = "") -> Message:
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    return {
+        "role": "assistant",
+        "content": [
+            *blocks,
+            {"type": "tool_use", "id": f"toolu_{n}", "name": "bash", "input": {"command": command}},
+        ],
+    }
+
+
+def _result(n: int, output: str) -> Message:
+    return {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": output}],
+    }
+
+
+def fact_history(tmp_path: Path, padding_turns: int = 12) -> Path:
+    """The first result holds ``secret_value_alpha``; many large results later, the agent names it."""
+    messages: list[Message] = [{"role": "user", "content": "Find the setting."}, _call(0, "grep -r setting")]
+    messages.append(_result(0, "config.py: secret_value_alpha = 3\n" + "# other settings\n" * 20))
+    for n in range(1, padding_turns + 1):
+        messages += [_call(n, f"cat part{n}.txt"), _result(n, f"part {n}\n" + ("lorem ipsum " * 800))]
+    messages.append({"role": "assistant", "content": [{"type": "text", "text": "It is secret_value_alpha."}]})
+    return _history(tmp_path, messages)
+
+
+class Dropper:
+    """A contestant that keeps only the first message and the newest two: older results vanish."""
+
+    name = "dropper"
+    tools: list[dict[str, Any]] = []
+    summary_usage = Usage()
+    summaries = 0
+    compactions: Counter[str] = Counter()
+
+    async def start(self, system: str, tools: list[dict[str, Any]]) -> None:
+        pass
+
+    async def prepare(self, history: list[Message]) -> list[Message]:
+        return history if len(history) <= 3 else [history[0], *history[-2:]]
+
+    def cache_points(self) -> tuple[int, ...]:
+        return ()
+
+    async def record(self, usage: Usage) -> None:
+        pass
+
+    async def reactive(self) -> bool:
+        return False
+
+    def targets(self, view: list[Message]) -> dict[str, str]:
+        return {}
+
+
+async def test_a_dropped_fact_is_lost(tmp_path):
+    history = load_history(fact_history(tmp_path))
+    report = await replay(history, Dropper(), OPTIONS)
+    assert report.needed == 1 and report.lost == 1 and report.in_context == 0
+    assert report.lost_facts == [(history.turns, "secret_value_alpha")]
+    assert report.recalls == 0 and report.effective_cost_usd == report.cost_usd
+
+
+async def test_a_saved_fact_is_recoverable_and_its_recall_is_paid(tmp_path):
+    history = load_history(fact_history(tmp_path))
+    limits = window_limits(Limits(keep_recent_results=1), 4_000, "mask")
+    contestant = compactor_contestant("mask", limits, tmp_path / "job", "claude-haiku-5-5")
+    report = await replay(history, contestant, OPTIONS)
+    assert report.needed == 1 and report.recoverable == 1 and report.lost == 0
+    assert report.recalls == 1
+    saved = [
+        p for p in (tmp_path / "job" / "tool-results").iterdir() if "secret_value_alpha" in p.read_text()
+    ]
+    assert saved, "the masked result is on disk"
+    assert report.recall_tokens >= len(saved[0].read_text()) // 4
+    assert report.effective_cost_usd > report.cost_usd
+
+
+async def test_a_fact_kept_whole_is_in_context(tmp_path):
+    history = load_history(fact_history(tmp_path, padding_turns=2))
+    contestant = compactor_contestant("off", Limits(compaction="off"), tmp_path / "job", "claude-haiku-5-5")
+    report = await replay(history, contestant, OPTIONS)
+    assert (report.needed, report.in_context, report.lost) == (1, 1, 0)
+
+
+def test_dump_writes_valid_api_requests(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    dump = tmp_path / "dump"
+    _cli_json(capsys, str(TRAJECTORY), "--context-tokens", "16000", "--dump", str(dump))
+    bodies = sorted((dump / TRAJECTORY.stem).glob("*.json"), key=lambda p: int(p.stem))
+    assert [int(p.stem) for p in bodies] == list(range(1, 96))
+    for path in bodies[::7] + bodies[-1:]:
+        body = json.loads(path.read_text())
+        assert validate(body, betas=(), count_tokens=False, min_trigger=50_000) == [], path.name
+        assert body["messages"][-1]["role"] == "user"
+
+
+BAD = [
+    ("not json", ["{}", "not json"], ":2: not a JSON line"),
+    ("not an object", ["{}", "[1, 2]"], ":2: expected a JSON object"),
+    ("bad role", ["{}", json.dumps({"role": "system", "content": "x"})], ":2: role: expected"),
+    ("bad content", ["{}", json.dumps({"role": "user", "content": 3})], ":2: content: expected"),
+    (
+        "call without id",
+        [
+            "{}",
+            json.dumps({"role": "user", "content": "go"}),
+            json.dumps({"role": "assistant", "content": [{"type": "tool_use", "name": "bash", "input": {}}]}),
+        ],
+        ":3: content.0.id: expected a string",
+    ),
+    ("assistant first", ["{}", json.dumps({"role": "assistant", "content": "hi"})], ":2: the first message"),
+    ("empty", [], "no messages"),
+    ("header only", [json.dumps({"system": "s"})], "no messages"),
+    ("system not text", [json.dumps({"system": 3}), json.dumps({"role": "user", "content": "x"})], "system"),
+]
+
+
+@pytest.mark.parametrize(("lines", "expected"), [(b[1], b[2]) for b in BAD], ids=[b[0] for b in BAD])
+def test_a_bad_history_is_an_error_naming_file_and_line(tmp_path, lines, expected):
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines))
+    with pytest.raises(HistoryError) as caught:
+        load_history(path)
+    assert str(caught.value).startswith(str(path))
+    assert expected in str(caught.value)
+
+
+def test_the_cli_names_a_bad_file_and_exits_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"system": "s"}\n{"role": "user", "content": "go"}\n{oops\n')
+    assert main(["replay", str(TRAJECTORY), str(path)]) == 2
+    assert f"{path}:3: not a JSON line" in capsys.readouterr().err
+
+
+def test_what_can_be_replayed_is_a_counted_skip(tmp_path):
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "go"}, {"type": "image", "source": {}}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "thinking", "thinking": "hm"}, _call(1, "ls")["content"][0]],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": "stray"}]},
+        {"role": "user", "content": "and then?"},
+        _call(2, "pwd"),
+        _result(2, "/work"),
+        {"role": "assistant", "content": "done"},
+    ]
+    history = load_history(_history(tmp_path, messages))
+    assert dict(history.skipped) == {
+        "user block image": 1,
+        "assistant block thinking": 1,
+        "tool result answering no call": 1,
+        "empty user message": 1,  # the stray result was all it held
+        "call without a recorded result": 1,
+    }
+    roles = [m["role"] for m in history.messages]
+    assert roles == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    answered = history.messages[2]["content"][0]
+    assert answered["tool_use_id"] == "toolu_1" and answered["is_error"] is True
+
+
+def test_a_runner_transcript_replays_with_its_job_system(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    job = tmp_path / "run" / "job"
+    job.mkdir(parents=True)
+    (job / "job.json").write_text(json.dumps({"system": "You survey code."}))
+    messages = [
+        {"role": "user", "content": "Survey."},
+        _call(1, "ls"),
+        _result(1, "alpha_module.py"),
+        {"role": "assistant", "content": [{"type": "text", "text": "Found alpha_module.py"}]},
+    ]
+    (job / "transcript.jsonl").write_text("".join(json.dumps(m) + "\n" for m in messages))
+    history = load_history(job / "transcript.jsonl")
+    assert history.system == "You survey code." and history.turns == 2
+    document = _cli_json(capsys, str(job / "transcript.jsonl"))
+    assert document["totals"]["needed"] == 1 and document["totals"]["in_context"] == 1
