@@ -35,10 +35,10 @@ from common import RESULTS, replace_section, todo_cell, todo_counts, write_resul
 from conftest import calls_and_gaps, expected_row, regular_files, survey_rows, todo_lines  # noqa: E402
 
 from runner.agent.session import Session  # noqa: E402
+from runner.billing import PromptCache  # noqa: E402
 from runner.compaction.compactor import Compactor  # noqa: E402
 from runner.compaction.summarizer import Summarizer  # noqa: E402
 from runner.config import Limits  # noqa: E402
-from runner.billing import PromptCache  # noqa: E402
 from runner.emulator.config import EmulatorConfig  # noqa: E402
 from runner.jobs import JobSpec  # noqa: E402
 from runner.models.anthropic import request_params  # noqa: E402

@@ -68,10 +68,10 @@ from common import load_note, repeat_note, replace_section, write_result  # noqa
 from seeds_pipeline import Seed000, Seed001, Summarize  # noqa: E402
 
 from runner.agent.session import Session  # noqa: E402
+from runner.billing import cache_segments  # noqa: E402
 from runner.compaction.compactor import CompactionState, Compactor  # noqa: E402
 from runner.compaction.summarizer import Summarizer  # noqa: E402
 from runner.config import Limits  # noqa: E402
-from runner.emulator.caching import cache_segments  # noqa: E402
 from runner.emulator.config import EmulatorConfig  # noqa: E402
 from runner.emulator.server import running_emulator  # noqa: E402
 from runner.jobs import JobSpec  # noqa: E402
