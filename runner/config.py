@@ -77,6 +77,9 @@ class Limits(BaseModel):
     snip_trigger: Int = Field(50, ge=8)
     snip_head: Int = Field(3, ge=1)
     snip_target: Int = Field(30, ge=4)
+    # a snip marker's digest (what it archived, and the file that holds each saved output) may take this
+    # share of the context limit (at least 1,500 characters)
+    snip_digest_share: Float = Field(0.05, ge=0, le=0.2)
     # 3. micro_compact and 4. fit_tool_results
     context_char_limit: Int = Field(50_000, ge=2_000)
     keep_recent_results: Int = Field(3, ge=0)
@@ -107,10 +110,19 @@ class Limits(BaseModel):
     sandbox: Literal["bwrap", "none"] = "bwrap"
     sandbox_network: bool = False
     max_repeated_calls: Int = Field(3, ge=1, le=100)
+    # one reply's work: the tool calls run from one reply (the rest are answered "not run"), and the
+    # entries (files and directories) the memory folder may hold
+    max_tool_calls_per_reply: Int = Field(64, ge=1, le=100_000)
+    max_memory_entries: Int = Field(1_000, ge=1, le=100_000)
     # the bytes the job's store may write into its directory; then status disk_quota
     max_job_bytes: Int = Field(2 * 1024**3, gt=0, le=1024**5)
-    # subagents (the task tool): how many of a job's run at once
+    # subagents (the task tool): how many of a job's run at once, and how many it may start in all
+    # (its max_turns and max_job_bytes count its subagents' turns and files too)
     max_subagents: Int = Field(4, ge=1, le=64)
+    max_subagents_total: Int = Field(16, ge=1, le=10_000)
+    # sandboxed calls (bash) of one job, its subagents' included, running at once: their memory and
+    # processes together are the job's budget (runner.tools.job_budget)
+    max_sandboxes: Int = Field(2, ge=1, le=64)
     # start from the newest earlier successful run of the same job (see README "Running it every night")
     incremental: bool = False
 

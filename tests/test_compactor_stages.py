@@ -160,6 +160,34 @@ def test_snip_fires_over_the_trigger_only():
     assert problems == []
 
 
+def test_snip_saves_each_archived_result_and_its_digest_names_the_file():
+    entries = history([[500]] * 30)  # 61 messages: 32 archived, 16 results of 500 chars among them
+    out = stages.snip(entries, 50, 3, 30, name_for=name_for, saved_for=saved_for, digest_chars=4_000)
+    archived = [f"t{n}" for n in range(2, 18)]
+    assert [p.tool_use_id for p in out.persist] == archived
+    assert all(p.content == body(500) and p.path == name_for(p.tool_use_id, "") for p in out.persist)
+    marker = next(b["text"] for b in out.entries[2].message["content"] if b.get("type") == "text")
+    assert all(f"{n}.py → tool-results/{n}.txt" in marker for n in archived)  # each read names its file
+    assert len(marker.split("\n", 1)[1]) <= 4_000
+    # a longer archive with the default digest budget names only the newest files that fit
+    long = history([[500]] * 100)  # 86 archived results
+    small = stages.snip(long, 50, 3, 30, name_for=name_for, saved_for=saved_for)
+    assert len(small.persist) == 86  # every one is saved, named or not
+    text = next(b["text"] for b in small.entries[2].message["content"] if b.get("type") == "text")
+    assert len(text.split("\n", 1)[1]) <= 1_500
+    assert "t87.py → tool-results/t87.txt" in text and "t2.py → tool-results/t2.txt" not in text
+
+
+def test_snip_saves_nothing_again_that_is_saved_already_nor_what_is_small():
+    entries = history([[500]] * 30)
+    entries[4] = entries[4].replaced(results(("t2", "[Earlier tool result saved at tool-results/t2.txt]")))
+    entries[6] = entries[6].replaced(results(("t3", "short")))
+    out = stages.snip(entries, 50, 3, 30, name_for=name_for, saved_for=saved_for, digest_chars=4_000)
+    assert [p.tool_use_id for p in out.persist] == [f"t{n}" for n in range(4, 18)]
+    marker = next(b["text"] for b in out.entries[2].message["content"] if b.get("type") == "text")
+    assert "t2.py → tool-results/t2.txt" in marker and "t3.py;" in marker
+
+
 def test_snip_keeps_the_head_and_the_newest_and_names_the_archived_range():
     entries = history([[10]] * 30)  # 61 messages, seq 1..61
     out = stages.snip(entries, 50, 3, 30)

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..messages import Message, blocks, has_tool_use, is_tool_result_message, user_text, with_content
 from ..protocol import (
+    SNIP_DIGEST_CHARS,
     archived_count,
     archived_marker,
     archived_span,
@@ -262,10 +263,23 @@ def archived_range(archived: list[Entry]) -> str:
     return transcript_range(min(seqs), max(seqs)) if seqs else TRANSCRIPT
 
 
-def snip(entries: list[Entry], trigger: int, head: int, target: int) -> Outcome | None:
+def snip(
+    entries: list[Entry],
+    trigger: int,
+    head: int,
+    target: int,
+    *,
+    name_for: NameFor | None = None,
+    saved_for: SavedFor | None = None,
+    digest_chars: int = SNIP_DIGEST_CHARS,
+) -> Outcome | None:
     """2. Over ``trigger`` messages: keep the first ``head`` and the newest messages, ``target`` in all,
     with one marker in the middle naming the archived transcript range and carrying a digest of what
-    those messages did (:mod:`.digest`, at most ``SNIP_DIGEST_CHARS``). Pair-safe at both edges."""
+    those messages did (:mod:`.digest`, at most ``digest_chars``). Pair-safe at both edges.
+
+    With ``name_for``, each archived tool result over :data:`MICRO_MIN_CHARS` that is not saved yet
+    is saved on its own (as micro_compact saves one), so the digest names the file that holds it: a
+    fact of one result is recalled from that result, not from the whole archived range."""
     if len(entries) <= trigger:
         return None
     head_end = min(head, len(entries))
@@ -280,11 +294,47 @@ def snip(entries: list[Entry], trigger: int, head: int, target: int) -> Outcome 
     head_entries, earlier = _without_markers(entries[:head_end])
     carried = [Entry.of(user_text(t)) for t in earlier]
     count = len(archived) + sum(archived_count(t) for t in earlier)
+    out = Outcome([])
+    described = _saved_each(archived, name_for, saved_for, out) if name_for is not None else archived
     text = archived_marker(
-        count, archived_range(carried + archived), digest([e.message for e in carried + archived])
+        count,
+        archived_range(carried + archived),
+        digest([e.message for e in carried + described], digest_chars),
     )
     marker = Entry.of(user_text(text), seen=True)
-    return Outcome(join(head_entries, [marker], entries[tail_start:]))
+    out.entries = join(head_entries, [marker], entries[tail_start:])
+    return out
+
+
+def _saved_each(
+    archived: list[Entry], name_for: NameFor, saved_for: SavedFor | None, out: Outcome
+) -> list[Entry]:
+    """``archived`` with each result over :data:`MICRO_MIN_CHARS` as the placeholder of its saved
+    file (saved now, queued in ``out``, unless it is one already); read-backs are left as they are."""
+    recalls = _recall_ids(archived)
+    described = []
+    for entry in archived:
+        new: dict[int, str] = {}
+        for index, block in _result_slots(entry):
+            tool_use_id = str(block.get("tool_use_id", ""))
+            text = output_text(block.get("content"))
+            content = block.get("content")
+            if (
+                text is None
+                or len(text) <= MICRO_MIN_CHARS
+                or tool_use_id in recalls
+                or (isinstance(content, str) and is_placeholder(content))
+            ):
+                continue
+            path = saved_path(text)
+            if path is not None and saved_for is not None and saved_for(tool_use_id, path):
+                continue  # a marker of ours already names its file
+            path = name_for(tool_use_id, text)
+            out.persist.append(Persist(path, text, tool_use_id))
+            out.paths.append(path)
+            new[index] = placeholder(path)
+        described.append(_replace_results(entry, new) if new else entry)
+    return described
 
 
 def _without_markers(entries: list[Entry]) -> tuple[list[Entry], list[str]]:

@@ -8,6 +8,7 @@ The model may also call ``compact`` itself.
 
 from __future__ import annotations
 
+from ...protocol import SNIP_DIGEST_CHARS
 from .. import stages as s
 from ..stages import Stage
 from .base import Stages, Strategy
@@ -21,7 +22,16 @@ class ClientStrategy(Strategy):
         limits, window = self.limits, stages.window
         self.budget_results(stages)
         stages.adopt(
-            Stage.SNIP, s.snip(window.entries, limits.snip_trigger, limits.snip_head, limits.snip_target)
+            Stage.SNIP,
+            s.snip(
+                window.entries,
+                limits.snip_trigger,
+                limits.snip_head,
+                limits.snip_target,
+                name_for=stages.name_for,
+                saved_for=stages.saved_for,
+                digest_chars=max(SNIP_DIGEST_CHARS, int(stages.char_limit() * limits.snip_digest_share)),
+            ),
         )
         limit = stages.char_limit()
         if window.total <= limit:
