@@ -34,6 +34,7 @@ OPENHANDS = "RUNNER_OPENHANDS_PYTHON"
 
 # (name, script, its arguments, the interpreter's variable or None for this one, whether it has --smoke)
 BENCHES: tuple[tuple[str, str, tuple[str, ...], str | None, bool], ...] = (
+    ("replay", "replay.py", (), None, True),  # runs its peers' rows with both peer interpreters itself
     ("concurrency", "concurrency.py", (), None, True),
     ("ray_scale", "concurrency.py", ("--ray-scale",), None, False),
     ("ray_fault", "ray_fault.py", (), None, True),

@@ -73,11 +73,9 @@ def fresh_consoles(patch: pytest.MonkeyPatch) -> None:
     """The CLI's module consoles (``runner.execution.batch.out`` and ``err``, wherever a runner module
     imported them) replaced by new ones made now, as the batch module makes them: their width and
     colours come from this test's environment, not from the one at import."""
-    from rich.console import Console
-
     from runner.execution import batch
 
-    new = {id(batch.out): Console(), id(batch.err): Console(stderr=True)}
+    new = {id(batch.out): batch.console(), id(batch.err): batch.console(stderr=True)}
     for name, module in list(sys.modules.items()):
         if name == "runner" or name.startswith("runner."):
             for attr, value in list(vars(module).items()):

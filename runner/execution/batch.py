@@ -29,8 +29,16 @@ if TYPE_CHECKING:  # the batch core pulls in the SDK (~1.5 s); `validate` and `r
 DEFAULT_CONFIG = Path("config.toml")
 # a terminal's own width; on a pipe, $COLUMNS or 80 (rich's default), so the run table on a pipe is the
 # narrow one unless $COLUMNS makes room (every one-line message is printed with soft_wrap: never cut)
-out = Console()
-err = Console(stderr=True)
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console for the CLI's output: emoji codes off, so a report's ``b.py:100:`` or ``:thumbs_up:``
+    is printed as written (rich would turn them into emoji); markup is escaped where text is data."""
+    return Console(stderr=stderr, emoji=False)
+
+
+out = console()
+err = console(stderr=True)
 
 
 def print_error(line: str, label: str = "error") -> None:

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from rich.console import Console
 from rich.text import Text
 
 from ..agent.continuation import cut_transcript
@@ -202,6 +201,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from ..compaction.compactor import Compactor
     from .batch import (
         config_path,
+        console,
         execute,
         make_backend,
         run_meta,
@@ -223,12 +223,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
         keep_backend(run_dir, plan.meta, settings, getattr(args, "backend", None))
         if unsafe := [line for e in plan.errors if e.unsafe for line in e.problems]:
             raise ConfigError(unsafe)  # as `run`: no job starts beside one that could rewrite the others
-        console = Console(stderr=True)
+        err_console = console(stderr=True)
         for note in plan.notes:
-            console.print(Text(f"resume: {printable(note)}"), highlight=False, soft_wrap=True)
+            err_console.print(Text(f"resume: {printable(note)}"), highlight=False, soft_wrap=True)
         if not plan.specs and not plan.errors:
             # run.json may lag behind the jobs' own files (the run was killed right after they ended)
-            console.print(Text(printable(f"resume: no job of {run_dir} is left to run")), soft_wrap=True)
+            err_console.print(Text(printable(f"resume: no job of {run_dir} is left to run")), soft_wrap=True)
             batch = Batch(
                 run_dir=run_dir,
                 specs=[],
