@@ -197,6 +197,15 @@ def plan_resume(
     return plan
 
 
+def run_dir_behind(path: Path) -> Path:
+    """The run directory ``path`` names: a link (``runs/latest``) is followed, so the run keeps its own
+    id (its directory's name), never the link's."""
+    if not path.is_symlink():
+        return path
+    target = Path(os.readlink(path))
+    return target if target.is_absolute() else path.parent / target
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     from ..compaction.compactor import Compactor
     from .batch import (
@@ -212,7 +221,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     )
     from .core import Batch
 
-    run_dir: Path = getattr(args, "run_dir", None) or args.resume
+    run_dir = run_dir_behind(getattr(args, "run_dir", None) or args.resume)
     settings = parsed(lambda: settings_from(args, say=say), config_path(args))
     if not (run_dir / RUN_JSON).is_file():
         raise ConfigError([f"{run_dir / RUN_JSON}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
