@@ -4,8 +4,12 @@ as a newcomer lives it)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 
 def survey_project(root: Path) -> Path:
@@ -26,3 +30,39 @@ def test_resuming_through_runs_latest_keeps_the_run_id(run_cli: Any, tmp_path: P
     assert done.returncode == 0, done.stderr
     assert json.loads((run / "run.json").read_text())["run_id"] == run.name
     assert (tmp_path / "runs" / "latest").resolve() == run
+
+
+def readme_nightly_script() -> str:
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    start = text.index("```sh\n#!/bin/sh\n# /srv/analysis/nightly.sh") + len("```sh\n")
+    return text[start : text.index("```\n", start)]
+
+
+def test_the_readme_nightly_recipe_runs_under_crons_environment(tmp_path: Path) -> None:
+    """The recipe as written, under cron's environment (``env -i PATH=/usr/bin:/bin``), two nights: the
+    runner found by its path, ``last-run.json`` whole each night, the diff written when a report changed."""
+    runner = Path(sys.executable).parent / "runner"
+    if not runner.exists():
+        pytest.skip(f"no runner script beside {sys.executable} (not installed with pip)")
+    jobs = survey_project(tmp_path)
+    script = tmp_path / "nightly.sh"
+    body = readme_nightly_script().replace("/srv/analysis/.venv/bin/runner", str(runner))
+    script.write_text(body.replace("/srv/analysis", str(tmp_path)))
+    script.chmod(0o755)
+
+    def night() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["env", "-i", "PATH=/usr/bin:/bin", str(script)], capture_output=True, text=True, timeout=300
+        )
+
+    first = night()
+    assert first.returncode == 0, first.stderr
+    assert json.loads((tmp_path / "last-run.json").read_text())["jobs"][0]["status"] == "succeeded"
+    assert not (tmp_path / "last-diff.txt").exists()
+    (tmp_path / "ws" / "b.py").write_text("y = 2\n")
+    second = night()
+    assert second.returncode == 0, second.stderr
+    assert json.loads((tmp_path / "last-run.json").read_text())["jobs"][0]["status"] == "succeeded"
+    assert "report changed" in (tmp_path / "last-diff.txt").read_text()
+    assert "not found" not in second.stderr.replace("mail: not found", "")
+    assert jobs.is_dir()
