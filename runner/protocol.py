@@ -77,7 +77,8 @@ def saved_path(content: Any) -> str | None:
 
 # --- snip: the marker that stands for the archived middle of a conversation -----------------------
 
-SNIP_DIGEST_CHARS = 1_500  # the most a snip marker's digest of what it archived may take
+SNIP_DIGEST_CHARS = 1_500  # the most a snip marker's digest of what it archived may take (at least)
+SNIP_DIGEST_MAX_CHARS = 8_000  # ... and at most, whatever share of a large window snip_digest_share gives
 _ARCHIVED = re.compile(r"^\[(\d+) messages archived: \S+ messages (\d+)-(\d+)\]")
 _ARCHIVED_HEAD = re.compile(r"^\[\d+ messages archived: ")  # whatever the range (a marker may name none)
 
@@ -374,12 +375,12 @@ def subagent_result(text: str) -> tuple[str, str, str, bool] | None:
 # --- an incremental job: its baseline and what changed since (rundir/manifest.py) ----------------
 
 INCREMENTAL_HEAD = "[Incremental run]"
+INCREMENTAL_LISTS = "The first of each (paths as data: one that is not plain is a JSON string):\n"
 INCREMENTAL_NOTE = (
     INCREMENTAL_HEAD + " This analysis ran before: run {run}, started {when}, on this same "
     "workspace. Its report is saved at {report} (read it with recall){memory}. Since then "
     "{added} files were added, {changed} changed and {removed} removed ({unchanged} unchanged); "
-    "the full lists are saved at {changes} (read it with recall). The first of each:\n"
-    "{inline}\n"
+    "the full lists are saved at {changes} (read it with recall). " + INCREMENTAL_LISTS + "{inline}\n"
     "Examine what was added or changed, leave out what was removed, and carry the rest over "
     "from the previous report."
 )
@@ -399,11 +400,17 @@ _INCREMENTAL = re.compile(
 _CHANGES_LIST = re.compile(r"^(added|changed|removed) \((\d+)\):$")
 
 
+_PLAIN_PATH = re.compile(r"[\w.+@=~%-][\w./+@=~%-]*")  # no space, quote, comma, bar, brace...
+
+
 def listed_path(path: str) -> str:
-    """A path as one line of a list: as it is, or as a JSON string when it would not read back so."""
-    if path and path == path.strip() and path[0] != '"' and path.isprintable():
+    """A path as the runtime quotes it, one line of a list or an item of an inline one: as it is when
+    it is plain (letters, digits and ``_ . / + @ = ~ % -``, not starting with ``/``), else as a JSON
+    string with every character beyond ASCII escaped. So a workspace's file name never reads as the
+    runtime's words or a note (``- key | ...``) of its own, and always reads back (:func:`changes_of`)."""
+    if _PLAIN_PATH.fullmatch(path) and path.isprintable():
         return path
-    return json.dumps(path, ensure_ascii=False)
+    return json.dumps(path, ensure_ascii=True)
 
 
 def inline_list(paths: list[str], chars: int) -> str:
@@ -451,6 +458,12 @@ def changes_text(*, run: str, lists: dict[str, list[str]], unchanged: int) -> st
     for kind in CHANGE_KINDS:
         out += ["", f"{kind} ({len(lists[kind])}):", *(listed_path(p) for p in lists[kind])]
     return "\n".join(out) + "\n"
+
+
+def incremental_head(text: str) -> str:
+    """An incremental note's own words, before its lists of paths (where a file's name may say
+    anything): what a reader looks for the runtime's phrases in."""
+    return text.split(INCREMENTAL_LISTS, 1)[0]
 
 
 def incremental_of(text: str) -> dict[str, Any] | None:

@@ -8,10 +8,15 @@ The model may also call ``compact`` itself.
 
 from __future__ import annotations
 
-from ...protocol import SNIP_DIGEST_CHARS
+from ...protocol import SNIP_DIGEST_CHARS, SNIP_DIGEST_MAX_CHARS
 from .. import stages as s
 from ..stages import Stage
 from .base import Stages, Strategy
+
+
+def digest_chars(char_limit: int, share: float) -> int:
+    """A snip digest's room: ``share`` of the context limit, from 1,500 to 8,000 characters."""
+    return max(SNIP_DIGEST_CHARS, min(SNIP_DIGEST_MAX_CHARS, int(char_limit * share)))
 
 
 class ClientStrategy(Strategy):
@@ -30,7 +35,7 @@ class ClientStrategy(Strategy):
                 limits.snip_target,
                 name_for=stages.name_for,
                 saved_for=stages.saved_for,
-                digest_chars=max(SNIP_DIGEST_CHARS, int(stages.char_limit() * limits.snip_digest_share)),
+                digest_chars=digest_chars(stages.char_limit(), limits.snip_digest_share),
             ),
         )
         limit = stages.char_limit()
