@@ -20,8 +20,12 @@ Contestants (each at its defaults, at the window):
   run by ``RUNNER_PEER_PYTHON``), OpenHands' ``LLMSummarizingCondenser`` and observation masking
   (``bench/replay_openhands.py``, run by ``RUNNER_OPENHANDS_PYTHON``). A peer whose interpreter is not
   given keeps its saved rows.
-- ``server`` (the API's ``compact_20260112``) is not a row: its trigger is at least 50,000 tokens, so at
-  16k and 32k it cannot keep a request inside the window, and a replay has no server to compact at 64k.
+- ``server``: the API's ``compact_20260112`` as the emulator serves it (:mod:`runner.emulator.compaction`:
+  over the trigger, the server summarizes the whole request and answers from the summary and the last
+  exchange; later requests are read from the compaction block on), with the runner's ``server`` strategy
+  in front (an oversized new batch of results saved). Its trigger is at least 50,000 tokens, so it has a
+  row at 64k only (trigger 50,000); the server's summary is the same deterministic one, billed as a
+  summary call.
 
     python bench/replay.py [--smoke] [--only NAME ...] [--render]
 """
@@ -37,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +53,7 @@ from seeds_pipeline import Seed000, Seed001  # noqa: E402
 from runner.billing import estimate, input_tokens  # noqa: E402
 from runner.compaction.fallback import fallback_summary  # noqa: E402
 from runner.config import Limits  # noqa: E402
+from runner.emulator.compaction import SERVER_SUMMARY_CHARS, effective_view, summary_input  # noqa: E402
 from runner.messages import Message  # noqa: E402
 from runner.pricing import Usage  # noqa: E402
 from runner.replay import Contestant, compactor_contestant, window_limits  # noqa: E402
@@ -158,12 +164,83 @@ def seed_factory(which: str) -> Factory:
     return factory
 
 
+SERVER_MIN_TRIGGER = 50_000  # the API's minimum for compact_20260112
+
+
+class ServerContestant:
+    """The runner's ``server`` strategy in front of the emulator's server-side compaction: the client
+    keeps its window (the first user message and the reply that compacted, then what came after), the
+    server reads it from the last compaction block on and compacts a request over its trigger."""
+
+    def __init__(self, inner: Contestant, trigger: int):
+        self.inner = inner
+        self.name = "server"
+        self.tools = inner.tools
+        self.trigger = trigger
+        self.summary_usage = Usage()
+        self.summaries = 0
+        self.compactions: Counter[str] = Counter()
+        self.block: dict[str, Any] | None = None  # the newest compaction block
+        self.since = 0  # the history's length when it was made
+        self.overhead = 0
+        self.system = ""
+        self.tool_defs: list[dict[str, Any]] = []
+
+    async def start(self, system: str, tools: list[dict[str, Any]]) -> None:
+        self.system, self.tool_defs = system, tools
+        await self.inner.start(system, tools)
+
+    async def prepare(self, history: list[Message]) -> list[Message]:
+        window = await self.inner.prepare(history)  # the runner's server strategy: results budgeted
+        if self.block is not None:  # what the API reads: from the compaction block on
+            window = effective_view([{"role": "assistant", "content": [self.block]}, *window[self.since :]])
+        total = input_tokens(self.system, window, self.tool_defs)
+        if total <= self.trigger:
+            return window
+        summary = fallback_summary(summary_input(window), SERVER_SUMMARY_CHARS)
+        self.block = {"type": "compaction", "content": summary}
+        self.since = len(history)
+        self.summaries += 1
+        self.compactions["server_compaction"] += 1
+        self.summary_usage.add(Usage(input_tokens=total, output_tokens=estimate(summary)))
+        return effective_view([{"role": "assistant", "content": [self.block]}, *window[-2:]])
+
+    def cache_points(self) -> tuple[int, ...]:
+        return ()
+
+    async def record(self, usage: Usage) -> None:
+        await self.inner.record(usage)
+
+    async def reactive(self) -> bool:
+        return False
+
+    def targets(self, view: list[Message]) -> dict[str, str]:
+        return self.inner.targets(view)
+
+
+def server_factory(window: int) -> tuple[str, Any]:
+    trigger = SERVER_MIN_TRIGGER
+    limits = window_limits(Limits(server_trigger_tokens=trigger), window, "server")
+    return (
+        f"compact_20260112 at its minimum trigger ({trigger:,} tokens) as the emulator serves it, "
+        "the runner's server strategy in front",
+        lambda job_dir: ServerContestant(
+            compactor_contestant("server", limits, job_dir, SUMMARY_MODEL), trigger
+        ),
+    )
+
+
 CONTESTANTS: dict[str, Factory] = {
     OURS: runner_factory("client"),
     "mask": runner_factory("mask"),
     "off": runner_factory("off"),
     "seed 000": seed_factory("000"),
     "seed 001": seed_factory("001"),
+    "server": server_factory,
+}
+# a contestant that cannot keep a request inside a window is not run there, saying why
+NOT_AT: dict[str, tuple[Callable[[int], bool], str]] = {
+    "server": (lambda window: window < SERVER_MIN_TRIGGER, "its trigger is at least 50,000 tokens"),
 }
 
 
@@ -297,11 +374,21 @@ def main() -> None:
         return
     files = histories(args.smoke)
     names = args.only or list(CONTESTANTS)
-    rows = [row(name, window, CONTESTANTS[name], files) for name in names for window in args.windows]
-    notes: list[str] = []
+    rows = [
+        row(name, window, CONTESTANTS[name], files)
+        for name in names
+        for window in args.windows
+        if not (name in NOT_AT and NOT_AT[name][0](window))
+    ]
+    notes: list[str] = [
+        f"{name} has no row at {', '.join(f'{w:,}' for w in args.windows if skip(w))} tokens: {why}"
+        for name, (skip, why) in NOT_AT.items()
+        if name in names and any(skip(w) for w in args.windows)
+    ]
     if not args.only:
-        more, notes = peer_rows(args.windows, args.smoke)
+        more, peer_notes = peer_rows(args.windows, args.smoke)
         rows += more
+        notes += peer_notes
         if saved_path.exists() and not args.smoke:  # a skipped peer keeps its saved rows
             have = {r["contestant"] for r in rows}
             rows += [r for r in json.loads(saved_path.read_text())["rows"] if r["contestant"] not in have]
