@@ -36,7 +36,8 @@ from .rundir.docs import RUN_JSON, RunState, Status, is_run_dir
 from .rundir.lock import hold_run_dir
 from .rundir.prune import PruneResult, human_bytes, parse_age, prune
 from .rundir.reserve import claim
-from .tools.sandbox import bwrap_problem
+from .tools.job_budget import host_problems
+from .tools.sandbox import CALL_MEMORY_BYTES, MAX_PROCESSES, bwrap_problem
 from .ui.report import load_report, plural, totals_line
 from .ui.terminal import json_printable, printable
 
@@ -362,6 +363,20 @@ def warn_unpriced(settings: Settings, specs: list[JobSpec]) -> None:
             )
 
 
+def warn_host_fit(settings: Settings, specs: list[JobSpec]) -> None:
+    """A warning line per budget that ``concurrency`` jobs' sandboxes, at once, would take past what
+    this host has (its RAM, its pid_max): the local executor runs them all here."""
+    if settings.runner.executor != "local":
+        return
+    for line in host_problems(
+        settings.runner.concurrency,
+        [(s.limits, s.tools) for s in specs],
+        call_memory=CALL_MEMORY_BYTES,
+        call_processes=MAX_PROCESSES,
+    ):
+        print_error(line, label="warning")
+
+
 ACTING_TOOLS = ("bash", "write", "edit")
 
 
@@ -390,6 +405,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     specs, errors, missing = collect(args.targets, settings)
     warn_unused_job_tables(args, settings, specs, errors)
     warn_unpriced(settings, specs)
+    warn_host_fit(settings, specs)
     for line in missing:
         print_error(line)
     for error in errors:
@@ -445,6 +461,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     model, summarizer, backend = make_backend(settings)
     warn_fallbacks(specs, model)
     warn_unpriced(settings, specs)
+    warn_host_fit(settings, specs)
     if backend == "offline":
         warn_offline_tools(specs)
     run_dir = settings.runner.output_dir / new_run_id()

@@ -271,6 +271,7 @@ class Session:
             job_dir=self.store.dir,
             spend=self.spend,
             run_child=self._run_child,
+            store=self.store,  # its subagents' files count against this job's max_job_bytes
             deadline=self._started + timeout - time_reserve(timeout),
         )
         await subagents.load()

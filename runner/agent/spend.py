@@ -7,6 +7,12 @@ Guarantees:
   ``batch_summarizer_usage``) is priced at ``prices.batch_discount`` of its price: the same tokens,
   a lower cost, in every cost the record carries.
 - Every change of the job's cost is charged to the run's budget once.
+- ``max_turns`` is the whole job's: its own calls and its subagents' together (:meth:`Spend.job_turns`),
+  its last one kept for its report. A subagent's call is made only when the job has room for it and
+  for the job's report (:meth:`Spend.grant_turn`, through the subagent's :class:`ShareBudget`); a
+  call let through counts from then on (the subagents of one reply run at once), so the job's calls
+  stay within ``max_turns``. The exception: a subagent's report after a limit of its own other than
+  turns (its timeout, its budget, thrashing) is one call past it, at most one a subagent.
 - A call is made only when it, and then a short report, fit ``max_cost_usd`` (the reserve): the
   call that would not is the job's last one, its report (``JobEnded(..., last_call=True)``); the
   report's ``max_tokens`` never takes the job over its budget. Estimates are taken
@@ -20,7 +26,7 @@ from dataclasses import dataclass, field
 from ..compaction.compactor import CompactionState
 from ..config import Limits
 from ..pricing import PriceTable, Usage, sum_usage
-from ..rundir.docs import JobMetrics, Status
+from ..rundir.docs import LIVE_STATUSES, JobMetrics, Status
 from ..services import Budget
 
 REPORT_TOKENS = 1_000  # the output the budget's reserve plans for the report (max_output_tokens when smaller)
@@ -55,6 +61,8 @@ class Spend:
     most_output: int = 0  # the largest reply so far (output tokens): what the next call may write
     growth: int = 0  # characters the window grew by from the call before to the last one
     last_sent: int = 0  # characters of messages the last call carried
+    # a live subagent's turns counting the calls it was let make (by directory): it holds them now
+    granted: dict[str, int] = field(default_factory=dict)
 
     def charge(self, usage: Usage, *, estimated: bool) -> None:
         """One answered call: a turn, its usage, the job's cost (its summaries' so far included)."""
@@ -96,9 +104,60 @@ class Spend:
         cost = self.record.cost_usd
         if limit is not None and cost >= limit:
             raise JobEnded(Status.BUDGET_EXCEEDED, f"spent ${cost:.4f}, max_cost_usd is ${limit:g}")
-        self.check_run()
+        self._check_run_budget()
 
     def check_run(self) -> None:
+        """Before a call: JobEnded when the job's turns (its subagents' included) or the run's budget
+        leave no room for it."""
+        self.check_turns()
+        self._check_run_budget()
+
+    def job_turns(self, but: str | None = None) -> int:
+        """The whole job's turns: its own and its subagents', a live subagent's calls let through
+        counted (``but``: that subagent's turns as made, its grant left out)."""
+        total = self.record.turns
+        for name, child in self.children.items():
+            live = name != but and child.status in LIVE_STATUSES
+            total += max(child.turns, self.granted.get(name, 0)) if live else child.turns
+        return total
+
+    def turns_left(self) -> int:
+        """The calls the job's subagents may still make: ``max_turns`` less the job's turns and the
+        job's report."""
+        return self.limits.max_turns - 1 - self.job_turns()
+
+    def check_turns(self) -> None:
+        """JobEnded when the job's next call is its last (its subagents' turns counted), or, for a
+        subagent, when its job has no room for this call (:meth:`grant_turn`)."""
+        if isinstance(self.run_budget, ShareBudget):
+            self.run_budget.parent.grant_turn(self.record, self.limits.max_turns)
+            return
+        limit, used = self.limits.max_turns, self.job_turns()
+        if used + 1 >= limit:
+            raise JobEnded(
+                Status.MAX_TURNS,
+                f"reached max_turns = {limit} ({self.record.turns} turns of its own and "
+                f"{used - self.record.turns} of its subagents)",
+                last_call=True,
+            )
+
+    def grant_turn(self, child: JobMetrics, child_max_turns: int) -> None:
+        """A subagent's next call, counted in this job's turns from now on; JobEnded when the job's
+        ``max_turns`` has no room for it besides the job's report (then its report is built without
+        a call), or room for this one only (then it is the subagent's report). When its next call
+        after this one would be its own last (``child_max_turns``), that one is let through now too:
+        its session makes it without asking."""
+        limit = self.limits.max_turns
+        room = limit - 1 - self.job_turns(but=child.job)
+        spent = f"its job's max_turns = {limit} is spent (the job's turns and its subagents' together)"
+        if room <= 0:
+            raise JobEnded(Status.MAX_TURNS, spent)
+        need = 2 if child.turns + 2 >= child_max_turns else 1
+        self.granted[child.job] = child.turns + min(need, room)
+        if room < need:
+            raise JobEnded(Status.MAX_TURNS, f"{spent}; this call is its report", last_call=True)
+
+    def _check_run_budget(self) -> None:
         if self.run_budget.exceeded:
             raise JobEnded(
                 Status.BUDGET_EXCEEDED,
@@ -160,6 +219,28 @@ class Spend:
 
     def _per_output_token(self) -> float:
         return self.prices.cost(self.model, Usage(output_tokens=1_000_000)) / 1_000_000
+
+
+class ShareBudget:
+    """A subagent's view of the run's budget: charges go to the run; it is exceeded when the run's
+    is, or when its parent's whole spend reaches ``limit`` (the parent's budget less its report share).
+    Its turns are its parent's to grant (:meth:`Spend.grant_turn`)."""
+
+    def __init__(self, run: Budget, parent: Spend, limit: float | None):
+        self.run = run
+        self.parent = parent
+        self.limit = limit
+
+    @property
+    def spent(self) -> float:
+        return self.parent.total()
+
+    @property
+    def exceeded(self) -> bool:
+        return self.run.exceeded or (self.limit is not None and self.parent.total() >= self.limit)
+
+    def charge(self, usd: float) -> None:
+        self.run.charge(usd)
 
 
 def _ordinal(record: JobMetrics) -> tuple[int, str]:

@@ -6,8 +6,16 @@ Guarantees:
   the job's ``task`` calls): its ``job.json``, transcript, events, context records, outputs, memory
   and ``final.md``, written as any job's are. Its workspace is its parent's; it has no ``task``
   tool of its own (depth 1) and at most its parent's other tools.
-- At most ``limits.max_subagents`` of a job's subagents run at once; they share the batch's model
-  (its call limit) and Compactor (its summary gate) like any job.
+- At most ``limits.max_subagents`` of a job's subagents run at once, and at most
+  ``limits.max_subagents_total`` are started in all (a resumed job's included): a ``task`` call past
+  that is an error result, not a subagent. They share the batch's model (its call limit) and
+  Compactor (its summary gate) like any job.
+- Every per-job limit is the whole job's, its subagents' included: its ``max_turns`` (a subagent's
+  calls are its job's turns, :meth:`runner.agent.spend.Spend.grant_turn`; a ``task`` call when none
+  is left is an error result), its ``max_job_bytes`` (a subagent's files, ``memories/`` included,
+  count in its job's store: :class:`SharedStore`; a ``task`` call when the job's files are at the
+  quota is an error result), and its sandboxes (:mod:`runner.tools.job_budget`: at most
+  ``limits.max_sandboxes`` of the job's ``bash`` calls at once, in one memory and process budget).
 - Its spend counts against its parent's ``max_cost_usd`` and the run's: it is stopped (its report
   written) once the parent's whole spend (its own and every subagent's) reaches the parent's budget
   less the parent's report share; it ends before its parent's timeout does.
@@ -36,9 +44,13 @@ from ..messages import Message
 from ..protocol import SUBAGENT_CUT, SUBAGENT_FAILED, SUBAGENT_RESULT
 from ..rundir.docs import AGENTS, FINAL, JOB_JSON, LIVE_STATUSES, JobMetrics, Status, read_json, read_metrics
 from ..rundir.store import JobStore, in_thread
+from ..rundir.trees import tree_bytes
 from ..services import Budget
+from ..tools.job_budget import JobBudget
+from ..tools.memory_files import MEMORY_DIR
+from ..tools.sandbox import CALL_MEMORY_BYTES, MAX_PROCESSES
 from .continuation import cut_transcript
-from .spend import REPORT_SHARE, Spend
+from .spend import REPORT_SHARE, ShareBudget, Spend
 
 TASK_TOOL = {
     "name": "task",
@@ -83,25 +95,43 @@ def slug(text: str) -> str:
     return "-".join(words)[:SLUG_CHARS].strip("-") or "task"
 
 
-class ShareBudget:
-    """A subagent's view of the run's budget: charges go to the run; it is exceeded when the run's
-    is, or when its parent's whole spend reaches ``limit`` (the parent's budget less its report share)."""
+class SharedStore(JobStore):
+    """A subagent's store: its writes count in its job's store (``job``), against the job's quota
+    (``max_job_bytes``), which then also refuses the job's own writes past it. What the subagent's
+    directory holds when it opens is in the job's count already (the job's store counted its whole
+    directory when it opened). Its ``memories/`` folder, written by the memory tool beside the store,
+    is measured at each flush (before each of its calls) and at its end: what it grew by is the
+    job's too, so a subagent past the quota ends ``disk_quota`` at its next call."""
 
-    def __init__(self, run: Budget, parent: Spend, limit: float | None):
-        self.run = run
-        self.parent = parent
-        self.limit = limit
+    def __init__(self, directory: Path, job: JobStore):
+        self.job = job
+        self.opened = False
+        self.memory_bytes = 0  # its memories/ folder as last measured (counted in the job's)
+        super().__init__(directory)
 
-    @property
-    def spent(self) -> float:
-        return self.parent.total()
+    @property  # type: ignore[override]
+    def bytes_used(self) -> int:
+        return self.job.bytes_used
 
-    @property
-    def exceeded(self) -> bool:
-        return self.run.exceeded or (self.limit is not None and self.parent.total() >= self.limit)
+    @bytes_used.setter
+    def bytes_used(self, value: int) -> None:
+        if self.opened:
+            self.job.bytes_used = value
 
-    def charge(self, usd: float) -> None:
-        self.run.charge(usd)
+    async def open(self) -> None:
+        await super().open()
+        self.memory_bytes = await in_thread(tree_bytes)(self.dir / MEMORY_DIR)
+        self.opened = True
+
+    async def count_memory(self) -> None:
+        """Charge the job with what the memories/ folder grew (or shrank) by since last measured."""
+        now = await in_thread(tree_bytes)(self.dir / MEMORY_DIR)
+        self.job.bytes_used += now - self.memory_bytes
+        self.memory_bytes = now
+
+    async def flush(self) -> None:
+        await self.count_memory()
+        await super().flush()
 
 
 @dataclass
@@ -114,13 +144,17 @@ class Subagents:
     run_child: RunChild
     deadline: float  # time.monotonic() by which every subagent has ended
     count: int = 0  # task calls made so far (a resumed job's included)
+    store: JobStore | None = None  # the job's: its subagents' files count in it (None: they count alone)
+    started: int = 0  # subagents started so far (a resumed job's included), or about to be
     limiter: anyio.CapacityLimiter = field(init=False)
+    budget: JobBudget = field(init=False)  # the sandboxes of its subagents' bash calls
     definition: dict[str, Any] = field(default_factory=lambda: dict(TASK_TOOL))
     running: int = 0  # task calls being run now (those of one reply start together)
     together: int = 0  # the most that ran together since none was running: the reply's task calls
 
     def __post_init__(self) -> None:
         self.limiter = anyio.CapacityLimiter(self.parent.limits.max_subagents)
+        self.budget = JobBudget.for_limits(self.parent.limits, CALL_MEMORY_BYTES, MAX_PROCESSES)
 
     async def load(self) -> None:
         """A resumed job's subagents so far, from their directories: their spend is the job's."""
@@ -131,6 +165,7 @@ class Subagents:
             record = await in_thread(read_metrics)(Path(child))
             if record is not None:
                 self.spend.children[child.name] = record
+        self.started = len(self.spend.children)
         self.spend.settle(charge=False)
 
     async def run(self, tool_use_id: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -150,24 +185,69 @@ class Subagents:
         if problem:
             return _result(tool_use_id, f"task: {problem}", error=True)
         spec = self._spec(args)
-        async with self.limiter:
-            left = self.deadline - time.monotonic()
-            if left < MIN_TIME_S:
-                return _result(
-                    tool_use_id,
-                    SUBAGENT_FAILED.format(error="no time left before the job's timeout"),
-                    error=True,
+        # a resumed job's subagent of this name was counted when loaded (this call may continue it)
+        counted = spec.name not in self.spend.children
+        if problem := self._spent(counted):
+            return _result(tool_use_id, f"task: {problem}", error=True)
+        self.started += counted  # taken now: the task calls of one reply are counted in their order
+        ran = False
+        try:
+            async with self.limiter:
+                left = self.deadline - time.monotonic()
+                if left < MIN_TIME_S:
+                    return _result(
+                        tool_use_id,
+                        SUBAGENT_FAILED.format(error="no time left before the job's timeout"),
+                        error=True,
+                    )
+                # the turns the subagents that ran meanwhile left (a resumed one's own on top)
+                before = self.spend.children.get(spec.name)
+                turns = self.spend.turns_left() + (before.turns if before is not None else 0)
+                if problem := self._spent(False):
+                    return _result(tool_use_id, f"task: {problem}", error=True)
+                ran = True
+                record = await self._run(
+                    spec.model_copy(
+                        update={
+                            "limits": spec.limits.model_copy(
+                                update={
+                                    "timeout_s": min(spec.limits.timeout_s, left),
+                                    "max_turns": min(spec.limits.max_turns, turns),
+                                }
+                            )
+                        }
+                    )
                 )
-            record = await self._run(
-                spec.model_copy(
-                    update={
-                        "limits": spec.limits.model_copy(
-                            update={"timeout_s": min(spec.limits.timeout_s, left)}
-                        )
-                    }
-                )
-            )
+        finally:
+            if not ran:
+                self.started -= counted
         return await self._answer(tool_use_id, spec, record)
+
+    def _spent(self, counted: bool) -> str | None:
+        """Why no subagent may start now, or None: the job's count of them (``counted``: this one would
+        be one more), its turns or its files."""
+        limits = self.parent.limits
+        if counted and self.started >= limits.max_subagents_total:
+            return (
+                f"not started: this job has started its max_subagents_total = {limits.max_subagents_total} "
+                "subagents; do the rest of the work yourself, or in fewer, larger tasks"
+            )
+        if self.spend.turns_left() < 1:
+            return self._no_turns()
+        store = self.store
+        if store is not None and store.max_bytes is not None and store.bytes_used >= store.max_bytes:
+            return (
+                f"not started: the job's files take {store.bytes_used:,} bytes, its max_job_bytes = "
+                f"{store.max_bytes:,} (its subagents' files count in it)"
+            )
+        return None
+
+    def _no_turns(self) -> str:
+        limit = self.parent.limits.max_turns
+        return (
+            f"not started: the job's max_turns = {limit} has no turn left for a subagent (its turns and "
+            f"its subagents' together: {self.spend.job_turns()}; its last turn is kept for its report)"
+        )
 
     def _problem(self, args: dict[str, Any]) -> str | None:
         prompt = args.get("prompt")
@@ -227,20 +307,28 @@ class Subagents:
         history = None
         if prior is not None and same:
             history = (await in_thread(cut_transcript)(child_dir, spec.prompt)).history
+        made = prior.turns if history and prior is not None else 0  # its turns count in its job's
         record = self.spend.children[spec.name] = JobMetrics(
-            job=spec.name, status=Status.QUEUED, model=spec.model
+            job=spec.name, status=Status.QUEUED, model=spec.model, turns=made
         )
-        store = JobStore(child_dir)
+        if made + 1 >= spec.limits.max_turns:  # its first call is its last, made without asking its job
+            self.spend.granted[spec.name] = made + 1
+        store = JobStore(child_dir) if self.store is None else SharedStore(child_dir, self.store)
         await store.open()
         limit = self.parent.limits.max_cost_usd
         budget = ShareBudget(
             self.spend.run_budget, self.spend, None if limit is None else limit * (1 - REPORT_SHARE)
         )
         try:
-            return await self.run_child(spec, store, record, history, prior if history else None, budget)
+            with self.budget.entered():
+                return await self.run_child(spec, store, record, history, prior if history else None, budget)
         finally:
+            self.spend.granted.pop(spec.name, None)
             self.spend.settle(charge=False)
             store.close()  # its records' spill files
+            if isinstance(store, SharedStore):  # its memory files' last changes
+                with anyio.CancelScope(shield=True):
+                    await store.count_memory()
 
     async def _answer(self, tool_use_id: str, spec: JobSpec, record: JobMetrics) -> dict[str, Any]:
         where = f"{AGENTS}/{spec.name}"

@@ -12,9 +12,20 @@ Guarantees:
 - A worker serves one call at a time; calls never share one. At most ``MOST`` workers run at once
   per event loop (a batch of 500 jobs grepping at once does not start 500 Python processes); a call
   waiting for one waits within its own deadline.
-- No job takes every worker: a call given its job's slots (``job_slots``, a few per job:
-  :data:`runner.tools.shares.JOB_GREPS`) waits for one of those before it waits for a worker, so one
-  job's eight catastrophic patterns hold two workers and another job's grep gets one of the rest.
+- No job takes every worker, nor more than its share while another job waits: a call given its
+  job's slots (``job_slots``: the job's identity, and the few workers it may hold at once,
+  :data:`runner.tools.shares.JOB_GREPS`) gets a worker only while its job holds fewer than that; a
+  job's second (and later) worker is taken only while more than :data:`RESERVE` stay free, so the
+  last ones go to jobs that hold none; and a freed worker goes to the waiting job that holds the
+  fewest (then the one waiting longest), never to whoever asks next. Four jobs each grepping two
+  catastrophic patterns at once hold six or seven workers, and a fifth job's plain-word grep gets a
+  worker at once (it answers in a fraction of a second, ``tests/test_attack_grep.py``). A job that
+  holds none waits only when the other jobs holding none took the last ``RESERVE`` workers.
+- A slow search does not slow the others: a call still running after :data:`SLOW_S` has its worker
+  moved to the lowest CPU priority (nice 19), so the CPU goes first to the runner and to the quick
+  searches of other jobs (a plain-word grep starting a worker beside seven catastrophic ones is not
+  slowed by them); the worker is put back at the runner's priority when its call ends, or, where
+  that is not allowed (only root may raise a priority), killed instead of kept.
 - Nothing outlives the runner: workers die with it (``PR_SET_PDEATHSIG``), and an idle worker exits
   by itself after 30 s (:func:`runner.tools.grep_worker.serve`), so a kept one never piles up.
 - Nothing outlives its event loop either: when ``asyncio.run`` (or ``anyio.run``) ends, it cancels the
@@ -30,7 +41,9 @@ import subprocess
 import sys
 import weakref
 from asyncio import AbstractEventLoop, Event, Task, get_running_loop
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -38,8 +51,11 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 MOST = 8  # workers at once per event loop: more calls wait their turn (within their deadline)
+RESERVE = 2  # workers only a job holding none may take (a job's second and later take from the rest)
 KEPT = MOST  # idle workers kept per event loop: as many as may run again (fewer would be killed and
 # started again by the next burst of calls; an idle one exits by itself after 30 s)
+SLOW_S = 0.5  # a call running longer than this gets the lowest CPU priority (see the Guarantees)
+SLOW_NICE = 19
 ANSWER_BYTES = 8 << 20  # more than any answer (the worker's output is capped at 100 KiB, JSON-escaped)
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the worker runs this very package (also where runner is not installed, or where another copy is: an
@@ -58,12 +74,95 @@ _SERVE = (
 class _Worker:
     process: Process
     answers: BufferedByteReceiveStream
+    niced: bool = False  # moved to SLOW_NICE by a slow call
+
+
+def _renice(worker: _Worker, nice: int) -> bool:
+    try:
+        os.setpriority(os.PRIO_PROCESS, worker.process.pid, nice)
+    except OSError:
+        return False
+    worker.niced = nice != os.getpriority(os.PRIO_PROCESS, 0)
+    return True
+
+
+@dataclass(eq=False)
+class _Waiter:
+    job: object  # the job's identity: its slots (a call without a job: one of its own)
+    cap: int  # the workers the job may hold at once
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    granted: bool = False
+
+
+class _Slots:
+    """The loop's ``MOST`` workers, handed out among jobs fairly (the Guarantees): counts only, no I/O."""
+
+    def __init__(self, total: int):
+        self.free = total
+        self.held: dict[object, int] = {}  # job -> workers it holds now
+        self.waiting: list[_Waiter] = []  # in arrival order
+
+    def _may(self, job: object, cap: int) -> bool:
+        held = self.held.get(job, 0)
+        return self.free > 0 and held < cap and (held == 0 or self.free > RESERVE)
+
+    def _take(self, job: object) -> None:
+        self.free -= 1
+        self.held[job] = self.held.get(job, 0) + 1
+
+    async def acquire(self, job: object, cap: int) -> None:
+        if self._may(job, cap):  # no waiter could have it: each release hands out what waiters may take
+            self._take(job)
+            return
+        waiter = _Waiter(job, cap)
+        self.waiting.append(waiter)
+        try:
+            await waiter.ready.wait()
+        except BaseException:  # cancelled (its deadline): a worker handed to it in between goes back
+            if waiter.granted:
+                self.release(job)
+            else:
+                self.waiting.remove(waiter)
+            raise
+
+    def release(self, job: object) -> None:
+        held = self.held[job] - 1
+        if held:
+            self.held[job] = held
+        else:
+            del self.held[job]
+        self.free += 1
+        self._hand_out()
+
+    def _hand_out(self) -> None:
+        """Free workers to the waiters that may take one: the job holding the fewest first, then the
+        one waiting longest."""
+        while self.free > 0:
+            best = min(
+                (w for w in self.waiting if self._may(w.job, w.cap)),
+                key=lambda w: self.held.get(w.job, 0),
+                default=None,
+            )
+            if best is None:
+                return
+            self.waiting.remove(best)
+            self._take(best.job)
+            best.granted = True
+            best.ready.set()
+
+    @asynccontextmanager
+    async def holding(self, job: object, cap: int) -> AsyncIterator[None]:
+        await self.acquire(job, cap)
+        try:
+            yield
+        finally:
+            self.release(job)
 
 
 @dataclass
 class _Pool:
     idle: list[_Worker]
-    slots: anyio.CapacityLimiter
+    slots: _Slots
     keeper: Task[None] | None = None
 
 
@@ -74,7 +173,7 @@ def _pool() -> _Pool:
     loop = get_running_loop()
     pool = _pools.get(loop)
     if pool is None:
-        pool = _pools[loop] = _Pool([], anyio.CapacityLimiter(MOST))
+        pool = _pools[loop] = _Pool([], _Slots(MOST))
         pool.keeper = loop.create_task(_keep(pool))
     return pool
 
@@ -114,15 +213,15 @@ async def search(
     request: dict[str, Any], deadline: float, *, job_slots: anyio.CapacityLimiter | None = None
 ) -> dict[str, Any] | None:
     """The worker's answer to ``request``, or None when none came within ``deadline`` seconds
-    (waiting for a free worker included). With ``job_slots`` (the calling job's share,
-    :mod:`runner.tools.shares`), a slot of it is taken first: a call waiting for its job's turn holds
-    none of the loop's workers."""
+    (waiting for a free worker included). ``job_slots`` (the calling job's share,
+    :mod:`runner.tools.shares`) names the job and how many workers it may hold at once (its
+    ``total_tokens``); a call waiting for its turn holds no worker. Without it the call is a job of
+    its own that may hold every worker."""
     pool = _pool()
+    job = object() if job_slots is None else job_slots
+    cap = MOST if job_slots is None else max(1, int(job_slots.total_tokens))
     with anyio.move_on_after(deadline):
-        if job_slots is None:
-            async with pool.slots:
-                return await _ask(pool, request)
-        async with job_slots, pool.slots:
+        async with pool.slots.holding(job, cap):
             return await _ask(pool, request)
     return None
 
@@ -142,7 +241,11 @@ async def _ask(pool: _Pool, request: dict[str, Any]) -> dict[str, Any]:
         assert worker.process.stdin is not None
         try:
             await worker.process.stdin.send(json.dumps(request).encode() + b"\n")
-            line = await worker.answers.receive_until(b"\n", ANSWER_BYTES)
+            with anyio.move_on_after(SLOW_S) as quick:  # receive_until keeps what it read when cancelled
+                line = await worker.answers.receive_until(b"\n", ANSWER_BYTES)
+            if quick.cancelled_caught:
+                _renice(worker, SLOW_NICE)
+                line = await worker.answers.receive_until(b"\n", ANSWER_BYTES)
         except (
             anyio.EndOfStream,
             anyio.BrokenResourceError,
@@ -160,7 +263,9 @@ async def _ask(pool: _Pool, request: dict[str, Any]) -> dict[str, Any]:
             answer = None
         if not isinstance(answer, dict):
             return {"error": "grep: the search failed (its worker answered something that is not an answer)"}
-        kept = len(pool.idle) < KEPT
+        kept = len(pool.idle) < KEPT and (
+            not worker.niced or _renice(worker, os.getpriority(os.PRIO_PROCESS, 0))
+        )
         if kept:
             pool.idle.append(worker)
         return answer

@@ -67,7 +67,7 @@ import anyio
 
 from ..protocol import BASH_DISK_LOW, BASH_OUTPUT_CUT, BASH_OUTPUT_STOPPED
 from ..rundir.store import local_disk
-from . import sandbox_launch, seccomp
+from . import job_budget, sandbox_launch, seccomp
 from .beneath import Root
 
 OUTPUT_LIMIT = 100 * 1024  # bytes of output a call returns
@@ -330,7 +330,21 @@ async def run_command(
     command: str, *, workspace: str, writable: bool, network: bool, sandbox: str, timeout_s: float
 ) -> CommandResult:
     """Run ``command`` (bash) to its end or its deadline. A cancelled or timed-out call kills the
-    whole process tree before this returns or raises."""
+    whole process tree before this returns or raises. It runs in a sandbox of its job's budget
+    (:mod:`runner.tools.job_budget`: its count of calls at once, and its cgroups where made)."""
+    async with job_budget.sandbox_slot() as job_cgroups:
+        return await _run_command(command, workspace, writable, network, sandbox, timeout_s, job_cgroups)
+
+
+async def _run_command(
+    command: str,
+    workspace: str,
+    writable: bool,
+    network: bool,
+    sandbox: str,
+    timeout_s: float,
+    job_cgroups: tuple[str, ...],
+) -> CommandResult:
     timeout_s = min(timeout_s, MAX_TIMEOUT_S)
     # a writable call's floor: killed once the free space is under the reserve and under what it was
     # at the start less disk_slack (so under the floor a call that takes no more space runs)
@@ -341,10 +355,15 @@ async def run_command(
         floor = None if at_start is None else min(at_start[1], at_start[0] - disk_slack(at_start[1]))
     if sandbox == "bwrap":
         launch = Launch.for_call(
-            command, workspace=workspace, writable=writable, network=network, memory_bytes=CALL_MEMORY_BYTES
+            command,
+            workspace=workspace,
+            writable=writable,
+            network=network,
+            memory_bytes=None if job_cgroups else CALL_MEMORY_BYTES,  # the job's cgroup holds it
         )
     else:  # no init to learn: the shell leads its own process group
         launch = Launch(["/bin/bash", "--noprofile", "--norc", "-c", _limited(command, processes=False)], ())
+    launch.argv = job_budget.placed(launch.argv, job_cgroups)
     try:
         process = await anyio.open_process(
             launch.argv,

@@ -7,6 +7,8 @@ Guarantees:
 
 - A job holds at most :data:`JOB_GREPS` grep workers at once (of :data:`runner.tools.grep_pool.MOST`);
   its further calls wait on its own share (within their deadline), holding nothing another job waits for.
+  The pool hands its workers out by share (``greps`` names the job there): a job's second worker
+  never takes the last few, and a freed one goes to the waiting job holding the fewest.
 - A job's blocking tool work (:func:`in_thread`: ``read``, ``write``, ``edit``, ``glob`` off the loop,
   ``recall``, the memory tool off a local disk) takes one of its :data:`JOB_THREADS` threads, then one
   of the loop's :data:`TOOL_THREADS`; never a thread of anyio's default limiter, which the rest of the
