@@ -63,7 +63,7 @@ HERE = Path(__file__).resolve().parent
 NAME = "replay"
 OURS = "ours"
 PEER_SCRIPTS = {"RUNNER_PEER_PYTHON": "replay_inspect.py", "RUNNER_OPENHANDS_PYTHON": "replay_openhands.py"}
-RUNNER_ROWS = (OURS, "mask", "off")  # the runner's own strategies; every other row is a peer's
+RUNNER_ROWS = (OURS, "mask", "off", "server")  # the runner's own strategies; every other row is a peer's
 SUMMARY_SHARE = 0.2  # a summary's share of the window, for every row (ours' summary_share default)
 PATH = re.compile(r"[\w.-]+(?:/[\w.-]+)+")
 
@@ -305,6 +305,14 @@ def verdicts(rows: list[dict[str, Any]], window: int) -> list[str]:
     else:
         out.append(
             "ours at least 1.5x cheaper than the cheapest peer losing no more: no peer loses as little"
+        )
+    others = [r for r in at if r["contestant"] not in RUNNER_ROWS]
+    if others:
+        cheapest = min(others, key=lambda r: r["totals"]["effective_cost_usd"])
+        c = cheapest["totals"]["effective_cost_usd"]
+        out.append(
+            f"the cheapest peer at any loss: {cheapest['contestant']}, ${c:.2f} (ours costs {cost / c:.2f}x "
+            f"that), losing {100 * lost_share(cheapest):.1f}% of the needed facts to ours' {100 * lost:.2f}%"
         )
     return out
 
