@@ -344,6 +344,8 @@ def render(saved: dict[str, Any]) -> str:
     needed = next((r["totals"]["needed"] for r in rows), 0)
     turns = next((r["totals"]["turns"] for r in rows if r["contestant"] == OURS), 0)
     parts = [
+        "## 0. Replay: every strategy on real recorded agent histories, by one rule",
+        "",
         f"{len(saved['files'])} recorded histories ({', '.join(saved['files'])}), {turns:,} "
         f"turns, {needed:,} needed facts. One deterministic round (the replay has no randomness and no "
         "clock: a rerun gives the same numbers). Model "
