@@ -60,7 +60,7 @@ from runner.replay import Contestant, compactor_contestant, window_limits  # noq
 from runner.replay.facts import result_texts, said_texts  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-NAME = "replay"
+SECTION = "replay"
 OURS = "ours"
 PEER_SCRIPTS = {"RUNNER_PEER_PYTHON": "replay_inspect.py", "RUNNER_OPENHANDS_PYTHON": "replay_openhands.py"}
 RUNNER_ROWS = (OURS, "mask", "off", "server")  # the runner's own strategies; every other row is a peer's
@@ -376,11 +376,13 @@ def main() -> None:
     parser.add_argument("--windows", type=int, nargs="+", default=list(WINDOWS))
     parser.add_argument("--render", action="store_true", help="re-render the saved results only")
     args = parser.parse_args()
-    saved_path = RESULTS / f"{NAME}.json"
+    saved_path = RESULTS / f"{SECTION}.json"
     if args.render:
         saved = json.loads(saved_path.read_text())
         measured_at(saved)
-        replace_section(NAME, render(saved), "python bench/replay.py", load=load_note(saved.get("load_1min")))
+        replace_section(
+            SECTION, render(saved), "python bench/replay.py", load=load_note(saved.get("load_1min"))
+        )
         return
     files = histories(args.smoke)
     names = args.only or list(CONTESTANTS)
@@ -409,8 +411,8 @@ def main() -> None:
     if args.only and saved_path.exists():  # a partial run replaces its own rows only
         kept = [r for r in json.loads(saved_path.read_text())["rows"] if r["contestant"] not in names]
         result["rows"] = kept + rows
-    write_result(NAME, result)
-    replace_section(NAME, render(result), "python bench/replay.py", load=load_note(START_LOAD))
+    write_result(SECTION, result)
+    replace_section(SECTION, render(result), "python bench/replay.py", load=load_note(START_LOAD))
 
 
 if __name__ == "__main__":
