@@ -110,10 +110,6 @@ class Limits(BaseModel):
     sandbox: Literal["bwrap", "none"] = "bwrap"
     sandbox_network: bool = False
     max_repeated_calls: Int = Field(3, ge=1, le=100)
-    # one reply's work: the tool calls run from one reply (the rest are answered "not run"), and the
-    # entries (files and directories) the memory folder may hold
-    max_tool_calls_per_reply: Int = Field(64, ge=1, le=100_000)
-    max_memory_entries: Int = Field(1_000, ge=1, le=100_000)
     # the bytes the job's store may write into its directory; then status disk_quota
     max_job_bytes: Int = Field(2 * 1024**3, gt=0, le=1024**5)
     # subagents (the task tool): how many of a job's run at once, and how many it may start in all
@@ -125,6 +121,10 @@ class Limits(BaseModel):
     max_sandboxes: Int = Field(2, ge=1, le=64)
     # start from the newest earlier successful run of the same job (see README "Running it every night")
     incremental: bool = False
+    # one reply's work: the tool calls run from one reply (the rest are answered "not run"), and the
+    # entries (files and directories) the memory folder may hold
+    max_tool_calls_per_reply: Int = Field(64, ge=1, le=100_000)
+    max_memory_entries: Int = Field(1_000, ge=1, le=100_000)
 
     @model_validator(mode="after")
     def _consistent(self) -> Limits:

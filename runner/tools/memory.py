@@ -14,8 +14,12 @@ Guarantees:
   temporary name renamed over the file.
 - Sizes are capped: a memory file at most :data:`MAX_FILE_BYTES`, the folder at most
   :data:`MAX_TOTAL_BYTES` of what is on disk (every entry's size, hidden names and directories
-  included: :func:`runner.tools.memory_files.folder_bytes`); a write past either is refused (an error
-  result, nothing written).
+  included: :func:`runner.tools.memory_files.tally`) and at most ``max_entries`` entries (files and
+  directories: the job's ``max_memory_entries``); a write past either is refused (an error result,
+  nothing written). The folder is walked once (at the job's first command that opens it); from then
+  on its bytes and entries are a running count, kept from what each write changed (the file, and
+  the directories on its path, each looked at by ``lstat``), so a write costs the same in a folder of
+  one file or of thousands.
 - No hidden name is made: a ``create`` path or a ``rename`` destination with a component starting
   with ``.`` is refused (an error result), as the listing and the index would not show it.
 - No path is deeper than :data:`MAX_DEPTH` components: a ``create`` deeper, or a ``rename`` that would
@@ -27,20 +31,21 @@ Guarantees:
   a lone surrogate) is an ``is_error`` result, never an exception.
 - ``generation`` counts the writes made, so the repeat guard can tell a ``view`` of changed memory
   from a repeated one.
-- A command's file work runs on the event loop when the job directory is on a local file system
-  (:func:`runner.rundir.store.local_disk`: a few system calls on files of at most
-  :data:`MAX_FILE_BYTES`, cheaper than a hand-off to a thread and back), else on one of the job's
-  worker threads (:func:`runner.tools.shares.in_thread`).
+- A command's file work runs on one of the job's worker threads (:func:`runner.tools.shares.in_thread`),
+  never on the event loop, one command at a time: a reply of thousands of memory calls leaves the
+  loop free between them, and a cancelled job waits for at most the one command in progress (a few
+  system calls on files of at most :data:`MAX_FILE_BYTES`; the listing of a ``view`` walks at most
+  the folder's ``max_entries``).
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
-from ..rundir.store import local_disk
 from . import file_tools
 from .beneath import (
     BadPath,
@@ -61,14 +66,17 @@ from .memory_files import (
     MEMORY_DIR,
     PREFIX,
     WRITES,
+    Tally,
+    chain,
     files,
-    folder_bytes,
     levels,
     split_lines,
+    tally,
 )
 from .shares import in_thread, share_of
 
 LINE_NUMBER_WIDTH = 6
+MAX_ENTRIES = 1_000  # the default of a job's max_memory_entries
 _ARGS = {
     "view": ("path", "view_range"),
     "create": ("path", "file_text"),
@@ -145,14 +153,18 @@ def _numbered(lines: list[str], start: int) -> str:
 
 
 class MemoryTool:
-    """The memory tool of one job, on ``<job dir>/memories``. ``page_chars`` caps a view's text."""
+    """The memory tool of one job, on ``<job dir>/memories``. ``page_chars`` caps a view's text,
+    ``max_entries`` the entries the folder may hold."""
 
-    def __init__(self, job_dir: str, page_chars: int = 20_000):
+    def __init__(self, job_dir: str, page_chars: int = 20_000, max_entries: int = MAX_ENTRIES):
         self.job_dir = job_dir
         self.page_chars = page_chars
+        self.max_entries = max_entries
         self.generation = 0
         self._folder = os.path.join(job_dir, MEMORY_DIR)
         self._real: str | None = None  # the folder's real path, learned at its first open
+        self._tally: Tally | None = None  # what the folder holds, walked once, then kept up to date
+        self._lock = threading.Lock()  # one command's file work at a time (each on a worker thread)
 
     # -- the tool_result a session gets ----------------------------------------------------------
 
@@ -207,10 +219,27 @@ class MemoryTool:
         return await self.rename(old_path=args.get("old_path"), new_path=args.get("new_path"))
 
     async def _file_work(self, work: Any, *args: Any) -> Any:
-        """``work(*args)``: here on the loop on a local disk, else on a worker thread (the Guarantees)."""
-        if local_disk(self.job_dir):
+        """``work(*args)`` on one of the job's worker threads, one command at a time (the Guarantees)."""
+        return await in_thread(share_of(Path(self.job_dir)), self._locked, work, *args)
+
+    def _locked(self, work: Any, *args: Any) -> Any:
+        with self._lock:
             return work(*args)
-        return await in_thread(share_of(Path(self.job_dir)), work, *args)  # the job's own threads
+
+    def _held(self, root: Root) -> Tally:
+        """The folder's running count: walked the first time, then kept by each write."""
+        if self._tally is None:
+            self._tally = tally(root)
+        return self._tally
+
+    def _room(self, path: str, held: Tally, made: int) -> None:
+        """Refuses a command that would make ``made`` new entries past ``max_entries``."""
+        if made > 0 and held.entries + made > self.max_entries:
+            raise ToolError(
+                f"{path}: the memory folder would hold {held.entries + made} entries (files and "
+                f"directories), over its limit of {self.max_entries} (max_memory_entries); delete or "
+                "merge memory files first"
+            )
 
     # -- the commands (the SDK memory tool's, with its results' wording) ----------------------------
 
@@ -360,17 +389,29 @@ class MemoryTool:
             raise ToolError(
                 f"{path}: {len(data)} bytes, over the {MAX_FILE_BYTES}-byte limit of a memory file"
             )
+        before = chain(root, rel)  # the directories on the way that exist now
         try:
-            old = os.stat(rel, dir_fd=root.fd, follow_symlinks=False).st_size
+            old, new = os.stat(rel, dir_fd=root.fd, follow_symlinks=False).st_size, 0
         except OSError:
-            old = 0
-        total = folder_bytes(root)  # everything there, hidden names and directories included
-        if total - old + len(data) > MAX_TOTAL_BYTES:
+            old, new = 0, 1
+        held = self._held(root)  # everything there, hidden names and directories included
+        if held.bytes - old + len(data) > MAX_TOTAL_BYTES:
             raise ToolError(
-                f"{path}: the memory folder would hold {total - old + len(data)} bytes, over its "
+                f"{path}: the memory folder would hold {held.bytes - old + len(data)} bytes, over its "
                 f"{MAX_TOTAL_BYTES}-byte limit; delete or shorten a memory file first"
             )
-        file_tools.write_beneath("memory", root, rel, path, data)
+        self._room(path, held, rel.count("/") - len(before) + new)
+        wrote = False
+        try:
+            file_tools.write_beneath("memory", root, rel, path, data)
+            wrote = True
+        finally:  # the directories made on the way (even by a write that failed), and the file
+            after = chain(root, rel)
+            held.bytes += sum(after.values()) - sum(before.values())
+            held.entries += len(after) - len(before)
+            if wrote:
+                held.bytes += len(data) - old
+                held.entries += new
 
     def _change(self, path: str, rel: str, change: Any) -> None:
         with self._root(create=False) as root:
@@ -378,44 +419,62 @@ class MemoryTool:
 
     def _delete(self, path: str, rel: str) -> None:
         with self._root(create=False) as root:
+            held = self._held(root)
+            before = chain(root, rel)
             try:
                 dirfd, name = parent_beneath(root, rel)
             except Outside:
                 raise ToolError(f"{path}: leads outside {PREFIX}") from None
             except OSError as e:
                 raise ToolError(f"the path {path} does not exist ({file_tools.reason(e)})") from None
+            gone = Tally()
             try:
-                _remove(dirfd, name, path)
-            finally:
+                _remove(dirfd, name, path, gone)
+            finally:  # what went, even when a failure stopped the removal part-way
                 os.close(dirfd)
+                after = chain(root, rel)
+                held.bytes += sum(after.values()) - sum(before.values()) - gone.bytes
+                held.entries -= gone.entries
 
     def _rename(self, old_path: str, old: str, new_path: str, new: str) -> None:
         with self._root(create=False) as root:
             _check_new(new_path, new, levels(root, old))
+            held = self._held(root)
+            before = {**chain(root, old), **chain(root, new)}
+            self._room(new_path, held, new.count("/") - len(chain(root, new)))  # directories to make
             try:
-                src, src_name = parent_beneath(root, old)
-                try:
-                    dst, dst_name = parent_beneath(root, new, create=True)
-                except BaseException:
-                    os.close(src)
-                    raise
-            except Outside:
-                raise ToolError("the path leads outside " + PREFIX) from None
+                self._move(old_path, old, new_path, new, root)
+            finally:  # a move keeps what it moves; the directories made on the way are new
+                after = {**chain(root, old), **chain(root, new)}
+                held.bytes += sum(after.values()) - sum(before.values())
+                held.entries += len(after) - len(before)
+
+    def _move(self, old_path: str, old: str, new_path: str, new: str, root: Root) -> None:
+        """``old`` renamed to ``new``, the directories on the way to ``new`` made."""
+        try:
+            src, src_name = parent_beneath(root, old)
+            try:
+                dst, dst_name = parent_beneath(root, new, create=True)
+            except BaseException:
+                os.close(src)
+                raise
+        except Outside:
+            raise ToolError("the path leads outside " + PREFIX) from None
+        except OSError as e:
+            raise ToolError(f"{old_path} -> {new_path}: {file_tools.reason(e)}") from None
+        try:
+            try:
+                os.stat(dst_name, dir_fd=dst, follow_symlinks=False)
+                raise ToolError(f"the destination {new_path} already exists")
+            except FileNotFoundError:
+                pass
+            try:
+                os.rename(src_name, dst_name, src_dir_fd=src, dst_dir_fd=dst)
             except OSError as e:
                 raise ToolError(f"{old_path} -> {new_path}: {file_tools.reason(e)}") from None
-            try:
-                try:
-                    os.stat(dst_name, dir_fd=dst, follow_symlinks=False)
-                    raise ToolError(f"the destination {new_path} already exists")
-                except FileNotFoundError:
-                    pass
-                try:
-                    os.rename(src_name, dst_name, src_dir_fd=src, dst_dir_fd=dst)
-                except OSError as e:
-                    raise ToolError(f"{old_path} -> {new_path}: {file_tools.reason(e)}") from None
-            finally:
-                os.close(src)
-                os.close(dst)
+        finally:
+            os.close(src)
+            os.close(dst)
 
 
 def _error(tool_use_id: str, text: str) -> dict[str, Any]:
@@ -428,20 +487,22 @@ def page_footer(path: str, first: int, end: int, total: int) -> str:
     return f"[memory: lines {first}-{end} of {total} shown; view the rest with view_range [{end + 1}, -1]]"
 
 
-def _remove(dirfd: int, name: str, path: str) -> None:
+def _remove(dirfd: int, name: str, path: str, gone: Tally) -> None:
     """``name`` in ``dirfd`` removed: a file or link itself, a directory with everything in it (by
-    descriptor, never following a link)."""
+    descriptor, never following a link); ``gone`` counts each entry removed (its ``lstat`` size)."""
     try:
-        mode = os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_mode
+        st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
     except FileNotFoundError:
         raise ToolError(f"the path {path} does not exist") from None
-    if not stat.S_ISDIR(mode):
+    if stat.S_ISDIR(st.st_mode):
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
+        try:
+            for entry in os.listdir(fd):
+                _remove(fd, entry, path, gone)
+        finally:
+            os.close(fd)
+        os.rmdir(name, dir_fd=dirfd)
+    else:
         os.unlink(name, dir_fd=dirfd)
-        return
-    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
-    try:
-        for entry in os.listdir(fd):
-            _remove(fd, entry, path)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=dirfd)
+    gone.bytes += st.st_size
+    gone.entries += 1

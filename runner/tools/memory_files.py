@@ -7,8 +7,10 @@ Guarantees:
 - :func:`files` and :func:`memory_files` list only beneath ``memories/``: every directory is opened
   from a descriptor of its parent (:mod:`runner.tools.beneath`), links are never followed (a link is
   neither listed nor walked), hidden names are left out.
-- :func:`folder_bytes` counts everything beneath the folder, hidden names and directories included
-  (what the memory tool's cap is checked against), without recursion.
+- :func:`folder_bytes` and :func:`tally` count everything beneath the folder, hidden names and
+  directories included (what the memory tool's caps are checked against), without recursion; the tool
+  walks the folder once a job and keeps its :class:`Tally` up to date from what each write changed.
+- :func:`chain` looks only at the directories on a path beneath the folder, never following a link.
 - :func:`memory_files` never raises for a job without memories (or whose ``memories`` is a link):
   it returns an empty list.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from .beneath import Root, open_beneath
@@ -106,6 +109,55 @@ def folder_bytes(root: Root) -> int:
     return sum(st.st_size for _, st in entries(root))
 
 
+@dataclass
+class Tally:
+    """What the folder holds: its bytes (``lstat`` sizes) and entries (files, directories, links),
+    hidden names included, the folder itself not."""
+
+    bytes: int = 0
+    entries: int = 0
+
+
+def tally(root: Root) -> Tally:
+    """One walk of everything beneath ``root``: a :class:`Tally` of it."""
+    found = Tally()
+    for _, st in entries(root):
+        found.bytes += st.st_size
+        found.entries += 1
+    return found
+
+
+def chain(root: Root, rel: str) -> dict[str, int]:
+    """``{prefix: lstat size}`` of the directories on the way to ``rel`` (its proper prefixes: for
+    ``a/b/c.md``, ``a`` and ``a/b``; the folder itself not), as far as they exist and are directories:
+    each looked at from its parent's descriptor, never through a link."""
+    parts = rel.split("/")[:-1] if rel != "." else []
+    sizes: dict[str, int] = {}
+    fd = root.fd
+    try:
+        for k, name in enumerate(parts):
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                break
+            if not stat.S_ISDIR(st.st_mode):
+                break
+            sizes["/".join(parts[: k + 1])] = st.st_size
+            if k + 1 == len(parts):
+                break
+            try:
+                sub = os.open(name, _SUBDIR_FLAGS, dir_fd=fd)
+            except OSError:
+                break
+            if fd != root.fd:
+                os.close(fd)
+            fd = sub
+    finally:
+        if fd != root.fd:
+            os.close(fd)
+    return sizes
+
+
 def levels(root: Root, rel: str) -> int:
     """How many levels of entries the directory at ``rel`` holds (0 for a file, a link, nothing or an
     empty directory)."""
@@ -132,10 +184,13 @@ __all__ = [
     "MEMORY_TOOL",
     "PREFIX",
     "WRITES",
+    "Tally",
+    "chain",
     "files",
     "entries",
     "folder_bytes",
     "levels",
     "memory_files",
     "split_lines",
+    "tally",
 ]

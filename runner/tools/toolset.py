@@ -35,11 +35,13 @@ Guarantees:
   and never run a model-chosen regular expression in this process. The small calls skip the thread:
   on a workspace on a local file system
   (:func:`runner.rundir.store.local_disk`), ``read`` and ``glob`` run first on the event loop with a
-  budget of :data:`INLINE_BUDGET_S`; one that needs longer stops at its next clock check (after each
-  1 MiB chunk of a paged or image/PDF read, each 256 directory entries; a whole text file, at most
-  256 KiB, is one read), having changed nothing (both only read), and runs again from the start on a
-  worker thread under the deadline. A thread hand-off costs the loop the GIL twice, more than most of
-  these calls take. A network or FUSE workspace, which can hang, never runs a tool on the loop; ``grep``
+  budget of :data:`INLINE_BUDGET_S`, and all those of one batch together within
+  :data:`BATCH_INLINE_BUDGET_S` (then the batch's other calls go straight to a thread); one that needs
+  longer stops at its next clock check (after each 1 MiB chunk of a paged or image/PDF read, scanned
+  in C, each 256 directory entries; a whole text file, at most 256 KiB, is one read), having changed
+  nothing (both only read), and runs again from the start on a worker thread under the deadline. A
+  thread hand-off costs the loop the GIL twice, more than most of these calls take. A network or
+  FUSE workspace, which can hang, never runs a tool on the loop; ``grep``
   runs in a child process (``python -I``, :mod:`runner.tools.grep_worker`, kept for the next call by
   :mod:`runner.tools.grep_pool`, at most :data:`runner.tools.shares.JOB_GREPS` of them for one job at
   once) that is killed at the deadline or when the call is cancelled. ``read``,
@@ -47,6 +49,11 @@ Guarantees:
   with ``O_PATH``, opened non-blocking). A cancelled ``bash`` call kills its process tree, and so does
   one whose output passes :data:`runner.tools.sandbox.READ_LIMIT` (its result says so);
   ``timeout_ms`` is capped at :data:`runner.tools.sandbox.MAX_TIMEOUT_S`, and the result says so.
+- One reply's work is bounded: a batch runs at most the job's ``max_tool_calls_per_reply`` calls
+  (its first ones); each call past them gets an error result saying it was not run and why, so every
+  ``tool_use`` is still answered. A concurrent batch has at most :data:`BATCH_WORKERS` calls in flight
+  (or the job's ``max_subagents``), each one's deadline counted from its start, and every batch yields
+  the event loop at least every :data:`PAUSE_EVERY_S` of its own work.
 - Every cut result says so and how to get the rest (texts in :mod:`runner.protocol`).
 - Every result is valid UTF-8: undecodable file names and bytes are escaped (``\\xNN``).
 """
@@ -60,6 +67,7 @@ import time
 from typing import Any, Protocol
 
 import anyio
+import anyio.lowlevel
 
 from .. import protocol
 from ..config import Limits
@@ -82,6 +90,9 @@ RECALL_MAX_BYTES = 256 << 20  # the largest file recall reads: each call decodes
 RECALL_CHUNK_BYTES = 1 << 20  # recall reads and decodes this much at a time
 FILE_TOOL_DEADLINE_S = 60.0
 INLINE_BUDGET_S = 0.002  # how long a read or glob may hold the event loop before it goes to a thread
+BATCH_INLINE_BUDGET_S = 0.02  # and all the reads and globs of one batch together; the rest go to threads
+BATCH_WORKERS = 16  # a concurrent batch's calls in flight at once (at least the job's max_subagents)
+PAUSE_EVERY_S = 0.005  # a batch's calls yield the event loop at least this often
 INLINE_TOOLS = frozenset({"read", "glob"})  # read-only: stopped part-way, a call changed nothing
 BASH_DEFAULT_TIMEOUT = 120.0  # seconds, the SDK's default
 READ_ONLY = frozenset({"read", "glob", "grep", "recall", "compact"})
@@ -224,6 +235,20 @@ def error_result(tool_use_id: str, text: str) -> dict[str, Any]:
 _NOT_INLINE = object()  # Toolset._inline: run the call on a worker thread
 
 
+class _Pause:
+    """A checkpoint at most every :data:`PAUSE_EVERY_S` of a batch's own work: a reply of thousands of
+    calls that each end at once (errors, inline reads) still lets the loop run the other jobs, and a
+    cancelled job stop, between them."""
+
+    def __init__(self) -> None:
+        self.since = time.monotonic()
+
+    async def __call__(self) -> None:
+        if time.monotonic() - self.since > PAUSE_EVERY_S:
+            await anyio.lowlevel.checkpoint()
+            self.since = time.monotonic()
+
+
 def _run_file_tool(workspace: str, name: str, args: dict[str, Any], stop_at: float) -> Any:
     """One ``read``, ``write``, ``edit`` or ``glob`` call, on a worker thread."""
     return file_tools.TOOLS[name](workspace, args, stop_at)
@@ -298,7 +323,8 @@ class Toolset:
         self._ids = SpillMap()  # every tool_use id of the job (as keys), past a bound off the heap
         # tool_use id -> (turn, result) of the calls a caught repeat may name (those within the window)
         self._results: dict[str, tuple[int, dict[str, Any]]] = {}
-        self.memory = MemoryTool(str(store.dir), self.page_chars)
+        self.memory = MemoryTool(str(store.dir), self.page_chars, self.limits.max_memory_entries)
+        self._inline_left: float | None = None  # the running batch's inline budget left (run_batch)
         self._job_share: JobShare | None = None  # learned in the event loop, at the first call that needs it
 
     def _share(self) -> JobShare:
@@ -350,14 +376,19 @@ class Toolset:
         A call whose id is missing, not a string, longer than ``MAX_ID_CHARS`` or repeats an id
         of this job is not run: its
         result says so (the request to the API carries a unique id in its place). A call already
-        made ``max_repeated_calls`` times in the last turns is not run either. Read-only calls run
-        concurrently; a batch with a mutating call (bash, write, edit) runs in order.
+        made ``max_repeated_calls`` times in the last turns is not run either, nor is one past the
+        first ``max_tool_calls_per_reply`` of the batch. Read-only calls run concurrently; a batch
+        with a mutating call (bash, write, edit, memory) runs in order. The calls run on the event
+        loop (the small reads and globs) share one budget, :data:`BATCH_INLINE_BUDGET_S`.
         """
         results: list[dict[str, Any] | None] = [None] * len(calls)
         runnable: list[int] = []
-        keys = [self._key(c) for c in calls]  # each call's input serialized once
+        cap = self.limits.max_tool_calls_per_reply
+        pause = _Pause()
+        keys = [self._key(c) for c in calls[:cap]]  # each call's input serialized once
         self._results = {k: v for k, v in self._results.items() if v[0] > turn - self.repeats.window}
         for i, call in enumerate(calls):
+            await pause()
             tool_use_id = call.get("id") if isinstance(call, dict) else None
             if not isinstance(tool_use_id, str) or not tool_use_id:
                 results[i] = error_result(
@@ -376,6 +407,14 @@ class Toolset:
                     tool_use_id,
                     f"not run: the tool_use id {tool_use_id!r} was already used; give every call a unique id",
                 )
+            elif i >= cap:
+                self._ids[tool_use_id] = True
+                results[i] = error_result(
+                    tool_use_id,
+                    f"not run: this reply made {len(calls):,} tool calls, over max_tool_calls_per_reply = "
+                    f"{cap:,}; only its first {cap:,} were taken. Make at most {cap:,} calls in one reply, "
+                    "and send this one again in a later reply if it is still needed",
+                )
             else:
                 self._ids[tool_use_id] = True
                 caught = await self._repeated(call, keys[i], turn)
@@ -385,19 +424,31 @@ class Toolset:
                     runnable.append(i)
 
         async def one(i: int) -> None:
+            await pause()
             result = results[i] = await self.run(calls[i])
             key = keys[i]
             if key is not None:
                 self.repeats.record(key, turn, calls[i]["id"])
                 self._results[calls[i]["id"]] = (turn, result)
 
-        if all(isinstance(calls[i].get("name"), str) and calls[i]["name"] in CONCURRENT for i in runnable):
-            async with anyio.create_task_group() as tg:
-                for i in runnable:
-                    tg.start_soon(one, i)
-        else:
-            for i in runnable:
+        waiting = iter(runnable)
+
+        async def worker() -> None:  # takes the batch's next call until none is left
+            for i in waiting:
                 await one(i)
+
+        self._inline_left = BATCH_INLINE_BUDGET_S
+        try:
+            if all(
+                isinstance(calls[i].get("name"), str) and calls[i]["name"] in CONCURRENT for i in runnable
+            ):
+                async with anyio.create_task_group() as tg:
+                    for _ in range(min(len(runnable), max(BATCH_WORKERS, self.limits.max_subagents))):
+                        tg.start_soon(worker)
+            else:
+                await worker()
+        finally:
+            self._inline_left = None
         return [r for r in results if r is not None]
 
     def _key(self, call: Any) -> str | None:
@@ -519,14 +570,23 @@ class Toolset:
         return {"type": "tool_result", "tool_use_id": tool_use_id, "content": _safe_content(content)}
 
     def _inline(self, name: str, args: dict[str, Any]) -> Any:
-        """The call's output, run on the event loop within :data:`INLINE_BUDGET_S`; ``_NOT_INLINE``
-        when it may not run here (not read-only, not a local disk) or needs longer."""
+        """The call's output, run on the event loop within :data:`INLINE_BUDGET_S` and what is left
+        of its batch's :data:`BATCH_INLINE_BUDGET_S`; ``_NOT_INLINE`` when it may not run here (not
+        read-only, not a local disk, the batch's budget spent) or needs longer."""
         if name not in INLINE_TOOLS or not local_disk(self.workspace):
             return _NOT_INLINE
+        batch = self._inline_left
+        if batch is not None and batch <= 0:
+            return _NOT_INLINE
+        start = time.monotonic()
+        budget = INLINE_BUDGET_S if batch is None else min(INLINE_BUDGET_S, batch)
         try:
-            return file_tools.TOOLS[name](self.workspace, args, time.monotonic() + INLINE_BUDGET_S)
+            return file_tools.TOOLS[name](self.workspace, args, start + budget)
         except file_tools.OutOfTime:
             return _NOT_INLINE
+        finally:
+            if self._inline_left is not None:
+                self._inline_left -= time.monotonic() - start
 
     async def _run_bash(self, tool_use_id: str, args: dict[str, Any]) -> dict[str, Any]:
         command, timeout_ms = args.get("command"), args.get("timeout_ms")
