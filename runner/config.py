@@ -77,9 +77,6 @@ class Limits(BaseModel):
     snip_trigger: Int = Field(50, ge=8)
     snip_head: Int = Field(3, ge=1)
     snip_target: Int = Field(30, ge=4)
-    # a snip marker's digest (what it archived, and the file that holds each saved output) may take this
-    # share of the context limit (at least 1,500 characters)
-    snip_digest_share: Float = Field(0.05, ge=0, le=0.2)
     # 3. micro_compact and 4. fit_tool_results
     context_char_limit: Int = Field(50_000, ge=2_000)
     keep_recent_results: Int = Field(3, ge=0)
@@ -125,6 +122,9 @@ class Limits(BaseModel):
     # entries (files and directories) the memory folder may hold
     max_tool_calls_per_reply: Int = Field(64, ge=1, le=100_000)
     max_memory_entries: Int = Field(1_000, ge=1, le=100_000)
+    # snip: a marker's digest (what it archived, and the file that holds each saved output) takes this
+    # share of the context limit, from 1,500 to 8,000 characters (the last field: job.json keeps its order)
+    snip_digest_share: Float = Field(0.05, ge=0, le=0.2)
 
     @model_validator(mode="after")
     def _consistent(self) -> Limits:
