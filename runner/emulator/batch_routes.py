@@ -15,6 +15,7 @@ Guarantees:
   names the request and the field: ``requests.2.params.messages.0.content: Field required``.
 - An unknown batch id is a 404 ``not_found_error``. Results of a batch not ended, or a cancel of a
   batch that ended, are a 400; so is a delete of a batch not ended (cancel it first, as the API says).
+- Results: as ``batches.hostile`` serves them when it picks the batch (see :mod:`.batches`).
 - List: newest first, ``limit`` 1 to 1000 (default 20), ``after_id`` or ``before_id`` (a batch id) as
   cursors; the page has ``data``, ``has_more``, ``first_id`` and ``last_id``.
 """
@@ -30,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .batches import Batch, batch_object, create_batch, initiate_cancel, page
+from .batches import Batch, batch_object, create_batch, hostile_on, initiate_cancel, page, results_response
 from .state import EmulatorState
 from .validation import validate
 
@@ -119,7 +120,10 @@ class BatchRoutes:
         ]
 
     def shown(self, request: Request, batch: Batch) -> Response:
-        return JSONResponse(batch_object(batch, str(request.base_url)))
+        return JSONResponse(self.as_object(request, batch))
+
+    def as_object(self, request: Request, batch: Batch) -> dict[str, Any]:
+        return batch_object(batch, str(request.base_url), hostile_on(self.state.config, batch.number))
 
     def found(self, request: Request) -> Batch | Response:
         """The path's batch, or the refusal to answer (no key, no version, no such batch)."""
@@ -179,8 +183,7 @@ class BatchRoutes:
             if cursor is not None and cursor not in self.state.batches:
                 return self.fail(400, f"{name}: no message batch with id {cursor!r}")
         listed = page(newest_first, limit=limit, before_id=before_id, after_id=after_id)
-        base_url = str(request.base_url)
-        return JSONResponse({**listed, "data": [batch_object(b, base_url) for b in listed["data"]]})
+        return JSONResponse({**listed, "data": [self.as_object(request, b) for b in listed["data"]]})
 
     async def cancel(self, request: Request) -> Response:
         batch = self.found(request)
@@ -201,7 +204,7 @@ class BatchRoutes:
                 f"Message batch {batch.id} has not finished processing "
                 f"(processing_status {batch.status}); its results are not available yet.",
             )
-        return Response(batch.results, media_type="application/x-jsonl")
+        return results_response(request, batch, hostile_on(self.state.config, batch.number))
 
     async def delete(self, request: Request) -> Response:
         batch = self.found(request)

@@ -23,6 +23,13 @@ A batch is created only with every request valid (see :mod:`.batch_routes`). Gua
 - Results are made once, as the JSONL bytes of the results file, in an order seeded by the batch
   number (the API does not promise request order), and every fetch serves those same bytes.
 - A batch lives until it is deleted or the emulator is reset (a timer of a reset batch does nothing).
+- ``batches.hostile`` (:class:`.config.BatchHostile`), on the batches its ``on`` picks by number:
+  ``escaped_id`` makes the batch's id ``msgbatch_emu_`` + an OSC window title and clear-screen escapes
+  + hex digits (its ``results_url`` percent-encodes it, as every id); ``foreign_results_url`` puts the
+  ``results_url`` on ``url`` (the same path); ``padded_results`` serves ``bytes`` bytes of result lines
+  under other custom_ids (``padding-<n>``, each about ``line_bytes``, made as they are sent and no more
+  once the client has left) before the batch's own; ``drip_results`` serves the results file one byte
+  every ``interval_s`` seconds.
 """
 
 from __future__ import annotations
@@ -33,12 +40,16 @@ import logging
 import math
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
 
 from .compaction import effective_view
-from .config import EmulatorConfig
+from .config import BatchHostile, EmulatorConfig
 from .faults import chance, fires, new_request_id
 from .replies import build_message
 from .state import Batch, BatchRequest, EmulatorState
@@ -50,6 +61,8 @@ log = logging.getLogger("runner.emulator")
 EXPIRES_AFTER = timedelta(hours=24)
 RESULT_TYPES = ("succeeded", "errored", "canceled", "expired")
 FINISH_SLICE = 50  # requests answered between two turns of the other requests (about 10 ms)
+ESCAPES = "\x1b]0;batch owned\x07\x1b[2J\x1b[H"  # in an escaped_id batch's id: a window title, clear-screen
+RESULTS_TYPE = "application/x-jsonl"
 
 
 def rfc3339(moment: datetime | None) -> str | None:
@@ -64,12 +77,22 @@ def turnaround_of(config: EmulatorConfig, number: int) -> float:
     return settings.turnaround_s + spread * chance(config.seed, "batch_turnaround", number)
 
 
+def hostile_on(config: EmulatorConfig, number: int) -> BatchHostile | None:
+    """``batches.hostile`` when it picks batch ``number``."""
+    hostile = config.batches.hostile
+    if hostile is not None and fires(hostile.on, config.seed, "batch_hostile", number):
+        return hostile
+    return None
+
+
 def create_batch(state: EmulatorState, requests: list[dict[str, Any]]) -> Batch:
     """A new batch of ``requests`` (valid ``{custom_id, params}``), its timer started. Call on the loop."""
     config = state.config
     number, first = state.batch_created(len(requests))
+    hostile = hostile_on(config, number)
+    escaped = ESCAPES if hostile is not None and hostile.kind == "escaped_id" else ""
     batch = Batch(
-        id="msgbatch_emu_" + uuid.uuid4().hex[:24],
+        id="msgbatch_emu_" + escaped + uuid.uuid4().hex[:24],
         number=number,
         requests=[BatchRequest(r["custom_id"], r["params"], first + i) for i, r in enumerate(requests)],
         created_at=datetime.now(UTC),
@@ -163,9 +186,12 @@ def answer_request(state: EmulatorState, request: BatchRequest) -> dict[str, Any
     return {"type": "succeeded", "message": message}
 
 
-def batch_object(batch: Batch, base_url: str) -> dict[str, Any]:
-    """The ``message_batch`` object as the API shapes it; ``base_url`` ends with ``/``."""
+def batch_object(batch: Batch, base_url: str, hostile: BatchHostile | None = None) -> dict[str, Any]:
+    """The ``message_batch`` object as the API shapes it; ``base_url`` ends with ``/``; ``hostile``: the
+    batch's (:func:`hostile_on`), a ``foreign_results_url`` one moves its ``results_url``."""
     ended = batch.ended_at is not None
+    if hostile is not None and hostile.url is not None:
+        base_url = hostile.url.rstrip("/") + "/"
     counts = {kind: batch.counts[kind] if ended else 0 for kind in RESULT_TYPES}
     return {
         "id": batch.id,
@@ -177,8 +203,52 @@ def batch_object(batch: Batch, base_url: str) -> dict[str, Any]:
         "ended_at": rfc3339(batch.ended_at),
         "cancel_initiated_at": rfc3339(batch.cancel_initiated_at),
         "archived_at": None,
-        "results_url": f"{base_url}v1/messages/batches/{batch.id}/results" if ended else None,
+        "results_url": f"{base_url}v1/messages/batches/{quote(batch.id, safe='')}/results" if ended else None,
     }
+
+
+def results_response(request: Request, batch: Batch, hostile: BatchHostile | None) -> Response:
+    """An ended batch's results file, as ``hostile`` (the batch's, :func:`hostile_on`) serves it."""
+    if hostile is not None and hostile.kind == "padded_results":
+        return StreamingResponse(_padded(request, hostile, batch.results), media_type=RESULTS_TYPE)
+    if hostile is not None and hostile.kind == "drip_results":
+        return StreamingResponse(
+            _dripped(batch.results, hostile.interval_s),
+            media_type=RESULTS_TYPE,
+            headers={"content-length": str(len(batch.results))},
+        )
+    return Response(batch.results, media_type=RESULTS_TYPE)
+
+
+def _padding_line(n: int, size: int) -> bytes:
+    """A well-formed succeeded result under ``padding-<n>``, about ``size`` bytes with its newline."""
+    head = (
+        f'{{"custom_id":"padding-{n:07d}","result":{{"type":"succeeded","message":{{"id":"msg_emu_pad",'
+        '"type":"message","role":"assistant","model":"emu-model","content":[{"type":"text","text":"'
+    ).encode()
+    tail = (
+        b'"}],"stop_reason":"end_turn","stop_sequence":null,'
+        b'"usage":{"input_tokens":1,"output_tokens":1,"service_tier":"batch"}}}}\n'
+    )
+    return head + b"a" * max(0, size - len(head) - len(tail)) + tail
+
+
+async def _padded(request: Request, hostile: BatchHostile, results: bytes) -> AsyncIterator[bytes]:
+    sent, n = 0, 0
+    while sent < hostile.bytes:
+        if n % 16 == 0 and await request.is_disconnected():  # the client gave up: make no more of it
+            return
+        n += 1
+        line = _padding_line(n, min(hostile.line_bytes, hostile.bytes - sent))
+        sent += len(line)
+        yield line
+    yield results
+
+
+async def _dripped(data: bytes, interval_s: float) -> AsyncIterator[bytes]:
+    for i in range(len(data)):
+        yield data[i : i + 1]
+        await asyncio.sleep(interval_s)
 
 
 def page(batches: list[Batch], *, limit: int, before_id: str | None, after_id: str | None) -> dict[str, Any]:

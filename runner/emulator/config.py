@@ -17,7 +17,9 @@ Guarantees:
 - Request numbers in fault ``schedule`` lists are 1-based and count every authenticated
   ``POST /v1/messages`` (retries included), in arrival order; in ``batches.errored`` and
   ``batches.expired`` they count the requests of every batch created, in creation order, and in
-  ``batches.canceling`` the batches created.
+  ``batches.canceling`` and ``batches.hostile.on`` the batches created.
+- ``batches.hostile`` (:class:`BatchHostile`) plays a hostile batches API; its ``url`` is required by
+  ``foreign_results_url`` and refused with any other kind, when the config is loaded.
 """
 
 from __future__ import annotations
@@ -67,6 +69,36 @@ class Faults(_Strict):
     stream_error: Fault = Field(default_factory=Fault)
 
 
+MIB = 1 << 20
+
+
+class BatchHostile(_Strict):
+    """What a hostile Message Batches API does to the batches ``on`` picks (by batch number; every
+    batch unless set), see :mod:`.batches`:
+
+    - ``padded_results``: the results file starts with ``bytes`` bytes of well-formed result lines under
+      other custom_ids (``padding-<n>``, each about ``line_bytes``), made as they are sent;
+    - ``drip_results``: the results file is sent one byte every ``interval_s`` seconds;
+    - ``foreign_results_url``: the batch's ``results_url`` is on ``url`` (another host or port);
+    - ``escaped_id``: the batch's id carries terminal escapes (an OSC window title, clear-screen).
+    """
+
+    kind: Literal["padded_results", "drip_results", "foreign_results_url", "escaped_id"]
+    on: Fault = Field(default_factory=lambda: Fault(rate=1.0))
+    bytes: int = Field(default=400 * MIB, ge=1)
+    line_bytes: int = Field(default=64 * 1024, ge=64, le=64 * MIB)
+    interval_s: float = Field(default=1.0, gt=0.0)
+    url: str | None = Field(default=None, pattern=r"^https?://[^/?#\s]+/?$")  # scheme://host[:port]
+
+    @model_validator(mode="after")
+    def _url(self) -> BatchHostile:
+        if (self.kind == "foreign_results_url") != (self.url is not None):
+            raise ValueError(
+                "url (scheme://host:port) is needed by kind foreign_results_url, and by no other kind"
+            )
+        return self
+
+
 class Batches(_Strict):
     """The Message Batches API (see :mod:`.batches`): how long a batch takes, and its faults by rate."""
 
@@ -80,6 +112,7 @@ class Batches(_Strict):
     expired: Fault = Field(default_factory=Fault)  # a request's result is expired
     canceling: Fault = Field(default_factory=Fault)  # a batch cancels itself part-way: the rest canceled
     errored_type: Literal["overloaded_error", "api_error"] = "overloaded_error"
+    hostile: BatchHostile | None = None  # a hostile server's batches (see BatchHostile)
 
     @model_validator(mode="after")
     def _bounds(self) -> Batches:

@@ -20,6 +20,19 @@ Guarantees:
 - A sent batch is polled with ``retrieve`` every ``poll_s`` seconds, doubling up to ``poll_max_s``;
   when it has ended its results are fetched once and each waiter gets its own by ``custom_id``.
   The batches API's HTTP requests are counted in no job's record.
+- The results file is the server's, and trusted no more than a reply (:func:`Batcher._download`):
+  its ``results_url`` must be on the base URL's origin (scheme, host, port), else it is refused before
+  any request, so the API key never leaves the configured host (the guard refuses a redirect elsewhere
+  too); it is read as a stream through the HTTP guard within a byte cap (:data:`LINE_SLACK` more than
+  ``max_reply_bytes`` for each request of the batch) and a total deadline (``request_timeout_s``, plus
+  :data:`RESULT_S` for each request, never past the run's deadline), line by line, a line at most
+  ``max_reply_bytes + LINE_SLACK`` (a longer one is skipped as it streams, never held). Only the
+  first line of each of the batch's own ``custom_id``s is kept; every other line (another id, a
+  repeat, one that is not a result) is dropped and counted (``foreign_results``). A download that
+  fails (refused, over the cap or the deadline, the connection lost, an HTTP error) keeps the lines it
+  read; the requests it has no line for go live, and the journal says why.
+- Every batch id, status and error text a server sent is shown escaped (:func:`shown`) in what the
+  batcher writes for a person (its status line, its errors).
 - Outcomes: ``succeeded``: the reply, checked by :func:`~runner.models.anthropic.reply_of` exactly
   as a live one, its usage added to the caller's record's batch part (``batch_usage``, or
   ``batch_summarizer_usage`` for summaries) which the job's spend prices at the batch discount;
@@ -29,7 +42,8 @@ Guarantees:
   other error fails the call (:class:`BatchRequestFailed`) as it would fail live.
 - The deadline: when ``now + window_s + the expected turnaround`` (the last batch's turnaround, or
   the age of the oldest batch in flight when larger) would pass it, calls go live; a batch still in
-  flight at the deadline is cancelled, and its requests not answered go live.
+  flight at the deadline is cancelled, and its requests not answered go live (also those of a batch
+  that has not ended :data:`CANCEL_TIMEOUT_S` after its cancel).
 - Crash-safe (with a journal, ``batches.jsonl`` in the run directory): every batch created is
   recorded (its id, betas, custom_ids, when) before anything waits on it. A request whose custom_id
   a recorded batch holds (the same job, turn and body: a resumed job asking again) is answered from
@@ -46,7 +60,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -54,17 +68,23 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2  # the SDK's HTTP library: the streamed results file is its raw response
 
 from ..config import RunnerSection, deadline_at
 from ..messages import one_line
 from ..rundir.docs import JobMetrics
 from .anthropic import AnthropicModel, reply_of, request_params
 from .base import Model, PromptTooLong, Reply, Request
+from .guard import download, same_origin
 from .wire import CURRENT
 
 RETRYABLE = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 MAX_BATCH_BYTES = 200_000_000  # of request bodies in one batch (the API takes 256 MB)
 CANCEL_TIMEOUT_S = 5.0
+LINE_SLACK = 16 * 1024  # a result line's bytes beyond its message's: its custom_id, result type, JSON
+RESULT_S = 0.1  # the results download's time for each request of its batch, beyond request_timeout_s
+PIECE = 64 * 1024  # the results file is read in pieces of at most this many bytes
+LIVE = {"type": "live"}  # not the API's: the batch's results could not be read, the call goes live
 NO_RESULT = {
     "type": "errored",
     "error": {
@@ -76,6 +96,52 @@ NO_RESULT = {
 
 class BatchRequestFailed(Exception):
     """A batch answered a request with an error its live call would fail with too."""
+
+
+class ResultsRefused(Exception):
+    """A batch's ``results_url`` is not one the runner fetches (missing, or not on the base URL's origin)."""
+
+
+def shown(text: object, limit: int = 200) -> str:
+    """``text`` for a person: every character a terminal could act on (``str.isprintable`` is false:
+    controls, escapes, bidi controls, separators, lone surrogates) as a visible ``\\xNN`` / ``\\uNNNN``,
+    cut to ``limit`` characters. (:func:`runner.ui.terminal.printable`'s rule, here because models sit
+    below ui.)"""
+    out = "".join(
+        c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) <= 0xFF else f"\\u{ord(c):04x}"
+        for c in str(text)
+    )
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
+async def result_lines(pieces: AsyncIterator[bytes], max_line: int) -> AsyncIterator[bytes | None]:
+    """The lines of a stream of ``pieces`` (without their newline; empty ones left out), None for a line
+    over ``max_line`` bytes: skipped as it streams, never held whole."""
+    line = bytearray()
+    skipping = False
+    async for piece in pieces:
+        start = 0
+        while start < len(piece):
+            end = piece.find(b"\n", start)
+            stop = len(piece) if end < 0 else end
+            if not skipping:
+                line += piece[start:stop]
+                if len(line) > max_line:
+                    line.clear()
+                    skipping = True
+            if end < 0:
+                break
+            if skipping:
+                skipping = False
+                yield None
+            elif line:
+                yield bytes(line)
+                line.clear()
+            start = end + 1
+    if skipping:
+        yield None
+    elif line:
+        yield bytes(line)
 
 
 @dataclass
@@ -178,6 +244,9 @@ class Batcher:
         self.recorded: dict[str, tuple[str, tuple[str, ...]]] = {}  # custom_id -> the batch and its betas
         self.recorded_results: dict[str, dict[str, dict[str, Any]]] = {}  # batch id -> custom_id -> result
         self.recorded_locks: dict[str, anyio.Lock] = {}
+        self.journal_ids: dict[str, set[str]] = {}  # batch id -> the custom_ids the journal says it holds
+        self.foreign_results = 0  # result lines dropped: another batch's id, a repeat, not a result
+        self.failed_downloads = 0  # results files not read whole: their requests went live
 
     def open_journal(self, path: Path) -> None:
         """Record every batch created in ``path`` (JSON lines), and answer from the batches it holds."""
@@ -194,6 +263,7 @@ class Batcher:
                 continue  # a line half written when the run died
             for custom_id in ids:
                 self.recorded[str(custom_id)] = (batch, betas)
+                self.journal_ids.setdefault(batch, set()).add(str(custom_id))
 
     def _record(self, batch_id: str, group: Group) -> None:
         if self.journal is None:
@@ -213,6 +283,15 @@ class Batcher:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
+
+    def _note(self, batch_id: str, problem: str) -> None:
+        """A line of the journal saying why ``batch_id``'s results were not read whole (no ``custom_ids``:
+        :meth:`open_journal` passes over it)."""
+        if self.journal is None:
+            return
+        line = json.dumps({"batch": batch_id, "results_problem": problem, "at": round(time.time(), 3)})
+        with open(self.journal, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
 
     # --- what the deadline allows -----------------------------------------------------------------
 
@@ -235,7 +314,11 @@ class Batcher:
         )
         if not self.batches_sent and not waiting:
             return None
-        parts = [f"batch {self.last_batch or '-'}", f"{waiting} waiting"]
+        parts = [f"batch {shown(self.last_batch or '-', 80)}", f"{waiting} waiting"]
+        if self.foreign_results:
+            parts.append(f"{self.foreign_results} foreign result lines dropped")
+        if self.failed_downloads:
+            parts.append(f"{self.failed_downloads} results unread (calls live)")
         if self.last_turnaround is not None:
             parts.append(f"turnaround {self.last_turnaround:.0f} s")
         sent = [g.sent for g in self.in_flight.values() if g.sent is not None]
@@ -267,6 +350,8 @@ class Batcher:
             group, key = self._join(custom_id, params, betas)
             result = await self._wait(group, key)
             kind = result.get("type")
+            if result is LIVE:  # its batch's results could not be read
+                return await live.create(request)
             if kind == "succeeded":
                 return self._reply(result, record, part, group.batch_id)
             if kind == "errored":
@@ -276,14 +361,17 @@ class Batcher:
                     raise PromptTooLong(message)
                 if etype not in RETRYABLE:
                     raise BatchRequestFailed(
-                        f"batch {group.batch_id}: request {key}: {etype}: {one_line(message, 200)}"
+                        f"batch {shown(group.batch_id, 80)}: request {key}: {shown(etype, 80)}: "
+                        f"{shown(one_line(message, 200))}"
                     )
             elif kind == "canceled" and self.stopping:
                 raise BatchRequestFailed(
-                    f"batch {group.batch_id}: request {key}: canceled (the run is stopping)"
+                    f"batch {shown(group.batch_id, 80)}: request {key}: canceled (the run is stopping)"
                 )
             elif kind not in ("expired", "canceled"):
-                raise BatchRequestFailed(f"batch {group.batch_id}: request {key}: result type {kind!r}")
+                raise BatchRequestFailed(
+                    f"batch {shown(group.batch_id, 80)}: request {key}: result type {shown(repr(kind), 80)}"
+                )
             resends += 1
             if record is not None:
                 record.retries += 1
@@ -317,13 +405,13 @@ class Batcher:
         api = self._api(group)
         try:
             with uncounted():
-                while (await api.retrieve(batch_id, **self._betas(group))).processing_status != "ended":
+                while (
+                    batch := await api.retrieve(batch_id, **self._betas(group))
+                ).processing_status != "ended":
                     await anyio.sleep(group.poll_s)
                     group.poll_s = min(group.poll_s * 2, self.poll_max_s)
-                return {
-                    line.custom_id: line.result.to_dict()
-                    async for line in await api.results(batch_id, **self._betas(group))
-                }
+                found, _ = await self._download(batch, betas, self.journal_ids.get(batch_id, set()))
+                return found
         except Exception:  # e.g. the batch was deleted or has expired: its requests are sent again
             return {}
 
@@ -391,6 +479,7 @@ class Batcher:
             self.last_batch = batch.id
             self.batches_sent += 1
         assert group.batch_id is not None
+        canceled_at: float | None = None
         while True:
             await anyio.sleep(group.poll_s)
             group.poll_s = min(group.poll_s * 2, self.poll_max_s)
@@ -398,20 +487,99 @@ class Batcher:
                 batch = await self._api(group).retrieve(group.batch_id, **self._betas(group))
             if batch.processing_status == "ended":
                 break
+            if canceled_at is not None and time.monotonic() - canceled_at > CANCEL_TIMEOUT_S:
+                batch = None  # canceled at the deadline and still not ended: every request goes live
+                break
             if self.deadline is not None and time.time() >= self.deadline and not group.cancel_sent:
                 group.cancel_sent = True  # what it has not answered goes live
                 group.poll_s = self.poll_s
                 await self._cancel(group)
-        with uncounted():
-            lines = {
-                line.custom_id: line.result.to_dict()
-                async for line in await self._api(group).results(group.batch_id, **self._betas(group))
-            }
+                canceled_at = time.monotonic()
+        lines: dict[str, dict[str, Any]] = {}
+        if batch is None:
+            unended = f"it had not ended {CANCEL_TIMEOUT_S:g} s after its cancel at the deadline"
+            await anyio.to_thread.run_sync(self._note, group.batch_id, unended)
+            problem: str | None = unended
+        else:
+            with uncounted():
+                lines, problem = await self._download(batch, group.betas, group.waiters.keys())
         if group.sent is not None:
             self.last_turnaround = time.monotonic() - group.sent
         self.in_flight.pop(group.batch_id, None)
         for key, waiter in group.waiters.items():
-            waiter.result = lines.get(key, NO_RESULT)
+            waiter.result = lines.get(key, NO_RESULT if problem is None else LIVE)
+
+    async def _download(
+        self, batch: Any, betas: tuple[str, ...], wanted: Collection[str]
+    ) -> tuple[dict[str, dict[str, Any]], str | None]:
+        """The results the ended ``batch`` has for the custom_ids in ``wanted``, read as the module's
+        guarantees say, and why the file was not read whole (None: it was)."""
+        guard = self.backend.guard
+        max_line = guard.max_reply_bytes + LINE_SLACK
+        cap = max(1, len(wanted)) * max_line
+        seconds = guard.deadline_s + len(wanted) * RESULT_S
+        if self.deadline is not None:  # the calls it leaves unanswered go live in time
+            seconds = min(seconds, self.deadline - time.time())
+        found: dict[str, dict[str, Any]] = {}
+        problem: str | None = None
+        try:
+            url = self._results_url(batch)
+            headers = {"Accept": "application/binary"}
+            if betas:
+                headers["anthropic-beta"] = ",".join(betas)
+            with anyio.fail_after(max(0.0, seconds)), download(cap, seconds):
+                response = await self.backend.client.get(
+                    url, cast_to=httpx2.Response, stream=True, options={"headers": headers}
+                )
+                try:
+                    async for line in result_lines(response.aiter_bytes(PIECE), max_line):
+                        self._take(line, wanted, found)
+                finally:
+                    await response.aclose()
+        except TimeoutError:
+            problem = f"its results were not read within {max(0.0, seconds):.1f} s"
+        except Exception as e:  # refused, over the cap, dripped past the deadline, an HTTP error
+            problem = f"its results were not read whole: {type(e).__name__}: {shown(one_line(str(e)), 300)}"
+        if problem is not None:
+            self.failed_downloads += 1
+            batch_id = str(getattr(batch, "id", "?"))
+            await anyio.to_thread.run_sync(self._note, batch_id, problem)
+        return found, problem
+
+    def _results_url(self, batch: Any) -> str:
+        """The ``results_url`` of ``batch`` when it is on the base URL's origin (a relative one is)."""
+        url = getattr(batch, "results_url", None)
+        base = self.backend.client.base_url
+        if not isinstance(url, str) or not url:
+            raise ResultsRefused(f"batch {shown(batch.id, 80)} has ended with no results_url")
+        target = base.join(url)
+        if not same_origin(target, base):
+            raise ResultsRefused(
+                f"batch {shown(batch.id, 80)}: its results_url {shown(url)} is not on the base URL's "
+                f"origin ({shown(base.copy_with(path='/', query=None))}); not fetched: the API key goes "
+                "to no other host"
+            )
+        return str(target)
+
+    def _take(self, line: bytes | None, wanted: Collection[str], found: dict[str, dict[str, Any]]) -> None:
+        """``line``'s result into ``found`` when it is the first for one of ``wanted``; else it is counted."""
+        entry: Any = None
+        if line is not None:
+            try:
+                entry = json.loads(line)
+            except (ValueError, RecursionError):
+                pass
+        custom_id = entry.get("custom_id") if isinstance(entry, dict) else None
+        result = entry.get("result") if isinstance(entry, dict) else None
+        if (
+            isinstance(custom_id, str)
+            and isinstance(result, dict)
+            and custom_id in wanted
+            and custom_id not in found
+        ):
+            found[custom_id] = result
+        else:
+            self.foreign_results += 1
 
     def _api(self, group: Group) -> Any:
         client = self.backend.client
