@@ -23,6 +23,7 @@ services actor's counts once every job ended (``slots leaked``, from ``run.json`
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import random
@@ -231,9 +232,11 @@ def main() -> None:
     args = parser.parse_args()
     n, randoms = (6, 1) if args.smoke else (12, 10)
     os.environ.update(_env())  # the cluster's workers inherit it: the emulator's key
-    import ray
+    # as the runner starts a local Ray: on 127.0.0.1 only (this import sets the switch ray reads)
+    from runner.execution.ray_driver import start_local_ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error")
+    ray = importlib.import_module("ray")
+    start_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error")
     rows: list[dict[str, Any]] = []
     try:
         address = ray.get_runtime_context().gcs_address

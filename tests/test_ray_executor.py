@@ -1,16 +1,21 @@
 """The ``ray`` executor: the same run directory as the local one, the summary gate held across
 workers, a killed worker's jobs finished elsewhere from their last complete turn, and Ctrl-C.
 
-One small local Ray instance for the module (2 CPUs, no dashboard). Skipped, saying why, only when
-Ray cannot start on this machine.
+One small local Ray instance for the module (2 CPUs, no dashboard), started as the runner starts one
+(:func:`runner.execution.ray_driver.start_local_ray`: on the loopback only, which a test checks, as
+one checks the instance ``runner run --executor ray`` starts). Skipped, saying why, only when Ray
+cannot start on this machine.
 """
 
 from __future__ import annotations
 
+import importlib
+import ipaddress
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +29,7 @@ import pytest
 from runner.cli import main
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
-from runner.config import Limits, load_settings
+from runner.config import ConfigError, Limits, load_settings
 from runner.emulator import EmulatorConfig, Latency, running_emulator
 from runner.execution.core import Batch
 from runner.execution.scheduler import run_batch
@@ -42,13 +47,18 @@ FINAL = {"succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "canc
 def cluster():
     """A local Ray instance; its workers inherit this environment (the emulator's key)."""
     try:
-        import ray
+        # first: it sets Ray's single-machine switch before ray is imported
+        from runner.execution.ray_driver import start_local_ray
+
+        ray = importlib.import_module("ray")
     except ImportError as e:
         pytest.skip(f"Ray cannot start on this machine: it is not installed ({e})")
     saved = os.environ.get("ANTHROPIC_API_KEY")
     os.environ["ANTHROPIC_API_KEY"] = KEY
     try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error")
+        start_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error")
+    except ConfigError:  # it came up on the network: a failure, never a skip
+        raise
     except Exception as e:  # noqa: BLE001 - whatever stops Ray from starting is the skip reason
         pytest.skip(f"Ray cannot start on this machine: {type(e).__name__}: {e}")
     try:
@@ -293,6 +303,108 @@ def test_ctrl_c_cancels_every_job_on_every_worker(cluster, tmp_path):
         pids.add(metrics["worker"]["pid"])
         assert read_jsonl(run_dir / s.name / "transcript.jsonl")[0][0]["content"] == s.prompt
     assert len(pids) == 2  # jobs on both workers were cancelled
+
+
+def _listening(root: int) -> set[str]:
+    """The addresses the TCP sockets of process ``root`` and of every process under it listen on (read
+    from /proc: the sockets each has open, the kernel's table of listening ones)."""
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    pids, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in pids:
+            pids.add(pid)
+            todo += children.get(pid, [])
+    inodes = set()
+    for pid in pids:
+        try:
+            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        except OSError:
+            continue
+        inodes |= {link[8:-1] for link in links if link.startswith("socket:[")}
+    found = set()
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            local, state, inode = line.split()[1], line.split()[3], line.split()[9]
+            if state == "0A" and inode in inodes:  # 0A: LISTEN
+                raw = bytes.fromhex(local.split(":")[0])  # 32-bit words, each in host (little) order
+                found.add(
+                    socket.inet_ntop(family, b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4)))
+                )
+    return found
+
+
+def _loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    return (ip.ipv4_mapped or ip).is_loopback if isinstance(ip, ipaddress.IPv6Address) else ip.is_loopback
+
+
+def test_the_local_ray_reports_and_listens_on_the_loopback_only(cluster):
+    assert [node["NodeManagerAddress"] for node in cluster.nodes()] == ["127.0.0.1"]
+    assert cluster.get_runtime_context().gcs_address.startswith("127.0.0.1:")
+    listening = _listening(os.getpid())  # this process (the driver) and the instance it started
+    assert listening and all(_loopback(a) for a in listening), listening
+
+
+@pytest.mark.slow  # a Ray of its own: about 15 s on a shared 2-core machine
+def test_runner_run_starts_a_ray_that_listens_on_the_loopback_only(tmp_path):
+    """``runner run --executor ray`` without ``ray_address``: every socket its Ray listens on, sampled
+    while it runs, is on the loopback."""
+    pytest.importorskip("ray")
+    ws = workspace(tmp_path, files=2, lines=2)
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "a.toml").write_text(f'prompt = "Survey."\nworkspace = "{ws}"\n')
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)  # the runner's own default, not this process's
+    with open(tmp_path / "stderr", "w+") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runner", "run", "jobs", "--backend", "offline", "--executor", "ray"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        seen: set[str] = set()
+        started = time.monotonic()
+        while proc.poll() is None and time.monotonic() - started < 240:
+            seen |= _listening(proc.pid)
+            time.sleep(0.1)
+        if proc.poll() is None:
+            proc.kill()
+        err.seek(0)
+        assert proc.wait() == 0, err.read()[-3000:]
+    assert seen and all(_loopback(a) for a in seen), seen
+
+
+@pytest.mark.slow  # a Ray of its own, started and shut down
+def test_a_local_ray_that_comes_up_on_the_network_is_refused_with_one_error_line(tmp_path):
+    pytest.importorskip("ray")
+    ws = workspace(tmp_path, files=1, lines=1)
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "a.toml").write_text(f'prompt = "Survey."\nworkspace = "{ws}"\n')
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "jobs", "--backend", "offline", "--executor", "ray"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error")]
+    if done.returncode == 0:  # Ray found no address but the loopback's: nothing to refuse
+        pytest.skip("this machine has no network address for Ray to come up on")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert len(errors) == 1 and "reachable from the network" in errors[0], done.stderr[-3000:]
+    assert not any((tmp_path / "runs").glob("*/a/metrics.json"))
 
 
 def test_choosing_ray_without_it_installed_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):

@@ -20,6 +20,14 @@ Guarantees:
   A job a worker was still running when the batch stopped waiting is cancelled there at the end.
 - Every job ends in a final state in ``run.json``, which also gets the services actor's counts
   once every job ended (``slots_at_end``: all zero unless a slot leaked).
+- A Ray instance the runner starts (no ``ray_address``: :func:`start_local_ray`) is this machine's
+  alone: always a new one (``address="local"``, never a cluster found running), its node's address
+  127.0.0.1, so every server of it listens on the loopback only, with the token authentication this
+  Ray turns on for a local instance (unless ``RAY_AUTH_MODE`` says otherwise). Ray takes the address
+  from ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (its own single-machine switch, read when ``ray`` is
+  imported: this module sets it, unless it is set, before importing ``ray``); an instance that came
+  up on another address is shut down at once, a :class:`ConfigError`. Joining a cluster
+  (``ray_address``) is not changed by it: the driver finds its node through the cluster.
 """
 
 from __future__ import annotations
@@ -35,8 +43,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import ray
-from ray.exceptions import RayActorError
 
 from ..agent.continuation import cut_transcript
 from ..agent.runjob import Resumed
@@ -55,8 +61,17 @@ from ..rundir.docs import (
 )
 from ..rundir.store import read_jsonl, write_atomic_sync
 from .core import Batch, BatchResult, Dispatch, Display, ended, quietly, run_batch_with
-from .ray_services import RunServices, leaked
-from .ray_worker import JobWorker, WorkerConfig
+
+# Ray's own switch for an instance of one machine (its node's address the loopback), read when ray is
+# imported: set before the first import of it (see the module's guarantees); an explicit value is kept
+LOCAL_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+os.environ.setdefault(LOCAL_ONLY, "0")
+
+import ray  # noqa: E402
+from ray.exceptions import RayActorError  # noqa: E402
+
+from .ray_services import RunServices, leaked  # noqa: E402
+from .ray_worker import JobWorker, WorkerConfig  # noqa: E402
 
 MAX_REQUEUES = 3
 POLL_INTERVAL_S = 0.5
@@ -405,19 +420,44 @@ async def run_batch_ray(
     return await run_batch_with(batch, dispatch, display)
 
 
+LOOPBACK = ("127.0.0.1", "::1")
+
+
+def start_local_ray(**options: Any) -> None:
+    """Start a new Ray instance on this machine for this process (``ray.init(address="local",
+    **options)``), every server of it on the loopback only; :class:`ConfigError` (the instance shut
+    down) when its node came up on another address."""
+    ray.init(address="local", **options)
+    where = sorted({str(node.get("NodeManagerAddress")) for node in ray.nodes()})
+    if not where or any(address not in LOOPBACK for address in where):
+        ray.shutdown()
+        raise ConfigError(
+            [
+                f"ray executor: the local Ray instance came up on {', '.join(where) or 'no address'}, "
+                f"reachable from the network, not on 127.0.0.1 ({LOCAL_ONLY} = "
+                f"{os.environ.get(LOCAL_ONLY)!r}; it must be 0 when ray is imported); to use Ray across "
+                "machines start a cluster (`ray start`, see the README) and set runner.ray_address"
+            ]
+        )
+
+
 def run_on_ray(batch: Batch, settings: Settings, display: Display | None = None) -> BatchResult:
-    """Connect to Ray (``[runner] ray_address``; none: start a local instance), run the batch, disconnect."""
+    """Connect to Ray (``[runner] ray_address``; none: start a local instance on the loopback, see
+    :func:`start_local_ray`), run the batch, disconnect."""
     started = not ray.is_initialized()
     if started:
         address = settings.runner.ray_address
+        options: dict[str, Any] = {
+            "include_dashboard": False,
+            "logging_level": logging.WARNING,
+            "log_to_driver": False,
+            "configure_logging": True,
+        }
         try:
-            ray.init(
-                address=address or None,
-                include_dashboard=False,
-                logging_level=logging.WARNING,
-                log_to_driver=False,
-                configure_logging=True,
-            )
+            if address:
+                ray.init(address=address, **options)
+            else:
+                start_local_ray(**options)
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise ConfigError(
                 [
