@@ -13,7 +13,11 @@ baseline (or ``--fresh``), why the job runs fresh.
 
 Guarantees:
 - Never an error: an unusable baseline, an output directory that cannot be listed, a workspace that
-  cannot be walked mean a full run, the reason in the record.
+  cannot be walked or is deeper than a manifest goes (:data:`runner.rundir.manifest.MAX_DEPTH`) mean a
+  full run, the reason in the record (and in the job's one line on stderr).
+- What the workspace holds reaches the model only as quoted data: the note's lists and the saved
+  change lists name each path as :func:`runner.protocol.listed_path` writes it (a name that is not
+  plain is a JSON string), after the runtime's own words, never as a line of its own.
 - Only the job's own starting segment decides: a resumed job continues from its transcript and keeps
   its record's baseline (:meth:`~runner.rundir.docs.JobMetrics.carry_over`); a subagent (its
   directory under ``agents/``) starts from its prompt alone.
@@ -34,7 +38,7 @@ import anyio
 from ..config import ConfigError
 from ..jobs import JobSpec
 from ..messages import Message
-from ..protocol import INCREMENTAL_MEMORY, changes_text, incremental_note
+from ..protocol import INCREMENTAL_MEMORY, changes_text, incremental_note, listed_path
 from ..rundir.docs import (
     AGENTS,
     BASELINE_CHANGES,
@@ -52,6 +56,7 @@ from ..rundir.docs import (
 from ..rundir.manifest import Manifest, build, diff, read_manifest
 from ..rundir.prune import find_runs
 from ..rundir.store import JobStore
+from ..rundir.trees import TooDeep
 from ..tools.beneath import Root, open_regular
 from ..tools.git_state import git_state
 from ..tools.memory_files import MEMORY_DIR, PREFIX, memory_files
@@ -170,6 +175,14 @@ def copy_memories(source_job: Path, job_dir: Path) -> list[str]:
     return copied
 
 
+def too_deep(e: TooDeep) -> str:
+    """Why a workspace deeper than a manifest goes has none (the job's one line says it)."""
+    return (
+        f"the workspace has no manifest: a directory in it is more than {e.max_depth} levels deep "
+        f"({listed_path(e.path[:80])}{'...' if len(e.path) > 80 else ''}), deeper than a manifest goes"
+    )
+
+
 def _when(stamp: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(stamp))
 
@@ -183,6 +196,9 @@ async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Mess
     forced = spec.fresh or (record.incremental is not None and record.incremental.fresh == FRESH_FLAG)
     try:
         manifest = await anyio.to_thread.run_sync(build, spec.workspace)
+    except TooDeep as e:
+        record.incremental = Incremental(fresh=too_deep(e))
+        return []
     except OSError as e:
         record.incremental = Incremental(fresh=f"the workspace could not be listed: {e.strerror or e}")
         return []

@@ -67,6 +67,7 @@ from .memory_survey import (
     TOTALS_LINE,
     UNIT_SEP,
     files_only,
+    own_text,
     scope_of,
     scoped_prompt,
     units,
@@ -499,7 +500,7 @@ class Measured:
 def _newest_note(messages: list[Message], key: str) -> dict[str, Any] | None:
     """The newest note with ``key`` in view (a summary's too), as its JSON object."""
     for m in reversed(messages):
-        text = text_of(m)
+        text = own_text(m)  # its own notes: never a line a file's name or a result put in view
         at = text.rfind(key)
         if at >= 0:
             try:
@@ -550,7 +551,7 @@ def _measured(messages: list[Message]) -> Measured | None:
     dirs = noted or _reprobed(messages)
     found, where = None, -1
     for where in range(len(messages) - 1, -1, -1):  # the newest note: a summary may carry it
-        text = text_of(messages[where])
+        text = own_text(messages[where])
         at = text.rfind(SIZES_KEY)
         if at >= 0 and dirs is not None:
             try:
@@ -559,7 +560,7 @@ def _measured(messages: list[Message]) -> Measured | None:
                 break
             except (ValueError, KeyError, TypeError, AttributeError, IndexError):
                 continue
-    if found is None or any(PLAN_KEY in text_of(m) for m in messages[where:]):
+    if found is None or any(PLAN_KEY in own_text(m) for m in messages[where:]):
         return None
     found.rewrite_dirs = noted is None  # listed again: noted again
     if where != len(messages) - 2 or messages[where].get("role") != "assistant":  # its answers are gone
@@ -689,7 +690,7 @@ def _parts(messages: list[Message], plan: dict[str, Any]) -> dict[str, dict[str,
     parts: dict[str, dict[str, Any]] = {}
     uses: dict[str, dict[str, Any]] = {}
     for m in messages:
-        for line in text_of(m).split("\n"):
+        for line in own_text(m).split("\n"):
             note = _PART_NOTE.match(line)
             if note:
                 try:

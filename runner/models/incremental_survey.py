@@ -60,6 +60,7 @@ from ..protocol import (
     INCREMENTAL_HEAD,
     INCREMENTAL_MEMORY,
     changes_of,
+    incremental_head,
     incremental_of,
     is_persisted,
     is_placeholder,
@@ -146,7 +147,7 @@ def applies(messages: list[Message], tool_names: set[str]) -> bool:
     found = note_of(messages)
     if found is None or scope_of(messages) is not None:
         return False
-    return "task" not in tool_names or _MEMORY.search(found[1]) is not None
+    return "task" not in tool_names or _MEMORY.search(incremental_head(found[1])) is not None
 
 
 def in_progress(messages: list[Message]) -> bool:
@@ -181,7 +182,7 @@ def _start(messages: list[Message]) -> Turn:
         "shown": {},
     }
     turn = Turn(s)
-    if _MEMORY.search(text) is None:
+    if _MEMORY.search(incremental_head(text)) is None:
         return _fresh(turn, "it left no memory files to carry over")
     if any(counts):
         s.recalls.append([note["changes"], "changes", "", "", 0])

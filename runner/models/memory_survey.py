@@ -50,16 +50,19 @@ Pure: the conversation in, the next assistant content out.
 from __future__ import annotations
 
 import bisect
+import errno
 import hashlib
 import itertools
 import json
 import os
+import posixpath
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..compaction.fallback import LAST_HEADING, NOTES_HEADING
 from ..messages import Message, result_text, text_of, tool_results, tool_uses
 from ..protocol import (
     EMPTY_FILE,
@@ -76,9 +79,14 @@ from ..protocol import (
     saved_path,
     without_footer,
 )
+from ..tools.beneath import Root, open_regular
 from .listing import BINARY_EXTENSIONS, split
 
 STATE_KEY = "- survey-state | "
+REQUEST_START = "Current user request:"  # a summary's line before its copy of the request
+SUMMARY_START = "Conversation summary:"  # a summary's line before its own text (protocol.summary_text)
+SUMMARY_END = "Full transcript: "  # and the start of the line after it
+FALLBACK_HEAD = "Summary built without a model"  # the first line of compaction.fallback's summary
 DIR = "/memories/survey"
 SHARD_BYTES = 200_000  # the most a log file holds, under the memory tool's cap of 256 KiB
 HEAD = 1  # the heading line of every shard
@@ -240,6 +248,7 @@ class State:
     # file: its outline is those less its TODO lines that are not outline lines (asked by a TODO grep)
     apart: bool = False  # the newest outline grep's answer was saved: a file's outline and TODO lines
     # are asked by two greps (one would be saved too, and its TODO lines asked again a turn later)
+    deep: int = 0  # directories not listed for lying MAX_DEPTH levels down (the report says so)
 
     def note(self) -> str:
         fields = asdict(self)
@@ -247,7 +256,7 @@ class State:
         del fields["scope"]  # the request says it (its first message, or a summary's copy of it)
         if not self.inc:
             del fields["inc"]  # and so is a survey's that is not incremental
-        for name in ("lines_found", "apart"):
+        for name in ("lines_found", "apart", "deep"):
             if not fields[name]:
                 del fields[name]
         return STATE_KEY + json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
@@ -269,23 +278,65 @@ def _unruns(runs: list[list[str]]) -> list[str]:
     return [os.path.join(run[0], name) for run in runs for name in run[1:]]
 
 
-def load_state(messages: list[Message]) -> tuple[State | None, int]:
-    """The newest state note in view and the index of the message that carries it."""
+def own_text(message: Message) -> str:
+    """What of ``message`` the policy wrote itself, the only text whose notes it trusts: an assistant
+    message's text; of a summary, the assistant's notes and last text it carries (a summary built
+    without a model: its notes section and its last assistant text, never its lists of files, calls and
+    errors, nor its copy of the request; another summary: its summary part). Nothing of any other
+    message: the prompt, the runtime's notes (which quote the workspace's file names), tool results."""
+    text = text_of(message)
+    if message.get("role") == "assistant":
+        return text
+    lines = text.split("\n")
+    if not is_summary(text) and not (  # a summary under another label: protocol.summary_text's shape
+        len(lines) > 3 and lines[0].startswith("[") and lines[0].endswith("]") and lines[2] == REQUEST_START
+    ):
+        return ""
+    if SUMMARY_START in lines:  # what follows the request (a summary of a request that says anything)
+        lines = lines[lines.index(SUMMARY_START) + 1 :]
+    built_here = bool(lines) and lines[0].startswith(FALLBACK_HEAD)
+    if not built_here and NOTES_HEADING not in lines and LAST_HEADING not in lines:
+        return "\n".join(line for line in lines if not line.startswith(SUMMARY_END))
+    kept: list[str] = []
+    section = ""
+    for line in lines:
+        if line in (NOTES_HEADING, LAST_HEADING):
+            section = line
+        elif line.startswith(SUMMARY_END):
+            break
+        elif section == LAST_HEADING or (section == NOTES_HEADING and not line.startswith("### ")):
+            kept.append(line)
+        else:
+            section = ""
+    return "\n".join(kept)
+
+
+def own_lines(messages: list[Message], key: str) -> Iterator[tuple[int, str]]:
+    """Every line the policy wrote itself (:func:`own_text`) that starts with ``key``, newest first,
+    each with the index of its message and what follows the key (lazily: the newest is found first)."""
     for i in range(len(messages) - 1, -1, -1):
-        text = text_of(messages[i])
-        at = text.rfind(STATE_KEY)
-        if at >= 0:
-            line = text[at + len(STATE_KEY) :].split("\n", 1)[0]
-            try:
-                fields = json.loads(line)
-                fields["files_next"] = _unruns(fields.get("files_next", []))
-                fields.setdefault("scope", scope_of(messages) or "")
-                for kind in ("logs", "shards"):  # a note older than the shown log
-                    if kind in fields:
-                        fields[kind].setdefault("shown", 0 if kind == "logs" else [])
-                return State(**fields), i
-            except (TypeError, ValueError):
-                continue
+        text = own_text(messages[i])
+        if key in text:
+            for line in reversed(text.split("\n")):
+                if line.startswith(key):
+                    yield i, line[len(key) :]
+
+
+def load_state(messages: list[Message]) -> tuple[State | None, int]:
+    """The newest state note in view and the index of the message that carries it: a line of its own
+    that the policy wrote (:func:`own_text`), never one a tool result, the request or the runtime's
+    note holds (a file may be named like a state note)."""
+    for i, line in own_lines(messages, STATE_KEY):
+        try:
+            fields = json.loads(line)
+            fields["files_next"] = _unruns(fields.get("files_next", []))
+            fields.setdefault("scope", scope_of(messages) or "")
+            for kind in ("logs", "shards"):  # a note older than the shown log
+                if kind in fields:
+                    fields[kind].setdefault("shown", 0 if kind == "logs" else [])
+            return State(**fields), i
+        except (TypeError, ValueError, AttributeError):
+            continue
     return None, -1
 
 
@@ -449,8 +500,12 @@ class Turn:
     def directory(self, path: str) -> None:
         if os.path.dirname(path) in _own_files_dirs(self.state):  # another part's: not listed here
             return
-        if path.count("/") < MAX_DEPTH and os.path.basename(path) not in SKIP_DIRS:
+        if os.path.basename(path) in SKIP_DIRS:
+            return
+        if path.count("/") < MAX_DEPTH:
             self.appends["dirs"].append(escape(path))
+        else:
+            self.state.deep += 1
 
     # --- the memory writes --------------------------------------------------------------------------
 
@@ -1190,6 +1245,11 @@ def report(s: State, rows: list[list[Any]], partial: str = "", pending: list[lis
     if partial:
         out += [partial, ""]
     out.append(TOTALS.format(files=t["text"] + t["binary"] + t["errors"], **t))
+    if s.deep:
+        out.append(
+            f"Directories more than {MAX_DEPTH} levels down were not listed ({s.deep} found): what they "
+            "hold is not in this report."
+        )
     if t["no_defs"]:
         out.append(
             f"{t['no_defs']} Python files show no count of top-level definitions: their outline could "
@@ -1303,27 +1363,117 @@ def partial_report(messages: list[Message]) -> str:
     )
 
 
-def report_rows(report: str, job_dir: Path) -> dict[str, list[Any]]:
+def report_rows(report: str, job_dir: Path, problems: list[str] | None = None) -> dict[str, list[Any]]:
     """Every entry a survey's report names, by path: the rows of the facts files it points at, then
     those of its own table (a small tree's, or the rows its last results added); a parent's report,
-    those of each subagent that succeeded (its report's path is relative to ``job_dir``)."""
-    rows: dict[str, list[Any]] = {}
-    for _, status, path in _SUBAGENT_ROW.findall(report):
-        child = job_dir / path
-        if status == "succeeded" and child.is_file():
-            rows.update(report_rows(child.read_text(encoding="utf-8"), child.parent))
-    for name in re.findall(r"`(memories/survey/facts-\d{3}\.md)`", report):
-        for line in (job_dir / name).read_text(encoding="utf-8").split("\n")[HEAD:]:
-            if line.strip():
-                row = json.loads(line)
-                rows[row[0]] = row
-    table = report.split("## Every file", 1)[1] if "## Every file" in report else ""
-    for path, lines, size in re.findall(r"^\| (.+?) \| (\d+) \| (\d+) (?:chars|bytes) \|", table, re.M):
-        rows[path.replace("\\|", "|")] = [path, "text", int(lines), int(size)]
-    for path, kind, size in re.findall(r"^\| (.+?) \| (binary|image), (\d+) bytes \|", table, re.M):
-        rows[path.replace("\\|", "|")] = [path, kind, int(size)]
-    return rows
+    those of each subagent that succeeded (its report's path is relative to the report's directory).
+
+    A report is the model's text, so what it names is confined: every file is opened beneath
+    ``job_dir`` (a relative path, no ``..`` out, no symbolic link anywhere on the way), a regular file
+    of at most :data:`ROWS_REPORT_BYTES` (a report) or :data:`ROWS_FACTS_BYTES` (a facts file), at most
+    :data:`ROWS_TOTAL_BYTES` in all, subagents followed :data:`ROWS_DEPTH` levels down, each file once.
+    A file refused is left out, and why is added to ``problems`` (naming it). Raises ValueError (or
+    IndexError, TypeError) for a damaged facts line, OSError when ``job_dir`` cannot be opened."""
+    reading = _Rows(job_dir, problems if problems is not None else [])
+    with Root.open(str(job_dir)) as root:
+        reading.root = root
+        return reading.rows(report, "", 0)
+
+
+ROWS_REPORT_BYTES = 16 * 1024 * 1024  # a subagent's report report_rows reads
+ROWS_FACTS_BYTES = 1024 * 1024  # a facts file (a shard holds SHARD_BYTES; the memory tool's cap is 256 KiB)
+ROWS_TOTAL_BYTES = 256 * 1024 * 1024  # all it reads for one report
+ROWS_DEPTH = 8  # subagents of subagents followed
+
+
+class _Rows:
+    """One :func:`report_rows` call: its root, what it has read, the problems met."""
+
+    def __init__(self, job_dir: Path, problems: list[str]):
+        self.job_dir = job_dir
+        self.problems = problems
+        self.root: Root | None = None
+        self.read_bytes = 0
+        self.seen: set[str] = set()
+
+    def rows(self, report: str, here: str, depth: int) -> dict[str, list[Any]]:
+        rows: dict[str, list[Any]] = {}
+        for _, status, path in _SUBAGENT_ROW.findall(report):
+            if status != "succeeded":
+                continue
+            if depth >= ROWS_DEPTH:
+                self.problems.append(
+                    f"{self.job_dir / here / path}: subagents deeper than {ROWS_DEPTH} levels are not read"
+                )
+                continue
+            text, rel = self.read(here, path, ROWS_REPORT_BYTES, missing_ok=True)
+            if text is not None:
+                rows.update(self.rows(text, posixpath.dirname(rel), depth + 1))
+        for name in re.findall(r"`(memories/survey/facts-\d{3}\.md)`", report):
+            text, _ = self.read(here, name, ROWS_FACTS_BYTES)
+            for line in (text or "").split("\n")[HEAD:]:
+                if line.strip():
+                    row = json.loads(line)
+                    rows[row[0]] = row
+        table = report.split("## Every file", 1)[1] if "## Every file" in report else ""
+        for path, lines, size in re.findall(r"^\| (.+?) \| (\d+) \| (\d+) (?:chars|bytes) \|", table, re.M):
+            rows[path.replace("\\|", "|")] = [path, "text", int(lines), int(size)]
+        for path, kind, size in re.findall(r"^\| (.+?) \| (binary|image), (\d+) bytes \|", table, re.M):
+            rows[path.replace("\\|", "|")] = [path, kind, int(size)]
+        return rows
+
+    def read(self, here: str, path: str, cap: int, missing_ok: bool = False) -> tuple[str | None, str]:
+        """The text of ``path`` (relative to the directory ``here`` of the job directory), or None (and
+        the problem noted, unless it is only missing and ``missing_ok``); its path beneath the job's."""
+        rel = posixpath.normpath(posixpath.join(here, path))
+        shown = self.job_dir / path if path.startswith("/") else self.job_dir / rel
+        if path.startswith("/") or rel == ".." or rel.startswith("../") or "\x00" in rel:
+            self.problems.append(f"{shown}: outside the job directory, not read; its rows are left out")
+            return None, rel
+        if rel in self.seen:
+            return None, rel  # a report naming itself, or a facts file twice: read once
+        self.seen.add(rel)
+        assert self.root is not None
+        try:
+            fd, st = open_regular(self.root, rel, no_symlinks=True)
+        except FileNotFoundError:
+            if not missing_ok:
+                self.problems.append(f"{shown}: missing; its rows are left out")
+            return None, rel
+        except (OSError, ValueError) as e:
+            why = (
+                "a symbolic link, which is not followed"
+                if isinstance(e, OSError) and e.errno == errno.ELOOP
+                else (
+                    "outside the job directory"
+                    if isinstance(e, ValueError)
+                    else f"unreadable ({e.strerror or e})"
+                )
+            )
+            self.problems.append(f"{shown}: {why}; its rows are left out")
+            return None, rel
+        with os.fdopen(fd, "rb") as f:
+            if st.st_size > cap:
+                self.problems.append(
+                    f"{shown}: {st.st_size} bytes, more than the {cap} bytes read of such a file; "
+                    "its rows are left out"
+                )
+                return None, rel
+            if self.read_bytes + st.st_size > ROWS_TOTAL_BYTES:
+                self.problems.append(
+                    f"{shown}: not read, its rows left out: the files this report names come to "
+                    f"more than {ROWS_TOTAL_BYTES} bytes"
+                )
+                return None, rel
+            data = f.read(cap + 1)
+        if len(data) > cap:  # it grew meanwhile
+            self.problems.append(
+                f"{shown}: more than {cap} bytes (it grew as it was read); its rows are left out"
+            )
+            return None, rel
+        self.read_bytes += len(data)
+        return data.decode("utf-8", errors="replace"), rel
 
 
 def in_progress(messages: list[Message]) -> bool:
-    return any(STATE_KEY in text_of(m) for m in messages)
+    return load_state(messages)[0] is not None

@@ -2,7 +2,9 @@
 
 It is not a language model. Given a conversation, it works out what it already knows (from tool
 results still in view, from its own notes in earlier assistant text, from summaries) and takes the
-next step of a workspace survey:
+next step of a workspace survey. Its notes are trusted only where it wrote them: its own assistant
+text, and what a summary carries of it (:func:`.memory_survey.own_text`), never a line of a tool
+result, of the request or of the runtime's note, which quote the workspace's file names:
 
 1. ``glob`` the workspace, narrowed per directory when a listing was cut (:mod:`.listing`), leaving
    out ``__pycache__`` and binary files;
@@ -457,10 +459,8 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
             _parse_notes(text, facts)
             for use in tool_uses(message):
                 uses[str(use.get("id"))] = use
-        else:
-            _parse_notes(
-                "\n".join(b.get("text", "") for b in blocks(message) if b.get("type") == "text"), facts
-            )
+        else:  # a summary's notes: never the request, a runtime note or a result quoting a file's name
+            _parse_notes(memory_survey.own_text(message), facts)
     new_notes: list[str] = []
     touched: list[str] = []
     # after a summary or a snip, every result in view is noted again (a duplicate note is harmless)
@@ -638,12 +638,12 @@ def _call_id(messages: list[Message], name: str, args: dict[str, Any], k: int) -
 
 
 def _summary_notes(messages: list[Message]) -> set[str]:
-    """The note lines that summaries in view carry."""
+    """The note lines that summaries in view carry (of their own text: :func:`.memory_survey.own_text`)."""
     return {
         line.rstrip()
         for m in messages
-        if m["role"] == "user" and is_summary(text_of(m))
-        for line in text_of(m).split("\n")
+        if m["role"] == "user"
+        for line in memory_survey.own_text(m).split("\n")
         if line.startswith("- ")
     }
 

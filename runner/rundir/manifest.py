@@ -17,9 +17,14 @@ Guarantees:
   directory's, then checked with ``fstat`` to be the regular file the listing saw (a swap in between
   is recorded as unreadable). A symlink is recorded with its target, never followed; a FIFO, socket
   or device is never read (recorded as unreadable), nor is anything the process may not open.
+- The walk is iterative (:func:`runner.rundir.trees.walk_beneath`: no recursion, a bounded number
+  of descriptors). A tree more than :data:`MAX_DEPTH` directories deep has no manifest: :func:`build`
+  raises :class:`~runner.rundir.trees.TooDeep` (an OSError), and the job runs in full, saying why.
 - Contents are hashed streamed (sha256, a fixed buffer), whatever a file's size.
-- ``.git`` entries (the repository's own store, at any depth) are left out. Nothing here runs git
-  (a repository's configuration can make git run commands): the caller fills :attr:`Manifest.git`.
+- The workspace's own ``.git`` (the repository's store, at its top) is left out; a ``.git`` below the
+  top is content like any other directory (a workspace is no repository of its own there, and what it
+  holds is what a tool there reads). Nothing here runs git (a repository's configuration can make git
+  run commands): the caller fills :attr:`Manifest.git`.
 - Reading never raises for a damaged file: :func:`read_manifest` returns None and the problem.
 - Standard library only; blocking (callers run it off the event loop).
 """
@@ -36,9 +41,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .trees import walk_beneath
+
 VERSION = 1
 CHUNK = 1 << 20  # bytes hashed per read
-SKIPPED = frozenset({".git"})
+SKIPPED = frozenset({".git"})  # at the workspace's top only
+MAX_DEPTH = 256  # directories below the top a manifest goes; a deeper tree: TooDeep, a full run
 FILE, SYMLINK, UNREADABLE = "file", "symlink", "unreadable"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -156,36 +164,23 @@ def _error(e: OSError) -> str:
     return f"{code or type(e).__name__}: {e.strerror or e}"
 
 
-def _walk(dir_fd: int, prefix: str, entries: dict[str, dict[str, Any]]) -> None:
-    with os.scandir(dir_fd) as listing:
-        items = sorted(listing, key=lambda entry: entry.name)
-    for item in items:
-        if item.name in SKIPPED:
-            continue
-        path = prefix + _shown(item.name)
-        try:
-            st = item.stat(follow_symlinks=False)
-        except OSError as e:
-            entries[path] = {"path": path, "kind": UNREADABLE, "error": _error(e)}
+def _walk(top: int, entries: dict[str, dict[str, Any]]) -> None:
+    for found in walk_beneath(top, max_depth=MAX_DEPTH, skip=SKIPPED):
+        path = found.dir + _shown(found.name)
+        st = found.st
+        if found.error is not None or st is None:  # an entry not looked at, a directory not entered
+            key = path + "/" if st is not None else path
+            error = found.error or OSError(errno.EIO, "could not be looked at")
+            entries[key] = {"path": key, "kind": UNREADABLE, "error": _error(error)}
             continue
         mode = st.st_mode
         if stat.S_ISDIR(mode):
-            try:
-                sub = os.open(item.name, _DIR_FLAGS, dir_fd=dir_fd)
-            except OSError as e:
-                entries[path + "/"] = {"path": path + "/", "kind": UNREADABLE, "error": _error(e)}
-                continue
-            try:
-                _walk(sub, path + "/", entries)
-            except OSError as e:
-                entries[path + "/"] = {"path": path + "/", "kind": UNREADABLE, "error": _error(e)}
-            finally:
-                os.close(sub)
-        elif stat.S_ISREG(mode):
-            entries[path] = {"path": path, **_hash(dir_fd, item.name, st)}
+            continue  # its entries are the manifest's
+        if stat.S_ISREG(mode):
+            entries[path] = {"path": path, **_hash(found.dir_fd, found.name, st)}
         elif stat.S_ISLNK(mode):
             try:
-                target = _shown(os.readlink(item.name, dir_fd=dir_fd))
+                target = _shown(os.readlink(found.name, dir_fd=found.dir_fd))
                 entries[path] = {"path": path, "kind": SYMLINK, "target": target}
             except OSError as e:
                 entries[path] = {"path": path, "kind": UNREADABLE, "error": _error(e)}
@@ -196,12 +191,13 @@ def _walk(dir_fd: int, prefix: str, entries: dict[str, dict[str, Any]]) -> None:
 
 def build(workspace: Path) -> Manifest:
     """The manifest of ``workspace`` now, without its git record (blocking: run it off the event loop).
-    OSError when the workspace itself cannot be opened as a directory."""
+    OSError when the workspace itself cannot be opened as a directory; :class:`TooDeep` when it is
+    more than :data:`MAX_DEPTH` directories deep."""
     started = time.monotonic()
     manifest = Manifest(workspace=str(workspace), created=round(time.time(), 3))
     fd = os.open(workspace, _DIR_FLAGS)
     try:
-        _walk(fd, "", manifest.entries)
+        _walk(fd, manifest.entries)
     finally:
         os.close(fd)
     manifest.wall_s = time.monotonic() - started

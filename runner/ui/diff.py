@@ -9,20 +9,34 @@ show a job against its baseline with them; :func:`diff_runs` reads two run direc
 Guarantees:
 - A job present in only one run counts as changed (its report appeared or went).
 - Reading never raises for a damaged or missing file: a missing ``final.md`` is an empty report, a
-  survey's facts file that cannot be read leaves its rows out; only files inside each run are read.
+  survey's facts file that cannot be read leaves its rows out.
+- Confined to the two runs at every level: a job's directory is opened beneath its run's (no symbolic
+  link, no ``..``), its ``final.md`` beneath the job's, and every file a report names (a survey's facts
+  files, its subagents' reports: :func:`~runner.models.memory_survey.report_rows`) beneath the job's
+  too, with no symbolic link on the way; one leading out is not read.
+- Bounded: a ``final.md`` is read up to :data:`MAX_REPORT_BYTES`, a facts file up to
+  :data:`~runner.models.memory_survey.ROWS_FACTS_BYTES`, a job's files together up to
+  :data:`~runner.models.memory_survey.ROWS_TOTAL_BYTES`. What is cut or refused is said, naming the file,
+  in the job's ``problems`` (in ``--json``) and on stderr.
 """
 
 from __future__ import annotations
 
 import difflib
+import errno
 import json
+import os
 import re
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..models.memory_survey import report_rows
 from ..rundir.docs import FINAL, RunState, load_run
+from ..tools.beneath import NotRegular, Outside, Root, open_beneath, open_regular
+from .terminal import printable
 
 EVERY_FILE = "## Every file"
 MAX_REPORT_BYTES = 16 * 1024 * 1024  # a larger final.md is compared by its first this many bytes
@@ -43,6 +57,7 @@ class JobDiff:
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # files cut or not read, each named
 
     @property
     def report_changed(self) -> bool:
@@ -59,6 +74,7 @@ class JobDiff:
             "removed": self.removed,
             "changed_units": self.changed,
             "diff": self.diff,
+            "problems": self.problems,
         }
 
 
@@ -115,23 +131,24 @@ def sections(report: str) -> dict[str, str]:
     return out
 
 
-def _stays_inside(report: str) -> bool:
-    """Whether every subagent report the survey's report names (what :func:`report_rows` opens besides
-    its facts files) is a relative path without ``..``, so beneath the job directory."""
-    return not any(
-        name.startswith("/") or ".." in name.split("/") for name in _SUBAGENT_REPORT.findall(report)
-    )
-
-
-def report_units(report: str, job_dir: Path | None = None) -> tuple[str, dict[str, str]]:
+def report_units(
+    report: str, job_dir: Path | None = None, problems: list[str] | None = None
+) -> tuple[str, dict[str, str]]:
     """What a report is made of, by key: ("rows", its file table's rows and, with ``job_dir``, the rows
-    of the survey facts files it names) or ("sections", its sections)."""
+    of the survey facts files it names, read beneath ``job_dir`` only: what is refused is said in
+    ``problems``) or ("sections", its sections)."""
     rows = table_rows(report)
-    if job_dir is not None and _FACTS.search(report) and _stays_inside(report):
+    if job_dir is not None and _FACTS.search(report):
+        found: list[str] = []
         try:
-            facts = report_rows(report, job_dir)
-        except (OSError, ValueError, IndexError, TypeError, RecursionError):
+            facts = report_rows(report, job_dir, found)
+        except (OSError, ValueError, IndexError, TypeError, RecursionError) as e:
             facts = {}
+            found.append(
+                f"{job_dir}: the survey's facts files could not be read ({type(e).__name__}: {e})"[:300]
+            )
+        if problems is not None:
+            problems += found
         for path, row in facts.items():
             rows.setdefault(str(path), json.dumps(row, ensure_ascii=False))
     if rows or EVERY_FILE in report:
@@ -176,18 +193,63 @@ def compare(
     )
 
 
-def read_report(job_dir: Path) -> str:
-    """A job's final.md as text ("" when it has none)."""
+def read_report(job_dir: Path, problems: list[str] | None = None) -> str:
+    """A job's final.md as text ("" when it has none), its first :data:`MAX_REPORT_BYTES` (a longer one
+    is said in ``problems``); opened beneath ``job_dir``, never through a symbolic link."""
+    notes = problems if problems is not None else []
+    path = job_dir / FINAL
     try:
-        with (job_dir / FINAL).open("rb") as f:
-            return f.read(MAX_REPORT_BYTES).decode("utf-8", errors="replace")
-    except OSError:
+        with Root.open(str(job_dir)) as root:
+            fd, st = open_regular(root, FINAL, no_symlinks=True)
+    except FileNotFoundError:
         return ""
+    except (OSError, ValueError) as e:
+        notes.append(f"{path}: {_refused(e)}; compared as an empty report")
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_REPORT_BYTES + 1)
+    if len(data) > MAX_REPORT_BYTES:
+        notes.append(
+            f"{path}: {st.st_size} bytes, more than the {MAX_REPORT_BYTES} bytes read of a report; "
+            f"compared by its first {MAX_REPORT_BYTES} bytes"
+        )
+        data = data[:MAX_REPORT_BYTES]
+    return data.decode("utf-8", errors="replace")
 
 
-def diff_runs(run_a: Path, run_b: Path) -> RunDiff:
+def _refused(e: BaseException) -> str:
+    if isinstance(e, Outside):
+        return "it leads out of its directory, not read"
+    if isinstance(e, NotRegular):
+        return "not a regular file, not read"
+    if isinstance(e, OSError) and e.errno == errno.ELOOP:
+        return "a symbolic link, which is not followed"
+    return f"unreadable ({e.strerror if isinstance(e, OSError) and e.strerror else e})"
+
+
+def job_dir_problem(run_dir: Path, name: str) -> str | None:
+    """Why the job ``name``'s directory is not one diff reads: not a plain directory beneath the run's
+    (a symbolic link, a ``..``, a path); None when it is."""
+    if not name or name in (".", "..") or "/" in name or "\x00" in name:
+        return f"{run_dir}: job name {name!r} is not a directory of the run; not read"
+    try:
+        with Root.open(str(run_dir)) as root:
+            os.close(open_beneath(root, name, os.O_RDONLY | os.O_DIRECTORY, no_symlinks=True))
+    except FileNotFoundError:
+        return None  # a job only in run.json: no report
+    except (OSError, ValueError) as e:
+        return f"{run_dir / name}: {_refused(e)}"
+    return None
+
+
+def _stderr(problem: str) -> None:
+    print(f"runner diff: {printable(problem)}", file=sys.stderr)
+
+
+def diff_runs(run_a: Path, run_b: Path, warn: Callable[[str], None] | None = _stderr) -> RunDiff:
     """Every job of either run, its report in ``run_b`` against ``run_a`` (jobs in their first run's
-    order)."""
+    order). Each file cut or not read is in its job's ``problems`` and given to ``warn`` (default: a
+    line on stderr)."""
     runs = [load_run(run, with_specs=False) for run in (run_a, run_b)]
     jobs: dict[str, list[Any]] = {}
     for side, data in enumerate(runs):
@@ -195,23 +257,32 @@ def diff_runs(run_a: Path, run_b: Path) -> RunDiff:
             jobs.setdefault(job.name, [None, None])[side] = job
     out = []
     for name, (a, b) in jobs.items():
-        texts = [read_report(j.dir) if j is not None else "" for j in (a, b)]
-        units = [
-            report_units(t, j.dir if j is not None else None) for t, j in zip(texts, (a, b), strict=True)
-        ]
-        out.append(
-            compare(
-                name,
-                texts[0],
-                texts[1],
-                units_a=units[0],
-                units_b=units[1],
-                status_a=_status(a),
-                status_b=_status(b),
-                name_a=f"{run_a}/{name}/{FINAL}",
-                name_b=f"{run_b}/{name}/{FINAL}",
-            )
+        problems: list[str] = []
+        texts, units = [], []
+        for run, job in ((run_a, a), (run_b, b)):
+            refused = job_dir_problem(run, name) if job is not None else None
+            if refused:
+                problems.append(refused)
+            readable = job is not None and refused is None
+            text = read_report(job.dir, problems) if readable else ""
+            texts.append(text)
+            units.append(report_units(text, job.dir if readable else None, problems))
+        result = compare(
+            name,
+            texts[0],
+            texts[1],
+            units_a=units[0],
+            units_b=units[1],
+            status_a=_status(a),
+            status_b=_status(b),
+            name_a=f"{run_a}/{name}/{FINAL}",
+            name_b=f"{run_b}/{name}/{FINAL}",
         )
+        result.problems = problems
+        if warn is not None:
+            for problem in problems:
+                warn(problem)
+        out.append(result)
     return RunDiff(run_a, run_b, out)
 
 
