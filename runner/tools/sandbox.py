@@ -10,7 +10,12 @@ What a sandboxed command is and sees (``bwrap``):
   root-only files of the host stay unreadable and nothing it writes can reach the kernel as root.
   Otherwise it is the runner's own uid;
 - a seccomp filter (:mod:`runner.tools.seccomp`): no ``ptrace``, mounts, keyrings, ``bpf``, ``io_uring``,
-  modules, new user namespaces, and no unix sockets unless the job may use the network;
+  modules, new user namespaces, personas, and sockets of no family but unix, IPv4 and IPv6, those only
+  when the job may use the network;
+- nothing it writes is left world-writable on the host: its shell starts with ``umask 022``, a
+  ``chmod`` to a mode with ``S_IWOTH`` and every ACL are refused by seccomp, and when a writable call
+  ends, whatever it made world-writable all the same (a command that lowered its own umask) loses
+  that bit (:func:`fix_modes`, before the call's result is returned);
 - its own PID namespace and ``/proc`` (no other process of the machine is visible, so no
   ``/proc/<pid>/environ`` of the runner), with ``/proc/sys``, ``/proc/sysrq-trigger`` and the other
   kernel interfaces read-only, no ``/sys``, its own IPC, UTS and cgroup namespaces;
@@ -53,6 +58,7 @@ import atexit
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -67,6 +73,7 @@ import anyio
 
 from ..protocol import BASH_DISK_LOW, BASH_OUTPUT_CUT, BASH_OUTPUT_STOPPED
 from ..rundir.store import local_disk
+from ..rundir.trees import walk_beneath
 from . import job_budget, sandbox_launch, seccomp
 from .beneath import Root
 
@@ -83,6 +90,9 @@ DISK_RESERVE_BYTES = 1 << 30  # free space a writable call leaves its workspace'
 DISK_POLL_S = 0.1  # how often a writable call's workspace's free space is looked at
 DISK_SLACK_BYTES = 64 << 20  # what a call may take under the reserve (see disk_slack)
 SANDBOX_UID = SANDBOX_GID = 2_000_000_000  # host ids of a sandboxed command when the runner is root
+UMASK = 0o022  # every sandboxed shell's
+WORLD_WRITABLE = stat.S_IWOTH
+FIX_SLACK_S = 1.0  # a writable call's changes are those with a ctime from its start less this
 INNER_ID = 1000  # the uid and gid a command sees in its user namespace
 PATH = "/usr/local/bin:/usr/bin:/bin"
 _READ_ONLY_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
@@ -149,8 +159,55 @@ def _limited(command: str, *, processes: bool = True) -> str:
     nproc = f" -u {MAX_PROCESSES}" if processes else ""
     return (
         f"ulimit -H -S -t {CPU_SECONDS} -v {MEMORY_KIB} -f {FILE_KIB}{nproc} 2>/dev/null "
-        f"|| {{ echo 'sandbox: could not set its limits' >&2; exit 126; }}; {command}"
+        f"|| {{ echo 'sandbox: could not set its limits' >&2; exit 126; }}; umask {UMASK:03o}; {command}"
     )
+
+
+def fix_modes(workspace: str, since: float) -> int:
+    """Every entry of ``workspace`` changed since ``since`` (its ``ctime``, which no command can set
+    back) that is world-writable loses ``S_IWOTH``; how many did. Under seccomp a call can make an entry
+    world-writable only by creating it so (its own umask lowered): no ``chmod`` to such a mode, no ACL;
+    and a creation, a link or a rename into a directory changes that directory's ``ctime``. So only the
+    entries of directories changed since are looked at; of the others, only their subdirectories
+    (from the listing's file types). An entry that was world-writable before and that the call
+    changed (wrote, or made an entry in) loses the bit too; the workspace directory itself is left as
+    it is. The walk never follows a link
+    (:func:`runner.rundir.trees.walk_beneath`, any depth, a few descriptors), and each mode is set on
+    the inode it looked at (opened ``O_PATH | O_NOFOLLOW``, its mode read from that descriptor), so a
+    swap meanwhile changes nothing else. Blocking; never raises for what it meets."""
+    fixed = 0
+    try:
+        root = Root.open_exact(workspace)
+    except OSError:
+        return 0
+    with root:  # the workspace itself is the operator's: no call can chmod it
+        try:
+            for found in walk_beneath(root.fd, paths=False, look=lambda st: st.st_ctime >= since):
+                st = found.st
+                if st is None or not st.st_mode & WORLD_WRITABLE or stat.S_ISLNK(st.st_mode):
+                    continue
+                if st.st_ctime >= since:
+                    fixed += _not_world_writable(found.dir_fd, found.name)
+        except OSError:
+            pass
+    return fixed
+
+
+def _not_world_writable(dir_fd: int, name: str) -> int:
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return 0
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISLNK(mode) or not mode & WORLD_WRITABLE:
+            return 0
+        os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(mode) & ~WORLD_WRITABLE)  # that inode, no lookup
+        return 1
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
 
 
 @lru_cache(maxsize=1)
@@ -349,6 +406,7 @@ async def _run_command(
     # a writable call's floor: killed once the free space is under the reserve and under what it was
     # at the start less disk_slack (so under the floor a call that takes no more space runs)
     local, floor = False, None
+    started = time.time() - FIX_SLACK_S
     if writable:
         local = await anyio.to_thread.run_sync(local_disk, workspace, limiter=_waits())
         at_start = await _look(workspace, local)
@@ -430,6 +488,9 @@ async def _run_command(
         if sandbox == "bwrap" and as_root():
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(_remove_call_cgroup, process.pid, limiter=_waits())
+        if sandbox == "bwrap" and writable:  # the whole tree is gone: nothing it made changes any more
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(fix_modes, workspace, started, limiter=_waits())
     text = kept.decode("utf-8", errors="backslashreplace")
     if low_disk is not None:
         stopped = True

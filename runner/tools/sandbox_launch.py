@@ -25,7 +25,7 @@ Guarantees:
   Where none can be made, the per-process limits (``ulimit``) are all there is.
 - Before ``fexecve(bwrap)`` every privilege is dropped for good: supplementary groups cleared, real,
   effective and saved ids set to the sandbox's, so bwrap runs unprivileged in a user namespace and
-  the command is never uid 0 on the host.
+  the command is never uid 0 on the host; and the umask is ``022``, whatever the runner's.
 """
 
 import ctypes
@@ -237,6 +237,7 @@ def main() -> None:
     except OSError as e:
         fail(str(e))
     argv = spec["argv"]
+    os.umask(0o022)  # nothing the command makes is world-writable unless it asks (the shell sets it too)
     for ignored_by_python in (
         signal.SIGPIPE,
         signal.SIGXFSZ,

@@ -8,13 +8,28 @@ Guarantees:
   ``ENOSYS``: the tables below are per architecture, so a foreign ABI could otherwise name a denied
   call by another number.
 - Denied, with ``EPERM``: debugging or reading other processes (``ptrace``, ``process_vm_*``,
-  ``pidfd_getfd``), mounting and namespaces (``mount`` and the new mount API, ``pivot_root``,
-  ``chroot``, ``unshare``, ``setns``, ``clone`` asking for a new user namespace), the kernel's
-  keyrings, ``bpf``, ``perf_event_open``, ``userfaultfd``, ``io_uring`` (its requests bypass this
-  filter), modules, ``kexec``, ``reboot``, ``swapon``, ``syslog``, ``acct``, quotas, file handles
-  (``open_by_handle_at`` reads any file of a mounted file system by inode), ``iopl``/``ioperm``,
-  and, unless the job may use the network, ``socket(AF_UNIX)`` (a unix socket in the workspace could
-  reach a host service).
+  ``pidfd_getfd``), mounting and namespaces (``mount`` and the whole new mount API, ``open_tree_attr``
+  included, ``pivot_root``, ``chroot``, ``unshare``, ``setns``, ``clone`` asking for a new user
+  namespace), the kernel's keyrings, ``bpf``, ``perf_event_open``, ``userfaultfd``, ``io_uring`` (its
+  requests bypass this filter), modules, ``kexec``, ``reboot``, ``swapon``, ``syslog``, ``acct``,
+  quotas, file handles (``open_by_handle_at`` reads any file of a mounted file system by inode),
+  ``iopl``/``ioperm``/``modify_ldt`` (x86's descriptor tables, a kernel attack surface no tool needs),
+  ``personality`` (every call, the query too: no tool needs it, and a persona such as
+  ``ADDR_NO_RANDOMIZE`` or ``READ_IMPLIES_EXEC`` weakens what the command runs), ``move_pages`` and
+  ``migrate_pages`` (moving the memory of processes between NUMA nodes). ``statmount`` and ``listmount``
+  fail with ``ENOSYS``, as on a kernel without them (``/proc/self/mountinfo`` says the same to tools).
+- Sockets by an allow-list of families: ``AF_UNIX``, ``AF_INET`` and ``AF_INET6`` only when the job
+  may use the network, else ``EPERM`` (a unix socket in the workspace could reach a host service);
+  every other family (``AF_NETLINK``, ``AF_VSOCK``, which reaches the host through no network
+  namespace, ``AF_PACKET``, ``AF_BLUETOOTH``...) fails with ``EAFNOSUPPORT``, whatever the job's
+  network. ``socketpair`` (a connected pair, reaching nothing) is allowed for ``AF_UNIX`` alone.
+- No file made world-writable by a call here: a ``chmod`` family call whose mode has ``S_IWOTH``
+  fails with ``EPERM``, and extended attributes cannot be set (``setxattr`` and its kin fail with
+  ``EOPNOTSUPP``, as on a file system without them: a POSIX ACL would grant what ``chmod`` may not,
+  and a default ACL on a directory would override the umask of every file made in it later). A file
+  created with a mode of ``0o666`` stays allowed (every program creates so and relies on the umask):
+  the sandbox's shell sets ``umask 022``, and what a command that lowers its umask makes is fixed
+  when the call ends (:func:`runner.tools.sandbox.fix_modes`).
 - ``clone3`` fails with ``ENOSYS`` (its flags are behind a pointer a filter cannot read); the C
   library then falls back to ``clone``, whose flags are checked. So does ``openat2`` (its mode is
   behind a pointer too): callers fall back to ``openat``. ``fallocate`` fails with ``EOPNOTSUPP``:
@@ -39,7 +54,7 @@ import struct
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 X32_SYSCALL_BIT = 0x40000000
 CLONE_NEWUSER = 0x10000000
-AF_UNIX = 1
+AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
 
 # Calls denied outright, by number per architecture (<asm/unistd_64.h>, <asm-generic/unistd.h>).
 DENIED: dict[str, dict[str, int]] = {
@@ -87,6 +102,10 @@ DENIED: dict[str, dict[str, int]] = {
         "iopl": 172,
         "ioperm": 173,
         "uselib": 134,
+        "modify_ldt": 154,
+        "personality": 135,
+        "move_pages": 279,
+        "migrate_pages": 256,
     },
     "aarch64": {
         "ptrace": 117,
@@ -129,7 +148,21 @@ DENIED: dict[str, dict[str, int]] = {
         "quotactl_fd": 443,
         "open_by_handle_at": 265,
         "name_to_handle_at": 264,
+        "personality": 92,
+        "move_pages": 239,
+        "migrate_pages": 238,
     },
+}
+# Calls newer than the headers of many machines (their numbers are the same on both architectures,
+# as every call's since 424): denied with EPERM, but for ENOSYS_CALLS.
+DENIED_NEWER: dict[str, dict[str, int]] = {
+    arch: {"open_tree_attr": 467, "statmount": 457, "listmount": 458} for arch in ("x86_64", "aarch64")
+}
+ENOSYS_CALLS = frozenset({"statmount", "listmount"})  # answered as a kernel without them would
+# Setting an extended attribute (a POSIX ACL is one): fails with EOPNOTSUPP.
+XATTR_SETS: dict[str, dict[str, int]] = {
+    "x86_64": {"setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "setxattrat": 463},
+    "aarch64": {"setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "setxattrat": 463},
 }
 # Calls whose arguments are checked.
 CLONE = {"x86_64": 56, "aarch64": 220}
@@ -137,7 +170,9 @@ CLONE3 = {"x86_64": 435, "aarch64": 435}
 OPENAT2 = {"x86_64": 437, "aarch64": 437}
 FALLOCATE = {"x86_64": 285, "aarch64": 47}
 SOCKET = {"x86_64": 41, "aarch64": 198}
+SOCKETPAIR = {"x86_64": 53, "aarch64": 199}
 SET_ID_BITS = 0o6000  # S_ISUID | S_ISGID
+WORLD_WRITABLE = 0o002  # S_IWOTH: refused to the chmod family (CHMOD_CALLS)
 # Calls that set a file's mode, with the index of their mode argument (aarch64 has no legacy calls).
 MODE_CALLS: dict[str, dict[str, tuple[int, int]]] = {
     "x86_64": {
@@ -159,6 +194,7 @@ MODE_CALLS: dict[str, dict[str, tuple[int, int]]] = {
         "mknodat": (33, 2),
     },
 }
+CHMOD_CALLS = frozenset({"chmod", "fchmod", "fchmodat", "fchmodat2"})  # of MODE_CALLS: set a mode
 
 # <linux/filter.h>, <linux/seccomp.h>
 _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
@@ -189,24 +225,31 @@ def _fail(err: int) -> bytes:
     return _op(_RET, _ERRNO | err)
 
 
-def program(*, allow_unix_sockets: bool, arch: str | None = None) -> bytes:
-    """The filter for ``arch`` (default: this machine's) as ``struct sock_filter`` records."""
+def program(*, allow_unix_sockets: bool, arch: str | None = None, network: bool | None = None) -> bytes:
+    """The filter for ``arch`` (default: this machine's) as ``struct sock_filter`` records.
+    ``allow_unix_sockets``: ``socket(AF_UNIX)`` allowed; ``network``: ``AF_INET`` and ``AF_INET6`` allowed
+    (default: as ``allow_unix_sockets``, the runner allows both with the job's network)."""
     arch = arch or native_arch()
     if arch not in AUDIT_ARCH:
         raise ValueError(f"no seccomp filter for the {arch} architecture")
+    inet = allow_unix_sockets if network is None else network
     ops = [_op(_LD_W_ABS, _ARCH), _op(_JEQ, AUDIT_ARCH[arch], jt=1), _fail(errno.ENOSYS), _op(_LD_W_ABS, _NR)]
     if arch == "x86_64":
         ops += [_op(_JGE, X32_SYSCALL_BIT, jf=1), _fail(errno.ENOSYS)]
-    for number in sorted(DENIED[arch].values()):
-        ops += [_op(_JEQ, number, jf=1), _fail(errno.EPERM)]
+    denied = {**DENIED[arch], **DENIED_NEWER[arch]}
+    for name, number in sorted(denied.items(), key=lambda item: item[1]):
+        ops += [_op(_JEQ, number, jf=1), _fail(errno.ENOSYS if name in ENOSYS_CALLS else errno.EPERM)]
+    for number in sorted(XATTR_SETS[arch].values()):
+        ops += [_op(_JEQ, number, jf=1), _fail(errno.EOPNOTSUPP)]
     ops += [_op(_JEQ, CLONE3[arch], jf=1), _fail(errno.ENOSYS)]
     ops += [_op(_JEQ, OPENAT2[arch], jf=1), _fail(errno.ENOSYS)]
     ops += [_op(_JEQ, FALLOCATE[arch], jf=1), _fail(errno.EOPNOTSUPP)]
-    for number, mode_arg in sorted(MODE_CALLS[arch].values()):
+    for name, (number, mode_arg) in sorted(MODE_CALLS[arch].items(), key=lambda item: item[1]):
+        bits = SET_ID_BITS | (WORLD_WRITABLE if name in CHMOD_CALLS else 0)
         ops += [
             _op(_JEQ, number, jf=3),
             _op(_LD_W_ABS, _ARG0 + _ARG_SIZE * mode_arg),
-            _op(_JSET, SET_ID_BITS, jf=1),
+            _op(_JSET, bits, jf=1),
             _fail(errno.EPERM),
             _op(_LD_W_ABS, _NR),
         ]
@@ -218,12 +261,19 @@ def program(*, allow_unix_sockets: bool, arch: str | None = None) -> bytes:
         _fail(errno.EPERM),
         _op(_LD_W_ABS, _NR),
     ]
-    if not allow_unix_sockets:
-        ops += [
-            _op(_JEQ, SOCKET[arch], jf=3),
-            _op(_LD_W_ABS, _ARG0),
-            _op(_JEQ, AF_UNIX, jf=1),
-            _fail(errno.EPERM),
-        ]
+    # socketpair: AF_UNIX only (its first argument, the family)
+    ops += [
+        _op(_JEQ, SOCKETPAIR[arch], jf=4),
+        _op(_LD_W_ABS, _ARG0),
+        _op(_JEQ, AF_UNIX, jt=1),
+        _fail(errno.EAFNOSUPPORT),
+        _op(_RET, _ALLOW),
+    ]
+    # socket: the allow-list of families; the last check of the program, so its branches end it
+    families = [(AF_UNIX, allow_unix_sockets), (AF_INET, inet), (AF_INET6, inet)]
+    ops += [_op(_JEQ, SOCKET[arch], jf=1 + 2 * len(families) + 1), _op(_LD_W_ABS, _ARG0)]
+    for family, allowed in families:
+        ops += [_op(_JEQ, family, jf=1), _op(_RET, _ALLOW) if allowed else _fail(errno.EPERM)]
+    ops.append(_fail(errno.EAFNOSUPPORT))
     ops.append(_op(_RET, _ALLOW))
     return b"".join(ops)
