@@ -162,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
   1    a job did not (or has not yet)
   2    RUN_DIR is not a run directory""",
     )
+    common(report)
     report.add_argument(
         "run_dir",
         type=Path,
@@ -192,7 +193,15 @@ def build_parser() -> argparse.ArgumentParser:
     view = sub.add_parser(
         "view", help="write the run as HTML that opens from disk (no network)", epilog=EXIT_CODES_VIEW
     )
-    view.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory, runs/<run-id>")
+    common(view)
+    view.add_argument(
+        "run_dir",
+        type=Path,
+        metavar="RUN_DIR",
+        nargs="?",
+        default=None,
+        help="a run directory, runs/<run-id> (default: the latest run, as for `runner report`)",
+    )
     view.add_argument(
         "--out",
         type=Path,
@@ -560,7 +569,7 @@ def latest_run(args: argparse.Namespace) -> Path:
             ]
         )
     target = latest.resolve()
-    say(f"report: {latest} -> {shown_path(target)} (the latest run)")
+    say(f"{args.command}: {latest} -> {shown_path(target)} (the latest run)")
     return Path(shown_path(target))
 
 
@@ -657,6 +666,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_view(args: argparse.Namespace) -> int:
     from .ui.viewer import write_view
 
+    if args.run_dir is None:
+        args.run_dir = latest_run(args)
     if not is_run_dir(args.run_dir):
         raise ConfigError(
             [f"{args.run_dir / RUN_JSON}: not found; is {args.run_dir} a run directory (runs/<run-id>)?"]

@@ -66,3 +66,15 @@ def test_the_readme_nightly_recipe_runs_under_crons_environment(tmp_path: Path) 
     assert "report changed" in (tmp_path / "last-diff.txt").read_text()
     assert "not found" not in second.stderr.replace("mail: not found", "")
     assert jobs.is_dir()
+
+
+def test_view_and_report_default_to_the_latest_run_of_the_config_given(run_cli: Any, tmp_path: Path) -> None:
+    survey_project(tmp_path)
+    (tmp_path / "nightly.toml").write_text('[runner]\noutput_dir = "elsewhere"\n')
+    assert run_cli("run", "jobs", "--config", "nightly.toml", cwd=tmp_path).returncode == 0
+    run = (tmp_path / "elsewhere" / "latest").resolve()
+    report = run_cli("report", "--config", "nightly.toml", cwd=tmp_path)
+    assert report.returncode == 0 and run.name in report.stderr + report.stdout, report.stderr
+    view = run_cli("view", "--config", "nightly.toml", cwd=tmp_path)
+    assert view.returncode == 0, view.stderr
+    assert (run / "index.html").is_file() and f"{run.name} (the latest run)" in view.stderr

@@ -288,6 +288,7 @@ def test_ctrl_c_cancels_the_run_and_records_every_job(tmp_path):
     [run_dir] = [p for p in (tmp_path / "runs").iterdir() if not p.is_symlink()]
     document = json.loads((run_dir / "run.json").read_text())
     assert document["state"] == "interrupted"
+    assert f"`runner resume {Path('runs') / run_dir.name}` continues them" in stderr  # the command to type
     assert len(document["jobs"]) == 200
     statuses = {j["job"]: j["status"] for j in document["jobs"]}
     assert "cancelled" in statuses.values()

@@ -167,7 +167,16 @@ def execute(batch: Batch, settings: Settings, as_json: bool = False) -> int:
         print_error(result.fatal)
         return 2
     if result.interrupted:
-        err.print("interrupted: running jobs were cancelled; `runner resume` continues them", soft_wrap=True)
+        err.print(
+            escape(
+                printable(
+                    "interrupted: running jobs were cancelled; "
+                    f"`runner resume {batch.run_dir}` continues them"
+                )
+            ),
+            highlight=False,
+            soft_wrap=True,
+        )
         return 130
     return 0 if result.ok else 1
 
