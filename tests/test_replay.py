@@ -16,8 +16,6 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.anyio
-
 from runner.cli import main
 from runner.config import Limits
 from runner.emulator.validation import validate
@@ -26,6 +24,8 @@ from runner.pricing import PriceTable, Usage
 from runner.replay import HistoryError, ReplayOptions, compactor_contestant, load_history, window_limits
 from runner.replay.engine import replay
 from runner.replay.facts import needed_facts
+
+pytestmark = pytest.mark.anyio
 
 TRAJECTORY = (
     Path(__file__).parent

@@ -20,12 +20,12 @@ import json
 import uuid
 from typing import Any
 
+from ..billing import without_cache_control
 from ..compaction.fallback import fallback_summary
 from ..compaction.summarizer import SYSTEM_PROMPT
 from ..messages import Message, blocks
 from ..models.policy import decide, partial_report
 from ..pricing import USAGE_KEYS
-from ..billing import without_cache_control
 from .compaction import server_compaction
 from .state import EmulatorState
 from .tokens import CHARS_PER_TOKEN, estimate, input_tokens

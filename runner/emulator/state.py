@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from ..pricing import USAGE_KEYS
 from ..billing import PromptCache
+from ..pricing import USAGE_KEYS
 from .config import EmulatorConfig
 from .faults import SlidingWindow
 
