@@ -24,6 +24,13 @@ import pytest
 
 from runner.rundir.store import JobStore
 
+# a real recorded agent history (tests/recorded/trajectories/README.md), for the replay's tests
+RECORDED_TRAJECTORY = (
+    Path(__file__).parent
+    / "recorded"
+    / "trajectories"
+    / "swebv_minisweagent_gemini3pro_matplotlib_matplotlib_25775.jsonl"
+)
 # read by the CLI or by rich when it starts: never inherited from the shell that started pytest
 CLI_VARIABLE_PREFIXES = ("ANTHROPIC_", "RUNNER_")
 CLI_VARIABLES = ("COLUMNS", "LINES", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")

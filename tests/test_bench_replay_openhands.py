@@ -20,6 +20,7 @@ pytest.importorskip("openhands.sdk")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import replay_openhands  # noqa: E402
+from conftest import RECORDED_TRAJECTORY  # noqa: E402
 
 from runner.emulator.validation import validate  # noqa: E402
 from runner.pricing import PriceTable  # noqa: E402
@@ -29,12 +30,7 @@ from runner.replay.facts import needed_facts  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 
-TRAJECTORY = (
-    Path(__file__).parent
-    / "recorded"
-    / "trajectories"
-    / "swebv_minisweagent_gemini3pro_matplotlib_matplotlib_25775.jsonl"
-)
+TRAJECTORY = RECORDED_TRAJECTORY
 WINDOW = 16_000
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import RECORDED_TRAJECTORY
 
 from runner.cli import main
 from runner.config import Limits
@@ -27,12 +28,7 @@ from runner.replay.facts import needed_facts
 
 pytestmark = pytest.mark.anyio
 
-TRAJECTORY = (
-    Path(__file__).parent
-    / "recorded"
-    / "trajectories"
-    / "swebv_minisweagent_gemini3pro_matplotlib_matplotlib_25775.jsonl"
-)
+TRAJECTORY = RECORDED_TRAJECTORY
 RULE = r"[A-Za-z_][A-Za-z0-9_]{5,}(?:\.[A-Za-z_][A-Za-z0-9_]+)*|(?:[\w.-]+/)+[\w.-]+"
 OPTIONS = ReplayOptions(model="claude-sonnet-5-5", summary_model="claude-haiku-5-5", prices=PriceTable())
 
