@@ -1,22 +1,30 @@
 """Benchmark 3: what one long session costs under each compaction strategy.
 
 One long survey job (the offline policy, served by the emulator over real HTTP to the real SDK)
-over a workspace made of several standard-library packages, run once per strategy, side by side:
+over a workspace made of several standard-library packages, run once per strategy, side by side.
+Every row is the runner's session, so every row offers the ``memory`` tool (every runner job has it)
+and the policy takes its memory survey; every row's summaries are made by the job's model (the seeds'
+and the peers' choice, and the only one server-side compaction has); and every row runs at the table's
+window, :data:`WINDOW` (12,500 tokens: the 50,000 characters of the runner's default
+``context_char_limit`` and of the seeds, the emulator counting 4 characters a token), except where a
+strategy cannot: server-side compaction's trigger is at least 50,000 tokens, so it runs at
+:data:`WIDE_WINDOW`, with ours at that window beside it. ``vs ours`` compares a row with ours at the
+same window.
 
 - ``none``: no compaction at all (the emulator's window is raised so it can finish);
+- ``ours``: the client pipeline with every limit at its default (the headline row);
+  ``ours, tuned``: token-aware (12,500 tokens), compacting down to half the limit (a tuned row);
 - ``seed 000``: revision 000 of the seed lesson (the Vietnamese lesson with code, "Context Compact")
-  as written: its own thresholds (50,000 chars), no ``cache_control`` anywhere, summaries by the
-  job's model; ``seed 000 + our caching`` is the same pipeline with our request's cache breakpoints
-  (last tool, system prompt, newest message), the ablation that shows what caching alone buys;
-- ``seed 001 @ 50k`` and ``seed 001 @ 200k``: revision 001 (the English README, "s08: Context
-  Compact") as written, THRESHOLD 50,000 and 200,000 chars, no ``cache_control``, summaries by the
-  job's model;
-- ``ours``: the client pipeline (snip hysteresis 50 -> 30), token-aware (12,500 tokens), cache-aware
-  (a breakpoint after the newest message compaction will not rewrite; micro_compact and
-  fit_tool_results go down to half the limit), summaries by the summary model;
-- ``server``: the API's server-side compaction (``compact_20260112``);
+  as written: its own thresholds (50,000 chars), no ``cache_control`` anywhere; ``seed 000 + our
+  caching`` is the same pipeline with our request's cache breakpoints (last tool, system prompt, newest
+  message), the ablation that shows what caching alone buys;
+- ``seed 001 @ 50k chars``: revision 001 (the English README, "s08: Context Compact") as written,
+  THRESHOLD 50,000 chars, no ``cache_control``;
 - ``mask``: observation masking only: every tool result older than the newest three is replaced by
-  a placeholder, nothing else.
+  a placeholder, nothing else (it has no window);
+- at :data:`WIDE_WINDOW`: ``server`` (the API's server-side compaction, ``compact_20260112`` at its
+  50,000-token minimum trigger), ``ours @ 50k tokens`` (``context_token_limit=50000``) and ``seed 001 @
+  200k chars`` (THRESHOLD 200,000 chars).
 
 The seed pipelines are ``bench/seeds_pipeline.py`` (each function as its lesson writes it), driven
 from the runner's own ``Session`` by :class:`SeedStrategy`, the way each lesson's agent loop calls
@@ -28,15 +36,21 @@ both here: the request carries ``merge_adjacent(history)``, because both seeds p
 (the emulator answers it with the deterministic summary), since the lessons do not give their prompt.
 
 Reports billed tokens (input, output, cache writes, cache reads), summary tokens, cost in USD,
-turns, completeness (files in the report / files in the workspace) and re-reads (a file read again
-after its content was compacted away: information the strategy lost). A strategy that has not
-finished after ``MAX_TURNS`` turns is stopped and reported as not finishing.
+turns, completeness (files the report names, and of them the files whose facts are right: each row's
+lines, size and top-level definitions checked against :func:`ground_truth`, computed from the files
+themselves) and re-reads (a file read again after its content was compacted away: information the
+strategy lost). A strategy that has not finished after ``MAX_TURNS`` turns is stopped and reported
+as not finishing.
 
 For the rows in ``BREAKDOWN`` the cost is taken apart by source (output, input, cache writes and
 reads, summaries), from the requests the emulator recorded: each cache write by what became of it
 (read back by a later call, sent again but not read, rewritten by a compaction first, the last
 call's), and the tokens sent split into what an earlier call had sent unchanged and the fresh rest
 (new, or rewritten by a compaction). The Targets line says what bounds ours against ``seed 000``.
+
+:data:`OURS_PLAIN` and :func:`run_all` are for the peers' tables (``bench/peers.py``,
+``bench/peers_openhands.py``), which run ours beside their contestants: ours on the plain survey
+(the ``memory`` tool left out of every request) where a peer cannot be offered memory.
 
     python bench/cost.py            # full size; writes bench/results/cost.json and BENCHMARKS.md
     python bench/cost.py --smoke    # one small package, a few seconds, writes nothing
@@ -64,7 +78,7 @@ from typing import Any
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_note, repeat_note, replace_section, write_result  # noqa: E402
+from common import RESULTS, load_note, repeat_note, replace_section, write_result  # noqa: E402
 from seeds_pipeline import Seed000, Seed001, Summarize  # noqa: E402
 
 from runner.agent.session import Session  # noqa: E402
@@ -78,16 +92,37 @@ from runner.jobs import JobSpec  # noqa: E402
 from runner.messages import Message, blocks, merge_adjacent  # noqa: E402
 from runner.models.anthropic import AnthropicModel  # noqa: E402
 from runner.models.base import Reply, Request  # noqa: E402
-from runner.models.memory_survey import report_rows  # noqa: E402
+from runner.models.memory_survey import OUTLINE, report_rows  # noqa: E402
 from runner.models.policy import reread_count  # noqa: E402
 from runner.pricing import Usage, cost_usd  # noqa: E402
 from runner.rundir.store import JobStore, read_jsonl  # noqa: E402
 
 MODEL = "claude-sonnet-5-5"
-SUMMARY_MODEL = "claude-haiku-5-5"
+# every row's summaries are made by the job's model: the seeds' and the peers' choice, and the only one the
+# API's server-side compaction has (the runner's own default summary model is claude-haiku-5-5)
+SUMMARY_MODEL = MODEL
 FULL_PACKAGES = ("asyncio", "email", "importlib", "json", "http", "concurrent", "logging", "unittest")
 SMOKE_PACKAGES = ("json",)
 MAX_TURNS = 600  # about four times what a strategy that finishes needs here
+PROMPT = (
+    "Survey this workspace: every file, lines per extension, largest files, TODO/FIXME lines, "
+    "and for each file its top-level definitions and first docstring line."
+)
+SYSTEM = "You are a careful code surveyor."
+# the window every row runs at: the runner's default context_char_limit and the seeds' 50,000 characters,
+# which the emulator counts as 12,500 tokens (4 characters a token); WIDE_WINDOW where a strategy cannot run
+# at it (the API's compact_20260112 trigger is at least 50,000 tokens)
+WINDOW = "12,500 tokens"
+WIDE_WINDOW = "50,000 tokens"
+WINDOW_TOKENS, WIDE_WINDOW_TOKENS = 12_500, 50_000
+# what every table's result depends on, in one sentence (said under each closed-loop table)
+DEPENDS = (
+    "What this table depends on: the offline stand-in's choices, not a model's (how many files it reads "
+    "a turn, the notes and memory files it writes, the summary it builds without a model, what it re-reads "
+    "once a result is gone, and that it takes a preview it cannot tell from a whole result for the whole "
+    "file), so the tokens are those of this one deterministic policy; a model would write other replies, "
+    "and the ratios could change with them."
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,65 +134,88 @@ class Strategy:
     seed: Callable[[Path, Summarize], Seed000 | Seed001] | None = None
     cache: bool = True  # False: no cache_control in any request, as the seeds write them
     text: str = ""
+    window: str = WINDOW  # "" for a strategy that has none (no compaction, masking)
+    memory: bool = True  # False: the memory tool left out of every request (the policy's plain survey)
 
 
 SEED_LIMITS = {"cache_aware": False}  # our breakpoint after the settled prefix needs our window
 STRATEGIES: dict[str, Strategy] = {
-    "none": Strategy({"compaction": "off"}, text="compaction off"),
+    "none": Strategy({"compaction": "off"}, text="compaction off", window=""),
+    # the headline: every limit at its default (context_char_limit=50,000 characters)
+    "ours": Strategy({}, text="every limit at its default (context_char_limit=50000)"),
+    # tuned: token-aware (12,500 tokens: the seeds' 50,000 chars), compacting deeper, to half the limit, so
+    # the cache is rewritten half as often
+    "ours, tuned": Strategy(
+        {"context_token_limit": WINDOW_TOKENS, "compact_target_ratio": 0.5},
+        text="tuned: context_token_limit=12500, compact_target_ratio=0.5, the rest defaults",
+    ),
     "seed 000": Strategy(
         SEED_LIMITS,
-        MODEL,
-        lambda d, s: Seed000(d, s),
+        seed=lambda d, s: Seed000(d, s),
         cache=False,
-        text="revision 000 as written: 50,000 chars, no cache_control, summaries on the job's model",
+        text="revision 000 as written: 50,000 chars, no cache_control",
     ),
     "seed 000 + our caching": Strategy(
         SEED_LIMITS,
-        MODEL,
-        lambda d, s: Seed000(d, s),
+        seed=lambda d, s: Seed000(d, s),
         cache=True,
         text="revision 000 as written, with our request's cache breakpoints (last "
         "tool, system prompt, newest message)",
     ),
-    "seed 001 @ 50k": Strategy(
+    "seed 001 @ 50k chars": Strategy(
         SEED_LIMITS,
-        MODEL,
-        lambda d, s: Seed001(d, 50_000, s),
+        seed=lambda d, s: Seed001(d, 50_000, s),
         cache=False,
-        text="revision 001 as written, THRESHOLD 50,000 chars, no cache_control, summaries "
-        "on the job's model",
+        text="revision 001 as written, THRESHOLD 50,000 chars, no cache_control",
     ),
-    "seed 001 @ 200k": Strategy(
-        SEED_LIMITS,
-        MODEL,
-        lambda d, s: Seed001(d, 200_000, s),
-        cache=False,
-        text="revision 001 as written, THRESHOLD 200,000 chars, no cache_control, summaries "
-        "on the job's model",
+    "mask": Strategy(
+        {"compaction": "mask"}, text="compaction=mask (every seen result but the newest 3)", window=""
     ),
-    # token-aware (12,500 tokens: the seeds' 50,000 chars), cache-aware (a breakpoint after the newest
-    # settled message; compacting deeper, to half the limit, so the cache is rewritten half as often)
-    "ours": Strategy(
-        {"context_token_limit": 12_500, "compact_target_ratio": 0.5},
-        text="context_token_limit=12500, compact_target_ratio=0.5, summaries on the summary model",
-    ),
-    "ours, default ratio": Strategy(
-        {"context_token_limit": 12_500},
-        text="context_token_limit=12500 and every other limit its default (compact_target_ratio=0.8)",
+    # the API's server-side compaction cannot trigger under 50,000 tokens: it, and ours beside it, there
+    "ours @ 50k tokens": Strategy(
+        {"context_token_limit": WIDE_WINDOW_TOKENS, "context_char_limit": 4 * WIDE_WINDOW_TOKENS},
+        text="context_token_limit=50000 (context_char_limit=200000, so the token limit is the one that "
+        "binds), the rest defaults",
+        window=WIDE_WINDOW,
     ),
     "server": Strategy(
-        {"compaction": "server", "server_trigger_tokens": 50_000},
-        text="compaction=server, server_trigger_tokens=50000",
+        {"compaction": "server", "server_trigger_tokens": WIDE_WINDOW_TOKENS},
+        text="compaction=server, server_trigger_tokens=50000 (the API's minimum)",
+        window=WIDE_WINDOW,
     ),
-    "mask": Strategy({"compaction": "mask"}, text="compaction=mask"),
+    "seed 001 @ 200k chars": Strategy(
+        SEED_LIMITS,
+        seed=lambda d, s: Seed001(d, 200_000, s),
+        cache=False,
+        text="revision 001 as written, THRESHOLD 200,000 chars, no cache_control",
+        window=WIDE_WINDOW,
+    ),
 }
-ANCHORS = ("server", "mask", "seed 000", "seed 001 @ 50k", "seed 001 @ 200k")  # what ours must beat 2x
+# ours at each window: the row every other row at that window is compared with
+OURS_AT = {WINDOW: "ours", WIDE_WINDOW: "ours @ 50k tokens", "": "ours"}
+# ours on the plain survey (no memory tool offered), for a peer's table whose agent has no memory tool
+OURS_PLAIN = {
+    "ours, plain survey": Strategy(
+        {}, text="every limit at its default, the memory tool left out of every request", memory=False
+    ),
+}
+# what ours must beat 2x (each against ours at its window)
+ANCHORS = ("server", "mask", "seed 000", "seed 001 @ 50k chars", "seed 001 @ 200k chars")
+
+
+def ours_for(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The row of ours that ``row`` is compared with: ours at ``row``'s window, on ``row``'s survey."""
+    plain = [r for r in rows if r.get("survey") == "plain" and r["strategy"].startswith("ours")]
+    if row.get("survey") == "plain" and plain:
+        return plain[0]
+    name = OURS_AT.get(row.get("window", WINDOW), "ours")
+    return next((r for r in rows if r["strategy"] == name), None)
 
 
 class NoCacheModel:
     """A model whose requests carry no ``cache_control`` at all (the seeds send none)."""
 
-    def __init__(self, inner: AnthropicModel):
+    def __init__(self, inner: Any):
         self.inner = inner
         self.name = inner.name
         self.server_compaction = inner.server_compaction
@@ -167,6 +225,15 @@ class NoCacheModel:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+class PlainSurveyModel(NoCacheModel):
+    """A model whose requests offer no ``memory`` tool, so the policy takes its plain survey (its facts in
+    notes in its replies): ours on the survey a peer without a memory tool runs. Nothing else changes."""
+
+    async def create(self, request: Request) -> Reply:
+        tools = [t for t in request.tools if t.get("name") != "memory"]
+        return await self.inner.create(dataclasses.replace(request, tools=tools))
 
 
 class SeedStrategy:
@@ -236,7 +303,7 @@ class SeedStrategy:
 
 
 # the rows whose cost is taken apart
-BREAKDOWN = ("ours", "ours, default ratio", "seed 000", "seed 000 + our caching", "mask")
+BREAKDOWN = ("ours", "ours, tuned", "seed 000", "seed 000 + our caching", "mask")
 
 
 def prefix_tokens(request: dict[str, Any], total: int) -> tuple[list[str], list[int], list[bool]]:
@@ -370,6 +437,126 @@ def job_name(strategy: str) -> str:
     return f"survey-{re.sub(r'[^a-z0-9]+', '-', strategy)}"
 
 
+# --- the report's facts, checked against the files -------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Reported:
+    """What a report says of one file: its kind, lines, size (in ``unit``) and top-level definitions
+    (None where the report does not say)."""
+
+    kind: str
+    lines: int | None = None
+    size: int | None = None
+    unit: str = "chars"
+    defs: int | None = None
+
+
+def ground_truth(workspace: Path) -> dict[str, dict[str, int]]:
+    """Each file's facts, computed from the file itself (no tool's output is used): its lines and
+    characters as text (UTF-8, errors replaced; a last line without a newline counts), its bytes, and its
+    top-level definitions (lines that start ``class``, ``def`` or ``async def``)."""
+    out = {}
+    for p in workspace.rglob("*"):
+        if p.is_file():
+            data = p.read_bytes()
+            text = data.decode("utf-8", errors="replace")
+            out[str(p.relative_to(workspace))] = {
+                "lines": text.count("\n") + (1 if text and not text.endswith("\n") else 0),
+                "chars": len(text),
+                "bytes": len(data),
+                "defs": len(OUTLINE.findall(text)),
+            }
+    return out
+
+
+MEMORY_ROW = re.compile(r"^\| (.+?) \| (\d+) \| (\d+) (chars|bytes) \| (\d*) \|", re.M)
+EVERY_FILE_ROW = re.compile(r"^\| (.+?) \| (\d+) \| (\d*) \| .* \|$", re.M)
+
+
+def survey_rows(report: str, job_dir: Path) -> dict[str, Reported]:
+    """Each file the report names, with what it says of it: the memory survey's report as ``report_rows``
+    reads it (its own table, or the facts files it points at) with each row's unit and definitions, else
+    the plain survey's (``policy.report``: its "Every file" table, path, lines and definitions; sizes only
+    for its largest files, so they are not checked)."""
+    rows = report_rows(report, job_dir)
+    table = report.split("## Every file", 1)[1] if "## Every file" in report else ""
+    if rows:
+        out: dict[str, Reported] = {}
+        for path, row in rows.items():
+            if row[1] == "text":
+                bytes_ = len(row) > 6 and row[6] == "bytes"
+                defs = row[4] if len(row) > 4 and isinstance(row[4], int) else None
+                out[path] = Reported("text", int(row[2]), int(row[3]), "bytes" if bytes_ else "chars", defs)
+            elif row[1] in ("binary", "image"):
+                out[path] = Reported(str(row[1]), None, int(row[2]), "bytes")
+            else:
+                out[path] = Reported(str(row[1]))
+        for path, lines, size, unit, defs in MEMORY_ROW.findall(table):  # report_rows keeps no unit
+            path = path.replace("\\|", "|")
+            if path in out:
+                out[path] = Reported("text", int(lines), int(size), unit, int(defs) if defs else None)
+        return out
+    return {
+        path: Reported("text", int(lines), None, "chars", int(defs) if defs else None)
+        for path, lines, defs in EVERY_FILE_ROW.findall(table)
+        if path != "file"
+    }
+
+
+def fact_right(said: Reported, truth: dict[str, int]) -> bool:
+    """Whether every fact the report gives of a file is the file's (a fact it does not give is not held
+    against it; a file it reports as binary, an image or unreadable is wrong: every file here is text)."""
+    if said.kind != "text":
+        return False
+    return (
+        said.lines == truth["lines"]
+        and (said.size is None or said.size == truth[said.unit])
+        and (said.defs is None or said.defs == truth["defs"])
+    )
+
+
+def correct_rows(rows: dict[str, Reported], truth: dict[str, dict[str, int]]) -> int:
+    """Rows whose every fact is the file's."""
+    return sum(1 for path, said in rows.items() if path in truth and fact_right(said, truth[path]))
+
+
+def definition(text: str, window: str, survey: str, summary_model: str) -> str:
+    """What a row is, in the words its rerun is checked by (a row defined otherwise is not compared)."""
+    return f"{text}; window {window or 'none'}; the {survey} survey; summaries on {summary_model}"
+
+
+def rerun_note(name: str, rows: list[dict[str, Any]], redefined: tuple[str, ...] = (), **kwargs: Any) -> str:
+    """``common.repeat_note`` over the rows the previous saved run defined the same way; the others named.
+    A saved row that records no definition (runs before issue 39) is compared by its name, unless the name
+    is in ``redefined`` (the same name for another configuration since)."""
+    try:
+        old = {r["strategy"]: r for r in json.loads((RESULTS / f"{name}.json").read_text()).get("rows", [])}
+    except (OSError, ValueError):
+        old = {}
+
+    def same_definition(r: dict[str, Any]) -> bool:
+        was = old.get(r["strategy"], {})
+        if "definition" not in was:
+            return r["strategy"] not in redefined
+        return bool(was["definition"] == r["definition"])
+
+    same = [r for r in rows if r["strategy"] in old and same_definition(r)]
+    other = [r["strategy"] for r in rows if r["strategy"] in old and r not in same]
+    note = repeat_note(name, same, **kwargs)
+    if other:
+        note += (
+            " Not compared, defined otherwise in the previous saved run (or defined there without saying "
+            f"how): {', '.join(other)}."
+        )
+    return note
+
+
+def files_cell(r: dict[str, Any]) -> str:
+    """Files named (of them right) / files in the workspace."""
+    return f"{r['files_in_report']} ({r['files_correct']}) / {r['files_in_workspace']}"
+
+
 async def run_strategy(
     name: str, strategy: Strategy, workspace: Path, out: Path, base_url: str
 ) -> dict[str, Any]:
@@ -377,18 +564,16 @@ async def run_strategy(
     spec = JobSpec(
         name=job_name(name),
         source=Path("bench/cost.py"),
-        prompt=(
-            "Survey this workspace: every file, lines per extension, largest files, TODO/FIXME lines, "
-            "and for each file its top-level definitions and first docstring line."
-        ),
+        prompt=PROMPT,
         workspace=workspace,
         model=MODEL,
-        system="You are a careful code surveyor.",
+        system=SYSTEM,
         tools=("read", "glob", "grep"),
         limits=limits,
     )
     http = AnthropicModel(base_url=base_url, api_key="bench-key", max_retries=2)
-    model: Any = http if strategy.cache else NoCacheModel(http)
+    model: Any = http if strategy.memory else PlainSurveyModel(http)
+    model = model if strategy.cache else NoCacheModel(model)
     summarizer = Summarizer(http, strategy.summary_model, requests_per_minute=10_000)
     compactor: Any = SeedStrategy(strategy.seed, summarizer) if strategy.seed else Compactor(summarizer)
     store = JobStore(out / spec.name)
@@ -402,8 +587,14 @@ async def run_strategy(
     transcript, _ = read_jsonl(store.dir / "transcript.jsonl")
     final = (store.dir / "final.md").read_text() if (store.dir / "final.md").exists() else ""
     usage, summ = result.usage, result.summarizer_usage
+    truth = ground_truth(workspace)
+    rows = survey_rows(final, store.dir) if result.status == "succeeded" else {}
+    survey = "memory" if strategy.memory else "plain"
     return {
         "strategy": name,
+        "definition": definition(strategy.text, strategy.window, survey, strategy.summary_model),
+        "window": strategy.window,
+        "survey": survey,
         "status": result.status,
         "error": result.error,
         "turns": result.turns,
@@ -420,13 +611,19 @@ async def run_strategy(
         "summarizer_usage": summ.to_json(),
         "rereads": reread_count(transcript),
         "compactions": result.compactions,
-        "files_in_report": len(report_rows(final, store.dir)) if result.status == "succeeded" else 0,
-        "files_in_workspace": sum(1 for p in workspace.rglob("*") if p.is_file()),
+        "files_in_report": len(rows),
+        "files_correct": correct_rows(rows, truth),
+        "files_in_workspace": len(truth),
         "wall_s": round(wall, 1),
     }
 
 
-async def run_all(packages: tuple[str, ...], strategies: list[str]) -> list[dict[str, Any]]:
+async def run_all(
+    packages: tuple[str, ...], strategies: list[str], known: dict[str, Strategy] | None = None
+) -> list[dict[str, Any]]:
+    """Each of ``strategies`` (names in ``known``, :data:`STRATEGIES` by default) on one workspace, one
+    after another, each with the emulator reset."""
+    known = STRATEGIES if known is None else known
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         workspace = make_workspace(Path(tmp), packages)
@@ -434,9 +631,7 @@ async def run_all(packages: tuple[str, ...], strategies: list[str]) -> list[dict
         with running_emulator(config) as emulator:
             for name in strategies:
                 emulator.reset()
-                row = await run_strategy(
-                    name, STRATEGIES[name], workspace, Path(tmp) / "runs", emulator.base_url
-                )
+                row = await run_strategy(name, known[name], workspace, Path(tmp) / "runs", emulator.base_url)
                 if name in BREAKDOWN:  # the job's own requests (a summary request offers no tools)
                     requests = [r for r in emulator.state.snapshot()["recorded_requests"] if r.get("tools")]
                     events = Path(tmp) / "runs" / job_name(name) / "events.jsonl"
@@ -446,8 +641,7 @@ async def run_all(packages: tuple[str, ...], strategies: list[str]) -> list[dict
                 rows.append(row)
                 print(
                     f"  {name}: {row['status']}, {row['turns']} turns, ${row['cost_usd']}, "
-                    f"{row['files_in_report']}/{row['files_in_workspace']} files, {row['rereads']} re-reads, "
-                    f"{row['wall_s']} s",
+                    f"{files_cell(row)} files, {row['rereads']} re-reads, {row['wall_s']} s",
                     flush=True,
                 )
     return rows
@@ -457,31 +651,34 @@ def finished(row: dict[str, Any]) -> bool:
     return row["status"] == "succeeded"
 
 
+def status_cell(r: dict[str, Any]) -> str:
+    if finished(r):
+        return str(r["status"])
+    if r["status"] == "max_turns":
+        return f"**did not finish** ({r['status']}: stopped at {r['turns']} turns)"
+    return f"**{r['status']}**"
+
+
+def ratio_cell(r: dict[str, Any], ours: dict[str, Any] | None) -> str:
+    """The row's cost over ours' (at its window, on its survey); none for a run stopped early (it cost what
+    it cost up to then) or when ours did not finish."""
+    if not ours or not finished(ours) or not ours["cost_usd"] or not finished(r):
+        return "-"
+    return f"{r['cost_usd'] / ours['cost_usd']:.2f}x"
+
+
 def table(rows: list[dict[str, Any]]) -> str:
-    ours = next((r for r in rows if r["strategy"] == "ours"), None)
     lines = [
-        "| strategy | status | turns | input | output | cache write | cache read | summaries | cost $ "
-        "| vs ours | files in report | re-reads |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| strategy | window | status | turns | input | output | cache write | cache read | summaries "
+        "| cost $ | vs ours (same window) | files in report (correct) | re-reads |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        ratio = (
-            f"{r['cost_usd'] / ours['cost_usd']:.2f}x" if ours and ours["cost_usd"] and finished(r) else "-"
-        )  # a run stopped early cost what it cost up to then: no ratio
-        status = (
-            r["status"]
-            if finished(r)
-            else (
-                f"**did not finish** ({r['status']}: stopped at {r['turns']} turns)"
-                if r["status"] == "max_turns"
-                else f"**{r['status']}**"
-            )
-        )
         lines.append(
-            f"| {r['strategy']} | {status} | {r['turns']} | {r['input_tokens']:,} | "
-            f"{r['output_tokens']:,} | {r['cache_creation_input_tokens']:,} | "
+            f"| {r['strategy']} | {r.get('window') or 'none'} | {status_cell(r)} | {r['turns']} | "
+            f"{r['input_tokens']:,} | {r['output_tokens']:,} | {r['cache_creation_input_tokens']:,} | "
             f"{r['cache_read_input_tokens']:,} | {r['summarizer_tokens']:,} | {r['cost_usd']:.4f} | "
-            f"{ratio} | {r['files_in_report']} / {r['files_in_workspace']} | {r['rereads']} |"
+            f"{ratio_cell(r, ours_for(r, rows))} | {files_cell(r)} | {r['rereads']} |"
         )
     return "\n".join(lines)
 
@@ -617,12 +814,19 @@ def breakdown_text(rows: list[dict[str, Any]]) -> str:
     return " ".join(text)
 
 
-def strategies_text(names: list[str]) -> str:
-    return "Strategies: " + "; ".join(f"`{name}` = {STRATEGIES[name].text}" for name in names) + "."
+def strategies_text(names: list[str], known: dict[str, Strategy] | None = None) -> str:
+    known = STRATEGIES if known is None else known
+    return "Strategies: " + "; ".join(f"`{name}` = {known[name].text}" for name in names) + "."
+
+
+def complete(r: dict[str, Any]) -> bool:
+    """Finished, with every file of the workspace in the report and every fact of it right."""
+    return finished(r) and r["files_correct"] == r["files_in_workspace"]
 
 
 def findings(rows: list[dict[str, Any]]) -> str:
-    """The targets, checked against the table (computed, never typed in)."""
+    """The targets, checked against the table (computed, never typed in), each row against ours at its
+    window."""
     by = {r["strategy"]: r for r in rows}
     ours = by["ours"]
 
@@ -632,21 +836,31 @@ def findings(rows: list[dict[str, Any]]) -> str:
     parts = []
     for name in ("none", *ANCHORS):
         r = by.get(name)
-        if r is None:
+        mine = ours_for(r, rows) if r else None
+        if r is None or mine is None:
             continue
+        against = "" if mine is ours else f" (against `{mine['strategy']}`, at its {r['window']})"
         if not finished(r):
             parts.append(
                 f"`{name}` did not finish (excluded from the cost target; it stopped at {r['turns']} "
-                f"turns with {r['files_in_report']} of {r['files_in_workspace']} files reported)"
+                f"turns with {r['files_correct']} of {r['files_in_workspace']} files right)"
             )
             continue
-        ratio = r["cost_usd"] / ours["cost_usd"]
+        if not finished(mine):
+            parts.append(f"`{mine['strategy']}` did not finish, so no ratio with `{name}`")
+            continue
+        ratio = r["cost_usd"] / mine["cost_usd"]
+        wrong = (
+            ""
+            if complete(r)
+            else f"; its report right for {r['files_correct']} of {r['files_in_workspace']} files"
+        )
         parts.append(
-            f"{ratio:.2f}x cheaper than `{name}` ({mark(ratio >= 2)}"
+            f"{ratio:.2f}x cheaper than `{name}`{against} ({mark(ratio >= 2)}"
             + ("" if ratio >= 2 else f", short by {2 - ratio:.2f}x")
+            + wrong
             + ")"
         )
-    complete = ours["files_in_report"] == ours["files_in_workspace"] and finished(ours)
     fewest = min(r["rereads"] for r in rows if finished(r))
     ablation = by.get("seed 000 + our caching"), by.get("seed 000")
     extra = ""
@@ -663,9 +877,11 @@ def findings(rows: list[dict[str, Any]]) -> str:
         )
     return (
         "Targets: ours >= 2x cheaper than no compaction and than every anchor strategy that completes, with "
-        "a "
-        "complete report and no more re-reads. Measured: ours is " + "; ".join(parts) + ". "
-        f"Report: {ours['files_in_report']} of {ours['files_in_workspace']} files ({mark(complete)}). "
+        "a complete report (every file, every fact right) and no more re-reads. Measured: ours is "
+        + "; ".join(parts)
+        + ". "
+        f"Report: {ours['files_correct']} of {ours['files_in_workspace']} files right "
+        f"({mark(complete(ours))}). "
         f"Re-reads: ours {ours['rereads']}, fewest of any strategy that finished {fewest} "
         f"({mark(ours['rereads'] <= fewest)})." + extra + bound_text(by)
     )
@@ -712,7 +928,8 @@ def main() -> None:
     print(breakdown_text(rows))
     if not args.smoke and not args.only:
         print(findings(rows))
-        rerun = repeat_note("cost", rows)  # before this run's results replace the last
+        # before this run's results replace the last; `ours` was the tuned row before issue 39
+        rerun = rerun_note("cost", rows, redefined=("ours",))
         print(rerun)
         write_result(
             "cost",
@@ -729,18 +946,27 @@ def main() -> None:
             (
                 "## 3. Cost of a long session\n\n"
                 f"One survey job over {', '.join(packages)} (copied from the standard library), the offline "
-                "policy "
-                f"served by the emulator to the real SDK; the job priced as {MODEL}, summaries as the row's "
-                "summary "
-                "model; cache writes 1.25x input, cache reads 0.1x. A strategy still running after "
-                f"{MAX_TURNS} turns "
-                "is stopped and reported as not finishing. Files in report: files in the final report / "
-                "files in the "
-                "workspace. Re-reads: files read again because their content was compacted away. The seed "
-                "rows run "
-                "`bench/seeds_pipeline.py` (each lesson's functions as written) from the runner's session; "
-                "the "
-                "offline policy takes each revision's placeholder as a removed result, as a model would.\n\n"
+                f"policy served by the emulator to the real SDK; the job priced as {MODEL}, every row's "
+                f"summaries too (the job's model: the seeds' and the peers' choice, and the only one "
+                "server-side compaction has; the runner's own default summary model is claude-haiku-5-5); "
+                "cache writes 1.25x input, cache reads 0.1x. Every row is the runner's session, so every "
+                "row offers the `memory` tool (every runner job has it) and the policy takes its memory "
+                f"survey. Window: every row runs at {WINDOW} (the 50,000 characters of the runner's "
+                "default `context_char_limit` and of the seeds, as the emulator counts them, 4 characters "
+                "a token), except the rows that cannot: server-side compaction triggers at no fewer than "
+                f"50,000 tokens, so `server` runs at {WIDE_WINDOW}, with `ours @ 50k tokens` and `seed 001 "
+                "@ 200k chars` beside it; `none` and `mask` have no window. `vs ours`: the row's cost over "
+                f"ours' at the same window (`ours` at {WINDOW}, `ours @ 50k tokens` at {WIDE_WINDOW}). "
+                f"A strategy still running after {MAX_TURNS} turns is stopped and reported as not "
+                "finishing. Files in report (correct): files the final report names (of them, files "
+                "whose every fact in the report, lines, size and top-level definitions, is the file's, "
+                "computed from the files themselves) / files in the workspace. Re-reads: files read "
+                "again because their content was compacted away. The seed rows run "
+                "`bench/seeds_pipeline.py` (each lesson's functions as written) from the runner's "
+                "session; the offline policy takes each revision's placeholder as a removed result, as "
+                "a model would. "
+                + DEPENDS
+                + "\n\n"
                 + strategies_text(strategies)
                 + "\n\n"
                 + table(rows)

@@ -66,8 +66,31 @@ from typing import Any
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_note, repeat_note, replace_section, write_result  # noqa: E402
-from cost import FULL_PACKAGES, MAX_TURNS, MODEL, SMOKE_PACKAGES, make_workspace  # noqa: E402
+from common import load_note, replace_section, write_result  # noqa: E402
+from cost import (  # noqa: E402
+    FULL_PACKAGES,
+    MAX_TURNS,
+    MODEL,
+    PROMPT,
+    SMOKE_PACKAGES,
+    STRATEGIES,
+    SYSTEM,
+    WIDE_WINDOW,
+    WIDE_WINDOW_TOKENS,
+    WINDOW,
+    WINDOW_TOKENS,
+    correct_rows,
+    definition,
+    files_cell,
+    ground_truth,
+    make_workspace,
+    ours_for,
+    ratio_cell,
+    rerun_note,
+    status_cell,
+    survey_rows,
+)
+from cost import run_all as run_ours  # noqa: E402
 
 from runner.compaction.fallback import fallback_summary  # noqa: E402
 from runner.emulator import app as emulator_app  # noqa: E402
@@ -76,20 +99,16 @@ from runner.emulator.config import EmulatorConfig  # noqa: E402
 from runner.emulator.server import EmulatorHandle, running_emulator  # noqa: E402
 from runner.emulator.state import EmulatorState  # noqa: E402
 from runner.messages import Message, blocks  # noqa: E402
-from runner.models.memory_survey import report_rows  # noqa: E402
+from runner.models.memory_survey import REQUEST_START, SUMMARY_START  # noqa: E402
 from runner.pricing import Usage, cost_usd  # noqa: E402
 from runner.protocol import COMPACTED, SEED_001_MICRO_PLACEHOLDER  # noqa: E402
 from runner.rundir.store import JobStore  # noqa: E402
 from runner.tools.toolset import Toolset, file_tool_definitions  # noqa: E402
 
-PROMPT = (
-    "Survey this workspace: every file, lines per extension, largest files, TODO/FIXME lines, "
-    "and for each file its top-level definitions and first docstring line."
-)  # cost.py's job
-SYSTEM = "You are a careful code surveyor."
 TOOLS = ("glob", "read", "grep")
 INSPECT_MODEL = f"anthropic/{MODEL}"
-LOW_THRESHOLD = 50_000  # tokens: section 3's `server` row's trigger
+# ours beside the peers, at each window (bench/cost.py's rows, run in this process on the same workspace)
+OURS = {WINDOW: "ours", WIDE_WINDOW: "ours @ 50k tokens"}
 # inspect_ai sends Sonnet 5.5 ``thinking: {"type": "adaptive", "block_binding": {...}}`` (beta
 # thinking-binding-controls-2026-08-01), a field the emulator's schema does not have yet (400 "Extra inputs
 # are not permitted"). Its documented override (``extra_body.thinking`` replaces the binding config) sends
@@ -106,8 +125,21 @@ INSPECT_REMOVED = "(Tool result removed)"
 INSPECT_SUMMARY_HEAD = "[CONTEXT COMPACTION SUMMARY]"
 
 
-def strategies() -> dict[str, tuple[Callable[[], Any] | None, str]]:
-    """Each row: how to build inspect_ai's strategy (None: no compaction), and what it is."""
+@dataclass(frozen=True)
+class Row:
+    """One inspect_ai row: how to build its strategy (None: no compaction), what it is, its window."""
+
+    make: Callable[[], Any] | None
+    text: str
+    window: str
+
+
+def strategies() -> dict[str, Row]:
+    """Each row, at the cost table's window (12,500 tokens as ``threshold``) and at the server's (50,000):
+    inspect_ai's defaults (threshold 0.9 of the 1,000,000 tokens it knows for the model: 900,000) never
+    compact this job, so each strategy is given the table's window as its ``threshold`` and nothing else.
+    ``CompactionNative`` asks the API's compaction, whose trigger is at least 50,000 tokens: it runs at
+    50,000 only (``CompactionAuto`` starts with it, and falls back to a summary when it does not trigger)."""
     from inspect_ai.model import (
         CompactionAuto,
         CompactionEdit,
@@ -116,36 +148,34 @@ def strategies() -> dict[str, tuple[Callable[[], Any] | None, str]]:
         CompactionTrim,
     )
 
-    return {
-        "none": (None, "react() without compaction"),
-        "edit": (CompactionEdit, "CompactionEdit(): threshold 0.9, keep_tool_uses=3, keep_tool_inputs=True"),
-        "summary": (
-            CompactionSummary,
-            "CompactionSummary(): threshold 0.9, summaries by the job's model, its default prompt",
+    rows = {"none": Row(None, "react() without compaction", "")}
+    for label, window, tokens, makers in (
+        ("12.5k", WINDOW, WINDOW_TOKENS, (CompactionEdit, CompactionSummary, CompactionTrim, CompactionAuto)),
+        (
+            "50k",
+            WIDE_WINDOW,
+            WIDE_WINDOW_TOKENS,
+            (CompactionEdit, CompactionSummary, CompactionTrim, CompactionNative, CompactionAuto),
         ),
-        "trim": (CompactionTrim, "CompactionTrim(): threshold 0.9, preserve=0.8"),
-        "native": (
-            CompactionNative,
-            "CompactionNative(): threshold 0.9, the API's compact_20260112 "
-            "(trigger 50,000, pause_after_compaction)",
-        ),
-        "auto": (CompactionAuto, "CompactionAuto(): native first, summary if native fails"),
-        # the defaults never compact this job (0.9 of the 1,000,000 tokens inspect_ai knows for the model):
-        # the same strategies at the `server` row's trigger, 50,000 tokens, the one setting changed
-        **{
-            f"{name} @ 50k": (
-                functools.partial(make, threshold=LOW_THRESHOLD),
-                f"{make.__name__}(threshold=50000)",
+    ):
+        for make in makers:
+            name = make.__name__.removeprefix("Compaction").lower()
+            rows[f"{name} @ {label} tokens"] = Row(
+                functools.partial(make, threshold=tokens),
+                f"{make.__name__}(threshold={tokens}), its other defaults" + STRATEGY_DEFAULTS[name],
+                window,
             )
-            for name, make in (
-                ("edit", CompactionEdit),
-                ("summary", CompactionSummary),
-                ("trim", CompactionTrim),
-                ("native", CompactionNative),
-                ("auto", CompactionAuto),
-            )
-        },
-    }
+    return rows
+
+
+# what each strategy's other defaults are (inspect_ai 0.3.285's signatures)
+STRATEGY_DEFAULTS = {
+    "edit": " (keep_tool_uses=3, keep_tool_inputs=True, memory=True)",
+    "summary": " (summaries by the job's model, its default prompt, memory=True)",
+    "trim": " (preserve=0.8, memory=True)",
+    "native": " (the API's compact_20260112: trigger 50,000, pause_after_compaction)",
+    "auto": " (native first, a summary when native does not compact; memory warnings on)",
+}
 
 
 # --- the glue a model would not need: inspect_ai's texts, as the policy understands them ---------------
@@ -176,8 +206,18 @@ def _taught_block(block: dict[str, Any]) -> dict[str, Any]:
             and content[0].get("text") == INSPECT_REMOVED
         ):
             return {**block, "content": SEED_001_MICRO_PLACEHOLDER}
-    if block.get("type") == "text" and str(block.get("text", "")).startswith(INSPECT_SUMMARY_HEAD):
-        return {**block, "text": f"[{COMPACTED}]" + block["text"][len(INSPECT_SUMMARY_HEAD) :]}
+    text = str(block.get("text", "")) if block.get("type") == "text" else ""
+    if text.startswith(INSPECT_SUMMARY_HEAD):
+        return {**block, "text": f"[{COMPACTED}]" + text[len(INSPECT_SUMMARY_HEAD) :]}
+    if f"\n{INSPECT_SUMMARY_HEAD}" in text:
+        # inspect_ai's anthropic provider joins consecutive user messages into one text: the request, then
+        # the summary message that follows it; read as our summary message (protocol.summary_text's shape:
+        # the label, the current request, the summary)
+        request, _, summary = text.partition(f"\n{INSPECT_SUMMARY_HEAD}")
+        return {
+            **block,
+            "text": f"[{COMPACTED}]\n\n{REQUEST_START}\n{request}\n\n{SUMMARY_START}\n{summary.lstrip()}",
+        }
     return block
 
 
@@ -215,6 +255,7 @@ class Ledger:
     server_compactions: int = 0
     reads: list[str] = field(default_factory=list)  # every read call's file_path, in order
     report: str = ""
+    largest: int = 0  # the most input tokens (plain, cache write and read) one of the job's requests carried
 
 
 class Teacher:
@@ -266,6 +307,13 @@ class Teacher:
             }
             (self.ledger.summaries if summary else self.ledger.job).add(Usage(**kept))
             self.ledger.server_compactions += usage.get("type") == "compaction"
+            if not summary:
+                sent = (
+                    kept["input_tokens"]
+                    + kept["cache_creation_input_tokens"]
+                    + kept["cache_read_input_tokens"]
+                )
+                self.ledger.largest = max(self.ledger.largest, sent)
         self.ledger.summary_requests += summary
         self.ledger.turns += not summary
         return message, billed
@@ -348,54 +396,41 @@ def inspect_tools(toolset: Toolset) -> list[Any]:
 # --- one row ----------------------------------------------------------------------------------------------
 
 
-def ground_truth(workspace: Path) -> dict[str, tuple[int, int]]:
-    """Each file's (lines, chars) as the read tool returns it whole: what a correct report row says."""
-    out = {}
-    for p in workspace.rglob("*"):
-        if p.is_file():
-            text = p.read_bytes().decode("utf-8", errors="replace")
-            out[str(p.relative_to(workspace))] = (
-                text.count("\n") + (1 if text and not text.endswith("\n") else 0),
-                len(text),
-            )
-    return out
+def memory_files(sample: Any) -> dict[str, str]:
+    """The files inspect_ai's ``memory()`` tool held at the sample's end (its store, in the log), by path."""
+    files: dict[str, str] = {}
+    for key, value in (sample.store or {}).items():
+        if key.startswith("MemoryStore") and key.endswith(":files") and isinstance(value, dict):
+            files.update({str(k): str(v) for k, v in value.items()})
+    return files
 
 
-EVERY_FILE_ROW = re.compile(r"^\| (.+?) \| (\d+) \| [^|]* \| .* \|$", re.M)
+def keep_memory(files: dict[str, str], job_dir: Path) -> None:
+    """Write inspect_ai's memory files under ``job_dir/memories`` (``/memories/x`` as ``memories/x``), where a
+    report that points at its facts files is read from (``report_rows``)."""
+    for path, text in files.items():
+        rel = Path(path.lstrip("/"))
+        if rel.parts and rel.parts[0] == "memories" and ".." not in rel.parts:
+            (job_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+            (job_dir / rel).write_text(text)
 
 
-def survey_rows(report: str, job_dir: Path) -> dict[str, int | None]:
-    """Each file the report names, with its line count: the memory survey's report as ``report_rows``
-    reads it (lines and chars), else the plain survey's (``policy.report``: its "Every file" table,
-    path and lines; chars only for its largest files, so they are not checked)."""
-    rows = report_rows(report, job_dir)
-    if rows:
-        return {path: (row[2] if row[1] == "text" else None) for path, row in rows.items()}
-    table = report.split("## Every file", 1)[1] if "## Every file" in report else ""
-    return {path: int(lines) for path, lines in EVERY_FILE_ROW.findall(table) if path != "file"}
-
-
-def correct_rows(rows: dict[str, int | None], truth: dict[str, tuple[int, int]]) -> int:
-    """Rows whose line count is the file's."""
-    return sum(1 for path, lines in rows.items() if path in truth and lines == truth[path][0])
-
-
-async def run_row(
-    name: str, make: Callable[[], Any] | None, workspace: Path, out: Path, teacher: Teacher
-) -> dict[str, Any]:
+async def run_row(name: str, row: Row, workspace: Path, out: Path, teacher: Teacher) -> dict[str, Any]:
     """One ``inspect eval`` of one sample (``react()`` needs a sample to run in), its log in ``out``."""
     from inspect_ai import Task, eval_async
     from inspect_ai.agent import AgentPrompt, react
     from inspect_ai.dataset import Sample
+    from inspect_ai.tool import memory
 
     teacher.ledger = Ledger()
-    store = JobStore(out / f"inspect-{name}")
+    job = re.sub(r"[^a-z0-9]+", "-", name)
+    store = JobStore(out / f"inspect-{job}")
     await store.open()
     toolset = Toolset(str(workspace), TOOLS, store)
     agent = react(
         prompt=AgentPrompt(instructions=SYSTEM),
-        tools=inspect_tools(toolset),
-        compaction=make() if make else None,
+        tools=[*inspect_tools(toolset), memory()],
+        compaction=row.make() if row.make else None,
     )
     task = Task(dataset=[Sample(input=PROMPT)], solver=agent, turn_limit=MAX_TURNS)
     started = time.perf_counter()
@@ -403,7 +438,7 @@ async def run_row(
     logs = await eval_async(
         task,
         model=INSPECT_MODEL,
-        log_dir=str(out / f"inspect-{name}" / "logs"),
+        log_dir=str(out / f"inspect-{job}" / "logs"),
         fail_on_error=False,
         model_args={"extra_body": EMULATOR_GAP},
     )
@@ -420,26 +455,32 @@ async def run_row(
         status = "succeeded" if teacher.ledger.report else "no_report"
     wall = time.perf_counter() - started
     ledger = teacher.ledger
+    if sample is not None:
+        keep_memory(memory_files(sample), store.dir)
     truth = ground_truth(workspace)
     rows = survey_rows(ledger.report, store.dir) if status == "succeeded" else {}
-    job, summ = ledger.job, ledger.summaries
+    used, summ = ledger.job, ledger.summaries
     return {
         "strategy": f"inspect_ai {name}",
+        "definition": definition(row.text, row.window, "memory", MODEL),
+        "window": row.window,
+        "survey": "memory",
         "status": status,
         "error": error,
         "turns": ledger.turns,
-        "input_tokens": job.input_tokens,
-        "output_tokens": job.output_tokens,
-        "cache_creation_input_tokens": job.cache_creation_input_tokens,
-        "cache_read_input_tokens": job.cache_read_input_tokens,
+        "input_tokens": used.input_tokens,
+        "output_tokens": used.output_tokens,
+        "cache_creation_input_tokens": used.cache_creation_input_tokens,
+        "cache_read_input_tokens": used.cache_read_input_tokens,
         "summary_model": MODEL,
         "summary_requests": ledger.summary_requests,
         "server_compactions": ledger.server_compactions,
+        "largest_request_tokens": ledger.largest,
         "summarizer_tokens": summ.input_tokens
         + summ.output_tokens
         + summ.cache_creation_input_tokens
         + summ.cache_read_input_tokens,
-        "cost_usd": round(cost_usd(MODEL, job) + cost_usd(MODEL, summ), 4),
+        "cost_usd": round(cost_usd(MODEL, used) + cost_usd(MODEL, summ), 4),
         "rereads": len(ledger.reads) - len(set(ledger.reads)),
         "files_in_report": len(rows),
         "files_correct": correct_rows(rows, truth),
@@ -448,9 +489,35 @@ async def run_row(
     }
 
 
+def print_row(row: dict[str, Any]) -> None:
+    print(
+        f"  {row['strategy']}: {row['status']}, {row['turns']} turns, ${row['cost_usd']}, "
+        f"{files_cell(row)} files (correct in brackets), {row['rereads']} re-reads, {row['wall_s']} s"
+        + (f", {row['error']}" if row.get("error") else ""),
+        flush=True,
+    )
+
+
+def in_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows by window (none first, then each window: ours, then the peer's rows), as run otherwise."""
+    windows = ["", WINDOW, WIDE_WINDOW]
+
+    def key(r: dict[str, Any]) -> tuple[int, int]:
+        w = r.get("window", "")
+        return (
+            windows.index(w) if w in windows else len(windows),
+            0 if r["strategy"].startswith("ours") else 1,
+        )
+
+    return sorted(rows, key=key)
+
+
 async def run_all(packages: tuple[str, ...], names: list[str]) -> list[dict[str, Any]]:
+    """Ours at each window the named rows run at (bench/cost.py's rows, its own emulator), then each
+    inspect_ai row."""
     known = strategies()
-    rows = []
+    windows = {known[n].window for n in names} - {""}
+    rows = await run_ours(packages, [OURS[w] for w in (WINDOW, WIDE_WINDOW) if w in windows])
     with tempfile.TemporaryDirectory() as tmp:
         workspace = make_workspace(Path(tmp), packages)
         with taught_emulator(EmulatorConfig(context_window_tokens=5_000_000)) as (emulator, teacher):
@@ -459,51 +526,122 @@ async def run_all(packages: tuple[str, ...], names: list[str]) -> list[dict[str,
             os.environ.setdefault("INSPECT_DISPLAY", "none")  # no live display: a benchmark prints its rows
             for name in names:
                 emulator.reset()
-                row = await run_row(name, known[name][0], workspace, Path(tmp) / "runs", teacher)
+                row = await run_row(name, known[name], workspace, Path(tmp) / "runs", teacher)
                 rows.append(row)
-                print(
-                    f"  {row['strategy']}: {row['status']}, {row['turns']} turns, ${row['cost_usd']}, "
-                    f"{row['files_in_report']}/{row['files_in_workspace']} files "
-                    f"({row['files_correct']} correct), {row['rereads']} re-reads, {row['wall_s']} s"
-                    + (f", {row['error']}" if row["error"] else ""),
-                    flush=True,
-                )
-    return rows
+                print_row(row)
+    return in_order(rows)
 
 
-def table(rows: list[dict[str, Any]], ours: dict[str, Any] | None) -> str:
+def table(rows: list[dict[str, Any]], window_column: bool = True) -> str:
+    """The rows, each against ours at its window on its survey (``cost.ours_for``)."""
+    head = "| strategy | " + ("window | " if window_column else "")
     lines = [
-        "| strategy | status | turns | input | output | cache write | cache read | summaries | cost $ "
+        head + "status | turns | input | output | cache write | cache read | summaries | cost $ "
         "| vs ours | files in report (correct) | re-reads |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|"
+        + ("---|" if window_column else "")
+        + "---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        done = r["status"] == "succeeded"
-        ratio = f"{r['cost_usd'] / ours['cost_usd']:.2f}x" if ours and ours.get("cost_usd") and done else "-"
-        status = (
-            "succeeded"
-            if done
-            else (
-                f"**did not finish** ({r['status']}: stopped at {r['turns']} turns)"
-                if r["status"] == "max_turns"
-                else f"**{r['status']}**"
-            )
-        )
+        window = f" {r.get('window') or 'none'} |" if window_column else ""
         lines.append(
-            f"| {r['strategy']} | {status} | {r['turns']} | {r['input_tokens']:,} | {r['output_tokens']:,} "
-            f"| {r['cache_creation_input_tokens']:,} | {r['cache_read_input_tokens']:,} "
-            f"| {r['summarizer_tokens']:,} | {r['cost_usd']:.4f} | {ratio} "
-            f"| {r['files_in_report']} ({r['files_correct']}) / {r['files_in_workspace']} | {r['rereads']} |"
+            f"| {r['strategy']} |{window} {status_cell(r)} | {r['turns']} | {r['input_tokens']:,} "
+            f"| {r['output_tokens']:,} | {r['cache_creation_input_tokens']:,} "
+            f"| {r['cache_read_input_tokens']:,} | {r['summarizer_tokens']:,} | {r['cost_usd']:.4f} "
+            f"| {ratio_cell(r, ours_for(r, rows))} | {files_cell(r)} | {r['rereads']} |"
         )
     return "\n".join(lines)
 
 
-def ours_row() -> dict[str, Any] | None:
-    """The cost table's ``ours`` row, from its last full run (bench/results/cost.json)."""
-    path = Path(__file__).resolve().parent / "results" / "cost.json"
-    if not path.exists():
-        return None
-    return next((r for r in json.loads(path.read_text())["rows"] if r["strategy"] == "ours"), None)
+INSPECT_TOOL_OUTPUT = 16 * 1024  # inspect_ai's default GenerateConfig.max_tool_output, in bytes
+
+# what this table depends on, in one sentence
+DEPENDS_PEER = (
+    "What this table depends on: the offline stand-in's choices, not a model's: it reads as many files a "
+    "turn as the runner's pipeline lets through (which cuts a new result beyond the window to a preview and "
+    "its size, where inspect_ai keeps it whole up to its 16 KiB cut), it takes inspect_ai's 16 KiB cut of a "
+    "read for the whole file, and it keeps its progress in a note in its replies and never views its memory "
+    "to resume, so a strategy that drops its replies starts the survey again."
+)
+
+
+def same_as_saved(rows: list[dict[str, Any]], name: str = "cost") -> str:
+    """Whether the ours rows run here are section 3's saved rows of the same name and definition."""
+    import common
+
+    try:
+        saved = {r["strategy"]: r for r in json.loads((common.RESULTS / f"{name}.json").read_text())["rows"]}
+    except (OSError, ValueError, KeyError):
+        return "section 3 has no saved rows to compare with"
+    out = []
+    for r in rows:
+        was = saved.get(r["strategy"])
+        if not r["strategy"].startswith("ours") or was is None or was.get("definition") != r["definition"]:
+            continue
+        changed = [f for f in common.TOKEN_FIELDS if was.get(f) != r.get(f)]
+        out.append(f"`{r['strategy']}` " + (f"differs in {', '.join(changed)}" if changed else "the same"))
+    return "against section 3's saved rows: " + ("; ".join(out) if out else "none of the same definition")
+
+
+def section(packages: tuple[str, ...], names: list[str], rows: list[dict[str, Any]], version: str) -> str:
+    known = strategies()
+    by = {r["strategy"]: r for r in rows}
+    none = by.get("inspect_ai none")
+    files = files_over_limit(packages)
+    largest = f"{none['largest_request_tokens']:,}" if none else "?"
+    ours_names = [r["strategy"] for r in rows if r["strategy"].startswith("ours")]
+    return (
+        "## 3b. Peers on the same long session\n\n"
+        f"inspect_ai {version}'s `react()` agent on the cost table's survey job ({', '.join(packages)}), "
+        f"through its own anthropic provider to the same emulator and policy, priced as {MODEL}, its "
+        "summaries too (`CompactionSummary` summarizes with the job's model, as every row of section 3 "
+        "does). The survey is section 3's: `react()` is offered inspect_ai's own `memory()` tool "
+        "(`inspect_ai.tool.memory`, sent as the API's `memory_20250818` tool, as the runner sends its own) "
+        "beside ours (`glob`, `read`, "
+        "`grep`: our definitions, the runner's Toolset runs them), so the policy takes its memory survey, as "
+        "it does in every row of section 3; ours runs beside it in this run (bench/cost.py's "
+        + ", ".join(f"`{n}`" for n in ours_names)
+        + f"; {same_as_saved(rows)}). Window: every strategy is given section 3's window, "
+        f"`threshold={WINDOW_TOKENS}` tokens, and again the server's, `threshold={WIDE_WINDOW_TOKENS}` "
+        "(the smallest trigger of the API's compaction, which `CompactionNative` asks for, so it runs at "
+        f"{WIDE_WINDOW} only; `CompactionAuto` starts with it and falls back to a summary); inspect_ai's own "
+        "default, 0.9 of the 1,000,000-token window it knows for this model (900,000 tokens), is more than "
+        f"any request here (`inspect_ai none`'s largest: {largest} tokens), so at its defaults no strategy "
+        "compacts this job and every row would be `none`'s. Its other defaults are kept: the default prompt "
+        "(our system text as `instructions`), the `submit()` tool, `attempts=1`, tool output cut at 16 KiB, "
+        "streaming, each strategy's other settings, its memory warning before a compaction (a user text the "
+        "policy takes no step for: it writes every fact to memory as it learns it). Changed only to point "
+        "it at the emulator: `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, inspect_ai's own `turn_limit` of "
+        f"{MAX_TURNS} model generations (where section 3's rows stop), and two emulator gaps worked around "
+        "in `bench/peers.py`: Sonnet 5.5's `thinking.block_binding` (sent as plain adaptive thinking through "
+        "inspect_ai's model arg `extra_body`) and a request that starts with an assistant message "
+        "(count_tokens of one message, or the history from a compaction block, both accepted, as the API "
+        "does). The policy reads inspect_ai's placeholder `(Tool result removed)` as a removed result, its "
+        "summary message as a summary (also where its anthropic provider joins it to the request before it "
+        "into one user text, as it always does after a summary), its summary prompt as a summary request, "
+        "and calls `submit` with its report (glue in `bench/peers.py`; the billed request is the one "
+        "inspect_ai sent). inspect_ai cuts every tool output at 16 KiB, and the policy takes a cut read for "
+        f"the whole file: the {files} files over 16 KiB can be right in no inspect_ai row. Files in report "
+        "(correct) as in section 3: files the report names (of them, files whose every fact, lines, size and "
+        "top-level definitions, is the file's) / files. Server-side compaction tokens are in the job's "
+        "columns, as section 3's `server` row counts them. `vs ours`: the row's cost over ours' at the same "
+        "window, in this table. "
+        + DEPENDS_PEER
+        + "\n\nStrategies: "
+        + "; ".join(
+            [f"`{n}` = {STRATEGIES[n].text}" for n in ours_names]
+            + [f"`inspect_ai {n}` = {known[n].text}" for n in names]
+        )
+        + ".\n\n"
+        + table(rows)
+    )
+
+
+def files_over_limit(packages: tuple[str, ...]) -> int:
+    """The workspace's files larger than inspect_ai's tool output limit."""
+    with tempfile.TemporaryDirectory() as tmp:
+        truth = ground_truth(make_workspace(Path(tmp), packages))
+    return sum(1 for t in truth.values() if t["bytes"] > INSPECT_TOOL_OUTPUT)
 
 
 def main() -> None:
@@ -515,16 +653,17 @@ def main() -> None:
     names = args.only or list(strategies())
     print(load_note(), flush=True)
     rows = anyio.run(run_all, packages, names)
-    ours = ours_row()
-    print(table(rows, ours))
+    print(table(rows))
     if args.smoke or args.only:
         return
     import inspect_ai
 
-    known = strategies()
-    rerun = repeat_note(
-        "peers", rows, decided_by="the policy, the emulator and inspect_ai's loop"
-    )  # before this run's results replace the last
+    rerun = rerun_note(  # before this run's results replace the last; `none` ran the plain survey before
+        "peers",
+        rows,
+        redefined=("inspect_ai none",),
+        decided_by="the policy, the emulator and inspect_ai's loop",
+    )
     print(rerun)
     write_result(
         "peers",
@@ -538,47 +677,7 @@ def main() -> None:
     )
     replace_section(
         "peers",
-        (
-            "## 3b. Peers on the same long session\n\n"
-            f"inspect_ai {inspect_ai.__version__}'s `react()` agent on the cost table's survey job "
-            f"({', '.join(packages)}), "
-            f"through its own anthropic provider to the same emulator and policy, priced as {MODEL} (its "
-            "summaries "
-            "too: `CompactionSummary` summarizes with the job's model). Its defaults are kept: the default "
-            "prompt "
-            "(our system text as `instructions`), the `submit()` tool, `attempts=1`, tool output cut at 16 "
-            "KiB, "
-            "streaming, each strategy's own defaults (threshold 0.9 of the 1,000,000-token window inspect_ai "
-            "knows "
-            "for this model: 900,000 tokens, never reached here; the `@ 50k` rows set `threshold=50000`, the "
-            "`server` row's trigger, and nothing else). Changed only to point it at the emulator: "
-            "`ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, inspect_ai's own `turn_limit` of "
-            f"{MAX_TURNS} model generations (where section 3's rows stop), and two emulator gaps worked "
-            "around in `bench/peers.py`: Sonnet 5.5's "
-            "`thinking.block_binding` (sent as plain adaptive thinking through inspect_ai's model arg "
-            "`extra_body`) and a request that starts with an assistant message (count_tokens of one message, "
-            "or the "
-            "history from a compaction block, both accepted, as the API does). Tools: ours (`glob`, `read`, "
-            "`grep`: our definitions, the runner's Toolset runs "
-            "them). The policy reads inspect_ai's placeholder `(Tool result removed)` as a removed result, "
-            "its "
-            "summary head as a summary, its summary prompt as a summary request, and calls `submit` with its "
-            "report (glue in `bench/peers.py`; the billed request is the one inspect_ai sent). The policy is "
-            "offered no `memory` tool here, so it takes its plain survey (notes in its replies); the "
-            "runner's rows "
-            "in section 3 offer `memory` (every runner job has it) and take the memory survey. Files in "
-            "report "
-            "(correct): rows the report names (rows whose lines and chars match the file) / files. "
-            "Server-side "
-            "compaction tokens are in the job's columns, as section 3's `server` row counts them. "
-            f"`vs ours`: against section 3's `ours` row (${ours['cost_usd'] if ours else '?'}).\n\n"
-            "Strategies: "
-            + "; ".join(f"`inspect_ai {n}` = {known[n][1]}" for n in names)
-            + ".\n\n"
-            + table(rows, ours)
-            + "\n\n"
-            + rerun
-        ),
+        section(packages, names, rows, inspect_ai.__version__) + "\n\n" + rerun,
         "python bench/peers.py",
     )
 

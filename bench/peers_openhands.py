@@ -86,19 +86,25 @@ os.environ.setdefault("OPENHANDS_SUPPRESS_BANNER", "1")
 import anyio  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_note, repeat_note, replace_section, write_result  # noqa: E402
-from cost import FULL_PACKAGES, MAX_TURNS, MODEL, SMOKE_PACKAGES, make_workspace  # noqa: E402
-from peers import (  # noqa: E402
+from common import load_note, replace_section, write_result  # noqa: E402
+from cost import (  # noqa: E402
+    FULL_PACKAGES,
+    MAX_TURNS,
+    MODEL,
+    OURS_PLAIN,
     PROMPT,
+    SMOKE_PACKAGES,
     SYSTEM,
-    TOOLS,
-    Ledger,
+    WINDOW,
     correct_rows,
+    definition,
     ground_truth,
-    ours_row,
+    make_workspace,
+    rerun_note,
     survey_rows,
-    table,
 )
+from cost import run_all as run_ours  # noqa: E402
+from peers import TOOLS, Ledger, print_row, table  # noqa: E402
 
 from runner.compaction.fallback import fallback_summary  # noqa: E402
 from runner.emulator import app as emulator_app  # noqa: E402
@@ -151,30 +157,53 @@ def masking_condenser_class() -> type:
     return ObservationMaskingCondenser
 
 
-def condensers() -> dict[str, tuple[Callable[[Any], Any] | None, str]]:
-    """Each row: how to build the condenser from the agent's ``LLM`` (None: no condenser), and what it is."""
+def condensers(max_tokens: int = 0) -> dict[str, tuple[Callable[[Any], Any] | None, str, str]]:
+    """Each row: how to build the condenser from the agent's ``LLM`` (None: no condenser), what it is, and
+    its window. Each summarizing condenser is given the table's window as its ``max_tokens`` (``max_tokens``:
+    the table's 50,000 characters in the SDK's own token count, :func:`window_tokens`), its event limits
+    kept: as shipped, they count events (80, 240) and tokens only up to the model's input limit (1,000,000),
+    which no request here reaches. Masking has no window (it masks by event count)."""
     from openhands.sdk.context.condenser import default_condenser
     from openhands.sdk.settings.model import LLMSummarizingCondenserSettings
 
+    def default(llm: Any) -> Any:
+        made = default_condenser(llm.model_copy(update={"usage_id": "condenser"}))
+        return made.model_copy(update={"max_tokens": max_tokens})
+
     return {
-        "none": (None, "Agent() as the SDK builds it: condenser=None"),
-        "default": (
-            lambda llm: default_condenser(llm.model_copy(update={"usage_id": "condenser"})),
-            "default_condenser(llm): LLMSummarizingCondenser(max_size=80, keep_first=4), "
-            "summaries by the job's model",
+        "none": (None, "Agent() as the SDK builds it: condenser=None", ""),
+        "default @ 12.5k tokens": (
+            default,
+            "default_condenser(llm) (LLMSummarizingCondenser(max_size=80, keep_first=4), summaries by the "
+            f"job's model) with max_tokens={max_tokens}, the table's window as the SDK counts tokens",
+            WINDOW,
         ),
-        "settings": (
-            lambda llm: LLMSummarizingCondenserSettings().build_condenser(llm),
-            "LLMSummarizingCondenserSettings().build_condenser(llm), what the SDK's settings build by "
-            "default: LLMSummarizingCondenser(max_size=240, keep_first=2, "
-            "max_tokens=the model's input limit, 1,000,000 tokens)",
+        "settings @ 12.5k tokens": (
+            lambda llm: LLMSummarizingCondenserSettings(max_tokens=max_tokens).build_condenser(llm),
+            f"LLMSummarizingCondenserSettings(max_tokens={max_tokens}).build_condenser(llm): what the SDK's "
+            "settings build (LLMSummarizingCondenser(max_size=240, keep_first=2)) with the table's window as "
+            "the SDK counts tokens",
+            WINDOW,
         ),
         "masking": (
             lambda llm: masking_condenser_class()(),
             f"V0's ObservationMaskingCondenser(attention_window={ATTENTION_WINDOW}), `{MASKED}`, "
-            "ported onto the SDK's CondenserBase",
+            "ported onto the SDK's CondenserBase (no window: it masks by event count)",
+            "",
         ),
     }
+
+
+def window_tokens(workspace: Path, chars: int = 50_000) -> tuple[int, float]:
+    """The table's window (``chars`` characters) in the SDK's token count (litellm's tokenizer for the model,
+    as the condenser counts), measured on this workspace's text; and the characters a token it found."""
+    from openhands.sdk import LLM, Message, TextContent
+
+    llm = LLM(model=OPENHANDS_MODEL, base_url="http://127.0.0.1:9", api_key="bench-key", usage_id="count")
+    text = "".join(p.read_text(errors="replace") for p in sorted(workspace.rglob("*")) if p.is_file())
+    tokens = llm.get_token_count([Message(role="user", content=[TextContent(text=text)])])
+    per_token = len(text) / max(1, tokens)
+    return int(chars / per_token), per_token
 
 
 # --- the glue a model would not need: the SDK's texts, as the policy understands them -------------------
@@ -479,7 +508,7 @@ def run_conversation(
 
 async def run_row(
     name: str,
-    make: Callable[[Any], Any] | None,
+    row: tuple[Callable[[Any], Any] | None, str, str],
     workspace: Path,
     out: Path,
     teacher: OpenHandsTeacher,
@@ -488,7 +517,8 @@ async def run_row(
     teacher.ledger = Ledger()
     teacher.summaries = set()
     teacher.most_removed = 0
-    store = JobStore(out / f"openhands-{name}")
+    make, text, window = row
+    store = JobStore(out / f"openhands-{re.sub(r'[^a-z0-9]+', '-', name)}")
     await store.open()
     toolset = Toolset(str(workspace), TOOLS, store)
     specs = register_tools(ToolBridge(toolset, asyncio.get_running_loop()))
@@ -509,6 +539,9 @@ async def run_row(
     job, summ = ledger.job, ledger.summaries
     return {
         "strategy": f"openhands {name}",
+        "definition": definition(text, window, "plain", MODEL),
+        "window": window,
+        "survey": "plain",
         "status": status,
         "error": error,
         "turns": ledger.turns,
@@ -534,24 +567,25 @@ async def run_row(
 
 
 async def run_all(packages: tuple[str, ...], names: list[str]) -> list[dict[str, Any]]:
-    known = condensers()
-    rows = []
+    """Ours on the plain survey (bench/cost.py's session, its own emulator, the memory tool left out: the
+    SDK has none to offer), then each condenser, the summarizing ones at the table's window."""
+    rows = await run_ours(packages, list(OURS_PLAIN), OURS_PLAIN)
     with tempfile.TemporaryDirectory() as tmp:
         workspace = make_workspace(Path(tmp), packages)
+        max_tokens, per_token = window_tokens(workspace)
+        known = condensers(max_tokens)
         with taught_emulator(EmulatorConfig(context_window_tokens=5_000_000)) as (emulator, teacher):
             for name in names:
                 emulator.reset()
                 row = await run_row(
-                    name, known[name][0], workspace, Path(tmp) / "runs", teacher, emulator.base_url
+                    name, known[name], workspace, Path(tmp) / "runs", teacher, emulator.base_url
                 )
                 row["emulator_outcomes"] = emulator.stats()["outcomes"]  # a refused request shows here
+                row["window_sdk_tokens"], row["chars_per_sdk_token"] = max_tokens, round(per_token, 2)
                 rows.append(row)
+                print_row(row)
                 print(
-                    f"  {row['strategy']}: {row['status']}, {row['turns']} turns, ${row['cost_usd']}, "
-                    f"{row['summary_requests']} summaries, {row['most_masked_results']} masked at most, "
-                    f"{row['files_in_report']}/{row['files_in_workspace']} files "
-                    f"({row['files_correct']} correct), {row['rereads']} re-reads, {row['wall_s']} s"
-                    + (f", {row['error']}" if row["error"] else ""),
+                    f"    {row['summary_requests']} summaries, {row['most_masked_results']} masked at most",
                     flush=True,
                 )
     return rows
@@ -566,15 +600,13 @@ def main() -> None:
     names = args.only or list(condensers())
     print(load_note(), flush=True)
     rows = anyio.run(run_all, packages, names)
-    ours = ours_row()
-    print(table(rows, ours))
+    print(table(rows, window_column=False))
     if args.smoke or args.only:
         return
     from importlib.metadata import version
 
     peer = f"openhands-sdk {version('openhands-sdk')}"
-    known = condensers()
-    rerun = repeat_note(
+    rerun = rerun_note(
         "peers_openhands", rows, decided_by="the policy, the emulator and the SDK's loop"
     )  # before this run's results replace the last
     print(rerun)
@@ -591,7 +623,7 @@ def main() -> None:
     )
     replace_section(
         "peers-openhands",
-        section(packages, names, known, rows, ours, peer) + "\n\n" + rerun,
+        section(packages, names, rows, peer) + "\n\n" + rerun,
         "python bench/peers_openhands.py",
     )
 
@@ -600,20 +632,18 @@ def why(rows: list[dict[str, Any]]) -> str:
     """What the rows show, in words, with their numbers."""
     by = {r["strategy"].removeprefix("openhands "): r for r in rows}
     out = []
-    if "default" in by:
-        r = by["default"]
+    for name, first, events in (("default @ 12.5k tokens", 4, 80), ("settings @ 12.5k tokens", 2, 240)):
+        r = by.get(name)
+        if r is None:
+            continue
         out.append(
-            f"`default` ({r['status']}, {r['summary_requests']} summaries, {r['rereads']} re-reads) "
-            "condenses whenever the history passes 80 events, keeping the first 4 and about the last 35; its "
-            "summary is built from the events' 500-character previews, which cut the policy's notes (one "
-            "line per directory, growing as its files are read), so the policy re-reads what each summary "
-            "lost."
-        )
-    if "settings" in by:
-        r = by["settings"]
-        out.append(
-            f"`settings` ({r['status']}) condenses at 240 events: {r['summary_requests']} summaries here, "
-            f"{r['rereads']} re-reads."
+            f"`{name}` ({r['status']}, {r['summary_requests']} summaries, {r['rereads']} re-reads) condenses "
+            f"when the history passes {r['window_sdk_tokens']:,} tokens (or {events} events), keeping the "
+            "first "
+            f"{first} events and half the window's newest; its summary is built from the events' "
+            "500-character previews, which cut the policy's notes (one line per directory, growing as its "
+            "files "
+            "are read), so the policy re-reads what a summary lost."
         )
     if "masking" in by:
         r = by["masking"]
@@ -626,50 +656,77 @@ def why(rows: list[dict[str, Any]]) -> str:
     return "\n\n" + " ".join(out) if out else ""
 
 
-def section(
-    packages: tuple[str, ...],
-    names: list[str],
-    known: dict[str, tuple[Any, str]],
-    rows: list[dict[str, Any]],
-    ours: dict[str, Any] | None,
-    peer: str,
-) -> str:
+# what this table depends on, in one sentence
+DEPENDS_OPENHANDS = (
+    "What this table depends on: the offline stand-in's choices, not a model's: offered no memory tool, it "
+    "keeps every fact in note lines in its replies (so what a condenser keeps of its replies decides what it "
+    "must read again), its notes are cut by the SDK's 500-character event previews where a model's own "
+    "summary would say more, and it reads as many files a turn as the runner's pipeline lets through."
+)
+
+
+def section(packages: tuple[str, ...], names: list[str], rows: list[dict[str, Any]], peer: str) -> str:
     refused = sum(n for r in rows for k, n in r.get("emulator_outcomes", {}).items() if k != "ok")
+    peers = [r for r in rows if r["strategy"].startswith("openhands ")]
+    max_tokens = next((r["window_sdk_tokens"] for r in peers), 0)
+    per_token = next((r["chars_per_sdk_token"] for r in peers), 0)
+    known = condensers(max_tokens)
+    ours = [r["strategy"] for r in rows if r["strategy"].startswith("ours")]
+    total = rows[0]["files_in_workspace"] if rows else 0
     return (
         "## 3c. OpenHands on the same long session\n\n"
         f"{peer}'s `Agent` (a `LocalConversation` in this process: no Docker, no agent server) on the "
-        f"cost table's survey job ({', '.join(packages)}), through litellm's anthropic provider to the same "
-        f"emulator and policy, priced as {MODEL} (its summaries too: its condensers summarize with the "
-        "job's model). Its defaults are kept: its system prompt (our system text as "
-        "`AgentContext.system_message_suffix`), its `finish` and `think` tools beside ours, the `summary` "
-        "field it adds to every tool's input, prompt caching (`cache_control` on the system prompt and the "
-        'newest message), `reasoning_effort="high"` (sent as `output_config.effort`), no streaming, its '
-        "retries, its stuck detection, tool output as the tool returns it (the SDK cuts none). Changed only "
-        f"to point it at the emulator: the `LLM`'s model (`{OPENHANDS_MODEL}`), `base_url` and `api_key`, "
-        f"`max_iteration_per_run` {MAX_TURNS} (its default 500) as the cost table stops a run, litellm's "
-        "local price map, and no console visualizer (display only); its tracing stays off (it starts only "
-        "when a Laminar key or an OpenTelemetry endpoint is set). Requests the emulator refused: "
-        f"{refused}. Tools: ours (`glob`, `read`, `grep`: our inputs as SDK `Action`s, the runner's Toolset "
-        "runs them). The SDK ships no observation-masking "
-        "condenser: the `masking` row is its legacy (V0) agent's `ObservationMaskingCondenser` (config "
-        f"default `attention_window={ATTENTION_WINDOW}` events, `{MASKED}`) ported onto the SDK's "
-        "`CondenserBase` in `bench/peers_openhands.py` (a masked observation keeps its tool call id, which "
-        "the SDK's history needs). The policy reads `<MASKED>` as a removed result, a summary the condenser "
-        "put back as a summary, the summarizer's prompt as a summary request, answered with the "
-        "deterministic summary of what that request carries: the SDK sends each forgotten event as its "
-        "`str()`, cut at 500 characters (an action's thought without its arguments, an observation's first "
-        "500 characters, an earlier summary's first 500), so a summary keeps only the notes in the first "
-        "500 characters of each reply; and it calls `finish` with its report (glue in "
-        "`bench/peers_openhands.py`; the billed request is the one the SDK sent). As in 3b the policy is "
-        "offered no `memory` tool, so it takes its plain survey, its facts in notes in its replies. Files "
-        "in report (correct): rows the report names (rows whose line count is the file's: the plain survey "
-        "counts the lines `read` returned, which for a file over 50,000 characters is its first part) / "
-        "files. "
-        f"`vs ours`: against section 3's `ours` row (${ours['cost_usd'] if ours else '?'}).\n\n"
-        "Condensers: "
-        + "; ".join(f"`openhands {n}` = {known[n][1]}" for n in names)
+        f"cost table's survey job ({', '.join(packages)}, copied from this interpreter's standard library, "
+        f"Python {sys.version_info.major}.{sys.version_info.minor}: {total} files, not section 3's copy), "
+        "through litellm's anthropic provider to the same emulator and policy, priced as "
+        f"{MODEL} (its summaries too: its condensers summarize with the job's model, as every row of section "
+        "3 does). Memory: the SDK ships no memory tool (its tools are `finish`, `think` and those a caller "
+        "registers), so the policy, offered none, takes its plain survey (its facts in note lines in its "
+        "replies), and ours runs beside it in this run on that same survey: "
+        + ", ".join(f"`{n}`" for n in ours)
+        + " (bench/cost.py's session with every limit at its default, the `memory` tool left out of every "
+        "request; section 3's rows are on the memory survey and are not compared here). Window: ours runs at "
+        f"its default 50,000 characters ({WINDOW} as the emulator counts them); each summarizing condenser "
+        "is "
+        f"given the same as its `max_tokens`, {max_tokens:,} tokens as the SDK counts them (litellm's "
+        f"tokenizer, {per_token} characters a token on this workspace's files), its event limits kept (as "
+        "shipped they count events, 80 and 240, and tokens only up to the model's 1,000,000, which no "
+        "request "
+        "here reaches); `masking` has no window (it masks by event count), nor has `none`. Its other "
+        "defaults "
+        "are kept: its system prompt (our system text as `AgentContext.system_message_suffix`), its `finish` "
+        "and `think` tools beside ours, the `summary` field it adds to every tool's input, prompt caching "
+        '(`cache_control` on the system prompt and the newest message), `reasoning_effort="high"` (sent as '
+        "`output_config.effort`), no streaming, its retries, its stuck detection, tool output as the tool "
+        "returns it (the SDK cuts none). Changed only to point it at the emulator: the `LLM`'s model "
+        f"(`{OPENHANDS_MODEL}`), `base_url` and `api_key`, `max_iteration_per_run` {MAX_TURNS} (its default "
+        "500) as the cost table stops a run, litellm's local price map, and no console visualizer (display "
+        "only); its tracing stays off (it starts only when a Laminar key or an OpenTelemetry endpoint is "
+        f"set). Requests the emulator refused: {refused}. Tools: ours (`glob`, `read`, `grep`: our inputs as "
+        "SDK `Action`s, the runner's Toolset runs them). The SDK ships no observation-masking condenser: the "
+        "`masking` row is its legacy (V0) agent's `ObservationMaskingCondenser` (config default "
+        f"`attention_window={ATTENTION_WINDOW}` events, `{MASKED}`) ported onto the SDK's `CondenserBase` in "
+        "`bench/peers_openhands.py` (a masked observation keeps its tool call id, which the SDK's history "
+        "needs). The policy reads `<MASKED>` as a removed result, a summary the condenser put back as a "
+        "summary, the summarizer's prompt as a summary request, answered with the deterministic summary of "
+        "what that request carries: the SDK sends each forgotten event as its `str()`, cut at 500 characters "
+        "(an action's thought without its arguments, an observation's first 500 characters, an earlier "
+        "summary's first 500), so a summary keeps only the notes in the first 500 characters of each reply; "
+        "and it calls `finish` with its report (glue in `bench/peers_openhands.py`; the billed request is "
+        "the "
+        "one the SDK sent). Files in report (correct): files the report names (of them, files whose every "
+        "fact the plain survey's report gives, lines and top-level definitions, is the file's, computed from "
+        "the files themselves) / files. `vs ours`: the row's cost over `"
+        + (ours[0] if ours else "ours")
+        + "`'s. "
+        + DEPENDS_OPENHANDS
+        + "\n\nRows: "
+        + "; ".join(
+            [f"`{n}` = {OURS_PLAIN[n].text}" for n in ours]
+            + [f"`openhands {n}` = {known[n][1]}" for n in names]
+        )
         + ".\n\n"
-        + table(rows, ours)
+        + table(rows, window_column=False)
         + why(rows)
     )
 
