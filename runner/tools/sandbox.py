@@ -531,22 +531,12 @@ def _remove_stale_cgroups(parent: str) -> None:
         return
     for name in names:
         launcher = name.removeprefix(sandbox_launch.CGROUP_PREFIX)
-        if not launcher.isdigit() or _alive(int(launcher)):
+        if not launcher.isdigit() or job_budget.pid_alive(int(launcher)):
             continue
         try:
             os.rmdir(os.path.join(parent, name))
         except OSError:
             pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 _WAITS = 256  # threads of one event loop waiting for bwrap's info at once (each a few milliseconds)
