@@ -31,7 +31,7 @@ from .execution.batch import (
     spending,
     warn_fallbacks,
 )
-from .jobs import JobError, JobSpec, find_task_files, load_jobs, parsed
+from .jobs import JobError, JobSpec, find_task_files, load_jobs, lookalike_task_files, parsed
 from .rundir.docs import RUN_JSON, RunState, Status, is_run_dir
 from .rundir.lock import hold_run_dir
 from .rundir.prune import PruneResult, human_bytes, parse_age, prune
@@ -336,7 +336,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def collect(targets: list[Path], settings: Settings) -> tuple[list[JobSpec], list[JobError], list[str]]:
-    files, missing = find_task_files(targets or [Path("jobs")])
+    targets = targets or [Path("jobs")]
+    files, missing = find_task_files(targets)
+    for path in lookalike_task_files(targets):
+        print_error(f"{path}: not read: task files are *.toml (lower case), one job a file", label="warning")
     specs, errors = load_jobs(files, settings, sandbox_problem=bwrap_problem)
     return specs, errors, missing
 

@@ -441,6 +441,21 @@ def find_task_files(targets: list[Path]) -> tuple[list[Path], list[str]]:
     return files, problems
 
 
+LOOKALIKE_SUFFIXES = frozenset({".toml", ".yaml", ".yml", ".json"})
+
+
+def lookalike_task_files(targets: list[Path]) -> list[Path]:
+    """Entries of the directories in ``targets`` that look like task files but are not read as one: a
+    ``.TOML`` (any case but ``.toml``), ``.yaml``, ``.yml`` or ``.json`` file (hidden entries aside)."""
+    return [
+        p
+        for target in targets
+        if target.is_dir()
+        for p in sorted(target.iterdir())
+        if not p.name.startswith(".") and p.suffix.lower() in LOOKALIKE_SUFFIXES and p.suffix != ".toml"
+    ]
+
+
 def load_jobs(
     task_files: list[Path], settings: Settings, *, sandbox_problem: SandboxProbe | None = None
 ) -> tuple[list[JobSpec], list[JobError]]:

@@ -232,6 +232,30 @@ def test_a_job_table_for_no_job_is_warned_about(small_project, run_cli):
     assert "warning: config.toml: jobs.onee:" in proc.stderr and "jobs.one:" not in proc.stderr
 
 
+def test_task_file_lookalikes_are_named_not_ignored(small_project, run_cli):
+    jobs = small_project / "jobs"
+    for name in ("upper.TOML", "task.yaml", "task.json", ".#lock.yaml"):
+        (jobs / name).write_text('prompt = "x"\n')
+    proc = run_cli("validate", cwd=small_project)
+    no_traceback(proc)
+    assert proc.returncode == 0  # the *.toml files still load; the others are warned about, one line each
+    warned = [line for line in proc.stderr.splitlines() if line.startswith("warning:") and "not read" in line]
+    assert sorted(line.split(": ")[1].rsplit("/", 1)[-1] for line in warned) == [
+        "task.json",
+        "task.yaml",
+        "upper.TOML",
+    ]
+
+
+def test_batch_delivery_on_the_offline_model_says_it_has_no_effect(small_project, run_cli):
+    proc = run_cli("run", "--only", "one", "--delivery", "batch", cwd=small_project)
+    no_traceback(proc)
+    assert proc.returncode == 0
+    assert "warning: delivery = batch has no effect on the offline model" in proc.stderr
+    live = run_cli("run", "--only", "one", cwd=small_project)
+    assert "delivery = batch" not in live.stderr
+
+
 def test_errors_with_brackets_are_shown_verbatim_on_one_line(small_project, run_cli):
     long_dir = small_project / ("d" * 150)
     long_dir.mkdir()

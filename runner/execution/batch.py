@@ -117,6 +117,12 @@ def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
             "a deterministic survey policy, not a language model; token counts are estimates.",
             soft_wrap=True,
         )
+        if settings.runner.delivery == "batch":
+            print_error(
+                "delivery = batch has no effect on the offline model (it answers every call at once); "
+                "it applies with backend = anthropic",
+                label="warning",
+            )
     elif not os.environ.get("ANTHROPIC_API_KEY"):
         raise ConfigError(["backend = anthropic needs ANTHROPIC_API_KEY in the environment"])
     limit = AdaptiveLimit(maximum=settings.runner.concurrency)
