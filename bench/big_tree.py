@@ -43,7 +43,7 @@ from runner.emulator.config import EmulatorConfig  # noqa: E402
 from runner.jobs import JobSpec  # noqa: E402
 from runner.models.anthropic import request_params  # noqa: E402
 from runner.models.base import Reply, Request  # noqa: E402
-from runner.models.offline import OfflineModel  # noqa: E402
+from runner.offline.model import OfflineModel  # noqa: E402
 from runner.pricing import Usage, cost_usd  # noqa: E402
 from runner.rundir.store import JobStore  # noqa: E402
 

@@ -10,7 +10,7 @@ import subprocess
 from datetime import date
 from pathlib import Path
 
-from runner.models.memory_survey import TODO_HEAD
+from runner.offline.memory_survey import TODO_HEAD
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"

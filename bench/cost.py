@@ -92,8 +92,8 @@ from runner.jobs import JobSpec  # noqa: E402
 from runner.messages import Message, blocks, merge_adjacent  # noqa: E402
 from runner.models.anthropic import AnthropicModel  # noqa: E402
 from runner.models.base import Reply, Request  # noqa: E402
-from runner.models.memory_survey import OUTLINE, report_rows  # noqa: E402
-from runner.models.policy import reread_count  # noqa: E402
+from runner.offline.memory_survey import OUTLINE, report_rows  # noqa: E402
+from runner.offline.policy import reread_count  # noqa: E402
 from runner.pricing import Usage, cost_usd  # noqa: E402
 from runner.rundir.store import JobStore, read_jsonl  # noqa: E402
 

@@ -38,7 +38,7 @@ import common  # noqa: E402
 from common import RESULTS, replace_section, write_result  # noqa: E402
 from conftest import runner_argv, runner_env, survey_todos  # noqa: E402
 
-from runner.models.memory_survey import report_rows  # noqa: E402
+from runner.offline.memory_survey import report_rows  # noqa: E402
 
 SHARES = (0, 1, 5, 20)  # percent of the files changed between the nights
 LEFT_OUT = {"test", "site-packages", "lib-dynload", "__pycache__"}

@@ -25,7 +25,7 @@ The glue that stands in for what a model would understand (:class:`Teacher`), ap
 reads and never to what is billed (the emulator bills the request inspect_ai sent):
 
 - inspect_ai's placeholder for a removed result, ``(Tool result removed)``, reads as the seed lessons'
-  placeholder that names nothing (``protocol.SEED_001_MICRO_PLACEHOLDER``: the result is gone, re-run it);
+  placeholder that names nothing (``readback.SEED_001_MICRO_PLACEHOLDER``: the result is gone, re-run it);
 - its summary message's head, ``[CONTEXT COMPACTION SUMMARY]``, reads as ours (``[Compacted]``);
 - a request whose last user text is ``CompactionSummary``'s summary prompt is answered as the emulator
   answers our Summarizer: the deterministic fallback summary of the conversation it carries;
@@ -99,9 +99,10 @@ from runner.emulator.config import EmulatorConfig  # noqa: E402
 from runner.emulator.server import EmulatorHandle, running_emulator  # noqa: E402
 from runner.emulator.state import EmulatorState  # noqa: E402
 from runner.messages import Message, blocks  # noqa: E402
-from runner.models.memory_survey import REQUEST_START, SUMMARY_START  # noqa: E402
+from runner.offline.memory_survey import REQUEST_START, SUMMARY_START  # noqa: E402
+from runner.offline.readback import SEED_001_MICRO_PLACEHOLDER  # noqa: E402
 from runner.pricing import Usage, cost_usd  # noqa: E402
-from runner.protocol import COMPACTED, SEED_001_MICRO_PLACEHOLDER  # noqa: E402
+from runner.protocol import COMPACTED  # noqa: E402
 from runner.rundir.store import JobStore  # noqa: E402
 from runner.tools.toolset import Toolset, file_tool_definitions  # noqa: E402
 

@@ -42,7 +42,7 @@ The glue that stands in for what a model would understand (:class:`OpenHandsTeac
 policy reads and never to what is billed (the emulator bills the request the SDK sent):
 
 - the masking placeholder ``<MASKED>`` reads as the seed lessons' placeholder that names nothing
-  (``protocol.SEED_001_MICRO_PLACEHOLDER``: the result is gone, re-run it);
+  (``readback.SEED_001_MICRO_PLACEHOLDER``: the result is gone, re-run it);
 - a summary the condenser put in the history (a user message holding only the summary's text: the SDK gives it
   no head) reads as ours (``[Compacted]`` before it);
 - a request whose system text is ``LLMSummarizingCondenser``'s summary prompt is answered as the emulator
@@ -113,8 +113,9 @@ from runner.emulator.config import EmulatorConfig  # noqa: E402
 from runner.emulator.server import EmulatorHandle, running_emulator  # noqa: E402
 from runner.emulator.state import EmulatorState  # noqa: E402
 from runner.messages import Message, blocks  # noqa: E402
+from runner.offline.readback import SEED_001_MICRO_PLACEHOLDER  # noqa: E402
 from runner.pricing import Usage, cost_usd  # noqa: E402
-from runner.protocol import COMPACTED, SEED_001_MICRO_PLACEHOLDER  # noqa: E402
+from runner.protocol import COMPACTED  # noqa: E402
 from runner.rundir.store import JobStore  # noqa: E402
 from runner.tools.toolset import Toolset, file_tool_definitions  # noqa: E402
 

@@ -273,7 +273,7 @@ def session_child(args: argparse.Namespace) -> None:
     import resource
 
     from runner import cli
-    from runner.models import offline
+    from runner.offline import model as offline
     from runner.rundir.spill import SpillMap
 
     if args.tracemalloc:

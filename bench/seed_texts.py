@@ -9,16 +9,8 @@ start as ours do (``PERSISTED_TAG``, ``[Compacted]``, ``[Reactive compact]``), f
 
 from __future__ import annotations
 
-from runner.protocol import (
-    COMPACTED,
-    PERSISTED_END,
-    PERSISTED_TAG,
-    PREVIEW,
-    REACTIVE_COMPACT,
-    SAVED_AT,
-    SEED_000_PLACEHOLDER_PREFIX,
-    SEED_001_MICRO_PLACEHOLDER,
-)
+from runner.offline.readback import SEED_000_PLACEHOLDER_PREFIX, SEED_001_MICRO_PLACEHOLDER
+from runner.protocol import COMPACTED, PERSISTED_END, PERSISTED_TAG, PREVIEW, REACTIVE_COMPACT, SAVED_AT
 
 __all__ = [
     "COMPACTED",

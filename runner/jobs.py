@@ -41,6 +41,7 @@ ToolName = Literal["read", "glob", "grep", "bash", "write", "edit", "task"]
 DEFAULT_TOOLS: tuple[ToolName, ...] = ("read", "glob", "grep")
 MAX_PROMPT_CHARS = 200_000
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+MAX_OUTPUTS = 16  # output patterns of one job
 RESERVED_NAMES = frozenset({RUN_JSON})  # the run directory's own files
 T = TypeVar("T")
 SandboxProbe = Callable[[], str | None]  # why bash's sandbox cannot start here, or None
@@ -58,6 +59,7 @@ class TaskFile(BaseModel):
     system: str | None = None
     tools: list[ToolName] = list(DEFAULT_TOOLS)
     incremental: StrictBool | None = None  # limits.incremental, for this job (over [jobs.<name>])
+    outputs: list[str] = Field(default_factory=list, max_length=MAX_OUTPUTS)
     limits: dict[str, Any] = {}
 
     @field_validator("prompt")
@@ -65,6 +67,15 @@ class TaskFile(BaseModel):
     def _not_blank(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("must not be blank")
+        return v
+
+    @field_validator("outputs")
+    @classmethod
+    def _relative_patterns(cls, v: list[str]) -> list[str]:
+        for pattern in v:
+            problem = output_pattern_problem(pattern)
+            if problem:
+                raise ValueError(f"{pattern!r}: {problem}")
         return v
 
     @field_validator("tools")
@@ -91,6 +102,9 @@ class JobSpec(BaseModel):
     model: str
     system: str | None = None
     tools: tuple[ToolName, ...]
+    # the job's structured results: files of its directory (patterns, ``**`` for any depth), one row a
+    # line, that ``runner diff`` compares by their first column beside the report
+    outputs: tuple[str, ...] = ()
     limits: Limits
     fresh: bool = Field(
         False, exclude=True
@@ -130,6 +144,16 @@ def expand_workspace(raw: str, task_file: Path) -> Path:
     if not path.is_absolute():
         path = task_file.parent / path
     return path.resolve()
+
+
+def output_pattern_problem(pattern: str) -> str | None:
+    """Why ``pattern`` is not an output pattern (a relative path of the job's directory, parts that
+    are names or ``fnmatch`` patterns, ``**`` for any number of directories), or None."""
+    if not pattern or len(pattern) > 256 or "\0" in pattern or "\\" in pattern:
+        return "expected a relative path pattern of at most 256 characters (no NUL, no backslash)"
+    if pattern.startswith("/") or any(part in ("", ".", "..") for part in pattern.split("/")):
+        return "expected a path relative to the job's directory, without '.', '..' or empty parts"
+    return None
 
 
 def valid_name(name: str) -> bool:
@@ -372,6 +396,7 @@ def load_job(
         model=task.model or settings.runner.model,
         system=task.system,
         tools=tuple(task.tools),
+        outputs=tuple(task.outputs),
         limits=limits,
     )
 

@@ -1,8 +1,10 @@
 """The text protocol: every marker, placeholder and label the runner writes into a model's context,
-and the parsers that recognize them.
+and the parsers the runner itself needs to recognize them (the compactor, the viewer, resume).
 
-Everything that writes or reads these texts (the compactor, the tools, the offline policy, the
-emulator, the benchmarks) imports them from here, so a change of wording is one change.
+Everything that writes or reads these texts (the compactor, the tools, the emulator, the benchmarks,
+the offline stand-in) imports them from here, so a change of wording is one change. Parsers only a
+reader of a conversation needs (a model reading the runner's texts back) are not here: the offline
+stand-in keeps its own (``runner/offline/readback.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ PERSISTED_END = "</persisted-output>"
 SAVED_AT = "Full output saved to: "
 PREVIEW = "Preview:\n"
 _SAVED_AT = re.compile(re.escape(SAVED_AT) + r"(\S+)")
-_SIZE_LINE = re.compile(r"Original size: (\d+) chars, (\d+) lines")
 
 
 def line_count(text: str) -> int:
@@ -38,12 +39,6 @@ def persisted_marker(path: str, text: str, preview_chars: int) -> str:
 
 def is_persisted(content: str) -> bool:
     return content.startswith(PERSISTED_TAG)
-
-
-def persisted_size(content: str) -> tuple[int, int] | None:
-    """(chars, lines) of the whole output a persisted-output marker stands for."""
-    match = _SIZE_LINE.search(content) if is_persisted(content) else None
-    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def persisted_preview(content: str) -> str:
@@ -199,10 +194,6 @@ def is_summary(text: str) -> bool:
     return text.startswith(SUMMARY_LABELS)
 
 
-def mentions_summary(text: str) -> bool:
-    return any(label in text for label in SUMMARY_LABELS)
-
-
 # -- which marker a text is: for readers of a conversation (the viewer) -------------------------------
 
 
@@ -235,7 +226,6 @@ GLOB_CUT = (
     "(e.g. per directory with `path`, or by name) to see the rest]"
 )
 GLOB_WALK = ", counting stopped at {cap} entries, there may be more"
-_GLOB_CUT = re.compile(r"^\[glob: cut: showing (\d+) of (\d+) matches", re.M)
 
 GREP_WALK_CUT = (
     "[grep: cut: the search stopped after {cap} files, matches in later files are not shown; "
@@ -265,36 +255,15 @@ READ_BYTES = (
     "[read: bytes {start}-{end} of {size} ({lines} lines; {why}); next: byte_range [{end}, {next_end}]]"
 )
 READ_BYTES_END = "[read: bytes {start}-{end} of {size} ({lines} lines); the end of the file]"
-_READ_SIZE = re.compile(
-    r"^\[read: (?:lines \d+-\d+ of (\d+) \((\d+) bytes|bytes \d+-\d+ of (\d+) \((\d+) lines)"
-)
 BINARY_READ = (
     "read: {path}: not valid UTF-8 text ({size} bytes; binary files are only supported for "
     "image/PDF extensions)"
 )
-_BINARY_READ = re.compile(r"^read: .*: not valid UTF-8 text \((\d+) bytes;")
-
-
-def read_size(text: str) -> tuple[int, int] | None:
-    """(lines, bytes) of the whole file a partial read's first line states."""
-    match = _READ_SIZE.match(text)
-    if not match:
-        return None
-    if match.group(1):
-        return int(match.group(1)), int(match.group(2))
-    return int(match.group(4)), int(match.group(3))
-
-
-def binary_size(error: str) -> int | None:
-    """The size of the file a read refused as binary."""
-    match = _BINARY_READ.match(error)
-    return int(match.group(1)) if match else None
 
 
 RECALL_PAGE = "[recall: page {page} of {pages}, characters {start}-{end} of {total}; {rest}]"
 RECALL_NEXT = "next page: offset {end}"
 RECALL_END = "end of file"
-_RECALL_PAGE = re.compile(r"\n\[recall: page (\d+) of (\d+), characters (\d+)-(\d+) of (\d+); ([^\]]*)\]$")
 
 REPEATED_CALL = (
     "[not run: this exact {name} call was already made {count} times in this job, "
@@ -303,46 +272,6 @@ REPEATED_CALL = (
 REPEATED_WHERE = "is saved at {path} (recall it with the recall tool)"
 REPEATED_ABOVE = "is in the conversation above"
 STUCK = "repeated the same call {count} times after being told it was already made: {call}"
-
-
-def glob_cut(text: str) -> tuple[int, int] | None:
-    """``(shown, total)`` when a glob result says it was cut, else ``None``."""
-    match = _GLOB_CUT.search(text)
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def recall_page(text: str) -> tuple[int, int, int, int, int] | None:
-    """``(page, pages, start, end, total)`` of a recall result's footer, else ``None``."""
-    match = _RECALL_PAGE.search(text)
-    return tuple(int(g) for g in match.groups()[:5]) if match else None  # type: ignore[return-value]
-
-
-def without_footer(text: str) -> str:
-    """A recall result's page without its footer."""
-    match = _RECALL_PAGE.search(text)
-    return text[: match.start()] if match else text
-
-
-# -- The seed lessons' placeholders, read at run time ------------------------------------------------
-# What the seed lessons' pipelines write in place of a tool result (bench/seeds_pipeline.py runs them
-# as written; their other texts are in bench/seed_texts.py). A reader of a conversation (the offline
-# policy, as a real model would) must take each as "this result is gone from context", not as the
-# tool's output: so these stay here, where the policy reads them. A seed's large output moved to disk
-# starts with PERSISTED_TAG, as ours does.
-
-SEED_000_PLACEHOLDER_PREFIX = PLACEHOLDER_PREFIX  # 000 (Vietnamese): + path + "]"
-SEED_001_MICRO_PLACEHOLDER = "[Earlier tool result compacted. Re-run if needed.]"  # 001 (English)
-SEED_002_MICRO_PLACEHOLDER = "[Earlier tool result omitted for brevity]"  # 002 (Chinese)
-
-
-def is_seed_placeholder(content: str) -> bool:
-    """Whether a tool result's text is one of the seed lessons' placeholders for a removed result
-    (000's names where the result was saved; 001's and 002's name nothing: the tool must be re-run)."""
-    return (
-        content.startswith(SEED_000_PLACEHOLDER_PREFIX)
-        and content.endswith("]")
-        or content in (SEED_001_MICRO_PLACEHOLDER, SEED_002_MICRO_PLACEHOLDER)
-    )
 
 
 # the last request of a job about to hit a limit: answered without tools (tool_choice "none")
@@ -390,14 +319,6 @@ CHANGE_KINDS = ("added", "changed", "removed")
 CHANGES_HEAD = (
     "[Changes since run {run}: {added} added, {changed} changed, {removed} removed, {unchanged} unchanged]"
 )
-_INCREMENTAL = re.compile(
-    re.escape(INCREMENTAL_HEAD) + r" This analysis ran before: run (\S+), started .*? "
-    r"Its report is saved at (\S+) \(read it with recall\).*? Since then (\d+) files were "
-    r"added, (\d+) changed and (\d+) removed \((\d+) unchanged\); the full lists are saved "
-    r"at (\S+) \(",
-    re.S,
-)
-_CHANGES_LIST = re.compile(r"^(added|changed|removed) \((\d+)\):$")
 
 
 _PLAIN_PATH = re.compile(r"[\w.+@=~%-][\w./+@=~%-]*")  # no space, quote, comma, bar, brace...
@@ -464,43 +385,3 @@ def incremental_head(text: str) -> str:
     """An incremental note's own words, before its lists of paths (where a file's name may say
     anything): what a reader looks for the runtime's phrases in."""
     return text.split(INCREMENTAL_LISTS, 1)[0]
-
-
-def incremental_of(text: str) -> dict[str, Any] | None:
-    """What an incremental note says: the baseline ``run``, the ``report`` and ``changes`` paths and
-    the counts (``added``, ``changed``, ``removed``, ``unchanged``); None for any other text."""
-    match = _INCREMENTAL.match(text) if text.startswith(INCREMENTAL_HEAD) else None
-    if match is None:
-        return None
-    return {
-        "run": match[1],
-        "report": match[2],
-        "changes": match[7],
-        "added": int(match[3]),
-        "changed": int(match[4]),
-        "removed": int(match[5]),
-        "unchanged": int(match[6]),
-    }
-
-
-def changes_of(text: str) -> dict[str, list[str]]:
-    """The lists of a :func:`changes_text` output (a kind it lacks: an empty list)."""
-    lists: dict[str, list[str]] = {kind: [] for kind in CHANGE_KINDS}
-    current: list[str] | None = None
-    for line in text.split("\n")[1:]:
-        match = _CHANGES_LIST.match(line)
-        if match:
-            current = lists[match[1]]
-        elif line and current is not None:
-            current.append(_listed(line))
-    return lists
-
-
-def _listed(line: str) -> str:
-    if line.startswith('"'):
-        try:
-            value = json.loads(line)
-            return value if isinstance(value, str) else line
-        except ValueError:
-            return line
-    return line

@@ -232,7 +232,7 @@ async def offline_survey(root: Path, out: Path, limits: dict, prompt: str = "Sur
     from runner.compaction.summarizer import Summarizer
     from runner.config import Limits
     from runner.jobs import JobSpec
-    from runner.models.offline import OfflineModel
+    from runner.offline.model import OfflineModel
 
     spec = JobSpec(
         name="survey",
@@ -259,7 +259,7 @@ async def offline_survey(root: Path, out: Path, limits: dict, prompt: str = "Sur
 
 def survey_rows(report: str, job: Path) -> dict[str, list]:
     """Every entry a memory survey reported (its report's table, or the facts files it names)."""
-    from runner.models.memory_survey import report_rows
+    from runner.offline.memory_survey import report_rows
 
     return report_rows(report, job)
 
@@ -291,7 +291,7 @@ def todo_lines(files: dict[str, bytes]) -> int:
     newline)."""
     import re
 
-    from runner.models.memory_survey import TODO_PATTERN
+    from runner.offline.memory_survey import TODO_PATTERN
 
     rx = re.compile(TODO_PATTERN)
     hits = 0

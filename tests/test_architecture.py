@@ -35,6 +35,7 @@ LAYERS = {
     "runner.models": 2,
     "runner.tools": 2,
     "runner.compaction": 2,
+    "runner.offline": 2,  # the offline stand-in: built only by the backend switch (STAND_IN_ENTRY)
     # 3. the agent: one job
     "runner.agent": 3,
     # 4. what an operator sees: the live display, the run table, the viewer (execution drives them)
@@ -50,6 +51,10 @@ LAYERS = {
 EMULATOR = "runner.emulator"  # a separate application: it may import the runner; the runner never imports it
 # The one way in: ``runner emulate`` (the command line serves both applications).
 EMULATOR_ENTRY = {("runner.cli", "runner.emulator.cli")}
+
+STAND_IN = "runner.offline"  # the offline stand-in: a Model, not part of the runtime
+# The one way in: the backend switch builds it (for ``backend = "offline"`` and the emulator's replies).
+STAND_IN_ENTRY = {("runner.execution.backend", "runner.offline.model")}
 
 # Imports that point up a layer today, each with the fix under way. Nothing else may.
 KNOWN_UPWARD = {}
@@ -119,6 +124,10 @@ def _in_emulator(module: str) -> bool:
     return module == EMULATOR or module.startswith(EMULATOR + ".")
 
 
+def _in_stand_in(module: str) -> bool:
+    return module == STAND_IN or module.startswith(STAND_IN + ".")
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not (name.endswith("__") and len(name) > 4)
 
@@ -153,6 +162,39 @@ def test_nothing_in_the_runner_imports_the_emulator() -> None:
         and (i.importer, i.imported) not in EMULATOR_ENTRY
     ]
     assert not into, "the runner imports the emulator:\n" + "\n".join(into)
+
+
+def _stand_in_leaks(mods: dict[str, Path]) -> list[str]:
+    """Imports of the stand-in from outside its package, but the backend switch's."""
+    return [
+        f"{i.importer} -> {i.imported}, line {i.line}"
+        for i in _ours(mods)
+        if _in_stand_in(i.imported)
+        and not _in_stand_in(i.importer)
+        and (i.importer, i.imported) not in STAND_IN_ENTRY
+    ]
+
+
+def test_only_the_backend_switch_builds_the_offline_stand_in() -> None:
+    """The runtime does not serve the stand-in: no module outside ``runner/offline/`` imports it but
+    the backend switch (the emulator gets its replies from the switch, through the ``Model`` protocol)."""
+    mods = _modules()
+    leaks = _stand_in_leaks(mods)
+    assert not leaks, "the runtime imports the offline stand-in:\n" + "\n".join(leaks)
+    found = {(i.importer, i.imported) for i in _ours(mods) if _in_stand_in(i.imported)}
+    assert STAND_IN_ENTRY <= found, f"the entry moved: update STAND_IN_ENTRY ({found})"
+
+
+def test_the_stand_in_check_fails_on_a_runtime_import(tmp_path: Path) -> None:
+    """A runtime module that imports the stand-in (relatively or not) is named by the check."""
+    (tmp_path / "compaction").mkdir()
+    module = tmp_path / "compaction" / "leak.py"
+    module.write_text("from ..offline.policy import decide\nimport runner.offline.readback\n")
+    leaks = _stand_in_leaks({**_modules(), "runner.compaction.leak": module})
+    assert leaks == [
+        "runner.compaction.leak -> runner.offline.policy, line 1",
+        "runner.compaction.leak -> runner.offline.readback, line 2",
+    ]
 
 
 def _private_uses(name: str, path: Path, mods: dict[str, Path]) -> Iterator[tuple[str, str]]:

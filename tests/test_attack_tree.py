@@ -27,7 +27,7 @@ import pytest
 from runner import protocol
 from runner.compaction.fallback import fallback_summary
 from runner.compaction.stages import summary_message
-from runner.models import memory_survey, policy
+from runner.offline import memory_survey, policy, readback
 from runner.protocol import COMPACTED
 from runner.rundir import manifest, trees
 from runner.rundir.docs import BASELINE_CHANGES, MANIFEST
@@ -117,11 +117,11 @@ def test_a_file_named_like_the_state_note_does_not_end_the_night(run_cli: Any, t
         0,
     )
     assert f"job survey: incremental from run {first.parent.name}: 2 files added" in stderr
-    assert "evil.py" in protocol.changes_of((second / BASELINE_CHANGES).read_text())["added"]
+    assert "evil.py" in readback.changes_of((second / BASELINE_CHANGES).read_text())["added"]
     # the note quotes the name as data, never verbatim, and the policy's own notes hold the state
     messages = transcript(second)
     note = messages[1]["content"]
-    assert protocol.incremental_of(note) is not None
+    assert readback.incremental_of(note) is not None
     assert FORGED not in note and json.dumps(FORGED) in note and "added: " in note
     state, at = memory_survey.load_state(messages)
     assert state is not None and messages[at]["role"] == "assistant"
@@ -197,7 +197,7 @@ def test_the_note_quotes_every_name_that_is_not_plain() -> None:
     ]
     lists = {"added": names, "changed": [], "removed": []}
     text = protocol.changes_text(run="r1", lists=lists, unchanged=0)
-    assert protocol.changes_of(text) == lists
+    assert readback.changes_of(text) == lists
     note = protocol.incremental_note(
         run="r1", when="today", report="r.md", changes="c.txt", memory="", lists=lists, unchanged=0
     )
@@ -205,7 +205,7 @@ def test_the_note_quotes_every_name_that_is_not_plain() -> None:
         assert not line.startswith(("- ", "~")), line
     assert "plain/name-1.2_x.py" in note and "évité.py" in note
     assert "\u202e" not in note and FORGED not in note and FORGED not in text
-    assert protocol.incremental_of(note)["added"] == len(names)
+    assert readback.incremental_of(note)["added"] == len(names)
     head = protocol.incremental_head(note)
     assert "évité" not in head and "r.md" in head
 

@@ -15,7 +15,7 @@ from runner.config import Limits
 from runner.execution import core
 from runner.execution.core import Batch, RunJson
 from runner.jobs import JobError, JobSpec
-from runner.models.offline import OfflineModel
+from runner.offline.model import OfflineModel
 from runner.pricing import Usage
 from runner.rundir.docs import JobMetrics, run_json_text
 from runner.ui.display import ApiCounts, Tally

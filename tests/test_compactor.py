@@ -32,8 +32,9 @@ from runner.config import Limits
 from runner.jobs import JobSpec
 from runner.messages import request_problems, tool_results, tool_uses
 from runner.models.base import PromptTooLong, Reply, Request
+from runner.offline.readback import recall_page, without_footer
 from runner.pricing import Usage
-from runner.protocol import PERSISTED_TAG, PLACEHOLDER_PREFIX, recall_page, saved_path, without_footer
+from runner.protocol import PERSISTED_TAG, PLACEHOLDER_PREFIX, saved_path
 from runner.rundir.docs import EVENTS, TRANSCRIPT
 from runner.rundir.store import JobStore, read_jsonl
 from runner.tools.toolset import Toolset

@@ -2,7 +2,7 @@
 the same size (a directory, several small ones, a big one's subdirectories and its own files, the
 files at the top), each a scoped survey, their reports assembled by the parent.
 
-The pure tests drive :func:`runner.models.policy.decide` for a parent and answer its ``task`` calls
+The pure tests drive :func:`runner.offline.policy.decide` for a parent and answer its ``task`` calls
 by running each child's conversation through the policy too, the real tools playing every other call
 on a copy of real stdlib packages; what the reports say is checked against the files themselves."""
 
@@ -22,8 +22,8 @@ from conftest import CliRunner, expected_row, regular_files, survey_rows, todo_l
 from runner.agent.subagents import slug
 from runner.config import Limits
 from runner.messages import Message, text_of, tool_uses
-from runner.models import delegation, policy
-from runner.models.memory_survey import (
+from runner.offline import delegation, policy
+from runner.offline.memory_survey import (
     TOP,
     TOTALS_LINE,
     files_only,

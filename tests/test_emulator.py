@@ -33,7 +33,7 @@ from runner.emulator.tokens import input_tokens
 from runner.messages import request_problems
 from runner.models.anthropic import AnthropicModel, is_prompt_too_long
 from runner.models.base import PromptTooLong, Request
-from runner.models.policy import TODO_PATTERN, decide
+from runner.offline.policy import TODO_PATTERN, decide
 
 pytestmark = pytest.mark.anyio
 

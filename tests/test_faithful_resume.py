@@ -22,8 +22,8 @@ from runner.compaction.context import Recorder
 from runner.compaction.summarizer import Summarizer
 from runner.config import Settings
 from runner.jobs import load_job
-from runner.models.offline import OfflineModel
-from runner.models.policy import reread_count
+from runner.offline.model import OfflineModel
+from runner.offline.policy import reread_count
 from runner.rundir.store import JobStore, read_jsonl
 
 JOB = """name = "a"

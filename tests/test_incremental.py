@@ -21,7 +21,8 @@ from runner.agent.incremental import FRESH_FLAG, find_baseline
 from runner.config import Limits
 from runner.jobs import JobSpec
 from runner.messages import request_problems, text_of
-from runner.models.offline import OfflineModel
+from runner.offline import readback
+from runner.offline.model import OfflineModel
 from runner.rundir.docs import BASELINE_CHANGES, BASELINE_REPORT, MANIFEST
 from runner.rundir.manifest import build, diff, read_manifest
 from runner.ui.diff import compare
@@ -337,7 +338,7 @@ def test_two_nights_the_second_starts_from_the_first(run_cli: Any, nightly: tupl
     assert (
         len(first_request) == 1 and first_request[0]["content"][0]["text"] == PROMPT
     )  # the window joined the two
-    note = protocol.incremental_of(first_request[0]["content"][1]["text"])
+    note = readback.incremental_of(first_request[0]["content"][1]["text"])
     assert note == {
         "run": run1.name,
         "report": BASELINE_REPORT,
@@ -351,7 +352,7 @@ def test_two_nights_the_second_starts_from_the_first(run_cli: Any, nightly: tupl
     assert "added: new_mod.py" in text and "changed: tool.py" in text and "removed: scanner.py" in text
     assert f"its {len(memories)} memory files are your memory now" in text
     job2 = run2 / "survey"
-    assert protocol.changes_of((job2 / BASELINE_CHANGES).read_text()) == {
+    assert readback.changes_of((job2 / BASELINE_CHANGES).read_text()) == {
         "added": ["new_mod.py"],
         "changed": ["tool.py"],
         "removed": ["scanner.py"],
@@ -359,7 +360,7 @@ def test_two_nights_the_second_starts_from_the_first(run_cli: Any, nightly: tupl
     assert (job2 / BASELINE_REPORT).read_text() == (run1 / "survey" / "final.md").read_text()
     transcript = [json.loads(line) for line in (job2 / "transcript.jsonl").read_text().splitlines()]
     assert transcript[0] == {"role": "user", "content": PROMPT}  # resume still finds its prompt alone
-    assert protocol.incremental_of(transcript[1]["content"]) == note
+    assert readback.incremental_of(transcript[1]["content"]) == note
 
     assert run_cli("diff", str(run1), str(run2), cwd=root).returncode == 1
     shown = run_cli("diff", str(run1), str(run2), "--json", cwd=root)
@@ -403,9 +404,9 @@ def test_a_resumed_incremental_job_keeps_its_baseline(run_cli: Any, nightly: tup
     after = json.loads((job2 / "metrics.json").read_text())
     assert after["status"] == "succeeded" and after["incremental"] == kept
     transcript = [json.loads(line) for line in (job2 / "transcript.jsonl").read_text().splitlines()]
-    assert transcript[0]["content"] == PROMPT and protocol.incremental_of(transcript[1]["content"])
-    assert sum(protocol.incremental_of(str(m.get("content"))) is not None for m in transcript) == 1
-    assert protocol.incremental_of(requests[0][0]["content"][1]["text"])["run"] == kept["baseline"]
+    assert transcript[0]["content"] == PROMPT and readback.incremental_of(transcript[1]["content"])
+    assert sum(readback.incremental_of(str(m.get("content"))) is not None for m in transcript) == 1
+    assert readback.incremental_of(requests[0][0]["content"][1]["text"])["run"] == kept["baseline"]
 
 
 # --- the texts and the pure comparison ---------------------------------------------------------------
@@ -418,7 +419,7 @@ def test_the_change_lists_round_trip_and_the_note_keeps_its_budget() -> None:
         "removed": [],
     }
     text = protocol.changes_text(run="r1", lists=lists, unchanged=7)
-    assert protocol.changes_of(text) == lists
+    assert readback.changes_of(text) == lists
     note = protocol.incremental_note(
         run="r1",
         when="today",
@@ -430,8 +431,8 @@ def test_the_change_lists_round_trip_and_the_note_keeps_its_budget() -> None:
     )
     assert len(note) < len(protocol.INCREMENTAL_NOTE) + protocol.CHANGES_INLINE_CHARS + 200
     assert "and 4" in note and "removed: (none)" in note
-    assert protocol.incremental_of(note)["added"] == 500
-    assert protocol.incremental_of("Survey this.") is None
+    assert readback.incremental_of(note)["added"] == 500
+    assert readback.incremental_of("Survey this.") is None
 
 
 def test_compare_reports_by_sections_and_by_rows() -> None:

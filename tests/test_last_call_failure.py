@@ -14,7 +14,7 @@ from runner.config import Limits
 from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
 from runner.models.base import Reply, Request
-from runner.models.offline import OfflineModel
+from runner.offline.model import OfflineModel
 
 
 class ReportFails:

@@ -8,7 +8,7 @@ import fnmatch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.models.listing import NAME_CLASSES, split
+from runner.offline.listing import NAME_CLASSES, split
 
 NAME_CHARS = "abcdeftuvxyzBQ_.0-9~é"
 entry = st.text(alphabet=NAME_CHARS, min_size=1, max_size=12).filter(lambda n: n not in (".", ".."))
@@ -80,7 +80,7 @@ def test_a_common_beginning_with_pattern_syntax_stops_before_it() -> None:
 
 
 def test_todo_lines_read_off_a_file_are_the_grep_tools(tmp_path) -> None:
-    from runner.models import memory_survey as ms
+    from runner.offline import memory_survey as ms
     from runner.tools.grep_worker import grep
 
     files = {

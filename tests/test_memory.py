@@ -22,7 +22,7 @@ from runner.emulator.validation import validate
 from runner.jobs import JobSpec
 from runner.messages import text_of
 from runner.models.base import MEMORY_BETA
-from runner.models.offline import OfflineModel
+from runner.offline.model import OfflineModel
 from runner.protocol import MEMORY_INDEX, MEMORY_INDEX_CHARS, memory_index, memory_index_entries
 from runner.rundir.store import JobStore, read_jsonl
 from runner.tools.memory import MemoryTool

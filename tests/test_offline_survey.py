@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from conftest import expected_row, offline_survey, regular_files, survey_rows, survey_todos
 
-from runner.models.memory_survey import FILES_ONLY, TODO_PATTERN, TODO_SHOWN, UNIT_SEP, scoped_prompt
+from runner.offline.memory_survey import FILES_ONLY, TODO_PATTERN, TODO_SHOWN, UNIT_SEP, scoped_prompt
 
 pytestmark = pytest.mark.anyio
 STDLIB = Path(encodings.__file__).parent.parent

@@ -34,7 +34,7 @@ from runner.emulator import EmulatorConfig, Latency, running_emulator
 from runner.execution.core import Batch
 from runner.execution.scheduler import run_batch
 from runner.jobs import JobSpec, find_task_files, load_jobs
-from runner.models.offline import OfflineModel
+from runner.offline.model import OfflineModel
 from runner.pricing import PriceTable
 from runner.rundir.store import read_jsonl
 from runner.services import RunBudget

@@ -23,7 +23,7 @@ from runner.execution.scheduler import run_batch
 from runner.jobs import JobSpec, find_task_files, load_jobs
 from runner.messages import request_problems, text_of
 from runner.models.base import BackendUnusable, Reply, Request
-from runner.models.offline import OfflineModel
+from runner.offline.model import OfflineModel
 from runner.rundir.store import read_jsonl
 
 

@@ -13,8 +13,12 @@ from pathlib import Path
 import pytest
 
 from runner.messages import tool_uses
-from runner.models.policy import decide
-from runner.protocol import SEED_001_MICRO_PLACEHOLDER, SEED_002_MICRO_PLACEHOLDER, is_seed_placeholder
+from runner.offline.policy import decide
+from runner.offline.readback import (
+    SEED_001_MICRO_PLACEHOLDER,
+    SEED_002_MICRO_PLACEHOLDER,
+    is_seed_placeholder,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from seed_texts import seed_000_placeholder  # noqa: E402

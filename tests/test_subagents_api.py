@@ -26,10 +26,10 @@ from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Latency
 from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
-from runner.models import delegation
 from runner.models.adaptive import AdaptiveLimit, AdaptiveModel
 from runner.models.anthropic import AnthropicModel
-from runner.models.delegation import DELEGATE_ENTRIES
+from runner.offline import delegation
+from runner.offline.delegation import DELEGATE_ENTRIES
 from tests.conftest import expected_row, regular_files, runner_env, survey_rows
 
 PACKAGES = ("email", "asyncio", "importlib", "unittest", "json", "urllib", "wsgiref")  # 7 directories

@@ -28,9 +28,9 @@ from runner.jobs import JobSpec
 from runner.messages import request_problems, tool_results, tool_uses
 from runner.models.anthropic import AnthropicModel
 from runner.models.base import Reply, Request
-from runner.models.offline import OfflineModel
+from runner.offline.model import OfflineModel
+from runner.offline.readback import binary_size, glob_cut, read_size, recall_page, without_footer
 from runner.pricing import Usage
-from runner.protocol import binary_size, glob_cut, read_size, recall_page, without_footer
 from runner.rundir.store import read_jsonl
 from runner.tools import toolset as tools_module
 from runner.tools.toolset import Toolset, file_tools

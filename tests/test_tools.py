@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.protocol import recall_page, without_footer
+from runner.offline.readback import recall_page, without_footer
 from runner.tools.toolset import RECALL_PAGE_CHARS, Toolset
 
 

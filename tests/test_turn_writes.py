@@ -17,7 +17,7 @@ from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
 from runner.jobs import JobSpec
-from runner.models.offline import OfflineModel
+from runner.offline.model import OfflineModel
 from runner.rundir.store import JobStore, dumps, read_jsonl
 
 pytestmark = pytest.mark.anyio

@@ -176,7 +176,7 @@ class Api:
             state.count("hostile")
             return hostile_response(request, scripted.hostile, body["model"])
         try:
-            message, billed = build_message(state, body, view, total)
+            message, billed = await build_message(state, body, view, total)
         except Exception:  # an emulator bug: say so loudly, answer like the API would
             log.exception("the emulator failed to build a reply")
             state.count("internal_error")

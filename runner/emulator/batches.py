@@ -146,7 +146,7 @@ async def finish(state: EmulatorState, batch: Batch) -> None:
             await asyncio.sleep(0)
             if state.batches.get(batch.id) is not batch:
                 return
-        result = answer_request(state, request) if i < answered else {"type": "canceled"}
+        result = await answer_request(state, request) if i < answered else {"type": "canceled"}
         batch.counts[result["type"]] += 1
         lines.append(json.dumps({"custom_id": request.custom_id, "result": result}, ensure_ascii=False))
     random.Random(f"{state.config.seed}:batch_results:{batch.number}").shuffle(lines)
@@ -159,7 +159,7 @@ def errored(error: dict[str, Any]) -> dict[str, Any]:
     return {"type": "errored", "error": {**error, "request_id": new_request_id()}}
 
 
-def answer_request(state: EmulatorState, request: BatchRequest) -> dict[str, Any]:
+async def answer_request(state: EmulatorState, request: BatchRequest) -> dict[str, Any]:
     """One request's result, computed as a live request's answer (see the module's guarantees)."""
     config, body = state.config, request.params
     view = effective_view(body["messages"])
@@ -177,7 +177,7 @@ def answer_request(state: EmulatorState, request: BatchRequest) -> dict[str, Any
         state.script_position += 1
         return errored(error_event("api_error"))
     try:
-        message, billed = build_message(state, body, view, total)
+        message, billed = await build_message(state, body, view, total)
     except Exception:  # an emulator bug: say so loudly, answer like the API would
         log.exception("the emulator failed to build a batch request's reply")
         return errored(error_event("api_error"))

@@ -3,7 +3,7 @@
 Guarantees:
 - The reply is, in this order: the next scripted reply (``config.script``, served once each, in
   order); for a request whose system prompt is the runner's Summarizer prompt, the deterministic
-  fallback summary of the conversation it carries; else :func:`runner.models.policy.decide` over the
+  fallback summary of the conversation it carries; else :func:`runner.offline.policy.decide` over the
   messages the API reads (without ``cache_control`` markers, so the reply does not depend on where a
   client put its breakpoints).
 - Server-side compaction comes first when its trigger is passed (see :mod:`.compaction`); its cost
@@ -24,7 +24,7 @@ from ..billing import without_cache_control
 from ..compaction.fallback import fallback_summary
 from ..compaction.summarizer import SYSTEM_PROMPT
 from ..messages import Message, blocks
-from ..models.policy import decide, partial_report
+from ..models.base import Request
 from ..pricing import USAGE_KEYS
 from .compaction import server_compaction
 from .state import EmulatorState
@@ -99,8 +99,8 @@ def truncate(content: Content, max_tokens: int) -> tuple[Content, bool]:
     return out, True
 
 
-def answer(state: EmulatorState, body: dict[str, Any], view: list[Message]) -> tuple[Content, str]:
-    """The reply's content and stop reason: the script, a Summarizer summary, or the policy."""
+async def answer(state: EmulatorState, body: dict[str, Any], view: list[Message]) -> tuple[Content, str]:
+    """The reply's content and stop reason: the script, a Summarizer summary, or the replier."""
     config = state.config
     if state.script_position < len(config.script):
         scripted = config.script[state.script_position]
@@ -111,13 +111,18 @@ def answer(state: EmulatorState, body: dict[str, Any], view: list[Message]) -> t
         # a summary as long as the request's max_tokens allows (4 characters per token)
         budget = max(2_000, int(body.get("max_tokens", 0)) * 4 - 4_000)
         return [{"type": "text", "text": fallback_summary(conversation_of(view), budget)}], "end_turn"
-    if (body.get("tool_choice") or {}).get("type") == "none":
-        return [{"type": "text", "text": partial_report(without_breakpoints(view))}], "end_turn"
-    names = {t.get("name") for t in body.get("tools") or []}
-    return decide(without_breakpoints(view), names, config.batch_size)
+    request = Request(
+        model=str(body["model"]),
+        messages=without_breakpoints(view),
+        tools=[t for t in body.get("tools") or [] if isinstance(t, dict)],
+        max_tokens=int(body.get("max_tokens", 0)),
+        tool_choice=body.get("tool_choice"),
+    )
+    reply = await state.replies(config.batch_size).create(request)
+    return reply.content, reply.stop_reason
 
 
-def build_message(
+async def build_message(
     state: EmulatorState, body: dict[str, Any], view: list[Message], total: int
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The response body and the usages to bill (one per iteration)."""
@@ -135,7 +140,7 @@ def build_message(
             paused = {**dict.fromkeys(USAGE_KEYS, 0), "iterations": iterations}
             return message_body(model, prefix, "compaction", paused), iterations
     scripted = config.script[state.script_position] if state.script_position < len(config.script) else None
-    content, stop_reason = answer(state, body, view)
+    content, stop_reason = await answer(state, body, view)
     if config.enforce_max_tokens:
         content, cut = truncate(content, body["max_tokens"])
         stop_reason = "max_tokens" if cut else stop_reason

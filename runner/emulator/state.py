@@ -20,11 +20,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 from ..billing import PromptCache
+from ..execution.backend import stand_in
+from ..models.base import Model
 from ..pricing import USAGE_KEYS
 from .config import EmulatorConfig
 from .faults import SlidingWindow
@@ -66,11 +69,20 @@ class Batch:
         return "canceling" if self.cancel_initiated_at is not None else "in_progress"
 
 
-class EmulatorState:
-    """Counters, the rate-limit window, the prompt cache, the script position and the batches."""
+def stand_in_replies(batch_size: int) -> Model:
+    """The default replier: the offline stand-in, reached through the ``Model`` protocol."""
+    return stand_in(batch_size=batch_size, serving=True)
 
-    def __init__(self, config: EmulatorConfig):
+
+class EmulatorState:
+    """Counters, the rate-limit window, the prompt cache, the script position and the batches.
+
+    ``replies``: the model that answers a request no script or summary answers, given the config's
+    ``batch_size`` (default: the offline stand-in); it is asked through the ``Model`` protocol alone."""
+
+    def __init__(self, config: EmulatorConfig, replies: Callable[[int], Model] = stand_in_replies):
         self.config = config
+        self.replies = replies
         self._lock = threading.Lock()
         self.reset()
 

@@ -6,7 +6,8 @@ Guarantees:
   halved on 429/529) and goes over one of ``shards_for(concurrency)`` HTTP clients (one per
   ``JOBS_PER_SHARD`` jobs in flight); summaries call the same backend outside ``calls``, behind the
   summary gate. The API key is never passed: the SDK reads it from the environment.
-- ``offline``: the deterministic offline model, and a summarizer without a model (the fallback summary).
+- ``offline``: the deterministic offline stand-in (:func:`stand_in`, the one place it is built), and a
+  summarizer without a model (the fallback summary).
 """
 
 from __future__ import annotations
@@ -29,6 +30,15 @@ def shards_for(concurrency: int) -> int:
     return -(-concurrency // JOBS_PER_SHARD)
 
 
+def stand_in(*, batch_size: int = 4, serving: bool = False) -> Model:
+    """The offline stand-in (``runner/offline/``) behind the ``Model`` protocol: the one place it is
+    built, for ``backend = "offline"`` and, ``serving``, for the emulator's default replies (which it
+    bills itself). Nothing else in the runner imports the stand-in."""
+    from ..offline.model import OfflineModel
+
+    return OfflineModel(batch_size, serving=serving)
+
+
 def build_backend(
     backend: str,
     *,
@@ -49,9 +59,7 @@ def build_backend(
     raw: Model | None = None
     summaries: Model | None = None  # the summarizer's model: None, raw, or raw through batches
     if backend == "offline":
-        from ..models.offline import OfflineModel
-
-        model: Model = OfflineModel()
+        model: Model = stand_in()
     else:
         from ..models.adaptive import AdaptiveModel
         from ..models.anthropic import AnthropicModel

@@ -1,6 +1,6 @@
 """What changed between two runs' reports (``runner diff RUN_A RUN_B``), per job: the unified diff of
 ``final.md`` and, for a report with an "## Every file" table (the survey's,
-:mod:`runner.models.memory_survey`: its rows, or the facts files it names) or with sections per file or
+:mod:`runner.offline.memory_survey`: its rows, or the facts files it names) or with sections per file or
 finding (its ``##`` / ``###`` headings), the rows added, removed and changed.
 
 :func:`compare` and :func:`report_units` are pure (texts in, a :class:`JobDiff` out), so the viewer can
@@ -12,11 +12,11 @@ Guarantees:
   survey's facts file that cannot be read leaves its rows out.
 - Confined to the two runs at every level: a job's directory is opened beneath its run's (no symbolic
   link, no ``..``), its ``final.md`` beneath the job's, and every file a report names (a survey's facts
-  files, its subagents' reports: :func:`~runner.models.memory_survey.report_rows`) beneath the job's
+  files, its subagents' reports: :func:`~runner.offline.memory_survey.report_rows`) beneath the job's
   too, with no symbolic link on the way; one leading out is not read.
 - Bounded: a ``final.md`` is read up to :data:`MAX_REPORT_BYTES`, a facts file up to
-  :data:`~runner.models.memory_survey.ROWS_FACTS_BYTES`, a job's files together up to
-  :data:`~runner.models.memory_survey.ROWS_TOTAL_BYTES`. What is cut or refused is said, naming the file,
+  :data:`~runner.offline.memory_survey.ROWS_FACTS_BYTES`, a job's files together up to
+  :data:`~runner.offline.memory_survey.ROWS_TOTAL_BYTES`. What is cut or refused is said, naming the file,
   in the job's ``problems`` (in ``--json``) and on stderr.
 """
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..models.memory_survey import report_rows
+from ..offline.memory_survey import report_rows
 from ..rundir.docs import FINAL, RunState, load_run
 from ..tools.beneath import NotRegular, Outside, Root, open_beneath, open_regular
 from .terminal import printable

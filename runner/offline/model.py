@@ -1,6 +1,7 @@
 """The embedded offline model: the deterministic survey policy behind the :class:`Model` interface.
 
 Its usage is an estimate (about four characters per token), marked ``estimated`` so reports say so.
+``serving``, it answers for the emulator instead, which bills each reply itself.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import json
 import math
 
 from ..billing import CHARS_PER_TOKEN
+from ..models.base import Reply, Request
 from ..pricing import Usage
-from .base import Reply, Request
 from .policy import decide, partial_report
 
 __all__ = ["CHARS_PER_TOKEN", "OfflineModel", "estimate_tokens", "request_chars"]
@@ -25,16 +26,19 @@ def request_chars(request: Request) -> int:
 
 
 class OfflineModel:
-    """Answers from :func:`runner.models.policy.decide`; never calls a network."""
+    """Answers from :func:`runner.offline.policy.decide`; never calls a network."""
 
     name = "offline"
     server_compaction = False
 
-    def __init__(self, batch_size: int = 4):
+    def __init__(self, batch_size: int = 4, *, serving: bool = False):
         self.batch_size = batch_size
+        self.serving = serving  # behind the emulator: any tool set, the report not cut, no usage
 
     async def create(self, request: Request) -> Reply:
-        tool_names = {t["name"] for t in request.tools}
+        tool_names = {str(t.get("name")) for t in request.tools}
+        if self.serving:
+            return self._served(request, tool_names)
         if not {"glob", "read"} <= tool_names:
             raise RuntimeError(
                 "the offline model surveys a workspace with glob, read and grep, and this job does "
@@ -52,6 +56,14 @@ class OfflineModel:
             output_tokens=estimate_tokens(json.dumps(content, ensure_ascii=False)),
         )
         return Reply(content=content, stop_reason=stop_reason, usage=usage, estimated=True)
+
+    def _served(self, request: Request, tool_names: set[str]) -> Reply:
+        if (request.tool_choice or {}).get("type") == "none":
+            return Reply(
+                content=[{"type": "text", "text": partial_report(request.messages)}], stop_reason="end_turn"
+            )
+        content, stop_reason = decide(request.messages, tool_names, self.batch_size)
+        return Reply(content=content, stop_reason=stop_reason)
 
     async def aclose(self) -> None:
         return None

@@ -59,15 +59,10 @@ from ..protocol import (
     CHANGE_KINDS,
     INCREMENTAL_HEAD,
     INCREMENTAL_MEMORY,
-    changes_of,
     incremental_head,
-    incremental_of,
     is_persisted,
     is_placeholder,
-    is_seed_placeholder,
-    recall_page,
     saved_path,
-    without_footer,
 )
 from . import memory_survey
 from .memory_survey import (
@@ -98,6 +93,7 @@ from .memory_survey import (
     todo_place,
     unescape,
 )
+from .readback import changes_of, incremental_of, is_seed_placeholder, recall_page, without_footer
 
 PHASE = "incremental"  # the memory survey's phase while this module leads
 VIEW_CHARS = {"facts": 100, "todo": 30}  # what a line of each log takes, about, until a page says
@@ -124,7 +120,7 @@ _TABLE_ROW = re.compile(r"^\| (.+?) \| (\d+) \| (\d+) \|$")
 
 
 def note_of(messages: list[Message]) -> tuple[dict[str, Any], str] | None:
-    """The runtime's note on the baseline (what :func:`runner.protocol.incremental_of` reads) and its
+    """The runtime's note on the baseline (what :func:`runner.offline.readback.incremental_of` reads) and its
     text, from the job's first messages; None when the job is not incremental."""
     for message in messages[:2]:
         if message.get("role") != "user":

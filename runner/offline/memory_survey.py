@@ -64,23 +64,18 @@ from typing import Any
 
 from ..compaction.fallback import LAST_HEADING, NOTES_HEADING
 from ..messages import Message, result_text, text_of, tool_results, tool_uses
-from ..protocol import (
-    EMPTY_FILE,
+from ..protocol import EMPTY_FILE, is_persisted, is_placeholder, is_summary, persisted_preview, saved_path
+from ..tools.beneath import Root, open_regular
+from .listing import BINARY_EXTENSIONS, split
+from .readback import (
     binary_size,
     glob_cut,
-    is_persisted,
-    is_placeholder,
     is_seed_placeholder,
-    is_summary,
-    persisted_preview,
     persisted_size,
     read_size,
     recall_page,
-    saved_path,
     without_footer,
 )
-from ..tools.beneath import Root, open_regular
-from .listing import BINARY_EXTENSIONS, split
 
 STATE_KEY = "- survey-state | "
 REQUEST_START = "Current user request:"  # a summary's line before its copy of the request

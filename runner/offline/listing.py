@@ -1,7 +1,7 @@
 """How the offline policy lists a whole workspace with a glob that shows at most 200 matches.
 
 It asks ``*`` and ``**/*`` of the workspace first. When the tool says the ``**/*`` listing was cut
-(:func:`runner.protocol.glob_cut`), it narrows per directory: ``*/`` gives a directory's
+(:func:`runner.offline.readback.glob_cut`), it narrows per directory: ``*/`` gives a directory's
 subdirectories and ``*`` its own entries, for every directory it finds; a directory with more than
 200 entries of its own is split by the first characters of the names (``[a-f]*``, ``[g-m]*``, ...). Every
 query is answered whole (a saved answer is read back page by page), so the listing is complete when no query

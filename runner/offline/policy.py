@@ -46,22 +46,24 @@ from ..protocol import (
     EMPTY_FILE,
     RETIRED,
     archived_count,
-    glob_cut,
     is_persisted,
     is_placeholder,
-    is_seed_placeholder,
     is_summary,
-    mentions_summary,
     persisted_preview,
-    persisted_size,
-    recall_page,
     saved_path,
-    without_footer,
 )
 from ..rundir.docs import TRANSCRIPT
 from . import delegation, incremental_survey, memory_survey
 from .listing import Listing, rel, skipped
 from .memory_survey import OUTLINE_PATTERN, TODO_PATTERN, count_matches, first_doc_line
+from .readback import (
+    glob_cut,
+    is_seed_placeholder,
+    mentions_summary,
+    persisted_size,
+    recall_page,
+    without_footer,
+)
 
 GLOBS_PER_TURN = 8
 OUTLINES_PER_READ = 3  # outline greps per turn, per file read per turn: a file's outline is a few lines

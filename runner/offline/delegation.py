@@ -43,15 +43,12 @@ from typing import Any
 
 from ..messages import Message, result_text, text_of, tool_results, tool_uses
 from ..protocol import (
-    glob_cut,
     is_persisted,
     is_placeholder,
     is_summary,
     persisted_preview,
-    persisted_size,
     saved_path,
     subagent_result,
-    without_footer,
 )
 from . import memory_survey
 from .memory_survey import (
@@ -72,6 +69,7 @@ from .memory_survey import (
     scoped_prompt,
     units,
 )
+from .readback import glob_cut, persisted_size, without_footer
 
 DELEGATE_ENTRIES = INLINE_FILES  # a tree whose listing names more entries than this is split
 MIN_PARTS = 2  # top-level directories a tree needs to be split
