@@ -48,7 +48,8 @@ def project(root: Path, max_turns: int = 400) -> Path:
         )
     (root / "jobs").mkdir()
     (root / "jobs" / "survey.toml").write_text(
-        f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n[limits]\nmax_turns = {max_turns}\n'
+        f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n'
+        f'outputs = ["memories/survey/facts-*.md"]\n[limits]\nmax_turns = {max_turns}\n'
     )
     (root / "config.toml").write_text('[runner]\noutput_dir = "runs"\nbackend = "offline"\n')
     return ws
@@ -305,20 +306,11 @@ def test_diff_follows_nothing_out_of_the_runs_and_reads_a_bounded_amount(
     (memories / "facts-007.md").symlink_to(outside / "facts.md")
     with (memories / "facts-008.md").open("wb") as f:  # sparse: 512 MiB that take no disk
         f.truncate(512 * 1024 * 1024)
-    part = second / "agents" / "1-part"
-    part.mkdir(parents=True)
-    (part / "final.md").write_text(  # a subagent's report whose own row leads out, and one naming itself
-        "| `x` | p | succeeded | 1 | `../../../outside/final.md` |\n"
-        "| `y` | p | succeeded | 1 | `final.md` |\n"
-        "| `z` | p | succeeded | 1 | `../../../../../../../../etc/passwd` |\n"
-    )
     report = (second / "final.md").read_text()
-    (second / "final.md").write_text(
-        report
-        + "\n| `a` | p | succeeded | 1 | `../../outside/final.md` |\n"
-        + "| `b` | p | succeeded | 1 | `agents/1-part/final.md` |\n"
-        + "| `c` | p | succeeded | 1 | `/etc/passwd` |\n"
-        + "Rows in `memories/survey/facts-007.md` and `memories/survey/facts-008.md`.\n"
+    (second / "final.md").write_text(report + "\nRows in `../../outside/facts.md` and `/etc/passwd`.\n")
+    spec = json.loads((second / "job.json").read_text())  # a job.json edited to read out of the job
+    (second / "job.json").write_text(
+        json.dumps({**spec, "outputs": [*spec["outputs"], "../../outside/*.md", "/etc/passwd"]})
     )
     (first / "final.md").unlink()
     (first / "final.md").symlink_to(outside / "final.md")
@@ -337,7 +329,7 @@ def test_diff_follows_nothing_out_of_the_runs_and_reads_a_bounded_amount(
     assert f"{first / 'final.md'}: a symbolic link" in problems
     assert f"{memories / 'facts-007.md'}: a symbolic link" in problems
     assert f"{memories / 'facts-008.md'}: {512 * 1024 * 1024} bytes, more than" in problems
-    assert "outside the job directory" in problems and str(second / "agents" / "outside") not in problems
+    assert "output pattern '../../outside/*.md'" in problems and "output pattern '/etc/passwd'" in problems
 
     shown = run_cli("diff", str(first.parent), str(second.parent), "--json", cwd=tmp_path)
     assert shown.returncode == 1 and "SECRET" not in shown.stdout

@@ -37,7 +37,8 @@ def project(root: Path, packages: tuple[str, ...], limits: str = "") -> Path:
         shutil.copytree(STDLIB / name, ws / name, ignore=shutil.ignore_patterns("__pycache__"))
     (root / "jobs").mkdir()
     (root / "jobs" / "survey.toml").write_text(
-        f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n[limits]\nmax_turns = 2000\n{limits}'
+        f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n'
+        f'outputs = ["memories/survey/facts-*.md"]\n[limits]\nmax_turns = 2000\n{limits}'
     )
     (root / "config.toml").write_text('[runner]\noutput_dir = "runs"\nbackend = "offline"\n')
     return ws

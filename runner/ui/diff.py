@@ -1,29 +1,26 @@
-"""What changed between two runs' reports (``runner diff RUN_A RUN_B``), per job: the unified diff of
-``final.md`` and, for a report with an "## Every file" table (the survey's,
-:mod:`runner.offline.memory_survey`: its rows, or the facts files it names) or with sections per file or
-finding (its ``##`` / ``###`` headings), the rows added, removed and changed.
+"""What changed between two runs' results (``runner diff RUN_A RUN_B``), per job: the unified diff of
+``final.md`` and the rows added, removed and changed: the rows of the report's Markdown tables and the
+lines of the files the job declares as ``outputs`` in its task file (:mod:`.rows`), or, for a report
+with neither, its sections (its ``##`` / ``###`` headings).
 
 :func:`compare` and :func:`report_units` are pure (texts in, a :class:`JobDiff` out), so the viewer can
-show a job against its baseline with them; :func:`diff_runs` reads two run directories for them.
+use them on reports it already holds.
 
 Guarantees:
-- A job present in only one run counts as changed (its report appeared or went).
-- Reading never raises for a damaged or missing file: a missing ``final.md`` is an empty report, a
-  survey's facts file that cannot be read leaves its rows out.
+- Every job of either run is in the result, in the first run's order; a job in one run only is
+  added or removed, not an error. A report that cannot be read is compared as empty, and an output
+  file that cannot be read leaves its rows out, each said in the job's ``problems``.
 - Confined to the two runs at every level: a job's directory is opened beneath its run's (no symbolic
-  link, no ``..``), its ``final.md`` beneath the job's, and every file a report names (a survey's facts
-  files, its subagents' reports: :func:`~runner.offline.memory_survey.report_rows`) beneath the job's
-  too, with no symbolic link on the way; one leading out is not read.
-- Bounded: a ``final.md`` is read up to :data:`MAX_REPORT_BYTES`, a facts file up to
-  :data:`~runner.offline.memory_survey.ROWS_FACTS_BYTES`, a job's files together up to
-  :data:`~runner.offline.memory_survey.ROWS_TOTAL_BYTES`. What is cut or refused is said, naming the file,
-  in the job's ``problems`` (in ``--json``) and on stderr.
+  link, no ``..``), its ``final.md`` and ``job.json`` beneath the job's, and its outputs as
+  :mod:`.rows` promises; one leading out is not read.
+- Bounded: a ``final.md`` is read up to :data:`MAX_REPORT_BYTES`, a ``job.json`` up to
+  :data:`MAX_SPEC_BYTES`, the outputs as :mod:`.rows` bounds them. What is cut or refused is said,
+  naming the file, in the job's ``problems`` (in ``--json``) and on stderr.
 """
 
 from __future__ import annotations
 
 import difflib
-import errno
 import json
 import os
 import re
@@ -33,16 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..offline.memory_survey import report_rows
-from ..rundir.docs import FINAL, RunState, load_run
-from ..tools.beneath import NotRegular, Outside, Root, open_beneath, open_regular
+from ..rundir.docs import FINAL, JOB_JSON, RunState, load_run
+from ..tools.beneath import Root, open_beneath, open_regular
+from .rows import output_rows, refusal, table_rows
 from .terminal import printable
 
-EVERY_FILE = "## Every file"
 MAX_REPORT_BYTES = 16 * 1024 * 1024  # a larger final.md is compared by its first this many bytes
+MAX_SPEC_BYTES = 1024 * 1024  # a job.json (the runner writes a few KiB)
 _HEADING = re.compile(r"^(#{2,3}) (.+?)\s*$", re.M)
-_SUBAGENT_REPORT = re.compile(r"^\| `[^`\n]+` \| .* \| \w+ \| [\d-]+ \| `([^`\n]+)` \|$", re.M)
-_FACTS = re.compile(r"`memories/survey/facts-\d{3}\.md`|" + _SUBAGENT_REPORT.pattern, re.M)
 
 
 @dataclass
@@ -98,25 +93,6 @@ class RunDiff:
         }
 
 
-def _unescape(cell: str) -> str:
-    return cell.replace("\\|", "|").replace("\\n", "\n")
-
-
-def table_rows(report: str) -> dict[str, str]:
-    """The rows of the report's "## Every file" table, by their first cell: each row's whole line."""
-    if EVERY_FILE not in report:
-        return {}
-    section = report.split(EVERY_FILE, 1)[1]
-    section = re.split(r"^## ", section, maxsplit=1, flags=re.M)[0]
-    rows: dict[str, str] = {}
-    for line in section.split("\n"):
-        match = re.match(r"^\| (.+?) \|", line)
-        if not match or line.startswith("|---") or line.startswith("| file |"):
-            continue
-        rows.setdefault(_unescape(match[1]), line)
-    return rows
-
-
 def sections(report: str) -> dict[str, str]:
     """The report's ``##`` and ``###`` sections by heading (a repeated heading numbered): each one's text."""
     out: dict[str, str] = {}
@@ -132,28 +108,51 @@ def sections(report: str) -> dict[str, str]:
 
 
 def report_units(
-    report: str, job_dir: Path | None = None, problems: list[str] | None = None
+    report: str,
+    job_dir: Path | None = None,
+    problems: list[str] | None = None,
+    outputs: list[str] | None = None,
 ) -> tuple[str, dict[str, str]]:
-    """What a report is made of, by key: ("rows", its file table's rows and, with ``job_dir``, the rows
-    of the survey facts files it names, read beneath ``job_dir`` only: what is refused is said in
-    ``problems``) or ("sections", its sections)."""
+    """What a report is made of, by key: ("rows", its tables' rows and, with ``job_dir``, the rows of
+    the job's ``outputs`` files, read beneath ``job_dir`` only: what is refused is said in
+    ``problems``) or, with no row at all, ("sections", its sections)."""
     rows = table_rows(report)
-    if job_dir is not None and _FACTS.search(report):
+    if job_dir is not None and outputs:
         found: list[str] = []
-        try:
-            facts = report_rows(report, job_dir, found)
-        except (OSError, ValueError, IndexError, TypeError, RecursionError) as e:
-            facts = {}
-            found.append(
-                f"{job_dir}: the survey's facts files could not be read ({type(e).__name__}: {e})"[:300]
-            )
+        for key, row in output_rows(job_dir, outputs, found).items():
+            rows.setdefault(key, row)
         if problems is not None:
             problems += found
-        for path, row in facts.items():
-            rows.setdefault(str(path), json.dumps(row, ensure_ascii=False))
-    if rows or EVERY_FILE in report:
+    if rows:
         return "rows", rows
     return "sections", sections(report)
+
+
+def declared_outputs(job_dir: Path, problems: list[str]) -> list[str]:
+    """The ``outputs`` patterns of the job's ``job.json`` (none when it has none), read beneath
+    ``job_dir`` up to :data:`MAX_SPEC_BYTES`; one that cannot be read is said in ``problems``."""
+    path = job_dir / JOB_JSON
+    try:
+        with Root.open(str(job_dir)) as root:
+            fd, _ = open_regular(root, JOB_JSON, no_symlinks=True)
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as e:
+        problems.append(f"{path}: {refusal(e)}; its outputs are not compared")
+        return []
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_SPEC_BYTES + 1)
+    try:
+        if len(data) > MAX_SPEC_BYTES:
+            raise ValueError(f"more than {MAX_SPEC_BYTES} bytes")
+        spec = json.loads(data)
+        outputs = spec.get("outputs", []) if isinstance(spec, dict) else None
+        if not isinstance(outputs, list):
+            raise ValueError("outputs: expected a list of patterns")
+    except ValueError as e:
+        problems.append(f"{path}: {e}; its outputs are not compared"[:300])
+        return []
+    return outputs
 
 
 def compare(
@@ -204,7 +203,7 @@ def read_report(job_dir: Path, problems: list[str] | None = None) -> str:
     except FileNotFoundError:
         return ""
     except (OSError, ValueError) as e:
-        notes.append(f"{path}: {_refused(e)}; compared as an empty report")
+        notes.append(f"{path}: {refusal(e)}; compared as an empty report")
         return ""
     with os.fdopen(fd, "rb") as f:
         data = f.read(MAX_REPORT_BYTES + 1)
@@ -215,16 +214,6 @@ def read_report(job_dir: Path, problems: list[str] | None = None) -> str:
         )
         data = data[:MAX_REPORT_BYTES]
     return data.decode("utf-8", errors="replace")
-
-
-def _refused(e: BaseException) -> str:
-    if isinstance(e, Outside):
-        return "it leads out of its directory, not read"
-    if isinstance(e, NotRegular):
-        return "not a regular file, not read"
-    if isinstance(e, OSError) and e.errno == errno.ELOOP:
-        return "a symbolic link, which is not followed"
-    return f"unreadable ({e.strerror if isinstance(e, OSError) and e.strerror else e})"
 
 
 def job_dir_problem(run_dir: Path, name: str) -> str | None:
@@ -238,7 +227,7 @@ def job_dir_problem(run_dir: Path, name: str) -> str | None:
     except FileNotFoundError:
         return None  # a job only in run.json: no report
     except (OSError, ValueError) as e:
-        return f"{run_dir / name}: {_refused(e)}"
+        return f"{run_dir / name}: {refusal(e)}"
     return None
 
 
@@ -265,8 +254,9 @@ def diff_runs(run_a: Path, run_b: Path, warn: Callable[[str], None] | None = _st
                 problems.append(refused)
             readable = job is not None and refused is None
             text = read_report(job.dir, problems) if readable else ""
+            outputs = declared_outputs(job.dir, problems) if readable else []
             texts.append(text)
-            units.append(report_units(text, job.dir if readable else None, problems))
+            units.append(report_units(text, job.dir if readable else None, problems, outputs))
         result = compare(
             name,
             texts[0],
