@@ -1,10 +1,9 @@
 """The text protocol: every marker, placeholder and label the runner writes into a model's context,
 and the parsers the runner itself needs to recognize them (the compactor, the viewer, resume).
 
-Everything that writes or reads these texts (the compactor, the tools, the emulator, the benchmarks,
-the offline stand-in) imports them from here, so a change of wording is one change. Parsers only a
-reader of a conversation needs (a model reading the runner's texts back) are not here: the offline
-stand-in keeps its own (``runner/offline/readback.py``).
+Everything that writes or reads these texts (the compactor, the tools, the emulator, the benchmarks)
+imports them from here, so a change of wording is one change. Parsers only a model reading the
+runner's texts back would need are not here.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from runner.rundir.store import JobStore
 from runner.tools import file_tools
 from runner.tools.toolset import Toolset
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.stand_in]
 
 PACKAGES = ("email", "json", "asyncio")
 THRESHOLD = 40  # entries: the copied packages make a tree bigger than this (the default is for bigger trees)

@@ -28,7 +28,7 @@ from conftest import expected_row, offline_survey, regular_files, survey_rows, s
 
 from runner.offline.memory_survey import FILES_ONLY, TODO_PATTERN, TODO_SHOWN, UNIT_SEP, scoped_prompt
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.stand_in]
 STDLIB = Path(encodings.__file__).parent.parent
 TREES = {
     "encodings": STDLIB / "encodings",

@@ -1,7 +1,7 @@
 """The deterministic fallback summary: built without a model, from the history alone.
 
-Used when the summarizer's circuit breaker is open, when a summary call fails, and as the offline
-model's summarizer. It keeps what a model needs to continue: files read and changed, commands with
+Used when the summarizer's circuit breaker is open, when a summary call fails, and as the summarizer
+of a backend with no summary model. It keeps what a model needs to continue: files read and changed, commands with
 their outcome, errors seen, its last text, and every note line (``- ...``) the assistant wrote or
 an earlier summary carried, newest first, each once. The whole summary fits its budget (the job's
 ``summary_share`` of the context), what matters most first: the notes (the plan and progress),

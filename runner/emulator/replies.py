@@ -3,8 +3,8 @@
 Guarantees:
 - The reply is, in this order: the next scripted reply (``config.script``, served once each, in
   order); for a request whose system prompt is the runner's Summarizer prompt, the deterministic
-  fallback summary of the conversation it carries; else :func:`runner.offline.policy.decide` over the
-  messages the API reads (without ``cache_control`` markers, so the reply does not depend on where a
+  fallback summary of the conversation it carries; else the state's ``replies`` model (by default
+  the backend switch's stand-in, asked through the ``Model`` protocol) over the messages the API reads (without ``cache_control`` markers, so the reply does not depend on where a
   client put its breakpoints).
 - Server-side compaction comes first when its trigger is passed (see :mod:`.compaction`); its cost
   is an entry of ``usage.iterations``, and the top-level usage is the message's alone.

@@ -1,5 +1,5 @@
-"""Token counts as the emulator bills them: ceil(characters of the JSON text / 4), as the offline
-model counts, so the runner's estimates and the emulator's usage agree."""
+"""Token counts as the emulator bills them: ceil(characters of the JSON text / 4), as
+:mod:`runner.billing` counts, so the runner's estimates and the emulator's usage agree."""
 
 from __future__ import annotations
 
