@@ -111,7 +111,9 @@ class JobSpec(BaseModel):
     )  # `runner run --fresh`: no baseline for this run (not in job.json)
 
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        """``job.json``'s content; a job without ``outputs`` leaves the key out, so a ``job.json``
+        written before the field existed writes back unchanged."""
+        return self.model_dump(mode="json", exclude={"outputs"} if not self.outputs else set())
 
     def run_fresh(self) -> JobSpec:
         """This job for a run that starts it without a baseline (``--fresh``)."""
