@@ -119,10 +119,6 @@ REACTIVE_COMPACT = "Reactive compact"
 SUMMARY_LABELS = (f"[{COMPACTED}]", f"[{REACTIVE_COMPACT}]")
 # the API's compaction block, as it reads it back: a user message of this and the block's content
 COMPACTION_BLOCK_HEAD = f"[{COMPACTED}]\n"
-# A note line that says the older notes with a key are obsolete (the fallback summary drops them):
-# ``- retired-note: <key>``, the key without its leading ``- ``. Spelled so that no note a model
-# writes in its own words is taken for one.
-RETIRED = "- retired-note: "
 
 
 SUMMARY_CUT = (

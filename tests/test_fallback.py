@@ -36,26 +36,24 @@ def test_a_newer_note_supersedes_an_older_one_with_the_same_key_through_two_summ
     assert third.count("- dir: b |") == 1 and "- dir: b | | z 5 1 0" in third
 
 
-def test_a_retired_key_is_left_out_of_later_summaries_and_a_newer_note_with_it_is_kept():
+def test_a_line_that_looks_like_a_retiring_note_is_an_ordinary_note():
+    """The fallback summary knows no model's conventions: a note is kept by its key, newest first,
+    whatever it says; nothing a model writes makes it drop other notes."""
     first = [
         {"role": "user", "content": "Survey."},
         *turn(1, "- glob: * @ a | 0-1/1 | x, y\n- saved: tool-results/1.txt | glob | 9 | a | *"),
-        *turn(
-            2,
-            "- dir: a | | x 10 1 -; y 20 2 3\n- retired-note: glob: * @ a\n- retired-note: saved: "
-            "tool-results/1.txt",
-        ),
+        *turn(2, "- dir: a | | x 10 1 -; y 20 2 3\n- retired-note: glob: * @ a\n- glob: * @ a | in its dir note"),
         *turn(3, "Next: read."),
     ]
-    assert note_lines(first) == ["- dir: a | | x 10 1 -; y 20 2 3"]
-    summary = fallback_summary(first)
-    assert "glob: * @ a" not in summary and "saved:" not in summary and "retired" not in summary
-    # the key may be noted again later: the newer note is a live fact
-    second = [
-        summary_message(COMPACTED, "Survey.", summary, "transcript.jsonl"),
-        *turn(4, "- glob: * @ a | 0-1/1 | x, y, z"),
+    assert note_lines(first) == [
+        "- glob: * @ a | in its dir note",
+        "- retired-note: glob: * @ a",
+        "- dir: a | | x 10 1 -; y 20 2 3",
+        "- saved: tool-results/1.txt | glob | 9 | a | *",
     ]
-    assert note_lines(second) == ["- glob: * @ a | 0-1/1 | x, y, z", "- dir: a | | x 10 1 -; y 20 2 3"]
+    summary = fallback_summary(first)
+    assert "- glob: * @ a | 0-1/1" not in summary and "- saved: tool-results/1.txt" in summary
+
 
 
 def test_the_oldest_notes_give_way_when_the_notes_outgrow_the_budget():

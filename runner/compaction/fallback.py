@@ -9,9 +9,6 @@ the last text, then the files written and read and the calls, with where their o
 a summary of summaries carries the notes again, so it never grows past the budget either. A note is a keyed
 fact: the text before its first `` | `` is its key, and a newer note with the same key supersedes the older
 ones (so a fact noted again as it grows, e.g. per directory, is kept once, in its newest form).
-A note ``- retired-note: <key>`` (the key without its leading ``- ``) says that older notes with
-that key are obsolete: they are left out of the notes, and so is the retiring line, so that notes
-a newer one has replaced do not crowd out live facts when the notes outgrow the budget.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ import os
 from collections import Counter
 
 from ..messages import Message, one_line, result_text, text_of, tool_results, tool_uses
-from ..protocol import NOTES_ONLY, RETIRED, is_summary, saved_path
+from ..protocol import NOTES_ONLY, is_summary, saved_path
 
 NOTES_HEADING = "### Notes the assistant recorded (newest first, each key once)"
 LAST_HEADING = "### Last assistant text"
@@ -177,9 +174,6 @@ def note_lines(messages: list[Message], skip: str = "") -> list[str]:
             continue
         for line in newest_first:
             line = line.rstrip()
-            if line.startswith(RETIRED):
-                seen.add("- " + line[len(RETIRED) :])
-                continue
             key = line.split(KEY_END, 1)[0]
             if line.startswith("- ") and key not in seen:
                 seen.add(key)

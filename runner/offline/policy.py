@@ -44,7 +44,6 @@ from typing import Any
 from ..messages import Message, blocks, result_text, text_of, tool_results, tool_uses
 from ..protocol import (
     EMPTY_FILE,
-    RETIRED,
     archived_count,
     is_persisted,
     is_placeholder,
@@ -76,6 +75,7 @@ NOTE = re.compile(
     re.M,
 )
 GLOB_AT = " @ "  # a glob note's key: ``<pattern> @ <directory>``
+FOLDED = " | in its dir note"  # the body of a note a ``dir`` note replaced (no fact: the parsers skip it)
 
 
 class SurveyFailed(RuntimeError):
@@ -489,7 +489,8 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
 
 def _combine_glob_notes(facts: Facts, notes: list[str], retire: bool = True) -> list[str]:
     """The glob notes of a directory whose listing is whole, as its one ``dir`` note; with
-    ``retire``, followed by lines retiring the notes it replaces that these notes do not rewrite."""
+    ``retire``, followed by a short note under each key it replaces that these notes do not rewrite,
+    so that a summary, which keeps the newest note of each key, keeps that and not the replaced one."""
     out: list[str] = []
     done: list[str] = []
     for note in notes:
@@ -503,7 +504,7 @@ def _combine_glob_notes(facts: Facts, notes: list[str], retire: bool = True) -> 
     if retire and done:
         written = {note.split(" | ", 1)[0][2:] for note in out}
         out += [
-            f"{RETIRED}{key}" for d in done for key in _replaced_by_dir_note(facts, d) if key not in written
+            f"- {key}{FOLDED}" for d in done for key in _replaced_by_dir_note(facts, d) if key not in written
         ]
     return out
 
