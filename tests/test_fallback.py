@@ -42,7 +42,9 @@ def test_a_line_that_looks_like_a_retiring_note_is_an_ordinary_note():
     first = [
         {"role": "user", "content": "Survey."},
         *turn(1, "- glob: * @ a | 0-1/1 | x, y\n- saved: tool-results/1.txt | glob | 9 | a | *"),
-        *turn(2, "- dir: a | | x 10 1 -; y 20 2 3\n- retired-note: glob: * @ a\n- glob: * @ a | in its dir note"),
+        *turn(
+            2, "- dir: a | | x 10 1 -; y 20 2 3\n- retired-note: glob: * @ a\n- glob: * @ a | in its dir note"
+        ),
         *turn(3, "Next: read."),
     ]
     assert note_lines(first) == [
