@@ -389,24 +389,6 @@ def warn_host_fit(settings: Settings, specs: list[JobSpec]) -> None:
         print_error(line, label="warning")
 
 
-ACTING_TOOLS = ("bash", "write", "edit")
-
-
-def warn_offline_tools(specs: list[JobSpec]) -> None:
-    """The offline model only surveys: a job that lists a tool that acts is told, one line per job,
-    that its prompt will not be carried out."""
-    for spec in specs:
-        acting = [t for t in spec.tools if t in ACTING_TOOLS]
-        if acting:
-            print_error(
-                f"job {spec.name} ({shown_path(spec.source)}): the offline model only surveys the workspace "
-                "(read, glob, "
-                f"grep) and writes a report; it will not do what the prompt asks with {', '.join(acting)}; "
-                "set ANTHROPIC_API_KEY to run it with a model",
-                label="warning",
-            )
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
     settings = parsed(
         lambda: settings_from(
@@ -470,12 +452,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .execution.core import Batch, new_run_id
     from .rundir.store import link_latest
 
-    model, summarizer, backend = make_backend(settings)
+    model, summarizer, backend = make_backend(settings, specs=specs)
     warn_fallbacks(specs, model)
     warn_unpriced(settings, specs)
     warn_host_fit(settings, specs)
-    if backend == "offline":
-        warn_offline_tools(specs)
     run_dir = settings.runner.output_dir / new_run_id()
     try:
         run_dir.mkdir(parents=True)

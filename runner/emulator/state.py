@@ -70,7 +70,7 @@ class Batch:
 
 
 def stand_in_replies(batch_size: int) -> Model:
-    """The default replier: the offline stand-in, reached through the ``Model`` protocol."""
+    """The default replier: the backend switch's stand-in, reached through the ``Model`` protocol."""
     return stand_in(batch_size=batch_size, serving=True)
 
 
@@ -78,7 +78,7 @@ class EmulatorState:
     """Counters, the rate-limit window, the prompt cache, the script position and the batches.
 
     ``replies``: the model that answers a request no script or summary answers, given the config's
-    ``batch_size`` (default: the offline stand-in); it is asked through the ``Model`` protocol alone."""
+    ``batch_size`` (default: :func:`stand_in_replies`); it is asked through the ``Model`` protocol alone."""
 
     def __init__(self, config: EmulatorConfig, replies: Callable[[int], Model] = stand_in_replies):
         self.config = config

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,8 +103,13 @@ def settings_from(args: argparse.Namespace, say: Any = None) -> Settings:
     return settings
 
 
-def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
-    """The model for jobs and the batch's Summarizer; says loudly when it is the offline model."""
+ACTING_TOOLS = ("bash", "write", "edit")
+
+
+def make_backend(settings: Settings, *, specs: Sequence[JobSpec] = ()) -> tuple[Model, Summarizer, str]:
+    """The model for jobs and the batch's Summarizer; says loudly when it is the offline model, and
+    then, one line per job of ``specs`` that lists a tool that acts, that its prompt will not be
+    carried out."""
     from ..models.adaptive import AdaptiveLimit
     from ..ui.display import API
     from .backend import build_backend
@@ -123,6 +129,14 @@ def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
                 "it applies with backend = anthropic",
                 label="warning",
             )
+        for spec in specs:
+            if acting := [t for t in spec.tools if t in ACTING_TOOLS]:
+                print_error(
+                    f"job {spec.name} ({shown_path(spec.source)}): the offline model only surveys the "
+                    "workspace (read, glob, grep) and writes a report; it will not do what the prompt asks "
+                    f"with {', '.join(acting)}; set ANTHROPIC_API_KEY to run it with a model",
+                    label="warning",
+                )
     elif not os.environ.get("ANTHROPIC_API_KEY"):
         raise ConfigError(["backend = anthropic needs ANTHROPIC_API_KEY in the environment"])
     limit = AdaptiveLimit(maximum=settings.runner.concurrency)

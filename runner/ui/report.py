@@ -131,7 +131,7 @@ def run_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
             Text(printable(job.get("error") or "")),
         )
     if estimated:
-        table.caption = "* offline model: token counts and cost are estimates (4 chars per token)"
+        table.caption = "* estimated: no API reported usage; token counts and cost at 4 chars per token"
     return table
 
 
