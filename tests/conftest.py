@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -74,6 +75,47 @@ def run_cli_process(
     return subprocess.run(
         runner_argv(*args), cwd=cwd, env=runner_env(**env), capture_output=True, text=True, timeout=timeout
     )
+
+
+def kill_runner_when(
+    ready: Callable[[], bool],
+    *args: str,
+    cwd: Path | str,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 60,
+    then_after_s: float = 0.0,
+) -> bool:
+    """``python -m runner ARGS`` as a real process in ``cwd`` (:func:`runner_env`, or ``env``), killed
+    with SIGKILL ``then_after_s`` seconds after ``ready()`` first holds (polled every 2 ms): True when
+    it was killed, False when it ended first. The test fails when neither happens in ``timeout_s``.
+    The one kill-and-resume harness: a test says when to kill, and checks the resume."""
+    proc = subprocess.Popen(
+        runner_argv(*args),
+        cwd=cwd,
+        env=env if env is not None else runner_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + timeout_s
+    kill_at: float | None = None
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return False
+            now = time.monotonic()
+            if kill_at is None and ready():
+                kill_at = now + then_after_s
+            if kill_at is not None and now >= kill_at:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                return True
+            time.sleep(0.002)
+        pytest.fail(f"runner {' '.join(args)} neither reached its kill point nor ended in {timeout_s:g} s")
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+    return False
 
 
 def fresh_consoles(patch: pytest.MonkeyPatch) -> None:

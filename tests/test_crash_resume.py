@@ -4,14 +4,13 @@ had succeeded are untouched, and no file in the run directory is torn."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import runner_env
+from conftest import kill_runner_when, runner_env
 
 from runner import cli
 from runner.agent.continuation import last_complete_turn
@@ -43,27 +42,12 @@ def _run_json(tmp: Path) -> tuple[Path | None, dict | None]:
 
 
 def _kill_when(tmp: Path, ready) -> Path:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run"],
-        cwd=tmp,
-        env=runner_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    try:
-        while time.monotonic() < deadline:
-            run_dir, doc = _run_json(tmp)
-            if run_dir is not None and ready(run_dir, doc):
-                break
-            if proc.poll() is not None:
-                pytest.fail("the run finished before the kill point was reached")
-            time.sleep(0.005)
-        else:
-            pytest.fail("kill point not reached in time")
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    def at_point() -> bool:
+        run_dir, doc = _run_json(tmp)
+        return run_dir is not None and ready(run_dir, doc)
+
+    if not kill_runner_when(at_point, "run", cwd=tmp):
+        pytest.fail("the run finished before the kill point was reached")
     run_dir, _ = _run_json(tmp)
     assert run_dir is not None
     return run_dir

@@ -7,14 +7,12 @@ time, and compared with the same job run without interruption: the same number o
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import runner_env
+from conftest import kill_runner_when, runner_env
 
 from runner.agent.session import Session
 from runner.compaction.compactor import CompactionState, Compactor
@@ -57,27 +55,12 @@ def _lines(path: Path) -> int:
 def _start_and_kill(tmp: Path, argv: list[str], at_line: int) -> bool:
     """Start ``runner argv``; SIGKILL it once the transcript has ``at_line`` lines. False when it ended
     first."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", *argv],
-        cwd=tmp,
-        env=runner_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    try:
-        while time.monotonic() < deadline:
-            run_dir = _run_dir(tmp)
-            if run_dir is not None and _lines(run_dir / "a" / "transcript.jsonl") >= at_line:
-                return True
-            if proc.poll() is not None:
-                return False
-            time.sleep(0.002)
-        pytest.fail("kill point not reached in time")
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    return False
+
+    def at_line_reached() -> bool:
+        run_dir = _run_dir(tmp)
+        return run_dir is not None and _lines(run_dir / "a" / "transcript.jsonl") >= at_line
+
+    return kill_runner_when(at_line_reached, *argv, cwd=tmp)
 
 
 def _outcome(run_dir: Path) -> dict:

@@ -57,7 +57,6 @@ def test_a_line_that_looks_like_a_retiring_note_is_an_ordinary_note():
     assert "- glob: * @ a | 0-1/1" not in summary and "- saved: tool-results/1.txt" in summary
 
 
-
 def test_the_oldest_notes_give_way_when_the_notes_outgrow_the_budget():
     notes = "\n".join(f"- dir: d{i:03} | | " + "x" * 80 for i in range(100))
     summary = fallback_summary(

@@ -10,16 +10,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import sysconfig
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import runner_env, survey_rows, survey_todos
+from conftest import kill_runner_when, survey_rows, survey_todos
 
 from runner.rundir.docs import MANIFEST
 
@@ -228,33 +224,18 @@ def _lines(path: Path) -> int:
 def _kill_at(root: Path, baseline: Path, at_line: int) -> Path | None:
     """``runner run`` in a real process, SIGKILLed once its job's transcript has ``at_line`` lines: its
     run directory, or None when the run ended first (it is moved out of the way then)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run", "jobs"],
-        cwd=root,
-        env=runner_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline:
-            runs = [
-                r for r in (root / "runs").iterdir() if r.is_dir() and not r.is_symlink() and r != baseline
-            ]
-            if runs and _lines(runs[0] / "survey" / "transcript.jsonl") >= at_line:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                return runs[0]
-            if proc.poll() is not None:
-                if runs:
-                    shutil.move(runs[0], root / f"ended-{at_line}")
-                return None
-            time.sleep(0.002)
-        pytest.fail("the kill point was not reached in time")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+
+    def runs() -> list[Path]:
+        return [r for r in (root / "runs").iterdir() if r.is_dir() and not r.is_symlink() and r != baseline]
+
+    def at_line_reached() -> bool:
+        found = runs()
+        return bool(found) and _lines(found[0] / "survey" / "transcript.jsonl") >= at_line
+
+    if kill_runner_when(at_line_reached, "run", "jobs", cwd=root, timeout_s=120):
+        return runs()[0]
+    if found := runs():
+        shutil.move(found[0], root / f"ended-{at_line}")
     return None
 
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import runner_env
+from conftest import kill_runner_when, runner_env
 
 from runner.pricing import USAGE_KEYS
 from runner.rundir.store import read_jsonl
@@ -96,37 +96,15 @@ def _segment(tmp: Path, argv: list[str], delay: float, after_calls: int = 0) -> 
     """Run ``runner argv``; SIGKILL it ``delay`` seconds after its job first writes once its
     events.jsonl holds ``after_calls`` model calls (a random moment of its work). (killed, how long the
     process lived); not killed when it ended first."""
-    job = (_run_dir(tmp) or tmp / "none") / "a"
-    start_size = _size(job / "events.jsonl")
+    start_size = _size((_run_dir(tmp) or tmp / "none") / "a" / "events.jsonl")
     started = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", *argv],
-        cwd=tmp,
-        env=runner_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    kill_at = None
-    try:
-        while time.monotonic() - started < 60:
-            if proc.poll() is not None:
-                return False, time.monotonic() - started
-            now = time.monotonic()
-            if kill_at is None:
-                job = (_run_dir(tmp) or tmp / "none") / "a"
-                if _size(job / "events.jsonl") != start_size and _calls(job) >= after_calls:
-                    kill_at = now + delay
-            elif now >= kill_at:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
-                return True, time.monotonic() - started
-            time.sleep(0.001)
-        pytest.fail(f"runner {' '.join(argv)} neither wrote nor ended within 60 s")
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return False, 0.0
+
+    def wrote() -> bool:
+        job = (_run_dir(tmp) or tmp / "none") / "a"
+        return _size(job / "events.jsonl") != start_size and _calls(job) >= after_calls
+
+    killed = kill_runner_when(wrote, *argv, cwd=tmp, then_after_s=delay)
+    return killed, time.monotonic() - started
 
 
 def test_twenty_kills_lose_no_spend(tmp_path: Path) -> None:

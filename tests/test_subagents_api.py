@@ -10,11 +10,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
-import time
 from pathlib import Path
 
 import pytest
@@ -30,7 +28,7 @@ from runner.models.adaptive import AdaptiveLimit, AdaptiveModel
 from runner.models.anthropic import AnthropicModel
 from runner.offline import delegation
 from runner.offline.delegation import DELEGATE_ENTRIES
-from tests.conftest import expected_row, regular_files, runner_env, survey_rows
+from tests.conftest import expected_row, kill_runner_when, regular_files, runner_env, survey_rows
 
 PACKAGES = ("email", "asyncio", "importlib", "unittest", "json", "urllib", "wsgiref")  # 7 directories
 
@@ -168,26 +166,13 @@ def test_kill_9_mid_subagent_then_resume_matches_an_uninterrupted_run(tmp_path: 
     expected_job = _job_dir(whole)
     assert expected_job is not None
     total = _child_calls(expected_job)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run", "jobs"],
-        cwd=killed,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:  # killed once the subagents have made about half their calls: some ended, some running
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and proc.poll() is None:
-            job = _job_dir(killed)
-            if job is not None and _child_calls(job) >= total // 2:
-                break
-            time.sleep(0.002)
-        assert proc.poll() is None, "the run ended before it could be killed"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+
+    def half_the_calls_made() -> bool:  # about half the subagents' calls: some ended, some running
+        job = _job_dir(killed)
+        return job is not None and _child_calls(job) >= total // 2
+
+    killed_mid_run = kill_runner_when(half_the_calls_made, "run", "jobs", cwd=killed, env=env, timeout_s=240)
+    assert killed_mid_run, "the run ended before it could be killed"
     job = _job_dir(killed)
     assert job is not None
     statuses = [json.loads(m.read_text()).get("status") for m in job.glob("agents/*/metrics.json")]
