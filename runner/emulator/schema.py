@@ -434,9 +434,16 @@ class CountTokensRequest(Shape):
     def _needs_the_beta(
         cls, value: ContextManagement | None, info: ValidationInfo
     ) -> ContextManagement | None:
-        for edit in value.edits if value is not None else []:
-            if _edit_beta(edit) not in _betas(info):
+        if value is None:
+            return value
+        betas = _betas(info)
+        for edit in value.edits:
+            if _edit_beta(edit) not in betas:
                 raise ValueError(f"needs the anthropic-beta header {_edit_beta(edit)}")
+        if not value.edits and not betas & {COMPACTION_BETA, CONTEXT_MANAGEMENT_BETA}:
+            raise ValueError(
+                f"needs the anthropic-beta header {COMPACTION_BETA} or {CONTEXT_MANAGEMENT_BETA}"
+            )
         return value
 
     @field_validator("mcp_servers")
