@@ -14,8 +14,10 @@ defaults (threshold 0.9 of the context window inspect_ai knows for ``claude-sonn
 900,000, which this job never reaches, so the ``@ 50k`` rows run each strategy again with ``threshold=50000``,
 the ``server`` row's trigger). Changed, only to point it at the emulator: ``ANTHROPIC_BASE_URL`` and
 ``ANTHROPIC_API_KEY``; inspect_ai's own ``turn_limit`` of ``cost.MAX_TURNS`` model generations, so a run
-that does not converge stops where the runner's rows stop (``max_turns``); and the two emulator gaps
-below (``EMULATOR_GAP``, ``FIRST_MESSAGE_USER``).
+that does not converge stops where the runner's rows stop (``max_turns``); and the emulator gap below
+(``FIRST_MESSAGE_USER``). Its requests are sent as inspect_ai makes them (Sonnet 5.5's
+``thinking.block_binding`` with its beta header included: the emulator takes every field the SDK's beta
+types take).
 
 The tools ``glob``, ``read`` and ``grep`` are inspect_ai tools with our definitions (name, description,
 input schema) that call the runner's own :class:`runner.tools.toolset.Toolset`, so their outputs are ours,
@@ -110,11 +112,6 @@ TOOLS = ("glob", "read", "grep")
 INSPECT_MODEL = f"anthropic/{MODEL}"
 # ours beside the peers, at each window (bench/cost.py's rows, run in this process on the same workspace)
 OURS = {WINDOW: "ours", WIDE_WINDOW: "ours @ 50k tokens"}
-# inspect_ai sends Sonnet 5.5 ``thinking: {"type": "adaptive", "block_binding": {...}}`` (beta
-# thinking-binding-controls-2026-08-01), a field the emulator's schema does not have yet (400 "Extra inputs
-# are not permitted"). Its documented override (``extra_body.thinking`` replaces the binding config) sends
-# the same adaptive thinking without it; the policy writes no thinking blocks, so nothing else changes.
-EMULATOR_GAP = {"thinking": {"type": "adaptive"}}
 # inspect_ai counts tokens message by message for its compaction threshold, so a count_tokens request may
 # start with an assistant message (it pads orphaned tool results with a made-up assistant turn first); the
 # API counts those, the emulator refuses them with this problem (messages.check_conversation's); and after
@@ -441,7 +438,6 @@ async def run_row(name: str, row: Row, workspace: Path, out: Path, teacher: Teac
         model=INSPECT_MODEL,
         log_dir=str(out / f"inspect-{job}" / "logs"),
         fail_on_error=False,
-        model_args={"extra_body": EMULATOR_GAP},
     )
     sample = logs[0].samples[0] if logs and logs[0].samples else None
     if logs and logs[0].status != "success" or sample is None or sample.error is not None:
@@ -613,11 +609,12 @@ def section(packages: tuple[str, ...], names: list[str], rows: list[dict[str, An
         "streaming, each strategy's other settings, its memory warning before a compaction (a user text the "
         "policy takes no step for: it writes every fact to memory as it learns it). Changed only to point "
         "it at the emulator: `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, inspect_ai's own `turn_limit` of "
-        f"{MAX_TURNS} model generations (where section 3's rows stop), and two emulator gaps worked around "
-        "in `bench/peers.py`: Sonnet 5.5's `thinking.block_binding` (sent as plain adaptive thinking through "
-        "inspect_ai's model arg `extra_body`) and a request that starts with an assistant message "
+        f"{MAX_TURNS} model generations (where section 3's rows stop), and one emulator gap worked around "
+        "in `bench/peers.py`: a request that starts with an assistant message "
         "(count_tokens of one message, or the history from a compaction block, both accepted, as the API "
-        "does). The policy reads inspect_ai's placeholder `(Tool result removed)` as a removed result, its "
+        "does); its requests are otherwise sent as inspect_ai makes them (Sonnet 5.5's "
+        "`thinking.block_binding` included). The policy reads inspect_ai's placeholder "
+        "`(Tool result removed)` as a removed result, its "
         "summary message as a summary (also where its anthropic provider joins it to the request before it "
         "into one user text, as it always does after a summary), its summary prompt as a summary request, "
         "and calls `submit` with its report (glue in `bench/peers.py`; the billed request is the one "

@@ -26,6 +26,10 @@ Contestants (each at its defaults, at the window):
   in front (an oversized new batch of results saved). Its trigger is at least 50,000 tokens, so it has a
   row at 64k only (trigger 50,000); the server's summary is the same deterministic one, billed as a
   summary call.
+- ``clear``: the API's context editing ``clear_tool_uses_20250919`` as the emulator serves it (the same
+  function, :mod:`runner.compaction.clearing`: over the trigger, every tool result but the newest 3 is
+  replaced by a placeholder), with the runner's ``clear`` strategy in front; its trigger at 80% of the
+  window (the API's default, 100,000 tokens, is over every window here), its other settings the API's.
 
     python bench/replay.py [--smoke] [--only NAME ...] [--render]
 """
@@ -63,7 +67,8 @@ HERE = Path(__file__).resolve().parent
 SECTION = "replay"
 OURS = "ours"
 PEER_SCRIPTS = {"RUNNER_PEER_PYTHON": "replay_inspect.py", "RUNNER_OPENHANDS_PYTHON": "replay_openhands.py"}
-RUNNER_ROWS = (OURS, "mask", "off", "server")  # the runner's own strategies; every other row is a peer's
+RUNNER_ROWS = (OURS, "mask", "off", "server", "clear")  # the runner's own strategies; the rest: peers'
+CLEAR_TRIGGER_SHARE = 0.8  # clear's trigger: this share of the window (the runner's compact_target_ratio)
 SUMMARY_SHARE = 0.2  # a summary's share of the window, for every row (ours' summary_share default)
 PATH = re.compile(r"[\w.-]+(?:/[\w.-]+)+")
 
@@ -230,6 +235,17 @@ def server_factory(window: int) -> tuple[str, Any]:
     )
 
 
+def clear_factory(window: int) -> tuple[str, Any]:
+    trigger = int(window * CLEAR_TRIGGER_SHARE)
+    limits = window_limits(Limits(clear_trigger_value=trigger), window, "clear")
+    return (
+        "clear_tool_uses_20250919 as the emulator serves it (runner.compaction.clearing), its trigger "
+        f"at {CLEAR_TRIGGER_SHARE:.0%} of the window ({trigger:,} tokens), its other settings the API's "
+        "defaults (keep 3 tool uses), the runner's clear strategy in front",
+        lambda job_dir: compactor_contestant("clear", limits, job_dir, SUMMARY_MODEL),
+    )
+
+
 CONTESTANTS: dict[str, Factory] = {
     OURS: runner_factory("client"),
     "mask": runner_factory("mask"),
@@ -237,6 +253,7 @@ CONTESTANTS: dict[str, Factory] = {
     "seed 000": seed_factory("000"),
     "seed 001": seed_factory("001"),
     "server": server_factory,
+    "clear": clear_factory,
 }
 # a contestant that cannot keep a request inside a window is not run there, saying why
 NOT_AT: dict[str, tuple[Callable[[int], bool], str]] = {
@@ -408,9 +425,11 @@ def main() -> None:
     print(render(result))
     if args.smoke:
         return
-    if args.only and saved_path.exists():  # a partial run replaces its own rows only
-        kept = [r for r in json.loads(saved_path.read_text())["rows"] if r["contestant"] not in names]
-        result["rows"] = kept + rows
+    if args.only and saved_path.exists():  # a partial run replaces its own rows (and notes) only
+        saved = json.loads(saved_path.read_text())
+        result["rows"] = [r for r in saved["rows"] if r["contestant"] not in names] + rows
+        others = [n for n in saved.get("notes", []) if not any(n.startswith(f"{name} ") for name in names)]
+        result["notes"] = others + notes
     write_result(SECTION, result)
     replace_section(SECTION, render(result), "python bench/replay.py", load=load_note(START_LOAD))
 

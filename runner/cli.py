@@ -46,7 +46,9 @@ EXIT_CODES = """exit codes:
   1    a job did not succeed
   2    bad configuration or usage
   130  interrupted (Ctrl-C)"""
-REPLAY_STRATEGIES = ("client", "mask", "off")  # server: the API compacts, and a replay has none
+# server: the API compacts, and a replay has none; clear: the API's context editing, replayed as the
+# emulator serves it (runner.compaction.clearing)
+REPLAY_STRATEGIES = ("client", "clear", "mask", "off")
 EXIT_CODES_VIEW = """exit codes:
   0    the pages were written (or the server stopped)
   2    RUN_DIR is not a run directory, or bad usage"""

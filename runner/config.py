@@ -36,7 +36,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettin
 
 from .pricing import BATCH_DISCOUNT_KEY
 
-Compaction = Literal["client", "server", "mask", "off"]
+Compaction = Literal["client", "server", "clear", "mask", "off"]
 
 
 def _not_bool(value: Any) -> Any:
@@ -123,8 +123,20 @@ class Limits(BaseModel):
     max_tool_calls_per_reply: Int = Field(64, ge=1, le=100_000)
     max_memory_entries: Int = Field(1_000, ge=1, le=100_000)
     # snip: a marker's digest (what it archived, and the file that holds each saved output) takes this
-    # share of the context limit, from 1,500 to 8,000 characters (the last field: job.json keeps its order)
+    # share of the context limit, from 1,500 to 8,000 characters
     snip_digest_share: Float = Field(0.05, ge=0, le=0.2)
+    # the API's context editing (compaction = "clear", edit clear_tool_uses_20250919; the API's defaults):
+    # over the trigger (input tokens, or tool uses with clear_trigger = "tool_uses") every tool use but
+    # the newest clear_keep_tool_uses, and those of clear_exclude_tools, has its result cleared (its
+    # input too with clear_tool_inputs: true, or the names of the tools whose inputs go); with
+    # clear_at_least_tokens, only when the clearing frees that many input tokens (new fields go last:
+    # job.json keeps their order)
+    clear_trigger: Literal["input_tokens", "tool_uses"] = "input_tokens"
+    clear_trigger_value: Int = Field(100_000, ge=1)
+    clear_keep_tool_uses: Int = Field(3, ge=0)
+    clear_at_least_tokens: Int | None = Field(None, ge=1)
+    clear_exclude_tools: tuple[str, ...] = ()
+    clear_tool_inputs: bool | tuple[str, ...] = False
 
     @model_validator(mode="after")
     def _consistent(self) -> Limits:

@@ -112,6 +112,13 @@ def transcript_range(first: int, last: int) -> str:
     return f"{TRANSCRIPT} messages {first}-{last}"
 
 
+# --- a tool result the API cleared (context editing, ``clear_tool_uses_20250919``) ----------------
+
+# what the server puts in place of a cleared result's content (and, with ``clear_tool_inputs``, a
+# cleared call's input is ``{}``): the emulator writes it, ``runner replay`` reads views that hold it
+CLEARED_TOOL_RESULT = "[Tool result cleared by context editing]"
+
+
 # --- summaries: the message that replaces summarized history --------------------------------------
 
 COMPACTED = "Compacted"

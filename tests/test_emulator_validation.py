@@ -285,3 +285,70 @@ def test_any_json_value_gets_an_answer_never_an_exception(value):
     found = problems(value, betas=[BETA])
     assert isinstance(found, list) and all(isinstance(p, str) and p for p in found)
     json.dumps(found)
+
+
+# --- what the installed SDK's beta types take, with a beta header --------------------------------
+
+BINDING_BETA = "thinking-binding-controls-2026-08-01"
+BOUND = {"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"thinking": BOUND},  # inspect_ai's request for claude-sonnet-5-5
+        {"thinking": {"type": "adaptive", "display": "updates"}},  # a value only the beta type has
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "citations": None}]}]},
+        {"context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}},
+    ],
+)
+def test_a_field_the_sdks_beta_types_take_is_taken_with_a_beta_header(fields):
+    request = body(**fields)
+    assert validate(request, betas=[BINDING_BETA], count_tokens=False, min_trigger=50_000) == []
+    counted = {k: v for k, v in request.items() if k != "max_tokens"}
+    assert validate(counted, betas=[BINDING_BETA], count_tokens=True, min_trigger=50_000) == []
+
+
+def test_without_a_beta_header_or_beyond_the_sdks_types_it_is_refused():
+    assert problems(body(thinking=BOUND)) == [
+        "thinking.adaptive.block_binding: Extra inputs are not permitted"
+    ]
+    for thinking, expected in (
+        ({**BOUND, "block_binding": {"prefix_mismatch_behavior": "ignore"}}, "block_binding"),
+        ({**BOUND, "block_binding": {"surprise": 1}}, "block_binding"),
+        ({**BOUND, "surprise": True}, "thinking.adaptive.surprise: Extra inputs are not permitted"),
+        ({"type": "adaptive", "display": "loud"}, "thinking.adaptive.display"),
+    ):
+        found = problems(body(thinking=thinking), betas=[BINDING_BETA])
+        assert len(found) == 1 and expected in found[0], found
+    # a rule of the API is never waived: the SDK's types take any id, the API does not
+    bad_id = turn({**USE, "id": "bad id!"}, results=({**RESULT, "tool_use_id": "bad id!"},))
+    assert problems(body(messages=bad_id, thinking=BOUND), betas=[BINDING_BETA])
+    assert problems(body(betas=[BINDING_BETA]), betas=[BINDING_BETA]) == [
+        "betas: Extra inputs are not permitted"
+    ]
+
+
+def test_a_stock_clients_beta_request_is_answered_over_http():
+    """The real SDK, as inspect_ai's provider calls it for claude-sonnet-5-5."""
+    import anthropic
+
+    from runner.emulator import EmulatorConfig, running_emulator
+
+    with running_emulator(EmulatorConfig()) as server:
+        with anthropic.Anthropic(base_url=server.base_url, api_key="k", max_retries=0) as client:
+            answered = client.beta.messages.create(
+                model="claude-sonnet-5-5",
+                max_tokens=2_000,
+                messages=HELLO,
+                thinking=BOUND,
+                betas=[BINDING_BETA],
+            )
+            with pytest.raises(anthropic.BadRequestError, match="block_binding"):
+                client.messages.create(
+                    model="claude-sonnet-5-5",
+                    max_tokens=2_000,
+                    messages=HELLO,
+                    thinking=BOUND,  # type: ignore[arg-type]  # not a field of the GA type
+                )
+    assert answered.type == "message" and answered.content

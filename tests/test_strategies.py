@@ -4,11 +4,13 @@ a history, through the real Compactor and a real JobStore."""
 from __future__ import annotations
 
 import pytest
+from anthropic.types.beta import BetaClearToolUses20250919EditParam
 
 from runner.compaction.compactor import CompactionState, Compactor
 from runner.compaction.strategies import STRATEGIES, strategy_for
 from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
+from runner.emulator.sdk_types import problems as sdk_problems
 from runner.messages import request_problems, tool_results
 from runner.protocol import PLACEHOLDER_PREFIX, saved_path
 from runner.rundir.store import JobStore
@@ -46,7 +48,7 @@ def result_texts(messages: list[dict]) -> list[str]:
 
 
 def test_every_mode_of_the_config_has_a_strategy():
-    assert set(STRATEGIES) == {"client", "server", "mask", "off"}
+    assert set(STRATEGIES) == {"client", "server", "clear", "mask", "off"}
     for name, cls in STRATEGIES.items():
         assert cls.name == name
         assert strategy_for(Limits(compaction=name)).name == name
@@ -56,8 +58,10 @@ def test_only_the_client_pipeline_offers_the_compact_tool():
     assert {n for n, cls in STRATEGIES.items() if cls.offers_compact_tool} == {"client"}
 
 
-def test_only_server_sends_context_management():
+def test_only_server_and_clear_send_context_management():
     for name in STRATEGIES:
+        if name == "clear":
+            continue
         edit = strategy_for(
             Limits(compaction=name, server_trigger_tokens=60_000, server_instructions="Keep file names.")
         ).context_management()
@@ -75,8 +79,47 @@ def test_only_server_sends_context_management():
             assert edit is None
 
 
+def test_clear_sends_the_apis_context_editing_edit_from_its_limits():
+    assert strategy_for(Limits(compaction="clear")).context_management() == {
+        "edits": [
+            {
+                "type": "clear_tool_uses_20250919",
+                "trigger": {"type": "input_tokens", "value": 100_000},
+                "keep": {"type": "tool_uses", "value": 3},
+            }
+        ]
+    }
+    limits = Limits(
+        compaction="clear",
+        clear_trigger="tool_uses",
+        clear_trigger_value=12,
+        clear_keep_tool_uses=5,
+        clear_at_least_tokens=2_000,
+        clear_exclude_tools=("memory",),
+        clear_tool_inputs=("bash",),
+    )
+    (edit,) = strategy_for(limits).context_management()["edits"]
+    assert edit == {
+        "type": "clear_tool_uses_20250919",
+        "trigger": {"type": "tool_uses", "value": 12},
+        "keep": {"type": "tool_uses", "value": 5},
+        "clear_at_least": {"type": "input_tokens", "value": 2_000},
+        "exclude_tools": ["memory"],
+        "clear_tool_inputs": ["bash"],
+    }
+    assert not sdk_problems(edit, BetaClearToolUses20250919EditParam)  # the SDK's own parameter type
+
+
+@pytest.mark.anyio
+async def test_clear_leaves_the_history_to_the_api(tmp_path):
+    state, messages = await prepared(tmp_path, "clear")
+    assert sum(state.record.compactions.values()) == 0
+    assert all(text.endswith("x" * 100) for text in result_texts(messages))
+
+
 def test_server_runs_its_fallback_where_the_backend_cannot_compact():
     assert strategy_for(Limits(compaction="server"), server_side=False).name == "client"
+    assert strategy_for(Limits(compaction="clear"), server_side=False).name == "client"
     for name in ("client", "mask", "off"):
         assert strategy_for(Limits(compaction=name), server_side=False).name == name
 

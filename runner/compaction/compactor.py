@@ -440,12 +440,27 @@ class Compactor:
 
     async def record(self, state: CompactionState, reply: Reply) -> None:
         """After a call: calibrate the token estimate from the reply's real usage (what the model saw
-        as input), mark what the call carried as seen; a reply the API compacted server-side is added
+        as input, plus what the API's context editing cleared from it), mark what the call carried as
+        seen, count and log the API's context editing (``tool_use_clearing``, the window unchanged: the
+        API edits each request anew from the whole history); a reply the API compacted server-side is added
         to the window, and since the API ignores everything before its compaction block, the window
         keeps only the first user message and that reply (both in the transcript)."""
-        if reply.usage.context_tokens:
-            state.calibrate(reply.usage.context_tokens, state.window.total + state.overhead_chars)
+        if reply.usage.context_tokens:  # what the API's context editing cleared was sent all the same
+            tokens = reply.usage.context_tokens + reply.cleared_input_tokens
+            state.calibrate(tokens, state.window.total + state.overhead_chars)
         state.window.mark_seen()
+        if reply.applied_edits:
+            state.record.count(Stage.TOOL_USE_CLEARING)
+            n, chars = len(state.window), state.window.total
+            event = CompactionEvent(
+                stage=Stage.TOOL_USE_CLEARING,
+                messages_before=n,
+                messages_after=n,
+                chars_before=chars,
+                chars_after=chars,
+                applied_edits=reply.applied_edits,
+            )
+            state.store.queue_records(EVENTS, [event.line()])
         if not reply.compacted:
             return
         if reply.content:

@@ -64,6 +64,9 @@ class Stage(StrEnum):
     REACTIVE_COMPACT = "reactive_compact", "reactive", "#e377c2"
     COMPACT_TOOL = "compact_tool", "tool", "#9467bd"
     SERVER_COMPACTION = "server_compaction", "server", "#ff7f0e"
+    # the API's context editing cleared tool results before the model read the request (the window
+    # the runner keeps is unchanged)
+    TOOL_USE_CLEARING = "tool_use_clearing", "cleared", "#aec7e8"
     OBSERVATION_MASK = "observation_mask", "mask", "#2ca02c"
 
 

@@ -15,7 +15,11 @@ Guarantees, in the order a messages request meets them:
    :mod:`.validation`).
 4. Over ``context_window_tokens``: 400 ``prompt is too long: N tokens > M maximum``, where
    N = ceil(len(json.dumps([system, messages, tools])) / 4) over the messages the API reads (from
-   the last compaction block on; see :mod:`.compaction`).
+   the last compaction block on, see :mod:`.compaction`; then, over their trigger, with the
+   ``clear_tool_uses_20250919`` edits applied, see :mod:`runner.compaction.clearing`: the reply is
+   answered from, and billed for, the edited messages, and a request with such an edit gets
+   ``context_management.applied_edits``; count_tokens counts the edited messages and says the
+   original count in ``context_management.original_input_tokens``).
 5. Enforced rate limits (429), then one injected fault at most (see :mod:`.faults`).
 6. A scripted ``hostile`` reply (see :func:`.faults.hostile_response`, sent as it is, streamed
    or not), else the reply (see :mod:`.replies`): a JSON body, or with ``stream: true`` the same
@@ -36,9 +40,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..compaction.clearing import clear_edits
 from ..compaction.summarizer import SYSTEM_PROMPT
 from .batch_routes import BatchRoutes
-from .compaction import effective_view
+from .compaction import edited_view
 from .faults import (
     DroppedResponse,
     api_error,
@@ -144,7 +149,7 @@ class Api:
         request.state.summary = system_text(body.get("system")) == SYSTEM_PROMPT
         if body.get("stream"):
             state.streamed()
-        view = effective_view(body["messages"])
+        view, applied = edited_view(body)
         total = input_tokens(body.get("system"), view, body.get("tools") or [])
         too_long = over_the_window(total, config.context_window_tokens)
         if too_long:
@@ -176,7 +181,7 @@ class Api:
             state.count("hostile")
             return hostile_response(request, scripted.hostile, body["model"])
         try:
-            message, billed = await build_message(state, body, view, total)
+            message, billed = await build_message(state, body, view, total, applied=applied)
         except Exception:  # an emulator bug: say so loudly, answer like the API would
             log.exception("the emulator failed to build a reply")
             state.count("internal_error")
@@ -216,11 +221,13 @@ class Api:
         if isinstance(body, Response):
             return body
         self.state.count_tokens_requests += 1
-        view = effective_view(body["messages"])
-        return JSONResponse(
-            {"input_tokens": input_tokens(body.get("system"), view, body.get("tools") or [])},
-            headers={"request-id": new_request_id()},
-        )
+        view, applied = edited_view(body)
+        tokens = input_tokens(body.get("system"), view, body.get("tools") or [])
+        counted: dict[str, Any] = {"input_tokens": tokens}
+        if clear_edits(body.get("context_management")):
+            cleared = sum(edit["cleared_input_tokens"] for edit in applied)
+            counted["context_management"] = {"original_input_tokens": tokens + cleared}
+        return JSONResponse(counted, headers={"request-id": new_request_id()})
 
     async def stats(self, request: Request) -> Response:
         return JSONResponse(self.state.snapshot())

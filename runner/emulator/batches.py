@@ -48,7 +48,7 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from .compaction import effective_view
+from .compaction import edited_view
 from .config import BatchHostile, EmulatorConfig
 from .faults import chance, fires, new_request_id
 from .replies import build_message
@@ -162,7 +162,7 @@ def errored(error: dict[str, Any]) -> dict[str, Any]:
 async def answer_request(state: EmulatorState, request: BatchRequest) -> dict[str, Any]:
     """One request's result, computed as a live request's answer (see the module's guarantees)."""
     config, body = state.config, request.params
-    view = effective_view(body["messages"])
+    view, applied = edited_view(body)
     total = input_tokens(body.get("system"), view, body.get("tools") or [])
     too_long = over_the_window(total, config.context_window_tokens)
     if too_long:
@@ -177,7 +177,7 @@ async def answer_request(state: EmulatorState, request: BatchRequest) -> dict[st
         state.script_position += 1
         return errored(error_event("api_error"))
     try:
-        message, billed = await build_message(state, body, view, total)
+        message, billed = await build_message(state, body, view, total, applied=applied)
     except Exception:  # an emulator bug: say so loudly, answer like the API would
         log.exception("the emulator failed to build a batch request's reply")
         return errored(error_event("api_error"))

@@ -9,6 +9,9 @@ Guarantees:
   of the whole request (earlier compaction blocks as text, so their notes survive), at most
   :data:`SERVER_SUMMARY_CHARS` characters; the reply is then answered from the summary plus the
   last exchange (pair-safe). Its optional ``instructions`` are accepted but cannot be followed.
+- Context editing (``clear_tool_uses_20250919``) is applied to what the API reads, after the last
+  compaction block (:func:`edited_view`), by the runner's own pure function
+  (:func:`runner.compaction.clearing.clear_tool_uses`), so ``runner replay`` clears as the emulator does.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..compaction.clearing import apply_clear_edits
 from ..compaction.fallback import fallback_summary
 from ..messages import Message, blocks, merge_adjacent, tool_results
 from ..protocol import COMPACTION_BLOCK_HEAD
-from .tokens import estimate
+from .tokens import estimate, input_tokens
 
 SERVER_SUMMARY_CHARS = 40_000  # about 10,000 tokens: the server's summary of a long context
 
@@ -114,3 +118,16 @@ def server_compaction(
         compacted_view(summary, view),
         bool(edit.get("pause_after_compaction")),
     )
+
+
+def edited_view(body: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What the model reads of a request (from the last compaction block on, then the request's
+    context editing applied, see :mod:`runner.compaction.clearing`) and the edits applied, as the
+    response's ``context_management.applied_edits`` lists them."""
+    system, tools = body.get("system"), body.get("tools") or []
+    view, applied = apply_clear_edits(
+        effective_view(body["messages"]),
+        body.get("context_management"),
+        lambda messages: input_tokens(system, messages, tools),
+    )
+    return view, [edit.model_dump(mode="json") for edit in applied]

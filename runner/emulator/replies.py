@@ -9,6 +9,8 @@ Guarantees:
   breakpoints).
 - Server-side compaction comes first when its trigger is passed (see :mod:`.compaction`); its cost
   is an entry of ``usage.iterations``, and the top-level usage is the message's alone.
+- A request with a ``clear_tool_uses_20250919`` edit is answered from, and billed for, the messages
+  as edited; its reply has ``context_management.applied_edits`` (empty when nothing was cleared).
 - With ``enforce_max_tokens``, a reply longer than ``max_tokens`` is cut (stop_reason ``max_tokens``).
 - Usage has the API's fields; prompt caching is accounted by the state's :class:`runner.billing.PromptCache`.
   A scripted reply's ``usage`` replaces fields of the usage sent (not of what is billed).
@@ -22,6 +24,7 @@ import uuid
 from typing import Any
 
 from ..billing import without_cache_control
+from ..compaction.clearing import clear_edits
 from ..compaction.fallback import fallback_summary
 from ..compaction.summarizer import SYSTEM_PROMPT
 from ..messages import Message, blocks
@@ -124,9 +127,15 @@ async def answer(state: EmulatorState, body: dict[str, Any], view: list[Message]
 
 
 async def build_message(
-    state: EmulatorState, body: dict[str, Any], view: list[Message], total: int
+    state: EmulatorState,
+    body: dict[str, Any],
+    view: list[Message],
+    total: int,
+    *,
+    applied: list[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The response body and the usages to bill (one per iteration)."""
+    """The response body and the usages to bill (one per iteration); ``view`` is what the model reads
+    (context editing applied), ``applied`` the edits that cleared something."""
     config = state.config
     model, system, tools = body["model"], body.get("system"), body.get("tools") or []
     prefix: Content = []
@@ -157,7 +166,11 @@ async def build_message(
         usage["iterations"] = billed
     if scripted is not None and scripted.usage:  # a hostile model's numbers: sent, never billed
         usage = {**usage, **copy.deepcopy(scripted.usage)}
-    return message_body(model, prefix + content, stop_reason, {**usage, "service_tier": "standard"}), billed
+    message = message_body(model, prefix + content, stop_reason, {**usage, "service_tier": "standard"})
+    if clear_edits(body.get("context_management")):
+        message["context_management"] = {"applied_edits": applied or []}
+        state.clearings += bool(applied)
+    return message, billed
 
 
 def message_body(model: str, content: Content, stop_reason: str, usage: dict[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from anthropic.types.beta import BetaClearToolUses20250919EditParam
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -40,7 +41,8 @@ from pydantic import (
     model_validator,
 )
 
-from ..models.base import COMPACTION_BETA, MEMORY_BETA, MEMORY_TOOL_TYPE
+from ..models.base import COMPACTION_BETA, CONTEXT_MANAGEMENT_BETA, MEMORY_BETA, MEMORY_TOOL_TYPE
+from .sdk_types import problems
 
 ID_PATTERN = r"^[a-zA-Z0-9_-]+$"
 MIN_THINKING_BUDGET = 1024
@@ -49,7 +51,8 @@ TOOL_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,128}$"
 
 # The two sides of a "string or a list of blocks" field; the API's error paths leave them out.
 AS_STRING, AS_BLOCKS, AS_OBJECT = "<string>", "<blocks>", "<object>"
-BRANCH_TAGS = frozenset({AS_STRING, AS_BLOCKS, AS_OBJECT})
+AS_COMPACT, AS_CLEAR = "<compact>", "<clear>"  # the context_management edits (as the API words them)
+BRANCH_TAGS = frozenset({AS_STRING, AS_BLOCKS, AS_OBJECT, AS_COMPACT, AS_CLEAR})
 
 
 def _string_or_blocks(value: Any) -> str:
@@ -365,8 +368,38 @@ class CompactEdit(Shape):
     pause_after_compaction: bool = False
 
 
+class ClearToolUsesEdit(BaseModel):
+    """``clear_tool_uses_20250919``: the SDK's parameter type says what it may hold."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    type: Literal["clear_tool_uses_20250919"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_the_sdk_takes_it(cls, value: Any) -> Any:
+        found = problems(value, BetaClearToolUses20250919EditParam)
+        if found:
+            raise ValueError("; ".join(found))
+        return value
+
+
+def _edit_beta(edit: CompactEdit | ClearToolUsesEdit) -> str:
+    return COMPACTION_BETA if isinstance(edit, CompactEdit) else CONTEXT_MANAGEMENT_BETA
+
+
+def _edit_kind(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else None
+    return AS_CLEAR if kind == "clear_tool_uses_20250919" else AS_COMPACT
+
+
+Edit = Annotated[
+    Annotated[CompactEdit, Tag(AS_COMPACT)] | Annotated[ClearToolUsesEdit, Tag(AS_CLEAR)],
+    Discriminator(_edit_kind),
+]
+
+
 class ContextManagement(Shape):
-    edits: list[CompactEdit]
+    edits: list[Edit]
 
 
 class CountTokensRequest(Shape):
@@ -401,8 +434,16 @@ class CountTokensRequest(Shape):
     def _needs_the_beta(
         cls, value: ContextManagement | None, info: ValidationInfo
     ) -> ContextManagement | None:
-        if value is not None and COMPACTION_BETA not in _betas(info):
-            raise ValueError(f"needs the anthropic-beta header {COMPACTION_BETA}")
+        if value is None:
+            return value
+        betas = _betas(info)
+        for edit in value.edits:
+            if _edit_beta(edit) not in betas:
+                raise ValueError(f"needs the anthropic-beta header {_edit_beta(edit)}")
+        if not value.edits and not betas & {COMPACTION_BETA, CONTEXT_MANAGEMENT_BETA}:
+            raise ValueError(
+                f"needs the anthropic-beta header {COMPACTION_BETA} or {CONTEXT_MANAGEMENT_BETA}"
+            )
         return value
 
     @field_validator("mcp_servers")
@@ -441,17 +482,21 @@ class MessagesRequest(CountTokensRequest):
         return self
 
 
-def blocks_with_cache_control(request: CountTokensRequest) -> int:
-    """How many ``cache_control`` breakpoints a request sets (tools, system, message blocks and the
-    items inside tool results; a top-level ``cache_control`` is one more, see
-    :func:`runner.billing.with_automatic_breakpoint`)."""
-    count = int(request.cache_control is not None)
-    count += sum(1 for tool in request.tools or [] if tool.cache_control is not None)
-    if isinstance(request.system, list):
-        count += sum(1 for block in request.system if block.cache_control is not None)
-    for message in request.messages:
-        for block in message.content if isinstance(message.content, list) else []:
-            count += getattr(block, "cache_control", None) is not None
-            if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
-                count += sum(1 for item in block.content if item.cache_control is not None)
+def blocks_with_cache_control(body: dict[str, Any]) -> int:
+    """How many ``cache_control`` breakpoints a request body (of a valid shape) sets: tools, system,
+    message blocks and the items inside tool results; a top-level ``cache_control`` is one more, see
+    :func:`runner.billing.with_automatic_breakpoint`."""
+
+    def marked(items: Any) -> int:
+        return sum(1 for b in items if isinstance(b, dict) and b.get("cache_control") is not None)
+
+    count = int(body.get("cache_control") is not None) + marked(body.get("tools") or [])
+    if isinstance(body.get("system"), list):
+        count += marked(body["system"])
+    for message in body["messages"]:
+        content = message["content"] if isinstance(message["content"], list) else []
+        count += marked(content)
+        for block in content:
+            if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+                count += marked(block["content"])
     return count

@@ -95,6 +95,7 @@ class EmulatorState:
             self.peak_concurrent = 0
             self.tokens = dict.fromkeys(USAGE_KEYS, 0)
             self.compactions = 0
+            self.clearings = 0  # requests whose context editing cleared tool uses
             self.summary_requests = 0
             self.summary_spans: list[tuple[float, float]] = []  # (arrived, answered) of each summary request
             self.count_tokens_requests = 0
@@ -183,6 +184,7 @@ class EmulatorState:
                 "window_s": self.config.window_s,
                 "tokens": dict(self.tokens),
                 "compactions": self.compactions,
+                "clearings": self.clearings,
                 "summary_requests": self.summary_requests,
                 "summary_peak_concurrent": peak_overlap(self.summary_spans),
                 "count_tokens_requests": self.count_tokens_requests,

@@ -10,7 +10,8 @@ Guarantees:
   ``message_delta`` (stop_reason, stop_sequence, the cumulative usage: input, cache and output
   counts, ``iterations`` when the message has them) and ``message_stop``.
 - What the SDK accumulates from them (``client.messages.stream(...).get_final_message()``) has the
-  non-streamed body's content, stop_reason, stop_sequence and usage.
+  non-streamed body's content, stop_reason, stop_sequence and usage (and its ``context_management``,
+  sent in ``message_delta`` as the API sends it).
 - Deltas (:func:`block_events`): text as ``text_delta`` pieces of at most ``chunk`` characters
   (citations as one ``citations_delta`` each); ``tool_use``, ``server_tool_use`` and
   ``mcp_tool_use`` input as ``input_json_delta`` pieces of its JSON text (an empty one first, as the
@@ -124,7 +125,13 @@ def delta_usage(usage: dict[str, Any]) -> dict[str, Any]:
 def message_events(message: dict[str, Any], chunk: int) -> Iterator[Event]:
     """Every event of ``message`` streamed, in the API's order (see the module's guarantees)."""
     usage = message.get("usage") or {}
-    head = {**message, "content": [], "stop_reason": None, "stop_sequence": None, "usage": start_usage(usage)}
+    head = {
+        **{k: v for k, v in message.items() if k != "context_management"},
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": start_usage(usage),
+    }
     yield {"type": "message_start", "message": head}
     deltas = 0
     for index, block in enumerate(message.get("content") or []):
@@ -142,6 +149,7 @@ def message_events(message: dict[str, Any], chunk: int) -> Iterator[Event]:
         "type": "message_delta",
         "delta": {"stop_reason": message.get("stop_reason"), "stop_sequence": message.get("stop_sequence")},
         "usage": delta_usage(usage),
+        **({"context_management": message["context_management"]} if "context_management" in message else {}),
     }
     yield {"type": "message_stop"}
 

@@ -3,7 +3,11 @@
 Two steps:
 1. The shape, by pydantic (:mod:`.schema`): field types (strict), required and unknown fields,
    block types, id and tool name patterns, ``cache_control`` values, tool schemas, ``tool_choice``,
-   ``context_management`` and the beta header it and compaction blocks need.
+   ``context_management`` and the beta header it and compaction blocks need. With an
+   ``anthropic-beta`` header, what the schema refuses only as unknown (a key, a ``Literal`` value, a
+   block or config type) is taken when the installed SDK's beta request type takes it there
+   (:mod:`.sdk_types`, read from the SDK's TypedDicts): every field a stock client may send. The
+   SDK's types do not say which beta each field belongs to, so any beta header opens them all.
 2. Only for a well-shaped body, the rules across blocks and messages, as small pure functions: the
    first message is from the user, roles alternate, every tool_result answers a tool_use of the
    message before and every tool_use is answered (:func:`runner.messages.request_problems`), only
@@ -22,13 +26,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from anthropic.types.beta import message_count_tokens_params, message_create_params
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from ..messages import Message, request_problems
 from .schema import BRANCH_TAGS, CountTokensRequest, MessagesRequest, blocks_with_cache_control
+from .sdk_types import hint_at
+from .sdk_types import problems as sdk_problems
 
 MAX_BREAKPOINTS = 4
+# the request types of the installed SDK's beta endpoint: what a client may send with a beta header
+SDK_MESSAGES = message_create_params.MessageCreateParamsBase
+SDK_COUNT_TOKENS = message_count_tokens_params.MessageCountTokensParams
+SDK_EXCUSES = frozenset({"extra_forbidden", "literal_error", "union_tag_invalid"})
+HEADER_PARAMS = frozenset({"betas"})  # the SDK sends these as headers, never in the body
 ROLE_OF_BLOCK = {
     "tool_use": "assistant",
     "thinking": "assistant",
@@ -45,19 +57,59 @@ def validate(body: Any, *, betas: Iterable[str], count_tokens: bool, min_trigger
     ``min_trigger``: the smallest compaction trigger the server accepts."""
     if not isinstance(body, dict):
         return ["The request body must be a JSON object."]
+    betas = set(betas)
     model = CountTokensRequest if count_tokens else MessagesRequest
     try:
-        request = model.model_validate(body, context={"betas": set(betas), "min_trigger": min_trigger})
+        model.model_validate(body, context={"betas": betas, "min_trigger": min_trigger})
     except ValidationError as e:
-        return [describe(error) for error in e.errors()]
+        sdk = SDK_COUNT_TOKENS if count_tokens else SDK_MESSAGES
+        errors = [error for error in e.errors() if not (betas and sdk_takes(body, error, sdk))]
+        if errors:
+            return [describe(error) for error in errors]
     problems = conversation_problems(body["messages"])
     problems += empty_text("system", [body.get("system")])
-    breakpoints = blocks_with_cache_control(request)
+    breakpoints = blocks_with_cache_control(body)
     if breakpoints > MAX_BREAKPOINTS:
         problems.append(
             f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {breakpoints}."
         )
     return problems
+
+
+def body_path(body: Any, loc: tuple[str | int, ...]) -> list[str | int]:
+    """The path into ``body`` of a pydantic error's location: the union tags (a block's type, a
+    string-or-blocks branch) that pydantic puts between the keys are left out."""
+    path: list[str | int] = []
+    value = body
+    for i, part in enumerate(loc):
+        if isinstance(value, list) and isinstance(part, int) and 0 <= part < len(value):
+            path.append(part)
+            value = value[part]
+        elif isinstance(value, dict) and isinstance(part, str):
+            after = loc[i + 1] if i + 1 < len(loc) else None
+            tag = part == value.get("type") and after is not None and after in value
+            if part in value and not tag:
+                path.append(part)
+                value = value[part]
+            elif part not in value and i == len(loc) - 1:  # the error names a key that is not there
+                path.append(part)
+    return path
+
+
+def sdk_takes(body: dict[str, Any], error: ErrorDetails, sdk: type) -> bool:
+    """Whether the installed SDK's beta types take what the emulator's schema refused with ``error``:
+    a key it does not know, a value outside its ``Literal``, a block or config of a type it does not
+    know (never a broken rule: a pattern, a minimum, a missing beta header)."""
+    if error["type"] not in SDK_EXCUSES:
+        return False
+    path = body_path(body, tuple(error["loc"]))
+    if path and path[0] in HEADER_PARAMS:
+        return False
+    found = hint_at(sdk, body, path)
+    if found is None:
+        return False
+    hint, value = found
+    return not sdk_problems(value, hint)
 
 
 def describe(error: ErrorDetails) -> str:

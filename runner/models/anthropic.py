@@ -21,8 +21,10 @@
   comes after the settled one), or on the newest message when none is named: at most the four the API
   allows. Each turn reads the prefix an earlier turn wrote, even when compaction has just rewritten the
   messages after that point.
-- Server-side compaction: a request with ``context_management`` goes to the beta endpoint with the
-  compaction beta; the reply's usage is the sum over ``usage.iterations``.
+- Server-side compaction and context editing: a request with ``context_management`` goes to the beta
+  endpoint with each edit's beta (``compact_20260112``: the compaction beta; the clearing edits: the
+  context-management beta); the reply's usage is the sum over ``usage.iterations``, and what the
+  API's context editing cleared (``context_management.applied_edits``) is the reply's ``applied_edits``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ import httpx2  # the SDK's HTTP library: its raw response type
 
 from ..messages import one_line
 from .base import (
+    COMPACT_EDIT,
     COMPACTION_BETA,
+    CONTEXT_MANAGEMENT_BETA,
     MAX_TOOL_INPUT_BYTES,
     MEMORY_BETA,
     MEMORY_TOOL_TYPE,
@@ -46,6 +50,7 @@ from .base import (
     PromptTooLong,
     Reply,
     Request,
+    applied_edits_from_api,
     usage_from_api,
 )
 from .guard import MIB, PARSED, Guard, guarded_client
@@ -160,6 +165,7 @@ def reply_of(data: dict[str, Any], max_text_bytes: int = 32 * MIB) -> Reply:
         stop_reason=stop_reason,
         usage=usage_from_api(data.get("usage") or {}),
         refused_calls=refused,
+        applied_edits=applied_edits_from_api(data.get("context_management")),
     )
 
 
@@ -211,7 +217,10 @@ def request_params(request: Request) -> tuple[dict[str, Any], tuple[str, ...]]:
     betas = [MEMORY_BETA] if any(t.get("type") == MEMORY_TOOL_TYPE for t in request.tools or ()) else []
     if request.context_management:
         params["context_management"] = request.context_management
-        betas.insert(0, COMPACTION_BETA)
+        for edit in request.context_management.get("edits") or ():
+            beta = COMPACTION_BETA if edit.get("type") == COMPACT_EDIT else CONTEXT_MANAGEMENT_BETA
+            if beta not in betas:
+                betas.insert(0, beta)
     return params, tuple(betas)
 
 

@@ -10,7 +10,10 @@ from ..pricing import USAGE_KEYS, Usage
 # The anthropic-beta header that server-side compaction (``context_management``) needs: sent by the
 # anthropic backend, required by the emulator.
 COMPACTION_BETA = "compact-2026-01-12"
-MEMORY_BETA = "context-management-2025-06-27"  # the memory tool (memory_20250818)
+# the anthropic-beta header of context editing (``clear_tool_uses_20250919``) and the memory tool
+CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
+MEMORY_BETA = CONTEXT_MANAGEMENT_BETA  # the memory tool (memory_20250818)
+COMPACT_EDIT = "compact_20260112"
 MEMORY_TOOL_TYPE = "memory_20250818"
 
 MAX_USAGE_TOKENS = 10**8  # no single call bills this many tokens of one kind: a larger count is a lie
@@ -62,6 +65,33 @@ def usage_from_api(usage: Any) -> Usage:
     return total
 
 
+def applied_edits_from_api(context_management: Any) -> list[dict[str, Any]]:
+    """A reply's ``context_management.applied_edits`` (what the API's context editing cleared before the
+    model read the request), each ``{"type", "cleared_tool_uses", "cleared_input_tokens", ...}`` with its
+    counts checked like usage counts (:class:`InvalidReply` otherwise); none when the reply has none."""
+    if context_management is None:
+        return []
+    if not isinstance(context_management, dict):
+        raise InvalidReply(f"context_management = {_short(context_management)}: not an object")
+    edits = context_management.get("applied_edits")
+    if edits is None:
+        return []
+    if not isinstance(edits, list):
+        raise InvalidReply(f"context_management.applied_edits = {_short(edits)}: not a list")
+    out = []
+    for i, edit in enumerate(edits):
+        if not isinstance(edit, dict) or not isinstance(edit.get("type"), str):
+            raise InvalidReply(f"context_management.applied_edits[{i}] = {_short(edit)}: not an edit")
+        where = f"context_management.applied_edits[{i}]"
+        out.append(
+            {
+                "type": edit["type"][:100],
+                **{k: _token_count(f"{where}.{k}", v) for k, v in edit.items() if k.startswith("cleared_")},
+            }
+        )
+    return out
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -78,6 +108,8 @@ class Reply:
     # tool_use ids whose input was over MAX_TOOL_INPUT_BYTES (replaced by {}): the session answers each
     # with an error result instead of running it
     refused_calls: dict[str, str] = field(default_factory=dict)
+    # the API's context editing before the model read the request (``context_management.applied_edits``)
+    applied_edits: list[dict[str, Any]] = field(default_factory=list)
 
     def message(self) -> dict[str, Any]:
         return {"role": "assistant", "content": self.content}
@@ -86,6 +118,11 @@ class Reply:
     def compacted(self) -> bool:
         """The API compacted the context server-side in this reply (it carries a compaction block)."""
         return any(b.get("type") == "compaction" for b in self.content)
+
+    @property
+    def cleared_input_tokens(self) -> int:
+        """The input tokens the API's context editing took out of this call's request."""
+        return sum(int(e.get("cleared_input_tokens", 0)) for e in self.applied_edits)
 
 
 @dataclass

@@ -9,7 +9,10 @@ too long"), :meth:`Contestant.targets` says what each pointer in a view leads to
 session drives it; peers (inspect_ai, OpenHands) are contestants written in ``bench/``.
 
 Guarantees (of :class:`CompactorContestant`): the Compactor runs as in a job (its store writes every
-saved output and summary into ``job_dir``, its events and context records included); a pointer is a
+saved output and summary into ``job_dir``, its events and context records included); a strategy
+whose requests carry the API's context editing (``clear``) has its view edited as the API (and the
+emulator) edits it, by :func:`runner.compaction.clearing.clear_tool_uses`, and what was cleared
+counted as in a job (``tool_use_clearing``); a pointer is a
 path of the job directory named in the view (a saved output, a summary, a memory file) or a range of
 the transcript (``transcript.jsonl messages A-B``, the snip marker's and the summary's), and its
 target is that file's text, or those transcript lines.
@@ -23,6 +26,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..billing import input_tokens
+from ..compaction.clearing import apply_clear_edits
 from ..compaction.compactor import CompactionState, Compactor
 from ..compaction.fallback import fallback_summary
 from ..compaction.summarizer import Summarizer, Summary
@@ -118,10 +123,14 @@ class CompactorContestant:
         self.state: CompactionState | None = None
         self.added: list[Message] = []
         self._lines: dict[int, str] = {}
+        self._applied: list[dict[str, Any]] = []  # the API's context editing of the last view
+        self._system: str | None = None
+        self._tools: list[dict[str, Any]] = []
 
     async def start(self, system: str, tools: list[dict[str, Any]]) -> None:
         await self.store.open()
         self._overhead = len(json.dumps([system, tools], ensure_ascii=False))
+        self._system, self._tools = system or None, tools
 
     @property
     def summary_usage(self) -> Usage:
@@ -145,7 +154,14 @@ class CompactorContestant:
         if new:
             await self.state.add(*new)
             self.added += new
-        return await self.compactor.prepare(self.state)
+        view = await self.compactor.prepare(self.state)
+        view, applied = apply_clear_edits(
+            view,
+            self.state.strategy.context_management(),
+            lambda messages: input_tokens(self._system, messages, self._tools),
+        )
+        self._applied = [edit.model_dump(mode="json") for edit in applied]
+        return view
 
     def cache_points(self) -> tuple[int, ...]:
         assert self.state is not None
@@ -153,7 +169,8 @@ class CompactorContestant:
 
     async def record(self, usage: Usage) -> None:
         assert self.state is not None
-        await self.compactor.record(self.state, Reply(content=[], stop_reason="end_turn", usage=usage))
+        reply = Reply(content=[], stop_reason="end_turn", usage=usage, applied_edits=self._applied)
+        await self.compactor.record(self.state, reply)
 
     async def reactive(self) -> bool:
         assert self.state is not None

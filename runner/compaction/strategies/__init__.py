@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from ...config import Limits
 from .base import Stages, Strategy
+from .clear import ClearStrategy
 from .client import ClientStrategy
 from .mask import MaskStrategy
 from .off import OffStrategy
 from .server import ServerStrategy
 
 STRATEGIES: dict[str, type[Strategy]] = {
-    cls.name: cls for cls in (ClientStrategy, ServerStrategy, MaskStrategy, OffStrategy)
+    cls.name: cls for cls in (ClientStrategy, ServerStrategy, ClearStrategy, MaskStrategy, OffStrategy)
 }
 
 
