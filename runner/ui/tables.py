@@ -70,7 +70,7 @@ def narrow_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
             _short(job.get("wall_s", 0.0), 1),
         )
     table.caption = (
-        "ok = succeeded, cmp = compactions, * estimated (no API usage: 4 chars a token)"
+        "ok = succeeded, cmp = compactions, * estimated (4 chars a token)"
         if estimated
         else "ok = succeeded, cmp = compactions"
     )
@@ -127,7 +127,7 @@ class PlainTable:
             if note:
                 self.lines.append(note[:80])
         self.lines.append(
-            "ok = succeeded, cmp = compactions, * estimated (no API usage: 4 chars a token)"
+            "ok = succeeded, cmp = compactions, * estimated (4 chars a token)"
             if estimated
             else "ok = succeeded, cmp = compactions"
         )
