@@ -160,6 +160,8 @@ class RunnerSection(BaseModel):
     batch_max_requests: Int = Field(10_000, ge=1, le=100_000)  # ... or once it holds this many
     batch_poll_s: Float = Field(1.0, gt=0, le=3600)  # the first poll's wait, doubled up to batch_poll_max_s
     batch_poll_max_s: Float = Field(60.0, gt=0, le=3600)
+    # the time kept before a job's end (the deadline's) for a call its batch cannot answer to go live
+    batch_live_s: Float = Field(30.0, gt=0, le=3600)
     deadline: str | None = Field(None, pattern=r"^([01]?[0-9]|2[0-3]):[0-5][0-9]$")  # "06:30", local time
     deadline_s: Float | None = Field(None, gt=0, le=7 * 24 * 3600)  # ... or this long after the run starts
 
