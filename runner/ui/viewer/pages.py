@@ -424,10 +424,12 @@ def job_context(
     pages = split_transcript(items, TRANSCRIPT_PAGE_CHARS)
     final = read_text(job.dir / FINAL, problems)
     usage = {k: int(job.usage(k)) for k in USAGE_KEYS}
+    own = job.metrics.usage.to_json()
     return {
         "job": job,
         "row": job_row(job, "."),
         "usage": usage,
+        "own_usage": own if own != usage else None,  # its own calls', beside its whole when they differ
         "charts": charts,
         "compactions": compactions,
         "compactions_shown": COMPACTIONS_SHOWN,
