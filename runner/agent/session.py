@@ -61,7 +61,7 @@ from . import incremental
 from .continuation import Ledger, cut_spend, read_ledger, rebuild_memory
 from .final_report import final_markdown
 from .safe_request import api_valid
-from .spend import MIN_REPORT_TOKENS, JobEnded, Spend
+from .spend import MIN_REPORT_TOKENS, JobEnded, Spend, turns_spent
 from .subagents import Subagents
 
 CHECKPOINT_INTERVAL_S = 1.0
@@ -424,9 +424,7 @@ class Session:
     def _check_before_call(self) -> None:
         """Raise JobEnded when this call would go over a limit (the last turn is kept for the report)."""
         if self.record.turns + 1 >= self.spec.limits.max_turns:
-            raise JobEnded(
-                Status.MAX_TURNS, f"reached max_turns = {self.spec.limits.max_turns}", last_call=True
-            )
+            raise JobEnded(Status.MAX_TURNS, turns_spent(self.spec.limits.max_turns), last_call=True)
         self.spend.check_run()
 
     def _request(
