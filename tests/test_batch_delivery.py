@@ -226,7 +226,7 @@ async def test_the_deadline_governor_sends_calls_live_in_time_for_every_job_to_s
     else:
         batches = Batches(turnaround_s=0.05, hostile=BatchHostile(kind="drip_results", interval_s=0.5))
     server.reconfigure(EmulatorConfig(batches=batches))
-    deadline = time.time() + 4.0
+    deadline = time.time() + 10.0  # each job's loop ends 1 s before it; 5 s kept for the live calls
     result = await run(
         server,
         tmp_path / "run",
@@ -234,7 +234,7 @@ async def test_the_deadline_governor_sends_calls_live_in_time_for_every_job_to_s
         batch=True,
         jobs=3,
         deadline=deadline,
-        live_s=1.0,
+        live_s=5.0,
         run_deadline=True,
     )
     stats = server.stats()
