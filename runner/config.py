@@ -61,82 +61,144 @@ class ConfigError(Exception):
 class Limits(BaseModel):
     """Per-job limits. The compaction thresholds keep the names and defaults of DESIGN.md."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     max_turns: Int = Field(200, ge=1, le=100_000)
+    """model calls per job, its subagents' included, the last one kept for the report; then status
+    `max_turns`"""
     timeout_s: Float = Field(3600.0, gt=0, le=7 * 24 * 3600)
+    """wall time per job, a tenth (at most 60 s) kept for the report; then status `timeout`"""
     max_output_tokens: Int = Field(8000, ge=1, le=128_000)
+    """`max_tokens` of each call"""
     max_cost_usd: Float | None = Field(None, gt=0, le=100_000)
+    """spend per job, the cost of one more call kept for the report; then status `budget_exceeded`"""
     max_retries: Int = Field(4, ge=0, le=20)
+    """SDK retries per call"""
     compaction: Compaction = "client"
+    """`client` (the pipeline below), `server` (the API's `compact_20260112`), `mask` (observation masking
+    only: tool results older than the newest `keep_recent_results` become placeholders), `clear` (the API's
+    context editing `clear_tool_uses_20250919`: over its trigger the API replaces old tool results with a
+    placeholder; the runner keeps the whole history, counts each clearing as `tool_use_clearing`; on the
+    offline model, `client`), `off`"""
     # 1. tool_result_budget
     batch_char_limit: Int = Field(200_000, ge=1_000)
+    """1. tool_result_budget: newest batch of results over this..."""
     large_result_chars: Int = Field(30_000, ge=200)
+    """...persists its results over this, largest first"""
     preview_chars: Int = Field(2_000, ge=0)
+    """...keeping this much as a preview"""
     # 2. snip
     snip_trigger: Int = Field(50, ge=8)
+    """2. snip: over this many messages..."""
     snip_head: Int = Field(3, ge=1)
+    """...keep the first messages..."""
     snip_target: Int = Field(30, ge=4)
+    """...and the newest, this many in all"""
     # 3. micro_compact and 4. fit_tool_results
     context_char_limit: Int = Field(50_000, ge=2_000)
+    """3-5. over this, micro_compact, fit_tool_results, compact_history"""
     keep_recent_results: Int = Field(3, ge=0)
+    """micro_compact never touches the newest seen results"""
     # micro_compact and fit_tool_results bring the context down to this share of the limit
     compact_target_ratio: Float = Field(0.8, ge=0.1, le=0.95)
+    """micro_compact and fit_tool_results bring the context down to this share of the limit; 0.5 rewrites the
+    cached prefix half as often (cheaper with prompt caching, see BENCHMARKS.md)"""
     fit_preview_chars: Int = Field(1_000, ge=0)
+    """preview kept by fit_tool_results"""
     # a prompt-cache breakpoint after the newest message compaction will not rewrite (see README)
     cache_aware: bool = True
+    """prompt-cache breakpoints on the newest message compaction will not rewrite and on the longest prefix
+    an earlier call cached that is still unchanged, besides those on the system prompt (which caches the
+    tools) and the newest message"""
     # token-aware trigger (off when unset): last real usage plus an estimate of what was added since
     context_token_limit: Int | None = Field(None, ge=1_000)
+    """also trigger on tokens: last real `usage` plus an estimate since"""
     # 6. reactive compact
     keep_recent_messages: Int = Field(5, ge=1)
+    """6. reactive compact keeps the newest messages"""
     max_reactive_retries: Int = Field(1, ge=0, le=10)
+    """retries after "prompt is too long"; then the job fails"""
     # 8. circuit breaker
     max_summary_failures: Int = Field(3, ge=1)
+    """8. circuit breaker: then the deterministic summary"""
     # a summary (the model's or the fallback) takes at most this share of the context limit
     summary_share: Float = Field(0.2, gt=0, le=0.5)
+    """a summary (the model's or the fallback's) takes at most this share of the context limit (0 < x <=
+    0.5): the summary call's `max_tokens` is share x limit / 4 (at most `summarizer.max_output_tokens`), a
+    longer one is cut at a line end, saying so"""
     # thrashing: a history compaction within thrash_turns turns of the one before, or freeing less
     # than thrash_freed_share of the limit, is a strike; thrash_strikes in a row escalate (a shorter
     # summary, then notes only, then status stuck)
     thrash_turns: Int = Field(2, ge=0, le=100)
+    """thrashing: a history compaction (`compact_history`, reactive) within this many turns of the one before
+    is a strike..."""
     thrash_freed_share: Float = Field(0.1, ge=0, le=0.9)
+    """...and so is one freeing less than this share of the limit..."""
     thrash_strikes: Int = Field(3, ge=1, le=100)
+    """...this many in a row step up: summaries of half the share, then of the notes alone, then status
+    `stuck` (reason `thrashing:` with the numbers) and a last call for the report"""
     # server-side compaction (compaction = "server")
     server_trigger_tokens: Int = Field(150_000, ge=50_000)
+    """server mode: compaction trigger (at least 50000)"""
     server_instructions: str | None = None
+    """server mode: replaces the default summary prompt"""
     # tools: where bash runs, whether it may reach the network, how often one call may repeat
     sandbox: Literal["bwrap", "none"] = "bwrap"
+    """where `bash` runs: `bwrap` (the sandbox above) or `none` (no sandbox; explicit only)"""
     sandbox_network: bool = False
+    """let `bash` reach the network"""
     max_repeated_calls: Int = Field(3, ge=1, le=100)
+    """runs of one identical call in the whole job (a `write` or `edit` starts afresh); then it is caught,
+    and a job that keeps repeating ends `stuck`"""
     # the bytes the job's store may write into its directory; then status disk_quota
     max_job_bytes: Int = Field(2 * 1024**3, gt=0, le=1024**5)
+    """bytes the job's files may take in its directory (2 GiB; a resumed job's files count, and its
+    subagents' in `agents/`, their `memories/` included); then status `disk_quota`, with `final.md`
+    (saying why) and `metrics.json` still written"""
     # subagents (the task tool): how many of a job's run at once, and how many it may start in all
     # (its max_turns and max_job_bytes count its subagents' turns and files too)
     max_subagents: Int = Field(4, ge=1, le=64)
+    """a job's subagents (the `task` tool) running at once"""
     max_subagents_total: Int = Field(16, ge=1, le=10_000)
+    """a job's subagents in all; a `task` call past them is an error result"""
     # sandboxed calls (bash) of one job, its subagents' included, running at once: their memory and
     # processes together are the job's budget (runner.tools.job_budget)
     max_sandboxes: Int = Field(2, ge=1, le=64)
+    """a job's `bash` calls running at once, its subagents' included; together one memory and process budget
+    (that many calls' worth: 4 GiB and 256 processes each), in one cgroup under the runner's own where it
+    may make one. `runner validate` and `run` warn when `concurrency` jobs' budgets pass 90% of the host's
+    RAM or `pid_max`"""
     # start from the newest earlier successful run of the same job (see README "Running it every night")
     incremental: bool = False
+    """start from the newest earlier run of the same job that succeeded (see "Running it every night");
+    `--fresh` runs it in full"""
     # one reply's work: the tool calls run from one reply (the rest are answered "not run"), and the
     # entries (files and directories) the memory folder may hold
     max_tool_calls_per_reply: Int = Field(64, ge=1, le=100_000)
+    """tool calls run from one reply (its first ones); each call past them is answered with an error result
+    saying it was not run and why"""
     max_memory_entries: Int = Field(1_000, ge=1, le=100_000)
+    """files and directories the memory tool's folder may hold (besides its 4 MiB); a write that would make
+    more is refused with an error result"""
     # snip: a marker's digest (what it archived, and the file that holds each saved output) takes this
     # share of the context limit, from 1,500 to 8,000 characters
     snip_digest_share: Float = Field(0.05, ge=0, le=0.2)
-    # the API's context editing (compaction = "clear", edit clear_tool_uses_20250919; the API's defaults):
-    # over the trigger (input tokens, or tool uses with clear_trigger = "tool_uses") every tool use but
-    # the newest clear_keep_tool_uses, and those of clear_exclude_tools, has its result cleared (its
-    # input too with clear_tool_inputs: true, or the names of the tools whose inputs go); with
-    # clear_at_least_tokens, only when the clearing frees that many input tokens (new fields go last:
-    # job.json keeps their order)
+    """the snip marker's digest (what it archived, and the saved file of each archived result) takes at most
+    this share of the context limit, from 1,500 to 8,000 characters"""
+    # the API's context editing (compaction = "clear", edit clear_tool_uses_20250919; the API's defaults);
+    # new fields go last: job.json keeps their order
     clear_trigger: Literal["input_tokens", "tool_uses"] = "input_tokens"
+    """clear mode: what the trigger counts, `input_tokens` or `tool_uses`"""
     clear_trigger_value: Int = Field(100_000, ge=1)
+    """clear mode: over this many (the API's default), the API clears"""
     clear_keep_tool_uses: Int = Field(3, ge=0)
+    """clear mode: the newest tool uses never cleared"""
     clear_at_least_tokens: Int | None = Field(None, ge=1)
+    """clear mode: clear only when that frees at least this many input tokens"""
     clear_exclude_tools: tuple[str, ...] = ()
+    """clear mode: tools whose results are never cleared"""
     clear_tool_inputs: bool | tuple[str, ...] = False
+    """clear mode: clear the calls' inputs too (`true`, or the names of the tools whose inputs go)"""
 
     @model_validator(mode="after")
     def _consistent(self) -> Limits:
@@ -151,29 +213,54 @@ class Limits(BaseModel):
 
 
 class RunnerSection(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     concurrency: Int = Field(8, ge=1, le=10_000)
+    """jobs at once"""
     output_dir: Path = Path("runs")
+    """where `runs/<run-id>/` goes"""
     backend: Literal["auto", "anthropic", "offline"] = "auto"
+    """`anthropic` when `ANTHROPIC_API_KEY` is set, else `offline`"""
     model: str = Field("claude-sonnet-5-5", min_length=1)
+    """model for jobs without their own"""
     request_timeout_s: Float = Field(600.0, gt=0, le=3600)  # a total deadline per attempt, body included
+    """deadline of one attempt of an API request, headers and body in all; then the SDK retries it"""
     max_reply_bytes: Int = Field(32 * 1024**2, ge=1024, le=1024**3)  # decoded body of one reply
+    """decoded body of one reply (32 MiB; a gzip body is counted as it decodes), checked before it is parsed;
+    over it the call fails, unretried. Each attempt of a call must also end within `request_timeout_s` in
+    all (a body dripping in does not extend it)"""
     max_retry_after_s: Float = Field(60.0, ge=0, le=3600)  # a longer retry-after is cut to this
+    """a `retry-after` (or `retry-after-ms`) asking for a longer wait is cut to this"""
     max_cost_usd: Float | None = Field(None, gt=0, le=1_000_000)  # for the whole run
+    """spend of the whole run; then every job ends `budget_exceeded`"""
     executor: Literal["local", "ray"] = "local"
+    """`local` (this process) or `ray` (Ray workers; see below); `--executor`"""
     ray_address: str | None = Field(None, min_length=1)  # None: start a local Ray; "auto" or host:port: join
+    """none: start a local Ray instance; `auto` or `host:port`: join that cluster; `--ray-address`"""
     keep_runs: Int | None = Field(
         None, ge=1, le=1_000_000
     )  # after a run, remove all but this many newest runs
+    """after each `run`, remove all but this many newest runs (as `runner prune --keep N`)"""
     # delivery = "batch": model calls go as Message Batches at the batch price (see models/batches.py)
     delivery: Literal["live", "batch"] = "live"
+    """`live`, or `batch`: model calls sent as Message Batches at the batch price (see "Half price
+    overnight"); `--delivery`"""
     batch_window_s: Float = Field(2.0, gt=0, le=3600)  # a batch is sent this long after its first request
+    """a batch is sent this long after its first request"""
     batch_max_requests: Int = Field(10_000, ge=1, le=100_000)  # ... or once it holds this many
+    """... or once it holds this many requests"""
     batch_poll_s: Float = Field(1.0, gt=0, le=3600)  # the first poll's wait, doubled up to batch_poll_max_s
+    """the first wait before polling a batch in flight, doubled up to `batch_poll_max_s`"""
     batch_poll_max_s: Float = Field(60.0, gt=0, le=3600)
+    """the longest wait between two polls of a batch"""
+    # the time kept before a job's end (the deadline's) for a call its batch cannot answer to go live
+    batch_live_s: Float = Field(30.0, gt=0, le=3600)
+    """kept before a job's end (the deadline's) for a call its batch cannot answer by then to go live"""
     deadline: str | None = Field(None, pattern=r"^([01]?[0-9]|2[0-3]):[0-5][0-9]$")  # "06:30", local time
+    """`"HH:MM"` (local time): every job ends by then, its report kept; with `delivery = "batch"` calls go
+    live in time for it"""
     deadline_s: Float | None = Field(None, gt=0, le=7 * 24 * 3600)  # ... or this long after the run starts
+    """... or this many seconds after the run starts"""
 
 
 class Price(BaseModel):
@@ -199,13 +286,18 @@ PriceOrDiscount = Annotated[
 
 
 class SummarizerSection(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     model: str = Field("claude-haiku-5-5", min_length=1)
+    """model for summaries (cheaper than the jobs')"""
     max_concurrent: Int = Field(4, ge=1, le=1000)
+    """summary calls in flight at once, whole batch"""
     requests_per_minute: Int = Field(50, ge=1, le=100_000)
+    """summary calls started in any 60 s, whole batch"""
     max_input_chars: Int = Field(400_000, ge=10_000)
+    """a longer history is cut to head + tail for the summary"""
     max_output_tokens: Int = Field(6_000, ge=100)
+    """longest summary"""
 
 
 class Settings(BaseSettings):

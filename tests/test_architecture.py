@@ -28,6 +28,7 @@ LAYERS = {
     "runner.billing": 0,
     # 1. configuration and the run directory's files
     "runner.config": 1,
+    "runner.config_table": 1,  # the README's table of config keys, made from the settings models
     "runner.jobs": 1,
     "runner.rundir": 1,
     "runner.protocol": 1,  # the texts a model reads name the run directory's files (transcript.jsonl)

@@ -15,7 +15,7 @@ from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import ConfigError, Limits, deadline_at, load_settings
 from runner.emulator import EmulatorConfig, running_emulator
-from runner.emulator.config import Batches, Fault
+from runner.emulator.config import Batches, BatchHostile, Fault
 from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
 from runner.models.anthropic import AnthropicModel
@@ -58,11 +58,22 @@ def spec(name: str, workspace: Path) -> JobSpec:
     )
 
 
-async def run(server, run_dir: Path, workspace: Path, *, batch: bool, jobs: int = 10, **batcher):
+async def run(
+    server,
+    run_dir: Path,
+    workspace: Path,
+    *,
+    batch: bool,
+    jobs: int = 10,
+    run_deadline: bool = False,
+    **batcher,
+):
+    """``run_deadline``: the batcher's deadline is the run's too, every job's timeout ending by it (as
+    ``runner run`` wires them)."""
     raw = AnthropicModel(base_url=server.base_url, api_key="test-key", max_retries=8)
     model = summaries = raw
     if batch:
-        batcher = {"window_s": 0.1, "poll_s": 0.05, "poll_max_s": 0.2, **batcher}
+        batcher = {"window_s": 0.1, "poll_s": 0.05, "poll_max_s": 0.2, "live_s": 0.3, **batcher}
         shared = Batcher(raw, **batcher)
         model = BatchModel(shared, raw)
         summaries = BatchModel(shared, raw, part="batch_summarizer_usage", owns_live=False)
@@ -75,6 +86,7 @@ async def run(server, run_dir: Path, workspace: Path, *, batch: bool, jobs: int 
         summary_model=SUMMARY_MODEL,
         concurrency=jobs,
         handle_signals=False,
+        deadline=batcher.get("deadline") if run_deadline else None,
     )
     try:
         return await run_batch(job_batch)
@@ -200,6 +212,37 @@ async def test_a_batch_in_flight_at_the_deadline_is_cancelled_and_its_calls_go_l
     assert stats["batches"] == {"created": 1, "ended": 1, "canceled": 1}
     assert stats["batch_outcomes"]["canceled"] == 3 and stats["requests"] > 0
     assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("stall", ["a batch that does not end", "a results download that drips"])
+async def test_the_deadline_governor_sends_calls_live_in_time_for_every_job_to_succeed(
+    server, workspace, tmp_path, stall
+):
+    """The run's deadline is every job's too (its loop ends before it, the report's reserve kept): a
+    batch that cannot answer by then is cancelled, or its stalled download ended, in time for the calls
+    to go live and the jobs to succeed, not to end ``timeout`` waiting for it."""
+    if stall == "a batch that does not end":
+        batches = Batches(turnaround_s=60.0, cancel_s=0.05)
+    else:
+        batches = Batches(turnaround_s=0.05, hostile=BatchHostile(kind="drip_results", interval_s=0.5))
+    server.reconfigure(EmulatorConfig(batches=batches))
+    deadline = time.time() + 10.0  # each job's loop ends 1 s before it; 5 s kept for the live calls
+    result = await run(
+        server,
+        tmp_path / "run",
+        workspace,
+        batch=True,
+        jobs=3,
+        deadline=deadline,
+        live_s=5.0,
+        run_deadline=True,
+    )
+    stats = server.stats()
+    assert {r.status for r in result.results.values()} == {"succeeded"}, {
+        n: r.error for n, r in result.results.items()
+    }
+    assert stats["batches"]["created"] >= 1 and stats["requests"] > 0  # batched first, then live
+    assert time.time() < deadline + 1.0
 
 
 # --- pieces ------------------------------------------------------------------------------------

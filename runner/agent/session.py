@@ -36,6 +36,7 @@ from ..compaction.window import Entry
 from ..jobs import JobSpec
 from ..messages import Message, merge_adjacent, one_line, text_of, tool_results, tool_uses
 from ..models.base import BackendUnusable, Model, PromptTooLong, Reply, Request
+from ..models.wire import ANSWER_BY
 from ..models.wire import CURRENT as WIRE
 from ..pricing import DEFAULT_TABLE, PriceTable, Usage
 from ..protocol import NO_TOOLS, OUT_OF_TURNS
@@ -60,7 +61,7 @@ from . import incremental
 from .continuation import Ledger, cut_spend, read_ledger, rebuild_memory
 from .final_report import final_markdown
 from .safe_request import api_valid
-from .spend import MIN_REPORT_TOKENS, JobEnded, Spend
+from .spend import MIN_REPORT_TOKENS, JobEnded, Spend, turns_spent
 from .subagents import Subagents
 
 CHECKPOINT_INTERVAL_S = 1.0
@@ -73,6 +74,14 @@ CONTINUE_AFTER_MAX_TOKENS = (
 def time_reserve(timeout_s: float) -> float:
     """The part of a job's timeout kept for its last call: a tenth, at most a minute."""
     return min(60.0, timeout_s / 10)
+
+
+def answer_within(seconds: float, outer: float | None) -> float:
+    """When a session's calls must be answered (epoch seconds; :data:`~runner.models.wire.ANSWER_BY`,
+    which a late delivery goes live in time for): ``seconds`` from now, never after ``outer`` (an
+    enclosing session's, for a subagent)."""
+    mine = time.time() + seconds
+    return mine if outer is None else min(mine, outer)
 
 
 def new_record(spec: JobSpec) -> JobMetrics:
@@ -167,6 +176,8 @@ class Session:
         wire = WIRE.set(record)  # this task's model calls count into this job (see models/wire.py)
         record.started, record.status = time.time(), Status.RUNNING
         timeout, why = self._timeout()
+        outer = ANSWER_BY.get()  # a parent's, for a subagent's session
+        answer_by = ANSWER_BY.set(answer_within(timeout - time_reserve(timeout), outer))
         try:
             try:
                 with anyio.move_on_after(timeout - time_reserve(timeout)) as scope:
@@ -177,6 +188,7 @@ class Session:
             except JobEnded as e:
                 record.status, record.error = e.status, e.error
                 if e.last_call:
+                    ANSWER_BY.set(answer_within(time_reserve(timeout), outer))
                     with anyio.move_on_after(time_reserve(timeout)):
                         try:
                             await self._last_call(e.error)
@@ -204,6 +216,7 @@ class Session:
             with anyio.CancelScope(shield=True):
                 await self._write_outputs()
             WIRE.reset(wire)  # a subagent's session runs in its parent's task
+            ANSWER_BY.reset(answer_by)
         return record
 
     def _timeout(self) -> tuple[float, str]:
@@ -411,9 +424,7 @@ class Session:
     def _check_before_call(self) -> None:
         """Raise JobEnded when this call would go over a limit (the last turn is kept for the report)."""
         if self.record.turns + 1 >= self.spec.limits.max_turns:
-            raise JobEnded(
-                Status.MAX_TURNS, f"reached max_turns = {self.spec.limits.max_turns}", last_call=True
-            )
+            raise JobEnded(Status.MAX_TURNS, turns_spent(self.spec.limits.max_turns), last_call=True)
         self.spend.check_run()
 
     def _request(

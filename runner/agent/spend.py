@@ -35,6 +35,17 @@ MIN_REPORT_TOKENS = 64  # a last call with less room than this is not made: the 
 ESTIMATE_MARGIN = 1.05  # estimated costs are taken this much higher before a call is allowed
 
 
+MAX_TURNS_HINT = (
+    "to let it go on, raise max_turns: in the task file's [limits], [jobs.<name>] or [limits] of "
+    "config.toml (the first that sets it wins), or RUNNER_JOBS__<NAME>__MAX_TURNS"
+)
+
+
+def turns_spent(limit: int, detail: str = "") -> str:
+    """A job's error when its ``max_turns`` is reached: the limit, ``detail``, and which key to raise."""
+    return f"reached max_turns = {limit}{detail}; {MAX_TURNS_HINT}"
+
+
 class JobEnded(Exception):
     """Ends a job early with a status other than ``succeeded``; ``last_call``: the job is about to hit a
     limit it kept a reserve for, and gets one last call without tools for its report."""
@@ -132,12 +143,11 @@ class Spend:
         if isinstance(self.run_budget, ShareBudget):
             self.run_budget.parent.grant_turn(self.record, self.limits.max_turns)
             return
-        limit, used = self.limits.max_turns, self.job_turns()
+        limit, used, own = self.limits.max_turns, self.job_turns(), self.record.turns
         if used + 1 >= limit:
             raise JobEnded(
                 Status.MAX_TURNS,
-                f"reached max_turns = {limit} ({self.record.turns} turns of its own and "
-                f"{used - self.record.turns} of its subagents)",
+                turns_spent(limit, f" ({own} turns of its own and {used - own} of its subagents)"),
                 last_call=True,
             )
 

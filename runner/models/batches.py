@@ -40,10 +40,15 @@ Guarantees:
   ``canceled`` while the run is not stopping: sent again in the next group, one more ``record.retries``
   (after the request's ``max_retries`` resends, live); a prompt too long: :class:`PromptTooLong`; any
   other error fails the call (:class:`BatchRequestFailed`) as it would fail live.
-- The deadline: when ``now + window_s + the expected turnaround`` (the last batch's turnaround, or
-  the age of the oldest batch in flight when larger) would pass it, calls go live; a batch still in
-  flight at the deadline is cancelled, and its requests not answered go live (also those of a batch
-  that has not ended :data:`CANCEL_TIMEOUT_S` after its cancel).
+- The deadline governor: a call's answer is needed by its job's end (:data:`~runner.models.wire.ANSWER_BY`,
+  which the run's deadline bounds: the session's loop ends before it, the report's reserve kept) or by
+  the run's deadline, whichever is first; ``live_s`` before that is its cut-off. When ``now + window_s
+  + the expected turnaround`` (the last batch's turnaround, or the age of the oldest batch in flight
+  when larger) would pass the cut-off, the call goes live. A batch still in flight at the earliest
+  cut-off of its requests is cancelled (no poll sleeps past it), and its requests not answered go live
+  (also those of a batch that has not ended ``min(CANCEL_TIMEOUT_S, live_s / 2)`` after its cancel);
+  its results download ends ``live_s / 2`` before their answer is needed, so a stalled download leaves
+  the live call its time too.
 - Crash-safe (with a journal, ``batches.jsonl`` in the run directory): every batch created is
   recorded (its id, betas, custom_ids, when) before anything waits on it. A request whose custom_id
   a recorded batch holds (the same job, turn and body: a resumed job asking again) is answered from
@@ -76,7 +81,7 @@ from ..rundir.docs import JobMetrics
 from .anthropic import AnthropicModel, reply_of, request_params
 from .base import Model, PromptTooLong, Reply, Request
 from .guard import download, same_origin
-from .wire import CURRENT
+from .wire import ANSWER_BY, CURRENT
 
 RETRYABLE = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 MAX_BATCH_BYTES = 200_000_000  # of request bodies in one batch (the API takes 256 MB)
@@ -202,6 +207,7 @@ class Group:
     opened: float  # monotonic: its first request
     poll_s: float
     waiters: dict[str, Waiter] = field(default_factory=dict)  # by custom_id
+    answer_by: float | None = None  # epoch seconds: the earliest of its requests' (see Batcher.answer_by)
     size: int = 0  # bytes of request bodies
     closed: bool = False  # no request joins any more
     full: anyio.Event = field(default_factory=anyio.Event)
@@ -226,6 +232,7 @@ class Batcher:
         poll_max_s: float = 60.0,
         deadline: float | None = None,
         max_retries: int = 4,
+        live_s: float = 30.0,
     ):
         self.backend = backend
         self.window_s = window_s
@@ -234,6 +241,7 @@ class Batcher:
         self.poll_max_s = poll_max_s
         self.deadline = deadline  # epoch seconds
         self.max_retries = max_retries
+        self.live_s = live_s  # kept before a call's answer is needed, for it to go live
         self.open: dict[tuple[str, ...], Group] = {}
         self.in_flight: dict[str, Group] = {}
         self.last_turnaround: float | None = None
@@ -300,11 +308,22 @@ class Batcher:
         oldest = max((now - g.sent for g in self.in_flight.values() if g.sent is not None), default=0.0)
         return max(self.last_turnaround or 0.0, oldest)
 
-    def live_now(self) -> bool:
-        """Whether a call made now goes live: a batch sent now would not end before the deadline."""
-        if self.deadline is None:
+    def answer_by(self) -> float | None:
+        """When the calling job needs its answer (epoch seconds): its end or the run's deadline, the
+        earlier; None when neither is set."""
+        ends = [t for t in (ANSWER_BY.get(), self.deadline) if t is not None]
+        return min(ends, default=None)
+
+    def live_now(self, answer_by: float | None) -> bool:
+        """Whether a call needed by ``answer_by`` goes live: a batch sent now would not end ``live_s``
+        before it."""
+        if answer_by is None:
             return False
-        return time.time() + self.window_s + self.expected_turnaround() >= self.deadline
+        return time.time() + self.window_s + self.expected_turnaround() >= answer_by - self.live_s
+
+    def _cut_off(self, group: Group) -> float | None:
+        """When ``group``'s batch is cancelled if it is still in flight (epoch seconds)."""
+        return None if group.answer_by is None else group.answer_by - self.live_s
 
     def status_line(self) -> str | None:
         """The live display's part: the batch in flight, requests waiting, the last turnaround, the
@@ -340,14 +359,15 @@ class Batcher:
         custom_id = custom_id_of(job, turn, params)
         limit = self.max_retries if request.max_retries is None else request.max_retries
         resends = 0
+        answer_by = self.answer_by()
         if custom_id in self.recorded:  # a resumed job asks again what a recorded batch was asked
             batch_id = self.recorded[custom_id][0]
             if (result := await self._recorded(custom_id)) is not None:
                 return self._reply(result, record, part, batch_id)
         while True:
-            if self.live_now() or resends > limit:
+            if self.live_now(answer_by) or resends > limit:
                 return await live.create(request)
-            group, key = self._join(custom_id, params, betas)
+            group, key = self._join(custom_id, params, betas, answer_by)
             result = await self._wait(group, key)
             kind = result.get("type")
             if result is LIVE:  # its batch's results could not be read
@@ -410,12 +430,16 @@ class Batcher:
                 ).processing_status != "ended":
                     await anyio.sleep(group.poll_s)
                     group.poll_s = min(group.poll_s * 2, self.poll_max_s)
-                found, _ = await self._download(batch, betas, self.journal_ids.get(batch_id, set()))
+                found, _ = await self._download(
+                    batch, betas, self.journal_ids.get(batch_id, set()), answer_by=self.deadline
+                )
                 return found
         except Exception:  # e.g. the batch was deleted or has expired: its requests are sent again
             return {}
 
-    def _join(self, custom_id: str, params: dict[str, Any], betas: tuple[str, ...]) -> tuple[Group, str]:
+    def _join(
+        self, custom_id: str, params: dict[str, Any], betas: tuple[str, ...], answer_by: float | None
+    ) -> tuple[Group, str]:
         size = len(json.dumps(params, separators=(",", ":")))
         group = self.open.get(betas)
         if group is None or group.size + size > MAX_BATCH_BYTES:
@@ -430,6 +454,8 @@ class Batcher:
             key = f"{custom_id[:60]}-{n}"
         group.waiters[key] = Waiter(params)
         group.size += size
+        if answer_by is not None:
+            group.answer_by = answer_by if group.answer_by is None else min(group.answer_by, answer_by)
         if len(group.waiters) >= self.max_requests:
             self._close(group)
         return group, key
@@ -480,29 +506,36 @@ class Batcher:
             self.batches_sent += 1
         assert group.batch_id is not None
         canceled_at: float | None = None
+        cancel_wait = min(CANCEL_TIMEOUT_S, self.live_s / 2)
+        cut_off = self._cut_off(group)
         while True:
-            await anyio.sleep(group.poll_s)
+            wait = group.poll_s
+            if cut_off is not None and not group.cancel_sent:  # no sleep past the cut-off
+                wait = min(wait, max(0.0, cut_off - time.time()))
+            await anyio.sleep(wait)
             group.poll_s = min(group.poll_s * 2, self.poll_max_s)
             with uncounted():
                 batch = await self._api(group).retrieve(group.batch_id, **self._betas(group))
             if batch.processing_status == "ended":
                 break
-            if canceled_at is not None and time.monotonic() - canceled_at > CANCEL_TIMEOUT_S:
-                batch = None  # canceled at the deadline and still not ended: every request goes live
+            if canceled_at is not None and time.monotonic() - canceled_at > cancel_wait:
+                batch = None  # canceled at the cut-off and still not ended: every request goes live
                 break
-            if self.deadline is not None and time.time() >= self.deadline and not group.cancel_sent:
+            if cut_off is not None and time.time() >= cut_off and not group.cancel_sent:
                 group.cancel_sent = True  # what it has not answered goes live
-                group.poll_s = self.poll_s
+                group.poll_s = min(self.poll_s, cancel_wait / 4)
                 await self._cancel(group)
                 canceled_at = time.monotonic()
         lines: dict[str, dict[str, Any]] = {}
         if batch is None:
-            unended = f"it had not ended {CANCEL_TIMEOUT_S:g} s after its cancel at the deadline"
+            unended = f"it had not ended {cancel_wait:g} s after its cancel at the deadline's cut-off"
             await anyio.to_thread.run_sync(self._note, group.batch_id, unended)
             problem: str | None = unended
         else:
             with uncounted():
-                lines, problem = await self._download(batch, group.betas, group.waiters.keys())
+                lines, problem = await self._download(
+                    batch, group.betas, group.waiters.keys(), answer_by=group.answer_by
+                )
         if group.sent is not None:
             self.last_turnaround = time.monotonic() - group.sent
         self.in_flight.pop(group.batch_id, None)
@@ -510,16 +543,17 @@ class Batcher:
             waiter.result = lines.get(key, NO_RESULT if problem is None else LIVE)
 
     async def _download(
-        self, batch: Any, betas: tuple[str, ...], wanted: Collection[str]
+        self, batch: Any, betas: tuple[str, ...], wanted: Collection[str], *, answer_by: float | None
     ) -> tuple[dict[str, dict[str, Any]], str | None]:
         """The results the ended ``batch`` has for the custom_ids in ``wanted``, read as the module's
-        guarantees say, and why the file was not read whole (None: it was)."""
+        guarantees say (ended ``live_s / 2`` before ``answer_by``), and why the file was not read whole
+        (None: it was)."""
         guard = self.backend.guard
         max_line = guard.max_reply_bytes + LINE_SLACK
         cap = max(1, len(wanted)) * max_line
         seconds = guard.deadline_s + len(wanted) * RESULT_S
-        if self.deadline is not None:  # the calls it leaves unanswered go live in time
-            seconds = min(seconds, self.deadline - time.time())
+        if answer_by is not None:  # the calls it leaves unanswered go live in time
+            seconds = min(seconds, answer_by - self.live_s / 2 - time.time())
         found: dict[str, dict[str, Any]] = {}
         problem: str | None = None
         try:
@@ -642,6 +676,7 @@ def batch_delivery(
         poll_max_s=runner.batch_poll_max_s,
         deadline=deadline_at(runner.deadline, runner.deadline_s),
         max_retries=max_retries,
+        live_s=runner.batch_live_s,
     )
     return (
         BatchModel(batcher, live),

@@ -33,6 +33,9 @@ Guarantees:
   :func:`lenient` return the model (damaged fields dropped back to their defaults) and one-line
   problems naming the file and the field; :func:`load_run` reads a whole run directory so.
 - Totals are always recomputed from the job rows (:func:`totals_of`), never trusted from disk.
+- A job's usage has one sum, :meth:`JobMetrics.total_usage` (its own calls', its summaries' and its
+  subagents'): written as ``total_usage`` beside ``usage`` (its own calls') in ``metrics.json``, in
+  ``run.json``'s rows and in the rows tables read; the totals add it up; it is never read back.
 """
 
 from __future__ import annotations
@@ -47,9 +50,18 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
-from ..pricing import USAGE_KEYS, Usage
+from ..pricing import USAGE_KEYS, Usage, sum_usage
 
 # --- layout -------------------------------------------------------------------------------------
 
@@ -161,6 +173,7 @@ class _Doc(BaseModel):
 SUBAGENT_FIELDS = ("subagent_usage", "subagents")  # written only for a job that had subagents
 BATCH_FIELDS = ("batch_usage", "batch_summarizer_usage", "batch_calls")  # only when a batch answered a call
 WHEN_SET = ("worker", "source", "incremental")  # written only when not None
+TOTAL_USAGE = "total_usage"  # written beside usage: JobMetrics.total_usage, never read back
 
 
 class Incremental(_Doc):
@@ -217,13 +230,31 @@ class JobMetrics(_Doc):
     batch_summarizer_usage: Usage = Field(default_factory=Usage)
     batch_calls: int = 0
 
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_not_read(cls, data: Any) -> Any:
+        """``total_usage`` is computed from the parts (:meth:`total_usage`), never read back."""
+        if isinstance(data, dict) and TOTAL_USAGE in data:
+            data = {k: v for k, v in data.items() if k != TOTAL_USAGE}
+        return data
+
+    def total_usage(self) -> Usage:
+        """The job's usage: its own calls', its summaries' and its subagents' together. Every table,
+        totals line, page and document shows this one sum (``usage`` beside it: the job's own calls)."""
+        return sum_usage([self])
+
     def usage_total(self, key: str) -> int:
-        """One usage count, the job's, its summaries' and its subagents' together."""
-        return (
-            getattr(self.usage, key, 0)
-            + getattr(self.summarizer_usage, key, 0)
-            + getattr(self.subagent_usage, key, 0)
-        )
+        """One count of :meth:`total_usage`."""
+        return int(getattr(self.total_usage(), key, 0))
+
+    def _with_total(self, out: dict[str, Any]) -> dict[str, Any]:
+        out[TOTAL_USAGE] = self.total_usage().to_json()
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields that were set (a ``run.json`` row), with :data:`TOTAL_USAGE` when usage was."""
+        out = super().to_json()
+        return self._with_total(out) if "usage" in out else out
 
     def subagent_row(self) -> dict[str, Any]:
         """This job's row in its parent's ``subagents``."""
@@ -252,7 +283,7 @@ class JobMetrics(_Doc):
         }
         out["wall_s"], out["cost_usd"] = round(self.wall_s, 3), round(self.cost_usd, 6)
         out["compactions"] = dict(sorted(self.compactions.items()))
-        return out
+        return self._with_total(out)
 
     def carry_over(self, prior: JobMetrics) -> None:
         """Continue from an earlier segment's record: every count it had (not its identity, status,
@@ -264,13 +295,15 @@ class JobMetrics(_Doc):
 
     def clean(self) -> dict[str, Any]:
         """Every field the table reads, in its type (a damaged value is back at its default)."""
-        return {
-            k: v
-            for k, v in self.model_dump(exclude=set(self.LIVE)).items()
-            if (k not in WHEN_SET or v is not None)
-            and (k not in SUBAGENT_FIELDS or self.subagents)
-            and (k not in BATCH_FIELDS or self.batch_calls)
-        }
+        return self._with_total(
+            {
+                k: v
+                for k, v in self.model_dump(exclude=set(self.LIVE)).items()
+                if (k not in WHEN_SET or v is not None)
+                and (k not in SUBAGENT_FIELDS or self.subagents)
+                and (k not in BATCH_FIELDS or self.batch_calls)
+            }
+        )
 
 
 class RunDocument(_Doc):

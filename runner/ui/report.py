@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -10,6 +11,7 @@ from rich.text import Text
 
 from ..compaction.stages import Stage
 from ..config import ConfigError
+from ..pricing import Usage
 from ..rundir import docs as rundocs
 from ..rundir.docs import LIVE_STATUSES, RUN_JSON, Status, load_run, metrics_of
 from .terminal import printable
@@ -114,16 +116,18 @@ def run_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
     for column, justify in columns:
         table.add_column(column, justify=justify, overflow="fold")
     for job in jobs:
-        usage = job.get("usage") or {}
+        usage, own = job_usage(job)
         comp = job.get("compactions") or {}
         status = job.get("status", "?")
         table.add_row(  # free text goes in as Text, its control characters escaped: never markup or escapes
             job_cell(job),
             Text(printable(status), style=STATUS_STYLE.get(status, "white")),
             str(job.get("turns", 0)),
-            f"{usage.get('input_tokens', 0):,}",
-            f"{usage.get('output_tokens', 0):,}",
-            f"{usage.get('cache_read_input_tokens', 0):,}/{usage.get('cache_creation_input_tokens', 0):,}",
+            _with_own(usage, own, lambda u: f"{u.input_tokens:,}"),
+            _with_own(usage, own, lambda u: f"{u.output_tokens:,}"),
+            _with_own(
+                usage, own, lambda u: f"{u.cache_read_input_tokens:,}/{u.cache_creation_input_tokens:,}"
+            ),
             Text(printable(" ".join(f"{short_name(k)}:{v}" for k, v in sorted(comp.items())) or "-")),
             _bytes(job.get("persisted_bytes", 0)),
             f"{job.get('cost_usd', 0.0):.4f}",
@@ -133,6 +137,26 @@ def run_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
     if estimated:
         table.caption = "* estimated: no API reported usage; token counts and cost at 4 chars per token"
     return table
+
+
+def job_usage(job: dict[str, Any]) -> tuple[Usage, Usage | None]:
+    """A row's usage as every table shows it: the job's whole (``total_usage``: its own calls', its
+    summaries' and its subagents'), and its own calls' when they differ (None when they do not)."""
+    whole = metrics_of({"usage": job.get("total_usage") or {}}).usage
+    own = metrics_of({"usage": job.get("usage") or {}}).usage
+    return whole, (None if own == whole else own)
+
+
+def _cache_cell(usage: Usage) -> str:
+    return f"{usage.cache_read_input_tokens:,}/{usage.cache_creation_input_tokens:,}"
+
+
+def _with_own(whole: Usage, own: Usage | None, shown: Callable[[Usage], str]) -> Text:
+    """A token cell: the job's whole count, and under it (dim) its own calls' when they differ."""
+    cell = Text(shown(whole))
+    if own is not None:
+        cell.append(f"\nown {shown(own)}", style="dim")
+    return cell
 
 
 def job_cell(job: dict[str, Any]) -> Text:
@@ -159,13 +183,20 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
 
 
 def totals_line(document: dict[str, Any]) -> str:
-    """One line of totals: jobs, each status that occurred, tokens (with the summaries' share, which the
-    job columns do not hold, when the rows are given under ``jobs``) and cost."""
+    """One line of totals: jobs, each status that occurred, tokens (cache reads and writes too; with the
+    summaries' share when the rows are given under ``jobs``) and cost. The tokens are the sum of the
+    rows' ``total_usage`` (:func:`runner.rundir.docs.totals_of`), as the job columns show them."""
     totals = document.get("totals") or {}
     statuses = ", ".join(
         f"{totals[s]} {s}" for s in STATUS_STYLE if isinstance(totals.get(s), int) and totals[s]
     )
-    tokens = f"{totals.get('input_tokens', 0):,} in / {totals.get('output_tokens', 0):,} out tokens"
+    tokens = f"{_count(totals.get('input_tokens')):,} in / {_count(totals.get('output_tokens')):,} out tokens"
+    read, write = (
+        _count(totals.get("cache_read_input_tokens")),
+        _count(totals.get("cache_creation_input_tokens")),
+    )
+    if read or write:
+        tokens += f" (cache {read:,} read / {write:,} written)"
     summary_in = summary_out = 0
     for job in document.get("jobs") or ():
         usage = job.get("summarizer_usage") if isinstance(job, dict) else None
@@ -173,7 +204,7 @@ def totals_line(document: dict[str, Any]) -> str:
             summary_in += _count(usage.get("input_tokens"))
             summary_out += _count(usage.get("output_tokens"))
     summaries = (
-        f"; the tokens include summaries' {summary_in:,} in / {summary_out:,} out (not in the job columns)"
+        f"; the tokens include summaries' {summary_in:,} in / {summary_out:,} out"
         if summary_in or summary_out
         else ""
     )

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..rundir.docs import Status
-from .report import STATUS_STYLE, job_cell, run_table, subagent_note
+from .report import STATUS_STYLE, job_cell, job_usage, run_table, subagent_note
 from .terminal import printable
 
 NARROW_STATUS: dict[str, str] = {Status.BUDGET_EXCEEDED: "budget", Status.SUCCEEDED: "ok"}
@@ -43,6 +43,13 @@ def _short(value: float, places: int) -> str:
     return f"{value:.3g}"
 
 
+def caption(estimated: bool) -> str:
+    """The narrow layout's key, at most 80 columns."""
+    return "ok = succeeded, cmp = compactions, tok in: cache too" + (
+        ", * estimated" if estimated else ""
+    )
+
+
 def narrow_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
     estimated = any(j.get("usage_estimated") for j in jobs)
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
@@ -57,23 +64,19 @@ def narrow_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
     ):
         table.add_column(name, justify="right", no_wrap=True, min_width=width)
     for job in jobs:
-        usage = job.get("usage") or {}
+        usage, _ = job_usage(job)
         status = str(job.get("status", "?"))
         comp = job.get("compactions") or {}
         table.add_row(
             job_cell(job),
             Text(printable(NARROW_STATUS.get(status, status)), style=STATUS_STYLE.get(status, "white")),
             str(job.get("turns", 0)),
-            f"{_tokens(usage.get('input_tokens', 0))}/{_tokens(usage.get('output_tokens', 0))}",
+            f"{_tokens(usage.context_tokens)}/{_tokens(usage.output_tokens)}",
             str(sum(v for v in comp.values() if isinstance(v, int))),
             _short(job.get("cost_usd", 0.0), 4),
             _short(job.get("wall_s", 0.0), 1),
         )
-    table.caption = (
-        "ok = succeeded, cmp = compactions, * estimated (4 chars a token)"
-        if estimated
-        else "ok = succeeded, cmp = compactions"
-    )
+    table.caption = caption(estimated)
     return table
 
 
@@ -99,7 +102,7 @@ class PlainTable:
         self.columns = [PlainColumn(h) for h in headers]
         rows: list[tuple[list[str], str]] = []
         for job in jobs:
-            usage = job.get("usage") or {}
+            usage, _ = job_usage(job)
             status = str(job.get("status", "?"))
             comp = job.get("compactions") or {}
             name = printable(job.get("job", "?"))
@@ -107,7 +110,7 @@ class PlainTable:
                 name if len(name) <= 22 else name[:21] + "…",
                 printable(NARROW_STATUS.get(status, status))[:13],
                 str(job.get("turns", 0)),
-                f"{_tokens(usage.get('input_tokens', 0))}/{_tokens(usage.get('output_tokens', 0))}",
+                f"{_tokens(usage.context_tokens)}/{_tokens(usage.output_tokens)}",
                 str(sum(v for v in comp.values() if isinstance(v, int))),
                 _short(job.get("cost_usd", 0.0), 4),
                 _short(job.get("wall_s", 0.0), 1),
@@ -126,11 +129,7 @@ class PlainTable:
             self.lines.append(line(cells))
             if note:
                 self.lines.append(note[:80])
-        self.lines.append(
-            "ok = succeeded, cmp = compactions, * estimated (4 chars a token)"
-            if estimated
-            else "ok = succeeded, cmp = compactions"
-        )
+        self.lines.append(caption(estimated))
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
         for text in self.lines:

@@ -6,7 +6,9 @@ A long job's transcript is split into pages (:func:`split_transcript`): the job'
 :data:`TRANSCRIPT_PAGE_CHARS` characters of transcript (a turn is never split across two pages), and
 every block on a page is cut to a bounded length, the whole one link away. The job's page lists at most
 :data:`COMPACTIONS_SHOWN` compactions and draws at most :data:`MARKS_SHOWN` of them on its chart (each
-one is in the transcript, where it happened), so a long job's page stays small.
+one is in the transcript, where it happened), so a long job's page stays small. Its counts are
+``metrics.json``'s: the retries as it counts them (the 429/529 answers beside them, never added), the
+compactions its compaction events (a call's retries or a worker lost are in the transcript only).
 
 A job's subagents each have a full job page of their own, under the job's (``<job>/agents/<agent>.html``
 and its further transcript pages beside it), linked from the job's tree of subagents and from the
@@ -31,7 +33,9 @@ from ...rundir.docs import (
     SUMMARIES,
     TRANSCRIPT,
     USAGE_KEYS,
+    CompactionEvent,
     JobData,
+    JobMetrics,
     ModelCallEvent,
     RunData,
     output_stem,
@@ -101,23 +105,22 @@ def link(target: Path, start: Path) -> str:
     return quote(os.path.relpath(target, start).replace(os.sep, "/"))
 
 
-def retry_counts(record: dict[str, Any]) -> dict[str, int]:
-    """Counts of retries and of 429/529 answers in a job's metrics, whatever their exact keys (at the top
-    level or one object down)."""
-    found: dict[str, int] = {}
-    for key, value in record.items():
-        inner = value.items() if isinstance(value, dict) else [(None, value)]
-        for sub, v in inner:
-            name = f"{key}.{sub}" if sub else key
-            if any(s in name for s in ("retr", "429", "529")) and number(v):
-                found[name] = int(number(v))
-    return found
+def retry_counts(metrics: JobMetrics) -> dict[str, int]:
+    """A job's retries as ``metrics.json`` counts them (``retries``: the SDK's resends, of every call),
+    then the answers that caused some of them (429, 529, other 5xx), each when not zero."""
+    counts = {
+        "retries": metrics.retries,
+        "429": metrics.rate_limited_429,
+        "529": metrics.overloaded_529,
+        "5xx": metrics.server_errors_5xx,
+    }
+    return {k: v for k, v in counts.items() if v}
 
 
 def job_row(job: JobData, pages: str) -> dict[str, Any]:
     r = job.record
     comp = job.compactions()
-    retries = retry_counts(r)
+    retries = retry_counts(job.metrics)
     agents, agents_failed, agents_running = subagent_counts(job.metrics.subagents)
     return {
         "name": job.name,
@@ -129,7 +132,7 @@ def job_row(job: JobData, pages: str) -> dict[str, Any]:
         "wall": number(r.get("wall_s")),
         "compactions": " ".join(f"{short_name(k)}:{v}" for k, v in sorted(comp.items())),
         "compaction_total": sum(comp.values()),
-        "retries": sum(retries.values()),
+        "retries": job.metrics.retries,
         "retries_title": ", ".join(f"{k} {v}" for k, v in retries.items()),
         "estimated": bool(r.get("usage_estimated")),
         "error": str(r.get("error") or ""),
@@ -328,10 +331,12 @@ def job_context(
         else:
             shown = _event(event.line(), job, start, problems)
             shown["before_call"] = len(calls) + 1
+            timeline.setdefault(len(calls) + 1, []).append(shown)
+            if not isinstance(event, CompactionEvent):  # a call's retries, a last call, a worker lost: in
+                continue  # the transcript only, as metrics.json counts compactions
             compactions.append(shown)
             if shown["chars_before"] or shown["chars_after"]:
                 chars += [(len(calls) + 0.5, shown["chars_before"]), (len(calls) + 0.5, shown["chars_after"])]
-            timeline.setdefault(len(calls) + 1, []).append(shown)
             marks.append(
                 Mark(
                     len(calls) + 0.5,
@@ -424,10 +429,12 @@ def job_context(
     pages = split_transcript(items, TRANSCRIPT_PAGE_CHARS)
     final = read_text(job.dir / FINAL, problems)
     usage = {k: int(job.usage(k)) for k in USAGE_KEYS}
+    own = job.metrics.usage.to_json()
     return {
         "job": job,
         "row": job_row(job, "."),
         "usage": usage,
+        "own_usage": own if own != usage else None,  # its own calls', beside its whole when they differ
         "charts": charts,
         "compactions": compactions,
         "compactions_shown": COMPACTIONS_SHOWN,
