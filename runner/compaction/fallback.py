@@ -1,17 +1,17 @@
 """The deterministic fallback summary: built without a model, from the history alone.
 
-Used when the summarizer's circuit breaker is open, when a summary call fails, and as the summarizer
-of a backend with no summary model. It keeps what a model needs to continue: files read and changed, commands with
-their outcome, errors seen, its last text, and every note line (``- ...``) the assistant wrote or
-an earlier summary carried, newest first, each once. The whole summary fits its budget (the job's
-``summary_share`` of the context), what matters most first: the notes (the plan and progress),
-the last text, then the files written and read and the calls, with where their outputs are saved;
-a summary of summaries carries the notes again, so it never grows past the budget either. A note is a keyed
-fact: the text before its first `` | `` is its key, and a newer note with the same key supersedes the older
-ones (so a fact noted again as it grows, e.g. per directory, is kept once, in its newest form).
-A note ``- retired-note: <key>`` (the key without its leading ``- ``) says that older notes with
-that key are obsolete: they are left out of the notes, and so is the retiring line, so that notes
-a newer one has replaced do not crowd out live facts when the notes outgrow the budget.
+Used when the summarizer's circuit breaker is open, when a summary call fails, and as the summarizer of
+a backend with no summary model. It keeps what a model needs to continue: files read and changed,
+commands with their outcome, errors seen, its last text, and every note line (``- ...``) the assistant
+wrote or an earlier summary carried, newest first, each once. The whole summary fits its budget (the
+job's ``summary_share`` of the context), what matters most first: the notes (the plan and progress), the
+last text, then the files written and read and the calls, with where their outputs are saved; a summary
+of summaries carries the notes again, so it never grows past the budget either. A note is a keyed fact:
+the text before its first `` | `` is its key, and a newer note with the same key supersedes the older
+ones (so a fact noted again as it grows, e.g. per directory, is kept once, in its newest form). A note
+``- retired-note: <key>`` (the key without its leading ``- ``) says that older notes with that key are
+obsolete: they are left out of the notes, and so is the retiring line, so that notes a newer one has
+replaced do not crowd out live facts when the notes outgrow the budget.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Guarantees:
 - The reply is, in this order: the next scripted reply (``config.script``, served once each, in
   order); for a request whose system prompt is the runner's Summarizer prompt, the deterministic
   fallback summary of the conversation it carries; else the state's ``replies`` model (by default
-  the backend switch's stand-in, asked through the ``Model`` protocol) over the messages the API reads (without ``cache_control`` markers, so the reply does not depend on where a
-  client put its breakpoints).
+  the backend switch's stand-in, asked through the ``Model`` protocol) over the messages the API
+  reads (without ``cache_control`` markers, so the reply does not depend on where a client put its
+  breakpoints).
 - Server-side compaction comes first when its trigger is passed (see :mod:`.compaction`); its cost
   is an entry of ``usage.iterations``, and the top-level usage is the message's alone.
 - With ``enforce_max_tokens``, a reply longer than ``max_tokens`` is cut (stop_reason ``max_tokens``).

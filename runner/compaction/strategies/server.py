@@ -1,7 +1,8 @@
 """``server``: the API compacts. Each request carries the ``compact_20260112`` edit (trigger in input
 tokens, optional ``instructions``); the reply's ``compaction`` block replaces the history server-side.
 The runner still persists an oversized new batch of results, which the API would otherwise send whole.
-On a backend without server-side compaction (a model whose ``server_compaction`` is False) the job runs ``client`` instead."""
+On a backend without server-side compaction (a model whose ``server_compaction`` is False) the job
+runs ``client`` instead."""
 
 from __future__ import annotations
 
