@@ -173,6 +173,10 @@ class Incremental(_Doc):
     files_changed: int = 0
     files_removed: int = 0
     files_unchanged: int = 0
+    # unchanged files that import an added, changed or removed one (rundir/dependents.py), and the
+    # files that search left unread or unparsed (too big, unreadable, not parsable, past its limits)
+    files_dependent: int = 0
+    dependents_skipped: int = 0
     fresh: str | None = None  # why there is no baseline (the job ran as a full run)
     manifest_entries: int = 0  # entries of this job's manifest.jsonl
     manifest_s: float = 0.0  # the time it took to make
