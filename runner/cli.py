@@ -470,7 +470,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .execution.core import Batch, new_run_id
     from .rundir.store import link_latest
 
-    model, summarizer, backend = make_backend(settings)
+    model, summarizer, backend = make_backend(settings, specs)
     warn_fallbacks(specs, model)
     warn_unpriced(settings, specs)
     warn_host_fit(settings, specs)

@@ -123,8 +123,11 @@ class Limits(BaseModel):
     max_tool_calls_per_reply: Int = Field(64, ge=1, le=100_000)
     max_memory_entries: Int = Field(1_000, ge=1, le=100_000)
     # snip: a marker's digest (what it archived, and the file that holds each saved output) takes this
-    # share of the context limit, from 1,500 to 8,000 characters (the last field: job.json keeps its order)
+    # share of the context limit, from 1,500 to 8,000 characters
     snip_digest_share: Float = Field(0.05, ge=0, le=0.2)
+    # how this job's model calls are delivered: live, or as Message Batches at the batch price (see
+    # models/batches.py); unset: the run's [runner] delivery (the last field: job.json keeps its order)
+    delivery: Literal["live", "batch"] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Limits:
@@ -154,7 +157,8 @@ class RunnerSection(BaseModel):
     keep_runs: Int | None = Field(
         None, ge=1, le=1_000_000
     )  # after a run, remove all but this many newest runs
-    # delivery = "batch": model calls go as Message Batches at the batch price (see models/batches.py)
+    # delivery = "batch": model calls go as Message Batches at the batch price (see models/batches.py);
+    # the default of every job whose limits do not set delivery
     delivery: Literal["live", "batch"] = "live"
     batch_window_s: Float = Field(2.0, gt=0, le=3600)  # a batch is sent this long after its first request
     batch_max_requests: Int = Field(10_000, ge=1, le=100_000)  # ... or once it holds this many

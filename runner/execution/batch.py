@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,8 +103,10 @@ def settings_from(args: argparse.Namespace, say: Any = None) -> Settings:
     return settings
 
 
-def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
-    """The model for jobs and the batch's Summarizer; says loudly when it is the offline model."""
+def make_backend(settings: Settings, specs: Iterable[JobSpec] = ()) -> tuple[Model, Summarizer, str]:
+    """The model for jobs (``specs``: those it will run; each job's delivery decides how its calls
+    go) and the batch's Summarizer; says loudly when it is the offline model."""
+    batch_jobs = any(spec.limits.delivery == "batch" for spec in specs)
     from ..models.adaptive import AdaptiveLimit
     from ..ui.display import API
     from .backend import build_backend
@@ -117,7 +120,7 @@ def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
             "a deterministic survey policy, not a language model; token counts are estimates.",
             soft_wrap=True,
         )
-        if settings.runner.delivery == "batch":
+        if settings.runner.delivery == "batch" or batch_jobs:
             print_error(
                 "delivery = batch has no effect on the offline model (it answers every call at once); "
                 "it applies with backend = anthropic",
@@ -138,6 +141,7 @@ def make_backend(settings: Settings) -> tuple[Model, Summarizer, str]:
         max_retries=settings.limits.max_retries,
         calls=limit,
         on_rate_limited=rate_limited,
+        batch_jobs=batch_jobs,
     )
     API.batch_line = getattr(getattr(model, "batcher", None), "status_line", None)  # delivery = "batch"
     return model, summarizer, backend

@@ -251,7 +251,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
             )
             return execute(batch, settings, as_json=getattr(args, "json", False))
         claim(run_dir, len(plan.specs) + len(plan.errors))
-        model, summarizer, backend = make_backend(settings)
+        model, summarizer, backend = make_backend(settings, plan.specs)
         warn_fallbacks(plan.specs, model)
         batch = Batch(
             run_dir=run_dir,

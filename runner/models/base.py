@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from ..pricing import USAGE_KEYS, Usage
 
@@ -102,6 +102,7 @@ class Request:
     cache_points: tuple[int, ...] = ()  # messages after which a prompt-cache breakpoint pays off
     cache: bool = True  # False for one-off prompts (summaries): a cache write would cost 25% more for nothing
     tool_choice: dict[str, Any] | None = None  # {"type": "none"}: the tools are listed, none may be called
+    delivery: Literal["live", "batch"] | None = None  # the job's limits.delivery (None: the run's)
 
 
 class BackendUnusable(Exception):

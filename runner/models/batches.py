@@ -65,7 +65,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import httpx2  # the SDK's HTTP library: the streamed results file is its raw response
@@ -606,21 +606,34 @@ class Batcher:
 
 
 class BatchModel:
-    """The :class:`~runner.models.base.Model` of batch delivery: each call through the batcher, or
-    ``live`` when the deadline is near; ``part``: the record's field its batch-billed usage goes to
-    (``batch_usage`` for a job's own calls, ``batch_summarizer_usage`` for summaries)."""
+    """The :class:`~runner.models.base.Model` of batch delivery: each call of a job whose delivery is
+    batch through the batcher (or ``live`` when the deadline is near), each call of a live job
+    ``live``; a request's ``delivery`` is its job's, ``default`` (the run's) when the job sets none.
+    ``part``: the record's field its batch-billed usage goes to (``batch_usage`` for a job's own
+    calls, ``batch_summarizer_usage`` for summaries)."""
 
-    def __init__(self, batcher: Batcher, live: Model, *, part: str = "batch_usage", owns_live: bool = True):
+    def __init__(
+        self,
+        batcher: Batcher,
+        live: Model,
+        *,
+        part: str = "batch_usage",
+        owns_live: bool = True,
+        default: Literal["live", "batch"] = "batch",
+    ):
         if part not in JobMetrics.model_fields:
             raise ValueError(f"{part}: not a field of the job's record")
         self.batcher = batcher
         self.live = live
         self.part = part
         self.owns_live = owns_live
+        self.default = default
         self.name = live.name
         self.server_compaction = live.server_compaction
 
     async def create(self, request: Request) -> Reply:
+        if (request.delivery or self.default) == "live":
+            return await self.live.create(request)
         return await self.batcher.create(request, live=self.live, part=self.part)
 
     async def aclose(self) -> None:
@@ -632,8 +645,9 @@ class BatchModel:
 def batch_delivery(
     raw: AnthropicModel, live: Model, runner: RunnerSection, *, max_retries: int
 ) -> tuple[BatchModel, BatchModel]:
-    """``delivery = "batch"``: the jobs' model (live: ``live``) and the summarizer's (live: ``raw``),
-    sharing one batcher configured by ``[runner]``."""
+    """Batch delivery for the run's jobs whose delivery is batch (``[runner] delivery`` the default):
+    the jobs' model (live: ``live``) and the summarizer's (live: ``raw``), sharing one batcher
+    configured by ``[runner]``."""
     batcher = Batcher(
         raw,
         window_s=runner.batch_window_s,
@@ -644,6 +658,6 @@ def batch_delivery(
         max_retries=max_retries,
     )
     return (
-        BatchModel(batcher, live),
-        BatchModel(batcher, raw, part="batch_summarizer_usage", owns_live=False),
+        BatchModel(batcher, live, default=runner.delivery),
+        BatchModel(batcher, raw, part="batch_summarizer_usage", owns_live=False, default=runner.delivery),
     )
