@@ -169,7 +169,8 @@ class RunnerSection(BaseModel):
 
 
 class Price(BaseModel):
-    """USD per million tokens; cache prices default to 1.25x (write) and 0.1x (read) of input."""
+    """USD per million tokens; cache prices default to 1.25x (write), 2x (write with the 1-hour TTL)
+    and 0.1x (read) of input."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -177,6 +178,7 @@ class Price(BaseModel):
     output: Float = Field(ge=0, le=10_000)
     cache_write: Float | None = Field(None, ge=0, le=10_000)
     cache_read: Float | None = Field(None, ge=0, le=10_000)
+    cache_write_1h: Float | None = Field(None, ge=0, le=10_000)
 
 
 def _price_or_discount(value: Any) -> str:

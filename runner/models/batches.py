@@ -14,7 +14,9 @@ Guarantees:
   A waiter cancelled before the send leaves the group; the send itself is shielded, so a batch that
   was created always has its id kept.
 - Each request's body is the one the live backend would post (the same cache breakpoints, tools,
-  system prompt and betas); its ``custom_id`` names the job, the turn asked and 12 hex digits of the
+  system prompt and betas), its breakpoints with the 1-hour TTL (:data:`BATCH_CACHE_TTL`, a call
+  the deadline sends live too: a batch turn outlasts five minutes); a job whose delivery is live
+  never reaches the batcher; its ``custom_id`` names the job, the turn asked and 12 hex digits of the
   body's sha256 without its cache breakpoints (a resumed job places them anew), within
   ``^[a-zA-Z0-9_-]{1,64}$`` and unique in its batch.
 - A sent batch is polled with ``retrieve`` every ``poll_s`` seconds, doubling up to ``poll_max_s``;
@@ -62,7 +64,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -605,6 +607,9 @@ class Batcher:
                 await self._cancel(group)
 
 
+BATCH_CACHE_TTL: Literal["5m", "1h"] = "1h"
+
+
 class BatchModel:
     """The :class:`~runner.models.base.Model` of batch delivery: each call of a job whose delivery is
     batch through the batcher (or ``live`` when the deadline is near), each call of a live job
@@ -634,6 +639,9 @@ class BatchModel:
     async def create(self, request: Request) -> Reply:
         if (request.delivery or self.default) == "live":
             return await self.live.create(request)
+        # a batch turn takes minutes to hours: the prefix is cached for an hour, not five minutes,
+        # also for the calls the deadline sends live (they read what the batched ones wrote)
+        request = replace(request, cache_ttl=BATCH_CACHE_TTL)
         return await self.batcher.create(request, live=self.live, part=self.part)
 
     async def aclose(self) -> None:

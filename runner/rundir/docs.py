@@ -49,7 +49,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
 
-from ..pricing import USAGE_KEYS, Usage
+from ..pricing import CACHE_1H_KEY, USAGE_KEYS, Usage
 
 # --- layout -------------------------------------------------------------------------------------
 
@@ -310,6 +310,8 @@ def totals_of(rows: list[JobMetrics]) -> dict[str, int | float]:
         out[status.value] = sum(1 for r in rows if r.status == status)
     for key in USAGE_KEYS:
         out[key] = sum(r.usage_total(key) for r in rows)
+    if not out[CACHE_1H_KEY]:  # written when some cache write had the 1-hour TTL
+        del out[CACHE_1H_KEY]
     return out
 
 
