@@ -67,7 +67,7 @@ class CachePriced:
         reply = await self.inner.create(request)
         body, _ = request_params(request)
         total = reply.usage.input_tokens
-        read, written = self.cache.account(
+        read, written, _ = self.cache.account(
             request.model, body.get("system"), body.get("tools") or [], body["messages"], total, self.config
         )
         self.usage.add(

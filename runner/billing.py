@@ -4,9 +4,13 @@
 Guarantees (of :class:`PromptCache`): a prefix ends at a block, in the API's cache order (tools,
 system, message blocks); it is written at every ``cache_control`` breakpoint of at least
 ``min_cacheable_tokens``; a read is the longest live prefix ending at a breakpoint or up to
-``cache_lookback_blocks`` blocks before one (a read refreshes the TTL). ``creation`` is the part of
-the last breakpoint's prefix not read; read + creation never exceed the request's total. The cache
-is per model.
+``cache_lookback_blocks`` blocks before one (a read refreshes the entry's own TTL). ``creation`` is
+the part of the last breakpoint's prefix not read; read + creation never exceed the request's total.
+The cache is per model.
+- A breakpoint's TTL is ``cache_ttl_s`` (the API's 5 minutes), or :data:`LONG_TTL_FACTOR` times it
+  for ``"ttl": "1h"`` (so an emulator that scales the 5-minute TTL scales the hour with it). The
+  written tokens between two breakpoints are the later one's: ``creation_1h`` is the part of
+  ``creation`` written by 1-hour breakpoints (priced 2x input, against 1.25x).
 - A top-level ``cache_control`` (automatic caching) is one more breakpoint, on the last cacheable
   block (not a thinking, redacted_thinking or empty text block) in cache order; on a block that already has a
   breakpoint it is that breakpoint (:func:`with_automatic_breakpoint`).
@@ -25,6 +29,7 @@ from typing import Any, Protocol
 from .messages import Message, blocks
 
 CHARS_PER_TOKEN = 4
+LONG_TTL_FACTOR = 12  # "ttl": "1h" is twelve 5-minute TTLs
 
 
 def estimate(obj: Any) -> int:
@@ -128,11 +133,17 @@ def _kind(block: dict[str, Any]) -> str:
     return "empty" if block.get("type") == "text" and not block.get("text") else str(block.get("type"))
 
 
+def ttl_of(cache_control: Any, config: CacheRules) -> float:
+    """Seconds a breakpoint's entry lives: ``"ttl": "1h"`` is :data:`LONG_TTL_FACTOR` 5-minute TTLs."""
+    long = isinstance(cache_control, dict) and cache_control.get("ttl") == "1h"
+    return config.cache_ttl_s * (LONG_TTL_FACTOR if long else 1)
+
+
 class PromptCache:
-    """Prefix hashes -> (expiry, tokens), per model (see the module's guarantees)."""
+    """Prefix hashes -> (expiry, tokens, TTL), per model (see the module's guarantees)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic):
-        self.entries: dict[str, tuple[float, int]] = {}
+        self.entries: dict[str, tuple[float, int, float]] = {}
         self.clock = clock
         self._calls = 0
 
@@ -145,9 +156,10 @@ class PromptCache:
         total: int,
         config: CacheRules,
         automatic: Any = None,
-    ) -> tuple[int, int]:
-        """(cache_read_input_tokens, cache_creation_input_tokens) for one request; updates the cache.
-        ``automatic``: the request's top-level ``cache_control``, if any."""
+    ) -> tuple[int, int, int]:
+        """(cache_read_input_tokens, cache_creation_input_tokens, the part of those written with the
+        1-hour TTL) for one request; updates the cache. ``automatic``: the request's top-level
+        ``cache_control``, if any."""
         now = self.clock()
         self._calls += 1
         if self._calls % 256 == 0:
@@ -157,7 +169,7 @@ class PromptCache:
         )
         breakpoints = [k for k, (_, cc) in enumerate(segments) if cc]
         if not breakpoints:
-            return 0, 0
+            return 0, 0, 0
         digest = hashlib.sha256(model.encode())
         hashes, tokens, chars = [], [], 0
         for text, _ in segments[: breakpoints[-1] + 1]:
@@ -178,14 +190,20 @@ class PromptCache:
         for p in candidates:
             if tokens[p] >= config.min_cacheable_tokens and live(p):
                 read = tokens[p]
-                self.entries[hashes[p]] = (now + config.cache_ttl_s, tokens[p])
+                ttl = self.entries[hashes[p]][2]
+                self.entries[hashes[p]] = (now + ttl, tokens[p], ttl)
                 break
         last = breakpoints[-1]
         creation = (
             tokens[last] - read if tokens[last] >= config.min_cacheable_tokens and not live(last) else 0
         )
+        long, below = 0, read
         for b in breakpoints:
+            ttl = ttl_of(segments[b][1], config)
+            if creation > 0 and ttl > config.cache_ttl_s:  # this breakpoint's share of what is written
+                long += max(0, tokens[b] - below)
+            below = max(below, tokens[b])
             if tokens[b] >= config.min_cacheable_tokens and not live(b):
-                ttl = 3600.0 if (segments[b][1] or {}).get("ttl") == "1h" else config.cache_ttl_s
-                self.entries[hashes[b]] = (now + ttl, tokens[b])
-        return read, max(0, creation)
+                self.entries[hashes[b]] = (now + ttl, tokens[b], ttl)
+        creation = max(0, creation)
+        return read, creation, min(long, creation)

@@ -199,6 +199,9 @@ class Limits(BaseModel):
     """clear mode: tools whose results are never cleared"""
     clear_tool_inputs: bool | tuple[str, ...] = False
     """clear mode: clear the calls' inputs too (`true`, or the names of the tools whose inputs go)"""
+    delivery: Literal["live", "batch"] | None = None
+    """`"live"` or `"batch"`: how this job's calls go (see "Half price overnight"); unset: the run's
+    `[runner] delivery`"""
 
     @model_validator(mode="after")
     def _consistent(self) -> Limits:
@@ -241,7 +244,8 @@ class RunnerSection(BaseModel):
         None, ge=1, le=1_000_000
     )  # after a run, remove all but this many newest runs
     """after each `run`, remove all but this many newest runs (as `runner prune --keep N`)"""
-    # delivery = "batch": model calls go as Message Batches at the batch price (see models/batches.py)
+    # delivery = "batch": model calls go as Message Batches at the batch price (see models/batches.py);
+    # the default of every job whose limits do not set delivery
     delivery: Literal["live", "batch"] = "live"
     """`live`, or `batch`: model calls sent as Message Batches at the batch price (see "Half price
     overnight"); `--delivery`"""
@@ -264,7 +268,8 @@ class RunnerSection(BaseModel):
 
 
 class Price(BaseModel):
-    """USD per million tokens; cache prices default to 1.25x (write) and 0.1x (read) of input."""
+    """USD per million tokens; cache prices default to 1.25x (write), 2x (write with the 1-hour TTL)
+    and 0.1x (read) of input."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -272,6 +277,7 @@ class Price(BaseModel):
     output: Float = Field(ge=0, le=10_000)
     cache_write: Float | None = Field(None, ge=0, le=10_000)
     cache_read: Float | None = Field(None, ge=0, le=10_000)
+    cache_write_1h: Float | None = Field(None, ge=0, le=10_000)
 
 
 def _price_or_discount(value: Any) -> str:

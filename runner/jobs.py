@@ -10,6 +10,8 @@ A task file holds one job::
     tools = ["read", "glob", "grep"]            # optional; bash, write, edit only when listed
     incremental = true                          # optional: start from the last successful run
                                                 # (limits.incremental)
+    delivery = "batch"                          # optional: "live" or "batch" (limits.delivery;
+                                                # default: [runner] delivery)
     [limits]                                    # optional, overrides any limit for this job
     max_turns = 80
 
@@ -59,6 +61,7 @@ class TaskFile(BaseModel):
     system: str | None = None
     tools: list[ToolName] = list(DEFAULT_TOOLS)
     incremental: StrictBool | None = None  # limits.incremental, for this job (over [jobs.<name>])
+    delivery: Literal["live", "batch"] | None = None  # limits.delivery, for this job (over [jobs.<name>])
     outputs: list[str] = Field(default_factory=list, max_length=MAX_OUTPUTS)
     limits: dict[str, Any] = {}
 
@@ -404,8 +407,10 @@ def load_job(
 
 
 def own_limits(task: TaskFile) -> dict[str, Any]:
-    """The task file's own limits: its ``[limits]`` table, and ``incremental`` when it sets it."""
-    return task.limits if task.incremental is None else {**task.limits, "incremental": task.incremental}
+    """The task file's own limits: its ``[limits]`` table, and ``incremental`` and ``delivery`` when it
+    sets them."""
+    own = {"incremental": task.incremental, "delivery": task.delivery}
+    return {**task.limits, **{k: v for k, v in own.items() if v is not None}}
 
 
 def _other_problems(

@@ -1,7 +1,10 @@
 """Billed tokens (:class:`Usage`, the one usage type), prices in USD per million tokens, and the cost
 of a usage record.
 
-Cache writes cost 1.25x the input price and cache reads 0.1x, unless a price says otherwise.
+Cache writes cost 1.25x the input price (2x for a write with the 1-hour TTL,
+``cache_control: {"type": "ephemeral", "ttl": "1h"}``) and cache reads 0.1x, unless a price says
+otherwise. ``Usage.cache_creation_1h_input_tokens`` is the part of ``cache_creation_input_tokens``
+written with the 1-hour TTL (the API's ``usage.cache_creation.ephemeral_1h_input_tokens``).
 ``config.toml`` can add or override prices (``[prices."claude-sonnet-5-5"] input = 3.0 ...``); a key
 matches a model by exact name first, then as the longest part of its name (``sonnet`` matches every
 Sonnet). A model that matches nothing is priced as the most expensive family, never as free.
@@ -15,9 +18,25 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
-USAGE_KEYS = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+CACHE_1H_KEY = "cache_creation_1h_input_tokens"  # the 1-hour TTL's part of cache_creation_input_tokens
+USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    CACHE_1H_KEY,
+)
+
+
+def api_count(usage: Mapping[str, Any], key: str) -> Any:
+    """Count ``key`` of an API usage object as sent (:data:`CACHE_1H_KEY` is nested there, in
+    ``cache_creation.ephemeral_1h_input_tokens``); None when it is absent."""
+    if key != CACHE_1H_KEY:
+        return usage.get(key)
+    nested = usage.get("cache_creation")
+    return nested.get("ephemeral_1h_input_tokens") if isinstance(nested, Mapping) else None
 
 
 class Usage(BaseModel):
@@ -30,6 +49,7 @@ class Usage(BaseModel):
     output_tokens: int = 0
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
+    cache_creation_1h_input_tokens: int = 0  # of cache_creation_input_tokens: written with the 1-hour TTL
 
     def __init__(
         self,
@@ -37,6 +57,7 @@ class Usage(BaseModel):
         output_tokens: int = 0,
         cache_creation_input_tokens: int = 0,
         cache_read_input_tokens: int = 0,
+        cache_creation_1h_input_tokens: int = 0,
         **extra: Any,
     ) -> None:
         super().__init__(
@@ -44,6 +65,7 @@ class Usage(BaseModel):
             output_tokens=output_tokens,
             cache_creation_input_tokens=cache_creation_input_tokens,
             cache_read_input_tokens=cache_read_input_tokens,
+            cache_creation_1h_input_tokens=cache_creation_1h_input_tokens,
             **extra,
         )
 
@@ -55,8 +77,21 @@ class Usage(BaseModel):
         for name in USAGE_KEYS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
+    @model_serializer(mode="wrap")
+    def _written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """As dumped: the 1-hour part of the cache writes only when there is one (so a document
+        written before it existed reads and writes back the same)."""
+        data: dict[str, Any] = handler(self)
+        if not self.cache_creation_1h_input_tokens:
+            data.pop(CACHE_1H_KEY, None)
+        return data
+
     def to_json(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in USAGE_KEYS}
+        return {
+            name: getattr(self, name)
+            for name in USAGE_KEYS
+            if name != CACHE_1H_KEY or self.cache_creation_1h_input_tokens
+        }
 
 
 def sum_usage(records: Iterable[Any]) -> Usage:
@@ -69,6 +104,7 @@ def sum_usage(records: Iterable[Any]) -> Usage:
 
 
 CACHE_WRITE = 1.25
+CACHE_WRITE_1H = 2.0
 CACHE_READ = 0.10
 
 
@@ -78,16 +114,23 @@ class Rates:
     output: float
     cache_write: float
     cache_read: float
+    cache_write_1h: float
 
     @classmethod
     def of(
-        cls, input: float, output: float, cache_write: float | None = None, cache_read: float | None = None
+        cls,
+        input: float,
+        output: float,
+        cache_write: float | None = None,
+        cache_read: float | None = None,
+        cache_write_1h: float | None = None,
     ) -> Rates:
         return cls(
             input,
             output,
             input * CACHE_WRITE if cache_write is None else cache_write,
             input * CACHE_READ if cache_read is None else cache_read,
+            input * CACHE_WRITE_1H if cache_write_1h is None else cache_write_1h,
         )
 
 
@@ -136,9 +179,11 @@ class PriceTable:
 
     def cost(self, model: str, usage: Usage) -> float:
         r = self.rates(model)
+        long = min(usage.cache_creation_1h_input_tokens, usage.cache_creation_input_tokens)
         return (
             usage.input_tokens * r.input
-            + usage.cache_creation_input_tokens * r.cache_write
+            + (usage.cache_creation_input_tokens - long) * r.cache_write
+            + long * r.cache_write_1h
             + usage.cache_read_input_tokens * r.cache_read
             + usage.output_tokens * r.output
         ) / 1_000_000

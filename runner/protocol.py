@@ -321,6 +321,17 @@ CHANGE_KINDS = ("added", "changed", "removed")
 CHANGES_HEAD = (
     "[Changes since run {run}: {added} added, {changed} changed, {removed} removed, {unchanged} unchanged]"
 )
+# the unchanged files that import a changed one (rundir/dependents.py): a line per changed file in the
+# note, at most DEPENDENTS_SHOWN of them in DEPENDENTS_INLINE_CHARS; every pair in the saved lists
+DEPENDENTS_KIND = "dependents"
+DEPENDENTS_LINE = "unchanged, but depends on changed {changed}: {files}"
+DEPENDENTS_MORE = "and {more} more changed files have dependents: see {changes}"
+DEPENDENTS_HINT = (
+    "Examine, too, the unchanged files that depend on a changed one, where the change may matter."
+)
+DEPENDENTS_PAIR = "{file} depends on changed {changed}"
+DEPENDENTS_SHOWN = 8
+DEPENDENTS_INLINE_CHARS = 900
 
 
 _PLAIN_PATH = re.compile(r"[\w.+@=~%-][\w./+@=~%-]*")  # no space, quote, comma, bar, brace...
@@ -359,11 +370,16 @@ def incremental_note(
     memory: str,
     lists: dict[str, list[str]],
     unchanged: int,
+    dependents: dict[str, list[str]] | None = None,
 ) -> str:
-    """The message an incremental job starts with, after its prompt: its baseline, and what changed."""
+    """The message an incremental job starts with, after its prompt: its baseline, and what changed;
+    with ``dependents`` (a changed path -> the unchanged files that import it), a line for each of the
+    first of those, and a sentence asking to examine them."""
     share = CHANGES_INLINE_CHARS // len(CHANGE_KINDS)
     inline = "\n".join(f"{kind}: {inline_list(lists[kind], share)}" for kind in CHANGE_KINDS)
-    return INCREMENTAL_NOTE.format(
+    if dependents:
+        inline += "\n" + _dependents_lines(dependents, changes)
+    note = INCREMENTAL_NOTE.format(
         run=run,
         when=when,
         report=report,
@@ -373,13 +389,37 @@ def incremental_note(
         inline=inline,
         **{k: len(lists[k]) for k in CHANGE_KINDS},
     )
+    return note + (" " + DEPENDENTS_HINT if dependents else "")
 
 
-def changes_text(*, run: str, lists: dict[str, list[str]], unchanged: int) -> str:
-    """The saved output with every added, changed and removed path, one a line (see :func:`changes_of`)."""
+def _dependents_lines(dependents: dict[str, list[str]], changes: str) -> str:
+    """The note's lines on the unchanged files that import a changed one, within their budget."""
+    shown = sorted(dependents)[:DEPENDENTS_SHOWN]
+    share = DEPENDENTS_INLINE_CHARS // len(shown)
+    lines = [
+        DEPENDENTS_LINE.format(changed=listed_path(changed), files=inline_list(dependents[changed], share))
+        for changed in shown
+    ]
+    if len(dependents) > len(shown):
+        lines.append(DEPENDENTS_MORE.format(more=len(dependents) - len(shown), changes=changes))
+    return "\n".join(lines)
+
+
+def changes_text(
+    *, run: str, lists: dict[str, list[str]], unchanged: int, dependents: dict[str, list[str]] | None = None
+) -> str:
+    """The saved output with every added, changed and removed path, one a line (see :func:`changes_of`),
+    then, with ``dependents``, every unchanged file that imports a changed one, a line per pair."""
     out = [CHANGES_HEAD.format(run=run, unchanged=unchanged, **{k: len(lists[k]) for k in CHANGE_KINDS})]
     for kind in CHANGE_KINDS:
         out += ["", f"{kind} ({len(lists[kind])}):", *(listed_path(p) for p in lists[kind])]
+    if dependents:
+        pairs = [
+            DEPENDENTS_PAIR.format(file=listed_path(f), changed=listed_path(changed))
+            for changed in sorted(dependents)
+            for f in dependents[changed]
+        ]
+        out += ["", f"{DEPENDENTS_KIND} ({len(pairs)}):", *pairs]
     return "\n".join(out) + "\n"
 
 

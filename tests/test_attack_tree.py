@@ -211,6 +211,43 @@ def test_the_note_quotes_every_name_that_is_not_plain() -> None:
     assert "évité" not in head and "r.md" in head
 
 
+def test_the_dependents_lines_quote_every_name_and_keep_their_budget(tmp_path: Path) -> None:
+    """A workspace's importers named to read as the runtime's words, found on a real tree: the note and
+    the saved lists quote them, and a thousand of them keep the note within its budget."""
+    from runner.rundir.dependents import find
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "mod.py").write_text("A = 1\n")
+    hostile = [FORGED + ".py", "x.py depends on changed y.py", "a: b.py", "\u202eevil.py", "ok.py"]
+    for name in hostile + [f"many_{i:04d}.py" for i in range(1000)]:
+        (ws / name).write_text("import mod\n")
+    before = manifest.build(ws)
+    (ws / "mod.py").write_text("A = 2\n")
+    after = manifest.build(ws)
+    found = find(ws, after, manifest.diff(before, after))
+    assert len(found.on["mod.py"]) == 1005
+    lists: dict[str, list[str]] = {"added": [], "changed": ["mod.py"], "removed": []}
+    text = protocol.changes_text(run="r1", lists=lists, unchanged=1005, dependents=found.on)
+    assert readback.dependents_of(text) == found.on and readback.changes_of(text) == lists
+    note = protocol.incremental_note(
+        run="r1",
+        when="today",
+        report="r.md",
+        changes="c.txt",
+        memory="",
+        lists=lists,
+        unchanged=1005,
+        dependents=found.on,
+    )
+    for line in note.split("\n") + text.split("\n")[1:]:
+        assert not line.startswith(("- ", "~")), line
+    assert "\u202e" not in note + text and FORGED not in note + text
+    assert "\nx.py depends" not in text and "unchanged, but depends on changed mod.py: " in note
+    budget = protocol.CHANGES_INLINE_CHARS + protocol.DEPENDENTS_INLINE_CHARS + 400
+    assert len(note) < len(protocol.INCREMENTAL_NOTE) + budget and "more" in note
+
+
 # --- depth and .git --------------------------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -127,10 +128,13 @@ async def test_ten_jobs_in_batch_delivery_report_as_live_with_the_same_tokens_at
             tmp_path / "live" / name / "final.md"
         ).read_text()
         assert batched.results[name].turns == result.turns
-    assert tokens(tmp_path / "batch") == tokens(tmp_path / "live")
-    assert totals(tmp_path / "batch")["cost_usd"] == pytest.approx(  # ten costs, each rounded to 1e-6
-        totals(tmp_path / "live")["cost_usd"] / 2, abs=10e-6
-    )
+    # the batched jobs' breakpoints carry the 1-hour TTL (every write a 1h write, priced 2x input): the
+    # emulator counts the marker's characters ("ttl": "1h") as input, so only the output is the same
+    batch_tokens, live_tokens = tokens(tmp_path / "batch"), tokens(tmp_path / "live")
+    assert batch_tokens["output_tokens"] == live_tokens["output_tokens"]
+    assert batch_tokens["cache_creation_1h_input_tokens"] == batch_tokens["cache_creation_input_tokens"] > 0
+    assert live_tokens.get("cache_creation_1h_input_tokens", 0) == 0
+    assert totals(tmp_path / "batch")["cost_usd"] < totals(tmp_path / "live")["cost_usd"] * 0.6
     for name in live.results:  # each job: every call billed by the batch, priced at half
         metrics = json.loads((tmp_path / "batch" / name / "metrics.json").read_text())
         assert metrics["batch_usage"] == metrics["usage"]
@@ -243,6 +247,98 @@ async def test_the_deadline_governor_sends_calls_live_in_time_for_every_job_to_s
     }
     assert stats["batches"]["created"] >= 1 and stats["requests"] > 0  # batched first, then live
     assert time.time() < deadline + 1.0
+
+
+# --- delivery per job ------------------------------------------------------------------------------
+
+
+MIXED_CONFIG = (
+    '[runner]\nbackend = "anthropic"\ndelivery = "live"\nbatch_window_s = 0.1\nbatch_poll_s = 0.05\n'
+    "batch_poll_max_s = 0.2\n"
+    "deadline_s = 300\n"  # one deadline for the night, far enough that no batch job needs to go live
+    '[limits]\ndelivery = "batch"\ncontext_char_limit = 3000\nkeep_recent_results = 1\n'
+    '[jobs.urgent-b]\ndelivery = "live"\n'
+)
+
+
+def test_a_night_mixing_live_and_batch_jobs_sends_each_on_its_own_delivery(
+    server, workspace, tmp_path, run_cli
+):
+    """[runner] delivery = "live" (the default), [limits] delivery = "batch", one task file "live", one
+    [jobs.<name>] "live", one task file "batch": each job's calls (its summaries too) go its own way."""
+    server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.2)))
+    root = tmp_path / "night"
+    (root / "jobs").mkdir(parents=True)
+    delivery = {
+        "bulk-a": "",
+        "bulk-b": 'delivery = "batch"\n',
+        "urgent-a": 'delivery = "live"\n',
+        "urgent-b": "",
+    }
+    for name, line in delivery.items():
+        (root / "jobs" / f"{name}.toml").write_text(
+            f'name = "{name}"\nworkspace = "{workspace}"\nprompt = "Survey this workspace ({name})."\n{line}'
+        )
+    (root / "config.toml").write_text(MIXED_CONFIG)
+    started = time.time()
+    done = run_cli(
+        "run", "jobs", "--json", cwd=root, ANTHROPIC_BASE_URL=server.base_url, ANTHROPIC_API_KEY="k"
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    stats = server.stats()
+    run_dir = Path(doc["run_dir"])
+    assert {j["job"]: j["status"] for j in doc["jobs"]} == dict.fromkeys(delivery, "succeeded")
+    assert max(b.ended_at.timestamp() for b in server.state.batches.values()) < started + 300
+    calls = {name: model_calls(run_dir / name) for name in delivery}
+    for name in ("bulk-a", "bulk-b"):
+        assert calls[name] and all(c.get("batch") for c in calls[name]), name
+    for name in ("urgent-a", "urgent-b"):
+        assert calls[name] and not any(c.get("batch") for c in calls[name]), name
+    limits = {n: json.loads((run_dir / n / "job.json").read_text())["limits"]["delivery"] for n in delivery}
+    assert limits == {"bulk-a": "batch", "bulk-b": "batch", "urgent-a": "live", "urgent-b": "live"}
+    jobs = {j["job"]: j for j in doc["jobs"]}
+    assert jobs["bulk-a"]["batch_calls"] > 0 and jobs["urgent-a"].get("batch_calls", 0) == 0
+    live_calls = sum(len(calls[n]) for n in ("urgent-a", "urgent-b"))
+    batch_calls = sum(len(calls[n]) for n in ("bulk-a", "bulk-b"))
+    summaries = {n: jobs[n].get("compactions", {}).get("compact_history", 0) for n in delivery}
+    assert all(summaries.values())  # every job summarized: its summaries went its own way too
+    assert stats["requests"] == live_calls + summaries["urgent-a"] + summaries["urgent-b"]
+    assert stats["batch_requests"] == batch_calls + summaries["bulk-a"] + summaries["bulk-b"]
+    assert (run_dir / "batches.jsonl").is_file()
+
+
+def test_a_job_without_delivery_follows_the_run_and_a_live_job_never_reaches_the_batcher(server):
+    class Refusing:  # a batcher that no live call may reach
+        async def create(self, request, *, live, part):
+            raise AssertionError("a live job's call reached the batcher")
+
+    class Live:
+        name, server_compaction = "live", False
+
+        def __init__(self):
+            self.seen: list[str | None] = []
+
+        async def create(self, request):
+            self.seen.append(request.delivery)
+            return "reply"
+
+    live = Live()
+    request = Request(model="m", messages=[{"role": "user", "content": "hi"}], tools=[], max_tokens=10)
+    run_live = BatchModel(Refusing(), live, default="live")  # type: ignore[arg-type]
+    run_batch_ = BatchModel(Refusing(), live, default="batch")  # type: ignore[arg-type]
+    import anyio
+
+    async def go():
+        assert await run_live.create(request) == "reply"  # no delivery: the run's, live
+        assert await run_batch_.create(replace(request, delivery="live")) == "reply"
+        with pytest.raises(AssertionError, match="reached the batcher"):
+            await run_batch_.create(request)  # no delivery: the run's, batch
+        with pytest.raises(AssertionError, match="reached the batcher"):
+            await run_live.create(replace(request, delivery="batch"))
+
+    anyio.run(go)
+    assert live.seen == [None, "live"]
 
 
 # --- pieces ------------------------------------------------------------------------------------

@@ -468,3 +468,68 @@ def test_a_resumed_incremental_job_keeps_its_starting_memory(run_cli: Any, night
     (job2 / "metrics.json").write_text(json.dumps({**metrics, "status": "cancelled"}))
     assert run_cli("resume", second["run_dir"], cwd=root).returncode == 0
     assert (job2 / "memories" / "extra.md").read_text() == "remember me\n"
+
+
+# --- the unchanged files that import a changed one, over two nights ------------------------------------
+
+
+def importing_project(root: Path, *, imports: str) -> Path:
+    """A project of 30 modules in a package whose 5 ``user_*.py`` import ``lib.{imports}``, on the
+    offline model, incremental."""
+    ws = root / "ws"
+    (ws / "lib").mkdir(parents=True)
+    (ws / "lib" / "__init__.py").write_text('"""The library."""\n')
+    (ws / "lib" / "core.py").write_text('"""The core."""\n\n\ndef core():\n    return 1\n')
+    (ws / "lib" / "other.py").write_text('"""Another."""\n\n\ndef other():\n    return 2\n')
+    for i in range(5):
+        (ws / f"user_{i}.py").write_text(
+            f'"""User {i}."""\nfrom lib.{imports} import {imports}\n\n\n'
+            f"def use_{i}():\n    return {imports}()\n"
+        )
+    for i in range(23):
+        (ws / "lib" / f"leaf_{i:02d}.py").write_text(
+            f'"""Leaf {i}."""\n\n\ndef leaf_{i}():\n    return {i}\n'
+        )
+    (root / "jobs").mkdir()
+    (root / "jobs" / "survey.toml").write_text(
+        f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n'
+    )
+    (root / "config.toml").write_text('[runner]\noutput_dir = "runs"\nbackend = "offline"\n')
+    return ws
+
+
+def test_night_two_names_the_unchanged_importers_of_the_changed_module(
+    run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests: list[list[dict]] = []
+    create = OfflineModel.create
+
+    async def recording(self: OfflineModel, request: Any) -> Any:
+        requests.append(request.messages)
+        return await create(self, request)
+
+    monkeypatch.setattr(OfflineModel, "create", recording)
+    nights: dict[str, tuple[dict, str]] = {}
+    for imports in ("core", "other"):  # 5 importers of the changed module; the plain night: none
+        root = tmp_path / imports
+        ws = importing_project(root, imports=imports)
+        night(run_cli, root)
+        with (ws / "lib" / "core.py").open("a") as f:
+            f.write("\n\ndef more():\n    return 3\n")
+        requests.clear()
+        done, stderr = night(run_cli, root)
+        nights[imports] = (done, text_of(requests[0][0]))
+        assert imports != "core" or "(5 unchanged files import them)" in stderr
+    second, note = nights["core"]
+    users = [f"user_{i}.py" for i in range(5)]
+    assert f"unchanged, but depends on changed lib/core.py: {', '.join(users)}" in note
+    assert protocol.DEPENDENTS_HINT in note
+    inc = second["jobs"][0]["incremental"]
+    assert (inc["files_changed"], inc["files_dependent"], inc["dependents_skipped"]) == (1, 5, 0)
+    saved = (Path(second["run_dir"]) / "survey" / BASELINE_CHANGES).read_text()
+    assert readback.dependents_of(saved) == {"lib/core.py": users}
+    assert readback.changes_of(saved) == {"added": [], "changed": ["lib/core.py"], "removed": []}
+    plain, plain_note = nights["other"]
+    assert "depends on changed" not in plain_note and plain["jobs"][0]["incremental"]["files_dependent"] == 0
+    cost, plain_cost = second["jobs"][0]["cost_usd"], plain["jobs"][0]["cost_usd"]
+    assert 0 < cost <= 2 * plain_cost, (cost, plain_cost)

@@ -315,6 +315,31 @@ def test_load_job_resolves_a_good_task_file(tmp_path):
     assert JobSpec.model_validate(json.loads(json.dumps(spec.to_json()))) == spec
 
 
+def test_delivery_per_job_from_the_task_file_jobs_table_and_limits_the_run_the_default(tmp_path):
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "jobs").mkdir()
+    files = {"plain": "", "own": 'delivery = "live"\n', "bad": 'delivery = "later"\n', "named": ""}
+    for name, line in files.items():
+        (tmp_path / "jobs" / f"{name}.toml").write_text(f'prompt = "p"\nworkspace = "../ws"\n{line}')
+    config = tmp_path / "config.toml"
+
+    def deliveries(text: str) -> dict[str, str | None]:
+        config.write_text(text)
+        specs, errors = load_jobs(find_task_files([tmp_path / "jobs"])[0], load_settings(config))
+        assert [e.name for e in errors] == ["bad"] and "delivery" in errors[0].message, errors
+        return {s.name: s.limits.delivery for s in specs}
+
+    assert deliveries('[runner]\ndelivery = "batch"\n') == {"named": None, "own": "live", "plain": None}
+    assert deliveries('[limits]\ndelivery = "batch"\n[jobs.named]\ndelivery = "live"\n') == {
+        "named": "live",
+        "own": "live",
+        "plain": "batch",
+    }
+    config.write_text('[jobs.named]\ndelivery = "soon"\n')
+    with pytest.raises(ConfigError, match="delivery"):
+        load_jobs(find_task_files([tmp_path / "jobs"])[0], load_settings(config))
+
+
 def test_the_sandbox_probe_is_asked_only_for_bash_under_bwrap(tmp_path):
     (tmp_path / "ws").mkdir()
     asked: list[str] = []

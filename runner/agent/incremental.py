@@ -7,7 +7,9 @@ one, the job starts with its prompt and then one more user message (:func:`runne
 the window joins the two into its first message, the transcript keeps both lines, the first still the
 prompt alone): when the analysis ran, where its report is (copied in as ``BASELINE_REPORT``, so
 ``recall`` reads it), the counts of files added, changed and removed, the first of each, and where the
-full lists are (``BASELINE_CHANGES``). The baseline's ``memories/`` is copied in as the job's memory.
+full lists are (``BASELINE_CHANGES``); and the unchanged files that import an added, changed or
+removed one (:mod:`runner.rundir.dependents`), the first of them in the note, every one in the lists.
+The baseline's ``memories/`` is copied in as the job's memory.
 The record's ``incremental`` names the baseline, the counts and the baseline's cost; or, with no usable
 baseline (or ``--fresh``), why the job runs fresh.
 
@@ -39,6 +41,8 @@ from ..config import ConfigError
 from ..jobs import JobSpec
 from ..messages import Message
 from ..protocol import INCREMENTAL_MEMORY, changes_text, incremental_note, listed_path
+from ..rundir import dependents
+from ..rundir.dependents import Dependents
 from ..rundir.docs import (
     AGENTS,
     BASELINE_CHANGES,
@@ -53,7 +57,7 @@ from ..rundir.docs import (
     read_json,
     read_metrics,
 )
-from ..rundir.manifest import Manifest, build, diff, read_manifest
+from ..rundir.manifest import Changes, Manifest, build, diff, read_manifest
 from ..rundir.prune import find_runs
 from ..rundir.store import JobStore
 from ..rundir.trees import TooDeep
@@ -216,13 +220,17 @@ async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Mess
         return []
     changes = diff(baseline.manifest, manifest)
     lists = {"added": changes.added, "changed": changes.changed, "removed": changes.removed}
+    found = await _dependents(spec.workspace, manifest, changes)
     report = await anyio.to_thread.run_sync(
         lambda: (baseline.job_dir / FINAL).read_text(encoding="utf-8", errors="replace")
     )
     await store.save(
         [
             (BASELINE_REPORT, report),
-            (BASELINE_CHANGES, changes_text(run=baseline.run, lists=lists, unchanged=changes.unchanged)),
+            (
+                BASELINE_CHANGES,
+                changes_text(run=baseline.run, lists=lists, unchanged=changes.unchanged, dependents=found.on),
+            ),
         ]
     )
     memories = await anyio.to_thread.run_sync(copy_memories, baseline.job_dir, store.dir)
@@ -234,6 +242,8 @@ async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Mess
         files_changed=len(changes.changed),
         files_removed=len(changes.removed),
         files_unchanged=changes.unchanged,
+        files_dependent=len(found.files),
+        dependents_skipped=sum(found.skipped.values()),
         manifest_entries=entries,
         manifest_s=took,
     )
@@ -245,8 +255,18 @@ async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Mess
         memory=memory,
         lists=lists,
         unchanged=changes.unchanged,
+        dependents=found.on,
     )
     return [{"role": "user", "content": note}]
+
+
+async def _dependents(workspace: Path, manifest: Manifest, changes: Changes) -> Dependents:
+    """The unchanged files that import a changed one, found off the event loop; none (never an error)
+    when the workspace cannot be opened again."""
+    try:
+        return await anyio.to_thread.run_sync(dependents.find, workspace, manifest, changes)
+    except OSError:
+        return Dependents()
 
 
 def summary_line(job: str, incremental: Incremental) -> str:
@@ -258,7 +278,10 @@ def summary_line(job: str, incremental: Incremental) -> str:
         if incremental.baseline_cost_usd is not None
         else ""
     )
+    depending = (
+        f" ({incremental.files_dependent} unchanged files import them)" if incremental.files_dependent else ""
+    )
     return (
         f"job {job}: incremental from run {incremental.baseline}: {incremental.files_added} files added, "
-        f"{incremental.files_changed} changed, {incremental.files_removed} removed{cost}"
+        f"{incremental.files_changed} changed, {incremental.files_removed} removed{depending}{cost}"
     )

@@ -446,6 +446,7 @@ class Session:
             max_retries=spec.limits.max_retries,
             cache_points=cache_points,
             tool_choice=tool_choice,
+            delivery=spec.limits.delivery,
         )
 
     async def _query(self) -> Reply | None:

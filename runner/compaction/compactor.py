@@ -420,7 +420,9 @@ class Compactor:
         if model and self.summarizer.available and not breaker_open:
             try:
                 await state.store.flush()  # the summarizer is a model: every file it may be shown is on disk
-                summary = await self.summarizer.summarize(messages, state.active_request, budget, where)
+                summary = await self.summarizer.summarize(
+                    messages, state.active_request, budget, where, delivery=state.limits.delivery
+                )
             except Exception as e:  # counted for the breaker; this compaction still happens
                 state.summary_failures += 1
                 state.store.queue_records(

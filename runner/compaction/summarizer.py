@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from ..messages import Message
 from ..models.base import Model, Reply, Request
@@ -108,7 +109,14 @@ class Summarizer:
             return self.max_output_tokens
         return max(1, min(self.max_output_tokens, max_chars // CHARS_PER_TOKEN))
 
-    def request(self, messages: list[Message], active_request: str, max_chars: int | None = None) -> Request:
+    def request(
+        self,
+        messages: list[Message],
+        active_request: str,
+        max_chars: int | None = None,
+        *,
+        delivery: Literal["live", "batch"] | None = None,
+    ) -> Request:
         history = render_history(messages, self.max_input_chars)
         hint = SIZE_HINT.format(chars=max_chars) if max_chars is not None else ""
         prompt = (
@@ -122,6 +130,7 @@ class Summarizer:
             tools=[],
             max_tokens=self.max_tokens(max_chars),
             cache=False,
+            delivery=delivery,
         )
 
     async def summarize(
@@ -130,12 +139,14 @@ class Summarizer:
         active_request: str,
         max_chars: int | None = None,
         where: str = TRANSCRIPT,
+        *,
+        delivery: Literal["live", "batch"] | None = None,
     ) -> Summary:
         """A summary of ``messages``; with ``max_chars``, at most that long (cut, saying so, when the
-        model wrote more; ``where`` names the full transcript in that line)."""
+        model wrote more; ``where`` names the full transcript in that line); ``delivery``: the job's."""
         if self.model is None:
             raise RuntimeError("no summary model is configured")
-        request = self.request(messages, active_request, max_chars)
+        request = self.request(messages, active_request, max_chars, delivery=delivery)
         async with self.gate.slot():
             self.calls += 1
             reply: Reply = await self.model.create(request)

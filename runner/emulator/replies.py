@@ -154,12 +154,15 @@ async def build_message(
     if config.enforce_max_tokens:
         content, cut = truncate(content, body["max_tokens"])
         stop_reason = "max_tokens" if cut else stop_reason
-    read, creation = state.cache.account(model, system, tools, view, total, config, body.get("cache_control"))
+    read, creation, long = state.cache.account(
+        model, system, tools, view, total, config, body.get("cache_control")
+    )
     usage: dict[str, Any] = {
         "input_tokens": total - read - creation,
         "output_tokens": estimate(content),
         "cache_creation_input_tokens": creation,
         "cache_read_input_tokens": read,
+        "cache_creation": {"ephemeral_5m_input_tokens": creation - long, "ephemeral_1h_input_tokens": long},
     }
     billed = [*iterations, {"type": "message", **usage}]
     if iterations:

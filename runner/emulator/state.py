@@ -28,7 +28,7 @@ from typing import Any, Literal
 from ..billing import PromptCache
 from ..execution.backend import stand_in
 from ..models.base import Model
-from ..pricing import USAGE_KEYS
+from ..pricing import USAGE_KEYS, api_count
 from .config import EmulatorConfig
 from .faults import SlidingWindow
 
@@ -134,7 +134,7 @@ class EmulatorState:
         with self._lock:
             for usage in usages:
                 for name in USAGE_KEYS:
-                    self.tokens[name] += int(usage.get(name) or 0)
+                    self.tokens[name] += int(api_count(usage, name) or 0)
 
     def batch_created(self, requests: int) -> tuple[int, int]:
         """A batch of ``requests`` requests was created: its number and its first request's (1-based)."""
@@ -157,7 +157,7 @@ class EmulatorState:
         with self._lock:
             for usage in usages:
                 for name in USAGE_KEYS:
-                    self.batch_tokens[name] += int(usage.get(name) or 0)
+                    self.batch_tokens[name] += int(api_count(usage, name) or 0)
 
     def record(self, body: Any) -> None:
         if self.config.record_requests:

@@ -49,10 +49,13 @@ def build_backend(
     on_rate_limited: Callable[[], None] | None = None,
     gate: Gate | None = None,
     base_url: str | None = None,
+    batch_jobs: bool = False,
 ) -> tuple[Model, Summarizer]:
     """The model for jobs on ``backend`` (``anthropic`` or ``offline``) and the summarizer. A 429/529
     calls ``on_rate_limited`` (default: ``calls.rate_limited``); ``gate``: a summary gate shared beyond
-    this process, else the summarizer's own (``max_concurrent``, ``requests_per_minute``)."""
+    this process, else the summarizer's own (``max_concurrent``, ``requests_per_minute``);
+    ``batch_jobs``: some job's limits set ``delivery = "batch"`` (so batches are needed even when
+    ``[runner] delivery``, every other job's default, is live)."""
     from ..compaction.summarizer import Summarizer
 
     s = summarizer
@@ -75,7 +78,7 @@ def build_backend(
         )
         summaries = raw
         model = AdaptiveModel(raw, calls)
-        if runner.delivery == "batch":  # Message Batches, live near the deadline (models/batches.py)
+        if runner.delivery == "batch" or batch_jobs:  # Message Batches, live near the deadline
             from ..models.batches import batch_delivery
 
             model, summaries = batch_delivery(raw, model, runner, max_retries=max_retries)

@@ -107,9 +107,10 @@ ACTING_TOOLS = ("bash", "write", "edit")
 
 
 def make_backend(settings: Settings, *, specs: Sequence[JobSpec] = ()) -> tuple[Model, Summarizer, str]:
-    """The model for jobs and the batch's Summarizer; says loudly when it is the offline model, and
-    then, one line per job of ``specs`` that lists a tool that acts, that its prompt will not be
-    carried out."""
+    """The model for jobs (``specs``: those it will run; each job's delivery decides how its calls go)
+    and the batch's Summarizer; says loudly when it is the offline model, and then, one line per job
+    of ``specs`` that lists a tool that acts, that its prompt will not be carried out."""
+    batch_jobs = any(spec.limits.delivery == "batch" for spec in specs)
     from ..models.adaptive import AdaptiveLimit
     from ..ui.display import API
     from .backend import build_backend
@@ -123,7 +124,7 @@ def make_backend(settings: Settings, *, specs: Sequence[JobSpec] = ()) -> tuple[
             "a deterministic survey policy, not a language model; token counts are estimates.",
             soft_wrap=True,
         )
-        if settings.runner.delivery == "batch":
+        if settings.runner.delivery == "batch" or batch_jobs:
             print_error(
                 "delivery = batch has no effect on the offline model (it answers every call at once); "
                 "it applies with backend = anthropic",
@@ -152,6 +153,7 @@ def make_backend(settings: Settings, *, specs: Sequence[JobSpec] = ()) -> tuple[
         max_retries=settings.limits.max_retries,
         calls=limit,
         on_rate_limited=rate_limited,
+        batch_jobs=batch_jobs,
     )
     API.batch_line = getattr(getattr(model, "batcher", None), "status_line", None)  # delivery = "batch"
     return model, summarizer, backend

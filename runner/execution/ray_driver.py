@@ -121,6 +121,7 @@ def worker_config(batch: Batch, settings: Settings) -> WorkerConfig:
         budget_limit=batch.run_budget.limit,
         base_url=os.environ.get("ANTHROPIC_BASE_URL"),
         deadline=batch.deadline,
+        batch_jobs=any(spec.limits.delivery == "batch" for spec in batch.specs),
     )
 
 

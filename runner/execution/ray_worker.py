@@ -41,6 +41,7 @@ class WorkerConfig:
     budget_limit: float | None
     base_url: str | None = None
     deadline: float | None = None  # the run's (epoch seconds)
+    batch_jobs: bool = False  # some job's limits set delivery = "batch" (see execution/backend.py)
 
 
 @ray.remote
@@ -66,6 +67,7 @@ class JobWorker:
             calls=RayCallLimit(services, owner),
             gate=RayGate(services, owner),
             base_url=config.base_url,
+            batch_jobs=config.batch_jobs,
         )
         self.services = Services(
             self.model,

@@ -57,6 +57,7 @@ from .guard import MIB, PARSED, Guard, guarded_client
 from .wire import CURRENT, count_response, on_request
 
 EPHEMERAL = {"type": "ephemeral"}
+EPHEMERAL_1H = {"type": "ephemeral", "ttl": "1h"}  # a write costs 2x input instead of 1.25x
 # every stop_reason the Messages API documents; the session has a meaning for each (session.py)
 STOP_REASONS = frozenset(
     {
@@ -93,7 +94,7 @@ def _cacheable(block: dict[str, Any]) -> bool:
     ) and not (block.get("type") == "text" and not block.get("text"))
 
 
-def _with_breakpoint(message: dict[str, Any]) -> dict[str, Any]:
+def _with_breakpoint(message: dict[str, Any], marker: dict[str, Any] = EPHEMERAL) -> dict[str, Any]:
     content = message["content"]
     if isinstance(content, str):
         if not content:
@@ -102,22 +103,26 @@ def _with_breakpoint(message: dict[str, Any]) -> dict[str, Any]:
     content = list(content)
     for i in range(len(content) - 1, -1, -1):
         if _cacheable(content[i]):
-            content[i] = {**content[i], "cache_control": EPHEMERAL}
+            content[i] = {**content[i], "cache_control": marker}
             break
     return {**message, "content": content}
 
 
 def with_cache_breakpoint(
-    messages: list[dict[str, Any]], points: tuple[int, ...] = (), *, newest: bool = True
+    messages: list[dict[str, Any]],
+    points: tuple[int, ...] = (),
+    *,
+    newest: bool = True,
+    marker: dict[str, Any] = EPHEMERAL,
 ) -> list[dict[str, Any]]:
-    """A copy of ``messages`` with a ``cache_control`` breakpoint on each message index in ``points``
-    and (``newest``) on the newest message (the history itself is never changed)."""
+    """A copy of ``messages`` with a ``cache_control`` breakpoint (``marker``) on each message index
+    in ``points`` and (``newest``) on the newest message (the history itself is never changed)."""
     if not messages:
         return messages
     marked = {*((len(messages) - 1,) if newest else ()), *(p for p in points if 0 <= p < len(messages))}
     out = list(messages)
     for i in marked:
-        out[i] = _with_breakpoint(out[i])
+        out[i] = _with_breakpoint(out[i], marker)
     return out
 
 
@@ -188,7 +193,18 @@ def message_breakpoints(request: Request) -> list[dict[str, Any]]:
     newest = len(request.messages) - 1
     points = tuple(p for p in request.cache_points if p != newest)
     mark_newest = not request.cache_points or newest in request.cache_points
-    return with_cache_breakpoint(request.messages, points[-(2 if mark_newest else 3) :], newest=mark_newest)
+    return with_cache_breakpoint(
+        request.messages,
+        points[-(2 if mark_newest else 3) :],
+        newest=mark_newest,
+        marker=cache_marker(request),
+    )
+
+
+def cache_marker(request: Request) -> dict[str, Any]:
+    """The ``cache_control`` of ``request``'s breakpoints: the 5-minute TTL, or the 1-hour one when
+    its calls come far apart (``cache_ttl = "1h"``: a job whose calls go by batch)."""
+    return EPHEMERAL_1H if request.cache_ttl == "1h" else EPHEMERAL
 
 
 def request_params(request: Request) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -200,7 +216,7 @@ def request_params(request: Request) -> tuple[dict[str, Any], tuple[str, ...]]:
     }
     if request.tools:  # the system prompt's breakpoint caches the tools with it (tools come first)
         params["tools"] = (
-            [*request.tools[:-1], {**request.tools[-1], "cache_control": EPHEMERAL}]
+            [*request.tools[:-1], {**request.tools[-1], "cache_control": cache_marker(request)}]
             if request.cache and not request.system
             else request.tools
         )
@@ -211,7 +227,7 @@ def request_params(request: Request) -> tuple[dict[str, Any], tuple[str, ...]]:
             {
                 "type": "text",
                 "text": request.system,
-                **({"cache_control": EPHEMERAL} if request.cache else {}),
+                **({"cache_control": cache_marker(request)} if request.cache else {}),
             }
         ]
     betas = [MEMORY_BETA] if any(t.get("type") == MEMORY_TOOL_TYPE for t in request.tools or ()) else []

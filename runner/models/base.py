@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
-from ..pricing import USAGE_KEYS, Usage
+from ..pricing import USAGE_KEYS, Usage, api_count
 
 # The anthropic-beta header that server-side compaction (``context_management``) needs: sent by the
 # anthropic backend, required by the emulator.
@@ -47,7 +47,7 @@ def usage_from_api(usage: Any) -> Usage:
     data = usage if isinstance(usage, dict) else (usage.model_dump() if usage is not None else {})
     if not isinstance(data, dict):
         raise InvalidReply(f"usage = {_short(data)}: not an object")
-    top = Usage(**{k: _token_count(f"usage.{k}", data.get(k)) for k in USAGE_KEYS})
+    top = Usage(**{k: _token_count(f"usage.{k}", api_count(data, k)) for k in USAGE_KEYS})
     iterations = data.get("iterations")
     if iterations is None:
         return top
@@ -59,7 +59,9 @@ def usage_from_api(usage: Any) -> Usage:
     for i, it in enumerate(iterations):
         if not isinstance(it, dict):
             raise InvalidReply(f"usage.iterations[{i}] = {_short(it)}: not an object")
-        total.add(Usage(**{k: _token_count(f"usage.iterations[{i}].{k}", it.get(k)) for k in USAGE_KEYS}))
+        total.add(
+            Usage(**{k: _token_count(f"usage.iterations[{i}].{k}", api_count(it, k)) for k in USAGE_KEYS})
+        )
     for k in USAGE_KEYS:
         _token_count(f"usage.iterations: total {k}", getattr(total, k))
     return total
@@ -139,6 +141,8 @@ class Request:
     cache_points: tuple[int, ...] = ()  # messages after which a prompt-cache breakpoint pays off
     cache: bool = True  # False for one-off prompts (summaries): a cache write would cost 25% more for nothing
     tool_choice: dict[str, Any] | None = None  # {"type": "none"}: the tools are listed, none may be called
+    delivery: Literal["live", "batch"] | None = None  # the job's limits.delivery (None: the run's)
+    cache_ttl: Literal["5m", "1h"] = "5m"  # the prompt cache's TTL at its breakpoints ("1h": writes cost 2x)
 
 
 class BackendUnusable(Exception):

@@ -14,7 +14,9 @@ Guarantees:
   A waiter cancelled before the send leaves the group; the send itself is shielded, so a batch that
   was created always has its id kept.
 - Each request's body is the one the live backend would post (the same cache breakpoints, tools,
-  system prompt and betas); its ``custom_id`` names the job, the turn asked and 12 hex digits of the
+  system prompt and betas), its breakpoints with the 1-hour TTL (:data:`BATCH_CACHE_TTL`, a call
+  the deadline sends live too: a batch turn outlasts five minutes); a job whose delivery is live
+  never reaches the batcher; its ``custom_id`` names the job, the turn asked and 12 hex digits of the
   body's sha256 without its cache breakpoints (a resumed job places them anew), within
   ``^[a-zA-Z0-9_-]{1,64}$`` and unique in its batch.
 - A sent batch is polled with ``retrieve`` every ``poll_s`` seconds, doubling up to ``poll_max_s``;
@@ -67,10 +69,10 @@ import re
 import time
 from collections.abc import AsyncIterator, Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import httpx2  # the SDK's HTTP library: the streamed results file is its raw response
@@ -639,22 +641,41 @@ class Batcher:
                 await self._cancel(group)
 
 
-class BatchModel:
-    """The :class:`~runner.models.base.Model` of batch delivery: each call through the batcher, or
-    ``live`` when the deadline is near; ``part``: the record's field its batch-billed usage goes to
-    (``batch_usage`` for a job's own calls, ``batch_summarizer_usage`` for summaries)."""
+BATCH_CACHE_TTL: Literal["5m", "1h"] = "1h"
 
-    def __init__(self, batcher: Batcher, live: Model, *, part: str = "batch_usage", owns_live: bool = True):
+
+class BatchModel:
+    """The :class:`~runner.models.base.Model` of batch delivery: each call of a job whose delivery is
+    batch through the batcher (or ``live`` when the deadline is near), each call of a live job
+    ``live``; a request's ``delivery`` is its job's, ``default`` (the run's) when the job sets none.
+    ``part``: the record's field its batch-billed usage goes to (``batch_usage`` for a job's own
+    calls, ``batch_summarizer_usage`` for summaries)."""
+
+    def __init__(
+        self,
+        batcher: Batcher,
+        live: Model,
+        *,
+        part: str = "batch_usage",
+        owns_live: bool = True,
+        default: Literal["live", "batch"] = "batch",
+    ):
         if part not in JobMetrics.model_fields:
             raise ValueError(f"{part}: not a field of the job's record")
         self.batcher = batcher
         self.live = live
         self.part = part
         self.owns_live = owns_live
+        self.default = default
         self.name = live.name
         self.server_compaction = live.server_compaction
 
     async def create(self, request: Request) -> Reply:
+        if (request.delivery or self.default) == "live":
+            return await self.live.create(request)
+        # a batch turn takes minutes to hours: the prefix is cached for an hour, not five minutes,
+        # also for the calls the deadline sends live (they read what the batched ones wrote)
+        request = replace(request, cache_ttl=BATCH_CACHE_TTL)
         return await self.batcher.create(request, live=self.live, part=self.part)
 
     async def aclose(self) -> None:
@@ -666,8 +687,9 @@ class BatchModel:
 def batch_delivery(
     raw: AnthropicModel, live: Model, runner: RunnerSection, *, max_retries: int
 ) -> tuple[BatchModel, BatchModel]:
-    """``delivery = "batch"``: the jobs' model (live: ``live``) and the summarizer's (live: ``raw``),
-    sharing one batcher configured by ``[runner]``."""
+    """Batch delivery for the run's jobs whose delivery is batch (``[runner] delivery`` the default):
+    the jobs' model (live: ``live``) and the summarizer's (live: ``raw``), sharing one batcher
+    configured by ``[runner]``."""
     batcher = Batcher(
         raw,
         window_s=runner.batch_window_s,
@@ -679,6 +701,6 @@ def batch_delivery(
         live_s=runner.batch_live_s,
     )
     return (
-        BatchModel(batcher, live),
-        BatchModel(batcher, raw, part="batch_summarizer_usage", owns_live=False),
+        BatchModel(batcher, live, default=runner.delivery),
+        BatchModel(batcher, raw, part="batch_summarizer_usage", owns_live=False, default=runner.delivery),
     )

@@ -57,6 +57,7 @@ from typing import Any
 from ..messages import Message, blocks, result_text
 from ..protocol import (
     CHANGE_KINDS,
+    DEPENDENTS_KIND,
     INCREMENTAL_HEAD,
     INCREMENTAL_MEMORY,
     incremental_head,
@@ -108,7 +109,7 @@ _MEMORY = re.compile(
 )
 _LISTED = re.compile(r"^(\d+)\t" + re.escape(DIR) + r"/(facts|todo)-(\d{3})\.md$", re.M)
 _VIEW_FOOTER = re.compile(r"\[memory: lines (\d+)-(\d+) of (\d+) shown")
-_KIND = re.compile(r"^(" + "|".join(CHANGE_KINDS) + r") \(\d+\):$", re.M)
+_KIND = re.compile(r"^(" + "|".join((*CHANGE_KINDS, DEPENDENTS_KIND)) + r") \(\d+\):$", re.M)
 _TITLE = re.compile(r"^# Survey of `([^`\n]*)`$")
 _SHOWN = re.compile(r"^- `([^:`]*:\d+): (.*)`$")
 _WHERE = re.compile(r"^- \.\.\. the first \d+ are shown; every line's place is in .*?, its text in (.*)$")

@@ -17,6 +17,8 @@ from typing import Any
 
 from ..protocol import (
     CHANGE_KINDS,
+    DEPENDENTS_KIND,
+    DEPENDENTS_PAIR,
     INCREMENTAL_HEAD,
     PLACEHOLDER_PREFIX,
     SUMMARY_LABELS,
@@ -112,7 +114,8 @@ _INCREMENTAL = re.compile(
 )
 
 
-_CHANGES_LIST = re.compile(r"^(added|changed|removed) \((\d+)\):$")
+_CHANGES_LIST = re.compile(r"^(added|changed|removed|" + DEPENDENTS_KIND + r") \((\d+)\):$")
+_PAIR_WORDS = DEPENDENTS_PAIR.format(file="", changed="")
 
 
 def incremental_of(text: str) -> dict[str, Any] | None:
@@ -139,10 +142,38 @@ def changes_of(text: str) -> dict[str, list[str]]:
     for line in text.split("\n")[1:]:
         match = _CHANGES_LIST.match(line)
         if match:
-            current = lists[match[1]]
+            current = lists.get(match[1])  # the dependents are no list of changes
         elif line and current is not None:
             current.append(_listed(line))
     return lists
+
+
+def dependents_of(text: str) -> dict[str, list[str]]:
+    """The dependents of a :func:`changes_text` output: each changed path, the files that import it."""
+    found: dict[str, list[str]] = {}
+    inside = False
+    for line in text.split("\n")[1:]:
+        match = _CHANGES_LIST.match(line)
+        if match:
+            inside = match[1] == DEPENDENTS_KIND
+        elif line and inside:
+            file, rest = _first_listed(line)
+            if rest.startswith(_PAIR_WORDS):
+                found.setdefault(_listed(rest[len(_PAIR_WORDS) :]), []).append(file)
+    return found
+
+
+def _first_listed(line: str) -> tuple[str, str]:
+    """A line's first listed path (a JSON string, or up to its first space) and the rest."""
+    if line.startswith('"'):
+        try:
+            value, end = json.JSONDecoder().raw_decode(line)
+            if isinstance(value, str):
+                return value, line[end:]
+        except ValueError:
+            pass
+    head, _, rest = line.partition(" ")
+    return head, " " + rest if rest else ""
 
 
 def _listed(line: str) -> str:

@@ -24,7 +24,7 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from ..billing import input_tokens
 from ..compaction.clearing import apply_clear_edits
@@ -100,6 +100,8 @@ class DeterministicSummarizer(Summarizer):
         active_request: str,
         max_chars: int | None = None,
         where: str = TRANSCRIPT,
+        *,
+        delivery: Literal["live", "batch"] | None = None,
     ) -> Summary:
         request = self.request(messages, active_request, max_chars)
         text = fallback_summary(messages, max_chars or 1_000_000)

@@ -205,7 +205,7 @@ async def replay(history: History, contestant: Contestant, options: ReplayOption
             total = input_tokens(body.get("system"), body["messages"], body.get("tools") or [])
         if options.context_tokens and total > options.context_tokens:
             report.over_window += 1
-        read, creation = cache.account(
+        read, creation, long = cache.account(
             options.model, body.get("system"), body.get("tools") or [], body["messages"], total, rules
         )
         usage = Usage(
@@ -213,6 +213,7 @@ async def replay(history: History, contestant: Contestant, options: ReplayOption
             output_tokens=estimate(message["content"]),
             cache_creation_input_tokens=creation,
             cache_read_input_tokens=read,
+            cache_creation_1h_input_tokens=long,
         )
         await contestant.record(usage)
         report.requests += 1

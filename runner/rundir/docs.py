@@ -61,7 +61,7 @@ from pydantic import (
     model_validator,
 )
 
-from ..pricing import USAGE_KEYS, Usage, sum_usage
+from ..pricing import CACHE_1H_KEY, USAGE_KEYS, Usage, sum_usage
 
 # --- layout -------------------------------------------------------------------------------------
 
@@ -186,6 +186,10 @@ class Incremental(_Doc):
     files_changed: int = 0
     files_removed: int = 0
     files_unchanged: int = 0
+    # unchanged files that import an added, changed or removed one (rundir/dependents.py), and the
+    # files that search left unread or unparsed (too big, unreadable, not parsable, past its limits)
+    files_dependent: int = 0
+    dependents_skipped: int = 0
     fresh: str | None = None  # why there is no baseline (the job ran as a full run)
     manifest_entries: int = 0  # entries of this job's manifest.jsonl
     manifest_s: float = 0.0  # the time it took to make
@@ -339,6 +343,8 @@ def totals_of(rows: list[JobMetrics]) -> dict[str, int | float]:
         out[status.value] = sum(1 for r in rows if r.status == status)
     for key in USAGE_KEYS:
         out[key] = sum(r.usage_total(key) for r in rows)
+    if not out[CACHE_1H_KEY]:  # written when some cache write had the 1-hour TTL
+        del out[CACHE_1H_KEY]
     return out
 
 
