@@ -106,7 +106,8 @@ from runner.offline.readback import SEED_001_MICRO_PLACEHOLDER  # noqa: E402
 from runner.pricing import Usage, cost_usd  # noqa: E402
 from runner.protocol import COMPACTED  # noqa: E402
 from runner.rundir.store import JobStore  # noqa: E402
-from runner.tools.toolset import Toolset, file_tool_definitions  # noqa: E402
+from runner.tools.file_calls import file_tool_definitions  # noqa: E402
+from runner.tools.toolset import Toolset  # noqa: E402
 
 TOOLS = ("glob", "read", "grep")
 INSPECT_MODEL = f"anthropic/{MODEL}"

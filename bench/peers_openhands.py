@@ -117,7 +117,8 @@ from runner.offline.readback import SEED_001_MICRO_PLACEHOLDER  # noqa: E402
 from runner.pricing import Usage, cost_usd  # noqa: E402
 from runner.protocol import COMPACTED  # noqa: E402
 from runner.rundir.store import JobStore  # noqa: E402
-from runner.tools.toolset import Toolset, file_tool_definitions  # noqa: E402
+from runner.tools.file_calls import file_tool_definitions  # noqa: E402
+from runner.tools.toolset import Toolset  # noqa: E402
 
 OPENHANDS_MODEL = f"anthropic/{MODEL}"  # litellm's anthropic provider
 MASKED = "<MASKED>"  # V0 ObservationMaskingCondenser's placeholder

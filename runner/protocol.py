@@ -274,6 +274,7 @@ REPEATED_CALL = (
 REPEATED_WHERE = "is saved at {path} (recall it with the recall tool)"
 REPEATED_ABOVE = "is in the conversation above"
 STUCK = "repeated the same call {count} times after being told it was already made: {call}"
+CUT_OFF = "not run: your reply was cut off"  # the results of calls in a reply cut at max_tokens (never run)
 
 
 # the last request of a job about to hit a limit: answered without tools (tool_choice "none")

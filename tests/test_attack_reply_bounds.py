@@ -37,7 +37,8 @@ from runner.messages import request_problems
 from runner.models.base import Reply, Request
 from runner.pricing import Usage
 from runner.rundir.store import JobStore, read_jsonl
-from runner.tools.toolset import Toolset, file_tool_definitions
+from runner.tools.file_calls import file_tool_definitions
+from runner.tools.toolset import Toolset
 
 MEMORY_CALLS = 4_000
 READ_CALLS = 1_000

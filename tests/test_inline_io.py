@@ -11,7 +11,7 @@ import pytest
 
 import runner.rundir.store as store_module
 from runner.rundir.store import INLINE_FLUSH_CHARS, JobStore, local_disk, read_jsonl
-from runner.tools import toolset as tools_module
+from runner.tools import file_calls as tools_module
 from runner.tools.toolset import Toolset
 
 

@@ -25,8 +25,8 @@ from runner.models.base import MEMORY_BETA
 from runner.offline.model import OfflineModel
 from runner.protocol import MEMORY_INDEX, MEMORY_INDEX_CHARS, memory_index, memory_index_entries
 from runner.rundir.store import JobStore, read_jsonl
-from runner.tools.memory import MemoryTool
-from runner.tools.memory_files import MAX_FILE_BYTES, MEMORY_TOOL
+from runner.tools.memory import MEMORY_TOOL, MemoryTool
+from runner.tools.memory_files import MAX_FILE_BYTES
 from runner.tools.toolset import Toolset
 
 pytestmark = pytest.mark.anyio

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from runner.rundir.store import JobStore
-from runner.tools import toolset as tools_module
+from runner.tools import file_calls as tools_module
 from runner.tools.toolset import Toolset
 
 

@@ -32,8 +32,9 @@ from runner.offline.model import OfflineModel
 from runner.offline.readback import binary_size, glob_cut, read_size, recall_page, without_footer
 from runner.pricing import Usage
 from runner.rundir.store import read_jsonl
-from runner.tools import toolset as tools_module
-from runner.tools.toolset import Toolset, file_tools
+from runner.tools import file_tools
+from runner.tools.recall import recall_page_chars
+from runner.tools.toolset import Toolset
 
 pytestmark = pytest.mark.anyio
 
@@ -195,7 +196,7 @@ async def test_a_big_directory_is_not_read_as_a_big_file(tmp_path, store):
     big.mkdir(parents=True)
     for i in range(6_000):  # a directory whose st_size is over the one-read size on most filesystems
         (big / f"entry-with-a-rather-long-name-{i:05}").touch()
-    if big.stat().st_size <= tools_module.DEFAULT_MAX_FILE_BYTES:
+    if big.stat().st_size <= file_tools.DEFAULT_MAX_FILE_BYTES:
         pytest.skip(f"this filesystem gives a directory of 6,000 entries {big.stat().st_size} bytes")
     async with Toolset(str(ws), ("read",), store) as tools:
         result = await tools.run(call("read", {"file_path": "big"}))
@@ -323,7 +324,7 @@ async def test_a_100kb_output_is_read_back_in_full_under_a_20000_char_limit(tmp_
     body = "".join(f"row {i:05d} {'z' * 40}\n" for i in range(2_100))  # about 100 KB
     (ws / "data.txt").write_text(body)
     limits = Limits(context_char_limit=20_000, max_retries=0, timeout_s=120)
-    page = tools_module.recall_page_chars(limits)
+    page = recall_page_chars(limits)
     saved = "tool-results/toolu_read.txt"
     offsets = list(range(0, len(body), page))
     script = [reply(use("toolu_read", "read", {"file_path": "data.txt"}))]

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from runner.offline.readback import recall_page, without_footer
-from runner.tools.toolset import RECALL_PAGE_CHARS, Toolset
+from runner.tools.recall import RECALL_PAGE_CHARS
+from runner.tools.toolset import Toolset
 
 
 @pytest.fixture
@@ -188,7 +189,7 @@ async def test_recall_of_a_large_file_holds_a_chunk_not_the_file(workspace, stor
 
 @pytest.mark.anyio
 async def test_recall_refuses_a_file_over_its_cap(workspace, store):
-    from runner.tools.toolset import RECALL_MAX_BYTES
+    from runner.tools.recall import RECALL_MAX_BYTES
 
     with open(store.dir / "tool-results" / "huge.txt", "wb") as f:
         f.truncate(RECALL_MAX_BYTES + 1)  # sparse: no disk used

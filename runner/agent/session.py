@@ -34,12 +34,12 @@ from ..compaction.compactor import HISTORY_STAGES, CompactionState, Compactor
 from ..compaction.strategies import strategy_for
 from ..compaction.window import Entry
 from ..jobs import JobSpec
-from ..messages import Message, merge_adjacent, one_line, text_of, tool_results, tool_uses
+from ..messages import Message, merge_adjacent, one_line, text_of, tool_uses
 from ..models.base import BackendUnusable, Model, PromptTooLong, Reply, Request
 from ..models.wire import ANSWER_BY
 from ..models.wire import CURRENT as WIRE
 from ..pricing import DEFAULT_TABLE, PriceTable, Usage
-from ..protocol import NO_TOOLS, OUT_OF_TURNS
+from ..protocol import CUT_OFF, NO_TOOLS, OUT_OF_TURNS
 from ..rundir.docs import (
     BATCH_FIELDS,
     EVENTS,
@@ -55,8 +55,8 @@ from ..rundir.docs import (
 from ..rundir.reserve import final_write
 from ..rundir.store import DiskQuotaExceeded, JobStore, dumps, in_thread
 from ..services import Budget, RunBudget
-from ..tools.memory_files import WRITES as MEMORY_WRITES
-from ..tools.toolset import Toolset, error_result
+from ..tools.base import error_result
+from ..tools.toolset import Toolset
 from . import incremental
 from .continuation import Ledger, cut_spend, read_ledger, rebuild_memory
 from .final_report import final_markdown
@@ -65,7 +65,6 @@ from .spend import MIN_REPORT_TOKENS, JobEnded, Spend, turns_spent
 from .subagents import Subagents
 
 CHECKPOINT_INTERVAL_S = 1.0
-CUT_OFF = "not run: your reply was cut off"  # the results of calls in a reply cut at max_tokens (never run)
 CONTINUE_AFTER_MAX_TOKENS = (
     "Your reply was cut off by the output token limit. Continue from where you stopped."
 )
@@ -244,7 +243,7 @@ class Session:
         ) as toolset:
             if self.history:
                 await rebuild_memory(self.store.dir, self.history)
-                await self._replay_tools(toolset)
+                await toolset.replay(self.history, turns=self._turns_made())
             self._offer(toolset)
             self.state.repeats = toolset.repeats  # told where the compactor saved each output
             while True:
@@ -364,6 +363,11 @@ class Session:
                 freed = (event.chars_before - event.chars_after) / state.char_limit()
                 state.thrash.record(turns, freed, self.spec.limits)
 
+    def _turns_made(self) -> dict[int, int]:
+        """The turn each kept call was made at, by the index of its reply in the kept history."""
+        calls = self._ledger.calls if self._ledger else []
+        return {c.lines: c.turn for c in calls if c.lines is not None}
+
     def _unsee_after(self, ledger: Ledger) -> None:
         """The restored window as the model saw it: what the last kept call carried is seen, the reply
         and results written after it are not (the stages that act on seen messages decide alike)."""
@@ -375,51 +379,6 @@ class Session:
                 for e in window.entries
             ]
         )
-
-    async def _replay_tools(self, toolset: Toolset) -> None:
-        """Tell a resumed job's toolset the calls its kept history made (the repeat guard, the ids
-        used, the results a caught repeat names, the memory's generation), as if it had run them: each
-        batch goes through the toolset's own bookkeeping, answered with the results on record."""
-        history = self.history or []
-        turns = {c.lines: c.turn for c in self._ledger.calls if c.lines is not None} if self._ledger else {}
-        turn = 0
-        run = toolset.run
-        try:
-            for i, message in enumerate(history):
-                if message.get("role") != "assistant":
-                    continue
-                turn = turns.get(i, turn + 1)
-                calls = tool_uses(message)
-                answer = history[i + 1] if i + 1 < len(history) else None
-                recorded = {b.get("tool_use_id"): b for b in tool_results(answer)} if answer else {}
-                if (
-                    not calls
-                    or not recorded
-                    or all(str(b.get("content", "")).startswith(CUT_OFF) for b in recorded.values())
-                ):
-                    continue
-
-                async def on_record(
-                    call: dict[str, Any], recorded: dict[Any, Any] = recorded
-                ) -> dict[str, Any]:
-                    return recorded.get(call.get("id")) or error_result(
-                        str(call.get("id", "")), "no result on record"
-                    )
-
-                toolset.run = on_record  # type: ignore[method-assign]
-                results = await toolset.run_batch(calls, turn)
-                toolset.compact_requested = False
-                toolset.memory.generation += sum(
-                    1
-                    for call, got in zip(calls, results, strict=False)
-                    if call.get("name") == "memory"
-                    and isinstance(call.get("input"), dict)
-                    and call["input"].get("command") in MEMORY_WRITES
-                    and got is recorded.get(call.get("id"))
-                    and not got.get("is_error")
-                )
-        finally:
-            toolset.run = run  # type: ignore[method-assign]
 
     def _check_before_call(self) -> None:
         """Raise JobEnded when this call would go over a limit (the last turn is kept for the report)."""

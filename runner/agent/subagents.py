@@ -35,7 +35,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 
@@ -148,6 +148,7 @@ class Subagents:
     started: int = 0  # subagents started so far (a resumed job's included), or about to be
     limiter: anyio.CapacityLimiter = field(init=False)
     budget: JobBudget = field(init=False)  # the sandboxes of its subagents' bash calls
+    name: ClassVar[str] = "task"  # a tool of its job's toolset (runner.tools.base.Tool)
     definition: dict[str, Any] = field(default_factory=lambda: dict(TASK_TOOL))
     running: int = 0  # task calls being run now (those of one reply start together)
     together: int = 0  # the most that ran together since none was running: the reply's task calls

@@ -37,7 +37,7 @@ from ..models.base import Reply
 from ..pricing import Usage
 from ..rundir.docs import TRANSCRIPT
 from ..rundir.store import JobStore, dumps
-from ..tools.toolset import RECALL_TOOL
+from ..tools.recall import RECALL_TOOL
 from .facts import result_texts, said_texts
 
 JOB_FILE = re.compile(r"\b(?:tool-results|summaries|memories)/[\w.@%+=-]+(?:/[\w.@%+=-]+)*")

@@ -15,7 +15,7 @@ Guarantees:
 - A bad input (a wrong type, a NUL byte, a lone surrogate, a huge number) is a :class:`ToolFailure`
   with a readable text, never another exception.
 - Every function here is plain Python run on a worker thread (``read`` and ``glob`` first on the event
-  loop, under a budget of a few milliseconds: see :mod:`runner.tools.toolset`), and never runs a
+  loop, under a budget of a few milliseconds: see :mod:`runner.tools.file_calls`), and never runs a
   model-chosen regular expression (``fnmatch`` patterns compile to linear ones); a walk checks its
   deadline (``stop_at``) and stops soon after it, so an abandoned call frees its thread.
 - A directory walk skips, without failing, an entry it cannot open or list, and anything whose path

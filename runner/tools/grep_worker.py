@@ -3,7 +3,7 @@
 
 A model-chosen regular expression can take exponential time (``(a+)+$``) and Python's ``re`` holds
 the GIL while it runs: in the runner's process it would stall every job. Here it stalls only this
-process, which the runner kills at the call's deadline (:meth:`runner.tools.toolset.Toolset.run`).
+process, which the runner kills at the call's deadline (:mod:`runner.tools.grep`).
 
 Guarantees:
 

@@ -75,6 +75,7 @@ from .memory_files import (
 )
 from .shares import in_thread, share_of
 
+MEMORY_TOOL: dict[str, Any] = {"type": "memory_20250818", "name": "memory"}  # the API's own definition
 LINE_NUMBER_WIDTH = 6
 MAX_ENTRIES = 1_000  # the default of a job's max_memory_entries
 _ARGS = {
@@ -155,6 +156,9 @@ def _numbered(lines: list[str], start: int) -> str:
 class MemoryTool:
     """The memory tool of one job, on ``<job dir>/memories``. ``page_chars`` caps a view's text,
     ``max_entries`` the entries the folder may hold."""
+
+    name = "memory"
+    definition = MEMORY_TOOL
 
     def __init__(self, job_dir: str, page_chars: int = 20_000, max_entries: int = MAX_ENTRIES):
         self.job_dir = job_dir

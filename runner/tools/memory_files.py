@@ -21,7 +21,6 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from .beneath import Root, open_beneath
 
@@ -30,7 +29,6 @@ PREFIX = "/memories"
 MAX_FILE_BYTES = 256 * 1024
 MAX_TOTAL_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 16  # components of a memory path (the folder's walkers, prune and resume never meet deep trees)
-MEMORY_TOOL: dict[str, Any] = {"type": "memory_20250818", "name": "memory"}
 _SUBDIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 WRITES = frozenset({"create", "str_replace", "insert", "delete", "rename"})  # the commands that change memory
 
@@ -181,7 +179,6 @@ __all__ = [
     "MAX_FILE_BYTES",
     "MAX_TOTAL_BYTES",
     "MEMORY_DIR",
-    "MEMORY_TOOL",
     "PREFIX",
     "WRITES",
     "Tally",
