@@ -7,15 +7,16 @@ a backend without server-side context management the job runs ``client`` instead
 
 from __future__ import annotations
 
-from typing import Any
-
-from anthropic.types.beta import (
-    BetaClearToolUses20250919EditParam,
-    BetaInputTokensTriggerParam,
-    BetaToolUsesTriggerParam,
-)
+from typing import TYPE_CHECKING, Any
 
 from .base import Stages, Strategy
+
+if TYPE_CHECKING:  # the SDK's parameter types only type the edit: a job's modules load without the SDK
+    from anthropic.types.beta import (
+        BetaClearToolUses20250919EditParam,
+        BetaInputTokensTriggerParam,
+        BetaToolUsesTriggerParam,
+    )
 
 
 class ClearStrategy(Strategy):
