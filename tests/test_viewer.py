@@ -443,9 +443,86 @@ def test_a_3000_turn_jobs_pages_open_in_a_real_browser(long_run, tmp_path):
     assert sum(1 for tag, _ in dom.tags if tag == "polyline") == 3  # context (chars, tokens) and cost
     assert any(tag == "nav" and attrs.get("class") == "pager" for tag, attrs in dom.tags)
     assert "Transcript page 1 of" in "".join(dom.text)
+    groups = [attrs for tag, attrs in dom.tags if tag == "g" and attrs.get("class") == "group"]
+    assert 0 < len(groups) <= 60 and not [a for tag, a in dom.tags if a.get("class") == "mark"]
     page, log = _chromium_dom(long_run / "view" / "long-survey.7.html", tmp_path)
     assert not re.search(r"CONSOLE.*(Uncaught|Error)", log), log
     assert sum(1 for tag, attrs in page.tags if tag == "div" and "msg" in (attrs.get("class") or "")) > 100
+
+
+def _long_run_of(base: Path, turns: int) -> Path:
+    run_dir = base / f"20261201-000000-long{turns}"
+    run_dir.mkdir(parents=True)
+    metrics = _bench_viewer().make_long_job(run_dir, "long-survey", turns)
+    (run_dir / "run.json").write_text(
+        json.dumps({"run_id": run_dir.name, "state": "finished", "backend": "offline", "jobs": [metrics]})
+    )
+    write_view(run_dir)
+    return run_dir
+
+
+def _pages_bytes(run_dir: Path) -> int:
+    return sum(p.stat().st_size for p in (run_dir / "view").rglob("*.html"))
+
+
+def test_a_long_jobs_page_starts_with_its_report_and_counts_its_compactions(long_run):
+    """Issue 36 item 9: the report near the top, the compactions as counts by stage (metrics.json's) with
+    their table folded, and a chart of a bounded number of marks, each group's counts on hover."""
+    from runner.ui.viewer.charts import MOST_POINTS
+    from runner.ui.viewer.pages import MARK_GROUPS, MARKS_SHOWN
+
+    page = (long_run / "view" / page_name("long-survey")).read_text()
+    report, chart = page.index('<h2 id="report">Final report</h2>'), page.index("<svg")
+    heading, table = page.index("<h2>Compactions ("), page.index('<details class="compactions">')
+    assert report < chart < heading < table < page.index('<h2 id="transcript">')
+    assert "3000 turns" in page[report:chart]  # final.md's text, rendered
+    metrics = json.loads((long_run / "long-survey" / "metrics.json").read_text())
+    by_stage = page[heading:table]
+    for stage, count in metrics["compactions"].items():
+        assert re.search(rf"</i> {stage}</td><td class=\"num\">{count:,}</td>", by_stage), stage
+    assert f"<h2>Compactions ({sum(metrics['compactions'].values())})</h2>" in page
+    marks, groups = page.count('class="mark"'), page.count('<g class="group">')
+    assert marks <= MARKS_SHOWN and 0 < groups <= MARK_GROUPS, (marks, groups)
+    group = r'<g class="group"><title>model call ([\d,]+)-([\d,]+): ([\d,]+) compactions \(([^)]*)\)'
+    titles = re.findall(group, page)
+    counts = [int(t[2].replace(",", "")) for t in titles]
+    assert len(titles) == groups and sum(counts) == sum(metrics["compactions"].values())
+    for n, t in zip(counts, titles, strict=True):  # each group's counts by stage add up to its count
+        assert n == sum(int(k) for k in re.findall(r" (\d+)(?:, |$)", t[3]))
+    for points in re.findall(r'<polyline points="([^"]*)"', page):
+        assert len(points.split()) <= MOST_POINTS
+
+
+def test_a_long_jobs_pages_grow_slower_than_its_transcript(long_run, tmp_path):
+    """Issue 36 item 9: 4x the turns (and the transcript) is well under 4x the pages' bytes, and no page is
+    bigger for a longer job's."""
+    short = _long_run_of(tmp_path, 750)
+    ratio = (long_run / "long-survey" / "transcript.jsonl").stat().st_size / (
+        short / "long-survey" / "transcript.jsonl"
+    ).stat().st_size
+    assert ratio > 3.8
+    long_bytes, short_bytes = _pages_bytes(long_run), _pages_bytes(short)
+    assert long_bytes < 2 * short_bytes, (long_bytes, short_bytes)
+    assert long_bytes < 0.35 * (long_run / "long-survey" / "transcript.jsonl").stat().st_size
+    biggest = max(p.stat().st_size for p in (long_run / "view").rglob("*.html"))
+    assert biggest < 1.2 * 2**20, biggest
+
+
+def test_a_blocks_cut_is_the_longest_that_fits_the_jobs_budget():
+    from runner.ui.viewer.pages import fair_cap, fit_shown
+
+    assert fair_cap([10, 100, 1000], 2000) is None
+    assert fair_cap([10, 100, 1000], 300) == 190  # 10 + 100 + 190
+    assert fair_cap([1000] * 10, 100, floor=30) == 30
+    items = [
+        {"kind": "message", "blocks": [{"kind": "text", "text": "a" * 50, "cut": False}]},
+        {"kind": "message", "blocks": [{"kind": "tool_result", "text": "b" * 5000, "cut": False}]},
+        {"kind": "event", "summary": "c" * 5000, "summary_cut": False, "files": []},
+    ]
+    fitted = fit_shown(items, 1050)
+    assert fitted[0] == items[0] and items[1]["blocks"][0]["text"] == "b" * 5000  # nothing changed in place
+    assert fitted[1]["blocks"][0] == {"kind": "tool_result", "text": "b" * 500, "cut": True}
+    assert fitted[2]["summary"] == "c" * 500 and fitted[2]["summary_cut"]
 
 
 # --- a job's subagents ---------------------------------------------------------------------------------

@@ -1,14 +1,21 @@
 """What each page shows, as plain data for the templates: the run's rows and totals, and one job's
 charts, compactions and transcript. Pure functions of what :mod:`.data` read.
 
-A long job's transcript is split into pages (:func:`split_transcript`): the job's page shows the first,
-``<job>.<n>.html`` beside it each of the others, so no page holds more than about
-:data:`TRANSCRIPT_PAGE_CHARS` characters of transcript (a turn is never split across two pages), and
-every block on a page is cut to a bounded length, the whole one link away. The job's page lists at most
-:data:`COMPACTIONS_SHOWN` compactions and draws at most :data:`MARKS_SHOWN` of them on its chart (each
-one is in the transcript, where it happened), so a long job's page stays small. Its counts are
-``metrics.json``'s: the retries as it counts them (the 429/529 answers beside them, never added), the
-compactions its compaction events (a call's retries or a worker lost are in the transcript only).
+Guarantees:
+- A long job's page reads from the top: its final report first (cut at :data:`FINAL_SHOWN_CHARS`, the
+  whole one link away), its compactions as counts by stage (``metrics.json``'s) with their table folded
+  (at most :data:`COMPACTIONS_SHOWN` rows), and a context chart whose compaction marks are one line each
+  up to :data:`MARKS_SHOWN`, beyond that counted per span of model calls (at most :data:`MARK_GROUPS`
+  stacked bars, each with its counts by stage on hover).
+- A job's pages are bounded: the transcript is split into pages (:func:`split_transcript`) of about
+  :data:`TRANSCRIPT_PAGE_CHARS` characters shown (a turn is never split across two pages), and all its
+  pages together show at most about :data:`JOB_SHOWN_CHARS` characters of its texts, tool inputs,
+  results and summaries (:func:`fit_shown`: the longest are cut to one length, never below
+  :data:`SHOWN_FLOOR_CHARS`), each cut block naming the line of ``transcript.jsonl`` that holds it whole.
+  So what the pages take grows with the number of messages, not with their size.
+- Its counts are ``metrics.json``'s: the retries as it counts them (the 429/529 answers beside them,
+  never added), the compactions its compaction events (a call's retries or a worker lost are in the
+  transcript only).
 
 A job's subagents each have a full job page of their own, under the job's (``<job>/agents/<agent>.html``
 and its further transcript pages beside it), linked from the job's tree of subagents and from the
@@ -44,14 +51,18 @@ from ...rundir.docs import (
 from ...rundir.store import safe_name
 from ...tools.memory_files import MEMORY_DIR, memory_files
 from ..report import short_name, subagent_counts
-from .charts import Mark, Series, bar_chart, line_chart, stage_color
+from .charts import Mark, MarkGroup, Series, bar_chart, group_marks, group_step, line_chart, stage_color
 from .data import number, read_records, read_text, subagents_of
 
 RESULT_SHOWN_CHARS = 4000  # a longer tool result is cut on the page; the whole is one link away
 TEXT_SHOWN_CHARS = 20_000  # so is a longer text or tool input (a report, a file written)
 TRANSCRIPT_PAGE_CHARS = 800_000  # characters of transcript shown on one page, at most (plus one turn)
+JOB_SHOWN_CHARS = 4_000_000  # characters of a job's blocks shown over all its pages (longest cut first)
+SHOWN_FLOOR_CHARS = 300  # ... never cutting a block shorter than this
+FINAL_SHOWN_CHARS = 100_000  # characters of final.md rendered on the job's page
 COMPACTIONS_SHOWN = 500  # rows of the job page's compactions table (every one is in the transcript too)
-MARKS_SHOWN = 500  # compaction marks drawn on the context chart, at most (evenly chosen when there are more)
+MARKS_SHOWN = 60  # compaction marks drawn one line each on the context chart; more are counted in groups
+MARK_GROUPS = 60  # groups of marks, at most (each a span of model calls, 1, 2 or 5 times a power of ten)
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False})
 
 
@@ -343,13 +354,18 @@ def job_context(
                     f"{shown['stage']} before call {len(calls) + 1}: "
                     f"{shown['chars_before']:,} -> {shown['chars_after']:,} chars",
                     shown["color"],
+                    shown["stage"],
                 )
             )
     marks_title = "lines mark compactions"
-    if len(marks) > MARKS_SHOWN:  # a line per compaction of a long job is megabytes of overlapping lines
-        step = -(-len(marks) // MARKS_SHOWN)
-        marks_title = f"lines mark 1 compaction in {step} (of {len(marks):,})"
-        marks = marks[::step]
+    groups: list[MarkGroup] = []
+    if len(marks) > MARKS_SHOWN:  # a line each would be a solid band: counted per span of calls instead
+        x_max = max(len(calls), marks[-1].x)
+        groups = group_marks(marks, x_max=x_max, most=MARK_GROUPS)
+        step = group_step(x_max, MARK_GROUPS)
+        span = "model call" if step == 1 else f"{step} model calls"
+        marks_title = f"the bars under it count its {len(marks):,} compactions per {span} (hover one)"
+        marks = []
     limits = job.limits()
     char_limit = number(limits.get("context_char_limit"))
     token_limit = number(limits.get("context_token_limit"))
@@ -379,6 +395,8 @@ def job_context(
                 right_label=token_label if tokens else "",
                 limits=limit_lines,
                 marks=marks,
+                groups=groups,
+                group_label="compactions",
             )
         )
         charts.append(
@@ -426,7 +444,7 @@ def job_context(
         )
     for rest in timeline.values():  # after the last reply (or from a run without model_call records)
         items.extend({"kind": "event", **e} for e in rest)
-    pages = split_transcript(items, TRANSCRIPT_PAGE_CHARS)
+    pages = split_transcript(fit_shown(items, JOB_SHOWN_CHARS), TRANSCRIPT_PAGE_CHARS)
     final = read_text(job.dir / FINAL, problems)
     usage = {k: int(job.usage(k)) for k in USAGE_KEYS}
     own = job.metrics.usage.to_json()
@@ -442,11 +460,16 @@ def job_context(
         "transcript_pages": pages,
         "page_links": _page_links(job.name, pages),
         "page": 1,
-        "final_html": _markdown.render(final) if final is not None else None,
+        "final_html": _markdown.render(final[:FINAL_SHOWN_CHARS]) if final is not None else None,
+        "final_chars": len(final) if final is not None else 0,
+        "final_cut": final is not None and len(final) > FINAL_SHOWN_CHARS,
+        "final_shown": FINAL_SHOWN_CHARS,
+        "final_href": link(job.dir / FINAL, start),
+        "final_name": FINAL,
+        "by_stage": [(stage, n, stage_color(stage)) for stage, n in sorted(job.compactions().items())],
         "problems": problems,
         "index_href": index_href,
         "row_model": job.record.get("model") or job.spec.get("model"),
-        "stage_colors": [(s, stage_color(s)) for s in dict.fromkeys(e["stage"] for e in compactions)],
         "limits": limits,
         "spec": job.spec,
         "title": f"subagent {job.name} of job {parent[0]}" if parent else f"job {job.name}",
@@ -462,6 +485,51 @@ def job_context(
         "dir_href": link(job.dir, start),
         "memories": [{"path": path, "size": size} for path, size in memory_files(str(job.dir))],
     }
+
+
+def fair_cap(lengths: list[int], budget: int, *, floor: int = 0) -> int | None:
+    """The longest length to cut every one of ``lengths`` to so that they add up to at most ``budget``
+    (the shorter ones kept whole), never below ``floor``; None when they fit as they are."""
+    if sum(lengths) <= budget:
+        return None
+    remaining, left = budget, len(lengths)
+    for length in sorted(lengths):
+        if length * left > remaining:  # the rest are all at least this long: each gets an equal share
+            return max(floor, remaining // left)
+        remaining -= length
+        left -= 1
+    return None
+
+
+def _shown_key(piece: dict[str, Any]) -> str | None:
+    """Which field of a block (or compaction) holds the text it shows, or None."""
+    return next((k for k in ("text", "input", "summary") if isinstance(piece.get(k), str)), None)
+
+
+def fit_shown(items: list[dict[str, Any]], budget: int = JOB_SHOWN_CHARS) -> list[dict[str, Any]]:
+    """``items`` with what their blocks and compactions show cut to :func:`fair_cap` of ``budget`` (at
+    least :data:`SHOWN_FLOOR_CHARS`), each cut one marked so. Pure: the items given are not changed."""
+    lengths = [
+        len(piece[key])
+        for item in items
+        for piece in (item.get("blocks") or [item])
+        if (key := _shown_key(piece)) is not None
+    ]
+    cap = fair_cap(lengths, budget, floor=SHOWN_FLOOR_CHARS)
+    if cap is None:
+        return items
+
+    def cut(piece: dict[str, Any]) -> dict[str, Any]:
+        key = _shown_key(piece)
+        if key is None or len(piece[key]) <= cap:
+            return piece
+        flag = "summary_cut" if key == "summary" else "cut"
+        return {**piece, key: piece[key][:cap], flag: True}
+
+    return [
+        {**item, "blocks": [cut(b) for b in item["blocks"]]} if item.get("blocks") else cut(item)
+        for item in items
+    ]
 
 
 def _shown_chars(item: dict[str, Any]) -> int:
