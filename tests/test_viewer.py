@@ -759,3 +759,121 @@ def test_hostile_subagent_names_and_texts_are_never_markup_nor_links_out(tmp_pat
         and '../../&lt;i&gt;up&lt;/i&gt; <span class="meta">(no directory)' in job_page
     )
     assert "2 subagents" not in job_page and "Subagents (2)" in job_page
+
+
+# --- a night in the viewer: an incremental job against its baseline -------------------------------------
+
+HOSTILE_NAME = '<img src=x onerror="alert(1)">.py'
+HOSTILE_LINE = "# TODO </pre><script>alert(2)</script>"
+
+
+@pytest.fixture(scope="module")
+def nights(tmp_path_factory) -> tuple[Path, Path]:
+    """Two real offline nights of two incremental jobs (``survey``, whose workspace gains a file with a
+    hostile name and a hostile TODO line between them, and ``steady``, whose does not), night two viewed.
+    Returns the two run directories."""
+    from conftest import run_cli_once
+
+    root = tmp_path_factory.mktemp("nights")
+    for ws in ("ws", "still"):
+        (root / ws).mkdir()
+        (root / ws / "a.py").write_text('"""A module."""\n\nx = 1  # TODO: one\n')
+    (root / "config.toml").write_text('[runner]\nbackend = "offline"\n')
+    (root / "jobs").mkdir()
+    for name, ws in (("survey", "ws"), ("steady", "still")):
+        (root / "jobs" / f"{name}.toml").write_text(
+            f'workspace = "../{ws}"\nprompt = "Survey the workspace."\nincremental = true\n'
+        )
+    first = run_cli_once("run", "jobs", cwd=root)
+    assert first.returncode == 0, first.stderr
+    night_one = (root / "runs" / "latest").resolve()
+    (root / "ws" / HOSTILE_NAME).write_text(f"y = 2\n{HOSTILE_LINE}\n")
+    second = run_cli_once("run", "jobs", cwd=root)
+    assert second.returncode == 0, second.stderr
+    night_two = (root / "runs" / "latest").resolve()
+    assert "survey: incremental from run " + night_one.name in second.stderr
+    viewed = run_cli_once("view", str(night_two), cwd=root)
+    assert viewed.returncode == 0, viewed.stderr
+    return night_one, night_two
+
+
+def test_a_nights_job_page_shows_its_report_against_its_baselines(nights):
+    """Issue 37 item 4: the diff ``runner diff`` makes of the job's report against its baseline's, on the
+    job's page under its report, the baseline run linked; a report that did not change says so."""
+    from runner.ui.diff import diff_runs
+
+    night_one, night_two = nights
+    metrics = json.loads((night_two / "survey" / "metrics.json").read_text())
+    assert metrics["incremental"]["baseline"] == night_one.name
+    page = (night_two / "view" / page_name("survey")).read_text()
+    report, since = page.index('<h2 id="report">'), page.index('<h2 id="since">')
+    assert report < since < page.index("<svg")  # the report, then what changed in it
+    expected = {j.job: j for j in diff_runs(night_one, night_two, warn=None).jobs}
+    assert expected["survey"].report_changed and not expected["steady"].report_changed
+    shown = re.findall(r'<span class="(add|del|hunk|file|ctx)">(.*)</span>', page[since:])
+    lines = expected["survey"].diff.splitlines()
+    assert [text for _, text in shown] == [str(escape(line)) for line in lines]
+    assert [kind for kind, text in shown if text.startswith("+") and not text.startswith("+++")] == [
+        "add"
+    ] * sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
+    assert str(escape(f"+- `{HOSTILE_NAME}:2: {HOSTILE_LINE}`")) in page  # the new TODO, as text
+    assert (
+        f"{len(expected['survey'].added)} row" in page and '<b class="changed">Its report changed</b>' in page
+    )
+    [href] = re.findall(r'<a href="([^"]+)" class="baseline">', page)
+    assert (night_two / "view" / href).resolve() == night_one  # relative, to the baseline run
+    steady = (night_two / "view" / page_name("steady")).read_text()
+    assert "Its report is the baseline's, unchanged." in steady and '<pre class="diff">' not in steady
+
+
+def test_a_nights_index_marks_the_changed_reports_and_links_the_baseline_run(nights, tmp_path):
+    night_one, night_two = nights
+    index = (night_two / "index.html").read_text()
+    marks = dict(
+        re.findall(r'<tr data-name="([^"]+)" data-status="succeeded" data-changed="(yes|no)">', index)
+    )
+    assert marks == {"survey": "yes", "steady": "no"}
+    assert index.count('<span class="changed" title="its report changed since its baseline') == 1
+    assert "2 incremental jobs from run" in index and "1 report changed</b> since" in index
+    [href] = re.findall(r'<a href="([^"]+)" class="baseline" rel="prev">', index)
+    assert (
+        not href.startswith("/") and (night_two / href).resolve() == night_one
+    )  # not viewed yet: its directory
+
+    write_view(night_one)  # once the baseline has its pages, the link goes to its index
+    write_view(night_two)
+    [href] = re.findall(r'<a href="([^"]+)" class="baseline"', (night_two / "index.html").read_text())
+    assert href.endswith("index.html") and (night_two / href).resolve() == night_one / "index.html"
+
+    alone = tmp_path / "elsewhere" / night_two.name  # the baseline pruned: named, not linked, no diff
+    shutil.copytree(night_two, alone, symlinks=True)
+    write_view(alone, force=True)
+    index = (alone / "index.html").read_text()
+    assert 'class="baseline"' not in index and "(no longer a run beside this one)" in index
+    assert "data-changed" not in index
+    page = (alone / "view" / page_name("survey")).read_text()
+    assert "no longer a run beside this one, so there is nothing to compare with" in page
+    assert '<pre class="diff">' not in page
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium on PATH (`apt-get install chromium`; .ci/run installs it)"
+)
+def test_a_nights_pages_render_the_diff_and_marks_in_a_real_browser(nights, tmp_path):
+    """The night's job page in headless Chromium: the diff drawn line by line, the hostile file name and
+    TODO line text (no element of theirs, no script run); the index's marks and its script."""
+    _, night_two = nights
+    page, log = _chromium_dom(night_two / "view" / page_name("survey"), tmp_path)
+    assert not re.search(r"CONSOLE.*(Uncaught|Error)", log), log
+    assert not [tag for tag, _ in page.tags if tag in ("script", "img", "iframe")]
+    assert any(tag == "pre" and attrs.get("class") == "diff" for tag, attrs in page.tags)
+    kinds = [attrs.get("class") for tag, attrs in page.tags if tag == "span"]
+    assert kinds.count("add") >= 3 and kinds.count("del") >= 1 and "hunk" in kinds
+    text = "".join(page.text)
+    assert f"+- `{HOSTILE_NAME}:2: {HOSTILE_LINE}`" in text and "Its report changed" in text
+    index, log = _chromium_dom(night_two / "index.html", tmp_path)
+    assert not re.search(r"CONSOLE.*(Uncaught|Error)", log), log
+    assert next(attrs for tag, attrs in index.tags if tag == "body").get("data-ready") == "1"
+    changed = [a.get("data-name") for tag, a in index.tags if tag == "tr" and a.get("data-changed") == "yes"]
+    assert changed == ["survey"]
+    assert sum(1 for tag, a in index.tags if tag == "a" and a.get("class") == "baseline") == 1

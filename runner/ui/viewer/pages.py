@@ -13,6 +13,10 @@ Guarantees:
   results and summaries (:func:`fit_shown`: the longest are cut to one length, never below
   :data:`SHOWN_FLOOR_CHARS`), each cut block naming the line of ``transcript.jsonl`` that holds it whole.
   So what the pages take grows with the number of messages, not with their size.
+- An incremental job's report is shown against its baseline's (:func:`since_baseline`), compared by
+  :func:`runner.ui.diff.job_diff` as ``runner diff`` compares it (the diff cut at
+  :data:`DIFF_SHOWN_CHARS`, at most :data:`UNITS_SHOWN` rows or sections of each kind named); the index
+  marks each job whose report changed, and links each baseline run that is still a run beside this one.
 - Its counts are ``metrics.json``'s: the retries as it counts them (the 429/529 answers beside them,
   never added), the compactions its compaction events (a call's retries or a worker lost are in the
   transcript only).
@@ -37,6 +41,7 @@ from ...rundir.docs import (
     AGENTS,
     EVENTS,
     FINAL,
+    INDEX,
     SUMMARIES,
     TRANSCRIPT,
     USAGE_KEYS,
@@ -50,9 +55,10 @@ from ...rundir.docs import (
 )
 from ...rundir.store import safe_name
 from ...tools.memory_files import MEMORY_DIR, memory_files
+from ..diff import job_diff, status_of
 from ..report import short_name, subagent_counts
 from .charts import Mark, MarkGroup, Series, bar_chart, group_marks, group_step, line_chart, stage_color
-from .data import number, read_records, read_text, subagents_of
+from .data import baseline_of, number, read_records, read_text, subagents_of
 
 RESULT_SHOWN_CHARS = 4000  # a longer tool result is cut on the page; the whole is one link away
 TEXT_SHOWN_CHARS = 20_000  # so is a longer text or tool input (a report, a file written)
@@ -62,6 +68,8 @@ SHOWN_FLOOR_CHARS = 300  # ... never cutting a block shorter than this
 FINAL_SHOWN_CHARS = 100_000  # characters of final.md rendered on the job's page
 COMPACTIONS_SHOWN = 500  # rows of the job page's compactions table (every one is in the transcript too)
 MARKS_SHOWN = 60  # compaction marks drawn one line each on the context chart; more are counted in groups
+DIFF_SHOWN_CHARS = 100_000  # characters of the unified diff against the baseline's report shown
+UNITS_SHOWN = 50  # rows (or sections) added, removed and changed named, of each
 MARK_GROUPS = 60  # groups of marks, at most (each a span of model calls, 1, 2 or 5 times a power of ten)
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False})
 
@@ -153,8 +161,66 @@ def job_row(job: JobData, pages: str) -> dict[str, Any]:
     }
 
 
-def index_context(run: RunData, pages: str) -> dict[str, Any]:
+def diff_line_kind(line: str) -> str:
+    """How a line of a unified diff is shown: ``add``, ``del``, ``hunk``, ``file`` or ``ctx``."""
+    if line.startswith(("+++ ", "--- ")):
+        return "file"
+    return {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "ctx")
+
+
+def since_baseline(job: JobData, start: Path, problems: list[str]) -> dict[str, Any] | None:
+    """An incremental job's report against its baseline's, for a page in directory ``start``; None for a
+    job without a baseline. ``href`` is the baseline run's page (or directory) when it is still a run
+    beside this one, ``diff`` None when it is not (nothing to compare with)."""
+    baseline = baseline_of(job, problems)
+    if baseline is None:
+        return None
+    where = baseline.index
+    shown: dict[str, Any] = {
+        "run_id": baseline.run_id,
+        "href": link(where, start) if where is not None else None,
+        "viewed": where is not None and where.name == INDEX,
+        "in_baseline": baseline.status is not None,
+        "diff": None,
+    }
+    if baseline.dir is None:
+        return shown
+    result = job_diff(job.name, baseline.dir, baseline.status, job.dir.parent, status_of(job))
+    problems += result.problems
+    text = result.diff[:DIFF_SHOWN_CHARS]
+    return {
+        **shown,
+        "changed": result.report_changed,
+        "diff": [{"kind": diff_line_kind(line), "text": line} for line in text.splitlines()],
+        "diff_cut": len(result.diff) > DIFF_SHOWN_CHARS,
+        "diff_chars": len(result.diff),
+        "diff_shown": DIFF_SHOWN_CHARS,
+        "unit": result.unit,
+        "units": [
+            (label, names[:UNITS_SHOWN], len(names))
+            for label, names in (
+                ("added", result.added),
+                ("removed", result.removed),
+                ("changed", result.changed),
+            )
+            if names
+        ],
+    }
+
+
+def index_context(run: RunData, pages: str, *, start: Path | None = None) -> dict[str, Any]:
+    """The index's rows, totals and chart; with ``start`` (the index's directory) each incremental job's
+    row says whether its report changed since its baseline, and the baseline runs are linked."""
     rows = [job_row(j, pages) for j in run.jobs]
+    baselines: dict[str, dict[str, Any]] = {}
+    for job, row in zip(run.jobs, rows, strict=True):
+        since = since_baseline(job, start, []) if start is not None else None
+        row["baseline"] = since["run_id"] if since else None
+        row["changed"] = since.get("changed") if since else None
+        if since:
+            baselines.setdefault(since["run_id"], {**since, "jobs": 0, "changed_jobs": 0})
+            baselines[since["run_id"]]["jobs"] += 1
+            baselines[since["run_id"]]["changed_jobs"] += bool(since.get("changed"))
     by_cost = sorted(rows, key=lambda r: -r["cost"])
     chart = bar_chart(
         [(r["name"], r["cost"], r["status"]) for r in by_cost],
@@ -176,6 +242,7 @@ def index_context(run: RunData, pages: str) -> dict[str, Any]:
         "meta": meta,
         "estimated": any(r["estimated"] for r in rows),
         "with_subagents": any(r["subagents"] for r in rows),
+        "baselines": list(baselines.values()),
         "statuses": sorted({r["status"] for r in rows}),
         "problems": run.problems,
         "title": f"run {run.run.run_id or run.dir.name}",
@@ -460,6 +527,7 @@ def job_context(
         "transcript_pages": pages,
         "page_links": _page_links(job.name, pages),
         "page": 1,
+        "since": since_baseline(job, start, problems) if parent is None else None,
         "final_html": _markdown.render(final[:FINAL_SHOWN_CHARS]) if final is not None else None,
         "final_chars": len(final) if final is not None else 0,
         "final_cut": final is not None and len(final) > FINAL_SHOWN_CHARS,
