@@ -443,9 +443,86 @@ def test_a_3000_turn_jobs_pages_open_in_a_real_browser(long_run, tmp_path):
     assert sum(1 for tag, _ in dom.tags if tag == "polyline") == 3  # context (chars, tokens) and cost
     assert any(tag == "nav" and attrs.get("class") == "pager" for tag, attrs in dom.tags)
     assert "Transcript page 1 of" in "".join(dom.text)
+    groups = [attrs for tag, attrs in dom.tags if tag == "g" and attrs.get("class") == "group"]
+    assert 0 < len(groups) <= 60 and not [a for tag, a in dom.tags if a.get("class") == "mark"]
     page, log = _chromium_dom(long_run / "view" / "long-survey.7.html", tmp_path)
     assert not re.search(r"CONSOLE.*(Uncaught|Error)", log), log
     assert sum(1 for tag, attrs in page.tags if tag == "div" and "msg" in (attrs.get("class") or "")) > 100
+
+
+def _long_run_of(base: Path, turns: int) -> Path:
+    run_dir = base / f"20261201-000000-long{turns}"
+    run_dir.mkdir(parents=True)
+    metrics = _bench_viewer().make_long_job(run_dir, "long-survey", turns)
+    (run_dir / "run.json").write_text(
+        json.dumps({"run_id": run_dir.name, "state": "finished", "backend": "offline", "jobs": [metrics]})
+    )
+    write_view(run_dir)
+    return run_dir
+
+
+def _pages_bytes(run_dir: Path) -> int:
+    return sum(p.stat().st_size for p in (run_dir / "view").rglob("*.html"))
+
+
+def test_a_long_jobs_page_starts_with_its_report_and_counts_its_compactions(long_run):
+    """Issue 36 item 9: the report near the top, the compactions as counts by stage (metrics.json's) with
+    their table folded, and a chart of a bounded number of marks, each group's counts on hover."""
+    from runner.ui.viewer.charts import MOST_POINTS
+    from runner.ui.viewer.pages import MARK_GROUPS, MARKS_SHOWN
+
+    page = (long_run / "view" / page_name("long-survey")).read_text()
+    report, chart = page.index('<h2 id="report">Final report</h2>'), page.index("<svg")
+    heading, table = page.index("<h2>Compactions ("), page.index('<details class="compactions">')
+    assert report < chart < heading < table < page.index('<h2 id="transcript">')
+    assert "3000 turns" in page[report:chart]  # final.md's text, rendered
+    metrics = json.loads((long_run / "long-survey" / "metrics.json").read_text())
+    by_stage = page[heading:table]
+    for stage, count in metrics["compactions"].items():
+        assert re.search(rf"</i> {stage}</td><td class=\"num\">{count:,}</td>", by_stage), stage
+    assert f"<h2>Compactions ({sum(metrics['compactions'].values())})</h2>" in page
+    marks, groups = page.count('class="mark"'), page.count('<g class="group">')
+    assert marks <= MARKS_SHOWN and 0 < groups <= MARK_GROUPS, (marks, groups)
+    group = r'<g class="group"><title>model call ([\d,]+)-([\d,]+): ([\d,]+) compactions \(([^)]*)\)'
+    titles = re.findall(group, page)
+    counts = [int(t[2].replace(",", "")) for t in titles]
+    assert len(titles) == groups and sum(counts) == sum(metrics["compactions"].values())
+    for n, t in zip(counts, titles, strict=True):  # each group's counts by stage add up to its count
+        assert n == sum(int(k) for k in re.findall(r" (\d+)(?:, |$)", t[3]))
+    for points in re.findall(r'<polyline points="([^"]*)"', page):
+        assert len(points.split()) <= MOST_POINTS
+
+
+def test_a_long_jobs_pages_grow_slower_than_its_transcript(long_run, tmp_path):
+    """Issue 36 item 9: 4x the turns (and the transcript) is well under 4x the pages' bytes, and no page is
+    bigger for a longer job's."""
+    short = _long_run_of(tmp_path, 750)
+    ratio = (long_run / "long-survey" / "transcript.jsonl").stat().st_size / (
+        short / "long-survey" / "transcript.jsonl"
+    ).stat().st_size
+    assert ratio > 3.8
+    long_bytes, short_bytes = _pages_bytes(long_run), _pages_bytes(short)
+    assert long_bytes < 2 * short_bytes, (long_bytes, short_bytes)
+    assert long_bytes < 0.35 * (long_run / "long-survey" / "transcript.jsonl").stat().st_size
+    biggest = max(p.stat().st_size for p in (long_run / "view").rglob("*.html"))
+    assert biggest < 1.2 * 2**20, biggest
+
+
+def test_a_blocks_cut_is_the_longest_that_fits_the_jobs_budget():
+    from runner.ui.viewer.pages import fair_cap, fit_shown
+
+    assert fair_cap([10, 100, 1000], 2000) is None
+    assert fair_cap([10, 100, 1000], 300) == 190  # 10 + 100 + 190
+    assert fair_cap([1000] * 10, 100, floor=30) == 30
+    items = [
+        {"kind": "message", "blocks": [{"kind": "text", "text": "a" * 50, "cut": False}]},
+        {"kind": "message", "blocks": [{"kind": "tool_result", "text": "b" * 5000, "cut": False}]},
+        {"kind": "event", "summary": "c" * 5000, "summary_cut": False, "files": []},
+    ]
+    fitted = fit_shown(items, 1050)
+    assert fitted[0] == items[0] and items[1]["blocks"][0]["text"] == "b" * 5000  # nothing changed in place
+    assert fitted[1]["blocks"][0] == {"kind": "tool_result", "text": "b" * 500, "cut": True}
+    assert fitted[2]["summary"] == "c" * 500 and fitted[2]["summary_cut"]
 
 
 # --- a job's subagents ---------------------------------------------------------------------------------
@@ -682,3 +759,121 @@ def test_hostile_subagent_names_and_texts_are_never_markup_nor_links_out(tmp_pat
         and '../../&lt;i&gt;up&lt;/i&gt; <span class="meta">(no directory)' in job_page
     )
     assert "2 subagents" not in job_page and "Subagents (2)" in job_page
+
+
+# --- a night in the viewer: an incremental job against its baseline -------------------------------------
+
+HOSTILE_NAME = '<img src=x onerror="alert(1)">.py'
+HOSTILE_LINE = "# TODO </pre><script>alert(2)</script>"
+
+
+@pytest.fixture(scope="module")
+def nights(tmp_path_factory) -> tuple[Path, Path]:
+    """Two real offline nights of two incremental jobs (``survey``, whose workspace gains a file with a
+    hostile name and a hostile TODO line between them, and ``steady``, whose does not), night two viewed.
+    Returns the two run directories."""
+    from conftest import run_cli_once
+
+    root = tmp_path_factory.mktemp("nights")
+    for ws in ("ws", "still"):
+        (root / ws).mkdir()
+        (root / ws / "a.py").write_text('"""A module."""\n\nx = 1  # TODO: one\n')
+    (root / "config.toml").write_text('[runner]\nbackend = "offline"\n')
+    (root / "jobs").mkdir()
+    for name, ws in (("survey", "ws"), ("steady", "still")):
+        (root / "jobs" / f"{name}.toml").write_text(
+            f'workspace = "../{ws}"\nprompt = "Survey the workspace."\nincremental = true\n'
+        )
+    first = run_cli_once("run", "jobs", cwd=root)
+    assert first.returncode == 0, first.stderr
+    night_one = (root / "runs" / "latest").resolve()
+    (root / "ws" / HOSTILE_NAME).write_text(f"y = 2\n{HOSTILE_LINE}\n")
+    second = run_cli_once("run", "jobs", cwd=root)
+    assert second.returncode == 0, second.stderr
+    night_two = (root / "runs" / "latest").resolve()
+    assert "survey: incremental from run " + night_one.name in second.stderr
+    viewed = run_cli_once("view", str(night_two), cwd=root)
+    assert viewed.returncode == 0, viewed.stderr
+    return night_one, night_two
+
+
+def test_a_nights_job_page_shows_its_report_against_its_baselines(nights):
+    """Issue 37 item 4: the diff ``runner diff`` makes of the job's report against its baseline's, on the
+    job's page under its report, the baseline run linked; a report that did not change says so."""
+    from runner.ui.diff import diff_runs
+
+    night_one, night_two = nights
+    metrics = json.loads((night_two / "survey" / "metrics.json").read_text())
+    assert metrics["incremental"]["baseline"] == night_one.name
+    page = (night_two / "view" / page_name("survey")).read_text()
+    report, since = page.index('<h2 id="report">'), page.index('<h2 id="since">')
+    assert report < since < page.index("<svg")  # the report, then what changed in it
+    expected = {j.job: j for j in diff_runs(night_one, night_two, warn=None).jobs}
+    assert expected["survey"].report_changed and not expected["steady"].report_changed
+    shown = re.findall(r'<span class="(add|del|hunk|file|ctx)">(.*)</span>', page[since:])
+    lines = expected["survey"].diff.splitlines()
+    assert [text for _, text in shown] == [str(escape(line)) for line in lines]
+    assert [kind for kind, text in shown if text.startswith("+") and not text.startswith("+++")] == [
+        "add"
+    ] * sum(1 for line in lines if line.startswith("+") and not line.startswith("+++"))
+    assert str(escape(f"+- `{HOSTILE_NAME}:2: {HOSTILE_LINE}`")) in page  # the new TODO, as text
+    assert (
+        f"{len(expected['survey'].added)} row" in page and '<b class="changed">Its report changed</b>' in page
+    )
+    [href] = re.findall(r'<a href="([^"]+)" class="baseline">', page)
+    assert (night_two / "view" / href).resolve() == night_one  # relative, to the baseline run
+    steady = (night_two / "view" / page_name("steady")).read_text()
+    assert "Its report is the baseline's, unchanged." in steady and '<pre class="diff">' not in steady
+
+
+def test_a_nights_index_marks_the_changed_reports_and_links_the_baseline_run(nights, tmp_path):
+    night_one, night_two = nights
+    index = (night_two / "index.html").read_text()
+    marks = dict(
+        re.findall(r'<tr data-name="([^"]+)" data-status="succeeded" data-changed="(yes|no)">', index)
+    )
+    assert marks == {"survey": "yes", "steady": "no"}
+    assert index.count('<span class="changed" title="its report changed since its baseline') == 1
+    assert "2 incremental jobs from run" in index and "1 report changed</b> since" in index
+    [href] = re.findall(r'<a href="([^"]+)" class="baseline" rel="prev">', index)
+    assert (
+        not href.startswith("/") and (night_two / href).resolve() == night_one
+    )  # not viewed yet: its directory
+
+    write_view(night_one)  # once the baseline has its pages, the link goes to its index
+    write_view(night_two)
+    [href] = re.findall(r'<a href="([^"]+)" class="baseline"', (night_two / "index.html").read_text())
+    assert href.endswith("index.html") and (night_two / href).resolve() == night_one / "index.html"
+
+    alone = tmp_path / "elsewhere" / night_two.name  # the baseline pruned: named, not linked, no diff
+    shutil.copytree(night_two, alone, symlinks=True)
+    write_view(alone, force=True)
+    index = (alone / "index.html").read_text()
+    assert 'class="baseline"' not in index and "(no longer a run beside this one)" in index
+    assert "data-changed" not in index
+    page = (alone / "view" / page_name("survey")).read_text()
+    assert "no longer a run beside this one, so there is nothing to compare with" in page
+    assert '<pre class="diff">' not in page
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium on PATH (`apt-get install chromium`; .ci/run installs it)"
+)
+def test_a_nights_pages_render_the_diff_and_marks_in_a_real_browser(nights, tmp_path):
+    """The night's job page in headless Chromium: the diff drawn line by line, the hostile file name and
+    TODO line text (no element of theirs, no script run); the index's marks and its script."""
+    _, night_two = nights
+    page, log = _chromium_dom(night_two / "view" / page_name("survey"), tmp_path)
+    assert not re.search(r"CONSOLE.*(Uncaught|Error)", log), log
+    assert not [tag for tag, _ in page.tags if tag in ("script", "img", "iframe")]
+    assert any(tag == "pre" and attrs.get("class") == "diff" for tag, attrs in page.tags)
+    kinds = [attrs.get("class") for tag, attrs in page.tags if tag == "span"]
+    assert kinds.count("add") >= 3 and kinds.count("del") >= 1 and "hunk" in kinds
+    text = "".join(page.text)
+    assert f"+- `{HOSTILE_NAME}:2: {HOSTILE_LINE}`" in text and "Its report changed" in text
+    index, log = _chromium_dom(night_two / "index.html", tmp_path)
+    assert not re.search(r"CONSOLE.*(Uncaught|Error)", log), log
+    assert next(attrs for tag, attrs in index.tags if tag == "body").get("data-ready") == "1"
+    changed = [a.get("data-name") for tag, a in index.tags if tag == "tr" and a.get("data-changed") == "yes"]
+    assert changed == ["survey"]
+    assert sum(1 for tag, a in index.tags if tag == "a" and a.get("class") == "baseline") == 1

@@ -4,7 +4,8 @@ lines of the files the job declares as ``outputs`` in its task file (:mod:`.rows
 with neither, its sections (its ``##`` / ``###`` headings).
 
 :func:`compare` and :func:`report_units` are pure (texts in, a :class:`JobDiff` out), so the viewer can
-use them on reports it already holds.
+use them on reports it already holds; :func:`job_diff` reads and compares one job of two runs, as
+``runner diff`` does for each job and the viewer does for an incremental job and its baseline.
 
 Guarantees:
 - Every job of either run is in the result, in the first run's order; a job in one run only is
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..rundir.docs import FINAL, JOB_JSON, RunState, load_run
+from ..rundir.docs import FINAL, JOB_JSON, JobData, RunState, load_run
 from ..tools.beneath import Root, open_beneath, open_regular
 from .rows import output_rows, refusal, table_rows
 from .terminal import printable
@@ -235,6 +236,47 @@ def _stderr(problem: str) -> None:
     print(f"runner diff: {printable(problem)}", file=sys.stderr)
 
 
+def job_diff(
+    name: str,
+    run_a: Path,
+    status_a: str | None,
+    run_b: Path,
+    status_b: str | None,
+    warn: Callable[[str], None] | None = None,
+) -> JobDiff:
+    """Job ``name``'s report in ``run_b`` against ``run_a`` (a status None: the job is not in that run,
+    nothing of it read), read as :func:`diff_runs` reads every job's. Each file cut or not read is in
+    the result's ``problems`` and given to ``warn``."""
+    problems: list[str] = []
+    texts, units = [], []
+    for run, status in ((run_a, status_a), (run_b, status_b)):
+        refused = job_dir_problem(run, name) if status is not None else None
+        if refused:
+            problems.append(refused)
+        readable = status is not None and refused is None
+        job_dir = run / name
+        text = read_report(job_dir, problems) if readable else ""
+        outputs = declared_outputs(job_dir, problems) if readable else []
+        texts.append(text)
+        units.append(report_units(text, job_dir if readable else None, problems, outputs))
+    result = compare(
+        name,
+        texts[0],
+        texts[1],
+        units_a=units[0],
+        units_b=units[1],
+        status_a=status_a,
+        status_b=status_b,
+        name_a=f"{run_a}/{name}/{FINAL}",
+        name_b=f"{run_b}/{name}/{FINAL}",
+    )
+    result.problems = problems
+    if warn is not None:
+        for problem in problems:
+            warn(problem)
+    return result
+
+
 def diff_runs(run_a: Path, run_b: Path, warn: Callable[[str], None] | None = _stderr) -> RunDiff:
     """Every job of either run, its report in ``run_b`` against ``run_a`` (jobs in their first run's
     order). Each file cut or not read is in its job's ``problems`` and given to ``warn`` (default: a
@@ -244,39 +286,14 @@ def diff_runs(run_a: Path, run_b: Path, warn: Callable[[str], None] | None = _st
     for side, data in enumerate(runs):
         for job in data.jobs:
             jobs.setdefault(job.name, [None, None])[side] = job
-    out = []
-    for name, (a, b) in jobs.items():
-        problems: list[str] = []
-        texts, units = [], []
-        for run, job in ((run_a, a), (run_b, b)):
-            refused = job_dir_problem(run, name) if job is not None else None
-            if refused:
-                problems.append(refused)
-            readable = job is not None and refused is None
-            text = read_report(job.dir, problems) if readable else ""
-            outputs = declared_outputs(job.dir, problems) if readable else []
-            texts.append(text)
-            units.append(report_units(text, job.dir if readable else None, problems, outputs))
-        result = compare(
-            name,
-            texts[0],
-            texts[1],
-            units_a=units[0],
-            units_b=units[1],
-            status_a=_status(a),
-            status_b=_status(b),
-            name_a=f"{run_a}/{name}/{FINAL}",
-            name_b=f"{run_b}/{name}/{FINAL}",
-        )
-        result.problems = problems
-        if warn is not None:
-            for problem in problems:
-                warn(problem)
-        out.append(result)
+    out = [job_diff(name, run_a, _status(a), run_b, _status(b), warn) for name, (a, b) in jobs.items()]
     return RunDiff(run_a, run_b, out)
 
 
 def _status(job: Any) -> str | None:
-    if job is None:
-        return None
+    return None if job is None else status_of(job)
+
+
+def status_of(job: JobData) -> str:
+    """A job's status as a diff shows it (``unknown`` for a row with none)."""
     return str(job.status) if job.status != RunState.UNKNOWN else "unknown"

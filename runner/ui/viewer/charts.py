@@ -3,6 +3,14 @@
 Drawn in Python rather than with a JavaScript chart library because every chart is static (one
 series per job, known when the page is written): an SVG of a 200-call job is a few kilobytes,
 renders before any script runs, and the page stays one file that opens from disk.
+
+Guarantees:
+- A chart's size is bounded by its series and marks, never by the text of the run: every label is
+  escaped, so a job or stage name is never markup.
+- A series of more than :data:`MOST_POINTS` points is drawn through at most that many (:func:`thin`:
+  the lowest and highest of each run of neighbours, so every peak and drop still shows).
+- Marks too many to draw one by one (:func:`group_marks`) are counted per span of x instead: at most
+  ``most`` groups, each one stacked bar under the plot, its counts by kind in its hover title.
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ from ...compaction.stages import Stage
 from ...rundir.docs import Status
 
 OTHER_STAGE_COLOR = "#555"  # an event line of no known stage
+GROUP_STRIP = 26  # pixels under a line chart's plot for its groups of marks
+MOST_POINTS = 1_600  # points of one series drawn, at most (about two per pixel of a 760-pixel chart)
 STATUS_COLORS: dict[str, str] = {
     Status.SUCCEEDED: "#2ca02c",
     Status.FAILED: "#d62728",
@@ -47,11 +57,70 @@ class Series:
 
 @dataclass(frozen=True)
 class Mark:
-    """A vertical line at ``x``: a compaction before a model call."""
+    """A vertical line at ``x``: a compaction before a model call (``kind``: its stage)."""
 
     x: float
     label: str
     color: str
+    kind: str = ""
+
+
+@dataclass(frozen=True)
+class MarkGroup:
+    """The marks of ``start < x <= end``, counted by kind: ``(kind, color, count)``, most first."""
+
+    start: float
+    end: float
+    counts: tuple[tuple[str, str, int], ...]
+
+    @property
+    def total(self) -> int:
+        return sum(n for _, _, n in self.counts)
+
+
+def thin(points: Sequence[tuple[float, float]], most: int = MOST_POINTS) -> Sequence[tuple[float, float]]:
+    """``points`` when they are at most ``most``; else, of each run of neighbours, the lowest and the
+    highest (in their order): at most ``most`` points, every peak and drop kept."""
+    if len(points) <= most:
+        return points
+    runs = most // 2
+    out: list[tuple[float, float]] = []
+    for i in range(runs):
+        chunk = points[i * len(points) // runs : (i + 1) * len(points) // runs]
+        low = min(range(len(chunk)), key=lambda k: chunk[k][1])
+        high = max(range(len(chunk)), key=lambda k: chunk[k][1])
+        out += [chunk[k] for k in sorted({low, high})]
+    return out
+
+
+def group_step(x_max: float, most: int) -> int:
+    """The width of a group of marks: a round number (1, 2, 5 times a power of ten) that makes at most
+    ``most`` groups from 0 to ``x_max``."""
+    step = 1
+    while x_max / step > most:
+        for factor in (2, 2.5, 2):  # 1, 2, 5, 10, 20, 50, ...
+            step = int(step * factor)
+            if x_max / step <= most:
+                break
+    return step
+
+
+def group_marks(marks: Sequence[Mark], *, x_max: float, most: int) -> list[MarkGroup]:
+    """``marks`` counted per span of x (spans of :func:`group_step`), only the spans that have any."""
+    step = group_step(x_max, most)
+    spans: dict[int, dict[str, list]] = {}
+    for mark in marks:
+        index = max(int(-(-mark.x // step)) - 1, 0)  # (index * step, (index + 1) * step]
+        count = spans.setdefault(index, {}).setdefault(mark.kind, [mark.color, 0])
+        count[1] += 1
+    return [
+        MarkGroup(
+            index * step,
+            (index + 1) * step,
+            tuple(sorted(((k, c, n) for k, (c, n) in kinds.items()), key=lambda t: (-t[2], t[0]))),
+        )
+        for index, kinds in sorted(spans.items())
+    ]
 
 
 def _ticks(top: float) -> list[float]:
@@ -84,14 +153,20 @@ def line_chart(
     right_label: str = "",
     limits: Sequence[tuple[float, str, bool]] = (),
     marks: Sequence[Mark] = (),
+    groups: Sequence[MarkGroup] = (),
+    group_label: str = "",
     width: int = 760,
     height: int = 260,
     money: bool = False,
 ) -> str:
-    """An SVG line chart; ``limits`` are horizontal lines ``(value, label, right_axis)``."""
-    left, right, top, bottom = 58, 58 if any(s.right for s in series) else 16, 40, 34
+    """An SVG line chart; ``limits`` are horizontal lines ``(value, label, right_axis)``; ``marks`` each
+    a vertical line; ``groups`` each a stacked bar in a strip under the plot, as high as its count
+    against the largest group's, its counts in its title (``group_label`` names what they count)."""
+    strip = GROUP_STRIP if groups else 0
+    left, right, top, bottom = 58, 58 if any(s.right for s in series) else 16, 40, 34 + strip
+    height += strip
     plot_w, plot_h = width - left - right, height - top - bottom
-    xs = [x for s in series for x, _ in s.points] + [m.x for m in marks]
+    xs = [x for s in series for x, _ in s.points] + [m.x for m in marks] + [g.end for g in groups]
     x_max = max(xs, default=1) or 1
     tops = {
         side: max(
@@ -129,9 +204,25 @@ def line_chart(
     for tick in _ticks(x_max):
         if tick <= x_max:
             out.append(
-                f'<text x="{px(tick):.1f}" y="{top + plot_h + 14}" class="ax" '
+                f'<text x="{px(tick):.1f}" y="{top + plot_h + strip + 14}" class="ax" '
                 f'text-anchor="middle">{_fmt(tick)}</text>'
             )
+    tallest = max((g.total for g in groups), default=0)
+    for group in groups:
+        x0, x1 = px(group.start), px(group.end)
+        y = top + plot_h + strip - 2
+        parts = []
+        for _, color, count in group.counts:
+            h = (strip - 6) * count / tallest
+            y -= h
+            parts.append(
+                f'<rect x="{x0 + 0.5:.1f}" y="{y:.1f}" width="{max(x1 - x0 - 1, 0.5):.1f}" '
+                f'height="{h:.1f}" fill="{color}"/>'
+            )
+        first, last = int(group.start) + 1, int(group.end)
+        kinds = ", ".join(f"{kind} {count:,}" for kind, _, count in group.counts)
+        label = f"{x_label} {first:,}-{last:,}: {group.total:,} {group_label} ({kinds})"
+        out.append(f'<g class="group"><title>{escape(label)}</title>{"".join(parts)}</g>')
     out.append(
         f'<text x="{left + plot_w / 2}" y="{height - 4}" class="ax" text-anchor="middle">'
         f"{escape(x_label)}</text>"
@@ -162,7 +253,7 @@ def line_chart(
     for s in series:
         if not s.points:
             continue
-        coords = " ".join(f"{px(x):.1f},{py(y, s.right):.1f}" for x, y in s.points)
+        coords = " ".join(f"{px(x):.1f},{py(y, s.right):.1f}" for x, y in thin(s.points))
         out.append(
             f'<polyline points="{coords}" fill="none" stroke="{s.color}" stroke-width="1.6" '
             f'class="line"><title>{escape(s.label)}</title></polyline>'

@@ -7,27 +7,33 @@ Guarantees:
 - A run in progress is shown as it stands: each job's ``metrics.json`` (checkpointed while the job
   runs) takes precedence over its entry in ``run.json``, which is rewritten less often.
 - Only files inside the run directory are read: a job's subagents are the directories right under
-  its ``agents/`` (never one that is a link out of it).
+  its ``agents/`` (never one that is a link out of it). The one exception is an incremental job's
+  baseline (:func:`baseline_of`): a run directory beside this one (never a link, never this run),
+  of which only that job's ``metrics.json``, report and outputs are read, as ``runner diff`` reads them.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ...rundir.docs import (
     AGENTS,
+    INDEX,
     JOB_JSON,
     LIVE_STATUSES,
     METRICS,
     JobData,
     JobMetrics,
     Status,
+    is_run_dir,
     lenient,
     read_json,
     totals_of,
 )
 from ...rundir.store import read_jsonl
+from ..diff import status_of
 
 
 def totals(jobs: list[JobData]) -> dict[str, Any]:
@@ -110,3 +116,49 @@ def read_text(path: Path, problems: list[str]) -> str | None:
 def number(value: Any) -> float:
     """A count or an amount from a document that may be damaged: anything but a number is 0."""
     return value if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """An incremental job's baseline as it stands: its run's id and directory (``dir`` None when that
+    run is no longer a run directory beside this one), the job's status there (None: not in it)."""
+
+    run_id: str
+    dir: Path | None
+    status: str | None
+
+    @property
+    def index(self) -> Path | None:
+        """The baseline run's page when ``runner view`` wrote it, else its directory; None without one."""
+        if self.dir is None:
+            return None
+        return self.dir / INDEX if (self.dir / INDEX).is_file() else self.dir
+
+
+def baseline_of(job: JobData, problems: list[str]) -> Baseline | None:
+    """The baseline run of an incremental job (``metrics.json``'s ``incremental.baseline``), None for a
+    job without one. Its directory is the run id's in the same output directory as the job's run, when
+    that is a run directory and no link; the job's status there is read from its ``metrics.json``."""
+    incremental = job.metrics.incremental
+    run_id = incremental.baseline if incremental is not None else None
+    if not run_id:
+        return None
+    run_dir = job.dir.parent
+    where = run_dir.parent / run_id
+    usable = (
+        run_id not in (".", "..")
+        and "/" not in run_id
+        and "\x00" not in run_id
+        and not where.is_symlink()
+        and where.is_dir()
+        and where.resolve() != run_dir.resolve()
+        and is_run_dir(where)
+    )
+    if not usable:
+        return Baseline(run_id, None, None)
+    if not (where / job.name).is_dir() or (where / job.name).is_symlink():
+        return Baseline(run_id, where, None)
+    data, problem = read_json(where / job.name / METRICS)
+    problems += [problem] if problem else []
+    metrics, _ = lenient(JobMetrics, data if isinstance(data, dict) else {}, str(where / job.name / METRICS))
+    return Baseline(run_id, where, status_of(JobData(job.name, where / job.name, metrics or JobMetrics())))

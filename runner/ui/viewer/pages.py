@@ -1,14 +1,25 @@
 """What each page shows, as plain data for the templates: the run's rows and totals, and one job's
 charts, compactions and transcript. Pure functions of what :mod:`.data` read.
 
-A long job's transcript is split into pages (:func:`split_transcript`): the job's page shows the first,
-``<job>.<n>.html`` beside it each of the others, so no page holds more than about
-:data:`TRANSCRIPT_PAGE_CHARS` characters of transcript (a turn is never split across two pages), and
-every block on a page is cut to a bounded length, the whole one link away. The job's page lists at most
-:data:`COMPACTIONS_SHOWN` compactions and draws at most :data:`MARKS_SHOWN` of them on its chart (each
-one is in the transcript, where it happened), so a long job's page stays small. Its counts are
-``metrics.json``'s: the retries as it counts them (the 429/529 answers beside them, never added), the
-compactions its compaction events (a call's retries or a worker lost are in the transcript only).
+Guarantees:
+- A long job's page reads from the top: its final report first (cut at :data:`FINAL_SHOWN_CHARS`, the
+  whole one link away), its compactions as counts by stage (``metrics.json``'s) with their table folded
+  (at most :data:`COMPACTIONS_SHOWN` rows), and a context chart whose compaction marks are one line each
+  up to :data:`MARKS_SHOWN`, beyond that counted per span of model calls (at most :data:`MARK_GROUPS`
+  stacked bars, each with its counts by stage on hover).
+- A job's pages are bounded: the transcript is split into pages (:func:`split_transcript`) of about
+  :data:`TRANSCRIPT_PAGE_CHARS` characters shown (a turn is never split across two pages), and all its
+  pages together show at most about :data:`JOB_SHOWN_CHARS` characters of its texts, tool inputs,
+  results and summaries (:func:`fit_shown`: the longest are cut to one length, never below
+  :data:`SHOWN_FLOOR_CHARS`), each cut block naming the line of ``transcript.jsonl`` that holds it whole.
+  So what the pages take grows with the number of messages, not with their size.
+- An incremental job's report is shown against its baseline's (:func:`since_baseline`), compared by
+  :func:`runner.ui.diff.job_diff` as ``runner diff`` compares it (the diff cut at
+  :data:`DIFF_SHOWN_CHARS`, at most :data:`UNITS_SHOWN` rows or sections of each kind named); the index
+  marks each job whose report changed, and links each baseline run that is still a run beside this one.
+- Its counts are ``metrics.json``'s: the retries as it counts them (the 429/529 answers beside them,
+  never added), the compactions its compaction events (a call's retries or a worker lost are in the
+  transcript only).
 
 A job's subagents each have a full job page of their own, under the job's (``<job>/agents/<agent>.html``
 and its further transcript pages beside it), linked from the job's tree of subagents and from the
@@ -30,6 +41,7 @@ from ...rundir.docs import (
     AGENTS,
     EVENTS,
     FINAL,
+    INDEX,
     SUMMARIES,
     TRANSCRIPT,
     USAGE_KEYS,
@@ -43,15 +55,22 @@ from ...rundir.docs import (
 )
 from ...rundir.store import safe_name
 from ...tools.memory_files import MEMORY_DIR, memory_files
+from ..diff import job_diff, status_of
 from ..report import short_name, subagent_counts
-from .charts import Mark, Series, bar_chart, line_chart, stage_color
-from .data import number, read_records, read_text, subagents_of
+from .charts import Mark, MarkGroup, Series, bar_chart, group_marks, group_step, line_chart, stage_color
+from .data import baseline_of, number, read_records, read_text, subagents_of
 
 RESULT_SHOWN_CHARS = 4000  # a longer tool result is cut on the page; the whole is one link away
 TEXT_SHOWN_CHARS = 20_000  # so is a longer text or tool input (a report, a file written)
 TRANSCRIPT_PAGE_CHARS = 800_000  # characters of transcript shown on one page, at most (plus one turn)
+JOB_SHOWN_CHARS = 4_000_000  # characters of a job's blocks shown over all its pages (longest cut first)
+SHOWN_FLOOR_CHARS = 300  # ... never cutting a block shorter than this
+FINAL_SHOWN_CHARS = 100_000  # characters of final.md rendered on the job's page
 COMPACTIONS_SHOWN = 500  # rows of the job page's compactions table (every one is in the transcript too)
-MARKS_SHOWN = 500  # compaction marks drawn on the context chart, at most (evenly chosen when there are more)
+MARKS_SHOWN = 60  # compaction marks drawn one line each on the context chart; more are counted in groups
+DIFF_SHOWN_CHARS = 100_000  # characters of the unified diff against the baseline's report shown
+UNITS_SHOWN = 50  # rows (or sections) added, removed and changed named, of each
+MARK_GROUPS = 60  # groups of marks, at most (each a span of model calls, 1, 2 or 5 times a power of ten)
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False})
 
 
@@ -142,8 +161,66 @@ def job_row(job: JobData, pages: str) -> dict[str, Any]:
     }
 
 
-def index_context(run: RunData, pages: str) -> dict[str, Any]:
+def diff_line_kind(line: str) -> str:
+    """How a line of a unified diff is shown: ``add``, ``del``, ``hunk``, ``file`` or ``ctx``."""
+    if line.startswith(("+++ ", "--- ")):
+        return "file"
+    return {"+": "add", "-": "del", "@": "hunk"}.get(line[:1], "ctx")
+
+
+def since_baseline(job: JobData, start: Path, problems: list[str]) -> dict[str, Any] | None:
+    """An incremental job's report against its baseline's, for a page in directory ``start``; None for a
+    job without a baseline. ``href`` is the baseline run's page (or directory) when it is still a run
+    beside this one, ``diff`` None when it is not (nothing to compare with)."""
+    baseline = baseline_of(job, problems)
+    if baseline is None:
+        return None
+    where = baseline.index
+    shown: dict[str, Any] = {
+        "run_id": baseline.run_id,
+        "href": link(where, start) if where is not None else None,
+        "viewed": where is not None and where.name == INDEX,
+        "in_baseline": baseline.status is not None,
+        "diff": None,
+    }
+    if baseline.dir is None:
+        return shown
+    result = job_diff(job.name, baseline.dir, baseline.status, job.dir.parent, status_of(job))
+    problems += result.problems
+    text = result.diff[:DIFF_SHOWN_CHARS]
+    return {
+        **shown,
+        "changed": result.report_changed,
+        "diff": [{"kind": diff_line_kind(line), "text": line} for line in text.splitlines()],
+        "diff_cut": len(result.diff) > DIFF_SHOWN_CHARS,
+        "diff_chars": len(result.diff),
+        "diff_shown": DIFF_SHOWN_CHARS,
+        "unit": result.unit,
+        "units": [
+            (label, names[:UNITS_SHOWN], len(names))
+            for label, names in (
+                ("added", result.added),
+                ("removed", result.removed),
+                ("changed", result.changed),
+            )
+            if names
+        ],
+    }
+
+
+def index_context(run: RunData, pages: str, *, start: Path | None = None) -> dict[str, Any]:
+    """The index's rows, totals and chart; with ``start`` (the index's directory) each incremental job's
+    row says whether its report changed since its baseline, and the baseline runs are linked."""
     rows = [job_row(j, pages) for j in run.jobs]
+    baselines: dict[str, dict[str, Any]] = {}
+    for job, row in zip(run.jobs, rows, strict=True):
+        since = since_baseline(job, start, []) if start is not None else None
+        row["baseline"] = since["run_id"] if since else None
+        row["changed"] = since.get("changed") if since else None
+        if since:
+            baselines.setdefault(since["run_id"], {**since, "jobs": 0, "changed_jobs": 0})
+            baselines[since["run_id"]]["jobs"] += 1
+            baselines[since["run_id"]]["changed_jobs"] += bool(since.get("changed"))
     by_cost = sorted(rows, key=lambda r: -r["cost"])
     chart = bar_chart(
         [(r["name"], r["cost"], r["status"]) for r in by_cost],
@@ -165,6 +242,7 @@ def index_context(run: RunData, pages: str) -> dict[str, Any]:
         "meta": meta,
         "estimated": any(r["estimated"] for r in rows),
         "with_subagents": any(r["subagents"] for r in rows),
+        "baselines": list(baselines.values()),
         "statuses": sorted({r["status"] for r in rows}),
         "problems": run.problems,
         "title": f"run {run.run.run_id or run.dir.name}",
@@ -343,13 +421,18 @@ def job_context(
                     f"{shown['stage']} before call {len(calls) + 1}: "
                     f"{shown['chars_before']:,} -> {shown['chars_after']:,} chars",
                     shown["color"],
+                    shown["stage"],
                 )
             )
     marks_title = "lines mark compactions"
-    if len(marks) > MARKS_SHOWN:  # a line per compaction of a long job is megabytes of overlapping lines
-        step = -(-len(marks) // MARKS_SHOWN)
-        marks_title = f"lines mark 1 compaction in {step} (of {len(marks):,})"
-        marks = marks[::step]
+    groups: list[MarkGroup] = []
+    if len(marks) > MARKS_SHOWN:  # a line each would be a solid band: counted per span of calls instead
+        x_max = max(len(calls), marks[-1].x)
+        groups = group_marks(marks, x_max=x_max, most=MARK_GROUPS)
+        step = group_step(x_max, MARK_GROUPS)
+        span = "model call" if step == 1 else f"{step} model calls"
+        marks_title = f"the bars under it count its {len(marks):,} compactions per {span} (hover one)"
+        marks = []
     limits = job.limits()
     char_limit = number(limits.get("context_char_limit"))
     token_limit = number(limits.get("context_token_limit"))
@@ -379,6 +462,8 @@ def job_context(
                 right_label=token_label if tokens else "",
                 limits=limit_lines,
                 marks=marks,
+                groups=groups,
+                group_label="compactions",
             )
         )
         charts.append(
@@ -426,7 +511,7 @@ def job_context(
         )
     for rest in timeline.values():  # after the last reply (or from a run without model_call records)
         items.extend({"kind": "event", **e} for e in rest)
-    pages = split_transcript(items, TRANSCRIPT_PAGE_CHARS)
+    pages = split_transcript(fit_shown(items, JOB_SHOWN_CHARS), TRANSCRIPT_PAGE_CHARS)
     final = read_text(job.dir / FINAL, problems)
     usage = {k: int(job.usage(k)) for k in USAGE_KEYS}
     own = job.metrics.usage.to_json()
@@ -442,11 +527,17 @@ def job_context(
         "transcript_pages": pages,
         "page_links": _page_links(job.name, pages),
         "page": 1,
-        "final_html": _markdown.render(final) if final is not None else None,
+        "since": since_baseline(job, start, problems) if parent is None else None,
+        "final_html": _markdown.render(final[:FINAL_SHOWN_CHARS]) if final is not None else None,
+        "final_chars": len(final) if final is not None else 0,
+        "final_cut": final is not None and len(final) > FINAL_SHOWN_CHARS,
+        "final_shown": FINAL_SHOWN_CHARS,
+        "final_href": link(job.dir / FINAL, start),
+        "final_name": FINAL,
+        "by_stage": [(stage, n, stage_color(stage)) for stage, n in sorted(job.compactions().items())],
         "problems": problems,
         "index_href": index_href,
         "row_model": job.record.get("model") or job.spec.get("model"),
-        "stage_colors": [(s, stage_color(s)) for s in dict.fromkeys(e["stage"] for e in compactions)],
         "limits": limits,
         "spec": job.spec,
         "title": f"subagent {job.name} of job {parent[0]}" if parent else f"job {job.name}",
@@ -462,6 +553,51 @@ def job_context(
         "dir_href": link(job.dir, start),
         "memories": [{"path": path, "size": size} for path, size in memory_files(str(job.dir))],
     }
+
+
+def fair_cap(lengths: list[int], budget: int, *, floor: int = 0) -> int | None:
+    """The longest length to cut every one of ``lengths`` to so that they add up to at most ``budget``
+    (the shorter ones kept whole), never below ``floor``; None when they fit as they are."""
+    if sum(lengths) <= budget:
+        return None
+    remaining, left = budget, len(lengths)
+    for length in sorted(lengths):
+        if length * left > remaining:  # the rest are all at least this long: each gets an equal share
+            return max(floor, remaining // left)
+        remaining -= length
+        left -= 1
+    return None
+
+
+def _shown_key(piece: dict[str, Any]) -> str | None:
+    """Which field of a block (or compaction) holds the text it shows, or None."""
+    return next((k for k in ("text", "input", "summary") if isinstance(piece.get(k), str)), None)
+
+
+def fit_shown(items: list[dict[str, Any]], budget: int = JOB_SHOWN_CHARS) -> list[dict[str, Any]]:
+    """``items`` with what their blocks and compactions show cut to :func:`fair_cap` of ``budget`` (at
+    least :data:`SHOWN_FLOOR_CHARS`), each cut one marked so. Pure: the items given are not changed."""
+    lengths = [
+        len(piece[key])
+        for item in items
+        for piece in (item.get("blocks") or [item])
+        if (key := _shown_key(piece)) is not None
+    ]
+    cap = fair_cap(lengths, budget, floor=SHOWN_FLOOR_CHARS)
+    if cap is None:
+        return items
+
+    def cut(piece: dict[str, Any]) -> dict[str, Any]:
+        key = _shown_key(piece)
+        if key is None or len(piece[key]) <= cap:
+            return piece
+        flag = "summary_cut" if key == "summary" else "cut"
+        return {**piece, key: piece[key][:cap], flag: True}
+
+    return [
+        {**item, "blocks": [cut(b) for b in item["blocks"]]} if item.get("blocks") else cut(item)
+        for item in items
+    ]
 
 
 def _shown_chars(item: dict[str, Any]) -> int:

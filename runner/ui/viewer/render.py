@@ -62,7 +62,7 @@ def pages_dir_for(index: Path) -> Path:
 def render_index(run: RunData, index: Path, refresh: int | None = None) -> str:
     pages = link(pages_dir_for(index), index.parent)
     return _env.get_template("index.html.j2").render(
-        **index_context(run, pages),
+        **index_context(run, pages, start=index.parent),
         written=time.strftime("%Y-%m-%d %H:%M:%S"),
         refresh=refresh,
         script=SCRIPT,
