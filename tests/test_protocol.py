@@ -71,6 +71,7 @@ def test_the_stages_are_the_names_on_disk_with_a_label_and_a_colour() -> None:
         "reactive_compact",
         "compact_tool",
         "server_compaction",
+        "tool_use_clearing",
         "observation_mask",
     ]
     assert len({s.color for s in Stage}) == len(Stage) and OTHER_STAGE_COLOR not in {s.color for s in Stage}

@@ -41,6 +41,12 @@ OLD_METRICS = (
 )
 
 
+TOTAL_USAGE = (
+    ', "total_usage": {"input_tokens": 11, "output_tokens": 3, "cache_creation_input_tokens": 3, '
+    '"cache_read_input_tokens": 4}'
+)
+
+
 def test_metrics_json_is_written_byte_for_byte_as_before() -> None:
     result = JobMetrics(job="a", status="max_turns", model="m")
     result.turns, result.wall_s, result.cost_usd = 7, 1.23456, 0.0123456
@@ -53,9 +59,11 @@ def test_metrics_json_is_written_byte_for_byte_as_before() -> None:
     result.worker = {"node": "n1", "pid": 5}
     result.requests, result.retries, result.rate_limited_429, result.overloaded_529 = 13, 3, 1, 2
     result.context_chars, result.started = 1234, 5.0  # live fields: never written
-    assert json.dumps(result.document()) == OLD_METRICS
+    # an earlier metrics.json's fields byte for byte, then the derived total_usage (its own calls',
+    # summaries' and subagents' usage together: written, never read back)
+    assert json.dumps(result.document()) == OLD_METRICS[:-1] + TOTAL_USAGE + "}"
     no_worker = JobMetrics(job="b", status="succeeded").document()
-    assert "worker" not in no_worker and "source" not in no_worker and list(no_worker)[-1] == "error"
+    assert "worker" not in no_worker and "source" not in no_worker and list(no_worker)[-2:] == ["error", "total_usage"]
 
 
 def test_run_json_rows_of_an_earlier_run_are_rewritten_unchanged(tmp_path: Path) -> None:
@@ -68,7 +76,9 @@ def test_run_json_rows_of_an_earlier_run_are_rewritten_unchanged(tmp_path: Path)
     document, problems = lenient(RunDocument, json.loads(text), RUN_JSON)
     assert problems == [] and document is not None
     written = run_json_text(document)
-    assert written.split("\n")[1:] == text.split("\n")[1:]  # the job rows and the closing, byte for byte
+    # the job rows and the closing byte for byte, each row with its derived total_usage after its fields
+    rewritten = text.replace(', "source": "/t/a.md"}', ', "source": "/t/a.md"' + TOTAL_USAGE + "}")
+    assert written.split("\n")[1:] == rewritten.split("\n")[1:]
     assert json.loads(written)["backend"] == "offline" and list(json.loads(written))[:4] == [
         "run_id",
         "state",

@@ -58,6 +58,7 @@ from ..rundir.docs import (
     RunDocument,
     RunState,
     Status,
+    totals_document,
     totals_of,
 )
 from ..rundir.reserve import final_write, release
@@ -479,7 +480,7 @@ class _Totals:
         self.add(row, -1)
 
     def document(self, jobs: int) -> dict[str, int | float]:
-        out: dict[str, int | float] = {"jobs": jobs, "cost_usd": round(self.cost, 6), "turns": self.turns}
-        for status in Status:
-            out[status.value] = self.statuses[status]
-        return {**out, **self.usage}
+        statuses = {status: self.statuses[status] for status in Status}
+        return totals_document(
+            jobs=jobs, cost_usd=self.cost, turns=self.turns, statuses=statuses, usage=self.usage
+        )

@@ -334,17 +334,25 @@ class RunDocument(_Doc):
 def totals_of(rows: list[JobMetrics]) -> dict[str, int | float]:
     """Totals over job rows: jobs, cost, turns, a count per status, and tokens (the jobs' and their
     summaries')."""
-    out: dict[str, int | float] = {
-        "jobs": len(rows),
-        "cost_usd": round(sum(r.cost_usd for r in rows), 6),
-        "turns": sum(r.turns for r in rows),
-    }
+    return totals_document(
+        jobs=len(rows),
+        cost_usd=sum(r.cost_usd for r in rows),
+        turns=sum(r.turns for r in rows),
+        statuses={status: sum(1 for r in rows if r.status == status) for status in Status},
+        usage={key: sum(r.usage_total(key) for r in rows) for key in USAGE_KEYS},
+    )
+
+
+def totals_document(
+    *, jobs: int, cost_usd: float, turns: int, statuses: dict[Status, int], usage: dict[str, int]
+) -> dict[str, int | float]:
+    """run.json's ``totals``, the one layout of them (:func:`totals_of`, and the batch's running sums)."""
+    out: dict[str, int | float] = {"jobs": jobs, "cost_usd": round(cost_usd, 6), "turns": turns}
     for status in Status:
-        out[status.value] = sum(1 for r in rows if r.status == status)
-    for key in USAGE_KEYS:
-        out[key] = sum(r.usage_total(key) for r in rows)
-    if not out[CACHE_1H_KEY]:  # written when some cache write had the 1-hour TTL
-        del out[CACHE_1H_KEY]
+        out[status.value] = statuses.get(status, 0)
+    out.update(usage)
+    if not out.get(CACHE_1H_KEY):  # written when some cache write had the 1-hour TTL
+        out.pop(CACHE_1H_KEY, None)
     return out
 
 

@@ -142,8 +142,8 @@ def run_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
 def job_usage(job: dict[str, Any]) -> tuple[Usage, Usage | None]:
     """A row's usage as every table shows it: the job's whole (``total_usage``: its own calls', its
     summaries' and its subagents'), and its own calls' when they differ (None when they do not)."""
-    whole = metrics_of({"usage": job.get("total_usage") or {}}).usage
-    own = metrics_of({"usage": job.get("usage") or {}}).usage
+    record = metrics_of(job)  # total_usage is made from the parts, so an older row without it adds up too
+    whole, own = record.total_usage(), record.usage
     return whole, (None if own == whole else own)
 
 
