@@ -158,7 +158,6 @@ MEMORY_INDEX = (
     "[Memory files] kept outside the context, never compacted; read them with the memory tool "
     "(view, paged with view_range):"
 )
-_MEMORY_ENTRY = re.compile(r"^  (/memories/\S+) \((\d+) bytes\)$", re.M)  # not a ``- `` note line
 
 
 def memory_index(files: list[tuple[str, int]], budget: int = MEMORY_INDEX_CHARS) -> str:
@@ -182,13 +181,6 @@ def memory_index(files: list[tuple[str, int]], budget: int = MEMORY_INDEX_CHARS)
         lines.append(line)
         used += 1 + len(line)
     return "\n".join(lines)
-
-
-def memory_index_entries(text: str) -> dict[str, int]:
-    """The memory files an index in ``text`` names, with their sizes."""
-    if MEMORY_INDEX not in text:
-        return {}
-    return {path: int(size) for path, size in _MEMORY_ENTRY.findall(text.split(MEMORY_INDEX, 1)[1])}
 
 
 def is_summary(text: str) -> bool:
@@ -424,7 +416,3 @@ def changes_text(
     return "\n".join(out) + "\n"
 
 
-def incremental_head(text: str) -> str:
-    """An incremental note's own words, before its lists of paths (where a file's name may say
-    anything): what a reader looks for the runtime's phrases in."""
-    return text.split(INCREMENTAL_LISTS, 1)[0]

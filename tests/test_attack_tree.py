@@ -207,7 +207,7 @@ def test_the_note_quotes_every_name_that_is_not_plain() -> None:
     assert "plain/name-1.2_x.py" in note and "évité.py" in note
     assert "\u202e" not in note and FORGED not in note and FORGED not in text
     assert readback.incremental_of(note)["added"] == len(names)
-    head = protocol.incremental_head(note)
+    head = readback.incremental_head(note)
     assert "évité" not in head and "r.md" in head
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import email
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,13 +24,22 @@ from runner.jobs import JobSpec
 from runner.messages import text_of
 from runner.models.base import MEMORY_BETA
 from runner.offline.model import OfflineModel
-from runner.protocol import MEMORY_INDEX, MEMORY_INDEX_CHARS, memory_index, memory_index_entries
+from runner.protocol import MEMORY_INDEX, MEMORY_INDEX_CHARS, memory_index
 from runner.rundir.store import JobStore, read_jsonl
 from runner.tools.memory import MEMORY_TOOL, MemoryTool
 from runner.tools.memory_files import MAX_FILE_BYTES
 from runner.tools.toolset import Toolset
 
 pytestmark = pytest.mark.anyio
+
+_MEMORY_ENTRY = re.compile(r"^  (/memories/\S+) \((\d+) bytes\)$", re.M)
+
+
+def memory_index_entries(text: str) -> dict[str, int]:
+    """The memory files an index in ``text`` names, with their sizes (as a reader of the index sees them)."""
+    if MEMORY_INDEX not in text:
+        return {}
+    return {path: int(size) for path, size in _MEMORY_ENTRY.findall(text.split(MEMORY_INDEX, 1)[1])}
 
 
 async def run(tool: MemoryTool, **args: object) -> dict:

@@ -11,7 +11,7 @@ Guarantees (prompt-cache bookkeeping, for :meth:`Strategy.cache_points`):
   ends inside it is still byte for byte what the next request sends.
 - :meth:`Window.cached_points` are the message indices the last calls asked to cache that are still
   inside :meth:`Window.kept`: the breakpoints where the next request can read the cache back.
-- :meth:`Window.unseen_chars` and :meth:`Window.open_results_from` cost O(messages counted).
+- :meth:`Window.open_results_from` cost O(messages counted).
 """
 
 from __future__ import annotations
@@ -101,10 +101,6 @@ class Window:
         """The next call asks the cache to keep the prefixes ending at these message indices; the
         most recent few are remembered while they stay valid."""
         self._points = tuple(sorted({*self._points, *points}))[-4:]
-
-    def unseen_chars(self) -> int:
-        """The size of what the next call adds: the messages the model has not seen yet."""
-        return sum(e.chars for e in self.entries[self._seen :])
 
     def open_results_from(self, index: int) -> int:
         """How many tool results from message ``index`` on micro_compact could still rewrite (over

@@ -60,7 +60,6 @@ from ..protocol import (
     DEPENDENTS_KIND,
     INCREMENTAL_HEAD,
     INCREMENTAL_MEMORY,
-    incremental_head,
     is_persisted,
     is_placeholder,
     saved_path,
@@ -94,7 +93,14 @@ from .memory_survey import (
     todo_place,
     unescape,
 )
-from .readback import changes_of, incremental_of, is_seed_placeholder, recall_page, without_footer
+from .readback import (
+    changes_of,
+    incremental_head,
+    incremental_of,
+    is_seed_placeholder,
+    recall_page,
+    without_footer,
+)
 
 PHASE = "incremental"  # the memory survey's phase while this module leads
 VIEW_CHARS = {"facts": 100, "todo": 30}  # what a line of each log takes, about, until a page says

@@ -20,6 +20,7 @@ from ..protocol import (
     DEPENDENTS_KIND,
     DEPENDENTS_PAIR,
     INCREMENTAL_HEAD,
+    INCREMENTAL_LISTS,
     PLACEHOLDER_PREFIX,
     SUMMARY_LABELS,
     is_persisted,
@@ -184,3 +185,9 @@ def _listed(line: str) -> str:
         except ValueError:
             return line
     return line
+
+
+def incremental_head(text: str) -> str:
+    """An incremental note's own words, before its lists of paths (where a file's name may say
+    anything): what a reader looks for the runtime's phrases in."""
+    return text.split(INCREMENTAL_LISTS, 1)[0]

@@ -110,10 +110,6 @@ class RepeatGuard:
         if len(tool_use_id) <= MAX_ID_CHARS:  # a longer one's call was not run: nothing to catch
             self._saved[tool_use_id] = path
 
-    def saved_at(self, tool_use_id: str) -> str | None:
-        """Where the output of ``tool_use_id`` is saved, if this job saved it."""
-        return self._saved.get(tool_use_id)
-
     def close(self) -> None:
         """Let go of the records' spill files (the job ended)."""
         self._runs.close()

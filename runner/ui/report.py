@@ -147,10 +147,6 @@ def job_usage(job: dict[str, Any]) -> tuple[Usage, Usage | None]:
     return whole, (None if own == whole else own)
 
 
-def _cache_cell(usage: Usage) -> str:
-    return f"{usage.cache_read_input_tokens:,}/{usage.cache_creation_input_tokens:,}"
-
-
 def _with_own(whole: Usage, own: Usage | None, shown: Callable[[Usage], str]) -> Text:
     """A token cell: the job's whole count, and under it (dim) its own calls' when they differ."""
     cell = Text(shown(whole))
