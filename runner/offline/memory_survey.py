@@ -29,7 +29,8 @@ TODO lines: the first turn searches the tree (a part: each of its directories) w
 back page by page when saved. A search the grep tool cut (at 100 KiB of output, or its walk's limit)
 counts for nothing: that tree's files are searched one by one as they are read instead. A file's lines
 are then read off its text when a read shows all of it (by the grep tool's rules: not in a file with a
-NUL byte in its first 512, nor a line over :data:`GREP_LINE_LIMIT` bytes), else found by a ``grep`` of
+NUL byte in its first 512; a line over :data:`GREP_LINE_LIMIT` bytes counted, shown cut around its
+match as the grep tool shows it), else found by a ``grep`` of
 that file (a file too big for one read, a read the compactor saved, a file the read refuses as not UTF-8
 whose extension is not a binary one's); a Python file's outline and TODO lines by one grep, or by two
 while such greps' answers come back saved. A part's own files (no tree search covers them) are searched
@@ -66,6 +67,7 @@ from ..compaction.fallback import LAST_HEADING, NOTES_HEADING
 from ..messages import Message, result_text, text_of, tool_results, tool_uses
 from ..protocol import EMPTY_FILE, is_persisted, is_placeholder, is_summary, persisted_preview, saved_path
 from ..tools.beneath import Root, open_regular
+from ..tools.grep_worker import excerpt
 from .listing import BINARY_EXTENSIONS, split
 from .readback import (
     binary_size,
@@ -110,7 +112,7 @@ OUTLINE = re.compile(OUTLINE_PATTERN, re.M)
 BOTH_PATTERN = f"{OUTLINE_PATTERN}|{TODO_PATTERN}"  # one grep of a file for its outline and TODO lines
 OUTLINE_CHARS = 1_000  # what an outline grep's result is expected to take
 TAIL_CHARS = 400  # the end of a saved output read back: its last line says whether it was cut
-GREP_LINE_LIMIT = 2_000  # the grep tool searches no longer line (bytes, its newline counted)
+GREP_LINE_LIMIT = 2_000  # the grep tool cuts a longer matching line around its match (bytes, newline counted)
 DOC_CHARS = 60  # of a first docstring line, in the facts and the report
 TODO_CUT = "; the search output was cut, there may be more"  # in the TODO heading when its search was cut
 # the report's TODO heading (written by _report): its lines, its files, and whether its search was cut
@@ -706,14 +708,17 @@ def _search_cut(text: str) -> bool:
 
 def _todo_lines_of(turn: Turn, path: str, text: str) -> None:
     """The TODO lines of a file read whole, as the grep tool finds them: not in a file with a NUL
-    byte in its first 512, nor in a line longer than :data:`GREP_LINE_LIMIT` bytes."""
+    byte in its first 512; a line longer than :data:`GREP_LINE_LIMIT` bytes shown as the grep tool
+    shows it (cut around its match; a read whole holds no line past what it searches)."""
     if b"\x00" in text.encode()[:512]:
         return
     lines = text.split("\n")
     for number, line in enumerate(lines, 1):
         size = len(line.encode()) + (number < len(lines))  # the grep tool counts the newline
-        if size <= GREP_LINE_LIMIT and TODO.search(line.rstrip("\r")):
-            _todo_hit(turn, path, str(number), line.rstrip("\r"))
+        line = line.rstrip("\r")
+        if match := TODO.search(line):
+            shown = line if size <= GREP_LINE_LIMIT else excerpt(line, match, size)
+            _todo_hit(turn, path, str(number), shown)
 
 
 def _cut(turn: Turn, d: str, pattern: str, text: str) -> None:
