@@ -54,7 +54,7 @@ from . import memory_survey
 from .memory_survey import (
     GLOB_SHOWN,
     INLINE_FILES,
-    LARGEST,
+    LARGEST_MOST,
     SKIP_DIRS,
     SUBAGENT_ROW,
     TAIL_CHARS,
@@ -64,6 +64,7 @@ from .memory_survey import (
     TOTALS_LINE,
     UNIT_SEP,
     files_only,
+    largest_of,
     own_text,
     scope_of,
     scoped_prompt,
@@ -759,7 +760,7 @@ def _learn_report(part: dict[str, Any], body: str) -> None:
         part["largest"] = [
             [int(size), path.replace("\\|", "|"), int(lines)]
             for path, lines, size in _LARGEST_ROW.findall(largest)
-        ][:LARGEST]
+        ][:LARGEST_MOST]
 
 
 def _assemble(messages: list[Message], plan: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
@@ -912,7 +913,7 @@ def _merged(
             acc[0] += n
             acc[1] += lines
         rows = [*tables["largest"], *part["largest"]]
-        tables["largest"] = sorted(rows, key=lambda r: (-r[0], r[1]))[:LARGEST]
+        tables["largest"] = sorted(rows, key=lambda r: (-r[0], r[1]))[: largest_of(messages)]
         hits, files, cut = tables["todo"]
         tables["todo"] = [hits + part["todo"][0], files + part["todo"][1], bool(cut or part["todo"][2])]
         tables["from"] = [*tables["from"], scope]

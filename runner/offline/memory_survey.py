@@ -100,7 +100,9 @@ CLOSE, CALM = 4, 8  # turns between history compactions: this close shrinks the 
 GLOB_SHOWN = 200  # the most names a glob shows: a saved answer of more lines was cut
 INLINE_FILES = 200  # a tree this small gets every file's row in the report itself
 INLINE_VIEW = 40  # rows read back per view for it (about 4,000 chars: under any page)
-LARGEST = 10
+LARGEST = 10  # largest text files in a report, unless the request asks for another number of them
+LARGEST_MOST = 100  # ... at most this many (the state note carries them every turn)
+LARGEST_ASKED = re.compile(r"\b(\d{1,9})\s+(?:largest|biggest)\b|\b(?:largest|biggest)\s+(\d{1,9})\b", re.I)
 TODO_SHOWN = 30
 TODO_SHOWN_PART = 10  # in a part's report (its parent reads the counts; every line is in the todo log)
 TITLE_UNITS = 3  # a part's report names this many of its units in its title
@@ -238,6 +240,7 @@ class State:
     )
     scope: str = ""  # "" the whole workspace, else its units (see :func:`units`) joined by UNIT_SEP;
     # not in the note: the request (the first message, or a summary's copy of it) says it
+    largest_n: int = LARGEST  # the largest files the report lists: not in the note, the request says it
     inc: dict[str, Any] = field(
         default_factory=dict
     )  # an incremental survey's own state (.incremental_survey)
@@ -251,6 +254,7 @@ class State:
         fields = asdict(self)
         fields["files_next"] = _runs(self.files_next)
         del fields["scope"]  # the request says it (its first message, or a summary's copy of it)
+        del fields["largest_n"]  # and this
         if not self.inc:
             del fields["inc"]  # and so is a survey's that is not incremental
         for name in ("lines_found", "apart", "deep"):
@@ -328,6 +332,7 @@ def load_state(messages: list[Message]) -> tuple[State | None, int]:
             fields = json.loads(line)
             fields["files_next"] = _unruns(fields.get("files_next", []))
             fields.setdefault("scope", scope_of(messages) or "")
+            fields.setdefault("largest_n", largest_of(messages))
             for kind in ("logs", "shards"):  # a note older than the shown log
                 if kind in fields:
                     fields[kind].setdefault("shown", 0 if kind == "logs" else [])
@@ -352,6 +357,20 @@ def scope_of(messages: list[Message]) -> str | None:
         else:
             found.append(whole or files + FILES_ONLY)
     return UNIT_SEP.join(found)
+
+
+def largest_asked(request: str) -> int:
+    """How many largest files ``request`` asks for ("the 20 largest files", "largest 5"), from 1 to
+    :data:`LARGEST_MOST`; :data:`LARGEST` when it names no number."""
+    match = LARGEST_ASKED.search(request)
+    if match is None:
+        return LARGEST
+    return max(1, min(LARGEST_MOST, int(match[1] or match[2])))
+
+
+def largest_of(messages: list[Message]) -> int:
+    """:func:`largest_asked` of the job's request (its first message, or a summary's copy of it)."""
+    return largest_asked(text_of(messages[0])) if messages else LARGEST
 
 
 def units(scope: str) -> list[str]:
@@ -477,7 +496,7 @@ class Turn:
     def _largest(self, size: int, path: str, lines: int) -> None:
         top = self.state.largest + [[size, path, lines]]
         top.sort(key=lambda r: (-r[0], r[1]))
-        self.state.largest = top[:LARGEST]
+        self.state.largest = top[: self.state.largest_n]
 
     def files(self, paths: list[str], listed: bool) -> None:
         """Relative paths to read, appended to the files log grouped by directory; ``listed``: they
@@ -1151,7 +1170,7 @@ def plan(turn: Turn) -> None:
 def decide(messages: list[Message]) -> tuple[list[dict[str, Any]], str]:
     """The next assistant content and its stop reason."""
     state, at = load_state(messages)
-    turn = Turn(state or State(scope=scope_of(messages) or ""))
+    turn = Turn(state or State(scope=scope_of(messages) or "", largest_n=largest_of(messages)))
     if state is not None:
         pace(turn.state, messages)
         apply(turn, messages, at)
