@@ -263,3 +263,76 @@ def test_a_killed_incremental_night_resumes_from_its_baseline_to_the_same_report
     assert again.parent.name != killed.name
     assert report == (again / "final.md").read_text()  # what an uninterrupted night writes
     assert_same_facts(tmp_path / "resumed" / "survey", again)
+
+
+# --- a survey split among subagents (the task tool) --------------------------------------------------
+
+
+def split_project(root: Path) -> Path:
+    """The big project with the task tool: its survey is split among subagents, one part a directory."""
+    ws = project(root, BIG)
+    task = root / "jobs" / "survey.toml"
+    task.write_text('tools = ["read", "glob", "grep", "task"]\n' + task.read_text())
+    return ws
+
+
+def split_facts(report: str) -> str:
+    """A split survey's totals, tables and TODO count: its report less the subagents it names."""
+    totals = re.search(r"^\d+ files: .*$", report, re.M)
+    tables = report.split("## Files and lines per extension", 1)[1].split("## Every file", 1)[0]
+    return (totals[0] if totals else "") + tables
+
+
+def texts(job: Path) -> str:
+    """Everything the job's turns said besides their calls."""
+    return "\n".join(
+        str(b.get("text", ""))
+        for line in (job / "transcript.jsonl").read_text().splitlines()
+        if (m := json.loads(line))["role"] == "assistant" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "text"
+    )
+
+
+def test_a_split_survey_carries_over_the_parts_whose_files_did_not_change(
+    run_cli: Any, tmp_path: Path
+) -> None:
+    ws = split_project(tmp_path)
+    first, first_doc = night(run_cli, tmp_path)
+    parts = sorted(p.name for p in (first / "agents").iterdir())
+    assert len(parts) >= 4, parts  # the tree is split
+    with (ws / "email" / "charset.py").open("a") as f:
+        f.write("# TODO: one line more tonight\n")
+    second, doc = night(run_cli, tmp_path)
+    fresh, fresh_doc = night(run_cli, tmp_path, "--fresh")
+
+    assert doc["incremental"]["files_changed"] == 1
+    assert doc["cost_usd"] < 0.3 * first_doc["cost_usd"]  # one part surveyed again, not all of them
+    assert abs(fresh_doc["cost_usd"] - first_doc["cost_usd"]) < 0.1 * first_doc["cost_usd"]
+    assert [p.name for p in (second / "agents").iterdir()] == ["1-email"]  # the only part with a change
+    report, fresh_report = (second / "final.md").read_text(), (fresh / "final.md").read_text()
+    rows = survey_rows(report, second)
+    assert rows and rows == survey_rows(fresh_report, fresh)  # every file's row, as a fresh survey has it
+    assert rows["email/charset.py"][2] == len((ws / "email" / "charset.py").read_text().splitlines())
+    assert split_facts(report) == split_facts(fresh_report)  # totals, tables and TODO count
+    carried = [p for p in parts if "email" not in p]
+    assert all(f"| `baseline-agents/{p}/final.md` |" in report for p in carried), report
+    assert "`agents/1-email/final.md`" in report and "Every part is covered" in report
+    assert f"1 of the baseline's {len(parts)} parts has changes" in texts(second)
+
+
+def test_a_change_outside_every_part_means_a_full_split_survey(run_cli: Any, tmp_path: Path) -> None:
+    ws = split_project(tmp_path)
+    first, _ = night(run_cli, tmp_path)
+    (ws / "newpkg").mkdir()
+    (ws / "newpkg" / "mod.py").write_text('"""New tonight."""\n# FIXME: new\n')
+    second, doc = night(run_cli, tmp_path)
+    fresh, _ = night(run_cli, tmp_path, "--fresh")
+    assert doc["incremental"]["files_added"] == 1
+    assert 'A full split survey: a change is in no part of the baseline\'s split ("newpkg/mod.py")' in texts(
+        second
+    )
+    assert "baseline-agents/" not in (second / "final.md").read_text()  # every part surveyed again
+    report, fresh_report = (second / "final.md").read_text(), (fresh / "final.md").read_text()
+    assert survey_rows(report, second) == survey_rows(fresh_report, fresh)
+    assert split_facts(report) == split_facts(fresh_report)

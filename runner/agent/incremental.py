@@ -7,7 +7,10 @@ one, the job starts with its prompt and then one more user message (:func:`runne
 the window joins the two into its first message, the transcript keeps both lines, the first still the
 prompt alone): when the analysis ran, where its report is (copied in as ``BASELINE_REPORT``, so
 ``recall`` reads it), the counts of files added, changed and removed, the first of each, and where the
-full lists are (``BASELINE_CHANGES``). The baseline's ``memories/`` is copied in as the job's memory.
+full lists are (``BASELINE_CHANGES``). The baseline's ``memories/`` is copied in as the job's memory, and
+each of its subagents that succeeded (``agents/<n>-<slug>/``: its ``final.md`` and ``memories/``) into
+``BASELINE_AGENTS``, listed with its task prompt in ``BASELINE_AGENTS_LIST``, so that a part of the work
+whose files did not change can be carried over instead of done again.
 The record's ``incremental`` names the baseline, the counts and the baseline's cost; or, with no usable
 baseline (or ``--fresh``), why the job runs fresh.
 
@@ -38,15 +41,25 @@ import anyio
 from ..config import ConfigError
 from ..jobs import JobSpec
 from ..messages import Message
-from ..protocol import INCREMENTAL_MEMORY, changes_text, incremental_note, listed_path
+from ..protocol import (
+    INCREMENTAL_AGENTS,
+    INCREMENTAL_MEMORY,
+    agents_text,
+    changes_text,
+    incremental_note,
+    listed_path,
+)
 from ..rundir.docs import (
     AGENTS,
+    BASELINE_AGENTS,
+    BASELINE_AGENTS_LIST,
     BASELINE_CHANGES,
     BASELINE_MEMORIES,
     BASELINE_REPORT,
     FINAL,
     JOB_JSON,
     MANIFEST,
+    METRICS,
     Incremental,
     JobMetrics,
     Status,
@@ -175,6 +188,58 @@ def copy_memories(source_job: Path, job_dir: Path) -> list[str]:
     return copied
 
 
+def _read_beneath(root: Root, rel: str) -> bytes | None:
+    """A regular file beneath ``root`` (no link followed), or None."""
+    try:
+        fd, _st = open_regular(root, rel, no_symlinks=True)
+    except (OSError, ValueError):
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def _agent_order(name: str) -> tuple[int, str]:
+    number = name.split("-", 1)[0]
+    return (int(number) if number.isdigit() else 1 << 30, name)
+
+
+def copy_agents(source_job: Path, job_dir: Path) -> list[tuple[str, str]]:
+    """The baseline's subagents that succeeded, in their order, each one's ``final.md`` and memory
+    files copied into ``job_dir/BASELINE_AGENTS/<its directory>/``; (that directory, relative to the
+    job's, and its task prompt) each. Only regular files beneath the baseline's ``agents/`` are read
+    (links are not followed); a subagent without a readable prompt or report is left out."""
+    copied: list[tuple[str, str]] = []
+    agents = source_job / AGENTS
+    if agents.is_symlink() or not agents.is_dir():
+        return copied
+    names = sorted((p.name for p in agents.iterdir() if p.is_dir() and not p.is_symlink()), key=_agent_order)
+    with Root.open(str(source_job)) as root:
+        for name in names:
+            here = f"{AGENTS}/{name}"
+            metrics = _read_beneath(root, f"{here}/{METRICS}")
+            job = _read_beneath(root, f"{here}/{JOB_JSON}")
+            report = _read_beneath(root, f"{here}/{FINAL}")
+            if metrics is None or job is None or report is None:
+                continue
+            try:
+                status, prompt = json.loads(metrics).get("status"), json.loads(job).get("prompt")
+            except (ValueError, AttributeError):
+                continue
+            if status != Status.SUCCEEDED or not isinstance(prompt, str):
+                continue
+            target = job_dir / BASELINE_AGENTS / name
+            target.mkdir(parents=True, exist_ok=True)
+            (target / FINAL).write_bytes(report)
+            for path, _ in memory_files(str(agents / name)):
+                rel = path.removeprefix(PREFIX + "/")
+                data = _read_beneath(root, f"{here}/{MEMORY_DIR}/{rel}")
+                if data is not None:
+                    (target / MEMORY_DIR / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (target / MEMORY_DIR / rel).write_bytes(data)
+            copied.append((f"{BASELINE_AGENTS}/{name}", prompt))
+    return copied
+
+
 def too_deep(e: TooDeep) -> str:
     """Why a workspace deeper than a manifest goes has none (the job's one line says it)."""
     return (
@@ -227,6 +292,14 @@ async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Mess
     )
     memories = await anyio.to_thread.run_sync(copy_memories, baseline.job_dir, store.dir)
     memory = INCREMENTAL_MEMORY.format(files=len(memories), prefix=PREFIX) if memories else ""
+    agents = await anyio.to_thread.run_sync(copy_agents, baseline.job_dir, store.dir)
+    if agents:
+        await store.save([(BASELINE_AGENTS_LIST, agents_text(agents))])
+    copied = (
+        INCREMENTAL_AGENTS.format(count=len(agents), folder=BASELINE_AGENTS, listed=BASELINE_AGENTS_LIST)
+        if agents
+        else ""
+    )
     record.incremental = Incremental(
         baseline=baseline.run,
         baseline_cost_usd=round(baseline.metrics.cost_usd, 6),
@@ -245,6 +318,7 @@ async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Mess
         memory=memory,
         lists=lists,
         unchanged=changes.unchanged,
+        agents=copied,
     )
     return [{"role": "user", "content": note}]
 

@@ -657,7 +657,7 @@ def _delegate(
     )
     content: list[dict[str, Any]] = [{"type": "text", "text": text}]
     for k, scope in enumerate(parts):
-        task = {"prompt": scoped_prompt(scope, asked), "description": _description(scope), "tools": tools}
+        task = {"prompt": scoped_prompt(scope, asked), "description": description(scope), "tools": tools}
         content.append({"type": "tool_use", "id": _call_id(messages, k), "name": "task", "input": task})
     return content, "tool_use"
 
@@ -666,7 +666,7 @@ def _plan_json(plan: dict[str, Any]) -> str:
     return json.dumps(plan, separators=(",", ":"), ensure_ascii=False)
 
 
-def _description(scope: str) -> str:
+def description(scope: str) -> str:
     """A few words naming a part: its first unit, and how many more."""
     first, *more = units(scope)
     only = files_only(first)

@@ -52,7 +52,7 @@ from ..protocol import (
     saved_path,
 )
 from ..rundir.docs import TRANSCRIPT
-from . import delegation, incremental_survey, memory_survey
+from . import delegation, incremental_parts, incremental_survey, memory_survey
 from .listing import Listing, rel, skipped
 from .memory_survey import (
     LARGEST,
@@ -662,6 +662,8 @@ def decide(
     messages: list[Message], tool_names: set[str], batch_size: int = 4
 ) -> tuple[list[dict[str, Any]], str]:
     """The next assistant content and its stop reason (``tool_use`` or ``end_turn``)."""
+    if "memory" in tool_names and incremental_parts.applies(messages, tool_names):  # a split baseline
+        return incremental_parts.decide(messages, tool_names)
     if "memory" in tool_names and incremental_survey.applies(
         messages, tool_names
     ):  # a baseline to start from

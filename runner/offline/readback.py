@@ -141,11 +141,12 @@ def changes_of(text: str) -> dict[str, list[str]]:
         if match:
             current = lists[match[1]]
         elif line and current is not None:
-            current.append(_listed(line))
+            current.append(unlisted(line))
     return lists
 
 
-def _listed(line: str) -> str:
+def unlisted(line: str) -> str:
+    """A path as :func:`runner.protocol.listed_path` wrote it, read back."""
     if line.startswith('"'):
         try:
             value = json.loads(line)
