@@ -304,7 +304,8 @@ def test_a_split_survey_carries_over_the_parts_whose_files_did_not_change(
     with (ws / "email" / "charset.py").open("a") as f:
         f.write("# TODO: one line more tonight\n")
     second, doc = night(run_cli, tmp_path)
-    fresh, fresh_doc = night(run_cli, tmp_path, "--fresh")
+    # the fresh runs go elsewhere: each night's baseline is the night before
+    fresh, fresh_doc = night(run_cli, tmp_path, "--fresh", "--output-dir", "fresh")
 
     assert doc["incremental"]["files_changed"] == 1
     assert doc["cost_usd"] < 0.3 * first_doc["cost_usd"]  # one part surveyed again, not all of them
@@ -319,6 +320,20 @@ def test_a_split_survey_carries_over_the_parts_whose_files_did_not_change(
     assert all(f"| `baseline-agents/{p}/final.md` |" in report for p in carried), report
     assert "`agents/1-email/final.md`" in report and "Every part is covered" in report
     assert f"1 of the baseline's {len(parts)} parts has changes" in texts(second)
+
+    # night three starts from night two: its carried parts and its new one are carried over in turn
+    with (ws / "json" / "decoder.py").open("a") as f:
+        f.write("# XXX: and one on the third night\n")
+    third, third_doc = night(run_cli, tmp_path)
+    fresh, fresh_doc = night(run_cli, tmp_path, "--fresh", "--output-dir", "fresh")
+    assert third_doc["incremental"]["baseline"] == second.parent.name
+    assert third_doc["cost_usd"] < 0.3 * fresh_doc["cost_usd"]
+    [again] = [p.name for p in (third / "agents").iterdir()]
+    assert "json" in again or "xml" in again  # the part that holds json/
+    report, fresh_report = (third / "final.md").read_text(), (fresh / "final.md").read_text()
+    assert survey_rows(report, third) == survey_rows(fresh_report, fresh)
+    assert split_facts(report) == split_facts(fresh_report)
+    assert "| `baseline-agents/1-email/final.md` |" in report and "Every part is covered" in report
 
 
 def test_a_change_outside_every_part_means_a_full_split_survey(run_cli: Any, tmp_path: Path) -> None:

@@ -8,9 +8,10 @@ the window joins the two into its first message, the transcript keeps both lines
 prompt alone): when the analysis ran, where its report is (copied in as ``BASELINE_REPORT``, so
 ``recall`` reads it), the counts of files added, changed and removed, the first of each, and where the
 full lists are (``BASELINE_CHANGES``). The baseline's ``memories/`` is copied in as the job's memory, and
-each of its subagents that succeeded (``agents/<n>-<slug>/``: its ``final.md`` and ``memories/``) into
+each of its subagents that succeeded and that its report names (``agents/<n>-<slug>/``, or a copy it
+carried over itself: its ``final.md``, ``job.json``, ``metrics.json`` and ``memories/``) into
 ``BASELINE_AGENTS``, listed with its task prompt in ``BASELINE_AGENTS_LIST``, so that a part of the work
-whose files did not change can be carried over instead of done again.
+whose files did not change can be carried over night after night instead of done again.
 The record's ``incremental`` names the baseline, the counts and the baseline's cost; or, with no usable
 baseline (or ``--fresh``), why the job runs fresh.
 
@@ -198,39 +199,50 @@ def _read_beneath(root: Root, rel: str) -> bytes | None:
         return f.read()
 
 
-def _agent_order(name: str) -> tuple[int, str]:
-    number = name.split("-", 1)[0]
-    return (int(number) if number.isdigit() else 1 << 30, name)
+def _subagent_dirs(source_job: Path) -> list[str]:
+    """The baseline's subagent directories and the copies it carried over itself (relative paths),
+    never a symbolic link."""
+    found = []
+    for folder in (AGENTS, BASELINE_AGENTS):
+        top = source_job / folder
+        if top.is_symlink() or not top.is_dir():
+            continue
+        found += [f"{folder}/{p.name}" for p in top.iterdir() if p.is_dir() and not p.is_symlink()]
+    return found
 
 
-def copy_agents(source_job: Path, job_dir: Path) -> list[tuple[str, str]]:
-    """The baseline's subagents that succeeded, in their order, each one's ``final.md`` and memory
-    files copied into ``job_dir/BASELINE_AGENTS/<its directory>/``; (that directory, relative to the
-    job's, and its task prompt) each. Only regular files beneath the baseline's ``agents/`` are read
-    (links are not followed); a subagent without a readable prompt or report is left out."""
+def copy_agents(source_job: Path, job_dir: Path, report: str) -> list[tuple[str, str]]:
+    """The baseline's subagents that succeeded and whose reports its own ``report`` names (its
+    ``agents/<n>-<slug>/``, and the copies in its ``BASELINE_AGENTS`` it carried over in turn), in the
+    order the report names them: each one's ``final.md``, ``job.json``, ``metrics.json`` and memory files
+    copied into ``job_dir/BASELINE_AGENTS/<its name>/``; (that directory, relative to the job's, and its
+    task prompt) each. Only regular files beneath the baseline's job directory are read (no link
+    followed); a subagent without a readable status, prompt or report is left out, and so is a second
+    one of the same name."""
+    named = []
+    for here in _subagent_dirs(source_job):
+        at = report.find(f"`{here}/{FINAL}`")
+        if at >= 0:
+            named.append((at, here))
     copied: list[tuple[str, str]] = []
-    agents = source_job / AGENTS
-    if agents.is_symlink() or not agents.is_dir():
-        return copied
-    names = sorted((p.name for p in agents.iterdir() if p.is_dir() and not p.is_symlink()), key=_agent_order)
     with Root.open(str(source_job)) as root:
-        for name in names:
-            here = f"{AGENTS}/{name}"
-            metrics = _read_beneath(root, f"{here}/{METRICS}")
-            job = _read_beneath(root, f"{here}/{JOB_JSON}")
-            report = _read_beneath(root, f"{here}/{FINAL}")
-            if metrics is None or job is None or report is None:
+        for _, here in sorted(named):
+            name = here.split("/", 1)[1]
+            target = job_dir / BASELINE_AGENTS / name
+            files = {doc: _read_beneath(root, f"{here}/{doc}") for doc in (METRICS, JOB_JSON, FINAL)}
+            if target.exists() or any(data is None for data in files.values()):
                 continue
             try:
-                status, prompt = json.loads(metrics).get("status"), json.loads(job).get("prompt")
+                status = json.loads(files[METRICS] or b"").get("status")
+                prompt = json.loads(files[JOB_JSON] or b"").get("prompt")
             except (ValueError, AttributeError):
                 continue
             if status != Status.SUCCEEDED or not isinstance(prompt, str):
                 continue
-            target = job_dir / BASELINE_AGENTS / name
-            target.mkdir(parents=True, exist_ok=True)
-            (target / FINAL).write_bytes(report)
-            for path, _ in memory_files(str(agents / name)):
+            target.mkdir(parents=True)
+            for doc, data in files.items():
+                (target / doc).write_bytes(data or b"")
+            for path, _ in memory_files(str(source_job / here)):
                 rel = path.removeprefix(PREFIX + "/")
                 data = _read_beneath(root, f"{here}/{MEMORY_DIR}/{rel}")
                 if data is not None:
@@ -292,7 +304,7 @@ async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Mess
     )
     memories = await anyio.to_thread.run_sync(copy_memories, baseline.job_dir, store.dir)
     memory = INCREMENTAL_MEMORY.format(files=len(memories), prefix=PREFIX) if memories else ""
-    agents = await anyio.to_thread.run_sync(copy_agents, baseline.job_dir, store.dir)
+    agents = await anyio.to_thread.run_sync(copy_agents, baseline.job_dir, store.dir, report)
     if agents:
         await store.save([(BASELINE_AGENTS_LIST, agents_text(agents))])
     copied = (

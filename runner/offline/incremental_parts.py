@@ -172,6 +172,7 @@ def _learn_head(note: dict[str, Any], head: str) -> None:
     note["root"] = title[1] if title else None
     note["entries"] += int(split[1]) if split else 0
     note["covered"] = bool(split and covered and split[2] == covered[1])
+    note["split"] = int(split[2]) if split else 0
 
 
 def _learn_changes(note: dict[str, Any], text: str) -> None:
@@ -213,6 +214,8 @@ def _problem(note: dict[str, Any]) -> str | None:
         len(note["parts"]) != note["count"] or not note["parts"] or not all(part[0] for part in note["parts"])
     ):
         return "the baseline's subagents are not all parts of a survey"
+    if max(note["at"]["listed"], note["at"]["report"]) < 0 and len(note["parts"]) != note.get("split"):
+        return "the baseline's parts were not all copied"
     if note.get("outside"):
         return f"a change is in no part of the baseline's split ({json.dumps(note['outside'])})"
     return None
