@@ -86,7 +86,7 @@ def decide(messages: list[Message], tool_names: set[str]) -> tuple[list[dict[str
         return [{"type": "text", "text": say}, *content], stop
     calls = _asks(note)
     if calls:
-        return _turn(messages, "Reading the baseline's parts and the changes since.", note, calls)
+        return _turn(messages, "Reading the baseline's parts and the changes since.", note, calls=calls)
     return _split(messages, note, tool_names)
 
 
@@ -109,7 +109,7 @@ def _start(messages: list[Message]) -> tuple[list[dict[str, Any]], str]:
         "parts": [],  # [scope, directory, task prompt] of each copied subagent
         "touched": [],  # the scopes a change is in
     }
-    return _turn(messages, "Reading the baseline's parts and the changes since.", note, _asks(note))
+    return _turn(messages, "Reading the baseline's parts and the changes since.", note, calls=_asks(note))
 
 
 def _asks(note: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -278,7 +278,7 @@ def _json(value: Any) -> str:
 
 
 def _turn(
-    messages: list[Message], say: str, note: dict[str, Any], calls: list[tuple[str, dict[str, Any]]]
+    messages: list[Message], say: str, note: dict[str, Any], *, calls: list[tuple[str, dict[str, Any]]]
 ) -> tuple[list[dict[str, Any]], str]:
     return _content(messages, f"{say}\n{KEY}{_json(note)}", calls), "tool_use"
 

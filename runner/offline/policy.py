@@ -28,7 +28,8 @@ measures what a compaction strategy lost.
 With the ``memory`` tool offered (every job has it), the survey is :mod:`.memory_survey`'s; with the
 ``task`` tool offered too, a big tree's survey is handed to subagents (:mod:`.delegation`); an incremental
 job's (it starts with the runtime's note on its baseline) carries the baseline's facts over and examines only
-what changed (:mod:`.incremental_survey`).
+what changed (:mod:`.incremental_survey`); one whose baseline was split among subagents keeps that split,
+the parts with no change carried over (:mod:`.incremental_parts`).
 """
 
 from __future__ import annotations
