@@ -351,3 +351,25 @@ def test_a_change_outside_every_part_means_a_full_split_survey(run_cli: Any, tmp
     report, fresh_report = (second / "final.md").read_text(), (fresh / "final.md").read_text()
     assert survey_rows(report, second) == survey_rows(fresh_report, fresh)
     assert split_facts(report) == split_facts(fresh_report)
+
+
+def test_the_lists_of_a_split_baseline_are_read_page_by_page(
+    run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.offline import incremental_parts
+
+    monkeypatch.setattr(incremental_parts, "PAGE_CHARS", 700)  # a prompt a line; the changes in pages
+    ws = split_project(tmp_path)
+    night(run_cli, tmp_path)
+    for path in sorted((ws / "email").rglob("*.py")):
+        with path.open("a") as f:
+            f.write("# one line more\n")
+    second, doc = night(run_cli, tmp_path)
+    fresh, _ = night(run_cli, tmp_path, "--fresh", "--output-dir", "fresh")
+    assert doc["incremental"]["files_changed"] > 25
+    recalls = [c for c in calls(second, "recall") if c["path"] == "tool-results/baseline-changes.txt"]
+    assert len(recalls) > 1 and len({c["offset"] for c in recalls}) == len(recalls)  # page after page
+    assert [p.name for p in (second / "agents").iterdir()] == ["1-email"]
+    report, fresh_report = (second / "final.md").read_text(), (fresh / "final.md").read_text()
+    assert survey_rows(report, second) == survey_rows(fresh_report, fresh)
+    assert split_facts(report) == split_facts(fresh_report)

@@ -161,6 +161,7 @@ def _whole_lines(body: str, page: tuple[int, int, int, int, int] | None) -> tupl
     """A page's whole lines and how many characters they take (None: the file's end is in it)."""
     if page is None or page[3] >= page[4]:
         return body, None
+    body = body[: page[3] - page[2]]  # what the footer says the page holds
     cut = body.rfind("\n") + 1
     if cut == 0:
         return "", len(body)  # a line longer than a page: past it (no list line is)
