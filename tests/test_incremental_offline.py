@@ -272,7 +272,11 @@ def split_project(root: Path) -> Path:
     """The big project with the task tool: its survey is split among subagents, one part a directory."""
     ws = project(root, BIG)
     task = root / "jobs" / "survey.toml"
-    task.write_text('tools = ["read", "glob", "grep", "task"]\n' + task.read_text())
+    outputs = '"agents/**/memories/survey/facts-*.md", "baseline-agents/**/memories/survey/facts-*.md"'
+    text = task.read_text().replace(
+        '"memories/survey/facts-*.md"', f'"memories/survey/facts-*.md", {outputs}'
+    )
+    task.write_text('tools = ["read", "glob", "grep", "task"]\n' + text)
     return ws
 
 
@@ -320,6 +324,14 @@ def test_a_split_survey_carries_over_the_parts_whose_files_did_not_change(
     assert all(f"| `baseline-agents/{p}/final.md` |" in report for p in carried), report
     assert "`agents/1-email/final.md`" in report and "Every part is covered" in report
     assert f"1 of the baseline's {len(parts)} parts has changes" in texts(second)
+    [email] = [p for p in parts if "email" in p]
+    assert not (second / "baseline-agents" / email).exists()  # superseded by agents/1-email: removed
+    shown = run_cli("diff", str(first.parent), str(second.parent), "--json", cwd=tmp_path)
+    diffed = json.loads(shown.stdout)["jobs"][0]
+    moved = diffed["added"] + diffed["removed"]  # the subagents table names the carried parts' copies
+    assert moved and all(row.startswith(("`agents/", "`baseline-agents/")) for row in moved), moved
+    files = [r for r in diffed["changed_units"] if "/" in r and not r.startswith("`")]
+    assert files == ["email/charset.py"], diffed["changed_units"]  # the one file changed, no other
 
     # night three starts from night two: its carried parts and its new one are carried over in turn
     with (ws / "json" / "decoder.py").open("a") as f:
