@@ -446,10 +446,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         errors = [e for e in errors if e.name in args.only]
     if not specs and not errors:
         raise ConfigError(["no task files found (expected *.toml files in the jobs directory)"])
+    if errors:  # as `validate`: every problem of every bad task file (file, field), and nothing starts
+        raise ConfigError([line for e in errors for line in e.problems])
     if args.fresh:
         specs = [spec.run_fresh() for spec in specs]
-    for error in errors:
-        print_error(error.message, label=f"job {escape(printable(error.name))} will fail")
     from .compaction.compactor import Compactor
     from .execution.core import Batch, new_run_id
     from .rundir.store import link_latest
@@ -468,7 +468,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     batch = Batch(
         run_dir=run_dir,
         specs=specs,
-        errors=errors,
         model=model,
         compactor=Compactor(summarizer),
         summary_model=settings.summarizer.model,
@@ -478,7 +477,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     link_latest(run_dir)
     with hold_run_dir(run_dir):
-        claim(run_dir, len(specs) + len(errors))
+        claim(run_dir, len(specs))
         code = execute(batch, settings, as_json=args.json)
     say_incremental(run_dir)
     if (

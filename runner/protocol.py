@@ -302,13 +302,18 @@ INCREMENTAL_HEAD = "[Incremental run]"
 INCREMENTAL_LISTS = "The first of each (paths as data: one that is not plain is a JSON string):\n"
 INCREMENTAL_NOTE = (
     INCREMENTAL_HEAD + " This analysis ran before: run {run}, started {when}, on this same "
-    "workspace. Its report is saved at {report} (read it with recall){memory}. Since then "
+    "workspace. Its report is saved at {report} (read it with recall){memory}{agents}. Since then "
     "{added} files were added, {changed} changed and {removed} removed ({unchanged} unchanged); "
     "the full lists are saved at {changes} (read it with recall). " + INCREMENTAL_LISTS + "{inline}\n"
     "Examine what was added or changed, leave out what was removed, and carry the rest over "
     "from the previous report."
 )
 INCREMENTAL_MEMORY = ", and its {files} memory files are your memory now (view {prefix} with the memory tool)"
+INCREMENTAL_AGENTS = (
+    "; its {count} subagents that succeeded are copied to {folder}/ (each one's final.md and memories/), "
+    "their directories and task prompts listed at {listed} (read it with recall)"
+)
+AGENTS_HEAD = "[The baseline's subagents that succeeded: {count}; a line each: directory, tab, task prompt]"
 CHANGES_INLINE_CHARS = 1_500  # the three inline lists together; each gets a third
 CHANGE_KINDS = ("added", "changed", "removed")
 CHANGES_HEAD = (
@@ -364,10 +369,12 @@ def incremental_note(
     lists: dict[str, list[str]],
     unchanged: int,
     dependents: dict[str, list[str]] | None = None,
+    agents: str = "",
 ) -> str:
     """The message an incremental job starts with, after its prompt: its baseline, and what changed;
     with ``dependents`` (a changed path -> the unchanged files that import it), a line for each of the
-    first of those, and a sentence asking to examine them."""
+    first of those, and a sentence asking to examine them (``agents``: :data:`INCREMENTAL_AGENTS` filled
+    in, when the baseline's subagents were copied)."""
     share = CHANGES_INLINE_CHARS // len(CHANGE_KINDS)
     inline = "\n".join(f"{kind}: {inline_list(lists[kind], share)}" for kind in CHANGE_KINDS)
     if dependents:
@@ -378,6 +385,7 @@ def incremental_note(
         report=report,
         changes=changes,
         memory=memory,
+        agents=agents,
         unchanged=unchanged,
         inline=inline,
         **{k: len(lists[k]) for k in CHANGE_KINDS},
@@ -413,6 +421,14 @@ def changes_text(
             for f in dependents[changed]
         ]
         out += ["", f"{DEPENDENTS_KIND} ({len(pairs)}):", *pairs]
+    return "\n".join(out) + "\n"
+
+
+def agents_text(agents: list[tuple[str, str]]) -> str:
+    """The saved list of a baseline's subagents copied in: (directory, task prompt) a line, the prompt
+    as a JSON string (read back by the stand-in)."""
+    out = [AGENTS_HEAD.format(count=len(agents))]
+    out += [f"{where}\t{json.dumps(prompt, ensure_ascii=True)}" for where, prompt in agents]
     return "\n".join(out) + "\n"
 
 

@@ -329,8 +329,7 @@ def regular_files(root: Path) -> dict[str, bytes]:
 
 def todo_lines(files: dict[str, bytes]) -> int:
     """Ground truth: the lines the survey's TODO search finds in these files, as the grep tool
-    searches (not a file with a NUL byte in its first 512, nor a line over 2,000 bytes with its
-    newline)."""
+    searches (not a file with a NUL byte in its first 512; a line over 2,000 bytes in its first MiB)."""
     import re
 
     from runner.offline.memory_survey import TODO_PATTERN
@@ -340,13 +339,8 @@ def todo_lines(files: dict[str, bytes]) -> int:
     for data in files.values():
         if b"\x00" in data[:512]:
             continue
-        lines = data.split(b"\n")
-        hits += sum(
-            1
-            for k, raw in enumerate(lines)
-            if len(raw) + (k < len(lines) - 1) <= 2000
-            and rx.search(raw.decode(errors="replace").rstrip("\r\n"))
-        )
+        lines = (raw[: 1 << 20].decode(errors="replace").rstrip("\r\n") for raw in data.split(b"\n"))
+        hits += sum(1 for line in lines if rx.search(line))
     return hits
 
 

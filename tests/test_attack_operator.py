@@ -164,7 +164,6 @@ def project(tmp_path: Path, name: str = "j") -> Path:
 
 def test_an_api_error_and_a_file_name_carrying_escapes_are_printed_escaped(tmp_path: Path) -> None:
     project(tmp_path)
-    (tmp_path / "jobs" / f"bad{NAME}.toml").write_text('prompt = "p"\nworkspace = "../ws"\n')
     with stub_api(lambda n, body: (400, "text/plain", HOSTILE.encode())) as url:
         done = runner(
             "run",
@@ -181,7 +180,6 @@ def test_an_api_error_and_a_file_name_carrying_escapes_are_printed_escaped(tmp_p
     assert done.returncode == 1, stderr
     assert_no_raw(stdout + stderr)
     assert f"BadRequestError: {printable(HOSTILE)}" in stderr  # the server's text, visibly escaped
-    assert printable(f"bad{NAME}.toml") in stderr  # the file name, in its "will fail" line
     assert "[red]x[/red]" in stderr  # and never read as markup
 
     report = runner("report", "runs/latest", cwd=tmp_path, COLUMNS="400")
@@ -191,6 +189,12 @@ def test_an_api_error_and_a_file_name_carrying_escapes_are_printed_escaped(tmp_p
     assert_no_raw(as_json.stdout.decode())
     errors = {j["job"]: j["error"] for j in json.loads(as_json.stdout)["jobs"]}
     assert errors["j"] == f"BadRequestError: {HOSTILE}"  # the JSON keeps the text itself
+
+    (tmp_path / "jobs" / f"bad{NAME}.toml").write_text('prompt = "p"\nworkspace = "../ws"\n')
+    refused = runner("run", "jobs", "--output-dir", "runs", "--backend", "offline", cwd=tmp_path)
+    assert refused.returncode == 2  # an invalid task file: nothing starts
+    assert_no_raw(refused.stdout.decode() + refused.stderr.decode())
+    assert printable(f"bad{NAME}.toml") in refused.stderr.decode()  # the file name, in its error line
 
     validate = runner("validate", "jobs", cwd=tmp_path)
     assert validate.returncode == 2
@@ -550,7 +554,11 @@ def test_a_task_file_nested_200000_deep_is_a_bad_task_file(tmp_path: Path) -> No
     assert len(errors) == 1 and "jobs/deep.toml: cannot parse: nested too deeply" in errors[0]
     assert "ok     j " in done.stdout.decode()  # the other task file still loads
     run = runner("run", "jobs", "--output-dir", "runs", "--backend", "offline", cwd=tmp_path)
-    assert run.returncode == 1 and b"Traceback" not in run.stderr  # the run went on; that job failed
+    assert run.returncode == 2 and b"Traceback" not in run.stderr  # as validate: nothing starts
+    assert [line for line in run.stderr.decode().splitlines() if line.startswith("error:")] == errors
+    assert not (tmp_path / "runs").exists()
+    run = runner("run", "jobs", "--only", "j", "--output-dir", "runs", "--backend", "offline", cwd=tmp_path)
+    assert run.returncode == 0 and b"Traceback" not in run.stderr  # the other task file still runs alone
     metrics = json.loads((tmp_path / "runs" / "latest" / "j" / "metrics.json").read_text())
     assert metrics["status"] == "succeeded"
 

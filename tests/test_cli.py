@@ -204,11 +204,32 @@ def test_missing_jobs_directory_is_a_usage_error(tmp_path, run_cli):
 
 
 def test_a_failed_job_makes_exit_code_1(small_project, run_cli):
-    (small_project / "jobs" / "broken.toml").write_text('prompt = "x"\n')
+    (small_project / "jobs" / "short.toml").write_text(
+        'prompt = "survey"\nworkspace = "../ws"\n[limits]\nmax_turns = 1\n'
+    )
     proc = run_cli("run", "--backend", "offline", cwd=small_project)
     no_traceback(proc)
     assert proc.returncode == 1
-    assert "broken" in proc.stdout and "workspace" in proc.stdout
+    [run_dir] = [p for p in (small_project / "runs").iterdir() if not p.is_symlink()]
+    statuses = {j["job"]: j["status"] for j in json.loads((run_dir / "run.json").read_text())["jobs"]}
+    assert statuses == {"one": "succeeded", "two": "succeeded", "short": "max_turns"}
+
+
+def test_an_invalid_task_file_stops_the_run_as_validate_does(small_project, run_cli):
+    (small_project / "jobs" / "broken.toml").write_text('prompt = "x"\n')
+    (small_project / "jobs" / "worse.toml").write_text(
+        'prompt = "x"\nworkspace = "../ws"\ntools = ["shell"]\n'
+    )
+    validate = run_cli("validate", cwd=small_project)
+    proc = run_cli("run", "--backend", "offline", cwd=small_project)
+    no_traceback(proc)
+    assert validate.returncode == 2 and proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [line for line in validate.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 2, errors  # one line per bad file here: each has one bad field
+    assert any("broken.toml: workspace:" in line for line in errors), errors
+    assert any("worse.toml: tools.0:" in line for line in errors), errors
+    assert not (small_project / "runs").exists()  # nothing started, the good jobs neither
 
 
 def test_anthropic_backend_without_a_key_is_a_usage_error(small_project, run_cli):
@@ -265,3 +286,11 @@ def test_errors_with_brackets_are_shown_verbatim_on_one_line(small_project, run_
     assert proc.returncode == 2
     [line] = proc.stderr.splitlines()
     assert "x[red]y[bold].toml: name:" in line and "'[/x]'" in line
+
+
+def test_only_leaves_out_an_invalid_task_file_it_does_not_name(small_project, run_cli):
+    (small_project / "jobs" / "broken.toml").write_text('prompt = "x"\n')
+    assert run_cli("run", "--only", "broken", "--backend", "offline", cwd=small_project).returncode == 2
+    proc = run_cli("run", "--only", "one", "--backend", "offline", cwd=small_project)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr

@@ -205,6 +205,24 @@ async def test_a_big_tree_is_split_among_subagents_and_every_file_is_right(tree,
         assert read and all(in_scope(p, scope_of_call(call)) for p in read), (call["input"], read[:5])
 
 
+async def test_the_parts_tables_give_as_many_largest_files_as_the_request_asks(
+    tree, tmp_path, small_threshold
+):
+    play = Play(tree)
+    job = tmp_path / "job"
+    messages, final, status = await play.converse(
+        "Survey it; list the 25 largest files.", job, TOOLS, task=True
+    )
+    assert status == "succeeded" and task_calls(messages)
+    chars = {p: len(d.decode()) for p, d in regular_files(tree).items() if expected_row(d)[0] == "text"}
+    want = sorted(chars.items(), key=lambda kv: (-kv[1], kv[0]))[:25]
+    section = final.split("## Largest text files", 1)[1].split("\n## ", 1)[0]
+    rows = [
+        (path, int(size)) for path, _, size in re.findall(r"^\| (.+?) \| (\d+) \| (\d+) \|$", section, re.M)
+    ]
+    assert rows == want
+
+
 async def test_a_cut_report_is_read_back_before_the_parent_reports(tree, tmp_path, small_threshold):
     play = Play(tree, result_chars=400)  # not even the extension table is shown
     job = tmp_path / "job"

@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from runner import protocol
-from runner.agent.incremental import FRESH_FLAG, find_baseline
+from runner.agent.incremental import FRESH_FLAG, copy_agents, find_baseline
 from runner.config import Limits
 from runner.jobs import JobSpec
 from runner.messages import request_problems, text_of
@@ -407,6 +407,43 @@ def test_a_resumed_incremental_job_keeps_its_baseline(run_cli: Any, nightly: tup
     assert transcript[0]["content"] == PROMPT and readback.incremental_of(transcript[1]["content"])
     assert sum(readback.incremental_of(str(m.get("content"))) is not None for m in transcript) == 1
     assert readback.incremental_of(requests[0][0]["content"][1]["text"])["run"] == kept["baseline"]
+
+
+def subagent_dir(where: Path, prompt: str, status: str = "succeeded") -> None:
+    (where / "memories" / "survey").mkdir(parents=True)
+    (where / "metrics.json").write_text(json.dumps({"status": status}))
+    (where / "job.json").write_text(json.dumps({"prompt": prompt}))
+    (where / "final.md").write_text(f"# {prompt}\n")
+    (where / "memories" / "survey" / "facts-000.md").write_text('# facts\n["a.py", "text", 1, 2]\n')
+
+
+def test_the_subagents_a_baseline_report_names_are_copied_in_its_order_and_no_link_is_followed(
+    tmp_path: Path,
+) -> None:
+    base, job = tmp_path / "base", tmp_path / "job"
+    subagent_dir(base / "agents" / "1-email", "part email")
+    subagent_dir(base / "agents" / "2-json", "part json", status="max_turns")  # did not succeed
+    subagent_dir(base / "agents" / "3-unnamed", "a part the report does not name")
+    subagent_dir(base / "baseline-agents" / "1-xml", "part xml, carried over by the baseline")
+    subagent_dir(tmp_path / "outside", "outside")
+    (base / "agents" / "4-link").symlink_to(tmp_path / "outside")
+    (base / "agents" / "1-email" / "memories" / "survey" / "todo-000.md").symlink_to(
+        tmp_path / "outside" / "final.md"
+    )
+    job.mkdir()
+    report = "".join(
+        f"| `{d}` | x | succeeded | 1 | `{d}/final.md` |\n"
+        for d in ("baseline-agents/1-xml", "agents/1-email", "agents/2-json", "agents/4-link")
+    )
+    copied = copy_agents(base, job, report)
+    assert copied == [
+        ("baseline-agents/1-xml", "part xml, carried over by the baseline"),
+        ("baseline-agents/1-email", "part email"),
+    ]
+    email = job / "baseline-agents" / "1-email"
+    assert sorted(p.name for p in email.iterdir()) == ["final.md", "job.json", "memories", "metrics.json"]
+    assert [p.name for p in (email / "memories" / "survey").iterdir()] == ["facts-000.md"]  # not the link
+    assert readback.agents_of(protocol.agents_text(copied)) == copied
 
 
 # --- the texts and the pure comparison ---------------------------------------------------------------

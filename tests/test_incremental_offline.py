@@ -263,3 +263,125 @@ def test_a_killed_incremental_night_resumes_from_its_baseline_to_the_same_report
     assert again.parent.name != killed.name
     assert report == (again / "final.md").read_text()  # what an uninterrupted night writes
     assert_same_facts(tmp_path / "resumed" / "survey", again)
+
+
+# --- a survey split among subagents (the task tool) --------------------------------------------------
+
+
+def split_project(root: Path) -> Path:
+    """The big project with the task tool: its survey is split among subagents, one part a directory."""
+    ws = project(root, BIG)
+    task = root / "jobs" / "survey.toml"
+    outputs = '"agents/**/memories/survey/facts-*.md", "baseline-agents/**/memories/survey/facts-*.md"'
+    text = task.read_text().replace(
+        '"memories/survey/facts-*.md"', f'"memories/survey/facts-*.md", {outputs}'
+    )
+    task.write_text('tools = ["read", "glob", "grep", "task"]\n' + text)
+    return ws
+
+
+def split_facts(report: str) -> str:
+    """A split survey's totals, tables and TODO count: its report less the subagents it names."""
+    totals = re.search(r"^\d+ files: .*$", report, re.M)
+    tables = report.split("## Files and lines per extension", 1)[1].split("## Every file", 1)[0]
+    return (totals[0] if totals else "") + tables
+
+
+def texts(job: Path) -> str:
+    """Everything the job's turns said besides their calls."""
+    return "\n".join(
+        str(b.get("text", ""))
+        for line in (job / "transcript.jsonl").read_text().splitlines()
+        if (m := json.loads(line))["role"] == "assistant" and isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "text"
+    )
+
+
+def test_a_split_survey_carries_over_the_parts_whose_files_did_not_change(
+    run_cli: Any, tmp_path: Path
+) -> None:
+    ws = split_project(tmp_path)
+    first, first_doc = night(run_cli, tmp_path)
+    parts = sorted(p.name for p in (first / "agents").iterdir())
+    assert len(parts) >= 4, parts  # the tree is split
+    with (ws / "email" / "charset.py").open("a") as f:
+        f.write("# TODO: one line more tonight\n")
+    second, doc = night(run_cli, tmp_path)
+    # the fresh runs go elsewhere: each night's baseline is the night before
+    fresh, fresh_doc = night(run_cli, tmp_path, "--fresh", "--output-dir", "fresh")
+
+    assert doc["incremental"]["files_changed"] == 1
+    assert doc["cost_usd"] < 0.3 * first_doc["cost_usd"]  # one part surveyed again, not all of them
+    assert abs(fresh_doc["cost_usd"] - first_doc["cost_usd"]) < 0.1 * first_doc["cost_usd"]
+    assert [p.name for p in (second / "agents").iterdir()] == ["1-email"]  # the only part with a change
+    report, fresh_report = (second / "final.md").read_text(), (fresh / "final.md").read_text()
+    rows = survey_rows(report, second)
+    assert rows and rows == survey_rows(fresh_report, fresh)  # every file's row, as a fresh survey has it
+    assert rows["email/charset.py"][2] == len((ws / "email" / "charset.py").read_text().splitlines())
+    assert split_facts(report) == split_facts(fresh_report)  # totals, tables and TODO count
+    carried = [p for p in parts if "email" not in p]
+    assert all(f"| `baseline-agents/{p}/final.md` |" in report for p in carried), report
+    assert "`agents/1-email/final.md`" in report and "Every part is covered" in report
+    assert f"1 of the baseline's {len(parts)} parts has changes" in texts(second)
+    [email] = [p for p in parts if "email" in p]
+    assert not (second / "baseline-agents" / email).exists()  # superseded by agents/1-email: removed
+    shown = run_cli("diff", str(first.parent), str(second.parent), "--json", cwd=tmp_path)
+    diffed = json.loads(shown.stdout)["jobs"][0]
+    moved = diffed["added"] + diffed["removed"]  # the subagents table names the carried parts' copies
+    assert moved and all(row.startswith(("`agents/", "`baseline-agents/")) for row in moved), moved
+    files = [r for r in diffed["changed_units"] if "/" in r and not r.startswith("`")]
+    assert files == ["email/charset.py"], diffed["changed_units"]  # the one file changed, no other
+
+    # night three starts from night two: its carried parts and its new one are carried over in turn
+    with (ws / "json" / "decoder.py").open("a") as f:
+        f.write("# XXX: and one on the third night\n")
+    third, third_doc = night(run_cli, tmp_path)
+    fresh, fresh_doc = night(run_cli, tmp_path, "--fresh", "--output-dir", "fresh")
+    assert third_doc["incremental"]["baseline"] == second.parent.name
+    assert third_doc["cost_usd"] < 0.3 * fresh_doc["cost_usd"]
+    [again] = [p.name for p in (third / "agents").iterdir()]
+    assert "json" in again or "xml" in again  # the part that holds json/
+    report, fresh_report = (third / "final.md").read_text(), (fresh / "final.md").read_text()
+    assert survey_rows(report, third) == survey_rows(fresh_report, fresh)
+    assert split_facts(report) == split_facts(fresh_report)
+    assert "| `baseline-agents/1-email/final.md` |" in report and "Every part is covered" in report
+
+
+def test_a_change_outside_every_part_means_a_full_split_survey(run_cli: Any, tmp_path: Path) -> None:
+    ws = split_project(tmp_path)
+    first, _ = night(run_cli, tmp_path)
+    (ws / "newpkg").mkdir()
+    (ws / "newpkg" / "mod.py").write_text('"""New tonight."""\n# FIXME: new\n')
+    second, doc = night(run_cli, tmp_path)
+    fresh, _ = night(run_cli, tmp_path, "--fresh")
+    assert doc["incremental"]["files_added"] == 1
+    assert 'A full split survey: a change is in no part of the baseline\'s split ("newpkg/mod.py")' in texts(
+        second
+    )
+    assert "baseline-agents/" not in (second / "final.md").read_text()  # every part surveyed again
+    report, fresh_report = (second / "final.md").read_text(), (fresh / "final.md").read_text()
+    assert survey_rows(report, second) == survey_rows(fresh_report, fresh)
+    assert split_facts(report) == split_facts(fresh_report)
+
+
+def test_the_lists_of_a_split_baseline_are_read_page_by_page(
+    run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.offline import incremental_parts
+
+    monkeypatch.setattr(incremental_parts, "PAGE_CHARS", 700)  # a prompt a line; the changes in pages
+    ws = split_project(tmp_path)
+    night(run_cli, tmp_path)
+    for path in sorted((ws / "email").rglob("*.py")):
+        with path.open("a") as f:
+            f.write("# one line more\n")
+    second, doc = night(run_cli, tmp_path)
+    fresh, _ = night(run_cli, tmp_path, "--fresh", "--output-dir", "fresh")
+    assert doc["incremental"]["files_changed"] > 25
+    recalls = [c for c in calls(second, "recall") if c["path"] == "tool-results/baseline-changes.txt"]
+    assert len(recalls) > 1 and len({c["offset"] for c in recalls}) == len(recalls)  # page after page
+    assert [p.name for p in (second / "agents").iterdir()] == ["1-email"]
+    report, fresh_report = (second / "final.md").read_text(), (fresh / "final.md").read_text()
+    assert survey_rows(report, second) == survey_rows(fresh_report, fresh)
+    assert split_facts(report) == split_facts(fresh_report)

@@ -111,5 +111,20 @@ def test_todo_lines_read_off_a_file_are_the_grep_tools(tmp_path) -> None:
         assert turn.appends["shown"] == [f"{p}:{n}: {hit.strip()[:100]}" for p, n, hit in places]
         assert turn.state.todo["hits"] == len(want)
         hits[name] = [int(n) for _, n, _ in places]
-    # the cases bite: a line at the limit is searched, one byte over it is not, nor a file with a NUL
-    assert hits == {"crlf.py": [2, 4], "long.py": [1, 3], "nul.py": [], "last.py": [2], "uni.py": [1, 3]}
+    # the cases bite: a line at the limit is shown whole, one byte over it cut around its match (the
+    # SDK's grep skips it), a file with a NUL not at all
+    assert hits == {
+        "crlf.py": [2, 4],
+        "long.py": [1, 2, 3, 4],
+        "nul.py": [],
+        "last.py": [2],
+        "uni.py": [1, 3],
+    }
+    long = grep({"pattern": ms.TODO_PATTERN, "path": "long.py", "workspace": str(tmp_path), "max_files": 10})
+    lines = long["text"].split("\n")
+    assert lines[0] == f"{tmp_path}/long.py:1:# TODO " + "x" * 1992
+    assert (
+        lines[1]
+        == f"{tmp_path}/long.py:2:# TODO " + "x" * 193 + "... [line of 2,001 bytes, cut around the match]"
+    )
+    assert lines[3].endswith(":4:# TODO " + "y" * 193 + "... [line of 2,001 bytes, cut around the match]")

@@ -27,6 +27,7 @@ import pytest
 from conftest import expected_row, offline_survey, regular_files, survey_rows, survey_todos
 
 from runner.offline.memory_survey import FILES_ONLY, TODO_PATTERN, TODO_SHOWN, UNIT_SEP, scoped_prompt
+from runner.tools.grep_worker import excerpt
 
 pytestmark = [pytest.mark.anyio, pytest.mark.stand_in]
 STDLIB = Path(encodings.__file__).parent.parent
@@ -136,46 +137,52 @@ def check_complete(root: Path, report: str, job: Path) -> None:
 
 def todo_places(files: dict[str, bytes]) -> set[str]:
     """Ground truth as the grep tool searches: every ``path:line`` of a TODO line (no file with a NUL in
-    its first 512 bytes, no line over 2,000 bytes with its newline)."""
+    its first 512 bytes; a line over 2,000 bytes searched in its first MiB)."""
     rx = re.compile(TODO_PATTERN)
     found = set()
     for path, data in files.items():
         if b"\x00" in data[:512]:
             continue
-        lines = data.split(b"\n")
-        for k, raw in enumerate(lines):
-            text = raw.decode(errors="replace").rstrip("\r")
-            if len(raw) + (k < len(lines) - 1) <= 2000 and rx.search(text):
+        for k, raw in enumerate(data.split(b"\n")):
+            text = raw[: 1 << 20].decode(errors="replace").rstrip("\r")
+            if rx.search(text):
                 found.add(f"{path}:{k + 1}")
     return found
 
 
 async def test_every_todo_line_of_a_tree_whose_one_search_would_be_cut(tmp_path):
     """4,800 TODO lines (a search of the whole tree gives over 400 KB, cut at the grep tool's 100 KiB),
-    one in a file too big for one read, one in a Latin-1 text file the read refuses as not UTF-8, and
-    none counted in a binary file: the report counts every line the grep tool would find, says nothing
-    was cut, and shows the first ones with their text."""
+    one in a file too big for one read, one in a Latin-1 text file the read refuses as not UTF-8, two on
+    lines over 2,000 bytes (one in a file read whole, one at the end of the big file), and none counted
+    in a binary file: the report counts every line the grep tool would find, says nothing was cut, and
+    shows the first ones with their text."""
     root = tmp_path / "ws"
     for k in range(120):
         body = "".join(f"x = {n}  # TODO: item {n} of file {k}, a line of some length\n" for n in range(40))
         (root / f"pkg{k % 6}").mkdir(parents=True, exist_ok=True)
         (root / f"pkg{k % 6}" / f"mod{k:03d}.py").write_text('"""A module."""\n' + body)
-    (root / "big.py").write_text("y = 1\n" * 60_000 + "# FIXME: the end of a big file\n")
+    long_line = "z = '" + "x" * 2_500 + "'  # FIXME: the end of a long line\n"
+    (root / "big.py").write_text("y = 1\n" * 60_000 + "# FIXME: the end of a big file\n" + long_line)
+    (root / "long.js").write_text("var d = '" + "x" * 2_500 + "'; // TODO: long\nvar y = 1;\n")
     (root / "notes.txt").write_bytes("caf\xe9: XXX one Latin-1 line\n".encode("latin-1"))
     (root / "blob.bin").write_bytes(b"\x00\x01TODO not text\n")
     result, report = await offline_survey(root, tmp_path / "job", {"max_turns": 2_000})
     assert result.status == "succeeded"
     truth = todo_places(regular_files(root))
-    assert len(truth) == 120 * 40 + 2
-    assert {"big.py:60001", "notes.txt:1"} <= truth
+    assert len(truth) == 120 * 40 + 4
+    assert {"big.py:60001", "big.py:60002", "long.js:1", "notes.txt:1"} <= truth
     head = re.search(r"## TODO / FIXME / XXX \((\d+) lines in (\d+) files(.*)\)", report)
-    assert head and int(head[1]) == len(truth) and int(head[2]) == 122 and "cut" not in head[3], head
+    assert head and int(head[1]) == len(truth) and int(head[2]) == 123 and "cut" not in head[3], head
     assert survey_todos(report, tmp_path / "job") == truth
     shown = re.findall(r"^- `([^`]+?):(\d+): (.*)`$", report, re.M)
     assert len(shown) == TODO_SHOWN
     for path, number, text in shown:
         line = (root / path).read_bytes().split(b"\n")[int(number) - 1].decode(errors="replace")
+        if len(line.encode()) + 1 > 2_000:  # as the grep tool shows it: cut around its match
+            line = excerpt(line, re.search(TODO_PATTERN, line), len(line.encode()) + 1)
+            assert line.endswith(" bytes, cut around the match]"), line
         assert text == line.strip()[:100]
+    assert ("long.js", "1") in {(path, number) for path, number, _ in shown}
 
 
 async def test_a_parts_todo_lines_are_every_one_when_its_directorys_search_would_be_cut(tmp_path):

@@ -9,7 +9,11 @@ prompt alone): when the analysis ran, where its report is (copied in as ``BASELI
 ``recall`` reads it), the counts of files added, changed and removed, the first of each, and where the
 full lists are (``BASELINE_CHANGES``); and the unchanged files that import an added, changed or
 removed one (:mod:`runner.rundir.dependents`), the first of them in the note, every one in the lists.
-The baseline's ``memories/`` is copied in as the job's memory.
+The baseline's ``memories/`` is copied in as the job's memory, and
+each of its subagents that succeeded and that its report names (``agents/<n>-<slug>/``, or a copy it
+carried over itself: its ``final.md``, ``job.json``, ``metrics.json`` and ``memories/``) into
+``BASELINE_AGENTS``, listed with its task prompt in ``BASELINE_AGENTS_LIST``, so that a part of the work
+whose files did not change can be carried over night after night instead of done again.
 The record's ``incremental`` names the baseline, the counts and the baseline's cost; or, with no usable
 baseline (or ``--fresh``), why the job runs fresh.
 
@@ -40,17 +44,27 @@ import anyio
 from ..config import ConfigError
 from ..jobs import JobSpec
 from ..messages import Message
-from ..protocol import INCREMENTAL_MEMORY, changes_text, incremental_note, listed_path
+from ..protocol import (
+    INCREMENTAL_AGENTS,
+    INCREMENTAL_MEMORY,
+    agents_text,
+    changes_text,
+    incremental_note,
+    listed_path,
+)
 from ..rundir import dependents
 from ..rundir.dependents import Dependents
 from ..rundir.docs import (
     AGENTS,
+    BASELINE_AGENTS,
+    BASELINE_AGENTS_LIST,
     BASELINE_CHANGES,
     BASELINE_MEMORIES,
     BASELINE_REPORT,
     FINAL,
     JOB_JSON,
     MANIFEST,
+    METRICS,
     Incremental,
     JobMetrics,
     Status,
@@ -179,6 +193,69 @@ def copy_memories(source_job: Path, job_dir: Path) -> list[str]:
     return copied
 
 
+def _read_beneath(root: Root, rel: str) -> bytes | None:
+    """A regular file beneath ``root`` (no link followed), or None."""
+    try:
+        fd, _st = open_regular(root, rel, no_symlinks=True)
+    except (OSError, ValueError):
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def _subagent_dirs(source_job: Path) -> list[str]:
+    """The baseline's subagent directories and the copies it carried over itself (relative paths),
+    never a symbolic link."""
+    found = []
+    for folder in (AGENTS, BASELINE_AGENTS):
+        top = source_job / folder
+        if top.is_symlink() or not top.is_dir():
+            continue
+        found += [f"{folder}/{p.name}" for p in top.iterdir() if p.is_dir() and not p.is_symlink()]
+    return found
+
+
+def copy_agents(source_job: Path, job_dir: Path, report: str) -> list[tuple[str, str]]:
+    """The baseline's subagents that succeeded and whose reports its own ``report`` names (its
+    ``agents/<n>-<slug>/``, and the copies in its ``BASELINE_AGENTS`` it carried over in turn), in the
+    order the report names them: each one's ``final.md``, ``job.json``, ``metrics.json`` and memory files
+    copied into ``job_dir/BASELINE_AGENTS/<its name>/``; (that directory, relative to the job's, and its
+    task prompt) each. Only regular files beneath the baseline's job directory are read (no link
+    followed); a subagent without a readable status, prompt or report is left out, and so is a second
+    one of the same name."""
+    named = []
+    for here in _subagent_dirs(source_job):
+        at = report.find(f"`{here}/{FINAL}`")
+        if at >= 0:
+            named.append((at, here))
+    copied: list[tuple[str, str]] = []
+    with Root.open(str(source_job)) as root:
+        for _, here in sorted(named):
+            name = here.split("/", 1)[1]
+            target = job_dir / BASELINE_AGENTS / name
+            files = {doc: _read_beneath(root, f"{here}/{doc}") for doc in (METRICS, JOB_JSON, FINAL)}
+            if target.exists() or any(data is None for data in files.values()):
+                continue
+            try:
+                status = json.loads(files[METRICS] or b"").get("status")
+                prompt = json.loads(files[JOB_JSON] or b"").get("prompt")
+            except (ValueError, AttributeError):
+                continue
+            if status != Status.SUCCEEDED or not isinstance(prompt, str):
+                continue
+            target.mkdir(parents=True)
+            for doc, data in files.items():
+                (target / doc).write_bytes(data or b"")
+            for path, _ in memory_files(str(source_job / here)):
+                rel = path.removeprefix(PREFIX + "/")
+                data = _read_beneath(root, f"{here}/{MEMORY_DIR}/{rel}")
+                if data is not None:
+                    (target / MEMORY_DIR / rel).parent.mkdir(parents=True, exist_ok=True)
+                    (target / MEMORY_DIR / rel).write_bytes(data)
+            copied.append((f"{BASELINE_AGENTS}/{name}", prompt))
+    return copied
+
+
 def too_deep(e: TooDeep) -> str:
     """Why a workspace deeper than a manifest goes has none (the job's one line says it)."""
     return (
@@ -235,6 +312,14 @@ async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Mess
     )
     memories = await anyio.to_thread.run_sync(copy_memories, baseline.job_dir, store.dir)
     memory = INCREMENTAL_MEMORY.format(files=len(memories), prefix=PREFIX) if memories else ""
+    agents = await anyio.to_thread.run_sync(copy_agents, baseline.job_dir, store.dir, report)
+    if agents:
+        await store.save([(BASELINE_AGENTS_LIST, agents_text(agents))])
+    copied = (
+        INCREMENTAL_AGENTS.format(count=len(agents), folder=BASELINE_AGENTS, listed=BASELINE_AGENTS_LIST)
+        if agents
+        else ""
+    )
     record.incremental = Incremental(
         baseline=baseline.run,
         baseline_cost_usd=round(baseline.metrics.cost_usd, 6),
@@ -256,6 +341,7 @@ async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Mess
         lists=lists,
         unchanged=changes.unchanged,
         dependents=found.on,
+        agents=copied,
     )
     return [{"role": "user", "content": note}]
 

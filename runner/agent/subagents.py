@@ -26,6 +26,9 @@ Guarantees:
   the whole report's path for ``recall``.
 - Resume: a subagent that ended is not run again (its report is the result again); one that did not
   continues from its own last complete turn, with the spend it had.
+- An incremental job's copy of a baseline subagent (``BASELINE_AGENTS``, :mod:`.incremental`) whose
+  task (prompt and tools) a ``task`` call gives again is removed when the new subagent starts: the new
+  one's files supersede it, so the job's directory never holds two answers to one task.
 """
 
 from __future__ import annotations
@@ -42,9 +45,19 @@ import anyio
 from ..jobs import JobSpec
 from ..messages import Message
 from ..protocol import SUBAGENT_CUT, SUBAGENT_FAILED, SUBAGENT_RESULT
-from ..rundir.docs import AGENTS, FINAL, JOB_JSON, LIVE_STATUSES, JobMetrics, Status, read_json, read_metrics
+from ..rundir.docs import (
+    AGENTS,
+    BASELINE_AGENTS,
+    FINAL,
+    JOB_JSON,
+    LIVE_STATUSES,
+    JobMetrics,
+    Status,
+    read_json,
+    read_metrics,
+)
 from ..rundir.store import JobStore, in_thread
-from ..rundir.trees import tree_bytes
+from ..rundir.trees import remove_tree, tree_bytes
 from ..services import Budget
 from ..tools.job_budget import JobBudget
 from ..tools.memory_files import MEMORY_DIR
@@ -314,6 +327,7 @@ class Subagents:
         )
         if made + 1 >= spec.limits.max_turns:  # its first call is its last, made without asking its job
             self.spend.granted[spec.name] = made + 1
+        await in_thread(_remove_superseded)(self.job_dir, spec)
         store = JobStore(child_dir) if self.store is None else SharedStore(child_dir, self.store)
         await store.open()
         limit = self.parent.limits.max_cost_usd
@@ -362,6 +376,17 @@ def _same_task(child_dir: Path, spec: JobSpec) -> bool:
     return (
         isinstance(data, dict) and data.get("prompt") == spec.prompt and data.get("tools") == list(spec.tools)
     )
+
+
+def _remove_superseded(job_dir: Path, spec: JobSpec) -> None:
+    """The job's copies of baseline subagents whose task ``spec`` gives again, removed (links not
+    followed: a link in their place is removed, never what it leads to)."""
+    copies = job_dir / BASELINE_AGENTS
+    if copies.is_symlink() or not copies.is_dir():
+        return
+    for copy in copies.iterdir():
+        if not copy.is_symlink() and copy.is_dir() and _same_task(copy, spec):
+            remove_tree(copy, ignore_errors=True)
 
 
 def _result(tool_use_id: str, text: str, *, error: bool = False) -> dict[str, Any]:

@@ -11,6 +11,7 @@ plans and writes as it sees fit: every benchmark table whose outcome depends on 
 
 Modules: ``model`` (the ``Model``), ``policy`` (the next turn, given the conversation),
 ``memory_survey`` (the survey over memory files, and its report format), ``delegation`` (the
-survey split across subagents), ``incremental_survey`` (a night after the first), ``listing`` (the
+survey split across subagents), ``incremental_survey`` (a night after the first),
+``incremental_parts`` (a night after a split one: the parts with no change carried over), ``listing`` (the
 glob answers put together), ``readback`` (the runner's texts parsed back).
 """

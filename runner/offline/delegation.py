@@ -54,7 +54,7 @@ from . import memory_survey
 from .memory_survey import (
     GLOB_SHOWN,
     INLINE_FILES,
-    LARGEST,
+    LARGEST_MOST,
     SKIP_DIRS,
     SUBAGENT_ROW,
     TAIL_CHARS,
@@ -64,6 +64,7 @@ from .memory_survey import (
     TOTALS_LINE,
     UNIT_SEP,
     files_only,
+    largest_of,
     own_text,
     scope_of,
     scoped_prompt,
@@ -656,7 +657,7 @@ def _delegate(
     )
     content: list[dict[str, Any]] = [{"type": "text", "text": text}]
     for k, scope in enumerate(parts):
-        task = {"prompt": scoped_prompt(scope, asked), "description": _description(scope), "tools": tools}
+        task = {"prompt": scoped_prompt(scope, asked), "description": description(scope), "tools": tools}
         content.append({"type": "tool_use", "id": _call_id(messages, k), "name": "task", "input": task})
     return content, "tool_use"
 
@@ -665,7 +666,7 @@ def _plan_json(plan: dict[str, Any]) -> str:
     return json.dumps(plan, separators=(",", ":"), ensure_ascii=False)
 
 
-def _description(scope: str) -> str:
+def description(scope: str) -> str:
     """A few words naming a part: its first unit, and how many more."""
     first, *more = units(scope)
     only = files_only(first)
@@ -759,7 +760,7 @@ def _learn_report(part: dict[str, Any], body: str) -> None:
         part["largest"] = [
             [int(size), path.replace("\\|", "|"), int(lines)]
             for path, lines, size in _LARGEST_ROW.findall(largest)
-        ][:LARGEST]
+        ][:LARGEST_MOST]
 
 
 def _assemble(messages: list[Message], plan: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
@@ -912,7 +913,7 @@ def _merged(
             acc[0] += n
             acc[1] += lines
         rows = [*tables["largest"], *part["largest"]]
-        tables["largest"] = sorted(rows, key=lambda r: (-r[0], r[1]))[:LARGEST]
+        tables["largest"] = sorted(rows, key=lambda r: (-r[0], r[1]))[: largest_of(messages)]
         hits, files, cut = tables["todo"]
         tables["todo"] = [hits + part["todo"][0], files + part["todo"][1], bool(cut or part["todo"][2])]
         tables["from"] = [*tables["from"], scope]

@@ -198,7 +198,13 @@ def _start(messages: list[Message]) -> Turn:
 def _fresh(turn: Turn, reason: str) -> Turn:
     """A full survey from here, the reason kept for its report."""
     old = turn.state
-    s = State(target=old.target, turn=old.turn, summary=old.summary, compacted_at=old.compacted_at)
+    s = State(
+        target=old.target,
+        turn=old.turn,
+        summary=old.summary,
+        compacted_at=old.compacted_at,
+        largest_n=old.largest_n,
+    )
     s.inc = {"run": old.inc["run"], "fresh": reason, "line": fresh_line(old.inc["run"], reason)}
     turn = Turn(s)
     memory_survey.plan(turn)

@@ -29,7 +29,8 @@ TODO lines: the first turn searches the tree (a part: each of its directories) w
 back page by page when saved. A search the grep tool cut (at 100 KiB of output, or its walk's limit)
 counts for nothing: that tree's files are searched one by one as they are read instead. A file's lines
 are then read off its text when a read shows all of it (by the grep tool's rules: not in a file with a
-NUL byte in its first 512, nor a line over :data:`GREP_LINE_LIMIT` bytes), else found by a ``grep`` of
+NUL byte in its first 512; a line over :data:`GREP_LINE_LIMIT` bytes counted, shown cut around its
+match as the grep tool shows it), else found by a ``grep`` of
 that file (a file too big for one read, a read the compactor saved, a file the read refuses as not UTF-8
 whose extension is not a binary one's); a Python file's outline and TODO lines by one grep, or by two
 while such greps' answers come back saved. A part's own files (no tree search covers them) are searched
@@ -66,6 +67,7 @@ from ..compaction.fallback import LAST_HEADING, NOTES_HEADING
 from ..messages import Message, result_text, text_of, tool_results, tool_uses
 from ..protocol import EMPTY_FILE, is_persisted, is_placeholder, is_summary, persisted_preview, saved_path
 from ..tools.beneath import Root, open_regular
+from ..tools.grep_worker import excerpt
 from .listing import BINARY_EXTENSIONS, split
 from .readback import (
     binary_size,
@@ -98,7 +100,9 @@ CLOSE, CALM = 4, 8  # turns between history compactions: this close shrinks the 
 GLOB_SHOWN = 200  # the most names a glob shows: a saved answer of more lines was cut
 INLINE_FILES = 200  # a tree this small gets every file's row in the report itself
 INLINE_VIEW = 40  # rows read back per view for it (about 4,000 chars: under any page)
-LARGEST = 10
+LARGEST = 10  # largest text files in a report, unless the request asks for another number of them
+LARGEST_MOST = 100  # ... at most this many (the state note carries them every turn)
+LARGEST_ASKED = re.compile(r"\b(\d{1,9})\s+(?:largest|biggest)\b|\b(?:largest|biggest)\s+(\d{1,9})\b", re.I)
 TODO_SHOWN = 30
 TODO_SHOWN_PART = 10  # in a part's report (its parent reads the counts; every line is in the todo log)
 TITLE_UNITS = 3  # a part's report names this many of its units in its title
@@ -110,7 +114,7 @@ OUTLINE = re.compile(OUTLINE_PATTERN, re.M)
 BOTH_PATTERN = f"{OUTLINE_PATTERN}|{TODO_PATTERN}"  # one grep of a file for its outline and TODO lines
 OUTLINE_CHARS = 1_000  # what an outline grep's result is expected to take
 TAIL_CHARS = 400  # the end of a saved output read back: its last line says whether it was cut
-GREP_LINE_LIMIT = 2_000  # the grep tool searches no longer line (bytes, its newline counted)
+GREP_LINE_LIMIT = 2_000  # the grep tool cuts a longer matching line around its match (bytes, newline counted)
 DOC_CHARS = 60  # of a first docstring line, in the facts and the report
 TODO_CUT = "; the search output was cut, there may be more"  # in the TODO heading when its search was cut
 # the report's TODO heading (written by _report): its lines, its files, and whether its search was cut
@@ -236,6 +240,7 @@ class State:
     )
     scope: str = ""  # "" the whole workspace, else its units (see :func:`units`) joined by UNIT_SEP;
     # not in the note: the request (the first message, or a summary's copy of it) says it
+    largest_n: int = LARGEST  # the largest files the report lists: not in the note, the request says it
     inc: dict[str, Any] = field(
         default_factory=dict
     )  # an incremental survey's own state (.incremental_survey)
@@ -249,6 +254,7 @@ class State:
         fields = asdict(self)
         fields["files_next"] = _runs(self.files_next)
         del fields["scope"]  # the request says it (its first message, or a summary's copy of it)
+        del fields["largest_n"]  # and this
         if not self.inc:
             del fields["inc"]  # and so is a survey's that is not incremental
         for name in ("lines_found", "apart", "deep"):
@@ -326,6 +332,7 @@ def load_state(messages: list[Message]) -> tuple[State | None, int]:
             fields = json.loads(line)
             fields["files_next"] = _unruns(fields.get("files_next", []))
             fields.setdefault("scope", scope_of(messages) or "")
+            fields.setdefault("largest_n", largest_of(messages))
             for kind in ("logs", "shards"):  # a note older than the shown log
                 if kind in fields:
                     fields[kind].setdefault("shown", 0 if kind == "logs" else [])
@@ -350,6 +357,20 @@ def scope_of(messages: list[Message]) -> str | None:
         else:
             found.append(whole or files + FILES_ONLY)
     return UNIT_SEP.join(found)
+
+
+def largest_asked(request: str) -> int:
+    """How many largest files ``request`` asks for ("the 20 largest files", "largest 5"), from 1 to
+    :data:`LARGEST_MOST`; :data:`LARGEST` when it names no number."""
+    match = LARGEST_ASKED.search(request)
+    if match is None:
+        return LARGEST
+    return max(1, min(LARGEST_MOST, int(match[1] or match[2])))
+
+
+def largest_of(messages: list[Message]) -> int:
+    """:func:`largest_asked` of the job's request (its first message, or a summary's copy of it)."""
+    return largest_asked(text_of(messages[0])) if messages else LARGEST
 
 
 def units(scope: str) -> list[str]:
@@ -475,7 +496,7 @@ class Turn:
     def _largest(self, size: int, path: str, lines: int) -> None:
         top = self.state.largest + [[size, path, lines]]
         top.sort(key=lambda r: (-r[0], r[1]))
-        self.state.largest = top[:LARGEST]
+        self.state.largest = top[: self.state.largest_n]
 
     def files(self, paths: list[str], listed: bool) -> None:
         """Relative paths to read, appended to the files log grouped by directory; ``listed``: they
@@ -706,14 +727,17 @@ def _search_cut(text: str) -> bool:
 
 def _todo_lines_of(turn: Turn, path: str, text: str) -> None:
     """The TODO lines of a file read whole, as the grep tool finds them: not in a file with a NUL
-    byte in its first 512, nor in a line longer than :data:`GREP_LINE_LIMIT` bytes."""
+    byte in its first 512; a line longer than :data:`GREP_LINE_LIMIT` bytes shown as the grep tool
+    shows it (cut around its match; a read whole holds no line past what it searches)."""
     if b"\x00" in text.encode()[:512]:
         return
     lines = text.split("\n")
     for number, line in enumerate(lines, 1):
         size = len(line.encode()) + (number < len(lines))  # the grep tool counts the newline
-        if size <= GREP_LINE_LIMIT and TODO.search(line.rstrip("\r")):
-            _todo_hit(turn, path, str(number), line.rstrip("\r"))
+        line = line.rstrip("\r")
+        if match := TODO.search(line):
+            shown = line if size <= GREP_LINE_LIMIT else excerpt(line, match, size)
+            _todo_hit(turn, path, str(number), shown)
 
 
 def _cut(turn: Turn, d: str, pattern: str, text: str) -> None:
@@ -1146,7 +1170,7 @@ def plan(turn: Turn) -> None:
 def decide(messages: list[Message]) -> tuple[list[dict[str, Any]], str]:
     """The next assistant content and its stop reason."""
     state, at = load_state(messages)
-    turn = Turn(state or State(scope=scope_of(messages) or ""))
+    turn = Turn(state or State(scope=scope_of(messages) or "", largest_n=largest_of(messages)))
     if state is not None:
         pace(turn.state, messages)
         apply(turn, messages, at)

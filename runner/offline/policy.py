@@ -28,7 +28,8 @@ measures what a compaction strategy lost.
 With the ``memory`` tool offered (every job has it), the survey is :mod:`.memory_survey`'s; with the
 ``task`` tool offered too, a big tree's survey is handed to subagents (:mod:`.delegation`); an incremental
 job's (it starts with the runtime's note on its baseline) carries the baseline's facts over and examines only
-what changed (:mod:`.incremental_survey`).
+what changed (:mod:`.incremental_survey`); one whose baseline was split among subagents keeps that split,
+the parts with no change carried over (:mod:`.incremental_parts`).
 """
 
 from __future__ import annotations
@@ -52,9 +53,16 @@ from ..protocol import (
     saved_path,
 )
 from ..rundir.docs import TRANSCRIPT
-from . import delegation, incremental_survey, memory_survey
+from . import delegation, incremental_parts, incremental_survey, memory_survey
 from .listing import Listing, rel, skipped
-from .memory_survey import OUTLINE_PATTERN, TODO_PATTERN, count_matches, first_doc_line
+from .memory_survey import (
+    LARGEST,
+    OUTLINE_PATTERN,
+    TODO_PATTERN,
+    count_matches,
+    first_doc_line,
+    largest_of,
+)
 from .readback import (
     glob_cut,
     is_seed_placeholder,
@@ -565,8 +573,8 @@ def checkpoint(facts: Facts, kept: set[str] = frozenset()) -> str:  # type: igno
     return "\n".join(lines[:1] + [line for line in lines[1:] if line.rstrip() not in kept])
 
 
-def report(facts: Facts) -> str:
-    """The final Markdown report, built from facts alone."""
+def report(facts: Facts, largest: int = LARGEST) -> str:
+    """The final Markdown report, built from facts alone (``largest``: the largest files it lists)."""
     root = facts.root or "(workspace)"
     files = facts.files
     out = [f"# Survey of `{root}`", ""]
@@ -591,7 +599,7 @@ def report(facts: Facts) -> str:
     for ext, (n, lines, chars) in sorted(by_ext.items(), key=lambda kv: (-kv[1][1], kv[0])):
         out.append(f"| {ext} | {n} | {lines} | {chars} |")
     out += ["", "## Largest files", "", "| file | lines | chars |", "|---|---:|---:|"]
-    for path, (chars, lines, _) in sorted(files.items(), key=lambda kv: (-kv[1][0], kv[0]))[:10]:
+    for path, (chars, lines, _) in sorted(files.items(), key=lambda kv: (-kv[1][0], kv[0]))[:largest]:
         out.append(f"| {path} | {lines} | {chars} |")
     out += ["", *_todo_section(facts)]
     out += [
@@ -655,6 +663,8 @@ def decide(
     messages: list[Message], tool_names: set[str], batch_size: int = 4
 ) -> tuple[list[dict[str, Any]], str]:
     """The next assistant content and its stop reason (``tool_use`` or ``end_turn``)."""
+    if "memory" in tool_names and incremental_parts.applies(messages, tool_names):  # a split baseline
+        return incremental_parts.decide(messages, tool_names)
     if "memory" in tool_names and incremental_survey.applies(
         messages, tool_names
     ):  # a baseline to start from
@@ -709,7 +719,7 @@ def decide(
             f"{len(facts.listing or [])} it listed"
         )
     if not calls:
-        return [{"type": "text", "text": report(facts)}], "end_turn"
+        return [{"type": "text", "text": report(facts, largest_of(messages))}], "end_turn"
     if since_checkpoint >= CHECKPOINT_EVERY or (calls[0][0] == "compact"):
         text_parts.append(checkpoint(facts, _summary_notes(messages)))
     text_parts.append(f"Next: {calls[0][0]} ({len(calls)} call{'s' if len(calls) > 1 else ''}).")
@@ -736,7 +746,7 @@ def partial_report(messages: list[Message]) -> str:
         return incremental_survey.partial_report(messages)
     if memory_survey.in_progress(messages):
         return memory_survey.partial_report(messages)
-    return report(observe(messages)[0])
+    return report(observe(messages)[0], largest_of(messages))
 
 
 def reread_count(transcript: list[Message]) -> int:

@@ -145,7 +145,7 @@ def changes_of(text: str) -> dict[str, list[str]]:
         if match:
             current = lists.get(match[1])  # the dependents are no list of changes
         elif line and current is not None:
-            current.append(_listed(line))
+            current.append(unlisted(line))
     return lists
 
 
@@ -158,13 +158,19 @@ def dependents_of(text: str) -> dict[str, list[str]]:
         if match:
             inside = match[1] == DEPENDENTS_KIND
         elif line and inside:
-            file, rest = _first_listed(line)
+            file, rest = first_listed(line)
             if rest.startswith(_PAIR_WORDS):
-                found.setdefault(_listed(rest[len(_PAIR_WORDS) :]), []).append(file)
+                found.setdefault(unlisted(rest[len(_PAIR_WORDS) :]), []).append(file)
     return found
 
 
-def _first_listed(line: str) -> tuple[str, str]:
+def change_heading(line: str) -> str | None:
+    """The kind a heading line of a change list opens (``added`` ... ``dependents``), or None."""
+    match = _CHANGES_LIST.match(line)
+    return match[1] if match else None
+
+
+def first_listed(line: str) -> tuple[str, str]:
     """A line's first listed path (a JSON string, or up to its first space) and the rest."""
     if line.startswith('"'):
         try:
@@ -177,7 +183,8 @@ def _first_listed(line: str) -> tuple[str, str]:
     return head, " " + rest if rest else ""
 
 
-def _listed(line: str) -> str:
+def unlisted(line: str) -> str:
+    """A path as :func:`runner.protocol.listed_path` wrote it, read back."""
     if line.startswith('"'):
         try:
             value = json.loads(line)
@@ -191,3 +198,20 @@ def incremental_head(text: str) -> str:
     """An incremental note's own words, before its lists of paths (where a file's name may say
     anything): what a reader looks for the runtime's phrases in."""
     return text.split(INCREMENTAL_LISTS, 1)[0]
+
+
+def agents_of(text: str) -> list[tuple[str, str]]:
+    """The (directory, task prompt) lines of an :func:`runner.protocol.agents_text` output or a page of
+    it (a line it cannot read is left out)."""
+    found = []
+    for line in text.split("\n"):
+        where, tab, prompt = line.partition("\t")
+        if not tab or not where or where.startswith("["):
+            continue
+        try:
+            value = json.loads(prompt)
+        except ValueError:
+            continue
+        if isinstance(value, str):
+            found.append((where, value))
+    return found

@@ -21,6 +21,8 @@ This is the only module that knows how a run directory is laid out::
           manifest.jsonl              MANIFEST: an incremental job's workspace at its start
                                       (rundir/manifest.py)
           baseline-memories/          BASELINE_MEMORIES: the memory it started with, its baseline's
+          baseline-agents/<n>-<slug>/ BASELINE_AGENTS: its baseline's subagents that succeeded, each one's
+                                      final.md and memories/ (listed in BASELINE_AGENTS_LIST)
           tool-results/, summaries/   TOOL_RESULTS, SUMMARIES: what compaction moved out of the context
             <id>.txt, <id>.<n>.txt    output_path(): an output of tool_use <id> (safe), n-th distinct one
             NNNN.md                   summary_path(): the n-th summary
@@ -114,6 +116,8 @@ BASELINE_CHANGES = output_path("baseline-changes")  # the workspace's changes si
 BASELINE_MEMORIES = (
     "baseline-memories"  # the memory an incremental job started with (its baseline's), as it was
 )
+BASELINE_AGENTS = "baseline-agents"  # an incremental job's copies of its baseline's subagents that succeeded
+BASELINE_AGENTS_LIST = output_path("baseline-agents")  # those copies' directories and task prompts
 
 
 def probe_name(worker: str) -> str:

@@ -10,13 +10,18 @@ Guarantees:
 - It reads only beneath the workspace: the search root is opened beneath the workspace's directory
   descriptor, and every directory and file beneath it by descriptor, with no symlink followed on the
   way (:mod:`runner.tools.beneath`); a symlinked file or directory is skipped, as the SDK's walk skipped it.
-- Its output is the SDK's: ``<path>:<line number>:<line>`` per matching line, ``no matches``, lines
-  over 2,000 bytes and files with a NUL byte in their first 512 skipped, at most 100 KiB of output
-  (then ``[output truncated at 102400 bytes]``), ``.git`` and ``node_modules`` not searched, the walk
-  stopped after ``max_files`` files (``"cut": true`` in the answer).
-- Its memory stays small whatever the files hold: a line is read at most ``MAX_LINE_LENGTH + 1`` bytes
-  at a time (an over-long one, even a 1 GiB sparse file with no newline, is read past in 1 MiB pieces),
-  and a worker without an address-space limit gets one of 1 GiB (``RLIMIT_AS``, set by :func:`serve`).
+- Its output is the SDK's: ``<path>:<line number>:<line>`` per matching line, ``no matches``, files
+  with a NUL byte in their first 512 skipped, at most 100 KiB of output (then ``[output truncated at
+  102400 bytes]``), ``.git`` and ``node_modules`` not searched, the walk stopped after ``max_files``
+  files (``"cut": true`` in the answer). One addition: a line over 2,000 bytes, which the SDK's grep
+  skips, is searched in its first :data:`LONG_LINE_SEARCH` bytes, and when it matches it is shown in
+  its place cut to about :data:`EXCERPT_CHARS` characters around its first match, saying so
+  (``<path>:<line number>:... excerpt ... [line of N bytes, cut around the match]``): a matching line
+  is never dropped without a word, and a line of 2,000 bytes or fewer is shown as before.
+- Its memory stays small whatever the files hold: a line is read at most ``LONG_LINE_SEARCH`` bytes at
+  a time (the rest of an over-long one, even a 1 GiB sparse file with no newline, is read past in 1 MiB
+  pieces), and a worker without an address-space limit gets one of 1 GiB (``RLIMIT_AS``, set by
+  :func:`serve`).
 - It dies with the runner (``PR_SET_PDEATHSIG``), and when one request has used ``cpu_s`` seconds
   of CPU (``RLIMIT_CPU``, moved on before each request), whatever the runner does; a kept worker
   also exits after 30 s without a request.
@@ -53,6 +58,8 @@ from .beneath import (
 
 OUTPUT_LIMIT = 100 * 1024
 MAX_LINE_LENGTH = 2000
+LONG_LINE_SEARCH = 1 << 20  # of a line over MAX_LINE_LENGTH, the bytes searched (the rest is not)
+EXCERPT_CHARS = 200  # a matching long line is shown cut to about this many characters around its match
 SKIP_CHUNK = 1 << 20  # the rest of an over-long line is read past in pieces of this size
 SKIPPED_DIRS = (".git", "node_modules")
 ADDRESS_SPACE = 1 << 30  # RLIMIT_AS of a worker that has none: its lines, walk and output need a few MiB
@@ -63,26 +70,45 @@ class _Full(Exception):
     """The output reached its limit."""
 
 
-def _lines(f: BinaryIO) -> Iterator[bytes | None]:
-    """Each line of ``f`` (its newline kept), or None for one longer than :data:`MAX_LINE_LENGTH` bytes:
-    never more than ``MAX_LINE_LENGTH + 1`` bytes of a line in memory, the rest of a long one read past
-    in :data:`SKIP_CHUNK` pieces (a 1 GiB line without a newline costs 1 MiB, not 1 GiB)."""
+def _lines(f: BinaryIO) -> Iterator[tuple[bytes, int]]:
+    """Each line of ``f`` (its newline kept) and its size in bytes; of a line longer than
+    :data:`MAX_LINE_LENGTH` bytes, its first :data:`LONG_LINE_SEARCH` bytes only: never more than that
+    of a line in memory, the rest of a long one read past in :data:`SKIP_CHUNK` pieces (a 1 GiB line
+    without a newline costs 2 MiB, not 1 GiB)."""
     while raw := f.readline(MAX_LINE_LENGTH + 1):
-        if len(raw) <= MAX_LINE_LENGTH:
-            yield raw
+        if len(raw) <= MAX_LINE_LENGTH or raw.endswith(b"\n"):
+            yield raw, len(raw)
             continue
+        raw += f.readline(LONG_LINE_SEARCH - len(raw))
+        size = len(raw)
         if not raw.endswith(b"\n"):
-            _skip_line(f)
-        yield None
+            size += _skip_line(f)
+        yield raw, size
 
 
-def _skip_line(f: BinaryIO) -> None:
-    """Past the next newline of ``f`` (a regular file: it can seek back), or to its end."""
+def _skip_line(f: BinaryIO) -> int:
+    """Past the next newline of ``f`` (a regular file: it can seek back), or to its end; the bytes
+    passed."""
+    passed = 0
     while chunk := f.read(SKIP_CHUNK):
         newline = chunk.find(b"\n")
         if newline >= 0:
             f.seek(newline + 1 - len(chunk), os.SEEK_CUR)
-            return
+            return passed + newline + 1
+        passed += len(chunk)
+    return passed
+
+
+def excerpt(line: str, match: re.Match[str], size: int) -> str:
+    """A long matching line as shown: about :data:`EXCERPT_CHARS` characters around its first match,
+    the cuts marked, and the line's size."""
+    start = max(0, match.start() - EXCERPT_CHARS // 4)
+    end = min(len(line), max(match.end(), start + EXCERPT_CHARS))
+    shown = line[start:end]
+    return (
+        f"{'...' if start else ''}{shown}{'...' if end < len(line) else ''}"
+        f" [line of {size:,} bytes, cut around the match]"
+    )
 
 
 class _Search:
@@ -103,12 +129,11 @@ class _Search:
             if b"\x00" in f.read(512):
                 return
             f.seek(0)
-            for i, raw in enumerate(_lines(f), 1):
-                if raw is None:
-                    continue  # over MAX_LINE_LENGTH: skipped, as the SDK skipped it
+            for i, (raw, size) in enumerate(_lines(f), 1):
                 line = raw.decode(errors="replace").rstrip("\r\n")
-                if self.rx.search(line):
-                    self.push(f"{shown}:{i}:{line}")
+                if match := self.rx.search(line):
+                    text = line if size <= MAX_LINE_LENGTH else excerpt(line, match, size)
+                    self.push(f"{shown}:{i}:{text}")
 
     def walk(self, root: Root, max_files: int) -> bool:
         """Search every regular file beneath ``root`` in ``os.walk``'s order; True when the walk stopped
