@@ -85,8 +85,8 @@ def _spend(job: Path) -> dict:
         "status": metrics["status"],
         "turns": metrics["turns"],
         "cost_usd": metrics["cost_usd"],
-        "usage": {k: metrics["usage"][k] for k in USAGE_KEYS},
-        "summarizer_usage": {k: metrics["summarizer_usage"][k] for k in USAGE_KEYS},
+        "usage": {k: metrics["usage"].get(k, 0) for k in USAGE_KEYS},  # a count that is 0 may be left out
+        "summarizer_usage": {k: metrics["summarizer_usage"].get(k, 0) for k in USAGE_KEYS},
         "compactions": metrics["compactions"],
         "persisted_bytes": metrics["persisted_bytes"],
     }
