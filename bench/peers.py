@@ -115,9 +115,9 @@ INSPECT_MODEL = f"anthropic/{MODEL}"
 OURS = {WINDOW: "ours", WIDE_WINDOW: "ours @ 50k tokens"}
 # inspect_ai counts tokens message by message for its compaction threshold, so a count_tokens request may
 # start with an assistant message (it pads orphaned tool results with a made-up assistant turn first); the
-# API counts those, the emulator refuses them with this problem (messages.check_conversation's); and after
-# a native compaction inspect_ai sends the history from the assistant message holding the compaction block,
-# as the API documents, which the emulator refuses the same way
+# API counts those, the emulator refuses them with this problem (messages.check_conversation's). (After a
+# native compaction inspect_ai sends the history from the assistant message holding the compaction block,
+# as the API documents: the emulator takes that itself, see runner.emulator.validation.)
 FIRST_MESSAGE_USER = "messages.0: the first message must use the user role"
 # inspect_ai's own texts, as its compaction writes them (model/_compaction/edit.py and summary.py)
 INSPECT_REMOVED = "(Tool result removed)"
@@ -326,12 +326,7 @@ def taught_emulator(config: EmulatorConfig) -> Iterator[tuple[EmulatorHandle, Te
 
     def count_tokens_as_the_api(body: Any, *, betas: Any, count_tokens: bool, min_trigger: int) -> list[str]:
         problems = validate(body, betas=betas, count_tokens=count_tokens, min_trigger=min_trigger)
-        messages = body.get("messages") if isinstance(body, dict) else None
-        first = (
-            messages[0] if isinstance(messages, list) and messages and isinstance(messages[0], dict) else {}
-        )
-        compacted = any(isinstance(b, dict) and b.get("type") == "compaction" for b in blocks(first))
-        return [p for p in problems if not ((count_tokens or compacted) and p == FIRST_MESSAGE_USER)]
+        return [p for p in problems if not (count_tokens and p == FIRST_MESSAGE_USER)]
 
     replies.answer = teacher.answer  # type: ignore[assignment]
     emulator_app.build_message = teacher.build_message  # type: ignore[assignment]
@@ -611,9 +606,9 @@ def section(packages: tuple[str, ...], names: list[str], rows: list[dict[str, An
         "policy takes no step for: it writes every fact to memory as it learns it). Changed only to point "
         "it at the emulator: `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, inspect_ai's own `turn_limit` of "
         f"{MAX_TURNS} model generations (where section 3's rows stop), and one emulator gap worked around "
-        "in `bench/peers.py`: a request that starts with an assistant message "
-        "(count_tokens of one message, or the history from a compaction block, both accepted, as the API "
-        "does); its requests are otherwise sent as inspect_ai makes them (Sonnet 5.5's "
+        "in `bench/peers.py`: a count_tokens request of one message that starts with an assistant message "
+        "(accepted, as the API does; the history from a compaction block the emulator takes itself); its "
+        "requests are otherwise sent as inspect_ai makes them (Sonnet 5.5's "
         "`thinking.block_binding` included). The policy reads inspect_ai's placeholder "
         "`(Tool result removed)` as a removed result, its "
         "summary message as a summary (also where its anthropic provider joins it to the request before it "

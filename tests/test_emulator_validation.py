@@ -221,6 +221,25 @@ def test_rules_across_messages_come_from_the_runners_own_invariants():
     assert problems(body(messages=[])) == ["messages: at least one message is required"]
 
 
+COMPACTED = {"role": "assistant", "content": [{"type": "compaction", "content": "notes"}]}
+
+
+def test_a_history_may_open_with_its_compaction_block():
+    """The API reads a history from its last compaction block on, as a user turn, so a client may drop
+    what came before (inspect_ai does, after a native compaction): the first message may then be the
+    assistant message holding that block; any other assistant message first is still refused."""
+    assert problems(body(messages=[COMPACTED, {"role": "user", "content": "go on"}]), betas=[BETA]) == []
+    first = "messages.0: the first message must use the user role"
+    null = {"role": "assistant", "content": [{"type": "compaction", "content": None}]}
+    text = {"role": "assistant", "content": [{"type": "text", "text": "hi"}]}
+    for opening in (null, text):
+        assert problems(body(messages=[opening, *HELLO]), betas=[BETA]) == [first]
+    # the other rules still hold after it: a user message must answer it
+    assert problems(body(messages=[COMPACTED, COMPACTED]), betas=[BETA]) == [
+        "messages.1: roles must alternate, two assistant messages in a row"
+    ]
+
+
 def test_at_most_four_cache_control_breakpoints_anywhere():
     four = body(
         tools=[{**TOOL, "cache_control": CC}],
@@ -352,3 +371,23 @@ def test_a_stock_clients_beta_request_is_answered_over_http():
                     thinking=BOUND,  # type: ignore[arg-type]  # not a field of the GA type
                 )
     assert answered.type == "message" and answered.content
+
+
+def test_a_history_opening_with_its_compaction_block_is_answered_over_http():
+    """The real SDK sends the history from the compaction block on (create and count_tokens): the
+    emulator answers both, reading the block's notes as the first user turn."""
+    import anthropic
+
+    from runner.emulator import EmulatorConfig, running_emulator
+
+    messages = [COMPACTED, {"role": "user", "content": "go on"}]
+    with running_emulator(EmulatorConfig()) as server:
+        with anthropic.Anthropic(base_url=server.base_url, api_key="k", max_retries=0) as client:
+            answered = client.beta.messages.create(
+                model="claude-sonnet-5-5", max_tokens=2_000, messages=messages, betas=[BETA]
+            )
+            counted = client.beta.messages.count_tokens(
+                model="claude-sonnet-5-5", messages=messages, betas=[BETA]
+            )
+    assert answered.type == "message" and answered.content
+    assert counted.input_tokens > 0

@@ -9,7 +9,9 @@ Two steps:
    (:mod:`.sdk_types`, read from the SDK's TypedDicts): every field a stock client may send. The
    SDK's types do not say which beta each field belongs to, so any beta header opens them all.
 2. Only for a well-shaped body, the rules across blocks and messages, as small pure functions: the
-   first message is from the user, roles alternate, every tool_result answers a tool_use of the
+   first message is from the user (or is the assistant message holding a compaction block: the API
+   reads from that block on, as a user turn, so a client may drop what came before it, as the API
+   documents and inspect_ai does), roles alternate, every tool_result answers a tool_use of the
    message before and every tool_use is answered (:func:`runner.messages.request_problems`), only
    the last message may be an empty assistant message, each role sends only its own block types,
    text blocks are non-empty (except inside a tool_result), at most :data:`MAX_BREAKPOINTS`
@@ -30,12 +32,13 @@ from anthropic.types.beta import message_count_tokens_params, message_create_par
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from ..messages import Message, request_problems
+from ..messages import Message, blocks, request_problems
 from .schema import BRANCH_TAGS, CountTokensRequest, MessagesRequest, blocks_with_cache_control
 from .sdk_types import hint_at
 from .sdk_types import problems as sdk_problems
 
 MAX_BREAKPOINTS = 4
+FIRST_MESSAGE_USER = "messages.0: the first message must use the user role"
 # the request types of the installed SDK's beta endpoint: what a client may send with a beta header
 SDK_MESSAGES = message_create_params.MessageCreateParamsBase
 SDK_COUNT_TOKENS = message_count_tokens_params.MessageCountTokensParams
@@ -122,10 +125,22 @@ def describe(error: ErrorDetails) -> str:
 def conversation_problems(messages: list[Message]) -> list[str]:
     """The rules across the messages of a well-shaped request (see the module's docstring)."""
     problems = request_problems(messages)
+    if opens_with_compaction(messages):
+        problems = [p for p in problems if p != FIRST_MESSAGE_USER]
     for i, message in enumerate(messages):
         problems += empty_content(i, message, last=i == len(messages) - 1)
         problems += misplaced_blocks(i, message)
     return problems + empty_text("messages", [m["content"] for m in messages])
+
+
+def opens_with_compaction(messages: list[Message]) -> bool:
+    """Whether the first message is an assistant message holding a (non-null) compaction block: the
+    history a client sends after dropping what that block summarizes, which the API reads as
+    starting with a user turn (see :func:`.compaction.effective_view`)."""
+    first = messages[0] if messages else {}
+    return first.get("role") == "assistant" and any(
+        b.get("type") == "compaction" and b.get("content") for b in blocks(first)
+    )
 
 
 def empty_content(i: int, message: Message, *, last: bool) -> list[str]:
