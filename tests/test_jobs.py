@@ -230,7 +230,7 @@ def test_malformed_env_override_stops_run_naming_the_variable(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_malformed_task_files_fail_alone_while_the_others_succeed(tmp_path):
+def test_malformed_task_files_stop_the_run_each_named_and_only_runs_the_good_ones(tmp_path):
     jobs = _project(tmp_path)
     bad = [
         "missing_prompt.toml",
@@ -250,37 +250,31 @@ def test_malformed_task_files_fail_alone_while_the_others_succeed(tmp_path):
     run = runner(["run"], tmp_path)
     detail = f"\nstdout:\n{run.stdout}\nstderr:\n{run.stderr}"
     assert "Traceback" not in run.stdout + run.stderr, detail
-    assert run.returncode == 1, detail
+    assert run.returncode == 2, detail  # as validate: a bad task file stops the batch before it starts
+    assert not (tmp_path / "runs").exists(), detail
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    for name in [*bad, "directory.toml", "dangling.toml", "binary.toml"]:
+        assert any(name in line for line in errors), (name, detail)
+    assert "[/red]" in run.stdout + run.stderr  # shown verbatim, not read as markup
+    checked = runner(["validate"], tmp_path)
+    assert (
+        checked.returncode == 2
+        and [line for line in checked.stderr.splitlines() if line.startswith("error: ")] == errors
+    )
+
+    # the good ones, named, run on their own: the others' files are not read
+    good = runner(["run", "--only", "good-one", "--only", "good-two"], tmp_path)
+    assert good.returncode == 0, good.stderr
     [run_dir] = [p for p in (tmp_path / "runs").iterdir() if not p.is_symlink()]
     document = json.loads((run_dir / "run.json").read_text())
-    assert document["state"] == "finished"
-    by_source = {Path(j["source"]).name: j for j in document["jobs"]}
-    assert by_source["good-one.toml"]["status"] == "succeeded", detail
-    assert by_source["good-two.toml"]["status"] == "succeeded", detail
-    failed = [
-        *bad,
-        "directory.toml",
-        "dangling.toml",
-        "binary.toml",
-    ]  # a duplicate name stops the run: test_first_hour
-    for name in failed:
-        job = by_source[name]
-        assert job["status"] == "failed", job
-        assert name in job["error"], job
-    assert document["totals"] == {
-        **document["totals"],
-        "jobs": len(failed) + 2,
-        "succeeded": 2,
-        "failed": len(failed),
+    assert {j["job"]: j["status"] for j in document["jobs"]} == {
+        "good-one": "succeeded",
+        "good-two": "succeeded",
     }
-    names = [j["job"] for j in document["jobs"]]
-    assert len(set(names)) == len(names), names
     for job in document["jobs"]:  # every job has its own directory inside the run directory
         job_dir = run_dir / job["job"]
         assert job_dir.parent == run_dir and job_dir.is_dir(), job["job"]
         assert json.loads((job_dir / "metrics.json").read_text())["status"] == job["status"]
-    assert (run_dir / "run.json").is_file()
-    assert "[/red]" in run.stdout + run.stderr  # shown verbatim, not read as markup
 
 
 # --- load_job / load_jobs directly --------------------------------------------------------------------------
