@@ -30,6 +30,19 @@ from runner.ui.diff import compare
 PROMPT = "Survey this package."
 
 
+def recorded_requests(monkeypatch: pytest.MonkeyPatch) -> list[list[dict]]:
+    """The messages of every request the offline model answers from now on, in order."""
+    requests: list[list[dict]] = []
+    create = OfflineModel.create
+
+    async def recording(self: OfflineModel, request: Any) -> Any:
+        requests.append(request.messages)
+        return await create(self, request)
+
+    monkeypatch.setattr(OfflineModel, "create", recording)
+    return requests
+
+
 def tree(tmp_path: Path) -> Path:
     """A copy of the standard library's json package, with a link inside, a link out, a dangling
     link, a FIFO and a .git directory."""
@@ -279,14 +292,7 @@ def nightly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path
         f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n'
     )
     (tmp_path / "config.toml").write_text('[runner]\noutput_dir = "runs"\nbackend = "offline"\n')
-    requests: list[list[dict]] = []
-    create = OfflineModel.create
-
-    async def recording(self: OfflineModel, request: Any) -> Any:
-        requests.append(request.messages)
-        return await create(self, request)
-
-    monkeypatch.setattr(OfflineModel, "create", recording)
+    requests = recorded_requests(monkeypatch)
     return tmp_path, ws, requests
 
 
@@ -538,14 +544,7 @@ def importing_project(root: Path, *, imports: str) -> Path:
 def test_night_two_names_the_unchanged_importers_of_the_changed_module(
     run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    requests: list[list[dict]] = []
-    create = OfflineModel.create
-
-    async def recording(self: OfflineModel, request: Any) -> Any:
-        requests.append(request.messages)
-        return await create(self, request)
-
-    monkeypatch.setattr(OfflineModel, "create", recording)
+    requests = recorded_requests(monkeypatch)
     nights: dict[str, tuple[dict, str]] = {}
     for imports in ("core", "other"):  # 5 importers of the changed module; the plain night: none
         root = tmp_path / imports
