@@ -155,6 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="use the limits of today's config and task files (default: the run's own)",
     )
     resume.add_argument("--only", action="append", metavar="NAME", help="resume only this job (repeatable)")
+    resume.add_argument(
+        "--json",
+        action="store_true",
+        help="print the run as one JSON document on stdout at the end (the table goes to stderr)",
+    )
 
     report = sub.add_parser(
         "report",

@@ -32,6 +32,20 @@ def test_resuming_through_runs_latest_keeps_the_run_id(run_cli: Any, tmp_path: P
     assert (tmp_path / "runs" / "latest").resolve() == run
 
 
+def test_a_resume_prints_json_as_a_run_does(run_cli: Any, tmp_path: Path) -> None:
+    """A max_turns night raised and resumed from a script: ``resume --json`` gives the run's document."""
+    jobs = survey_project(tmp_path)
+    (jobs / "survey.toml").write_text(
+        'workspace = "../ws"\nprompt = "Survey the workspace."\n[limits]\nmax_turns = 1\n'
+    )
+    assert run_cli("run", "jobs", cwd=tmp_path).returncode == 1
+    (jobs / "survey.toml").write_text('workspace = "../ws"\nprompt = "Survey the workspace."\n')
+    done = run_cli("resume", "runs/latest", "--limits-from-config", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert [(j["job"], j["status"]) for j in document["jobs"]] == [("survey", "succeeded")]
+
+
 def readme_nightly_script() -> str:
     text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     start = text.index("```sh\n#!/bin/sh\n# /srv/analysis/nightly.sh") + len("```sh\n")
