@@ -63,7 +63,11 @@ def test_metrics_json_is_written_byte_for_byte_as_before() -> None:
     # summaries' and subagents' usage together: written, never read back)
     assert json.dumps(result.document()) == OLD_METRICS[:-1] + TOTAL_USAGE + "}"
     no_worker = JobMetrics(job="b", status="succeeded").document()
-    assert "worker" not in no_worker and "source" not in no_worker and list(no_worker)[-2:] == ["error", "total_usage"]
+    assert (
+        "worker" not in no_worker
+        and "source" not in no_worker
+        and list(no_worker)[-2:] == ["error", "total_usage"]
+    )
 
 
 def test_run_json_rows_of_an_earlier_run_are_rewritten_unchanged(tmp_path: Path) -> None:
