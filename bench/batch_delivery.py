@@ -84,7 +84,9 @@ TOKEN_KEYS = (
     "cache_read_input_tokens",
 )
 # the scaled clock: (emulator turnaround min, max), then the batcher's window, first poll and longest poll
-# (the defaults of [runner] are batch_window_s 2, batch_poll_s 1, batch_poll_max_s 60), and the emulator's
+# (the defaults of [runner] are batch_window_s 2, batch_poll_s 1, batch_poll_max_s 60), the time kept for a
+# call to go live before the deadline (batch_live_s, default 30: longer than the deadline runs' whole
+# deadline at this scale, which would send every call live), and the emulator's
 # cache TTL, 5 real minutes on this clock (the hour is billing.LONG_TTL_FACTOR = 12 times it)
 SCALED = {
     "turnaround_s": 2.0,
@@ -92,6 +94,7 @@ SCALED = {
     "window_s": 0.5,
     "poll_s": 0.25,
     "poll_max_s": 1.0,
+    "live_s": 0.5,
     "cache_ttl_s": 1.0,
 }
 SMOKE_SCALED = {
@@ -100,6 +103,7 @@ SMOKE_SCALED = {
     "window_s": 0.05,
     "poll_s": 0.05,
     "poll_max_s": 0.1,
+    "live_s": 0.05,
     "cache_ttl_s": 0.05,
 }
 UNSCALED_CACHE_TTL_S = 300.0  # the emulator's default: the real 5 minutes, longer than any run's turns
@@ -170,6 +174,7 @@ async def run(
             window_s=clock["window_s"],
             poll_s=clock["poll_s"],
             poll_max_s=clock["poll_max_s"],
+            live_s=clock["live_s"],
             deadline=deadline,
         )
         model = BatchModel(batcher, raw, cache_ttl=cache_ttl)
@@ -435,9 +440,11 @@ def render(data: dict[str, Any]) -> str:
         f"turnaround_s = {clock['turnaround_s']:g}, turnaround_max_s = {clock['turnaround_max_s']:g}`; the "
         "real API takes minutes to 24 h, usually within the hour), and the batcher sends a batch "
         f"{clock['window_s']:g} s after its first request and polls after {clock['poll_s']:g} s, doubling up "
-        f"to {clock['poll_max_s']:g} s (`batch_window_s`, `batch_poll_s`, `batch_poll_max_s`; defaults 2, 1, "
-        "60). The emulator's prompt cache is on the same clock: 5 real minutes are "
-        f"{clock['cache_ttl_s']:g} s (`cache_ttl_s = {clock['cache_ttl_s']:g}`), so a turnaround stands for "
+        f"to {clock['poll_max_s']:g} s, and a call goes live when a batch would not end "
+        f"{clock['live_s']:g} s before the deadline (`batch_window_s`, `batch_poll_s`, `batch_poll_max_s`, "
+        "`batch_live_s`; defaults 2, 1, 60, 30). The emulator's prompt cache is on the same clock: 5 real "
+        f"minutes are {clock['cache_ttl_s']:g} s (`cache_ttl_s = {clock['cache_ttl_s']:g}`), so a turnaround "
+        "stands for "
         f"{clock['turnaround_s'] / clock['cache_ttl_s'] * 5:g}-"
         f"{clock['turnaround_max_s'] / clock['cache_ttl_s'] * 5:g} real minutes and the hour is "
         f"{hour:g} s: a 5-minute entry expires between two batch turns of a job, a 1-hour one lasts "
