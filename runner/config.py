@@ -257,6 +257,10 @@ class RunnerSection(BaseModel):
     """the first wait before polling a batch in flight, doubled up to `batch_poll_max_s`"""
     batch_poll_max_s: Float = Field(60.0, gt=0, le=3600)
     """the longest wait between two polls of a batch"""
+    batch_cache_ttl: Literal["1h", "5m"] = "1h"  # the TTL of a batch job's cache breakpoints
+    """the prompt cache's TTL on a batch job's breakpoints (its calls the deadline sends live too): `1h`
+    (written at 2x input, kept across batch turns of minutes), or `5m` (1.25x, as live jobs: the same
+    requests as live, but a turn longer than 5 minutes writes the prefix again)"""
     # the time kept before a job's end (the deadline's) for a call its batch cannot answer to go live
     batch_live_s: Float = Field(30.0, gt=0, le=3600)
     """kept before a job's end (the deadline's) for a call its batch cannot answer by then to go live"""

@@ -9,6 +9,7 @@ import re
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -67,17 +68,20 @@ async def run(
     batch: bool,
     jobs: int = 10,
     run_deadline: bool = False,
+    cache_ttl: Literal["1h", "5m"] = "1h",
     **batcher,
 ):
     """``run_deadline``: the batcher's deadline is the run's too, every job's timeout ending by it (as
-    ``runner run`` wires them)."""
+    ``runner run`` wires them); ``cache_ttl``: ``[runner] batch_cache_ttl``."""
     raw = AnthropicModel(base_url=server.base_url, api_key="test-key", max_retries=8)
     model = summaries = raw
     if batch:
         batcher = {"window_s": 0.1, "poll_s": 0.05, "poll_max_s": 0.2, "live_s": 0.3, **batcher}
         shared = Batcher(raw, **batcher)
-        model = BatchModel(shared, raw)
-        summaries = BatchModel(shared, raw, part="batch_summarizer_usage", owns_live=False)
+        model = BatchModel(shared, raw, cache_ttl=cache_ttl)
+        summaries = BatchModel(
+            shared, raw, part="batch_summarizer_usage", owns_live=False, cache_ttl=cache_ttl
+        )
     summarizer = Summarizer(summaries, SUMMARY_MODEL, requests_per_minute=10_000)
     job_batch = Batch(
         run_dir=run_dir,
@@ -108,14 +112,13 @@ def model_calls(job_dir: Path) -> list[dict]:
     return [e for e in events if e.get("stage") == "model_call"]
 
 
-async def test_ten_jobs_in_batch_delivery_report_as_live_with_the_same_tokens_at_half_the_cost(
-    server, workspace, tmp_path
-):
+async def ten_jobs(server, workspace: Path, tmp_path: Path, cache_ttl: Literal["1h", "5m"]):
+    """Ten jobs live, then in batch delivery with ``cache_ttl``: (live, batched, live stats, batch stats)."""
     server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.2)))
     live = await run(server, tmp_path / "live", workspace, batch=False)
     live_stats = server.stats()
     server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.2)))
-    batched = await run(server, tmp_path / "batch", workspace, batch=True)
+    batched = await run(server, tmp_path / "batch", workspace, batch=True, cache_ttl=cache_ttl)
     stats = server.stats()
 
     assert {r.status for r in batched.results.values()} == {"succeeded"}
@@ -128,13 +131,6 @@ async def test_ten_jobs_in_batch_delivery_report_as_live_with_the_same_tokens_at
             tmp_path / "live" / name / "final.md"
         ).read_text()
         assert batched.results[name].turns == result.turns
-    # the batched jobs' breakpoints carry the 1-hour TTL (every write a 1h write, priced 2x input): the
-    # emulator counts the marker's characters ("ttl": "1h") as input, so only the output is the same
-    batch_tokens, live_tokens = tokens(tmp_path / "batch"), tokens(tmp_path / "live")
-    assert batch_tokens["output_tokens"] == live_tokens["output_tokens"]
-    assert batch_tokens["cache_creation_1h_input_tokens"] == batch_tokens["cache_creation_input_tokens"] > 0
-    assert live_tokens.get("cache_creation_1h_input_tokens", 0) == 0
-    assert totals(tmp_path / "batch")["cost_usd"] < totals(tmp_path / "live")["cost_usd"] * 0.6
     for name in live.results:  # each job: every call billed by the batch, priced at half
         metrics = json.loads((tmp_path / "batch" / name / "metrics.json").read_text())
         assert metrics["batch_usage"] == metrics["usage"]
@@ -144,6 +140,49 @@ async def test_ten_jobs_in_batch_delivery_report_as_live_with_the_same_tokens_at
         live_metrics = json.loads((tmp_path / "live" / name / "metrics.json").read_text())
         assert "batch_usage" not in live_metrics
         assert all("batch" not in c for c in model_calls(tmp_path / "live" / name))
+    return live, batched, live_stats, stats
+
+
+async def test_ten_jobs_in_batch_delivery_report_as_live_with_the_same_tokens_at_half_the_cost(
+    server, workspace, tmp_path
+):
+    # batch_cache_ttl = "5m": the same requests as live, so the same tokens, at the batch discount
+    await ten_jobs(server, workspace, tmp_path, "5m")
+    assert tokens(tmp_path / "batch") == tokens(tmp_path / "live")
+    assert tokens(tmp_path / "batch").get("cache_creation_1h_input_tokens", 0) == 0
+    assert totals(tmp_path / "batch")["cost_usd"] == pytest.approx(  # ten costs, each rounded to 1e-6
+        totals(tmp_path / "live")["cost_usd"] / 2, abs=10e-6
+    )
+
+
+# the most a request's input grows by with the 1-hour TTL: at most 4 breakpoints, each 13 characters more
+# (`, "ttl": "1h"`), 4 characters a token, and one more for the rounding up of the request's total
+MARKER_TOKENS = 4 * 13 // 4 + 1
+
+
+async def test_ten_jobs_in_batch_delivery_by_default_write_their_cache_for_an_hour(
+    server, workspace, tmp_path
+):
+    _, batched, live_stats, _ = await ten_jobs(server, workspace, tmp_path, "1h")
+    batch_tokens, live_tokens = tokens(tmp_path / "batch"), tokens(tmp_path / "live")
+    # every cache write a 1-hour write (priced 2x input), none of live's
+    assert batch_tokens["cache_creation_1h_input_tokens"] == batch_tokens["cache_creation_input_tokens"] > 0
+    assert live_tokens.get("cache_creation_1h_input_tokens", 0) == 0
+    assert batch_tokens["output_tokens"] == live_tokens["output_tokens"]
+    # the only other difference: the emulator counts the breakpoints' `"ttl": "1h"` as input, so each
+    # request's prompt is a few tokens longer, never shorter (nothing expires in this run: the turns come
+    # well within the emulator's 5 minutes, so the same prefixes are read and written as live)
+    prompt = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    live_in, batch_in = (sum(t[k] for k in prompt) for t in (live_tokens, batch_tokens))
+    assert live_in < batch_in <= live_in + live_stats["requests"] * MARKER_TOKENS
+    # priced as its tokens say: the batch discount on the 1-hour write rate, so more than half of live
+    prices = PriceTable()
+    priced = sum(
+        prices.cost("claude-sonnet-5-5", r.usage) + prices.cost(SUMMARY_MODEL, r.summarizer_usage)
+        for r in batched.results.values()
+    )
+    assert totals(tmp_path / "batch")["cost_usd"] == pytest.approx(priced / 2, abs=10e-6)
+    assert totals(tmp_path / "batch")["cost_usd"] > totals(tmp_path / "live")["cost_usd"] / 2
 
 
 async def test_errored_expired_and_canceled_requests_are_sent_again(server, workspace, tmp_path):
@@ -368,6 +407,7 @@ def test_batch_delivery_settings_and_the_discount_load_strictly(tmp_path):
     )
     settings = load_settings(path)
     assert settings.runner.delivery == "batch" and settings.runner.deadline == "06:30"
+    assert settings.runner.batch_cache_ttl == "1h"  # the default: a batch turn outlasts five minutes
     table = PriceTable(settings.prices)
     assert table.batch_discount == 0.4 and PriceTable().batch_discount == 0.5
     usage = Usage(input_tokens=1000, output_tokens=100)
@@ -375,6 +415,8 @@ def test_batch_delivery_settings_and_the_discount_load_strictly(tmp_path):
     assert table.cost_with_batch("sonnet", usage, Usage()) == table.cost("sonnet", usage)
     for bad, named in (
         ('[runner]\ndelivery = "later"\n', "runner.delivery"),
+        ('[runner]\nbatch_cache_ttl = "1d"\n', "runner.batch_cache_ttl"),
+        ("[runner]\nbatch_cache_ttl = 3600\n", "runner.batch_cache_ttl"),
         ('[runner]\ndeadline = "6.30"\n', "runner.deadline"),
         ("[prices]\nbatch_discount = 1.5\n", "prices.batch_discount"),
         ("[prices]\nbatch_discount = true\n", "prices.batch_discount"),

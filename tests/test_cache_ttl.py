@@ -65,6 +65,43 @@ def test_a_batch_jobs_calls_carry_the_1h_ttl_and_a_live_jobs_do_not() -> None:
     assert live_points and all(p == {"type": "ephemeral"} for p in live_points)
 
 
+def test_batch_cache_ttl_sets_the_ttl_of_a_batch_jobs_calls_as_every_executor_builds_them(
+    monkeypatch,
+) -> None:
+    from runner.config import RunnerSection, SummarizerSection
+    from runner.execution.backend import build_backend
+    from runner.models.adaptive import AdaptiveLimit
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "k")  # the SDK's client reads it; nothing is sent
+    built = {}
+    for ttl in ("1h", "5m"):
+        runner = RunnerSection(delivery="batch", batch_cache_ttl=ttl)  # type: ignore[arg-type]
+        model, summarizer = build_backend(  # the local executor's and each Ray worker's way
+            "anthropic", runner=runner, summarizer=SummarizerSection(), max_retries=0, calls=AdaptiveLimit(2)
+        )
+        assert isinstance(model, BatchModel) and isinstance(summarizer.model, BatchModel)
+        built[ttl] = (model.cache_ttl, summarizer.model.cache_ttl)
+        anyio.run(model.aclose)
+    assert built == {"1h": ("1h", "1h"), "5m": ("5m", "5m")}
+    assert RunnerSection().batch_cache_ttl == "1h"
+
+    sent: list[Request] = []
+
+    class Batcher:
+        async def create(self, request: Request, *, live: Any, part: str) -> Reply:
+            sent.append(request)
+            return Reply([], "end_turn")
+
+    class Live:
+        name, server_compaction = "live", False
+
+    five = BatchModel(Batcher(), Live(), cache_ttl="5m")  # type: ignore[arg-type]
+    anyio.run(five.create, REQUEST)
+    assert [r.cache_ttl for r in sent] == ["5m"]
+    points = breakpoints(request_params(sent[0])[0])
+    assert points and all(p == {"type": "ephemeral"} for p in points)  # the same body as a live job's
+
+
 @dataclass(frozen=True)
 class Rules:
     cache_ttl_s: float = 300.0

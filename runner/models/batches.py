@@ -14,11 +14,11 @@ Guarantees:
   A waiter cancelled before the send leaves the group; the send itself is shielded, so a batch that
   was created always has its id kept.
 - Each request's body is the one the live backend would post (the same cache breakpoints, tools,
-  system prompt and betas), its breakpoints with the 1-hour TTL (:data:`BATCH_CACHE_TTL`, a call
-  the deadline sends live too: a batch turn outlasts five minutes); a job whose delivery is live
-  never reaches the batcher; its ``custom_id`` names the job, the turn asked and 12 hex digits of the
-  body's sha256 without its cache breakpoints (a resumed job places them anew), within
-  ``^[a-zA-Z0-9_-]{1,64}$`` and unique in its batch.
+  system prompt and betas), its breakpoints with the TTL ``cache_ttl`` (``[runner] batch_cache_ttl``,
+  1 hour by default, a call the deadline sends live too: a batch turn outlasts five minutes); a job
+  whose delivery is live never reaches the batcher; its ``custom_id`` names the job, the turn asked
+  and 12 hex digits of the body's sha256 without its cache breakpoints (a resumed job places them
+  anew), within ``^[a-zA-Z0-9_-]{1,64}$`` and unique in its batch.
 - A sent batch is polled with ``retrieve`` every ``poll_s`` seconds, doubling up to ``poll_max_s``;
   when it has ended its results are fetched once and each waiter gets its own by ``custom_id``.
   The batches API's HTTP requests are counted in no job's record.
@@ -641,15 +641,13 @@ class Batcher:
                 await self._cancel(group)
 
 
-BATCH_CACHE_TTL: Literal["5m", "1h"] = "1h"
-
-
 class BatchModel:
     """The :class:`~runner.models.base.Model` of batch delivery: each call of a job whose delivery is
     batch through the batcher (or ``live`` when the deadline is near), each call of a live job
     ``live``; a request's ``delivery`` is its job's, ``default`` (the run's) when the job sets none.
     ``part``: the record's field its batch-billed usage goes to (``batch_usage`` for a job's own
-    calls, ``batch_summarizer_usage`` for summaries)."""
+    calls, ``batch_summarizer_usage`` for summaries); ``cache_ttl``: the TTL of a batched call's cache
+    breakpoints (``[runner] batch_cache_ttl``)."""
 
     def __init__(
         self,
@@ -659,6 +657,7 @@ class BatchModel:
         part: str = "batch_usage",
         owns_live: bool = True,
         default: Literal["live", "batch"] = "batch",
+        cache_ttl: Literal["5m", "1h"] = "1h",
     ):
         if part not in JobMetrics.model_fields:
             raise ValueError(f"{part}: not a field of the job's record")
@@ -667,15 +666,16 @@ class BatchModel:
         self.part = part
         self.owns_live = owns_live
         self.default = default
+        self.cache_ttl = cache_ttl
         self.name = live.name
         self.server_compaction = live.server_compaction
 
     async def create(self, request: Request) -> Reply:
         if (request.delivery or self.default) == "live":
             return await self.live.create(request)
-        # a batch turn takes minutes to hours: the prefix is cached for an hour, not five minutes,
-        # also for the calls the deadline sends live (they read what the batched ones wrote)
-        request = replace(request, cache_ttl=BATCH_CACHE_TTL)
+        # a batch turn takes minutes to hours: the prefix is cached for an hour (by default), not five
+        # minutes, also for the calls the deadline sends live (they read what the batched ones wrote)
+        request = replace(request, cache_ttl=self.cache_ttl)
         return await self.batcher.create(request, live=self.live, part=self.part)
 
     async def aclose(self) -> None:
@@ -700,7 +700,15 @@ def batch_delivery(
         max_retries=max_retries,
         live_s=runner.batch_live_s,
     )
+    ttl = runner.batch_cache_ttl
     return (
-        BatchModel(batcher, live, default=runner.delivery),
-        BatchModel(batcher, raw, part="batch_summarizer_usage", owns_live=False, default=runner.delivery),
+        BatchModel(batcher, live, default=runner.delivery, cache_ttl=ttl),
+        BatchModel(
+            batcher,
+            raw,
+            part="batch_summarizer_usage",
+            owns_live=False,
+            default=runner.delivery,
+            cache_ttl=ttl,
+        ),
     )
