@@ -266,7 +266,9 @@ class Teacher:
         self.head = summary_prompt_head()
         self.ledger = Ledger()
 
-    def answer(self, state: EmulatorState, body: dict[str, Any], view: list[Message]) -> tuple[Any, str]:
+    async def answer(
+        self, state: EmulatorState, body: dict[str, Any], view: list[Message]
+    ) -> tuple[Any, str]:
         view = taught(view)
         if is_summary_request(view, self.head):
             state.summary_requests += 1
@@ -277,7 +279,7 @@ class Teacher:
             budget = max(2_000, int(body.get("max_tokens", 0)) * 4 - 4_000)  # as the emulator sizes ours
             conversation = [*view[:-1], last] if blocks(last) else view[:-1]
             return [{"type": "text", "text": fallback_summary(conversation, budget)}], "end_turn"
-        content, stop_reason = self.answer_inner(state, body, view)
+        content, stop_reason = await self.answer_inner(state, body, view)
         names = {t.get("name") for t in body.get("tools") or []}
         if stop_reason == "end_turn" and "submit" in names:
             report = "\n".join(b["text"] for b in content if b.get("type") == "text")
@@ -289,11 +291,17 @@ class Teacher:
                 self.ledger.report = str(b["input"]["answer"])
         return content, stop_reason
 
-    def build_message(
-        self, state: EmulatorState, body: dict[str, Any], view: list[Message], total: int
+    async def build_message(
+        self,
+        state: EmulatorState,
+        body: dict[str, Any],
+        view: list[Message],
+        total: int,
+        *,
+        applied: list[dict[str, Any]] | None = None,
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         summary = is_summary_request(taught(view), self.head)
-        message, billed = self.build_inner(state, body, view, total)
+        message, billed = await self.build_inner(state, body, view, total, applied=applied)
         for usage in billed:
             kept = {
                 k: int(usage.get(k) or 0)

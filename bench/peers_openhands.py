@@ -325,7 +325,9 @@ class OpenHandsTeacher:
         self.summaries: set[str] = set()  # every summary this teacher wrote, as the SDK puts it back
         self.most_removed = 0  # the most masked results one request carried
 
-    def answer(self, state: EmulatorState, body: dict[str, Any], view: list[Message]) -> tuple[Any, str]:
+    async def answer(
+        self, state: EmulatorState, body: dict[str, Any], view: list[Message]
+    ) -> tuple[Any, str]:
         if is_summary_request(body):
             state.summary_requests += 1
             budget = max(2_000, int(body.get("max_tokens", 0)) * 4 - 4_000)  # as the emulator sizes ours
@@ -335,7 +337,7 @@ class OpenHandsTeacher:
         view = taught(view, self.summaries)
         removed = sum(1 for m in view for b in blocks(m) if b.get("content") == SEED_001_MICRO_PLACEHOLDER)
         self.most_removed = max(self.most_removed, removed)
-        content, stop_reason = self.answer_inner(state, body, view)
+        content, stop_reason = await self.answer_inner(state, body, view)
         names = {t.get("name") for t in body.get("tools") or []}
         if stop_reason == "end_turn" and "finish" in names:
             report = "\n".join(b["text"] for b in content if b.get("type") == "text")
@@ -349,11 +351,17 @@ class OpenHandsTeacher:
             self.ledger.report = "\n".join(b["text"] for b in content if b.get("type") == "text")
         return content, stop_reason
 
-    def build_message(
-        self, state: EmulatorState, body: dict[str, Any], view: list[Message], total: int
+    async def build_message(
+        self,
+        state: EmulatorState,
+        body: dict[str, Any],
+        view: list[Message],
+        total: int,
+        *,
+        applied: list[dict[str, Any]] | None = None,
     ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         summary = is_summary_request(body)
-        message, billed = self.build_inner(state, body, view, total)
+        message, billed = await self.build_inner(state, body, view, total, applied=applied)
         for usage in billed:
             kept = {
                 k: int(usage.get(k) or 0)

@@ -168,7 +168,10 @@ def test_auto_joins_a_cluster_started_with_ray_start(head, tmp_path):
 def test_auto_without_a_cluster_is_one_error_line(tmp_path):
     if not RAY.exists():
         pytest.skip("Ray is not installed (the `ray` extra)")
-    if running := _gcs_servers():  # someone's cluster: ``auto`` would join it (and is not ours to stop)
+    deadline = time.monotonic() + 30  # a cluster an earlier test stopped takes a few seconds to go
+    while (running := _gcs_servers()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if running:  # someone's cluster: ``auto`` would join it (and is not ours to stop)
         pytest.skip(f"a Ray cluster runs on this machine (gcs_server pids {running})")
     _jobs(tmp_path)
     done = _run(tmp_path)
