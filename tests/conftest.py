@@ -394,14 +394,12 @@ SLOW = {
 }
 
 
-# each starts a local Ray instance: under pytest-xdist they run one after another on one worker
-ONE_AT_A_TIME = ("test_ray_executor.py", "test_ray_faults.py", "test_ray_auto.py")
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which groups the items by this mark
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid.removeprefix("tests/").split("[")[0] in SLOW:
             item.add_marker(pytest.mark.slow)
-        if item.nodeid.removeprefix("tests/").split("::")[0] in ONE_AT_A_TIME:
-            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+# each test of the Ray files starts or looks for a local Ray instance: under pytest-xdist they run one
+# after another on one worker (``pytestmark = RAY_TESTS`` in each; a mark must be there at collection)
+RAY_TESTS = pytest.mark.xdist_group("ray")

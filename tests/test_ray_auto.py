@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import runner_env
+from conftest import RAY_TESTS, runner_env
+
+pytestmark = RAY_TESTS
 
 RAY = Path(sys.executable).with_name("ray")
 TOKEN = secrets.token_hex(16)  # the cluster's, given to every process of it (the README's setup)

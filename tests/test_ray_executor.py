@@ -25,6 +25,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from conftest import RAY_TESTS
 
 from runner.cli import main
 from runner.compaction.compactor import Compactor
@@ -38,6 +39,8 @@ from runner.offline.model import OfflineModel
 from runner.pricing import PriceTable
 from runner.rundir.store import read_jsonl
 from runner.services import RunBudget
+
+pytestmark = RAY_TESTS
 
 KEY = "test-key-ray"
 FINAL = {"succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "cancelled"}

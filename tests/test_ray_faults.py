@@ -23,10 +23,13 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import RAY_TESTS
 from test_ray_executor import FINAL, anthropic_batch, cluster, settings_for, spec, workspace  # noqa: F401
 
 from runner.emulator import EmulatorConfig, Latency, running_emulator
 from runner.rundir.store import read_jsonl
+
+pytestmark = RAY_TESTS
 
 CONFIG = "[runner]\nconcurrency = 12\n[summarizer]\nmax_concurrent = 1\nrequests_per_minute = 1000\n"
 
