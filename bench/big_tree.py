@@ -34,7 +34,7 @@ import common  # noqa: E402
 from common import RESULTS, replace_section, todo_cell, todo_counts, write_result  # noqa: E402
 from conftest import calls_and_gaps, expected_row, regular_files, survey_rows, todo_lines  # noqa: E402
 
-from runner.agent.session import Session  # noqa: E402
+from runner.agent.session import Services, Session  # noqa: E402
 from runner.billing import PromptCache  # noqa: E402
 from runner.compaction.compactor import Compactor  # noqa: E402
 from runner.compaction.summarizer import Summarizer  # noqa: E402
@@ -100,7 +100,9 @@ async def survey(root: Path, out: Path, limits: dict) -> tuple[Any, str, Usage]:
     await store.open()
     model = CachePriced(OfflineModel())
     result = await Session(
-        spec, model=model, compactor=Compactor(Summarizer(None, "none")), store=store, summary_model="none"
+        spec,
+        services=Services(model=model, compactor=Compactor(Summarizer(None, "none")), summary_model="none"),
+        store=store,
     ).run()
     final = out / "final.md"
     return result, final.read_text() if final.exists() else "", model.usage

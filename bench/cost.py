@@ -81,7 +81,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, load_note, repeat_note, replace_section, write_result  # noqa: E402
 from seeds_pipeline import Seed000, Seed001, Summarize  # noqa: E402
 
-from runner.agent.session import Session  # noqa: E402
+from runner.agent.session import Services, Session  # noqa: E402
 from runner.billing import cache_segments  # noqa: E402
 from runner.compaction.compactor import CompactionState, Compactor  # noqa: E402
 from runner.compaction.summarizer import Summarizer  # noqa: E402
@@ -580,7 +580,9 @@ async def run_strategy(
     await store.open()
     started = time.perf_counter()
     result = await Session(
-        spec, model=model, compactor=compactor, store=store, summary_model=strategy.summary_model
+        spec,
+        services=Services(model=model, compactor=compactor, summary_model=strategy.summary_model),
+        store=store,
     ).run()
     wall = time.perf_counter() - started
     await http.aclose()

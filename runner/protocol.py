@@ -430,5 +430,3 @@ def agents_text(agents: list[tuple[str, str]]) -> str:
     out = [AGENTS_HEAD.format(count=len(agents))]
     out += [f"{where}\t{json.dumps(prompt, ensure_ascii=True)}" for where, prompt in agents]
     return "\n".join(out) + "\n"
-
-

@@ -229,7 +229,7 @@ async def scripted_job(
     ``script``; its workspace is ``tmp_path / "ws"`` (made, with one module, when missing), its
     directory ``tmp_path / "job"``. Returns the session, the requests the emulator received and the
     transcript."""
-    from runner.agent.session import Session
+    from runner.agent.session import Services, Session
     from runner.compaction.compactor import Compactor
     from runner.compaction.summarizer import Summarizer
     from runner.config import Limits
@@ -257,7 +257,9 @@ async def scripted_job(
         store = JobStore(tmp_path / "job")
         await store.open()
         session = Session(
-            spec, model=model, compactor=Compactor(Summarizer(None, "m")), store=store, summary_model="m"
+            spec,
+            services=Services(model=model, compactor=Compactor(Summarizer(None, "m")), summary_model="m"),
+            store=store,
         )
         await session.run()
         await model.aclose()
@@ -269,7 +271,7 @@ async def scripted_job(
 async def offline_survey(root: Path, out: Path, limits: dict, prompt: str = "Survey this package."):
     """The offline model's survey of ``root`` with ``limits``, its job directory ``out``: the job's
     result and its final.md ("" when there is none)."""
-    from runner.agent.session import Session
+    from runner.agent.session import Services, Session
     from runner.compaction.compactor import Compactor
     from runner.compaction.summarizer import Summarizer
     from runner.config import Limits
@@ -290,10 +292,10 @@ async def offline_survey(root: Path, out: Path, limits: dict, prompt: str = "Sur
     await store.open()
     result = await Session(
         spec,
-        model=OfflineModel(),
-        compactor=Compactor(Summarizer(None, "none")),
+        services=Services(
+            model=OfflineModel(), compactor=Compactor(Summarizer(None, "none")), summary_model="none"
+        ),
         store=store,
-        summary_model="none",
     ).run()
     final = out / "final.md"
     return result, final.read_text() if final.exists() else ""

@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from runner.agent.session import Session
+from runner.agent.session import Services, Session
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
@@ -179,10 +179,8 @@ async def test_a_victim_job_greps_within_2_s_while_four_hostile_jobs_grep_catast
         await store.open()
         session = Session(
             spec(name, prompt, ws, tmp_path),
-            model=model,
-            compactor=compactor,
+            services=Services(model=model, compactor=compactor, summary_model="claude-haiku-4-5"),
             store=store,
-            summary_model="claude-haiku-4-5",
         )
         records[name] = session.record
         await session.run()

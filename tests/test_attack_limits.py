@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
-from runner.agent.session import Session
+from runner.agent.session import Services, Session
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
@@ -102,10 +102,10 @@ async def run(job: JobSpec, model: Flood, out: Path) -> Session:
     await store.open()
     session = Session(
         job,
-        model=model,
-        compactor=Compactor(Summarizer(None, "none")),
+        services=Services(
+            model=model, compactor=Compactor(Summarizer(None, "none")), summary_model="claude-haiku-4-5"
+        ),
         store=store,
-        summary_model="claude-haiku-4-5",
     )
     await session.run()
     return session

@@ -26,7 +26,7 @@ import anyio
 import pytest
 from conftest import runner_env
 
-from runner.agent.session import Session
+from runner.agent.session import Services, Session
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import ConfigError, Limits, load_settings
@@ -151,10 +151,10 @@ async def session_of(tmp_path: Path, ws: Path, reply: list[dict[str, Any]], **li
     file_tool_definitions()  # the SDK's import, once a process: not the reply's work
     return Session(
         spec,
-        model=ScriptedModel([reply]),
-        compactor=Compactor(Summarizer(None, "m")),
+        services=Services(
+            model=ScriptedModel([reply]), compactor=Compactor(Summarizer(None, "m")), summary_model="m"
+        ),
         store=store,
-        summary_model="m",
     )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.agent.session import Session
+from runner.agent.session import Services, Session
 from runner.compaction.compactor import CompactionState, Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.compaction.window import Window
@@ -107,7 +107,9 @@ async def test_a_cache_aware_session_reads_its_prefix_back_after_compaction(tmp_
         await store.open()
         summarizer = Summarizer(model, "claude-haiku-5-5")
         result_ = await Session(
-            spec, model=model, compactor=Compactor(summarizer), store=store, summary_model="claude-haiku-5-5"
+            spec,
+            services=Services(model=model, compactor=Compactor(summarizer), summary_model="claude-haiku-5-5"),
+            store=store,
         ).run()
         await model.aclose()
         recorded = emu.state.snapshot()["recorded_requests"]

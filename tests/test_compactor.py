@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from runner.agent.session import Session
+from runner.agent.session import Services, Session
 from runner.compaction.compactor import CompactionState, Compactor
 from runner.compaction.stages import output_text
 from runner.compaction.summarizer import Summarizer
@@ -405,10 +405,12 @@ async def run_session(
     await store.open()
     session = Session(
         spec,
-        model=model,
-        compactor=Compactor(summarizer or Summarizer(None, "none")),
+        services=Services(
+            model=model,
+            compactor=Compactor(summarizer or Summarizer(None, "none")),
+            summary_model="claude-haiku-4-5",
+        ),
         store=store,
-        summary_model="claude-haiku-4-5",
     )
     return session, await session.run()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import kill_runner_when, runner_env
 
-from runner.agent.session import Session
+from runner.agent.session import Services, Session
 from runner.compaction.compactor import CompactionState, Compactor
 from runner.compaction.context import Recorder
 from runner.compaction.summarizer import Summarizer
@@ -154,10 +154,10 @@ async def test_every_context_record_decodes_to_the_window_it_was_written_from(tm
     try:
         session = Session(
             spec,
-            model=OfflineModel(),
-            compactor=Compactor(Summarizer(None, "s")),
+            services=Services(
+                model=OfflineModel(), compactor=Compactor(Summarizer(None, "s")), summary_model="s"
+            ),
             store=store,
-            summary_model="s",
         )
         result = await session.run()
     finally:

@@ -15,7 +15,7 @@ import pytest
 from conftest import scripted_job, survey_rows
 
 import runner.tools.memory
-from runner.agent.session import Session
+from runner.agent.session import Services, Session
 from runner.compaction.compactor import CompactionState, Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
@@ -308,10 +308,10 @@ async def test_a_resumed_job_sees_the_same_memory(tmp_path):
     await store.open()
     first = await Session(
         survey_spec(8),
-        model=OfflineModel(),
-        compactor=Compactor(Summarizer(None, "none")),
+        services=Services(
+            model=OfflineModel(), compactor=Compactor(Summarizer(None, "none")), summary_model="none"
+        ),
         store=store,
-        summary_model="none",
     ).run()
     assert first.status == "max_turns"
     kept = {p.name: p.read_text() for p in (job / "memories" / "survey").iterdir()}
@@ -321,10 +321,10 @@ async def test_a_resumed_job_sees_the_same_memory(tmp_path):
     await again.open()
     second = await Session(
         survey_spec(200),
-        model=OfflineModel(),
-        compactor=Compactor(Summarizer(None, "none")),
+        services=Services(
+            model=OfflineModel(), compactor=Compactor(Summarizer(None, "none")), summary_model="none"
+        ),
         store=again,
-        summary_model="none",
         history=transcript,
     ).run()
     assert second.status == "succeeded", second.error

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from runner.agent.session import Session
+from runner.agent.session import Services, Session
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
@@ -106,11 +106,13 @@ async def run(spec: JobSpec, model: ByPrompt, out: Path, budget: RunBudget | Non
     await store.open()
     session = Session(
         spec,
-        model=model,
-        compactor=Compactor(Summarizer(None, "none")),
+        services=Services(
+            model=model,
+            compactor=Compactor(Summarizer(None, "none")),
+            summary_model="claude-haiku-4-5",
+            budget=budget or RunBudget(),
+        ),
         store=store,
-        summary_model="claude-haiku-4-5",
-        run_budget=budget,
     )
     await session.run()
     return session
@@ -199,10 +201,10 @@ async def test_bad_task_input_is_an_error_naming_the_field(tmp_path: Path) -> No
     spec = job(tmp_path)
     session = Session(
         spec,
-        model=ByPrompt(tasks=0),
-        compactor=Compactor(Summarizer(None, "none")),
+        services=Services(
+            model=ByPrompt(tasks=0), compactor=Compactor(Summarizer(None, "none")), summary_model="none"
+        ),
         store=JobStore(tmp_path / "p"),
-        summary_model="none",
     )
     subagents = Subagents(
         parent=spec,
@@ -250,10 +252,10 @@ async def test_cancelled_mid_subagent_then_resumed_matches_an_uninterrupted_run(
     await store.open()
     resumed = Session(
         job(tmp_path, max_subagents=2),
-        model=again,
-        compactor=Compactor(Summarizer(None, "none")),
+        services=Services(
+            model=again, compactor=Compactor(Summarizer(None, "none")), summary_model="claude-haiku-4-5"
+        ),
         store=store,
-        summary_model="claude-haiku-4-5",
         history=cut.history,
         prior=read_metrics(tmp_path / "cut"),
     )
@@ -303,11 +305,13 @@ async def test_the_runs_deadline_ends_a_job_in_time_with_its_report(tmp_path: Pa
     deadline = time.time() + 3.0
     session = Session(
         spec,
-        model=Endless(),
-        compactor=Compactor(Summarizer(None, "none")),
+        services=Services(
+            model=Endless(),
+            compactor=Compactor(Summarizer(None, "none")),
+            summary_model="none",
+            deadline=deadline,
+        ),
         store=store,
-        summary_model="none",
-        deadline=deadline,
     )
     await session.run()
     ended = time.time()

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 import runner.rundir.store
-from runner.agent.session import Session
+from runner.agent.session import Services, Session
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
@@ -82,7 +82,9 @@ async def test_each_turn_is_one_write_and_the_model_sees_only_what_is_on_disk(tm
     await store.open()
     model = Watched(job, hops)
     result = await Session(
-        spec, model=model, compactor=Compactor(Summarizer(None, "none")), store=store, summary_model="none"
+        spec,
+        services=Services(model=model, compactor=Compactor(Summarizer(None, "none")), summary_model="none"),
+        store=store,
     ).run()
     assert result.status == "succeeded", result.error
     calls = model.seen
@@ -159,7 +161,9 @@ async def test_a_cancelled_job_still_writes_what_its_last_turn_queued(tmp_path):
     await store.open()
     model = Watched(job, [0])
     session = Session(
-        spec, model=model, compactor=Compactor(Summarizer(None, "none")), store=store, summary_model="none"
+        spec,
+        services=Services(model=model, compactor=Compactor(Summarizer(None, "none")), summary_model="none"),
+        store=store,
     )
     with anyio.CancelScope() as scope:
         inner = model.create

@@ -31,14 +31,17 @@ from typing import Any
 import anyio
 
 from ..messages import Message, merge_adjacent, request_problems, tool_results, tool_uses
+from ..models.base import Reply
 from ..rundir.docs import (
     BASELINE_MEMORIES,
+    BATCH_FIELDS,
     CONTEXT,
     EVENTS,
     SUMMARIES,
     TRANSCRIPT,
     UNUSABLE_TRANSCRIPT,
     CompactionEvent,
+    JobMetrics,
     LastCallEvent,
     ModelCallEvent,
     RetriesEvent,
@@ -144,6 +147,30 @@ def _last_kept(parsed: list[Any], lines: int) -> int | None:
             if event.lines is not None and event.lines < lines:
                 return i
     return -1
+
+
+def model_call_line(record: JobMetrics, *, chars: int, reply: Reply, lines: int) -> dict[str, Any]:
+    """The ``events.jsonl`` line of one answered model call, which :func:`read_ledger` reads back: the
+    context it carried (characters of the messages, and tokens as the reply's usage counted them),
+    and the job's whole spend so far (its cost, usage, summaries' usage, compaction counts, persisted
+    bytes, wall time); ``lines``: the transcript lines before the call's reply."""
+    doc = record.document()
+    return {
+        **ModelCallEvent(
+            turn=record.turns,
+            chars=chars,
+            tokens=reply.usage.context_tokens,
+            estimated=reply.estimated,
+            cost_usd=doc["cost_usd"],
+            batch=getattr(reply, "batch", None),  # models/batches.py BatchReply
+        ).line(),
+        "lines": lines,
+        **{
+            k: doc[k]
+            for k in ("usage", "summarizer_usage", "compactions", "persisted_bytes", "wall_s", *BATCH_FIELDS)
+            if k in doc
+        },
+    }
 
 
 def read_ledger(job_dir: Path, lines: int) -> Ledger | None:

@@ -11,30 +11,17 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..compaction.compactor import Compactor
 from ..jobs import JobSpec
 from ..messages import Message, one_line
-from ..models.base import BackendUnusable, Model
-from ..pricing import PriceTable
+from ..models.base import BackendUnusable
 from ..rundir.docs import JobMetrics, Status
 from ..rundir.store import JobStore
-from ..services import Budget, RunBudget
-from .session import Session, new_record
+from .session import Services, Session, new_record
 
-
-@dataclass
-class Services:
-    """What a job uses besides its own files, shared by the jobs of an executor."""
-
-    model: Model
-    compactor: Compactor  # its Summarizer holds the batch's summary gate
-    summary_model: str
-    prices: PriceTable = field(default_factory=PriceTable)
-    budget: Budget = field(default_factory=RunBudget)
-    deadline: float | None = None  # epoch seconds by which every job has ended (the run's deadline)
+__all__ = ["Resumed", "Services", "run_job"]
 
 
 @dataclass
@@ -63,16 +50,11 @@ async def run_job(
         await store.open()
         session = Session(
             spec,
-            model=services.model,
-            compactor=services.compactor,
+            services=services,
             store=store,
-            summary_model=services.summary_model,
             record=record,
             history=resumed.history if resumed else None,
             prior=resumed.prior if resumed else None,
-            run_budget=services.budget,
-            prices=services.prices,
-            deadline=services.deadline,
         )
         await session.run()
     except BackendUnusable:  # no job can run on this backend: the executor stops the batch

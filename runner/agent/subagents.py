@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import anyio
 
 from ..jobs import JobSpec
-from ..messages import Message
+from ..messages import Message, tool_uses
 from ..protocol import SUBAGENT_CUT, SUBAGENT_FAILED, SUBAGENT_RESULT
 from ..rundir.docs import (
     AGENTS,
@@ -169,6 +169,26 @@ class Subagents:
     def __post_init__(self) -> None:
         self.limiter = anyio.CapacityLimiter(self.parent.limits.max_subagents)
         self.budget = JobBudget.for_limits(self.parent.limits, CALL_MEMORY_BYTES, MAX_PROCESSES)
+
+    @classmethod
+    async def of_job(
+        cls,
+        parent: JobSpec,
+        *,
+        store: JobStore,
+        spend: Spend,
+        run_child: RunChild,
+        ends: float,
+        history: list[Message],
+    ) -> Subagents:
+        """A job's subagents, ``ends`` (``time.monotonic()``) by the end of its work: a resumed job's
+        so far loaded, its task calls in ``history`` counted. Its subagents' files count in ``store``."""
+        subagents = cls(
+            parent=parent, job_dir=store.dir, spend=spend, run_child=run_child, deadline=ends, store=store
+        )
+        await subagents.load()
+        subagents.count = sum(1 for m in history for c in tool_uses(m) if c.get("name") == "task")
+        return subagents
 
     async def load(self) -> None:
         """A resumed job's subagents so far, from their directories: their spend is the job's."""

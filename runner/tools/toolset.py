@@ -158,8 +158,13 @@ class Toolset:
         found = self.repeats.stuck()
         return protocol.STUCK.format(count=found[1], call=found[0][:300]) if found else None
 
-    async def run_batch(self, calls: list[dict[str, Any]], turn: int = 0) -> list[dict[str, Any]]:
+    async def run_batch(
+        self, calls: list[dict[str, Any]], turn: int = 0, *, refused: dict[str, str] | None = None
+    ) -> list[dict[str, Any]]:
         """Run one assistant message's tool calls; one result per call, in the calls' order.
+
+        A call the backend refused to pass on (``refused``: its id, and why: its input was too large)
+        is never run; its result is an error that says why.
 
         A call whose id is missing, not a string, longer than ``MAX_ID_CHARS`` or repeats an id
         of this job is not run: its
@@ -169,6 +174,13 @@ class Toolset:
         with a mutating call (bash, write, edit, memory) runs in order. The calls run on the event
         loop (the small reads and globs) share one budget, :data:`BATCH_INLINE_BUDGET_S`.
         """
+        if refused and any(_refused_id(c, refused) for c in calls):
+            allowed = [c for c in calls if not _refused_id(c, refused)]
+            ran = iter(await self.run_batch(allowed, turn) if allowed else [])
+            return [
+                error_result(c["id"], refused[c["id"]]) if _refused_id(c, refused) else next(ran)
+                for c in calls
+            ]
         pause = _Pause()
         results, runnable, keys = await self._admit(calls, turn, pause)
 
@@ -349,3 +361,7 @@ class Toolset:
                 tool_use_id, f"unknown tool {name!r}; available: {', '.join(sorted(self.names))}"
             )
         return await tool.run(tool_use_id, args)
+
+
+def _refused_id(call: dict[str, Any], refused: dict[str, str]) -> bool:
+    return isinstance(call.get("id"), str) and call["id"] in refused

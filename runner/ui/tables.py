@@ -45,9 +45,7 @@ def _short(value: float, places: int) -> str:
 
 def caption(estimated: bool) -> str:
     """The narrow layout's key, at most 80 columns."""
-    return "ok = succeeded, cmp = compactions, tok in: cache too" + (
-        ", * estimated" if estimated else ""
-    )
+    return "ok = succeeded, cmp = compactions, tok in: cache too" + (", * estimated" if estimated else "")
 
 
 def narrow_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
