@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import anyio
 
@@ -115,7 +114,7 @@ class Session:
         self.final_text: str | None = None
         self._last_checkpoint = float("-inf")
         self._reactive_retries = 0  # reactive compactions since the last call the API accepted
-        self._tools: list[dict[str, Any]] = []
+        self._shape: Request  # what every request carries (set once the toolset is open)
 
     async def run(self) -> JobMetrics:
         """The job to its ending; its final documents written whatever the ending."""
@@ -232,11 +231,22 @@ class Session:
         ).run()
 
     def _offer(self, toolset: Toolset) -> None:
-        """The tool definitions every request carries (the strategy says whether ``compact`` is one)."""
-        state = self.state
+        """What every request carries: the model, the system prompt, the tool definitions (the strategy
+        says whether ``compact`` is one), the job's retries and delivery."""
+        spec, state = self.spec, self.state
         offers_compact = state.strategy.offers_compact_tool
-        self._tools = [t for t in toolset.definitions() if t["name"] != "compact" or offers_compact]
-        state.overhead_chars = len(json.dumps([self.spec.system, self._tools], ensure_ascii=False))
+        tools = [t for t in toolset.definitions() if t["name"] != "compact" or offers_compact]
+        state.overhead_chars = len(json.dumps([spec.system, tools], ensure_ascii=False))
+        limits = spec.limits
+        self._shape = Request(
+            model=spec.model,
+            messages=[],
+            tools=tools,
+            max_tokens=0,
+            system=spec.system,
+            max_retries=limits.max_retries,
+            delivery=limits.delivery,
+        )
         if self.resumer is not None:
             self.resumer.calibrate()
             self.spend.check()  # a resumed job may already have spent its budget
@@ -252,21 +262,17 @@ class Session:
         messages: list[Message],
         *,
         max_tokens: int,
-        tool_choice: dict[str, Any] | None = None,
         cache_points: tuple[int, ...] = (),
+        no_tools: bool = False,
     ) -> Request:
-        spec, strategy = self.spec, self.state.strategy
-        return Request(
-            model=spec.model,
+        """A request of the job's shape carrying ``messages`` (``no_tools``: listed, none may be called)."""
+        return replace(
+            self._shape,
             messages=api_valid(messages),
-            tools=self._tools,
             max_tokens=max_tokens,
-            system=spec.system,
-            context_management=strategy.context_management(),
-            max_retries=spec.limits.max_retries,
+            context_management=self.state.strategy.context_management(),
             cache_points=cache_points,
-            tool_choice=tool_choice,
-            delivery=spec.limits.delivery,
+            tool_choice=NO_TOOLS if no_tools else None,
         )
 
     async def _query(self) -> Reply | None:
@@ -356,7 +362,7 @@ class Session:
         if max_tokens < MIN_REPORT_TOKENS:  # the budget has no room for it: the report is built without it
             self.record.error = f"{self.record.error}; no room left in max_cost_usd for the last call"
             return
-        reply = await self._call(self._request(messages, max_tokens=max_tokens, tool_choice=NO_TOOLS))
+        reply = await self._call(self._request(messages, max_tokens=max_tokens, no_tools=True))
         if reply.content and not reply.compacted:
             await state.add(reply.message())
         self.final_text = text_of(reply.message())
