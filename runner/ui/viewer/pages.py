@@ -185,7 +185,7 @@ def since_baseline(job: JobData, start: Path, problems: list[str]) -> dict[str, 
     }
     if baseline.dir is None:
         return shown
-    result = job_diff(job.name, baseline.dir, baseline.status, job.dir.parent, status_of(job))
+    result = job_diff(job.name, baseline.dir, baseline.status, run_b=job.dir.parent, status_b=status_of(job))
     problems += result.problems
     text = result.diff[:DIFF_SHOWN_CHARS]
     return {
