@@ -78,7 +78,7 @@ class _Tally:
     )
 
 
-def _call_line(name: str, args: dict, failed: bool, at: str) -> tuple[str, str] | None:
+def _call_line(name: str, args: dict, failed: bool, *, at: str) -> tuple[str, str] | None:
     """The list a call other than ``read`` goes to and its line there, or None for one not listed."""
     if name in ("write", "edit"):
         return "changed", f"{name} {args.get('file_path')}" + (" (failed)" if failed else "")
@@ -114,7 +114,7 @@ def _tally(messages: list[Message]) -> _Tally:
                 if saved:
                     tally.read_saved[path] = saved
             else:
-                entry = _call_line(name, args, failed, f" → {saved}" if saved else "")
+                entry = _call_line(name, args, failed, at=f" → {saved}" if saved else "")
                 if entry:
                     tally.calls[entry[0]].append(entry[1])
             if failed:

@@ -130,7 +130,7 @@ class LoopbackOnly:
         await self.app(scope, receive, with_headers)
 
 
-def _job_page(run_dir: Path, pages: Path, index: Path, name: str) -> str | None:
+def _job_page(run_dir: Path, pages: Path, index: Path, *, name: str) -> str | None:
     """The job page file ``name`` asks for, rendered now, or None when no job has it."""
     for job in load_run(run_dir).jobs:
         number = page_number(job.name, name)
@@ -203,7 +203,7 @@ def create_app(run_dir: Path, port: int | None = None) -> ASGIApp:
         return HTMLResponse(render_index(load_run(run_dir), index, refresh=REFRESH_S), headers=PAGE_HEADERS)
 
     async def show_job(request: Request) -> Response:
-        text = _job_page(run_dir, pages, index, request.path_params["page"])
+        text = _job_page(run_dir, pages, index, name=request.path_params["page"])
         if text is None:
             return PlainTextResponse("no such page", status_code=404)
         return HTMLResponse(text, headers=PAGE_HEADERS)
