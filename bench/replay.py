@@ -81,7 +81,9 @@ def runner_factory(strategy: str) -> Factory:
             if strategy == "client"
             else (f"the runner's {strategy} strategy, every other limit at its default")
         )
-        return what, lambda job_dir: compactor_contestant(strategy, limits, job_dir, SUMMARY_MODEL)
+        return what, lambda job_dir: compactor_contestant(
+            strategy, limits, job_dir, summary_model=SUMMARY_MODEL
+        )
 
     return factory
 
@@ -230,7 +232,7 @@ def server_factory(window: int) -> tuple[str, Any]:
         f"compact_20260112 at its minimum trigger ({trigger:,} tokens) as the emulator serves it, "
         "the runner's server strategy in front",
         lambda job_dir: ServerContestant(
-            compactor_contestant("server", limits, job_dir, SUMMARY_MODEL), trigger
+            compactor_contestant("server", limits, job_dir, summary_model=SUMMARY_MODEL), trigger
         ),
     )
 
@@ -242,7 +244,7 @@ def clear_factory(window: int) -> tuple[str, Any]:
         "clear_tool_uses_20250919 as the emulator serves it (runner.compaction.clearing), its trigger "
         f"at {CLEAR_TRIGGER_SHARE:.0%} of the window ({trigger:,} tokens), its other settings the API's "
         "defaults (keep 3 tool uses), the runner's clear strategy in front",
-        lambda job_dir: compactor_contestant("clear", limits, job_dir, SUMMARY_MODEL),
+        lambda job_dir: compactor_contestant("clear", limits, job_dir, summary_model=SUMMARY_MODEL),
     )
 
 

@@ -743,7 +743,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             lambda: replay_files(
                 args.files,
                 options,
-                lambda job_dir: compactor_contestant(strategy, limits, job_dir, summary_model),
+                lambda job_dir: compactor_contestant(strategy, limits, job_dir, summary_model=summary_model),
                 progress=progress,
             )
         )

@@ -122,25 +122,46 @@ def _problems(messages: list[Message]) -> Iterator[str]:
             yield f"messages.{i}.content: expected a string or a non-empty list of blocks"
         if i and messages[i - 1].get("role") == role:
             yield f"messages.{i}: roles must alternate, two {role} messages in a row"
-        previous_uses = {str(b.get("id")) for b in tool_uses(messages[i - 1])} if i else set()
         if role == "user":
-            for block in tool_results(message):
-                if str(block.get("tool_use_id")) not in previous_uses:
-                    yield (
-                        f"messages.{i}: tool_result {block.get('tool_use_id')!r} has no matching tool_use "
-                        "in the previous message"
-                    )
+            yield from _unmatched_results(messages, i)
         else:
-            for block in tool_uses(message):
-                if str(block.get("id")) in seen_ids:
-                    yield f"messages.{i}: tool_use id {block.get('id')!r} is not unique"
-                seen_ids.add(str(block.get("id")))
-            uses = {str(b.get("id")) for b in tool_uses(message)}
-            if uses and i + 1 < len(messages):
-                answered = {str(b.get("tool_use_id")) for b in tool_results(messages[i + 1])}
-                missing = uses - answered
-                if missing:
-                    yield (
-                        f"messages.{i}: tool_use ids {sorted(missing)} were found without tool_result "
-                        "blocks immediately after"
-                    )
+            yield from _repeated_uses(message, i, seen_ids)
+            seen_ids |= {str(b.get("id")) for b in tool_uses(message)}
+            yield from _unanswered_uses(messages, i)
+
+
+def _unmatched_results(messages: list[Message], i: int) -> list[str]:
+    """The tool_results of user message ``i`` that answer no tool_use of the message before it."""
+    previous_uses = {str(b.get("id")) for b in tool_uses(messages[i - 1])} if i else set()
+    return [
+        f"messages.{i}: tool_result {block.get('tool_use_id')!r} has no matching tool_use "
+        "in the previous message"
+        for block in tool_results(messages[i])
+        if str(block.get("tool_use_id")) not in previous_uses
+    ]
+
+
+def _repeated_uses(message: Message, i: int, seen_ids: set[str]) -> list[str]:
+    """The tool_use ids of assistant ``message`` (number ``i``) already in ``seen_ids`` or earlier in it."""
+    problems, seen = [], set(seen_ids)
+    for block in tool_uses(message):
+        if str(block.get("id")) in seen:
+            problems.append(f"messages.{i}: tool_use id {block.get('id')!r} is not unique")
+        seen.add(str(block.get("id")))
+    return problems
+
+
+def _unanswered_uses(messages: list[Message], i: int) -> list[str]:
+    """The tool_use ids of assistant message ``i`` that the next message does not answer (none when it
+    is the last)."""
+    uses = {str(b.get("id")) for b in tool_uses(messages[i])}
+    if not uses or i + 1 >= len(messages):
+        return []
+    answered = {str(b.get("tool_use_id")) for b in tool_results(messages[i + 1])}
+    missing = uses - answered
+    if not missing:
+        return []
+    return [
+        f"messages.{i}: tool_use ids {sorted(missing)} were found without tool_result "
+        "blocks immediately after"
+    ]

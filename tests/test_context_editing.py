@@ -232,7 +232,7 @@ async def test_a_recorded_history_replays_in_clear_mode_as_the_emulator_clears(t
     reports = {}
     for mode in ("off", "clear"):
         limits = window_limits(Limits(clear_trigger_value=12_000), 16_000, mode)
-        contestant = compactor_contestant(mode, limits, tmp_path / mode, "claude-haiku-5-5")
+        contestant = compactor_contestant(mode, limits, tmp_path / mode, summary_model="claude-haiku-5-5")
         reports[mode] = await replay(history_file, contestant, options)
     clear, off = reports["clear"], reports["off"]
     assert clear.compactions.get("tool_use_clearing", 0) >= 1

@@ -161,7 +161,7 @@ async def test_a_dropped_fact_is_lost(tmp_path):
 async def test_a_saved_fact_is_recoverable_and_its_recall_is_paid(tmp_path):
     history = load_history(fact_history(tmp_path))
     limits = window_limits(Limits(keep_recent_results=1), 4_000, "mask")
-    contestant = compactor_contestant("mask", limits, tmp_path / "job", "claude-haiku-5-5")
+    contestant = compactor_contestant("mask", limits, tmp_path / "job", summary_model="claude-haiku-5-5")
     report = await replay(history, contestant, OPTIONS)
     assert report.needed == 1 and report.recoverable == 1 and report.lost == 0
     assert report.recalls == 1
@@ -175,7 +175,9 @@ async def test_a_saved_fact_is_recoverable_and_its_recall_is_paid(tmp_path):
 
 async def test_a_fact_kept_whole_is_in_context(tmp_path):
     history = load_history(fact_history(tmp_path, padding_turns=2))
-    contestant = compactor_contestant("off", Limits(compaction="off"), tmp_path / "job", "claude-haiku-5-5")
+    contestant = compactor_contestant(
+        "off", Limits(compaction="off"), tmp_path / "job", summary_model="claude-haiku-5-5"
+    )
     report = await replay(history, contestant, OPTIONS)
     assert (report.needed, report.in_context, report.lost) == (1, 1, 0)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import dataclass, field
 
 from ..messages import Message, one_line, result_text, text_of, tool_results, tool_uses
 from ..protocol import NOTES_ONLY, is_summary, saved_path
@@ -49,7 +50,7 @@ def _cut_at_line(text: str, room: int) -> str:
     return text if len(text) <= room else text[:room].rsplit("\n", 1)[0]
 
 
-def _section(heading: str, items: list[str], room: int, empty: str | None = "- none") -> list[str]:
+def _section(heading: str, items: list[str], room: int, *, empty: str | None = "- none") -> list[str]:
     """``heading`` and the newest ``items`` (given newest last) that fit in ``room``, oldest first, with
     a line saying how many were left out; nothing when not even the heading fits."""
     if not items:
@@ -64,47 +65,109 @@ def _section(heading: str, items: list[str], room: int, empty: str | None = "- n
     return [heading, *shown, f"- and {len(items) - len(shown)} more (see the transcript)"]
 
 
-def fallback_summary(messages: list[Message], budget: int = 12_000, notes_only: str | None = None) -> str:
-    """The summary of ``messages``, at most ``budget`` characters: the notes first (the plan and
-    progress the assistant recorded), then its last text, then the files and calls with where their
-    outputs are saved. ``notes_only`` (the reason) keeps the notes and the last text alone."""
-    reads: Counter[str] = Counter()
-    read_saved: dict[str, str] = {}
-    changed: list[str] = []
-    commands: list[str] = []
-    other: list[str] = []
-    errors: list[str] = []
+@dataclass
+class _Tally:
+    """What a history did, in order: its assistant texts, the files it read (how often, and where an
+    output was saved), and one line per other call, in the list its kind goes to."""
+
+    texts: list[str] = field(default_factory=list)
+    reads: Counter[str] = field(default_factory=Counter)
+    read_saved: dict[str, str] = field(default_factory=dict)
+    calls: dict[str, list[str]] = field(
+        default_factory=lambda: {"changed": [], "commands": [], "other": [], "errors": []}
+    )
+
+
+def _call_line(name: str, args: dict, failed: bool, *, at: str) -> tuple[str, str] | None:
+    """The list a call other than ``read`` goes to and its line there, or None for one not listed."""
+    if name in ("write", "edit"):
+        return "changed", f"{name} {args.get('file_path')}" + (" (failed)" if failed else "")
+    if name == "bash":
+        return (
+            "commands",
+            f"`{one_line(str(args.get('command')), 120)}` → {'exit != 0' if failed else 'exit 0'}{at}",
+        )
+    if name in ("compact", "?"):
+        return None
+    shown = ", ".join(f"{k}={v!r}" for k, v in sorted(args.items()))
+    return "other", f"{name}({one_line(shown, 140)}){at}"
+
+
+def _tally(messages: list[Message]) -> _Tally:
+    """The texts, reads and calls of ``messages``, each result matched to the call it answers."""
+    tally = _Tally()
     uses: dict[str, dict] = {}
-    texts: list[str] = []
     for message in messages:
         if message.get("role") == "assistant":
             text = text_of(message).strip()
             if text:
-                texts.append(text)
-            for use in tool_uses(message):
-                uses[str(use.get("id"))] = use
+                tally.texts.append(text)
+            uses.update((str(use.get("id")), use) for use in tool_uses(message))
         for result in tool_results(message):
             use = uses.get(str(result.get("tool_use_id")), {})
             name, args = use.get("name", "?"), use.get("input") or {}
             failed = bool(result.get("is_error"))
             saved = saved_path(result.get("content"))
-            at = f" → {saved}" if saved else ""
             if name == "read":
                 path = str(args.get("file_path"))
-                reads[path] += 1
+                tally.reads[path] += 1
                 if saved:
-                    read_saved[path] = saved
-            elif name in ("write", "edit"):
-                changed.append(f"{name} {args.get('file_path')}" + (" (failed)" if failed else ""))
-            elif name == "bash":
-                commands.append(
-                    f"`{one_line(str(args.get('command')), 120)}` → {'exit != 0' if failed else 'exit 0'}{at}"
-                )
-            elif name not in ("compact", "?"):
-                shown = ", ".join(f"{k}={v!r}" for k, v in sorted(args.items()))
-                other.append(f"{name}({one_line(shown, 140)}){at}")
+                    tally.read_saved[path] = saved
+            else:
+                entry = _call_line(name, args, failed, at=f" → {saved}" if saved else "")
+                if entry:
+                    tally.calls[entry[0]].append(entry[1])
             if failed:
-                errors.append(f"{name}: {one_line(result_text(result), 160)}")
+                tally.calls["errors"].append(f"{name}: {one_line(result_text(result), 160)}")
+    return tally
+
+
+def _read_lines(reads: Counter[str], read_saved: dict[str, str]) -> tuple[str, list[str]]:
+    """The directory every newest read is under ('' for none), and their lines, named from there."""
+    newest_reads = list(reads.items())[-READS_SHOWN:]
+    under = _common_directory([p for p, _ in newest_reads])
+    shown_reads = [
+        f"- {p[len(under) :]}"
+        + (f" ({n} times)" if n > 1 else "")
+        + (f" → {read_saved[p]}" if p in read_saved else "")
+        for p, n in newest_reads
+    ]
+    if len(reads) > READS_SHOWN:  # an index of every file would crowd out the notes that hold the facts
+        shown_reads = [f"- and {len(reads) - READS_SHOWN} older ones (see the transcript)", *shown_reads]
+    return under, shown_reads
+
+
+def _lists(tally: _Tally) -> list[tuple[str, list[str], str | None]]:
+    """The lists of files and calls, each its heading, its lines and its line when empty, in order of
+    importance."""
+    under, shown_reads = _read_lines(tally.reads, tally.read_saved)
+    calls = tally.calls
+    return [
+        ("### Files written or edited", [f"- {c}" for c in calls["changed"]], "- none"),
+        (f"### Files read (paths under `{under}`)" if under else "### Files read", shown_reads, "- none"),
+        ("### Errors seen", [f"- {e}" for e in calls["errors"][-20:]], None),
+        ("### Commands run", [f"- {c}" for c in calls["commands"][-30:]], "- none"),
+        ("### Other tool calls", [f"- {c}" for c in calls["other"][-30:]], None),
+    ]
+
+
+def _notes_part(notes: list[str], room: int, reserve: int) -> list[str]:
+    """The notes section: its heading and the newest ``notes`` that fit in ``room`` less ``reserve``,
+    with how many were left out; only that line when not even the heading fits."""
+    kept = _fit(notes, room - reserve - len(LEFT_OUT) - 12)
+    notes_part = [NOTES_HEADING, *kept] if kept else []
+    if len(kept) < len(notes):
+        notes_part.append(LEFT_OUT.format(n=len(notes) - len(kept)))
+    if _size(notes_part) > room:  # not even the heading fits: say what was left out, if that does
+        notes_part = _fit([LEFT_OUT.format(n=len(notes))], room)
+    return notes_part
+
+
+def fallback_summary(messages: list[Message], budget: int = 12_000, notes_only: str | None = None) -> str:
+    """The summary of ``messages``, at most ``budget`` characters: the notes first (the plan and
+    progress the assistant recorded), then its last text, then the files and calls with where their
+    outputs are saved. ``notes_only`` (the reason) keeps the notes and the last text alone."""
+    tally = _tally(messages)
     header = [
         f"Summary built without a model from {len(messages)} messages "
         f"({sum(len(tool_uses(m)) for m in messages)} tool calls)."
@@ -112,44 +175,19 @@ def fallback_summary(messages: list[Message], budget: int = 12_000, notes_only: 
     if notes_only:
         header.append(NOTES_ONLY.format(why=notes_only))
     room = budget - _size(header)
+    texts = tally.texts
     last = _cut_at_line(texts[-1], max(0, budget // LAST_SHARE - len(LAST_HEADING) - 1)) if texts else ""
     last_lines = [LAST_HEADING, last] if last else []
     room -= _size(last_lines)
 
-    lists: list[tuple[str, list[str], str | None]] = []
-    if not notes_only:
-        newest_reads = list(reads.items())[-READS_SHOWN:]
-        under = _common_directory([p for p, _ in newest_reads])
-        shown_reads = [
-            f"- {p[len(under) :]}"
-            + (f" ({n} times)" if n > 1 else "")
-            + (f" → {read_saved[p]}" if p in read_saved else "")
-            for p, n in newest_reads
-        ]
-        if len(reads) > READS_SHOWN:  # an index of every file would crowd out the notes that hold the facts
-            shown_reads = [f"- and {len(reads) - READS_SHOWN} older ones (see the transcript)", *shown_reads]
-        lists = [
-            ("### Files written or edited", [f"- {c}" for c in changed], "- none"),
-            (f"### Files read (paths under `{under}`)" if under else "### Files read", shown_reads, "- none"),
-            ("### Errors seen", [f"- {e}" for e in errors[-20:]], None),
-            ("### Commands run", [f"- {c}" for c in commands[-30:]], "- none"),
-            ("### Other tool calls", [f"- {c}" for c in other[-30:]], None),
-        ]
+    lists = [] if notes_only else _lists(tally)
     wanted = sum(_size([h, *(items or ([e] if e else []))]) for h, items, e in lists)
-    reserve = min(wanted, room // LISTS_SHARE)
-
-    notes = note_lines(messages, skip=last)
-    kept = _fit(notes, room - reserve - len(LEFT_OUT) - 12)
-    notes_part = [NOTES_HEADING, *kept] if kept else []
-    if len(kept) < len(notes):
-        notes_part.append(LEFT_OUT.format(n=len(notes) - len(kept)))
-    if _size(notes_part) > room:  # not even the heading fits: say what was left out, if that does
-        notes_part = _fit([LEFT_OUT.format(n=len(notes))], room)
+    notes_part = _notes_part(note_lines(messages, skip=last), room, min(wanted, room // LISTS_SHARE))
     room -= _size(notes_part)
 
     sections: dict[str, list[str]] = {}
     for heading, items, empty in lists:  # in order of importance, each with what is left
-        sections[heading] = _section(heading, items, room, empty)
+        sections[heading] = _section(heading, items, room, empty=empty)
         room -= _size(sections[heading])
     order = [lists[1][0], lists[0][0], lists[3][0], lists[4][0], lists[2][0]] if lists else []
     out = header + [line for h in order for line in sections[h]] + notes_part + last_lines

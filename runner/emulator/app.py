@@ -44,6 +44,7 @@ from ..compaction.clearing import clear_edits
 from ..compaction.summarizer import SYSTEM_PROMPT
 from .batch_routes import BatchRoutes
 from .compaction import edited_view
+from .config import EmulatorConfig
 from .faults import (
     DroppedResponse,
     api_error,
@@ -81,6 +82,21 @@ async def frames(events: Iterator[Event]) -> AsyncIterator[bytes]:
     """The events as the bytes of server-sent events, made as they are sent."""
     for event in events:
         yield sse(event)
+
+
+def _injected_error(
+    config: EmulatorConfig, fault: str | None, admitted: dict[str, str]
+) -> tuple[int, str, dict[str, str] | None] | None:
+    """The status, message and headers of the error an injected ``fault`` answers with, or None for a
+    fault that is not an error response (``admitted``: the rate-limit headers of the admission)."""
+    if fault == "rate_limit":
+        headers = {**admitted, **retry_headers(config.retry_after_s, config.retry_after_ms)}
+        return 429, "Number of request tokens has exceeded your rate limit (injected).", headers
+    if fault == "overloaded":
+        return 529, "Overloaded", None
+    if fault == "server_error":
+        return 500, "Internal server error", None
+    return None
 
 
 class Api:
@@ -158,15 +174,9 @@ class Api:
         if not admission.admitted:
             return self.fail(429, over_the_limit(config, admission), admission.headers)
         fault = pick_fault(config, n)
-        if fault == "rate_limit":
-            headers = {**admission.headers, **retry_headers(config.retry_after_s, config.retry_after_ms)}
-            return self.fail(
-                429, "Number of request tokens has exceeded your rate limit (injected).", headers
-            )
-        if fault == "overloaded":
-            return self.fail(529, "Overloaded")
-        if fault == "server_error":
-            return self.fail(500, "Internal server error")
+        injected = _injected_error(config, fault, admission.headers)
+        if injected is not None:
+            return self.fail(*injected)
         if fault == "drop":
             state.count("dropped")
             return DroppedResponse()
@@ -191,13 +201,14 @@ class Api:
             state.bill(billed)
             state.count("slow" if fault == "slow" else "ok")
             return JSONResponse(message, headers=headers)
-        return self._stream(message, billed, fault, headers)
+        return self._stream(message, billed, fault, headers=headers)
 
     def _stream(
         self,
         message: dict[str, Any],
         billed: list[dict[str, Any]],
         fault: str | None,
+        *,
         headers: dict[str, str],
     ) -> Response:
         """The reply as server-sent events; a ``stream_error`` fault cuts it with an error event, unbilled."""

@@ -286,7 +286,7 @@ async def end(batch: Batch, dispatch: Dispatch, out: BatchResult, run_json: RunJ
             batch.run_dir,
             lambda: run_json.write(force=True),
             lambda: overwrite(batch.run_dir / RUN_JSON, run_json.text()),
-            RUN_RESERVE,
+            reserve=RUN_RESERVE,
         )
     )
     await quietly(dispatch.close(), "could not stop the executor")

@@ -277,7 +277,7 @@ def _measure(
 
 
 def _sizes_turn(
-    messages: list[Message], say: str, note: dict[str, Any], calls: list[tuple[str, dict[str, Any]]]
+    messages: list[Message], say: str, note: dict[str, Any], *, calls: list[tuple[str, dict[str, Any]]]
 ) -> tuple[list[dict[str, Any]], str]:
     dirs = note.pop("dirs", None)  # the first measuring turn's alone
     head = f"{DIRS_KEY}{_plan_json({'dirs': dirs})}\n" if dirs is not None else ""
@@ -595,7 +595,7 @@ def _measure_more(messages: list[Message], found: Measured) -> tuple[list[dict[s
         say = f"Measuring the tree before handing it out: {len(found.queue()) + len(found.asked)} to size."
     else:
         say = f"Measuring the tree before handing it out: the subdirectories of {len(found.listing)}."
-    return _sizes_turn(messages, say, found.note_of(), calls)
+    return _sizes_turn(messages, say, found.note_of(), calls=calls)
 
 
 def plan_parts(
@@ -689,15 +689,8 @@ def _parts(messages: list[Message], plan: dict[str, Any]) -> dict[str, dict[str,
     parts: dict[str, dict[str, Any]] = {}
     uses: dict[str, dict[str, Any]] = {}
     for m in messages:
-        for line in own_text(m).split("\n"):
-            note = _PART_NOTE.match(line)
-            if note:
-                try:
-                    part = json.loads(note[1])
-                except ValueError:
-                    continue
-                if isinstance(part, dict) and part.get("scope") in known:
-                    parts[part["scope"]] = part
+        for part in _part_notes(m, known):
+            parts[part["scope"]] = part
         for use in tool_uses(m):
             uses[str(use.get("id"))] = use
         for result in tool_results(m):
@@ -716,6 +709,22 @@ def _parts(messages: list[Message], plan: dict[str, Any]) -> dict[str, dict[str,
                         _learn_report(part, text)
                         part["recalled"] = True
     return parts
+
+
+def _part_notes(message: Message, known: set[str]) -> list[dict[str, Any]]:
+    """The part notes ``message`` wrote, in its order, of the parts in ``known`` (by scope)."""
+    found = []
+    for line in own_text(message).split("\n"):
+        note = _PART_NOTE.match(line)
+        if not note:
+            continue
+        try:
+            part = json.loads(note[1])
+        except ValueError:
+            continue
+        if isinstance(part, dict) and part.get("scope") in known:
+            found.append(part)
+    return found
 
 
 def _task_part(scope: str, result: dict[str, Any]) -> dict[str, Any] | None:
@@ -822,7 +831,7 @@ def _scope_cell(scope: str) -> str:
 
 
 def report(
-    plan: dict[str, Any], parts: dict[str, dict[str, Any]], tables: dict[str, Any], partial: str = ""
+    plan: dict[str, Any], parts: dict[str, dict[str, Any]], tables: dict[str, Any], *, partial: str = ""
 ) -> str:
     """The parent's Markdown report: the parts' sums, each subagent, what is not covered."""
     names = scopes(plan)

@@ -238,57 +238,87 @@ def _plan(turn: Turn) -> Turn:
         if kind not in ("todo", "queue")
     ]  # the whole tree's TODO search is read back by the memory
     turn.calls += recalls  # survey, the files to read as they are needed
-    if inc["step"] == "open" and s.recalls:
-        return turn
     if inc["step"] == "open":
-        if inc["shards"] is None:  # the listing's result was lost: ask again
-            turn.calls.append(("memory", {"command": "view", "path": DIR}))
+        if s.recalls:
             return turn
-        reason = _unusable(inc, s.root)
-        if reason:
-            return _fresh(turn, reason)
-        if inc["zero"] and _carry_report(s):
-            return _hand_over(turn)
-        _begin_scan(s)
+        opened = _plan_open(turn)
+        if opened is not None:
+            return opened
     if inc["step"] in ("facts", "todo"):
-        log, k, seen, dropped = inc["scan"][:4]
-        first = 1 + HEAD + seen - dropped
-        turn.calls.append(
-            ("memory", {"command": "view", "path": shard_path(log, k), "view_range": [first, -1]})
-        )
-        return turn
+        return _plan_scan(turn)
     if inc["step"] == "read":
         _plan_reads(turn)
         if turn.calls or s.waiting or any(r[1] != "todo" for r in s.recalls):
             return turn
         inc["step"] = "texts" if not inc.get("whole_todo") else "all-todo"
     if inc["step"] == "all-todo":  # the baseline's search was cut: the whole tree's again, as a fresh survey
-        if not inc.get("asked"):
-            inc["asked"] = True
-            turn.calls.append(("grep", {"pattern": TODO_PATTERN}))
-            return turn
-        if any(r[1] == "todo" for r in s.recalls):
-            memory_survey.plan(turn)  # its recall of the saved search output
-            return turn
-        return _hand_over(turn)
+        return _plan_all_todo(turn)
     if inc["step"] == "texts":
-        wanted = [p for p in _shown_places(inc) if p not in inc["shown"] and p not in inc["texts"]]
-        files = sorted({p.rpartition(":")[0] for p in wanted} - set(inc.get("texts_asked", [])))
-        if files:
-            inc["texts_asked"] = inc.get("texts_asked", []) + files
-            turn.calls += [("grep", {"pattern": TODO_PATTERN, "path": p}) for p in files]
-            return turn
-        places = _shown_places(inc)
-        s.todo = {
-            "hits": inc["hits"][0] + inc["new"][0],
-            "files": inc["hits"][1] + inc["new"][1],
-            "last": "",
-            "cut": bool(inc.get("cut")),
-            "saved": "",
-            "shown": [f"{p}: {inc['texts'].get(p, inc['shown'].get(p, ''))}" for p in places],
-        }
-        return _hand_over(turn)
+        return _plan_texts(turn)
     return turn
+
+
+def _plan_open(turn: Turn) -> Turn | None:
+    """The open step: the baseline's memory listed, judged, and either handed over or its scan begun
+    (None: the scan's first view is this turn's call)."""
+    s = turn.state
+    inc = s.inc
+    if inc["shards"] is None:  # the listing's result was lost: ask again
+        turn.calls.append(("memory", {"command": "view", "path": DIR}))
+        return turn
+    reason = _unusable(inc, s.root)
+    if reason:
+        return _fresh(turn, reason)
+    if inc["zero"] and _carry_report(s):
+        return _hand_over(turn)
+    _begin_scan(s)
+    return None
+
+
+def _plan_scan(turn: Turn) -> Turn:
+    """The facts and todo steps: the next page of the shard the scan is at."""
+    log, k, seen, dropped = turn.state.inc["scan"][:4]
+    first = 1 + HEAD + seen - dropped
+    turn.calls.append(("memory", {"command": "view", "path": shard_path(log, k), "view_range": [first, -1]}))
+    return turn
+
+
+def _plan_all_todo(turn: Turn) -> Turn:
+    """The whole tree's TODO search, asked for once and read back as the memory survey does, then the
+    hand-over."""
+    s = turn.state
+    inc = s.inc
+    if not inc.get("asked"):
+        inc["asked"] = True
+        turn.calls.append(("grep", {"pattern": TODO_PATTERN}))
+        return turn
+    if any(r[1] == "todo" for r in s.recalls):
+        memory_survey.plan(turn)  # its recall of the saved search output
+        return turn
+    return _hand_over(turn)
+
+
+def _plan_texts(turn: Turn) -> Turn:
+    """The text of the TODO lines the report shows, searched for in the files not read yet; then the
+    TODO facts, and the hand-over."""
+    s = turn.state
+    inc = s.inc
+    wanted = [p for p in _shown_places(inc) if p not in inc["shown"] and p not in inc["texts"]]
+    files = sorted({p.rpartition(":")[0] for p in wanted} - set(inc.get("texts_asked", [])))
+    if files:
+        inc["texts_asked"] = inc.get("texts_asked", []) + files
+        turn.calls += [("grep", {"pattern": TODO_PATTERN, "path": p}) for p in files]
+        return turn
+    places = _shown_places(inc)
+    s.todo = {
+        "hits": inc["hits"][0] + inc["new"][0],
+        "files": inc["hits"][1] + inc["new"][1],
+        "last": "",
+        "cut": bool(inc.get("cut")),
+        "saved": "",
+        "shown": [f"{p}: {inc['texts'].get(p, inc['shown'].get(p, ''))}" for p in places],
+    }
+    return _hand_over(turn)
 
 
 def _hand_over(turn: Turn) -> Turn:
@@ -435,42 +465,56 @@ def learn(turn: Turn, use: dict[str, Any], result: dict[str, Any]) -> bool:
     text = result_text(result)
     gone = is_placeholder(text) or is_seed_placeholder(text)
     if name == "recall":
-        item = next(
-            (r for r in s.recalls if r[0] == str(args.get("path")) and r[4] == int(args.get("offset") or 0)),
-            None,
-        )
-        if item is None or item[1] == "todo":
-            return item is None
-        if not gone and not result.get("is_error"):
-            _learn_recall(turn, item, text)
-        elif result.get("is_error"):
-            s.recalls.remove(item)
-            if item[1] != "itodo":
-                s.inc["fail"] = f"its {item[1]} could not be read back ({text[:200]})"
-        return True
+        return _learn_recalled(turn, args, result)
     if name == "memory" and result.get("is_error") and args.get("command") != "view":
         s.inc["fail"] = f"a change to its memory failed ({text[:200]})"
         return True
     if name == "memory" and args.get("command") == "view":
         if not gone:
-            _learn_view(turn, str(args.get("path")), args.get("view_range"), result, text)
+            _learn_view(turn, str(args.get("path")), args.get("view_range"), result=result, text=text)
         return True
     if name == "grep" and args.get("pattern") == TODO_PATTERN and "path" in args:
-        path = rel_path(s.root, str(args["path"]))
-        if gone:
-            return True
-        if s.inc.get("step") == "texts":
-            _learn_texts(s, text)
-            return True
-        if path not in s.inc.get("pending", []):
-            return True  # not asked for (a result read again after a summary)
-        s.inc["pending"].remove(path)
-        if is_persisted(text) and saved_path(text):
-            s.recalls.append([saved_path(text), "itodo", path, "", 0])
-        else:
-            _learn_file_todo(turn, path, "" if result.get("is_error") else text, first=True)
+        if not gone:
+            _learn_file_search(turn, str(args["path"]), result)
         return True
     return False
+
+
+def _learn_recalled(turn: Turn, args: dict[str, Any], result: dict[str, Any]) -> bool:
+    """A recall's result learned; False for a recall the memory survey reads (not one of these steps')."""
+    s = turn.state
+    text = result_text(result)
+    item = next(
+        (r for r in s.recalls if r[0] == str(args.get("path")) and r[4] == int(args.get("offset") or 0)),
+        None,
+    )
+    if item is None or item[1] == "todo":
+        return item is None
+    if not (is_placeholder(text) or is_seed_placeholder(text)) and not result.get("is_error"):
+        _learn_recall(turn, item, text)
+    elif result.get("is_error"):
+        s.recalls.remove(item)
+        if item[1] != "itodo":
+            s.inc["fail"] = f"its {item[1]} could not be read back ({text[:200]})"
+    return True
+
+
+def _learn_file_search(turn: Turn, searched: str, result: dict[str, Any]) -> None:
+    """The TODO search of one file (``searched``, as asked), its result not gone: the text of the lines
+    shown, or the file's TODO lines (read back when its output was saved)."""
+    s = turn.state
+    text = result_text(result)
+    path = rel_path(s.root, searched)
+    if s.inc.get("step") == "texts":
+        _learn_texts(s, text)
+        return
+    if path not in s.inc.get("pending", []):
+        return  # not asked for (a result read again after a summary)
+    s.inc["pending"].remove(path)
+    if is_persisted(text) and saved_path(text):
+        s.recalls.append([saved_path(text), "itodo", path, "", 0])
+    else:
+        _learn_file_todo(turn, path, "" if result.get("is_error") else text, first=True)
 
 
 def _page(item: list[Any], text: str) -> tuple[str, bool]:
@@ -496,14 +540,14 @@ def _learn_recall(turn: Turn, item: list[Any], text: str) -> None:
         _learn_shown(s.inc, body)
         last = True
     elif item[1] == "report":
-        last = _learn_report(s, body, first, start) or last
+        last = _learn_report(s, body, first, start=start) or last
     else:
         _learn_file_todo(turn, item[2], body, first=first)
     if last:
         s.recalls.remove(item)
 
 
-def _learn_changes(s: State, body: str, first: bool, queue: bool) -> None:
+def _learn_changes(s: State, body: str, first: bool, *, queue: bool) -> None:
     """A page of the change lists: their paths' hashes (what the scans look up), or, read back for the
     reads, the paths added and changed (the files to read)."""
     inc = s.inc
@@ -540,7 +584,7 @@ def _learn_shown(inc: dict[str, Any], body: str) -> None:
             inc["shown"][shown[1]] = shown[2]
 
 
-def _learn_report(s: State, body: str, first: bool, start: int) -> bool:
+def _learn_report(s: State, body: str, first: bool, *, start: int) -> bool:
     """The baseline report's lines up to ``## Every file`` (``start``: where this page starts in it);
     True once that heading is read."""
     inc = s.inc
@@ -602,7 +646,7 @@ def _learn_report_line(inc: dict[str, Any], line: str) -> None:
             )
 
 
-def _learn_view(turn: Turn, path: str, view_range: Any, result: dict[str, Any], text: str) -> None:
+def _learn_view(turn: Turn, path: str, view_range: Any, *, result: dict[str, Any], text: str) -> None:
     s = turn.state
     inc = s.inc
     if path == DIR:
@@ -630,7 +674,7 @@ def _learn_view(turn: Turn, path: str, view_range: Any, result: dict[str, Any], 
     stale = _scan_lines(turn, scan, lines)
     if stale is None:
         return
-    _take_out(turn, path, scan, stale)
+    _take_out(turn, path, scan, runs=stale)
     log, k = scan[0], scan[1]
     if result.get("is_error") or not _VIEW_FOOTER.search(
         text
@@ -699,7 +743,7 @@ def _carried_shown(inc: dict[str, Any]) -> int:
     return sum(1 for kind, _ in inc["top"] if kind == "h")
 
 
-def _take_out(turn: Turn, path: str, scan: list[Any], runs: list[list[str]]) -> None:
+def _take_out(turn: Turn, path: str, scan: list[Any], *, runs: list[list[str]]) -> None:
     """The stale lines of the page just seen, out of their shard (these calls run before the view of the
     next page, which starts where the lines that are left end)."""
     for run in runs:
@@ -716,7 +760,7 @@ def _take_out(turn: Turn, path: str, scan: list[Any], runs: list[list[str]]) -> 
         )
 
 
-def _learn_file_todo(turn: Turn, path: str, text: str, first: bool) -> None:
+def _learn_file_todo(turn: Turn, path: str, text: str, *, first: bool) -> None:
     """The TODO lines of one added or changed file (a page of them): counted, written to the todo log in
     its old lines' place (a file that had none: at the log's end), the first ones' text kept."""
     s = turn.state

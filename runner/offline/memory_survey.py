@@ -630,7 +630,7 @@ def _image_bytes(result: dict[str, Any]) -> int | None:
     return None
 
 
-def _learn_read(turn: Turn, path: str, result: dict[str, Any], listed: bool) -> bool:
+def _learn_read(turn: Turn, path: str, result: dict[str, Any], *, listed: bool) -> bool:
     """A read's fact; False when the result is gone (read again)."""
     text = result_text(result)
     if is_placeholder(text) or is_seed_placeholder(text):
@@ -706,7 +706,7 @@ def _search_roots(s: State) -> list[str]:
     return [u for u in units(s.scope) if files_only(u) is None] if s.scope else [""]
 
 
-def _learn_search(turn: Turn, root: str, result: dict[str, Any], text: str) -> None:
+def _learn_search(turn: Turn, root: str, result: dict[str, Any], *, text: str) -> None:
     """A search of a tree for TODO lines: learned when whole; a saved one's end read first (a cut
     output ends with the grep tool's line saying so); a cut, failed or gone one leaves that tree's
     files to be searched one by one as they are read."""
@@ -737,10 +737,10 @@ def _todo_lines_of(turn: Turn, path: str, text: str) -> None:
         line = line.rstrip("\r")
         if match := TODO.search(line):
             shown = line if size <= GREP_LINE_LIMIT else excerpt(line, match, size)
-            _todo_hit(turn, path, str(number), shown)
+            _todo_hit(turn, path, str(number), hit=shown)
 
 
-def _cut(turn: Turn, d: str, pattern: str, text: str) -> None:
+def _cut(turn: Turn, d: str, pattern: str, *, text: str) -> None:
     """A cut answer: ``**/*`` of ``d`` is listed by its own entries, a cut ``*`` by narrower ones
     (after the beginning all the names it showed share)."""
     if pattern == "**/*":
@@ -750,10 +750,10 @@ def _cut(turn: Turn, d: str, pattern: str, text: str) -> None:
     turn.state.open += [[d, p] for p in split(pattern, shown) if p != pattern]
 
 
-def _learn_glob(turn: Turn, d: str, pattern: str, text: str) -> None:
+def _learn_glob(turn: Turn, d: str, pattern: str, *, text: str) -> None:
     names = [rel_path(turn.state.root, e) for e in _entries(text)]
     if glob_cut(text) is not None:
-        _cut(turn, d, pattern, text)
+        _cut(turn, d, pattern, text=text)
     elif pattern == "**/*":
         parents = {os.path.dirname(n) for n in names}
         turn.files([n for n in names if n not in parents], listed=False)
@@ -761,7 +761,7 @@ def _learn_glob(turn: Turn, d: str, pattern: str, text: str) -> None:
         turn.files(names, listed=True)
 
 
-def _learn_view(turn: Turn, log: str, index: int, text: str) -> None:
+def _learn_view(turn: Turn, log: str, index: int, *, text: str) -> None:
     s = turn.state
     base = shard_of(s, log, index)[1]
     got = 0
@@ -781,7 +781,7 @@ def _learn_view(turn: Turn, log: str, index: int, text: str) -> None:
 
 
 def _learn_both(
-    turn: Turn, path: str, waiting: dict[str, list[Any]], result: dict[str, Any], text: str
+    turn: Turn, path: str, waiting: dict[str, list[Any]], *, result: dict[str, Any], text: str
 ) -> None:
     """A Python file's outline and TODO lines, from one grep. A saved result (its lines out of view)
     keeps its count of lines and asks a TODO grep next turn; a gone one asks this grep again."""
@@ -804,7 +804,7 @@ def _learn_both(
 
 
 def _learn_file_todos(
-    turn: Turn, path: str, waiting: dict[str, list[Any]], result: dict[str, Any], text: str
+    turn: Turn, path: str, waiting: dict[str, list[Any]], *, result: dict[str, Any], text: str
 ) -> None:
     """One file's TODO grep; with the count of its saved outline-and-TODO grep, that file's outline."""
     s = turn.state
@@ -842,13 +842,13 @@ def _learn_todo(turn: Turn, text: str, *, only_todo: bool = False) -> list[tuple
         place = todo_place(turn.state.root, line)
         if place is None or (only_todo and not TODO.search(place[2])):
             continue
-        _todo_hit(turn, *place)
+        _todo_hit(turn, place[0], place[1], hit=place[2])
         found.append(place)
     todo["cut"] = todo["cut"] or "[output truncated at" in text
     return found
 
 
-def _todo_hit(turn: Turn, path: str, number: str, hit: str) -> None:
+def _todo_hit(turn: Turn, path: str, number: str, *, hit: str) -> None:
     todo = turn.state.todo
     todo["hits"] += 1
     turn.appends["todo"].append(escape(f"{path}:{number}"))
@@ -874,7 +874,7 @@ def todo_place(root: str, line: str) -> tuple[str, str, str] | None:
 Learner = Callable[[Turn, dict[str, Any], dict[str, Any]], bool]
 
 
-def apply(turn: Turn, messages: list[Message], at: int, other: Learner | None = None) -> None:
+def apply(turn: Turn, messages: list[Message], at: int, *, other: Learner | None = None) -> None:
     """The results of the calls made in message ``at`` (the one carrying the state). What was asked
     there leaves the state's queues now; a result that is gone puts its call back (and so does a
     state read from a summary, whose calls are out of view). ``other`` learns first what it claims
@@ -882,11 +882,7 @@ def apply(turn: Turn, messages: list[Message], at: int, other: Learner | None = 
     s = turn.state
     uses = {str(u.get("id")): u for u in tool_uses(messages[at])}
     if not uses:
-        _unanswered_searches(s)
-        s.issued = {"open": 0, "dirs": 0, "files": 0}
-        for row in s.waiting:  # their outline greps are out of view
-            turn.fact(str(row[0]), row)
-        s.waiting, s.lines_found = [], {}
+        _nothing_asked(turn)
         return
     listed = {p.lstrip("+"): p.startswith("+") for p in s.files_next[: s.issued["files"]]}
     del s.open[: s.issued["open"]]
@@ -898,54 +894,102 @@ def apply(turn: Turn, messages: list[Message], at: int, other: Learner | None = 
     lost = []
     for result in results:
         use = uses.get(str(result.get("tool_use_id")))
-        if use is None:
+        if use is None or (other is not None and other(turn, use, result)):
             continue
-        name, args = use.get("name"), use.get("input") or {}
-        text = result_text(result)
-        if other is not None and other(turn, use, result):
-            continue
-        if name == "read":
-            path = rel_path(s.root, str(args.get("file_path", "")))
-            if not _learn_read(turn, path, result, listed.get(path, False)):
-                lost.append(("+" if listed.get(path) else "") + path)
-        elif name == "glob":
-            _learn_glob_result(turn, args, result, text)
-        elif name == "recall":
-            _learn_recall(turn, args, text)
-        elif name == "grep" and args.get("pattern") == BOTH_PATTERN:
-            _learn_both(turn, rel_path(s.root, str(args.get("path", ""))), waiting, result, text)
-        elif name == "grep" and args.get("pattern") == OUTLINE_PATTERN:
-            s.apart = s.apart and is_persisted(text)  # one grep of both again once an outline fits
-            row = waiting.pop(rel_path(s.root, str(args.get("path", ""))), [])
-            if row:
-                row[4] = None if result.get("is_error") or is_placeholder(text) else count_matches(text)
-                turn.fact(str(row[0]), row)
-        elif name == "grep" and args.get("pattern") == TODO_PATTERN and not _incremental(s):
-            where = rel_path(s.root, str(args.get("path") or ""))
-            if where in s.todo.get("asked", []):
-                _learn_search(turn, where, result, text)
-            else:
-                _learn_file_todos(turn, where, waiting, result, text)
-        elif name == "grep" and args.get("pattern") == TODO_PATTERN:
-            if is_persisted(text) and saved_path(text):
-                s.todo["saved"] = saved_path(text)
-                s.recalls.append([saved_path(text), "todo", "", "", 0])
-            elif not result.get("is_error"):
-                _learn_todo(turn, text)
-        elif name == "memory" and result.get("is_error"):
-            raise RuntimeError(f"the survey's memory call failed: {text[:300]}")
-        elif name == "memory" and args.get("command") == "view":
-            match = _SHARD.match(str(args.get("path")))
-            if match and match[1] in ("dirs", "files"):
-                view_range = args.get("view_range") or [1 + HEAD, 0]
-                k = int(match[2])
-                base = s.shards[match[1]][k][0] if k < len(s.shards[match[1]]) else 0
-                _learn_view(turn, match[1], base + int(view_range[0]) - 1 - HEAD, text)
+        again = _learn_result(turn, use, result, listed=listed, waiting=waiting)
+        if again is not None:
+            lost.append(again)
     s.files_next = lost + s.files_next
     for row in waiting.values():  # an outline that did not come back: the row without it
         s.lines_found.pop(str(row[0]), None)
         turn.fact(str(row[0]), row)
     _unanswered_searches(s)
+
+
+def _nothing_asked(turn: Turn) -> None:
+    """The message carrying the state asked nothing (a state read from a summary): what it had issued
+    is issued again, the rows waiting for their outline kept without it."""
+    s = turn.state
+    _unanswered_searches(s)
+    s.issued = {"open": 0, "dirs": 0, "files": 0}
+    for row in s.waiting:  # their outline greps are out of view
+        turn.fact(str(row[0]), row)
+    s.waiting, s.lines_found = [], {}
+
+
+def _learn_result(
+    turn: Turn,
+    use: dict[str, Any],
+    result: dict[str, Any],
+    *,
+    listed: dict[str, bool],
+    waiting: dict[str, list[Any]],
+) -> str | None:
+    """One call's result learned; the file to read again (``+`` before it: it was listed) when it was a
+    read whose result is gone, else None."""
+    s = turn.state
+    name, args = use.get("name"), use.get("input") or {}
+    text = result_text(result)
+    if name == "read":
+        path = rel_path(s.root, str(args.get("file_path", "")))
+        if not _learn_read(turn, path, result, listed=listed.get(path, False)):
+            return ("+" if listed.get(path) else "") + path
+    elif name == "glob":
+        _learn_glob_result(turn, args, result, text=text)
+    elif name == "recall":
+        _learn_recall(turn, args, text)
+    elif name == "grep":
+        _learn_grep(turn, args, result, waiting=waiting)
+    elif name == "memory":
+        _learn_memory(turn, args, result)
+    return None
+
+
+def _learn_grep(
+    turn: Turn, args: dict[str, Any], result: dict[str, Any], *, waiting: dict[str, list[Any]]
+) -> None:
+    """A grep's result: a Python file's outline and TODO lines, its outline alone, a tree's or a
+    file's TODO lines (``waiting``: the rows read, by path, waiting for their outline)."""
+    s = turn.state
+    text = result_text(result)
+    pattern = args.get("pattern")
+    if pattern == BOTH_PATTERN:
+        _learn_both(turn, rel_path(s.root, str(args.get("path", ""))), waiting, result=result, text=text)
+    elif pattern == OUTLINE_PATTERN:
+        s.apart = s.apart and is_persisted(text)  # one grep of both again once an outline fits
+        row = waiting.pop(rel_path(s.root, str(args.get("path", ""))), [])
+        if row:
+            row[4] = None if result.get("is_error") or is_placeholder(text) else count_matches(text)
+            turn.fact(str(row[0]), row)
+    elif pattern == TODO_PATTERN and not _incremental(s):
+        where = rel_path(s.root, str(args.get("path") or ""))
+        if where in s.todo.get("asked", []):
+            _learn_search(turn, where, result, text=text)
+        else:
+            _learn_file_todos(turn, where, waiting, result=result, text=text)
+    elif pattern == TODO_PATTERN:
+        if is_persisted(text) and saved_path(text):
+            s.todo["saved"] = saved_path(text)
+            s.recalls.append([saved_path(text), "todo", "", "", 0])
+        elif not result.get("is_error"):
+            _learn_todo(turn, text)
+
+
+def _learn_memory(turn: Turn, args: dict[str, Any], result: dict[str, Any]) -> None:
+    """A memory call's result: a failed one ends the survey; a view of a dirs or files shard, the
+    entries listed there."""
+    s = turn.state
+    text = result_text(result)
+    if result.get("is_error"):
+        raise RuntimeError(f"the survey's memory call failed: {text[:300]}")
+    if args.get("command") != "view":
+        return
+    match = _SHARD.match(str(args.get("path")))
+    if match and match[1] in ("dirs", "files"):
+        view_range = args.get("view_range") or [1 + HEAD, 0]
+        k = int(match[2])
+        base = s.shards[match[1]][k][0] if k < len(s.shards[match[1]]) else 0
+        _learn_view(turn, match[1], base + int(view_range[0]) - 1 - HEAD, text=text)
 
 
 def _unanswered_searches(s: State) -> None:
@@ -967,7 +1011,7 @@ def count_matches(text: str) -> int:
     )
 
 
-def _learn_glob_result(turn: Turn, args: dict[str, Any], result: dict[str, Any], text: str) -> None:
+def _learn_glob_result(turn: Turn, args: dict[str, Any], result: dict[str, Any], *, text: str) -> None:
     s = turn.state
     pattern = str(args.get("pattern"))
     if (
@@ -992,11 +1036,11 @@ def _learn_glob_result(turn: Turn, args: dict[str, Any], result: dict[str, Any],
     if is_placeholder(text) or is_seed_placeholder(text):  # gone before it was seen: ask again
         s.open.append([d, pattern])
     elif size and size[1] > GLOB_SHOWN:  # saved, and longer than a whole answer: it was cut
-        _cut(turn, d, pattern, text)
+        _cut(turn, d, pattern, text=text)
     elif is_persisted(text) and saved_path(text):
         s.recalls.append([saved_path(text), "glob", d, pattern, 0])
     else:
-        _learn_glob(turn, d, pattern, text)
+        _learn_glob(turn, d, pattern, text=text)
 
 
 def _probe_dir(s: State) -> str:
@@ -1034,7 +1078,7 @@ def _learn_recall(turn: Turn, args: dict[str, Any], text: str) -> None:
             s.recalls.append([path, "todo", "", "", 0])
         return
     if item[1] == "glob":
-        _learn_glob(turn, item[2], item[3], body)
+        _learn_glob(turn, item[2], item[3], text=body)
     else:
         _learn_todo(turn, body)
     if end >= total:
@@ -1085,24 +1129,8 @@ def _take_appended(turn: Turn) -> None:
 def plan(turn: Turn) -> None:
     """This turn's work, in order: what is left to list, then to read, then the TODO scan."""
     s = turn.state
-    root = s.root
     if s.phase == "start":
-        if s.scope:
-            own = _own_files_dirs(s)
-            probe = {"pattern": "*"} if "" in own else {"pattern": glob_literal(_probe_dir(s))}
-            turn.calls.append(("glob", probe))
-            for unit in units(s.scope):
-                only = files_only(unit)
-                if only is None:
-                    turn.calls.append(("glob", {"pattern": "**/*", "path": unit}))
-                elif only:
-                    turn.calls.append(("glob", {"pattern": "*", "path": only}))
-        else:
-            turn.calls += [("glob", {"pattern": "*"}), ("glob", {"pattern": "**/*"})]
-        s.todo["asked"] = _search_roots(s)  # answered before any file is read
-        for root in s.todo["asked"]:
-            turn.calls.append(("grep", {"pattern": TODO_PATTERN, **({"path": root} if root else {})}))
-        s.phase = "list"
+        _plan_start(turn)
         return
     if s.recalls:
         path, _, _, _, offset = s.recalls[0]
@@ -1113,58 +1141,101 @@ def plan(turn: Turn) -> None:
             )
         )
         return
-    if s.phase == "list":
-        if not root:  # the workspace is empty
-            s.phase = "report"
-            return
-        globs = max(1, s.target // GLOB_CHARS)
-        opens = s.open[:globs]
-        dirs = s.dirs_next[: globs - len(opens)]
-        s.issued["open"], s.issued["dirs"] = len(opens), len(dirs)
-        turn.calls += [("glob", {"pattern": pattern, "path": d or "."}) for d, pattern in opens]  # relative
-        turn.calls += [("glob", {"pattern": "**/*", "path": d}) for d in dirs]
-        if len(s.dirs_next) == len(dirs):
-            turn.view_log("dirs")
-        if turn.calls or s.open or s.logs["dirs"] > s.taken["dirs"] or turn.appends["dirs"]:
-            return
-        s.phase = "read"
-    if s.phase == "read":
-        if not s.files_next and s.taken["files"] == turn.before["files"]:
-            _take_appended(turn)
-        greps = len(set(turn.outlines) | set(turn.todos))
-        batch = read_batch(s.files_next, max(READ_CHARS, s.target - OUTLINE_CHARS * greps))
-        reads = max(2, len(batch))
-        s.issued["files"] = len(batch)
-        turn.calls += [("read", {"file_path": p.lstrip("+")}) for p in batch]  # relative to the workspace
-        if len(s.files_next) - len(batch) < reads:
-            turn.view_log("files")
-        if turn.calls or s.logs["files"] > s.taken["files"] or turn.appends["files"]:
-            return
-        if turn.appends["dirs"] or s.logs["dirs"] > s.taken["dirs"]:  # directories found by reading
-            s.phase = "list"
-            plan(turn)
-            return
-        s.phase = "todo"  # every file's TODO lines are found: read off it, or by its own grep
-    if s.phase == "todo":
+    if s.phase == "list" and _plan_list(turn):
+        return
+    if s.phase == "read" and _plan_read(turn):
+        return
+    if s.phase == "todo":  # every file's TODO lines are found: read off it, or by its own grep
         s.phase = "inline"
     if s.phase == "inline":  # what the report shows from memory, viewed back
-        if turn.appends["facts"] or turn.appends["shown"]:  # written this turn: read back next turn
-            return
-        if s.logs["shown"]:
-            turn.calls.append(("memory", {"command": "view", "path": shard_path("shown", 0)}))
-        small = 0 < s.logs["facts"] <= INLINE_FILES and not s.scope  # a part's rows stay in its files
-        for first in range(1 + HEAD, s.logs["facts"] + 1 + HEAD if small else 0, INLINE_VIEW):
-            turn.calls.append(
-                (
-                    "memory",
-                    {
-                        "command": "view",
-                        "path": shard_path("facts", 0),
-                        "view_range": [first, min(first + INLINE_VIEW, s.logs["facts"] + 1 + HEAD) - 1],
-                    },
-                )
-            )
+        _plan_inline(turn)
+
+
+def _plan_start(turn: Turn) -> None:
+    """The first turn: the workspace (or the part's units) listed, and the TODO searches asked."""
+    s = turn.state
+    if s.scope:
+        own = _own_files_dirs(s)
+        probe = {"pattern": "*"} if "" in own else {"pattern": glob_literal(_probe_dir(s))}
+        turn.calls.append(("glob", probe))
+        for unit in units(s.scope):
+            only = files_only(unit)
+            if only is None:
+                turn.calls.append(("glob", {"pattern": "**/*", "path": unit}))
+            elif only:
+                turn.calls.append(("glob", {"pattern": "*", "path": only}))
+    else:
+        turn.calls += [("glob", {"pattern": "*"}), ("glob", {"pattern": "**/*"})]
+    s.todo["asked"] = _search_roots(s)  # answered before any file is read
+    for root in s.todo["asked"]:
+        turn.calls.append(("grep", {"pattern": TODO_PATTERN, **({"path": root} if root else {})}))
+    s.phase = "list"
+
+
+def _plan_list(turn: Turn) -> bool:
+    """The list phase: the next directories listed; True when this turn's work is planned, False when
+    the phase is over (the reads begin)."""
+    s = turn.state
+    if not s.root:  # the workspace is empty
         s.phase = "report"
+        return True
+    globs = max(1, s.target // GLOB_CHARS)
+    opens = s.open[:globs]
+    dirs = s.dirs_next[: globs - len(opens)]
+    s.issued["open"], s.issued["dirs"] = len(opens), len(dirs)
+    turn.calls += [("glob", {"pattern": pattern, "path": d or "."}) for d, pattern in opens]  # relative
+    turn.calls += [("glob", {"pattern": "**/*", "path": d}) for d in dirs]
+    if len(s.dirs_next) == len(dirs):
+        turn.view_log("dirs")
+    if turn.calls or s.open or s.logs["dirs"] > s.taken["dirs"] or turn.appends["dirs"]:
+        return True
+    s.phase = "read"
+    return False
+
+
+def _plan_read(turn: Turn) -> bool:
+    """The read phase: the next files read; True when this turn's work is planned (the list phase's
+    again when reading found directories), False when the phase is over."""
+    s = turn.state
+    if not s.files_next and s.taken["files"] == turn.before["files"]:
+        _take_appended(turn)
+    greps = len(set(turn.outlines) | set(turn.todos))
+    batch = read_batch(s.files_next, max(READ_CHARS, s.target - OUTLINE_CHARS * greps))
+    reads = max(2, len(batch))
+    s.issued["files"] = len(batch)
+    turn.calls += [("read", {"file_path": p.lstrip("+")}) for p in batch]  # relative to the workspace
+    if len(s.files_next) - len(batch) < reads:
+        turn.view_log("files")
+    if turn.calls or s.logs["files"] > s.taken["files"] or turn.appends["files"]:
+        return True
+    if turn.appends["dirs"] or s.logs["dirs"] > s.taken["dirs"]:  # directories found by reading
+        s.phase = "list"
+        plan(turn)
+        return True
+    s.phase = "todo"
+    return False
+
+
+def _plan_inline(turn: Turn) -> None:
+    """The inline phase: the shown TODO lines and a small tree's rows viewed back from memory."""
+    s = turn.state
+    if turn.appends["facts"] or turn.appends["shown"]:  # written this turn: read back next turn
+        return
+    if s.logs["shown"]:
+        turn.calls.append(("memory", {"command": "view", "path": shard_path("shown", 0)}))
+    small = 0 < s.logs["facts"] <= INLINE_FILES and not s.scope  # a part's rows stay in its files
+    for first in range(1 + HEAD, s.logs["facts"] + 1 + HEAD if small else 0, INLINE_VIEW):
+        turn.calls.append(
+            (
+                "memory",
+                {
+                    "command": "view",
+                    "path": shard_path("facts", 0),
+                    "view_range": [first, min(first + INLINE_VIEW, s.logs["facts"] + 1 + HEAD) - 1],
+                },
+            )
+        )
+    s.phase = "report"
 
 
 def decide(messages: list[Message]) -> tuple[list[dict[str, Any]], str]:
@@ -1253,7 +1324,9 @@ def _shown_lines(messages: list[Message], at: int) -> list[str]:
     return lines
 
 
-def report(s: State, rows: list[list[Any]], partial: str = "", pending: list[list[Any]] | None = None) -> str:
+def report(
+    s: State, rows: list[list[Any]], *, partial: str = "", pending: list[list[Any]] | None = None
+) -> str:
     """The Markdown report from the state (and every row, for a small tree)."""
     t = s.totals
     out = [f"# Survey of {_scope_title(s)}", ""]
@@ -1441,7 +1514,7 @@ class _Rows:
             rows[path.replace("\\|", "|")] = [path, kind, int(size)]
         return rows
 
-    def read(self, here: str, path: str, cap: int, missing_ok: bool = False) -> tuple[str | None, str]:
+    def read(self, here: str, path: str, cap: int, *, missing_ok: bool = False) -> tuple[str | None, str]:
         """The text of ``path`` (relative to the directory ``here`` of the job directory), or None (and
         the problem noted, unless it is only missing and ``missing_ok``); its path beneath the job's."""
         rel = posixpath.normpath(posixpath.join(here, path))

@@ -132,69 +132,89 @@ def _parse_notes(text: str, facts: Facts) -> None:
     for kind, rest in NOTE.findall(text):
         parts = [p.strip() for p in (rest + " ").split(" | ", 4)]  # a summary may strip a trailing space
         try:
-            if kind == "dir" and len(parts) >= 3:
-                _parse_dir(facts, parts[0], parts[1], parts[2])
-            elif kind == "files" and len(parts) >= 2:
-                for item in parts[1].split("; "):
-                    name, chars, lines, defs = item.rsplit(" ", 3)
-                    path = name if parts[0] == "." else f"{parts[0]}/{name}"
-                    facts.files[path] = (int(chars), int(lines), "")
-                    if defs != "-":
-                        facts.outlines[path] = int(defs)
-            elif kind == "glob" and len(parts) >= 2 and GLOB_AT in parts[0]:
-                pattern, _, where = parts[0].partition(GLOB_AT)
-                where = re.sub(r" \+\d+$", "", where)
-                span, _, cut = parts[1].partition(" ")
-                start, _, rest = span.partition("-")
-                end, _, total = rest.partition("/")
-                prefix = "" if where == "." else f"{where}/"
-                names = (
-                    [p if p.startswith("/") else prefix + p for p in parts[2].split(", ") if p]
-                    if len(parts) > 2
-                    else []
-                )
-                facts.glob.root = facts.glob.root or (parts[3] if len(parts) > 3 and parts[3] else None)
-                facts.glob.record(
-                    "" if where == "." else where,
-                    pattern,
-                    names,
-                    (int(start), int(end), int(total)),
-                    cut == "cut",
-                )
-            elif kind == "saved" and len(parts) >= 5:
-                facts.recall_due[parts[0]] = (
-                    parts[1],
-                    int(parts[2]),
-                    ("" if parts[3] == "." else parts[3], parts[4]),
-                )
-                if parts[1] == "todo":
-                    facts.todo_saved = parts[0]
-            elif kind == "todo-part":
-                span, _, total = parts[0].partition("/")
-                start, _, end = span.partition("-")
-                facts.todo_parts[int(start)] = (int(end), int(parts[1]) if len(parts) > 1 and parts[1] else 0)
-                facts.todo_total = int(total)
-            elif kind == "todo-at" and len(parts) >= 2:
-                facts.todo_at.setdefault(parts[0], set()).update(int(n) for n in parts[1].split(", ") if n)
-            elif kind == "todo-cut":
-                facts.todo_cut = True
-            elif kind == "file" and len(parts) >= 3:
-                facts.files[parts[0]] = (int(parts[1]), int(parts[2]), parts[3] if len(parts) > 3 else "")
-                if len(parts) > 4 and parts[4].isdigit():  # the outline, counted from the whole text read
-                    facts.outlines[parts[0]] = int(parts[4])
-            elif kind == "error" and len(parts) >= 2:
-                facts.errors[parts[0]] = parts[1]
-            elif kind == "outline" and len(parts) >= 2:
-                facts.outlines[parts[0]] = int(parts[1])
-            elif kind == "todo-scan":
-                facts.todo_done = True
-                facts.todo_count = int(parts[0].split()[0]) if parts[0].split()[0].isdigit() else 0
-                facts.todo_saved = facts.todo_saved or (parts[1] if len(parts) > 1 and parts[1] else None)
+            _parse_note(facts, kind, parts)
         except ValueError:  # a note mangled by a summary: the fact counts as unknown
             continue
 
 
-def _parse_dir(facts: Facts, d: str, subdirs: str, items: str) -> None:
+def _parse_note(facts: Facts, kind: str, parts: list[str]) -> None:
+    """One note (its kind and its `` | ``-separated fields) merged into ``facts``; a field that is
+    not what its kind holds raises ValueError."""
+    if kind == "dir" and len(parts) >= 3:
+        _parse_dir(facts, parts[0], parts[1], items=parts[2])
+    elif kind == "files" and len(parts) >= 2:
+        _parse_files(facts, parts[0], parts[1])
+    elif kind == "glob" and len(parts) >= 2 and GLOB_AT in parts[0]:
+        _parse_glob(facts, parts)
+    elif kind == "saved" and len(parts) >= 5:
+        facts.recall_due[parts[0]] = (
+            parts[1],
+            int(parts[2]),
+            ("" if parts[3] == "." else parts[3], parts[4]),
+        )
+        if parts[1] == "todo":
+            facts.todo_saved = parts[0]
+    elif kind.startswith("todo"):
+        _parse_todo_note(facts, kind, parts)
+    elif kind == "file" and len(parts) >= 3:
+        facts.files[parts[0]] = (int(parts[1]), int(parts[2]), parts[3] if len(parts) > 3 else "")
+        if len(parts) > 4 and parts[4].isdigit():  # the outline, counted from the whole text read
+            facts.outlines[parts[0]] = int(parts[4])
+    elif kind == "error" and len(parts) >= 2:
+        facts.errors[parts[0]] = parts[1]
+    elif kind == "outline" and len(parts) >= 2:
+        facts.outlines[parts[0]] = int(parts[1])
+
+
+def _parse_files(facts: Facts, d: str, items: str) -> None:
+    """A big tree's note of directory ``d``'s files: ``name chars lines defs`` items."""
+    for item in items.split("; "):
+        name, chars, lines, defs = item.rsplit(" ", 3)
+        path = name if d == "." else f"{d}/{name}"
+        facts.files[path] = (int(chars), int(lines), "")
+        if defs != "-":
+            facts.outlines[path] = int(defs)
+
+
+def _parse_glob(facts: Facts, parts: list[str]) -> None:
+    """A glob note: one page of one glob answer (and, for the root's, the root)."""
+    pattern, _, where = parts[0].partition(GLOB_AT)
+    where = re.sub(r" \+\d+$", "", where)
+    span, _, cut = parts[1].partition(" ")
+    start, _, rest = span.partition("-")
+    end, _, total = rest.partition("/")
+    prefix = "" if where == "." else f"{where}/"
+    names = (
+        [p if p.startswith("/") else prefix + p for p in parts[2].split(", ") if p] if len(parts) > 2 else []
+    )
+    facts.glob.root = facts.glob.root or (parts[3] if len(parts) > 3 and parts[3] else None)
+    facts.glob.record(
+        "" if where == "." else where,
+        pattern,
+        names,
+        (int(start), int(end), int(total)),
+        cut == "cut",
+    )
+
+
+def _parse_todo_note(facts: Facts, kind: str, parts: list[str]) -> None:
+    """A note of the TODO scan: a page of it, a file's hit lines, the output cut, or the scan done."""
+    if kind == "todo-part":
+        span, _, total = parts[0].partition("/")
+        start, _, end = span.partition("-")
+        facts.todo_parts[int(start)] = (int(end), int(parts[1]) if len(parts) > 1 and parts[1] else 0)
+        facts.todo_total = int(total)
+    elif kind == "todo-at" and len(parts) >= 2:
+        facts.todo_at.setdefault(parts[0], set()).update(int(n) for n in parts[1].split(", ") if n)
+    elif kind == "todo-cut":
+        facts.todo_cut = True
+    elif kind == "todo-scan":
+        facts.todo_done = True
+        facts.todo_count = int(parts[0].split()[0]) if parts[0].split()[0].isdigit() else 0
+        facts.todo_saved = facts.todo_saved or (parts[1] if len(parts) > 1 and parts[1] else None)
+
+
+def _parse_dir(facts: Facts, d: str, subdirs: str, *, items: str) -> None:
     """A directory note: its listing (both glob answers) and the facts of its files read so far."""
     subs = [f"{d}/{n.rstrip('/')}" for n in subdirs.split(", ") if n]
     names = []
@@ -247,17 +267,17 @@ def _entries(content: str) -> list[str]:
 
 
 def _learn_glob(
-    facts: Facts, query: tuple[str, str], content: str, span: tuple[int, int, int], notes: list[str] | None
+    facts: Facts, query: tuple[str, str], content: str, *, span: tuple[int, int, int], notes: list[str] | None
 ) -> None:
     """A glob answer (or one page of a saved one) for ``query``; noted so it survives compaction."""
     cut = glob_cut(content) is not None
     names = facts.glob.learn(query[0], query[1], _entries(content), span, cut)
     if notes is not None:  # a cut answer's names are a sample the narrower queries list again
-        notes.append(_glob_note(query, span, cut, [] if cut else names, facts.glob.root))
+        notes.append(_glob_note(query, span, cut, names=[] if cut else names, root=facts.glob.root))
 
 
 def _glob_note(
-    query: tuple[str, str], span: tuple[int, int, int], cut: bool, names: list[str], root: str | None
+    query: tuple[str, str], span: tuple[int, int, int], cut: bool, *, names: list[str], root: str | None
 ) -> str:
     """One page of one glob answer; skipped names (``__pycache__``, binaries) are left out. Its key
     is the query and, after the first, the page's start, so every page is kept once."""
@@ -318,7 +338,7 @@ def _todo_at_note(facts: Facts, path: str) -> str:
     return f"- todo-at: {path} | {', '.join(str(n) for n in sorted(facts.todo_at[path]))}"
 
 
-def _learn_todos(facts: Facts, content: str, span: tuple[int, int, int], notes: list[str] | None) -> None:
+def _learn_todos(facts: Facts, content: str, span: tuple[int, int, int], *, notes: list[str] | None) -> None:
     """A page of the TODO scan: each hit's file and line number is noted (compact, per file); its
     text is kept only while the page is in view (the report names where the whole output is)."""
     hits = 0
@@ -383,7 +403,7 @@ def _page(content: str) -> tuple[str, tuple[int, int, int]]:
 
 
 def _learn(
-    facts: Facts, use: dict[str, Any], result: dict[str, Any], notes: list[str] | None, touched: list[str]
+    facts: Facts, use: dict[str, Any], result: dict[str, Any], *, notes: list[str] | None, touched: list[str]
 ) -> None:
     """Learn from one result; for the newest results (``notes`` given) note what it taught, and add
     the files whose facts it added to ``touched`` (noted together, per directory in a big tree)."""
@@ -393,54 +413,81 @@ def _learn(
     content = result_text(result)
     placeholder = is_placeholder(content) or is_seed_placeholder(content)
     failed = bool(result.get("is_error"))
-    persisted = saved_path(content) if is_persisted(content) else None
-    query = (str(args.get("path") or ""), str(args.get("pattern", "")))
-    if name in ("glob", "grep") and persisted and not failed:
-        # only a preview is in context: read the whole output back with recall, page by page
-        kind = "glob" if name == "glob" else ("todo" if args.get("pattern") == TODO_PATTERN else None)
-        size = persisted_size(content)
-        if kind == "todo":
-            facts.todo_saved = persisted
-        if kind:
-            facts.recall_due[persisted] = (kind, size[0] if size else RECALL_PAGE, query)
-            if notes is not None:
-                notes.append(_saved_note(persisted, facts.recall_due[persisted]))
-            return
+    if name in ("glob", "grep") and not failed and _learn_saved(facts, use, content, notes=notes):
+        return
     if name == "glob" and not failed and not placeholder:
-        _learn_glob(facts, query, content, (0, 1, 1), notes)
+        _learn_glob(facts, _query(args), content, span=(0, 1, 1), notes=notes)
     elif name == "recall" and not placeholder and not failed:
-        path = str(args.get("path"))
-        kind, _, glob_query = facts.recall_due.get(path, (None, 0, ("", "")))
+        kind, _, glob_query = facts.recall_due.get(str(args.get("path")), (None, 0, ("", "")))
         body, span = _page(content)
         if kind == "glob":
-            _learn_glob(facts, glob_query, body, span, notes)
+            _learn_glob(facts, glob_query, body, span=span, notes=notes)
         elif kind == "todo":
-            _learn_todos(facts, body, span, notes)
-    elif name == "read":
-        path = rel(facts.root or facts.glob.root, str(args.get("file_path", "")))
-        if placeholder:
-            return
-        if failed:
-            facts.errors[path] = content.replace("\n", " ").replace(" | ", " / ")[:160]
-            if notes is not None:
-                notes.append(f"- error: {path} | {facts.errors[path]}")
-        else:
-            chars, lines, doc = _file_facts(content)
-            facts.files[path] = (chars, lines, doc.replace(" | ", " / "))
-            if path.endswith(".py") and not is_persisted(content):
-                facts.outlines[path] = len(re.findall(OUTLINE_PATTERN, content, re.M))
-            if notes is not None:
-                touched.append(path)
+            _learn_todos(facts, body, span, notes=notes)
+    elif name == "read" and not placeholder:
+        _learn_read(facts, args, result, notes=notes, touched=touched)
     elif name == "grep" and args.get("pattern") == TODO_PATTERN and placeholder:
         facts.todo_saved = facts.todo_saved or saved_path(content)
     elif name == "grep" and not placeholder:
-        if args.get("pattern") == OUTLINE_PATTERN:
-            path = rel(facts.root or facts.glob.root, str(args.get("path", "")))
-            facts.outlines[path] = 0 if failed else count_matches(content)
-            if notes is not None:
-                touched.append(path)
-        elif args.get("pattern") == TODO_PATTERN and not persisted:
-            _learn_todos(facts, "" if failed else content, (0, 1, 1), notes)
+        _learn_grep(facts, args, result, notes=notes, touched=touched)
+
+
+def _query(args: dict[str, Any]) -> tuple[str, str]:
+    """A glob's or grep's query: its path ('' for none) and its pattern."""
+    return str(args.get("path") or ""), str(args.get("pattern", ""))
+
+
+def _learn_saved(facts: Facts, use: dict[str, Any], content: str, *, notes: list[str] | None) -> bool:
+    """A glob's or TODO search's output saved (only a preview in context): due to be read back with
+    recall, page by page; False for a result that is not one of those."""
+    persisted = saved_path(content) if is_persisted(content) else None
+    if not persisted:
+        return False
+    args = use.get("input") or {}
+    kind = "glob" if use.get("name") == "glob" else ("todo" if args.get("pattern") == TODO_PATTERN else None)
+    size = persisted_size(content)
+    if kind == "todo":
+        facts.todo_saved = persisted
+    if not kind:
+        return False
+    facts.recall_due[persisted] = (kind, size[0] if size else RECALL_PAGE, _query(args))
+    if notes is not None:
+        notes.append(_saved_note(persisted, facts.recall_due[persisted]))
+    return True
+
+
+def _learn_read(
+    facts: Facts, args: dict[str, Any], result: dict[str, Any], *, notes: list[str] | None, touched: list[str]
+) -> None:
+    """A read's result (not gone): the file's facts, or the error it met."""
+    content = result_text(result)
+    path = rel(facts.root or facts.glob.root, str(args.get("file_path", "")))
+    if result.get("is_error"):
+        facts.errors[path] = content.replace("\n", " ").replace(" | ", " / ")[:160]
+        if notes is not None:
+            notes.append(f"- error: {path} | {facts.errors[path]}")
+        return
+    chars, lines, doc = _file_facts(content)
+    facts.files[path] = (chars, lines, doc.replace(" | ", " / "))
+    if path.endswith(".py") and not is_persisted(content):
+        facts.outlines[path] = len(re.findall(OUTLINE_PATTERN, content, re.M))
+    if notes is not None:
+        touched.append(path)
+
+
+def _learn_grep(
+    facts: Facts, args: dict[str, Any], result: dict[str, Any], *, notes: list[str] | None, touched: list[str]
+) -> None:
+    """A grep's result (not gone, not saved): a file's outline count, or the TODO lines found."""
+    content = result_text(result)
+    failed = bool(result.get("is_error"))
+    if args.get("pattern") == OUTLINE_PATTERN:
+        path = rel(facts.root or facts.glob.root, str(args.get("path", "")))
+        facts.outlines[path] = 0 if failed else count_matches(content)
+        if notes is not None:
+            touched.append(path)
+    elif args.get("pattern") == TODO_PATTERN and not (is_persisted(content) and saved_path(content)):
+        _learn_todos(facts, "" if failed else content, (0, 1, 1), notes=notes)
 
 
 def _history_cut(messages: list[Message]) -> bool:
@@ -480,7 +527,7 @@ def observe(messages: list[Message]) -> tuple[Facts, list[str], int]:
         for result in tool_results(message):
             call = uses.get(str(result.get("tool_use_id")))
             if call is not None:
-                _learn(facts, call, result, new_notes if newest else None, touched)
+                _learn(facts, call, result, notes=new_notes if newest else None, touched=touched)
     if facts.listing is None and facts.glob.answers and not facts.glob.pending():
         facts.root = facts.glob.root
         facts.listing = facts.glob.files()  # the glob notes are the listing's notes
@@ -547,8 +594,8 @@ def checkpoint(facts: Facts, kept: set[str] = frozenset()) -> str:  # type: igno
                     query,
                     (start, end, answer.total),
                     answer.cut,
-                    [] if answer.cut else names,
-                    facts.glob.root,
+                    names=[] if answer.cut else names,
+                    root=facts.glob.root,
                 )
             )
     lines = _combine_glob_notes(facts, lines, retire=False)  # a checkpoint restates: nothing to retire
@@ -641,7 +688,7 @@ def _todo_section(facts: Facts) -> list[str]:
     return out if hits else out + ["(none)"]
 
 
-def _call_id(messages: list[Message], name: str, args: dict[str, Any], k: int) -> str:
+def _call_id(messages: list[Message], name: str, args: dict[str, Any], *, k: int) -> str:
     seed = json.dumps(
         [len(messages), messages[-1] if messages else None, name, args, k], sort_keys=True, default=str
     )
@@ -663,29 +710,52 @@ def decide(
     messages: list[Message], tool_names: set[str], batch_size: int = 4
 ) -> tuple[list[dict[str, Any]], str]:
     """The next assistant content and its stop reason (``tool_use`` or ``end_turn``)."""
-    if "memory" in tool_names and incremental_parts.applies(messages, tool_names):  # a split baseline
-        return incremental_parts.decide(messages, tool_names)
-    if "memory" in tool_names and incremental_survey.applies(
-        messages, tool_names
-    ):  # a baseline to start from
-        return incremental_survey.decide(messages)
-    if "memory" in tool_names and delegation.applies(messages, tool_names):  # a big tree: subagents
-        return delegation.decide(messages, tool_names)
     if "memory" in tool_names:  # the survey keeps its work in memory files
-        return memory_survey.decide(messages)
+        return _memory_decide(messages, tool_names)
     facts, notes, since_checkpoint = observe(messages)
     text_parts: list[str] = []
     if notes:
         text_parts.append("Notes from the last results:\n" + "\n".join(notes))
+    summarized = any(m["role"] == "user" and mentions_summary(text_of(m)) for m in messages)
+    # big workspaces are read more files at a time, so any tree is surveyed in a bounded number of turns
+    batch = max(batch_size, math.ceil(len(facts.listing or []) / 60))
+    calls = _next_calls(facts, tool_names, batch=batch, summarized=summarized)
+    if not calls and not facts.files and (facts.listing or facts.glob.seen_anything()):
+        raise SurveyFailed(
+            f"the survey of {facts.root or 'the workspace'} read no file of the "
+            f"{len(facts.listing or [])} it listed"
+        )
+    if not calls:
+        return [{"type": "text", "text": report(facts, largest_of(messages))}], "end_turn"
+    if since_checkpoint >= CHECKPOINT_EVERY or (calls[0][0] == "compact"):
+        text_parts.append(checkpoint(facts, _summary_notes(messages)))
+    text_parts.append(f"Next: {calls[0][0]} ({len(calls)} call{'s' if len(calls) > 1 else ''}).")
+    return _content(messages, text_parts, calls), "tool_use"
+
+
+def _memory_decide(messages: list[Message], tool_names: set[str]) -> tuple[list[dict[str, Any]], str]:
+    """The next turn of a survey kept in memory files: an incremental one (of a split baseline, or of
+    one to start from), one handed to subagents (a big tree), or the memory survey."""
+    if incremental_parts.applies(messages, tool_names):  # a split baseline
+        return incremental_parts.decide(messages, tool_names)
+    if incremental_survey.applies(messages, tool_names):  # a baseline to start from
+        return incremental_survey.decide(messages)
+    if delegation.applies(messages, tool_names):  # a big tree: subagents
+        return delegation.decide(messages, tool_names)
+    return memory_survey.decide(messages)
+
+
+def _next_calls(
+    facts: Facts, tool_names: set[str], *, batch: int, summarized: bool
+) -> list[tuple[str, dict[str, Any]]]:
+    """This turn's calls, in the survey's order: the listing (saved answers read back first), the
+    reads, the outlines (after a compaction when one is offered), then the TODO scan; none when done."""
     calls: list[tuple[str, dict[str, Any]]] = []
     root = facts.root
     known = set(facts.files) | set(facts.errors)
     pending = [p for p in (facts.listing or []) if p not in known]
     python = [p for p in sorted(facts.files) if p.endswith(".py")]
     pending_outline = [p for p in python if p not in facts.outlines]
-    summarized = any(m["role"] == "user" and mentions_summary(text_of(m)) for m in messages)
-    # big workspaces are read more files at a time, so any tree is surveyed in a bounded number of turns
-    batch = max(batch_size, math.ceil(len(facts.listing or []) / 60))
     glob_due = [
         (path, query)
         for path, (kind, _, query) in facts.recall_due.items()
@@ -713,17 +783,7 @@ def decide(
         calls.append(("recall", {"path": todo_due[-1], "offset": _chain_end(facts.todo_parts)}))
     elif not facts.todo_done and "grep" in tool_names:
         calls.append(("grep", {"pattern": TODO_PATTERN}))
-    if not calls and not facts.files and (facts.listing or facts.glob.seen_anything()):
-        raise SurveyFailed(
-            f"the survey of {root or 'the workspace'} read no file of the "
-            f"{len(facts.listing or [])} it listed"
-        )
-    if not calls:
-        return [{"type": "text", "text": report(facts, largest_of(messages))}], "end_turn"
-    if since_checkpoint >= CHECKPOINT_EVERY or (calls[0][0] == "compact"):
-        text_parts.append(checkpoint(facts, _summary_notes(messages)))
-    text_parts.append(f"Next: {calls[0][0]} ({len(calls)} call{'s' if len(calls) > 1 else ''}).")
-    return _content(messages, text_parts, calls), "tool_use"
+    return calls
 
 
 def _content(
@@ -732,7 +792,7 @@ def _content(
     content: list[dict[str, Any]] = [{"type": "text", "text": "\n\n".join(text_parts)}]
     for k, (name, args) in enumerate(calls):
         content.append(
-            {"type": "tool_use", "id": _call_id(messages, name, args, k), "name": name, "input": args}
+            {"type": "tool_use", "id": _call_id(messages, name, args, k=k), "name": name, "input": args}
         )
     return content
 

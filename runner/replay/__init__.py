@@ -57,8 +57,10 @@ def window_limits(limits: Limits, context_tokens: int | None, compaction: str | 
     return Limits.model_validate({**limits.model_dump(), **update}) if update else limits
 
 
-def compactor_contestant(name: str, limits: Limits, job_dir: Path, summary_model: str) -> Contestant:
-    return CompactorContestant(name, limits, job_dir, DeterministicSummarizer(summary_model, input_tokens))
+def compactor_contestant(name: str, limits: Limits, job_dir: Path, *, summary_model: str) -> Contestant:
+    return CompactorContestant(
+        name, limits, job_dir, summarizer=DeterministicSummarizer(summary_model, input_tokens)
+    )
 
 
 async def replay_files(

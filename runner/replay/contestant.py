@@ -116,7 +116,7 @@ class DeterministicSummarizer(Summarizer):
 class CompactorContestant:
     """The runner's Compactor with the strategy ``limits.compaction`` names, on a store in ``job_dir``."""
 
-    def __init__(self, name: str, limits: Limits, job_dir: Path, summarizer: Summarizer):
+    def __init__(self, name: str, limits: Limits, job_dir: Path, *, summarizer: Summarizer):
         self.name = name
         self.tools = [RECALL_TOOL]
         self.compactor = Compactor(summarizer)

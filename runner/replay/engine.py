@@ -158,6 +158,7 @@ def _body(
     options: ReplayOptions,
     system: str,
     tools: list[dict[str, Any]],
+    *,
     view: list[Message],
     points: tuple[int, ...],
 ) -> dict[str, Any]:
@@ -188,7 +189,7 @@ async def replay(history: History, contestant: Contestant, options: ReplayOption
             continue
         report.turns += 1
         view = await contestant.prepare(history.messages[:index])
-        body = _body(options, history.system, tools, view, contestant.cache_points())
+        body = _body(options, history.system, tools, view=view, points=contestant.cache_points())
         total = input_tokens(body.get("system"), body["messages"], body.get("tools") or [])
         retries = 0
         while (
@@ -201,7 +202,7 @@ async def replay(history: History, contestant: Contestant, options: ReplayOption
             if not await contestant.reactive():
                 break
             view = await contestant.prepare(history.messages[:index])
-            body = _body(options, history.system, tools, view, contestant.cache_points())
+            body = _body(options, history.system, tools, view=view, points=contestant.cache_points())
             total = input_tokens(body.get("system"), body["messages"], body.get("tools") or [])
         if options.context_tokens and total > options.context_tokens:
             report.over_window += 1
@@ -221,7 +222,7 @@ async def replay(history: History, contestant: Contestant, options: ReplayOption
         report.turn_costs.append(prices.cost(options.model, usage))
         if options.dump_dir is not None:
             _dump(options.dump_dir / history.path.stem, report.turns, body)
-        _judge(report, report.turns, needed.get(index, set()), view, contestant, facts)
+        _judge(report, report.turns, needed.get(index, set()), view=view, contestant=contestant, facts=facts)
     report.summary_usage = contestant.summary_usage.model_copy()
     report.summaries = contestant.summaries
     report.compactions = {str(getattr(k, "value", k)): n for k, n in contestant.compactions.items()}
@@ -240,6 +241,7 @@ def _judge(
     report: FileReport,
     turn: int,
     needed: set[str],
+    *,
     view: list[Message],
     contestant: Contestant,
     facts: _FactCache,

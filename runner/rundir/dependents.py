@@ -134,7 +134,7 @@ def _absolute(tree: Tree, here: str, dotted: str, *, parents: bool = True) -> se
     return found
 
 
-def _relative(tree: Tree, importer: str, level: int, module: str | None, names: list[str]) -> set[str]:
+def _relative(tree: Tree, importer: str, level: int, *, module: str | None, names: list[str]) -> set[str]:
     """``from .module import names`` (``level`` dots) in ``importer``: the module, and each name that
     is a submodule. Nothing above the workspace's top."""
     base = posixpath.dirname(importer)
@@ -165,7 +165,7 @@ def python_imports(path: str, text: str, tree: Tree) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             names = [alias.name for alias in node.names]
             if node.level:
-                found |= _relative(tree, path, node.level, node.module, names)
+                found |= _relative(tree, path, node.level, module=node.module, names=names)
             elif node.module:
                 found |= _absolute(tree, here, node.module)
                 for name in names:
@@ -258,7 +258,7 @@ def might_import(text: str, changed: Iterable[str]) -> bool:
 
 
 def dependents_of(
-    tree: Tree, changed: set[str], sources: Iterable[tuple[str, str]], result: Dependents | None = None
+    tree: Tree, changed: set[str], sources: Iterable[tuple[str, str]], *, result: Dependents | None = None
 ) -> Dependents:
     """Which of ``sources`` (``(path, text)`` of unchanged files) import one of ``changed``. Pure."""
     result = result if result is not None else Dependents()
@@ -315,7 +315,7 @@ def read_beneath(top: int, path: str, cap: int) -> bytes | str:
 
 
 def _sources(
-    workspace: Path, paths: list[str], result: Dependents, sizes: dict[str, int]
+    workspace: Path, paths: list[str], result: Dependents, *, sizes: dict[str, int]
 ) -> Iterator[tuple[str, str]]:
     """The texts of ``paths``, read beneath ``workspace`` within the bounds; what is left out counted."""
     top = os.open(workspace, _DIR_FLAGS)
@@ -356,4 +356,4 @@ def find(workspace: Path, manifest: Manifest, changes: Changes) -> Dependents:
         for p, e in manifest.entries.items()
         if e.get("kind") == FILE and p not in changed and resolver_for(p) is not None
     )
-    return dependents_of(tree, changed, _sources(workspace, candidates, result, sizes), result)
+    return dependents_of(tree, changed, _sources(workspace, candidates, result, sizes=sizes), result=result)

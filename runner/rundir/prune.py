@@ -101,10 +101,45 @@ def latest_target(output_dir: Path) -> Path | None:
         return None
 
 
+def _chosen(runs: list[Path], keep: int | None, *, older_than_s: float | None, now: float) -> list[Path]:
+    """The runs (given newest first) that ``keep`` and ``older_than_s`` select, newest first."""
+    chosen = runs[keep:] if keep is not None else runs
+    if older_than_s is not None:
+        chosen = [p for p in chosen if now - _written(p) > older_than_s]
+    return chosen
+
+
+def _remove(path: Path, *, dry_run: bool) -> Run | str:
+    """The run at ``path``, removed (with ``dry_run``, untouched), or why it is kept."""
+    if dry_run:  # touches nothing, not even the lock file
+        if writer_alive(path):
+            return "a runner is writing this run"
+        return Run(path, _written(path), tree_bytes(path))
+    try:
+        with hold_run_dir(path):
+            run = Run(path, _written(path), tree_bytes(path))
+            trash = path.parent / f"{PRUNING}{path.name}"
+            os.rename(path, trash)
+            remove_tree(trash)
+    except ConfigError as e:  # its lock is held: a run or resume is writing it
+        return e.problems[0].split(": ", 1)[-1]
+    except OSError as e:
+        return f"could not remove it: {e.strerror or e}"
+    return run
+
+
+def _finish_leftovers(output_dir: Path) -> None:
+    """Remove what a prune interrupted between rename and delete left (``.pruning-*``)."""
+    for leftover in output_dir.glob(f"{PRUNING}*"):
+        if leftover.is_dir() and not leftover.is_symlink():
+            remove_tree(leftover, ignore_errors=True)
+
+
 def prune(
     output_dir: Path,
     keep: int | None = None,
     older_than_s: float | None = None,
+    *,
     dry_run: bool = False,
     now: float | None = None,
 ) -> PruneResult:
@@ -119,37 +154,19 @@ def prune(
     now = time.time() if now is None else now
     runs = find_runs(output_dir)
     result = PruneResult(runs=len(runs), dry_run=dry_run)
-    chosen = runs[keep:] if keep is not None else runs
-    if older_than_s is not None:
-        chosen = [p for p in chosen if now - _written(p) > older_than_s]
+    chosen = _chosen(runs, keep, older_than_s=older_than_s, now=now)
     latest = latest_target(output_dir)
     for path in reversed(chosen):  # oldest first
         if latest is not None and path.resolve() == latest:
-            result.kept.append((path, f"{output_dir / LATEST} points at it"))
-            continue
-        if dry_run:  # touches nothing, not even the lock file
-            if writer_alive(path):
-                result.kept.append((path, "a runner is writing this run"))
-            else:
-                result.removed.append(Run(path, _written(path), tree_bytes(path)))
-            continue
-        try:
-            with hold_run_dir(path):
-                run = Run(path, _written(path), tree_bytes(path))
-                trash = path.parent / f"{PRUNING}{path.name}"
-                os.rename(path, trash)
-                remove_tree(trash)
-        except ConfigError as e:  # its lock is held: a run or resume is writing it
-            result.kept.append((path, e.problems[0].split(": ", 1)[-1]))
-            continue
-        except OSError as e:
-            result.kept.append((path, f"could not remove it: {e.strerror or e}"))
-            continue
-        result.removed.append(run)
+            outcome: Run | str = f"{output_dir / LATEST} points at it"
+        else:
+            outcome = _remove(path, dry_run=dry_run)
+        if isinstance(outcome, Run):
+            result.removed.append(outcome)
+        else:
+            result.kept.append((path, outcome))
     if not dry_run:
-        for leftover in output_dir.glob(f"{PRUNING}*"):  # a prune interrupted between rename and delete
-            if leftover.is_dir() and not leftover.is_symlink():
-                remove_tree(leftover, ignore_errors=True)
+        _finish_leftovers(output_dir)
     return result
 
 

@@ -56,6 +56,7 @@ async def final_write(
     run_dir: Path,
     write: Callable[[], Awaitable[None]],
     in_place: Callable[[], Awaitable[None]] | None = None,
+    *,
     reserve: str = JOBS_RESERVE,
 ) -> None:
     """``write()``; when the disk is full, free the reserve and try once more; still full, ``in_place()``

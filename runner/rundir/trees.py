@@ -97,7 +97,7 @@ def _empty(top: int) -> None:
                 sub = os.open(name, _DIR_FLAGS, dir_fd=top)
                 try:
                     for child in os.listdir(sub):
-                        _clear(sub, child, top, spare)
+                        _clear(sub, child, top, spare=spare)
                 finally:
                     os.close(sub)
                 os.rmdir(name, dir_fd=top)
@@ -105,7 +105,7 @@ def _empty(top: int) -> None:
                 continue  # gone meanwhile
 
 
-def _clear(sub: int, child: str, top: int, spare: Iterator[int]) -> None:
+def _clear(sub: int, child: str, top: int, *, spare: Iterator[int]) -> None:
     """``child`` of ``sub`` unlinked, or, a directory, renamed into ``top`` under the first spare name
     free for it (one that replaces an empty directory there is free: all of it goes)."""
     try:
@@ -182,7 +182,7 @@ def walk_beneath(
     here = os.fstat(top)
     stack = [_Frame("", "", _ident(here), top)]
     try:
-        yield from _list(stack[0], top, 1, skip, look is None or look(here))
+        yield from _list(stack[0], top, 1, skip=skip, every=look is None or look(here))
         while stack:
             frame = stack[-1]
             if not frame.subdirs:
@@ -206,7 +206,7 @@ def walk_beneath(
             try:
                 if _ident(os.fstat(fd)) != child.ident:
                     raise OSError(errno.EAGAIN, "replaced while it was walked")
-                listed = list(_list(child, fd, depth + 1, frozenset(), look is None or look(st)))
+                listed = list(_list(child, fd, depth + 1, skip=frozenset(), every=look is None or look(st)))
             except OSError as e:
                 os.close(fd)
                 yield Found(parent, frame.dir, name, st, depth, error=e)
@@ -230,7 +230,7 @@ def _close(frame: _Frame, top: int) -> None:
     frame.fd = None
 
 
-def _list(frame: _Frame, fd: int, depth: int, skip: frozenset[str], every: bool) -> Iterator[Found]:
+def _list(frame: _Frame, fd: int, depth: int, *, skip: frozenset[str], every: bool) -> Iterator[Found]:
     """The entries of ``frame``'s directory (open as ``fd``; all of them, or with ``every`` false only its
     subdirectories), its subdirectories noted in it to enter later. Listing first, so an OSError of the
     listing is raised before anything is yielded."""

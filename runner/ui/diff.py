@@ -112,6 +112,7 @@ def report_units(
     report: str,
     job_dir: Path | None = None,
     problems: list[str] | None = None,
+    *,
     outputs: list[str] | None = None,
 ) -> tuple[str, dict[str, str]]:
     """What a report is made of, by key: ("rows", its tables' rows and, with ``job_dir``, the rows of
@@ -240,6 +241,7 @@ def job_diff(
     name: str,
     run_a: Path,
     status_a: str | None,
+    *,
     run_b: Path,
     status_b: str | None,
     warn: Callable[[str], None] | None = None,
@@ -258,7 +260,7 @@ def job_diff(
         text = read_report(job_dir, problems) if readable else ""
         outputs = declared_outputs(job_dir, problems) if readable else []
         texts.append(text)
-        units.append(report_units(text, job_dir if readable else None, problems, outputs))
+        units.append(report_units(text, job_dir if readable else None, problems, outputs=outputs))
     result = compare(
         name,
         texts[0],
@@ -286,7 +288,10 @@ def diff_runs(run_a: Path, run_b: Path, warn: Callable[[str], None] | None = _st
     for side, data in enumerate(runs):
         for job in data.jobs:
             jobs.setdefault(job.name, [None, None])[side] = job
-    out = [job_diff(name, run_a, _status(a), run_b, _status(b), warn) for name, (a, b) in jobs.items()]
+    out = [
+        job_diff(name, run_a, _status(a), run_b=run_b, status_b=_status(b), warn=warn)
+        for name, (a, b) in jobs.items()
+    ]
     return RunDiff(run_a, run_b, out)
 
 

@@ -201,28 +201,23 @@ def line_chart(
             out.append(
                 f'<text x="{left + plot_w + 4}" y="{py(tick, True) + 4:.1f}" class="ax">{_fmt(tick)}</text>'
             )
-    for tick in _ticks(x_max):
-        if tick <= x_max:
-            out.append(
-                f'<text x="{px(tick):.1f}" y="{top + plot_h + strip + 14}" class="ax" '
-                f'text-anchor="middle">{_fmt(tick)}</text>'
-            )
+    out += [
+        f'<text x="{px(tick):.1f}" y="{top + plot_h + strip + 14}" class="ax" '
+        f'text-anchor="middle">{_fmt(tick)}</text>'
+        for tick in _ticks(x_max)
+        if tick <= x_max
+    ]
     tallest = max((g.total for g in groups), default=0)
     for group in groups:
-        x0, x1 = px(group.start), px(group.end)
-        y = top + plot_h + strip - 2
-        parts = []
-        for _, color, count in group.counts:
-            h = (strip - 6) * count / tallest
-            y -= h
-            parts.append(
-                f'<rect x="{x0 + 0.5:.1f}" y="{y:.1f}" width="{max(x1 - x0 - 1, 0.5):.1f}" '
-                f'height="{h:.1f}" fill="{color}"/>'
-            )
-        first, last = int(group.start) + 1, int(group.end)
-        kinds = ", ".join(f"{kind} {count:,}" for kind, _, count in group.counts)
-        label = f"{x_label} {first:,}-{last:,}: {group.total:,} {group_label} ({kinds})"
-        out.append(f'<g class="group"><title>{escape(label)}</title>{"".join(parts)}</g>')
+        title = _group_title(group, x_label=x_label, group_label=group_label)
+        bars = _group_bars(
+            group,
+            (px(group.start), px(group.end)),
+            base=top + plot_h + strip - 2,
+            strip=strip,
+            tallest=tallest,
+        )
+        out.append(f'<g class="group"><title>{escape(title)}</title>{bars}</g>')
     out.append(
         f'<text x="{left + plot_w / 2}" y="{height - 4}" class="ax" text-anchor="middle">'
         f"{escape(x_label)}</text>"
@@ -258,15 +253,45 @@ def line_chart(
             f'<polyline points="{coords}" fill="none" stroke="{s.color}" stroke-width="1.6" '
             f'class="line"><title>{escape(s.label)}</title></polyline>'
         )
-    legend_x = left  # a line of its own, under the title
+    out += _legend(series, left)
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _group_bars(group: MarkGroup, span: tuple[float, float], *, base: float, strip: int, tallest: int) -> str:
+    """A group of marks as one stacked bar over ``span`` (its left and right in pixels), standing on
+    ``base``, as high against ``strip`` as its count against the ``tallest`` group's."""
+    x0, x1 = span
+    y = base
+    parts = []
+    for _, color, count in group.counts:
+        h = (strip - 6) * count / tallest
+        y -= h
+        parts.append(
+            f'<rect x="{x0 + 0.5:.1f}" y="{y:.1f}" width="{max(x1 - x0 - 1, 0.5):.1f}" '
+            f'height="{h:.1f}" fill="{color}"/>'
+        )
+    return "".join(parts)
+
+
+def _group_title(group: MarkGroup, *, x_label: str, group_label: str) -> str:
+    """A group's hover title: its span of x and its counts by kind."""
+    first, last = int(group.start) + 1, int(group.end)
+    kinds = ", ".join(f"{kind} {count:,}" for kind, _, count in group.counts)
+    return f"{x_label} {first:,}-{last:,}: {group.total:,} {group_label} ({kinds})"
+
+
+def _legend(series: Sequence[Series], left: int) -> list[str]:
+    """The legend, a line of its own under the title, from ``left``: each series' colour and label."""
+    out = []
+    legend_x = left
     for s in series:
         out.append(
             f'<rect x="{legend_x}" y="25" width="10" height="3" fill="{s.color}"/>'
             f'<text x="{legend_x + 14}" y="30" class="ax">{escape(s.label)}</text>'
         )
         legend_x += 14 + 7 * len(s.label) + 16
-    out.append("</svg>")
-    return "".join(out)
+    return out
 
 
 def bar_chart(

@@ -185,7 +185,7 @@ def since_baseline(job: JobData, start: Path, problems: list[str]) -> dict[str, 
     }
     if baseline.dir is None:
         return shown
-    result = job_diff(job.name, baseline.dir, baseline.status, job.dir.parent, status_of(job))
+    result = job_diff(job.name, baseline.dir, baseline.status, run_b=job.dir.parent, status_b=status_of(job))
     problems += result.problems
     text = result.diff[:DIFF_SHOWN_CHARS]
     return {
@@ -264,7 +264,7 @@ def _compact_json(value: Any) -> str:
 
 
 def _block(
-    block: Any, job: JobData, start: Path, saved: dict[str, str], agents: dict[str, str]
+    block: Any, job: JobData, start: Path, *, saved: dict[str, str], agents: dict[str, str]
 ) -> dict[str, Any]:
     if not isinstance(block, dict):
         return {"kind": "other", "text": json.dumps(block, ensure_ascii=False)}
@@ -321,7 +321,7 @@ def _saved_outputs(compactions: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def _event(event: dict[str, Any], job: JobData, start: Path, problems: list[str]) -> dict[str, Any]:
+def _event(event: dict[str, Any], job: JobData, start: Path, *, problems: list[str]) -> dict[str, Any]:
     stage = str(event.get("stage", "?"))
     paths = (
         [p for p in event.get("paths", []) if isinstance(p, str)]
@@ -407,7 +407,7 @@ def job_context(
             calls.append(event)
             chars.append((event.turn, event.chars))
         else:
-            shown = _event(event.line(), job, start, problems)
+            shown = _event(event.line(), job, start, problems=problems)
             shown["before_call"] = len(calls) + 1
             timeline.setdefault(len(calls) + 1, []).append(shown)
             if not isinstance(event, CompactionEvent):  # a call's retries, a last call, a worker lost: in
@@ -478,39 +478,7 @@ def job_context(
         )
     transcript = read_records(job.dir / TRANSCRIPT, problems)
     saved = _saved_outputs(compactions)
-    items: list[dict[str, Any]] = []
-    turn = 0
-    for number_, message in enumerate(transcript, 1):
-        role = str(message.get("role", "?"))
-        if role == "assistant":
-            turn += 1
-            items.extend({"kind": "event", **e} for e in timeline.pop(turn, []))
-        content = message.get("content")
-        text = str(content)
-        blocks = (
-            [_block(b, job, start, saved, agent_hrefs) for b in content]
-            if isinstance(content, list)
-            else [
-                {
-                    "kind": "text",
-                    "text": text[:TEXT_SHOWN_CHARS],
-                    "chars": len(text),
-                    "cut": len(text) > TEXT_SHOWN_CHARS,
-                    "marker": is_marker(text),
-                }
-            ]
-        )
-        items.append(
-            {
-                "kind": "message",
-                "role": role,
-                "line": number_,
-                "turn": turn if role == "assistant" else None,
-                "blocks": blocks,
-            }
-        )
-    for rest in timeline.values():  # after the last reply (or from a run without model_call records)
-        items.extend({"kind": "event", **e} for e in rest)
+    items = _transcript_items(transcript, timeline, job=job, start=start, saved=saved, agents=agent_hrefs)
     pages = split_transcript(fit_shown(items, JOB_SHOWN_CHARS), TRANSCRIPT_PAGE_CHARS)
     final = read_text(job.dir / FINAL, problems)
     usage = {k: int(job.usage(k)) for k in USAGE_KEYS}
@@ -553,6 +521,57 @@ def job_context(
         "dir_href": link(job.dir, start),
         "memories": [{"path": path, "size": size} for path, size in memory_files(str(job.dir))],
     }
+
+
+def _transcript_items(
+    transcript: list[dict[str, Any]],
+    timeline: dict[int, list[dict[str, Any]]],
+    *,
+    job: JobData,
+    start: Path,
+    saved: dict[str, str],
+    agents: dict[str, str],
+) -> list[dict[str, Any]]:
+    """The transcript's messages, each assistant reply after the events before its model call (those of
+    ``timeline``, by call number), then the events after the last reply."""
+    pending = dict(timeline)
+    items: list[dict[str, Any]] = []
+    turn = 0
+    for number_, message in enumerate(transcript, 1):
+        role = str(message.get("role", "?"))
+        if role == "assistant":
+            turn += 1
+            items.extend({"kind": "event", **e} for e in pending.pop(turn, []))
+        items.append(
+            {
+                "kind": "message",
+                "role": role,
+                "line": number_,
+                "turn": turn if role == "assistant" else None,
+                "blocks": _message_blocks(message.get("content"), job, start, saved=saved, agents=agents),
+            }
+        )
+    for rest in pending.values():  # after the last reply (or from a run without model_call records)
+        items.extend({"kind": "event", **e} for e in rest)
+    return items
+
+
+def _message_blocks(
+    content: Any, job: JobData, start: Path, *, saved: dict[str, str], agents: dict[str, str]
+) -> list[dict[str, Any]]:
+    """A message's content as shown: each block of a list, or a string as one text block."""
+    if isinstance(content, list):
+        return [_block(b, job, start, saved=saved, agents=agents) for b in content]
+    text = str(content)
+    return [
+        {
+            "kind": "text",
+            "text": text[:TEXT_SHOWN_CHARS],
+            "chars": len(text),
+            "cut": len(text) > TEXT_SHOWN_CHARS,
+            "marker": is_marker(text),
+        }
+    ]
 
 
 def fair_cap(lengths: list[int], budget: int, *, floor: int = 0) -> int | None:

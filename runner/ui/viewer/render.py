@@ -71,7 +71,7 @@ def render_index(run: RunData, index: Path, refresh: int | None = None) -> str:
 
 
 def render_job(
-    job: JobData, pages_dir: Path, index: Path, refresh: int | None = None, page: int = 1
+    job: JobData, pages_dir: Path, index: Path, *, refresh: int | None = None, page: int = 1
 ) -> str | None:
     """Page ``page`` of a job: 1 is the job's page (charts, compactions, report and the transcript's first
     page), 2 and on the transcript's further pages; None when the transcript has no such page."""
@@ -82,7 +82,7 @@ def render_job(
     return _render_page(context, page, refresh)
 
 
-def agent_context(job: JobData, agent: JobData, pages_dir: Path, index: Path) -> dict:
+def agent_context(job: JobData, agent: JobData, pages_dir: Path, *, index: Path) -> dict:
     """A subagent's page, in its job's directory of subagent pages, linking back to the job's page."""
     start = pages_dir / agents_page_dir(job.name)
     return job_context(
@@ -91,10 +91,16 @@ def agent_context(job: JobData, agent: JobData, pages_dir: Path, index: Path) ->
 
 
 def render_agent(
-    job: JobData, agent: JobData, pages_dir: Path, index: Path, refresh: int | None = None, page: int = 1
+    job: JobData,
+    agent: JobData,
+    pages_dir: Path,
+    *,
+    index: Path,
+    refresh: int | None = None,
+    page: int = 1,
 ) -> str | None:
     """Page ``page`` of a subagent of ``job`` (as :func:`render_job`)."""
-    context = agent_context(job, agent, pages_dir, index)
+    context = agent_context(job, agent, pages_dir, index=index)
     if not 1 <= page <= len(context["transcript_pages"]):
         return None
     return _render_page(context, page, refresh)
@@ -151,7 +157,7 @@ def _write_page(job: JobData, pages: Path, index: Path) -> None:
     names = set()
     for agent in context["subagents"]:
         agent_pages.mkdir(parents=True, exist_ok=True)
-        _write_pages(agent_context(job, agent, pages, index), agent_pages, agent.name)
+        _write_pages(agent_context(job, agent, pages, index=index), agent_pages, agent.name)
         names.add(safe_name(agent.name))
     for old in agent_pages.glob("*.html"):  # a subagent that is no longer there
         if old.name.split(".", 1)[0] not in names:

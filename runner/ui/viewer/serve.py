@@ -29,7 +29,7 @@ from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ...rundir.docs import AGENTS, INDEX, JOB_FILES, SUMMARIES, TOOL_RESULTS, load_run
+from ...rundir.docs import AGENTS, INDEX, JOB_FILES, SUMMARIES, TOOL_RESULTS, JobData, load_run
 from ...rundir.store import safe_name
 from ..terminal import printable
 from .data import subagent_names, subagents_of
@@ -130,6 +130,71 @@ class LoopbackOnly:
         await self.app(scope, receive, with_headers)
 
 
+def _job_page(run_dir: Path, pages: Path, index: Path, *, name: str) -> str | None:
+    """The job page file ``name`` asks for, rendered now, or None when no job has it."""
+    for job in load_run(run_dir).jobs:
+        number = page_number(job.name, name)
+        if number is not None:
+            return render_job(job, pages, index, refresh=REFRESH_S, page=number)
+    return None
+
+
+def _agent_page(run_dir: Path, pages: Path, index: Path, *, job_page: str, name: str) -> str | None:
+    """The page ``name`` of a subagent of the job whose safe name is ``job_page``, rendered now, or None
+    when no subagent has it."""
+    for job in load_run(run_dir).jobs:
+        if safe_name(job.name) != job_page:
+            continue
+        for agent in subagents_of(job, []):
+            number = page_number(agent.name, name)
+            text = (
+                render_agent(job, agent, pages, index=index, refresh=REFRESH_S, page=number)
+                if number is not None
+                else None
+            )
+            if text is not None:
+                return text
+    return None
+
+
+def _agent_dir(found: JobData | None, parts: list[str]) -> str | None:
+    """The subagent directory that ``parts`` (a path under a job, split) starts with, when ``found``
+    (the job) has that subagent."""
+    if found is not None and len(parts) >= 2 and parts[0] == AGENTS and parts[1] in subagent_names(found):
+        return parts[1]
+    return None
+
+
+def _listing(run_dir: Path, found: JobData, where: str, *, top: bool) -> Response:
+    """The page listing the runner's files of ``where`` (a job's directory, ``top``, with its subagents'
+    directories too, or a subagent's)."""
+    files = [{"name": f, "href": "/" + quote(f"{where}/{f}")} for f in served_files(run_dir / where)]
+    if top:
+        files += [
+            {"name": f"{AGENTS}/{a}/", "href": "/" + quote(f"{where}/{AGENTS}/{a}")}
+            for a in subagent_names(found)
+        ]
+    return HTMLResponse(render_files(f"files of {where}", files), headers=PAGE_HEADERS)
+
+
+def _job_file(run_dir: Path, job: str, rest: str) -> Response:
+    """A file the runner wrote for a job or one of its subagents, as text; anything else is a 404."""
+    parts = rest.split("/")
+    found = next((j for j in load_run(run_dir, with_specs=False).jobs if j.name == job), None)
+    agent = _agent_dir(found, parts)
+    if found is not None and (parts == [""] or (len(parts) == 2 and agent is not None)):
+        return _listing(run_dir, found, f"{job}/{rest}".rstrip("/"), top=parts == [""])
+    where = job
+    if len(parts) > 2 and agent is not None:
+        where, parts = f"{job}/{AGENTS}/{agent}", parts[2:]
+    if found is not None and runner_file(parts):
+        job_dir = os.path.realpath(run_dir / where)
+        path = os.path.realpath(run_dir / job / rest)
+        if path.startswith(job_dir + os.sep) and os.path.isfile(path):
+            return FileResponse(path, media_type="text/plain; charset=utf-8", headers=FILE_HEADERS)
+    return PlainTextResponse("not found", status_code=404)
+
+
 def create_app(run_dir: Path, port: int | None = None) -> ASGIApp:
     index = run_dir / INDEX
     pages = pages_dir_for(index)
@@ -138,57 +203,23 @@ def create_app(run_dir: Path, port: int | None = None) -> ASGIApp:
         return HTMLResponse(render_index(load_run(run_dir), index, refresh=REFRESH_S), headers=PAGE_HEADERS)
 
     async def show_job(request: Request) -> Response:
-        name = request.path_params["page"]
-        for job in load_run(run_dir).jobs:
-            number = page_number(job.name, name)
-            if number is not None:
-                text = render_job(job, pages, index, refresh=REFRESH_S, page=number)
-                if text is None:
-                    break
-                return HTMLResponse(text, headers=PAGE_HEADERS)
-        return PlainTextResponse("no such page", status_code=404)
+        text = _job_page(run_dir, pages, index, name=request.path_params["page"])
+        if text is None:
+            return PlainTextResponse("no such page", status_code=404)
+        return HTMLResponse(text, headers=PAGE_HEADERS)
 
     async def show_agent(request: Request) -> Response:
-        wanted, name = request.path_params["job"], request.path_params["page"]
-        for job in load_run(run_dir).jobs:
-            if safe_name(job.name) != wanted:
-                continue
-            for agent in subagents_of(job, []):
-                number = page_number(agent.name, name)
-                if number is not None:
-                    text = render_agent(job, agent, pages, index, refresh=REFRESH_S, page=number)
-                    if text is not None:
-                        return HTMLResponse(text, headers=PAGE_HEADERS)
-        return PlainTextResponse("no such page", status_code=404)
+        params = request.path_params
+        text = _agent_page(run_dir, pages, index, job_page=params["job"], name=params["page"])
+        if text is None:
+            return PlainTextResponse("no such page", status_code=404)
+        return HTMLResponse(text, headers=PAGE_HEADERS)
 
     async def to_index(request: Request) -> Response:
         return RedirectResponse("/")
 
     async def job_file(request: Request) -> Response:
-        """A file the runner wrote for a job or one of its subagents, as text; anything else is a 404."""
-        job, rest = request.path_params["job"], request.path_params.get("rest", "")
-        parts = rest.split("/")
-        found = next((j for j in load_run(run_dir, with_specs=False).jobs if j.name == job), None)
-        where = job
-        if found is not None and (
-            parts == [""] or (len(parts) == 2 and parts[0] == AGENTS and parts[1] in subagent_names(found))
-        ):
-            where = f"{job}/{rest}".rstrip("/")
-            files = [{"name": f, "href": "/" + quote(f"{where}/{f}")} for f in served_files(run_dir / where)]
-            if parts == [""]:
-                files += [
-                    {"name": f"{AGENTS}/{a}/", "href": "/" + quote(f"{where}/{AGENTS}/{a}")}
-                    for a in subagent_names(found)
-                ]
-            return HTMLResponse(render_files(f"files of {where}", files), headers=PAGE_HEADERS)
-        if found is not None and len(parts) > 2 and parts[0] == AGENTS and parts[1] in subagent_names(found):
-            where, parts = f"{job}/{AGENTS}/{parts[1]}", parts[2:]
-        if found is not None and runner_file(parts):
-            job_dir = os.path.realpath(run_dir / where)
-            path = os.path.realpath(run_dir / job / rest)
-            if path.startswith(job_dir + os.sep) and os.path.isfile(path):
-                return FileResponse(path, media_type="text/plain; charset=utf-8", headers=FILE_HEADERS)
-        return PlainTextResponse("not found", status_code=404)
+        return _job_file(run_dir, request.path_params["job"], request.path_params.get("rest", ""))
 
     app = Starlette(
         routes=[
