@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -36,9 +37,8 @@ from ..compaction.window import Entry
 from ..jobs import JobSpec
 from ..messages import Message, merge_adjacent, one_line, text_of, tool_uses
 from ..models.base import BackendUnusable, Model, PromptTooLong, Reply, Request
-from ..models.wire import ANSWER_BY
-from ..models.wire import CURRENT as WIRE
-from ..pricing import DEFAULT_TABLE, PriceTable, Usage
+from ..models.wire import ANSWER_BY, WireCounts, counts_of
+from ..pricing import DEFAULT_TABLE, PriceTable
 from ..protocol import CUT_OFF, NO_TOOLS, OUT_OF_TURNS
 from ..rundir.docs import (
     BATCH_FIELDS,
@@ -139,10 +139,6 @@ class Session:
         store.max_bytes = spec.limits.max_job_bytes
         self.record = record if record is not None else new_record(spec)
         self.record.error = None
-        if (
-            prior is not None
-        ):  # a resumed job keeps what it already spent (rebuilt from events.jsonl at _begin)
-            self.record.carry_over(prior)
         self.state = CompactionState(
             store=store,
             limits=spec.limits,
@@ -158,6 +154,9 @@ class Session:
             prices or DEFAULT_TABLE,
             run_budget or RunBudget(),
         )
+        if prior is not None:  # a resumed job keeps what it spent (rebuilt from events.jsonl at _begin)
+            self.spend.carry_over(prior)
+        self.state.on_summary = self.spend.charge_summary  # the compactor's summaries, charged
         self.spend.settle(charge=False)  # what an earlier segment spent is not this run's
         self.history = history
         self.deadline = deadline  # the run's (epoch seconds): the job's timeout ends by then
@@ -172,7 +171,6 @@ class Session:
     async def run(self) -> JobMetrics:
         self._started = time.monotonic()
         record = self.record
-        wire = WIRE.set(record)  # this task's model calls count into this job (see models/wire.py)
         record.started, record.status = time.time(), Status.RUNNING
         timeout, why = self._timeout()
         outer = ANSWER_BY.get()  # a parent's, for a subagent's session
@@ -214,7 +212,6 @@ class Session:
             record.wall_s = self._wall()
             with anyio.CancelScope(shield=True):
                 await self._write_outputs()
-            WIRE.reset(wire)  # a subagent's session runs in its parent's task
             ANSWER_BY.reset(answer_by)
         return record
 
@@ -262,7 +259,7 @@ class Session:
                 self.store.dir, len(self.history)
             )  # as a resume's cut does (a no-op after one)
             await state.resume(self.history)
-            self.record.turns = sum(1 for m in merge_adjacent(self.history) if m["role"] == "assistant")
+            self.spend.resume_at(sum(1 for m in merge_adjacent(self.history) if m["role"] == "assistant"))
             ledger = await in_thread(read_ledger)(self.store.dir, len(self.history))
             if ledger is not None:
                 self._rebuild(ledger)
@@ -334,21 +331,9 @@ class Session:
         the reserve and the thrash ladder had learned from the calls and compactions before it."""
         self._ledger = ledger
         record, state, spend, last = self.record, self.state, self.spend, ledger.last
-        record.usage = last.usage.model_copy() if last and last.usage else type(record.usage)()
-        record.summarizer_usage = (
-            last.summarizer_usage.model_copy() if last and last.summarizer_usage else type(record.usage)()
-        )
         record.compactions = dict(last.compactions or {} if last else {})
         record.persisted_bytes = last.persisted_bytes or 0 if last else 0
-        record.turns = last.turn if last else 0
-        record.usage_estimated = any(c.estimated for c in ledger.calls)
-        batch = (
-            (last.model_extra or {}) if last else {}
-        )  # the part a Message Batch answered (delivery = "batch")
-        record.batch_usage = Usage.model_validate(batch.get("batch_usage") or {})
-        record.batch_summarizer_usage = Usage.model_validate(batch.get("batch_summarizer_usage") or {})
-        record.batch_calls = int(batch.get("batch_calls") or 0)
-        spend.settle(charge=False)  # spent by the earlier segments, not by this run
+        spend.restore(ledger)  # usage, turns, batch parts, cost: spent by the earlier segments
         self._wall_before = max(self._wall_before, last.wall_s or 0.0 if last else 0.0)
         outputs = [c.usage.output_tokens if c.usage else 0 for c in ledger.calls]
         spend.most_output = max((b - a for a, b in zip([0, *outputs], outputs, strict=False)), default=0)
@@ -438,8 +423,8 @@ class Session:
         events.jsonl, the compactor told (:meth:`Compactor.record`)."""
         state, record = self.state, self.record
         sent_chars = state.window.total
-        reply = await self._create(request)
-        self.spend.charge(reply.usage, estimated=reply.estimated)
+        reply = await self._create(replace(request, caller=(record.job, record.turns + 1)))
+        self.spend.charge(reply)
         self.spend.sent(sent_chars)
         record.context_chars = sent_chars
         record.wall_s = self._wall()
@@ -471,22 +456,25 @@ class Session:
 
     async def _create(self, request: Request) -> Reply:
         """One model call (the SDK's retries inside it), and a line in events.jsonl when it needed any."""
-        record = self.record
-        seen = (record.requests, record.rate_limited_429, record.overloaded_529, record.server_errors_5xx)
+        wire = WireCounts()
         try:
-            return await self.model.create(request)
+            reply = await self.model.create(request)
+            wire = reply.wire  # charged with the reply (_call)
+            return reply
+        except BaseException as e:
+            wire = counts_of(e)
+            self.spend.count(wire)  # a failed call's
+            raise
         finally:
-            now = (record.requests, record.rate_limited_429, record.overloaded_529, record.server_errors_5xx)
-            attempts, *errors = (b - a for a, b in zip(seen, now, strict=True))
-            if attempts > 1 or any(errors):
+            if wire.needed_retries:
                 self.store.queue_records(
                     EVENTS,
                     [
                         RetriesEvent(
-                            attempts=attempts,
-                            rate_limited_429=errors[0],
-                            overloaded_529=errors[1],
-                            server_errors_5xx=errors[2],
+                            attempts=wire.requests,
+                            rate_limited_429=wire.rate_limited_429,
+                            overloaded_529=wire.overloaded_529,
+                            server_errors_5xx=wire.server_errors_5xx,
                         ).line()
                     ],
                 )
