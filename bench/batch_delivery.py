@@ -178,9 +178,7 @@ async def run(
             deadline=deadline,
         )
         model = BatchModel(batcher, raw, cache_ttl=cache_ttl)
-        summaries = BatchModel(
-            batcher, raw, part="batch_summarizer_usage", owns_live=False, cache_ttl=cache_ttl
-        )
+        summaries = BatchModel(batcher, raw, owns_live=False, cache_ttl=cache_ttl)
     job_batch = Batch(
         run_dir=run_dir,
         specs=specs,

@@ -262,7 +262,7 @@ class SeedStrategy:
 
     async def _summarize(self, state: CompactionState, messages: list[Message]) -> str:
         summary = await self.summarizer.summarize(messages, state.active_request)
-        state.record.summarizer_usage.add(summary.usage)
+        state.summarized(summary)  # the job's spend charges it
         state.record.count("summary")
         return summary.text
 

@@ -32,7 +32,7 @@ from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Batches, BatchHostile, Fault
 from runner.models.anthropic import AnthropicModel
 from runner.models.base import Request
-from runner.models.batches import Batcher, BatchModel, BatchReply, result_lines
+from runner.models.batches import Batcher, BatchModel, result_lines
 from runner.models.guard import ForeignOrigin, Guard, ReplyTooLarge, download, guarded_client
 
 pytestmark = pytest.mark.anyio
@@ -158,7 +158,7 @@ async def test_padding_under_other_custom_ids_is_dropped_and_counted_and_the_bat
         reply = await model.create(HELLO)
     finally:
         await model.aclose()
-    assert isinstance(reply, BatchReply) and reply.batch and reply.batch.startswith("msgbatch_emu_")
+    assert reply.batch is not None and reply.batch.startswith("msgbatch_emu_")
     assert batcher.foreign_results == 64 and batcher.failed_downloads == 0  # 1 MiB of 16 KiB lines
     assert emu.stats()["requests"] == 0  # nothing went live
     assert "64 foreign result lines dropped" in (batcher.status_line() or "")
@@ -173,7 +173,7 @@ async def test_padding_over_the_byte_cap_stops_the_download_and_the_call_goes_li
         reply = await model.create(HELLO)
     finally:
         await model.aclose()
-    assert not isinstance(reply, BatchReply) and reply.content
+    assert reply.batch is None and reply.content
     stats = emu.stats()
     assert stats["batches"]["created"] == 1 and stats["requests"] == 1  # the call went live
     assert batcher.failed_downloads == 1 and time.monotonic() - started < 10
@@ -193,7 +193,7 @@ async def test_a_dripping_results_file_ends_at_request_timeout_s_and_the_call_go
     finally:
         await model.aclose()
     took = time.monotonic() - started
-    assert not isinstance(reply, BatchReply) and emu.stats()["requests"] == 1
+    assert reply.batch is None and emu.stats()["requests"] == 1
     assert batcher.failed_downloads == 1
     assert 2.0 < took < 6.0, took  # request_timeout_s + 0.1 s for its one request, then the live call
 
@@ -206,7 +206,7 @@ async def test_the_runs_deadline_cancels_a_download_and_the_call_goes_live(emu):
         reply = await model.create(HELLO)
     finally:
         await model.aclose()
-    assert not isinstance(reply, BatchReply) and emu.stats()["requests"] == 1
+    assert reply.batch is None and emu.stats()["requests"] == 1
     assert batcher.failed_downloads == 1  # the download ended live_s / 2 before the deadline
     assert time.time() < deadline  # the live call answered in the time it left
 
@@ -226,7 +226,7 @@ async def test_a_results_url_on_another_origin_is_refused_before_any_request(emu
         finally:
             await model.aclose()
         assert foreign.requests == []  # not one request, so never the key
-    assert not isinstance(reply, BatchReply) and emu.stats()["requests"] == 1  # the call went live
+    assert reply.batch is None and emu.stats()["requests"] == 1  # the call went live
     [problem] = _problems(tmp_path / "batches.jsonl")
     assert "not on the base URL's origin" in problem and foreign.url in problem, problem
 

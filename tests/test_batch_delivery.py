@@ -79,9 +79,7 @@ async def run(
         batcher = {"window_s": 0.1, "poll_s": 0.05, "poll_max_s": 0.2, "live_s": 0.3, **batcher}
         shared = Batcher(raw, **batcher)
         model = BatchModel(shared, raw, cache_ttl=cache_ttl)
-        summaries = BatchModel(
-            shared, raw, part="batch_summarizer_usage", owns_live=False, cache_ttl=cache_ttl
-        )
+        summaries = BatchModel(shared, raw, owns_live=False, cache_ttl=cache_ttl)
     summarizer = Summarizer(summaries, SUMMARY_MODEL, requests_per_minute=10_000)
     job_batch = Batch(
         run_dir=run_dir,
@@ -349,7 +347,7 @@ def test_a_night_mixing_live_and_batch_jobs_sends_each_on_its_own_delivery(
 
 def test_a_job_without_delivery_follows_the_run_and_a_live_job_never_reaches_the_batcher(server):
     class Refusing:  # a batcher that no live call may reach
-        async def create(self, request, *, live, part):
+        async def create(self, request, *, live):
             raise AssertionError("a live job's call reached the batcher")
 
     class Live:

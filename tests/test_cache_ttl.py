@@ -39,7 +39,7 @@ def test_a_batch_jobs_calls_carry_the_1h_ttl_and_a_live_jobs_do_not() -> None:
     sent: list[tuple[str, Request]] = []
 
     class Batcher:
-        async def create(self, request: Request, *, live: Any, part: str) -> Reply:
+        async def create(self, request: Request, *, live: Any) -> Reply:
             sent.append(("batch", request))
             return Reply([], "end_turn")
 
@@ -88,7 +88,7 @@ def test_batch_cache_ttl_sets_the_ttl_of_a_batch_jobs_calls_as_every_executor_bu
     sent: list[Request] = []
 
     class Batcher:
-        async def create(self, request: Request, *, live: Any, part: str) -> Reply:
+        async def create(self, request: Request, *, live: Any) -> Reply:
             sent.append(request)
             return Reply([], "end_turn")
 

@@ -25,7 +25,7 @@ Guarantees:
   change lists name each path as :func:`runner.protocol.listed_path` writes it (a name that is not
   plain is a JSON string), after the runtime's own words, never as a line of its own.
 - Only the job's own starting segment decides: a resumed job continues from its transcript and keeps
-  its record's baseline (:meth:`~runner.rundir.docs.JobMetrics.carry_over`); a subagent (its
+  its record's baseline (:meth:`~runner.agent.spend.Spend.carry_over`); a subagent (its
   directory under ``agents/``) starts from its prompt alone.
 - The walks and copies run off the event loop; nothing outside the baseline's job directory is read
   for it (its memory files are opened beneath it, no symlink followed).

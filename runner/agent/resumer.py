@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 from ..compaction.compactor import HISTORY_STAGES, CompactionState
 from ..compaction.window import Entry
 from ..messages import Message, merge_adjacent
-from ..pricing import Usage
 from ..rundir.store import JobStore, in_thread
 from .continuation import Ledger, cut_spend, read_ledger, rebuild_memory
 from .spend import Spend
@@ -47,7 +46,7 @@ class Resumer:
         store, state, history = self.store, self.state, self.history
         await in_thread(cut_spend)(store.dir, len(history))  # as a resume's cut does (a no-op after one)
         await state.resume(history)
-        self.spend.record.turns = sum(1 for m in merge_adjacent(history) if m["role"] == "assistant")
+        self.spend.resume_at(sum(1 for m in merge_adjacent(history) if m["role"] == "assistant"))
         ledger = await in_thread(read_ledger)(store.dir, len(history))
         if ledger is None:
             return
@@ -73,19 +72,9 @@ class Resumer:
         reserve had learned from the calls before the last kept reply."""
         spend, last = self.spend, ledger.last
         record = spend.record
-        record.usage = last.usage.model_copy() if last and last.usage else Usage()
-        record.summarizer_usage = (
-            last.summarizer_usage.model_copy() if last and last.summarizer_usage else Usage()
-        )
         record.compactions = dict(last.compactions or {} if last else {})
         record.persisted_bytes = last.persisted_bytes or 0 if last else 0
-        record.turns = last.turn if last else 0
-        record.usage_estimated = any(c.estimated for c in ledger.calls)
-        batch = (last.model_extra or {}) if last else {}  # the part a Message Batch answered
-        record.batch_usage = Usage.model_validate(batch.get("batch_usage") or {})
-        record.batch_summarizer_usage = Usage.model_validate(batch.get("batch_summarizer_usage") or {})
-        record.batch_calls = int(batch.get("batch_calls") or 0)
-        spend.settle(charge=False)  # spent by the earlier segments, not by this run
+        spend.restore(ledger)  # usage, turns, batch parts, cost: spent by the earlier segments
         self.wall_before = last.wall_s or 0.0 if last else 0.0
         outputs = [c.usage.output_tokens if c.usage else 0 for c in ledger.calls]
         spend.most_output = max((b - a for a, b in zip([0, *outputs], outputs, strict=False)), default=0)

@@ -35,8 +35,7 @@ from ..compaction.strategies import strategy_for
 from ..jobs import JobSpec
 from ..messages import Message, merge_adjacent, one_line, text_of, tool_uses
 from ..models.base import BackendUnusable, Model, PromptTooLong, Reply, Request
-from ..models.wire import ANSWER_BY
-from ..models.wire import CURRENT as WIRE
+from ..models.wire import ANSWER_BY, WireCounts, counts_of
 from ..pricing import PriceTable
 from ..protocol import CUT_OFF, NO_TOOLS, OUT_OF_TURNS
 from ..rundir.docs import EVENTS, JOB_JSON, METRICS, JobMetrics, LastCallEvent, RetriesEvent, Status
@@ -95,8 +94,6 @@ class Session:
         store.max_bytes = spec.limits.max_job_bytes
         self.record = record if record is not None else new_record(spec)
         self.record.error = None
-        if prior is not None:  # a resumed job keeps what it already spent (rebuilt from events.jsonl)
-            self.record.carry_over(prior)
         self.state = CompactionState(
             store=store,
             limits=spec.limits,
@@ -107,6 +104,9 @@ class Session:
         self.spend = Spend(
             self.record, spec.limits, spec.model, services.summary_model, services.prices, services.budget
         )
+        if prior is not None:  # a resumed job keeps what it spent (rebuilt from events.jsonl at _begin)
+            self.spend.carry_over(prior)
+        self.state.on_summary = self.spend.charge_summary  # the compactor's summaries, charged
         self.spend.settle(charge=False)  # what an earlier segment spent is not this run's
         self.resumer = Resumer(history, store=store, state=self.state, spend=self.spend) if history else None
         # the run's deadline ends the job's timeout; the earlier segments' wall time is carried on
@@ -120,7 +120,6 @@ class Session:
         """The job to its ending; its final documents written whatever the ending."""
         self.clock.start()
         record = self.record
-        wire = WIRE.set(record)  # this task's model calls count into this job (see models/wire.py)
         record.started, record.status = time.time(), Status.RUNNING
         timeout, why = self.clock.segment()
         outer = ANSWER_BY.get()  # a parent's, for a subagent's session
@@ -153,7 +152,6 @@ class Session:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._end()
-            WIRE.reset(wire)  # a subagent's session runs in its parent's task
             ANSWER_BY.reset(answer_by)
         return record
 
@@ -305,8 +303,8 @@ class Session:
         events.jsonl, the compactor told (:meth:`Compactor.record`)."""
         state, record = self.state, self.record
         sent_chars = state.window.total
-        reply = await self._create(request)
-        self.spend.charge(reply.usage, estimated=reply.estimated)
+        reply = await self._create(replace(request, caller=(record.job, record.turns + 1)))
+        self.spend.charge(reply)
         self.spend.sent(sent_chars)
         record.context_chars = sent_chars
         record.wall_s = self.clock.wall()
@@ -317,25 +315,24 @@ class Session:
 
     async def _create(self, request: Request) -> Reply:
         """One model call (the SDK's retries inside it), and a line in events.jsonl when it needed any."""
-        record = self.record
-        seen = (record.requests, record.rate_limited_429, record.overloaded_529, record.server_errors_5xx)
+        wire = WireCounts()
         try:
-            return await self.model.create(request)
+            reply = await self.model.create(request)
+            wire = reply.wire  # charged with the reply (_call)
+            return reply
+        except BaseException as e:
+            wire = counts_of(e)
+            self.spend.count(wire)  # a failed call's
+            raise
         finally:
-            now = (record.requests, record.rate_limited_429, record.overloaded_529, record.server_errors_5xx)
-            attempts, *errors = (b - a for a, b in zip(seen, now, strict=True))
-            if attempts > 1 or any(errors):
-                self.store.queue_records(
-                    EVENTS,
-                    [
-                        RetriesEvent(
-                            attempts=attempts,
-                            rate_limited_429=errors[0],
-                            overloaded_529=errors[1],
-                            server_errors_5xx=errors[2],
-                        ).line()
-                    ],
+            if wire.needed_retries:
+                event = RetriesEvent(
+                    attempts=wire.requests,
+                    rate_limited_429=wire.rate_limited_429,
+                    overloaded_529=wire.overloaded_529,
+                    server_errors_5xx=wire.server_errors_5xx,
                 )
+                self.store.queue_records(EVENTS, [event.line()])
 
     async def _last_call(self, reason: str) -> None:
         """One call with the tools listed but none allowed: the model writes its report from what it

@@ -1,8 +1,15 @@
 """A job's spend: what it has cost so far, and whether its next call still fits its budgets.
 
 Guarantees:
+- :class:`Spend` is the one writer of the job's usage, cost and call counts in its record (every
+  :class:`~runner.pricing.Usage` field and every ``SPENT`` field of
+  :class:`~runner.rundir.docs.JobMetrics`; ``tests/test_one_writer.py`` checks the other modules):
+  from each call's own reply (:meth:`Spend.charge`), summary (:meth:`Spend.charge_summary`) or
+  failure (:meth:`Spend.count`), from a resumed job's ledger (:meth:`Spend.restore`) or earlier
+  record (:meth:`Spend.carry_over`), and for a record a Ray worker reports (:func:`mirror`).
 - The job's cost is its own calls priced on its model plus its summaries priced on the summary
-  model, from one price table; it lives in the job's record (``cost_usd``), nowhere else.
+  model, from one price table; it lives in the job's record (``cost_usd``; its own part without its
+  subagents' in ``own_cost_usd``), nowhere else.
 - A call a Message Batch answered (its usage also in the record's ``batch_usage`` or
   ``batch_summarizer_usage``) is priced at ``prices.batch_discount`` of its price: the same tokens,
   a lower cost, in every cost the record carries.
@@ -21,13 +28,18 @@ Guarantees:
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 from ..compaction.compactor import CompactionState
+from ..compaction.summarizer import Summary
 from ..config import Limits
+from ..models.base import Reply
+from ..models.wire import WireCounts
 from ..pricing import PriceTable, Usage, sum_usage
 from ..rundir.docs import LIVE_STATUSES, JobMetrics, Status
 from ..services import Budget
+from .continuation import Ledger
 
 REPORT_TOKENS = 1_000  # the output the budget's reserve plans for the report (max_output_tokens when smaller)
 REPORT_SHARE = 0.1  # of max_cost_usd, kept for the report's output under a small budget
@@ -75,14 +87,70 @@ class Spend:
     # a live subagent's turns counting the calls it was let make (by directory): it holds them now
     granted: dict[str, int] = field(default_factory=dict)
 
-    def charge(self, usage: Usage, *, estimated: bool) -> None:
-        """One answered call: a turn, its usage, the job's cost (its summaries' so far included)."""
-        record = self.record
+    def charge(self, reply: Reply) -> None:
+        """One answered call of the job's own: a turn, its usage (its batch part when a Message Batch
+        answered it), what it met on the wire, the job's cost (its summaries' so far included)."""
+        record, usage = self.record, reply.usage
         record.turns += 1
         record.usage.add(usage)
-        record.usage_estimated = record.usage_estimated or estimated
+        record.usage_estimated = record.usage_estimated or reply.estimated
+        if reply.batch is not None:
+            record.batch_usage = _plus(record.batch_usage, usage)
+            record.batch_calls += 1
+        self.count(reply.wire)
         self.most_output = max(self.most_output, usage.output_tokens)
         self.settle()
+
+    def charge_summary(self, summary: Summary) -> None:
+        """One summary call, answered or failed (no usage): its usage (its batch part when a Message
+        Batch answered it) and what it met on the wire. Its cost is settled with the next call's."""
+        record = self.record
+        record.summarizer_usage.add(summary.usage)
+        if summary.batch is not None:
+            record.batch_summarizer_usage = _plus(record.batch_summarizer_usage, summary.usage)
+            record.batch_calls += 1
+        self.count(summary.wire)
+
+    def count(self, wire: WireCounts) -> None:
+        """What one call met on the wire (a failed call's too): its attempts, their 429/529/5xx
+        answers, its retries (the SDK's and a Message Batch's resends)."""
+        record = self.record
+        if wire.requests:
+            record.requests += wire.requests
+        if wire.rate_limited_429:
+            record.rate_limited_429 += wire.rate_limited_429
+        if wire.overloaded_529:
+            record.overloaded_529 += wire.overloaded_529
+        if wire.server_errors_5xx:
+            record.server_errors_5xx += wire.server_errors_5xx
+        if wire.retries:
+            record.retries += wire.retries
+
+    def resume_at(self, turns: int) -> None:
+        """A resumed job's turns, as its kept history counts them (before its ledger is read)."""
+        self.record.turns = turns
+
+    def restore(self, ledger: Ledger) -> None:
+        """A resumed job's spend as it stood at its last kept reply (``ledger``): its usage (its own,
+        its summaries', their batch parts), turns, batch calls and cost, none of it charged to this
+        run's budget (the earlier segments spent it)."""
+        record, last = self.record, ledger.last
+        record.usage = last.usage.model_copy() if last and last.usage else Usage()
+        summaries = last.summarizer_usage if last else None
+        record.summarizer_usage = summaries.model_copy() if summaries else Usage()
+        record.turns = last.turn if last else 0
+        record.usage_estimated = any(c.estimated for c in ledger.calls)
+        batch = (last.model_extra or {}) if last else {}  # the part a Message Batch answered
+        record.batch_usage = Usage.model_validate(batch.get("batch_usage") or {})
+        record.batch_summarizer_usage = Usage.model_validate(batch.get("batch_summarizer_usage") or {})
+        record.batch_calls = int(batch.get("batch_calls") or 0)
+        self.settle(charge=False)
+
+    def carry_over(self, prior: JobMetrics) -> None:
+        """Continue from an earlier segment's record: every count it had (not its identity, status,
+        error, where it ran, nor the live fields). Not settled: the caller settles without charging."""
+        identity = {"job", "status", "model", "error", "worker", "source", *JobMetrics.LIVE}
+        _copy_fields(self.record, prior, but=identity, deep=True)
 
     def settle(self, *, charge: bool = True) -> None:
         """Recompute the job's cost from its usage and its subagents' records, and charge the run's
@@ -96,6 +164,7 @@ class Spend:
         if charge:
             self.run_budget.charge(own - self.own_cost)
         self.own_cost = own
+        record.own_cost_usd = own
         record.cost_usd = self.total()
         if self.children:
             record.subagents = [c.subagent_row() for c in sorted(self.children.values(), key=_ordinal)]
@@ -251,6 +320,27 @@ class ShareBudget:
 
     def charge(self, usd: float) -> None:
         self.run.charge(usd)
+
+
+def mirror(shown: JobMetrics, report: JobMetrics) -> None:
+    """``shown`` (the driver's record of a job: what the display and ``run.json`` read) takes on a Ray
+    worker's ``report`` of it: every field the report set, its spend as the worker's spend wrote it."""
+    _copy_fields(shown, report, but=set(), deep=False)
+
+
+def _copy_fields(into: JobMetrics, source: JobMetrics, *, but: set[str], deep: bool) -> None:
+    """Every field ``source`` set but those ``but`` names, into ``into`` (deep copies when ``deep``)."""
+    for name in JobMetrics.model_fields:
+        if name not in but and name in source.model_fields_set:
+            value = getattr(source, name)
+            setattr(into, name, copy.deepcopy(value) if deep else value)
+
+
+def _plus(usage: Usage, more: Usage) -> Usage:
+    """A new usage record: ``usage`` and ``more`` added."""
+    total = usage.model_copy()
+    total.add(more)
+    return total
 
 
 def _ordinal(record: JobMetrics) -> tuple[int, str]:

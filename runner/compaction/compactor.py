@@ -14,6 +14,8 @@ Guarantees:
   and ``prepare`` writes all of them, the turn's transcript lines included, in one executor hop.
 - Each stage that changes the history appends one line to ``events.jsonl`` and bumps
   ``compactions[stage]``.
+- The Compactor writes no usage, cost or call count: each summary call's outcome, answered or failed
+  (its usage, its wire counts, its batch), goes to the state's ``on_summary`` (the job's spend).
 - ``prepare`` does work proportional to what changed since the last call: sizes are measured once
   per message and kept as a running total.
 - The circuit breaker: after ``max_summary_failures`` consecutive summary failures, the job's
@@ -33,12 +35,15 @@ Guarantees:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Limits
 from ..messages import Message
 from ..models.base import Reply
+from ..models.wire import counts_of
+from ..pricing import Usage
 from ..protocol import COMPACTED, REACTIVE_COMPACT, THRASHING, memory_index
 from ..rundir.docs import CONTEXT, EVENTS, TRANSCRIPT, CompactionEvent, JobMetrics, SummaryFailedEvent
 from ..rundir.store import JobStore, dumps, in_thread, read_jsonl
@@ -49,7 +54,7 @@ from .context import Recorder
 from .fallback import fallback_summary
 from .stages import Outcome, Stage
 from .strategies import Strategy, strategy_for
-from .summarizer import Summarizer
+from .summarizer import Summarizer, Summary
 from .window import Entry, Window
 
 HISTORY_STAGES = (Stage.COMPACT_HISTORY, Stage.REACTIVE_COMPACT)  # the compactions the thrash ladder watches
@@ -106,8 +111,10 @@ class CompactionState:
     window: Window = field(default_factory=Window)
     transcript_len: int = 0
     summary_failures: int = 0
-    # the job's record: the Compactor counts compactions, persisted bytes and summaries' usage in it
+    # the job's record: the Compactor counts compactions and persisted bytes in it
     record: JobMetrics = field(default_factory=JobMetrics)
+    # told of each summary call, answered or failed (the job's spend charges it); None: counted nowhere
+    on_summary: Callable[[Summary], None] | None = None
     # token-aware trigger: real usage of the last call, and the window size it was measured at
     last_tokens: int | None = None
     last_chars: int = 0
@@ -218,6 +225,11 @@ class CompactionState:
             self.window.replace([*entries[:-1], *merged])
         else:
             self.window.append(message, self.transcript_len, chars)
+
+    def summarized(self, summary: Summary) -> None:
+        """A summary call's outcome (a failed one: no text, no usage), handed to ``on_summary``."""
+        if self.on_summary is not None:
+            self.on_summary(summary)
 
     def calibrate(self, tokens: int, chars: int) -> None:
         """The token estimate's ratio: a request of ``chars`` characters (messages and overhead) was
@@ -421,9 +433,15 @@ class Compactor:
             try:
                 await state.store.flush()  # the summarizer is a model: every file it may be shown is on disk
                 summary = await self.summarizer.summarize(
-                    messages, state.active_request, budget, where, delivery=state.limits.delivery
+                    messages,
+                    state.active_request,
+                    budget,
+                    where,
+                    delivery=state.limits.delivery,
+                    caller=(state.record.job, state.record.turns + 1),
                 )
             except Exception as e:  # counted for the breaker; this compaction still happens
+                state.summarized(Summary("", Usage(), wire=counts_of(e)))  # what the call met
                 state.summary_failures += 1
                 state.store.queue_records(
                     EVENTS,
@@ -436,7 +454,7 @@ class Compactor:
                 )
             else:
                 state.summary_failures = 0
-                state.record.summarizer_usage.add(summary.usage)
+                state.summarized(summary)
                 return summary.text
         return fallback_summary(messages, budget)
 

@@ -13,17 +13,21 @@ Guarantees:
   where the transcript is.
 - Failures are raised to the caller (the Compactor counts them for its circuit breaker); retries of
   429/5xx are the SDK's.
+- A summary carries how its call went, for its caller to count (the summarizer writes no job's
+  numbers): its usage, what it met on the wire (``wire``) and the Message Batch that answered it
+  (``batch``); a failed call's exception carries its wire counts (:func:`~runner.models.wire.counts_of`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from ..messages import Message
 from ..models.base import Model, Reply, Request
+from ..models.wire import WireCounts, attach
 from ..pricing import Usage
 from ..protocol import SUMMARY_CUT
 from ..rundir.docs import TRANSCRIPT
@@ -45,10 +49,16 @@ INSTRUCTIONS = (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Summary:
+    """A summary call's outcome: its text, its usage, what it met on the wire and the Message Batch
+    that answered it (None: live). A failed call is one with no text and no usage, its counts those
+    its exception carried."""
+
     text: str
     usage: Usage
+    wire: WireCounts = field(default_factory=WireCounts)
+    batch: str | None = None
 
 
 def cut_summary(text: str, max_chars: int, where: str = TRANSCRIPT) -> str:
@@ -116,6 +126,7 @@ class Summarizer:
         max_chars: int | None = None,
         *,
         delivery: Literal["live", "batch"] | None = None,
+        caller: tuple[str, int] | None = None,
     ) -> Request:
         history = render_history(messages, self.max_input_chars)
         hint = SIZE_HINT.format(chars=max_chars) if max_chars is not None else ""
@@ -131,6 +142,7 @@ class Summarizer:
             max_tokens=self.max_tokens(max_chars),
             cache=False,
             delivery=delivery,
+            caller=caller,
         )
 
     async def summarize(
@@ -141,16 +153,25 @@ class Summarizer:
         where: str = TRANSCRIPT,
         *,
         delivery: Literal["live", "batch"] | None = None,
+        caller: tuple[str, int] | None = None,
     ) -> Summary:
         """A summary of ``messages``; with ``max_chars``, at most that long (cut, saying so, when the
-        model wrote more; ``where`` names the full transcript in that line); ``delivery``: the job's."""
+        model wrote more; ``where`` names the full transcript in that line); ``delivery``: the job's;
+        ``caller``: the job and turn it is asked for (``Request.caller``)."""
         if self.model is None:
             raise RuntimeError("no summary model is configured")
-        request = self.request(messages, active_request, max_chars, delivery=delivery)
+        request = self.request(messages, active_request, max_chars, delivery=delivery, caller=caller)
         async with self.gate.slot():
             self.calls += 1
             reply: Reply = await self.model.create(request)
         text = "\n".join(b.get("text", "") for b in reply.content if b.get("type") == "text").strip()
         if not text:
-            raise RuntimeError(f"the summary model returned no text (stop_reason {reply.stop_reason})")
-        return Summary(cut_summary(text, max_chars, where) if max_chars is not None else text, reply.usage)
+            error = RuntimeError(f"the summary model returned no text (stop_reason {reply.stop_reason})")
+            attach(error, reply.wire)
+            raise error
+        return Summary(
+            cut_summary(text, max_chars, where) if max_chars is not None else text,
+            reply.usage,
+            wire=reply.wire,
+            batch=reply.batch,
+        )

@@ -46,6 +46,7 @@ import anyio.abc
 
 from ..agent.continuation import cut_transcript
 from ..agent.runjob import Resumed
+from ..agent.spend import mirror
 from ..config import ConfigError, Settings
 from ..jobs import JobSpec
 from ..messages import one_line
@@ -351,7 +352,7 @@ class OnRay(Dispatch):
             answered = anyio.current_time()
             for name, state in states.items():
                 if name in self.records:
-                    adopt(self.records[name], JobMetrics.model_validate(state))
+                    mirror(self.records[name], JobMetrics.model_validate(state))
 
     async def poll(self) -> None:
         watched: set[str] = set()
@@ -399,12 +400,6 @@ class OnRay(Dispatch):
                 await quietly(worker.handle.aclose.remote(), "could not close a Ray worker's model")
         self.pool.close()
         ray.kill(self.services)
-
-
-def adopt(record: JobMetrics, state: JobMetrics) -> None:
-    """``record`` (the one the display and ``run.json`` read) takes on a worker's report of it."""
-    for name in state.model_fields_set:
-        setattr(record, name, getattr(state, name))
 
 
 async def run_batch_ray(

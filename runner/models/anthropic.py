@@ -5,7 +5,8 @@
 - Retries are the SDK's own (429, 529, 5xx, dropped connections, a 2xx whose body is not a message;
   ``retry-after`` honoured up to ``max_retry_after_s``), with the job's ``max_retries``. A "prompt is
   too long" answer is never retried: it becomes :class:`PromptTooLong`, which the session answers with
-  reactive compaction.
+  reactive compaction. What each call met (its attempts, their 429/529/5xx answers) is counted for that
+  call alone (:mod:`.wire`) and goes with its reply (``Reply.wire``), or with its exception.
 - Every number and name of a reply is checked before the runner acts on it (see :mod:`.guard` for the
   HTTP side: a total deadline per attempt, a cap on the decoded body): usage counts in
   :func:`~runner.models.base.usage_from_api`, the ``stop_reason`` against the API's list, a text block within
@@ -54,7 +55,7 @@ from .base import (
     usage_from_api,
 )
 from .guard import MIB, PARSED, Guard, guarded_client
-from .wire import CURRENT, count_response, on_request
+from .wire import attach, count_response, counting, on_request
 
 EPHEMERAL = {"type": "ephemeral"}
 EPHEMERAL_1H = {"type": "ephemeral", "ttl": "1h"}  # a write costs 2x input instead of 1.25x
@@ -299,6 +300,18 @@ class AnthropicModel:
         self._with_retries: dict[tuple[int, int], Any] = {}
 
     async def create(self, request: Request) -> Reply:
+        """``request`` answered, with what its call met on the wire (``Reply.wire``; the exception
+        carries them when the call fails, see :func:`~.wire.counts_of`)."""
+        with counting() as tally:
+            try:
+                reply = await self._create(request)
+            except BaseException as e:
+                attach(e, tally.counts())
+                raise
+        reply.wire = tally.counts()
+        return reply
+
+    async def _create(self, request: Request) -> Reply:
         shard = next(self._turn) % len(self.clients)
         client = self.clients[shard]
         if request.max_retries is not None:  # one copy per (shard, retries), not one per call
@@ -315,8 +328,6 @@ class AnthropicModel:
         # the body serialized once by the C encoder: the SDK's retries, timeouts and error types, without
         # its per-request walk over the parameters, its deep copy of them, or its pydantic reply models
         body = json.dumps(kwargs, separators=(",", ":")).encode()
-        counts = CURRENT.get()
-        sent = counts.requests if counts is not None else 0
         try:
             response = await client.post(path, cast_to=httpx2.Response, content=body, options=options)  # type: ignore[call-overload]  # a plain RequestOptions dict
         except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as e:
@@ -342,9 +353,6 @@ class AnthropicModel:
                 f"{self.client.base_url}: cannot connect ({type(cause).__name__}: "
                 f"{one_line(str(cause) or str(e), 200)})"
             ) from e
-        finally:  # the attempts beyond the first were the SDK's retries
-            if counts is not None:
-                counts.retries += max(0, counts.requests - sent - 1)
         self._connected = True
         data = response.extensions.get(PARSED)  # the guard parsed and checked it
         try:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from ..pricing import USAGE_KEYS, Usage, api_count
+from .wire import WireCounts
 
 # The anthropic-beta header that server-side compaction (``context_management``) needs: sent by the
 # anthropic backend, required by the emulator.
@@ -101,7 +102,10 @@ def _short(value: Any) -> str:
 
 @dataclass
 class Reply:
-    """One model response, as plain JSON blocks."""
+    """One model response, as plain JSON blocks, and how its call went: what it met on the wire
+    (``wire``: attempts, 429/529/5xx answers, batch resends) and the Message Batch that answered it
+    (``batch``: its id; None for a live answer). Its caller counts them (the model layer keeps no
+    job's numbers)."""
 
     content: list[dict[str, Any]]
     stop_reason: str
@@ -112,6 +116,13 @@ class Reply:
     refused_calls: dict[str, str] = field(default_factory=dict)
     # the API's context editing before the model read the request (``context_management.applied_edits``)
     applied_edits: list[dict[str, Any]] = field(default_factory=list)
+    wire: WireCounts = field(default_factory=WireCounts)
+    batch: str | None = None  # the Message Batch that answered the call (delivery = "batch")
+
+    @property
+    def resends(self) -> int:
+        """How many times a Message Batch was asked again for this reply."""
+        return self.wire.resends
 
     def message(self) -> dict[str, Any]:
         return {"role": "assistant", "content": self.content}
@@ -143,6 +154,8 @@ class Request:
     tool_choice: dict[str, Any] | None = None  # {"type": "none"}: the tools are listed, none may be called
     delivery: Literal["live", "batch"] | None = None  # the job's limits.delivery (None: the run's)
     cache_ttl: Literal["5m", "1h"] = "5m"  # the prompt cache's TTL at its breakpoints ("1h": writes cost 2x)
+    # the job and the turn the call is asked for (a Message Batch's custom_id names them); None: no job's
+    caller: tuple[str, int] | None = None
 
 
 class BackendUnusable(Exception):

@@ -16,12 +16,13 @@ Guarantees:
 - Each request's body is the one the live backend would post (the same cache breakpoints, tools,
   system prompt and betas), its breakpoints with the TTL ``cache_ttl`` (``[runner] batch_cache_ttl``,
   1 hour by default, a call the deadline sends live too: a batch turn outlasts five minutes); a job
-  whose delivery is live never reaches the batcher; its ``custom_id`` names the job, the turn asked
-  and 12 hex digits of the body's sha256 without its cache breakpoints (a resumed job places them
-  anew), within ``^[a-zA-Z0-9_-]{1,64}$`` and unique in its batch.
+  whose delivery is live never reaches the batcher; its ``custom_id`` names the job and the turn asked
+  (the request's ``caller``: plain values its session gives, never the job's record), and 12 hex
+  digits of the body's sha256 without its cache breakpoints (a resumed job places them anew), within
+  ``^[a-zA-Z0-9_-]{1,64}$`` and unique in its batch.
 - A sent batch is polled with ``retrieve`` every ``poll_s`` seconds, doubling up to ``poll_max_s``;
   when it has ended its results are fetched once and each waiter gets its own by ``custom_id``.
-  The batches API's HTTP requests are counted in no job's record.
+  The batches API's HTTP requests are counted for no call (:func:`~.wire.uncounted`).
 - The results file is the server's, and trusted no more than a reply (:func:`Batcher._download`):
   its ``results_url`` must be on the base URL's origin (scheme, host, port), else it is refused before
   any request, so the API key never leaves the configured host (the guard refuses a redirect elsewhere
@@ -36,11 +37,11 @@ Guarantees:
 - Every batch id, status and error text a server sent is shown escaped (:func:`shown`) in what the
   batcher writes for a person (its status line, its errors).
 - Outcomes: ``succeeded``: the reply, checked by :func:`~runner.models.anthropic.reply_of` exactly
-  as a live one, its usage added to the caller's record's batch part (``batch_usage``, or
-  ``batch_summarizer_usage`` for summaries) which the job's spend prices at the batch discount;
-  ``errored`` with a retryable error (overloaded, api_error, rate limit, timeout), ``expired``, and
-  ``canceled`` while the run is not stopping: sent again in the next group, one more ``record.retries``
-  (after the request's ``max_retries`` resends, live); a prompt too long: :class:`PromptTooLong`; any
+  as a live one, naming its batch (``Reply.batch``: its caller, the job's spend, prices its usage at
+  the batch discount); ``errored`` with a retryable error (overloaded, api_error, rate limit,
+  timeout), ``expired``, and ``canceled`` while the run is not stopping: sent again in the next group,
+  one more resend on the call's counts (``Reply.wire.resends``, or its exception's: a retry of the
+  job's) (after the request's ``max_retries`` resends, live); a prompt too long: :class:`PromptTooLong`; any
   other error fails the call (:class:`BatchRequestFailed`) as it would fail live.
 - The deadline governor: a call's answer is needed by its job's end (:data:`~runner.models.wire.ANSWER_BY`,
   which the run's deadline bounds: the session's loop ends before it, the report's reserve kept) or by
@@ -67,9 +68,8 @@ import json
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Collection, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import AsyncIterator, Collection
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -79,11 +79,10 @@ import httpx2  # the SDK's HTTP library: the streamed results file is its raw re
 
 from ..config import RunnerSection, deadline_at
 from ..messages import one_line
-from ..rundir.docs import JobMetrics
 from .anthropic import AnthropicModel, reply_of, request_params
 from .base import Model, PromptTooLong, Reply, Request
 from .guard import download, same_origin
-from .wire import ANSWER_BY, CURRENT
+from .wire import ANSWER_BY, attach, counts_of, uncounted
 
 RETRYABLE = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 MAX_BATCH_BYTES = 200_000_000  # of request bodies in one batch (the API takes 256 MB)
@@ -151,13 +150,6 @@ async def result_lines(pieces: AsyncIterator[bytes], max_line: int) -> AsyncIter
         yield bytes(line)
 
 
-@dataclass
-class BatchReply(Reply):
-    """A reply a Message Batch gave: ``batch`` is its id (the call's line in events.jsonl names it)."""
-
-    batch: str | None = None
-
-
 def custom_id_of(job: str, turn: int, params: dict[str, Any]) -> str:
     """``<job>-t<turn>-<12 hex digits of the body's sha256>``, at most 64 characters of ``[a-zA-Z0-9_-]``;
     the body without its ``cache_control`` markers (they change what is billed, not the answer, and a
@@ -167,6 +159,11 @@ def custom_id_of(job: str, turn: int, params: dict[str, Any]) -> str:
     tail = f"-t{turn}-{digest}"
     name = re.sub(r"[^a-zA-Z0-9_-]", "_", job)[: 64 - len(tail)] or "job"
     return name + tail
+
+
+def _resent(reply: Reply, resends: int) -> Reply:
+    """``reply`` with the number of times a batch was asked again for it."""
+    return replace(reply, wire=replace(reply.wire, resends=resends)) if resends else reply
 
 
 def _without_cache_control(value: Any) -> Any:
@@ -183,16 +180,6 @@ def _without_cache_control(value: Any) -> Any:
     if isinstance(value, list):
         return [_without_cache_control(v) for v in value]
     return value
-
-
-@contextmanager
-def uncounted() -> Iterator[None]:
-    """The batches API's own requests are no job's: the wire counts see none of them."""
-    token = CURRENT.set(None)
-    try:
-        yield
-    finally:
-        CURRENT.reset(token)
 
 
 @dataclass(eq=False)
@@ -352,64 +339,61 @@ class Batcher:
 
     # --- one call -------------------------------------------------------------------------------
 
-    async def create(self, request: Request, *, live: Model, part: str) -> Reply:
-        """``request`` answered by a batch (or live, when the deadline says so); ``part``: the record's
-        field its batch-billed usage goes to."""
-        record = CURRENT.get()
+    async def create(self, request: Request, *, live: Model) -> Reply:
+        """``request`` answered by a batch (the reply's ``batch`` names it), or live when the deadline
+        says so; the reply's ``wire.resends`` (a failed call's exception's, :func:`~.wire.counts_of`):
+        how many times a batch was asked again for it, beside a live call's own counts."""
         params, betas = request_params(request)
-        job, turn = (record.job, record.turns + 1) if record is not None else ("call", 0)
+        job, turn = request.caller if request.caller is not None else ("call", 0)
         custom_id = custom_id_of(job, turn, params)
         limit = self.max_retries if request.max_retries is None else request.max_retries
         resends = 0
         answer_by = self.answer_by()
-        if custom_id in self.recorded:  # a resumed job asks again what a recorded batch was asked
-            batch_id = self.recorded[custom_id][0]
-            if (result := await self._recorded(custom_id)) is not None:
-                return self._reply(result, record, part, batch_id)
-        while True:
-            if self.live_now(answer_by) or resends > limit:
-                return await live.create(request)
-            group, key = self._join(custom_id, params, betas, answer_by)
-            result = await self._wait(group, key)
-            kind = result.get("type")
-            if result is LIVE:  # its batch's results could not be read
-                return await live.create(request)
-            if kind == "succeeded":
-                return self._reply(result, record, part, group.batch_id)
-            if kind == "errored":
-                error = (result.get("error") or {}).get("error") or {}
-                etype, message = str(error.get("type")), str(error.get("message", ""))
-                if "prompt is too long" in message.lower() or "prompt_too_long" in message.lower():
-                    raise PromptTooLong(message)
-                if etype not in RETRYABLE:
+        try:
+            if custom_id in self.recorded:  # a resumed job asks again what a recorded batch was asked
+                batch_id = self.recorded[custom_id][0]
+                if (result := await self._recorded(custom_id)) is not None:
+                    return self._reply(result, batch_id)
+            while True:
+                if self.live_now(answer_by) or resends > limit:
+                    return _resent(await live.create(request), resends)
+                group, key = self._join(custom_id, params, betas, answer_by)
+                result = await self._wait(group, key)
+                kind = result.get("type")
+                if result is LIVE:  # its batch's results could not be read
+                    return _resent(await live.create(request), resends)
+                if kind == "succeeded":
+                    return _resent(self._reply(result, group.batch_id), resends)
+                if kind == "errored":
+                    error = (result.get("error") or {}).get("error") or {}
+                    etype, message = str(error.get("type")), str(error.get("message", ""))
+                    if "prompt is too long" in message.lower() or "prompt_too_long" in message.lower():
+                        raise PromptTooLong(message)
+                    if etype not in RETRYABLE:
+                        raise BatchRequestFailed(
+                            f"batch {shown(group.batch_id, 80)}: request {key}: {shown(etype, 80)}: "
+                            f"{shown(one_line(message, 200))}"
+                        )
+                elif kind == "canceled" and self.stopping:
                     raise BatchRequestFailed(
-                        f"batch {shown(group.batch_id, 80)}: request {key}: {shown(etype, 80)}: "
-                        f"{shown(one_line(message, 200))}"
+                        f"batch {shown(group.batch_id, 80)}: request {key}: canceled (the run is stopping)"
                     )
-            elif kind == "canceled" and self.stopping:
-                raise BatchRequestFailed(
-                    f"batch {shown(group.batch_id, 80)}: request {key}: canceled (the run is stopping)"
-                )
-            elif kind not in ("expired", "canceled"):
-                raise BatchRequestFailed(
-                    f"batch {shown(group.batch_id, 80)}: request {key}: result type {shown(repr(kind), 80)}"
-                )
-            resends += 1
-            if record is not None:
-                record.retries += 1
+                elif kind not in ("expired", "canceled"):
+                    raise BatchRequestFailed(
+                        f"batch {shown(group.batch_id, 80)}: request {key}: "
+                        f"result type {shown(repr(kind), 80)}"
+                    )
+                resends += 1
+        except BaseException as e:  # a live call's own counts kept (a batch's requests are no call's)
+            attach(e, replace(counts_of(e), resends=resends))
+            raise
 
-    def _reply(
-        self, result: dict[str, Any], record: JobMetrics | None, part: str, batch: str | None
-    ) -> Reply:
-        """A succeeded result as the call's reply, its usage billed in the record's batch part."""
+    def _reply(self, result: dict[str, Any], batch: str | None) -> Reply:
+        """A succeeded result as the call's reply, naming its batch (its caller bills it at the batch
+        price)."""
         reply = reply_of(result.get("message") or {}, self.backend.guard.max_reply_bytes)
-        if record is not None:
-            billed = getattr(record, part).model_copy()
-            billed.add(reply.usage)
-            setattr(record, part, billed)
-            record.batch_calls += 1
-        parts = {f.name: getattr(reply, f.name) for f in fields(reply)}
-        return BatchReply(**parts, batch=batch)
+        reply.batch = batch
+        return reply
 
     async def _recorded(self, custom_id: str) -> dict[str, Any] | None:
         """The succeeded result a recorded batch holds for ``custom_id`` (once: it is then forgotten)."""
@@ -645,25 +629,19 @@ class BatchModel:
     """The :class:`~runner.models.base.Model` of batch delivery: each call of a job whose delivery is
     batch through the batcher (or ``live`` when the deadline is near), each call of a live job
     ``live``; a request's ``delivery`` is its job's, ``default`` (the run's) when the job sets none.
-    ``part``: the record's field its batch-billed usage goes to (``batch_usage`` for a job's own
-    calls, ``batch_summarizer_usage`` for summaries); ``cache_ttl``: the TTL of a batched call's cache
-    breakpoints (``[runner] batch_cache_ttl``)."""
+    ``cache_ttl``: the TTL of a batched call's cache breakpoints (``[runner] batch_cache_ttl``)."""
 
     def __init__(
         self,
         batcher: Batcher,
         live: Model,
         *,
-        part: str = "batch_usage",
         owns_live: bool = True,
         default: Literal["live", "batch"] = "batch",
         cache_ttl: Literal["5m", "1h"] = "1h",
     ):
-        if part not in JobMetrics.model_fields:
-            raise ValueError(f"{part}: not a field of the job's record")
         self.batcher = batcher
         self.live = live
-        self.part = part
         self.owns_live = owns_live
         self.default = default
         self.cache_ttl = cache_ttl
@@ -676,7 +654,7 @@ class BatchModel:
         # a batch turn takes minutes to hours: the prefix is cached for an hour (by default), not five
         # minutes, also for the calls the deadline sends live (they read what the batched ones wrote)
         request = replace(request, cache_ttl=self.cache_ttl)
-        return await self.batcher.create(request, live=self.live, part=self.part)
+        return await self.batcher.create(request, live=self.live)
 
     async def aclose(self) -> None:
         await self.batcher.aclose()
@@ -706,7 +684,6 @@ def batch_delivery(
         BatchModel(
             batcher,
             raw,
-            part="batch_summarizer_usage",
             owns_live=False,
             default=runner.delivery,
             cache_ttl=ttl,

@@ -102,6 +102,7 @@ class DeterministicSummarizer(Summarizer):
         where: str = TRANSCRIPT,
         *,
         delivery: Literal["live", "batch"] | None = None,
+        caller: tuple[str, int] | None = None,
     ) -> Summary:
         request = self.request(messages, active_request, max_chars)
         text = fallback_summary(messages, max_chars or 1_000_000)
@@ -127,6 +128,7 @@ class CompactorContestant:
         self._lines: dict[int, str] = {}
         self._applied: list[dict[str, Any]] = []  # the API's context editing of the last view
         self._system: str | None = None
+        self._summary_usage = Usage()  # its summaries' (CompactionState.on_summary)
         self._tools: list[dict[str, Any]] = []
 
     async def start(self, system: str, tools: list[dict[str, Any]]) -> None:
@@ -136,7 +138,10 @@ class CompactorContestant:
 
     @property
     def summary_usage(self) -> Usage:
-        return self.state.record.summarizer_usage if self.state else Usage()
+        return self._summary_usage
+
+    def _summarized(self, summary: Summary) -> None:
+        self._summary_usage.add(summary.usage)
 
     @property
     def summaries(self) -> int:
@@ -150,7 +155,9 @@ class CompactorContestant:
         if self.state is None:
             first = history[0]
             active = "\n".join(said_texts(first))
-            self.state = CompactionState(store=self.store, limits=self.limits, active_request=active)
+            self.state = CompactionState(
+                store=self.store, limits=self.limits, active_request=active, on_summary=self._summarized
+            )
             self.state.overhead_chars = self._overhead
         new = history[len(self.added) :]
         if new:

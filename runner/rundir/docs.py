@@ -35,6 +35,9 @@ Guarantees:
   :func:`lenient` return the model (damaged fields dropped back to their defaults) and one-line
   problems naming the file and the field; :func:`load_run` reads a whole run directory so.
 - Totals are always recomputed from the job rows (:func:`totals_of`), never trusted from disk.
+- A job's usage, cost and call counts (every :class:`Usage` field of :class:`JobMetrics`, and every
+  field marked :data:`SPENT`) have one writer, the job's spend (``runner/agent/spend.py``);
+  ``tests/test_one_writer.py`` checks every other module on its source.
 - A job's usage has one sum, :meth:`JobMetrics.total_usage` (its own calls', its summaries' and its
   subagents'): written as ``total_usage`` beside ``usage`` (its own calls') in ``metrics.json``, in
   ``run.json``'s rows and in the rows tables read; the totals add it up; it is never read back.
@@ -174,7 +177,7 @@ class _Doc(BaseModel):
         return self.model_dump(exclude_unset=True)
 
 
-SUBAGENT_FIELDS = ("subagent_usage", "subagents")  # written only for a job that had subagents
+SUBAGENT_FIELDS = ("subagent_usage", "subagents", "own_cost_usd")  # written only for a job that had subagents
 BATCH_FIELDS = ("batch_usage", "batch_summarizer_usage", "batch_calls")  # only when a batch answered a call
 WHEN_SET = ("worker", "source", "incremental")  # written only when not None
 TOTAL_USAGE = "total_usage"  # written beside usage: JobMetrics.total_usage, never read back
@@ -199,6 +202,17 @@ class Incremental(_Doc):
     manifest_s: float = 0.0  # the time it took to make
 
 
+class Spent:
+    """The mark of a :class:`JobMetrics` count or cost only the job's spend writes (``Annotated[int,
+    SPENT]``); a :class:`Usage` field is one by its type."""
+
+    def __repr__(self) -> str:
+        return "SPENT"
+
+
+SPENT = Spent()
+
+
 class JobMetrics(_Doc):
     """A job's one record. Its session mutates it as the job goes (the executor and the live display
     read the same object); ``metrics.json`` is :meth:`document` of it, and so is the job's row in
@@ -211,22 +225,25 @@ class JobMetrics(_Doc):
     job: str = "?"
     status: str = "?"
     model: str = ""
-    turns: int = 0
+    turns: Annotated[int, SPENT] = 0
     wall_s: float = 0.0
     usage: Usage = Field(default_factory=Usage)
     summarizer_usage: Usage = Field(default_factory=Usage)
-    usage_estimated: bool = False
-    cost_usd: float = 0.0
+    usage_estimated: Annotated[bool, SPENT] = False
+    cost_usd: Annotated[float, SPENT] = 0.0
     compactions: dict[str, int] = Field(default_factory=dict)
     persisted_bytes: int = 0
-    retries: int = 0  # HTTP attempts beyond the first of each call (the SDK's retries)
-    rate_limited_429: int = 0
-    overloaded_529: int = 0
-    server_errors_5xx: int = 0
-    requests: int = 0  # HTTP attempts
+    # HTTP attempts beyond the first of each call (the SDK's retries), and Message Batch resends
+    retries: Annotated[int, SPENT] = 0
+    rate_limited_429: Annotated[int, SPENT] = 0
+    overloaded_529: Annotated[int, SPENT] = 0
+    server_errors_5xx: Annotated[int, SPENT] = 0
+    requests: Annotated[int, SPENT] = 0  # HTTP attempts
     error: str | None = None
     subagent_usage: Usage = Field(default_factory=Usage)  # its subagents' (their summaries' too)
     subagents: list[dict[str, Any]] = Field(default_factory=list)  # one row per subagent (subagent_row)
+    # its own calls' and summaries' cost, without its subagents' (written with them; the viewer shows it)
+    own_cost_usd: Annotated[float | None, SPENT] = None
     worker: dict[str, Any] | None = None  # where the job ran: node and pid
     source: str | None = None  # run.json rows: the task file
     context_chars: int = 0  # live: characters of the window the last call carried
@@ -236,7 +253,7 @@ class JobMetrics(_Doc):
     # prices.batch_discount (see models/batches.py); batch_calls: the calls it answered
     batch_usage: Usage = Field(default_factory=Usage)
     batch_summarizer_usage: Usage = Field(default_factory=Usage)
-    batch_calls: int = 0
+    batch_calls: Annotated[int, SPENT] = 0
 
     @model_validator(mode="before")
     @classmethod
@@ -290,16 +307,10 @@ class JobMetrics(_Doc):
             and (k not in BATCH_FIELDS or self.batch_calls)
         }
         out["wall_s"], out["cost_usd"] = round(self.wall_s, 3), round(self.cost_usd, 6)
+        if out.get("own_cost_usd") is not None:
+            out["own_cost_usd"] = round(out["own_cost_usd"], 6)
         out["compactions"] = dict(sorted(self.compactions.items()))
         return self._with_total(out)
-
-    def carry_over(self, prior: JobMetrics) -> None:
-        """Continue from an earlier segment's record: every count it had (not its identity, status,
-        error, where it ran, nor the live fields)."""
-        keep = {"job", "status", "model", "error", "worker", "source", *self.LIVE}
-        for name in type(self).model_fields:
-            if name not in keep and name in prior.model_fields_set:
-                setattr(self, name, copy.deepcopy(getattr(prior, name)))
 
     def clean(self) -> dict[str, Any]:
         """Every field the table reads, in its type (a damaged value is back at its default)."""

@@ -513,8 +513,7 @@ def job_context(
         "subagents": children,
         "tree": tree,
         "agents_dir": AGENTS,
-        "own_cost": number(job.record.get("cost_usd"))
-        - sum(number(r.get("cost_usd")) for r in job.metrics.subagents if isinstance(r, dict)),
+        "own_cost": job.metrics.own_cost_usd,  # as its spend wrote it (None: a run from before it did)
         "transcript_href": link(job.dir / TRANSCRIPT, start),
         "transcript_name": TRANSCRIPT,
         "memory_dir": MEMORY_DIR,
