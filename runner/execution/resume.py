@@ -1,4 +1,5 @@
-"""``runner resume RUN_DIR``: rerun the jobs of a run that did not succeed, where they stopped.
+"""``runner resume RUN_DIR``'s plan: which jobs of a run that did not succeed run again, and where they
+continue (the command itself is ``cli.cmd_resume``).
 
 Guarantees:
 - A job whose status is ``succeeded`` is never touched: its files and its line in ``run.json`` stay.
@@ -14,14 +15,12 @@ Guarantees:
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from rich.text import Text
 
 from ..agent.continuation import cut_transcript
 from ..config import ConfigError, Settings, describe_errors
@@ -30,7 +29,6 @@ from ..jobs import (
     JobError,
     JobSpec,
     load_job,
-    parsed,
     protected_paths,
     valid_name,
     workspace_problem,
@@ -50,11 +48,8 @@ from ..rundir.docs import (
     read_json,
     read_metrics,
 )
-from ..rundir.lock import hold_run_dir
-from ..rundir.reserve import claim
 from ..rundir.store import read_jsonl, write_atomic_sync
 from ..tools.sandbox import bwrap_problem
-from ..ui.terminal import printable
 
 
 @dataclass
@@ -263,70 +258,6 @@ def run_dir_behind(path: Path) -> Path:
         return path
     target = Path(os.readlink(path))
     return target if target.is_absolute() else path.parent / target
-
-
-def cmd_resume(args: argparse.Namespace) -> int:
-    from ..compaction.compactor import Compactor
-    from .batch import (
-        config_path,
-        console,
-        execute,
-        make_backend,
-        run_meta,
-        say,
-        settings_from,
-        spending,
-        warn_fallbacks,
-    )
-    from .core import Batch
-
-    run_dir = run_dir_behind(getattr(args, "run_dir", None) or args.resume)
-    settings = parsed(lambda: settings_from(args, say=say), config_path(args))
-    if not (run_dir / RUN_JSON).is_file():
-        raise ConfigError([f"{run_dir / RUN_JSON}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
-    with hold_run_dir(run_dir):
-        plan = plan_resume(
-            run_dir, settings, getattr(args, "limits_from_config", False), getattr(args, "only", None)
-        )
-        keep_backend(run_dir, plan.meta, settings, getattr(args, "backend", None))
-        if unsafe := [line for e in plan.errors if e.unsafe for line in e.problems]:
-            raise ConfigError(unsafe)  # as `run`: no job starts beside one that could rewrite the others
-        err_console = console(stderr=True)
-        for note in plan.notes:
-            err_console.print(Text(f"resume: {printable(note)}"), highlight=False, soft_wrap=True)
-        if not plan.specs and not plan.errors:
-            # run.json may lag behind the jobs' own files (the run was killed right after they ended)
-            err_console.print(Text(printable(f"resume: no job of {run_dir} is left to run")), soft_wrap=True)
-            batch = Batch(
-                run_dir=run_dir,
-                specs=[],
-                model=None,  # type: ignore[arg-type]
-                compactor=None,  # type: ignore[arg-type]
-                summary_model=settings.summarizer.model,
-                concurrency=1,
-                kept=plan.kept,
-                meta={**plan.meta, "resumed": True},
-                handle_signals=False,
-            )
-            return execute(batch, settings, as_json=getattr(args, "json", False))
-        claim(run_dir, len(plan.specs) + len(plan.errors))
-        model, summarizer, backend = make_backend(settings, specs=plan.specs)
-        warn_fallbacks(plan.specs, model)
-        batch = Batch(
-            run_dir=run_dir,
-            specs=plan.specs,
-            errors=plan.errors,
-            model=model,
-            compactor=Compactor(summarizer),
-            summary_model=settings.summarizer.model,
-            concurrency=settings.runner.concurrency,
-            histories=plan.histories,
-            priors=plan.priors,
-            kept=plan.kept,
-            meta={**run_meta(settings, backend), "resumed": True},
-            **spending(settings),
-        )
-        return execute(batch, settings, as_json=getattr(args, "json", False))
 
 
 def keep_backend(run_dir: Path, meta: dict[str, Any], settings: Settings, asked: str | None) -> None:
