@@ -227,7 +227,7 @@ class _BatchRun:
         finally:
             with anyio.CancelScope(shield=True):
                 if started:
-                    await end(batch, dispatch, self.out, self.run_json, cancel=bool(self.abandoned))
+                    await end(batch, dispatch, self.out, run_json=self.run_json, cancel=bool(self.abandoned))
                 release(batch.run_dir, JOBS_RESERVE)
                 release(batch.run_dir, RUN_RESERVE)
                 if batch.model is not None:  # the HTTP sessions close inside the loop that opened them
@@ -297,7 +297,7 @@ class _BatchRun:
         quietly_call(self.display.job_finished, result)
 
 
-async def end(batch: Batch, dispatch: Dispatch, out: BatchResult, run_json: RunJson, *, cancel: bool) -> None:
+async def end(batch: Batch, dispatch: Dispatch, out: BatchResult, *, run_json: RunJson, cancel: bool) -> None:
     """The batch's ending: jobs the batch stopped waiting for are cancelled (``cancel``), those never
     started recorded so, the last ``run.json`` written through the disk reserve, the dispatch closed."""
     if cancel:

@@ -103,7 +103,7 @@ def _limit_raised(old: JobSpec, new: JobSpec, status: str) -> bool:
 
 
 def plan_resume(
-    run_dir: Path, settings: Settings, limits_from_config: bool = False, only: list[str] | None = None
+    run_dir: Path, settings: Settings, limits_from_config: bool = False, *, only: list[str] | None = None
 ) -> ResumePlan:
     """What to rerun. Each job keeps the spec (model, limits) in its ``job.json``; with
     ``limits_from_config``, the limits of today's config and task file. A job that ended on a limit
@@ -153,8 +153,8 @@ def plan_job(
         return JobPlan(name, kept=metrics or metrics_of(entry, str(run_json)))
     job, _ = read_json(job_dir / JOB_JSON)
     if not isinstance(job, dict):
-        return _from_task_file(name, entry, metrics, job_dir, settings)
-    recorded = _recorded_spec(name, job, run_dir, settings)
+        return _from_task_file(name, entry, metrics, job_dir=job_dir, settings=settings)
+    recorded = _recorded_spec(name, job, run_dir, settings=settings)
     if isinstance(recorded, JobError):
         return JobPlan(name, error=recorded)
     spec, notes = _with_todays_limits(recorded, settings) if limits_from_config else (recorded, [])
@@ -172,11 +172,11 @@ def plan_job(
                 f"(`--limits-from-config` with a higher limit in config.toml); kept as it is",
             ],
         )
-    return _continued(spec, job_dir, metrics, notes)
+    return _continued(spec, job_dir, metrics, notes=notes)
 
 
 def _from_task_file(
-    name: str, entry: dict[str, Any], metrics: JobMetrics | None, job_dir: Path, settings: Settings
+    name: str, entry: dict[str, Any], metrics: JobMetrics | None, *, job_dir: Path, settings: Settings
 ) -> JobPlan:
     """A job without a readable ``job.json``: loaded again from its task file, if it still names it."""
     source = Path(entry.get("source") or (metrics.source if metrics else None) or "")
@@ -194,7 +194,9 @@ def _from_task_file(
     return JobPlan(name, spec=loaded)
 
 
-def _recorded_spec(name: str, job: dict[str, Any], run_dir: Path, settings: Settings) -> JobSpec | JobError:
+def _recorded_spec(
+    name: str, job: dict[str, Any], run_dir: Path, *, settings: Settings
+) -> JobSpec | JobError:
     """The spec ``job.json`` recorded, or why it may not run: it does not validate, it sends its job to
     another directory, or its workspace is unsafe."""
     job_json = run_dir / name / JOB_JSON
@@ -225,7 +227,7 @@ def _with_todays_limits(spec: JobSpec, settings: Settings) -> tuple[JobSpec, lis
     return spec, []
 
 
-def _continued(spec: JobSpec, job_dir: Path, metrics: JobMetrics | None, notes: list[str]) -> JobPlan:
+def _continued(spec: JobSpec, job_dir: Path, metrics: JobMetrics | None, *, notes: list[str]) -> JobPlan:
     """``spec`` run again, from its transcript's last complete turn when it has one; a half-written last
     line of ``events.jsonl`` dropped (the file rewritten whole, so the next append starts a line)."""
     name = spec.name
@@ -260,7 +262,7 @@ def run_dir_behind(path: Path) -> Path:
     return target if target.is_absolute() else path.parent / target
 
 
-def keep_backend(run_dir: Path, meta: dict[str, Any], settings: Settings, asked: str | None) -> None:
+def keep_backend(run_dir: Path, meta: dict[str, Any], settings: Settings, *, asked: str | None) -> None:
     """A resumed run keeps the backend and models ``run.json`` names: it never switches to the offline
     model because the key is missing, and never mixes real costs with estimates."""
     where = run_dir / RUN_JSON
