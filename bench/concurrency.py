@@ -739,13 +739,13 @@ AREAS = (
     ("a job's last files (final.md, metrics.json)", "runner/agent/session.py", "_write_outputs"),
     ("run.json rewrites", "runner/execution/core.py", "write"),
     ("progress lines", "runner/ui/display.py", "job_finished"),
-    ("the final table", "runner/execution/batch.py", "print_table"),
+    ("the final table", "runner/ui/console.py", "print_table"),
 )
 
 
 def profile_local(n: int, latency: float = 2.0) -> dict[str, Any]:
     """One local run of N sessions under cProfile (its own overhead inflates every figure about alike):
-    each area's share of the event loop's busy time (the run's, ``batch.execute``, less its waits in
+    each area's share of the event loop's busy time (the run's, ``cli.execute``, less its waits in
     epoll; the imports before it left out)."""
     import pstats
 
@@ -783,11 +783,7 @@ def profile_local(n: int, latency: float = 2.0) -> dict[str, Any]:
             emulator.terminate()
             emulator.wait()
         table = pstats.Stats(str(out)).stats  # type: ignore[attr-defined]
-    run = max(
-        v[3]
-        for (f, _, name), v in table.items()
-        if f.endswith("runner/execution/batch.py") and name == "execute"
-    )
+    run = max(v[3] for (f, _, name), v in table.items() if f.endswith("runner/cli.py") and name == "execute")
     idle = sum(v[2] for (f, _, name), v in table.items() if "epoll" in name and "poll" in name)
     busy = run - idle  # the run's own time, imports and set-up before it left out
     shares = {}

@@ -8,36 +8,27 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
-from .config import ConfigError, Settings
-from .execution.batch import (
+from .commands.batch import cmd_resume, cmd_run
+from .commands.common import (
+    collect,
     config_path,
-    err,
-    execute,
-    json_document,
-    make_backend,
-    out,
-    print_error,
-    print_table,
-    run_meta,
-    say,
+    report_prune,
     settings_from,
-    shown_path,
-    spending,
-    warn_fallbacks,
+    warn_host_fit,
+    warn_unpriced,
+    warn_unused_job_tables,
 )
-from .jobs import JobError, JobSpec, find_task_files, load_jobs, lookalike_task_files, parsed
+from .config import ConfigError
+from .execution.batch import json_document
+from .jobs import parsed
 from .rundir.docs import RUN_JSON, RunState, Status, is_run_dir
-from .rundir.lock import hold_run_dir
-from .rundir.prune import PruneResult, human_bytes, parse_age, prune
-from .rundir.reserve import claim
-from .tools.job_budget import host_problems
-from .tools.sandbox import CALL_MEMORY_BYTES, MAX_PROCESSES, bwrap_problem
+from .rundir.prune import parse_age, prune
+from .ui.console import err, out, print_error, print_table, say, shown_path
 from .ui.report import load_report, plural, totals_line
 from .ui.terminal import json_printable, printable
 
@@ -329,8 +320,6 @@ def main(argv: list[str] | None = None) -> int:
 
             return serve(args)
         if args.command == "resume" or (args.command == "run" and args.resume):
-            from .execution.resume import cmd_resume
-
             return cmd_resume(args)
         return cmd_run(args)
     except ConfigError as e:
@@ -340,60 +329,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
-
-
-def collect(targets: list[Path], settings: Settings) -> tuple[list[JobSpec], list[JobError], list[str]]:
-    targets = targets or [Path("jobs")]
-    files, missing = find_task_files(targets)
-    for path in lookalike_task_files(targets):
-        print_error(f"{path}: not read: task files are *.toml (lower case), one job a file", label="warning")
-    specs, errors = load_jobs(files, settings, sandbox_problem=bwrap_problem)
-    return specs, errors, missing
-
-
-def warn_unused_job_tables(
-    args: argparse.Namespace, settings: Settings, specs: list[JobSpec], errors: list[JobError]
-) -> None:
-    """A ``[jobs.<name>]`` table that names no loaded job is most likely a typo: say so (not an error,
-    since one config may serve several job directories)."""
-    names = {s.name for s in specs} | {e.name for e in errors}
-    source = config_path(args) or "environment"
-    for name in sorted(set(settings.jobs) - names):
-        print_error(
-            f"{source}: jobs.{name}: no task file defines a job named {name!r}; these limits apply to "
-            "nothing",
-            label="warning",
-        )
-
-
-def warn_unpriced(settings: Settings, specs: list[JobSpec]) -> None:
-    """One warning per model that the price table does not know (it is priced as the dearest family)."""
-    from .pricing import PriceTable
-
-    table = PriceTable(settings.prices)
-    users: dict[str, list[str]] = {}
-    for spec in specs:
-        users.setdefault(spec.model, []).append(f"job {spec.name}")
-    users.setdefault(settings.summarizer.model, []).append("[summarizer] model")
-    for model, who in users.items():
-        if line := table.unpriced(model):
-            print_error(
-                f"{line} (used by {', '.join(who[:3])}{', ...' if len(who) > 3 else ''})", label="warning"
-            )
-
-
-def warn_host_fit(settings: Settings, specs: list[JobSpec]) -> None:
-    """A warning line per budget that ``concurrency`` jobs' sandboxes, at once, would take past what
-    this host has (its RAM, its pid_max): the local executor runs them all here."""
-    if settings.runner.executor != "local":
-        return
-    for line in host_problems(
-        settings.runner.concurrency,
-        [(s.limits, s.tools) for s in specs],
-        call_memory=CALL_MEMORY_BYTES,
-        call_processes=MAX_PROCESSES,
-    ):
-        print_error(line, label="warning")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -427,103 +362,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print_error("no task files found")
         return 2
     return 2 if errors or missing else 0
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    settings = parsed(lambda: settings_from(args, say=say), config_path(args))
-    specs, errors, missing = collect(args.targets, settings)
-    if missing:
-        raise ConfigError(missing)
-    unsafe = [line for e in errors if e.unsafe or e.duplicate for line in e.problems]
-    # a job there could read and rewrite the other jobs' files, or the system's, or two task files claim one
-    # name (which job is which would be a guess): nothing starts
-    if unsafe:
-        raise ConfigError(unsafe)
-    warn_unused_job_tables(args, settings, specs, errors)
-    if args.only:
-        known = {s.name for s in specs} | {e.name for e in errors}
-        unknown = [n for n in args.only if n not in known]
-        if unknown:
-            raise ConfigError(
-                [f"--only: no job named {n!r} (known: {', '.join(sorted(known))})" for n in unknown]
-            )
-        specs = [s for s in specs if s.name in args.only]
-        errors = [e for e in errors if e.name in args.only]
-    if not specs and not errors:
-        raise ConfigError(["no task files found (expected *.toml files in the jobs directory)"])
-    if errors:  # as `validate`: every problem of every bad task file (file, field), and nothing starts
-        raise ConfigError([line for e in errors for line in e.problems])
-    if args.fresh:
-        specs = [spec.run_fresh() for spec in specs]
-    from .compaction.compactor import Compactor
-    from .execution.core import Batch, new_run_id
-    from .rundir.store import link_latest
-
-    model, summarizer, backend = make_backend(settings, specs=specs)
-    warn_fallbacks(specs, model)
-    warn_unpriced(settings, specs)
-    warn_host_fit(settings, specs)
-    run_dir = settings.runner.output_dir / new_run_id()
-    try:
-        run_dir.mkdir(parents=True)
-    except OSError as e:
-        raise ConfigError(
-            [f"{settings.runner.output_dir}: cannot create the run directory {run_dir}: {e.strerror or e}"]
-        ) from None
-    batch = Batch(
-        run_dir=run_dir,
-        specs=specs,
-        model=model,
-        compactor=Compactor(summarizer),
-        summary_model=settings.summarizer.model,
-        concurrency=settings.runner.concurrency,
-        meta=run_meta(settings, backend),
-        **spending(settings),
-    )
-    link_latest(run_dir)
-    with hold_run_dir(run_dir):
-        claim(run_dir, len(specs))
-        code = execute(batch, settings, as_json=args.json)
-    say_incremental(run_dir)
-    if (
-        settings.runner.keep_runs is not None and code != 130
-    ):  # this run is `latest`: never among those removed
-        report_prune(
-            prune(settings.runner.output_dir, keep=settings.runner.keep_runs),
-            settings.runner.output_dir,
-            say,
-            quiet=True,
-        )
-    return code
-
-
-def say_incremental(run_dir: Path) -> None:
-    """One line on stderr per incremental job: its baseline and the files changed, or why it ran fresh."""
-    from .agent.incremental import summary_line
-    from .rundir.docs import load_run
-
-    for job in load_run(run_dir, with_specs=False).jobs:
-        if job.metrics.incremental is not None:
-            say(summary_line(job.name, job.metrics.incremental))
-
-
-def report_prune(result: PruneResult, output_dir: Path, show: Any, quiet: bool = False) -> None:
-    """One line per run removed (or kept though chosen), then the count and the bytes; ``quiet``: nothing
-    when nothing was chosen."""
-    if quiet and not result.removed and not result.kept:
-        return
-    verb = "would remove" if result.dry_run else "removed"
-    for run in result.removed:
-        written = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.written))
-        show(f"{verb} {shown_path(run.path)} (last written {written}, {human_bytes(run.bytes)})")
-    for path, why in result.kept:
-        show(f"kept {shown_path(path)}: {why}")
-    kept = result.runs - len(result.removed)
-    show(
-        f"prune {shown_path(output_dir)}: {verb} {plural(len(result.removed), 'run')}, "
-        f"{'would free' if result.dry_run else 'freed'} {human_bytes(result.freed)}"
-        f"{f' ({result.freed:,} bytes)' if result.freed >= 1000 else ''}; {kept} kept"
-    )
 
 
 def cmd_prune(args: argparse.Namespace) -> int:

@@ -5,49 +5,102 @@ Precedence for a job's limits, lowest to highest: the built-in defaults of :clas
 Environment variables override the file: ``RUNNER_RUNNER__CONCURRENCY=4``,
 ``RUNNER_LIMITS__MAX_TURNS=50`` (sections and keys joined by ``__``).
 
-Every problem becomes a :class:`ConfigError` whose lines name the file, the key and what was expected.
+The file and the variables are validated once, together (variables win), by models in pydantic's strict
+mode: a file's values are taken with the types TOML gave them (``concurrency = "8"`` is an error), a
+variable's text is parsed by the field it sets (:class:`FromEnv`). Every problem becomes a line of one
+:class:`ConfigError` naming the file (or the variable), the key and what was expected.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import os
 import stat
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, ItemsView
 from datetime import datetime, timedelta
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
-    Discriminator,
     Field,
     PrivateAttr,
-    Tag,
+    TypeAdapter,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
+from pydantic_core import PydanticCustomError
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .pricing import BATCH_DISCOUNT_KEY
 
 Compaction = Literal["client", "server", "clear", "mask", "off"]
 
 
+class FromEnv(str):
+    """A value as a ``RUNNER_*`` variable gave it: text, which a number or boolean field parses (a file's
+    values keep the types TOML gave them, and are taken only as such)."""
+
+
 def _not_bool(value: Any) -> Any:
-    """TOML ``true``/``false`` is not a number (pydantic would quietly read ``true`` as 1)."""
+    """TOML ``true``/``false`` is not a number: said in those words (the strict int says "integer")."""
     if isinstance(value, bool):
         raise ValueError(f"expected a number, not {str(value).lower()}")
     return value
 
 
-Int = Annotated[int, BeforeValidator(_not_bool)]
-Float = Annotated[float, BeforeValidator(_not_bool)]
+def _parsed_env(kind: Any) -> BeforeValidator:
+    """Text from a ``RUNNER_*`` variable parsed as ``kind`` (pydantic's lax parsing: ``"8"`` -> 8,
+    ``"no"`` -> false); its error, if any, as that parse words it. Any other value passes unchanged."""
+    adapter: TypeAdapter[Any] = TypeAdapter(kind)
+
+    def parse(value: Any) -> Any:
+        if not isinstance(value, FromEnv):
+            return value
+        try:
+            return adapter.validate_python(str(value))
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise PydanticCustomError(first["type"], first["msg"]) from None
+
+    return BeforeValidator(parse)
+
+
+def _path_text(value: Any) -> Any:
+    """A path is written as a string (a number is not a path)."""
+    if not isinstance(value, str | PurePath):
+        raise PydanticCustomError("string_type", "Input should be a valid string")
+    return Path(value)
+
+
+def _array(value: Any) -> Any:
+    """A TOML array, kept as a tuple (a string is not a list of one)."""
+    if not isinstance(value, list | tuple):
+        raise PydanticCustomError("tuple_type", "Input should be a valid array")
+    return tuple(value)
+
+
+def _tool_inputs(value: Any) -> Any:
+    """One message for what ``clear_tool_inputs`` may be (not one per member of its union)."""
+    if not isinstance(value, bool | list | tuple):
+        raise ValueError("expected true, false or an array of tool names")
+    return tuple(value) if isinstance(value, list) else value
+
+
+# The settings' field types: strict (a file's ``concurrency = "8"`` or ``cache_aware = 1`` is an error), and
+# text from a RUNNER_* variable parsed; a path from a string, an array as a tuple.
+Int = Annotated[int, BeforeValidator(_not_bool), _parsed_env(int)]
+Float = Annotated[float, BeforeValidator(_not_bool), _parsed_env(float)]
+Bool = Annotated[bool, _parsed_env(bool)]
+TextPath = Annotated[Path, BeforeValidator(_path_text)]
+Names = Annotated[tuple[str, ...], BeforeValidator(_array)]
+ToolInputs = Annotated[bool | tuple[str, ...], BeforeValidator(_tool_inputs)]
+TOML_MODEL = ConfigDict(strict=True, extra="forbid", use_attribute_docstrings=True)
 
 
 class ConfigError(Exception):
@@ -61,7 +114,7 @@ class ConfigError(Exception):
 class Limits(BaseModel):
     """Per-job limits. The compaction thresholds keep the names and defaults of DESIGN.md."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(**TOML_MODEL, frozen=True)
 
     max_turns: Int = Field(200, ge=1, le=100_000)
     """model calls per job, its subagents' included, the last one kept for the report; then status
@@ -106,7 +159,7 @@ class Limits(BaseModel):
     fit_preview_chars: Int = Field(1_000, ge=0)
     """preview kept by fit_tool_results"""
     # a prompt-cache breakpoint after the newest message compaction will not rewrite (see README)
-    cache_aware: bool = True
+    cache_aware: Bool = True
     """prompt-cache breakpoints on the newest message compaction will not rewrite and on the longest prefix
     an earlier call cached that is still unchanged, besides those on the system prompt (which caches the
     tools) and the newest message"""
@@ -145,7 +198,7 @@ class Limits(BaseModel):
     # tools: where bash runs, whether it may reach the network, how often one call may repeat
     sandbox: Literal["bwrap", "none"] = "bwrap"
     """where `bash` runs: `bwrap` (the sandbox above) or `none` (no sandbox; explicit only)"""
-    sandbox_network: bool = False
+    sandbox_network: Bool = False
     """let `bash` reach the network"""
     max_repeated_calls: Int = Field(3, ge=1, le=100)
     """runs of one identical call in the whole job (a `write` or `edit` starts afresh); then it is caught,
@@ -169,7 +222,7 @@ class Limits(BaseModel):
     may make one. `runner validate` and `run` warn when `concurrency` jobs' budgets pass 90% of the host's
     RAM or `pid_max`"""
     # start from the newest earlier successful run of the same job (see README "Running it every night")
-    incremental: bool = False
+    incremental: Bool = False
     """start from the newest earlier run of the same job that succeeded (see "Running it every night");
     `--fresh` runs it in full"""
     # one reply's work: the tool calls run from one reply (the rest are answered "not run"), and the
@@ -195,13 +248,20 @@ class Limits(BaseModel):
     """clear mode: the newest tool uses never cleared"""
     clear_at_least_tokens: Int | None = Field(None, ge=1)
     """clear mode: clear only when that frees at least this many input tokens"""
-    clear_exclude_tools: tuple[str, ...] = ()
+    clear_exclude_tools: Names = ()
     """clear mode: tools whose results are never cleared"""
-    clear_tool_inputs: bool | tuple[str, ...] = False
+    clear_tool_inputs: ToolInputs = False
     """clear mode: clear the calls' inputs too (`true`, or the names of the tools whose inputs go)"""
     delivery: Literal["live", "batch"] | None = None
     """`"live"` or `"batch"`: how this job's calls go (see "Half price overnight"); unset: the run's
     `[runner] delivery`"""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_table(cls, value: Any) -> Any:
+        if not isinstance(value, dict | Limits):
+            raise ValueError("expected a table of limits")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Limits:
@@ -216,11 +276,11 @@ class Limits(BaseModel):
 
 
 class RunnerSection(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = TOML_MODEL
 
     concurrency: Int = Field(8, ge=1, le=10_000)
     """jobs at once"""
-    output_dir: Path = Path("runs")
+    output_dir: TextPath = Path("runs")
     """where `runs/<run-id>/` goes"""
     backend: Literal["auto", "anthropic", "offline"] = "auto"
     """`anthropic` when `ANTHROPIC_API_KEY` is set, else `offline`"""
@@ -275,7 +335,7 @@ class Price(BaseModel):
     """USD per million tokens; cache prices default to 1.25x (write), 2x (write with the 1-hour TTL)
     and 0.1x (read) of input."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = TOML_MODEL
 
     input: Float = Field(ge=0, le=10_000)
     output: Float = Field(ge=0, le=10_000)
@@ -283,20 +343,51 @@ class Price(BaseModel):
     cache_read: Float | None = Field(None, ge=0, le=10_000)
     cache_write_1h: Float | None = Field(None, ge=0, le=10_000)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _a_table(cls, value: Any) -> Any:
+        if not isinstance(value, dict | Price):
+            raise ValueError("expected a table of prices (input, output, ...)")
+        return value
 
-def _price_or_discount(value: Any) -> str:
-    return "discount" if isinstance(value, int | float) else "price"
+
+def _discount(value: Any) -> float:
+    """``[prices] batch_discount``: a number from 0 to 1 (from a RUNNER_* variable, its text)."""
+    if isinstance(value, FromEnv):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ValueError("expected a number from 0 to 1")
+    return float(value)
 
 
-# a model's prices, or [prices] batch_discount (a number; which key may be which: Settings checks)
-PriceOrDiscount = Annotated[
-    Annotated[Price, Tag("price")] | Annotated[Annotated[float, BeforeValidator(_not_bool)], Tag("discount")],
-    Discriminator(_price_or_discount),
-]
+class Prices(BaseModel):
+    """``[prices]``: each other key a model's (or family's) prices; ``batch_discount`` a number. Read as
+    a mapping of those (:meth:`items`), as :class:`~runner.pricing.PriceTable` takes it."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    __pydantic_extra__: dict[str, Price] = Field(init=False)
+
+    batch_discount: Annotated[float, BeforeValidator(_discount)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_table(cls, value: Any) -> Any:
+        if not isinstance(value, dict | Prices):
+            raise ValueError("expected a table: a model's prices under its name, and batch_discount")
+        return value
+
+    def items(self) -> ItemsView[str, Price | float]:
+        table: dict[str, Price | float] = dict(self.__pydantic_extra__ or {})
+        if self.batch_discount is not None:
+            table = {BATCH_DISCOUNT_KEY: self.batch_discount, **table}
+        return table.items()
 
 
 class SummarizerSection(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = TOML_MODEL
 
     model: str = Field("claude-haiku-5-5", min_length=1)
     """model for summaries (cheaper than the jobs')"""
@@ -310,14 +401,31 @@ class SummarizerSection(BaseModel):
     """longest summary"""
 
 
+class _EnvText(EnvSettingsSource):
+    """``RUNNER_*`` variables, each value marked as text (:class:`FromEnv`) for the fields to parse."""
+
+    def __call__(self) -> dict[str, Any]:
+        return _marked(super().__call__())
+
+
+def _marked(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _marked(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_marked(item) for item in value]
+    return FromEnv(value) if isinstance(value, str) else value
+
+
 class Settings(BaseSettings):
+    # not strict itself (pydantic-settings would then parse the variables its own way): its sections are,
+    # and the variables' text is parsed by their fields (FromEnv)
     model_config = SettingsConfigDict(env_prefix="RUNNER_", env_nested_delimiter="__", extra="forbid")
 
     runner: RunnerSection = RunnerSection()
     summarizer: SummarizerSection = SummarizerSection()
     limits: Limits = Limits()
-    jobs: dict[str, dict[str, Any]] = {}
-    prices: dict[str, PriceOrDiscount] = {}
+    jobs: dict[str, Limits] = {}  # each [jobs.<name>] table over [limits]: that job's limits
+    prices: Prices = Prices()
     _config_file: Path | None = PrivateAttr(default=None)  # the file these settings were read from
 
     @property
@@ -325,34 +433,35 @@ class Settings(BaseSettings):
         """The config file these settings were read from (absolute), if any."""
         return self._config_file
 
-    @model_validator(mode="after")
-    def _batch_discount_only(self) -> Settings:
-        """A number in ``[prices]`` is ``batch_discount``; every other key is a model's prices."""
-        for key, value in self.prices.items():
-            if key == BATCH_DISCOUNT_KEY and (isinstance(value, Price) or not 0 <= value <= 1):
-                raise ValueError(f"prices.{key}: expected a number from 0 to 1 (got {_short(value)})")
-            if key != BATCH_DISCOUNT_KEY and not isinstance(value, Price):
-                raise ValueError(
-                    f"prices.{key}: expected a table of prices (input, output, ...) (got {_short(value)})"
-                )
-        return self
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The environment over what the settings are made with (a config file's tables, by
+        :func:`load_settings`)."""
+        return (_EnvText(settings_cls), init_settings)
+
+    @field_validator("jobs", mode="before")
+    @classmethod
+    def _over_limits(cls, jobs: Any, info: ValidationInfo) -> Any:
+        """Each ``[jobs.<name>]`` table is validated over ``[limits]`` (over the defaults when ``[limits]``
+        itself did not validate: its own errors are reported once, under ``limits``)."""
+        if not isinstance(jobs, dict):
+            return jobs
+        limits = info.data.get("limits")
+        base = limits.model_dump() if isinstance(limits, Limits) else {}
+        return {name: {**base, **table} if isinstance(table, dict) else table for name, table in jobs.items()}
 
     def limits_for(self, job: str, task_limits: dict[str, Any] | None = None) -> Limits:
         """Merge ``[limits]`` < ``[jobs.<job>]`` < the task file's ``[limits]``; strictly typed (the tables
         are TOML: a number written as a string is an error, not a number)."""
-        if task_limits:
-            strict_limits(task_limits)
-        merged = {
-            **self.limits.model_dump(exclude_unset=False),
-            **self.jobs.get(job, {}),
-            **(task_limits or {}),
-        }
-        return Limits.model_validate(merged)
-
-
-def strict_limits(table: dict[str, Any]) -> None:
-    """A ``[limits]`` table as written in a file, checked without coercion (ValidationError)."""
-    Limits.model_validate_json(json.dumps({**Limits().model_dump(), **table}, default=str), strict=True)
+        limits = self.jobs.get(job, self.limits)
+        return Limits.model_validate({**limits.model_dump(), **task_limits}) if task_limits else limits
 
 
 def describe_errors(
@@ -394,10 +503,6 @@ def _env_source(loc: tuple[Any, ...]) -> str | None:
     return None
 
 
-def _job_env_source(job: str, loc: tuple[Any, ...]) -> str | None:
-    return _env_source(("jobs", job, *loc))
-
-
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -423,102 +528,22 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError([f"{path}: TOML syntax error: {e}"]) from None
 
 
-STRICT_SECTIONS: dict[str, type[BaseModel]] = {
-    "runner": RunnerSection,
-    "summarizer": SummarizerSection,
-    "limits": Limits,
-}
-
-
-def strict_check(source: str, data: dict[str, Any]) -> None:
-    """Types as written in the file, no coercion: ``concurrency = "8"`` or ``cache_aware = "yes"`` is an
-    error (pydantic's strict mode; the file's values go through JSON so paths may be strings)."""
-    problems: list[str] = []
-    for key, model in STRICT_SECTIONS.items():
-        if isinstance(data.get(key), dict):
-            try:
-                model.model_validate_json(json.dumps(data[key], default=str), strict=True)
-            except ValidationError as e:
-                problems += describe_errors(source, e, prefix=key)
-    for name, table in (data.get("prices") or {}).items() if isinstance(data.get("prices"), dict) else ():
-        if name == BATCH_DISCOUNT_KEY and (
-            isinstance(table, bool) or not isinstance(table, int | float) or not 0 <= table <= 1
-        ):
-            problems.append(f"{source}: prices.{name}: expected a number from 0 to 1 (got {_short(table)})")
-        elif isinstance(table, dict):
-            try:
-                Price.model_validate_json(json.dumps(table, default=str), strict=True)
-            except ValidationError as e:
-                problems += describe_errors(source, e, prefix=f"prices.{name}")
-    for name, table in (data.get("jobs") or {}).items() if isinstance(data.get("jobs"), dict) else ():
-        if isinstance(table, dict):
-            try:
-                strict_limits(table)
-            except ValidationError as e:
-                problems += describe_errors(source, e, prefix=f"jobs.{name}")
-    if problems:
-        raise _StrictProblems(problems)
-
-
 def load_settings(path: Path | None) -> Settings:
-    """Load settings from ``path`` (optional) and the environment; env wins over the file."""
+    """Load settings from ``path`` (optional) and the environment; env wins over the file. One validation:
+    every problem, each a line naming the file (or the variable) and the key (:class:`ConfigError`)."""
     if path is not None:
         if path.is_dir():
             raise ConfigError([f"{path}: config file is a directory, expected a TOML file"])
         if not path.exists():
             raise ConfigError([f"{path}: config file not found"])
-    problems: list[str] = []
-    if path is not None:
-        try:  # types as written; every problem is reported together with the ones below
-            strict_check(str(path), read_toml(path))  # syntax, encoding, readability and type errors, named
-        except ConfigError as e:
-            if not isinstance(e, _StrictProblems):  # unreadable or not TOML: nothing more to check
-                raise
-            problems += e.problems
-    toml_file = path
-
-    class _Loaded(Settings):
-        @classmethod
-        def settings_customise_sources(
-            cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
-        ):
-            sources = [init_settings, env_settings]
-            if toml_file is not None:
-                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
-            return tuple(sources)
-
-    source = str(path) if path is not None else "environment"
+    tables = read_toml(path) if path is not None else {}  # unreadable or not TOML: one line, nothing more
     try:
-        settings = _Loaded()
+        settings = Settings(**tables)
     except ValidationError as e:
-        raise ConfigError(_merged(problems, describe_errors(source, e, source_for=_env_source))) from None
-    merged: list[str] = []
-    for name, table in settings.jobs.items():
-        if not isinstance(table, dict):
-            merged.append(f"{source}: jobs.{name}: expected a table of limits")
-            continue
-        try:
-            settings.limits_for(name)
-        except ValidationError as e:
-            merged += describe_errors(
-                source, e, prefix=f"jobs.{name}", source_for=functools.partial(_job_env_source, name)
-            )
-    problems = _merged(problems, merged)
-    if problems:
-        raise ConfigError(problems)
+        source = str(path) if path is not None else "environment"
+        raise ConfigError(describe_errors(source, e, source_for=_env_source)) from None
     settings._config_file = path.absolute() if path is not None else None
     return settings
-
-
-class _StrictProblems(ConfigError):
-    """:func:`strict_check`'s problems: the file was read, so the other checks still run."""
-
-
-def _merged(first: list[str], more: list[str]) -> list[str]:
-    """``first`` and then each line of ``more`` about a key ``first`` does not already name (the strict
-    and the lax check see the same mistake, in other words)."""
-    named = {line.split(" (got ")[0].rsplit(": ", 1)[0] for line in first}
-    return first + [line for line in more if line.split(" (got ")[0].rsplit(": ", 1)[0] not in named]
 
 
 def deadline_at(clock: str | None, seconds: float | None, now: float | None = None) -> float | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
@@ -144,8 +144,14 @@ BATCH_DISCOUNT = 0.5  # a Message Batch bills every token at half the price
 BATCH_DISCOUNT_KEY = "batch_discount"  # [prices] batch_discount = 0.5: a number, not a model's prices
 
 
+class PriceOverrides(Protocol):
+    """``[prices]`` as the config holds it: a mapping, or anything with its ``items()``."""
+
+    def items(self) -> Iterable[tuple[str, Any]]: ...
+
+
 class PriceTable:
-    def __init__(self, overrides: Mapping[str, Any] | None = None):
+    def __init__(self, overrides: PriceOverrides | None = None):
         self.prices = dict(DEFAULT_PRICES)
         self.batch_discount = BATCH_DISCOUNT
         for key, price in (overrides or {}).items():

@@ -119,12 +119,12 @@ def kill_runner_when(
 
 
 def fresh_consoles(patch: pytest.MonkeyPatch) -> None:
-    """The CLI's module consoles (``runner.execution.batch.out`` and ``err``, wherever a runner module
-    imported them) replaced by new ones made now, as the batch module makes them: their width and
+    """The CLI's module consoles (``runner.ui.console.out`` and ``err``, wherever a runner module
+    imported them) replaced by new ones made now, as that module makes them: their width and
     colours come from this test's environment, not from the one at import."""
-    from runner.execution import batch
+    from runner.ui import console
 
-    new = {id(batch.out): batch.console(), id(batch.err): batch.console(stderr=True)}
+    new = {id(console.out): console.console(), id(console.err): console.console(stderr=True)}
     for name, module in list(sys.modules.items()):
         if name == "runner" or name.startswith("runner."):
             for attr, value in list(vars(module).items()):

@@ -47,6 +47,7 @@ LAYERS = {
     "runner.replay": 5,
     # 6. the command line
     "runner.cli": 6,
+    "runner.commands": 6,  # the commands cli dispatches to (run, resume) and what they share
     "runner.__main__": 6,
 }
 EMULATOR = "runner.emulator"  # a separate application: it may import the runner; the runner never imports it

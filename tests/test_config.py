@@ -183,3 +183,43 @@ def test_cli_uses_merged_limits_and_env(tmp_path, run_cli):
         n: (v["max_turns"], v["timeout_s"], v["max_output_tokens"], v["max_retries"]) for n, v in got.items()
     } == {"alpha": (30, 200, 1234, 4), "beta": (10, 100, 1234, 9), "gamma": (10, 100, 1234, 4)}
     assert json.loads((run_dir / "run.json").read_text())["concurrency"] == 4
+
+
+def test_a_job_table_is_checked_over_limits_not_over_the_defaults(tmp_path):
+    """[jobs.x] is merged over [limits] before its checks across keys (once it was checked over the
+    built-in defaults too, and refused: snip_target 100 over the default snip_trigger 50)."""
+    path = tmp_path / "config.toml"
+    path.write_text("[limits]\nsnip_trigger = 200\n[jobs.x]\nsnip_target = 100\n")
+    settings = load_settings(path)
+    assert (settings.limits_for("x").snip_target, settings.limits_for("x").snip_trigger) == (100, 200)
+
+
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        ("[prices]\nbatch_discount = 2\n", "prices.batch_discount: expected a number from 0 to 1 (got 2)"),
+        ("[prices]\nm = 3\n", "prices.m: expected a table of prices (input, output, ...) (got 3)"),
+        ("[prices.m]\ninput = 1\n", "prices.m.output: required key is missing"),
+        ("[jobs]\nx = 3\n", "jobs.x: expected a table of limits (got 3)"),
+    ],
+)
+def test_one_line_per_problem(tmp_path, text, line):
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert info.value.problems == [f"{path}: {line}"]
+
+
+def test_env_values_are_parsed_by_their_fields(monkeypatch):
+    monkeypatch.setenv("RUNNER_PRICES__BATCH_DISCOUNT", "0.3")
+    monkeypatch.setenv("RUNNER_LIMITS__CACHE_AWARE", "no")
+    settings = load_settings(None)
+    assert dict(settings.prices.items()) == {"batch_discount": 0.3} and settings.limits.cache_aware is False
+    monkeypatch.setenv("RUNNER_LIMITS__MAX_TURNS", "true")
+    with pytest.raises(ConfigError) as info:
+        load_settings(None)
+    assert info.value.problems == [
+        "environment variable RUNNER_LIMITS__MAX_TURNS: limits.max_turns: Input should be a valid integer, "
+        "unable to parse string as an integer (got 'true')"
+    ]

@@ -193,10 +193,10 @@ def test_a_run_on_the_offline_model_says_which_jobs_will_not_get_their_tools(
 def test_the_end_of_a_run_on_a_pipe_fits_80_columns_and_names_the_run_directory(
     project: Path, capsys: Any, monkeypatch: Any
 ) -> None:
-    from runner.execution import batch
+    from runner.ui import console
 
-    assert batch.out.width <= 100  # a pipe: rich's 80 columns (or $COLUMNS), not a 200-column box table
-    monkeypatch.setattr(batch.out, "width", 80)
+    assert console.out.width <= 100  # a pipe: rich's 80 columns (or $COLUMNS), not a 200-column box table
+    monkeypatch.setattr(console.out, "width", 80)
     (project / "sub").mkdir()
     monkeypatch.chdir(project / "sub")  # run from elsewhere: the path printed is still the real one
     code, out, err = run_once(project, capsys, str(project / "jobs"), "--output-dir", "../runs")
@@ -320,7 +320,7 @@ def test_the_status_line_is_cut_to_the_terminal_width() -> None:
 
 
 def test_paths_are_absolute_when_run_from_the_root(monkeypatch: Any, tmp_path: Path) -> None:
-    from runner.execution.batch import shown_path
+    from runner.ui.console import shown_path
 
     monkeypatch.chdir(tmp_path)
     assert shown_path(tmp_path / "runs" / "x") == "runs/x"

@@ -1,8 +1,10 @@
 """Running a batch (layer 5 of ARCHITECTURE.md): the local executor (:mod:`.scheduler`), the Ray one
 (``ray_*``), the wiring every command shares (:mod:`.batch`) and ``runner resume`` (:mod:`.resume`).
 
-Imports every layer below it, ``ui`` included (a batch drives the live display and prints the run
-table); imported only by ``cli``. Importing this package imports no engine: Ray is imported only when
+Imports every layer below it, ``ui`` included (a batch drives the live display it is given); imported
+by the command line (``cli``, ``commands``), which reads the flags and prints (and by the emulator, for
+the backend switch). No module here
+imports ``argparse``. Importing this package imports no engine: Ray is imported only when
 a batch runs on it (:func:`ray_available` only looks for it).
 """
 

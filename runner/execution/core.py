@@ -164,112 +164,140 @@ def ended(spec: JobSpec, status: str, error: str) -> JobMetrics:
 def never_started(record: JobMetrics, fatal: str | None) -> JobMetrics:
     """``record``, of a job whose session never started, marked so: ``not_started`` with ``fatal`` (the
     backend is unusable), else ``cancelled``."""
-    record.status, record.error = (
-        (Status.NOT_STARTED, f"not started: {fatal}")
-        if fatal
-        else (Status.CANCELLED, "cancelled before it started")
-    )
+    record.status, record.error = never_started_ending(fatal)
     return record
+
+
+def never_started_ending(fatal: str | None) -> tuple[Status, str]:
+    """The status and error of a job whose session never started: ``not_started`` with ``fatal`` (the
+    backend is unusable), else ``cancelled``."""
+    if fatal:
+        return Status.NOT_STARTED, f"not started: {fatal}"
+    return Status.CANCELLED, "cancelled before it started"
+
+
+def unfinished_ending(status: str, *, returned: bool, fatal: str | None) -> tuple[Status, str] | None:
+    """The status and error to record for a job whose dispatch ended with ``status`` (``returned``: its
+    dispatch returned, else the batch stopped waiting for it), or None when ``status`` stands."""
+    if status == Status.QUEUED:  # its session never started
+        return never_started_ending(fatal)
+    if not returned and status == Status.RUNNING:
+        return Status.CANCELLED, "cancelled; the batch stopped waiting for it"
+    return None
 
 
 async def run_batch_with(batch: Batch, dispatch: Dispatch, display: Display | None = None) -> BatchResult:
     """Run ``batch``, each job through ``dispatch``, with ``display`` shown; see the module's guarantees."""
-    display = display or NoDisplay()
-    out = BatchResult(batch.run_dir, kept_ok=all(m.status == Status.SUCCEEDED for m in batch.kept.values()))
-    progress = {s.name: new_record(s) for s in batch.specs}
-    run_json = RunJson(batch, progress)
-    limiter = anyio.CapacityLimiter(batch.concurrency)
-    stopping = anyio.Event()  # no job is dispatched once set
-    abandoned: list[str] = []  # jobs whose dispatch did not return (the batch stopped waiting for them)
-    started = False
+    return await _BatchRun(batch, dispatch, display or NoDisplay()).run()
 
-    def stop_jobs() -> None:
+
+class _BatchRun:
+    """One run of :func:`run_batch_with`: what its jobs share while it runs."""
+
+    def __init__(self, batch: Batch, dispatch: Dispatch, display: Display):
+        self.batch, self.dispatch, self.display = batch, dispatch, display
+        self.out = BatchResult(
+            batch.run_dir, kept_ok=all(m.status == Status.SUCCEEDED for m in batch.kept.values())
+        )
+        self.progress = {s.name: new_record(s) for s in batch.specs}
+        self.run_json = RunJson(batch, self.progress)
+        self.limiter = anyio.CapacityLimiter(batch.concurrency)
+        self.stopping = anyio.Event()  # no job is dispatched once set
+        self.abandoned: list[str] = []  # jobs whose dispatch did not return (the batch stopped waiting)
+        self.tasks: anyio.abc.TaskGroup | None = None  # the batch's task group, once it runs
+
+    async def run(self) -> BatchResult:
+        batch, dispatch = self.batch, self.dispatch
+        started = False
+        refused: Exception | None = None  # the dispatch could not start: raised as itself, not in a group
+        try:
+            async with anyio.create_task_group() as tg:
+                self.tasks = tg
+                if batch.handle_signals:  # listening before anything is written, so no Ctrl-C is missed
+                    await tg.start(on_signals, self.interrupted, tg.cancel_scope.cancel)
+                await anyio.Path(batch.run_dir).mkdir(parents=True, exist_ok=True)
+                try:
+                    await dispatch.start(tg)
+                    started = True
+                except Exception as e:
+                    refused = e
+                if started:
+                    await self.run_jobs()
+                tg.cancel_scope.cancel()  # all jobs ended: stop the signal watcher and the dispatch's tasks
+        finally:
+            with anyio.CancelScope(shield=True):
+                if started:
+                    await end(batch, dispatch, self.out, run_json=self.run_json, cancel=bool(self.abandoned))
+                release(batch.run_dir, JOBS_RESERVE)
+                release(batch.run_dir, RUN_RESERVE)
+                if batch.model is not None:  # the HTTP sessions close inside the loop that opened them
+                    await quietly(batch.model.aclose(), "could not close the model's connections")
+            quietly_call(self.display.stop)
+        if refused is not None:
+            raise refused
+        return self.out
+
+    def stop_jobs(self) -> None:
         """No job is dispatched from now on, and the running ones are cancelled."""
-        if not stopping.is_set():
-            stopping.set()
-            tg.start_soon(cancel_jobs)
+        if not self.stopping.is_set():
+            self.stopping.set()
+            assert self.tasks is not None
+            self.tasks.start_soon(self.cancel_jobs)
 
-    async def cancel_jobs() -> None:
-        await quietly(dispatch.cancel(), "could not cancel the jobs")
+    async def cancel_jobs(self) -> None:
+        await quietly(self.dispatch.cancel(), "could not cancel the jobs")
 
-    async def run_one(spec: JobSpec) -> None:
-        async with limiter:
-            if stopping.is_set():
+    def interrupted(self) -> None:
+        self.out.interrupted = True
+        self.stop_jobs()
+
+    async def run_jobs(self) -> None:
+        for error in self.batch.errors:
+            self.out.results[error.name] = await record_load_error(self.batch.run_dir, error)
+        for name, result in self.out.results.items():
+            self.run_json.ended(name, result)
+        await quietly(self.run_json.write(force=True))
+        self.display.start(self.progress)
+        async with anyio.create_task_group() as jobs:
+            for spec in self.batch.specs:
+                jobs.start_soon(self.run_one, spec)
+
+    async def run_one(self, spec: JobSpec) -> None:
+        async with self.limiter:
+            if self.stopping.is_set():
                 return  # recorded with the others never started, once the batch ends
-            record = result = progress[spec.name]
+            record = result = self.progress[spec.name]
             returned = False
             try:
-                display.job_started(record)
-                run_json.job_started(spec.name)
-                await quietly(run_json.write())
-                history = batch.histories.get(spec.name)
-                resumed = Resumed(history, batch.priors.get(spec.name)) if history else None
-                result = await dispatch.run(spec, record, resumed)
+                self.display.job_started(record)
+                self.run_json.job_started(spec.name)
+                await quietly(self.run_json.write())
+                history = self.batch.histories.get(spec.name)
+                resumed = Resumed(history, self.batch.priors.get(spec.name)) if history else None
+                result = await self.dispatch.run(spec, record, resumed)
                 returned = True
             except BackendUnusable as e:  # no job can run: stop the batch now, the rest stays not_started
                 returned = True
-                out.fatal = out.fatal or str(e)
-                stop_jobs()
+                self.out.fatal = self.out.fatal or str(e)
+                self.stop_jobs()
             finally:
-                if not returned:
-                    abandoned.append(spec.name)
-                if result.status == Status.QUEUED:  # its session never started
-                    never_started(result, out.fatal)
-                elif not returned and result.status == Status.RUNNING:
-                    result.status, result.error = (
-                        Status.CANCELLED,
-                        "cancelled; the batch stopped waiting for it",
-                    )
-                out.results[spec.name] = result
-                run_json.ended(spec.name, result)
-                with anyio.CancelScope(shield=True):
-                    await quietly(run_json.write())
-                quietly_call(display.job_finished, result)
+                await self.job_ended(spec.name, result, returned=returned)
 
-    def interrupted() -> None:
-        out.interrupted = True
-        stop_jobs()
-
-    async def run_jobs() -> None:
-        for error in batch.errors:
-            out.results[error.name] = await record_load_error(batch.run_dir, error)
-        for name, result in out.results.items():
-            run_json.ended(name, result)
-        await quietly(run_json.write(force=True))
-        display.start(progress)
-        async with anyio.create_task_group() as jobs:
-            for spec in batch.specs:
-                jobs.start_soon(run_one, spec)
-
-    refused: Exception | None = None  # the dispatch could not start: raised as itself, not in a group
-    try:
-        async with anyio.create_task_group() as tg:
-            if batch.handle_signals:  # listening before anything is written, so no Ctrl-C is missed
-                await tg.start(on_signals, interrupted, tg.cancel_scope.cancel)
-            await anyio.Path(batch.run_dir).mkdir(parents=True, exist_ok=True)
-            try:
-                await dispatch.start(tg)
-                started = True
-            except Exception as e:
-                refused = e
-            if started:
-                await run_jobs()
-            tg.cancel_scope.cancel()  # all jobs ended: stop the signal watcher and the dispatch's tasks
-    finally:
+    async def job_ended(self, name: str, result: JobMetrics, *, returned: bool) -> None:
+        """Record how ``name`` ended (``returned``: its dispatch returned) in the results, ``run.json``
+        and the display."""
+        if not returned:
+            self.abandoned.append(name)
+        if ending := unfinished_ending(result.status, returned=returned, fatal=self.out.fatal):
+            result.status, result.error = ending
+        self.out.results[name] = result
+        self.run_json.ended(name, result)
         with anyio.CancelScope(shield=True):
-            if started:
-                await end(batch, dispatch, out, run_json, cancel=bool(abandoned))
-            release(batch.run_dir, JOBS_RESERVE)
-            release(batch.run_dir, RUN_RESERVE)
-            if batch.model is not None:  # the HTTP sessions close inside the loop that opened them
-                await quietly(batch.model.aclose(), "could not close the model's connections")
-        quietly_call(display.stop)
-    if refused is not None:
-        raise refused
-    return out
+            await quietly(self.run_json.write())
+        quietly_call(self.display.job_finished, result)
 
 
-async def end(batch: Batch, dispatch: Dispatch, out: BatchResult, run_json: RunJson, *, cancel: bool) -> None:
+async def end(batch: Batch, dispatch: Dispatch, out: BatchResult, *, run_json: RunJson, cancel: bool) -> None:
     """The batch's ending: jobs the batch stopped waiting for are cancelled (``cancel``), those never
     started recorded so, the last ``run.json`` written through the disk reserve, the dispatch closed."""
     if cancel:

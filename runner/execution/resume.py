@@ -1,4 +1,5 @@
-"""``runner resume RUN_DIR``: rerun the jobs of a run that did not succeed, where they stopped.
+"""``runner resume RUN_DIR``'s plan: which jobs of a run that did not succeed run again, and where they
+continue (the command itself is ``cli.cmd_resume``).
 
 Guarantees:
 - A job whose status is ``succeeded`` is never touched: its files and its line in ``run.json`` stay.
@@ -14,14 +15,12 @@ Guarantees:
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from rich.text import Text
 
 from ..agent.continuation import cut_transcript
 from ..config import ConfigError, Settings, describe_errors
@@ -30,7 +29,6 @@ from ..jobs import (
     JobError,
     JobSpec,
     load_job,
-    parsed,
     protected_paths,
     valid_name,
     workspace_problem,
@@ -50,11 +48,8 @@ from ..rundir.docs import (
     read_json,
     read_metrics,
 )
-from ..rundir.lock import hold_run_dir
-from ..rundir.reserve import claim
 from ..rundir.store import read_jsonl, write_atomic_sync
 from ..tools.sandbox import bwrap_problem
-from ..ui.terminal import printable
 
 
 @dataclass
@@ -66,6 +61,34 @@ class ResumePlan:
     kept: dict[str, JobMetrics] = field(default_factory=dict)  # metrics of each job not rerun
     notes: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # backend and models of the run, from run.json
+
+    def add(self, job: JobPlan) -> None:
+        """One job's plan, in the run's order."""
+        self.notes += job.notes
+        if job.kept is not None:
+            self.kept[job.name] = job.kept
+        if job.error is not None:
+            self.errors.append(job.error)
+        if job.spec is not None:
+            self.specs.append(job.spec)
+        if job.history:
+            self.histories[job.name] = job.history
+        if job.prior is not None:
+            self.priors[job.name] = job.prior
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What resume does with one job of the run: keeps it, reports it, or runs ``spec`` (continuing
+    ``history`` when there is one, its spend so far ``prior``); ``notes`` say why, in order."""
+
+    name: str = ""
+    spec: JobSpec | None = None
+    error: JobError | None = None
+    kept: JobMetrics | None = None
+    notes: list[str] = field(default_factory=list)
+    history: list[Message] | None = None
+    prior: JobMetrics | None = None
 
 
 def _limit_raised(old: JobSpec, new: JobSpec, status: str) -> bool:
@@ -80,121 +103,154 @@ def _limit_raised(old: JobSpec, new: JobSpec, status: str) -> bool:
 
 
 def plan_resume(
-    run_dir: Path, settings: Settings, limits_from_config: bool = False, only: list[str] | None = None
+    run_dir: Path, settings: Settings, limits_from_config: bool = False, *, only: list[str] | None = None
 ) -> ResumePlan:
     """What to rerun. Each job keeps the spec (model, limits) in its ``job.json``; with
     ``limits_from_config``, the limits of today's config and task file. A job that ended on a limit
     (``budget_exceeded``, ``max_turns``) is kept as it is unless that limit was raised. Every name read
     from disk is checked before it becomes a path."""
     run_json = run_dir / RUN_JSON
-    run, problem = read_json(run_json)
-    if not isinstance(run, dict):
-        raise ConfigError([problem or f"{run_json}: missing or no object; is {run_dir} a run directory?"])
-    entries = (
-        [e for e in run.get("jobs", []) if isinstance(e, dict)] if isinstance(run.get("jobs"), list) else []
-    )
+    run, entries = read_run(run_dir)
     names = [e.get("job") for e in entries]
     unknown = [n for n in only or [] if n not in names]
     if unknown:
         raise ConfigError([f"--only: no job named {n!r} in {run_json}" for n in unknown])
     plan = ResumePlan(meta={k: run[k] for k in ("backend", "model", "summary_model") if k in run})
     for entry in entries:
-        name = entry.get("job")
-        if not isinstance(name, str) or not valid_name(name):
-            plan.notes.append(f"{run_json}: job name {name!r} is not a valid job name; skipped")
-            continue
-        job_dir = run_dir / name
-        metrics = read_metrics(job_dir)
-        status = metrics.status if metrics else ""
-        if (
-            metrics and status == Status.SUCCEEDED and (job_dir / FINAL).exists()
-        ):  # metrics.json is written last
-            plan.kept[name] = metrics
-            continue
-        if only and name not in only:
-            plan.kept[name] = metrics or metrics_of(entry, str(run_json))
-            continue
-        job_json = job_dir / JOB_JSON
-        job, _ = read_json(job_json)
-        if not isinstance(job, dict):
-            source = Path(entry.get("source") or (metrics.source if metrics else None) or "")
-            loaded = (
-                load_job(source, settings, sandbox_problem=bwrap_problem)
-                if source.is_file()
-                else JobError(name, source, (f"{job_dir}: no job.json and no task file to load it from",))
-            )
-            if isinstance(loaded, JobSpec) and loaded.name != name:
-                loaded = JobError(
-                    name, source, (f"{source}: now names its job {loaded.name!r}, the run has {name!r}",)
-                )
-            if isinstance(loaded, JobError):
-                plan.errors.append(loaded)
-                continue
-            plan.specs.append(loaded)
-            continue
-        try:
-            recorded = spec = JobSpec.model_validate(job)
-        except ValidationError as e:
-            plan.errors.append(JobError(name, job_json, tuple(describe_errors(str(job_json), e))))
-            continue
-        if spec.name != name:  # a job.json may not send its job anywhere but its own directory
-            plan.errors.append(
-                JobError(
-                    name,
-                    job_json,
-                    (f"{job_json}: name: expected {name!r} (the job's directory), got {spec.name!r}",),
-                )
-            )
-            continue
-        unsafe = workspace_problem(spec.workspace, run_dir.parent, job_json)  # nor into the run's files
-        if not unsafe and WRITING_TOOLS & set(spec.tools):  # nor into what decides the next run
-            unsafe = writable_workspace_problem(
-                spec.workspace, protected_paths(settings, spec.source), job_json
-            )
-        if unsafe:
-            plan.errors.append(JobError(name, job_json, (unsafe,), unsafe=True))
-            continue
-        if limits_from_config:
-            fresh = (
-                load_job(spec.source, settings, sandbox_problem=bwrap_problem)
-                if spec.source.is_file()
-                else None
-            )
-            if isinstance(fresh, JobSpec) and fresh.name == spec.name:
-                spec = spec.model_copy(update={"limits": fresh.limits})
-                plan.notes.append(f"{name}: limits from today's config and task file")
-        if (
-            metrics
-            and status in LIMIT_STATUSES
-            and not (limits_from_config and _limit_raised(recorded, spec, status))
-        ):
-            plan.kept[name] = metrics
-            plan.notes.append(
-                f"{name}: ended {status} and its limit was not raised "
-                f"(`--limits-from-config` with a higher limit in config.toml); kept as it is"
-            )
-            continue
-        plan.specs.append(spec)
-        events, event_warnings = read_jsonl(job_dir / EVENTS)
-        if event_warnings:  # rewrite whole, so the next append starts on a fresh line
-            plan.notes += event_warnings
-            write_atomic_sync(job_dir / EVENTS, event_lines(events))
-        cut = cut_transcript(job_dir, spec.prompt)
-        plan.notes += cut.warnings
-        history = cut.history or []
-        if cut.history:
-            plan.histories[name] = cut.history
-            if metrics:
-                plan.priors[name] = metrics
-            plan.notes.append(
-                f"{name}: continuing from line {len(history)} of the transcript"
-                + (f" ({cut.dropped} dropped after the last complete turn)" if cut.dropped else "")
-            )
-        else:
-            plan.notes.append(f"{name}: no usable transcript; starting from the beginning")
-        if has_tool_use(history[-1]) if history else False:
-            plan.notes.append(f"{name}: warning: transcript ends on unanswered tool calls")
+        plan.add(plan_job(run_dir, entry, settings, limits_from_config=limits_from_config, only=only))
     return plan
+
+
+def read_run(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``run.json`` and its job entries (those that are objects); ConfigError when it is no object."""
+    run_json = run_dir / RUN_JSON
+    run, problem = read_json(run_json)
+    if not isinstance(run, dict):
+        raise ConfigError([problem or f"{run_json}: missing or no object; is {run_dir} a run directory?"])
+    jobs = run.get("jobs")
+    return run, [e for e in jobs if isinstance(e, dict)] if isinstance(jobs, list) else []
+
+
+def plan_job(
+    run_dir: Path,
+    entry: dict[str, Any],
+    settings: Settings,
+    *,
+    limits_from_config: bool,
+    only: list[str] | None,
+) -> JobPlan:
+    """What resume does with the job of ``entry`` (its row in ``run.json``)."""
+    run_json = run_dir / RUN_JSON
+    name = entry.get("job")
+    if not isinstance(name, str) or not valid_name(name):
+        return JobPlan(notes=[f"{run_json}: job name {name!r} is not a valid job name; skipped"])
+    job_dir = run_dir / name
+    metrics = read_metrics(job_dir)
+    status = metrics.status if metrics else ""
+    if metrics and status == Status.SUCCEEDED and (job_dir / FINAL).exists():  # metrics.json is written last
+        return JobPlan(name, kept=metrics)
+    if only and name not in only:
+        return JobPlan(name, kept=metrics or metrics_of(entry, str(run_json)))
+    job, _ = read_json(job_dir / JOB_JSON)
+    if not isinstance(job, dict):
+        return _from_task_file(name, entry, metrics, job_dir=job_dir, settings=settings)
+    recorded = _recorded_spec(name, job, run_dir, settings=settings)
+    if isinstance(recorded, JobError):
+        return JobPlan(name, error=recorded)
+    spec, notes = _with_todays_limits(recorded, settings) if limits_from_config else (recorded, [])
+    if (
+        metrics
+        and status in LIMIT_STATUSES
+        and not (limits_from_config and _limit_raised(recorded, spec, status))
+    ):
+        return JobPlan(
+            name,
+            kept=metrics,
+            notes=[
+                *notes,
+                f"{name}: ended {status} and its limit was not raised "
+                f"(`--limits-from-config` with a higher limit in config.toml); kept as it is",
+            ],
+        )
+    return _continued(spec, job_dir, metrics, notes=notes)
+
+
+def _from_task_file(
+    name: str, entry: dict[str, Any], metrics: JobMetrics | None, *, job_dir: Path, settings: Settings
+) -> JobPlan:
+    """A job without a readable ``job.json``: loaded again from its task file, if it still names it."""
+    source = Path(entry.get("source") or (metrics.source if metrics else None) or "")
+    loaded = (
+        load_job(source, settings, sandbox_problem=bwrap_problem)
+        if source.is_file()
+        else JobError(name, source, (f"{job_dir}: no job.json and no task file to load it from",))
+    )
+    if isinstance(loaded, JobSpec) and loaded.name != name:
+        loaded = JobError(
+            name, source, (f"{source}: now names its job {loaded.name!r}, the run has {name!r}",)
+        )
+    if isinstance(loaded, JobError):
+        return JobPlan(name, error=loaded)
+    return JobPlan(name, spec=loaded)
+
+
+def _recorded_spec(
+    name: str, job: dict[str, Any], run_dir: Path, *, settings: Settings
+) -> JobSpec | JobError:
+    """The spec ``job.json`` recorded, or why it may not run: it does not validate, it sends its job to
+    another directory, or its workspace is unsafe."""
+    job_json = run_dir / name / JOB_JSON
+    try:
+        spec = JobSpec.model_validate(job)
+    except ValidationError as e:
+        return JobError(name, job_json, tuple(describe_errors(str(job_json), e)))
+    if spec.name != name:  # a job.json may not send its job anywhere but its own directory
+        return JobError(
+            name, job_json, (f"{job_json}: name: expected {name!r} (the job's directory), got {spec.name!r}",)
+        )
+    unsafe = workspace_problem(spec.workspace, run_dir.parent, job_json)  # nor into the run's files
+    if not unsafe and WRITING_TOOLS & set(spec.tools):  # nor into what decides the next run
+        unsafe = writable_workspace_problem(spec.workspace, protected_paths(settings, spec.source), job_json)
+    if unsafe:
+        return JobError(name, job_json, (unsafe,), unsafe=True)
+    return spec
+
+
+def _with_todays_limits(spec: JobSpec, settings: Settings) -> tuple[JobSpec, list[str]]:
+    """``spec`` with the limits its task file gets today (``--limits-from-config``), and a note saying so;
+    ``spec`` as it is when its task file is gone or names another job now."""
+    fresh = load_job(spec.source, settings, sandbox_problem=bwrap_problem) if spec.source.is_file() else None
+    if isinstance(fresh, JobSpec) and fresh.name == spec.name:
+        return spec.model_copy(update={"limits": fresh.limits}), [
+            f"{spec.name}: limits from today's config and task file"
+        ]
+    return spec, []
+
+
+def _continued(spec: JobSpec, job_dir: Path, metrics: JobMetrics | None, *, notes: list[str]) -> JobPlan:
+    """``spec`` run again, from its transcript's last complete turn when it has one; a half-written last
+    line of ``events.jsonl`` dropped (the file rewritten whole, so the next append starts a line)."""
+    name = spec.name
+    notes = list(notes)
+    events, event_warnings = read_jsonl(job_dir / EVENTS)
+    if event_warnings:
+        notes += event_warnings
+        write_atomic_sync(job_dir / EVENTS, event_lines(events))
+    cut = cut_transcript(job_dir, spec.prompt)
+    notes += cut.warnings
+    history = cut.history or []
+    if history:
+        notes.append(
+            f"{name}: continuing from line {len(history)} of the transcript"
+            + (f" ({cut.dropped} dropped after the last complete turn)" if cut.dropped else "")
+        )
+    else:
+        notes.append(f"{name}: no usable transcript; starting from the beginning")
+    if history and has_tool_use(history[-1]):
+        notes.append(f"{name}: warning: transcript ends on unanswered tool calls")
+    return JobPlan(
+        name, spec=spec, notes=notes, history=history or None, prior=metrics if history and metrics else None
+    )
 
 
 def run_dir_behind(path: Path) -> Path:
@@ -206,71 +262,7 @@ def run_dir_behind(path: Path) -> Path:
     return target if target.is_absolute() else path.parent / target
 
 
-def cmd_resume(args: argparse.Namespace) -> int:
-    from ..compaction.compactor import Compactor
-    from .batch import (
-        config_path,
-        console,
-        execute,
-        make_backend,
-        run_meta,
-        say,
-        settings_from,
-        spending,
-        warn_fallbacks,
-    )
-    from .core import Batch
-
-    run_dir = run_dir_behind(getattr(args, "run_dir", None) or args.resume)
-    settings = parsed(lambda: settings_from(args, say=say), config_path(args))
-    if not (run_dir / RUN_JSON).is_file():
-        raise ConfigError([f"{run_dir / RUN_JSON}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
-    with hold_run_dir(run_dir):
-        plan = plan_resume(
-            run_dir, settings, getattr(args, "limits_from_config", False), getattr(args, "only", None)
-        )
-        keep_backend(run_dir, plan.meta, settings, getattr(args, "backend", None))
-        if unsafe := [line for e in plan.errors if e.unsafe for line in e.problems]:
-            raise ConfigError(unsafe)  # as `run`: no job starts beside one that could rewrite the others
-        err_console = console(stderr=True)
-        for note in plan.notes:
-            err_console.print(Text(f"resume: {printable(note)}"), highlight=False, soft_wrap=True)
-        if not plan.specs and not plan.errors:
-            # run.json may lag behind the jobs' own files (the run was killed right after they ended)
-            err_console.print(Text(printable(f"resume: no job of {run_dir} is left to run")), soft_wrap=True)
-            batch = Batch(
-                run_dir=run_dir,
-                specs=[],
-                model=None,  # type: ignore[arg-type]
-                compactor=None,  # type: ignore[arg-type]
-                summary_model=settings.summarizer.model,
-                concurrency=1,
-                kept=plan.kept,
-                meta={**plan.meta, "resumed": True},
-                handle_signals=False,
-            )
-            return execute(batch, settings, as_json=getattr(args, "json", False))
-        claim(run_dir, len(plan.specs) + len(plan.errors))
-        model, summarizer, backend = make_backend(settings, specs=plan.specs)
-        warn_fallbacks(plan.specs, model)
-        batch = Batch(
-            run_dir=run_dir,
-            specs=plan.specs,
-            errors=plan.errors,
-            model=model,
-            compactor=Compactor(summarizer),
-            summary_model=settings.summarizer.model,
-            concurrency=settings.runner.concurrency,
-            histories=plan.histories,
-            priors=plan.priors,
-            kept=plan.kept,
-            meta={**run_meta(settings, backend), "resumed": True},
-            **spending(settings),
-        )
-        return execute(batch, settings, as_json=getattr(args, "json", False))
-
-
-def keep_backend(run_dir: Path, meta: dict[str, Any], settings: Settings, asked: str | None) -> None:
+def keep_backend(run_dir: Path, meta: dict[str, Any], settings: Settings, *, asked: str | None) -> None:
     """A resumed run keeps the backend and models ``run.json`` names: it never switches to the offline
     model because the key is missing, and never mixes real costs with estimates."""
     where = run_dir / RUN_JSON

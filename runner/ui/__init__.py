@@ -2,5 +2,6 @@
 text made safe for a terminal, and the HTML viewer of a run.
 
 Reads the run directory and a job's progress and result (``agent``); imports no executor. Imported by
-``execution`` (a batch drives its display and prints its table) and ``cli``.
+``execution`` (a batch drives the display it is given) and the command line (``cli``, ``commands``),
+which prints through :mod:`.console`.
 """
