@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # the emulator imports the SDK: a process that runs the runne
     from runner.emulator import EmulatorHandle
 
 Call = tuple[str, dict[str, Any]]  # a tool's name and its input
-Turn = Call | Sequence[Call]  # one call, or several in one reply
+Turn = Call | Sequence[Call] | Exception  # one call, several in one reply, or a call that fails
 Final = str | Callable[[Request], str]
 
 ID_PATTERN = re.compile(r"toolu_sc(\d{4})_\d+")
@@ -63,24 +63,27 @@ def turn_of(request: Request) -> int:
 
 
 class ScriptedModel:
-    """Plays ``turns`` (each a ``(name, input)`` call or a list of them), then ``final`` (a text, or a
-    function of the request that gets it). Each reply with calls opens with a text: ``Turn N.`` and
-    ``notes`` characters of notes (as a model that thinks aloud: history only a summary takes out).
-    Every request it answered is in ``requests``."""
+    """Plays ``turns`` (each a ``(name, input)`` call, a list of them, or an exception the call raises),
+    then ``final`` (a text, or a function of the request that gets it). Each reply with calls opens
+    with a text: ``Turn N.`` and ``notes`` characters of notes (as a model that thinks aloud: history
+    only a summary takes out). Every request it answered is in ``requests``."""
 
     name = "scripted"
     server_compaction = False
 
     def __init__(self, turns: Sequence[Turn], final: Final = "Done.", *, notes: int = 0):
-        self.turns = [[turn] if isinstance(turn, tuple) else [tuple(c) for c in turn] for turn in turns]
+        self.turns: list[list[Call] | Exception] = [
+            turn if isinstance(turn, Exception) else [turn] if isinstance(turn, tuple) else list(turn)
+            for turn in turns
+        ]
         self.final = final
         self.notes = notes
         self.requests: list[Request] = []
 
     def save(self, path: Path) -> Path:
         """The script as JSON (for :func:`scripted_runner`); the final text must be a string."""
-        if callable(self.final):
-            raise TypeError("a saved script's final text is a string")
+        if callable(self.final) or any(isinstance(t, Exception) for t in self.turns):
+            raise TypeError("a saved script's turns are calls and its final text a string")
         path.write_text(json.dumps({"turns": self.turns, "final": self.final, "notes": self.notes}))
         return path
 
@@ -98,9 +101,12 @@ class ScriptedModel:
         if (request.tool_choice or {}).get("type") == "none" or turn >= len(self.turns):
             text = self.final(request) if callable(self.final) else self.final
             return [{"type": "text", "text": text}], "end_turn"
+        step = self.turns[turn]
+        if isinstance(step, Exception):
+            raise step
         calls = [
             {"type": "tool_use", "id": call_id(turn, k), "name": name, "input": args}
-            for k, (name, args) in enumerate(self.turns[turn])
+            for k, (name, args) in enumerate(step)
         ]
         return [{"type": "text", "text": self.text(turn)}, *calls], "tool_use"
 
