@@ -392,8 +392,6 @@ SLOW = {
     "test_ray_faults.py::test_a_worker_killed_while_its_calls_are_in_flight",
     "test_ray_faults.py::test_a_worker_killed_at_a_random_moment",
     "test_ray_faults.py::test_a_worker_killed_while_it_holds_the_only_summary_slot",
-    "test_run_dir_safety.py::test_two_resumes_at_once_run_each_job_once",
-    "test_run_dir_safety.py::test_a_second_writer_exits_2_naming_the_holder",
     "test_bench_smoke.py::test_benchmark_smoke",
     "test_always_a_report.py::test_a_timed_out_api_job_writes_its_report",
 }
