@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import kill_runner_when, runner_env
-from scripted import ScriptedModel, files_under, reads, scripted_runner
+from conftest import CliRunner, kill_runner_when, runner_env
+from scripted import ScriptedModel, files_under, play_instead_of_the_stand_in, reads, scripted_runner
 
 from runner.pricing import USAGE_KEYS
 from runner.rundir.store import read_jsonl
@@ -248,27 +248,23 @@ def _named_again(events: list[dict]) -> int | None:
     return None
 
 
-def test_killed_between_a_preview_and_its_placeholder_resumes_alike(tmp_path: Path) -> None:
+def test_killed_between_a_preview_and_its_placeholder_resumes_alike(
+    tmp_path: Path, run_cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Killed after the write that holds a micro_compact of a result an earlier stage saved with a preview
     (the kill takes that micro_compact back, so the resumed job does it again): the resumed job knows the
     saved output is that result's (from its context record), names it again and saves nothing new, so its
     summaries, transcript and spend are the uninterrupted run's. (It saved the marker itself as a new
     ``.2.txt`` output, the next summary named that file, and the survey's state note named another
-    summary.)"""
+    summary.) The uninterrupted run and the resume in this process, the killed one a real process."""
     workspace = tmp_path / "ws"
     _workspace(workspace)
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     whole_script = _setup(whole, workspace)
     script = _setup(killed, workspace)
-    done = subprocess.run(
-        scripted_runner(whole_script, "run", "jobs"),
-        cwd=whole,
-        env=runner_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr
+    play_instead_of_the_stand_in(monkeypatch, ScriptedModel.load(whole_script))
+    done = run_cli("run", "jobs", cwd=whole)
+    assert done.returncode in (0, 1), done.stderr
     expected_dir = _run_dir(whole)
     assert expected_dir is not None
     events, _ = read_jsonl(expected_dir / "a" / "events.jsonl")
@@ -285,14 +281,7 @@ def test_killed_between_a_preview_and_its_placeholder_resumes_alike(tmp_path: Pa
     run_dir = _run_dir(killed)
     assert first.returncode == -signal.SIGKILL and run_dir is not None, first.stderr
     assert _calls(run_dir / "a") == at
-    final = subprocess.run(
-        scripted_runner(script, "resume", str(run_dir)),
-        cwd=killed,
-        env=runner_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    final = run_cli("resume", str(run_dir), cwd=killed)
     assert final.returncode == done.returncode, final.stderr
     assert _spend(run_dir / "a") == _spend(expected_dir / "a"), _first_difference(expected_dir, run_dir)
     assert _first_difference(expected_dir, run_dir).startswith("transcripts agree")
