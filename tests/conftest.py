@@ -84,13 +84,15 @@ def kill_runner_when(
     env: dict[str, str] | None = None,
     timeout_s: float = 60,
     then_after_s: float = 0.0,
+    argv: list[str] | None = None,
 ) -> bool:
-    """``python -m runner ARGS`` as a real process in ``cwd`` (:func:`runner_env`, or ``env``), killed
-    with SIGKILL ``then_after_s`` seconds after ``ready()`` first holds (polled every 2 ms): True when
-    it was killed, False when it ended first. The test fails when neither happens in ``timeout_s``.
-    The one kill-and-resume harness: a test says when to kill, and checks the resume."""
+    """``python -m runner ARGS`` (or ``argv``, e.g. :func:`scripted.scripted_runner`'s) as a real process
+    in ``cwd`` (:func:`runner_env`, or ``env``), killed with SIGKILL ``then_after_s`` seconds after
+    ``ready()`` first holds (polled every 2 ms): True when it was killed, False when it ended first. The
+    test fails when neither happens in ``timeout_s``. The one kill-and-resume harness: a test says when
+    to kill, and checks the resume."""
     proc = subprocess.Popen(
-        runner_argv(*args),
+        argv or runner_argv(*args),
         cwd=cwd,
         env=env if env is not None else runner_env(),
         stdout=subprocess.DEVNULL,
@@ -110,7 +112,8 @@ def kill_runner_when(
                 proc.wait()
                 return True
             time.sleep(0.002)
-        pytest.fail(f"runner {' '.join(args)} neither reached its kill point nor ended in {timeout_s:g} s")
+        shown = " ".join(args) if args else " ".join(argv or [])
+        pytest.fail(f"runner {shown} neither reached its kill point nor ended in {timeout_s:g} s")
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
@@ -389,8 +392,6 @@ SLOW = {
     "test_ray_faults.py::test_a_worker_killed_while_its_calls_are_in_flight",
     "test_ray_faults.py::test_a_worker_killed_at_a_random_moment",
     "test_ray_faults.py::test_a_worker_killed_while_it_holds_the_only_summary_slot",
-    "test_run_dir_safety.py::test_two_resumes_at_once_run_each_job_once",
-    "test_run_dir_safety.py::test_a_second_writer_exits_2_naming_the_holder",
     "test_bench_smoke.py::test_benchmark_smoke",
     "test_always_a_report.py::test_a_timed_out_api_job_writes_its_report",
 }

@@ -1,5 +1,8 @@
 """A batch's bookkeeping per event is O(1) in its jobs: run.json's rows made when they change (and the
-document they give the same as one made from every record), the progress tally kept from starts and ends."""
+document they give the same as one made from every record), the progress tally kept from starts and ends.
+
+This holds with any model: no model is called here; the batches are given a scripted one
+(``tests/scripted.py``)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import time
 from pathlib import Path
 
 import anyio
+from scripted import ScriptedModel
 
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
@@ -15,7 +19,6 @@ from runner.config import Limits
 from runner.execution import core
 from runner.execution.core import Batch, RunJson
 from runner.jobs import JobError, JobSpec
-from runner.offline.model import OfflineModel
 from runner.pricing import Usage
 from runner.rundir.docs import JobMetrics, run_json_text
 from runner.ui.display import ApiCounts, Tally
@@ -37,7 +40,7 @@ def batch(tmp: Path, names: list[str]) -> Batch:
     return Batch(
         run_dir=tmp / "run",
         specs=[spec(n, tmp) for n in names],
-        model=OfflineModel(),
+        model=ScriptedModel([]),
         compactor=Compactor(Summarizer(None, "claude-haiku-4-5")),
         summary_model="claude-haiku-4-5",
         concurrency=2,

@@ -1,18 +1,22 @@
 """A full disk: every job's metrics.json and run.json end in a final state, no temporary file is
 left, the table shows the real statuses, and starting on a full disk is one line and exit 2. The run
-directory is a small tmpfs (real ENOSPC), mounted for the test; skipped where mounting is not allowed."""
+directory is a small tmpfs (real ENOSPC), mounted for the test; skipped where mounting is not allowed.
+
+This holds with any model: the jobs are driven here by a scripted model (``tests/scripted.py``: it
+reads the email package's modules one a turn, each result saved), in a real runner process."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
+import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import mounted_tmpfs
+from scripted import ScriptedModel, files_under, reads, scripted_runner
 
 FINAL = {"succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "cancelled", "not_started"}
 
@@ -32,12 +36,14 @@ def _jobs(tmp: Path, n: int) -> None:
             "1000\ncontext_char_limit = 8000\n"
         )
     (tmp / "config.toml").write_text('[runner]\nbackend = "offline"\nconcurrency = 3\n')
+    email = Path(sysconfig.get_paths()["stdlib"]) / "email"
+    ScriptedModel(reads(files_under(email)), final="# Report").save(tmp / "script.json")
 
 
 def _runner(tmp: Path, out: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
     return subprocess.run(
-        [sys.executable, "-m", "runner", "run", "jobs", "--output-dir", str(out)],
+        scripted_runner(tmp / "script.json", "run", "jobs", "--output-dir", str(out)),
         cwd=tmp,
         env={**env, "COLUMNS": "250"},
         capture_output=True,

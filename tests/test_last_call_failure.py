@@ -1,5 +1,8 @@
 """A job that reached a limit keeps that ending when its last call (the report without tools) fails:
-the failure is added to its error, and ``final.md`` is built from the history instead."""
+the failure is added to its error, and ``final.md`` is built from the history instead.
+
+This holds with any model: the job is driven here by a scripted model (``tests/scripted.py``: it reads
+the email package's modules one a turn) whose answer to the request without tools fails."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from scripted import ScriptedModel, files_under, reads
 
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
@@ -14,35 +18,26 @@ from runner.config import Limits
 from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
 from runner.models.base import Reply, Request
-from runner.offline.model import OfflineModel
+
+EMAIL = Path(sysconfig.get_paths()["stdlib"]) / "email"
 
 
-class ReportFails:
-    """The offline policy, but its answer to the request without tools is a 500 after all retries."""
-
-    name = "report-fails"
-    server_compaction = False
-
-    def __init__(self) -> None:
-        self.inner = OfflineModel()
+class ReportFails(ScriptedModel):
+    """The scripted model, but its answer to the request without tools is a 500 after all retries."""
 
     async def create(self, request: Request) -> Reply:
         if (request.tool_choice or {}).get("type") == "none":
             raise RuntimeError("500 internal server error after 4 retries")
-        return await self.inner.create(request)
-
-    async def aclose(self) -> None:
-        return None
+        return await super().create(request)
 
 
 @pytest.mark.anyio
 async def test_a_failed_last_call_keeps_the_limit_the_job_reached(tmp_path: Path) -> None:
-    email = Path(sysconfig.get_paths()["stdlib"]) / "email"
     spec = JobSpec(
         name="j",
         source=tmp_path / "j.toml",
         prompt="Survey.",
-        workspace=email,
+        workspace=EMAIL,
         model="m",
         system=None,
         tools=("read", "glob", "grep"),
@@ -52,7 +47,7 @@ async def test_a_failed_last_call_keeps_the_limit_the_job_reached(tmp_path: Path
         Batch(
             run_dir=tmp_path / "run",
             specs=[spec],
-            model=ReportFails(),
+            model=ReportFails(reads(files_under(EMAIL))),
             compactor=Compactor(Summarizer(None, "s")),
             summary_model="s",
             concurrency=1,

@@ -1,5 +1,8 @@
 """One writer per run directory, names from disk checked, a resumed run keeps its backend: the lock's
-tests with real ``runner`` subprocesses, the others in this process (``run_cli``)."""
+contenders real ``runner`` subprocesses, the rest in this process (``run_cli``).
+
+This holds with any model: the jobs are driven here by a scripted model (``tests/scripted.py``: it
+reads the email package's modules one a turn), in place of the offline stand-in."""
 
 from __future__ import annotations
 
@@ -7,17 +10,45 @@ import json
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 from collections import Counter
 from pathlib import Path
 
-from conftest import CliRunner, run_cli_process, runner_argv, runner_env
+import pytest
+from conftest import CliRunner, runner_env
+from scripted import ScriptedModel, files_under, play_instead_of_the_stand_in, reads, scripted_runner
 
 from runner.rundir.store import read_jsonl
 
+EMAIL = Path(sysconfig.get_paths()["stdlib"]) / "email"
+
+
+def _model() -> ScriptedModel:
+    return ScriptedModel(reads(files_under(EMAIL)), final="# Report")
+
+
+@pytest.fixture
+def scripted_cli(run_cli: CliRunner, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    """The CLI in this process, its offline model the scripted one."""
+    play_instead_of_the_stand_in(monkeypatch, _model())
+    return run_cli
+
+
+def scripted_process(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """A real runner process with ``args`` in ``cwd``, its offline model the scripted one."""
+    return subprocess.run(
+        scripted_runner(_model().save(cwd / "script.json"), *args),
+        cwd=cwd,
+        env=runner_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
 
 def _ended_run(tmp: Path, run: CliRunner, jobs: int = 1, max_turns: int = 3) -> Path:
-    """A finished offline run whose jobs stopped on max_turns (so resume has work to do)."""
+    """A finished run whose jobs stopped on max_turns (so resume has work to do)."""
     (tmp / "jobs").mkdir()
     for i in range(jobs):
         (tmp / "jobs" / f"j{i}.toml").write_text(
@@ -33,8 +64,8 @@ def _ended_run(tmp: Path, run: CliRunner, jobs: int = 1, max_turns: int = 3) -> 
     return next((tmp / "runs").iterdir())
 
 
-def test_a_second_writer_exits_2_naming_the_holder(tmp_path: Path) -> None:
-    run_dir = _ended_run(tmp_path, run_cli_process)
+def test_a_second_writer_exits_2_naming_the_holder(tmp_path: Path, scripted_cli: CliRunner) -> None:
+    run_dir = _ended_run(tmp_path, scripted_cli)
     holder = subprocess.Popen(
         [
             sys.executable,
@@ -50,7 +81,7 @@ def test_a_second_writer_exits_2_naming_the_holder(tmp_path: Path) -> None:
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        second = run_cli_process("resume", str(run_dir), "--limits-from-config", cwd=tmp_path)
+        second = scripted_process("resume", str(run_dir), "--limits-from-config", cwd=tmp_path)
         assert second.returncode == 2
         [line] = [x for x in second.stderr.splitlines() if x.startswith("error:")]
         assert f"pid {holder.pid}" in line, second.stderr
@@ -59,12 +90,14 @@ def test_a_second_writer_exits_2_naming_the_holder(tmp_path: Path) -> None:
         holder.kill()
         holder.wait()
     # the holder died: the kernel released its lock
-    assert run_cli_process("resume", str(run_dir), "--limits-from-config", cwd=tmp_path).returncode == 0
+    assert scripted_cli("resume", str(run_dir), "--limits-from-config", cwd=tmp_path).returncode == 0
 
 
-def test_two_resumes_at_once_run_each_job_once(tmp_path: Path) -> None:
-    run_dir = _ended_run(tmp_path, run_cli_process, jobs=4)
-    argv = runner_argv("resume", str(run_dir), "--limits-from-config")
+def test_two_resumes_at_once_run_each_job_once(tmp_path: Path, scripted_cli: CliRunner) -> None:
+    run_dir = _ended_run(tmp_path, scripted_cli, jobs=4)
+    argv = scripted_runner(
+        _model().save(tmp_path / "script.json"), "resume", str(run_dir), "--limits-from-config"
+    )
     first = subprocess.Popen(
         argv, cwd=tmp_path, env=runner_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -92,9 +125,9 @@ def test_two_resumes_at_once_run_each_job_once(tmp_path: Path) -> None:
         assert ids and max(ids.values()) == 1, transcript
 
 
-def test_a_hostile_job_json_never_writes_outside_the_run(tmp_path: Path, run_cli: CliRunner) -> None:
+def test_a_hostile_job_json_never_writes_outside_the_run(tmp_path: Path, scripted_cli: CliRunner) -> None:
     (tmp_path / "w").mkdir()
-    run_dir = _ended_run(tmp_path / "w", run_cli)
+    run_dir = _ended_run(tmp_path / "w", scripted_cli)
     job_json = run_dir / "j0" / "job.json"
     doc = json.loads(job_json.read_text())
     doc["name"] = "../../ESCAPED"
@@ -103,7 +136,7 @@ def test_a_hostile_job_json_never_writes_outside_the_run(tmp_path: Path, run_cli
     run["jobs"].append({"job": "../../ALSO", "status": "failed"})
     (run_dir / "run.json").write_text(json.dumps(run))
     before = {p for p in tmp_path.rglob("*") if run_dir not in p.parents}
-    done = run_cli("resume", str(run_dir), "--limits-from-config", cwd=tmp_path / "w")
+    done = scripted_cli("resume", str(run_dir), "--limits-from-config", cwd=tmp_path / "w")
     assert "Traceback" not in done.stderr
     assert done.returncode == 1  # the job with the bad job.json fails, with a reason
     after = {p for p in tmp_path.rglob("*") if run_dir not in p.parents}
@@ -114,14 +147,14 @@ def test_a_hostile_job_json_never_writes_outside_the_run(tmp_path: Path, run_cli
 
 
 def test_resume_without_the_key_refuses_instead_of_switching_backend(
-    tmp_path: Path, run_cli: CliRunner
+    tmp_path: Path, scripted_cli: CliRunner
 ) -> None:
-    run_dir = _ended_run(tmp_path, run_cli)
+    run_dir = _ended_run(tmp_path, scripted_cli)
     run = json.loads((run_dir / "run.json").read_text())
     run["backend"] = "anthropic"
     (run_dir / "run.json").write_text(json.dumps(run))
     started = time.monotonic()
-    done = run_cli("resume", str(run_dir), "--limits-from-config", cwd=tmp_path)
+    done = scripted_cli("resume", str(run_dir), "--limits-from-config", cwd=tmp_path)
     assert done.returncode == 2 and time.monotonic() - started < 60
     [line] = [x for x in done.stderr.splitlines() if x.startswith("error:")]
     assert "ANTHROPIC_API_KEY" in line and "Traceback" not in done.stderr, done.stderr
@@ -130,31 +163,31 @@ def test_resume_without_the_key_refuses_instead_of_switching_backend(
 
 
 def test_a_budget_exceeded_job_stays_ended_unless_its_limit_was_raised(
-    tmp_path: Path, run_cli: CliRunner
+    tmp_path: Path, scripted_cli: CliRunner
 ) -> None:
     (tmp_path / "jobs").mkdir()
     task = tmp_path / "jobs" / "b.toml"
     task.write_text('workspace = "{stdlib}/email"\nprompt = "Survey."\n[limits]\nmax_cost_usd = 0.05\n')
     (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\n')
-    assert run_cli("run", "jobs", cwd=tmp_path).returncode == 1
+    assert scripted_cli("run", "jobs", cwd=tmp_path).returncode == 1
     run_dir = next((tmp_path / "runs").iterdir())
     ended = (run_dir / "b" / "metrics.json").read_bytes()
     assert json.loads(ended)["status"] == "budget_exceeded"
     task.write_text('workspace = "{stdlib}/email"\nprompt = "Survey."\n[limits]\nmax_cost_usd = 50\n')
-    kept = run_cli("resume", str(run_dir), cwd=tmp_path)  # the run's own limit: no new spending
+    kept = scripted_cli("resume", str(run_dir), cwd=tmp_path)  # the run's own limit: no new spending
     assert kept.returncode == 1 and "kept as it is" in kept.stderr
     assert (run_dir / "b" / "metrics.json").read_bytes() == ended
-    raised = run_cli("resume", str(run_dir), "--limits-from-config", cwd=tmp_path)
+    raised = scripted_cli("resume", str(run_dir), "--limits-from-config", cwd=tmp_path)
     assert raised.returncode == 0, raised.stderr
     after = json.loads((run_dir / "b" / "metrics.json").read_text())
     assert after["status"] == "succeeded" and after["cost_usd"] > json.loads(ended)["cost_usd"]
 
 
-def test_resume_only_one_job(tmp_path: Path, run_cli: CliRunner) -> None:
-    run_dir = _ended_run(tmp_path, run_cli, jobs=2)
-    done = run_cli("resume", str(run_dir), "--limits-from-config", "--only", "j1", cwd=tmp_path)
+def test_resume_only_one_job(tmp_path: Path, scripted_cli: CliRunner) -> None:
+    run_dir = _ended_run(tmp_path, scripted_cli, jobs=2)
+    done = scripted_cli("resume", str(run_dir), "--limits-from-config", "--only", "j1", cwd=tmp_path)
     assert done.returncode == 1  # j0 is still not done
     statuses = {j["job"]: j["status"] for j in json.loads((run_dir / "run.json").read_text())["jobs"]}
     assert statuses == {"j0": "max_turns", "j1": "succeeded"}
-    unknown = run_cli("resume", str(run_dir), "--only", "nope", cwd=tmp_path)
+    unknown = scripted_cli("resume", str(run_dir), "--only", "nope", cwd=tmp_path)
     assert unknown.returncode == 2 and "--only: no job named 'nope'" in unknown.stderr

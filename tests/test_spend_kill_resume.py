@@ -1,7 +1,12 @@
-"""Spend is never lost: a job killed with SIGKILL at 20 random moments (a real ``python -m runner``
-subprocess each time) and resumed after each kill ends with the cost, the usage (every token kind), the
-compaction counts and the turns of the same job run without interruption, to the token (the offline
-model is deterministic); its ``wall_s`` counts every segment it ran."""
+"""Spend is never lost: a job killed with SIGKILL at 20 random moments (a real runner process each
+time) and resumed after each kill ends with the cost, the usage (every token kind), the compaction
+counts and the turns of the same job run without interruption, to the token; its ``wall_s`` counts
+every segment it ran.
+
+This holds with any model: it is driven here by a scripted model (``tests/scripted.py``: it reads the
+workspace's files four a turn, taking notes, so the job compacts often; three of its turns read big
+files), which answers a request alike
+in every process (its turn read from the request), as the uninterrupted run's ground truth needs."""
 
 from __future__ import annotations
 
@@ -16,13 +21,15 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import kill_runner_when, runner_env
+from conftest import CliRunner, kill_runner_when, runner_env
+from scripted import ScriptedModel, files_under, play_instead_of_the_stand_in, reads, scripted_runner
 
 from runner.pricing import USAGE_KEYS
 from runner.rundir.store import read_jsonl
 
 KILLS = 20
 FILES = 240  # the workspace: enough turns (and compactions) that 20 kills land across the job
+BIG_FILES = 12
 
 
 def _workspace(root: Path) -> None:
@@ -38,15 +45,25 @@ def _workspace(root: Path) -> None:
                 body += [f"def f{k}(x):", f'    """Return x plus {k}."""', f"    return x + {k}{todo}", ""]
             body += [f"class C{i}:", '    """A class."""', "    def m(self):", "        return 1", ""]
             (pkg / f"mod{i}.py").write_text("\n".join(body))
+    data = root / "data"
+    data.mkdir()
+    for k in range(BIG_FILES):  # read four at once, a batch over its limit: saved with a preview
+        (data / f"table{k:02d}.txt").write_text("".join(f"row {k}.{r:04d} {'v' * 50}\n" for r in range(200)))
 
 
-def _setup(tmp: Path, workspace: Path) -> None:
+def _setup(tmp: Path, workspace: Path) -> Path:
+    """A run of job ``a`` on ``workspace`` in ``tmp``; the scripted model's file (its script)."""
     (tmp / "jobs").mkdir(parents=True)
     (tmp / "jobs" / "a.toml").write_text(
         f'name = "a"\nworkspace = "{workspace}"\nprompt = "Survey this package."\n'
         "[limits]\ncontext_char_limit = 30000\nbatch_char_limit = 40000\nlarge_result_chars = 5000\n"
     )
-    (tmp / "config.toml").write_text('[runner]\nbackend = "offline"\n')
+    (tmp / "config.toml").write_text('[runner]\nbackend = "offline"\n')  # the scripted model's seam
+    turns = reads(files_under(workspace), per_turn=4)
+    for at, big in zip((3, 23, 43), reads(files_under(workspace, ".txt"), per_turn=4), strict=True):
+        turns.insert(at, big)
+    model = ScriptedModel(turns, final="# Report\nDone.", notes=1500)
+    return model.save(tmp / "script.json")
 
 
 def _run_dir(tmp: Path) -> Path | None:
@@ -93,9 +110,9 @@ def _spend(job: Path) -> dict:
 
 
 def _segment(tmp: Path, argv: list[str], delay: float, after_calls: int = 0) -> tuple[bool, float]:
-    """Run ``runner argv``; SIGKILL it ``delay`` seconds after its job first writes once its
-    events.jsonl holds ``after_calls`` model calls (a random moment of its work). (killed, how long the
-    process lived); not killed when it ended first."""
+    """Run ``argv`` (the runner on the scripted model); SIGKILL it ``delay`` seconds after its job first
+    writes once its events.jsonl holds ``after_calls`` model calls (a random moment of its work).
+    (killed, how long the process lived); not killed when it ended first."""
     start_size = _size((_run_dir(tmp) or tmp / "none") / "a" / "events.jsonl")
     started = time.monotonic()
 
@@ -103,7 +120,7 @@ def _segment(tmp: Path, argv: list[str], delay: float, after_calls: int = 0) -> 
         job = (_run_dir(tmp) or tmp / "none") / "a"
         return _size(job / "events.jsonl") != start_size and _calls(job) >= after_calls
 
-    killed = kill_runner_when(wrote, *argv, cwd=tmp, then_after_s=delay)
+    killed = kill_runner_when(wrote, cwd=tmp, then_after_s=delay, argv=argv)
     return killed, time.monotonic() - started
 
 
@@ -111,10 +128,10 @@ def test_twenty_kills_lose_no_spend(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     _workspace(workspace)
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    _setup(whole, workspace)
-    _setup(killed, workspace)
+    whole_script = _setup(whole, workspace)
+    script = _setup(killed, workspace)
     done = subprocess.run(
-        [sys.executable, "-m", "runner", "run", "jobs"],
+        scripted_runner(whole_script, "run", "jobs"),
         cwd=whole,
         env=runner_env(),
         capture_output=True,
@@ -132,7 +149,7 @@ def test_twenty_kills_lose_no_spend(tmp_path: Path) -> None:
 
     seed = int.from_bytes(os.urandom(4), "big")
     rng = random.Random(seed)
-    kills, lived, argv = 0, 0.0, ["run", "jobs"]
+    kills, lived, argv = 0, 0.0, scripted_runner(script, "run", "jobs")
     at_calls: list[int] = []
     # where the kills land: spread over the job (a share of its calls each, then up to one call's
     # time more, so mid-turn), whatever the machine's load does to its pace; a call's time is the gap
@@ -150,10 +167,10 @@ def test_twenty_kills_lose_no_spend(tmp_path: Path) -> None:
             pytest.fail(f"the job ended after {kills} kills (seed {seed}); expected {KILLS}")
         kills += 1
         at_calls.append(_calls(run_dir / "a"))
-        argv = ["resume", str(run_dir)]
+        argv = scripted_runner(script, "resume", str(run_dir))
     started = time.monotonic()
     final = subprocess.run(
-        [sys.executable, "-m", "runner", *argv],
+        argv,
         cwd=killed,
         env=runner_env(),
         capture_output=True,
@@ -196,12 +213,15 @@ def _first_difference(one: Path, other: Path) -> str:
     return f"transcripts agree over {min(len(a), len(b))} lines (of {len(a)} and {len(b)})"
 
 
-# ``python -c`` this, then N, then the runner's arguments: the runner, SIGKILLed by itself right after
-# the write (JobStore.flush) that brings events.jsonl to N model_call lines: a kill at an exact moment
+# ``python -c`` this, then N, then the scripted_runner's arguments (the tests' directory, the script, the
+# runner's arguments): the runner on the scripted model, SIGKILLed by itself right after the write
+# (JobStore.flush) that brings events.jsonl to N model_call lines: a kill at an exact moment
 _KILLED_AFTER_CALLS = """
-import os, runpy, signal, sys
+import os, signal, sys
 from runner.rundir import store
 calls = int(sys.argv.pop(1))
+sys.path.insert(0, os.path.dirname(sys.argv.pop(1)))
+import scripted
 flush = store.JobStore.flush
 async def flush_then_kill(self):
     await flush(self)
@@ -209,8 +229,7 @@ async def flush_then_kill(self):
     if events.exists() and events.read_bytes().count(b'"stage": "model_call"') >= calls:
         os.kill(os.getpid(), signal.SIGKILL)
 store.JobStore.flush = flush_then_kill
-sys.argv[0] = "runner"
-runpy.run_module("runner", run_name="__main__", alter_sys=True)
+scripted.main()
 """
 SAVED_WITH_PREVIEW = ("fit_tool_results", "tool_result_budget")  # stages that leave a marker naming its file
 
@@ -229,34 +248,30 @@ def _named_again(events: list[dict]) -> int | None:
     return None
 
 
-def test_killed_between_a_preview_and_its_placeholder_resumes_alike(tmp_path: Path) -> None:
+def test_killed_between_a_preview_and_its_placeholder_resumes_alike(
+    tmp_path: Path, run_cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Killed after the write that holds a micro_compact of a result an earlier stage saved with a preview
     (the kill takes that micro_compact back, so the resumed job does it again): the resumed job knows the
     saved output is that result's (from its context record), names it again and saves nothing new, so its
     summaries, transcript and spend are the uninterrupted run's. (It saved the marker itself as a new
     ``.2.txt`` output, the next summary named that file, and the survey's state note named another
-    summary.)"""
+    summary.) The uninterrupted run and the resume in this process, the killed one a real process."""
     workspace = tmp_path / "ws"
     _workspace(workspace)
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    _setup(whole, workspace)
-    _setup(killed, workspace)
-    done = subprocess.run(
-        [sys.executable, "-m", "runner", "run", "jobs"],
-        cwd=whole,
-        env=runner_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr
+    whole_script = _setup(whole, workspace)
+    script = _setup(killed, workspace)
+    play_instead_of_the_stand_in(monkeypatch, ScriptedModel.load(whole_script))
+    done = run_cli("run", "jobs", cwd=whole)
+    assert done.returncode in (0, 1), done.stderr
     expected_dir = _run_dir(whole)
     assert expected_dir is not None
     events, _ = read_jsonl(expected_dir / "a" / "events.jsonl")
     at = _named_again(events)
     assert at is not None, "the job never micro-compacts a result saved with a preview"
     first = subprocess.run(
-        [sys.executable, "-c", _KILLED_AFTER_CALLS, str(at), "run", "jobs"],
+        [sys.executable, "-c", _KILLED_AFTER_CALLS, str(at), *scripted_runner(script, "run", "jobs")[1:]],
         cwd=killed,
         env=runner_env(),
         capture_output=True,
@@ -266,14 +281,7 @@ def test_killed_between_a_preview_and_its_placeholder_resumes_alike(tmp_path: Pa
     run_dir = _run_dir(killed)
     assert first.returncode == -signal.SIGKILL and run_dir is not None, first.stderr
     assert _calls(run_dir / "a") == at
-    final = subprocess.run(
-        [sys.executable, "-m", "runner", "resume", str(run_dir)],
-        cwd=killed,
-        env=runner_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    final = run_cli("resume", str(run_dir), cwd=killed)
     assert final.returncode == done.returncode, final.stderr
     assert _spend(run_dir / "a") == _spend(expected_dir / "a"), _first_difference(expected_dir, run_dir)
     assert _first_difference(expected_dir, run_dir).startswith("transcripts agree")

@@ -7,6 +7,9 @@ the emulator's strict validation: each hostile tool call shape gets an error res
 request stays valid; a 100 KB output is read back in full under a 20,000-char context limit; a
 repeated call is caught and a model that keeps repeating ends ``stuck``. A batch: a job stuck in a
 blocking tool ends at its timeout while the others finish.
+
+These hold with any model: whole jobs are driven here by scripted models (the emulator's script, or
+``tests/scripted.py``'s model), none by the offline stand-in.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 import anyio
 import pytest
+from scripted import ScriptedModel
 
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
@@ -28,7 +32,6 @@ from runner.jobs import JobSpec
 from runner.messages import request_problems, tool_results, tool_uses
 from runner.models.anthropic import AnthropicModel
 from runner.models.base import Reply, Request
-from runner.offline.model import OfflineModel
 from runner.offline.readback import binary_size, glob_cut, read_size, recall_page, without_footer
 from runner.pricing import Usage
 from runner.rundir.store import read_jsonl
@@ -218,11 +221,20 @@ async def test_a_non_utf8_file_name_is_escaped_and_the_job_succeeds(tmp_path, st
     store.queue_records("transcript.jsonl", [listed])
     await store.flush()
     spec = job("names", ws, ("read", "glob", "grep"))
+    # a model that lists the workspace, searches it, reads the file by the name it was shown, and ok.py
+    model = ScriptedModel(
+        [
+            ("glob", {"pattern": "*"}),
+            ("grep", {"pattern": "Fine"}),
+            ("read", {"file_path": "caf\\xe9.py"}),
+            ("read", {"file_path": "ok.py"}),
+        ]
+    )
     result = await run_batch(
         Batch(
             run_dir=tmp_path / "run2",
             specs=[spec],
-            model=OfflineModel(),
+            model=model,
             compactor=Compactor(Summarizer(None, "none")),
             summary_model="none",
             concurrency=4,
@@ -230,6 +242,12 @@ async def test_a_non_utf8_file_name_is_escaped_and_the_job_succeeds(tmp_path, st
         )
     )
     assert result.results["names"].status == "succeeded", result.results["names"].error
+    transcript, warnings = read_jsonl(tmp_path / "run2" / "names" / "transcript.jsonl")
+    answers = [b for m in transcript for b in tool_results(m)]
+    assert not warnings and len(answers) == 4
+    assert "caf\\xe9.py" in answers[0]["content"] and "ok.py" in answers[1]["content"]
+    assert answers[3]["content"] and not answers[3].get("is_error")  # ok.py, read
+    assert len(model.requests) == 5  # each result reached the model, and it ended
 
 
 # --- whole jobs through the real SDK against the emulator ---------------------------------------
@@ -385,14 +403,14 @@ async def test_a_repeated_call_is_caught_and_a_model_that_keeps_repeating_is_stu
 
 
 class Dispatch:
-    """A scripted model for the job whose prompt names it, the offline policy for the rest."""
+    """A scripted model for the job whose prompt names it, ``others`` for the rest."""
 
     name = "dispatch"
     server_compaction = False
 
-    def __init__(self, scripts: dict[str, list[dict]]):
+    def __init__(self, scripts: dict[str, list[dict]], others: ScriptedModel):
         self.scripts = {k: list(v) for k, v in scripts.items()}
-        self.offline = OfflineModel()
+        self.others = others
 
     async def create(self, request: Request) -> Reply:
         first = request.messages[0]["content"]
@@ -400,7 +418,7 @@ class Dispatch:
             if key in first and script:
                 step = script.pop(0)
                 return Reply(content=step["content"], stop_reason=step["stop_reason"], usage=Usage(1, 1))
-        return await self.offline.create(request)
+        return await self.others.create(request)
 
     async def aclose(self) -> None:
         return None
@@ -424,7 +442,10 @@ async def test_a_job_blocked_in_a_tool_ends_at_its_timeout_while_the_others_fini
         Batch(
             run_dir=tmp_path / "run",
             specs=specs,
-            model=Dispatch({"(fifo)": fifo}),
+            model=Dispatch(
+                {"(fifo)": fifo},
+                ScriptedModel([("glob", {"pattern": "*.py"}), ("read", {"file_path": "a.py"})]),
+            ),
             compactor=Compactor(Summarizer(None, "none")),
             summary_model="none",
             concurrency=4,

@@ -1,0 +1,184 @@
+"""A small scripted model for the tests of the runner's guarantees, which must hold with any model.
+
+:class:`ScriptedModel` is a ``Model`` (``runner/models/base.py``) that plays a list of turns, each one
+or more tool calls given by name and input, then a final text. It keeps no position of its own: the
+turn it plays is read from the request alone (one more than the newest of its own tool_use ids the
+request carries, :data:`ID_PATTERN`), so a resumed job, a retried call or the same request sent by
+another process is answered alike, and a job killed and resumed gets the replies an uninterrupted one
+gets. A request without tools to call (``tool_choice`` ``none``: the runner's last call) or past the
+last turn gets the final text. Its usage is counted from the request as ``runner/billing.py`` counts
+(4 characters of JSON a token).
+
+Ways to drive it:
+
+- in this process: pass it as a job's or a batch's model;
+- the CLI with ``backend = "offline"``, where the runner builds its model at its one seam for it
+  (``runner.execution.backend.stand_in``): in this process with :func:`play_instead_of_the_stand_in`,
+  or as a real process (killed or not) with :func:`scripted_runner`, ``python tests/scripted.py
+  SCRIPT ARGS``, which is ``python -m runner ARGS`` with the model read from SCRIPT (its
+  :meth:`ScriptedModel.save`); the summarizer is then the runner's own fallback, without a model;
+- the CLI on the anthropic backend (the real SDK over HTTP): :func:`scripted_api` serves it from the
+  emulator (a thread of this process) and gives the environment that points the runner at it; the
+  emulator bills each reply from the request (without a prompt cache unless asked) and answers the
+  runner's summary requests itself. (A process that imports the SDK starts ~1.5 s slower.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import runpy
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runner.billing import estimate, input_tokens
+from runner.models.base import Reply, Request
+from runner.pricing import Usage
+
+if TYPE_CHECKING:  # the emulator imports the SDK: a process that runs the runner offline does without
+    import pytest
+
+    from runner.emulator import EmulatorHandle
+
+Call = tuple[str, dict[str, Any]]  # a tool's name and its input
+Turn = Call | Sequence[Call] | Exception  # one call, several in one reply, or a call that fails
+Final = str | Callable[[Request], str]
+
+ID_PATTERN = re.compile(r"toolu_sc(\d{4})_\d+")
+NO_CACHE = 10**9  # the emulator's min_cacheable_tokens: no prefix is ever cached
+
+
+def call_id(turn: int, k: int) -> str:
+    return f"toolu_sc{turn:04d}_{k}"
+
+
+def turn_of(request: Request) -> int:
+    """The turn a request asks for: one past the newest turn whose call it carries (0: none)."""
+    seen = [int(n) for n in ID_PATTERN.findall(json.dumps(request.messages))]
+    return max(seen) + 1 if seen else 0
+
+
+class ScriptedModel:
+    """Plays ``turns`` (each a ``(name, input)`` call, a list of them, or an exception the call raises),
+    then ``final`` (a text, or a function of the request that gets it). Each reply with calls opens
+    with a text: ``Turn N.`` and ``notes`` characters of notes (as a model that thinks aloud: history
+    only a summary takes out). Every request it answered is in ``requests``."""
+
+    name = "scripted"
+    server_compaction = False
+
+    def __init__(self, turns: Sequence[Turn], final: Final = "Done.", *, notes: int = 0):
+        self.turns: list[list[Call] | Exception] = [
+            turn if isinstance(turn, Exception) else [turn] if isinstance(turn, tuple) else list(turn)
+            for turn in turns
+        ]
+        self.final = final
+        self.notes = notes
+        self.requests: list[Request] = []
+
+    def save(self, path: Path) -> Path:
+        """The script as JSON (for :func:`scripted_runner`); the final text must be a string."""
+        if callable(self.final) or any(isinstance(t, Exception) for t in self.turns):
+            raise TypeError("a saved script's turns are calls and its final text a string")
+        path.write_text(json.dumps({"turns": self.turns, "final": self.final, "notes": self.notes}))
+        return path
+
+    @classmethod
+    def load(cls, path: Path | str) -> ScriptedModel:
+        data = json.loads(Path(path).read_text())
+        return cls([[tuple(c) for c in t] for t in data["turns"]], data["final"], notes=data["notes"])
+
+    def text(self, turn: int) -> str:
+        filler = "".join(f" note {turn}.{i}: checked." for i in range(self.notes // 18 + 1))
+        return f"Turn {turn + 1}." + filler[: self.notes]
+
+    def reply_to(self, request: Request) -> tuple[list[dict[str, Any]], str]:
+        turn = turn_of(request)
+        if (request.tool_choice or {}).get("type") == "none" or turn >= len(self.turns):
+            text = self.final(request) if callable(self.final) else self.final
+            return [{"type": "text", "text": text}], "end_turn"
+        step = self.turns[turn]
+        if isinstance(step, Exception):
+            raise step
+        calls = [
+            {"type": "tool_use", "id": call_id(turn, k), "name": name, "input": args}
+            for k, (name, args) in enumerate(step)
+        ]
+        return [{"type": "text", "text": self.text(turn)}, *calls], "tool_use"
+
+    async def create(self, request: Request) -> Reply:
+        self.requests.append(request)
+        content, stop_reason = self.reply_to(request)
+        usage = Usage(
+            input_tokens=input_tokens(request.system, request.messages, request.tools),
+            output_tokens=estimate(content),
+        )
+        return Reply(content=content, stop_reason=stop_reason, usage=usage)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def reads(paths: Sequence[str], per_turn: int = 1) -> list[Turn]:
+    """Turns reading ``paths`` in order, ``per_turn`` files a turn."""
+    return [
+        [("read", {"file_path": p}) for p in paths[i : i + per_turn]] for i in range(0, len(paths), per_turn)
+    ]
+
+
+def files_under(root: Path, suffix: str = ".py") -> list[str]:
+    """The files of a workspace with ``suffix``, relative and sorted (a script's reads)."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob(f"*{suffix}") if p.is_file())
+
+
+def play_instead_of_the_stand_in(monkeypatch: pytest.MonkeyPatch, model: ScriptedModel) -> None:
+    """The CLI run in this process with ``backend = "offline"`` plays ``model`` (for this test)."""
+    from runner.execution import backend
+
+    monkeypatch.setattr(backend, "stand_in", lambda **_: model)
+
+
+def scripted_runner(script: Path, *args: str) -> list[str]:
+    """The argv of a real runner process with ``args`` whose offline backend plays the model saved in
+    ``script`` (:meth:`ScriptedModel.save`)."""
+    return [sys.executable, str(Path(__file__).resolve()), str(script), *args]
+
+
+def main() -> None:
+    """``python scripted.py SCRIPT ARGS``: ``python -m runner ARGS``, its offline model SCRIPT's."""
+    from runner.execution import backend
+
+    model = ScriptedModel.load(sys.argv.pop(1))
+    backend.stand_in = lambda **_: model  # type: ignore[assignment]
+    sys.argv[0] = "runner"
+    runpy.run_module("runner", run_name="__main__", alter_sys=True)
+
+
+@dataclass
+class ScriptedApi:
+    """The emulator serving a scripted model: ``env`` points the runner's anthropic backend at it."""
+
+    emulator: EmulatorHandle
+    env: dict[str, str]
+
+
+CONFIG_TOML = '[runner]\nbackend = "anthropic"\n'  # a config.toml for a run on the scripted API
+
+
+@contextmanager
+def scripted_api(model: ScriptedModel, **config: Any) -> Iterator[ScriptedApi]:
+    """The emulator (``EmulatorConfig(**config)``, without a prompt cache unless ``min_cacheable_tokens``
+    is given) answering with ``model``, for the duration of the ``with`` block."""
+    from runner.emulator import EmulatorConfig, running_emulator
+
+    with running_emulator(EmulatorConfig(**{"min_cacheable_tokens": NO_CACHE, **config})) as emu:
+        emu.state.replies = lambda _batch_size: model
+        yield ScriptedApi(emu, {"ANTHROPIC_BASE_URL": emu.base_url, "ANTHROPIC_API_KEY": "emulator"})
+
+
+if __name__ == "__main__":
+    main()
