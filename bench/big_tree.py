@@ -34,7 +34,8 @@ import common  # noqa: E402
 from common import RESULTS, replace_section, todo_cell, todo_counts, write_result  # noqa: E402
 from conftest import calls_and_gaps, expected_row, regular_files, survey_rows, todo_lines  # noqa: E402
 
-from runner.agent.session import Services, Session  # noqa: E402
+from runner.agent.runjob import Services
+from runner.agent.session import Session  # noqa: E402
 from runner.billing import PromptCache  # noqa: E402
 from runner.compaction.compactor import Compactor  # noqa: E402
 from runner.compaction.summarizer import Summarizer  # noqa: E402

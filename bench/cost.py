@@ -81,7 +81,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, load_note, repeat_note, replace_section, write_result  # noqa: E402
 from seeds_pipeline import Seed000, Seed001, Summarize  # noqa: E402
 
-from runner.agent.session import Services, Session  # noqa: E402
+from runner.agent.runjob import Services
+from runner.agent.session import Session  # noqa: E402
 from runner.billing import cache_segments  # noqa: E402
 from runner.compaction.compactor import CompactionState, Compactor  # noqa: E402
 from runner.compaction.summarizer import Summarizer  # noqa: E402

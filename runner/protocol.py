@@ -266,6 +266,10 @@ REPEATED_CALL = (
 REPEATED_WHERE = "is saved at {path} (recall it with the recall tool)"
 REPEATED_ABOVE = "is in the conversation above"
 STUCK = "repeated the same call {count} times after being told it was already made: {call}"
+# the next message after a reply cut at max_tokens that called no tool
+CONTINUE_AFTER_MAX_TOKENS = (
+    "Your reply was cut off by the output token limit. Continue from where you stopped."
+)
 CUT_OFF = "not run: your reply was cut off"  # the results of calls in a reply cut at max_tokens (never run)
 
 

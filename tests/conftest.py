@@ -232,7 +232,8 @@ async def scripted_job(
     ``script``; its workspace is ``tmp_path / "ws"`` (made, with one module, when missing), its
     directory ``tmp_path / "job"``. Returns the session, the requests the emulator received and the
     transcript."""
-    from runner.agent.session import Services, Session
+    from runner.agent.runjob import Services
+    from runner.agent.session import Session
     from runner.compaction.compactor import Compactor
     from runner.compaction.summarizer import Summarizer
     from runner.config import Limits
@@ -274,7 +275,8 @@ async def scripted_job(
 async def offline_survey(root: Path, out: Path, limits: dict, prompt: str = "Survey this package."):
     """The offline model's survey of ``root`` with ``limits``, its job directory ``out``: the job's
     result and its final.md ("" when there is none)."""
-    from runner.agent.session import Services, Session
+    from runner.agent.runjob import Services
+    from runner.agent.session import Session
     from runner.compaction.compactor import Compactor
     from runner.compaction.summarizer import Summarizer
     from runner.config import Limits

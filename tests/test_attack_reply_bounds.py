@@ -26,7 +26,8 @@ import anyio
 import pytest
 from conftest import runner_env
 
-from runner.agent.session import Services, Session
+from runner.agent.runjob import Services
+from runner.agent.session import Session
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import ConfigError, Limits, load_settings

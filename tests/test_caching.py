@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.agent.session import Services, Session
+from runner.agent.runjob import Services
+from runner.agent.session import Session
 from runner.compaction.compactor import CompactionState, Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.compaction.window import Window

@@ -24,7 +24,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from runner.agent.session import Services, Session
+from runner.agent.runjob import Services
+from runner.agent.session import Session
 from runner.compaction.compactor import CompactionState, Compactor
 from runner.compaction.stages import output_text
 from runner.compaction.summarizer import Summarizer

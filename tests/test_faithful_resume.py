@@ -17,7 +17,8 @@ import pytest
 from conftest import CliRunner, kill_runner_when
 from scripted import ScriptedModel, files_under, play_instead_of_the_stand_in, reads, scripted_runner
 
-from runner.agent.session import Services, Session
+from runner.agent.runjob import Services
+from runner.agent.session import Session
 from runner.compaction.compactor import CompactionState, Compactor
 from runner.compaction.context import Recorder
 from runner.compaction.summarizer import Summarizer

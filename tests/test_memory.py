@@ -15,7 +15,8 @@ import pytest
 from conftest import scripted_job, survey_rows
 
 import runner.tools.memory
-from runner.agent.session import Services, Session
+from runner.agent.runjob import Services
+from runner.agent.session import Session
 from runner.compaction.compactor import CompactionState, Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import Limits

@@ -13,7 +13,8 @@ from typing import Any
 import anyio
 import pytest
 
-from runner.agent.session import Services, Session
+from runner.agent.runjob import Services
+from runner.agent.session import Session
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import Limits

@@ -19,7 +19,8 @@ from ..messages import Message, one_line
 from ..models.base import BackendUnusable
 from ..rundir.docs import JobMetrics, Status
 from ..rundir.store import JobStore
-from .session import Services, Session, new_record
+from .session import Session, new_record
+from .shared import Services
 
 __all__ = ["Resumed", "Services", "run_job"]
 

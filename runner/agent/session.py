@@ -26,53 +26,37 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import anyio
 
-from ..compaction.compactor import CompactionState, Compactor
+from ..compaction.compactor import CompactionState
 from ..compaction.strategies import strategy_for
 from ..jobs import JobSpec
-from ..messages import Message, merge_adjacent, one_line, text_of, tool_uses
-from ..models.base import BackendUnusable, Model, PromptTooLong, Reply, Request
-from ..models.wire import ANSWER_BY, WireCounts, counts_of
-from ..pricing import PriceTable
-from ..protocol import CUT_OFF, NO_TOOLS, OUT_OF_TURNS
-from ..rundir.docs import EVENTS, JOB_JSON, METRICS, JobMetrics, LastCallEvent, RetriesEvent, Status
+from ..messages import Message, one_line, text_of, tool_uses
+from ..models.base import BackendUnusable, PromptTooLong, Reply
+from ..models.wire import ANSWER_BY
+from ..protocol import CONTINUE_AFTER_MAX_TOKENS, CUT_OFF
+from ..rundir.docs import JOB_JSON, METRICS, JobMetrics, Status
 from ..rundir.store import DiskQuotaExceeded, JobStore, dumps
-from ..services import Budget, RunBudget
+from ..services import Budget
 from ..tools.base import error_result
 from ..tools.toolset import Toolset
 from . import incremental
+from .calls import JobCalls
 from .clock import JobClock, answer_within, time_reserve
-from .continuation import model_call_line
 from .final_report import write_final_documents
 from .resumer import Resumer
-from .safe_request import api_valid
-from .spend import MIN_REPORT_TOKENS, JobEnded, Spend, turns_spent
+from .shared import Services
+from .spend import JobEnded, Spend
 from .subagents import Subagents
 
 CHECKPOINT_INTERVAL_S = 1.0
-CONTINUE_AFTER_MAX_TOKENS = (
-    "Your reply was cut off by the output token limit. Continue from where you stopped."
-)
 
 
 def new_record(spec: JobSpec) -> JobMetrics:
     """A queued job's record, before its session starts."""
     return JobMetrics(job=spec.name, status=Status.QUEUED, model=spec.model)
-
-
-@dataclass
-class Services:
-    """What a job uses besides its own files, shared by the jobs of an executor."""
-
-    model: Model
-    compactor: Compactor  # its Summarizer holds the batch's summary gate
-    summary_model: str
-    prices: PriceTable = field(default_factory=PriceTable)
-    budget: Budget = field(default_factory=RunBudget)
-    deadline: float | None = None  # epoch seconds by which every job has ended (the run's deadline)
 
 
 class Session:
@@ -114,7 +98,7 @@ class Session:
         self.final_text: str | None = None
         self._last_checkpoint = float("-inf")
         self._reactive_retries = 0  # reactive compactions since the last call the API accepted
-        self._shape: Request  # what every request carries (set once the toolset is open)
+        self.calls: JobCalls  # the job's model calls (made once the toolset is open: they carry its tools)
 
     async def run(self) -> JobMetrics:
         """The job to its ending; its final documents written whatever the ending."""
@@ -159,7 +143,16 @@ class Session:
         """The agent loop: one :meth:`step` a turn until the model answers."""
         await self._begin()
         spec = self.spec
-        subagents = await self._subagents()
+        subagents = None  # the task tool's (a subagent's spec never lists it)
+        if "task" in spec.tools:
+            subagents = await Subagents.of_job(
+                spec,
+                store=self.store,
+                spend=self.spend,
+                run_child=self._run_child,
+                ends=self.clock.ends_working(),
+                history=self.resumer.history if self.resumer else [],
+            )
         async with Toolset(
             str(spec.workspace), spec.tools, self.store, spec.limits, task=subagents
         ) as toolset:
@@ -172,7 +165,7 @@ class Session:
     async def step(self, toolset: Toolset) -> bool:
         """One turn: the limits checked, the history prepared and sent, the reply kept and acted on.
         True when the job is done."""
-        self._check_before_call()
+        self.spend.check_before_call()
         reply = await self._query()
         if reply is None:  # the prompt was too long and a reactive compaction made room: ask again
             return False
@@ -200,19 +193,6 @@ class Session:
                 *await incremental.start(spec, self.store, self.record),
             )
 
-    async def _subagents(self) -> Subagents | None:
-        """The job's subagents, when it has the ``task`` tool (a subagent's spec never lists it)."""
-        if "task" not in self.spec.tools:
-            return None
-        return await Subagents.of_job(
-            self.spec,
-            store=self.store,
-            spend=self.spend,
-            run_child=self._run_child,
-            ends=self.clock.ends_working(),
-            history=self.resumer.history if self.resumer else [],
-        )
-
     async def _run_child(
         self,
         spec: JobSpec,
@@ -235,43 +215,18 @@ class Session:
         offers_compact = state.strategy.offers_compact_tool
         tools = [t for t in toolset.definitions() if t["name"] != "compact" or offers_compact]
         state.overhead_chars = len(json.dumps([spec.system, tools], ensure_ascii=False))
-        limits = spec.limits
-        self._shape = Request(
-            model=spec.model,
-            messages=[],
+        self.calls = JobCalls.of_job(
+            spec,
             tools=tools,
-            max_tokens=0,
-            system=spec.system,
-            max_retries=limits.max_retries,
-            delivery=limits.delivery,
+            model=self.model,
+            spend=self.spend,
+            state=state,
+            compactor=self.compactor,
+            clock=self.clock,
         )
         if self.resumer is not None:
             self.resumer.calibrate()
             self.spend.check()  # a resumed job may already have spent its budget
-
-    def _check_before_call(self) -> None:
-        """Raise JobEnded when this call would go over a limit (the last turn is kept for the report)."""
-        if self.record.turns + 1 >= self.spec.limits.max_turns:
-            raise JobEnded(Status.MAX_TURNS, turns_spent(self.spec.limits.max_turns), last_call=True)
-        self.spend.check_run()
-
-    def _request(
-        self,
-        messages: list[Message],
-        *,
-        max_tokens: int,
-        cache_points: tuple[int, ...] = (),
-        no_tools: bool = False,
-    ) -> Request:
-        """A request of the job's shape carrying ``messages`` (``no_tools``: listed, none may be called)."""
-        return replace(
-            self._shape,
-            messages=api_valid(messages),
-            max_tokens=max_tokens,
-            context_management=self.state.strategy.context_management(),
-            cache_points=cache_points,
-            tool_choice=NO_TOOLS if no_tools else None,
-        )
 
     async def _query(self) -> Reply | None:
         """Prepare the history and call the model. None when the API found the prompt too long and a
@@ -281,13 +236,8 @@ class Session:
         if stuck := self.compactor.stuck(state):  # its compactions thrash: a report of what it has
             raise JobEnded(Status.STUCK, stuck, last_call=True)
         self.spend.check_reserve(state)  # on the window this call carries, compacted
-        request = self._request(
-            messages,
-            max_tokens=self.spec.limits.max_output_tokens,
-            cache_points=state.strategy.cache_points(state.window),
-        )
         try:
-            reply = await self._call(request)
+            reply = await self.calls.turn(messages)
         except PromptTooLong as e:
             await self._reactive(str(e))
             return None
@@ -298,70 +248,23 @@ class Session:
         self._reactive_retries = 0
         return reply
 
-    async def _call(self, request: Request) -> Reply:
-        """One model call, and everything an answered one means: its spend charged, its line in
-        events.jsonl, the compactor told (:meth:`Compactor.record`)."""
-        state, record = self.state, self.record
-        sent_chars = state.window.total
-        reply = await self._create(replace(request, caller=(record.job, record.turns + 1)))
-        self.spend.charge(reply)
-        self.spend.sent(sent_chars)
-        record.context_chars = sent_chars
-        record.wall_s = self.clock.wall()
-        line = model_call_line(record, chars=sent_chars, reply=reply, lines=state.transcript_len)
-        self.store.queue_records(EVENTS, [line])
-        await self.compactor.record(state, reply)
-        return reply
-
-    async def _create(self, request: Request) -> Reply:
-        """One model call (the SDK's retries inside it), and a line in events.jsonl when it needed any."""
-        wire = WireCounts()
-        try:
-            reply = await self.model.create(request)
-            wire = reply.wire  # charged with the reply (_call)
-            return reply
-        except BaseException as e:
-            wire = counts_of(e)
-            self.spend.count(wire)  # a failed call's
-            raise
-        finally:
-            if wire.needed_retries:
-                event = RetriesEvent(
-                    attempts=wire.requests,
-                    rate_limited_429=wire.rate_limited_429,
-                    overloaded_529=wire.overloaded_529,
-                    server_errors_5xx=wire.server_errors_5xx,
-                )
-                self.store.queue_records(EVENTS, [event.line()])
-
     async def _last_call(self, reason: str) -> None:
         """One call with the tools listed but none allowed: the model writes its report from what it
-        has. A failure of its own leaves the job's ending as it was (the report is built without it)."""
+        has. Without it (no room in the budget, or a failure of its own) the job's ending stands and
+        its report is built from the history."""
+        record = self.record
         try:
-            await self._report_call(reason)
+            reply = await self.calls.last(reason)
         except (JobEnded, BackendUnusable):
             raise
         except Exception as x:
-            self.record.error = (
-                f"{self.record.error}; the last call failed: {one_line(f'{type(x).__name__}: {x}')}"
-            )
-
-    async def _report_call(self, reason: str) -> None:
-        state = self.state
-        self.store.queue_records(EVENTS, [LastCallEvent(reason=reason).line()])
-        # writes what the store has queued; a summary it needs costs no call (the reserve is one call's)
-        messages = await self.compactor.prepare(state, model_summary=False)
-        # the instruction goes with this request only: the transcript keeps alternating roles
-        messages = merge_adjacent(
-            [*messages, {"role": "user", "content": OUT_OF_TURNS.format(reason=reason)}]
-        )
-        max_tokens = self.spend.report_tokens(state)
-        if max_tokens < MIN_REPORT_TOKENS:  # the budget has no room for it: the report is built without it
-            self.record.error = f"{self.record.error}; no room left in max_cost_usd for the last call"
+            record.error = f"{record.error}; the last call failed: {one_line(f'{type(x).__name__}: {x}')}"
             return
-        reply = await self._call(self._request(messages, max_tokens=max_tokens, no_tools=True))
+        if reply is None:
+            record.error = f"{record.error}; no room left in max_cost_usd for the last call"
+            return
         if reply.content and not reply.compacted:
-            await state.add(reply.message())
+            await self.state.add(reply.message())
         self.final_text = text_of(reply.message())
 
     @staticmethod

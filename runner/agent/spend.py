@@ -186,9 +186,11 @@ class Spend:
             raise JobEnded(Status.BUDGET_EXCEEDED, f"spent ${cost:.4f}, max_cost_usd is ${limit:g}")
         self._check_run_budget()
 
-    def check_run(self) -> None:
-        """Before a call: JobEnded when the job's turns (its subagents' included) or the run's budget
-        leave no room for it."""
+    def check_before_call(self) -> None:
+        """Before a call: JobEnded when the job's own turns, its turns with its subagents' or the run's
+        budget leave no room for it (the last turn is kept for the report)."""
+        if self.record.turns + 1 >= self.limits.max_turns:
+            raise JobEnded(Status.MAX_TURNS, turns_spent(self.limits.max_turns), last_call=True)
         self.check_turns()
         self._check_run_budget()
 
