@@ -44,13 +44,14 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiofiles
 import aiofiles.os
 import anyio
+import anyio.to_thread
 
 from .docs import (
     FINAL,
@@ -66,6 +67,7 @@ from .docs import (
 from .spill import SpillMap
 from .trees import walk
 
+T = TypeVar("T")
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
 # A flush of at most this many characters to a local disk is written on the event loop (see the Guarantees)
 INLINE_FLUSH_CHARS = 64 * 1024
@@ -376,16 +378,30 @@ def _overwrite_sync(path: Path, text: str) -> None:
         f.truncate()
 
 
-# Each file operation is one hop to aiofiles' executor, not one per open/write/flush/close/replace:
-# a hop costs 50-200 µs of thread hand-off, which dominated the Compactor's time (bench/compactor.py).
-# ``in_thread`` is the runner's one way to run blocking file work off the loop (reads included): the
-# same executor as the writes. Waits that may last (a tool call, a sandbox starting) use anyio's own
-# threads instead, so they never hold up a job's writes.
-in_thread = aiofiles.os.wrap
+def in_thread(
+    work: Callable[..., T], *, limiter: anyio.CapacityLimiter | None = None, abandon_on_cancel: bool = True
+) -> Callable[..., Awaitable[T]]:
+    """``work`` as a coroutine function that runs it on one of anyio's worker threads: the runner's one
+    way to run blocking work off the event loop (every module's: the tools' shares, the sandbox's waits,
+    the agent's reads); only the store's writes below go through aiofiles. ``limiter``: the places it
+    takes one of (anyio's default limiter when None). Cancelled, the caller returns at once and the
+    thread finishes by itself (``abandon_on_cancel``, the default), or waits for it."""
+
+    async def run(*args: Any) -> T:
+        return await anyio.to_thread.run_sync(
+            work, *args, abandon_on_cancel=abandon_on_cancel, limiter=limiter
+        )
+
+    return run
+
+
+# The store's writes (persisted outputs, the turn's lines, whole files) go through aiofiles' executor,
+# each file operation one hop, not one per open/write/flush/close/replace: a hop costs 50-200 µs of
+# thread hand-off, which dominated the Compactor's time (bench/compactor.py).
 _write_atomic = aiofiles.os.wrap(write_atomic_sync)
 _save_in_thread = aiofiles.os.wrap(_save_sync)
 _overwrite = aiofiles.os.wrap(_overwrite_sync)
-_open = aiofiles.os.wrap(_open_sync)
+_open = in_thread(_open_sync)  # a read of what is there, not a write
 _retire_spare = aiofiles.os.wrap(retire_spare)
 
 
