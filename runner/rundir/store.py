@@ -64,7 +64,6 @@ from .docs import (
     output_path,
     summary_path,
 )
-from .spill import SpillMap
 from .trees import walk
 
 T = TypeVar("T")
@@ -467,9 +466,9 @@ class JobStore:
 
     def __init__(self, directory: Path):
         self.dir = directory
-        # kept for the whole job, past a bound off the heap (runner.rundir.spill)
-        self._names = SpillMap()  # id + content hash -> reserved path
-        self._owners = SpillMap()  # reserved path -> its tool_use id (kept: reserve is O(1))
+        # kept for the whole job (about 0.2 KiB an output: bench/job_records.py)
+        self._names: dict[str, str] = {}  # id + content hash -> reserved path
+        self._owners: dict[str, str] = {}  # reserved path -> its tool_use id (kept: reserve is O(1))
         self._on_disk: dict[str, str] = {}  # outputs saved before this store opened -> content digest
         self._summaries = 0  # summaries/ files written or named so far
         self._root: Path | None = None
@@ -482,7 +481,7 @@ class JobStore:
         # each whole file's size as far as the store knows it: a saved output's by its name relative to
         # the job directory (the string its reservation already holds: a long session keeps one entry
         # per output), any other file's by its path
-        self._sizes = SpillMap()
+        self._sizes: dict[str, int] = {}
         self.over_quota: str | None = None  # why a write was refused: every later write is refused too
 
     async def open(self) -> None:
@@ -496,8 +495,7 @@ class JobStore:
         self._on_disk, self._summaries, self._root, (self.bytes_used, sizes) = opened
         if self._root is not None:  # whole files are named below the resolved root, and below dir
             sizes.update({self._root / p.relative_to(self.dir): n for p, n in sizes.items()})
-        self._sizes = SpillMap()
-        self._sizes.update({str(p): n for p, n in sizes.items()})
+        self._sizes = {str(p): n for p, n in sizes.items()}
         self._sizes.update(
             {str(p.relative_to(self.dir)): n for p, n in sizes.items() if p.is_relative_to(self.dir)}
         )
@@ -624,9 +622,9 @@ class JobStore:
         return path
 
     def close(self) -> None:
-        """Let go of the job-long records' spill files (the job ended: nothing is named after)."""
+        """Let go of the job-long records (the job ended: nothing is named after)."""
         for records in (self._names, self._owners, self._sizes):
-            records.close()
+            records.clear()
 
     def reserve(self, tool_use_id: str, content: str) -> str:
         """The path (relative to the job directory) that ``content`` of ``tool_use_id`` is saved under.
