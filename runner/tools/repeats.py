@@ -14,12 +14,13 @@ Guarantees:
 - A ``write`` or ``edit`` starts afresh: what was read before it may be read again.
 - The ``max_repeated``-th caught call of one kind makes the job stuck.
 - Memory is bounded per distinct call: a key is kept as a 16-byte hash, never as the call's input,
-  with a record of its count, first turn and ids (ids of at most
-  :data:`runner.rundir.store.MAX_ID_CHARS` characters); a repeat adds nothing. Catching a repeat
-  anywhere in the job means keeping every distinct call's record for the whole job, in a dict: a
-  session that reads a new file every call grows it by about 0.2 KiB a call (``bench/job_records.py``:
-  0.6-0.7 KiB a turn for all of a job's job-long records, 6 MiB at 10,000 turns). Only a caught call
-  keeps a short description of itself in memory (for the stuck reason).
+  with a record of its count, first turn and first and last ids (ids of at most
+  :data:`runner.rundir.store.MAX_ID_CHARS` characters); a repeat replaces the record, adding nothing
+  past the first repeat's last id. Catching a repeat anywhere in the job means keeping every distinct
+  call's record for the whole job, in a dict: a session that reads a new file every call grows it by
+  about 0.2 KiB a call (``bench/job_records.py``: 0.6-0.7 KiB a call for all of a job's job-long
+  records when every output is saved, 6 MiB for 10,000 calls). Only a caught call keeps a short
+  description of itself in memory (for the stuck reason).
 Bookkeeping: no I/O.
 """
 
