@@ -54,7 +54,18 @@ ROWS = {
 
 
 @pytest.mark.parametrize(
-    "name", ["concurrency", "ratelimit", "cost", "compactor", "viewer", "batch_delivery", "scaling"]
+    "name",
+    [
+        "concurrency",
+        "ratelimit",
+        "cost",
+        "compactor",
+        "viewer",
+        "batch_delivery",
+        "scaling",
+        "store_hops",
+        "job_records",
+    ],
 )
 def test_benchmark_smoke(name: str) -> None:
     before = (BENCH.parent / "BENCHMARKS.md").read_text()

@@ -160,7 +160,7 @@ def test_a_repeat_30_turns_apart_is_caught_and_keys_are_hashes():
         guard.record(call_key("read", {"file_path": f"/w/{t}.py"}), t, f"toolu_{t}")
     caught = guard.check(key, 31)
     assert caught is not None and caught[0] == 1 and caught[1].turn == 1
-    assert all(isinstance(k, bytes) and len(k) == 16 for k, _ in guard._runs.memory_items())  # not the input
+    assert all(isinstance(k, bytes) and len(k) == 16 for k in guard._runs)  # not the input
     # a saved result is caught at its first repeat (at_once), naming the file
     guard = RepeatGuard(max_repeated=3, at_once=True)
     guard.record(key, 1, "toolu_1")

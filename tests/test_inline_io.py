@@ -1,5 +1,6 @@
-"""Small file work on a local disk runs on the event loop, without a thread hand-off; what may take long,
-or lies on a file system that can hang, still goes to a worker thread."""
+"""Small file work on a local disk runs on the event loop, without a thread hand-off (the small reads and
+globs, a turn's flush that makes no file); what may take long, makes a file, or lies on a file system
+that can hang, goes to a worker thread."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 import runner.rundir.store as store_module
-from runner.rundir.store import INLINE_FLUSH_CHARS, JobStore, local_disk, read_jsonl
+from runner.rundir.store import INLINE_FLUSH_CHARS, JobStore, dumps, local_disk, read_jsonl
 from runner.tools import file_calls as tools_module
 from runner.tools.toolset import Toolset
 
@@ -89,7 +90,7 @@ async def test_a_network_workspace_never_runs_a_tool_on_the_loop(
 
 
 @pytest.mark.anyio
-async def test_a_small_flush_is_written_inline_a_big_one_in_a_thread(
+async def test_a_small_flush_that_makes_no_file_is_written_inline_the_rest_in_a_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hops: list[int] = []
@@ -102,15 +103,21 @@ async def test_a_small_flush_is_written_inline_a_big_one_in_a_thread(
     monkeypatch.setattr(store_module, "_save_in_thread", counted)
     store = JobStore(tmp_path / "job")
     await store.open()
+    store.queue(lines={"transcript.jsonl": ['{"n": 1}']}, files={"metrics.json": "{}\n"})
+    await store.flush()
+    assert hops == []  # lines and a checkpoint: no hand-off
     rel = store.reserve("toolu_1", "small output")
-    store.queue(outputs=[(rel, "small output")], lines={"transcript.jsonl": ['{"n": 1}']})
+    store.queue(outputs=[(rel, "small output")], lines={"transcript.jsonl": ['{"n": 2}']})
     await store.flush()
-    assert hops == []  # no hand-off
+    assert hops == [1]  # an output is a new file: in a thread, however small
     big = "x" * (INLINE_FLUSH_CHARS + 1)
-    store.queue(outputs=[(store.reserve("toolu_2", big), big)], lines={"transcript.jsonl": ['{"n": 2}']})
+    store.queue(lines={"transcript.jsonl": ['{"n": 3}', dumps(big)]})
     await store.flush()
-    assert hops == [1]
+    assert hops == [1, 1]
+    await store.write_text("final.md", "done\n")  # a whole file: in a thread (not a flush)
+    assert hops == [1, 1]
     assert (tmp_path / "job" / rel).read_text() == "small output"
+    assert (tmp_path / "job" / "final.md").read_text() == "done\n"
     records, warnings = read_jsonl(tmp_path / "job" / "transcript.jsonl")
-    assert records == [{"n": 1}, {"n": 2}] and not warnings
+    assert records == [{"n": 1}, {"n": 2}, {"n": 3}, big] and not warnings
     assert not [n for n in os.listdir(tmp_path / "job") if n.endswith(".tmp")]  # nothing left half-done

@@ -65,23 +65,26 @@ async def test_the_recorder_forgets_results_that_left_the_window(tmp_path: Path)
     assert [e.message for e in decoded] == [e.message for e in window]
 
 
-def test_the_repeat_guard_keeps_a_bounded_heap_and_still_catches_a_repeat_of_the_first_call() -> None:
+def test_the_repeat_guard_keeps_a_bounded_record_per_distinct_call_and_still_catches_the_first() -> None:
     """The guard must remember every distinct call of the job (a repeat 30 turns or 3,000 turns apart is
-    caught). 20,000 distinct calls, each made three times: its heap stays within its in-memory bound
-    (the dict it was grew by 200 bytes a distinct call: 4 MiB here), and the very first call is still
-    caught, with when and by which id it was first made."""
+    caught). 20,000 distinct calls, each made three times: each distinct call costs a bounded record (a
+    16-byte hash, never the call's input, and its count, first turn, first and last ids), a repeat past
+    the second adds nothing, and the
+    very first call is still caught, with when and by which id it was first made."""
     calls = [call_key("read", {"file_path": f"/ws/pkg{i // 100:03d}/mod{i:05d}.py"}) for i in range(20_000)]
     guard = RepeatGuard(max_repeated=3)
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
+        grown = []
         for made in range(3):
             for i, key in enumerate(calls):
                 guard.record(key, 1_000 * made + i, f"toolu_{made}_{i:020d}")
-        grown = tracemalloc.get_traced_memory()[0] - before
+            grown.append(tracemalloc.get_traced_memory()[0] - before)
     finally:
         tracemalloc.stop()
-    assert grown < 1.2 * 2**20, grown  # IN_MEMORY records, whatever the job's length
+    assert grown[1] < 20_000 * 400, grown  # a record per distinct call (its first and last ids), any input
+    assert grown[2] < grown[1] + 64 * 1024, grown  # a further repeat replaces the record: nothing grows
     found = guard.check(calls[0], 90_000)
     assert found is not None
     assert (found[0], found[1].turn, found[1].tool_use_id) == (3, 0, f"toolu_0_{0:020d}")

@@ -299,3 +299,48 @@ async def test_a_job_directory_of_any_depth_opens(tmp_path: Path):
         assert store.bytes_used == 1_001 + 500  # what a path can name; the bottom, past PATH_MAX, is left out
     finally:
         remove_tree(job / "scratch", ignore_errors=True)  # pytest's own clean-up recurses
+
+
+@pytest.mark.anyio
+async def test_a_tool_use_id_past_200_characters_is_not_run_and_not_kept(tmp_path: Path) -> None:
+    """A hostile server's megabyte ids: the call is refused, answered under its own id (so the request's
+    fresh id pairs with it), and the job-long records hold nothing of it but a hash."""
+    from runner.tools.toolset import Toolset
+
+    store = JobStore(tmp_path / "job")
+    await store.open()
+    (tmp_path / "a.txt").write_text("a\n")
+    long_id = "toolu_" + "x" * 1_000_000
+    async with Toolset(str(tmp_path), ("read",), store) as tools:
+        [result] = await tools.run_batch(
+            [{"type": "tool_use", "id": long_id, "name": "read", "input": {"file_path": "a.txt"}}]
+        )
+        assert result["is_error"] and result["tool_use_id"] == long_id
+        assert "over 200" in str(result["content"])
+        assert long_id not in tools._ids  # noqa: SLF001 - the toolset's own record, checked here
+    rel = store.reserve(long_id, "its result")
+    assert store.reserved_for(long_id, rel) and not store.reserved_for("toolu_other", rel)
+    assert all(len(owner) < 100 for owner in store._owners.values())  # noqa: SLF001
+
+
+@pytest.mark.anyio
+async def test_a_flush_the_quota_could_not_count_keeps_its_writes_for_the_next(tmp_path: Path) -> None:
+    """When the store's count of the job's bytes fails, nothing queued is dropped: the next flush
+    writes it."""
+    store = JobStore(tmp_path / "job")
+    await store.open()
+    store.queue(lines={"events.jsonl": ['{"n": 1}']})
+    real = store._charge  # noqa: SLF001 - the store's own accounting, failing once on purpose
+    calls = [0]
+
+    def charge(*args: object, **kwargs: object) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise OSError("the count failed")
+        real(*args, **kwargs)
+
+    store._charge = charge  # type: ignore[method-assign]  # noqa: SLF001
+    with pytest.raises(OSError, match="the count failed"):
+        await store.flush()
+    await store.flush()
+    assert (tmp_path / "job" / "events.jsonl").read_text() == '{"n": 1}\n'

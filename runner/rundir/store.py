@@ -1,4 +1,4 @@
-"""Per-job persistence: one directory per job; small writes on the event loop, the rest through aiofiles.
+"""Per-job persistence: one directory per job; a turn's small flush on the loop, the rest through aiofiles.
 
 Guarantees:
 - Whole files (``metrics.json``, ``job.json``, ``final.md``, persisted outputs, summaries) are
@@ -12,7 +12,8 @@ Guarantees:
 - File names made from ids the model or API chose are sanitized and can never leave the job
   directory, nor overwrite another id's output.
 - A turn's writes are queued (:meth:`JobStore.queue`) and written by one :meth:`JobStore.flush`: on the
-  event loop itself when they are small (at most :data:`INLINE_FLUSH_CHARS` in all) and the job
+  event loop itself when they make no new file (lines appended, the checkpoint swapped in: no
+  persisted output or summary), are small (at most :data:`INLINE_FLUSH_CHARS` in all) and the job
   directory is on a local file system (:func:`local_disk`), else one hop to aiofiles' executor. Both
   ways run the same writes in the same order, so what a crash leaves is the same. A flush writes
   persisted outputs first, then the JSONL lines (each file's lines in one write, files in the order they
@@ -26,13 +27,14 @@ Guarantees:
   :class:`DiskQuotaExceeded`; from then on every write is refused (the job must end: a transcript
   with a hole in it would not reload), except the job's final documents (``final.md``,
   ``metrics.json``), which are always written.
-- No file I/O on the event loop but a small write to a local disk (a flush, a whole file) (a few system
-  calls into the page cache: cheaper than handing them to a thread and back, which costs the loop the
-  GIL twice); what is already in ``tool-results/`` and ``summaries/`` is learned once, off the loop, by
-  :meth:`JobStore.open` (a new job's directory, which does not exist yet on a local disk, is made on
-  the loop: there is nothing in it to read); naming an output or a summary touches no file. A network
-  or FUSE mount, which can hang, is always written from a worker thread. Files that appear there later
-  by other hands are not seen (a job directory has one writer).
+- No file I/O on the event loop but that small flush (a few system calls into the page cache: 37-50 µs
+  of CPU against 95-117 µs through a thread hop, at about the same wall time, bench/store_hops.py); a
+  whole file (a new inode: an output, a summary, ``final.md``) goes to a thread, where it takes less
+  wall time than on a loop that then cannot run (BENCHMARKS.md, "Inline file work"). What is already
+  in ``tool-results/`` and ``summaries/`` is learned once, off the loop, by :meth:`JobStore.open`;
+  naming an output or a summary touches no file. A network or FUSE mount, which can hang, is always
+  written from a worker thread. Files that appear there later by other hands are not seen (a job
+  directory has one writer).
 """
 
 from __future__ import annotations
@@ -44,13 +46,14 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiofiles
 import aiofiles.os
 import anyio
+import anyio.to_thread
 
 from .docs import (
     FINAL,
@@ -63,9 +66,9 @@ from .docs import (
     output_path,
     summary_path,
 )
-from .spill import SpillMap
 from .trees import walk
 
+T = TypeVar("T")
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
 # A flush of at most this many characters to a local disk is written on the event loop (see the Guarantees)
 INLINE_FLUSH_CHARS = 64 * 1024
@@ -376,16 +379,30 @@ def _overwrite_sync(path: Path, text: str) -> None:
         f.truncate()
 
 
-# Each file operation is one hop to aiofiles' executor, not one per open/write/flush/close/replace:
-# a hop costs 50-200 µs of thread hand-off, which dominated the Compactor's time (bench/compactor.py).
-# ``in_thread`` is the runner's one way to run blocking file work off the loop (reads included): the
-# same executor as the writes. Waits that may last (a tool call, a sandbox starting) use anyio's own
-# threads instead, so they never hold up a job's writes.
-in_thread = aiofiles.os.wrap
+def in_thread(
+    work: Callable[..., T], *, limiter: anyio.CapacityLimiter | None = None, abandon_on_cancel: bool = True
+) -> Callable[..., Awaitable[T]]:
+    """``work`` as a coroutine function that runs it on one of anyio's worker threads: the runner's one
+    way to run blocking work off the event loop (every module's: the tools' shares, the sandbox's waits,
+    the agent's reads); only the store's writes below go through aiofiles. ``limiter``: the places it
+    takes one of (anyio's default limiter when None). Cancelled, the caller returns at once and the
+    thread finishes by itself (``abandon_on_cancel``, the default), or waits for it."""
+
+    async def run(*args: Any) -> T:
+        return await anyio.to_thread.run_sync(
+            work, *args, abandon_on_cancel=abandon_on_cancel, limiter=limiter
+        )
+
+    return run
+
+
+# The store's writes (persisted outputs, the turn's lines, whole files) go through aiofiles' executor,
+# each file operation one hop, not one per open/write/flush/close/replace: a hop costs 50-200 µs of
+# thread hand-off, which dominated the Compactor's time (bench/compactor.py).
 _write_atomic = aiofiles.os.wrap(write_atomic_sync)
 _save_in_thread = aiofiles.os.wrap(_save_sync)
 _overwrite = aiofiles.os.wrap(_overwrite_sync)
-_open = aiofiles.os.wrap(_open_sync)
+_open = in_thread(_open_sync)  # a read of what is there, not a write
 _retire_spare = aiofiles.os.wrap(retire_spare)
 
 
@@ -403,23 +420,14 @@ async def overwrite(path: Path, text: str) -> None:
 
 
 def _inline(path: Path, size: int) -> bool:
-    """Whether a write of ``size`` characters into ``path``'s directory is made on the event loop."""
+    """Whether a flush of ``size`` characters into ``path``'s directory, making no file, is made on the
+    event loop."""
     return size <= INLINE_FLUSH_CHARS and local_disk(str(path.parent))
 
 
-def _fresh(directory: Path) -> bool:
-    """Whether ``directory`` is yet to be made, on a local disk: a new job's, whose opening is a few
-    ``mkdir`` calls and listings of empty folders, made on the event loop."""
-    return local_disk(str(directory.parent)) and not os.path.lexists(directory)
-
-
 async def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary name next to ``path``, then rename it over ``path`` (on the loop
-    when it is small and the disk local: see the Guarantees)."""
-    if _inline(path, len(text)):
-        write_atomic_sync(path, text)
-    else:
-        await _shielded(_write_atomic, path, text)
+    """Write ``text`` to a temporary name next to ``path``, then rename it over ``path`` (in a thread)."""
+    await _shielded(_write_atomic, path, text)
 
 
 def read_jsonl(path: Path) -> tuple[list[Any], list[str]]:
@@ -451,9 +459,9 @@ class JobStore:
 
     def __init__(self, directory: Path):
         self.dir = directory
-        # kept for the whole job, past a bound off the heap (runner.rundir.spill)
-        self._names = SpillMap()  # id + content hash -> reserved path
-        self._owners = SpillMap()  # reserved path -> its tool_use id (kept: reserve is O(1))
+        # kept for the whole job (about 0.2 KiB an output: bench/job_records.py)
+        self._names: dict[str, str] = {}  # id + content hash -> reserved path
+        self._owners: dict[str, str] = {}  # reserved path -> its tool_use id (kept: reserve is O(1))
         self._on_disk: dict[str, str] = {}  # outputs saved before this store opened -> content digest
         self._summaries = 0  # summaries/ files written or named so far
         self._root: Path | None = None
@@ -466,22 +474,18 @@ class JobStore:
         # each whole file's size as far as the store knows it: a saved output's by its name relative to
         # the job directory (the string its reservation already holds: a long session keeps one entry
         # per output), any other file's by its path
-        self._sizes = SpillMap()
+        self._sizes: dict[str, int] = {}
         self.over_quota: str | None = None  # why a write was refused: every later write is refused too
 
     async def open(self) -> None:
         """Create the job's directories and learn, in one hop off the loop, which outputs and summaries
         are already there (a resumed job's), so naming a new one never touches the disk; and how many
         bytes the directory already holds (they count against the quota)."""
-        if _fresh(self.dir):  # nothing there to learn: made on the loop (the Guarantees)
-            opened = _open_sync(self.dir)
-        else:
-            opened = await _open(self.dir)
+        opened = await _open(self.dir)
         self._on_disk, self._summaries, self._root, (self.bytes_used, sizes) = opened
         if self._root is not None:  # whole files are named below the resolved root, and below dir
             sizes.update({self._root / p.relative_to(self.dir): n for p, n in sizes.items()})
-        self._sizes = SpillMap()
-        self._sizes.update({str(p): n for p, n in sizes.items()})
+        self._sizes = {str(p): n for p, n in sizes.items()}
         self._sizes.update(
             {str(p.relative_to(self.dir)): n for p, n in sizes.items() if p.is_relative_to(self.dir)}
         )
@@ -533,10 +537,7 @@ class JobStore:
             )
         self._charge([(self.dir / name, text)], exempt=name in QUOTA_EXEMPT)
         if name in self._checkpointed:
-            if _inline(self.dir / name, len(text)):
-                retire_spare(self.dir / name, text)
-            else:
-                await _shielded(_retire_spare, self.dir / name, text)
+            await _shielded(_retire_spare, self.dir / name, text)
         else:
             await write_atomic(self.dir / name, text)
 
@@ -570,9 +571,10 @@ class JobStore:
         self.queue(lines={name: [dumps(r) for r in records]})
 
     async def flush(self) -> None:
-        """Write everything queued, in one hop to aiofiles' executor: outputs first (each whole, atomic,
-        skipped when the same bytes are there), then each file's lines in one append, then the whole
-        files. Shielded: a cancelled caller still waits for the writes to land. The queue is emptied
+        """Write everything queued, in one hop to aiofiles' executor (on the loop when it makes no new
+        file and is small: the Guarantees): outputs first (each whole, atomic, skipped when the same
+        bytes are there), then each file's lines in one append, then the whole files. Shielded: a
+        cancelled caller still waits for the writes to land. The queue is emptied
         once the quota allows the writes, before they start, so a failed write is not retried by
         the next flush; what the quota refused (or could not count) stays queued."""
         if not (self._outputs or self._lines or self._files):
@@ -586,7 +588,7 @@ class JobStore:
         self._charge([*outputs, *files], appended=appended)  # refused: still queued, nothing written
         self._outputs, self._lines, self._files = [], {}, {}
         size = appended + sum(len(text) for _, text in outputs) + sum(len(text) for _, text in files)
-        if _inline(self.dir / METRICS, size):  # a name in the job directory
+        if not outputs and _inline(self.dir / METRICS, size):  # makes no file; a name in the job directory
             _save_sync(self._output_paths(outputs), outputs, appends, files)  # no thread hand-off
         else:
             await _shielded(_save_in_thread, self._output_paths(outputs), outputs, appends, files)
@@ -608,9 +610,9 @@ class JobStore:
         return path
 
     def close(self) -> None:
-        """Let go of the job-long records' spill files (the job ended: nothing is named after)."""
+        """Let go of the job-long records (the job ended: nothing is named after)."""
         for records in (self._names, self._owners, self._sizes):
-            records.close()
+            records.clear()
 
     def reserve(self, tool_use_id: str, content: str) -> str:
         """The path (relative to the job directory) that ``content`` of ``tool_use_id`` is saved under.

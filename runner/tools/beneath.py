@@ -272,100 +272,149 @@ def _walk(
     """The lookup without openat2: one component at a time, each opened ``O_NOFOLLOW`` relative to
     its parent's descriptor; a symlink is read and its target walked in its place (``..`` pops back
     to a directory already held, so it cannot leave through a swapped link)."""
-    stack = [root.fd]  # descriptors of the directories walked so far; stack[0] is the caller's
-    todo = deque(p for p in rel.split("/") if p not in ("", "."))
-    hops = 0
+    return _Walk(root, rel, flags, no_symlinks=no_symlinks, parent=parent, create=create).run()
 
-    def follow(dirfd: int, name: str) -> None:
-        nonlocal hops, todo
-        hops += 1
-        if hops > MAX_HOPS:
+
+def _parts(path: str) -> list[str]:
+    """The components of ``path`` that name something (no empty ones, no ``.``)."""
+    return [p for p in path.split("/") if p not in ("", ".")]
+
+
+def _not_a_directory() -> NotADirectoryError:
+    return NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+
+
+class _Walk:
+    """One lookup of :func:`_walk`: the directories walked so far (``stack``: descriptors, the first the
+    caller's root, the others closed when the walk ends), the components left (``todo``) and the
+    symlinks followed (``hops``). Each step takes one component; a step that ends the walk returns
+    its answer, any other returns None."""
+
+    def __init__(self, root: Root, rel: str, flags: int, *, no_symlinks: bool, parent: bool, create: bool):
+        self.root, self.rel, self.flags = root, rel, flags
+        self.no_symlinks, self.parent, self.create = no_symlinks, parent, create
+        self.stack = [root.fd]
+        self.todo = deque(_parts(rel))
+        self.hops = 0
+
+    def run(self) -> int | tuple[int, str]:
+        try:
+            while True:
+                found = self.step()
+                if found is not None:
+                    return found
+        finally:
+            for fd in self.stack[1:]:
+                os.close(fd)
+
+    def follow(self, dirfd: int, name: str) -> None:
+        """Walk the target of the symlink ``name`` in ``dirfd`` in its place (an absolute one from the
+        root, if it lies beneath it)."""
+        self.hops += 1
+        if self.hops > MAX_HOPS:
             raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
         target = os.readlink(name, dir_fd=dirfd)
         if not target:
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
-        rest = list(todo)
+        rest = list(self.todo)
         if target.startswith("/"):
-            inside = _under(root.real, os.path.normpath(target))
+            inside = _under(self.root.real, os.path.normpath(target))
             if inside is None:
                 raise Outside(target)
-            while len(stack) > 1:
-                os.close(stack.pop())
+            while len(self.stack) > 1:
+                os.close(self.stack.pop())
             target = inside
-        todo = deque([*(p for p in target.split("/") if p not in ("", ".")), *rest])
+        self.todo = deque([*_parts(target), *rest])
 
-    try:
-        while True:
-            if not todo:  # the root itself (or ``a/..``)
-                if parent:
-                    raise IsADirectoryError(errno.EISDIR, "is a directory")
-                return os.open(".", flags | os.O_CLOEXEC, dir_fd=stack[-1])
-            name = todo.popleft()
-            if name == "..":
-                if len(stack) == 1:
-                    raise Outside(rel)
-                os.close(stack.pop())
-                continue
-            top, last = stack[-1], not todo
-            if last and parent:
-                try:
-                    mode = os.stat(name, dir_fd=top, follow_symlinks=False).st_mode
-                except FileNotFoundError:
-                    mode = 0
-                if stat.S_ISLNK(mode) and not no_symlinks:
-                    follow(top, name)
-                    continue
-                return os.dup(top), name
-            try:
-                fd = os.open(name, _O_PATH | os.O_NOFOLLOW, dir_fd=top)
-            except FileNotFoundError:
-                if not create or last:
-                    raise
-                try:
-                    os.mkdir(name, 0o777, dir_fd=top)
-                except FileExistsError:
-                    pass
-                todo.appendleft(name)
-                continue
-            try:
-                st = os.fstat(fd)
-            except BaseException:
-                os.close(fd)
+    def step(self) -> int | tuple[int, str] | None:
+        if not self.todo:  # the root itself (or ``a/..``)
+            if self.parent:
+                raise IsADirectoryError(errno.EISDIR, "is a directory")
+            return os.open(".", self.flags | os.O_CLOEXEC, dir_fd=self.stack[-1])
+        name = self.todo.popleft()
+        if name == "..":
+            if len(self.stack) == 1:
+                raise Outside(self.rel)
+            os.close(self.stack.pop())
+            return None
+        top, last = self.stack[-1], not self.todo
+        if last and self.parent:
+            return self.at_parent(top, name)
+        fd = self.component(top, name, last)
+        return None if fd is None else self.opened(fd, top, name, last)
+
+    def at_parent(self, top: int, name: str) -> tuple[int, str] | None:
+        """The last component of a parent lookup: ``(top, name)``, or the link at ``name`` followed."""
+        try:
+            mode = os.stat(name, dir_fd=top, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            mode = 0
+        if stat.S_ISLNK(mode) and not self.no_symlinks:
+            self.follow(top, name)
+            return None
+        return os.dup(top), name
+
+    def component(self, top: int, name: str, last: bool) -> int | None:
+        """``name`` in ``top`` opened ``O_PATH | O_NOFOLLOW``; None when it was missing and has been
+        made (a directory on the way, with ``create``): it is looked at again."""
+        try:
+            return os.open(name, _O_PATH | os.O_NOFOLLOW, dir_fd=top)
+        except FileNotFoundError:
+            if not self.create or last:
                 raise
-            if stat.S_ISLNK(st.st_mode):
+        try:
+            os.mkdir(name, 0o777, dir_fd=top)
+        except FileExistsError:
+            pass
+        self.todo.appendleft(name)
+        return None
+
+    def opened(self, fd: int, top: int, name: str, last: bool) -> int | None:
+        """What the component ``name`` (``fd``, owned from here) makes of the walk: a link followed, a
+        directory entered, or, the last one, the answer."""
+        try:
+            st = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if stat.S_ISLNK(st.st_mode):
+            os.close(fd)
+            self.through_link(top, name)
+            return None
+        if not last:
+            if not stat.S_ISDIR(st.st_mode):
                 os.close(fd)
-                if no_symlinks:
-                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
-                try:
-                    follow(top, name)
-                except OSError as e:
-                    if e.errno != errno.EINVAL:  # no longer a link: look again
-                        raise
-                    todo.appendleft(name)
-                continue
-            if not last:
-                if not stat.S_ISDIR(st.st_mode):
-                    os.close(fd)
-                    raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
-                stack.append(fd)
-                continue
-            if flags & os.O_PATH:
-                if flags & os.O_DIRECTORY and not stat.S_ISDIR(st.st_mode):
-                    os.close(fd)
-                    raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
-                return fd
-            os.close(fd)
-            try:
-                real = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
-            except OSError as e:
-                if e.errno != errno.ELOOP:
-                    raise
-                todo.appendleft(name)  # became a link since: look again (counted as a hop)
-                hops += 1
-                if hops > MAX_HOPS:
-                    raise
-                continue
-            return real
-    finally:
-        for fd in stack[1:]:
-            os.close(fd)
+                raise _not_a_directory()
+            self.stack.append(fd)
+            return None
+        if self.flags & os.O_PATH:
+            if self.flags & os.O_DIRECTORY and not stat.S_ISDIR(st.st_mode):
+                os.close(fd)
+                raise _not_a_directory()
+            return fd
+        os.close(fd)
+        return self.reopen(top, name)
+
+    def through_link(self, top: int, name: str) -> None:
+        if self.no_symlinks:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+        try:
+            self.follow(top, name)
+        except OSError as e:
+            if e.errno != errno.EINVAL:  # no longer a link: look again
+                raise
+            self.todo.appendleft(name)
+
+    def reopen(self, top: int, name: str) -> int | None:
+        """The last component opened with the caller's flags; None when it became a link since (it
+        is looked at again, counted as a hop)."""
+        try:
+            return os.open(name, self.flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            self.todo.appendleft(name)
+            self.hops += 1
+            if self.hops > MAX_HOPS:
+                raise
+            return None

@@ -28,8 +28,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-import anyio
-
+from ..rundir.store import in_thread
 from .sandbox import OUTPUT_LIMIT, bwrap_problem, run_command
 
 GIT_TIMEOUT_S = 10.0
@@ -97,8 +96,8 @@ def repository_of(workspace: Path) -> Path | None:
 async def git_state(workspace: Path) -> dict[str, Any] | None:
     """The workspace's git record, read in the sandbox; None when there is no sandbox here, no git, or
     no repository with a commit."""
-    repository = await anyio.to_thread.run_sync(repository_of, workspace)
-    if repository is None or await anyio.to_thread.run_sync(_no_sandbox) is not None:
+    repository = await in_thread(repository_of, abandon_on_cancel=False)(workspace)
+    if repository is None or await in_thread(_no_sandbox, abandon_on_cancel=False)() is not None:
         return None
     done = await run_command(
         git_command(str(workspace.resolve())),

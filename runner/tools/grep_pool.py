@@ -28,9 +28,11 @@ Guarantees:
   that is not allowed (only root may raise a priority), killed instead of kept.
 - Nothing outlives the runner: workers die with it (``PR_SET_PDEATHSIG``), and an idle worker exits
   by itself after 30 s (:func:`runner.tools.grep_worker.serve`), so a kept one never piles up.
-- Nothing outlives its event loop either: when ``asyncio.run`` (or ``anyio.run``) ends, it cancels the
-  pool's keeper task, which kills and reaps the idle workers while the loop still runs (a process that
-  runs several loops, a test suite, leaves no worker to a closed loop).
+- Nothing outlives its event loop either: the pool is the loop's (an anyio ``RunVar``), and its idle
+  workers are handed to anyio's own shutdown of a loop's worker processes (the one ``to_process``
+  uses: on asyncio a task that ``asyncio.run`` or ``anyio.run`` cancels as it ends, on trio a system
+  task), which kills and reaps them while the loop still runs (a process that runs several loops, a
+  test suite, leaves no worker to a closed loop).
 """
 
 from __future__ import annotations
@@ -39,15 +41,15 @@ import json
 import os
 import subprocess
 import sys
-import weakref
-from asyncio import AbstractEventLoop, Event, Task, get_running_loop
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+from anyio._core._eventloop import get_async_backend  # the backend's hook anyio.to_process uses
 from anyio.abc import Process
+from anyio.lowlevel import RunVar
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 MOST = 8  # workers at once per event loop: more calls wait their turn (within their deadline)
@@ -61,7 +63,10 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the worker runs this very package (also where runner is not installed, or where another copy is: an
 # editable install elsewhere on the path), loaded from its directory; the path is left as it is (the
 # standard library first, so nothing beside the package can stand in for it)
+# its stderr goes to /dev/null, first thing (nothing ever reads it; it is a pipe only because anyio's
+# shutdown of a loop's worker processes closes the stdin, stdout and stderr pipes of each)
 _SERVE = (
+    "import os; os.dup2(os.open(os.devnull, os.O_WRONLY), 2); "
     "import importlib.util, sys; "
     f"spec = importlib.util.spec_from_file_location('runner', {os.path.join(_PACKAGE, '__init__.py')!r}, "
     f"submodule_search_locations=[{_PACKAGE!r}]); "
@@ -163,28 +168,29 @@ class _Slots:
 class _Pool:
     idle: list[_Worker]
     slots: _Slots
-    keeper: Task[None] | None = None
+    # the idle workers' processes: what the loop's end kills and reaps (anyio's shutdown hook)
+    processes: set[Process] = field(default_factory=set)
+
+    def keep(self, worker: _Worker) -> None:
+        self.idle.append(worker)
+        self.processes.add(worker.process)
+
+    def take(self) -> _Worker:
+        worker = self.idle.pop()
+        self.processes.discard(worker.process)
+        return worker
 
 
-_pools: weakref.WeakKeyDictionary[AbstractEventLoop, _Pool] = weakref.WeakKeyDictionary()
+_pools: RunVar[_Pool] = RunVar("runner.tools.grep_pool")  # one per event loop, gone with it
 
 
 def _pool() -> _Pool:
-    loop = get_running_loop()
-    pool = _pools.get(loop)
+    pool = _pools.get(None)
     if pool is None:
-        pool = _pools[loop] = _Pool([], _Slots(MOST))
-        pool.keeper = loop.create_task(_keep(pool))
+        pool = _Pool([], _Slots(MOST))
+        _pools.set(pool)
+        get_async_backend().setup_process_pool_exit_at_shutdown(pool.processes)
     return pool
-
-
-async def _keep(pool: _Pool) -> None:
-    """Waits for the end of the loop (the cancellation of every task left), then kills the idle workers."""
-    try:
-        await Event().wait()
-    finally:
-        while pool.idle:
-            await _kill(pool.idle.pop())
 
 
 async def _start() -> _Worker:
@@ -193,7 +199,7 @@ async def _start() -> _Worker:
         [sys.executable, "-I", "-c", _SERVE],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,  # never read: the worker points its own stderr at /dev/null (_SERVE)
         cwd="/",
         env=env,
     )
@@ -231,7 +237,7 @@ async def _ask(pool: _Pool, request: dict[str, Any]) -> dict[str, Any]:
     is killed."""
     worker = None
     while pool.idle and worker is None:
-        worker = pool.idle.pop()
+        worker = pool.take()
         if worker.process.returncode is not None:  # it left on its own (idle too long)
             await _kill(worker)
             worker = None
@@ -267,7 +273,7 @@ async def _ask(pool: _Pool, request: dict[str, Any]) -> dict[str, Any]:
             not worker.niced or _renice(worker, os.getpriority(os.PRIO_PROCESS, 0))
         )
         if kept:
-            pool.idle.append(worker)
+            pool.keep(worker)
         return answer
     finally:
         if not kept:

@@ -141,46 +141,63 @@ class _Search:
         seen = 0
         stack = ["."]
         while stack:
-            here = stack.pop()
-            files, dirs = [], []
-            try:
-                fd = open_beneath(root, here, os.O_RDONLY | os.O_DIRECTORY, no_symlinks=True)
-            except (OSError, ValueError):
-                continue
-            try:
-                with os.scandir(fd) as it:
-                    for entry in it:
-                        try:
-                            if entry.is_symlink():
-                                continue
-                            rel = entry.name if here == "." else f"{here}/{entry.name}"
-                            if len(os.fsencode(rel)) >= PATH_MAX - 1:
-                                continue  # deeper than a path can name: skipped, not a failure
-                            if entry.is_dir(follow_symlinks=False):
-                                if entry.name not in SKIPPED_DIRS:
-                                    dirs.append(rel)
-                            elif entry.is_file(follow_symlinks=False):
-                                files.append(rel)
-                        except OSError:
-                            continue
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+            files, dirs = _listing(root, stack.pop())
             for rel in files:
                 seen += 1
                 if seen > max_files:
                     return True
-                try:
-                    opened, _ = open_regular(root, rel, no_symlinks=True)
-                except (OSError, ValueError):
-                    continue
-                try:
-                    self.scan(opened, f"{root.real}/{rel}")
-                except OSError:
-                    continue
+                self.scan_beneath(root, rel)
             stack.extend(reversed(dirs))
         return False
+
+    def scan_beneath(self, root: Root, rel: str) -> None:
+        """Search the regular file ``rel`` beneath ``root``; nothing for one that cannot be opened or read."""
+        try:
+            opened, _ = open_regular(root, rel, no_symlinks=True)
+        except (OSError, ValueError):
+            return
+        try:
+            self.scan(opened, f"{root.real}/{rel}")
+        except OSError:
+            return
+
+
+def _listing(root: Root, here: str) -> tuple[list[str], list[str]]:
+    """The regular files and the directories to enter (not :data:`SKIPPED_DIRS`) in the directory
+    ``here`` beneath ``root``, as paths relative to it, in the directory's order; no symlinks, nothing
+    too deep for a path to name; empty for a directory that cannot be opened."""
+    files: list[str] = []
+    dirs: list[str] = []
+    try:
+        fd = open_beneath(root, here, os.O_RDONLY | os.O_DIRECTORY, no_symlinks=True)
+    except (OSError, ValueError):
+        return files, dirs
+    try:
+        with os.scandir(fd) as it:
+            for entry in it:
+                _sort_entry(entry, here, files, dirs)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return files, dirs
+
+
+def _sort_entry(entry: os.DirEntry[str], here: str, files: list[str], dirs: list[str]) -> None:
+    """``entry`` of the directory ``here`` added to ``files`` or ``dirs`` (or to neither)."""
+    try:
+        if entry.is_symlink():
+            return
+        rel = entry.name if here == "." else f"{here}/{entry.name}"
+        if len(os.fsencode(rel)) >= PATH_MAX - 1:
+            return  # deeper than a path can name: skipped, not a failure
+        if entry.is_dir(follow_symlinks=False):
+            if entry.name not in SKIPPED_DIRS:
+                dirs.append(rel)
+        elif entry.is_file(follow_symlinks=False):
+            files.append(rel)
+    except OSError:
+        return
 
 
 def grep(request: dict[str, Any]) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from functools import lru_cache
 import anyio
 
 from ..config import Limits
+from ..rundir.store import in_thread
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 CGROUP_PREFIX = "runner-job-"
@@ -278,7 +279,7 @@ async def remove_cgroups(made: Sequence[str]) -> None:
     processes go, else from a thread, trying for a second."""
     left = [where for where in made if not _rmdir(where, tries=1)]
     if left:
-        await anyio.to_thread.run_sync(lambda: [_rmdir(where, tries=50) for where in left])
+        await in_thread(lambda: [_rmdir(where, tries=50) for where in left], abandon_on_cancel=False)()
 
 
 def _remove_stale(parent: str) -> None:

@@ -13,13 +13,15 @@ Guarantees:
   it is for a caller that names that file, or hands back the saved output, in the caught result.)
 - A ``write`` or ``edit`` starts afresh: what was read before it may be read again.
 - The ``max_repeated``-th caught call of one kind makes the job stuck.
-- Memory is bounded: a key is kept as a 16-byte hash, never as the call's input, with a record of
-  its count, first turn and ids; a repeat adds nothing. Catching a repeat anywhere in the job means
-  keeping every distinct call's record for the whole job: past :data:`runner.rundir.spill.IN_MEMORY`
-  records the older ones move to an anonymous file (:class:`~runner.rundir.spill.SpillMap`), so a
-  session that reads a new file every call keeps a bounded heap. Only a caught call keeps a short
+- Memory is bounded per distinct call: a key is kept as a 16-byte hash, never as the call's input,
+  with a record of its count, first turn and first and last ids (ids of at most
+  :data:`runner.rundir.store.MAX_ID_CHARS` characters); a repeat replaces the record, adding nothing
+  past the first repeat's last id. Catching a repeat anywhere in the job means keeping every distinct
+  call's record for the whole job, in a dict: a session that reads a new file every call grows it by
+  about 0.2 KiB a call (``bench/job_records.py``: 0.6-0.7 KiB a call for all of a job's job-long
+  records when every output is saved, 6 MiB for 10,000 calls). Only a caught call keeps a short
   description of itself in memory (for the stuck reason).
-Bookkeeping: no I/O but the spill file's.
+Bookkeeping: no I/O.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..rundir.spill import SpillMap
 from ..rundir.store import MAX_ID_CHARS
 
 # how many turns the tools keep a result in memory to name it when a repeat is caught (older ones
@@ -67,10 +68,9 @@ class RepeatGuard:
     max_repeated: int = 3
     window: int = WINDOW_TURNS
     at_once: bool = False
-    # call hash -> (count, first turn, first id, last id); both kept for the whole job, past a bound off
-    # the heap (runner.rundir.spill)
-    _runs: SpillMap = field(default_factory=SpillMap)
-    _saved: SpillMap = field(default_factory=SpillMap)  # tool_use id -> where its output is saved
+    # call hash -> (count, first turn, first id, last id); both kept for the whole job
+    _runs: dict[bytes, tuple[int, int, str, str]] = field(default_factory=dict)
+    _saved: dict[str, str] = field(default_factory=dict)  # tool_use id -> where its output is saved
     _caught: dict[bytes, int] = field(default_factory=dict)
     _described: dict[bytes, str] = field(default_factory=dict)  # caught keys only
 
@@ -111,9 +111,9 @@ class RepeatGuard:
             self._saved[tool_use_id] = path
 
     def close(self) -> None:
-        """Let go of the records' spill files (the job ended)."""
-        self._runs.close()
-        self._saved.close()
+        """Let go of the records (the job ended)."""
+        self._runs.clear()
+        self._saved.clear()
 
     def stuck(self) -> tuple[str, int] | None:
         """The call a model keeps repeating after being told, and how often it was caught."""

@@ -63,20 +63,23 @@ import subprocess
 import sys
 import tempfile
 import time
-import weakref
-from asyncio import AbstractEventLoop, get_running_loop
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
+from anyio.abc import Process
+from anyio.lowlevel import RunVar
 
 from ..protocol import BASH_DISK_LOW, BASH_OUTPUT_CUT, BASH_OUTPUT_STOPPED
-from ..rundir.store import local_disk
+from ..rundir.store import in_thread, local_disk
 from ..rundir.trees import walk_beneath
 from . import job_budget, sandbox_launch, seccomp
 from .beneath import Root
 
+T = TypeVar("T")
 OUTPUT_LIMIT = 100 * 1024  # bytes of output a call returns
 READ_LIMIT = OUTPUT_LIMIT + (1 << 20)  # bytes of output read: past them, the command is killed
 CPU_SECONDS = 600  # CPU time of the whole call (ulimit -t)
@@ -369,7 +372,7 @@ async def _look(workspace: str, local: bool) -> tuple[int, int] | None:
     ``statvfs``), else in a thread of the sandbox's own (a network mount can hang)."""
     if local:
         return free_space(workspace)
-    return await anyio.to_thread.run_sync(free_space, workspace, limiter=_waits())
+    return await _waiting(free_space)(workspace)
 
 
 def disk_slack(reserve: int) -> int:
@@ -408,20 +411,8 @@ async def _run_command(
     local, floor = False, None
     started = time.time() - FIX_SLACK_S
     if writable:
-        local = await anyio.to_thread.run_sync(local_disk, workspace, limiter=_waits())
-        at_start = await _look(workspace, local)
-        floor = None if at_start is None else min(at_start[1], at_start[0] - disk_slack(at_start[1]))
-    if sandbox == "bwrap":
-        launch = Launch.for_call(
-            command,
-            workspace=workspace,
-            writable=writable,
-            network=network,
-            memory_bytes=None if job_cgroups else CALL_MEMORY_BYTES,  # the job's cgroup holds it
-        )
-    else:  # no init to learn: the shell leads its own process group
-        launch = Launch(["/bin/bash", "--noprofile", "--norc", "-c", _limited(command, processes=False)], ())
-    launch.argv = job_budget.placed(launch.argv, job_cgroups)
+        local, floor = await _disk_floor(workspace)
+    launch = _launch(command, workspace, writable, network, sandbox, job_cgroups)
     try:
         process = await anyio.open_process(
             launch.argv,
@@ -438,70 +429,143 @@ async def _run_command(
         raise
     info_read, launch.info_read = launch.info_read, None
     launch.close()  # the child has its copies
-    info = b""
-    if info_read is not None:
-        try:  # bwrap writes the info and closes it once the sandbox runs (at once, or at its exit)
-            info = await anyio.to_thread.run_sync(_read_all, info_read, limiter=_waits())
-        finally:
-            os.close(info_read)
-    init_pid = _child_pid(info)
-    kept = bytearray()
-    total = 0
-    exit_code: int | None = None
-    stopped = False
-    low_disk: tuple[int, int] | None = None
-    # one task, no task group: the output is read (then the exit awaited) a poll at a time, and the
-    # free space looked at between, until the end, the deadline, the output limit or the floor
-    end = anyio.current_time() + timeout_s
-    next_look = anyio.current_time() + DISK_POLL_S
-    reading = True
+    init_pid = _child_pid(await _sandbox_info(info_read))
+    output = _Output()
     try:
-        assert process.stdout is not None
-        while exit_code is None and not stopped and low_disk is None:
+        await output.pump(process, timeout_s, _Disk(workspace, local, floor))
+    finally:
+        await _ended(process, init_pid, output.exit_code is None, sandbox, writable, workspace, started)
+    return output.result()
+
+
+async def _disk_floor(workspace: str) -> tuple[bool, int | None]:
+    """Whether a writable call's workspace is on a local disk, and the free space under which the call
+    is killed (None: its free space cannot be told)."""
+    local = await _waiting(local_disk)(workspace)
+    at_start = await _look(workspace, local)
+    return local, None if at_start is None else min(at_start[1], at_start[0] - disk_slack(at_start[1]))
+
+
+def _launch(
+    command: str, workspace: str, writable: bool, network: bool, sandbox: str, job_cgroups: tuple[str, ...]
+) -> Launch:
+    """How the call starts: under bwrap, or a bare shell; in the job's cgroups."""
+    if sandbox == "bwrap":
+        launch = Launch.for_call(
+            command,
+            workspace=workspace,
+            writable=writable,
+            network=network,
+            memory_bytes=None if job_cgroups else CALL_MEMORY_BYTES,  # the job's cgroup holds it
+        )
+    else:  # no init to learn: the shell leads its own process group
+        launch = Launch(["/bin/bash", "--noprofile", "--norc", "-c", _limited(command, processes=False)], ())
+    launch.argv = job_budget.placed(launch.argv, job_cgroups)
+    return launch
+
+
+async def _sandbox_info(info_read: int | None) -> bytes:
+    """What bwrap wrote to its info pipe (empty without one); the pipe is closed after."""
+    if info_read is None:
+        return b""
+    try:  # bwrap writes the info and closes it once the sandbox runs (at once, or at its exit)
+        return await _waiting(_read_all)(info_read)
+    finally:
+        os.close(info_read)
+
+
+@dataclass
+class _Disk:
+    """A writable call's watch on its workspace's free space (``floor`` None: no watch)."""
+
+    workspace: str
+    local: bool
+    floor: int | None
+
+
+@dataclass
+class _Output:
+    """What a call's process gave so far: the output kept (at most :data:`OUTPUT_LIMIT` bytes) and its
+    size, its exit code, and why it was stopped (the output limit, a low disk)."""
+
+    kept: bytearray = field(default_factory=bytearray)
+    total: int = 0
+    exit_code: int | None = None
+    stopped: bool = False
+    low_disk: tuple[int, int] | None = None
+    reading: bool = True
+
+    async def pump(self, process: Process, timeout_s: float, disk: _Disk) -> None:
+        """One task, no task group: the output is read (then the exit awaited) a poll at a time, and
+        the free space looked at between, until the end, the deadline, the output limit or the floor."""
+        end = anyio.current_time() + timeout_s
+        next_look = anyio.current_time() + DISK_POLL_S
+        while self.exit_code is None and not self.stopped and self.low_disk is None:
             now = anyio.current_time()
             if now >= end:
                 break
-            with anyio.move_on_after((min(end, next_look) if floor is not None else end) - now):
-                if reading:
-                    try:
-                        chunk = await process.stdout.receive()
-                    except anyio.EndOfStream:
-                        reading = False
-                    else:
-                        total += len(chunk)
-                        if len(kept) < OUTPUT_LIMIT:
-                            kept += chunk[: OUTPUT_LIMIT - len(kept)]
-                        stopped = total > READ_LIMIT  # no more reading: killed below
-                else:
-                    exit_code = await process.wait()
-            if floor is not None and exit_code is None and anyio.current_time() >= next_look:
+            with anyio.move_on_after((min(end, next_look) if disk.floor is not None else end) - now):
+                await self.next(process)
+            if disk.floor is not None and self.exit_code is None and anyio.current_time() >= next_look:
                 next_look = anyio.current_time() + DISK_POLL_S
-                room = await _look(workspace, local)
-                if room is not None and room[0] < floor:
-                    low_disk = room  # killed below
-    finally:
-        if exit_code is None:
-            with anyio.CancelScope(shield=True):
-                _kill_tree(process.pid, init_pid)
-                await process.wait()
-        await process.aclose()
-        if sandbox == "bwrap" and as_root():
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(_remove_call_cgroup, process.pid, limiter=_waits())
-        if sandbox == "bwrap" and writable:  # the whole tree is gone: nothing it made changes any more
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(fix_modes, workspace, started, limiter=_waits())
-    text = kept.decode("utf-8", errors="backslashreplace")
-    if low_disk is not None:
-        stopped = True
-        text += "\n" + BASH_DISK_LOW.format(
-            free=low_disk[0], reserve=low_disk[1], slack=f"{disk_slack(low_disk[1]) / 2**20:.1f}"
-        )
-    elif stopped:
-        text += "\n" + BASH_OUTPUT_STOPPED.format(limit=READ_LIMIT, shown=len(kept))
-    elif total > len(kept):
-        text += "\n" + BASH_OUTPUT_CUT.format(total=total, shown=len(kept))
-    return CommandResult(text, exit_code, total, stopped)
+                room = await _look(disk.workspace, disk.local)
+                if room is not None and room[0] < disk.floor:
+                    self.low_disk = room  # killed below
+
+    async def next(self, process: Process) -> None:
+        """One read of the output, or, once it has ended, the exit awaited."""
+        assert process.stdout is not None
+        if not self.reading:
+            self.exit_code = await process.wait()
+            return
+        try:
+            chunk = await process.stdout.receive()
+        except anyio.EndOfStream:
+            self.reading = False
+            return
+        self.total += len(chunk)
+        if len(self.kept) < OUTPUT_LIMIT:
+            self.kept += chunk[: OUTPUT_LIMIT - len(self.kept)]
+        self.stopped = self.total > READ_LIMIT  # no more reading: killed below
+
+    def result(self) -> CommandResult:
+        text = self.kept.decode("utf-8", errors="backslashreplace")
+        if self.low_disk is not None:
+            self.stopped = True
+            text += "\n" + BASH_DISK_LOW.format(
+                free=self.low_disk[0],
+                reserve=self.low_disk[1],
+                slack=f"{disk_slack(self.low_disk[1]) / 2**20:.1f}",
+            )
+        elif self.stopped:
+            text += "\n" + BASH_OUTPUT_STOPPED.format(limit=READ_LIMIT, shown=len(self.kept))
+        elif self.total > len(self.kept):
+            text += "\n" + BASH_OUTPUT_CUT.format(total=self.total, shown=len(self.kept))
+        return CommandResult(text, self.exit_code, self.total, self.stopped)
+
+
+async def _ended(
+    process: Process,
+    init_pid: int | None,
+    running: bool,
+    sandbox: str,
+    writable: bool,
+    workspace: str,
+    started: float,
+) -> None:
+    """A call's end, however it ended: its whole tree killed if it still runs, reaped, its memory
+    cgroup removed, and what a writable call made given back its modes."""
+    if running:
+        with anyio.CancelScope(shield=True):
+            _kill_tree(process.pid, init_pid)
+            await process.wait()
+    await process.aclose()
+    if sandbox == "bwrap" and as_root():
+        with anyio.CancelScope(shield=True):
+            await _waiting(_remove_call_cgroup)(process.pid)
+    if sandbox == "bwrap" and writable:  # the whole tree is gone: nothing it made changes any more
+        with anyio.CancelScope(shield=True):
+            await _waiting(fix_modes)(workspace, started)
 
 
 def _remove_call_cgroup(pid: int) -> None:
@@ -540,18 +604,23 @@ def _remove_stale_cgroups(parent: str) -> None:
 
 
 _WAITS = 256  # threads of one event loop waiting for bwrap's info at once (each a few milliseconds)
-_waiters: weakref.WeakKeyDictionary[AbstractEventLoop, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
+_waiters: RunVar[anyio.CapacityLimiter] = RunVar("runner.tools.sandbox")  # one per event loop
 
 
 def _waits() -> anyio.CapacityLimiter:
     """The threads of this event loop's sandbox waits: theirs alone, never anyio's default limiter,
     which a job's flood of slow tool calls could hold (its tools have their own:
     :mod:`runner.tools.shares`)."""
-    loop = get_running_loop()
-    limiter = _waiters.get(loop)
+    limiter = _waiters.get(None)
     if limiter is None:
-        limiter = _waiters[loop] = anyio.CapacityLimiter(_WAITS)
+        limiter = anyio.CapacityLimiter(_WAITS)
+        _waiters.set(limiter)
     return limiter
+
+
+def _waiting(work: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """``work`` run on one of the sandbox's own threads (:func:`_waits`); a cancelled caller waits for it."""
+    return in_thread(work, limiter=_waits(), abandon_on_cancel=False)
 
 
 def _read_all(fd: int) -> bytes:

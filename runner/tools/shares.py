@@ -11,8 +11,9 @@ Guarantees:
   never takes the last few, and a freed one goes to the waiting job holding the fewest.
 - A job's blocking tool work (:func:`in_thread`: ``read``, ``write``, ``edit``, ``glob`` off the loop,
   ``recall``, the memory tool off a local disk) takes one of its :data:`JOB_THREADS` threads, then one
-  of the loop's :data:`TOOL_THREADS`; never a thread of anyio's default limiter, which the rest of the
-  process (and the sandbox's own waits: :mod:`runner.tools.sandbox`) keeps to itself.
+  of the loop's :data:`TOOL_THREADS` (through :func:`runner.rundir.store.in_thread`, the runner's one
+  way off the loop); never a place of anyio's default limiter, which the rest of the process keeps
+  (the sandbox's own waits have theirs: :mod:`runner.tools.sandbox`).
 - A job is its directory: a subagent (``<job>/agents/<name>``) shares its job's share.
 - A share lives while a toolset of its job holds it, in its event loop only (nothing is kept for a
   loop that has ended, nor used across loops).
@@ -21,14 +22,15 @@ Guarantees:
 from __future__ import annotations
 
 import weakref
-from asyncio import AbstractEventLoop, get_running_loop
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
+from anyio.lowlevel import RunVar
 
+from ..rundir import store
 from ..rundir.docs import AGENTS
 
 T = TypeVar("T")
@@ -51,14 +53,14 @@ class _Loop:
     threads: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(TOOL_THREADS))
 
 
-_loops: weakref.WeakKeyDictionary[AbstractEventLoop, _Loop] = weakref.WeakKeyDictionary()
+_loops: RunVar[_Loop] = RunVar("runner.tools.shares")  # one per event loop, gone with it
 
 
 def _loop() -> _Loop:
-    loop = get_running_loop()
-    found = _loops.get(loop)
+    found = _loops.get(None)
     if found is None:
-        found = _loops[loop] = _Loop()
+        found = _Loop()
+        _loops.set(found)
     return found
 
 
@@ -87,6 +89,6 @@ async def in_thread(
     threads, never one of anyio's default limiter. Cancelled with ``abandon_on_cancel``, the call
     returns at once and gives its places back (the thread ends by itself)."""
     async with share.threads:
-        return await anyio.to_thread.run_sync(
-            work, *args, abandon_on_cancel=abandon_on_cancel, limiter=_loop().threads
+        return await store.in_thread(work, limiter=_loop().threads, abandon_on_cancel=abandon_on_cancel)(
+            *args
         )

@@ -37,7 +37,6 @@ import anyio.lowlevel
 from .. import protocol
 from ..config import Limits
 from ..messages import Message, tool_results, tool_uses
-from ..rundir.spill import SpillMap
 from ..rundir.store import MAX_ID_CHARS, JobStore
 from .base import Tool, error_result
 from .bash import Bash
@@ -93,7 +92,7 @@ class Toolset:
         self.workspace = workspace
         self.page_chars = recall_page_chars(limits)
         self.repeats = RepeatGuard(self.limits.max_repeated_calls)
-        self._ids = SpillMap()  # every tool_use id of the job (as keys), past a bound off the heap
+        self._ids: set[str] = set()  # every tool_use id of the job
         # tool_use id -> (turn, result) of the calls a caught repeat may name (those within the window)
         self._results: dict[str, tuple[int, dict[str, Any]]] = {}
         self._job_share: JobShare | None = None  # learned in the event loop, at the first call that needs it
@@ -149,8 +148,8 @@ class Toolset:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        # each call's process or thread ends with it; the job-long records' spill files go now
-        self._ids.close()
+        # each call's process or thread ends with it; the job-long records go now
+        self._ids.clear()
         self.repeats.close()
 
     def stuck(self) -> str | None:
@@ -289,7 +288,7 @@ class Toolset:
                 tool_use_id,
                 f"not run: the tool_use id {tool_use_id!r} was already used; give every call a unique id",
             )
-        self._ids[tool_use_id] = True
+        self._ids.add(tool_use_id)
         cap = self.limits.max_tool_calls_per_reply
         if i < cap:
             return None
