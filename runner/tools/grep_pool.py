@@ -28,11 +28,11 @@ Guarantees:
   that is not allowed (only root may raise a priority), killed instead of kept.
 - Nothing outlives the runner: workers die with it (``PR_SET_PDEATHSIG``), and an idle worker exits
   by itself after 30 s (:func:`runner.tools.grep_worker.serve`), so a kept one never piles up.
-- Nothing outlives its event loop either: the pool is the loop's (an anyio ``RunVar``), and its idle
-  workers are handed to anyio's own shutdown of a loop's worker processes (the one ``to_process``
-  uses: on asyncio a task that ``asyncio.run`` or ``anyio.run`` cancels as it ends, on trio a system
-  task), which kills and reaps them while the loop still runs (a process that runs several loops, a
-  test suite, leaves no worker to a closed loop).
+- Nothing outlives its event loop either: the pool is the loop's (an anyio ``RunVar``); finished
+  workers are kept only while a holder is open on that loop (:func:`kept_while_open`, a job's
+  toolset), and the last holder to close kills and reaps the idle ones, so a loop whose jobs have
+  ended has no worker left (a process that runs several loops, a test suite, leaves none to a
+  closed loop). A call made with no holder open does not keep its worker.
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from anyio._core._eventloop import get_async_backend  # the backend's hook anyio.to_process uses
 from anyio.abc import Process
 from anyio.lowlevel import RunVar
 from anyio.streams.buffered import BufferedByteReceiveStream
@@ -63,10 +62,7 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the worker runs this very package (also where runner is not installed, or where another copy is: an
 # editable install elsewhere on the path), loaded from its directory; the path is left as it is (the
 # standard library first, so nothing beside the package can stand in for it)
-# its stderr goes to /dev/null, first thing (nothing ever reads it; it is a pipe only because anyio's
-# shutdown of a loop's worker processes closes the stdin, stdout and stderr pipes of each)
 _SERVE = (
-    "import os; os.dup2(os.open(os.devnull, os.O_WRONLY), 2); "
     "import importlib.util, sys; "
     f"spec = importlib.util.spec_from_file_location('runner', {os.path.join(_PACKAGE, '__init__.py')!r}, "
     f"submodule_search_locations=[{_PACKAGE!r}]); "
@@ -168,17 +164,13 @@ class _Slots:
 class _Pool:
     idle: list[_Worker]
     slots: _Slots
-    # the idle workers' processes: what the loop's end kills and reaps (anyio's shutdown hook)
-    processes: set[Process] = field(default_factory=set)
+    holders: int = 0  # holders open on this loop (kept_while_open): finished workers are kept meanwhile
 
     def keep(self, worker: _Worker) -> None:
         self.idle.append(worker)
-        self.processes.add(worker.process)
 
     def take(self) -> _Worker:
-        worker = self.idle.pop()
-        self.processes.discard(worker.process)
-        return worker
+        return self.idle.pop()
 
 
 _pools: RunVar[_Pool] = RunVar("runner.tools.grep_pool")  # one per event loop, gone with it
@@ -189,8 +181,23 @@ def _pool() -> _Pool:
     if pool is None:
         pool = _Pool([], _Slots(MOST))
         _pools.set(pool)
-        get_async_backend().setup_process_pool_exit_at_shutdown(pool.processes)
     return pool
+
+
+@asynccontextmanager
+async def kept_while_open() -> AsyncIterator[None]:
+    """While open (a job's toolset holds it), this loop's finished workers are kept for the next call;
+    the last holder of the loop to close kills and reaps the idle ones."""
+    pool = _pool()
+    pool.holders += 1
+    try:
+        yield
+    finally:
+        pool.holders -= 1
+        if not pool.holders:
+            idle, pool.idle = pool.idle, []
+            for worker in idle:
+                await _kill(worker)
 
 
 async def _start() -> _Worker:
@@ -199,7 +206,7 @@ async def _start() -> _Worker:
         [sys.executable, "-I", "-c", _SERVE],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,  # never read: the worker points its own stderr at /dev/null (_SERVE)
+        stderr=subprocess.DEVNULL,
         cwd="/",
         env=env,
     )
@@ -269,8 +276,10 @@ async def _ask(pool: _Pool, request: dict[str, Any]) -> dict[str, Any]:
             answer = None
         if not isinstance(answer, dict):
             return {"error": "grep: the search failed (its worker answered something that is not an answer)"}
-        kept = len(pool.idle) < KEPT and (
-            not worker.niced or _renice(worker, os.getpriority(os.PRIO_PROCESS, 0))
+        kept = (
+            pool.holders > 0
+            and len(pool.idle) < KEPT
+            and (not worker.niced or _renice(worker, os.getpriority(os.PRIO_PROCESS, 0)))
         )
         if kept:
             pool.keep(worker)

@@ -38,6 +38,7 @@ from .. import protocol
 from ..config import Limits
 from ..messages import Message, tool_results, tool_uses
 from ..rundir.store import MAX_ID_CHARS, JobStore
+from . import grep_pool
 from .base import Tool, error_result
 from .bash import Bash
 from .compact import Compact
@@ -145,12 +146,15 @@ class Toolset:
         self.files.deadline_s = value
 
     async def __aenter__(self) -> Toolset:
+        self._grep_workers = grep_pool.kept_while_open()  # kept for the next call while a job runs
+        await self._grep_workers.__aenter__()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         # each call's process or thread ends with it; the job-long records go now
         self._ids.clear()
         self.repeats.close()
+        await self._grep_workers.__aexit__(None, None, None)
 
     def stuck(self) -> str | None:
         """Why the job is stuck (a call the model keeps repeating after being told), or ``None``."""
