@@ -66,5 +66,5 @@ async def run_job(
             one_line(f"could not run the job: {type(e).__name__}: {e}"),
         )
     finally:
-        store.close()  # its records' spill files
+        store.close()  # its job-long records
     return record

@@ -360,7 +360,7 @@ class Subagents:
         finally:
             self.spend.granted.pop(spec.name, None)
             self.spend.settle(charge=False)
-            store.close()  # its records' spill files
+            store.close()  # its job-long records
             if isinstance(store, SharedStore):  # its memory files' last changes
                 with anyio.CancelScope(shield=True):
                     await store.count_memory()

@@ -364,29 +364,31 @@ class Batcher:
                     return _resent(await live.create(request), resends)
                 if kind == "succeeded":
                     return _resent(self._reply(result, group.batch_id), resends)
-                if kind == "errored":
-                    error = (result.get("error") or {}).get("error") or {}
-                    etype, message = str(error.get("type")), str(error.get("message", ""))
-                    if "prompt is too long" in message.lower() or "prompt_too_long" in message.lower():
-                        raise PromptTooLong(message)
-                    if etype not in RETRYABLE:
-                        raise BatchRequestFailed(
-                            f"batch {shown(group.batch_id, 80)}: request {key}: {shown(etype, 80)}: "
-                            f"{shown(one_line(message, 200))}"
-                        )
-                elif kind == "canceled" and self.stopping:
-                    raise BatchRequestFailed(
-                        f"batch {shown(group.batch_id, 80)}: request {key}: canceled (the run is stopping)"
-                    )
-                elif kind not in ("expired", "canceled"):
-                    raise BatchRequestFailed(
-                        f"batch {shown(group.batch_id, 80)}: request {key}: "
-                        f"result type {shown(repr(kind), 80)}"
-                    )
+                if failure := self._failure(result, group.batch_id, key):
+                    raise failure
                 resends += 1
         except BaseException as e:  # a live call's own counts kept (a batch's requests are no call's)
             attach(e, replace(counts_of(e), resends=resends))
             raise
+
+    def _failure(self, result: dict[str, Any], batch_id: str | None, key: str) -> Exception | None:
+        """What a result that is not a success means for its call: None when it is to be sent again
+        (expired, canceled while the run goes on, a retryable error), else the exception it ends with."""
+        kind = result.get("type")
+        where = f"batch {shown(batch_id, 80)}: request {key}"
+        if kind == "errored":
+            error = (result.get("error") or {}).get("error") or {}
+            etype, message = str(error.get("type")), str(error.get("message", ""))
+            if "prompt is too long" in message.lower() or "prompt_too_long" in message.lower():
+                return PromptTooLong(message)
+            if etype not in RETRYABLE:
+                return BatchRequestFailed(f"{where}: {shown(etype, 80)}: {shown(one_line(message, 200))}")
+            return None
+        if kind == "canceled" and self.stopping:
+            return BatchRequestFailed(f"{where}: canceled (the run is stopping)")
+        if kind not in ("expired", "canceled"):
+            return BatchRequestFailed(f"{where}: result type {shown(repr(kind), 80)}")
+        return None
 
     def _reply(self, result: dict[str, Any], batch: str | None) -> Reply:
         """A succeeded result as the call's reply, naming its batch (its caller bills it at the batch
