@@ -520,10 +520,6 @@ def cmd_view(args: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def cmd_replay(args: argparse.Namespace) -> int:
     import anyio
 
@@ -630,3 +626,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         soft_wrap=True,
     )
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
