@@ -100,7 +100,7 @@ def child(mode: str, turns: int, out: str, trace: bool) -> None:
                         "input": {"file_path": f"/ws/m{i}.py"},
                     }
                     assert tools._refused(call, 0, 1) is None  # noqa: SLF001 - the id admitted and kept
-                    guard.record(call_key("read", call["input"]), turn, tid)
+                    guard.remember(call_key("read", call["input"]), turn, tid)
                     rel = store.reserve(tid, f"{content}{i}")
                     store._charge([(rel, content)])  # noqa: SLF001 - the size kept, nothing written
                     guard.saved(tid, rel)

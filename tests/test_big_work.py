@@ -154,22 +154,22 @@ def test_a_snip_marker_carries_a_bounded_digest_and_folds_in_earlier_markers():
 def test_a_repeat_30_turns_apart_is_caught_and_keys_are_hashes():
     guard = RepeatGuard(max_repeated=1)
     key = call_key("glob", {"pattern": "**/*", "path": "x" * 5_000})
-    guard.record(key, 1, "toolu_1")
+    guard.remember(key, 1, "toolu_1")
     for t in range(2, 31):
         assert guard.check(call_key("read", {"file_path": f"/w/{t}.py"}), t) is None
-        guard.record(call_key("read", {"file_path": f"/w/{t}.py"}), t, f"toolu_{t}")
+        guard.remember(call_key("read", {"file_path": f"/w/{t}.py"}), t, f"toolu_{t}")
     caught = guard.check(key, 31)
     assert caught is not None and caught[0] == 1 and caught[1].turn == 1
     assert all(isinstance(k, bytes) and len(k) == 16 for k in guard._runs)  # not the input
     # a saved result is caught at its first repeat (at_once), naming the file
     guard = RepeatGuard(max_repeated=3, at_once=True)
-    guard.record(key, 1, "toolu_1")
+    guard.remember(key, 1, "toolu_1")
     assert guard.caught(key, 31) is None
     guard.saved("toolu_1", "tool-results/toolu_1.txt")
     found = guard.caught(key, 31)
     assert found is not None and found.saved == "tool-results/toolu_1.txt" and found.first.turn == 1
     # a write starts afresh
-    guard.record(call_key("write", {"file_path": "/w/a"}), 32, "toolu_w")
+    guard.remember(call_key("write", {"file_path": "/w/a"}), 32, "toolu_w")
     assert guard.caught(key, 33) is None
 
 
@@ -195,18 +195,18 @@ async def test_the_toolset_catches_a_call_repeated_30_turns_later(tmp_path):
 def test_the_thrash_ladder_steps_up_then_ends_with_the_numbers():
     limits = Limits()
     ladder = Thrash()
-    ladder.record(10, 0.6, limits)  # a good first compaction
+    ladder.observe(10, 0.6, limits)  # a good first compaction
     levels = []
     for t in range(11, 20):  # one every turn
-        ladder.record(t, 0.6, limits)
+        ladder.observe(t, 0.6, limits)
         levels.append(ladder.level)
     assert levels == [0, 0, LEVEL_HALF, LEVEL_HALF, LEVEL_HALF, LEVEL_NOTES, LEVEL_NOTES, LEVEL_NOTES, 3]
     assert ladder.reason is not None and ladder.reason.startswith("thrashing: 9 history compactions")
     assert "1, 1, 1" in ladder.reason and "60%" in ladder.reason
     good = Thrash()
     for t in (10, 20, 30, 40):
-        good.record(t, 0.5, limits)
-    good.record(41, 0.05, limits)  # one poor compaction is no thrash
+        good.observe(t, 0.5, limits)
+    good.observe(41, 0.05, limits)  # one poor compaction is no thrash
     assert good.level == 0 and good.reason is None
 
 

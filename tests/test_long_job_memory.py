@@ -79,7 +79,7 @@ def test_the_repeat_guard_keeps_a_bounded_record_per_distinct_call_and_still_cat
         grown = []
         for made in range(3):
             for i, key in enumerate(calls):
-                guard.record(key, 1_000 * made + i, f"toolu_{made}_{i:020d}")
+                guard.remember(key, 1_000 * made + i, f"toolu_{made}_{i:020d}")
             grown.append(tracemalloc.get_traced_memory()[0] - before)
     finally:
         tracemalloc.stop()

@@ -90,7 +90,7 @@ class Resumer:
             if event.stage in HISTORY_STAGES:
                 turns = sum(1 for i in assistants if before is not None and i <= before)
                 freed = (event.chars_before - event.chars_after) / state.char_limit()
-                state.thrash.record(turns, freed, state.limits)
+                state.thrash.observe(turns, freed, state.limits)
 
     def _unsee_after(self, ledger: Ledger) -> None:
         """What the last kept call carried is seen; the reply and results written after it are not."""

@@ -73,7 +73,7 @@ class Thrash:
     )  # (turns since the one before, share freed)
     reason: str | None = None
 
-    def record(self, turn: int, freed: float, limits: Limits) -> None:
+    def observe(self, turn: int, freed: float, limits: Limits) -> None:
         gap = None if self.last_turn is None else turn - self.last_turn
         self.last_turn = turn
         if freed >= limits.thrash_freed_share and (gap is None or gap > limits.thrash_turns):
@@ -420,7 +420,9 @@ class Compactor:
         before = state.window.total
         state.apply(stage, outcome)
         if stage in HISTORY_STAGES:
-            state.thrash.record(state.turns, (before - state.window.total) / state.char_limit(), state.limits)
+            state.thrash.observe(
+                state.turns, (before - state.window.total) / state.char_limit(), state.limits
+            )
 
     async def _summary(
         self, state: CompactionState, messages: list[Message], where: str = TRANSCRIPT, *, model: bool = True

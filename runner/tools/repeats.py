@@ -93,7 +93,7 @@ class RepeatGuard:
         found = self.caught(key, turn)
         return (found.count, found.first) if found else None
 
-    def record(self, key: str, turn: int, tool_use_id: str) -> None:
+    def remember(self, key: str, turn: int, tool_use_id: str) -> None:
         """The call ``key`` was run at ``turn``."""
         if any(key.startswith(f'["{name}"') for name in MUTATING):
             self._runs.clear()  # the workspace may have changed: earlier reads are not repeats

@@ -306,7 +306,7 @@ class Toolset:
     def _remember(self, key: str | None, turn: int, tool_use_id: str, result: dict[str, Any]) -> None:
         """A call ran at ``turn``: the repeat guard counts it, and its result is kept for the window."""
         if key is not None:
-            self.repeats.record(key, turn, tool_use_id)
+            self.repeats.remember(key, turn, tool_use_id)
             self._results[tool_use_id] = (turn, result)
 
     def _key(self, call: Any) -> str | None:
