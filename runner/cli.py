@@ -339,7 +339,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         config_path(args),
     )
     specs, errors, missing = collect(args.targets, settings)
-    warn_unused_job_tables(args, settings, specs, errors)
+    warn_unused_job_tables(args, settings, specs, errors=errors)
     warn_unpriced(settings, specs)
     warn_host_fit(settings, specs)
     for line in missing:

@@ -468,6 +468,7 @@ def describe_errors(
     source: str,
     error: ValidationError,
     prefix: str = "",
+    *,
     source_for: Callable[[tuple[Any, ...]], str | None] | None = None,
 ) -> list[str]:
     """One line per pydantic error: ``file: key: what was expected (got value)``.

@@ -354,7 +354,10 @@ def load_job(
         return JobError(
             name,
             task_file,
-            tuple(describe_errors(str(task_file), e) + _other_problems(data, name, task_file, settings, e)),
+            tuple(
+                describe_errors(str(task_file), e)
+                + _other_problems(data, name, task_file, settings=settings, error=e)
+            ),
         )
     name = task.name or task_file.stem
     problems: list[str] = []
@@ -414,7 +417,7 @@ def own_limits(task: TaskFile) -> dict[str, Any]:
 
 
 def _other_problems(
-    data: dict[str, Any], name: str, task_file: Path, settings: Settings, error: ValidationError
+    data: dict[str, Any], name: str, task_file: Path, *, settings: Settings, error: ValidationError
 ) -> list[str]:
     """What else is wrong with a task file whose fields did not validate: its ``[limits]`` and its
     workspace, checked as written, so that every problem is reported at once."""

@@ -56,6 +56,7 @@ class Usage(BaseModel):
         input_tokens: int = 0,
         output_tokens: int = 0,
         cache_creation_input_tokens: int = 0,
+        *,
         cache_read_input_tokens: int = 0,
         cache_creation_1h_input_tokens: int = 0,
         **extra: Any,
@@ -122,6 +123,7 @@ class Rates:
         input: float,
         output: float,
         cache_write: float | None = None,
+        *,
         cache_read: float | None = None,
         cache_write_1h: float | None = None,
     ) -> Rates:

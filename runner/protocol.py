@@ -143,7 +143,7 @@ THRASHING = (
 )
 
 
-def summary_text(label: str, active_request: str, summary: str, where: str, memory: str = "") -> str:
+def summary_text(label: str, active_request: str, summary: str, *, where: str, memory: str = "") -> str:
     return (
         f"[{label}]\n\nCurrent user request:\n{active_request}\n\nConversation summary:\n{summary}\n\n"
         f"Full transcript: {where}. Read any part back with the recall tool."

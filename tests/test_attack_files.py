@@ -418,7 +418,7 @@ async def test_a_bad_input_is_an_error_result(tmp_path, store, name, args):
     (ws / "f.txt").write_text("one\ntwo\nthree\n")
     (ws / "big.txt").write_text("row\n" * 100_000)
     async with Toolset(
-        str(ws), ("read", "write", "edit", "glob", "grep", "bash"), store, Limits(sandbox="none")
+        str(ws), ("read", "write", "edit", "glob", "grep", "bash"), store, limits=Limits(sandbox="none")
     ) as tools:
         result = await tools.run(call(name, args))
     assert result.get("is_error") is True, result
@@ -432,7 +432,9 @@ async def test_huge_numbers_and_lone_surrogates_that_mean_something_are_answered
     ws.mkdir()
     (ws / "f.txt").write_text("one\ntwo\nthree\n")
     rel = await store.persist_output("toolu_saved", "saved text\n")
-    async with Toolset(str(ws), ("read", "write", "grep", "bash"), store, Limits(sandbox="none")) as tools:
+    async with Toolset(
+        str(ws), ("read", "write", "grep", "bash"), store, limits=Limits(sandbox="none")
+    ) as tools:
         to_end = await tools.run(call("read", {"file_path": "f.txt", "view_range": [2, 10**400]}))
         wrote = await tools.run(call("write", {"file_path": "s.txt", "content": "a\ud800b"}, "t2"))
         grep = await tools.run(call("grep", {"pattern": "\ud800"}, "t3"))
@@ -509,7 +511,7 @@ async def test_symlinks_that_stay_inside_work(tmp_path, store, monkeypatch, look
 async def test_without_openat2_the_walk_takes_over(tmp_path, store, monkeypatch):
     """A kernel before 5.6 answers ENOSYS: the first call says so, and every lookup after it walks."""
 
-    def enosys(*args: object) -> int:
+    def enosys(*args: object, **kwargs: object) -> int:
         raise OSError(errno.ENOSYS, "Function not implemented")
 
     monkeypatch.setattr(beneath, "use_openat2", True)

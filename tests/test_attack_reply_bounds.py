@@ -278,7 +278,9 @@ async def test_calls_past_the_cap_get_error_results_and_the_history_stays_valid(
         }
         for i in range(7)
     ]
-    async with Toolset(str(tmp_path / "ws"), ("read",), store, Limits(max_tool_calls_per_reply=3)) as tools:
+    async with Toolset(
+        str(tmp_path / "ws"), ("read",), store, limits=Limits(max_tool_calls_per_reply=3)
+    ) as tools:
         results = await tools.run_batch(calls)
         # a capped call's id is used: the model cannot send it again as a new call
         again = await tools.run_batch([{**calls[5], "id": "toolu_5"}], turn=1)
@@ -446,7 +448,13 @@ def test_a_view_range_is_the_same_lines_whatever_the_chunks(
                 continue
             want = b"\n".join(rows[start - 1 : end if end > 0 else len(rows)]).decode()
             got = file_tools._range(
-                io.BytesIO(data), "f", start, end, 10_000, time.monotonic() + 60, len(data)
+                io.BytesIO(data),
+                "f",
+                start,
+                end=end,
+                limit=10_000,
+                stop_at=time.monotonic() + 60,
+                size=len(data),
             )
             assert got == want, (data, start, end)
         lines, page_end, first_line = file_tools.first_page(io.BytesIO(data), time.monotonic() + 60)

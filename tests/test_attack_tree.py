@@ -171,12 +171,15 @@ def test_a_state_line_is_trusted_only_where_the_policy_wrote_it() -> None:
     }
     text = fallback_summary([{"role": "user", "content": PROMPT}, read, results])
     assert f"\n{forged}" in text  # the list of files read has the name as a line of its own
-    summary = summary_message(COMPACTED, PROMPT, text, "transcript.jsonl")
+    summary = summary_message(COMPACTED, PROMPT, text, where="transcript.jsonl")
     state, at = memory_survey.load_state([summary])
     assert state is not None and state.phase == "read" and at == 0
     assert "### Last assistant text" in text
     bare = text.split("### Last assistant text")[0]  # its lists alone: nothing the policy wrote
-    assert memory_survey.load_state([summary_message(COMPACTED, PROMPT, bare, "transcript.jsonl")])[0] is None
+    assert (
+        memory_survey.load_state([summary_message(COMPACTED, PROMPT, bare, where="transcript.jsonl")])[0]
+        is None
+    )
     assert not memory_survey.in_progress([{"role": "user", "content": f"{PROMPT}\n{forged}"}])
 
 

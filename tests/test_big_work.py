@@ -132,12 +132,12 @@ def test_a_snip_marker_carries_a_bounded_digest_and_folds_in_earlier_markers():
         for message in turn(n, notes=1):
             seq += 1
             entries.append(Entry.of(message, seq, True))
-    first = stages.snip(entries[:101], 50, 3, 30)
+    first = stages.snip(entries[:101], 50, 3, target=30)
     assert first is not None
     kept = first.entries
     marker = [b["text"] for b in kept[2].message["content"] if b.get("type") == "text"][0]
     assert len(marker) <= SNIP_DIGEST_CHARS + 80 and "files read:" in marker and "d037/f.py" in marker
-    second = stages.snip(kept + entries[101:], 50, 3, 30)
+    second = stages.snip(kept + entries[101:], 50, 3, target=30)
     assert second is not None
     markers = [
         b["text"]
@@ -179,7 +179,7 @@ async def test_the_toolset_catches_a_call_repeated_30_turns_later(tmp_path):
     (ws / "a.py").write_text("x = 1\n")
     store = JobStore(tmp_path / "job")
     await store.open()
-    async with Toolset(str(ws), ("read", "glob"), store, Limits(max_repeated_calls=1)) as tools:
+    async with Toolset(str(ws), ("read", "glob"), store, limits=Limits(max_repeated_calls=1)) as tools:
         same = {"type": "tool_use", "name": "glob", "input": {"pattern": "*.py"}}
         [first] = await tools.run_batch([{**same, "id": "toolu_a"}], turn=1)
         assert not first.get("is_error")

@@ -649,7 +649,7 @@ def test_the_recorder_forgets_texts_that_left_the_window() -> None:
     window: list[Entry] = []
     for turn in range(2_000):
         message = {"role": "user", "content": f"summary {turn}: " + "x" * 100}
-        recorder.summary(message, f"summaries/{turn:04d}.md", "Compacted", "transcript.jsonl")
+        recorder.summary(message, f"summaries/{turn:04d}.md", "Compacted", where="transcript.jsonl")
         window = [Entry.of(message, None)]  # each summary replaces the one before
         refs = recorder.encode(window)
         assert refs[0]["m"]["summary"] == f"summaries/{turn:04d}.md"

@@ -96,16 +96,16 @@ def total(entries: list[Entry]) -> int:
 def test_budget_does_not_fire_at_the_limit_and_fires_just_over_it():
     limit = 200_000
     at = history([[60_000, 60_000, 80_000]])  # exactly 200,000 chars of results
-    assert stages.tool_result_budget(at, limit, 30_000, 2_000, name_for) is None
+    assert stages.tool_result_budget(at, limit, 30_000, preview_chars=2_000, name_for=name_for) is None
     over = history([[60_000, 60_000, 80_001]])
-    out = stages.tool_result_budget(over, limit, 30_000, 2_000, name_for)
+    out = stages.tool_result_budget(over, limit, 30_000, preview_chars=2_000, name_for=name_for)
     assert out is not None
     assert [p.path for p in out.persist] == ["tool-results/t3.txt"], "the largest result goes first, alone"
 
 
 def test_budget_persists_largest_first_until_the_batch_fits():
     entries = history([[100_000, 90_000, 80_000, 70_000]])  # 340,000
-    out = stages.tool_result_budget(entries, 200_000, 30_000, 2_000, name_for)
+    out = stages.tool_result_budget(entries, 200_000, 30_000, preview_chars=2_000, name_for=name_for)
     assert [p.path for p in out.persist] == ["tool-results/t1.txt", "tool-results/t2.txt"]
     sizes = [len(output_text(b["content"])) for b in result_blocks(out.entries)]
     assert sum(sizes) <= 200_000 and sizes[2:] == [80_000, 70_000]
@@ -113,15 +113,15 @@ def test_budget_persists_largest_first_until_the_batch_fits():
 
 def test_budget_never_persists_results_at_or_under_large_result_chars():
     entries = history([[30_000] * 8])  # 240,000 over the batch limit, but no single result is large
-    assert stages.tool_result_budget(entries, 200_000, 30_000, 2_000, name_for) is None
+    assert stages.tool_result_budget(entries, 200_000, 30_000, preview_chars=2_000, name_for=name_for) is None
     entries = history([[30_001] + [30_000] * 7])
-    out = stages.tool_result_budget(entries, 200_000, 30_000, 2_000, name_for)
+    out = stages.tool_result_budget(entries, 200_000, 30_000, preview_chars=2_000, name_for=name_for)
     assert [p.path for p in out.persist] == ["tool-results/t1.txt"]
 
 
 def test_budget_marker_format_and_preview():
     entries = history([[250_000]])
-    out = stages.tool_result_budget(entries, 200_000, 30_000, 2_000, name_for)
+    out = stages.tool_result_budget(entries, 200_000, 30_000, preview_chars=2_000, name_for=name_for)
     original = body(250_000)
     marker = result_blocks(out.entries)[0]["content"]
     assert marker.startswith("<persisted-output>\nFull output saved to: tool-results/t1.txt\n")
@@ -133,7 +133,7 @@ def test_budget_marker_format_and_preview():
 
 def test_budget_only_looks_at_the_newest_batch():
     entries = history([[300_000], [10]])
-    assert stages.tool_result_budget(entries, 200_000, 30_000, 2_000, name_for) is None
+    assert stages.tool_result_budget(entries, 200_000, 30_000, preview_chars=2_000, name_for=name_for) is None
 
 
 def test_budget_persists_list_shaped_content_as_its_text():
@@ -142,7 +142,7 @@ def test_budget_persists_list_shaped_content_as_its_text():
         Entry.of(assistant("t1"), 2),
         Entry.of(results(("t1", [{"type": "text", "text": body(210_000)}])), 3),
     ]
-    out = stages.tool_result_budget(entries, 200_000, 30_000, 2_000, name_for)
+    out = stages.tool_result_budget(entries, 200_000, 30_000, preview_chars=2_000, name_for=name_for)
     assert out.persist[0].content == body(210_000)
 
 
@@ -152,8 +152,8 @@ def test_budget_persists_list_shaped_content_as_its_text():
 def test_snip_fires_over_the_trigger_only():
     at = history([[10]] * 25)  # 1 + 50 = 51 messages
     assert len(at) == 51
-    assert stages.snip(at[:50], 50, 3, 30) is None
-    out = stages.snip(at, 50, 3, 30)
+    assert stages.snip(at[:50], 50, 3, target=30) is None
+    out = stages.snip(at, 50, 3, target=30)
     assert out is not None
     assert len(out.entries) <= 30
     problems = request_problems([e.message for e in out.entries], REQUEST)
@@ -162,7 +162,7 @@ def test_snip_fires_over_the_trigger_only():
 
 def test_snip_saves_each_archived_result_and_its_digest_names_the_file():
     entries = history([[500]] * 30)  # 61 messages: 32 archived, 16 results of 500 chars among them
-    out = stages.snip(entries, 50, 3, 30, name_for=name_for, saved_for=saved_for, digest_chars=4_000)
+    out = stages.snip(entries, 50, 3, target=30, name_for=name_for, saved_for=saved_for, digest_chars=4_000)
     archived = [f"t{n}" for n in range(2, 18)]
     assert [p.tool_use_id for p in out.persist] == archived
     assert all(p.content == body(500) and p.path == name_for(p.tool_use_id, "") for p in out.persist)
@@ -171,7 +171,7 @@ def test_snip_saves_each_archived_result_and_its_digest_names_the_file():
     assert len(marker.split("\n", 1)[1]) <= 4_000
     # a longer archive with the default digest budget names only the newest files that fit
     long = history([[500]] * 100)  # 86 archived results
-    small = stages.snip(long, 50, 3, 30, name_for=name_for, saved_for=saved_for)
+    small = stages.snip(long, 50, 3, target=30, name_for=name_for, saved_for=saved_for)
     assert len(small.persist) == 86  # every one is saved, named or not
     text = next(b["text"] for b in small.entries[2].message["content"] if b.get("type") == "text")
     assert len(text.split("\n", 1)[1]) <= 1_500
@@ -182,7 +182,7 @@ def test_snip_saves_nothing_again_that_is_saved_already_nor_what_is_small():
     entries = history([[500]] * 30)
     entries[4] = entries[4].replaced(results(("t2", "[Earlier tool result saved at tool-results/t2.txt]")))
     entries[6] = entries[6].replaced(results(("t3", "short")))
-    out = stages.snip(entries, 50, 3, 30, name_for=name_for, saved_for=saved_for, digest_chars=4_000)
+    out = stages.snip(entries, 50, 3, target=30, name_for=name_for, saved_for=saved_for, digest_chars=4_000)
     assert [p.tool_use_id for p in out.persist] == [f"t{n}" for n in range(4, 18)]
     marker = next(b["text"] for b in out.entries[2].message["content"] if b.get("type") == "text")
     assert "t2.py → tool-results/t2.txt" in marker and "t3.py;" in marker
@@ -190,7 +190,7 @@ def test_snip_saves_nothing_again_that_is_saved_already_nor_what_is_small():
 
 def test_snip_keeps_the_head_and_the_newest_and_names_the_archived_range():
     entries = history([[10]] * 30)  # 61 messages, seq 1..61
-    out = stages.snip(entries, 50, 3, 30)
+    out = stages.snip(entries, 50, 3, target=30)
     kept = out.entries
     assert kept[0].message["content"] == REQUEST
     assert kept[1].message == entries[1].message
@@ -210,7 +210,7 @@ def test_snip_never_separates_a_tool_use_from_its_result():
             if not head < target:
                 continue
             entries = history([[10, 20]] * 12)  # 25 messages
-            out = stages.snip(entries, 20, head, target)
+            out = stages.snip(entries, 20, head, target=target)
             assert out is not None
             assert request_problems([e.message for e in out.entries], REQUEST) == [], (head, target)
 
@@ -220,7 +220,9 @@ def test_snip_never_separates_a_tool_use_from_its_result():
 
 def test_micro_keeps_the_newest_seen_results_and_small_ones():
     entries = history([[5_000], [120], [121], [5_000], [5_000], [5_000]])
-    out = stages.micro_compact(entries, total(entries), 0, 3, name_for, saved_for)
+    out = stages.micro_compact(
+        entries, total(entries), 0, keep_recent=3, name_for=name_for, saved_for=saved_for
+    )
     contents = [b["content"] for b in result_blocks(out.entries)]
     assert contents[0] == f"{PLACEHOLDER_PREFIX}tool-results/t1.txt]"
     assert contents[1] == body(120), "120 chars or fewer: left alone"
@@ -233,7 +235,7 @@ def test_micro_stops_at_the_target_oldest_first():
     entries = history([[10_000]] * 8)
     before = total(entries)
     target = before - 25_000
-    out = stages.micro_compact(entries, before, target, 3, name_for, saved_for)
+    out = stages.micro_compact(entries, before, target, keep_recent=3, name_for=name_for, saved_for=saved_for)
     after = total(out.entries)
     assert after <= target
     assert [p.path for p in out.persist] == [
@@ -246,15 +248,25 @@ def test_micro_stops_at_the_target_oldest_first():
 
 def test_micro_touches_only_results_the_model_has_seen():
     entries = history([[10_000]] * 6, seen=False)
-    assert stages.micro_compact(entries, total(entries), 0, 0, name_for, saved_for) is None
+    assert (
+        stages.micro_compact(
+            entries, total(entries), 0, keep_recent=0, name_for=name_for, saved_for=saved_for
+        )
+        is None
+    )
 
 
 def test_micro_reuses_the_path_of_an_already_persisted_result():
     entries = history([[250_000], [10], [10], [10]])
-    budget = stages.tool_result_budget(entries[:3], 200_000, 30_000, 2_000, name_for)
+    budget = stages.tool_result_budget(entries[:3], 200_000, 30_000, preview_chars=2_000, name_for=name_for)
     entries = [*budget.entries, *entries[3:]]
     out = stages.micro_compact(
-        entries, total(entries), 0, 3, lambda i, t: pytest.fail("must not persist again"), saved_for
+        entries,
+        total(entries),
+        0,
+        keep_recent=3,
+        name_for=lambda i, t: pytest.fail("must not persist again"),
+        saved_for=saved_for,
     )
     assert result_blocks(out.entries)[0]["content"] == f"{PLACEHOLDER_PREFIX}tool-results/t1.txt]"
     assert out.persist == []
@@ -267,7 +279,9 @@ def test_micro_saves_a_result_that_only_looks_like_a_persisted_marker():
         Entry.of(assistant("t1"), 2, True),
         Entry.of(results(("t1", spoof)), 3, True),
     ]
-    out = stages.micro_compact(entries, total(entries), 0, 0, name_for, saved_for)
+    out = stages.micro_compact(
+        entries, total(entries), 0, keep_recent=0, name_for=name_for, saved_for=saved_for
+    )
     assert [(p.path, p.content) for p in out.persist] == [("tool-results/t1.txt", spoof)]
     assert result_blocks(out.entries)[0]["content"] == f"{PLACEHOLDER_PREFIX}tool-results/t1.txt]"
 
@@ -281,14 +295,14 @@ def test_fit_persists_only_unseen_results_largest_first_with_a_short_preview():
     ]
     entries = [*seen, *new]
     before = total(entries)
-    out = stages.fit_tool_results(entries, before, before - 20_000, 1_000, name_for)
+    out = stages.fit_tool_results(entries, before, before - 20_000, preview_chars=1_000, name_for=name_for)
     assert [p.path for p in out.persist] == ["tool-results/n2.txt"], "largest first, stops when it fits"
     blocks = result_blocks(out.entries)
     assert [b["content"] for b in blocks[:t]] == [body(20_000)] * t, "seen results are micro_compact's job"
     marker = blocks[t + 1]["content"]
     assert marker.startswith("<persisted-output>\nFull output saved to: tool-results/n2.txt")
     assert f"Preview:\n{body(30_000)[:1_000]}\n</persisted-output>" in marker
-    out = stages.fit_tool_results(entries, before, 0, 1_000, name_for)
+    out = stages.fit_tool_results(entries, before, 0, preview_chars=1_000, name_for=name_for)
     assert [p.path for p in out.persist] == ["tool-results/n2.txt", "tool-results/n1.txt"], (
         "results of 1,000 chars or fewer are not persisted"
     )
@@ -300,7 +314,7 @@ def test_fit_does_not_grow_a_result_it_cannot_shrink():
         Entry.of(assistant("n1")),
         Entry.of(results(("n1", body(1_050)))),
     ]
-    assert stages.fit_tool_results(new, total(new), 0, 1_000, name_for) is None
+    assert stages.fit_tool_results(new, total(new), 0, preview_chars=1_000, name_for=name_for) is None
 
 
 # --- the stages through Compactor.prepare: thresholds, order, files, events --------------------------------
@@ -476,12 +490,14 @@ message_strategy = st.one_of(
 def run_stage(op: str, window: Window) -> stages.Outcome | None:
     entries, total = window.entries, window.total
     if op == "snip":
-        return stages.snip(entries, 8, 2, 5) if entries else None
+        return stages.snip(entries, 8, 2, target=5) if entries else None
     if op == "micro":
-        return stages.micro_compact(entries, total, total // 2, 1, name_for, saved_for)
+        return stages.micro_compact(
+            entries, total, total // 2, keep_recent=1, name_for=name_for, saved_for=saved_for
+        )
     if op == "fit":
-        return stages.fit_tool_results(entries, total, 0, 100, name_for)
-    return stages.tool_result_budget(entries, 1_000, 200, 50, name_for)
+        return stages.fit_tool_results(entries, total, 0, preview_chars=100, name_for=name_for)
+    return stages.tool_result_budget(entries, 1_000, 200, preview_chars=50, name_for=name_for)
 
 
 @settings(max_examples=80, deadline=None)

@@ -79,7 +79,7 @@ class Play:
         store = JobStore(job_dir)
         await store.open()
         messages: list[Message] = [{"role": "user", "content": prompt}]
-        async with Toolset(str(self.ws), tools, store, Limits()) as toolset:
+        async with Toolset(str(self.ws), tools, store, limits=Limits()) as toolset:
             names = toolset.names | ({"task"} if task else set())
             for turn in range(max_turns):
                 content, stop = policy.decide(messages, names)
@@ -424,7 +424,7 @@ async def test_measuring_goes_on_after_a_summary_that_kept_only_its_note(tree, t
     names = {"read", "glob", "grep", "memory", "task"}
     store = JobStore(tmp_path / "job")
     await store.open()
-    async with Toolset(str(tree), TOOLS, store, Limits()) as toolset:
+    async with Toolset(str(tree), TOOLS, store, limits=Limits()) as toolset:
         for turn in range(2):  # the first turn, then the first measuring turn
             content, _ = policy.decide(messages, names)
             messages.append({"role": "assistant", "content": content})
@@ -438,7 +438,7 @@ async def test_measuring_goes_on_after_a_summary_that_kept_only_its_note(tree, t
         if line.startswith((delegation.SIZES_KEY, delegation.DIRS_KEY))
     )
     asked = [u["input"] for u in tool_uses(messages[-2])]
-    summary = summary_text("Context summary", "Survey this workspace.", note, "transcript.jsonl")
+    summary = summary_text("Context summary", "Survey this workspace.", note, where="transcript.jsonl")
     content, stop = policy.decide([{"role": "user", "content": summary}], names)
     assert stop == "tool_use" and delegation.SIZES_KEY in text_of({"role": "assistant", "content": content})
     again = [u["input"] for u in tool_uses({"role": "assistant", "content": content})]
@@ -497,7 +497,7 @@ async def test_a_summary_that_dropped_the_directories_note_has_them_listed_again
     names = {"read", "glob", "grep", "memory", "task"}
     store = JobStore(tmp_path / "job")
     await store.open()
-    async with Toolset(str(tree), TOOLS, store, Limits()) as toolset:
+    async with Toolset(str(tree), TOOLS, store, limits=Limits()) as toolset:
         for turn in range(2):
             content, _ = policy.decide(messages, names)
             messages.append({"role": "assistant", "content": content})
@@ -508,7 +508,7 @@ async def test_a_summary_that_dropped_the_directories_note_has_them_listed_again
         sizes = next(
             line for line in text_of(messages[-2]).split("\n") if line.startswith(delegation.SIZES_KEY)
         )
-        summary = summary_text("Context summary", "Survey this workspace.", sizes, "transcript.jsonl")
+        summary = summary_text("Context summary", "Survey this workspace.", sizes, where="transcript.jsonl")
         view: list[Message] = [{"role": "user", "content": summary}]
         content, _ = policy.decide(view, names)
         assert [u["input"] for u in tool_uses({"role": "assistant", "content": content})] == [

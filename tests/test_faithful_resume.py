@@ -177,7 +177,7 @@ async def test_every_context_record_decodes_to_the_window_it_was_written_from(tm
     )
     for record_line, window in zip(records, windows, strict=True):
         entries = Recorder().decode(
-            record_line["entries"], transcript[: record_line["n"]], store, spec.prompt
+            record_line["entries"], transcript[: record_line["n"]], store, active_request=spec.prompt
         )
         assert [e.message for e in entries] == window
     # the newest record plus the transcript written after it is the window the job ended with

@@ -26,7 +26,7 @@ def test_a_newer_note_supersedes_an_older_one_with_the_same_key_through_two_summ
     assert note_lines(first) == ["- dir: b | | z", "- dir: a | | x 10 1 -; y 20 2 3", "- root: /w"]
     # a summary of a summary: its notes keep their order (newest first), its file list is no note
     second = [
-        summary_message(COMPACTED, "Survey.", summary, "transcript.jsonl"),
+        summary_message(COMPACTED, "Survey.", summary, where="transcript.jsonl"),
         *turn(4, "- dir: b | | z 5 1 0"),
         *turn(5, "Next: grep."),
     ]

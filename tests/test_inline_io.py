@@ -26,9 +26,9 @@ def counting_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     threaded: list[str] = []
     run = tools_module._run_file_tool
 
-    def counted(workspace: str, name: str, args: dict[str, Any], stop_at: float) -> Any:
+    def counted(workspace: str, name: str, args: dict[str, Any], *, stop_at: float) -> Any:
         threaded.append(name)
-        return run(workspace, name, args, stop_at)
+        return run(workspace, name, args, stop_at=stop_at)
 
     monkeypatch.setattr(tools_module, "_run_file_tool", counted)
     return threaded
@@ -96,9 +96,9 @@ async def test_a_small_flush_that_makes_no_file_is_written_inline_the_rest_in_a_
     hops: list[int] = []
     save = store_module._save_in_thread
 
-    async def counted(*args: Any) -> None:
+    async def counted(*args: Any, **kwargs: Any) -> None:
         hops.append(1)
-        await save(*args)
+        await save(*args, **kwargs)
 
     monkeypatch.setattr(store_module, "_save_in_thread", counted)
     store = JobStore(tmp_path / "job")

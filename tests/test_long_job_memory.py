@@ -61,7 +61,7 @@ async def test_the_recorder_forgets_results_that_left_the_window(tmp_path: Path)
     in_view = sum(len(e.message["content"]) for e in window[1:]) + len(window)
     assert largest <= 2 * in_view + 32  # bounded by the window (the old recorder: 6,000 results)
     # and what it kept decodes: the window comes back as it was, the replaced block as its placeholder
-    decoded = Recorder().decode(refs, messages, store, "Survey this package.")
+    decoded = Recorder().decode(refs, messages, store, active_request="Survey this package.")
     assert [e.message for e in decoded] == [e.message for e in window]
 
 

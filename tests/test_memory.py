@@ -185,7 +185,7 @@ async def test_the_folder_has_a_size_cap(tmp_path, monkeypatch):
 
 
 async def test_every_job_is_offered_memory_and_a_view_of_changed_memory_is_not_a_repeat(store, tmp_path):
-    async with Toolset(str(tmp_path), ("read",), store, Limits(max_repeated_calls=1)) as tools:
+    async with Toolset(str(tmp_path), ("read",), store, limits=Limits(max_repeated_calls=1)) as tools:
         assert MEMORY_TOOL in tools.definitions() and "memory" in tools.names
         view = {"command": "view", "path": "/memories"}
         calls = [

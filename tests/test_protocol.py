@@ -26,8 +26,8 @@ from runner.ui.viewer.charts import OTHER_STAGE_COLOR, stage_color
 from runner.ui.viewer.pages import is_marker, summary_label
 
 MARKERS = [
-    (summary_text(COMPACTED, "Survey.", "- read a.py", "transcript.jsonl"), Marker.SUMMARY),
-    (summary_text(REACTIVE_COMPACT, "Survey.", "- read a.py", "transcript.jsonl"), Marker.SUMMARY),
+    (summary_text(COMPACTED, "Survey.", "- read a.py", where="transcript.jsonl"), Marker.SUMMARY),
+    (summary_text(REACTIVE_COMPACT, "Survey.", "- read a.py", where="transcript.jsonl"), Marker.SUMMARY),
     (persisted_marker("tool-results/t1.txt", "x" * 5_000, 100), Marker.PERSISTED),
     (placeholder("tool-results/t1.txt"), Marker.PLACEHOLDER),
     (archived_marker(12, transcript_range(3, 14), "Digest of the archived messages"), Marker.SNIP),

@@ -109,7 +109,7 @@ async def test_no_network_unless_the_job_allows_it(workspace, store):
     try:
         async with Toolset(str(workspace), ("bash",), store) as tools:
             closed = await tools.run(bash(probe))
-        async with Toolset(str(workspace), ("bash",), store, Limits(sandbox_network=True)) as tools:
+        async with Toolset(str(workspace), ("bash",), store, limits=Limits(sandbox_network=True)) as tools:
             opened = await tools.run(bash(probe, "toolu_2"))
     finally:
         server.close()
@@ -147,7 +147,7 @@ async def test_endless_output_is_stopped_soon_after_the_limit(workspace, store, 
     )  # read: the limit, a chunk
     assert "the output passed" in done.output and "the command was killed" in done.output
     assert leftover(f"sleep {marker}") == []
-    async with Toolset(str(workspace), ("bash",), store, Limits(sandbox=sandbox)) as tools:
+    async with Toolset(str(workspace), ("bash",), store, limits=Limits(sandbox=sandbox)) as tools:
         result = await tools.run(bash("yes", timeout_ms=60_000))
     assert result.get("is_error") and f"output passed {READ_LIMIT} bytes" in text(result), text(result)[-300:]
     assert text(result).count("y\n") == OUTPUT_LIMIT // 2
@@ -225,7 +225,7 @@ async def test_a_cancelled_call_kills_its_whole_process_tree(workspace, store):
 
 async def test_sandbox_none_still_builds_the_environment_from_scratch(workspace, store, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
-    async with Toolset(str(workspace), ("bash",), store, Limits(sandbox="none")) as tools:
+    async with Toolset(str(workspace), ("bash",), store, limits=Limits(sandbox="none")) as tools:
         result = await tools.run(bash("env; pwd"))
     assert SECRET not in text(result) and "ANTHROPIC" not in text(result) and str(workspace) in text(result)
 

@@ -24,7 +24,7 @@ async def test_a_hung_file_tool_is_abandoned_at_its_deadline_while_the_loop_runs
 ) -> None:
     release = threading.Event()
 
-    def hung(*args: object) -> str:
+    def hung(*args: object, **kwargs: object) -> str:
         release.wait(30)  # blocks its worker thread, as a read on a dead mount would
         return "too late"
 

@@ -41,7 +41,7 @@ async def test_a_replayed_call_counts_as_made(tmp_path: Path, store: JobStore) -
         {"role": "user", "content": "go"},
         *turn([use("t1", "read", read)], [result("t1", "1\thello")]),
     ]
-    async with Toolset(str(tmp_path), ("read",), store, Limits(max_repeated_calls=1)) as tools:
+    async with Toolset(str(tmp_path), ("read",), store, limits=Limits(max_repeated_calls=1)) as tools:
         await tools.replay(history)
         again = await tools.run_batch([use("t1", "read", read), use("t2", "read", read)], turn=2)
     assert "already used" in again[0]["content"]  # the id was taken by the kept call
@@ -58,7 +58,7 @@ async def test_replay_follows_the_turns_on_record_and_skips_a_cut_batch(
         *turn([use("t1", "read", read)], [result("t1", f"{CUT_OFF} by the output token limit", error=True)]),
         *turn([use("t2", "read", read)], [result("t2", "1\thello")]),
     ]
-    async with Toolset(str(tmp_path), ("read",), store, Limits(max_repeated_calls=1)) as tools:
+    async with Toolset(str(tmp_path), ("read",), store, limits=Limits(max_repeated_calls=1)) as tools:
         await tools.replay(history, turns={3: 7})
         other = {"file_path": "b.txt"}
         caught = await tools.run_batch([use("t1", "read", other), use("t3", "read", read)], turn=8)

@@ -54,16 +54,18 @@ async def test_each_turn_is_one_write_and_the_model_sees_only_what_is_on_disk(tm
     hops = [0]
     save = runner.rundir.store._save_in_thread
 
-    async def counted(*args: Any) -> None:
+    async def counted(*args: Any, **kwargs: Any) -> None:
         hops[0] += 1
-        await save(*args)
+        await save(*args, **kwargs)
 
     monkeypatch.setattr(runner.rundir.store, "_save_in_thread", counted)
     inline = runner.rundir.store._save_sync
 
-    def counted_inline(*args: Any) -> None:  # a small flush is written on the loop, not in a hop
+    def counted_inline(
+        *args: Any, **kwargs: Any
+    ) -> None:  # a small flush is written on the loop, not in a hop
         hops[0] += 1
-        inline(*args)
+        inline(*args, **kwargs)
 
     monkeypatch.setattr(runner.rundir.store, "_save_sync", counted_inline)
     job = tmp_path / "job"

@@ -28,7 +28,7 @@ def partial_header(status: str, reason: str | None) -> str:
     )
 
 
-def final_markdown(status: str, reason: str | None, answer: str | None, history: list[Message]) -> str:
+def final_markdown(status: str, reason: str | None, answer: str | None, *, history: list[Message]) -> str:
     """The text of ``final.md``: ``answer`` as it is for a job that succeeded; otherwise the partial
     header over ``answer`` (the last call's report) or, without one, a summary built from the history."""
     if status == Status.SUCCEEDED and answer is not None:
@@ -60,7 +60,7 @@ async def write_final_documents(
     except (OSError, ValueError) as e:
         record.error = (record.error or "") + f" (could not write the last turn's lines: {e})"
     if record.status != Status.SUCCEEDED or answer is not None:
-        text = final_markdown(record.status, record.error, answer, history)
+        text = final_markdown(record.status, record.error, answer, history=history)
         try:
             await final_write(run_dir, lambda: store.write_text(FINAL, text))
         except OSError as e:  # the disk failed us: say so in the record, do not hide the job's own outcome

@@ -154,7 +154,7 @@ class Session:
                 history=self.resumer.history if self.resumer else [],
             )
         async with Toolset(
-            str(spec.workspace), spec.tools, self.store, spec.limits, task=subagents
+            str(spec.workspace), spec.tools, self.store, limits=spec.limits, task=subagents
         ) as toolset:
             if self.resumer is not None:
                 await self.resumer.ready_tools(toolset)
@@ -198,6 +198,7 @@ class Session:
         spec: JobSpec,
         store: JobStore,
         record: JobMetrics,
+        *,
         history: list[Message] | None,
         prior: JobMetrics | None,
         budget: Budget,

@@ -35,10 +35,9 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import anyio
 
@@ -96,10 +95,20 @@ RESULT_SHARE = 0.1
 REPLY_SHARE = 0.5
 RESULT_MIN_CHARS = 1_000
 
-RunChild = Callable[
-    [JobSpec, JobStore, JobMetrics, "list[Message] | None", "JobMetrics | None", Budget],
-    Awaitable[JobMetrics],
-]
+
+class RunChild(Protocol):
+    """A subagent's session run to its ending (the parent's ``Session._run_child``)."""
+
+    async def __call__(
+        self,
+        spec: JobSpec,
+        store: JobStore,
+        record: JobMetrics,
+        *,
+        history: list[Message] | None,
+        prior: JobMetrics | None,
+        budget: Budget,
+    ) -> JobMetrics: ...
 
 
 def slug(text: str) -> str:
@@ -356,7 +365,9 @@ class Subagents:
         )
         try:
             with self.budget.entered():
-                return await self.run_child(spec, store, record, history, prior if history else None, budget)
+                return await self.run_child(
+                    spec, store, record, history=history, prior=prior if history else None, budget=budget
+                )
         finally:
             self.spend.granted.pop(spec.name, None)
             self.spend.settle(charge=False)

@@ -50,7 +50,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # name (which job is which would be a guess): nothing starts
     if unsafe:
         raise ConfigError(unsafe)
-    warn_unused_job_tables(args, settings, specs, errors)
+    warn_unused_job_tables(args, settings, specs, errors=errors)
     if args.only:
         known = {s.name for s in specs} | {e.name for e in errors}
         unknown = [n for n in args.only if n not in known]

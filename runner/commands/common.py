@@ -84,7 +84,7 @@ def collect(targets: list[Path], settings: Settings) -> tuple[list[JobSpec], lis
 
 
 def warn_unused_job_tables(
-    args: argparse.Namespace, settings: Settings, specs: list[JobSpec], errors: list[JobError]
+    args: argparse.Namespace, settings: Settings, specs: list[JobSpec], *, errors: list[JobError]
 ) -> None:
     """A ``[jobs.<name>]`` table that names no loaded job is most likely a typo: say so (not an error,
     since one config may serve several job directories)."""
@@ -128,7 +128,7 @@ def warn_host_fit(settings: Settings, specs: list[JobSpec]) -> None:
         print_error(line, label="warning")
 
 
-def report_prune(result: PruneResult, output_dir: Path, show: Any, quiet: bool = False) -> None:
+def report_prune(result: PruneResult, output_dir: Path, show: Any, *, quiet: bool = False) -> None:
     """One line per run removed (or kept though chosen), then the count and the bytes; ``quiet``: nothing
     when nothing was chosen."""
     if quiet and not result.removed and not result.kept:

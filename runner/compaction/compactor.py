@@ -168,7 +168,9 @@ class CompactionState:
             raise ValueError(
                 f"context record names {n} transcript messages, the transcript has {len(transcript)}"
             )
-        entries = self.recorder.decode(record["entries"], transcript, self.store, self.active_request)
+        entries = self.recorder.decode(
+            record["entries"], transcript, self.store, active_request=self.active_request
+        )
         self.window.replace(entries)
         self.transcript_len = n
         self.summary_failures = int(record.get("summary_failures", 0))
@@ -379,7 +381,9 @@ class Compactor:
         tail_start = stages.unseen_tail_start(entries)
         if tail_start == 0:
             return
-        await self._summarize_into(state, stage, COMPACTED, tail_start, model_summary=model_summary)
+        await self._summarize_into(
+            state, stage, COMPACTED, tail_start=tail_start, model_summary=model_summary
+        )
 
     async def compact(self, state: CompactionState) -> None:
         """7. The ``compact`` tool: runs after the whole tool batch, every tool_use answered."""
@@ -396,7 +400,7 @@ class Compactor:
             tail_start = stages.unseen_tail_start(entries)
         if tail_start == 0:
             return False
-        await self._summarize_into(state, Stage.REACTIVE_COMPACT, REACTIVE_COMPACT, tail_start)
+        await self._summarize_into(state, Stage.REACTIVE_COMPACT, REACTIVE_COMPACT, tail_start=tail_start)
         return True
 
     def stuck(self, state: CompactionState) -> str | None:
@@ -404,7 +408,7 @@ class Compactor:
         return state.thrash.reason
 
     async def _summarize_into(
-        self, state: CompactionState, stage: str, label: str, tail_start: int, *, model_summary: bool = True
+        self, state: CompactionState, stage: str, label: str, *, tail_start: int, model_summary: bool = True
     ) -> None:
         entries = state.window.entries
         old = [e.message for e in entries[:tail_start]]
@@ -414,8 +418,8 @@ class Compactor:
         summary_path = state.store.queue_summary(text)  # written with the compaction's event
         where = f"{transcript}; summary in {summary_path}"
         memory = memory_index(await in_thread(memory_files)(str(state.store.dir)))
-        message = stages.summary_message(label, state.active_request, text, where, memory)
-        state.recorder.summary(message, summary_path, label, where, memory)
+        message = stages.summary_message(label, state.active_request, text, where=where, memory=memory)
+        state.recorder.summary(message, summary_path, label, where=where, memory=memory)
         outcome = Outcome(stages.replace_with_summary(entries, tail_start, message), paths=[summary_path])
         before = state.window.total
         state.apply(stage, outcome)
@@ -438,7 +442,7 @@ class Compactor:
                     messages,
                     state.active_request,
                     budget,
-                    where,
+                    where=where,
                     delivery=state.limits.delivery,
                     caller=(state.record.job, state.record.turns + 1),
                 )

@@ -65,7 +65,7 @@ class Recorder:
             if isinstance(block, dict) and block.get("type") == "tool_result":
                 self._results[str(block.get("tool_use_id", ""))] = (seq, i)
 
-    def summary(self, message: Message, path: str, label: str, where: str, memory: str = "") -> None:
+    def summary(self, message: Message, path: str, label: str, *, where: str, memory: str = "") -> None:
         ref = {"summary": path, "label": label, "where": where, **({"memory": memory} if memory else {})}
         self._by_id[id(message)] = (message, ref)
         self._by_text[message["content"]] = ref
@@ -132,7 +132,7 @@ class Recorder:
         return {"x": block}
 
     def decode(
-        self, refs: list[Ref], transcript: list[Message], store: JobStore, active_request: str
+        self, refs: list[Ref], transcript: list[Message], store: JobStore, *, active_request: str
     ) -> list[Entry]:
         """The window a context line describes, each part remembered under the reference it came from.
         Raises (KeyError, IndexError, TypeError, OSError, ValueError) when the transcript or a saved
@@ -142,13 +142,13 @@ class Recorder:
             if "m" in ref:
                 message = {
                     "role": ref["role"],
-                    "content": _content(ref["m"], transcript, store, active_request),
+                    "content": _content(ref["m"], transcript, store, active_request=active_request),
                 }
                 self._remember(message, ref["m"])
             else:
                 content = []
                 for b in ref["c"]:
-                    block = _block(b, transcript, store, active_request)
+                    block = _block(b, transcript, store, active_request=active_request)
                     self._remember(block, b)
                     content.append(block)
                 message = {"role": ref["role"], "content": content}
@@ -171,14 +171,14 @@ class Recorder:
             self._results[str(obj.get("tool_use_id", ""))] = (ref["t"], ref["b"])
 
 
-def _content(ref: Ref, transcript: list[Message], store: JobStore, active_request: str) -> Any:
+def _content(ref: Ref, transcript: list[Message], store: JobStore, *, active_request: str) -> Any:
     if "x" in ref:
         return ref["x"]
     if "summary" in ref:
         text = _read(store, ref["summary"])
-        return summary_message(ref["label"], active_request, text, ref["where"], ref.get("memory", ""))[
-            "content"
-        ]
+        return summary_message(
+            ref["label"], active_request, text, where=ref["where"], memory=ref.get("memory", "")
+        )["content"]
     return _line(transcript, ref["t"])["content"]
 
 
@@ -188,14 +188,17 @@ def _line(transcript: list[Message], seq: int) -> Message:
     return transcript[seq - 1]
 
 
-def _block(ref: Ref, transcript: list[Message], store: JobStore, active_request: str) -> Any:
+def _block(ref: Ref, transcript: list[Message], store: JobStore, *, active_request: str) -> Any:
     if "x" in ref:
         return ref["x"]
     if ref.get("text"):
         return {
             "type": "text",
             "text": _content(
-                {k: v for k, v in ref.items() if k != "text"}, transcript, store, active_request
+                {k: v for k, v in ref.items() if k != "text"},
+                transcript,
+                store,
+                active_request=active_request,
             ),
         }
     block = _line(transcript, ref["t"])["content"][ref["b"]]

@@ -150,7 +150,7 @@ def _recall_ids(entries: list[Entry]) -> set[str]:
 
 
 def _marker(
-    block: dict[str, Any], min_chars: int, preview: int, name_for: NameFor, out: Outcome
+    block: dict[str, Any], min_chars: int, preview: int, *, name_for: NameFor, out: Outcome
 ) -> tuple[str, int] | None:
     """The persisted-output marker for ``block`` and the chars it saves, its output queued in ``out``;
     None when the result is not text, not over ``min_chars``, already a marker, or would not shrink."""
@@ -170,6 +170,7 @@ def _persist_slots(
     entry: Entry,
     ranked: list[tuple[int, dict[str, Any]]],
     over: Callable[[int], bool],
+    *,
     min_chars: int,
     preview: int,
     name_for: NameFor,
@@ -181,7 +182,7 @@ def _persist_slots(
     for index, block in ranked:
         if not over(saved):
             break
-        made = _marker(block, min_chars, preview, name_for, out)
+        made = _marker(block, min_chars, preview, name_for=name_for, out=out)
         if made is not None:
             new[index] = made[0]
             saved += made[1]
@@ -192,6 +193,7 @@ def tool_result_budget(
     entries: list[Entry],
     batch_char_limit: int,
     large_result_chars: int,
+    *,
     preview_chars: int,
     name_for: NameFor,
 ) -> Outcome | None:
@@ -215,10 +217,10 @@ def tool_result_budget(
         last,
         ranked,
         lambda saved: total - saved > batch_char_limit,
-        large_result_chars,
-        preview_chars,
-        name_for,
-        out,
+        min_chars=large_result_chars,
+        preview=preview_chars,
+        name_for=name_for,
+        out=out,
     )
     if entry is last:
         return None
@@ -270,8 +272,8 @@ def snip(
     entries: list[Entry],
     trigger: int,
     head: int,
-    target: int,
     *,
+    target: int,
     name_for: NameFor | None = None,
     saved_for: SavedFor | None = None,
     digest_chars: int = SNIP_DIGEST_CHARS,
@@ -298,7 +300,7 @@ def snip(
     carried = [Entry.of(user_text(t)) for t in earlier]
     count = len(archived) + sum(archived_count(t) for t in earlier)
     out = Outcome([])
-    described = _saved_each(archived, name_for, saved_for, out) if name_for is not None else archived
+    described = _saved_each(archived, name_for, saved_for, out=out) if name_for is not None else archived
     text = archived_marker(
         count,
         archived_range(carried + archived),
@@ -310,7 +312,7 @@ def snip(
 
 
 def _saved_each(
-    archived: list[Entry], name_for: NameFor, saved_for: SavedFor | None, out: Outcome
+    archived: list[Entry], name_for: NameFor, saved_for: SavedFor | None, *, out: Outcome
 ) -> list[Entry]:
     """``archived`` with each result over :data:`MICRO_MIN_CHARS` as the placeholder of its saved
     file (saved now, queued in ``out``, unless it is one already); read-backs are left as they are."""
@@ -355,7 +357,7 @@ def _without_markers(entries: list[Entry]) -> tuple[list[Entry], list[str]]:
 
 
 def micro_compact(
-    entries: list[Entry], total: int, target: int, keep_recent: int, name_for: NameFor, saved_for: SavedFor
+    entries: list[Entry], total: int, target: int, *, keep_recent: int, name_for: NameFor, saved_for: SavedFor
 ) -> Outcome | None:
     """3. Replace tool results the model has already seen, oldest first, except the newest
     ``keep_recent``, with a one-line placeholder naming where each is saved, until ``total`` is
@@ -399,7 +401,7 @@ def micro_compact(
 
 
 def fit_tool_results(
-    entries: list[Entry], total: int, target: int, preview_chars: int, name_for: NameFor
+    entries: list[Entry], total: int, target: int, *, preview_chars: int, name_for: NameFor
 ) -> Outcome | None:
     """4. Persist results the model has not seen yet, largest first, keeping a short preview and the
     path, until ``total`` is at most ``target``. The model still sees every new result, at least
@@ -418,7 +420,7 @@ def fit_tool_results(
     for pos, index, block in ranked:
         if total <= target:
             break
-        made = _marker(block, preview_chars, preview_chars, name_for, out)
+        made = _marker(block, preview_chars, preview_chars, name_for=name_for, out=out)
         if made is not None:
             changed.setdefault(pos, {})[index] = made[0]
             total -= made[1]
@@ -438,12 +440,14 @@ def unseen_tail_start(entries: list[Entry]) -> int:
     return safe_tail_start(entries, start)
 
 
-def summary_message(label: str, active_request: str, summary: str, where: str, memory: str = "") -> Message:
+def summary_message(
+    label: str, active_request: str, summary: str, *, where: str, memory: str = ""
+) -> Message:
     """The one message that replaces summarized history; ``memory``: the index of the memory files."""
     summary = (
         summary.replace(active_request, "(the current user request, above)") if active_request else summary
     )
-    return user_text(summary_text(label, active_request, summary, where, memory))
+    return user_text(summary_text(label, active_request, summary, where=where, memory=memory))
 
 
 def replace_with_summary(entries: list[Entry], tail_start: int, message: Message) -> list[Entry]:

@@ -150,8 +150,8 @@ class Summarizer:
         messages: list[Message],
         active_request: str,
         max_chars: int | None = None,
-        where: str = TRANSCRIPT,
         *,
+        where: str = TRANSCRIPT,
         delivery: Literal["live", "batch"] | None = None,
         caller: tuple[str, int] | None = None,
     ) -> Summary:

@@ -27,6 +27,7 @@ class AdaptiveLimit:
         maximum: int,
         minimum: int = 1,
         cooldown_s: float = 1.0,
+        *,
         clock: Callable[[], float] | None = None,
     ):
         self.maximum = maximum

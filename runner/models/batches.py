@@ -357,7 +357,7 @@ class Batcher:
             while True:
                 if self.live_now(answer_by) or resends > limit:
                     return _resent(await live.create(request), resends)
-                group, key = self._join(custom_id, params, betas, answer_by)
+                group, key = self._join(custom_id, params, betas, answer_by=answer_by)
                 result = await self._wait(group, key)
                 kind = result.get("type")
                 if result is LIVE:  # its batch's results could not be read
@@ -426,7 +426,7 @@ class Batcher:
             return {}
 
     def _join(
-        self, custom_id: str, params: dict[str, Any], betas: tuple[str, ...], answer_by: float | None
+        self, custom_id: str, params: dict[str, Any], betas: tuple[str, ...], *, answer_by: float | None
     ) -> tuple[Group, str]:
         size = len(json.dumps(params, separators=(",", ":")))
         group = self.open.get(betas)

@@ -179,7 +179,9 @@ _DROPPED = {"content-encoding", "content-length", "transfer-encoding"}
 class _Capped(httpx2.AsyncByteStream):
     """A streamed response's decoded body, each piece read before ``until`` and ``cap`` bytes in all."""
 
-    def __init__(self, response: httpx2.Response, request: httpx2.Request, cap: int, until: float, why: str):
+    def __init__(
+        self, response: httpx2.Response, request: httpx2.Request, cap: int, *, until: float, why: str
+    ):
         self.response, self.request = response, request
         self.cap, self.until, self.why = cap, until, why
 
@@ -237,7 +239,7 @@ class _Guarded(httpx2.AsyncClient):
                     return httpx2.Response(
                         response.status_code,
                         headers=_plain_headers(response, guard.max_retry_after_s),
-                        stream=_Capped(response, request, cap, until, why),
+                        stream=_Capped(response, request, cap, until=until, why=why),
                         request=request,
                         extensions=dict(response.extensions),
                     )

@@ -357,6 +357,7 @@ def _save_sync(
     where: Callable[[str], Path],
     outputs: list[tuple[str, str]],
     appends: list[tuple[Path, str]],
+    *,
     files: Sequence[tuple[Path, str]] = (),
 ) -> None:
     """Outputs ``(rel, content)`` at ``where(rel)``, then appends, then whole files (see JobStore.flush)."""
@@ -406,12 +407,12 @@ _open = in_thread(_open_sync)  # a read of what is there, not a write
 _retire_spare = aiofiles.os.wrap(retire_spare)
 
 
-async def _shielded(operation: Any, *args: Any) -> None:
+async def _shielded(operation: Any, *args: Any, **kwargs: Any) -> None:
     """Await a file operation running in a worker thread. A thread cannot be stopped, so a cancelled
     caller still waits for its operation to land before the cancellation goes on: the next write of
     the same file (say, the final metrics.json after a cancelled checkpoint) cannot overtake it."""
     with anyio.CancelScope(shield=True):
-        await operation(*args)
+        await operation(*args, **kwargs)
 
 
 async def overwrite(path: Path, text: str) -> None:
@@ -589,9 +590,9 @@ class JobStore:
         self._outputs, self._lines, self._files = [], {}, {}
         size = appended + sum(len(text) for _, text in outputs) + sum(len(text) for _, text in files)
         if not outputs and _inline(self.dir / METRICS, size):  # makes no file; a name in the job directory
-            _save_sync(self._output_paths(outputs), outputs, appends, files)  # no thread hand-off
+            _save_sync(self._output_paths(outputs), outputs, appends, files=files)  # no thread hand-off
         else:
-            await _shielded(_save_in_thread, self._output_paths(outputs), outputs, appends, files)
+            await _shielded(_save_in_thread, self._output_paths(outputs), outputs, appends, files=files)
 
     def _output_paths(self, outputs: Sequence[tuple[str, str]]) -> Callable[[str], Path]:
         """Where each of ``outputs`` is written: a function the writing thread calls (it may stat),

@@ -83,7 +83,7 @@ _libc: ctypes.CDLL | None = None
 use_openat2 = _OPENAT2 is not None  # False after the first ENOSYS (or set so by a test)
 
 
-def _openat2(dirfd: int, path: bytes, flags: int, resolve: int) -> int:
+def _openat2(dirfd: int, path: bytes, flags: int, *, resolve: int) -> int:
     """``openat2(dirfd, path, {flags, 0, resolve})``; OSError as os.open raises it."""
     global _libc
     if _libc is None:
@@ -203,7 +203,7 @@ def open_beneath(root: Root, rel: str, flags: int, *, no_symlinks: bool = False)
     if use_openat2:
         resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | (RESOLVE_NO_SYMLINKS if no_symlinks else 0)
         try:
-            return _openat2(root.fd, os.fsencode(rel), flags, resolve)
+            return _openat2(root.fd, os.fsencode(rel), flags, resolve=resolve)
         except OSError as e:
             if e.errno == errno.ENOSYS:
                 use_openat2 = False
@@ -341,7 +341,7 @@ class _Walk:
         if last and self.parent:
             return self.at_parent(top, name)
         fd = self.component(top, name, last)
-        return None if fd is None else self.opened(fd, top, name, last)
+        return None if fd is None else self.opened(fd, top, name, last=last)
 
     def at_parent(self, top: int, name: str) -> tuple[int, str] | None:
         """The last component of a parent lookup: ``(top, name)``, or the link at ``name`` followed."""
@@ -369,7 +369,7 @@ class _Walk:
         self.todo.appendleft(name)
         return None
 
-    def opened(self, fd: int, top: int, name: str, last: bool) -> int | None:
+    def opened(self, fd: int, top: int, name: str, *, last: bool) -> int | None:
         """What the component ``name`` (``fd``, owned from here) makes of the walk: a link followed, a
         directory entered, or, the last one, the answer."""
         try:

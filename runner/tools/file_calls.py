@@ -123,7 +123,7 @@ class Workspace:
 
 
 async def shaped_call(
-    name: str, tool_use_id: str, deadline: float, output: Callable[[], Awaitable[Any]]
+    name: str, tool_use_id: str, deadline: float, *, output: Callable[[], Awaitable[Any]]
 ) -> dict[str, Any]:
     """The tool_result of a file tool's call: what ``output()`` returns (:data:`LATE`: it ran past
     ``deadline``), or the error it raised; never an exception."""
@@ -143,7 +143,7 @@ async def shaped_call(
     return {"type": "tool_result", "tool_use_id": tool_use_id, "content": safe_content(content)}
 
 
-def _run_file_tool(workspace: str, name: str, args: dict[str, Any], stop_at: float) -> Any:
+def _run_file_tool(workspace: str, name: str, args: dict[str, Any], *, stop_at: float) -> Any:
     """One ``read``, ``write``, ``edit`` or ``glob`` call, on a worker thread."""
     return file_tools.TOOLS[name](workspace, args, stop_at)
 
@@ -161,7 +161,9 @@ class FileTool:
 
     async def run(self, tool_use_id: str, args: dict[str, Any]) -> dict[str, Any]:
         deadline = self.workspace.deadline()
-        return await shaped_call(self.name, tool_use_id, deadline, lambda: self._output(args, deadline))
+        return await shaped_call(
+            self.name, tool_use_id, deadline, output=lambda: self._output(args, deadline)
+        )
 
     async def _output(self, args: dict[str, Any], deadline: float) -> Any:
         output = self.inline(args)
@@ -170,11 +172,10 @@ class FileTool:
         with anyio.move_on_after(deadline) as scope:
             output = await in_thread(
                 self.workspace.share(),
-                _run_file_tool,
+                functools.partial(_run_file_tool, stop_at=time.monotonic() + deadline),
                 self.workspace.path,
                 self.name,
                 args,
-                time.monotonic() + deadline,
                 abandon_on_cancel=True,
             )
         return LATE if scope.cancelled_caught else output

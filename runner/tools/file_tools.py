@@ -138,7 +138,7 @@ def target(op: str, root: Root, path: str, *also: str) -> str:
         raise ToolFailure(f"{op}: path {path!r} {e}") from None
 
 
-def _opened(op: str, root: Root, rel: str, path: str) -> tuple[int, os.stat_result]:
+def _opened(op: str, root: Root, rel: str, *, path: str) -> tuple[int, os.stat_result]:
     try:
         return open_regular(root, rel)
     except Outside:
@@ -189,7 +189,7 @@ class LineRange:
     """Collects the bytes of lines ``[start, end]`` from a file's consecutive chunks, capped at
     ``limit`` (the SDK's ``LineRangeCollector``, with the lines of the file counted)."""
 
-    def __init__(self, path: str, start_line: int, end_line: int, limit: int):
+    def __init__(self, path: str, start_line: int, end_line: int, *, limit: int):
         self.path, self.start_line, self.end_line, self.limit = path, start_line, end_line, limit
         self.start = max(0, start_line - 1)
         self.end = end_line if end_line > 0 else sys.maxsize
@@ -254,13 +254,13 @@ def nth_newline(data: bytes, start: int, k: int) -> int:
     return at
 
 
-def _past_the_end(path: str, start: int, end: int, lines: int) -> ToolFailure:
+def _past_the_end(path: str, start: int, end: int, *, lines: int) -> ToolFailure:
     return ToolFailure(
         f"read: view_range [{start}, {end}] starts after the last line: {path} has {lines} lines"
     )
 
 
-def _decode(op: str, path: str, data: bytes, what: str) -> str:
+def _decode(op: str, path: str, data: bytes, *, what: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -281,8 +281,8 @@ def _text(path: str, data: bytes, size: int) -> str:
         raise ToolFailure(protocol.BINARY_READ.format(path=path, size=size)) from None
 
 
-def _range(f: Any, path: str, start: int, end: int, limit: int, stop_at: float, size: int) -> str:
-    lines = LineRange(path, start, end, limit)
+def _range(f: Any, path: str, start: int, *, end: int, limit: int, stop_at: float, size: int) -> str:
+    lines = LineRange(path, start, end, limit=limit)
     if lines.end <= lines.start:
         return ""
     for chunk in _chunks(f, stop_at):
@@ -290,7 +290,7 @@ def _range(f: Any, path: str, start: int, end: int, limit: int, stop_at: float, 
         if lines.done():
             break
     if lines.lines() <= lines.start and lines.lines() > 0:
-        raise _past_the_end(path, start, end, lines.lines())
+        raise _past_the_end(path, start, end, lines=lines.lines())
     return _text(path, bytes(lines.collected), size)
 
 
@@ -331,7 +331,7 @@ def _utf8_cut(data: bytes, at_start: bool) -> bytes:
     return data[start:end]
 
 
-def _bytes_page(f: Any, path: str, start: int, end: int, size: int, lines: int, why: str) -> str:
+def _bytes_page(f: Any, path: str, start: int, *, end: int, size: int, lines: int, why: str) -> str:
     """Bytes ``[start, end)`` of a file as text, cut at character boundaries, after a line saying so."""
     if start >= size > 0:
         raise ToolFailure(f"read: byte_range starts at byte {start}; {path} has {size} bytes")
@@ -379,20 +379,22 @@ def read(workspace: str, args: dict[str, Any], stop_at: float) -> str | list[dic
         raise ToolFailure("read: give view_range or byte_range, not both")
     with Root.open_exact(workspace) as root:
         rel = target("read", root, path, workspace)
-        fd, st = _opened("read", root, rel, path)
+        fd, st = _opened("read", root, rel, path=path)
     with os.fdopen(fd, "rb") as f:
         try:
             if byte_range:
                 if BINARY_MEDIA_TYPES.get(os.path.splitext(rel)[1].lower()):
                     raise ToolFailure("read: byte_range is not supported for image/PDF files")
-                return _bytes_page(f, path, byte_range[0], byte_range[1], st.st_size, -1, "a byte range")
-            return _read_open(f, st, path, rel, view, stop_at)
+                return _bytes_page(
+                    f, path, byte_range[0], end=byte_range[1], size=st.st_size, lines=-1, why="a byte range"
+                )
+            return _read_open(f, st, path, rel=rel, view=view, stop_at=stop_at)
         except OSError as e:
             raise ToolFailure(f"read: {path}: {reason(e)}") from None
 
 
 def _read_open(
-    f: Any, st: os.stat_result, path: str, rel: str, view: tuple[int, int] | None, stop_at: float
+    f: Any, st: os.stat_result, path: str, *, rel: str, view: tuple[int, int] | None, stop_at: float
 ) -> str | list[dict[str, Any]]:
     media = BINARY_MEDIA_TYPES.get(os.path.splitext(rel)[1].lower())
     if media is not None:
@@ -413,14 +415,22 @@ def _read_open(
         return [{"type": kind, "source": {"type": "base64", "media_type": media, "data": data}}]
     if st.st_size > DEFAULT_MAX_FILE_BYTES:
         if view:
-            return _range(f, path, view[0], view[1], DEFAULT_MAX_FILE_BYTES, stop_at, st.st_size)
+            return _range(
+                f, path, view[0], end=view[1], limit=DEFAULT_MAX_FILE_BYTES, stop_at=stop_at, size=st.st_size
+            )
         lines, end, first_line = first_page(f, stop_at)
         if first_line > READ_PAGE_BYTES:  # its first line alone is more than a page: by bytes
             return _bytes_page(
-                f, path, 0, READ_PAGE_BYTES, st.st_size, lines, "its first line is longer than one read"
+                f,
+                path,
+                0,
+                end=READ_PAGE_BYTES,
+                size=st.st_size,
+                lines=lines,
+                why="its first line is longer than one read",
             )
         f.seek(0)
-        text = _range(f, path, 1, end, DEFAULT_MAX_FILE_BYTES, stop_at, st.st_size)
+        text = _range(f, path, 1, end=end, limit=DEFAULT_MAX_FILE_BYTES, stop_at=stop_at, size=st.st_size)
         return (
             protocol.READ_PAGE.format(
                 start=1,
@@ -439,14 +449,14 @@ def _read_open(
     start, end = view
     rows = text.split("\n")
     if start > len(rows) and text:
-        raise _past_the_end(path, start, end, protocol.line_count(text))
+        raise _past_the_end(path, start, end, lines=protocol.line_count(text))
     return "\n".join(rows[max(0, start - 1) : end if end > 0 else len(rows)])
 
 
 # --- write and edit -------------------------------------------------------------------------------
 
 
-def _replace(op: str, path: str, dirfd: int, name: str, data: bytes) -> None:
+def _replace(op: str, path: str, dirfd: int, *, name: str, data: bytes) -> None:
     """Put ``data`` at ``name`` in the directory ``dirfd``: written to a new name there, then renamed
     over it (an existing file keeps its permissions and owner)."""
     try:
@@ -483,7 +493,7 @@ def _replace(op: str, path: str, dirfd: int, name: str, data: bytes) -> None:
         raise
 
 
-def _write_at(op: str, root: Root, rel: str, path: str, data: bytes, *, create: bool) -> None:
+def _write_at(op: str, root: Root, rel: str, *, path: str, data: bytes, create: bool) -> None:
     try:
         dirfd, name = parent_beneath(root, rel, create=create)
     except Outside:
@@ -491,17 +501,17 @@ def _write_at(op: str, root: Root, rel: str, path: str, data: bytes, *, create: 
     except OSError as e:
         raise ToolFailure(f"{op}: {path}: {reason(e)}") from None
     try:
-        _replace(op, path, dirfd, name, data)
+        _replace(op, path, dirfd, name=name, data=data)
     except OSError as e:
         raise ToolFailure(f"{op}: {path}: {reason(e)}") from None
     finally:
         os.close(dirfd)
 
 
-def write_beneath(op: str, root: Root, rel: str, path: str, data: bytes) -> None:
+def write_beneath(op: str, root: Root, rel: str, *, path: str, data: bytes) -> None:
     """``data`` put at ``rel`` beneath ``root`` (its directories made), as ``write`` does; raises
     :class:`ToolFailure` (``op`` and ``path`` name the call in its text)."""
-    _write_at(op, root, rel, path, data, create=True)
+    _write_at(op, root, rel, path=path, data=data, create=True)
 
 
 def write(workspace: str, args: dict[str, Any], stop_at: float) -> str:
@@ -510,7 +520,14 @@ def write(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     content = string_arg("write", args, "content")
     assert content is not None
     with Root.open_exact(workspace) as root:
-        _write_at("write", root, target("write", root, path, workspace), path, encode(content), create=True)
+        _write_at(
+            "write",
+            root,
+            target("write", root, path, workspace),
+            path=path,
+            data=encode(content),
+            create=True,
+        )
     return f"wrote {len(content)} bytes to {path}"
 
 
@@ -524,7 +541,7 @@ def edit(workspace: str, args: dict[str, Any], stop_at: float) -> str:
         raise ToolFailure(f"edit: replace_all must be true or false, got {type(replace_all).__name__}")
     with Root.open_exact(workspace) as root:
         rel = target("edit", root, path, workspace)
-        fd, st = _opened("edit", root, rel, path)
+        fd, st = _opened("edit", root, rel, path=path)
         with os.fdopen(fd, "rb") as f:
             if st.st_size > DEFAULT_MAX_FILE_BYTES:
                 raise ToolFailure(
@@ -535,14 +552,14 @@ def edit(workspace: str, args: dict[str, Any], stop_at: float) -> str:
                 data = f.read(DEFAULT_MAX_FILE_BYTES + 1)
             except OSError as e:
                 raise ToolFailure(f"edit: {path}: {reason(e)}") from None
-        text = _decode("edit", path, data, "cannot edit binary files")
+        text = _decode("edit", path, data, what="cannot edit binary files")
         count = text.count(old)
         if count == 0:
             raise ToolFailure(f"edit: old_string not found in {path}")
         if not replace_all and count > 1:
             raise ToolFailure(f"edit: old_string appears {count} times in {path} (must be unique)")
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-        _write_at("edit", root, rel, path, encode(updated), create=False)
+        _write_at("edit", root, rel, path=path, data=encode(updated), create=False)
     return f"edited {path} ({count if replace_all else 1} replacement(s))"
 
 

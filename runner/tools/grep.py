@@ -36,7 +36,7 @@ class Grep:
 
     async def run(self, tool_use_id: str, args: dict[str, Any]) -> dict[str, Any]:
         deadline = self.workspace.deadline()
-        return await shaped_call("grep", tool_use_id, deadline, lambda: self._search(args, deadline))
+        return await shaped_call("grep", tool_use_id, deadline, output=lambda: self._search(args, deadline))
 
     async def _search(self, args: dict[str, Any], deadline: float) -> Any:
         file_tools.check_args("grep", args)

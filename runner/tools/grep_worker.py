@@ -175,7 +175,7 @@ def _listing(root: Root, here: str) -> tuple[list[str], list[str]]:
     try:
         with os.scandir(fd) as it:
             for entry in it:
-                _sort_entry(entry, here, files, dirs)
+                _sort_entry(entry, here, files, dirs=dirs)
     except OSError:
         pass
     finally:
@@ -183,7 +183,7 @@ def _listing(root: Root, here: str) -> tuple[list[str], list[str]]:
     return files, dirs
 
 
-def _sort_entry(entry: os.DirEntry[str], here: str, files: list[str], dirs: list[str]) -> None:
+def _sort_entry(entry: os.DirEntry[str], here: str, files: list[str], *, dirs: list[str]) -> None:
     """``entry`` of the directory ``here`` added to ``files`` or ``dirs`` (or to neither)."""
     try:
         if entry.is_symlink():

@@ -43,6 +43,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -295,7 +296,7 @@ class MemoryTool:
         old, new = _rel(old_path), _rel(new_path, new=True)
         if "." in (old, new):
             raise ToolError(f"cannot rename the {PREFIX} directory itself")
-        await self._file_work(self._rename, old_path, old, new_path, new)
+        await self._file_work(partial(self._rename, new=new), old_path, old, new_path)
         return f"Successfully renamed {old_path} to {new_path}"
 
     # -- the file work, beneath the folder's descriptor ---------------------------------------------
@@ -373,7 +374,7 @@ class MemoryTool:
         end = first + len(shown) - 1
         text = f"Here's the content of {path} with line numbers:\n{_numbered(shown, first)}"
         if end < last:
-            text += f"\n{page_footer(path, first, end, len(lines))}"
+            text += f"\n{page_footer(path, first, end, total=len(lines))}"
         return text
 
     def _listing(self, root: Root, path: str, rel: str) -> str:
@@ -385,9 +386,9 @@ class MemoryTool:
 
     def _put(self, path: str, rel: str, content: str) -> None:
         with self._root(create=True) as root:
-            self._write(root, path, rel, content)
+            self._write(root, path, rel, content=content)
 
-    def _write(self, root: Root, path: str, rel: str, content: str) -> None:
+    def _write(self, root: Root, path: str, rel: str, *, content: str) -> None:
         data = content.encode("utf-8")
         if len(data) > MAX_FILE_BYTES:
             raise ToolError(
@@ -407,7 +408,7 @@ class MemoryTool:
         self._room(path, held, rel.count("/") - len(before) + new)
         wrote = False
         try:
-            file_tools.write_beneath("memory", root, rel, path, data)
+            file_tools.write_beneath("memory", root, rel, path=path, data=data)
             wrote = True
         finally:  # the directories made on the way (even by a write that failed), and the file
             after = chain(root, rel)
@@ -419,7 +420,7 @@ class MemoryTool:
 
     def _change(self, path: str, rel: str, change: Any) -> None:
         with self._root(create=False) as root:
-            self._write(root, path, rel, change(self._read(root, path, rel)))
+            self._write(root, path, rel, content=change(self._read(root, path, rel)))
 
     def _delete(self, path: str, rel: str) -> None:
         with self._root(create=False) as root:
@@ -433,27 +434,27 @@ class MemoryTool:
                 raise ToolError(f"the path {path} does not exist ({file_tools.reason(e)})") from None
             gone = Tally()
             try:
-                _remove(dirfd, name, path, gone)
+                _remove(dirfd, name, path, gone=gone)
             finally:  # what went, even when a failure stopped the removal part-way
                 os.close(dirfd)
                 after = chain(root, rel)
                 held.bytes += sum(after.values()) - sum(before.values()) - gone.bytes
                 held.entries -= gone.entries
 
-    def _rename(self, old_path: str, old: str, new_path: str, new: str) -> None:
+    def _rename(self, old_path: str, old: str, new_path: str, *, new: str) -> None:
         with self._root(create=False) as root:
             _check_new(new_path, new, levels(root, old))
             held = self._held(root)
             before = {**chain(root, old), **chain(root, new)}
             self._room(new_path, held, new.count("/") - len(chain(root, new)))  # directories to make
             try:
-                self._move(old_path, old, new_path, new, root)
+                self._move(old_path, old, new_path, new=new, root=root)
             finally:  # a move keeps what it moves; the directories made on the way are new
                 after = {**chain(root, old), **chain(root, new)}
                 held.bytes += sum(after.values()) - sum(before.values())
                 held.entries += len(after) - len(before)
 
-    def _move(self, old_path: str, old: str, new_path: str, new: str, root: Root) -> None:
+    def _move(self, old_path: str, old: str, new_path: str, *, new: str, root: Root) -> None:
         """``old`` renamed to ``new``, the directories on the way to ``new`` made."""
         try:
             src, src_name = parent_beneath(root, old)
@@ -487,11 +488,11 @@ def _error(tool_use_id: str, text: str) -> dict[str, Any]:
     return {"type": "tool_result", "tool_use_id": tool_use_id, "content": safe, "is_error": True}
 
 
-def page_footer(path: str, first: int, end: int, total: int) -> str:
+def page_footer(path: str, first: int, end: int, *, total: int) -> str:
     return f"[memory: lines {first}-{end} of {total} shown; view the rest with view_range [{end + 1}, -1]]"
 
 
-def _remove(dirfd: int, name: str, path: str, gone: Tally) -> None:
+def _remove(dirfd: int, name: str, path: str, *, gone: Tally) -> None:
     """``name`` in ``dirfd`` removed: a file or link itself, a directory with everything in it (by
     descriptor, never following a link); ``gone`` counts each entry removed (its ``lstat`` size)."""
     try:
@@ -502,7 +503,7 @@ def _remove(dirfd: int, name: str, path: str, gone: Tally) -> None:
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
         try:
             for entry in os.listdir(fd):
-                _remove(fd, entry, path, gone)
+                _remove(fd, entry, path, gone=gone)
         finally:
             os.close(fd)
         os.rmdir(name, dir_fd=dirfd)

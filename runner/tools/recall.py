@@ -20,6 +20,7 @@ from __future__ import annotations
 import codecs
 import os
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from .. import protocol
@@ -62,7 +63,7 @@ class RecallTooLarge(Exception):
         self.size = size
 
 
-def _recall_page(job_dir: str, path: str, offset: int, limit: int) -> tuple[str, int]:
+def _recall_page(job_dir: str, path: str, offset: int, *, limit: int) -> tuple[str, int]:
     """Characters ``[offset, offset + limit)`` of a saved output as it was written (no newline
     translation, undecodable bytes replaced, so offsets match its stated size) and its length in
     characters, opened beneath the job directory. Read and decoded :data:`RECALL_CHUNK_BYTES` at a time:
@@ -128,7 +129,7 @@ class Recall:
         limit = min(limit, self.page_chars)
         try:
             page, total = await in_thread(
-                self.share(), _recall_page, str(self.store.dir), path, offset, limit
+                self.share(), partial(_recall_page, limit=limit), str(self.store.dir), path, offset
             )
         except RecallTooLarge as e:
             return error_result(

@@ -393,13 +393,22 @@ async def run_command(
     whole process tree before this returns or raises. It runs in a sandbox of its job's budget
     (:mod:`runner.tools.job_budget`: its count of calls at once, and its cgroups where made)."""
     async with job_budget.sandbox_slot() as job_cgroups:
-        return await _run_command(command, workspace, writable, network, sandbox, timeout_s, job_cgroups)
+        return await _run_command(
+            command,
+            workspace,
+            writable,
+            network=network,
+            sandbox=sandbox,
+            timeout_s=timeout_s,
+            job_cgroups=job_cgroups,
+        )
 
 
 async def _run_command(
     command: str,
     workspace: str,
     writable: bool,
+    *,
     network: bool,
     sandbox: str,
     timeout_s: float,
@@ -412,7 +421,7 @@ async def _run_command(
     started = time.time() - FIX_SLACK_S
     if writable:
         local, floor = await _disk_floor(workspace)
-    launch = _launch(command, workspace, writable, network, sandbox, job_cgroups)
+    launch = _launch(command, workspace, writable, network=network, sandbox=sandbox, job_cgroups=job_cgroups)
     try:
         process = await anyio.open_process(
             launch.argv,
@@ -434,7 +443,15 @@ async def _run_command(
     try:
         await output.pump(process, timeout_s, _Disk(workspace, local, floor))
     finally:
-        await _ended(process, init_pid, output.exit_code is None, sandbox, writable, workspace, started)
+        await _ended(
+            process,
+            init_pid,
+            output.exit_code is None,
+            sandbox=sandbox,
+            writable=writable,
+            workspace=workspace,
+            started=started,
+        )
     return output.result()
 
 
@@ -447,7 +464,7 @@ async def _disk_floor(workspace: str) -> tuple[bool, int | None]:
 
 
 def _launch(
-    command: str, workspace: str, writable: bool, network: bool, sandbox: str, job_cgroups: tuple[str, ...]
+    command: str, workspace: str, writable: bool, *, network: bool, sandbox: str, job_cgroups: tuple[str, ...]
 ) -> Launch:
     """How the call starts: under bwrap, or a bare shell; in the job's cgroups."""
     if sandbox == "bwrap":
@@ -548,6 +565,7 @@ async def _ended(
     process: Process,
     init_pid: int | None,
     running: bool,
+    *,
     sandbox: str,
     writable: bool,
     workspace: str,

@@ -82,7 +82,7 @@ def syscall(name: str, *args: object) -> int:
     return check(libc.syscall(NR[machine][name], *args), name)
 
 
-def userns_fd(owner_uid: int, owner_gid: int, uid: int, gid: int) -> int:
+def userns_fd(owner_uid: int, owner_gid: int, uid: int, *, gid: int) -> int:
     """A user namespace whose id ``owner`` is the host's ``uid``: the mapping of the idmapped mount."""
     ready_r, ready_w = os.pipe()
     hold_r, hold_w = os.pipe()
@@ -188,10 +188,10 @@ def open_exact(path: str) -> int:
 
 
 def idmapped(
-    workspace_fd: int, stage: str, owner: os.stat_result, uid: int, gid: int, writable: bool
+    workspace_fd: int, stage: str, owner: os.stat_result, *, uid: int, gid: int, writable: bool
 ) -> None:
     tree = syscall("open_tree", workspace_fd, b"", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH)
-    ns = userns_fd(owner.st_uid, owner.st_gid, uid, gid)
+    ns = userns_fd(owner.st_uid, owner.st_gid, uid, gid=gid)
     attr = MountAttr(MOUNT_ATTR_IDMAP | (0 if writable else MOUNT_ATTR_RDONLY), 0, 0, ns)
     syscall("mount_setattr", tree, b"", AT_EMPTY_PATH, ctypes.byref(attr), ctypes.sizeof(attr))
     syscall("move_mount", tree, b"", AT_FDCWD, stage.encode(), MOVE_MOUNT_F_EMPTY_PATH)
@@ -216,7 +216,7 @@ def main() -> None:
             )
         owner = os.fstat(workspace_fd)
         try:
-            idmapped(workspace_fd, stage, owner, uid, gid, spec["writable"])
+            idmapped(workspace_fd, stage, owner, uid=uid, gid=gid, writable=spec["writable"])
         except OSError as e:
             if spec["writable"]:
                 fail(

@@ -217,7 +217,7 @@ def supported(arch: str | None = None) -> bool:
     return (arch or native_arch()) in AUDIT_ARCH
 
 
-def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+def _op(code: int, k: int, jt: int = 0, *, jf: int = 0) -> bytes:
     return struct.pack("<HBBI", code, jt, jf, k)
 
 

@@ -85,6 +85,7 @@ class Toolset:
         workspace: str,
         names: tuple[str, ...],
         store: JobStore,
+        *,
         limits: Limits | None = None,
         task: Tool | None = None,
     ):
@@ -190,7 +191,7 @@ class Toolset:
         async def one(i: int) -> None:
             await pause()
             result = results[i] = await self.run(calls[i])
-            self._remember(keys[i], turn, calls[i]["id"], result)
+            self._remember(keys[i], turn, calls[i]["id"], result=result)
 
         waiting = iter(runnable)
 
@@ -240,7 +241,9 @@ class Toolset:
         for i in runnable:
             call = calls[i]
             got = recorded.get(call["id"])
-            self._remember(keys[i], turn, call["id"], got or error_result(call["id"], "no result on record"))
+            self._remember(
+                keys[i], turn, call["id"], result=got or error_result(call["id"], "no result on record")
+            )
             args = call.get("input")
             if (
                 got
@@ -303,7 +306,7 @@ class Toolset:
             "and send this one again in a later reply if it is still needed",
         )
 
-    def _remember(self, key: str | None, turn: int, tool_use_id: str, result: dict[str, Any]) -> None:
+    def _remember(self, key: str | None, turn: int, tool_use_id: str, *, result: dict[str, Any]) -> None:
         """A call ran at ``turn``: the repeat guard counts it, and its result is kept for the window."""
         if key is not None:
             self.repeats.remember(key, turn, tool_use_id)

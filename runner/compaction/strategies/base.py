@@ -106,8 +106,8 @@ class Strategy(ABC):
                 stages.window.entries,
                 limits.batch_char_limit,
                 limits.large_result_chars,
-                limits.preview_chars,
-                stages.name_for,
+                preview_chars=limits.preview_chars,
+                name_for=stages.name_for,
             ),
         )
 

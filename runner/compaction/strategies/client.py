@@ -32,7 +32,7 @@ class ClientStrategy(Strategy):
                 window.entries,
                 limits.snip_trigger,
                 limits.snip_head,
-                limits.snip_target,
+                target=limits.snip_target,
                 name_for=stages.name_for,
                 saved_for=stages.saved_for,
                 digest_chars=digest_chars(stages.char_limit(), limits.snip_digest_share),
@@ -48,16 +48,20 @@ class ClientStrategy(Strategy):
                 window.entries,
                 window.total,
                 target,
-                limits.keep_recent_results,
-                stages.name_for,
-                stages.saved_for,
+                keep_recent=limits.keep_recent_results,
+                name_for=stages.name_for,
+                saved_for=stages.saved_for,
             ),
         )
         if window.total > limit:
             stages.adopt(
                 Stage.FIT_TOOL_RESULTS,
                 s.fit_tool_results(
-                    window.entries, window.total, target, limits.fit_preview_chars, stages.name_for
+                    window.entries,
+                    window.total,
+                    target,
+                    preview_chars=limits.fit_preview_chars,
+                    name_for=stages.name_for,
                 ),
             )
         if (
@@ -65,7 +69,14 @@ class ClientStrategy(Strategy):
         ):  # the newest seen results too, before a summary
             stages.adopt(
                 Stage.MICRO_COMPACT,
-                s.micro_compact(window.entries, window.total, target, 0, stages.name_for, stages.saved_for),
+                s.micro_compact(
+                    window.entries,
+                    window.total,
+                    target,
+                    keep_recent=0,
+                    name_for=stages.name_for,
+                    saved_for=stages.saved_for,
+                ),
             )
         if window.total > limit:
             await stages.summarize(Stage.COMPACT_HISTORY)

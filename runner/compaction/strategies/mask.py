@@ -19,7 +19,12 @@ class MaskStrategy(Strategy):
         stages.adopt(
             Stage.OBSERVATION_MASK,
             s.micro_compact(
-                window.entries, window.total, 0, limits.keep_recent_results, stages.name_for, stages.saved_for
+                window.entries,
+                window.total,
+                0,
+                keep_recent=limits.keep_recent_results,
+                name_for=stages.name_for,
+                saved_for=stages.saved_for,
             ),
         )
 
