@@ -243,24 +243,18 @@ class Subagents:
                         SUBAGENT_FAILED.format(error="no time left before the job's timeout"),
                         error=True,
                     )
-                # the turns the subagents that ran meanwhile left (a resumed one's own on top)
-                before = self.spend.children.get(spec.name)
-                turns = self.spend.turns_left() + (before.turns if before is not None else 0)
                 if problem := self._spent(False):
                     return _result(tool_use_id, f"task: {problem}", error=True)
                 ran = True
+                timeout_s = min(spec.limits.timeout_s, left)
                 record = await self._run(
                     spec.model_copy(
-                        update={
-                            "limits": spec.limits.model_copy(
-                                update={
-                                    "timeout_s": min(spec.limits.timeout_s, left),
-                                    "max_turns": min(spec.limits.max_turns, turns),
-                                }
-                            )
-                        }
+                        update={"limits": spec.limits.model_copy(update={"timeout_s": timeout_s})}
                     )
                 )
+                if record is None:  # the job's other subagents took its turns meanwhile
+                    ran = False
+                    return _result(tool_use_id, f"task: {self._no_turns()}", error=True)
         finally:
             if not ran:
                 self.started -= counted
@@ -332,8 +326,9 @@ class Subagents:
             update={"name": name, "prompt": args["prompt"], "tools": tools, "limits": limits}
         )
 
-    async def _run(self, spec: JobSpec) -> JobMetrics:
-        """Run (or continue, or take the ending of) the subagent ``spec`` names."""
+    async def _run(self, spec: JobSpec) -> JobMetrics | None:
+        """Run (or continue, or take the ending of) the subagent ``spec`` names; None when the job has
+        no turn left for it."""
         child_dir = self.job_dir / AGENTS / spec.name
         prior = await in_thread(read_metrics)(child_dir)
         same = await in_thread(_same_task)(child_dir, spec)
@@ -351,6 +346,15 @@ class Subagents:
         if prior is not None and same:
             history = (await in_thread(cut_transcript)(child_dir, spec.prompt)).history
         made = prior.turns if history and prior is not None else 0  # its turns count in its job's
+        # the turns the job's other subagents left it (a resumed one's own on top), counted now, after
+        # the waits above (in them, the subagents already running made calls), and held from here on
+        before = self.spend.children.get(spec.name)
+        turns = self.spend.turns_left() + (before.turns if before is not None else 0)
+        if turns < 1:
+            return None
+        spec = spec.model_copy(
+            update={"limits": spec.limits.model_copy(update={"max_turns": min(spec.limits.max_turns, turns)})}
+        )
         record = self.spend.children[spec.name] = JobMetrics(
             job=spec.name, status=Status.QUEUED, model=spec.model, turns=made
         )
