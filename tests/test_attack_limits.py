@@ -412,3 +412,62 @@ def test_run_warns_too(tmp_path: Path, run_cli: Any, monkeypatch: pytest.MonkeyP
     proc = run_cli("run", cwd=tmp_path)
     assert time.monotonic() - started < 120
     assert "4.0 GiB of RAM" in proc.stderr and "concurrency 8" in proc.stderr, proc.stderr
+
+
+class Staggered(Flood):
+    """The parent hands out three parts at once (alpha, charlie, bravo); alpha reads slowly (its calls
+    take ``slow_s``) until it is stopped, charlie and bravo report at once."""
+
+    def __init__(self, slow_s: float):
+        super().__init__(per_reply=0, replies=0)
+        self.slow_s = slow_s
+
+    async def create(self, request: Request) -> Reply:
+        self.requests.append(request)
+        usage = Usage(input_tokens=100, output_tokens=10)
+        first = text_of(request.messages[0])
+        turn = sum(1 for m in request.messages if m["role"] == "assistant")
+        if first == PARENT:
+            if turn == 0 and request.tool_choice is None:
+                parts = [
+                    {
+                        "type": "tool_use",
+                        "id": f"toolu_{p}",
+                        "name": "task",
+                        "input": {"prompt": f"Part {p}.", "description": p},
+                    }
+                    for p in ("alpha", "charlie", "bravo")
+                ]
+                return Reply(parts, "tool_use", usage)
+            return Reply([{"type": "text", "text": "Done."}], "end_turn", usage)
+        if first == "Part alpha.":
+            await anyio.sleep(self.slow_s)
+            if request.tool_choice is None:
+                return Reply([{"type": "tool_use", "id": f"toolu_a{turn}", **read_call()}], "tool_use", usage)
+        return Reply([{"type": "text", "text": f"Report on {first}"}], "end_turn", usage)
+
+
+@pytest.mark.anyio
+async def test_a_subagent_counts_the_turns_left_when_it_starts_not_before_reading_its_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real race: bravo waits for a slot while charlie reports, then reading its directory takes a
+    while; meanwhile alpha's report (its last call, granted by its job) is in flight with alpha's ending
+    already recorded. Counting alpha by its turns as made missed that report, and a turn counted
+    before bravo's wait went stale: either way bravo was let make a call, 6 calls for max_turns = 5."""
+    from runner.agent import subagents
+
+    read_metrics = subagents.read_metrics
+
+    def slow_for_bravo(child_dir: Path) -> Any:
+        if child_dir.name.endswith("bravo"):
+            time.sleep(0.6)
+        return read_metrics(child_dir)
+
+    monkeypatch.setattr(subagents, "read_metrics", slow_for_bravo)
+    model = Staggered(slow_s=0.3)
+    session = await run(spec(tmp_path, max_turns=5, max_subagents=2), model, tmp_path / "parent")
+    record = session.record
+    assert len(model.requests) <= 5, [text_of(r.messages[0]) for r in model.requests]
+    assert record.turns + sum(r["turns"] for r in record.subagents) == len(model.requests)
+    assert any(text_of(r.messages[0]) == "Part alpha." for r in model.requests[1:])

@@ -37,7 +37,7 @@ from ..config import Limits
 from ..models.base import Reply
 from ..models.wire import WireCounts
 from ..pricing import PriceTable, Usage, sum_usage
-from ..rundir.docs import LIVE_STATUSES, JobMetrics, Status
+from ..rundir.docs import JobMetrics, Status
 from ..services import Budget
 from .continuation import Ledger
 
@@ -195,12 +195,13 @@ class Spend:
         self._check_run_budget()
 
     def job_turns(self, but: str | None = None) -> int:
-        """The whole job's turns: its own and its subagents', a live subagent's calls let through
-        counted (``but``: that subagent's turns as made, its grant left out)."""
+        """The whole job's turns: its own and its subagents', the calls a running subagent was let
+        through counted (``but``: that subagent's turns as made, its grant left out). A grant counts
+        until its subagent's session has returned: one that has its ending already may still be making
+        its last call, the report."""
         total = self.record.turns
         for name, child in self.children.items():
-            live = name != but and child.status in LIVE_STATUSES
-            total += max(child.turns, self.granted.get(name, 0)) if live else child.turns
+            total += child.turns if name == but else max(child.turns, self.granted.get(name, 0))
         return total
 
     def turns_left(self) -> int:
