@@ -47,6 +47,13 @@ class FromEnv(str):
     values keep the types TOML gave them, and are taken only as such)."""
 
 
+def table_or_raise(model: type, value: Any, expected: str) -> Any:
+    """``value`` as it is when it is a TOML table (or already ``model``); else the error ``expected``."""
+    if not isinstance(value, dict | model):
+        raise ValueError(expected)
+    return value
+
+
 def _not_bool(value: Any) -> Any:
     """TOML ``true``/``false`` is not a number: said in those words (the strict int says "integer")."""
     if isinstance(value, bool):
@@ -259,9 +266,7 @@ class Limits(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _a_table(cls, value: Any) -> Any:
-        if not isinstance(value, dict | Limits):
-            raise ValueError("expected a table of limits")
-        return value
+        return table_or_raise(cls, value, "expected a table of limits")
 
     @model_validator(mode="after")
     def _consistent(self) -> Limits:
@@ -346,9 +351,7 @@ class Price(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _a_table(cls, value: Any) -> Any:
-        if not isinstance(value, dict | Price):
-            raise ValueError("expected a table of prices (input, output, ...)")
-        return value
+        return table_or_raise(cls, value, "expected a table of prices (input, output, ...)")
 
 
 def _discount(value: Any) -> float:
@@ -375,9 +378,9 @@ class Prices(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _a_table(cls, value: Any) -> Any:
-        if not isinstance(value, dict | Prices):
-            raise ValueError("expected a table: a model's prices under its name, and batch_discount")
-        return value
+        return table_or_raise(
+            cls, value, "expected a table: a model's prices under its name, and batch_discount"
+        )
 
     def items(self) -> ItemsView[str, Price | float]:
         table: dict[str, Price | float] = dict(self.__pydantic_extra__ or {})

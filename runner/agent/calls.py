@@ -26,7 +26,6 @@ from ..models.base import Model, Reply, Request
 from ..models.wire import WireCounts, counts_of
 from ..protocol import NO_TOOLS, OUT_OF_TURNS
 from ..rundir.docs import EVENTS, LastCallEvent, RetriesEvent
-from ..rundir.store import JobStore
 from .clock import JobClock
 from .continuation import model_call_line
 from .safe_request import api_valid
@@ -40,7 +39,6 @@ class JobCalls:
     model: Model
     shape: Request
     spend: Spend
-    store: JobStore
     state: CompactionState
     compactor: Compactor
     clock: JobClock
@@ -72,7 +70,6 @@ class JobCalls:
             model=model,
             shape=shape,
             spend=spend,
-            store=state.store,
             state=state,
             compactor=compactor,
             clock=clock,
@@ -124,7 +121,7 @@ class JobCalls:
         record.context_chars = sent_chars
         record.wall_s = self.clock.wall()
         line = model_call_line(record, chars=sent_chars, reply=reply, lines=state.transcript_len)
-        self.store.queue_records(EVENTS, [line])
+        self.state.store.queue_records(EVENTS, [line])
         await self.compactor.record(state, reply)
         return reply
 
@@ -132,7 +129,7 @@ class JobCalls:
         """The job's last call, for its report: the tools listed but none allowed, the window compacted
         without asking a model (the time kept is one call's), the instruction with this request only
         (the transcript keeps alternating roles). None when ``max_cost_usd`` has no room left for it."""
-        self.store.queue_records(EVENTS, [LastCallEvent(reason=reason).line()])
+        self.state.store.queue_records(EVENTS, [LastCallEvent(reason=reason).line()])
         messages = await self.compactor.prepare(self.state, model_summary=False)  # writes what is queued
         messages = merge_adjacent(
             [*messages, {"role": "user", "content": OUT_OF_TURNS.format(reason=reason)}]
@@ -161,4 +158,4 @@ class JobCalls:
                     overloaded_529=wire.overloaded_529,
                     server_errors_5xx=wire.server_errors_5xx,
                 )
-                self.store.queue_records(EVENTS, [event.line()])
+                self.state.store.queue_records(EVENTS, [event.line()])
