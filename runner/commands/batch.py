@@ -165,7 +165,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def backend_for(settings: Settings, specs: list[JobSpec]) -> Backend:
     """The run's model backend; says loudly when it is the offline model, and then what it will not do
     for ``specs`` (one warning a line)."""
-    from ..execution.batch import backend_name, make_backend, offline_warnings
+    from ..execution.backend import backend_name, stand_in_warnings
+    from ..execution.batch import make_backend
 
     name = backend_name(settings)
     if name == "offline":
@@ -174,7 +175,7 @@ def backend_for(settings: Settings, specs: list[JobSpec]) -> Backend:
             "a deterministic survey policy, not a language model; token counts are estimates.",
             soft_wrap=True,
         )
-        for line in offline_warnings(settings, specs):
+        for line in stand_in_warnings(settings, specs):
             print_error(line, label="warning")
     return make_backend(settings, name, specs=specs)
 

@@ -12,10 +12,12 @@ Guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..config import RunnerSection, SummarizerSection
+from ..config import ConfigError, RunnerSection, Settings, SummarizerSection
+from ..jobs import JobSpec
 from ..services import CallLimit, Gate
 
 if TYPE_CHECKING:  # the SDK takes ~1.5 s to import; only the anthropic backend needs it
@@ -37,6 +39,25 @@ def stand_in(*, batch_size: int = 4, serving: bool = False) -> Model:
     from ..offline.model import OfflineModel
 
     return OfflineModel(batch_size, serving=serving)
+
+
+def backend_name(settings: Settings) -> str:
+    """``anthropic`` or ``offline``: ``auto`` is ``anthropic`` when ``ANTHROPIC_API_KEY`` is set;
+    ConfigError for ``anthropic`` without it."""
+    backend = settings.runner.backend
+    if backend == "auto":
+        backend = "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
+    if backend != "offline" and not os.environ.get("ANTHROPIC_API_KEY"):
+        raise ConfigError(["backend = anthropic needs ANTHROPIC_API_KEY in the environment"])
+    return backend
+
+
+def stand_in_warnings(settings: Settings, specs: Sequence[JobSpec]) -> list[str]:
+    """What the stand-in will not do for ``specs`` (those it will run), in its own words."""
+    from ..offline.model import what_it_will_not_do
+    from ..ui.console import shown_path
+
+    return what_it_will_not_do(settings, specs, shown=shown_path)
 
 
 def build_backend(

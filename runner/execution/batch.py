@@ -15,45 +15,12 @@ from typing import TYPE_CHECKING, Any
 from ..config import ConfigError, Settings
 from ..jobs import JobSpec
 from ..rundir.docs import BATCHES, run_document
-from ..ui.console import shown_path
 from ..ui.report import clean_job, load_report
 
 if TYPE_CHECKING:  # the batch core pulls in the SDK (~1.5 s); `validate` and `report` do not need it
     from ..compaction.summarizer import Summarizer
     from ..models.base import Model
     from .core import Batch, BatchResult, Display
-
-ACTING_TOOLS = ("bash", "write", "edit")
-
-
-def backend_name(settings: Settings) -> str:
-    """``anthropic`` or ``offline``: ``auto`` is ``anthropic`` when ``ANTHROPIC_API_KEY`` is set;
-    ConfigError for ``anthropic`` without it."""
-    backend = settings.runner.backend
-    if backend == "auto":
-        backend = "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "offline"
-    if backend != "offline" and not os.environ.get("ANTHROPIC_API_KEY"):
-        raise ConfigError(["backend = anthropic needs ANTHROPIC_API_KEY in the environment"])
-    return backend
-
-
-def offline_warnings(settings: Settings, specs: Sequence[JobSpec]) -> list[str]:
-    """What the offline model will not do for ``specs`` (those it will run): delivery = batch has no
-    effect, and a job that lists a tool that acts will not have its prompt carried out."""
-    warnings = []
-    if settings.runner.delivery == "batch" or any(spec.limits.delivery == "batch" for spec in specs):
-        warnings.append(
-            "delivery = batch has no effect on the offline model (it answers every call at once); "
-            "it applies with backend = anthropic"
-        )
-    for spec in specs:
-        if acting := [t for t in spec.tools if t in ACTING_TOOLS]:
-            warnings.append(
-                f"job {spec.name} ({shown_path(spec.source)}): the offline model only surveys the "
-                "workspace (read, glob, grep) and writes a report; it will not do what the prompt asks "
-                f"with {', '.join(acting)}; set ANTHROPIC_API_KEY to run it with a model"
-            )
-    return warnings
 
 
 @dataclass(frozen=True)
@@ -64,8 +31,8 @@ class Backend:
 
 
 def make_backend(settings: Settings, backend: str, *, specs: Sequence[JobSpec] = ()) -> Backend:
-    """The model for jobs on ``backend`` (:func:`backend_name`; ``specs``: those it will run, each job's
-    delivery decides how its calls go) and the batch's Summarizer."""
+    """The model for jobs on ``backend`` (:func:`runner.execution.backend.backend_name`; ``specs``: those
+    it will run, each job's delivery decides how its calls go) and the batch's Summarizer."""
     from ..models.adaptive import AdaptiveLimit
     from ..ui.display import API
     from .backend import build_backend

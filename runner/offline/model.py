@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from ..billing import CHARS_PER_TOKEN
+from ..config import Settings
+from ..jobs import JobSpec
 from ..models.base import Reply, Request
 from ..pricing import Usage
 from .policy import decide, partial_report
 
-__all__ = ["CHARS_PER_TOKEN", "OfflineModel", "estimate_tokens", "request_chars"]
+__all__ = ["CHARS_PER_TOKEN", "OfflineModel", "estimate_tokens", "request_chars", "what_it_will_not_do"]
+
+ACTING_TOOLS = ("bash", "write", "edit")
 
 
 def estimate_tokens(text: str) -> int:
@@ -67,3 +73,25 @@ class OfflineModel:
 
     async def aclose(self) -> None:
         return None
+
+
+def what_it_will_not_do(
+    settings: Settings, specs: Sequence[JobSpec], *, shown: Callable[[Path], str] = str
+) -> list[str]:
+    """What the stand-in will not do for ``specs`` (those it will run), a warning a line: delivery = batch
+    has no effect, and a job that lists a tool that acts will not have its prompt carried out. ``shown``:
+    a task file's path as the operator reads it."""
+    warnings = []
+    if settings.runner.delivery == "batch" or any(spec.limits.delivery == "batch" for spec in specs):
+        warnings.append(
+            "delivery = batch has no effect on the offline model (it answers every call at once); "
+            "it applies with backend = anthropic"
+        )
+    for spec in specs:
+        if acting := [t for t in spec.tools if t in ACTING_TOOLS]:
+            warnings.append(
+                f"job {spec.name} ({shown(spec.source)}): the offline model only surveys the "
+                "workspace (read, glob, grep) and writes a report; it will not do what the prompt asks "
+                f"with {', '.join(acting)}; set ANTHROPIC_API_KEY to run it with a model"
+            )
+    return warnings
