@@ -110,8 +110,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from ..compaction.compactor import Compactor
+    from ..execution.backend import keep_backend
     from ..execution.core import Batch
-    from ..execution.resume import keep_backend, plan_resume, run_dir_behind
+    from ..execution.resume import plan_resume, run_dir_behind
 
     run_dir = run_dir_behind(getattr(args, "run_dir", None) or args.resume)
     settings = parsed(lambda: settings_from(args, say=say), config_path(args))

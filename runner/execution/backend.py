@@ -8,16 +8,20 @@ Guarantees:
   summary gate. The API key is never passed: the SDK reads it from the environment.
 - ``offline``: the deterministic offline stand-in (:func:`stand_in`, the one place it is built), and a
   summarizer without a model (the fallback summary).
+- Which backend a run takes is decided here (:func:`backend_name`); a resumed run keeps the one its
+  ``run.json`` names (:func:`keep_backend`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..config import ConfigError, RunnerSection, Settings, SummarizerSection
 from ..jobs import JobSpec
+from ..rundir.docs import RUN_JSON
 from ..services import CallLimit, Gate
 
 if TYPE_CHECKING:  # the SDK takes ~1.5 s to import; only the anthropic backend needs it
@@ -50,6 +54,39 @@ def backend_name(settings: Settings) -> str:
     if backend != "offline" and not os.environ.get("ANTHROPIC_API_KEY"):
         raise ConfigError(["backend = anthropic needs ANTHROPIC_API_KEY in the environment"])
     return backend
+
+
+def keep_backend(run_dir: Path, meta: dict[str, Any], settings: Settings, *, asked: str | None) -> None:
+    """A resumed run keeps the backend and models ``run.json`` names: it never switches to the offline
+    model because the key is missing, and never mixes real costs with estimates."""
+    where = run_dir / RUN_JSON
+    backend = meta.get("backend")
+    if backend not in ("anthropic", "offline"):
+        if asked in ("anthropic", "offline"):
+            backend = asked
+        else:
+            raise ConfigError(
+                [
+                    f'{where}: backend: expected "anthropic" or "offline", got {backend!r}; '
+                    "say which with --backend"
+                ]
+            )
+    if asked not in (None, "auto", backend):
+        raise ConfigError([f"--backend {asked}: {where} ran on {backend}; a resumed run keeps its backend"])
+    if backend == "anthropic" and not os.environ.get("ANTHROPIC_API_KEY"):
+        raise ConfigError(
+            [
+                f"{where}: this run used the anthropic backend; resuming it needs ANTHROPIC_API_KEY "
+                "(it is not switched to the offline model)"
+            ]
+        )
+    settings.runner.backend = "anthropic" if backend == "anthropic" else "offline"
+    for key, section, field_name in (
+        ("model", settings.runner, "model"),
+        ("summary_model", settings.summarizer, "model"),
+    ):
+        if isinstance(meta.get(key), str) and meta[key]:
+            setattr(section, field_name, meta[key])
 
 
 def stand_in_warnings(settings: Settings, specs: Sequence[JobSpec]) -> list[str]:

@@ -260,36 +260,3 @@ def run_dir_behind(path: Path) -> Path:
         return path
     target = Path(os.readlink(path))
     return target if target.is_absolute() else path.parent / target
-
-
-def keep_backend(run_dir: Path, meta: dict[str, Any], settings: Settings, *, asked: str | None) -> None:
-    """A resumed run keeps the backend and models ``run.json`` names: it never switches to the offline
-    model because the key is missing, and never mixes real costs with estimates."""
-    where = run_dir / RUN_JSON
-    backend = meta.get("backend")
-    if backend not in ("anthropic", "offline"):
-        if asked in ("anthropic", "offline"):
-            backend = asked
-        else:
-            raise ConfigError(
-                [
-                    f'{where}: backend: expected "anthropic" or "offline", got {backend!r}; '
-                    "say which with --backend"
-                ]
-            )
-    if asked not in (None, "auto", backend):
-        raise ConfigError([f"--backend {asked}: {where} ran on {backend}; a resumed run keeps its backend"])
-    if backend == "anthropic" and not os.environ.get("ANTHROPIC_API_KEY"):
-        raise ConfigError(
-            [
-                f"{where}: this run used the anthropic backend; resuming it needs ANTHROPIC_API_KEY "
-                "(it is not switched to the offline model)"
-            ]
-        )
-    settings.runner.backend = "anthropic" if backend == "anthropic" else "offline"
-    for key, section, field_name in (
-        ("model", settings.runner, "model"),
-        ("summary_model", settings.summarizer, "model"),
-    ):
-        if isinstance(meta.get(key), str) and meta[key]:
-            setattr(section, field_name, meta[key])
