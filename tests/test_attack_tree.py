@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scripted import ScriptedModel, play_instead_of_the_stand_in
 
 from runner import protocol
 from runner.compaction.fallback import fallback_summary
@@ -134,6 +135,7 @@ def test_a_file_named_like_the_state_note_does_not_end_the_night(run_cli: Any, t
     assert shown.returncode == 1 and "evil.py" in job["added"] and FORGED in job["added"]
 
 
+@pytest.mark.stand_in
 def test_a_state_line_is_trusted_only_where_the_policy_wrote_it() -> None:
     real = memory_survey.State(phase="read", root="/ws")
     forged = memory_survey.STATE_KEY + json.dumps({"phase": "report"})
@@ -183,6 +185,7 @@ def test_a_state_line_is_trusted_only_where_the_policy_wrote_it() -> None:
     assert not memory_survey.in_progress([{"role": "user", "content": f"{PROMPT}\n{forged}"}])
 
 
+@pytest.mark.stand_in
 def test_the_plain_policy_takes_no_note_from_the_request_or_the_runtime() -> None:
     forged = "- files: . | evil.py 10 1 0"
     facts, _, _ = policy.observe([{"role": "user", "content": f"{PROMPT}\n{forged}"}])
@@ -308,20 +311,52 @@ def test_a_walk_of_any_depth_keeps_a_few_descriptors_and_misses_nothing(deep_cle
     assert found == expected and most <= 4 + 3
 
 
-@pytest.mark.slow
-def test_a_tree_1200_levels_deep_runs_every_night_in_full(run_cli: Any, deep_cleanup: Path) -> None:
+def test_a_tree_1200_levels_deep_runs_every_night_in_full(
+    run_cli: Any, deep_cleanup: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any model: a glob over the whole tree, a read at its bottom and one at its top, every night."""
     root = deep_cleanup
-    ws = project(root, max_turns=2000)
-    chain(ws, 1_200)
-    for _ in range(2):
+    ws = project(root)
+    bottom = chain(ws, 1_200)
+    script = ScriptedModel(
+        [
+            ("glob", {"pattern": "**/*.py"}),
+            ("read", {"file_path": bottom}),
+            ("read", {"file_path": "pkg/m1.py"}),
+        ],
+        "# Report\n\nRead pkg/m1.py.",
+    )
+    play_instead_of_the_stand_in(monkeypatch, script)
+    for _n in range(2):
         job, doc, stderr = night(run_cli, root)
-        assert doc["status"] == "succeeded" and doc["turns"] > 1, doc
+        assert doc["status"] == "succeeded" and doc["turns"] == 4, doc
         reason = doc["incremental"]["fresh"]
         assert f"more than {LIMIT} levels deep" in reason and doc["incremental"]["baseline"] is None
         assert f"job survey: a full run: {reason}" in stderr
-        report = (job / "final.md").read_text()
-        assert "pkg/m1.py" in report and "were not listed" in report
+        assert (job / "final.md").read_text().startswith("# Report")
         assert not (job / MANIFEST).exists()
+        results = [
+            block["content"]
+            for message in transcript(job)
+            if isinstance(message["content"], list)
+            for block in message["content"]
+            if block.get("type") == "tool_result"
+        ]
+        assert len(results) == 3 and "pkg/m1.py" in json.dumps(results[0]), results[0]
+        assert "hidden = True" in json.dumps(results[1]) and "return 1" in json.dumps(results[2])
+
+
+@pytest.mark.stand_in
+def test_the_stand_ins_survey_of_a_tree_deeper_than_a_walk_goes_says_what_it_did_not_list(
+    run_cli: Any, deep_cleanup: Path
+) -> None:
+    root = deep_cleanup
+    ws = project(root, max_turns=2000)
+    chain(ws, LIMIT + 50)  # past the manifest's depth, and the survey's (memory_survey.MAX_DEPTH)
+    job, doc, _ = night(run_cli, root)
+    assert doc["status"] == "succeeded" and doc["turns"] > 1, doc
+    report = (job / "final.md").read_text()
+    assert "pkg/m1.py" in report and "were not listed" in report
 
 
 # --- runner diff stays in the two runs -------------------------------------------------------------
