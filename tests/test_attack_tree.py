@@ -99,6 +99,7 @@ def deep_cleanup(tmp_path: Path) -> Iterator[Path]:
 # --- a file named like the state note -------------------------------------------------------------
 
 
+@pytest.mark.stand_in
 def test_a_file_named_like_the_state_note_does_not_end_the_night(run_cli: Any, tmp_path: Path) -> None:
     ws = project(tmp_path)
     first, first_doc, _ = night(run_cli, tmp_path)
