@@ -279,7 +279,7 @@ class Session:
     def _keeps_with_results(reply: Reply) -> bool:
         """A reply with tool calls is written together with their results (one write a turn); if the
         run dies in between, resume would drop the unanswered reply anyway (a reply the API compacted
-        is in the window already: Compactor.record adopted it)."""
+        is in the history already: JobCalls.send added it for Compactor.server_compacted)."""
         return (
             bool(reply.content)
             and not reply.compacted
