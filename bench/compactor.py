@@ -9,8 +9,8 @@ to 40,000 characters (some list-shaped, some ``is_error``), with a few huge ones
 same session is fed turn by turn to four contestants, each in the way its own loop drives it:
 
 - ``ours``: everything the runner does per message for compaction, as ``runner/agent/session.py`` does it:
-  ``Compactor.prepare`` on a real ``CompactionState`` backed by a real ``JobStore``, the cache
-  breakpoint's ``settled_prefix``, ``mark_seen`` after the model call, and ``CompactionState.add`` of
+  ``Compactor.prepare`` on a real ``CompactionState`` writing through a real ``JobStore``, the cache
+  breakpoint's ``settled_prefix``, ``mark_seen`` after the model call, and ``History.add`` of
   the reply and its results (each message measured and appended to ``transcript.jsonl``). The
   Summarizer has no model, so a summary is the deterministic fallback.
 - ``seed 000``: ``Seed000.prepare`` (the Vietnamese lesson with code, "Context Compact"), then the
@@ -62,6 +62,7 @@ from common import load_note, replace_section, write_result  # noqa: E402
 from seeds_pipeline import Seed000, Seed001  # noqa: E402
 
 import runner.rundir.store  # noqa: E402
+from runner.agent.history import History  # noqa: E402
 from runner.compaction.compactor import CompactionState, Compactor  # noqa: E402
 from runner.compaction.summarizer import Summarizer  # noqa: E402
 from runner.config import Limits  # noqa: E402
@@ -215,15 +216,16 @@ async def run_ours(messages: list[dict[str, Any]], workdir: Path, check: bool) -
 async def _run_ours(messages: list[dict[str, Any]], workdir: Path, check: bool) -> dict[str, Any]:
     store = JobStore(workdir / "job")
     await store.open()
-    state = CompactionState(store=store, limits=Limits(), active_request=REQUEST)
+    state = CompactionState(limits=Limits(), active_request=REQUEST)
+    history = History(store, state)
     compactor = Compactor(Summarizer(None, "fallback"))
     elapsed = 0.0
     w = time.process_time()
-    await state.add(messages[0])
+    history.add(messages[0])
     elapsed += time.process_time() - w
     for added in [*turns_of(messages), []]:
         w = time.process_time()
-        sent = await compactor.prepare(state)
+        sent = await compactor.prepare(state, store)
         state.window.settled_prefix()  # the cache breakpoint the session places
         elapsed += time.process_time() - w
         if check:
@@ -231,7 +233,7 @@ async def _run_ours(messages: list[dict[str, Any]], workdir: Path, check: bool) 
             assert not problems, problems
         w = time.process_time()
         state.window.mark_seen()  # the model call
-        await state.add(*added)
+        history.add(*added)
         elapsed += time.process_time() - w
     return {
         "s": elapsed,
@@ -383,7 +385,7 @@ def section(rows: list[dict[str, Any]], verdict: str, repeats: int, fs: str) -> 
         f"summed over the turns: the median of {repeats} runs, with the spread (worst / best - 1).",
         "",
         "- **ours**: everything the runner does per message for compaction: `prepare`, the cache "
-        "breakpoint's `settled_prefix`, `mark_seen`, and `CompactionState.add` of each message (measured "
+        "breakpoint's `settled_prefix`, `mark_seen`, and `History.add` of each message (measured "
         "once, appended to `transcript.jsonl`).",
         '- **seed 000**: the Vietnamese lesson with code ("Context Compact"), transcribed literally: a '
         "`json.dumps` of the whole history for every estimate, micro_compact only over 50,000 chars, a "

@@ -252,10 +252,10 @@ class SeedStrategy:
         self.seed: Seed000 | Seed001 | None = None
         self.history: list[Message] = []
 
-    def _take(self, state: CompactionState) -> Seed000 | Seed001:
+    def _take(self, state: CompactionState, writer: JobStore) -> Seed000 | Seed001:
         if self.seed is None:
             self.seed = self.make(
-                state.store.dir, lambda messages: anyio.from_thread.run(self._summarize, state, messages)
+                writer.dir, lambda messages: anyio.from_thread.run(self._summarize, state, messages)
             )
         self.history += [copy.deepcopy(e.message) for e in state.window.entries]
         state.window.replace([])
@@ -267,13 +267,13 @@ class SeedStrategy:
         state.record.count("summary")
         return summary.text
 
-    async def prepare(self, state: CompactionState) -> list[Message]:
-        seed = self._take(state)
+    async def prepare(self, state: CompactionState, writer: JobStore) -> list[Message]:
+        seed = self._take(state, writer)
         self.history = await anyio.to_thread.run_sync(seed.prepare, self.history, state.active_request)
         return merge_adjacent(self.history)
 
-    async def compact(self, state: CompactionState) -> None:
-        seed = self._take(state)
+    async def compact(self, state: CompactionState, writer: JobStore) -> None:
+        seed = self._take(state, writer)
         if isinstance(seed, Seed000):
             self.history = await anyio.to_thread.run_sync(
                 seed.compact_history, self.history, state.active_request
@@ -281,8 +281,8 @@ class SeedStrategy:
         else:
             self.history = await anyio.to_thread.run_sync(seed.compact_history, self.history)
 
-    async def reactive(self, state: CompactionState) -> bool:
-        seed = self._take(state)
+    async def reactive(self, state: CompactionState, writer: JobStore) -> bool:
+        seed = self._take(state, writer)
         if isinstance(seed, Seed000):
             self.history = await anyio.to_thread.run_sync(
                 seed.reactive_compact, self.history, state.active_request
@@ -291,16 +291,13 @@ class SeedStrategy:
             self.history = await anyio.to_thread.run_sync(seed.reactive_compact, self.history)
         return True
 
-    async def record(self, state: CompactionState, reply: Reply) -> None:
+    def record(self, state: CompactionState, reply: Reply, writer: JobStore) -> None:
         """After a call, as the Compactor does: the token estimate calibrated, what was sent seen."""
         if reply.compacted:  # pragma: no cover - client only
             raise RuntimeError("a seed pipeline never asks for server-side compaction")
         if reply.usage.context_tokens:
             state.calibrate(reply.usage.context_tokens, state.window.total + state.overhead_chars)
         state.window.mark_seen()
-
-    def stuck(self, state: CompactionState) -> str | None:
-        return None  # the seeds have no thrash detection: a seed row ends on its own limits
 
 
 # the rows whose cost is taken apart

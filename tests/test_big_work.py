@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import offline_survey
 
+from runner.agent.history import History
 from runner.compaction import stages
 from runner.compaction.compactor import LEVEL_HALF, LEVEL_NOTES, CompactionState, Compactor, Thrash
 from runner.compaction.digest import digest
@@ -47,34 +48,35 @@ def turn(n: int, notes: int = 6) -> list[dict]:
     ]
 
 
-async def state_for(tmp_path: Path, limits: Limits) -> CompactionState:
+async def state_for(tmp_path: Path, limits: Limits) -> History:
     store = JobStore(tmp_path / "job")
     await store.open()
-    state = CompactionState(store=store, limits=limits, active_request=REQUEST)
-    await state.add({"role": "user", "content": REQUEST})
-    return state
+    history = History(store, CompactionState(limits=limits, active_request=REQUEST))
+    history.add({"role": "user", "content": REQUEST})
+    return history
 
 
-async def summaries_of_summaries(compactor: Compactor, state: CompactionState, rounds: int) -> list[str]:
+async def summaries_of_summaries(compactor: Compactor, history: History, rounds: int) -> list[str]:
     """Compact ``rounds`` times, each over the previous summary plus four new turns; the summaries."""
     out, n = [], 0
+    state, store = history.state, history.writer
     for _ in range(rounds):
         for _ in range(4):
             n += 1
-            await state.add(*turn(n))
+            history.add(*turn(n))
             state.window.mark_seen()
         state.turns += 10  # far apart: the thrash ladder stays put
-        await compactor.compact_history(state)
-        await state.store.flush()
-        out.append(sorted((state.store.dir / "summaries").glob("*.md"))[-1].read_text())
+        await compactor.compact_history(state, store)
+        await store.flush()
+        out.append(sorted((store.dir / "summaries").glob("*.md"))[-1].read_text())
     return out
 
 
 @pytest.mark.parametrize("limit", [8_000, 50_000])
 async def test_fallback_summaries_of_summaries_never_outgrow_the_share(tmp_path, limit):
     limits = Limits(context_char_limit=limit)
-    state = await state_for(tmp_path, limits)
-    texts = await summaries_of_summaries(Compactor(Summarizer(None, "none")), state, 25)
+    history = await state_for(tmp_path, limits)
+    texts = await summaries_of_summaries(Compactor(Summarizer(None, "none")), history, 25)
     cap = limits.summary_share * limit
     print(f"limit {limit}: fallback summaries {[len(t) for t in texts]} (cap {cap:.0f})")
     assert all(len(t) <= cap for t in texts)
@@ -85,12 +87,12 @@ async def test_fallback_summaries_of_summaries_never_outgrow_the_share(tmp_path,
 @pytest.mark.parametrize("limit", [8_000, 50_000])
 async def test_model_summaries_of_summaries_through_the_emulator_never_outgrow_the_share(tmp_path, limit):
     limits = Limits(context_char_limit=limit)
-    state = await state_for(tmp_path, limits)
+    history = await state_for(tmp_path, limits)
     with running_emulator(EmulatorConfig(record_requests=True)) as emu:
         model = AnthropicModel(base_url=emu.base_url, api_key="test-key", max_retries=0)
         summarizer = Summarizer(model, "summary-model")
         try:
-            texts = await summaries_of_summaries(Compactor(summarizer), state, 12)
+            texts = await summaries_of_summaries(Compactor(summarizer), history, 12)
         finally:
             await model.aclose()
         asked = [
@@ -99,7 +101,7 @@ async def test_model_summaries_of_summaries_through_the_emulator_never_outgrow_t
         ]
     cap = limits.summary_share * limit
     print(f"limit {limit}: model summaries {[len(t) for t in texts]} (cap {cap:.0f}), max_tokens {asked[:1]}")
-    assert summarizer.calls == 12 and state.summary_failures == 0
+    assert summarizer.calls == 12 and history.state.summary_failures == 0
     assert all(len(t) <= cap for t in texts)
     assert Summarizer(None, "x").max_tokens(int(cap)) == min(6_000, int(cap) // 4)
     if limit == 8_000:  # the emulator writes more than 1,600 chars: cut at a line end, saying so
@@ -212,22 +214,23 @@ def test_the_thrash_ladder_steps_up_then_ends_with_the_numbers():
 
 async def test_a_thrashing_job_halves_its_summaries_then_keeps_notes_only_then_is_stuck(tmp_path):
     limits = Limits(context_char_limit=8_000, thrash_turns=4)
-    state = await state_for(tmp_path, limits)
+    history = await state_for(tmp_path, limits)
+    state, store = history.state, history.writer
     compactor = Compactor(Summarizer(None, "none"))
     sizes, n = [], 0
     for _ in range(10):  # the first has none before it; then 3 strikes per step of the ladder
         for _ in range(4):
             n += 1
-            await state.add(*turn(n))
+            history.add(*turn(n))
             state.window.mark_seen()
         # a compaction every 4 turns (each turn one assistant message), within thrash_turns of the last
-        await compactor.compact_history(state)
-        await state.store.flush()
-        sizes.append(len(sorted((state.store.dir / "summaries").glob("*.md"))[-1].read_text()))
+        await compactor.compact_history(state, store)
+        await store.flush()
+        sizes.append(len(sorted((store.dir / "summaries").glob("*.md"))[-1].read_text()))
     assert max(sizes[:4]) <= 1_600 and max(sizes[4:]) <= 800 and max(sizes[:4]) > 800
-    last = sorted((state.store.dir / "summaries").glob("*.md"))[-1].read_text()
+    last = sorted((store.dir / "summaries").glob("*.md"))[-1].read_text()
     assert "notes alone" in last
-    assert compactor.stuck(state) and "thrashing" in compactor.stuck(state)
+    assert state.thrash.reason and "thrashing" in state.thrash.reason
 
 
 async def test_the_asyncio_survey_with_a_tiny_snip_ends_within_60_turns_with_a_report(tmp_path):

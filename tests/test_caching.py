@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.agent.history import History
 from runner.agent.runjob import Services
 from runner.agent.session import Session
 from runner.compaction.compactor import CompactionState, Compactor
@@ -62,14 +63,13 @@ def test_the_settled_prefix_stops_at_the_first_result_micro_compact_would_still_
 async def test_observation_masking_keeps_only_the_newest_results(tmp_path: Path):
     store = JobStore(tmp_path / "job")
     await store.open()
-    state = CompactionState(
-        store=store, limits=Limits(compaction="mask", keep_recent_results=2), active_request="go"
-    )
-    await state.add({"role": "user", "content": "go"})
+    state = CompactionState(limits=Limits(compaction="mask", keep_recent_results=2), active_request="go")
+    history = History(store, state)
+    history.add({"role": "user", "content": "go"})
     for i in range(6):
-        await state.add(call(i))
-        await state.add(result(i, f"result {i} " + "z" * 300))
-        await Compactor(Summarizer(None, "m")).prepare(state)
+        history.add(call(i))
+        history.add(result(i, f"result {i} " + "z" * 300))
+        await Compactor(Summarizer(None, "m")).prepare(state, store)
         state.window.mark_seen()
     contents = [
         m["content"][0]["content"]

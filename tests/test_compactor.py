@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from runner.agent.history import History
 from runner.agent.runjob import Services
 from runner.agent.session import Session
 from runner.compaction.compactor import CompactionState, Compactor
@@ -176,9 +177,9 @@ def originals(store: JobStore) -> dict[str, object]:
     }
 
 
-async def check_recoverable(state: CompactionState, messages: list[dict], toolset: Toolset) -> int:
+async def check_recoverable(store: JobStore, messages: list[dict], toolset: Toolset) -> int:
     """Every replaced result's placeholder names a file holding the original, and recall reads it."""
-    original = originals(state.store)
+    original = originals(store)
     replaced = 0
     for message in messages:
         for block in tool_results(message):
@@ -191,7 +192,7 @@ async def check_recoverable(state: CompactionState, messages: list[dict], toolse
             assert path is not None and (
                 content.startswith(PERSISTED_TAG) or content.startswith(PLACEHOLDER_PREFIX)
             )
-            target = state.store.resolve(path)
+            target = store.resolve(path)
             assert target.read_bytes() == before.encode("utf-8"), f"{path} does not hold the original"
             pages, offset = [], 0
             while True:  # page by page, exactly: recall does no newline translation
@@ -233,40 +234,41 @@ async def simulate(root: Path, limits: Limits, script: list[Turn], check_files: 
     """Drive the Compactor like a session: prepare, (model call), record, add the reply and its results."""
     store = JobStore(root / "job")
     await store.open()
-    state = CompactionState(store=store, limits=limits, active_request=REQUEST)
+    state = CompactionState(limits=limits, active_request=REQUEST)
+    history = History(store, state)
     compactor = Compactor(Summarizer(None, "none"))
-    await state.add({"role": "user", "content": REQUEST})
+    history.add({"role": "user", "content": REQUEST})
     workspace = root / "ws"
     workspace.mkdir()
     next_id = 1
     checked = 0
     async with Toolset(str(workspace), ("read",), store) as toolset:
         for turn in script:
-            sent = await compactor.prepare(state)
+            sent = await compactor.prepare(state, store)
             assert request_problems(sent, REQUEST) == []
             assert state.window.total == sum(e.chars for e in state.window.entries)
             check_effective(state)
             if check_files:
-                checked += await check_recoverable(state, sent, toolset)
+                checked += await check_recoverable(store, sent, toolset)
             if turn.event == "reactive":  # the API said "prompt is too long"
-                await compactor.reactive(state)
+                await compactor.reactive(state, store)
                 assert request_problems(state.window.messages, REQUEST) == []
                 continue
-            await compactor.record(
-                state, Reply([], "tool_use", Usage(input_tokens=max(1, state.window.total // 3)))
+            compactor.record(
+                state, Reply([], "tool_use", Usage(input_tokens=max(1, state.window.total // 3))), store
             )
             reply, answer = turn_messages(turn, next_id)
             next_id += len(turn.calls)
-            await state.add(reply)
-            await state.add(answer)
+            history.add(reply)
+            history.add(answer)
             if turn.event == "compact_call" and turn.calls:  # one of the calls was `compact`
-                await compactor.compact(state)
+                await compactor.compact(state, store)
                 assert request_problems(state.window.messages, REQUEST) == []
-        sent = await compactor.prepare(state)
+        sent = await compactor.prepare(state, store)
         assert request_problems(sent, REQUEST) == []
         check_effective(state)
         if check_files:
-            checked += await check_recoverable(state, sent, toolset)
+            checked += await check_recoverable(store, sent, toolset)
     state.checked_replaced = checked  # type: ignore[attr-defined]
     return state
 
@@ -531,16 +533,17 @@ class FailingModel:
         return None
 
 
-async def compact_turns(tmp: Path, compactor: Compactor, n: int) -> tuple[CompactionState, list[str]]:
+async def compact_turns(tmp: Path, compactor: Compactor, n: int) -> tuple[History, list[str]]:
     store = JobStore(tmp / "job")
     await store.open()
-    state = CompactionState(store=store, limits=Limits(), active_request=REQUEST)
-    await state.add({"role": "user", "content": REQUEST})
+    state = CompactionState(limits=Limits(), active_request=REQUEST)
+    history = History(store, state)
+    history.add({"role": "user", "content": REQUEST})
     summaries = []
     for i in range(n):
         state.window.mark_seen()
-        await state.add(tool_reply((f"c{i}", "read", {"file_path": f"f{i}.py"})).message())
-        await state.add(
+        history.add(tool_reply((f"c{i}", "read", {"file_path": f"f{i}.py"})).message())
+        history.add(
             {
                 "role": "user",
                 "content": [
@@ -548,30 +551,32 @@ async def compact_turns(tmp: Path, compactor: Compactor, n: int) -> tuple[Compac
                 ],
             }
         )
-        await compactor.compact(state)
+        await compactor.compact(state, store)
         summaries.append(state.window.messages[0]["content"])
         assert request_problems(state.window.messages, REQUEST) == []
-    return state, summaries
+    return history, summaries
 
 
 @pytest.mark.anyio
 async def test_circuit_breaker_stops_calling_a_failing_summarizer(tmp_path: Path):
     model = FailingModel()
     summarizer = Summarizer(model, "claude-haiku-4-5")
-    state, summaries = await compact_turns(tmp_path, Compactor(summarizer), 7)
+    history, summaries = await compact_turns(tmp_path, Compactor(summarizer), 7)
+    state = history.state
     assert model.calls == 3 == state.limits.max_summary_failures
     assert summarizer.calls == 3
     assert state.record.compactions["compact_tool"] == 7, "every compaction still happened"
     assert all("Summary built without a model" in s for s in summaries)
-    await state.store.flush()  # what the session's next call (or the job's end) does
-    failures = [e for e in read_jsonl(state.store.dir / EVENTS)[0] if e["stage"] == "summary_failed"]
+    await history.writer.flush()  # what the session's next call (or the job's end) does
+    failures = [e for e in read_jsonl(history.writer.dir / EVENTS)[0] if e["stage"] == "summary_failed"]
     assert [e["consecutive_failures"] for e in failures] == [1, 2, 3]
 
 
 @pytest.mark.anyio
 async def test_circuit_breaker_counts_consecutive_failures_only(tmp_path: Path):
     model = FailingModel(fail=2)  # two failures, then a working model
-    state, summaries = await compact_turns(tmp_path, Compactor(Summarizer(model, "claude-haiku-4-5")), 5)
+    history, summaries = await compact_turns(tmp_path, Compactor(Summarizer(model, "claude-haiku-4-5")), 5)
+    state = history.state
     assert model.calls == 5
     assert ["Summary built without a model" in s for s in summaries] == [True, True, False, False, False]
     assert "Goal: survey." in summaries[-1] and state.summary_failures == 0
@@ -626,7 +631,7 @@ async def test_summary_gate_bounds_concurrency_and_rate_across_20_sessions(tmp_p
     per_session = 2
 
     async def session(i: int) -> None:
-        state, summaries = await compact_turns(tmp_path / f"s{i}", compactor, per_session)
+        _, summaries = await compact_turns(tmp_path / f"s{i}", compactor, per_session)
         assert all("Goal: survey." in s for s in summaries), "every summary came from the model"
 
     async with anyio.create_task_group() as tg:
@@ -661,24 +666,26 @@ async def test_a_last_calls_prepare_summarizes_without_a_model(tmp_path: Path):
     """``prepare(model_summary=False)`` (a job's last call, with one call's time left) compacts a window
     over its limit with the fallback summary and asks the summary model nothing; ``prepare`` asks it."""
 
-    async def over_the_limit(name: str) -> CompactionState:
+    async def over_the_limit(name: str) -> History:
         store = JobStore(tmp_path / name)
         await store.open()
-        state = CompactionState(store=store, limits=Limits(context_char_limit=4_000), active_request=REQUEST)
-        await state.add({"role": "user", "content": REQUEST})
+        state = CompactionState(limits=Limits(context_char_limit=4_000), active_request=REQUEST)
+        history = History(store, state)
+        history.add({"role": "user", "content": REQUEST})
         for i in range(8):  # text alone: only a history compaction can bring it under the limit
-            await state.add({"role": "assistant", "content": f"step {i}: " + "x" * 1_000})
-            await state.add({"role": "user", "content": f"go on {i}"})
-        state.window.mark_seen()
-        return state
+            history.add({"role": "assistant", "content": f"step {i}: " + "x" * 1_000})
+            history.add({"role": "user", "content": f"go on {i}"})
+        history.state.window.mark_seen()
+        return history
 
     model = FailingModel(fail=0)
     compactor = Compactor(Summarizer(model, "claude-haiku-4-5"))
     last = await over_the_limit("last")
-    messages = await compactor.prepare(last, model_summary=False)
+    messages = await compactor.prepare(last.state, last.writer, model_summary=False)
     assert model.calls == 0
     assert "Summary built without a model" in messages[0]["content"]
-    assert last.record.compactions["compact_history"] == 1
+    assert last.state.record.compactions["compact_history"] == 1
     assert sum(len(str(m["content"])) for m in messages) < 4_000
-    messages = await compactor.prepare(await over_the_limit("usual"))
+    usual = await over_the_limit("usual")
+    messages = await compactor.prepare(usual.state, usual.writer)
     assert model.calls == 1 and "Goal: survey." in messages[0]["content"]

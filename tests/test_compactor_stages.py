@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import runner.messages as messages_module
+from runner.agent.history import History
 from runner.compaction import stages
 from runner.compaction.compactor import CompactionState, Compactor
 from runner.compaction.stages import output_text
@@ -320,133 +321,138 @@ def test_fit_does_not_grow_a_result_it_cannot_shrink():
 # --- the stages through Compactor.prepare: thresholds, order, files, events --------------------------------
 
 
-async def make_state(tmp: Path, **limits) -> tuple[CompactionState, Compactor]:
+async def make_state(tmp: Path, **limits) -> tuple[History, Compactor]:
     store = JobStore(tmp / "job")
     await store.open()
-    state = CompactionState(store=store, limits=Limits(**limits), active_request=REQUEST)
-    await state.add({"role": "user", "content": REQUEST})
-    return state, Compactor(Summarizer(None, "none"))
+    history = History(store, CompactionState(limits=Limits(**limits), active_request=REQUEST))
+    history.add({"role": "user", "content": REQUEST})
+    return history, Compactor(Summarizer(None, "none"))
 
 
-async def turn(state: CompactionState, ids: list[str], sizes: list[int]) -> None:
+async def turn(history: History, ids: list[str], sizes: list[int]) -> None:
     """The model saw the request and answered with tool calls; their results are added."""
-    state.window.mark_seen()
-    await state.add(assistant(*ids))
-    await state.add(results(*[(i, body(s)) for i, s in zip(ids, sizes, strict=True)]))
+    history.state.window.mark_seen()
+    history.add(assistant(*ids))
+    history.add(results(*[(i, body(s)) for i, s in zip(ids, sizes, strict=True)]))
 
 
-def events(state: CompactionState) -> list[dict]:
-    records, warnings = read_jsonl(state.store.dir / EVENTS)
+def events(store: JobStore) -> list[dict]:
+    records, warnings = read_jsonl(store.dir / EVENTS)
     assert warnings == []
     return [r for r in records if r["stage"] != "summary_failed"]
 
 
-def check_counted(state: CompactionState) -> None:
+def check_counted(state: CompactionState, store: JobStore) -> None:
     """events.jsonl has one line per stage firing and ``compactions`` counts exactly those."""
     per_stage: dict[str, int] = {}
-    for e in events(state):
+    for e in events(store):
         per_stage[e["stage"]] = per_stage.get(e["stage"], 0) + 1
     assert per_stage == dict(state.record.compactions)
 
 
 @pytest.mark.anyio
 async def test_prepare_budget_threshold_and_event(tmp_path: Path):
-    state, compactor = await make_state(
+    history, compactor = await make_state(
         tmp_path, batch_char_limit=50_000, large_result_chars=10_000, context_char_limit=10**7
     )
-    await turn(state, ["a1", "a2"], [25_000, 25_000])  # exactly at the batch limit
-    await compactor.prepare(state)
+    state, store = history.state, history.writer
+    await turn(history, ["a1", "a2"], [25_000, 25_000])  # exactly at the batch limit
+    await compactor.prepare(state, store)
     assert state.record.compactions == {}
-    await turn(state, ["b1", "b2"], [25_000, 25_001])
-    await compactor.prepare(state)
+    await turn(history, ["b1", "b2"], [25_000, 25_001])
+    await compactor.prepare(state, store)
     assert state.record.compactions == {"tool_result_budget": 1}
-    [event] = events(state)
+    [event] = events(store)
     assert event["paths"] == ["tool-results/b2.txt"]
     assert event["chars_after"] < event["chars_before"] and event["chars_after"] == state.window.total
-    assert (state.store.dir / "tool-results/b2.txt").read_text() == body(25_001)
-    check_counted(state)
+    assert (store.dir / "tool-results/b2.txt").read_text() == body(25_001)
+    check_counted(state, store)
 
 
 @pytest.mark.anyio
 async def test_prepare_snip_trigger_target_and_hysteresis(tmp_path: Path):
-    state, compactor = await make_state(tmp_path, snip_trigger=20, snip_target=10, snip_head=3)
+    history, compactor = await make_state(tmp_path, snip_trigger=20, snip_target=10, snip_head=3)
+    state, store = history.state, history.writer
     n = 0
     while len(state.window) <= 20:
-        await compactor.prepare(state)
+        await compactor.prepare(state, store)
         assert "snip" not in state.record.compactions, "no snip at or under the trigger"
         n += 1
-        await turn(state, [f"s{n}"], [50])
+        await turn(history, [f"s{n}"], [50])
     assert len(state.window) == 21
-    await compactor.prepare(state)
+    await compactor.prepare(state, store)
     assert state.record.compactions["snip"] == 1
     assert len(state.window) <= 10
     for _ in range(5):  # 10 -> 20 messages: five turns without a snip (hysteresis)
         n += 1
-        await turn(state, [f"s{n}"], [50])
-        await compactor.prepare(state)
+        await turn(history, [f"s{n}"], [50])
+        await compactor.prepare(state, store)
         assert state.record.compactions["snip"] == 1
     assert request_problems(state.window.messages, REQUEST) == []
-    [event] = events(state)
+    [event] = events(store)
     assert event["stage"] == "snip" and event["messages_before"] == 21 and event["messages_after"] <= 10
-    check_counted(state)
+    check_counted(state, store)
 
 
 @pytest.mark.anyio
 async def test_prepare_micro_compact_threshold_target_and_recent(tmp_path: Path):
     limit = 30_000
-    state, compactor = await make_state(tmp_path, context_char_limit=limit, keep_recent_results=3)
+    history, compactor = await make_state(tmp_path, context_char_limit=limit, keep_recent_results=3)
+    state, store = history.state, history.writer
     n = 0
     while True:
         n += 1
-        await turn(state, [f"m{n}"], [4_000])
+        await turn(history, [f"m{n}"], [4_000])
         if state.window.total > limit:
             break
-        await compactor.prepare(state)
+        await compactor.prepare(state, store)
         assert state.record.compactions == {}, "nothing fires at or under the context limit"
-    await compactor.prepare(state)
+    await compactor.prepare(state, store)
     assert state.record.compactions == {"micro_compact": 1}
     assert state.window.total <= int(limit * 0.8)
     contents = [b["content"] for b in result_blocks(state.window.entries)]
     assert contents[-4:] == [body(4_000)] * 4, "the unseen result and the 3 newest seen ones are kept"
     replaced = [c for c in contents if c.startswith(PLACEHOLDER_PREFIX)]
-    assert replaced and all(state.store.resolve(saved_path(c)).read_text() == body(4_000) for c in replaced)
-    check_counted(state)
+    assert replaced and all(store.resolve(saved_path(c)).read_text() == body(4_000) for c in replaced)
+    check_counted(state, store)
 
 
 @pytest.mark.anyio
 async def test_prepare_fit_then_compact_history_when_still_over(tmp_path: Path):
     limit = 20_000
-    state, compactor = await make_state(tmp_path, context_char_limit=limit)
-    await turn(state, ["f1", "f2", "f3"], [9_000, 9_000, 9_000])  # unseen: micro cannot help
-    await compactor.prepare(state)
+    history, compactor = await make_state(tmp_path, context_char_limit=limit)
+    state, store = history.state, history.writer
+    await turn(history, ["f1", "f2", "f3"], [9_000, 9_000, 9_000])  # unseen: micro cannot help
+    await compactor.prepare(state, store)
     assert state.record.compactions == {"fit_tool_results": 1}
     assert state.window.total <= int(limit * 0.8)
     markers = [b["content"] for b in result_blocks(state.window.entries)]
     assert sum(m.startswith("<persisted-output>") for m in markers) >= 1
     # now a long assistant text the model has seen: only a summary can make room
     state.window.mark_seen()
-    await state.add({"role": "assistant", "content": [{"type": "text", "text": body(30_000, "y")}]})
-    await state.add({"role": "user", "content": "Continue."})
+    history.add({"role": "assistant", "content": [{"type": "text", "text": body(30_000, "y")}]})
+    history.add({"role": "user", "content": "Continue."})
     state.window.mark_seen()
-    await state.add(assistant("g1"))
-    await state.add(results(("g1", "small")))
-    await compactor.prepare(state)
+    history.add(assistant("g1"))
+    history.add(results(("g1", "small")))
+    await compactor.prepare(state, store)
     assert state.record.compactions["compact_history"] == 1
     first = state.window.messages[0]["content"]
     assert first.startswith("[Compacted]\n\nCurrent user request:\n" + REQUEST)
     assert "Summary built without a model" in first and "transcript.jsonl" in first
     assert state.window.messages[1:] == [assistant("g1"), results(("g1", "small"))], "the unseen turn is kept"
     assert request_problems(state.window.messages, REQUEST) == []
-    check_counted(state)
+    check_counted(state, store)
 
 
 @pytest.mark.anyio
 async def test_prepare_runs_nothing_below_every_threshold(tmp_path: Path):
-    state, compactor = await make_state(tmp_path)
+    history, compactor = await make_state(tmp_path)
+    state, store = history.state, history.writer
     for n in range(10):
-        await turn(state, [f"q{n}"], [1_000])
-        await compactor.prepare(state)
-    assert state.record.compactions == {} and not (state.store.dir / EVENTS).exists()
+        await turn(history, [f"q{n}"], [1_000])
+        await compactor.prepare(state, store)
+    assert state.record.compactions == {} and not (store.dir / EVENTS).exists()
 
 
 # --- incremental accounting ---------------------------------------------------------------------------------
@@ -528,11 +534,12 @@ def test_window_total_is_always_the_sum_of_measured_messages(ops):
 @pytest.mark.anyio
 async def test_prepare_under_every_threshold_serializes_only_what_was_added(tmp_path: Path, monkeypatch):
     """Sizes are measured once per message: a quiet turn's prepare does not json.dumps the history."""
-    state, compactor = await make_state(
+    history, compactor = await make_state(
         tmp_path, context_char_limit=10**6, snip_trigger=1_000, snip_target=500
     )
+    state, store = history.state, history.writer
     for n in range(40):
-        await turn(state, [f"q{n}"], [2_000])
+        await turn(history, [f"q{n}"], [2_000])
     history_chars = state.window.total
     assert history_chars > 80_000
 
@@ -559,13 +566,13 @@ async def test_prepare_under_every_threshold_serializes_only_what_was_added(tmp_
     for n in range(40, 60):
         serialized.clear()
         measured.clear()
-        await compactor.prepare(state)
+        await compactor.prepare(state, store)
         assert sum(serialized) < 1_000, "prepare serialized the history"
         assert measured == [], "prepare re-measured messages"
         state.window.mark_seen()
         serialized.clear()
-        await state.add(assistant(f"q{n}"))
-        await state.add(results((f"q{n}", body(2_000))))
+        history.add(assistant(f"q{n}"))
+        history.add(results((f"q{n}", body(2_000))))
         assert measured == [], "an added message is sized from its transcript line, not measured again"
         # the transcript append serializes each new message once, and nothing else
         assert len(serialized) == 2 and sum(serialized) < 2_000 + 1_000

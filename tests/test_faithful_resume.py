@@ -181,8 +181,8 @@ async def test_every_context_record_decodes_to_the_window_it_was_written_from(tm
         )
         assert [e.message for e in entries] == window
     # the newest record plus the transcript written after it is the window the job ended with
-    rebuilt = CompactionState(store=store, limits=spec.limits, active_request=spec.prompt)
-    assert await rebuilt.resume(transcript)
+    rebuilt = CompactionState(limits=spec.limits, active_request=spec.prompt)
+    assert await rebuilt.resume(transcript, store)
     assert rebuilt.window.messages == session.state.window.messages
     assert rebuilt.transcript_len == len(transcript)
     # by reference: the records together are far smaller than the windows they describe

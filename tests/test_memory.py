@@ -15,6 +15,7 @@ import pytest
 from conftest import scripted_job, survey_rows
 
 import runner.tools.memory
+from runner.agent.history import History
 from runner.agent.runjob import Services
 from runner.agent.session import Session
 from runner.compaction.compactor import CompactionState, Compactor
@@ -269,21 +270,23 @@ async def test_a_history_compaction_leaves_the_memory_index_in_the_window(tmp_pa
     await store.open()
     (store.dir / "memories").mkdir()
     (store.dir / "memories" / "survey.md").write_text("- file: a.py | 10 | 1 |  | \n")
-    state = CompactionState(store=store, limits=Limits(), active_request="Survey.")
-    await state.add({"role": "user", "content": "Survey."})
+    state = CompactionState(limits=Limits(), active_request="Survey.")
+    history = History(store, state)
+    history.add({"role": "user", "content": "Survey."})
     for n in range(3):
-        await state.add(
+        history.add(
             {"role": "assistant", "content": [{"type": "text", "text": f"turn {n}"}]},
             {"role": "user", "content": f"more {n}"},
         )
     state.window.mark_seen()
-    await Compactor(Summarizer(None, "none")).compact_history(state)
+    await Compactor(Summarizer(None, "none")).compact_history(state, store)
     await store.flush()
     head = text_of(state.window.messages[0])
     assert MEMORY_INDEX in head and memory_index_entries(head) == {"/memories/survey.md": 28}
-    rebuilt = CompactionState(store=JobStore(store.dir), limits=Limits(), active_request="Survey.")
+    rebuilt = CompactionState(limits=Limits(), active_request="Survey.")
     transcript, _ = read_jsonl(store.dir / "transcript.jsonl")
-    assert await rebuilt.resume(transcript)  # context.jsonl keeps the index with the summary
+    again = JobStore(store.dir)
+    assert await rebuilt.resume(transcript, again)  # context.jsonl keeps the index with the summary
     assert memory_index_entries(text_of(rebuilt.window.messages[0])) == {"/memories/survey.md": 28}
 
 

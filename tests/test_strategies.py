@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from anthropic.types.beta import BetaClearToolUses20250919EditParam
 
+from runner.agent.history import History
 from runner.compaction.compactor import CompactionState, Compactor
 from runner.compaction.strategies import STRATEGIES, strategy_for
 from runner.compaction.summarizer import Summarizer
@@ -30,16 +31,15 @@ async def prepared(tmp_path, mode: str, turns: int = 12, size: int = 4_000, serv
     store = JobStore(tmp_path / mode)
     await store.open()
     limits = Limits(compaction=mode, **LIMITS)
-    state = CompactionState(
-        store=store, limits=limits, active_request=REQUEST, strategy=strategy_for(limits, server_side)
-    )
+    state = CompactionState(limits=limits, active_request=REQUEST, strategy=strategy_for(limits, server_side))
+    history = History(store, state)
     compactor = Compactor(Summarizer(None, "none"))
-    await state.add({"role": "user", "content": REQUEST})
+    history.add({"role": "user", "content": REQUEST})
     for i in range(turns):
-        await compactor.prepare(state)
+        await compactor.prepare(state, store)
         state.window.mark_seen()
-        await state.add(*turn(i, size))
-    messages = await compactor.prepare(state)
+        history.add(*turn(i, size))
+    messages = await compactor.prepare(state, store)
     return state, messages
 
 
@@ -141,7 +141,7 @@ async def test_client_brings_the_history_under_its_limit_and_keeps_every_output_
     placeholders = [t for t in result_texts(messages) if t.startswith(PLACEHOLDER_PREFIX)]
     assert placeholders
     for text in placeholders:
-        saved = (state.store.dir / saved_path(text)).read_text()
+        saved = (tmp_path / "client" / saved_path(text)).read_text()
         assert saved.startswith(tuple(f"{i} " for i in range(12)))
 
 

@@ -1,4 +1,4 @@
-"""``CompactionState.add`` serializes each message once: the transcript line it writes is the JSON the
+"""``History.add`` serializes each message once: the transcript line it writes is the JSON the
 window's size is taken from. Checked against ``measure`` (an independent ``json.dumps``) and against the
 transcript read back from disk, for messages with non-ASCII text, escapes, list content and merges."""
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.agent.history import History
 from runner.compaction.compactor import CompactionState
 from runner.config import Limits
 from runner.messages import measure
@@ -43,9 +44,10 @@ MESSAGES = [
 async def test_add_measures_each_message_from_its_transcript_line(tmp_path: Path) -> None:
     store = JobStore(tmp_path / "job")
     await store.open()
-    state = CompactionState(store=store, limits=Limits(), active_request=MESSAGES[0]["content"])
-    await state.add(MESSAGES[0])
-    await state.add(*MESSAGES[1:])
+    state = CompactionState(limits=Limits(), active_request=MESSAGES[0]["content"])
+    history = History(store, state)
+    history.add(MESSAGES[0])
+    history.add(*MESSAGES[1:])
     assert not (store.dir / TRANSCRIPT).exists()  # queued: the next call's flush writes the turn
     await store.flush()
     written, warnings = read_jsonl(store.dir / TRANSCRIPT)

@@ -7,7 +7,9 @@ Guarantees:
   turn it would be), which a batch delivery's ids are made from.
 - An answered call is charged (:meth:`Spend.charge`: a turn, its usage, the job's cost) before
   anything else is done with it; its ``model_call`` line, the ledger a resume starts from, is queued
-  with the job's whole spend; then the compactor learns from it (:meth:`Compactor.record`).
+  with the job's whole spend (through the job's :class:`History`); then the compactor learns from it
+  (:meth:`Compactor.record`), and a reply the API compacted server-side is added to the history
+  before the compactor adopts that compaction (:meth:`Compactor.server_compacted`).
 - The job's last call (:meth:`JobCalls.last`, its report after a limit) never takes it over
   ``max_cost_usd`` and asks no model for a summary: it is not made when the budget has no room.
 - A call that needed retries or met 429/529/5xx answers leaves a ``retries`` line, answered or not,
@@ -19,15 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..compaction.compactor import CompactionState, Compactor
+from ..compaction.compactor import Compactor
 from ..jobs import JobSpec
 from ..messages import Message, merge_adjacent
 from ..models.base import Model, Reply, Request
 from ..models.wire import WireCounts, counts_of
 from ..protocol import NO_TOOLS, OUT_OF_TURNS
-from ..rundir.docs import EVENTS, LastCallEvent, RetriesEvent
+from ..rundir.docs import LastCallEvent, RetriesEvent
 from .clock import JobClock
 from .continuation import model_call_line
+from .history import History
 from .safe_request import api_valid
 from .spend import MIN_REPORT_TOKENS, Spend
 
@@ -39,7 +42,7 @@ class JobCalls:
     model: Model
     shape: Request
     spend: Spend
-    state: CompactionState
+    history: History
     compactor: Compactor
     clock: JobClock
 
@@ -51,7 +54,7 @@ class JobCalls:
         tools: list[dict[str, Any]],
         model: Model,
         spend: Spend,
-        state: CompactionState,
+        history: History,
         compactor: Compactor,
         clock: JobClock,
     ) -> JobCalls:
@@ -70,14 +73,15 @@ class JobCalls:
             model=model,
             shape=shape,
             spend=spend,
-            state=state,
+            history=history,
             compactor=compactor,
             clock=clock,
         )
 
     async def turn(self, messages: list[Message]) -> Reply:
         """A turn's call: ``messages`` (the window, compacted) with the strategy's cache breakpoints."""
-        cache_points = self.state.strategy.cache_points(self.state.window)
+        state = self.history.state
+        cache_points = state.strategy.cache_points(state.window)
         return await self.send(
             messages, max_tokens=self.spend.limits.max_output_tokens, cache_points=cache_points
         )
@@ -96,7 +100,7 @@ class JobCalls:
             self.shape,
             messages=api_valid(messages),
             max_tokens=max_tokens,
-            context_management=self.state.strategy.context_management(),
+            context_management=self.history.state.strategy.context_management(),
             cache_points=cache_points,
             tool_choice=NO_TOOLS if no_tools else None,
             caller=(record.job, record.turns + 1),
@@ -111,8 +115,9 @@ class JobCalls:
         no_tools: bool = False,
     ) -> Reply:
         """The call made (a :meth:`request`) and its answer kept: charged, its ledger line queued, the
-        compactor told."""
-        state, record = self.state, self.spend.record
+        compactor told (and the history given a reply the API compacted server-side)."""
+        history, record = self.history, self.spend.record
+        state = history.state
         sent_chars = state.window.total
         request = self.request(messages, max_tokens=max_tokens, cache_points=cache_points, no_tools=no_tools)
         reply = await self._create(request)
@@ -120,21 +125,25 @@ class JobCalls:
         self.spend.sent(sent_chars)
         record.context_chars = sent_chars
         record.wall_s = self.clock.wall()
-        line = model_call_line(record, chars=sent_chars, reply=reply, lines=state.transcript_len)
-        self.state.store.queue_records(EVENTS, [line])
-        await self.compactor.record(state, reply)
+        history.log(model_call_line(record, chars=sent_chars, reply=reply, lines=history.n))
+        self.compactor.record(state, reply, history.writer)
+        if reply.compacted:
+            if reply.content:
+                history.add(reply.message())
+            self.compactor.server_compacted(state, history.writer)
         return reply
 
     async def last(self, reason: str) -> Reply | None:
         """The job's last call, for its report: the tools listed but none allowed, the window compacted
         without asking a model (the time kept is one call's), the instruction with this request only
         (the transcript keeps alternating roles). None when ``max_cost_usd`` has no room left for it."""
-        self.state.store.queue_records(EVENTS, [LastCallEvent(reason=reason).line()])
-        messages = await self.compactor.prepare(self.state, model_summary=False)  # writes what is queued
+        history = self.history
+        history.log(LastCallEvent(reason=reason).line())
+        messages = await self.compactor.prepare(history.state, history.writer, model_summary=False)
         messages = merge_adjacent(
             [*messages, {"role": "user", "content": OUT_OF_TURNS.format(reason=reason)}]
         )
-        max_tokens = self.spend.report_tokens(self.state)
+        max_tokens = self.spend.report_tokens(history.state)
         if max_tokens < MIN_REPORT_TOKENS:
             return None
         return await self.send(messages, max_tokens=max_tokens, no_tools=True)
@@ -158,4 +167,4 @@ class JobCalls:
                     overloaded_529=wire.overloaded_529,
                     server_errors_5xx=wire.server_errors_5xx,
                 )
-                self.state.store.queue_records(EVENTS, [event.line()])
+                self.history.log(event.line())

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..compaction.compactor import HISTORY_STAGES, CompactionState
+from ..compaction.compactor import HISTORY_STAGES
 from ..compaction.window import Entry
 from ..messages import Message, merge_adjacent
-from ..rundir.store import JobStore, in_thread
+from ..rundir.store import in_thread
 from .continuation import Ledger, cut_spend, read_ledger, rebuild_memory
+from .history import History
 from .spend import Spend
 
 if TYPE_CHECKING:
@@ -31,23 +32,25 @@ if TYPE_CHECKING:
 
 class Resumer:
     """Makes a session ready to continue ``history`` (the transcript cut back to its last complete
-    turn): :meth:`restore` before the first call, :meth:`ready_tools` once the toolset is open."""
+    turn) in ``into`` (the session's :class:`History`): :meth:`restore` before the first call,
+    :meth:`ready_tools` once the toolset is open."""
 
-    def __init__(self, history: list[Message], *, store: JobStore, state: CompactionState, spend: Spend):
+    def __init__(self, history: list[Message], *, into: History, spend: Spend):
         self.history = history
-        self.store = store
-        self.state = state
+        self.dir = into.writer.dir
+        self.into = into
+        self.state = into.state
         self.spend = spend
         self.ledger: Ledger | None = None  # where the spend was rebuilt from (None: an older run's)
         self.wall_before = 0.0  # the earlier segments' wall time, as the last kept call measured it
 
     async def restore(self) -> None:
         """The window and the spend as they stood at the last kept reply."""
-        store, state, history = self.store, self.state, self.history
-        await in_thread(cut_spend)(store.dir, len(history))  # as a resume's cut does (a no-op after one)
-        await state.resume(history)
+        history = self.history
+        await in_thread(cut_spend)(self.dir, len(history))  # as a resume's cut does (a no-op after one)
+        await self.into.resume(history)
         self.spend.resume_at(sum(1 for m in merge_adjacent(history) if m["role"] == "assistant"))
-        ledger = await in_thread(read_ledger)(store.dir, len(history))
+        ledger = await in_thread(read_ledger)(self.dir, len(history))
         if ledger is None:
             return
         self.ledger = ledger
@@ -57,7 +60,7 @@ class Resumer:
 
     async def ready_tools(self, toolset: Toolset) -> None:
         """The memory folder as the kept history left it, and the toolset's bookkeeping replayed."""
-        await rebuild_memory(self.store.dir, self.history)
+        await rebuild_memory(self.dir, self.history)
         calls = self.ledger.calls if self.ledger else []
         await toolset.replay(self.history, turns={c.lines: c.turn for c in calls if c.lines is not None})
 

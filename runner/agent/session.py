@@ -30,7 +30,7 @@ from dataclasses import replace
 
 import anyio
 
-from ..compaction.compactor import CompactionState
+from ..compaction.compactor import CompactionState, Thrash
 from ..compaction.strategies import strategy_for
 from ..jobs import JobSpec
 from ..messages import Message, one_line, text_of, tool_uses
@@ -46,6 +46,7 @@ from . import incremental
 from .calls import JobCalls
 from .clock import JobClock, answer_within, time_reserve
 from .final_report import write_final_documents
+from .history import History
 from .resumer import Resumer
 from .shared import Services
 from .spend import JobEnded, Spend
@@ -61,7 +62,11 @@ def new_record(spec: JobSpec) -> JobMetrics:
 
 class Session:
     """Runs one job to an ending, in its ``record`` (mutated as it goes: the executor and the display
-    read it). ``history`` continues a resumed job from its transcript, ``prior`` from its record."""
+    read it). ``history`` continues a resumed job from its transcript, ``prior`` from its record.
+
+    The session owns the job's history (:class:`History`: every message written to the transcript,
+    taken into the compaction state's window), its thrash ladder (consulted before each call) and its
+    writer, the store, which it hands to each of the Compactor's verbs."""
 
     def __init__(
         self,
@@ -78,13 +83,15 @@ class Session:
         store.max_bytes = spec.limits.max_job_bytes
         self.record = record if record is not None else new_record(spec)
         self.record.error = None
+        self.thrash = Thrash()  # the job's thrash ladder: the Compactor steps it, the session consults it
         self.state = CompactionState(
-            store=store,
             limits=spec.limits,
             active_request=spec.prompt,
             strategy=strategy_for(spec.limits, self.model.server_compaction),
             record=self.record,
+            thrash=self.thrash,
         )
+        self.history = History(store, self.state)
         self.spend = Spend(
             self.record, spec.limits, spec.model, services.summary_model, services.prices, services.budget
         )
@@ -92,7 +99,7 @@ class Session:
             self.spend.carry_over(prior)
         self.state.on_summary = self.spend.charge_summary  # the compactor's summaries, charged
         self.spend.settle(charge=False)  # what an earlier segment spent is not this run's
-        self.resumer = Resumer(history, store=store, state=self.state, spend=self.spend) if history else None
+        self.resumer = Resumer(history, into=self.history, spend=self.spend) if history else None
         # the run's deadline ends the job's timeout; the earlier segments' wall time is carried on
         self.clock = JobClock(spec.limits.timeout_s, services.deadline, prior.wall_s if prior else 0.0)
         self.final_text: str | None = None
@@ -171,12 +178,12 @@ class Session:
             return False
         deferred = self._keeps_with_results(reply)
         if reply.content and not deferred and not reply.compacted:
-            await self.state.add(reply.message())
+            self.history.add(reply.message())
         try:
             self.spend.check()
         except JobEnded:
             if deferred:  # what was paid for is kept
-                await self.state.add(reply.message())
+                self.history.add(reply.message())
             raise
         return await self._act(reply, toolset, kept=[] if not deferred else [reply.message()])
 
@@ -188,7 +195,7 @@ class Session:
             await self.resumer.restore()
             self.clock.wall_before = max(self.clock.wall_before, self.resumer.wall_before)
         else:  # an incremental job's note on its baseline follows the prompt (the window joins the two)
-            await self.state.add(
+            self.history.add(
                 {"role": "user", "content": spec.prompt},
                 *await incremental.start(spec, self.store, self.record),
             )
@@ -221,7 +228,7 @@ class Session:
             tools=tools,
             model=self.model,
             spend=self.spend,
-            state=state,
+            history=self.history,
             compactor=self.compactor,
             clock=self.clock,
         )
@@ -233,8 +240,8 @@ class Session:
         """Prepare the history and call the model. None when the API found the prompt too long and a
         reactive compaction made room: the call is made again."""
         state = self.state
-        messages = await self.compactor.prepare(state)
-        if stuck := self.compactor.stuck(state):  # its compactions thrash: a report of what it has
+        messages = await self.compactor.prepare(state, self.store)
+        if stuck := self.thrash.reason:  # its compactions thrash: a report of what it has
             raise JobEnded(Status.STUCK, stuck, last_call=True)
         self.spend.check_reserve(state)  # on the window this call carries, compacted
         try:
@@ -265,14 +272,14 @@ class Session:
             record.error = f"{record.error}; no room left in max_cost_usd for the last call"
             return
         if reply.content and not reply.compacted:
-            await self.state.add(reply.message())
+            self.history.add(reply.message())
         self.final_text = text_of(reply.message())
 
     @staticmethod
     def _keeps_with_results(reply: Reply) -> bool:
         """A reply with tool calls is written together with their results (one write a turn); if the
         run dies in between, resume would drop the unanswered reply anyway (a reply the API compacted
-        is in the window already: Compactor.record adopted it)."""
+        is in the history already: JobCalls.send added it for Compactor.server_compacted)."""
         return (
             bool(reply.content)
             and not reply.compacted
@@ -294,19 +301,19 @@ class Session:
         if calls and stop == "max_tokens":  # the last call may be cut off: run none, say so in each result
             cut = f"{CUT_OFF} by the output token limit, so this call may be incomplete; send it again"
             results = [error_result(str(c.get("id", "")), cut) for c in calls]
-            await self.state.add(*kept, {"role": "user", "content": results})
+            self.history.add(*kept, {"role": "user", "content": results})
             return False
         if calls and stop == "tool_use":
             results = await toolset.run_batch(calls, self.record.turns, refused=reply.refused_calls)
-            await self.state.add(*kept, {"role": "user", "content": results})
+            self.history.add(*kept, {"role": "user", "content": results})
             if stuck := toolset.stuck():
                 raise JobEnded(Status.STUCK, stuck)
             if toolset.compact_requested:
                 toolset.compact_requested = False
-                await self.compactor.compact(self.state)
+                await self.compactor.compact(self.state, self.store)
             return False
         if stop == "max_tokens":
-            await self.state.add({"role": "user", "content": CONTINUE_AFTER_MAX_TOKENS})
+            self.history.add({"role": "user", "content": CONTINUE_AFTER_MAX_TOKENS})
             return False
         self.final_text = text_of(reply.message())
         return True
@@ -318,7 +325,7 @@ class Session:
             raise JobEnded(
                 Status.FAILED, f"prompt is too long even after reactive compaction ({one_line(reason)})"
             )
-        if not await self.compactor.reactive(self.state):
+        if not await self.compactor.reactive(self.state, self.store):
             raise JobEnded(
                 Status.FAILED, f"prompt is too long and there is nothing left to compact ({one_line(reason)})"
             )

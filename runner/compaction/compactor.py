@@ -1,17 +1,23 @@
 """The Compactor: one per batch, shared by every session; keeps each history inside its budget.
 
-Two verbs, as a session uses it: :meth:`Compactor.prepare` before every model call (cheapest and
-most recoverable stage first: tool_result_budget, snip, then, only when over the context limit,
-micro_compact, fit_tool_results and, last, compact_history), :meth:`Compactor.record` after it
-(the token estimate calibrated from the reply's usage, what was sent marked seen, a server-side
-compaction adopted). :meth:`Compactor.reactive` answers a "prompt is too long" refusal;
+The session keeps the history (:class:`runner.agent.history.History` appends every message to
+``transcript.jsonl`` and hands it to the window); the Compactor returns the view to send. Two verbs,
+as a session uses it: :meth:`Compactor.prepare` before every model call (cheapest and most
+recoverable stage first: tool_result_budget, snip, then, only when over the context limit,
+micro_compact, fit_tool_results and, last, compact_history) returns the messages to send, its
+outputs persisted through the job's writer it is handed; :meth:`Compactor.record` after it learns
+from the reply (the token estimate calibrated from its usage, what was sent marked seen, the API's
+context editing counted; :meth:`Compactor.server_compacted` adopts a server-side compaction once
+the session has added the reply). :meth:`Compactor.reactive` answers a "prompt is too long" refusal;
 :meth:`Compactor.compact` serves the ``compact`` tool.
 
 Guarantees:
-- Nothing removed from context is lost: every output is written to the job directory before the
-  messages whose placeholders name it leave the Compactor (or reach a summarizer), and every
-  message is in ``transcript.jsonl``. The job's writes are queued in its store (:meth:`JobStore.queue`)
-  and ``prepare`` writes all of them, the turn's transcript lines included, in one executor hop.
+- Nothing removed from context is lost: every output is written to the job directory (through the
+  writer each verb is handed) before the messages whose placeholders name it leave the Compactor (or
+  reach a summarizer); every message is in ``transcript.jsonl``, written by the session's history,
+  never by the Compactor. The writes are queued in the writer (:meth:`JobStore.queue`: the history's
+  transcript lines, the stages' outputs, events and ``context.jsonl`` records) and ``prepare``
+  writes all of them, the turn's transcript lines included, in one executor hop.
 - Each stage that changes the history appends one line to ``events.jsonl`` and bumps
   ``compactions[stage]``.
 - The Compactor writes no usage, cost or call count: each summary call's outcome, answered or failed
@@ -28,9 +34,11 @@ Guarantees:
   knows what it kept outside the window.
 - Thrashing: a history compaction (``compact_history``, ``reactive_compact``) within ``thrash_turns``
   turns of the one before, or one that frees less than ``thrash_freed_share`` of the limit, is a
-  strike; ``thrash_strikes`` strikes in a row escalate: summaries of half the share, then summaries
-  of the notes alone (memory-only carry-over), then :meth:`Compactor.stuck` gives the reason (with
-  the numbers) and the session ends the job ``stuck`` with a report of what it has.
+  strike on the job's :class:`Thrash` ladder (the session's, handed to its state);
+  ``thrash_strikes`` strikes in a row escalate: summaries of half the share, then summaries of the
+  notes alone (memory-only carry-over), then :attr:`Thrash.reason` gives the reason (with the
+  numbers) and the session, which consults the ladder before each call, ends the job ``stuck`` with
+  a report of what it has.
 """
 
 from __future__ import annotations
@@ -48,7 +56,6 @@ from ..protocol import COMPACTED, REACTIVE_COMPACT, THRASHING, memory_index
 from ..rundir.docs import CONTEXT, EVENTS, TRANSCRIPT, CompactionEvent, JobMetrics, SummaryFailedEvent
 from ..rundir.store import JobStore, dumps, in_thread, read_jsonl
 from ..tools.memory_files import memory_files
-from ..tools.repeats import RepeatGuard
 from . import stages
 from .context import Recorder
 from .fallback import fallback_summary
@@ -103,13 +110,14 @@ class Thrash:
 
 @dataclass
 class CompactionState:
-    """One session's compaction state; the session owns it, the shared Compactor works on it."""
+    """One session's compaction state; the session owns it, the shared Compactor works on it. It
+    writes nothing itself: the window takes what the session's history added (:meth:`take`), and the
+    Compactor's verbs write through the writer they are handed."""
 
-    store: JobStore
     limits: Limits
     active_request: str
     window: Window = field(default_factory=Window)
-    transcript_len: int = 0
+    transcript_len: int = 0  # the transcript's messages the window has taken
     summary_failures: int = 0
     # the job's record: the Compactor counts compactions and persisted bytes in it
     record: JobMetrics = field(default_factory=JobMetrics)
@@ -124,29 +132,24 @@ class CompactionState:
     recorder: Recorder = field(default_factory=Recorder)
     # the job's compaction strategy; by default the one its limits name
     strategy: Strategy = None  # type: ignore[assignment]
-    turns: int = 0  # assistant messages added (the thrash ladder's clock)
+    turns: int = 0  # assistant messages taken (the thrash ladder's clock)
+    # the job's thrash ladder: the session's, which it consults before each call
     thrash: Thrash = field(default_factory=Thrash)
-    # the job's repeat guard, told where each saved output is (a repeat of its call is caught at once)
-    repeats: RepeatGuard | None = None
 
     def __post_init__(self) -> None:
         if self.strategy is None:
             self.strategy = strategy_for(self.limits)
 
-    async def add(self, *messages: Message) -> None:
-        """Append messages to the window, and their transcript lines to the store's queue (written,
-        in one write, by the next flush: at the latest the next ``prepare``, before any model sees
-        them). Each message is serialized once: its transcript line's length is its size in the window.
+    def take(self, message: Message, seq: int, chars: int | None = None) -> None:
+        """The window takes ``message``, the ``seq``-th of the transcript (``chars``: the length of
+        its transcript line, its size in the window, when the history has serialized it).
 
-        The window after an add is the window of the newest ``context.jsonl`` record plus the transcript
+        The window after a take is the window of the newest ``context.jsonl`` record plus the transcript
         lines written since (what :meth:`resume_from` rebuilds), so only a compaction writes a record."""
-        lines = [dumps(message) for message in messages]
-        self.store.queue(lines={TRANSCRIPT: lines})
-        for message, line in zip(messages, lines, strict=True):
-            self.turns += message.get("role") == "assistant"
-            self.transcript_len += 1
-            self.recorder.added(message, self.transcript_len)
-            self._append(message, len(line))
+        self.turns += message.get("role") == "assistant"
+        self.transcript_len = seq
+        self.recorder.added(message, seq)
+        self._append(message, chars)
 
     def context_record(self) -> dict[str, Any]:
         """The window as ``context.jsonl`` records it: by reference (see :mod:`.context`)."""
@@ -160,7 +163,7 @@ class CompactionState:
             record["last_tokens"], record["last_chars"] = self.last_tokens, self.last_chars
         return record
 
-    def resume_from(self, record: dict[str, Any], transcript: list[Message]) -> None:
+    def resume_from(self, record: dict[str, Any], transcript: list[Message], writer: JobStore) -> None:
         """Continue from a ``context.jsonl`` record: its window, then the transcript lines written after
         it (``transcript`` is the whole transcript a resumed job keeps). Raises when they disagree."""
         n = int(record["n"])
@@ -169,7 +172,7 @@ class CompactionState:
                 f"context record names {n} transcript messages, the transcript has {len(transcript)}"
             )
         entries = self.recorder.decode(
-            record["entries"], transcript, self.store, active_request=self.active_request
+            record["entries"], transcript, writer, active_request=self.active_request
         )
         self.window.replace(entries)
         self.transcript_len = n
@@ -182,15 +185,16 @@ class CompactionState:
         if len(transcript) > n:  # calls were made after the record: the model saw all but new results
             self._mark_restored_seen()
 
-    async def resume(self, transcript: list[Message]) -> bool:
-        """Continue a resumed job: from the newest ``context.jsonl`` record that fits ``transcript`` (the
-        context the job had), else by loading the whole transcript. True when a record was used. Runs
-        off the loop (it reads ``context.jsonl`` and the outputs the record names); the session waits."""
+    async def resume(self, transcript: list[Message], writer: JobStore) -> bool:
+        """Continue a resumed job: from the newest ``context.jsonl`` record in ``writer``'s directory that
+        fits ``transcript`` (the context the job had), else by loading the whole transcript. True when a
+        record was used. Runs off the loop (it reads ``context.jsonl`` and the outputs the record names);
+        the session waits."""
         self.turns = sum(1 for m in transcript if m.get("role") == "assistant")
-        return await in_thread(self._resume_sync)(transcript)
+        return await in_thread(self._resume_sync)(transcript, writer)
 
-    def _resume_sync(self, transcript: list[Message]) -> bool:
-        records, _ = read_jsonl(self.store.dir / CONTEXT)
+    def _resume_sync(self, transcript: list[Message], writer: JobStore) -> bool:
+        records, _ = read_jsonl(writer.dir / CONTEXT)
         for record in reversed(records):
             if (
                 not isinstance(record, dict)
@@ -199,7 +203,7 @@ class CompactionState:
             ):
                 continue
             try:
-                self.resume_from(record, transcript)
+                self.resume_from(record, transcript, writer)
                 return True
             except (KeyError, IndexError, TypeError, ValueError, OSError, AttributeError):
                 self.window, self.recorder, self.transcript_len = Window(), Recorder(), 0
@@ -266,12 +270,12 @@ class CompactionState:
         share = self.limits.summary_share / (2 if self.thrash.level >= LEVEL_HALF else 1)
         return max(1, int(self.char_limit() * share))
 
-    def apply(self, stage: str, outcome: Outcome | None) -> None:
-        """Adopt a stage's outcome and queue its writes: the next ``prepare`` (or the job's end) writes
-        them, before any model sees the window."""
+    def apply(self, stage: str, outcome: Outcome | None, writer: JobStore) -> None:
+        """Adopt a stage's outcome and queue its writes in ``writer``: the next ``prepare`` (or the job's
+        end) writes them, before any model sees the window."""
         writes = Writes()
         self.adopt(stage, outcome, writes)
-        writes.queue(self)
+        writes.queue(self, writer)
 
     def adopt(self, stage: str, outcome: Outcome | None, writes: Writes) -> None:
         """Adopt a stage's outcome, queueing its outputs and its event line in ``writes``."""
@@ -291,10 +295,6 @@ class CompactionState:
             len(item.content.encode("utf-8", "surrogatepass")) for item in outcome.persist
         )
         writes.outputs += [(item.path, item.content) for item in outcome.persist]
-        if self.repeats is not None:
-            for item in outcome.persist:
-                if item.tool_use_id:
-                    self.repeats.saved(item.tool_use_id, item.path)
         writes.events.append(
             CompactionEvent(
                 stage=stage,
@@ -316,13 +316,13 @@ class Writes:
     outputs: list[tuple[str, str]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
 
-    def queue(self, state: CompactionState) -> None:
+    def queue(self, state: CompactionState, writer: JobStore) -> None:
         """Queue outputs, the events that name them and the new window (``context.jsonl``) in the job's
-        store, for its next flush (which writes the outputs first)."""
+        writer, for its next flush (which writes the outputs first)."""
         if self.outputs or self.events:
             outputs, events = self.outputs, self.events
             self.outputs, self.events = [], []
-            state.store.queue(
+            writer.queue(
                 outputs,
                 {
                     EVENTS: [dumps(e) for e in events],
@@ -334,23 +334,28 @@ class Writes:
 class _StageRun:
     """The :class:`~runner.compaction.strategies.Stages` a strategy works through in one ``prepare``."""
 
-    def __init__(self, compactor: Compactor, state: CompactionState, *, model_summary: bool):
+    def __init__(
+        self, compactor: Compactor, state: CompactionState, writer: JobStore, *, model_summary: bool
+    ):
         self._compactor = compactor
         self._state = state
+        self._writer = writer
         self._model_summary = model_summary
         self.window = state.window
         self.limits = state.limits
         self.writes = Writes()
-        self.name_for = state.store.reserve
-        self.saved_for = state.store.reserved_for
+        self.name_for = writer.reserve
+        self.saved_for = writer.reserved_for
         self.char_limit = state.char_limit
 
     def adopt(self, stage: str, outcome: Outcome | None) -> None:
         self._state.adopt(stage, outcome, self.writes)
 
     async def summarize(self, stage: str) -> None:
-        self.writes.queue(self._state)
-        await self._compactor.compact_history(self._state, stage, model_summary=self._model_summary)
+        self.writes.queue(self._state, self._writer)
+        await self._compactor.compact_history(
+            self._state, self._writer, stage, model_summary=self._model_summary
+        )
 
 
 class Compactor:
@@ -359,22 +364,30 @@ class Compactor:
     def __init__(self, summarizer: Summarizer):
         self.summarizer = summarizer
 
-    async def prepare(self, state: CompactionState, *, model_summary: bool = True) -> list[Message]:
-        """Let the job's strategy compact ``state``'s window as needed; return the messages to send
+    async def prepare(
+        self, state: CompactionState, writer: JobStore, *, model_summary: bool = True
+    ) -> list[Message]:
+        """Let the job's strategy compact ``state``'s window as needed; return the view to send
         (``model_summary=False``: a summary it needs is the fallback's, without a model call).
 
-        Everything the job's store has queued (the transcript lines added since the last call, the
-        session's event lines) and the stages' outputs and events are written in one executor hop
-        before this returns (and before a summary is asked for), so nothing outside ``prepare`` ever
-        sees a placeholder whose file is not on disk; a failed write fails the call, and with it the job."""
-        run = _StageRun(self, state, model_summary=model_summary)
+        Everything ``writer`` (the job's) has queued (the transcript lines the history added since the
+        last call, the session's event lines) and the stages' outputs and events are written in one
+        executor hop before this returns (and before a summary is asked for), so nothing outside
+        ``prepare`` ever sees a placeholder whose file is not on disk; a failed write fails the call,
+        and with it the job."""
+        run = _StageRun(self, state, writer, model_summary=model_summary)
         await state.strategy.prepare(run)
-        run.writes.queue(state)
-        await state.store.flush()
+        run.writes.queue(state, writer)
+        await writer.flush()
         return state.window.messages
 
     async def compact_history(
-        self, state: CompactionState, stage: str = Stage.COMPACT_HISTORY, *, model_summary: bool = True
+        self,
+        state: CompactionState,
+        writer: JobStore,
+        stage: str = Stage.COMPACT_HISTORY,
+        *,
+        model_summary: bool = True,
     ) -> None:
         """5/7. Summarize everything but the trailing messages the model has not seen yet."""
         entries = state.window.entries
@@ -382,14 +395,14 @@ class Compactor:
         if tail_start == 0:
             return
         await self._summarize_into(
-            state, stage, COMPACTED, tail_start=tail_start, model_summary=model_summary
+            state, writer, stage, COMPACTED, tail_start=tail_start, model_summary=model_summary
         )
 
-    async def compact(self, state: CompactionState) -> None:
+    async def compact(self, state: CompactionState, writer: JobStore) -> None:
         """7. The ``compact`` tool: runs after the whole tool batch, every tool_use answered."""
-        await self.compact_history(state, Stage.COMPACT_TOOL)
+        await self.compact_history(state, writer, Stage.COMPACT_TOOL)
 
-    async def reactive(self, state: CompactionState) -> bool:
+    async def reactive(self, state: CompactionState, writer: JobStore) -> bool:
         """6. After "prompt is too long": summarize all but the newest ``keep_recent_messages``
         (pair-safe). Returns False when there is nothing left to summarize."""
         entries = state.window.entries
@@ -400,36 +413,47 @@ class Compactor:
             tail_start = stages.unseen_tail_start(entries)
         if tail_start == 0:
             return False
-        await self._summarize_into(state, Stage.REACTIVE_COMPACT, REACTIVE_COMPACT, tail_start=tail_start)
+        await self._summarize_into(
+            state, writer, Stage.REACTIVE_COMPACT, REACTIVE_COMPACT, tail_start=tail_start
+        )
         return True
 
-    def stuck(self, state: CompactionState) -> str | None:
-        """Why the job is stuck (its history compactions thrash), or ``None``."""
-        return state.thrash.reason
-
     async def _summarize_into(
-        self, state: CompactionState, stage: str, label: str, *, tail_start: int, model_summary: bool = True
+        self,
+        state: CompactionState,
+        writer: JobStore,
+        stage: str,
+        label: str,
+        *,
+        tail_start: int,
+        model_summary: bool = True,
     ) -> None:
         entries = state.window.entries
         old = [e.message for e in entries[:tail_start]]
         seqs = [e.seq for e in entries[:tail_start] if e.seq is not None]
         transcript = f"{TRANSCRIPT} (messages 1-{max(seqs)} of this session)" if seqs else TRANSCRIPT
-        text = await self._summary(state, old, transcript, model=model_summary)
-        summary_path = state.store.queue_summary(text)  # written with the compaction's event
+        text = await self._summary(state, writer, old, transcript, model=model_summary)
+        summary_path = writer.queue_summary(text)  # written with the compaction's event
         where = f"{transcript}; summary in {summary_path}"
-        memory = memory_index(await in_thread(memory_files)(str(state.store.dir)))
+        memory = memory_index(await in_thread(memory_files)(str(writer.dir)))
         message = stages.summary_message(label, state.active_request, text, where=where, memory=memory)
         state.recorder.summary(message, summary_path, label, where=where, memory=memory)
         outcome = Outcome(stages.replace_with_summary(entries, tail_start, message), paths=[summary_path])
         before = state.window.total
-        state.apply(stage, outcome)
+        state.apply(stage, outcome, writer)
         if stage in HISTORY_STAGES:
             state.thrash.observe(
                 state.turns, (before - state.window.total) / state.char_limit(), state.limits
             )
 
     async def _summary(
-        self, state: CompactionState, messages: list[Message], where: str = TRANSCRIPT, *, model: bool = True
+        self,
+        state: CompactionState,
+        writer: JobStore,
+        messages: list[Message],
+        where: str = TRANSCRIPT,
+        *,
+        model: bool = True,
     ) -> str:
         budget = state.summary_chars()
         if state.thrash.level >= LEVEL_NOTES:  # memory-only carry-over: the notes alone, no model call
@@ -437,7 +461,7 @@ class Compactor:
         breaker_open = state.summary_failures >= state.limits.max_summary_failures
         if model and self.summarizer.available and not breaker_open:
             try:
-                await state.store.flush()  # the summarizer is a model: every file it may be shown is on disk
+                await writer.flush()  # the summarizer is a model: every file it may be shown is on disk
                 summary = await self.summarizer.summarize(
                     messages,
                     state.active_request,
@@ -449,7 +473,7 @@ class Compactor:
             except Exception as e:  # counted for the breaker; this compaction still happens
                 state.summarized(Summary("", Usage(), wire=counts_of(e)))  # what the call met
                 state.summary_failures += 1
-                state.store.queue_records(
+                writer.queue_records(
                     EVENTS,
                     [
                         SummaryFailedEvent(
@@ -464,13 +488,12 @@ class Compactor:
                 return summary.text
         return fallback_summary(messages, budget)
 
-    async def record(self, state: CompactionState, reply: Reply) -> None:
+    def record(self, state: CompactionState, reply: Reply, writer: JobStore) -> None:
         """After a call: calibrate the token estimate from the reply's real usage (what the model saw
         as input, plus what the API's context editing cleared from it), mark what the call carried as
         seen, count and log the API's context editing (``tool_use_clearing``, the window unchanged: the
-        API edits each request anew from the whole history); a reply the API compacted server-side is added
-        to the window, and since the API ignores everything before its compaction block, the window
-        keeps only the first user message and that reply (both in the transcript)."""
+        API edits each request anew from the whole history). A reply the API compacted server-side is
+        the session's to add to its history, then :meth:`server_compacted`'s to adopt."""
         if reply.usage.context_tokens:  # what the API's context editing cleared was sent all the same
             tokens = reply.usage.context_tokens + reply.cleared_input_tokens
             state.calibrate(tokens, state.window.total + state.overhead_chars)
@@ -486,13 +509,14 @@ class Compactor:
                 chars_after=chars,
                 applied_edits=reply.applied_edits,
             )
-            state.store.queue_records(EVENTS, [event.line()])
-        if not reply.compacted:
-            return
-        if reply.content:
-            await state.add(reply.message())
+            writer.queue_records(EVENTS, [event.line()])
+
+    def server_compacted(self, state: CompactionState, writer: JobStore) -> None:
+        """The API compacted the last call server-side (its reply, when it has content, added to the
+        history since): as the API ignores everything before its compaction block, the window keeps
+        only the first user message and that reply (both in the transcript)."""
         entries = state.window.entries
         if len(entries) > 2 and entries[0].message["role"] == "user":
-            state.apply(Stage.SERVER_COMPACTION, Outcome([entries[0], entries[-1]]))
+            state.apply(Stage.SERVER_COMPACTION, Outcome([entries[0], entries[-1]]), writer)
         else:
             state.record.count(Stage.SERVER_COMPACTION)

@@ -26,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from ..agent.history import History
 from ..billing import input_tokens
 from ..compaction.clearing import apply_clear_edits
 from ..compaction.compactor import CompactionState, Compactor
@@ -124,6 +125,7 @@ class CompactorContestant:
         self.store = JobStore(job_dir)
         self.limits = limits
         self.state: CompactionState | None = None
+        self.history: History | None = None
         self.added: list[Message] = []
         self._lines: dict[int, str] = {}
         self._applied: list[dict[str, Any]] = []  # the API's context editing of the last view
@@ -156,14 +158,16 @@ class CompactorContestant:
             first = history[0]
             active = "\n".join(said_texts(first))
             self.state = CompactionState(
-                store=self.store, limits=self.limits, active_request=active, on_summary=self._summarized
+                limits=self.limits, active_request=active, on_summary=self._summarized
             )
             self.state.overhead_chars = self._overhead
+            self.history = History(self.store, self.state)
         new = history[len(self.added) :]
         if new:
-            await self.state.add(*new)
+            assert self.history is not None
+            self.history.add(*new)
             self.added += new
-        view = await self.compactor.prepare(self.state)
+        view = await self.compactor.prepare(self.state, self.store)
         view, applied = apply_clear_edits(
             view,
             self.state.strategy.context_management(),
@@ -179,11 +183,11 @@ class CompactorContestant:
     async def record(self, usage: Usage) -> None:
         assert self.state is not None
         reply = Reply(content=[], stop_reason="end_turn", usage=usage, applied_edits=self._applied)
-        await self.compactor.record(self.state, reply)
+        self.compactor.record(self.state, reply, self.store)
 
     async def reactive(self) -> bool:
         assert self.state is not None
-        return await self.compactor.reactive(self.state)
+        return await self.compactor.reactive(self.state, self.store)
 
     def targets(self, view: list[Message]) -> dict[str, str]:
         found: dict[str, str] = {}
