@@ -1,6 +1,10 @@
 """Nightly runs that remember: the workspace manifest, an incremental job's baseline (found, or each
-reason it is not), two nights through ``runner run`` on the offline model, ``--fresh``, resume of an
-incremental job, and ``runner diff``."""
+reason it is not), two nights through ``runner run``, ``--fresh``, resume of an incremental job, and
+``runner diff``.
+
+These hold with any model: the nights are driven here by a scripted model (``tests/scripted.py``: it
+lists the workspace, keeps a note in its memory and reads one module, then reports a table of every
+file and its lines, as the workspace has them), in place of the offline stand-in."""
 
 from __future__ import annotations
 
@@ -15,14 +19,15 @@ from typing import Any
 
 import anyio
 import pytest
+from scripted import ScriptedModel, play_instead_of_the_stand_in
 
 from runner import protocol
 from runner.agent.incremental import FRESH_FLAG, copy_agents, find_baseline
 from runner.config import Limits
 from runner.jobs import JobSpec
-from runner.messages import request_problems, text_of
+from runner.messages import request_problems, text_of, tool_uses
+from runner.models.base import Request
 from runner.offline import readback
-from runner.offline.model import OfflineModel
 from runner.rundir.docs import BASELINE_CHANGES, BASELINE_REPORT, MANIFEST
 from runner.rundir.manifest import build, diff, read_manifest
 from runner.ui.diff import compare
@@ -30,17 +35,42 @@ from runner.ui.diff import compare
 PROMPT = "Survey this package."
 
 
-def recorded_requests(monkeypatch: pytest.MonkeyPatch) -> list[list[dict]]:
-    """The messages of every request the offline model answers from now on, in order."""
-    requests: list[list[dict]] = []
-    create = OfflineModel.create
+def night_script(module: str = "__init__.py") -> list[tuple[str, dict]]:
+    """A night's calls: list the modules, keep a note in memory, read ``module``."""
+    return [
+        ("glob", {"pattern": "**/*.py"}),
+        ("memory", {"command": "create", "path": "/memories/notes.md", "file_text": "- listed, read\n"}),
+        ("read", {"file_path": module}),
+    ]
 
-    async def recording(self: OfflineModel, request: Any) -> Any:
-        requests.append(request.messages)
-        return await create(self, request)
 
-    monkeypatch.setattr(OfflineModel, "create", recording)
-    return requests
+NIGHT = night_script()
+CALLS = len(NIGHT) + 1  # a night's model calls: its script, then its report
+
+
+def every_file(ws: Path) -> str:
+    """A report: every regular file of ``ws`` (not under ``.git``) and its lines, a table row each."""
+    files = sorted(
+        p.relative_to(ws).as_posix()
+        for p in ws.rglob("*")
+        if p.is_file() and not p.is_symlink() and ".git" not in p.parts
+    )
+    rows = "".join(f"| {f} | {len((ws / f).read_bytes().splitlines())} |\n" for f in files)
+    return f"# Survey\n\n## Every file\n\n| file | lines |\n|---|---:|\n{rows}"
+
+
+def nights_model(monkeypatch: pytest.MonkeyPatch, ws: Path, module: str = "__init__.py") -> list[Request]:
+    """The CLI's model for this test a scripted night on ``ws`` (reading ``module``): every request it
+    answers, in order."""
+    model = ScriptedModel(night_script(module), final=lambda _: every_file(ws))
+    play_instead_of_the_stand_in(monkeypatch, model)
+    return model.requests
+
+
+def made(job: Path) -> list[tuple[str, dict]]:
+    """Every tool call the job's transcript holds, in order."""
+    lines = (job / "transcript.jsonl").read_text().splitlines()
+    return [(u["name"], u["input"]) for line in lines for u in tool_uses(json.loads(line))]
 
 
 def tree(tmp_path: Path) -> Path:
@@ -282,9 +312,9 @@ def test_the_newest_usable_earlier_run_is_the_baseline(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def nightly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, list[list[dict]]]:
-    """A project: the tree, an incremental task file, a config on the offline model; and every request
-    the offline model is sent (its messages), in order."""
+def nightly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, list[Request]]:
+    """A project: the tree, an incremental task file, a config on the scripted model; and every request
+    the model is sent, in order."""
     ws = tree(tmp_path)
     (ws / "queue").unlink()
     (tmp_path / "jobs").mkdir()
@@ -292,8 +322,7 @@ def nightly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path
         f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n'
     )
     (tmp_path / "config.toml").write_text('[runner]\noutput_dir = "runs"\nbackend = "offline"\n')
-    requests = recorded_requests(monkeypatch)
-    return tmp_path, ws, requests
+    return tmp_path, ws, nights_model(monkeypatch, ws)
 
 
 def change(ws: Path) -> None:
@@ -320,11 +349,12 @@ def test_two_nights_the_second_starts_from_the_first(run_cli: Any, nightly: tupl
     assert "job survey: a full run: no usable baseline" in stderr
     run1 = Path(first["run_dir"])
     assert (run1 / "survey" / MANIFEST).is_file()
-    assert len(requests[0][0]["content"] if isinstance(requests[0][0]["content"], list) else [1]) == 1
+    assert requests[0].messages == [{"role": "user", "content": PROMPT}]  # the prompt alone
+    assert (job["status"], job["turns"], len(requests)) == ("succeeded", CALLS, CALLS)
     memories = sorted(
         p.relative_to(run1 / "survey").as_posix() for p in (run1 / "survey" / "memories").rglob("*.md")
     )
-    assert memories
+    assert memories == ["memories/notes.md"]
 
     change(ws)
     requests.clear()
@@ -339,7 +369,8 @@ def test_two_nights_the_second_starts_from_the_first(run_cli: Any, nightly: tupl
     )
     assert inc["baseline_cost_usd"] == round(first["jobs"][0]["cost_usd"], 6) and inc["fresh"] is None
     assert f"job survey: incremental from run {run1.name}: 1 files added, 1 changed, 1 removed" in stderr
-    first_request = requests[0]
+    assert (second["jobs"][0]["turns"], len(requests)) == (CALLS, CALLS)  # the runtime added no call
+    first_request = requests[0].messages
     assert not request_problems(first_request, PROMPT)
     assert (
         len(first_request) == 1 and first_request[0]["content"][0]["text"] == PROMPT
@@ -358,6 +389,8 @@ def test_two_nights_the_second_starts_from_the_first(run_cli: Any, nightly: tupl
     assert "added: new_mod.py" in text and "changed: tool.py" in text and "removed: scanner.py" in text
     assert f"its {len(memories)} memory files are your memory now" in text
     job2 = run2 / "survey"
+    assert (job2 / "baseline-memories" / "notes.md").read_text() == "- listed, read\n"
+    assert made(job2) == NIGHT  # the night's own calls, after the runtime's note
     assert readback.changes_of((job2 / BASELINE_CHANGES).read_text()) == {
         "added": ["new_mod.py"],
         "changed": ["tool.py"],
@@ -372,8 +405,12 @@ def test_two_nights_the_second_starts_from_the_first(run_cli: Any, nightly: tupl
     shown = run_cli("diff", str(run1), str(run2), "--json", cwd=root)
     doc = json.loads(shown.stdout)
     assert shown.returncode == 1 and doc["jobs_changed"] == ["survey"]
-    assert "new_mod.py" in doc["jobs"][0]["added"] and "scanner.py" in doc["jobs"][0]["removed"]
-    assert "tool.py" in doc["jobs"][0]["changed_units"]
+    diffed = doc["jobs"][0]  # the reports' rows: one file added, one removed, one whose lines changed
+    assert (diffed["added"], diffed["removed"], diffed["changed_units"]) == (
+        ["new_mod.py"],
+        ["scanner.py"],
+        ["tool.py"],
+    )
 
     requests.clear()
     third, stderr = night(run_cli, root, "--fresh")  # the same tree, in full
@@ -383,7 +420,7 @@ def test_two_nights_the_second_starts_from_the_first(run_cli: Any, nightly: tupl
         and inc3["fresh"] == FRESH_FLAG
         and f"job survey: a full run: {FRESH_FLAG}" in stderr
     )
-    assert isinstance(requests[0][0]["content"], str)  # the prompt alone
+    assert requests[0].messages == [{"role": "user", "content": PROMPT}]  # the prompt alone
     run3 = Path(third["run_dir"])
     assert run_cli("diff", str(run2), str(run3), cwd=root).returncode == 0  # the same tree, the same report
     assert run_cli("diff", str(run2), "runs/latest", cwd=root).returncode == 0
@@ -409,10 +446,14 @@ def test_a_resumed_incremental_job_keeps_its_baseline(run_cli: Any, nightly: tup
     assert resumed.returncode == 0, resumed.stderr
     after = json.loads((job2 / "metrics.json").read_text())
     assert after["status"] == "succeeded" and after["incremental"] == kept
+    assert after["turns"] == CALLS  # the kept turn, the rest of the script, the report
+    assert made(job2) == NIGHT  # from the kept turn on: nothing made twice
     transcript = [json.loads(line) for line in (job2 / "transcript.jsonl").read_text().splitlines()]
     assert transcript[0]["content"] == PROMPT and readback.incremental_of(transcript[1]["content"])
     assert sum(readback.incremental_of(str(m.get("content"))) is not None for m in transcript) == 1
-    assert readback.incremental_of(requests[0][0]["content"][1]["text"])["run"] == kept["baseline"]
+    assert len(requests) == CALLS - 1
+    assert readback.incremental_of(requests[0].messages[0]["content"][1]["text"])["run"] == kept["baseline"]
+    assert (job2 / "final.md").read_text() == every_file(ws)
 
 
 def subagent_dir(where: Path, prompt: str, status: str = "succeeded") -> None:
@@ -511,6 +552,7 @@ def test_a_resumed_incremental_job_keeps_its_starting_memory(run_cli: Any, night
     (job2 / "metrics.json").write_text(json.dumps({**metrics, "status": "cancelled"}))
     assert run_cli("resume", second["run_dir"], cwd=root).returncode == 0
     assert (job2 / "memories" / "extra.md").read_text() == "remember me\n"
+    assert sorted(os.listdir(job2 / "memories")) == ["extra.md", "notes.md"]
 
 
 # --- the unchanged files that import a changed one, over two nights ------------------------------------
@@ -518,7 +560,7 @@ def test_a_resumed_incremental_job_keeps_its_starting_memory(run_cli: Any, night
 
 def importing_project(root: Path, *, imports: str) -> Path:
     """A project of 30 modules in a package whose 5 ``user_*.py`` import ``lib.{imports}``, on the
-    offline model, incremental."""
+    scripted model, incremental."""
     ws = root / "ws"
     (ws / "lib").mkdir(parents=True)
     (ws / "lib" / "__init__.py").write_text('"""The library."""\n')
@@ -544,17 +586,17 @@ def importing_project(root: Path, *, imports: str) -> Path:
 def test_night_two_names_the_unchanged_importers_of_the_changed_module(
     run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    requests = recorded_requests(monkeypatch)
     nights: dict[str, tuple[dict, str]] = {}
     for imports in ("core", "other"):  # 5 importers of the changed module; the plain night: none
         root = tmp_path / imports
         ws = importing_project(root, imports=imports)
+        requests = nights_model(monkeypatch, ws, "user_0.py")
         night(run_cli, root)
         with (ws / "lib" / "core.py").open("a") as f:
             f.write("\n\ndef more():\n    return 3\n")
         requests.clear()
         done, stderr = night(run_cli, root)
-        nights[imports] = (done, text_of(requests[0][0]))
+        nights[imports] = (done, text_of(requests[0].messages[0]))
         assert imports != "core" or "(5 unchanged files import them)" in stderr
     second, note = nights["core"]
     users = [f"user_{i}.py" for i in range(5)]
@@ -567,5 +609,7 @@ def test_night_two_names_the_unchanged_importers_of_the_changed_module(
     assert readback.changes_of(saved) == {"added": [], "changed": ["lib/core.py"], "removed": []}
     plain, plain_note = nights["other"]
     assert "depends on changed" not in plain_note and plain["jobs"][0]["incremental"]["files_dependent"] == 0
+    assert protocol.DEPENDENTS_HINT not in plain_note
+    assert second["jobs"][0]["turns"] == plain["jobs"][0]["turns"] == CALLS  # the runtime adds no call
     cost, plain_cost = second["jobs"][0]["cost_usd"], plain["jobs"][0]["cost_usd"]
     assert 0 < cost <= 2 * plain_cost, (cost, plain_cost)
