@@ -19,7 +19,8 @@ from typing import Any
 
 import anyio
 import pytest
-from scripted import ScriptedModel, play_instead_of_the_stand_in
+from conftest import kill_runner_when
+from scripted import ScriptedModel, play_instead_of_the_stand_in, scripted_runner
 
 from runner import protocol
 from runner.agent.incremental import FRESH_FLAG, copy_agents, find_baseline
@@ -30,6 +31,7 @@ from runner.models.base import Request
 from runner.offline import readback
 from runner.rundir.docs import BASELINE_CHANGES, BASELINE_REPORT, MANIFEST
 from runner.rundir.manifest import build, diff, read_manifest
+from runner.rundir.store import read_jsonl
 from runner.ui.diff import compare
 
 PROMPT = "Survey this package."
@@ -454,6 +456,94 @@ def test_a_resumed_incremental_job_keeps_its_baseline(run_cli: Any, nightly: tup
     assert len(requests) == CALLS - 1
     assert readback.incremental_of(requests[0].messages[0]["content"][1]["text"])["run"] == kept["baseline"]
     assert (job2 / "final.md").read_text() == every_file(ws)
+
+
+def test_a_baseline_the_runtime_cannot_use_means_a_full_run_with_its_reason(
+    run_cli: Any, nightly: tuple
+) -> None:
+    root, ws, requests = nightly
+    first, _ = night(run_cli, root)
+    job1 = Path(first["run_dir"]) / "survey"
+    (job1 / MANIFEST).write_text('{"manifest": 1, "created": 5, "entries": 9}\n{"path"\n')  # damaged
+    change(ws)
+    requests.clear()
+    second, stderr = night(run_cli, root)
+    inc = second["jobs"][0]["incremental"]
+    assert inc["baseline"] is None and "damaged" in inc["fresh"] and "job survey: a full run:" in stderr
+    assert requests[0].messages == [{"role": "user", "content": PROMPT}]  # no note: a night of its own
+    job2 = Path(second["run_dir"]) / "survey"
+    assert not (job2 / BASELINE_CHANGES).exists() and not (job2 / "baseline-memories").exists()
+    assert (job2 / MANIFEST).is_file()  # the next night's baseline
+    assert second["jobs"][0]["turns"] == CALLS
+
+
+def test_a_killed_incremental_night_resumes_from_its_baseline_as_an_uninterrupted_one(
+    run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Night two, a real runner process, is killed with SIGKILL part way; ``runner resume`` keeps its
+    baseline and its record and ends with the transcript, turns and report of the same night run
+    without interruption."""
+    ws = tree(tmp_path)
+    (ws / "queue").unlink()
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "survey.toml").write_text(
+        f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n'
+    )
+    (tmp_path / "config.toml").write_text('[runner]\noutput_dir = "runs"\nbackend = "offline"\n')
+    # the night: list, a note, then every module read a line range at a time (turns to kill in)
+    ranges = [
+        ("read", {"file_path": f, "view_range": [k, k + 4]})
+        for f in ("decoder.py", "encoder.py")
+        for k in range(1, 100, 5)
+    ]
+    model = ScriptedModel([*NIGHT, *ranges], final="# Survey\n\nEvery module read.\n")
+    play_instead_of_the_stand_in(monkeypatch, model)
+    first, _ = night(run_cli, tmp_path)
+    baseline = Path(first["run_dir"])
+    change(ws)
+    script = model.save(tmp_path / "script.json")
+
+    def runs() -> list[Path]:
+        return [
+            r for r in (tmp_path / "runs").iterdir() if r.is_dir() and not r.is_symlink() and r != baseline
+        ]
+
+    def transcript_lines() -> int:
+        found = runs()
+        try:
+            return (found[0] / "survey" / "transcript.jsonl").read_bytes().count(b"\n") if found else 0
+        except OSError:
+            return 0
+
+    killed = None
+    for at_line in (20, 10, 6):  # the note and a few turns written (the run may end first: earlier then)
+        argv = scripted_runner(script, "run", "jobs")
+        if kill_runner_when(lambda at=at_line: transcript_lines() >= at, cwd=tmp_path, argv=argv):
+            killed = runs()[0]
+            break
+        shutil.move(runs()[0], tmp_path / f"ended-{at_line}")
+    assert killed is not None, "every night ended before its kill point"
+    job = killed / "survey"
+    assert not (job / "final.md").exists()
+    kept = json.loads((job / "metrics.json").read_text()).get("incremental")
+    resumed = run_cli("resume", str(killed), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    after = json.loads((job / "metrics.json").read_text())
+    assert after["status"] == "succeeded" and after["incremental"]["baseline"] == baseline.name
+    assert after["incremental"] == kept  # the record the killed night had written, kept
+
+    shutil.move(killed, tmp_path / "resumed")  # out of the output directory: night 1 is the baseline again
+    again, _ = night(run_cli, tmp_path)
+    whole = Path(again["run_dir"]) / "survey"
+    timing = ("manifest_s",)
+    assert {k: v for k, v in again["jobs"][0]["incremental"].items() if k not in timing} == {
+        k: v for k, v in after["incremental"].items() if k not in timing
+    }
+    assert again["jobs"][0]["turns"] == after["turns"] == len(model.turns) + 1
+    resumed_job = tmp_path / "resumed" / "survey"
+    assert read_jsonl(resumed_job / "transcript.jsonl")[0] == read_jsonl(whole / "transcript.jsonl")[0]
+    assert (resumed_job / "final.md").read_text() == (whole / "final.md").read_text()
+    assert sorted(os.listdir(resumed_job / "memories")) == sorted(os.listdir(whole / "memories"))
 
 
 def subagent_dir(where: Path, prompt: str, status: str = "succeeded") -> None:
