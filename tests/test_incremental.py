@@ -29,6 +29,7 @@ from runner.jobs import JobSpec
 from runner.messages import request_problems, text_of, tool_uses
 from runner.models.base import Request
 from runner.offline import readback
+from runner.protocol import subagent_result
 from runner.rundir.docs import BASELINE_CHANGES, BASELINE_REPORT, MANIFEST
 from runner.rundir.manifest import build, diff, read_manifest
 from runner.rundir.store import read_jsonl
@@ -544,6 +545,106 @@ def test_a_killed_incremental_night_resumes_from_its_baseline_as_an_uninterrupte
     assert read_jsonl(resumed_job / "transcript.jsonl")[0] == read_jsonl(whole / "transcript.jsonl")[0]
     assert (resumed_job / "final.md").read_text() == (whole / "final.md").read_text()
     assert sorted(os.listdir(resumed_job / "memories")) == sorted(os.listdir(whole / "memories"))
+
+
+PART_TOOLS = ["read", "grep"]
+
+
+def part(name: str) -> ScriptedModel:
+    """A subagent's script: a note in its memory, a read of its part's module, its report."""
+    return ScriptedModel(
+        [
+            ("memory", {"command": "create", "path": "/memories/part.md", "file_text": f"- {name}\n"}),
+            ("read", {"file_path": f"{name}/mod.py"}),
+        ],
+        final=f"# Part {name}\n",
+    )
+
+
+def task(name: str) -> tuple[str, dict]:
+    return ("task", {"description": f"part {name}", "prompt": f"Survey part {name}.", "tools": PART_TOOLS})
+
+
+def naming_parts(carried: tuple[str, ...]) -> Any:
+    """A parent's report: a row for each subagent whose result it got and each carried part, naming
+    its final.md (as a report must, for the next night to carry it over)."""
+
+    def report(request: Request) -> str:
+        heads = [
+            subagent_result(str(r["content"]))
+            for m in request.messages
+            if m["role"] == "user" and isinstance(m["content"], list)
+            for r in m["content"]
+            if r.get("type") == "tool_result"
+        ]
+        rows = [f"| `{h[2]}` | {h[1]} |" for h in heads if h] + [
+            f"| `{c}/final.md` | carried |" for c in carried
+        ]
+        return "# Parts\n\n| report | status |\n|---|---|\n" + "".join(f"{row}\n" for row in rows)
+
+    return report
+
+
+def split_night(
+    run_cli: Any, monkeypatch: pytest.MonkeyPatch, root: Path, tasks: list, carried: tuple[str, ...] = ()
+) -> tuple[dict, Path, ScriptedModel]:
+    """A night of a parent that hands out ``tasks`` (none: it only reports) to scripted subagents."""
+    model = ScriptedModel(
+        [tasks] if tasks else [],
+        final=naming_parts(carried),
+        subagents={f"Survey part {n}.": part(n) for n in ("a", "b")},
+    )
+    play_instead_of_the_stand_in(monkeypatch, model)
+    done, _ = night(run_cli, root)
+    assert done["jobs"][0]["status"] == "succeeded"
+    return done, Path(done["run_dir"]) / "survey", model
+
+
+def test_a_baseline_s_subagents_are_carried_over_and_one_given_again_is_replaced(
+    run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Night one hands out parts a and b; night two only a again (its file changed): b's subagent is
+    carried over from night one, a's copy is removed when the new a starts; night three hands out
+    nothing: both are carried over again, from night two's own copy and its own subagent."""
+    ws = tmp_path / "ws"
+    for name in ("a", "b"):
+        (ws / name).mkdir(parents=True)
+        (ws / name / "mod.py").write_text(f"{name} = 1\n")
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "survey.toml").write_text(
+        f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n'
+        'tools = ["read", "glob", "grep", "task"]\n'
+    )
+    (tmp_path / "config.toml").write_text('[runner]\noutput_dir = "runs"\nbackend = "offline"\n')
+    _, job1, _ = split_night(run_cli, monkeypatch, tmp_path, [task("a"), task("b")])
+    assert sorted(os.listdir(job1 / "agents")) == ["1-part-a", "2-part-b"]
+
+    (ws / "a" / "mod.py").write_text("a = 2\n")
+    second, job2, model = split_night(
+        run_cli, monkeypatch, tmp_path, [task("a")], ("baseline-agents/2-part-b",)
+    )
+    copied = [("baseline-agents/1-part-a", "Survey part a."), ("baseline-agents/2-part-b", "Survey part b.")]
+    assert readback.agents_of((job2 / "tool-results" / "baseline-agents.txt").read_text()) == copied
+    assert "its 2 subagents that succeeded are copied to baseline-agents/" in text_of(
+        model.requests[0].messages[0]
+    )
+    assert sorted(os.listdir(job2 / "agents")) == ["1-part-a"]
+    assert sorted(os.listdir(job2 / "baseline-agents")) == ["2-part-b"]  # a's copy: superseded, removed
+    kept = job2 / "baseline-agents" / "2-part-b"
+    assert sorted(os.listdir(kept)) == ["final.md", "job.json", "memories", "metrics.json"]
+    assert (kept / "final.md").read_text() == "# Part b\n"
+    assert (kept / "memories" / "part.md").read_text() == "- b\n"
+    assert json.loads((kept / "job.json").read_text())["prompt"] == "Survey part b."
+    assert second["jobs"][0]["incremental"]["files_changed"] == 1
+
+    _, job3, _ = split_night(
+        run_cli, monkeypatch, tmp_path, [], ("agents/1-part-a", "baseline-agents/2-part-b")
+    )
+    assert not (job3 / "agents").exists()
+    copied = [("baseline-agents/1-part-a", "Survey part a."), ("baseline-agents/2-part-b", "Survey part b.")]
+    assert readback.agents_of((job3 / "tool-results" / "baseline-agents.txt").read_text()) == copied
+    for name, text in (("1-part-a", "# Part a\n"), ("2-part-b", "# Part b\n")):
+        assert (job3 / "baseline-agents" / name / "final.md").read_text() == text
 
 
 def subagent_dir(where: Path, prompt: str, status: str = "succeeded") -> None:
