@@ -801,6 +801,6 @@ def test_night_two_names_the_unchanged_importers_of_the_changed_module(
     plain, plain_note = nights["other"]
     assert "depends on changed" not in plain_note and plain["jobs"][0]["incremental"]["files_dependent"] == 0
     assert protocol.DEPENDENTS_HINT not in plain_note
-    assert second["jobs"][0]["turns"] == plain["jobs"][0]["turns"] == CALLS  # the runtime adds no call
-    cost, plain_cost = second["jobs"][0]["cost_usd"], plain["jobs"][0]["cost_usd"]
-    assert 0 < cost <= 2 * plain_cost, (cost, plain_cost)
+    # the runtime adds no call (what a model makes of the note, e.g. the stand-in's cost with it against
+    # without, is its own: test_incremental_offline.py)
+    assert second["jobs"][0]["turns"] == plain["jobs"][0]["turns"] == CALLS

@@ -218,6 +218,37 @@ def test_a_baseline_without_survey_facts_means_a_full_survey_saying_why(run_cli:
     assert_same_facts(second, fresh)
 
 
+def test_unchanged_importers_of_a_changed_module_are_carried_over_not_read(
+    run_cli: Any, tmp_path: Path
+) -> None:
+    """Night two's note names 5 unchanged files that import the changed module: the survey reads the
+    changed one only and costs at most twice a night whose change no file imports."""
+    nights = {}
+    for imports in ("core", "other"):
+        root = tmp_path / imports
+        ws = root / "ws"
+        (ws / "lib").mkdir(parents=True)
+        for name in ("core", "other"):
+            (ws / "lib" / f"{name}.py").write_text(f'"""{name}."""\n\n\ndef {name}():\n    return 1\n')
+        for i in range(5):
+            (ws / f"user_{i}.py").write_text(f"from lib.{imports} import {imports}\n\nx = {imports}()\n")
+        for i in range(23):
+            (ws / "lib" / f"leaf_{i:02d}.py").write_text(f"def leaf_{i}():\n    return {i}\n")
+        (root / "jobs").mkdir()
+        (root / "jobs" / "survey.toml").write_text(
+            f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n'
+        )
+        (root / "config.toml").write_text('[runner]\noutput_dir = "runs"\nbackend = "offline"\n')
+        night(run_cli, root)
+        with (ws / "lib" / "core.py").open("a") as f:
+            f.write("\n\ndef more():\n    return 3\n")
+        nights[imports] = night(run_cli, root)
+    (second, doc), (_, plain) = nights["core"], nights["other"]
+    assert doc["incremental"]["files_dependent"] == 5 and plain["incremental"]["files_dependent"] == 0
+    assert [c["file_path"] for c in calls(second, "read")] == ["lib/core.py"]
+    assert 0 < doc["cost_usd"] <= 2 * plain["cost_usd"], (doc["cost_usd"], plain["cost_usd"])
+
+
 def test_a_resumed_incremental_night_ends_with_the_report_of_an_uninterrupted_one(
     run_cli: Any, tmp_path: Path
 ) -> None:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import scripted_job, survey_rows
+from conftest import regular_files, scripted_job, survey_rows
 from scripted import ScriptedModel
 
 import runner.tools.memory
@@ -421,8 +421,17 @@ async def test_a_resumed_survey_goes_on_from_its_memory(tmp_path):
     now = {p.name: p.read_text() for p in (job / "memories" / "survey").iterdir()}
     assert now["files-000.md"] == kept["files-000.md"]  # the listing was whole: nothing listed again
     assert now["facts-000.md"].startswith(kept["facts-000.md"])  # facts go on at the end
-    rows = survey_rows((job / "final.md").read_text(), job)
-    assert len(rows) == len({p for p in rows})  # every entry once
+    facts = [
+        json.loads(line)[0]
+        for name in sorted((job / "memories" / "survey").glob("facts-*.md"))
+        for line in name.read_text().splitlines()[1:]
+    ]
+    assert len(facts) == len(set(facts))  # every entry once: nothing read twice across the resume
+    assert (
+        set(survey_rows((job / "final.md").read_text(), job))
+        == set(facts)
+        == set(regular_files(Path(email.__file__).parent))
+    )
     final, _ = read_jsonl(job / "transcript.jsonl")
     assert not any(
         b.get("name") == "glob"
