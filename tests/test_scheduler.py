@@ -25,7 +25,7 @@ from runner.config import ConfigError, Limits, Settings
 from runner.execution.core import Batch, BatchResult, Dispatch, run_batch_with
 from runner.execution.scheduler import run_batch
 from runner.jobs import JobSpec, find_task_files, load_jobs
-from runner.messages import request_problems, text_of
+from runner.messages import request_problems, text_of, tool_results
 from runner.models.base import BackendUnusable, Reply, Request
 from runner.rundir.store import read_jsonl
 
@@ -151,6 +151,9 @@ async def test_one_failing_job_does_not_stop_the_others(tmp_path, workspace):
     assert document["totals"]["succeeded"] == 5 and document["totals"]["failed"] == 1
     for i in range(5):  # each job ran its whole script, its own report its final.md
         assert metrics(tmp_path / "run", f"ok-{i}")["turns"] == CALLS
+        messages = assert_transcript_valid(tmp_path / "run" / f"ok-{i}")
+        results = [r for message in messages for r in tool_results(message)]
+        assert len(results) == len(TURNS) and not any(r.get("is_error") for r in results)
         final = (tmp_path / "run" / f"ok-{i}" / "final.md").read_text()
         assert final == f"# Survey\n\nSurvey it (ok-{i}).: 3 files read.\n"
 
@@ -188,7 +191,7 @@ async def test_max_turns_ends_the_job(tmp_path, workspace):
     assert metrics(tmp_path / "run", "normal")["turns"] == CALLS
     messages = assert_transcript_valid(tmp_path / "run" / "short")
     # one turn of the script (its glob), then the last call, without tools, for the report
-    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
+    assert [message["role"] for message in messages] == ["user", "assistant", "user", "assistant"]
     assert [b["name"] for b in messages[1]["content"] if b["type"] == "tool_use"] == ["glob"]
     said = "# Survey\n\nSurvey it (short).: 3 files read.\n"
     assert messages[3]["content"] == [{"type": "text", "text": said}]
