@@ -331,6 +331,8 @@ def test_ctrl_c_cancels_the_run_and_records_every_job(tmp_path, workspace):
             if (job_dir / "metrics.json").exists():  # started, then cancelled: its files say so
                 assert json.loads((job_dir / "metrics.json").read_text())["status"] == "cancelled"
                 assert (job_dir / "job.json").exists()
+                if (job_dir / "transcript.jsonl").exists():  # whole lines, a valid history
+                    assert_transcript_valid(job_dir)
             continue
         assert status == "succeeded", (name, status)  # a job that ended before SIGINT ran its script
         m = json.loads((job_dir / "metrics.json").read_text())
