@@ -66,31 +66,50 @@ class ScriptedModel:
     """Plays ``turns`` (each a ``(name, input)`` call, a list of them, or an exception the call raises),
     then ``final`` (a text, or a function of the request that gets it). Each reply with calls opens
     with a text: ``Turn N.`` and ``notes`` characters of notes (as a model that thinks aloud: history
-    only a summary takes out). Every request it answered is in ``requests``."""
+    only a summary takes out). A request whose first message is the prompt of one of ``subagents``
+    (a ``task`` call's) is answered by that one's model. Every request it answered is in ``requests``
+    (a subagent's in its model's too)."""
 
     name = "scripted"
     server_compaction = False
 
-    def __init__(self, turns: Sequence[Turn], final: Final = "Done.", *, notes: int = 0):
+    def __init__(
+        self,
+        turns: Sequence[Turn],
+        final: Final = "Done.",
+        *,
+        notes: int = 0,
+        subagents: dict[str, ScriptedModel] | None = None,
+    ):
         self.turns: list[list[Call] | Exception] = [
             turn if isinstance(turn, Exception) else [turn] if isinstance(turn, tuple) else list(turn)
             for turn in turns
         ]
         self.final = final
         self.notes = notes
+        self.subagents = dict(subagents or {})
         self.requests: list[Request] = []
 
-    def save(self, path: Path) -> Path:
-        """The script as JSON (for :func:`scripted_runner`); the final text must be a string."""
+    def script(self) -> dict[str, Any]:
         if callable(self.final) or any(isinstance(t, Exception) for t in self.turns):
             raise TypeError("a saved script's turns are calls and its final text a string")
-        path.write_text(json.dumps({"turns": self.turns, "final": self.final, "notes": self.notes}))
+        subagents = {prompt: model.script() for prompt, model in self.subagents.items()}
+        return {"turns": self.turns, "final": self.final, "notes": self.notes, "subagents": subagents}
+
+    def save(self, path: Path) -> Path:
+        """The script as JSON (for :func:`scripted_runner`); the final texts must be strings."""
+        path.write_text(json.dumps(self.script()))
         return path
 
     @classmethod
+    def from_script(cls, data: dict[str, Any]) -> ScriptedModel:
+        subagents = {prompt: cls.from_script(s) for prompt, s in data.get("subagents", {}).items()}
+        turns = [[tuple(c) for c in t] for t in data["turns"]]
+        return cls(turns, data["final"], notes=data["notes"], subagents=subagents)
+
+    @classmethod
     def load(cls, path: Path | str) -> ScriptedModel:
-        data = json.loads(Path(path).read_text())
-        return cls([[tuple(c) for c in t] for t in data["turns"]], data["final"], notes=data["notes"])
+        return cls.from_script(json.loads(Path(path).read_text()))
 
     def text(self, turn: int) -> str:
         filler = "".join(f" note {turn}.{i}: checked." for i in range(self.notes // 18 + 1))
@@ -112,6 +131,9 @@ class ScriptedModel:
 
     async def create(self, request: Request) -> Reply:
         self.requests.append(request)
+        first = request.messages[0]["content"] if request.messages else None
+        if isinstance(first, str) and first in self.subagents:
+            return await self.subagents[first].create(request)
         content, stop_reason = self.reply_to(request)
         usage = Usage(
             input_tokens=input_tokens(request.system, request.messages, request.tools),

@@ -3,7 +3,10 @@ holds the run directory (or is the whole system), the viewer's server answering 
 a page a job planted, a lone surrogate in a tool input, and a TOML file nested 200,000 deep.
 
 Each test runs the real thing where it can: the CLI as a subprocess against a stub Messages API on
-loopback, the viewer's server under uvicorn, rich consoles that think they are terminals."""
+loopback, the viewer's server under uvicorn, rich consoles that think they are terminals.
+
+These hold with any model: a run that needs one plays a scripted model (``tests/scripted.py``: it reads
+the workspace's one module, then reports) in a real runner process, in place of the offline stand-in."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from typing import Any
 import pytest
 from conftest import runner_env
 from rich.console import Console
+from scripted import ScriptedModel, scripted_runner
 
 from runner.cli import main
 from runner.rundir.docs import JobMetrics
@@ -141,14 +145,27 @@ def reply(content: list[dict[str, Any]], stop: str) -> bytes:
     ).encode("ascii")
 
 
-def runner(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[bytes]:
+REPORT = "# Report\n\na.py: one line.\n"
+
+
+def runner(
+    *args: str, cwd: Path, script: Path | None = None, **env: str
+) -> subprocess.CompletedProcess[bytes]:
+    """``runner ARGS`` as a real process in ``cwd``; its offline model the one saved in ``script``."""
     return subprocess.run(
-        [sys.executable, "-m", "runner", *args],
+        scripted_runner(script, *args) if script else [sys.executable, "-m", "runner", *args],
         cwd=cwd,
         env=runner_env(**env),
         capture_output=True,
         timeout=120,
     )
+
+
+def script(root: Path, turns: int = 1) -> Path:
+    """A scripted model, saved in ``root``: it reads ``a.py`` (``turns`` times, a line range each), then
+    writes ``REPORT``."""
+    reads = [("read", {"file_path": "a.py", "view_range": [1, k]}) for k in range(1, turns + 1)]
+    return ScriptedModel(reads, final=REPORT).save(root / "script.json")
 
 
 def project(tmp_path: Path, name: str = "j") -> Path:
@@ -373,9 +390,13 @@ def test_a_workspace_through_a_link_a_repository_holds_is_refused(
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory: Any) -> Path:
     base = project(tmp_path_factory.mktemp("serve"))
-    done = runner("run", "jobs", "--output-dir", "runs", "--backend", "offline", cwd=base)
+    done = runner(
+        "run", "jobs", "--output-dir", "runs", "--backend", "offline", cwd=base, script=script(base)
+    )
     assert done.returncode == 0, done.stderr
-    return (base / "runs" / "latest").resolve()
+    run = (base / "runs" / "latest").resolve()
+    assert (run / "j" / "final.md").read_text() == REPORT
+    return run
 
 
 @contextmanager
@@ -557,10 +578,23 @@ def test_a_task_file_nested_200000_deep_is_a_bad_task_file(tmp_path: Path) -> No
     assert run.returncode == 2 and b"Traceback" not in run.stderr  # as validate: nothing starts
     assert [line for line in run.stderr.decode().splitlines() if line.startswith("error:")] == errors
     assert not (tmp_path / "runs").exists()
-    run = runner("run", "jobs", "--only", "j", "--output-dir", "runs", "--backend", "offline", cwd=tmp_path)
+    run = runner(
+        "run",
+        "jobs",
+        "--only",
+        "j",
+        "--output-dir",
+        "runs",
+        "--backend",
+        "offline",
+        cwd=tmp_path,
+        script=script(tmp_path),
+    )
     assert run.returncode == 0 and b"Traceback" not in run.stderr  # the other task file still runs alone
     metrics = json.loads((tmp_path / "runs" / "latest" / "j" / "metrics.json").read_text())
-    assert metrics["status"] == "succeeded"
+    assert (metrics["status"], metrics["turns"]) == ("succeeded", 2)
+    assert (tmp_path / "runs" / "latest" / "j" / "final.md").read_text() == REPORT
+    assert [p.name for p in (tmp_path / "runs" / "latest").iterdir() if p.is_dir()] == ["j"]
 
 
 def test_a_config_nested_200000_deep_is_one_error_line(tmp_path: Path) -> None:
@@ -580,15 +614,21 @@ def test_a_config_nested_200000_deep_is_one_error_line(tmp_path: Path) -> None:
 def test_resume_refuses_a_job_json_whose_workspace_holds_the_run(tmp_path: Path) -> None:
     project(tmp_path)
     (tmp_path / "jobs" / "j.toml").write_text(
-        'prompt = "Run the tests."\nworkspace = "../ws"\ntools = ["bash"]\n[limits]\nsandbox = "none"\n'
+        'prompt = "Survey it."\nworkspace = "../ws"\n[limits]\nmax_turns = 2\n'
     )
-    done = runner("run", "jobs", "--output-dir", "runs", "--backend", "offline", cwd=tmp_path)
-    assert done.returncode == 1, done.stderr  # the offline model cannot run tests: the job failed
+    model = script(tmp_path, turns=3)
+    done = runner("run", "jobs", "--output-dir", "runs", "--backend", "offline", cwd=tmp_path, script=model)
+    assert done.returncode == 1, done.stderr  # three turns of reads for max_turns = 2: a job to resume
     run_dir = (tmp_path / "runs" / "latest").resolve()
+    assert json.loads((run_dir / "j" / "metrics.json").read_text())["status"] == "max_turns"
     job_json = run_dir / "j" / "job.json"
     spec = json.loads(job_json.read_text())
     job_json.write_text(json.dumps({**spec, "workspace": str(tmp_path)}))
-    resumed = runner("resume", str(run_dir), "--backend", "offline", cwd=tmp_path)
+    before = sorted(p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*"))
+    kept = (run_dir / "j" / "transcript.jsonl").read_bytes()
+    resumed = runner("resume", str(run_dir), "--backend", "offline", cwd=tmp_path, script=model)
     errors = [line for line in resumed.stderr.decode().splitlines() if line.startswith("error:")]
     assert resumed.returncode == 2 and len(errors) == 1, resumed.stderr
     assert "job.json: workspace:" in errors[0] and "output directory" in errors[0]
+    assert sorted(p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*")) == before  # nothing ran
+    assert (run_dir / "j" / "transcript.jsonl").read_bytes() == kept

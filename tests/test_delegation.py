@@ -4,7 +4,10 @@ files at the top), each a scoped survey, their reports assembled by the parent.
 
 The pure tests drive :func:`runner.offline.policy.decide` for a parent and answer its ``task`` calls
 by running each child's conversation through the policy too, the real tools playing every other call
-on a copy of real stdlib packages; what the reports say is checked against the files themselves."""
+on a copy of real stdlib packages; what the reports say is checked against the files themselves. These
+are the stand-in's own (marked ``stand_in``). What holds with any model (a ``task`` call through
+``runner run`` is a subagent with its session and files, its report its result) is checked on a
+scripted model (``tests/scripted.py``) whose subagents are scripted too."""
 
 from __future__ import annotations
 
@@ -18,10 +21,11 @@ from typing import Any
 import anyio
 import pytest
 from conftest import CliRunner, expected_row, regular_files, survey_rows, todo_lines
+from scripted import ScriptedModel, play_instead_of_the_stand_in
 
 from runner.agent.subagents import slug
 from runner.config import Limits
-from runner.messages import Message, text_of, tool_uses
+from runner.messages import Message, text_of, tool_results, tool_uses
 from runner.offline import delegation, policy
 from runner.offline.memory_survey import (
     TOP,
@@ -36,7 +40,7 @@ from runner.rundir.store import JobStore
 from runner.tools import file_tools
 from runner.tools.toolset import Toolset
 
-pytestmark = [pytest.mark.anyio, pytest.mark.stand_in]
+pytestmark = pytest.mark.anyio
 
 PACKAGES = ("email", "json", "asyncio")
 THRESHOLD = 40  # entries: the copied packages make a tree bigger than this (the default is for bigger trees)
@@ -177,6 +181,7 @@ def totals(report: str) -> tuple[int, ...]:
 # --- the pure policy --------------------------------------------------------------------------------
 
 
+@pytest.mark.stand_in
 async def test_a_big_tree_is_split_among_subagents_and_every_file_is_right(tree, tmp_path, small_threshold):
     play = Play(tree)
     job = tmp_path / "job"
@@ -205,6 +210,7 @@ async def test_a_big_tree_is_split_among_subagents_and_every_file_is_right(tree,
         assert read and all(in_scope(p, scope_of_call(call)) for p in read), (call["input"], read[:5])
 
 
+@pytest.mark.stand_in
 async def test_the_parts_tables_give_as_many_largest_files_as_the_request_asks(
     tree, tmp_path, small_threshold
 ):
@@ -223,6 +229,7 @@ async def test_the_parts_tables_give_as_many_largest_files_as_the_request_asks(
     assert rows == want
 
 
+@pytest.mark.stand_in
 async def test_a_cut_report_is_read_back_before_the_parent_reports(tree, tmp_path, small_threshold):
     play = Play(tree, result_chars=400)  # not even the extension table is shown
     job = tmp_path / "job"
@@ -240,6 +247,7 @@ async def test_a_cut_report_is_read_back_before_the_parent_reports(tree, tmp_pat
     assert_rows_right(survey_rows(final, job), truth)
 
 
+@pytest.mark.stand_in
 async def test_a_failed_subagent_leaves_its_part_not_covered(tree, tmp_path, small_threshold):
     play = Play(tree, fail=("asyncio",))
     job = tmp_path / "job"
@@ -252,6 +260,7 @@ async def test_a_failed_subagent_leaves_its_part_not_covered(tree, tmp_path, sma
     assert_rows_right(survey_rows(final, job), truth)  # nor are its rows
 
 
+@pytest.mark.stand_in
 async def test_a_small_tree_is_surveyed_as_without_the_task_tool(tree, tmp_path):
     for name in ("asyncio", "email"):
         shutil.rmtree(tree / name)
@@ -263,6 +272,7 @@ async def test_a_small_tree_is_surveyed_as_without_the_task_tool(tree, tmp_path)
     assert_rows_right(survey_rows(with_task[1], tmp_path / "a"), regular_files(tree))
 
 
+@pytest.mark.stand_in
 async def test_a_tree_with_one_top_level_directory_is_not_split(tree, tmp_path, small_threshold):
     for name in ("asyncio", "json"):
         shutil.rmtree(tree / name)
@@ -272,6 +282,7 @@ async def test_a_tree_with_one_top_level_directory_is_not_split(tree, tmp_path, 
 
 
 @pytest.mark.parametrize("scope", ["email", TOP, "email/.", "email/mime|json", "json|.|email/."])
+@pytest.mark.stand_in
 async def test_a_scoped_survey_reads_only_its_part_with_workspace_paths(tree, tmp_path, scope):
     prompt = scoped_prompt(scope, "Survey this workspace.")
     messages, final, status = await Play(tree).converse(prompt, tmp_path / "job", TOOLS, task=True)
@@ -294,6 +305,7 @@ async def test_a_scoped_survey_reads_only_its_part_with_workspace_paths(tree, tm
                 assert in_scope(args["file_path"], scope), (scope, args)
 
 
+@pytest.mark.stand_in
 def test_the_scope_is_read_from_the_prompt_and_a_plain_survey_has_none():
     for scope in ("email", "a b/c", TOP, "a b/c/.", "email/.|email/mime|json", "json|.|x/y/."):
         assert scope_of([{"role": "user", "content": scoped_prompt(scope, "Survey it.")}]) == scope
@@ -305,6 +317,7 @@ def test_the_scope_is_read_from_the_prompt_and_a_plain_survey_has_none():
     assert delegation.applies([{"role": "user", "content": "Survey it."}], {"task", "memory", "glob", "read"})
 
 
+@pytest.mark.stand_in
 async def test_small_parts_are_grouped_and_every_file_is_right(tree, tmp_path, small_threshold, monkeypatch):
     monkeypatch.setattr(delegation, "PARTS", 2)  # the units dealt out to two parts
     monkeypatch.setattr(delegation, "LANES", 2)
@@ -329,6 +342,7 @@ async def test_small_parts_are_grouped_and_every_file_is_right(tree, tmp_path, s
     assert todo and int(todo[1]) == todo_lines(truth)
 
 
+@pytest.mark.stand_in
 def test_the_parts_are_about_the_same_size_largest_first():
     # 160 entries: "big" (100) is over 3/16 of it: cut into its subdirectories and its own files (its
     # whole listing says their sizes); the twelve small directories are dealt out with the rest
@@ -349,6 +363,7 @@ def test_the_parts_are_about_the_same_size_largest_first():
     assert max(loads[1:]) - min(loads[1:]) <= 5  # the rest within the smallest unit of each other
 
 
+@pytest.mark.stand_in
 def test_a_bigger_tree_is_cut_into_more_parts_up_to_two_a_lane():
     sizes = {f"d{k:02d}": 1_000 for k in range(40)}
     for entries, want in ((856, 4), (5_600, 5), (20_000, 8), (400_000, 8)):
@@ -358,6 +373,7 @@ def test_a_bigger_tree_is_cut_into_more_parts_up_to_two_a_lane():
         assert sorted(u for p in parts for u in units(p)) == sorted(sizes)
 
 
+@pytest.mark.stand_in
 def test_a_task_result_header_parses():
     head = SUBAGENT_RESULT.format(
         dir="agents/1-email",
@@ -374,6 +390,7 @@ def test_a_task_result_header_parses():
 # --- through the runtime ----------------------------------------------------------------------------
 
 
+@pytest.mark.stand_in
 def test_runner_run_of_a_survey_with_the_task_tool_delegates_on_the_offline_model(
     tree, tmp_path, small_threshold, run_cli: CliRunner
 ):
@@ -398,6 +415,79 @@ def test_runner_run_of_a_survey_with_the_task_tool_delegates_on_the_offline_mode
     assert todo and int(todo[1]) == todo_lines(truth)
 
 
+PARTS_BY_PROMPT = {  # a subagent's prompt: its description, the file it reads, its report
+    "Read the top files: setup.py.": ("top files", "setup.py", "# Top\n\nsetup.py: read.\n"),
+    "Read the json part: json/__init__.py.": ("json part", "json/__init__.py", "# json\n\nRead.\n"),
+}
+
+
+def results_report(request: Any) -> str:
+    """The parent's report: each subagent's result head as its call came back (directory, status)."""
+    heads = [
+        subagent_result(str(r["content"]))
+        for m in request.messages
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for r in m["content"]
+        if r.get("type") == "tool_result"
+    ]
+    return "# Parts\n\n" + "".join(f"- {h[0]}: {h[1]}\n" for h in heads if h)
+
+
+def test_runner_run_with_the_task_tool_gives_each_subagent_its_session_and_files(
+    tmp_path, run_cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+):
+    """A job with the task tool, on a scripted model whose one turn hands out two tasks: each is a
+    subagent (its session, its files under ``agents/<n>-<slug>/``, the parent's other tools and no
+    task), its report its result; the parent reports from the results."""
+    subagents = {
+        prompt: ScriptedModel([("read", {"file_path": path})], final=report)
+        for prompt, (_, path, report) in PARTS_BY_PROMPT.items()
+    }
+    tasks = [
+        ("task", {"description": what, "prompt": prompt, "tools": ["read", "grep"]})
+        for prompt, (what, _, _) in PARTS_BY_PROMPT.items()
+    ]
+    model = ScriptedModel([tasks], final=results_report, subagents=subagents)
+    play_instead_of_the_stand_in(monkeypatch, model)
+    tree = tmp_path / "ws"
+    (tree / "json").mkdir(parents=True)
+    (tree / "setup.py").write_text('"""Setup."""\n')
+    (tree / "json" / "__init__.py").write_text('"""JSON."""\n')
+    (tmp_path / "j.toml").write_text(
+        'workspace = "ws"\nprompt = "Survey this workspace."\ntools = ["read", "glob", "grep", "task"]\n'
+    )
+    done = run_cli("run", "j.toml", "--backend", "offline", "--output-dir", "runs", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    job = next((tmp_path / "runs").glob("*/j"))
+    metrics = json.loads((job / "metrics.json").read_text())
+    assert (metrics["status"], metrics["turns"]) == ("succeeded", 2)  # its own: the tasks, the report
+    assert sorted(p.name for p in (job / "agents").iterdir()) == ["1-top-files", "2-json-part"]
+    for n, (prompt, (what, path, report)) in enumerate(PARTS_BY_PROMPT.items(), 1):
+        where = job / "agents" / f"{n}-{slug(what)}"
+        spec = json.loads((where / "job.json").read_text())
+        assert (spec["prompt"], spec["tools"]) == (prompt, ["read", "grep"])
+        assert (where / "final.md").read_text() == report
+        sub = json.loads((where / "metrics.json").read_text())
+        assert (sub["status"], sub["turns"]) == ("succeeded", 2)
+        transcript = [json.loads(line) for line in (where / "transcript.jsonl").read_text().splitlines()]
+        assert [(u["name"], u["input"]) for m in transcript for u in tool_uses(m)] == [
+            ("read", {"file_path": path})
+        ]
+        [result] = [r for m in transcript for r in tool_results(m)]
+        first_line = (tree / path).read_text().split("\n")[0]
+        assert not result.get("is_error") and first_line in str(result["content"])
+    transcript = [json.loads(line) for line in (job / "transcript.jsonl").read_text().splitlines()]
+    results = [str(r["content"]) for m in transcript for r in tool_results(m)]
+    assert [r.split("\n", 1)[1] for r in results] == [report for _, _, report in PARTS_BY_PROMPT.values()]
+    parent = {t["name"] for t in model.requests[0].tools}
+    assert {"read", "glob", "grep", "task"} <= parent
+    for child in subagents.values():  # a subagent's tools: those its task named, no task of its own
+        assert [{t["name"] for t in r.tools} for r in child.requests] == [parent - {"glob", "task"}] * 2
+    parts = "- agents/1-top-files: succeeded\n- agents/2-json-part: succeeded\n"
+    assert (job / "final.md").read_text() == "# Parts\n\n" + parts
+
+
+@pytest.mark.stand_in
 async def test_a_big_directory_whose_listing_is_cut_is_measured_by_its_subdirectories(
     tree, tmp_path, small_threshold, monkeypatch
 ):
@@ -417,6 +507,7 @@ async def test_a_big_directory_whose_listing_is_cut_is_measured_by_its_subdirect
     assert totals(final)[0] == len(truth)
 
 
+@pytest.mark.stand_in
 async def test_measuring_goes_on_after_a_summary_that_kept_only_its_note(tree, tmp_path, small_threshold):
     """A history summary that kept the measuring notes but not the survey's own: the parent measures on
     (the turn whose answers the summary took is asked again), never starts the survey over."""
@@ -446,6 +537,7 @@ async def test_measuring_goes_on_after_a_summary_that_kept_only_its_note(tree, t
 
 
 @pytest.mark.parametrize("shown", [200, 50])  # listings whole, or cut (their totals read back)
+@pytest.mark.stand_in
 async def test_a_wide_tree_is_counted_then_sized_and_its_big_directory_cut(
     tmp_path, small_threshold, monkeypatch, shown
 ):
@@ -480,6 +572,7 @@ async def test_a_wide_tree_is_counted_then_sized_and_its_big_directory_cut(
     assert todo and int(todo[1]) == todo_lines(truth) == 10
 
 
+@pytest.mark.stand_in
 def test_a_big_directory_not_all_measured_is_cut_by_estimates():
     note = {"root": "/r", "entries": 160, "dirs": ["big", "s"], "top": 0, "n": [100, 60]}
     found = delegation.Measured({**note, "subdirs": {"0": ["a", "b", "c"]}, "sub": {"big/a": 40}})
@@ -490,6 +583,7 @@ def test_a_big_directory_not_all_measured_is_cut_by_estimates():
     assert sorted(u for p in parts for u in units(p)) == ["big/.", "big/a", "big/b", "big/c", "s"]
 
 
+@pytest.mark.stand_in
 async def test_a_summary_that_dropped_the_directories_note_has_them_listed_again(
     tree, tmp_path, small_threshold
 ):

@@ -5,6 +5,7 @@ compaction leaves in the window."""
 from __future__ import annotations
 
 import email
+import json
 import os
 import re
 import subprocess
@@ -12,7 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import scripted_job, survey_rows
+from conftest import regular_files, scripted_job, survey_rows
+from scripted import ScriptedModel
 
 import runner.tools.memory
 from runner.agent.history import History
@@ -23,7 +25,7 @@ from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
 from runner.emulator.validation import validate
 from runner.jobs import JobSpec
-from runner.messages import text_of
+from runner.messages import text_of, tool_results, tool_uses
 from runner.models.base import MEMORY_BETA
 from runner.offline.model import OfflineModel
 from runner.protocol import MEMORY_INDEX, MEMORY_INDEX_CHARS, memory_index
@@ -290,6 +292,101 @@ async def test_a_history_compaction_leaves_the_memory_index_in_the_window(tmp_pa
     assert memory_index_entries(text_of(rebuilt.window.messages[0])) == {"/memories/survey.md": 28}
 
 
+def memory_spec(workspace: Path, max_turns: int) -> JobSpec:
+    return JobSpec(
+        name="notes",
+        source=Path("notes.toml"),
+        prompt="Read the modules, keeping notes.",
+        workspace=workspace,
+        model="m",
+        system=None,
+        tools=("read", "glob", "grep"),
+        limits=Limits(max_turns=max_turns),
+    )
+
+
+NOTES = "/memories/notes.md"
+MEMORY_SCRIPT = [
+    [
+        ("memory", {"command": "create", "path": NOTES, "file_text": "- a.py: read\n"}),
+        ("read", {"file_path": "a.py"}),
+    ],
+    [("memory", {"command": "insert", "path": NOTES, "insert_line": 1, "insert_text": "- b.py: read\n"})],
+    ("read", {"file_path": "b.py"}),  # the resumed job's first turn
+    ("memory", {"command": "view", "path": NOTES}),
+    ("memory", {"command": "create", "path": "/memories/done.md", "file_text": "done\n"}),
+]
+
+
+def last_memory_view(request) -> str:
+    """A report quoting the last result of a memory view the request carries."""
+    views = {u["id"] for m in request.messages for u in tool_uses(m) if u["input"].get("command") == "view"}
+    seen = [str(r["content"]) for m in request.messages for r in tool_results(m) if r["tool_use_id"] in views]
+    return "# Notes\n\n" + (seen[-1] if seen else "(none)")
+
+
+def services(model) -> Services:
+    return Services(model=model, compactor=Compactor(Summarizer(None, "none")), summary_model="none")
+
+
+async def test_a_resumed_job_sees_the_same_memory(tmp_path):
+    """A job stopped after two turns that wrote memory (a create, then an insert: replayed twice, it
+    would show twice) is resumed from its transcript: its memory is what it left, its next view of it
+    shows exactly that, and its later writes go on from there."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.py").write_text("a = 1\n")
+    (ws / "b.py").write_text("b = 2\n")
+    job = tmp_path / "job"
+    store = JobStore(job)
+    await store.open()
+    model = ScriptedModel(MEMORY_SCRIPT, final=last_memory_view)
+    first = await Session(memory_spec(ws, 3), services=services(model), store=store).run()
+    assert (first.status, first.turns) == ("max_turns", 3)  # two turns, then the last call's report
+    kept = {p.name: p.read_text() for p in (job / "memories").iterdir()}
+    assert kept == {"notes.md": "- a.py: read\n- b.py: read\n"}
+    transcript, _ = read_jsonl(job / "transcript.jsonl")
+    again = JobStore(job)
+    await again.open()
+    second = await Session(
+        memory_spec(ws, 200), services=services(model), store=again, history=transcript
+    ).run()
+    assert second.status == "succeeded", second.error
+    # the first segment's three calls (its report's too), the script's other three turns, the report
+    assert second.turns == 3 + 3 + 1
+    assert {p.name: p.read_text() for p in (job / "memories").iterdir()} == {**kept, "done.md": "done\n"}
+    final, _ = read_jsonl(job / "transcript.jsonl")
+    resumed = [u for m in final[len(transcript) :] for u in tool_uses(m)]
+    assert [(u["name"], u["input"]) for u in resumed] == MEMORY_SCRIPT[2:]  # the rest, nothing made twice
+    view = f"Here's the content of {NOTES} with line numbers:\n     1\t- a.py: read\n     2\t- b.py: read"
+    assert (job / "final.md").read_text() == "# Notes\n\n" + view  # the view saw what the first segment left
+
+
+async def test_a_memory_write_whose_turn_was_lost_is_made_once(tmp_path):
+    """The job's insert ran, but its turn never reached the transcript (a kill between the two): the
+    resumed job's memory is what its kept history made, so the insert it makes again shows once."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.py").write_text("a = 1\n")
+    (ws / "b.py").write_text("b = 2\n")
+    job = tmp_path / "job"
+    store = JobStore(job)
+    await store.open()
+    model = ScriptedModel(MEMORY_SCRIPT, final=last_memory_view)
+    await Session(memory_spec(ws, 3), services=services(model), store=store).run()
+    assert (job / "memories" / "notes.md").read_text() == "- a.py: read\n- b.py: read\n"
+    transcript, _ = read_jsonl(job / "transcript.jsonl")
+    kept = transcript[:3]  # the prompt, the first turn and its results: the insert's turn is lost
+    (job / "transcript.jsonl").write_text("".join(json.dumps(m) + "\n" for m in kept))
+    again = JobStore(job)
+    await again.open()
+    second = await Session(memory_spec(ws, 200), services=services(model), store=again, history=kept).run()
+    assert second.status == "succeeded", second.error
+    assert (job / "memories" / "notes.md").read_text() == "- a.py: read\n- b.py: read\n"
+    view = f"Here's the content of {NOTES} with line numbers:\n     1\t- a.py: read\n     2\t- b.py: read"
+    assert (job / "final.md").read_text() == "# Notes\n\n" + view
+
+
 def survey_spec(max_turns: int) -> JobSpec:
     limits = Limits(
         context_char_limit=30_000, batch_char_limit=30_000, large_result_chars=8_000, max_turns=max_turns
@@ -306,17 +403,14 @@ def survey_spec(max_turns: int) -> JobSpec:
     )
 
 
-async def test_a_resumed_job_sees_the_same_memory(tmp_path):
+@pytest.mark.stand_in
+async def test_a_resumed_survey_goes_on_from_its_memory(tmp_path):
+    """The stand-in's survey keeps its work in memory: resumed, it lists nothing again and appends its
+    facts to what it had."""
     job = tmp_path / "job"
     store = JobStore(job)
     await store.open()
-    first = await Session(
-        survey_spec(8),
-        services=Services(
-            model=OfflineModel(), compactor=Compactor(Summarizer(None, "none")), summary_model="none"
-        ),
-        store=store,
-    ).run()
+    first = await Session(survey_spec(8), services=services(OfflineModel()), store=store).run()
     assert first.status == "max_turns"
     kept = {p.name: p.read_text() for p in (job / "memories" / "survey").iterdir()}
     assert {"files-000.md", "facts-000.md"} <= set(kept)
@@ -324,19 +418,23 @@ async def test_a_resumed_job_sees_the_same_memory(tmp_path):
     again = JobStore(job)
     await again.open()
     second = await Session(
-        survey_spec(200),
-        services=Services(
-            model=OfflineModel(), compactor=Compactor(Summarizer(None, "none")), summary_model="none"
-        ),
-        store=again,
-        history=transcript,
+        survey_spec(200), services=services(OfflineModel()), store=again, history=transcript
     ).run()
     assert second.status == "succeeded", second.error
     now = {p.name: p.read_text() for p in (job / "memories" / "survey").iterdir()}
     assert now["files-000.md"] == kept["files-000.md"]  # the listing was whole: nothing listed again
     assert now["facts-000.md"].startswith(kept["facts-000.md"])  # facts go on at the end
-    rows = survey_rows((job / "final.md").read_text(), job)
-    assert len(rows) == len({p for p in rows})  # every entry once
+    facts = [
+        json.loads(line)[0]
+        for name in sorted((job / "memories" / "survey").glob("facts-*.md"))
+        for line in name.read_text().splitlines()[1:]
+    ]
+    assert len(facts) == len(set(facts))  # every entry once: nothing read twice across the resume
+    assert (
+        set(survey_rows((job / "final.md").read_text(), job))
+        == set(facts)
+        == set(regular_files(Path(email.__file__).parent))
+    )
     final, _ = read_jsonl(job / "transcript.jsonl")
     assert not any(
         b.get("name") == "glob"

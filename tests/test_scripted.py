@@ -1,6 +1,7 @@
 """The tests' scripted model (``tests/scripted.py``) answers from the request alone: the turn after the
 newest of its calls the request carries, the final text when no tool may be called or the script is
-done; its usage counted from the request as the API's billing counts; saved and loaded alike."""
+done; its usage counted from the request as the API's billing counts; saved and loaded alike; a
+subagent's request answered by the model its task's prompt names."""
 
 from __future__ import annotations
 
@@ -72,3 +73,19 @@ async def test_a_saved_script_plays_alike(tmp_path: Path) -> None:
         assert (await loaded.create(asked)).content == (await model.create(asked)).content
     with pytest.raises(TypeError):
         ScriptedModel(TURNS, final=lambda r: "x").save(tmp_path / "no.json")
+
+
+async def test_a_subagents_request_is_answered_by_its_model_and_saved_alike(tmp_path: Path) -> None:
+    child = ScriptedModel([("read", {"file_path": "a.py"})], final="Part done.")
+    model = ScriptedModel(
+        [("task", {"prompt": "Read a.py."})], final="All done.", subagents={"Read a.py.": child}
+    )
+    asked = Request(model="m", messages=[{"role": "user", "content": "Read a.py."}], tools=[], max_tokens=9)
+    for played in (model, ScriptedModel.load(model.save(tmp_path / "script.json"))):
+        reply = await played.create(asked)
+        assert [(b["name"], b["input"]) for b in reply.content if b["type"] == "tool_use"] == [
+            ("read", {"file_path": "a.py"})
+        ]
+        parent = await played.create(request())
+        assert [b["name"] for b in parent.content if b["type"] == "tool_use"] == ["task"]
+    assert len(child.requests) == 1 and len(model.requests) == 2  # the subagent's request: in both

@@ -1,15 +1,21 @@
 """One batched write per turn: a job's files reach the disk in one executor hop before each model call,
-and everything the model is shown is already on disk when it is shown."""
+and everything the model is shown is already on disk when it is shown.
+
+This holds with any model: the jobs are driven here by a scripted model (``tests/scripted.py``: it reads
+the email package's modules two a turn, taking notes, so outputs are saved to disk and the history is
+summarized)."""
 
 from __future__ import annotations
 
 import email
+import json
 import re
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from scripted import ScriptedModel, files_under, reads
 
 import runner.rundir.store
 from runner.agent.runjob import Services
@@ -18,19 +24,20 @@ from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
 from runner.jobs import JobSpec
-from runner.offline.model import OfflineModel
 from runner.rundir.store import JobStore, dumps, read_jsonl
 
 pytestmark = pytest.mark.anyio
 
 NAMED = re.compile(r"(tool-results/[A-Za-z0-9_.-]+\.txt|summaries/\d{4}\.md)")
+EMAIL = Path(email.__file__).parent
+SCRIPT = reads(files_under(EMAIL), per_turn=2)
 
 
 class Watched:
-    """The offline model, with a look at the job directory at each call."""
+    """The scripted model, with a look at the job directory at each call."""
 
     def __init__(self, job: Path, hops: list[int]):
-        self.inner, self.job, self.hops = OfflineModel(), job, hops
+        self.inner, self.job, self.hops = ScriptedModel(SCRIPT, final="# Report\n", notes=1500), job, hops
         self.seen: list[dict[str, Any]] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -75,7 +82,7 @@ async def test_each_turn_is_one_write_and_the_model_sees_only_what_is_on_disk(tm
         name="survey",
         source=Path("survey.toml"),
         prompt="Survey this package.",
-        workspace=Path(email.__file__).parent,
+        workspace=EMAIL,
         model="m",
         system=None,
         tools=("read", "glob", "grep"),
@@ -91,9 +98,11 @@ async def test_each_turn_is_one_write_and_the_model_sees_only_what_is_on_disk(tm
     ).run()
     assert result.status == "succeeded", result.error
     calls = model.seen
-    assert len(calls) == result.turns > 10
+    assert len(calls) == result.turns == len(SCRIPT) + 1  # every turn of the script, then its report
     final, _ = read_jsonl(job / "transcript.jsonl")
-    assert any(call["named"] for call in calls)  # the check below is not vacuous
+    named = set().union(*(call["named"] for call in calls))  # the check below is not vacuous:
+    assert any(n.startswith("tool-results/") for n in named)  # outputs saved to disk were named
+    assert any(n.startswith("summaries/") for n in named)  # and summaries
     for k, call in enumerate(calls):
         assert not call["missing"], (k, call["missing"])  # every output or summary named is on disk
         on_disk = call["transcript"]
@@ -154,7 +163,7 @@ async def test_a_cancelled_job_still_writes_what_its_last_turn_queued(tmp_path):
         name="survey",
         source=Path("survey.toml"),
         prompt="Survey this package.",
-        workspace=Path(email.__file__).parent,
+        workspace=EMAIL,
         model="m",
         system=None,
         tools=("read", "glob", "grep"),
@@ -187,4 +196,9 @@ async def test_a_cancelled_job_still_writes_what_its_last_turn_queued(tmp_path):
     )  # the third was only queued when cancelled
     transcript, _ = read_jsonl(job / "transcript.jsonl")
     assert sum(m["role"] == "assistant" for m in transcript) == 2  # the third reply's tools never answered
-    assert (job / "final.md").exists() and "cancelled" in (job / "metrics.json").read_text()
+    made = [
+        [(b["name"], b["input"]) for b in m["content"] if b["type"] == "tool_use"] for m in transcript[1::2]
+    ]
+    assert made == SCRIPT[:2]  # the first two turns of the script, answered
+    assert (job / "final.md").read_text().startswith("> **Partial report** (status `cancelled`")
+    assert json.loads((job / "metrics.json").read_text())["status"] == "cancelled"
