@@ -48,11 +48,6 @@ class JobClock:
             return max(1.0, self.deadline - time.time()), f"reached the run's deadline ({at})"
         return self.timeout_s, f"timed out after {self.timeout_s:g} s"
 
-    def working_s(self) -> float:
-        """The seconds the segment works before its reserve, the last call's."""
-        timeout, _ = self.segment()
-        return timeout - time_reserve(timeout)
-
     def ends_working(self) -> float:
         """When the segment's work ends (``time.monotonic()``): every subagent has ended by then."""
         timeout, _ = self.segment()
