@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 import pytest
 from conftest import RAY_TESTS
-from test_ray_executor import FINAL, anthropic_batch, cluster, settings_for, spec, workspace  # noqa: F401
+from test_ray_executor import FINAL, anthropic_batch, settings_for, spec, workspace
 
 from runner.emulator import EmulatorConfig, Latency, running_emulator
 from runner.rundir.store import read_jsonl
@@ -159,7 +159,7 @@ def _holding(kind: str, without: str | None = None, after_starts: int = 0) -> Pi
     return pick
 
 
-def test_a_worker_killed_while_it_holds_the_only_summary_slot(cluster, tmp_path):  # noqa: F811
+def test_a_worker_killed_while_it_holds_the_only_summary_slot(cluster, tmp_path):
     """The hang of issue 19: the killed worker's jobs moved to a replacement, whose summary and call
     slots had tokens numbered alike; the summary slot was never given back and every job waited."""
     seen = fault_run(cluster, tmp_path, "gate", _holding("gate", after_starts=3))
@@ -168,7 +168,7 @@ def test_a_worker_killed_while_it_holds_the_only_summary_slot(cluster, tmp_path)
     assert released.get("gate_held") == 1, released  # given back when Ray reported the worker dead
 
 
-def test_a_worker_killed_while_its_calls_are_in_flight(cluster, tmp_path):  # noqa: F811
+def test_a_worker_killed_while_its_calls_are_in_flight(cluster, tmp_path):
     def pick(state: dict[str, Any], _: float, at_emulator: int) -> str | None:
         """An owner with calls in flight at the emulator: it holds every call slot of the cluster, no
         summary is in flight, and the emulator is in the latency of as many requests as it holds."""
@@ -196,7 +196,7 @@ def test_a_worker_killed_while_its_calls_are_in_flight(cluster, tmp_path):  # no
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_a_worker_killed_at_a_random_moment(cluster, tmp_path, seed):  # noqa: F811
+def test_a_worker_killed_at_a_random_moment(cluster, tmp_path, seed):
     moment = random.Random(seed).uniform(1.0, 6.0)
 
     def pick(state: dict[str, Any], since: float, _: int) -> str | None:
@@ -207,7 +207,7 @@ def test_a_worker_killed_at_a_random_moment(cluster, tmp_path, seed):  # noqa: F
     check_the_run_ended_whole(seen)
 
 
-def test_a_worker_that_stops_answering_is_declared_dead(cluster, tmp_path):  # noqa: F811
+def test_a_worker_that_stops_answering_is_declared_dead(cluster, tmp_path):
     """SIGSTOP: Ray still thinks the worker alive; the driver notices it answered no poll for
     ``stall_s``, kills it and moves its jobs."""
     seen = fault_run(cluster, tmp_path, "stalled", _holding("call", after_starts=2), stop=True, stall_s=3.0)
@@ -225,7 +225,7 @@ def test_a_worker_that_stops_answering_is_declared_dead(cluster, tmp_path):  # n
             pass
 
 
-def test_a_dead_owners_slots_come_back_and_it_is_fenced(cluster):  # noqa: F811
+def test_a_dead_owners_slots_come_back_and_it_is_fenced(cluster):
     """The services actor alone: a gate token and a call token numbered alike are two slots; a dead
     owner's held and waited-for slots are given back, its late acquires refused, its late releases
     ignored (never released twice)."""
