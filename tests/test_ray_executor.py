@@ -160,7 +160,7 @@ def test_a_ray_batch_writes_the_local_layout_and_statuses(cluster, tmp_path):
 
 
 def test_the_summary_gate_holds_across_workers(cluster, tmp_path):
-    ws = workspace(tmp_path)
+    ws = workspace(tmp_path, files=5)  # 12 summary requests, every job summarized (12 files: 30, 17 s)
     settings = settings_for(
         tmp_path, "[runner]\nconcurrency = 8\n[summarizer]\nmax_concurrent = 1\nrequests_per_minute = 2\n"
     )

@@ -50,13 +50,20 @@ def _workers(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def fault_run(
-    ray: Any, tmp_path: Path, name: str, pick: Pick, jobs: int = 6, stop: bool = False, stall_s: float = 60.0
+    ray: Any,
+    tmp_path: Path,
+    name: str,
+    pick: Pick,
+    jobs: int = 6,
+    stop: bool = False,
+    stall_s: float = 60.0,
+    files: int = 12,
 ) -> dict[str, Any]:
-    """Run the batch; once ``pick`` names an owner (from the services' state), SIGKILL (or SIGSTOP)
-    that worker's process. Returns what was seen."""
+    """Run the batch (each job surveys ``files`` files); once ``pick`` names an owner (from the services'
+    state), SIGKILL (or SIGSTOP) that worker's process. Returns what was seen."""
     from runner.execution.ray_driver import run_batch_ray
 
-    ws = workspace(tmp_path)
+    ws = workspace(tmp_path, files=files)
     settings = settings_for(tmp_path, CONFIG)
     specs = [spec(f"job{i}", ws, context_char_limit=8000) for i in range(jobs)]
     run_dir = tmp_path / name
@@ -162,7 +169,9 @@ def _holding(kind: str, without: str | None = None, after_starts: int = 0) -> Pi
 def test_a_worker_killed_while_it_holds_the_only_summary_slot(cluster, tmp_path):
     """The hang of issue 19: the killed worker's jobs moved to a replacement, whose summary and call
     slots had tokens numbered alike; the summary slot was never given back and every job waited."""
-    seen = fault_run(cluster, tmp_path, "gate", _holding("gate", after_starts=3))
+    # the kill comes at the third summary, ~3.5 s in; with 6 files a job the batch runs ~5 s after it
+    # (measured; 12 files: ~10 s), time for every job of the dead worker to move and finish
+    seen = fault_run(cluster, tmp_path, "gate", _holding("gate", after_starts=3), files=6)
     assert seen["state"]["gate_held"] == 1  # max_concurrent = 1: the only one
     released = check_the_run_ended_whole(seen)
     assert released.get("gate_held") == 1, released  # given back when Ray reported the worker dead
@@ -210,7 +219,9 @@ def test_a_worker_killed_at_a_random_moment(cluster, tmp_path, seed):
 def test_a_worker_that_stops_answering_is_declared_dead(cluster, tmp_path):
     """SIGSTOP: Ray still thinks the worker alive; the driver notices it answered no poll for
     ``stall_s``, kills it and moves its jobs."""
-    seen = fault_run(cluster, tmp_path, "stalled", _holding("call", after_starts=2), stop=True, stall_s=3.0)
+    seen = fault_run(
+        cluster, tmp_path, "stalled", _holding("call", after_starts=2), stop=True, stall_s=3.0, files=6
+    )
     try:
         released = check_the_run_ended_whole(seen, because="stalled")
         assert sum(released.values()) >= 1, released
