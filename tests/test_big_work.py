@@ -230,6 +230,7 @@ async def test_a_thrashing_job_halves_its_summaries_then_keeps_notes_only_then_i
     assert compactor.stuck(state) and "thrashing" in compactor.stuck(state)
 
 
+@pytest.mark.stand_in  # its turns and its report are the stand-in's; the folding is checked above
 async def test_the_asyncio_survey_with_a_tiny_snip_ends_within_60_turns_with_a_report(tmp_path):
     result, report = await offline_survey(
         STDLIB / "asyncio", tmp_path / "job", {"snip_trigger": 12, "snip_target": 8}
@@ -310,6 +311,7 @@ def _big_tree(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.stand_in  # the stand-in's survey: its rows, its repeats, the spacing of its compactions
 async def test_a_10000_file_tree_is_surveyed_whole_in_the_default_window(tmp_path):
     """Issue 18's acceptance: a real big tree in the default 50,000-char window, every regular file
     named with its line count (or as binary with its size), checked against ``os.walk``."""
