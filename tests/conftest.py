@@ -6,12 +6,15 @@ Guarantees:
 
 - Neither way sees the API's or the runner's variables of the environment pytest was started in, nor
   the ones that change the terminal output (``COLUMNS``, ``FORCE_COLOR``...): only what a test gives.
+- The Ray group's tests share one local Ray instance (:func:`cluster`), on the loopback only, stopped
+  when the group's run of tests ends.
 - An in-process run leaves this process as it found it: its working directory, its environment, its
   SIGINT and SIGTERM handlers, ``sys.stdout`` and ``sys.stderr``; the CLI's module consoles are
   replaced by fresh ones for the test (made in the cleaned environment) and put back after it.
 """
 
 import contextlib
+import importlib
 import io
 import os
 import signal
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.config import ConfigError
 from runner.rundir.store import JobStore
 
 # a real recorded agent history (tests/recorded/trajectories/README.md), for the replay's tests
@@ -408,3 +412,65 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # each test of the Ray files starts or looks for a local Ray instance: under pytest-xdist they run one
 # after another on one worker (``pytestmark = RAY_TESTS`` in each; a mark must be there at collection)
 RAY_TESTS = pytest.mark.xdist_group("ray")
+RAY_KEY = "test-key-ray"  # the emulator's key, in the environment the shared Ray's workers inherit
+_shared_ray: dict[str, object] = {}  # "ray": the module while it runs; "saved_key"; "skip": why it cannot
+
+
+def in_ray_group(item: pytest.Item | None) -> bool:
+    return item is not None and any(mark.args[:1] == ("ray",) for mark in item.iter_markers("xdist_group"))
+
+
+@pytest.fixture
+def cluster():
+    """The local Ray instance the Ray group's tests share (2 CPUs, no dashboard), started by the first
+    test that asks for it as the runner starts one (:func:`runner.execution.ray_driver.start_local_ray`:
+    on the loopback only, which a test checks) and stopped after the last test of the group that runs
+    in a row (:func:`pytest_runtest_teardown`); its workers inherit this environment with the emulator's
+    key. Skipped, saying why, only when Ray cannot start on this machine; an instance that came up on
+    the network is a failure, never a skip."""
+    if "skip" in _shared_ray:
+        pytest.skip(str(_shared_ray["skip"]))
+    if "ray" not in _shared_ray:
+        try:
+            # first: it sets Ray's single-machine switch before ray is imported
+            from runner.execution.ray_driver import start_local_ray
+
+            ray = importlib.import_module("ray")
+        except ImportError as e:
+            _shared_ray["skip"] = f"Ray cannot start on this machine: it is not installed ({e})"
+            pytest.skip(str(_shared_ray["skip"]))
+        _shared_ray["saved_key"] = os.environ.get("ANTHROPIC_API_KEY")
+        os.environ["ANTHROPIC_API_KEY"] = RAY_KEY
+        try:
+            start_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error")
+        except Exception as e:
+            stop_shared_ray()
+            if isinstance(e, ConfigError):  # it came up on the network: a failure, never a skip
+                raise
+            # whatever else stops Ray from starting is the skip reason
+            _shared_ray["skip"] = f"Ray cannot start on this machine: {type(e).__name__}: {e}"
+            pytest.skip(str(_shared_ray["skip"]))
+        _shared_ray["ray"] = ray
+    return _shared_ray["ray"]
+
+
+def stop_shared_ray() -> None:
+    """Shut the shared Ray instance down (when it runs) and put the API key variable back."""
+    ray = _shared_ray.pop("ray", None)
+    if ray is not None:
+        ray.shutdown()  # type: ignore[attr-defined]
+    if "saved_key" in _shared_ray:
+        saved = _shared_ray.pop("saved_key")
+        if saved is None:
+            os.environ.pop("ANTHROPIC_API_KEY", None)
+        else:
+            os.environ["ANTHROPIC_API_KEY"] = str(saved)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if "ray" in _shared_ray and not in_ray_group(nextitem):
+        stop_shared_ray()
+
+
+def pytest_sessionfinish() -> None:
+    stop_shared_ray()

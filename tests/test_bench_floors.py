@@ -1,4 +1,5 @@
-"""The concurrency benchmark without the peer installed: it runs, and its table says so."""
+"""The concurrency benchmark's smoke run (test_bench_smoke.py leaves it to this test), with the peer named
+but not installed: it runs, and its table says so."""
 
 from __future__ import annotations
 
@@ -28,5 +29,5 @@ def test_the_concurrency_table_says_the_peer_is_not_installed() -> None:
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "| inspect_ai | 100, 500 | not installed |" in done.stdout, done.stdout[-2000:]
-    assert "| local | 5 |" in done.stdout
+    assert "| local | 5 |" in done.stdout  # the smoke size's row
     assert (BENCH.parent / "BENCHMARKS.md").read_text() == before  # a smoke run writes nothing

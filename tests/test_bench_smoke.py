@@ -55,8 +55,7 @@ ROWS = {
 
 @pytest.mark.parametrize(
     "name",
-    [
-        "concurrency",
+    [  # concurrency's smoke run is test_bench_floors.py's (with a peer that is not installed)
         "ratelimit",
         "cost",
         "compactor",

@@ -117,7 +117,8 @@ def head(tmp_path):
                 "--include-dashboard=false",
                 "--disable-usage-stats",
             ],
-            env=_env(),
+            # stopped with SIGTERM: at once, not after draining the node for up to 30 s (Ray's default)
+            env={**_env(), "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"},
             stdout=out,
             stderr=subprocess.STDOUT,
             text=True,

@@ -1,15 +1,14 @@
 """The ``ray`` executor: the same run directory as the local one, the summary gate held across
 workers, a killed worker's jobs finished elsewhere from their last complete turn, and Ctrl-C.
 
-One small local Ray instance for the module (2 CPUs, no dashboard), started as the runner starts one
-(:func:`runner.execution.ray_driver.start_local_ray`: on the loopback only, which a test checks, as
-one checks the instance ``runner run --executor ray`` starts). Skipped, saying why, only when Ray
-cannot start on this machine.
+One small local Ray instance shared by the Ray group's tests (``cluster``, tests/conftest.py: 2 CPUs, no
+dashboard), started as the runner starts one (:func:`runner.execution.ray_driver.start_local_ray`: on
+the loopback only, which a test checks, as one checks the instance ``runner run --executor ray``
+starts). Skipped, saying why, only when Ray cannot start on this machine.
 """
 
 from __future__ import annotations
 
-import importlib
 import ipaddress
 import json
 import os
@@ -30,7 +29,7 @@ from conftest import RAY_TESTS
 from runner.cli import main
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
-from runner.config import ConfigError, Limits, load_settings
+from runner.config import Limits, load_settings
 from runner.emulator import EmulatorConfig, Latency, running_emulator
 from runner.execution.core import Batch
 from runner.execution.scheduler import run_batch
@@ -42,36 +41,7 @@ from runner.services import RunBudget
 
 pytestmark = RAY_TESTS
 
-KEY = "test-key-ray"
 FINAL = {"succeeded", "failed", "timeout", "max_turns", "budget_exceeded", "cancelled"}
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """A local Ray instance; its workers inherit this environment (the emulator's key)."""
-    try:
-        # first: it sets Ray's single-machine switch before ray is imported
-        from runner.execution.ray_driver import start_local_ray
-
-        ray = importlib.import_module("ray")
-    except ImportError as e:
-        pytest.skip(f"Ray cannot start on this machine: it is not installed ({e})")
-    saved = os.environ.get("ANTHROPIC_API_KEY")
-    os.environ["ANTHROPIC_API_KEY"] = KEY
-    try:
-        start_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error")
-    except ConfigError:  # it came up on the network: a failure, never a skip
-        raise
-    except Exception as e:  # noqa: BLE001 - whatever stops Ray from starting is the skip reason
-        pytest.skip(f"Ray cannot start on this machine: {type(e).__name__}: {e}")
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-        if saved is None:
-            os.environ.pop("ANTHROPIC_API_KEY", None)
-        else:
-            os.environ["ANTHROPIC_API_KEY"] = saved
 
 
 def settings_for(tmp_path: Path, text: str = ""):
@@ -190,7 +160,7 @@ def test_a_ray_batch_writes_the_local_layout_and_statuses(cluster, tmp_path):
 
 
 def test_the_summary_gate_holds_across_workers(cluster, tmp_path):
-    ws = workspace(tmp_path)
+    ws = workspace(tmp_path, files=5)  # 12 summary requests, every job summarized (12 files: 30, 17 s)
     settings = settings_for(
         tmp_path, "[runner]\nconcurrency = 8\n[summarizer]\nmax_concurrent = 1\nrequests_per_minute = 2\n"
     )

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 import pytest
 from conftest import RAY_TESTS
-from test_ray_executor import FINAL, anthropic_batch, cluster, settings_for, spec, workspace  # noqa: F401
+from test_ray_executor import FINAL, anthropic_batch, settings_for, spec, workspace
 
 from runner.emulator import EmulatorConfig, Latency, running_emulator
 from runner.rundir.store import read_jsonl
@@ -50,13 +50,20 @@ def _workers(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def fault_run(
-    ray: Any, tmp_path: Path, name: str, pick: Pick, jobs: int = 6, stop: bool = False, stall_s: float = 60.0
+    ray: Any,
+    tmp_path: Path,
+    name: str,
+    pick: Pick,
+    jobs: int = 6,
+    stop: bool = False,
+    stall_s: float = 60.0,
+    files: int = 12,
 ) -> dict[str, Any]:
-    """Run the batch; once ``pick`` names an owner (from the services' state), SIGKILL (or SIGSTOP)
-    that worker's process. Returns what was seen."""
+    """Run the batch (each job surveys ``files`` files); once ``pick`` names an owner (from the services'
+    state), SIGKILL (or SIGSTOP) that worker's process. Returns what was seen."""
     from runner.execution.ray_driver import run_batch_ray
 
-    ws = workspace(tmp_path)
+    ws = workspace(tmp_path, files=files)
     settings = settings_for(tmp_path, CONFIG)
     specs = [spec(f"job{i}", ws, context_char_limit=8000) for i in range(jobs)]
     run_dir = tmp_path / name
@@ -159,16 +166,18 @@ def _holding(kind: str, without: str | None = None, after_starts: int = 0) -> Pi
     return pick
 
 
-def test_a_worker_killed_while_it_holds_the_only_summary_slot(cluster, tmp_path):  # noqa: F811
+def test_a_worker_killed_while_it_holds_the_only_summary_slot(cluster, tmp_path):
     """The hang of issue 19: the killed worker's jobs moved to a replacement, whose summary and call
     slots had tokens numbered alike; the summary slot was never given back and every job waited."""
-    seen = fault_run(cluster, tmp_path, "gate", _holding("gate", after_starts=3))
+    # the kill comes at the third summary, ~3.5 s in; with 6 files a job the batch runs ~5 s after it
+    # (measured; 12 files: ~10 s), time for every job of the dead worker to move and finish
+    seen = fault_run(cluster, tmp_path, "gate", _holding("gate", after_starts=3), files=6)
     assert seen["state"]["gate_held"] == 1  # max_concurrent = 1: the only one
     released = check_the_run_ended_whole(seen)
     assert released.get("gate_held") == 1, released  # given back when Ray reported the worker dead
 
 
-def test_a_worker_killed_while_its_calls_are_in_flight(cluster, tmp_path):  # noqa: F811
+def test_a_worker_killed_while_its_calls_are_in_flight(cluster, tmp_path):
     def pick(state: dict[str, Any], _: float, at_emulator: int) -> str | None:
         """An owner with calls in flight at the emulator: it holds every call slot of the cluster, no
         summary is in flight, and the emulator is in the latency of as many requests as it holds."""
@@ -196,7 +205,7 @@ def test_a_worker_killed_while_its_calls_are_in_flight(cluster, tmp_path):  # no
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_a_worker_killed_at_a_random_moment(cluster, tmp_path, seed):  # noqa: F811
+def test_a_worker_killed_at_a_random_moment(cluster, tmp_path, seed):
     moment = random.Random(seed).uniform(1.0, 6.0)
 
     def pick(state: dict[str, Any], since: float, _: int) -> str | None:
@@ -207,10 +216,12 @@ def test_a_worker_killed_at_a_random_moment(cluster, tmp_path, seed):  # noqa: F
     check_the_run_ended_whole(seen)
 
 
-def test_a_worker_that_stops_answering_is_declared_dead(cluster, tmp_path):  # noqa: F811
+def test_a_worker_that_stops_answering_is_declared_dead(cluster, tmp_path):
     """SIGSTOP: Ray still thinks the worker alive; the driver notices it answered no poll for
     ``stall_s``, kills it and moves its jobs."""
-    seen = fault_run(cluster, tmp_path, "stalled", _holding("call", after_starts=2), stop=True, stall_s=3.0)
+    seen = fault_run(
+        cluster, tmp_path, "stalled", _holding("call", after_starts=2), stop=True, stall_s=3.0, files=6
+    )
     try:
         released = check_the_run_ended_whole(seen, because="stalled")
         assert sum(released.values()) >= 1, released
@@ -225,7 +236,7 @@ def test_a_worker_that_stops_answering_is_declared_dead(cluster, tmp_path):  # n
             pass
 
 
-def test_a_dead_owners_slots_come_back_and_it_is_fenced(cluster):  # noqa: F811
+def test_a_dead_owners_slots_come_back_and_it_is_fenced(cluster):
     """The services actor alone: a gate token and a call token numbered alike are two slots; a dead
     owner's held and waited-for slots are given back, its late acquires refused, its late releases
     ignored (never released twice)."""
