@@ -75,7 +75,10 @@ async def test_the_command_is_never_root(workspace):
             done = subprocess.run(
                 ["ps", "-ww", "-eo", "uid=,args="], capture_output=True, text=True, check=True
             )
-            seen.extend(line.split()[0] for line in done.stdout.splitlines() if f"sleep {marker}" in line)
+            # the command's own process (the sleep it started), not the root launcher (sandbox_launch.py),
+            # whose arguments carry the script until it drops every privilege and becomes bwrap
+            rows = [line.split(None, 1) for line in done.stdout.splitlines()]
+            seen.extend(row[0] for row in rows if len(row) == 2 and row[1].strip() == f"sleep {marker}")
             if seen:
                 return
             await anyio.sleep(0.1)
