@@ -3,6 +3,10 @@
 Covers: a multi-turn job with parallel tool calls whose transcript reloads; 20 jobs with 20% of
 requests failing (429/529/500/dropped connections) all succeeding; an RPM limit the batch adapts to;
 and the API key never reaching any file the runner writes, nor the bash tool.
+
+This holds with any model: each job plays a scripted model (``tests/scripted.py``) the emulator
+serves: a glob, then the six modules read two a turn (parallel calls), then a report listing the
+files whose reads it sees answered.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from scripted import ScriptedModel, reads
 
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
@@ -23,19 +28,57 @@ from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Fault, Faults
 from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
-from runner.messages import request_problems, tool_uses
+from runner.messages import request_problems, tool_results, tool_uses
 from runner.models.adaptive import AdaptiveLimit, AdaptiveModel
 from runner.models.anthropic import AnthropicModel
+from runner.models.base import Request
 from runner.rundir.store import read_jsonl
 
 pytestmark = pytest.mark.anyio
 SECRET = "sk-ant-test-9f3c1e77-never-write-me"
+MODULES = [f"m{i}.py" for i in range(6)]
+TURNS = 1 + len(MODULES) // 2 + 1  # a job's calls: the glob, three turns of two reads, the report
+
+
+def report_of_reads(request: Request) -> str:
+    """A report with a ``| path |`` row for each file whose read the request shows answered."""
+    answered = {b["tool_use_id"] for m in request.messages for b in tool_results(m) if not b.get("is_error")}
+    paths = [
+        u["input"]["file_path"]
+        for m in request.messages
+        for u in tool_uses(m)
+        if u["name"] == "read" and u["id"] in answered
+    ]
+    return "# Report\n\n| file |\n|---|\n" + "".join(f"| {p} |\n" for p in paths)
+
+
+def expected_report() -> str:
+    return "# Report\n\n| file |\n|---|\n" + "".join(f"| {p} |\n" for p in MODULES)
+
+
+def survey_model() -> ScriptedModel:
+    return ScriptedModel([("glob", {"pattern": "*.py"}), *reads(MODULES, per_turn=2)], final=report_of_reads)
 
 
 @pytest.fixture(scope="module")
 def server():
     with running_emulator(EmulatorConfig()) as handle:
         yield handle
+
+
+@pytest.fixture
+def scripted(server) -> ScriptedModel:
+    """The model the emulator answers with for this test."""
+    scripted = survey_model()
+    server.state.replies = lambda _batch_size: scripted
+    return scripted
+
+
+def check_job(run_dir: Path, name: str, result) -> None:
+    """The job ran its whole script: its turns, its report the script's, every read answered."""
+    assert result.status == "succeeded", result.error
+    assert result.turns == TURNS
+    assert (run_dir / name / "final.md").read_text().strip() == expected_report().strip()
 
 
 def spec(name: str, workspace: Path, tools: tuple[str, ...] = ("read", "glob", "grep"), **limits) -> JobSpec:
@@ -95,7 +138,7 @@ def check_transcript(job_dir: Path) -> list[dict]:
     return messages
 
 
-async def test_the_client_shards_share_one_tls_context_and_all_answer(server, tmp_path):
+async def test_the_client_shards_share_one_tls_context_and_all_answer(server, scripted, tmp_path):
     """Shards are separate connection pools over one TLS context (making one costs ~20 ms of CPU)."""
     model = AnthropicModel(base_url=server.base_url, api_key=SECRET, max_retries=8, shards=4)
     try:
@@ -115,25 +158,31 @@ async def test_the_client_shards_share_one_tls_context_and_all_answer(server, tm
     finally:
         await model.aclose()
     assert [r.status for r in result.results.values()] == ["succeeded"] * 4
+    for name, job in result.results.items():
+        check_job(tmp_path / "run", name, job)
+    assert len(scripted.requests) == 4 * TURNS  # no request was lost or sent twice across the shards
 
 
-async def test_multi_turn_job_with_parallel_calls_completes_and_reloads(server, tmp_path):
+async def test_multi_turn_job_with_parallel_calls_completes_and_reloads(server, scripted, tmp_path):
     server.reconfigure(EmulatorConfig(record_requests=True))
     result = await run(server, [spec("json", small_workspace(tmp_path))], tmp_path / "run", 1)
-    assert result.results["json"].status == "succeeded", result.results["json"].error
+    check_job(tmp_path / "run", "json", result.results["json"])
     messages = check_transcript(tmp_path / "run" / "json")
-    assert max(len(tool_uses(m)) for m in messages) >= 2  # parallel tool calls in one reply
-    assert result.results["json"].turns >= 5
+    # the transcript holds the script's calls, two in one reply where it made two, each answered
+    assert [[(u["name"], u["input"]) for u in tool_uses(m)] for m in messages if tool_uses(m)] == [
+        [(name, args) for name, args in turn] for turn in scripted.turns
+    ]
+    answers = [b for m in messages for b in tool_results(m)]
+    assert len(answers) == 1 + len(MODULES) and not any(b.get("is_error") for b in answers)
     assert result.results["json"].usage.cache_read_input_tokens > 0  # the prefix was read back from cache
     recorded = server.state.snapshot()["recorded_requests"]
     job_requests = [r for r in recorded if r.get("tools")]
-    assert len(job_requests) == result.results["json"].turns
+    assert len(job_requests) == TURNS == len(scripted.requests)
     for body in job_requests:  # every request the runner sent is valid and holds the request once
         assert not request_problems(body["messages"], "Survey this workspace (json).")
-    assert (tmp_path / "run" / "json" / "final.md").read_text().count("| m") >= 6
 
 
-async def test_twenty_jobs_survive_twenty_percent_faults(server, tmp_path):
+async def test_twenty_jobs_survive_twenty_percent_faults(server, scripted, tmp_path):
     faults = Faults(
         rate_limit=Fault(rate=0.05),
         overloaded=Fault(rate=0.05),
@@ -150,12 +199,14 @@ async def test_twenty_jobs_survive_twenty_percent_faults(server, tmp_path):
     assert {r.status for r in result.results.values()} == {"succeeded"}, {
         n: r.error for n, r in result.results.items() if r.status != "succeeded"
     }
+    assert stats["outcomes"]["ok"] == 20 * TURNS  # each job's calls answered once
     for s in specs:
         check_transcript(tmp_path / "run" / s.name)
+        check_job(tmp_path / "run", s.name, result.results[s.name])
     print(f"20 jobs: {stats['outcomes']}")
 
 
-async def test_an_rpm_limit_is_met_with_few_429s(server, tmp_path):
+async def test_an_rpm_limit_is_met_with_few_429s(server, scripted, tmp_path):
     server.reconfigure(EmulatorConfig(rpm=40, window_s=1.0))
     ws = small_workspace(tmp_path)
     limit = AdaptiveLimit(maximum=12, cooldown_s=0.5)
@@ -164,10 +215,31 @@ async def test_an_rpm_limit_is_met_with_few_429s(server, tmp_path):
     elapsed = anyio.current_time() - started
     stats = server.state.snapshot()
     ok, throttled = stats["outcomes"].get("ok", 0), stats["outcomes"].get("429", 0)
-    assert {r.status for r in result.results.values()} == {"succeeded"}
+    assert ok == 12 * TURNS  # each job's calls answered once
+    for name, job in result.results.items():
+        check_job(tmp_path / "run", name, job)
     assert limit.decreases >= 1  # the batch did back off
     assert throttled <= ok * 0.25, stats["outcomes"]  # and most requests went through first time
     print(f"rpm 40/s: {ok} ok, {throttled} 429s, lowest limit {limit.lowest}, {elapsed:.1f} s")
+
+
+class ByPrompt:
+    """A model that answers each request with the scripted model of the prompt its first message is
+    (over the API the prompt is a text block, so ``ScriptedModel``'s ``subagents`` do not see it)."""
+
+    name = "scripted"
+    server_compaction = False
+
+    def __init__(self, models: dict[str, ScriptedModel]):
+        self.models = models
+
+    async def create(self, request: Request):
+        first = request.messages[0]["content"]
+        text = first if isinstance(first, str) else "".join(b.get("text", "") for b in first)
+        return await self.models[text].create(request)
+
+    async def aclose(self) -> None:
+        return None
 
 
 def test_the_api_key_is_written_nowhere(server, tmp_path):
@@ -178,6 +250,12 @@ def test_the_api_key_is_written_nowhere(server, tmp_path):
     (tmp_path / "jobs" / "shell.toml").write_text(
         f'workspace = "{ws}"\nprompt = "Survey it with a shell."\ntools = ["read", "glob", "grep", "bash"]\n'
     )
+    # each job's model, told apart by its prompt: the shell job's prints its environment first
+    shell = ScriptedModel(
+        [("bash", {"command": "env; echo done"}), *survey_model().turns], final=report_of_reads
+    )
+    by_prompt = ByPrompt({"Survey it.": survey_model(), "Survey it with a shell.": shell})
+    server.state.replies = lambda _batch_size: by_prompt
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("RUNNER_")},
         "ANTHROPIC_API_KEY": SECRET,
@@ -194,6 +272,15 @@ def test_the_api_key_is_written_nowhere(server, tmp_path):
     assert done.returncode == 0, done.stderr
     assert SECRET not in done.stdout + done.stderr
     run_dir = next(p for p in (tmp_path / "runs").iterdir() if not p.is_symlink())
+    for name in ("survey", "shell"):
+        assert (run_dir / name / "final.md").read_text().strip() == expected_report().strip()
+    assert len(shell.requests) == TURNS + 1 and len(by_prompt.models["Survey it."].requests) == TURNS
+    # the shell job's bash call ran, and its output is in the transcript (without the key)
+    messages = check_transcript(run_dir / "shell")
+    [env_result] = [
+        b for m in messages for b in tool_results(m) if b["tool_use_id"].startswith("toolu_sc0000")
+    ]
+    assert "done" in json.dumps(env_result) and not env_result.get("is_error")
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert len(files) >= 8  # run.json, and each job's job.json, transcript, final.md, metrics.json
     for path in files:

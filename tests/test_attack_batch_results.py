@@ -8,6 +8,10 @@ results file dripping a byte at a time ended at its deadline (``request_timeout_
 run's deadline, the call going live in time; a ``results_url`` on another host or port refused before
 any request (a second server there receives nothing); the guard following no redirect to another origin and
 bounding every streamed body; a batch id full of terminal escapes never reaching stderr raw.
+
+What the emulator answers, by batch or live, is a scripted model's reply (``tests/scripted.py``), so
+the checks hold with any model: one call's is :data:`HELLO_TEXT`; a ``runner run``'s job reads the
+workspace's three modules one a turn, then writes :data:`REPORT`.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from conftest import runner_env
+from scripted import ScriptedModel, reads
 
 from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Batches, BatchHostile, Fault
@@ -39,12 +44,42 @@ pytestmark = pytest.mark.anyio
 MIB = 1 << 20
 KEY = "sk-test-the-key-0123456789"
 ESC = "\x1b"
+HELLO_TEXT = "Hello."
+MODULES = [f"m{i}.py" for i in range(3)]
+REPORT = "# Report\n\nThree modules, each one function ten times."
+TURNS = len(MODULES) + 1  # the job's calls: a read a turn, then the report
 
 
 @pytest.fixture(scope="module")
 def emu():
     with running_emulator(EmulatorConfig()) as handle:
         yield handle
+
+
+@pytest.fixture(autouse=True)
+def scripted(request) -> ScriptedModel | None:
+    """For a test that uses the emulator: the model it answers ``HELLO`` with (by batch or live)."""
+    if "emu" not in request.fixturenames:
+        return None
+    return _play(request.getfixturevalue("emu"), ScriptedModel([], final=HELLO_TEXT))
+
+
+def _play(emu, model: ScriptedModel) -> ScriptedModel:
+    emu.state.replies = lambda _batch_size: model
+    return model
+
+
+def _hello(reply) -> bool:
+    """The reply is the script's (whether the batch or the live call gave it)."""
+    return reply.content == [{"type": "text", "text": HELLO_TEXT}] and reply.stop_reason == "end_turn"
+
+
+def _check_job(root: Path) -> None:
+    """The job ran its whole script and its report is the script's."""
+    [job] = [p for p in (root / "runs").glob("*/survey") if not p.parent.is_symlink()]
+    metrics = json.loads((job / "metrics.json").read_text())
+    assert metrics["status"] == "succeeded" and metrics["turns"] == TURNS, metrics
+    assert (job / "final.md").read_text().strip() == REPORT
 
 
 def _hostile(emu, **hostile) -> None:
@@ -151,20 +186,21 @@ async def test_result_lines_skip_a_line_over_the_limit_as_it_streams_never_holdi
 # --- padding under other custom_ids -----------------------------------------------------------------
 
 
-async def test_padding_under_other_custom_ids_is_dropped_and_counted_and_the_batch_answers(emu):
+async def test_padding_under_other_custom_ids_is_dropped_and_counted_and_the_batch_answers(emu, scripted):
     _hostile(emu, kind="padded_results", bytes=MIB, line_bytes=16 * 1024)
     model, batcher = _model(emu, max_reply_bytes=4 * MIB)
     try:
         reply = await model.create(HELLO)
     finally:
         await model.aclose()
-    assert reply.batch is not None and reply.batch.startswith("msgbatch_emu_")
+    assert reply.batch is not None and reply.batch.startswith("msgbatch_emu_") and _hello(reply)
+    assert len(scripted.requests) == 1
     assert batcher.foreign_results == 64 and batcher.failed_downloads == 0  # 1 MiB of 16 KiB lines
     assert emu.stats()["requests"] == 0  # nothing went live
     assert "64 foreign result lines dropped" in (batcher.status_line() or "")
 
 
-async def test_padding_over_the_byte_cap_stops_the_download_and_the_call_goes_live(emu, tmp_path):
+async def test_padding_over_the_byte_cap_stops_the_download_and_the_call_goes_live(emu, tmp_path, scripted):
     _hostile(emu, kind="padded_results", bytes=64 * MIB)
     model, batcher = _model(emu, max_reply_bytes=MIB)  # one request: a cap of about 1 MiB
     batcher.open_journal(tmp_path / "batches.jsonl")
@@ -173,7 +209,8 @@ async def test_padding_over_the_byte_cap_stops_the_download_and_the_call_goes_li
         reply = await model.create(HELLO)
     finally:
         await model.aclose()
-    assert reply.batch is None and reply.content
+    assert reply.batch is None and _hello(reply)
+    assert len(scripted.requests) == 2  # asked once for the batch, once for the live call
     stats = emu.stats()
     assert stats["batches"]["created"] == 1 and stats["requests"] == 1  # the call went live
     assert batcher.failed_downloads == 1 and time.monotonic() - started < 10
@@ -184,7 +221,7 @@ async def test_padding_over_the_byte_cap_stops_the_download_and_the_call_goes_li
 # --- a results file dripping ------------------------------------------------------------------------
 
 
-async def test_a_dripping_results_file_ends_at_request_timeout_s_and_the_call_goes_live(emu):
+async def test_a_dripping_results_file_ends_at_request_timeout_s_and_the_call_goes_live(emu, scripted):
     _hostile(emu, kind="drip_results", interval_s=0.5)
     model, batcher = _model(emu, timeout=2.0)
     started = time.monotonic()
@@ -193,12 +230,13 @@ async def test_a_dripping_results_file_ends_at_request_timeout_s_and_the_call_go
     finally:
         await model.aclose()
     took = time.monotonic() - started
-    assert reply.batch is None and emu.stats()["requests"] == 1
+    assert reply.batch is None and emu.stats()["requests"] == 1 and _hello(reply)
+    assert len(scripted.requests) == 2  # asked once for the batch, once for the live call
     assert batcher.failed_downloads == 1
     assert 2.0 < took < 6.0, took  # request_timeout_s + 0.1 s for its one request, then the live call
 
 
-async def test_the_runs_deadline_cancels_a_download_and_the_call_goes_live(emu):
+async def test_the_runs_deadline_cancels_a_download_and_the_call_goes_live(emu, scripted):
     _hostile(emu, kind="drip_results", interval_s=0.5)
     deadline = time.time() + 2.0
     model, batcher = _model(emu, timeout=60.0, deadline=deadline)
@@ -206,7 +244,8 @@ async def test_the_runs_deadline_cancels_a_download_and_the_call_goes_live(emu):
         reply = await model.create(HELLO)
     finally:
         await model.aclose()
-    assert reply.batch is None and emu.stats()["requests"] == 1
+    assert reply.batch is None and emu.stats()["requests"] == 1 and _hello(reply)
+    assert len(scripted.requests) == 2  # asked once for the batch, once for the live call
     assert batcher.failed_downloads == 1  # the download ended live_s / 2 before the deadline
     assert time.time() < deadline  # the live call answered in the time it left
 
@@ -215,7 +254,7 @@ async def test_the_runs_deadline_cancels_a_download_and_the_call_goes_live(emu):
 
 
 @pytest.mark.parametrize("where", ["another host", "another port"])
-async def test_a_results_url_on_another_origin_is_refused_before_any_request(emu, tmp_path, where):
+async def test_a_results_url_on_another_origin_is_refused_before_any_request(emu, tmp_path, where, scripted):
     host = _other_loopback_host() if where == "another host" else "127.0.0.1"
     with Recorder(host) as foreign:
         _hostile(emu, kind="foreign_results_url", url=foreign.url)
@@ -226,7 +265,8 @@ async def test_a_results_url_on_another_origin_is_refused_before_any_request(emu
         finally:
             await model.aclose()
         assert foreign.requests == []  # not one request, so never the key
-    assert reply.batch is None and emu.stats()["requests"] == 1  # the call went live
+    assert reply.batch is None and emu.stats()["requests"] == 1 and _hello(reply)  # the call went live
+    assert len(scripted.requests) == 2  # asked once for the batch, once for the live call
     [problem] = _problems(tmp_path / "batches.jsonl")
     assert "not on the base URL's origin" in problem and foreign.url in problem, problem
 
@@ -331,11 +371,14 @@ def _run_measured(root: Path, emu) -> tuple[int, str, int]:
         return status, err.read().decode("utf-8", "replace"), peak_kib * 1024
 
 
-def test_a_batch_id_full_of_escapes_never_reaches_stderr_raw(emu, tmp_path):
+def test_a_batch_id_full_of_escapes_never_reaches_stderr_raw(emu, tmp_path, scripted):
     _hostile(emu, kind="escaped_id")
+    model = _play(emu, ScriptedModel(reads(MODULES), final=REPORT))
     root = _project(tmp_path, "")
     code, stderr, _ = _run_measured(root, emu)
     assert code == 0, stderr
+    _check_job(root)
+    assert len(model.requests) == emu.stats()["batch_requests"] == TURNS
     assert ESC not in stderr and "\x07" not in stderr
     assert "msgbatch_emu_\\x1b]0;batch owned\\x07\\x1b[2J" in stderr  # shown, as text
     assert emu.stats()["batch_requests"] > 0 and emu.stats()["requests"] == 0
@@ -348,13 +391,18 @@ def test_a_batch_id_full_of_escapes_never_reaches_stderr_raw(emu, tmp_path):
 )
 def test_400_mib_of_padded_results_leave_the_runner_under_300_mib(emu, tmp_path, max_reply_bytes, read_whole):
     _hostile(emu, kind="padded_results", bytes=400 * MIB, on=Fault(schedule=[1]))
+    model = _play(emu, ScriptedModel(reads(MODULES), final=REPORT))
     root = _project(tmp_path, f"max_reply_bytes = {max_reply_bytes}\nrequest_timeout_s = 60\n")
     code, stderr, peak = _run_measured(root, emu)
     assert code == 0, stderr
+    _check_job(root)
     assert peak < 300 * MIB, f"peak RSS {peak / MIB:.0f} MiB"
     stats = emu.stats()
-    assert stats["batches"]["created"] >= 2  # the padded first one, then the job's later turns
+    # the padded first one, then one a turn for the job's later calls, each call batched once
+    assert stats["batches"]["created"] == stats["batch_requests"] == TURNS
     if read_whole:  # all 6400 lines of padding read and dropped; the batch's own line used
         assert "6400 foreign result lines dropped" in stderr and stats["requests"] == 0, stderr
+        assert len(model.requests) == TURNS
     else:  # the cap (about 1 MiB for its one request) stopped it: that call went live
         assert "1 results unread (calls live)" in stderr and stats["requests"] == 1, stderr
+        assert len(model.requests) == TURNS + 1  # the first call asked again, live

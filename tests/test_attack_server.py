@@ -9,6 +9,9 @@ retried then failed, never ``succeeded``; an unknown ``stop_reason`` failed; a t
 answered with an error result, not run; the disk quota ending a job ``disk_quota`` with its final
 documents written; a reply nested too deeply to parse failing its job, never the batch (a raw server of
 the test's own: the emulator cannot serialize one).
+
+What is not a hostile scripted reply is a scripted model's (``tests/scripted.py``), so the checks hold
+with any model: it reads the workspace's four modules one a turn, then writes :data:`REPORT`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import anyio
 import httpx2
 import pytest
 from conftest import runner_env
+from scripted import ScriptedModel, reads
 
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
@@ -38,6 +42,18 @@ from runner.models.guard import NotAMessage, capped_retry_headers
 from runner.rundir.store import read_jsonl
 
 GIB = 1 << 30
+MODULES = [f"m{i}.py" for i in range(4)]
+REPORT = "# Report\n\nFour modules of thirty functions each."
+
+
+def _play(emu, model: ScriptedModel) -> ScriptedModel:
+    """The emulator answers what its script does not with ``model``."""
+    emu.state.replies = lambda _batch_size: model
+    return model
+
+
+def _survey() -> ScriptedModel:
+    return ScriptedModel(reads(MODULES), final=REPORT)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +64,9 @@ def emu():
 
 @pytest.fixture
 def fresh(emu):
+    """The emulator afresh; what no script answers is a scripted model's final text, never the stand-in's."""
     emu.reconfigure()
+    _play(emu, ScriptedModel([], final="Done."))
     return emu
 
 
@@ -164,6 +182,7 @@ def test_usage_counts_must_be_non_negative_integers_below_the_bound():
 
 
 def test_hostile_usage_fails_its_call_and_never_reaches_a_budget(tmp_path: Path, fresh) -> None:
+    model = _play(fresh, _survey())
     fresh.set_script(
         [
             {"content": "a", "usage": {"input_tokens": -1e9}},
@@ -184,8 +203,12 @@ def test_hostile_usage_fails_its_call_and_never_reaches_a_budget(tmp_path: Path,
     assert "InvalidReply: usage.input_tokens = -1000000000.0" in " ".join(errors), errors
     assert "InvalidReply: usage.output_tokens = 1000000000000" in " ".join(errors), errors
     assert all(m["cost_usd"] == 0 and m["usage"]["input_tokens"] >= 0 for m in failed.values())
-    [sibling] = [m for m in metrics.values() if m["status"] != "failed"]
-    assert sibling["status"] in ("succeeded", "budget_exceeded") and 0 < sibling["cost_usd"] <= 0.05 * 1.5
+    [(name, sibling)] = [(n, m) for n, m in metrics.items() if m["status"] != "failed"]
+    # the sibling ran its whole script (within the budget): only the two hostile replies were refused
+    assert sibling["status"] == "succeeded" and sibling["turns"] == len(MODULES) + 1, sibling
+    assert 0 < sibling["cost_usd"] <= 0.05
+    assert len(model.requests) == len(MODULES) + 1
+    assert (run_dir / name / "final.md").read_text().strip() == REPORT
     run = json.loads((run_dir / "run.json").read_text())
     assert 0 <= run["totals"]["cost_usd"] <= 0.05 * 1.5
     assert all(run["totals"][k] >= 0 for k in ("input_tokens", "output_tokens"))
@@ -295,6 +318,7 @@ async def test_a_429_asking_for_100000_s_waits_only_max_retry_after_s(fresh) -> 
             faults=Faults(rate_limit=Fault(schedule=[1])), retry_after_s=100000.0, retry_after_ms=True
         )
     )
+    scripted = _play(fresh, ScriptedModel([], final="Hello."))
     model = AnthropicModel(base_url=fresh.base_url, api_key="k", max_retries=1, max_retry_after_s=1.0)
     started = time.monotonic()
     try:
@@ -302,7 +326,8 @@ async def test_a_429_asking_for_100000_s_waits_only_max_retry_after_s(fresh) -> 
             reply = await model.create(_request())
     finally:
         await model.aclose()
-    assert reply.stop_reason == "end_turn" and fresh.stats()["outcomes"].get("429") == 1
+    assert reply.stop_reason == "end_turn" and fresh.stats()["outcomes"] == {"429": 1, "ok": 1}
+    assert reply.content == [{"type": "text", "text": "Hello."}] and len(scripted.requests) == 1
     assert time.monotonic() - started < 30
 
 
@@ -352,6 +377,7 @@ async def test_a_job_never_succeeds_on_an_error_body_or_an_unknown_stop_reason(t
 
 @pytest.mark.anyio
 async def test_the_disk_quota_ends_the_job_with_its_final_documents(tmp_path: Path, fresh) -> None:
+    model = _play(fresh, _survey())
     out = await _run(fresh, [_spec("quota", _workspace(tmp_path), max_job_bytes=4_000)], tmp_path / "run")
     result = out.results["quota"]
     assert result.status == "disk_quota", (result.status, result.error)
@@ -363,6 +389,10 @@ async def test_the_disk_quota_ends_the_job_with_its_final_documents(tmp_path: Pa
     assert metrics["status"] == "disk_quota" and "max_job_bytes" in metrics["error"]
     written = sum(p.stat().st_size for p in job.rglob("*") if p.is_file())
     assert written - len(final.encode()) - (job / "metrics.json").stat().st_size <= 4_000
+    # the quota stopped the script part way (no call was made after it: the report was built without
+    # the model), and the report holds the reads of the turns the job had
+    assert 0 < result.turns == len(model.requests) < len(MODULES)
+    assert "### Files read\n" + "".join(f"- {p}\n" for p in MODULES[: result.turns]) + "#" in final
 
 
 @pytest.mark.anyio

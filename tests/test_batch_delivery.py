@@ -1,6 +1,10 @@
 """``delivery = "batch"``: jobs' calls (their summaries too) sent as Message Batches through the real SDK
 against the emulator: the same reports and token counts as live at half the cost, errored, expired
-and canceled requests sent again, a deadline that moves calls live, and the configuration."""
+and canceled requests sent again, a deadline that moves calls live, and the configuration.
+
+This holds with any model: the emulator answers every job's calls, live or batched, with a scripted
+model (``tests/scripted.py``): a glob, the six modules read one a turn with notes enough to make the
+job summarize, then a report listing the files whose reads it sees answered."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
+from scripted import ScriptedModel, reads
 
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
@@ -20,6 +25,7 @@ from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Batches, BatchHostile, Fault
 from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
+from runner.messages import tool_results, tool_uses
 from runner.models.anthropic import AnthropicModel
 from runner.models.base import Request
 from runner.models.batches import Batcher, BatchModel, custom_id_of
@@ -28,12 +34,55 @@ from runner.rundir.store import read_jsonl
 
 pytestmark = pytest.mark.anyio
 SUMMARY_MODEL = "claude-haiku-5-5"
+MODULES = [f"m{i}.py" for i in range(6)]
+TURNS = 1 + len(MODULES) + 1  # a job's calls: the glob, a read a turn, the report
+HEADER = "# Report\n\nFiles read:\n"
+
+
+def report_of_reads(request: Request) -> str:
+    """The files whose read the request shows answered (what the job's summaries left of its history)."""
+    answered = {b["tool_use_id"] for m in request.messages for b in tool_results(m) if not b.get("is_error")}
+    paths = [
+        u["input"]["file_path"]
+        for m in request.messages
+        for u in tool_uses(m)
+        if u["name"] == "read" and u["id"] in answered
+    ]
+    return HEADER + "".join(f"- {p}\n" for p in paths)
+
+
+def survey_model() -> ScriptedModel:
+    return ScriptedModel([("glob", {"pattern": "*.py"}), *reads(MODULES)], final=report_of_reads, notes=600)
 
 
 @pytest.fixture(scope="module")
 def server():
     with running_emulator(EmulatorConfig()) as handle:
         yield handle
+
+
+@pytest.fixture(autouse=True)
+def scripted(request) -> ScriptedModel | None:
+    """For a test that uses the emulator: the model it answers every job's calls with (summaries are
+    the emulator's own)."""
+    if "server" not in request.fixturenames:
+        return None
+    model = survey_model()
+    request.getfixturevalue("server").state.replies = lambda _batch_size: model
+    return model
+
+
+def job_calls(stats: dict) -> int:
+    """The calls the emulator answered with the model (live or batched): all but the summaries."""
+    return stats["requests"] + stats["batch_requests"] - stats["summary_requests"]
+
+
+def check_jobs(run_dir: Path, results: dict) -> None:
+    """Each job ran its whole script and its report is the script's."""
+    for name, result in results.items():
+        assert result.status == "succeeded", (name, result.error)
+        assert result.turns == TURNS, (name, result.turns)
+        assert (run_dir / name / "final.md").read_text().startswith(HEADER)
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +168,9 @@ async def ten_jobs(server, workspace: Path, tmp_path: Path, cache_ttl: Literal["
     batched = await run(server, tmp_path / "batch", workspace, batch=True, cache_ttl=cache_ttl)
     stats = server.stats()
 
-    assert {r.status for r in batched.results.values()} == {"succeeded"}
+    check_jobs(tmp_path / "live", live.results)
+    check_jobs(tmp_path / "batch", batched.results)
+    assert job_calls(live_stats) == job_calls(stats) == 10 * TURNS  # every call answered once
     assert stats["requests"] == 0 and stats["batch_requests"] == live_stats["requests"]
     assert stats["batch_outcomes"]["succeeded"] == stats["batch_requests"]
     assert stats["batches"]["created"] < stats["batch_requests"]  # calls of several jobs share a batch
@@ -194,9 +245,7 @@ async def test_errored_expired_and_canceled_requests_are_sent_again(server, work
     server.reconfigure(EmulatorConfig(seed=3, batches=faults))
     result = await run(server, tmp_path / "run", workspace, batch=True, jobs=6)
     stats = server.stats()
-    assert {r.status for r in result.results.values()} == {"succeeded"}, {
-        n: r.error for n, r in result.results.items()
-    }
+    check_jobs(tmp_path / "run", result.results)
     outcomes = stats["batch_outcomes"]
     assert outcomes["errored"] and outcomes["expired"] and outcomes["canceled"], outcomes
     assert sum(r.retries for r in result.results.values()) == (
@@ -230,7 +279,7 @@ async def test_a_deadline_moves_calls_live_and_the_run_ends_before_it(server, wo
     result = await run(server, tmp_path / "run", workspace, batch=True, jobs=4, deadline=deadline)
     ended = time.time()
     stats = server.stats()
-    assert {r.status for r in result.results.values()} == {"succeeded"}
+    check_jobs(tmp_path / "run", result.results)
     assert stats["batch_requests"] > 0 and stats["requests"] > 0  # some calls by batch, the rest live
     assert stats["batches"]["canceled"] == 0
     assert stats["batches"]["created"] >= 2  # the turnaround was learned from the first
@@ -249,7 +298,7 @@ async def test_a_batch_in_flight_at_the_deadline_is_cancelled_and_its_calls_go_l
     started = time.monotonic()
     result = await run(server, tmp_path / "run", workspace, batch=True, jobs=3, deadline=time.time() + 1.0)
     stats = server.stats()
-    assert {r.status for r in result.results.values()} == {"succeeded"}
+    check_jobs(tmp_path / "run", result.results)
     assert stats["batches"] == {"created": 1, "ended": 1, "canceled": 1}
     assert stats["batch_outcomes"]["canceled"] == 3 and stats["requests"] > 0
     assert time.monotonic() - started < 10
@@ -279,9 +328,7 @@ async def test_the_deadline_governor_sends_calls_live_in_time_for_every_job_to_s
         run_deadline=True,
     )
     stats = server.stats()
-    assert {r.status for r in result.results.values()} == {"succeeded"}, {
-        n: r.error for n, r in result.results.items()
-    }
+    check_jobs(tmp_path / "run", result.results)
     assert stats["batches"]["created"] >= 1 and stats["requests"] > 0  # batched first, then live
     assert time.time() < deadline + 1.0
 
@@ -342,6 +389,9 @@ def test_a_night_mixing_live_and_batch_jobs_sends_each_on_its_own_delivery(
     assert all(summaries.values())  # every job summarized: its summaries went its own way too
     assert stats["requests"] == live_calls + summaries["urgent-a"] + summaries["urgent-b"]
     assert stats["batch_requests"] == batch_calls + summaries["bulk-a"] + summaries["bulk-b"]
+    assert live_calls == batch_calls == 2 * TURNS and job_calls(stats) == 4 * TURNS  # each script whole
+    for name in delivery:
+        assert jobs[name]["turns"] == TURNS and (run_dir / name / "final.md").read_text().startswith(HEADER)
     assert (run_dir / "batches.jsonl").is_file()
 
 
@@ -479,6 +529,11 @@ def test_kill_9_with_a_batch_in_flight_then_resume_pays_for_no_request_twice(ser
     )
     assert done.returncode == 0, done.stderr
     expected = server.stats()
+    assert job_calls(expected) == 2 * TURNS
+    for name in ("alpha", "beta"):
+        final = next((whole / "runs").glob(f"*/{name}/final.md"))
+        assert final.read_text().startswith(HEADER)
+        assert json.loads((final.parent / "metrics.json").read_text())["turns"] == TURNS
 
     server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.6)))
     killed = _project(tmp_path / "killed", workspace)
@@ -509,6 +564,7 @@ def test_kill_9_with_a_batch_in_flight_then_resume_pays_for_no_request_twice(ser
     # every request answered once: the same requests and tokens as the run never killed
     assert stats["batch_outcomes"]["succeeded"] + stats["requests"] == expected["batch_outcomes"]["succeeded"]
     assert stats["tokens"] == expected["tokens"]
+    assert job_calls(stats) == job_calls(expected)
     recorded = [json.loads(line) for line in (run_dir / "batches.jsonl").read_text().splitlines()]
     assert len(recorded) == stats["batches"]["created"] and all(
         r["batch"].startswith("msgbatch_") for r in recorded

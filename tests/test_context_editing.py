@@ -5,6 +5,9 @@ SDK (the reply's ``context_management.applied_edits``, the usage billed for the 
 whole job in the mode runs against the emulator and is billed less than the same job unedited; the
 config and task files take the mode and its settings, and refuse bad ones; ``runner replay`` replays
 a recorded history in the mode with the same function.
+
+What the emulator answers with is a scripted model's reply (``tests/scripted.py``), so the checks
+hold with any model: the model is asked with the edited history, and a job runs its whole script.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 import anthropic
 import pytest
 from conftest import RECORDED_TRAJECTORY
+from scripted import ScriptedModel, files_under, reads
 from test_api_runs import run, small_workspace, spec
 
 from runner.billing import input_tokens
@@ -113,6 +117,8 @@ def server():
 
 async def test_the_emulator_clears_reports_and_bills_the_edited_prompt(server):
     server.reconfigure(EmulatorConfig(record_requests=True))
+    model = ScriptedModel([("read", {"file_path": "m8.py"})])
+    server.state.replies = lambda _batch_size: model
     messages = history(8)
     edit = {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 3_000}}
     async with anthropic.AsyncAnthropic(base_url=server.base_url, api_key="k", max_retries=0) as client:
@@ -142,6 +148,19 @@ async def test_the_emulator_clears_reports_and_bills_the_edited_prompt(server):
     assert counted.input_tokens == edited.usage.input_tokens
     assert counted.context_management.original_input_tokens == plain.usage.input_tokens
     assert server.stats()["clearings"] == 1
+    # both replies are the script's first turn; the model was asked with the history as edited
+    for reply in (plain, edited):
+        assert [
+            b.model_dump(include={"type", "name", "input"}, exclude_none=True) for b in reply.content
+        ] == [
+            {"type": "text"},
+            {"type": "tool_use", "name": "read", "input": {"file_path": "m8.py"}},
+        ]
+        assert reply.content[0].text == "Turn 1." and reply.stop_reason == "tool_use"
+    assert edited.usage.output_tokens == plain.usage.output_tokens
+    asked_plain, asked_edited = model.requests
+    assert asked_plain.messages == messages
+    assert results(asked_edited.messages) == [CLEARED_TOOL_RESULT] * 5 + results(messages)[5:]
 
 
 async def test_a_clear_job_runs_against_the_emulator_and_is_billed_less(server, tmp_path):
@@ -151,12 +170,17 @@ async def test_a_clear_job_runs_against_the_emulator_and_is_billed_less(server, 
         (workspace / f"big{i}.py").write_text(
             f'"""Big {i}."""\n' + "".join(f"V{j} = {j}\n" for j in range(600))
         )
+    files = files_under(workspace)
+    report = "# Report\n\nTwelve modules, six of them big."
     billed = {}
     for mode in ("off", "clear"):
         server.reconfigure(EmulatorConfig(record_requests=True))
+        model = ScriptedModel(reads(files), final=report)  # one file a turn, then the report
+        server.state.replies = lambda _batch_size, model=model: model
         job = spec(mode, workspace, compaction=mode, clear_trigger_value=4_000, clear_keep_tool_uses=2)
         result = await run(server, [job], tmp_path / f"run-{mode}", 1)
         assert result.results[mode].status == "succeeded", result.results[mode].error
+        assert result.results[mode].turns == len(files) + 1 == len(model.requests)
         tokens = server.stats()["tokens"]
         billed[mode] = sum(
             tokens[k] for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
@@ -164,6 +188,7 @@ async def test_a_clear_job_runs_against_the_emulator_and_is_billed_less(server, 
         job_dir = tmp_path / f"run-{mode}" / mode
         metrics = json.loads((job_dir / "metrics.json").read_text())
         recorded = server.stats()["recorded_requests"]
+        assert (job_dir / "final.md").read_text().strip() == report
         if mode == "clear":
             assert metrics["compactions"].get("tool_use_clearing", 0) >= 1
             assert all(
@@ -174,8 +199,11 @@ async def test_a_clear_job_runs_against_the_emulator_and_is_billed_less(server, 
             assert cleared and cleared[0]["applied_edits"][0]["cleared_tool_uses"] >= 1
             # the runner keeps the whole history: the API edits each request anew
             assert not any(CLEARED_TOOL_RESULT in json.dumps(r["messages"]) for r in recorded)
+            # and the model is asked with the history as edited
+            assert CLEARED_TOOL_RESULT in json.dumps(model.requests[-1].messages)
         else:
             assert "tool_use_clearing" not in metrics["compactions"]
+            assert not any(CLEARED_TOOL_RESULT in json.dumps(r.messages) for r in model.requests)
     assert billed["clear"] < billed["off"]
 
 
