@@ -98,13 +98,13 @@ SCALED = {
     "cache_ttl_s": 1.0,
 }
 SMOKE_SCALED = {
-    "turnaround_s": 0.1,
-    "turnaround_max_s": 0.2,
-    "window_s": 0.05,
-    "poll_s": 0.05,
-    "poll_max_s": 0.1,
-    "live_s": 0.05,
-    "cache_ttl_s": 0.05,
+    "turnaround_s": 0.02,
+    "turnaround_max_s": 0.04,
+    "window_s": 0.01,
+    "poll_s": 0.01,
+    "poll_max_s": 0.02,
+    "live_s": 0.01,
+    "cache_ttl_s": 0.01,
 }
 UNSCALED_CACHE_TTL_S = 300.0  # the emulator's default: the real 5 minutes, longer than any run's turns
 PROMPT = (
