@@ -149,7 +149,7 @@ async def session_of(tmp_path: Path, ws: Path, reply: list[dict[str, Any]], **li
     )
     store = JobStore(tmp_path / "job")
     await store.open()
-    file_tool_definitions()  # the SDK's import, once a process: not the reply's work
+    file_tool_definitions()  # built once a process: not the reply's work
     return Session(
         spec,
         services=Services(

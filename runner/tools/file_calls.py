@@ -44,9 +44,12 @@ Guarantees:
 from __future__ import annotations
 
 import functools
+import importlib.metadata
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -64,12 +67,43 @@ LATE = object()  # a call's output when it did not finish within its deadline
 NOT_INLINE = object()  # FileTool.inline: run the call on a worker thread
 
 
+SDK_FILE_TOOLS = Path(__file__).with_name("sdk_file_tools.json")  # made by write_sdk_file_tools()
+
+
 @functools.lru_cache(maxsize=1)
 def file_tool_definitions() -> dict[str, dict[str, Any]]:
     """The SDK's published definitions of its file tools (name, description, input schema), built
     once: the model sees the same tools (``read`` with one more optional input, ``byte_range``); only
-    their implementation is ours. The SDK is imported here, at the first job's first request, not
-    with this module (the tools themselves never need it)."""
+    their implementation is ours. They are the installed SDK's: :data:`SDK_FILE_TOOLS` when it was
+    made from the installed version (the SDK's import costs a process about 1.5 s, which an offline
+    run never needs otherwise), else built from the SDK."""
+    definitions = saved_sdk_file_tools() or sdk_file_tools()
+    schema = dict(definitions["read"]["input_schema"])  # one addition: a byte range, for a line too long
+    schema["properties"] = {**schema["properties"], "byte_range": BYTE_RANGE_SCHEMA}
+    return {**definitions, "read": {**definitions["read"], "input_schema": schema}}
+
+
+def sdk_version() -> str | None:
+    try:
+        return importlib.metadata.version("anthropic")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def saved_sdk_file_tools() -> dict[str, dict[str, Any]] | None:
+    """:data:`SDK_FILE_TOOLS`'s definitions if it was made from the installed SDK's version, else None."""
+    try:
+        saved = json.loads(SDK_FILE_TOOLS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict) or saved.get("anthropic") != sdk_version():
+        return None
+    definitions = saved.get("definitions")
+    return definitions if isinstance(definitions, dict) else None
+
+
+def sdk_file_tools() -> dict[str, dict[str, Any]]:
+    """The definitions the installed SDK's ``agent_toolset`` publishes (this imports the SDK)."""
     from anthropic.lib.tools.agent_toolset import (
         AgentToolContext,
         beta_edit_tool,
@@ -87,15 +121,13 @@ def file_tool_definitions() -> dict[str, dict[str, Any]]:
         "grep": beta_grep_tool,
     }
     context = AgentToolContext(workdir="/")
-    definitions: dict[str, dict[str, Any]] = {
-        name: dict(factory(context).to_dict()) for name, factory in factories.items()
-    }  # type: ignore[arg-type]
-    schema = dict(
-        definitions["read"]["input_schema"]
-    )  # one addition: a byte range, for a line too long to read
-    schema["properties"] = {**schema["properties"], "byte_range": BYTE_RANGE_SCHEMA}
-    definitions["read"] = {**definitions["read"], "input_schema": schema}
-    return definitions
+    return {name: dict(factory(context).to_dict()) for name, factory in factories.items()}  # type: ignore[arg-type]
+
+
+def write_sdk_file_tools() -> None:
+    """Save the installed SDK's definitions in :data:`SDK_FILE_TOOLS` with its version."""
+    document = {"anthropic": sdk_version(), "definitions": sdk_file_tools()}
+    SDK_FILE_TOOLS.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 BYTE_RANGE_SCHEMA: dict[str, Any] = {
