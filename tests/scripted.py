@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.billing import estimate, input_tokens
+from runner.messages import tool_results, tool_uses
 from runner.models.base import Reply, Request
 from runner.pricing import Usage
 
@@ -149,6 +150,17 @@ def reads(paths: Sequence[str], per_turn: int = 1) -> list[Turn]:
     """Turns reading ``paths`` in order, ``per_turn`` files a turn."""
     return [
         [("read", {"file_path": p}) for p in paths[i : i + per_turn]] for i in range(0, len(paths), per_turn)
+    ]
+
+
+def answered_reads(request: Request) -> list[str]:
+    """The paths of the reads whose results ``request`` carries without an error, in order."""
+    answered = {b["tool_use_id"] for m in request.messages for b in tool_results(m) if not b.get("is_error")}
+    return [
+        u["input"]["file_path"]
+        for m in request.messages
+        for u in tool_uses(m)
+        if u["name"] == "read" and u["id"] in answered
     ]
 
 

@@ -16,10 +16,16 @@ from pathlib import Path
 
 import pytest
 from conftest import CliRunner, run_cli_process
-from scripted import ScriptedModel, files_under, play_instead_of_the_stand_in, reads, scripted_api
+from scripted import (
+    ScriptedModel,
+    answered_reads,
+    files_under,
+    play_instead_of_the_stand_in,
+    reads,
+    scripted_api,
+)
 
 from runner.emulator.config import Latency
-from runner.messages import tool_results, tool_uses
 from runner.models.base import Request
 from runner.rundir.store import read_jsonl
 
@@ -28,13 +34,7 @@ STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
 def report_of_reads(request: Request) -> str:
     """A report listing, one ``- path`` line each, the files whose read the request shows answered."""
-    answered = {b["tool_use_id"] for m in request.messages for b in tool_results(m) if not b.get("is_error")}
-    paths = [
-        u["input"]["file_path"]
-        for m in request.messages
-        for u in tool_uses(m)
-        if u["name"] == "read" and u["id"] in answered
-    ]
+    paths = answered_reads(request)
     return "# Report\n\nFiles read:\n" + "".join(f"- {p}\n" for p in paths)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from scripted import ScriptedModel, reads
+from scripted import ScriptedModel, answered_reads, reads
 
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
@@ -42,13 +42,7 @@ TURNS = 1 + len(MODULES) // 2 + 1  # a job's calls: the glob, three turns of two
 
 def report_of_reads(request: Request) -> str:
     """A report with a ``| path |`` row for each file whose read the request shows answered."""
-    answered = {b["tool_use_id"] for m in request.messages for b in tool_results(m) if not b.get("is_error")}
-    paths = [
-        u["input"]["file_path"]
-        for m in request.messages
-        for u in tool_uses(m)
-        if u["name"] == "read" and u["id"] in answered
-    ]
+    paths = answered_reads(request)
     return "# Report\n\n| file |\n|---|\n" + "".join(f"| {p} |\n" for p in paths)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
-from scripted import ScriptedModel, reads
+from scripted import ScriptedModel, answered_reads, reads
 
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
@@ -25,7 +25,6 @@ from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Batches, BatchHostile, Fault
 from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
-from runner.messages import tool_results, tool_uses
 from runner.models.anthropic import AnthropicModel
 from runner.models.base import Request
 from runner.models.batches import Batcher, BatchModel, custom_id_of
@@ -41,13 +40,7 @@ HEADER = "# Report\n\nFiles read:\n"
 
 def report_of_reads(request: Request) -> str:
     """The files whose read the request shows answered (what the job's summaries left of its history)."""
-    answered = {b["tool_use_id"] for m in request.messages for b in tool_results(m) if not b.get("is_error")}
-    paths = [
-        u["input"]["file_path"]
-        for m in request.messages
-        for u in tool_uses(m)
-        if u["name"] == "read" and u["id"] in answered
-    ]
+    paths = answered_reads(request)
     return HEADER + "".join(f"- {p}\n" for p in paths)
 
 
