@@ -257,23 +257,51 @@ async def test_the_asyncio_survey_with_a_tiny_snip_ends_within_60_turns_with_a_r
     assert len(markers) == 1 and re.search(r"transcript\.jsonl messages \d+-\d+\]", markers[0])  # one, folded
 
 
+@pytest.mark.anyio
 async def test_a_job_whose_compactions_thrash_ends_stuck_with_its_report(tmp_path):
-    # the offline policy keeps its progress in memory files, so it completes encodings in 15,000
-    # chars with compactions 2 to 6 turns apart; a ladder that counts a compaction within 6 turns of
-    # the one before as poor makes that a thrashing job
-    limits = {
-        "context_char_limit": 15_000,
-        "batch_char_limit": 15_000,
-        "large_result_chars": 4_000,
-        "summary_share": 0.5,
-        "thrash_turns": 6,
-    }
-    result, report = await offline_survey(STDLIB / "encodings", tmp_path / "job", limits)
-    print(f"encodings in 15,000 chars: {result.status} after {result.turns} turns: {result.error}")  # type: ignore[attr-defined]
-    assert result.status == "stuck" and result.error.startswith("thrashing: ")  # type: ignore[attr-defined]
-    assert re.search(r"turns between them: [\d, -]+; share of the context freed: \d+%", result.error)  # type: ignore[attr-defined]
+    """Any model: a job that reads a file of several KB a turn and thinks aloud (3,000 characters of notes
+    a reply) in a 15,000-character window compacts its history every few turns; a ladder that counts a
+    compaction within 6 turns of the one before as poor ends it stuck, and its last call still writes
+    the report."""
+    from scripted import ScriptedModel, files_under, reads
+
+    from runner.agent.runjob import Services
+    from runner.agent.session import Session
+    from runner.jobs import JobSpec
+
+    files = [
+        f for f in files_under(STDLIB / "encodings") if (STDLIB / "encodings" / f).stat().st_size > 3_000
+    ]
+    model = ScriptedModel(reads(files), "# Survey\n\nWhat I read before the window thrashed.", notes=3000)
+    limits = Limits(
+        context_char_limit=15_000,
+        batch_char_limit=15_000,
+        large_result_chars=4_000,
+        summary_share=0.5,
+        thrash_turns=6,
+        max_turns=len(files) + 5,
+    )
+    spec = JobSpec(
+        name="survey",
+        source=Path("survey.toml"),
+        prompt="Read every module.",
+        workspace=STDLIB / "encodings",
+        model="m",
+        system=None,
+        tools=("read", "glob", "grep"),
+        limits=limits,
+    )
+    store = JobStore(tmp_path / "job")
+    await store.open()
+    services = Services(model=model, compactor=Compactor(Summarizer(None, "none")), summary_model="none")
+    result = await Session(spec, services=services, store=store).run()
+    assert result.status == "stuck" and result.error.startswith("thrashing: "), result.error
+    assert re.search(r"turns between them: [\d, -]+; share of the context freed: \d+%", result.error)
+    assert result.turns < len(files)  # it ended before the script did
+    report = (tmp_path / "job" / "final.md").read_text()
     assert report.startswith("> **Partial report** (status `stuck`: thrashing")
-    assert "# Survey" in report  # the last call wrote the report from what it had
+    assert "# Survey\n\nWhat I read before the window thrashed." in report  # the last call's, the script's
+    assert model.requests[-1].tool_choice == {"type": "none"}
 
 
 def _big_tree(tmp_path: Path) -> Path:
