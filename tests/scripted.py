@@ -39,6 +39,7 @@ from runner.billing import estimate, input_tokens
 from runner.messages import tool_results, tool_uses
 from runner.models.base import Reply, Request
 from runner.pricing import Usage
+from runner.protocol import subagent_result
 
 if TYPE_CHECKING:  # the emulator imports the SDK: a process that runs the runner offline does without
     import pytest
@@ -162,6 +163,13 @@ def answered_reads(request: Request) -> list[str]:
         for u in tool_uses(m)
         if u["name"] == "read" and u["id"] in answered
     ]
+
+
+def subagent_results(request: Request) -> list[tuple[str, str, str, bool]]:
+    """The subagents' results ``request`` carries, each as :func:`runner.protocol.subagent_result` reads
+    its head (directory, status, report, cut), in order."""
+    heads = (subagent_result(str(r["content"])) for m in request.messages for r in tool_results(m))
+    return [h for h in heads if h]
 
 
 def files_under(root: Path, suffix: str = ".py") -> list[str]:

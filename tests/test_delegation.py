@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import pytest
 from conftest import CliRunner, expected_row, regular_files, survey_rows, todo_lines
-from scripted import ScriptedModel, play_instead_of_the_stand_in
+from scripted import ScriptedModel, play_instead_of_the_stand_in, subagent_results
 
 from runner.agent.subagents import slug
 from runner.config import Limits
@@ -423,14 +423,7 @@ PARTS_BY_PROMPT = {  # a subagent's prompt: its description, the file it reads, 
 
 def results_report(request: Any) -> str:
     """The parent's report: each subagent's result head as its call came back (directory, status)."""
-    heads = [
-        subagent_result(str(r["content"]))
-        for m in request.messages
-        if m["role"] == "user" and isinstance(m["content"], list)
-        for r in m["content"]
-        if r.get("type") == "tool_result"
-    ]
-    return "# Parts\n\n" + "".join(f"- {h[0]}: {h[1]}\n" for h in heads if h)
+    return "# Parts\n\n" + "".join(f"- {h[0]}: {h[1]}\n" for h in subagent_results(request))
 
 
 def test_runner_run_with_the_task_tool_gives_each_subagent_its_session_and_files(

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 from conftest import kill_runner_when
-from scripted import ScriptedModel, play_instead_of_the_stand_in, scripted_runner
+from scripted import ScriptedModel, play_instead_of_the_stand_in, scripted_runner, subagent_results
 
 from runner import protocol
 from runner.agent.incremental import FRESH_FLAG, copy_agents, find_baseline
@@ -29,7 +29,6 @@ from runner.jobs import JobSpec
 from runner.messages import request_problems, text_of, tool_uses
 from runner.models.base import Request
 from runner.offline import readback
-from runner.protocol import subagent_result
 from runner.rundir.docs import BASELINE_CHANGES, BASELINE_REPORT, MANIFEST
 from runner.rundir.manifest import build, diff, read_manifest
 from runner.rundir.store import read_jsonl
@@ -314,10 +313,9 @@ def test_the_newest_usable_earlier_run_is_the_baseline(tmp_path: Path) -> None:
 # --- two nights through `runner run` ---------------------------------------------------------------
 
 
-@pytest.fixture
-def nightly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, list[Request]]:
-    """A project: the tree, an incremental task file, a config on the scripted model; and every request
-    the model is sent, in order."""
+def project(tmp_path: Path) -> Path:
+    """The tree (without ``queue``), an incremental task file of it and a config on the offline backend,
+    which a test plays a scripted model on: the workspace."""
     ws = tree(tmp_path)
     (ws / "queue").unlink()
     (tmp_path / "jobs").mkdir()
@@ -325,6 +323,14 @@ def nightly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path
         f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n'
     )
     (tmp_path / "config.toml").write_text('[runner]\noutput_dir = "runs"\nbackend = "offline"\n')
+    return ws
+
+
+@pytest.fixture
+def nightly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, list[Request]]:
+    """A project: the tree, an incremental task file, a config on the scripted model; and every request
+    the model is sent, in order."""
+    ws = project(tmp_path)
     return tmp_path, ws, nights_model(monkeypatch, ws)
 
 
@@ -484,13 +490,7 @@ def test_a_killed_incremental_night_resumes_from_its_baseline_as_an_uninterrupte
     """Night two, a real runner process, is killed with SIGKILL part way; ``runner resume`` keeps its
     baseline and its record and ends with the transcript, turns and report of the same night run
     without interruption."""
-    ws = tree(tmp_path)
-    (ws / "queue").unlink()
-    (tmp_path / "jobs").mkdir()
-    (tmp_path / "jobs" / "survey.toml").write_text(
-        f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n'
-    )
-    (tmp_path / "config.toml").write_text('[runner]\noutput_dir = "runs"\nbackend = "offline"\n')
+    ws = project(tmp_path)
     # the night: list, a note, then every module read a line range at a time (turns to kill in)
     ranges = [
         ("read", {"file_path": f, "view_range": [k, k + 4]})
@@ -570,14 +570,7 @@ def naming_parts(carried: tuple[str, ...]) -> Any:
     its final.md (as a report must, for the next night to carry it over)."""
 
     def report(request: Request) -> str:
-        heads = [
-            subagent_result(str(r["content"]))
-            for m in request.messages
-            if m["role"] == "user" and isinstance(m["content"], list)
-            for r in m["content"]
-            if r.get("type") == "tool_result"
-        ]
-        rows = [f"| `{h[2]}` | {h[1]} |" for h in heads if h] + [
+        rows = [f"| `{h[2]}` | {h[1]} |" for h in subagent_results(request)] + [
             f"| `{c}/final.md` | carried |" for c in carried
         ]
         return "# Parts\n\n| report | status |\n|---|---|\n" + "".join(f"{row}\n" for row in rows)

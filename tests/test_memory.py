@@ -29,6 +29,7 @@ from runner.messages import text_of, tool_results, tool_uses
 from runner.models.base import MEMORY_BETA
 from runner.offline.model import OfflineModel
 from runner.protocol import MEMORY_INDEX, MEMORY_INDEX_CHARS, memory_index
+from runner.rundir.docs import JobMetrics
 from runner.rundir.store import JobStore, read_jsonl
 from runner.tools.memory import MEMORY_TOOL, MemoryTool
 from runner.tools.memory_files import MAX_FILE_BYTES
@@ -329,10 +330,9 @@ def services(model) -> Services:
     return Services(model=model, compactor=Compactor(Summarizer(None, "none")), summary_model="none")
 
 
-async def test_a_resumed_job_sees_the_same_memory(tmp_path):
-    """A job stopped after two turns that wrote memory (a create, then an insert: replayed twice, it
-    would show twice) is resumed from its transcript: its memory is what it left, its next view of it
-    shows exactly that, and its later writes go on from there."""
+async def stopped_after_two_turns(tmp_path: Path) -> tuple[Path, Path, ScriptedModel, JobMetrics]:
+    """:data:`MEMORY_SCRIPT`'s job on a two-file workspace, stopped by max_turns after its two turns that
+    write memory (and the last call's report): its workspace, job directory, model and result."""
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "a.py").write_text("a = 1\n")
@@ -342,6 +342,14 @@ async def test_a_resumed_job_sees_the_same_memory(tmp_path):
     await store.open()
     model = ScriptedModel(MEMORY_SCRIPT, final=last_memory_view)
     first = await Session(memory_spec(ws, 3), services=services(model), store=store).run()
+    return ws, job, model, first
+
+
+async def test_a_resumed_job_sees_the_same_memory(tmp_path):
+    """A job stopped after two turns that wrote memory (a create, then an insert: replayed twice, it
+    would show twice) is resumed from its transcript: its memory is what it left, its next view of it
+    shows exactly that, and its later writes go on from there."""
+    ws, job, model, first = await stopped_after_two_turns(tmp_path)
     assert (first.status, first.turns) == ("max_turns", 3)  # two turns, then the last call's report
     kept = {p.name: p.read_text() for p in (job / "memories").iterdir()}
     assert kept == {"notes.md": "- a.py: read\n- b.py: read\n"}
@@ -365,15 +373,7 @@ async def test_a_resumed_job_sees_the_same_memory(tmp_path):
 async def test_a_memory_write_whose_turn_was_lost_is_made_once(tmp_path):
     """The job's insert ran, but its turn never reached the transcript (a kill between the two): the
     resumed job's memory is what its kept history made, so the insert it makes again shows once."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "a.py").write_text("a = 1\n")
-    (ws / "b.py").write_text("b = 2\n")
-    job = tmp_path / "job"
-    store = JobStore(job)
-    await store.open()
-    model = ScriptedModel(MEMORY_SCRIPT, final=last_memory_view)
-    await Session(memory_spec(ws, 3), services=services(model), store=store).run()
+    ws, job, model, _ = await stopped_after_two_turns(tmp_path)
     assert (job / "memories" / "notes.md").read_text() == "- a.py: read\n- b.py: read\n"
     transcript, _ = read_jsonl(job / "transcript.jsonl")
     kept = transcript[:3]  # the prompt, the first turn and its results: the insert's turn is lost
