@@ -46,12 +46,17 @@ def test_the_model_is_shown_the_installed_sdks_definitions_with_a_byte_range_for
     [
         json.dumps({"anthropic": "0.0.1", "definitions": {"read": {"name": "forged"}}}),  # another version
         '{"anthropic": ',  # cut short
+        "MISSING_A_TOOL",  # the installed version, a tool left out
         "[]",
     ],
 )
 def test_a_copy_of_another_version_or_a_damaged_one_is_not_used(
     text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if text == "MISSING_A_TOOL":
+        saved = json.loads(SDK_FILE_TOOLS.read_text())
+        del saved["definitions"]["grep"]
+        text = json.dumps({**saved, "anthropic": sdk_version()})
     copy = tmp_path / "sdk_file_tools.json"
     copy.write_text(text)
     monkeypatch.setattr(file_calls, "SDK_FILE_TOOLS", copy)

@@ -67,6 +67,7 @@ LATE = object()  # a call's output when it did not finish within its deadline
 NOT_INLINE = object()  # FileTool.inline: run the call on a worker thread
 
 
+FILE_TOOL_NAMES = ("read", "write", "edit", "glob", "grep")  # the SDK's agent_toolset tools we run
 SDK_FILE_TOOLS = Path(__file__).with_name("sdk_file_tools.json")  # made by write_sdk_file_tools()
 
 
@@ -99,7 +100,9 @@ def saved_sdk_file_tools() -> dict[str, dict[str, Any]] | None:
     if not isinstance(saved, dict) or saved.get("anthropic") != sdk_version():
         return None
     definitions = saved.get("definitions")
-    return definitions if isinstance(definitions, dict) else None
+    if not isinstance(definitions, dict) or set(definitions) != set(FILE_TOOL_NAMES):
+        return None
+    return definitions
 
 
 def sdk_file_tools() -> dict[str, dict[str, Any]]:
