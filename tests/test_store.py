@@ -145,13 +145,26 @@ async def test_persisted_output_is_byte_exact_including_newlines_and_unicode(sto
 
 @pytest.mark.anyio
 async def test_a_cancelled_write_neither_tears_nor_overtakes_the_next_write(store: JobStore):
-    """A session cancelled mid-checkpoint then writes its final metrics.json: the final one must win."""
-    for _ in range(3):
+    """A session cancelled mid-checkpoint then writes its final metrics.json: the final one must win.
+
+    The cancel must land while the worker thread writes; on a loaded machine the poll can miss that
+    window (the write ends first), so such a round is not counted and another is played."""
+    cancelled_mid_write = rounds = 0
+    while cancelled_mid_write < 3:
+        rounds += 1
+        assert rounds <= 30, f"only {cancelled_mid_write} of {rounds - 1} rounds caught the write in flight"
+        written = anyio.Event()
+
+        async def checkpoint(written: anyio.Event) -> None:
+            await store.write_json("metrics.json", {"status": "running", "pad": "x" * 20_000_000})
+            written.set()
+
         async with anyio.create_task_group() as tg:
-            tg.start_soon(store.write_json, "metrics.json", {"status": "running", "pad": "x" * 20_000_000})
-            with anyio.fail_after(10):
-                while not list(store.dir.glob(".metrics.json.*.tmp")):  # the worker thread is writing
-                    await anyio.sleep(0.0002)
+            tg.start_soon(checkpoint, written)
+            with anyio.fail_after(30):
+                while not list(store.dir.glob(".metrics.json.*.tmp")) and not written.is_set():
+                    await anyio.sleep(0.0002)  # until the worker thread is writing (or is done)
+            cancelled_mid_write += not written.is_set()
             tg.cancel_scope.cancel()
         await store.write_json("metrics.json", {"status": "succeeded"})
         await anyio.sleep(0.3)  # room for a straggling write to land, if one were still running
