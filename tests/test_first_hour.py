@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scripted import ScriptedModel, play_instead_of_the_stand_in
 
 from runner import cli
 from runner.ui.report import plural, totals_line
@@ -30,6 +31,18 @@ def project(tmp_path: Path, monkeypatch: Any) -> Path:
     )
     (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\nconcurrency = 2\n')
     return tmp_path
+
+
+REPORT = "# Survey\n\nmod.py: one function, one TODO."
+
+
+@pytest.fixture
+def model(monkeypatch: Any) -> ScriptedModel:
+    """What a run of the project plays instead of the stand-in: each job reads mod.py, then reports
+    (2 turns)."""
+    scripted = ScriptedModel([("read", {"file_path": "mod.py"})], final=REPORT)
+    play_instead_of_the_stand_in(monkeypatch, scripted)
+    return scripted
 
 
 def errors_of(text: str) -> list[str]:
@@ -174,24 +187,29 @@ def run_once(project: Path, capsys: Any, *args: str) -> tuple[int, str, str]:
 
 
 def test_a_run_on_the_offline_model_says_which_jobs_will_not_get_their_tools(
-    project: Path, capsys: Any
+    project: Path, capsys: Any, model: ScriptedModel
 ) -> None:
+    """The warning is the CLI's, from the task files, whatever the model then does: once, for the one
+    job whose tools the offline model will not run, before both jobs run to the end."""
     (project / "jobs" / "acts.toml").write_text(
         'prompt = "Fix the bug and run the tests."\nworkspace = "../ws"\n'
         'tools = ["read", "glob", "grep", "bash", "write"]\n'
         '[limits]\nmax_turns = 4\nsandbox = "none"\n'
     )
-    _, _, err = run_once(project, capsys)
+    code, _, err = run_once(project, capsys)
+    assert code == 0, err
     lines = [ln for ln in err.splitlines() if "only surveys" in ln]
     assert len(lines) == 1, err
     assert lines[0].startswith("warning: job acts (jobs/acts.toml):") and "bash, write" in lines[0]
+    assert err.index(lines[0]) < err.index("start  ")  # said before any job starts
+    assert len(model.requests) == 4  # two jobs, two turns each: the warning stopped nothing
 
 
 # --- the end of a run on a pipe, and --json --------------------------------------------------------------
 
 
 def test_the_end_of_a_run_on_a_pipe_fits_80_columns_and_names_the_run_directory(
-    project: Path, capsys: Any, monkeypatch: Any
+    project: Path, capsys: Any, monkeypatch: Any, model: ScriptedModel
 ) -> None:
     from runner.ui import console
 
@@ -200,37 +218,47 @@ def test_the_end_of_a_run_on_a_pipe_fits_80_columns_and_names_the_run_directory(
     (project / "sub").mkdir()
     monkeypatch.chdir(project / "sub")  # run from elsewhere: the path printed is still the real one
     code, out, err = run_once(project, capsys, str(project / "jobs"), "--output-dir", "../runs")
-    assert code in (0, 1), err
+    assert code == 0, err
     [run_dir] = [p for p in (project / "runs").iterdir() if not p.is_symlink()]
     assert f"files: {run_dir}" in out.splitlines()
     table = out.split("\n1 job, ")[0].splitlines()[1:]  # between the "run DIR" line and the totals
     assert table and max(len(line) for line in table) <= 80, out
-    assert "1 job, " in out
+    [row] = [line.split() for line in table if line.startswith("one ")]
+    assert row[1:3] == ["ok", "2"], table  # the script's two turns
+    assert "\n1 job, 1 succeeded; " in out
 
 
 @pytest.mark.parametrize("command", ["run", "report"])
-def test_json_names_the_run_directory(project: Path, capsys: Any, command: str) -> None:
+def test_json_names_the_run_directory(project: Path, capsys: Any, command: str, model: ScriptedModel) -> None:
     code, out, err = run_once(project, capsys, "--json")
+    assert code == 0, err
     [run_dir] = [p for p in (project / "runs").iterdir() if not p.is_symlink()]
     if command == "report":
-        cli.main(["report", "runs/" + run_dir.name, "--json"])
+        assert cli.main(["report", "runs/" + run_dir.name, "--json"]) == 0
         out = capsys.readouterr().out
     document = json.loads(out)
     assert document["run_dir"] == str(run_dir) and Path(document["run_dir"]).is_absolute()
+    assert document["run_id"] == run_dir.name and document["state"] == "finished"
+    [job] = document["jobs"]
+    assert (job["job"], job["status"], job["turns"]) == ("one", "succeeded", 2)
+    assert (run_dir / "one" / "final.md").read_text().strip() == REPORT
 
 
-def test_report_without_a_run_reports_the_latest(project: Path, capsys: Any, monkeypatch: Any) -> None:
+def test_report_without_a_run_reports_the_latest(
+    project: Path, capsys: Any, monkeypatch: Any, model: ScriptedModel
+) -> None:
     assert cli.main(["report"]) == 2
     assert "no latest run" in capsys.readouterr().err
-    run_once(project, capsys)
+    assert run_once(project, capsys)[0] == 0
     [run_dir] = [p for p in (project / "runs").iterdir() if not p.is_symlink()]
     (project / "jobs" / "deeper").mkdir()
     monkeypatch.chdir(project / "jobs" / "deeper")  # found like `run` finds config.toml: walking up
-    cli.main(["report"])
+    assert cli.main(["report"]) == 0
     captured = capsys.readouterr()
     assert f"report: {project / 'runs' / 'latest'} -> {run_dir}" in captured.err
     assert f"run {run_dir} (finished)" in captured.out.splitlines()
-    cli.main(["report", "--json"])
+    assert "1 job, 1 succeeded; " in captured.out
+    assert cli.main(["report", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["run_dir"] == str(run_dir)
 
 
