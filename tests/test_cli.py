@@ -1,5 +1,6 @@
 """The CLI as a user runs it (in this process, through ``runner.cli.main``: :func:`conftest.run_cli`), no API
-key, the offline model."""
+key, the offline backend: the README's demo on the embedded stand-in (its own result: ``stand_in``), every
+other run on a scripted model."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli_once
+from scripted import ScriptedModel, play_instead_of_the_stand_in
 
 from runner.messages import request_problems
 from runner.rundir.store import read_jsonl
@@ -53,6 +55,7 @@ def demo_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     return proc, runs[0]
 
 
+@pytest.mark.stand_in  # the demo's own result
 def test_demo_run_succeeds_and_prints_the_table(demo_run):
     proc, run_dir = demo_run
     no_traceback(proc)
@@ -77,6 +80,7 @@ def test_demo_run_succeeds_and_prints_the_table(demo_run):
     assert compactions > 0 and re.search(rf"\s{compactions}\s", asyncio_row), asyncio_row
 
 
+@pytest.mark.stand_in  # the demo's own files
 @pytest.mark.parametrize("name", DEMO_JOBS)
 def test_demo_job_files(demo_run, name):
     _, run_dir = demo_run
@@ -115,6 +119,7 @@ def test_demo_job_files(demo_run, name):
     assert (persisted > 0) == (metrics["persisted_bytes"] > 0)
 
 
+@pytest.mark.stand_in  # the demo's own result
 def test_asyncio_job_uses_the_whole_pipeline_and_loses_no_file(demo_run):
     _, run_dir = demo_run
     metrics = json.loads((run_dir / "stdlib-asyncio" / "metrics.json").read_text())
@@ -129,15 +134,25 @@ def test_asyncio_job_uses_the_whole_pipeline_and_loses_no_file(demo_run):
     assert real and listed == real, (sorted(real - listed), sorted(listed - real))
 
 
-def test_report_prints_the_table(demo_run, run_cli):
-    _, run_dir = demo_run
+def test_report_prints_the_table(small_project, model, run_cli):
+    (small_project / "jobs" / "short.toml").write_text(
+        'prompt = "survey"\nworkspace = "../ws"\n[limits]\nmax_turns = 1\n'
+    )
+    assert run_cli("run", cwd=small_project).returncode == 1
+    [run_dir] = [p for p in (small_project / "runs").iterdir() if not p.is_symlink()]
     proc = run_cli("report", str(run_dir), cwd=run_dir.parent)
     no_traceback(proc)
-    assert proc.returncode == 0, proc.stderr
-    for name in DEMO_JOBS:
-        # a pipe: the narrow table (80 columns), "ok" for succeeded
-        assert re.search(rf"^{re.escape(name)}\s+ok\s", proc.stdout, re.M), proc.stdout
-    assert f"{len(DEMO_JOBS)} jobs, {len(DEMO_JOBS)} succeeded" in proc.stdout
+    assert proc.returncode == 1, proc.stderr  # as the run's: not every job succeeded
+    assert proc.stdout.startswith(f"run {run_dir} (finished)\n"), proc.stdout
+    # a pipe: the narrow table (80 columns), "ok" for succeeded, the jobs' turns as the script played them
+    words = [line.split() for line in proc.stdout.splitlines()]
+    rows = {w[0]: w[1:3] for w in words if w and w[0] in ("one", "two", "short")}
+    assert rows == {"one": ["ok", "2"], "two": ["ok", "2"], "short": ["max_turns", "1"]}, proc.stdout
+    lines = proc.stdout.splitlines()
+    table = lines[1 : lines.index(next(line for line in lines if line.startswith("short: ")))]
+    assert len(table) == 5 and max(len(line) for line in table) <= 80, proc.stdout  # heading, rows, legend
+    assert "short: reached max_turns = 1; to let it go on, raise max_turns" in proc.stdout
+    assert "\n3 jobs, 2 succeeded, 1 max_turns;" in proc.stdout, proc.stdout
 
 
 def test_report_on_a_directory_that_is_not_a_run(tmp_path, run_cli):
@@ -148,6 +163,23 @@ def test_report_on_a_directory_that_is_not_a_run(tmp_path, run_cli):
     proc = run_cli("report", str(tmp_path), cwd=tmp_path)
     no_traceback(proc)
     assert proc.returncode == 2 and "run.json" in proc.stderr
+
+
+REPORT = "# Survey\n\na.py sets x = 1."
+
+
+@pytest.fixture
+def model(monkeypatch) -> ScriptedModel:
+    """What a run of the small project plays instead of the stand-in: each job reads a.py (its first
+    turn), then reports (its second)."""
+    scripted = ScriptedModel([("read", {"file_path": "a.py"})], final=REPORT)
+    play_instead_of_the_stand_in(monkeypatch, scripted)
+    return scripted
+
+
+def job_prompts(model: ScriptedModel) -> list[str]:
+    """The prompts of the jobs the model was called for, each once, in the order of their first call."""
+    return list(dict.fromkeys(r.messages[0]["content"] for r in model.requests))
 
 
 @pytest.fixture
@@ -168,12 +200,14 @@ def test_unknown_only_name_is_a_usage_error(small_project, run_cli):
     assert not (small_project / "runs").exists()
 
 
-def test_only_runs_the_named_job(small_project, run_cli):
+def test_only_runs_the_named_job(small_project, model, run_cli):
     proc = run_cli("run", "--only", "two", "--backend", "offline", cwd=small_project)
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
     [run_dir] = [p for p in (small_project / "runs").iterdir() if not p.is_symlink()]
     assert [j["job"] for j in json.loads((run_dir / "run.json").read_text())["jobs"]] == ["two"]
+    assert job_prompts(model) == ["survey again"] and len(model.requests) == 2
+    assert sorted(p.name for p in run_dir.iterdir() if p.is_dir()) == ["two"]
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "10000000"])
@@ -203,7 +237,7 @@ def test_missing_jobs_directory_is_a_usage_error(tmp_path, run_cli):
     no_traceback(proc)
 
 
-def test_a_failed_job_makes_exit_code_1(small_project, run_cli):
+def test_a_failed_job_makes_exit_code_1(small_project, model, run_cli):
     (small_project / "jobs" / "short.toml").write_text(
         'prompt = "survey"\nworkspace = "../ws"\n[limits]\nmax_turns = 1\n'
     )
@@ -211,8 +245,11 @@ def test_a_failed_job_makes_exit_code_1(small_project, run_cli):
     no_traceback(proc)
     assert proc.returncode == 1
     [run_dir] = [p for p in (small_project / "runs").iterdir() if not p.is_symlink()]
-    statuses = {j["job"]: j["status"] for j in json.loads((run_dir / "run.json").read_text())["jobs"]}
-    assert statuses == {"one": "succeeded", "two": "succeeded", "short": "max_turns"}
+    document = json.loads((run_dir / "run.json").read_text())
+    jobs = {j["job"]: (j["status"], j["turns"]) for j in document["jobs"]}
+    # short is cut after the read the script asked for: its report was never the script's to give
+    assert jobs == {"one": ("succeeded", 2), "two": ("succeeded", 2), "short": ("max_turns", 1)}
+    assert (run_dir / "one" / "final.md").read_text().strip() == REPORT
 
 
 def test_an_invalid_task_file_stops_the_run_as_validate_does(small_project, run_cli):
@@ -268,12 +305,18 @@ def test_task_file_lookalikes_are_named_not_ignored(small_project, run_cli):
     ]
 
 
-def test_batch_delivery_on_the_offline_model_says_it_has_no_effect(small_project, run_cli):
+def test_batch_delivery_on_the_offline_model_says_it_has_no_effect(small_project, model, run_cli):
+    """The warning is the CLI's (from the settings, before any call), whatever the model then does."""
     proc = run_cli("run", "--only", "one", "--delivery", "batch", cwd=small_project)
     no_traceback(proc)
-    assert proc.returncode == 0
-    assert "warning: delivery = batch has no effect on the offline model" in proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if "delivery = batch" in line]
+    assert len(warned) == 1 and warned[0].startswith(
+        "warning: delivery = batch has no effect on the offline model"
+    ), proc.stderr
+    assert len(model.requests) == 2  # the job ran as live delivery runs it
     live = run_cli("run", "--only", "one", cwd=small_project)
+    assert live.returncode == 0, live.stderr
     assert "delivery = batch" not in live.stderr
 
 
@@ -288,9 +331,14 @@ def test_errors_with_brackets_are_shown_verbatim_on_one_line(small_project, run_
     assert "x[red]y[bold].toml: name:" in line and "'[/x]'" in line
 
 
-def test_only_leaves_out_an_invalid_task_file_it_does_not_name(small_project, run_cli):
+def test_only_leaves_out_an_invalid_task_file_it_does_not_name(small_project, model, run_cli):
     (small_project / "jobs" / "broken.toml").write_text('prompt = "x"\n')
     assert run_cli("run", "--only", "broken", "--backend", "offline", cwd=small_project).returncode == 2
+    assert not (small_project / "runs").exists() and model.requests == []
     proc = run_cli("run", "--only", "one", "--backend", "offline", cwd=small_project)
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
+    assert "broken" not in proc.stdout + proc.stderr
+    [run_dir] = [p for p in (small_project / "runs").iterdir() if not p.is_symlink()]
+    assert [j["job"] for j in json.loads((run_dir / "run.json").read_text())["jobs"]] == ["one"]
+    assert job_prompts(model) == ["survey"]
