@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from scripted import ScriptedModel, play_instead_of_the_stand_in
 
 from runner.config import ConfigError, Limits, Settings, load_settings
 from runner.jobs import JobSpec, load_job
@@ -161,10 +162,12 @@ def test_missing_config_file_is_an_error(tmp_path):
     assert "nope.toml" in info.value.problems[0]
 
 
-def test_cli_uses_merged_limits_and_env(tmp_path, run_cli):
-    """The resolved limits land in job.json; the env var reaches `runner run`."""
+def test_cli_uses_merged_limits_and_env(tmp_path, run_cli, monkeypatch):
+    """The resolved limits land in job.json and in each job's calls; the env var reaches `runner run`."""
     write_project(tmp_path)
     (tmp_path / "ws" / "a.py").write_text("x = 1\n")
+    model = ScriptedModel([("read", {"file_path": "a.py"})], final="a.py sets x.")
+    play_instead_of_the_stand_in(monkeypatch, model)
     proc = run_cli(
         "run",
         "--output-dir",
@@ -182,7 +185,14 @@ def test_cli_uses_merged_limits_and_env(tmp_path, run_cli):
     assert {
         n: (v["max_turns"], v["timeout_s"], v["max_output_tokens"], v["max_retries"]) for n, v in got.items()
     } == {"alpha": (30, 200, 1234, 4), "beta": (10, 100, 1234, 9), "gamma": (10, 100, 1234, 4)}
-    assert json.loads((run_dir / "run.json").read_text())["concurrency"] == 4
+    document = json.loads((run_dir / "run.json").read_text())
+    assert document["concurrency"] == 4
+    assert {j["job"]: (j["status"], j["turns"]) for j in document["jobs"]} == {
+        n: ("succeeded", 2) for n in ("alpha", "beta", "gamma")
+    }
+    # what the model was asked with: each job's limits, not the config's
+    asked = {(r.messages[0]["content"], r.max_tokens, r.max_retries) for r in model.requests}
+    assert len(model.requests) == 6 and asked == {("a", 1234, 4), ("b", 1234, 9), ("g", 1234, 4)}
 
 
 def test_a_job_table_is_checked_over_limits_not_over_the_defaults(tmp_path):

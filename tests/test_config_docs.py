@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import CliRunner
+from scripted import ScriptedModel, play_instead_of_the_stand_in, reads
 
 from runner.config import Limits, RunnerSection, SummarizerSection
 from runner.config_table import BEGIN, END, config_table
@@ -28,11 +30,14 @@ def test_the_readmes_config_table_is_the_one_made_from_the_settings_models() -> 
 
 
 def test_a_job_out_of_turns_says_which_key_to_raise_and_the_jobs_env_key_reaches_it(
-    tmp_path: Path, run_cli: CliRunner
+    tmp_path: Path, run_cli: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "ws").mkdir()
-    for i in range(10):
-        (tmp_path / "ws" / f"m{i}.py").write_text(f"def f{i}():\n    return {i}\n")
+    files = [f"m{i}.py" for i in range(10)]
+    for i, name in enumerate(files):
+        (tmp_path / "ws" / name).write_text(f"def f{i}():\n    return {i}\n")
+    model = ScriptedModel(reads(files), final="Read them all.")  # 11 turns: more than any limit here
+    play_instead_of_the_stand_in(monkeypatch, model)
     (tmp_path / "config.toml").write_text("[jobs.j]\nmax_turns = 300\n")
     (tmp_path / "j.toml").write_text('workspace = "ws"\nprompt = "Survey this workspace."\n')
     env = {"RUNNER_LIMITS__MAX_TURNS": "2", "RUNNER_JOBS__J__MAX_TURNS": "3"}
@@ -42,3 +47,4 @@ def test_a_job_out_of_turns_says_which_key_to_raise_and_the_jobs_env_key_reaches
     assert metrics["status"] == "max_turns" and metrics["turns"] == 3  # the job's key, not [limits]'s
     assert metrics["error"].startswith("reached max_turns = 3; to let it go on, raise max_turns")
     assert "RUNNER_JOBS__<NAME>__MAX_TURNS" in metrics["error"]
+    assert len(model.requests) == 3  # three turns played, no fourth asked for
