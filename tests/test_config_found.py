@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli_process
+from scripted import ScriptedModel, play_instead_of_the_stand_in
 
 
 def _nightly(tmp: Path) -> Path:
@@ -21,8 +22,10 @@ def _nightly(tmp: Path) -> Path:
     return srv
 
 
-def test_the_nearest_config_above_the_jobs_is_used_and_named(tmp_path: Path, run_cli) -> None:
+def test_the_nearest_config_above_the_jobs_is_used_and_named(tmp_path: Path, run_cli, monkeypatch) -> None:
     srv = _nightly(tmp_path)
+    model = ScriptedModel([("read", {"file_path": "decoder.py"})], final="json decodes.")
+    play_instead_of_the_stand_in(monkeypatch, model)  # backend = "offline" is the config's
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     done = run_cli("run", str(srv / "jobs"), cwd=elsewhere)
@@ -33,6 +36,8 @@ def test_the_nearest_config_above_the_jobs_is_used_and_named(tmp_path: Path, run
         p for p in (srv / "out").iterdir() if not p.is_symlink()
     ]  # output_dir is relative to the config file
     assert '"max_turns": 40' in (run_dir / "j" / "job.json").read_text()
+    assert (run_dir / "j" / "final.md").read_text().strip() == "json decodes."
+    assert len(model.requests) == 2
 
 
 def test_the_current_directorys_config_when_none_is_above(tmp_path: Path, run_cli) -> None:
@@ -82,6 +87,7 @@ def test_a_fifo_named_toml_is_refused_not_waited_on(tmp_path: Path) -> None:
         done = run_cli_process(command, "jobs", cwd=srv, timeout=60)
         assert "Traceback" not in done.stderr
         assert "pipe.toml: cannot read: a FIFO, not a regular file" in done.stderr, done.stderr
+        assert done.returncode == 2 and not (srv / "out").exists()  # the run stopped before any job
     os.remove(srv / "config.toml")
     os.mkfifo(srv / "config.toml")
     done = run_cli_process("validate", "jobs", cwd=srv, timeout=60)
