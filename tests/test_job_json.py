@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scripted import ScriptedModel, play_instead_of_the_stand_in
 
 from runner import cli
 from runner.config import Limits, Settings
@@ -112,13 +113,22 @@ def test_a_run_with_a_recorded_job_json_resumes_and_rewrites_it_unchanged(
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\n')
+    model = ScriptedModel([("read", {"file_path": "decoder.py"})], final="json decodes.")
+    play_instead_of_the_stand_in(monkeypatch, model)
     run_dir = _run_dir(tmp_path, recorded_text())
     plan = plan_resume(run_dir, Settings())
     assert not plan.errors and [s.name for s in plan.specs] == ["stdlib-json"]
     assert plan.specs[0].limits.max_turns == 40 and plan.specs[0].limits.timeout_s == 300.0
     assert cli.main(["resume", str(run_dir)]) == 0
     job_dir = run_dir / "stdlib-json"
-    assert json.loads((job_dir / "metrics.json").read_text())["status"] == "succeeded"
+    metrics = json.loads((job_dir / "metrics.json").read_text())
+    assert (metrics["status"], metrics["turns"]) == ("succeeded", 2)
+    assert (job_dir / "final.md").read_text().strip() == "json decodes."
+    # the recorded prompt and tools are the ones the model is asked with
+    recorded = json.loads(recorded_text())
+    assert [r.messages[0]["content"] for r in model.requests] == [recorded["prompt"]] * 2
+    offered = {t["name"] for t in model.requests[0].tools}  # the job's tools and the runner's own
+    assert set(recorded["tools"]) <= offered and not offered & {"bash", "write", "edit"}, offered
     rewritten = (job_dir / "job.json").read_text(encoding="utf-8")  # by the session, as it started
     assert as_recorded(json.loads(rewritten)) == recorded_text()
     assert rewritten == written(JobSpec.model_validate(json.loads(rewritten)))
