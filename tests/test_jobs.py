@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli_once
+from scripted import ScriptedModel, play_instead_of_the_stand_in
 
 from runner.config import ConfigError, Settings, load_settings
 from runner.jobs import MAX_PROMPT_CHARS, JobError, JobSpec, find_task_files, load_job, load_jobs
@@ -230,8 +231,10 @@ def test_malformed_env_override_stops_run_naming_the_variable(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_malformed_task_files_stop_the_run_each_named_and_only_runs_the_good_ones(tmp_path):
+def test_malformed_task_files_stop_the_run_each_named_and_only_runs_the_good_ones(tmp_path, monkeypatch):
     jobs = _project(tmp_path)
+    model = ScriptedModel([("read", {"file_path": "mod.py"})], final="mod.py: one TODO.")
+    play_instead_of_the_stand_in(monkeypatch, model)
     bad = [
         "missing_prompt.toml",
         "invalid_name_markup.toml",
@@ -251,7 +254,7 @@ def test_malformed_task_files_stop_the_run_each_named_and_only_runs_the_good_one
     detail = f"\nstdout:\n{run.stdout}\nstderr:\n{run.stderr}"
     assert "Traceback" not in run.stdout + run.stderr, detail
     assert run.returncode == 2, detail  # as validate: a bad task file stops the batch before it starts
-    assert not (tmp_path / "runs").exists(), detail
+    assert not (tmp_path / "runs").exists() and model.requests == [], detail
     errors = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
     for name in [*bad, "directory.toml", "dangling.toml", "binary.toml"]:
         assert any(name in line for line in errors), (name, detail)
@@ -267,10 +270,13 @@ def test_malformed_task_files_stop_the_run_each_named_and_only_runs_the_good_one
     assert good.returncode == 0, good.stderr
     [run_dir] = [p for p in (tmp_path / "runs").iterdir() if not p.is_symlink()]
     document = json.loads((run_dir / "run.json").read_text())
-    assert {j["job"]: j["status"] for j in document["jobs"]} == {
-        "good-one": "succeeded",
-        "good-two": "succeeded",
+    assert {j["job"]: (j["status"], j["turns"]) for j in document["jobs"]} == {
+        "good-one": ("succeeded", 2),
+        "good-two": ("succeeded", 2),
     }
+    prompts = sorted(r.messages[0]["content"] for r in model.requests)  # the good ones' only, twice each
+    assert prompts == ["Survey (good-one)."] * 2 + ["Survey (good-two)."] * 2
+    assert sorted(p.name for p in run_dir.iterdir() if p.is_dir()) == ["good-one", "good-two"]
     for job in document["jobs"]:  # every job has its own directory inside the run directory
         job_dir = run_dir / job["job"]
         assert job_dir.parent == run_dir and job_dir.is_dir(), job["job"]
