@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scripted import ScriptedModel, play_instead_of_the_stand_in
 
 from runner import cli
 from runner.rundir.lock import hold_run_dir
@@ -186,7 +187,8 @@ def test_the_command_says_what_it_removed_and_what_it_freed(project: Path, capsy
     assert cli.main(["prune", "--older-than", "soon"]) == 2
 
 
-def test_keep_runs_prunes_after_a_run(project: Path, capsys: Any) -> None:
+def test_keep_runs_prunes_after_a_run(project: Path, capsys: Any, monkeypatch: Any) -> None:
+    play_instead_of_the_stand_in(monkeypatch, ScriptedModel([("read", {"file_path": "a.py"})], final="A."))
     ws = project / "ws"
     ws.mkdir()
     (ws / "a.py").write_text('"""A."""\n')
@@ -196,11 +198,13 @@ def test_keep_runs_prunes_after_a_run(project: Path, capsys: Any) -> None:
     )
     (project / "config.toml").write_text('[runner]\nbackend = "offline"\nkeep_runs = 2\n')
     assert cli.main(["validate"]) == 0
-    assert cli.main(["run"]) in (0, 1)
+    assert cli.main(["run"]) == 0
     err = capsys.readouterr().err
     new = (project / "runs" / "latest").resolve()
     assert names(project / "runs") == sorted(["20261101-000004-abcd", new.name])
     assert "prune runs: removed 4 runs, freed " in err and "; 2 kept" in err
+    assert err.index("end    one: succeeded, 2 turns") < err.index("prune runs: ")  # after the run's end
+    assert (new / "one" / "final.md").read_text().strip() == "A."  # the new run kept whole
     (project / "config.toml").write_text("[runner]\nkeep_runs = 0\n")
     assert cli.main(["validate"]) == 2
     assert "runner.keep_runs" in capsys.readouterr().err
