@@ -1,5 +1,6 @@
-"""``runner view``, ``report --json`` and ``run --json`` on real runs (the offline model, real files), and
-the pages in a real browser (Debian's headless ``chromium``; skipped, with the reason, where it is absent)."""
+"""``runner view``, ``report --json`` and ``run --json`` on real runs (the offline backend playing scripted
+models, real files), and the pages in a real browser (Debian's headless ``chromium``; skipped, with the
+reason, where it is absent)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from markupsafe import escape
 from rich.console import Console
+from scripted import ScriptedModel, reads, scripted_runner
 
 from runner.cli import main
 from runner.rundir.lock import hold_run_dir
@@ -26,18 +28,39 @@ REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+def cli(*args: str, cwd: Path = REPO, script: Path | None = None) -> subprocess.CompletedProcess:
+    """``python -m runner ARGS`` as a real process; with ``script``, its offline model the one saved there."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "RUNNER_"))}
-    return subprocess.run(
-        [sys.executable, "-m", "runner", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
-    )
+    argv = scripted_runner(script, *args) if script else [sys.executable, "-m", "runner", *args]
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+# the two jobs of the shared run: each reads its package's files, one a turn, then reports
+RUN_READS = {
+    "stdlib-json": ["__init__.py", "decoder.py", "encoder.py", "scanner.py", "tool.py"],
+    "stdlib-email": ["message.py", "header.py", "feedparser.py", "headerregistry.py", "utils.py"],
+}
+# small enough that each job persists its larger results and compacts its context
+RUN_LIMITS = "[limits]\nlarge_result_chars = 10000\npreview_chars = 1000\ncontext_char_limit = 30000\n"
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
-    """One real run of two small demo jobs, with ``--json``."""
+    """One real run (a ``runner`` process) of two small jobs on the stdlib's json and email packages, with
+    ``--json``, each job's model a script of its own (told apart by its prompt)."""
+    root = tmp_path_factory.mktemp("project")
+    (root / "config.toml").write_text('[runner]\nbackend = "offline"\n')
+    (root / "jobs").mkdir()
+    models = {}
+    for name, files in RUN_READS.items():
+        prompt = f"Survey the {name.split('-')[1]} package."
+        (root / "jobs" / f"{name}.toml").write_text(
+            f'workspace = "{{stdlib}}/{name.split("-")[1]}"\nprompt = "{prompt}"\n{RUN_LIMITS}'
+        )
+        models[prompt] = ScriptedModel(reads(files), final=f"# {name}\n\nRead {len(files)} files.")
+    script = ScriptedModel([], subagents=models).save(root / "script.json")
     out = tmp_path_factory.mktemp("runs")
-    proc = cli("run", "jobs/stdlib-json.toml", "jobs/stdlib-email.toml", "--output-dir", str(out), "--json")
+    proc = cli("run", "jobs", "--output-dir", str(out), "--json", cwd=root, script=script)
     assert proc.returncode == 0, proc.stderr
     return proc, (out / "latest").resolve()
 
@@ -50,6 +73,12 @@ def test_run_json_is_the_report_document_and_latest_points_at_the_run(run):
     assert report.returncode == 0
     assert json.loads(report.stdout) == document
     assert re.search(r"2 jobs, 2 succeeded; [\d,]+ in / [\d,]+ out tokens; cost \$\d+\.\d{4}", proc.stderr)
+    # each job as its script played it: a turn a read, then its report
+    assert {j["job"]: (j["status"], j["turns"]) for j in document["jobs"]} == {
+        name: ("succeeded", len(files) + 1) for name, files in RUN_READS.items()
+    }
+    for name, files in RUN_READS.items():
+        assert (run_dir / name / "final.md").read_text().strip() == f"# {name}\n\nRead {len(files)} files."
 
 
 def test_report_json_of_a_finished_run_has_run_json_fields_and_each_jobs_metrics(run):
@@ -69,6 +98,8 @@ def test_report_json_of_a_finished_run_has_run_json_fields_and_each_jobs_metrics
         )
     )
     assert document["totals"]["succeeded"] == document["totals"]["jobs"] == 2
+    for job in document["jobs"]:  # RUN_LIMITS are small enough for the scripts' reads
+        assert job["persisted_bytes"] > 0 and sum(job["compactions"].values()) > 0, job
 
 
 def _in_progress(run_dir: Path, target: Path) -> Path:
