@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 from markupsafe import escape
 from rich.console import Console
-from scripted import ScriptedModel, reads, scripted_runner
+from scripted import ScriptedModel, play_instead_of_the_stand_in, reads, scripted_runner
 
 from runner.cli import main
+from runner.messages import tool_results
+from runner.models.base import Request
 from runner.rundir.lock import hold_run_dir
 from runner.ui.tables import fitting_table
 from runner.ui.viewer import write_view
@@ -798,10 +800,26 @@ HOSTILE_NAME = '<img src=x onerror="alert(1)">.py'
 HOSTILE_LINE = "# TODO </pre><script>alert(2)</script>"
 
 
+def todo_survey(request: Request) -> str:
+    """The report of a job that grepped its workspace for TODO: how many files and lines, a table of the
+    files, each line quoted (from the newest grep result the request carries)."""
+    found = [str(r["content"]) for m in request.messages for r in tool_results(m)][-1]
+    hits = [re.fullmatch(r"(.*?):(\d+):(.*)", line) for line in found.splitlines() if line]
+    lines = sorted((Path(h[1]).name, int(h[2]), h[3].strip()) for h in hits if h)
+    files = sorted({name for name, _, _ in lines})
+    table = [f"| {name} | {sum(1 for n, _, _ in lines if n == name)} |" for name in files]
+    quoted = [f"- `{name}:{n}: {text}`" for name, n, text in lines]
+    return "\n".join(
+        ["# Survey", "", f"{len(files)} files with TODOs, {len(lines)} TODO lines.", ""]
+        + ["| file | TODOs |", "|---|---|", *table, "", "## TODOs", "", *quoted]
+    )
+
+
 @pytest.fixture(scope="module")
 def nights(tmp_path_factory) -> tuple[Path, Path]:
     """Two real offline nights of two incremental jobs (``survey``, whose workspace gains a file with a
-    hostile name and a hostile TODO line between them, and ``steady``, whose does not), night two viewed.
+    hostile name and a hostile TODO line between them, and ``steady``, whose does not), night two viewed;
+    each job greps its workspace for TODO and reports what it found (:func:`todo_survey`).
     Returns the two run directories."""
     from conftest import run_cli_once
 
@@ -815,11 +833,13 @@ def nights(tmp_path_factory) -> tuple[Path, Path]:
         (root / "jobs" / f"{name}.toml").write_text(
             f'workspace = "../{ws}"\nprompt = "Survey the workspace."\nincremental = true\n'
         )
-    first = run_cli_once("run", "jobs", cwd=root)
-    assert first.returncode == 0, first.stderr
-    night_one = (root / "runs" / "latest").resolve()
-    (root / "ws" / HOSTILE_NAME).write_text(f"y = 2\n{HOSTILE_LINE}\n")
-    second = run_cli_once("run", "jobs", cwd=root)
+    with pytest.MonkeyPatch.context() as patch:
+        play_instead_of_the_stand_in(patch, ScriptedModel([("grep", {"pattern": "TODO"})], final=todo_survey))
+        first = run_cli_once("run", "jobs", cwd=root)
+        assert first.returncode == 0, first.stderr
+        night_one = (root / "runs" / "latest").resolve()
+        (root / "ws" / HOSTILE_NAME).write_text(f"y = 2\n{HOSTILE_LINE}\n")
+        second = run_cli_once("run", "jobs", cwd=root)
     assert second.returncode == 0, second.stderr
     night_two = (root / "runs" / "latest").resolve()
     assert "survey: incremental from run " + night_one.name in second.stderr
@@ -841,6 +861,16 @@ def test_a_nights_job_page_shows_its_report_against_its_baselines(nights):
     assert report < since < page.index("<svg")  # the report, then what changed in it
     expected = {j.job: j for j in diff_runs(night_one, night_two, warn=None).jobs}
     assert expected["survey"].report_changed and not expected["steady"].report_changed
+    # the script's report: the new file's row added to its table, its TODO line quoted, the counts changed
+    assert (expected["survey"].unit, expected["survey"].added) == ("rows", [HOSTILE_NAME])
+    assert not expected["survey"].removed and not expected["survey"].changed
+    changes = expected["survey"].diff.splitlines()
+    assert [c for c in changes if c[:1] in "+-" and not c.startswith(("+++", "---"))] == [
+        "-1 files with TODOs, 1 TODO lines.",
+        "+2 files with TODOs, 2 TODO lines.",
+        f"+| {HOSTILE_NAME} | 1 |",
+        f"+- `{HOSTILE_NAME}:2: {HOSTILE_LINE}`",
+    ]
     shown = re.findall(r'<span class="(add|del|hunk|file|ctx)">(.*)</span>', page[since:])
     lines = expected["survey"].diff.splitlines()
     assert [text for _, text in shown] == [str(escape(line)) for line in lines]
@@ -899,7 +929,7 @@ def test_a_nights_pages_render_the_diff_and_marks_in_a_real_browser(nights, tmp_
     assert not [tag for tag, _ in page.tags if tag in ("script", "img", "iframe")]
     assert any(tag == "pre" and attrs.get("class") == "diff" for tag, attrs in page.tags)
     kinds = [attrs.get("class") for tag, attrs in page.tags if tag == "span"]
-    assert kinds.count("add") >= 3 and kinds.count("del") >= 1 and "hunk" in kinds
+    assert kinds.count("add") == 3 and kinds.count("del") == 1 and "hunk" in kinds  # the script's report
     text = "".join(page.text)
     assert f"+- `{HOSTILE_NAME}:2: {HOSTILE_LINE}`" in text and "Its report changed" in text
     index, log = _chromium_dom(night_two / "index.html", tmp_path)
