@@ -97,11 +97,8 @@ class Usage(BaseModel):
 
 def sum_usage(records: Iterable[Any]) -> Usage:
     """The usage of several jobs' records together (their own calls', summaries' and subagents')."""
-    total = Usage()
-    for r in records:
-        for part in (r.usage, r.summarizer_usage, r.subagent_usage):
-            total.add(part)
-    return total
+    parts = [part for r in records for part in (r.usage, r.summarizer_usage, r.subagent_usage)]
+    return Usage(**{key: sum(getattr(part, key) for part in parts) for key in USAGE_KEYS})
 
 
 CACHE_WRITE = 1.25

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runner.pricing import Usage
+from runner.pricing import USAGE_KEYS, Usage, sum_usage
 from runner.rundir.docs import (
     EVENTS,
     METRICS,
@@ -215,3 +215,31 @@ def test_report_and_report_json_read_one_run_the_same_way(tmp_path: Path) -> Non
     assert document["jobs"][1] == {"job": "b", "status": "queued", "turns": 0}  # the fields on disk, no more
     assert report["backend"] == document["backend"] == "offline"
     assert [j.status for j in run.jobs] == ["stuck", "queued", "succeeded"]
+
+
+def test_a_jobs_total_usage_is_the_sum_of_its_parts_key_by_key() -> None:
+    """``total_usage`` (every document's) and ``usage_total`` (the live display's, per key) are one sum:
+    the job's own calls', its summaries' and its subagents', each count alone."""
+    parts = {
+        "usage": Usage(
+            input_tokens=1, output_tokens=2, cache_creation_input_tokens=3, cache_read_input_tokens=4
+        ),
+        "summarizer_usage": Usage(
+            input_tokens=10, output_tokens=20, cache_creation_input_tokens=5, cache_creation_1h_input_tokens=5
+        ),
+        "subagent_usage": Usage(input_tokens=100, cache_read_input_tokens=400),
+    }
+    record = JobMetrics(job="j", **parts)
+    total = record.total_usage()
+    assert total.to_json() == {
+        "input_tokens": 111,
+        "output_tokens": 22,
+        "cache_creation_input_tokens": 8,
+        "cache_read_input_tokens": 404,
+        "cache_creation_1h_input_tokens": 5,
+    }
+    assert {key: record.usage_total(key) for key in USAGE_KEYS} == {
+        key: getattr(total, key) for key in USAGE_KEYS
+    }
+    assert sum_usage([record, record]).to_json() == {k: 2 * v for k, v in total.to_json().items()}
+    assert parts["usage"].input_tokens == 1  # the parts are not changed by summing them
