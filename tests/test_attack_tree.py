@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted import ScriptedModel, play_instead_of_the_stand_in
+from scripted import ScriptedModel, play_instead_of_the_stand_in, reads
 
 from runner import protocol
 from runner.compaction.fallback import fallback_summary
@@ -40,7 +40,7 @@ LIMIT = manifest.MAX_DEPTH
 
 
 def project(root: Path, max_turns: int = 400) -> Path:
-    """A small package and an incremental survey job of it on the offline model."""
+    """A small package and an incremental survey job of it on the offline backend."""
     ws = root / "ws"
     (ws / "pkg").mkdir(parents=True)
     for i in range(1, 5):
@@ -363,12 +363,31 @@ def test_the_stand_ins_survey_of_a_tree_deeper_than_a_walk_goes_says_what_it_did
 # --- runner diff stays in the two runs -------------------------------------------------------------
 
 
+MODULES = [f"pkg/m{i}.py" for i in range(1, 5)]
+TABLE = "| file | lines |\n|---|---:|\n" + "".join(f"| {m} | 5 |\n" for m in MODULES)
+REPORT = f"# Report\n\n## Every file\n\n{TABLE}"
+
+
+def two_nights(run_cli: Any, root: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """Two nights of the survey job, each a glob, a read of the four modules and a report that lists
+    them in a table (a scripted model): the jobs of both runs."""
+    project(root)
+    play_instead_of_the_stand_in(
+        monkeypatch, ScriptedModel([("glob", {"pattern": "**/*.py"}), *reads(MODULES, per_turn=4)], REPORT)
+    )
+    jobs = []
+    for _n in range(2):
+        job, doc, _ = night(run_cli, root)
+        assert (doc["status"], doc["turns"]) == ("succeeded", 3), doc
+        assert (job / "final.md").read_text().strip() == REPORT.strip()
+        jobs.append(job)
+    return jobs[0], jobs[1]
+
+
 def test_diff_follows_nothing_out_of_the_runs_and_reads_a_bounded_amount(
-    run_cli: Any, tmp_path: Path
+    run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    project(tmp_path)
-    first, _, _ = night(run_cli, tmp_path)
-    second, _, _ = night(run_cli, tmp_path)
+    first, second = two_nights(run_cli, tmp_path, monkeypatch)
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "final.md").write_text(
@@ -401,6 +420,9 @@ def test_diff_follows_nothing_out_of_the_runs_and_reads_a_bounded_amount(
     named = json.dumps(job.document())
     assert "SECRET" not in named and "root:" not in named
     assert peak < 64 * 1024 * 1024, peak
+    # the first report refused is compared as empty: the second's rows are all added, none other
+    assert (job.added, job.removed, job.changed) == (MODULES, [], [])
+    assert len(job.problems) == 5, job.problems
     problems = "\n".join(job.problems)
     assert f"{first / 'final.md'}: a symbolic link" in problems
     assert f"{memories / 'facts-007.md'}: a symbolic link" in problems
@@ -412,10 +434,10 @@ def test_diff_follows_nothing_out_of_the_runs_and_reads_a_bounded_amount(
     assert "facts-008.md" in shown.stderr and json.loads(shown.stdout)["jobs"][0]["problems"]
 
 
-def test_diff_refuses_a_job_directory_that_is_a_link(run_cli: Any, tmp_path: Path) -> None:
-    project(tmp_path)
-    first, _, _ = night(run_cli, tmp_path)
-    second, _, _ = night(run_cli, tmp_path)
+def test_diff_refuses_a_job_directory_that_is_a_link(
+    run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = two_nights(run_cli, tmp_path, monkeypatch)
     for elsewhere in (tmp_path / "elsewhere", second.parent / ".elsewhere"):  # out of the run, and in it
         shutil.copytree(second if second.is_dir() else second.resolve(), elsewhere)
         (elsewhere / "final.md").write_text("# SECRET report\n")
@@ -428,3 +450,4 @@ def test_diff_refuses_a_job_directory_that_is_a_link(run_cli: Any, tmp_path: Pat
         assert all("SECRET" not in json.dumps(j.document()) for j in result.jobs)
     [job] = result.jobs
     assert job.problems == [f"{second}: a symbolic link, which is not followed"], job.problems
+    assert (job.added, job.removed, job.changed) == ([], MODULES, [])  # compared as an empty report
