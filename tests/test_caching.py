@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from scripted import ScriptedModel, files_under, reads, scripted_api
 
 from runner.agent.history import History
 from runner.agent.runjob import Services
@@ -15,8 +16,8 @@ from runner.compaction.compactor import CompactionState, Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.compaction.window import Window
 from runner.config import Limits
-from runner.emulator import EmulatorConfig, running_emulator
 from runner.jobs import JobSpec
+from runner.messages import tool_uses
 from runner.models.anthropic import AnthropicModel, with_cache_breakpoint
 from runner.rundir.store import JobStore, read_jsonl
 
@@ -87,6 +88,9 @@ async def test_observation_masking_keeps_only_the_newest_results(tmp_path: Path)
 
 
 async def test_a_cache_aware_session_reads_its_prefix_back_after_compaction(tmp_path: Path):
+    """A read of each of 40 modules (3.6 to 13 KB) a turn, with 1,500 characters of notes a reply, in
+    a 20,000-character window: tool results are micro-compacted and the history summarized, and each
+    of the 41 calls still reads most of its prefix from the cache."""
     ws = tmp_path / "ws"
     ws.mkdir()
     for i in range(40):
@@ -102,8 +106,10 @@ async def test_a_cache_aware_session_reads_its_prefix_back_after_compaction(tmp_
         tools=("read", "glob", "grep"),
         limits=limits,
     )
-    with running_emulator(EmulatorConfig(record_requests=True, min_cacheable_tokens=256)) as emu:
-        model = AnthropicModel(base_url=emu.base_url, api_key="k", max_retries=0)
+    modules = files_under(ws)
+    script = ScriptedModel(reads(modules), "Surveyed.", notes=1500)
+    with scripted_api(script, record_requests=True, min_cacheable_tokens=256) as api:
+        model = AnthropicModel(base_url=api.emulator.base_url, api_key="k", max_retries=0)
         store = JobStore(tmp_path / "job")
         await store.open()
         summarizer = Summarizer(model, "claude-haiku-5-5")
@@ -113,14 +119,21 @@ async def test_a_cache_aware_session_reads_its_prefix_back_after_compaction(tmp_
             store=store,
         ).run()
         await model.aclose()
-        recorded = emu.state.snapshot()["recorded_requests"]
+        recorded = api.emulator.state.snapshot()["recorded_requests"]
     assert result_.status == "succeeded", result_.error
+    assert result_.turns == len(script.requests) == 41  # each module read once, then the report
+    transcript, _ = read_jsonl(store.dir / "transcript.jsonl")
+    assert [u["input"]["file_path"] for m in transcript for u in tool_uses(m)] == modules
     job_requests = [r for r in recorded if r.get("tools")]
+    assert len(job_requests) == 41
     breakpoints = [json.dumps(r).count('"cache_control"') for r in job_requests]
-    assert max(breakpoints) == 4  # tools, system, the settled message, the newest message: the API's maximum
-    summary_requests = [r for r in recorded if not r.get("tools")]
-    assert summary_requests and all('"cache_control"' not in json.dumps(r) for r in summary_requests)
+    assert breakpoints[0] == 2  # the system prompt (with the tools) and the prompt
+    assert max(breakpoints) == 4 and min(breakpoints[1:]) >= 3  # tools, system, settled, newest: at most 4
     events, _ = read_jsonl(store.dir / "events.jsonl")
+    summaries = [e for e in events if e["stage"] == "compact_history"]
+    summary_requests = [r for r in recorded if not r.get("tools")]
+    assert len(summary_requests) == len(summaries) == 4
+    assert all('"cache_control"' not in json.dumps(r) for r in summary_requests)
     assert any(e["stage"] == "micro_compact" for e in events)
     assert result_.usage.cache_read_input_tokens > result_.usage.cache_creation_input_tokens
 

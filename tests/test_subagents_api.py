@@ -1,71 +1,100 @@
 """Subagents through the real SDK over HTTP against the emulator, and across a kill -9.
 
-The emulator answers with the offline policy, which hands a big tree to one subagent per top-level
-directory (and one for the top files): the batch's call limit and summary gate must hold across a
-parent and its subagents together, and every file's row must be right.
+A scripted parent hands out eight parts of a tree at once, one to each of eight scripted subagents
+that read their part's files with notes enough to be summarized: the batch's call limit and summary
+gate must hold across a parent and its subagents together, and every subagent's report must reach the
+parent; a run killed mid-subagent and resumed must end as an uninterrupted one.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import sysconfig
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import kill_runner_when
+from scripted import (
+    ScriptedModel,
+    play_instead_of_the_stand_in,
+    reads,
+    scripted_api,
+    scripted_runner,
+    subagent_results,
+)
 
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
-from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.config import Latency
 from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
+from runner.messages import text_of, tool_uses
 from runner.models.adaptive import AdaptiveLimit, AdaptiveModel
 from runner.models.anthropic import AnthropicModel
-from runner.offline import delegation
-from runner.offline.delegation import DELEGATE_ENTRIES
-from tests.conftest import expected_row, kill_runner_when, regular_files, runner_env, survey_rows
+from runner.models.base import Reply, Request
+from runner.rundir.store import read_jsonl
 
-PACKAGES = ("email", "asyncio", "importlib", "unittest", "json", "urllib", "wsgiref")  # 7 directories
+PARTS = 8
+FILES = 6  # a part's files, each of 4,000 characters: a subagent's 6 reads, then its report
+NOTES = 6000  # characters of notes a subagent writes a reply: its window is summarized
 
 
 def tree(root: Path) -> Path:
-    """Seven stdlib packages and enough top-level files for the tree to be split: eight parts."""
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    for name in PACKAGES:
-        shutil.copytree(
-            stdlib / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "test", "tests")
-        )
-    tops = sorted(p for p in stdlib.glob("*.py") if p.stat().st_size < 20_000)[:90]
-    for p in tops:
-        shutil.copy(p, root / p.name)
-    entries = sum(len(d) + len(f) for _, d, f in os.walk(root))
-    assert entries > DELEGATE_ENTRIES, entries
+    """Eight directories of six modules each."""
+    for n in range(1, PARTS + 1):
+        (root / f"p{n}").mkdir(parents=True)
+        for k in range(FILES):
+            (root / f"p{n}" / f"m{k}.py").write_text(f'"""Part {n}, module {k}."""\n' + f"x{k} = {n}\n" * 570)
     return root
 
 
-def check_rows(report: str, job: Path, root: Path) -> None:
-    rows = survey_rows(report, job)
-    truth = regular_files(root)
-    assert set(rows) == set(truth), (sorted(set(truth) - set(rows))[:5], sorted(set(rows) - set(truth))[:5])
-    wrong = [
-        p
-        for p, data in truth.items()
-        if tuple(rows[p][1:3]) != expected_row(data)
-        and not (rows[p][1] == "binary" and expected_row(data)[0] == "binary")
+def part_files(n: int) -> list[str]:
+    return [f"p{n}/m{k}.py" for k in range(FILES)]
+
+
+def parts_report(request: Request) -> str:
+    """The parent's report: a row for each subagent's result as its call came back."""
+    rows = "".join(f"| {h[0]} | {h[1]} | {h[2]} |\n" for h in subagent_results(request))
+    return "# Parts\n\n| agent | status | report |\n|---|---|---|\n" + rows
+
+
+class ByPrompt(ScriptedModel):
+    """A :class:`ScriptedModel` whose subagents' requests are known by their prompt as the API gets it
+    too: as a text block (with its cache breakpoint), or quoted as the current request in a summary
+    that replaced the history (``ScriptedModel`` knows only a first message that is the prompt)."""
+
+    async def create(self, request: Request) -> Reply:
+        first = text_of(request.messages[0]) if request.messages else ""
+        for prompt, model in self.subagents.items():
+            if first == prompt or f"Current user request:\n{prompt}\n" in first:
+                self.requests.append(request)
+                return await model.create(request)
+        return await super().create(request)
+
+
+def survey(final: Any = parts_report, notes: int = NOTES) -> ScriptedModel:
+    """The parent: one turn of eight ``task`` calls, then ``final``; each part's subagent reads its six
+    files (with ``notes`` characters of notes a reply) and reports ``# Part N``."""
+    tasks = [
+        ("task", {"description": f"part {n}", "prompt": f"Survey part {n}."}) for n in range(1, PARTS + 1)
     ]
-    assert not wrong, wrong[:5]
+    subagents = {
+        f"Survey part {n}.": ScriptedModel(reads(part_files(n)), f"# Part {n}", notes=notes)
+        for n in range(1, PARTS + 1)
+    }
+    return ByPrompt([tasks], final, subagents=subagents)
+
+
+def expected_results() -> list[tuple[str, str, str]]:
+    """Each subagent's result head as its call came back: its directory, its status, its report."""
+    return [
+        (f"agents/{n}-part-{n}", "succeeded", f"agents/{n}-part-{n}/final.md") for n in range(1, PARTS + 1)
+    ]
 
 
 @pytest.mark.anyio
-async def test_eight_subagents_four_at_once_hold_the_call_limit_and_the_gate(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(delegation, "PART_ENTRIES", 1)  # the policy's most parts (8), for a small tree
+async def test_eight_subagents_four_at_once_hold_the_call_limit_and_the_gate(tmp_path: Path) -> None:
     root = tree(tmp_path / "ws")
     spec = JobSpec(
         name="survey",
@@ -79,8 +108,9 @@ async def test_eight_subagents_four_at_once_hold_the_call_limit_and_the_gate(
             max_retries=4, max_subagents=4, context_char_limit=30_000, timeout_s=600, max_turns=400
         ),
     )
-    with running_emulator(EmulatorConfig(latency=Latency(seconds=0.005, jitter_s=0.02))) as emu:
-        raw = AnthropicModel(base_url=emu.base_url, api_key="k", max_retries=4)
+    script = survey()
+    with scripted_api(script, latency=Latency(seconds=0.005, jitter_s=0.02)) as api:
+        raw = AnthropicModel(base_url=api.emulator.base_url, api_key="k", max_retries=4)
         model = AdaptiveModel(raw, AdaptiveLimit(maximum=3))
         summarizer = Summarizer(raw, "claude-haiku-5-5", max_concurrent=1, requests_per_minute=10_000)
         batch = Batch(
@@ -96,31 +126,32 @@ async def test_eight_subagents_four_at_once_hold_the_call_limit_and_the_gate(
             result = await run_batch(batch)
         finally:
             await raw.aclose()
-        stats = emu.state.snapshot()
+        stats = api.emulator.state.snapshot()
     record = result.results["survey"]
-    assert record.status == "succeeded", record.error
-    agents = sorted(p.name for p in (tmp_path / "run" / "survey" / "agents").iterdir())
-    assert len(agents) == 8, agents
-    assert {r["status"] for r in record.subagents} == {"succeeded"}
+    job = tmp_path / "run" / "survey"
+    assert (record.status, record.turns) == ("succeeded", 2), record.error  # the tasks, the report
+    agents = sorted(p.name for p in (job / "agents").iterdir())
+    assert agents == sorted(f"{n}-part-{n}" for n in range(1, PARTS + 1))
+    assert [(r["status"], r["turns"]) for r in record.subagents] == [("succeeded", FILES + 1)] * PARTS
+    summaries = []
+    for n in range(1, PARTS + 1):  # each read its own part's files, in order, once
+        transcript, _ = read_jsonl(job / "agents" / f"{n}-part-{n}" / "transcript.jsonl")
+        assert [u["input"]["file_path"] for m in transcript for u in tool_uses(m)] == part_files(n)
+        events, _ = read_jsonl(job / "agents" / f"{n}-part-{n}" / "events.jsonl")
+        summaries += [e for e in events if e.get("stage") == "compact_history"]
+        assert (job / "agents" / f"{n}-part-{n}" / "final.md").read_text().strip() == f"# Part {n}"
     # the call limit (3 job calls) and the summary gate (1 summary, outside the call limit, as
     # execution/backend.py builds it) held for the parent and its subagents together
-    assert stats["peak_concurrent"] <= 3 + 1, stats["peak_concurrent"]
-    assert stats["peak_concurrent"] >= 2, "subagents ran at once"
+    assert 2 <= stats["peak_concurrent"] <= 3 + 1, stats["peak_concurrent"]
     assert stats["summary_peak_concurrent"] <= 1
-    assert stats["summary_requests"] >= 1, (
-        "the subagents' windows compacted (a summary went through the gate)"
-    )
-    calls = (
-        sum(
-            json.loads((tmp_path / "run" / "survey" / "agents" / a / "metrics.json").read_text())["turns"]
-            for a in agents
-        )
-        + record.turns
-    )
-    assert stats["outcomes"]["ok"] >= calls
-    check_rows((tmp_path / "run" / "survey" / "final.md").read_text(), tmp_path / "run" / "survey", root)
+    assert stats["summary_requests"] == len(summaries) == PARTS  # one summary each, through the gate
+    calls = record.turns + PARTS * (FILES + 1)
+    assert len(script.requests) == calls
+    assert stats["outcomes"] == {"ok": calls + len(summaries)}  # each call made once, none refused
+    assert [h[:3] for h in subagent_results(script.requests[-1])] == expected_results()
+    assert (job / "final.md").read_text() == parts_report(script.requests[-1])
     run_json = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert len(run_json["jobs"][0]["subagents"]) == 8
+    assert len(run_json["jobs"][0]["subagents"]) == PARTS
     assert (
         run_json["totals"]["input_tokens"] == record.usage_total("input_tokens") > record.usage.input_tokens
     )
@@ -139,6 +170,17 @@ def _child_calls(job: Path) -> int:
     return total
 
 
+def _agent_statuses(job: Path) -> list[str]:
+    """The status each subagent's metrics.json gives (one being written: none)."""
+    statuses = []
+    for metrics in job.glob("agents/*/metrics.json"):
+        try:
+            statuses.append(json.loads(metrics.read_text()).get("status"))
+        except (OSError, ValueError):
+            pass
+    return statuses
+
+
 def _setup(workdir: Path, root: Path) -> None:
     (workdir / "jobs").mkdir(parents=True)
     (workdir / "jobs" / "survey.toml").write_text(
@@ -148,50 +190,57 @@ def _setup(workdir: Path, root: Path) -> None:
     (workdir / "config.toml").write_text('[runner]\noutput_dir = "runs"\nbackend = "offline"\n')
 
 
-def test_kill_9_mid_subagent_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
+REPORT = "# Parts\n\nEight parts surveyed.\n"
+
+
+def test_kill_9_mid_subagent_then_resume_matches_an_uninterrupted_run(
+    tmp_path: Path, run_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The script's run uninterrupted (in this process), and as a real process killed once some of
+    its subagents have ended and some are running, then resumed: the same record, the same
+    report, each subagent's six reads made once, the parent's report call given all eight results."""
     root = tree(tmp_path / "ws")
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     _setup(whole, root)
     _setup(killed, root)
-    env = runner_env()
-    done = subprocess.run(
-        [sys.executable, "-m", "runner", "run", "jobs"],
-        cwd=whole,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    play_instead_of_the_stand_in(monkeypatch, survey(REPORT, notes=0))
+    done = run_cli("run", "jobs", cwd=whole)
     assert done.returncode == 0, done.stderr[-2000:]
     expected_job = _job_dir(whole)
     assert expected_job is not None
     total = _child_calls(expected_job)
+    assert total == PARTS * (FILES + 1)
 
-    def half_the_calls_made() -> bool:  # about half the subagents' calls: some ended, some running
+    def some_ended_some_running() -> bool:
         job = _job_dir(killed)
-        return job is not None and _child_calls(job) >= total // 2
+        return job is not None and {"succeeded", "running"} <= set(_agent_statuses(job))
 
-    killed_mid_run = kill_runner_when(half_the_calls_made, "run", "jobs", cwd=killed, env=env, timeout_s=240)
+    script = survey(REPORT, notes=0).save(tmp_path / "script.json")
+    argv = scripted_runner(script, "run", "jobs")
+    killed_mid_run = kill_runner_when(some_ended_some_running, cwd=killed, argv=argv, timeout_s=120)
     assert killed_mid_run, "the run ended before it could be killed"
     job = _job_dir(killed)
     assert job is not None
-    statuses = [json.loads(m.read_text()).get("status") for m in job.glob("agents/*/metrics.json")]
-    assert "running" in statuses, statuses
-    resumed = subprocess.run(
-        [sys.executable, "-m", "runner", "resume", str(job.parent)],
-        cwd=killed,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    statuses = _agent_statuses(job)
+    assert {"succeeded", "running"} <= set(statuses), statuses
+    assert not (job / "final.md").exists()
+    model = survey(REPORT, notes=0)
+    play_instead_of_the_stand_in(monkeypatch, model)
+    resumed = run_cli("resume", str(job.parent), cwd=killed)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     got, want = (json.loads((d / "metrics.json").read_text()) for d in (job, expected_job))
     assert got["status"] == want["status"] == "succeeded"
-    assert (job / "final.md").read_text() == (expected_job / "final.md").read_text()
+    assert (job / "final.md").read_text().strip() == (expected_job / "final.md").read_text().strip()
+    assert (job / "final.md").read_text().strip() == REPORT.strip()
     for key in ("usage", "summarizer_usage", "subagent_usage", "cost_usd", "turns"):
         assert got[key] == want[key], key
+    assert got["turns"] == 2
     assert [(r["agent"], r["status"], r["turns"]) for r in got["subagents"]] == [
         (r["agent"], r["status"], r["turns"]) for r in want["subagents"]
     ]
-    check_rows((job / "final.md").read_text(), job, root)
+    assert [(r["status"], r["turns"]) for r in got["subagents"]] == [("succeeded", FILES + 1)] * PARTS
+    for n in range(1, PARTS + 1):
+        for run_job in (job, expected_job):
+            transcript, _ = read_jsonl(run_job / "agents" / f"{n}-part-{n}" / "transcript.jsonl")
+            assert [u["input"]["file_path"] for m in transcript for u in tool_uses(m)] == part_files(n)
+    assert [h[:3] for h in subagent_results(model.requests[-1])] == expected_results()
