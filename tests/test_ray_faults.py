@@ -268,3 +268,73 @@ def test_a_dead_owners_slots_come_back_and_it_is_fenced(cluster):
     ray.get(services.release.remote("w2:gate:0"))
     assert leaked(ray.get(services.state.remote())) == 0
     ray.kill(services)
+
+
+def test_the_counts_at_the_end_wait_for_releases_still_on_their_way(cluster, tmp_path):
+    """A worker sends its releases without waiting, and Ray orders no message of one caller against
+    another's: a job's last release could reach the services after the driver, holding every result,
+    read the counts (``slots_at_end`` then said a slot leaked that was on its way back). Here a real
+    worker's releases reach the services 2 s late; the driver's counts are read once they arrived."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from runner.execution.ray_driver import OnRay, worker_config
+    from runner.execution.ray_services import RunServices, leaked
+    from runner.execution.ray_worker import JobWorker
+
+    ray = cluster
+
+    @ray.remote(num_cpus=0)
+    class LateReleases:
+        """In front of the services: a release arrives there ``delay`` seconds after it was sent."""
+
+        def __init__(self, services: Any, delay: float):
+            self.services, self.delay = services, delay
+
+        async def gate_acquire(self, token: str) -> None:
+            await self.services.gate_acquire.remote(token)
+
+        async def call_acquire(self, token: str) -> None:
+            await self.services.call_acquire.remote(token)
+
+        async def release(self, token: str, successes: int = 0) -> None:
+            await asyncio.sleep(self.delay)
+            await self.services.release.remote(token, successes)
+
+        async def rate_limited(self) -> None:
+            await self.services.rate_limited.remote()
+
+        async def charge(self, usd: float) -> float:
+            return await self.services.charge.remote(usd)
+
+    ws = workspace(tmp_path, files=2)
+    settings = settings_for(tmp_path, CONFIG)
+    run_dir = tmp_path / "late"
+    one = spec("job0", ws)
+    batch = anthropic_batch(run_dir, [one], settings)
+    services = RunServices.remote(1, 1000, 60.0, 12, None)
+    worker = None
+    try:
+        with running_emulator(EmulatorConfig()) as emu:
+            os.environ["ANTHROPIC_BASE_URL"] = emu.base_url
+            try:
+                worker = JobWorker.remote(
+                    worker_config(batch, settings), LateReleases.remote(services, 2.0), "w1"
+                )
+                result = ray.get(worker.run.remote(str(run_dir), one, None), timeout=60)
+            finally:
+                os.environ.pop("ANTHROPIC_BASE_URL")
+            assert result.status == "succeeded", result.error
+            assert result.turns >= 2
+            assert leaked(ray.get(services.state.remote())) > 0  # the last release is still on its way
+
+            dispatch = OnRay(batch, settings, workers=1, summary_window_s=60.0, stall_s=60.0)
+            dispatch.services = services
+            dispatch.pool = SimpleNamespace(live={"w1": SimpleNamespace(owner="w1", handle=worker)})
+            anyio.run(dispatch.finish)
+        assert batch.meta["slots_at_end"]["leaked"] == 0, batch.meta["slots_at_end"]
+        assert all(v == 0 for v in batch.meta["slots_at_end"].values()), batch.meta["slots_at_end"]
+    finally:
+        if worker is not None:
+            ray.kill(worker)
+        ray.kill(services)
