@@ -19,7 +19,8 @@ Guarantees:
   ``cancelled`` and the batch reports ``interrupted``. A second Ctrl-C stops waiting for them.
   A job a worker was still running when the batch stopped waiting is cancelled there at the end.
 - Every job ends in a final state in ``run.json``, which also gets the services actor's counts
-  once every job ended (``slots_at_end``: all zero unless a slot leaked).
+  once every job ended and every live worker's slot releases were carried out there (``slots_at_end``:
+  all zero unless a slot leaked; a release still on its way is not counted as held).
 - A Ray instance the runner starts (no ``ray_address``: :func:`start_local_ray`) is this machine's
   alone: always a new one (``address="local"``, never a cluster found running), its node's address
   127.0.0.1, so every server of it listens on the loopback only, with the token authentication this
@@ -79,6 +80,7 @@ POLL_INTERVAL_S = 0.5
 POLL_WAIT_S = 2.0  # a poll not answered by then is retried next round
 STALL_S = 60.0  # a worker that answered no poll for this long is declared dead
 CANCEL_WAIT_S = 30.0
+SETTLE_WAIT_S = 10.0  # for the live workers' slot releases at the end, before the counts are read
 
 
 def continue_point(job_dir: Path, spec: JobSpec, lost: dict[str, Any]) -> Resumed | None:
@@ -372,7 +374,12 @@ class OnRay(Dispatch):
                 await quietly(worker.handle.cancel_all.remote(), "could not cancel a Ray worker's jobs")
 
     async def finish(self) -> None:
-        """The services actor's counts, once every job ended, into ``run.json``."""
+        """The services actor's counts, once every job ended, into ``run.json``: read after each live
+        worker's releases were carried out (a worker sends them without waiting, and Ray may deliver
+        one after this question)."""
+        with anyio.move_on_after(SETTLE_WAIT_S):
+            for worker in list(self.pool.live.values()):
+                await _answer(worker.handle.settle.remote(), "could not settle a Ray worker's releases")
         with anyio.move_on_after(10):
             slots = await _answer(self.services.state.remote(), "could not read the services' counts")
             if slots is not None:

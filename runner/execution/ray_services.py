@@ -15,8 +15,11 @@ Guarantees:
   every slot it held or waited for given back, and from then on is fenced: its late acquires are
   refused and its late releases ignored, so a dead worker never holds capacity and a released slot
   is never released twice.
+- A worker sends its releases without waiting for them (one message, no round trip per call);
+  :meth:`_Slots.settled` returns once the actor has carried out every release it sent so far.
 - :meth:`RunServices.state` counts what is held and waited for, per owner; at the end of a run
-  every count is zero (the driver writes them to ``run.json`` as ``slots_at_end``).
+  every count is zero (the driver writes them to ``run.json`` as ``slots_at_end``, read after every
+  live worker's releases were carried out: a release still on its way is no leak).
 - The budget a worker sees is the cluster's total as of its last charge plus its own charges not
   yet confirmed: a worker learns of other workers' spending when it next charges.
 """
@@ -24,6 +27,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import threading
 from collections import Counter
@@ -198,6 +202,27 @@ class _Slots:
         self.kind = kind
         self.acquire = getattr(actor, f"{kind}_acquire")
         self._ids = itertools.count()
+        self._unconfirmed: set[concurrent.futures.Future[Any]] = set()  # releases sent, not carried out
+        self._lock = threading.Lock()  # confirmations arrive on Ray's threads
+
+    def _send_release(self, *args: Any) -> None:
+        future = self.actor.release.remote(*args).future()
+        with self._lock:
+            self._unconfirmed.add(future)
+        future.add_done_callback(self._confirmed)
+
+    def _confirmed(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._unconfirmed.discard(future)
+
+    async def settled(self) -> None:
+        """Returns once the actor has carried out (or refused) every release sent so far. Ray does not
+        order one caller's messages against another's: a release sent just before a job's result
+        can reach the actor after a question the driver asks once it has the result."""
+        with self._lock:
+            sent = list(self._unconfirmed)
+        if sent:
+            await asyncio.gather(*(asyncio.wrap_future(f) for f in sent), return_exceptions=True)
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -213,7 +238,7 @@ class _Slots:
             self._release(token)
 
     def _release(self, token: str) -> None:
-        self.actor.release.remote(token)
+        self._send_release(token)
 
 
 class RayGate(_Slots):
@@ -233,7 +258,7 @@ class RayCallLimit(_Slots):
 
     def _release(self, token: str) -> None:
         successes, self._successes = self._successes, 0
-        self.actor.release.remote(token, successes)
+        self._send_release(token, successes)
 
     def rate_limited(self) -> None:
         self.actor.rate_limited.remote()

@@ -59,13 +59,14 @@ class JobWorker:
                 f"ANTHROPIC_API_KEY is not set in the environment of the Ray worker on "
                 f"{socket.gethostname()}; set it where the node's `ray start` runs"
             )
+        self.calls, self.gate = RayCallLimit(services, owner), RayGate(services, owner)
         self.model, summarizer = build_backend(
             config.backend,
             runner=config.runner,
             summarizer=config.summarizer,
             max_retries=config.max_retries,
-            calls=RayCallLimit(services, owner),
-            gate=RayGate(services, owner),
+            calls=self.calls,
+            gate=self.gate,
             base_url=config.base_url,
             batch_jobs=config.batch_jobs,
         )
@@ -114,6 +115,11 @@ class JobWorker:
         for scope in self.scopes.values():
             scope.cancel()
         return len(self.scopes)
+
+    async def settle(self) -> None:
+        """Returns once the services actor has carried out every slot release this worker sent."""
+        await self.calls.settled()
+        await self.gate.settled()
 
     async def aclose(self) -> None:
         await self.model.aclose()
