@@ -211,6 +211,14 @@ class ScriptedApi:
 CONFIG_TOML = '[runner]\nbackend = "anthropic"\n'  # a config.toml for a run on the scripted API
 
 
+def answer_with(emulator: EmulatorHandle, model: ScriptedModel) -> ScriptedModel:
+    """The running ``emulator`` answers with ``model`` wherever its default replier (the stand-in)
+    would: a request its ``script`` and its summaries leave. Returns ``model`` (its ``requests`` are
+    what the emulator asked it). ``reconfigure`` and ``reset`` keep it."""
+    emulator.state.replies = lambda _batch_size: model
+    return model
+
+
 @contextmanager
 def scripted_api(model: ScriptedModel, **config: Any) -> Iterator[ScriptedApi]:
     """The emulator (``EmulatorConfig(**config)``, without a prompt cache unless ``min_cacheable_tokens``
@@ -218,7 +226,7 @@ def scripted_api(model: ScriptedModel, **config: Any) -> Iterator[ScriptedApi]:
     from runner.emulator import EmulatorConfig, running_emulator
 
     with running_emulator(EmulatorConfig(**{"min_cacheable_tokens": NO_CACHE, **config})) as emu:
-        emu.state.replies = lambda _batch_size: model
+        answer_with(emu, model)
         yield ScriptedApi(emu, {"ANTHROPIC_BASE_URL": emu.base_url, "ANTHROPIC_API_KEY": "emulator"})
 
 

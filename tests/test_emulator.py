@@ -20,20 +20,21 @@ import anthropic
 import anyio
 import pytest
 from pydantic import ValidationError
+from scripted import ScriptedModel, answer_with
 
 from runner.compaction.fallback import fallback_summary
 from runner.compaction.summarizer import Summarizer
 from runner.config import ConfigError
 from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.cli import serve
-from runner.emulator.compaction import effective_view
+from runner.emulator.compaction import compacted_view, effective_view
 from runner.emulator.config import Fault
 from runner.emulator.faults import fires
 from runner.emulator.tokens import input_tokens
 from runner.messages import request_problems
 from runner.models.anthropic import AnthropicModel, is_prompt_too_long
 from runner.models.base import PromptTooLong, Request
-from runner.offline.policy import TODO_PATTERN, decide
+from runner.protocol import COMPACTION_BLOCK_HEAD
 
 pytestmark = pytest.mark.anyio
 
@@ -52,10 +53,24 @@ def server():
         yield handle
 
 
+GLOB = {"type": "tool_use", "id": "toolu_sc0000_0", "name": "glob", "input": {"pattern": "*"}}
+FIRST = [{"type": "text", "text": "Turn 1."}, GLOB]  # the replier's answer to a request without its calls
+REPORT = "Surveyed: nothing to note."  # ... and to one that carries them, or that has no tools to call
+
+
 @pytest.fixture
-def emu(server):
-    """The module's emulator, with a fresh config and zeroed counters for each test."""
+def replier() -> ScriptedModel:
+    """What answers a request no script or summary answers (the emulator's replier): one glob, then
+    its report."""
+    return ScriptedModel([("glob", {"pattern": "*"})], final=REPORT)
+
+
+@pytest.fixture
+def emu(server, replier):
+    """The module's emulator, with a fresh config and zeroed counters for each test, answering with
+    this test's :func:`replier`."""
     server.reconfigure(EmulatorConfig(record_requests=True))
+    answer_with(server, replier)
     return server
 
 
@@ -69,15 +84,24 @@ async def create(c: anthropic.AsyncAnthropic, messages=HELLO, **kwargs):
     return await c.messages.create(model="emu-model", max_tokens=1000, messages=messages, **kwargs)
 
 
-def policy_history(files: dict[str, int], turns: int) -> list[dict]:
-    """A conversation the policy itself drove for ``turns`` turns over a fake workspace
-    (file name -> size in characters), ending with the last turn's tool results."""
+def survey_history(files: dict[str, int], turns: int) -> list[dict]:
+    """A survey of a fake workspace (file name -> size in characters) for ``turns`` (at most 3) turns,
+    ending with the last turn's tool results: a glob, a read of every file, a grep for TODO. Its ids
+    (``toolu_h<turn>_<k>``) are not the replier's, which answers it as a request without its calls."""
+    calls = [
+        [("glob", {"pattern": "**/*.py"})],
+        [("read", {"file_path": f"{ROOT}/{name}"}) for name in files],
+        [("grep", {"pattern": "TODO"})],
+    ]
     history = list(HELLO)
-    for _ in range(turns):
-        content, _ = decide(history, {"glob", "read", "grep"})
-        history.append({"role": "assistant", "content": content})
+    for turn, step in enumerate(calls[:turns]):
+        uses = [
+            {"type": "tool_use", "id": f"toolu_h{turn}_{k}", "name": name, "input": args}
+            for k, (name, args) in enumerate(step)
+        ]
+        history.append({"role": "assistant", "content": [{"type": "text", "text": f"Step {turn}."}, *uses]})
         results = []
-        for use in (b for b in content if b["type"] == "tool_use"):
+        for use in uses:
             if use["name"] == "glob":
                 output = "\n".join(f"{ROOT}/{name}" for name in files)
             elif use["name"] == "read":
@@ -108,15 +132,15 @@ def plain(content) -> list[dict]:
 # --- replies ------------------------------------------------------------------------------------
 
 
-async def test_valid_request_gets_the_policy_reply(emu):
+async def test_valid_request_gets_the_repliers_reply(emu, replier):
     async with client(emu) as c:
         response = await create(c)
-    content, stop = decide(HELLO, {"glob", "read", "grep"})
+    content = FIRST
     assert response.id.startswith("msg_") and response.role == "assistant" and response.type == "message"
     assert response.model == "emu-model" and response.stop_sequence is None
-    assert response.stop_reason == stop == "tool_use"
-    assert [b["type"] for b in plain(response.content)] == [b["type"] for b in content]
-    assert [b["input"] for b in plain(response.content)[1:]] == [{"pattern": "*"}, {"pattern": "**/*"}]
+    assert response.stop_reason == "tool_use" and plain(response.content) == content
+    [asked] = replier.requests  # the replier was asked the request as sent
+    assert (asked.model, asked.messages, asked.tools, asked.max_tokens) == ("emu-model", HELLO, TOOLS, 1000)
     expected_in = math.ceil(len(json.dumps([None, HELLO, TOOLS], ensure_ascii=False)) / 4)
     assert response.usage.input_tokens == expected_in
     assert response.usage.output_tokens == math.ceil(len(json.dumps(content, ensure_ascii=False)) / 4)
@@ -131,7 +155,7 @@ async def test_count_tokens_matches_the_estimate(emu):
     assert counted.input_tokens == input_tokens(None, HELLO, TOOLS)
 
 
-async def test_scripted_replies_are_served_in_order_then_the_policy(emu):
+async def test_scripted_replies_are_served_in_order_then_the_replier(emu, replier):
     emu.set_script(
         [
             {"content": "first", "stop_reason": "end_turn"},
@@ -142,6 +166,7 @@ async def test_scripted_replies_are_served_in_order_then_the_policy(emu):
         replies = [await create(c) for _ in range(3)]
     assert [r.content[0].text for r in replies[:2]] == ["first", "second"]
     assert [r.stop_reason for r in replies] == ["end_turn", "max_tokens", "tool_use"]
+    assert plain(replies[2].content) == FIRST and len(replier.requests) == 1  # asked by the third alone
 
 
 async def test_enforced_max_tokens_cuts_the_reply(emu):
@@ -466,7 +491,7 @@ async def test_an_identical_prefix_is_read_from_the_cache(emu):
 async def test_the_runner_reads_the_prefix_its_previous_turn_wrote(emu):
     """AnthropicModel puts a breakpoint on the newest message: the next turn reads it (lookback)."""
     model = AnthropicModel(base_url=emu.base_url, api_key="test-key", max_retries=0)
-    history = policy_history({"a.py": 3_000, "b.py": 3_000}, turns=2)
+    history = survey_history({"a.py": 3_000, "b.py": 3_000}, turns=2)
     first = await model.create(
         Request(model="m", messages=history, tools=TOOLS, max_tokens=1000, system="sys")
     )
@@ -490,8 +515,8 @@ async def test_the_runner_reads_the_prefix_its_previous_turn_wrote(emu):
 EDIT = {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 50_000}}]}
 
 
-async def test_server_compaction_returns_a_compaction_block_and_iterations(emu):
-    history = policy_history(BIG_WORKSPACE, turns=3)
+async def test_server_compaction_returns_a_compaction_block_and_iterations(emu, replier):
+    history = survey_history(BIG_WORKSPACE, turns=3)
     async with client(emu) as c:
         small = await c.beta.messages.create(
             model="m",
@@ -501,7 +526,7 @@ async def test_server_compaction_returns_a_compaction_block_and_iterations(emu):
             context_management=EDIT,
             betas=["compact-2026-01-12"],
         )
-        assert small.content[0].type == "text" and small.usage.iterations is None
+        assert plain(small.content) == FIRST and small.usage.iterations is None
         response = await c.beta.messages.create(
             model="m",
             max_tokens=1000,
@@ -520,18 +545,16 @@ async def test_server_compaction_returns_a_compaction_block_and_iterations(emu):
         response.usage.input_tokens == iterations[1]["input_tokens"] < 50_000
     )  # top level: the message only
     assert response.usage.output_tokens == iterations[1]["output_tokens"]
-    # The policy answered from the compacted view: the summary (which carries its earlier notes)
-    # and the newest results, which it notes now (outlines counted from the text read); so it moves on
-    # to the TODO scan, re-reading nothing.
-    text = content[1]["text"]
-    assert "- file: b0.py | 618 | 101 | Module doc." in text and "- file: b1.py | " in text
-    assert [(b["name"], b["input"]) for b in content if b["type"] == "tool_use"] == [
-        ("grep", {"pattern": TODO_PATTERN})
-    ]
+    # The replier answered from the compacted view: the summary as the first user turn, then the
+    # last exchange (the grep and its result), nothing of the reads before it.
+    asked = replier.requests[-1].messages
+    assert asked == compacted_view(content[0]["content"], history) and len(asked) == 3
+    assert asked[0]["content"] == COMPACTION_BLOCK_HEAD + content[0]["content"] and asked[1:] == history[-2:]
+    assert content[1:] == FIRST and response.stop_reason == "tool_use"
     assert emu.state.compactions == 1
 
     # The next turn: the API reads from the compaction block on, so no new compaction, and the
-    # policy knows the files from the notes after the block.
+    # replier is asked that view: the block's notes, then the exchange after it.
     calls = [b for b in content if b["type"] == "tool_use"]
     history = [
         *history,
@@ -555,12 +578,9 @@ async def test_server_compaction_returns_a_compaction_block_and_iterations(emu):
     assert follow.content[0].type != "compaction" and emu.state.compactions == 1
     view = effective_view(history)
     assert view[0]["content"].startswith("[Compacted]\n") and len(view) == 3
-    assert plain(follow.content) == decide(view, {"glob", "read", "grep"})[0]
-    assert [b.type for b in follow.content] == ["text"] and follow.stop_reason == "end_turn"  # the report
-    assert (
-        "- file: b0.py | 618 | 101 | Module doc." not in follow.content[0].text
-        and "| b0.py |" in follow.content[0].text
-    )
+    assert replier.requests[-1].messages == view and len(replier.requests) == 3
+    assert plain(follow.content) == [{"type": "text", "text": REPORT}]  # the report, after its glob
+    assert follow.stop_reason == "end_turn"
     assert follow.usage.input_tokens < 50_000
 
 
@@ -585,7 +605,7 @@ async def test_pause_after_compaction_returns_only_the_compaction(emu):
         response = await c.beta.messages.create(
             model="m",
             max_tokens=1000,
-            messages=policy_history(BIG_WORKSPACE, 3),
+            messages=survey_history(BIG_WORKSPACE, 3),
             tools=TOOLS,
             context_management=edit,
             betas=["compact-2026-01-12"],
@@ -612,7 +632,7 @@ async def test_the_runner_backend_sums_server_compaction_iterations(emu):
     reply = await model.create(
         Request(
             model="m",
-            messages=policy_history(BIG_WORKSPACE, turns=3),
+            messages=survey_history(BIG_WORKSPACE, turns=3),
             tools=TOOLS,
             max_tokens=1000,
             context_management=EDIT,
@@ -627,7 +647,7 @@ async def test_the_runner_backend_sums_server_compaction_iterations(emu):
 # --- the runner's own calls ---------------------------------------------------------------------
 
 
-async def test_the_runner_backend_gets_a_policy_reply(emu):
+async def test_the_runner_backend_gets_the_repliers_reply(emu, replier):
     model = AnthropicModel(base_url=emu.base_url, api_key="test-key", max_retries=2)
     emu.config.faults.overloaded.schedule = [1]
     reply = await model.create(
@@ -637,7 +657,9 @@ async def test_the_runner_backend_gets_a_policy_reply(emu):
     as_sent = [
         {"role": "user", "content": [{"type": "text", "text": HELLO[0]["content"]}]}
     ]  # cache_control dropped
-    assert (reply.content, reply.stop_reason) == decide(as_sent, {"glob", "read", "grep"})
+    assert (reply.content, reply.stop_reason) == (FIRST, "tool_use")
+    [asked] = replier.requests  # once: the 529 came before any reply
+    assert asked.messages == as_sent and asked.tools == TOOLS
     assert reply.usage.input_tokens > 0 and reply.usage.output_tokens > 0 and not reply.estimated
     assert emu.state.outcomes["529"] == 1
     recorded = emu.stats()["recorded_requests"]
@@ -646,7 +668,7 @@ async def test_the_runner_backend_gets_a_policy_reply(emu):
 
 async def test_summary_requests_get_the_fallback_summary(emu):
     model = AnthropicModel(base_url=emu.base_url, api_key="test-key", max_retries=0)
-    history = policy_history({"a.py": 600, "b.py": 600}, turns=2)
+    history = survey_history({"a.py": 600, "b.py": 600}, turns=2)
     summary = await Summarizer(model, "summary-model").summarize(history, "Survey the workspace.")
     await model.aclose()
     assert summary.text == fallback_summary(history)
@@ -655,7 +677,7 @@ async def test_summary_requests_get_the_fallback_summary(emu):
 
 async def test_cut_summary_input_skips_the_marker_line(emu):
     model = AnthropicModel(base_url=emu.base_url, api_key="test-key", max_retries=0)
-    history = policy_history({"a.py": 3_000, "b.py": 3_000, "c.py": 3_000}, turns=2)
+    history = survey_history({"a.py": 3_000, "b.py": 3_000, "c.py": 3_000}, turns=2)
     summarizer = Summarizer(model, "summary-model", max_input_chars=4_000)
     summary = await summarizer.summarize(history, "Survey the workspace.")
     await model.aclose()

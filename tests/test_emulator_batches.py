@@ -11,6 +11,7 @@ import anthropic
 import anyio
 import pytest
 from pydantic import ValidationError
+from scripted import ScriptedModel, answer_with
 
 from runner.compaction.summarizer import SYSTEM_PROMPT
 from runner.config import ConfigError
@@ -39,9 +40,9 @@ def params(messages=HELLO, **extra) -> dict:
     return {"model": "emu-model", "max_tokens": 1000, "messages": messages, "tools": TOOLS, **extra}
 
 
-# every kind of answer: the policy's, a cache write then a read, a summary, a partial report, too long
+# every kind of answer: the replier's, a cache write then a read, a summary, a partial report, too long
 MIXED = [
-    {"custom_id": "policy", "params": params()},
+    {"custom_id": "replier", "params": params()},
     {"custom_id": "cache-write", "params": params(system=CACHED_SYSTEM)},
     {"custom_id": "cache-read", "params": params(system=CACHED_SYSTEM)},
     {
@@ -72,10 +73,23 @@ def server():
         yield handle
 
 
+GLOB = {"type": "tool_use", "id": "toolu_sc0000_0", "name": "glob", "input": {"pattern": "*"}}
+FIRST = [{"type": "text", "text": "Turn 1."}, GLOB]  # the replier's answer to a request with tools
+REPORT = "Surveyed: nothing to note."  # ... and to one without tools to call (tool_choice none)
+
+
 @pytest.fixture
-def emu(server):
-    """The module's emulator, with a fresh config and zeroed state for each test."""
+def replier() -> ScriptedModel:
+    """What answers a request no script or summary answers: one glob, then its report."""
+    return ScriptedModel([("glob", {"pattern": "*"})], final=REPORT)
+
+
+@pytest.fixture
+def emu(server, replier):
+    """The module's emulator, with a fresh config and zeroed state for each test, answering with
+    this test's :func:`replier` (``reconfigure`` keeps it)."""
     server.reconfigure(config())
+    answer_with(server, replier)
     return server
 
 
@@ -104,6 +118,10 @@ def answer(message) -> dict:
     return body
 
 
+def plain(content) -> list[dict]:
+    return [b.model_dump(mode="json", exclude_none=True) for b in content]
+
+
 def requests_of(n: int, prefix: str = "r") -> list[dict]:
     return [
         {"custom_id": f"{prefix}{i}", "params": params([{"role": "user", "content": f"Task {i}."}])}
@@ -114,7 +132,7 @@ def requests_of(n: int, prefix: str = "r") -> list[dict]:
 # --- a batch answers as live calls do ---------------------------------------------------------------
 
 
-async def test_a_batch_ends_after_its_turnaround_with_every_answer_a_live_call_gives(emu):
+async def test_a_batch_ends_after_its_turnaround_with_every_answer_a_live_call_gives(emu, replier):
     async with client(emu) as c:
         started = time.monotonic()
         created = await c.messages.batches.create(requests=MIXED)
@@ -160,6 +178,9 @@ async def test_a_batch_ends_after_its_turnaround_with_every_answer_a_live_call_g
         assert answer(result.message) == answer(live[custom_id]), custom_id
     assert got["cache-read"].message.usage.cache_read_input_tokens > 1024
     assert got["summary"].message.content[0].text.startswith("Summary")
+    assert plain(got["replier"].message.content) == FIRST and got["replier"].message.stop_reason == "tool_use"
+    assert plain(got["report"].message.content) == [{"type": "text", "text": REPORT}]
+    assert got["report"].message.stop_reason == "end_turn"
     live_stats = emu.stats()
     # the same tokens as live, all billed at the batch rate
     assert batch_stats["tokens"] == batch_stats["batch_tokens"] == live_stats["tokens"]
@@ -168,10 +189,12 @@ async def test_a_batch_ends_after_its_turnaround_with_every_answer_a_live_call_g
     assert batch_stats["batch_outcomes"] == {"succeeded": 5, "errored": 1, "canceled": 0, "expired": 0}
     assert batch_stats["batches"] == {"created": 1, "ended": 1, "canceled": 0}
     assert batch_stats["recorded_requests"] == [r["params"] for r in MIXED]
+    # the replier was asked the 4 requests no summary or window answers, in the batch, then live
+    assert [r.messages for r in replier.requests] == [HELLO] * 8
     assert live_stats["batch_tokens"] == dict.fromkeys(live_stats["tokens"], 0)
 
 
-async def test_results_are_computed_once_and_served_the_same_every_time(emu):
+async def test_results_are_computed_once_and_served_the_same_every_time(emu, replier):
     async with client(emu) as c:
         batch = await c.messages.batches.create(requests=requests_of(4))
         await ended(c, batch.id)
@@ -182,6 +205,7 @@ async def test_results_are_computed_once_and_served_the_same_every_time(emu):
         again = await c.messages.batches.retrieve(batch.id)
     assert {k: r.message.id for k, r in first.items()} == {k: r.message.id for k, r in second.items()}
     assert emu.stats() == after_first and after_first["batch_outcomes"]["succeeded"] == 4
+    assert len(replier.requests) == 4 and all(plain(r.message.content) == FIRST for r in first.values())
     assert again.processing_status == "ended" and again.request_counts.succeeded == 4
     url = f"{emu.base_url}/v1/messages/batches/{batch.id}/results"
     raw = [get(url).read() for _ in range(2)]

@@ -20,13 +20,14 @@ import anthropic
 import pytest
 import test_emulator
 from conftest import runner_env
-from test_emulator import BIG_WORKSPACE, EDIT, HELLO, TOOLS, client, create, plain, policy_history
+from test_emulator import BIG_WORKSPACE, EDIT, FIRST, HELLO, TOOLS, client, create, plain, survey_history
 
 pytestmark = pytest.mark.anyio
-server, emu = (
+server, replier, emu = (
     test_emulator.server,
+    test_emulator.replier,
     test_emulator.emu,
-)  # its fixtures: one emulator for this module, reset per test
+)  # its fixtures: one emulator for this module, reset per test, answering with a scripted replier
 
 CC = {"type": "ephemeral"}
 LONG_SYSTEM = "You survey code, carefully and in order. " * 200  # over 1024 tokens: cacheable
@@ -117,6 +118,8 @@ async def test_a_stream_accumulates_to_the_non_streamed_message(emu, script):
     stats = emu.stats()
     assert stats["streamed_requests"] == 1 and stats["requests"] == 1 and stats["outcomes"] == {"ok": 1}
     assert stats["tokens"]["output_tokens"] == streamed.usage.output_tokens
+    if script is None:  # the replier's
+        assert plain(streamed.content) == FIRST
 
 
 async def test_a_streamed_reply_with_cache_counts_has_them_in_its_usage(emu):
@@ -134,7 +137,7 @@ async def test_a_streamed_server_compaction_is_the_non_streamed_one(emu):
     kwargs = {
         "model": "m",
         "max_tokens": 1000,
-        "messages": policy_history(BIG_WORKSPACE, turns=3),
+        "messages": survey_history(BIG_WORKSPACE, turns=3),
         "tools": TOOLS,
         "context_management": EDIT,
         "betas": ["compact-2026-01-12"],
@@ -142,6 +145,7 @@ async def test_a_streamed_server_compaction_is_the_non_streamed_one(emu):
     plain_reply, streamed = await both_ways(emu, kwargs, beta=True)
     assert streamed.content[0].type == "compaction" and streamed.content[0].content
     assert comparable(streamed) == comparable(plain_reply)
+    assert plain(streamed.content)[1:] == FIRST
     assert [it.type for it in streamed.usage.iterations] == ["compaction", "message"]
 
 
@@ -272,7 +276,8 @@ async def test_a_mid_stream_error_comes_after_the_first_delta(emu):
 async def test_a_stream_error_fault_does_not_touch_a_non_streamed_request(emu):
     emu.config.faults.stream_error.schedule = [1]
     async with client(emu) as c:
-        assert (await create(c)).stop_reason == "tool_use"
+        reply = await create(c)
+    assert plain(reply.content) == FIRST and reply.stop_reason == "tool_use"
     assert emu.stats()["outcomes"] == {"ok": 1}
 
 
@@ -285,7 +290,8 @@ async def test_a_fault_before_the_stream_is_an_http_status_the_sdk_retries(emu):
     async with client(emu, max_retries=2) as c:
         emu.config.faults.overloaded.schedule = [2]
         async with c.messages.stream(model="m", max_tokens=1000, messages=HELLO) as stream:
-            assert (await stream.get_final_message()).stop_reason == "end_turn"
+            final = await stream.get_final_message()
+    assert plain(final.content) == FIRST and final.stop_reason == "tool_use"  # the replier's
     assert emu.stats()["outcomes"] == {"529": 2, "ok": 1} and emu.stats()["streamed_requests"] == 3
 
 
@@ -481,7 +487,8 @@ async def test_the_sdks_own_keyword_arguments_are_accepted(emu):
             extra_body={"temperature": 0.2, "top_p": 0.5, "top_k": 3},
         ) as stream,
     ):
-        assert (await stream.get_final_message()).stop_reason == "tool_use"
+        final = await stream.get_final_message()
+    assert plain(final.content) == FIRST and final.stop_reason == "tool_use"
 
 
 # --- a client of another project ------------------------------------------------------------------

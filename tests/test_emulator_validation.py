@@ -351,11 +351,11 @@ def test_without_a_beta_header_or_beyond_the_sdks_types_it_is_refused():
 def test_a_stock_clients_beta_request_is_answered_over_http():
     """The real SDK, as inspect_ai's provider calls it for claude-sonnet-5-5."""
     import anthropic
+    from scripted import ScriptedModel, scripted_api
 
-    from runner.emulator import EmulatorConfig, running_emulator
-
-    with running_emulator(EmulatorConfig()) as server:
-        with anthropic.Anthropic(base_url=server.base_url, api_key="k", max_retries=0) as client:
+    replier = ScriptedModel([], final="Answered.")
+    with scripted_api(replier) as api:
+        with anthropic.Anthropic(base_url=api.emulator.base_url, api_key="k", max_retries=0) as client:
             answered = client.beta.messages.create(
                 model="claude-sonnet-5-5",
                 max_tokens=2_000,
@@ -370,24 +370,33 @@ def test_a_stock_clients_beta_request_is_answered_over_http():
                     messages=HELLO,
                     thinking=BOUND,  # type: ignore[arg-type]  # not a field of the GA type
                 )
-    assert answered.type == "message" and answered.content
+    assert answered.type == "message" and answered.stop_reason == "end_turn"
+    assert [(b.type, b.text) for b in answered.content] == [("text", "Answered.")]
+    assert [r.messages for r in replier.requests] == [HELLO]  # the refused request reached no replier
 
 
 def test_a_history_opening_with_its_compaction_block_is_answered_over_http():
     """The real SDK sends the history from the compaction block on (create and count_tokens): the
     emulator answers both, reading the block's notes as the first user turn."""
     import anthropic
+    from scripted import ScriptedModel, scripted_api
 
-    from runner.emulator import EmulatorConfig, running_emulator
+    from runner.protocol import COMPACTION_BLOCK_HEAD
 
     messages = [COMPACTED, {"role": "user", "content": "go on"}]
-    with running_emulator(EmulatorConfig()) as server:
-        with anthropic.Anthropic(base_url=server.base_url, api_key="k", max_retries=0) as client:
+    replier = ScriptedModel([], final="Going on.")
+    with scripted_api(replier) as api:
+        with anthropic.Anthropic(base_url=api.emulator.base_url, api_key="k", max_retries=0) as client:
             answered = client.beta.messages.create(
                 model="claude-sonnet-5-5", max_tokens=2_000, messages=messages, betas=[BETA]
             )
             counted = client.beta.messages.count_tokens(
                 model="claude-sonnet-5-5", messages=messages, betas=[BETA]
             )
-    assert answered.type == "message" and answered.content
+    assert answered.type == "message" and answered.content[0].text == "Going on."
+    assert len(answered.content) == 1 and answered.stop_reason == "end_turn"
+    # the replier read the block's notes as the first user turn, joined by the turn after it
+    [asked] = replier.requests
+    first = [{"type": "text", "text": COMPACTION_BLOCK_HEAD + "notes"}, {"type": "text", "text": "go on"}]
+    assert asked.messages == [{"role": "user", "content": first}]
     assert counted.input_tokens > 0
