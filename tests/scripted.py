@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.billing import estimate, input_tokens
-from runner.messages import tool_results, tool_uses
+from runner.messages import text_of, tool_results, tool_uses
 from runner.models.base import Reply, Request
 from runner.pricing import Usage
 from runner.protocol import subagent_result
@@ -69,7 +69,8 @@ class ScriptedModel:
     then ``final`` (a text, or a function of the request that gets it). Each reply with calls opens
     with a text: ``Turn N.`` and ``notes`` characters of notes (as a model that thinks aloud: history
     only a summary takes out). A request whose first message is the prompt of one of ``subagents``
-    (a ``task`` call's) is answered by that one's model. Every request it answered is in ``requests``
+    (a ``task`` call's), as a string or a text block, or a summary quoting it as the current request,
+    is answered by that one's model. Every request it answered is in ``requests``
     (a subagent's in its model's too)."""
 
     name = "scripted"
@@ -133,9 +134,10 @@ class ScriptedModel:
 
     async def create(self, request: Request) -> Reply:
         self.requests.append(request)
-        first = request.messages[0]["content"] if request.messages else None
-        if isinstance(first, str) and first in self.subagents:
-            return await self.subagents[first].create(request)
+        first = text_of(request.messages[0]) if request.messages else ""
+        for prompt, model in self.subagents.items():  # as sent (a string or a text block), or summarized
+            if first == prompt or f"Current user request:\n{prompt}\n" in first:
+                return await model.create(request)
         content, stop_reason = self.reply_to(request)
         usage = Usage(
             input_tokens=input_tokens(request.system, request.messages, request.tools),

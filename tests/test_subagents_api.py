@@ -29,10 +29,10 @@ from runner.config import Limits
 from runner.emulator.config import Latency
 from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
-from runner.messages import text_of, tool_uses
+from runner.messages import tool_uses
 from runner.models.adaptive import AdaptiveLimit, AdaptiveModel
 from runner.models.anthropic import AnthropicModel
-from runner.models.base import Reply, Request
+from runner.models.base import Request
 from runner.rundir.store import read_jsonl
 
 PARTS = 8
@@ -59,20 +59,6 @@ def parts_report(request: Request) -> str:
     return "# Parts\n\n| agent | status | report |\n|---|---|---|\n" + rows
 
 
-class ByPrompt(ScriptedModel):
-    """A :class:`ScriptedModel` whose subagents' requests are known by their prompt as the API gets it
-    too: as a text block (with its cache breakpoint), or quoted as the current request in a summary
-    that replaced the history (``ScriptedModel`` knows only a first message that is the prompt)."""
-
-    async def create(self, request: Request) -> Reply:
-        first = text_of(request.messages[0]) if request.messages else ""
-        for prompt, model in self.subagents.items():
-            if first == prompt or f"Current user request:\n{prompt}\n" in first:
-                self.requests.append(request)
-                return await model.create(request)
-        return await super().create(request)
-
-
 def survey(final: Any = parts_report, notes: int = NOTES) -> ScriptedModel:
     """The parent: one turn of eight ``task`` calls, then ``final``; each part's subagent reads its six
     files (with ``notes`` characters of notes a reply) and reports ``# Part N``."""
@@ -83,7 +69,7 @@ def survey(final: Any = parts_report, notes: int = NOTES) -> ScriptedModel:
         f"Survey part {n}.": ScriptedModel(reads(part_files(n)), f"# Part {n}", notes=notes)
         for n in range(1, PARTS + 1)
     }
-    return ByPrompt([tasks], final, subagents=subagents)
+    return ScriptedModel([tasks], final, subagents=subagents)
 
 
 def expected_results() -> list[tuple[str, str, str]]:
