@@ -27,7 +27,7 @@ from runner.compaction.summarizer import Summarizer
 from runner.config import ConfigError
 from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.cli import serve
-from runner.emulator.compaction import compacted_view, effective_view
+from runner.emulator.compaction import SERVER_SUMMARY_CHARS, compacted_view, effective_view, summary_input
 from runner.emulator.config import Fault
 from runner.emulator.faults import fires
 from runner.emulator.tokens import input_tokens
@@ -537,7 +537,7 @@ async def test_server_compaction_returns_a_compaction_block_and_iterations(emu, 
         )
     content = plain(response.content)
     assert content[0]["type"] == "compaction"
-    assert content[0]["content"] == fallback_summary(history)
+    assert content[0]["content"] == fallback_summary(summary_input(history), SERVER_SUMMARY_CHARS)
     iterations = [it.model_dump() for it in response.usage.iterations]
     assert [it["type"] for it in iterations] == ["compaction", "message"]
     assert iterations[0]["input_tokens"] > 50_000
