@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
 import pytest
+from conftest import kill_runner_when, runner_env
 from scripted import ScriptedModel, answered_reads, reads
 
 from runner.compaction.compactor import Compactor
@@ -488,25 +490,20 @@ def _project(root: Path, workspace: Path) -> Path:
 
 
 def _env(server) -> dict[str, str]:
-    from conftest import runner_env
-
     return runner_env(ANTHROPIC_BASE_URL=server.base_url, ANTHROPIC_API_KEY="emulator")
 
 
-def _wait_for_batches(root: Path, lines: int, proc, timeout: float = 30.0) -> Path:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _batches_recorded(root: Path, lines: int) -> Callable[[], bool]:
+    """Whether the run under ``root`` has recorded ``lines`` batches in its ``batches.jsonl``."""
+
+    def ready() -> bool:
         found = list((root / "runs").glob("*/batches.jsonl"))
-        if found and found[0].read_text().count("\n") >= lines:
-            return found[0].parent
-        assert proc.poll() is None, "the run ended before its batches were recorded"
-        time.sleep(0.02)
-    raise AssertionError("no batch was recorded in time")
+        return bool(found) and found[0].read_text().count("\n") >= lines
+
+    return ready
 
 
 def test_kill_9_with_a_batch_in_flight_then_resume_pays_for_no_request_twice(server, workspace, tmp_path):
-    import os
-    import signal
     import subprocess
     import sys
 
@@ -530,16 +527,9 @@ def test_kill_9_with_a_batch_in_flight_then_resume_pays_for_no_request_twice(ser
 
     server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.6)))
     killed = _project(tmp_path / "killed", workspace)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run", "jobs"],
-        cwd=killed,
-        env=_env(server),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    run_dir = _wait_for_batches(killed, 2, proc)  # the second batch is in flight
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    # killed while the second batch is in flight
+    assert kill_runner_when(_batches_recorded(killed, 2), "run", "jobs", cwd=killed, env=_env(server))
+    run_dir = next((killed / "runs").glob("*/batches.jsonl")).parent
     resumed = subprocess.run(
         [sys.executable, "-m", "runner", "resume", str(run_dir)],
         cwd=killed,
@@ -579,7 +569,12 @@ def test_ctrl_c_cancels_the_batches_in_flight_and_writes_every_job(server, works
         stderr=subprocess.PIPE,
         text=True,
     )
-    run_dir = _wait_for_batches(root, 1, proc)
+    recorded, deadline = _batches_recorded(root, 1), time.monotonic() + 30
+    while not recorded():
+        assert proc.poll() is None, "the run ended before its batches were recorded"
+        assert time.monotonic() < deadline, "no batch was recorded in time"
+        time.sleep(0.02)
+    run_dir = next((root / "runs").glob("*/batches.jsonl")).parent
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode != 0
