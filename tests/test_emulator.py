@@ -55,7 +55,7 @@ def server():
 
 GLOB = {"type": "tool_use", "id": "toolu_sc0000_0", "name": "glob", "input": {"pattern": "*"}}
 FIRST = [{"type": "text", "text": "Turn 1."}, GLOB]  # the replier's answer to a request without its calls
-REPORT = "Surveyed: nothing to note."  # ... and to one that carries them, or that has no tools to call
+REPORT = "Surveyed: nothing to note."  # ... to one that carries them, or whose tool_choice is none
 
 
 @pytest.fixture

@@ -70,8 +70,8 @@ def fault_run(
     client held a call or summary slot in it (a slot is taken before a request is sent and given back
     after its answer): when ``pick`` names the only holder, they are the killed worker's. The emulator
     runs in a thread of this process and answers nothing while a SIGKILL lands (a request whose
-    latency ends meanwhile waits, watching for its client to leave), so it answers a caught request
-    only after the killed process is gone (its connections closed): it counts each ``disconnected``."""
+    latency ends meanwhile waits, watching for its client to leave) and until each caught request saw
+    its client leave (the killed process gone, its connections closed): it counts each ``disconnected``."""
     from runner.execution.ray_driver import run_batch_ray
 
     ws = workspace(tmp_path, files=files)
@@ -140,10 +140,13 @@ def fault_run(
             else:
                 with lock:
                     killing.set()
-                    caught = [began for began in in_latency.values() if began < asked]
+                    caught = [key for key, began in in_latency.items() if began < asked]
                 os.kill(pids[owner], signal.SIGKILL)
                 deadline = time.monotonic() + 30
                 while not gone(pids[owner]) and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                # then until the emulator saw each caught request's client leave (its socket is closed)
+                while any(key in in_latency for key in caught) and time.monotonic() < deadline:
                     time.sleep(0.005)
                 killing.clear()
                 seen["caught"] = len(caught)
@@ -345,7 +348,7 @@ def test_the_counts_at_the_end_wait_for_releases_still_on_their_way(cluster, tmp
     """A worker sends its releases without waiting, and Ray orders no message of one caller against
     another's: a job's last release could reach the services after the driver, holding every result,
     read the counts (``slots_at_end`` then said a slot leaked that was on its way back). Here a real
-    worker's releases reach the services 2 s late; the driver's counts are read once they arrived."""
+    worker's releases reach the services 5 s late; the driver's counts are read once they arrived."""
     import asyncio
     from types import SimpleNamespace
 
@@ -390,7 +393,7 @@ def test_the_counts_at_the_end_wait_for_releases_still_on_their_way(cluster, tmp
             os.environ["ANTHROPIC_BASE_URL"] = emu.base_url
             try:
                 worker = JobWorker.remote(
-                    worker_config(batch, settings), LateReleases.remote(services, 2.0), "w1"
+                    worker_config(batch, settings), LateReleases.remote(services, 5.0), "w1"
                 )
                 result = ray.get(worker.run.remote(str(run_dir), one, None), timeout=60)
             finally:

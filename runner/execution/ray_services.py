@@ -19,7 +19,8 @@ Guarantees:
   :meth:`_Slots.settled` returns once the actor has carried out every release it sent so far.
 - :meth:`RunServices.state` counts what is held and waited for, per owner; at the end of a run
   every count is zero (the driver writes them to ``run.json`` as ``slots_at_end``, read after every
-  live worker's releases were carried out: a release still on its way is no leak).
+  live worker's releases were carried out, waited for at most ``SETTLE_WAIT_S``: a release still on
+  its way is no leak).
 - The budget a worker sees is the cluster's total as of its last charge plus its own charges not
   yet confirmed: a worker learns of other workers' spending when it next charges.
 """
@@ -221,8 +222,8 @@ class _Slots:
         can reach the actor after a question the driver asks once it has the result."""
         with self._lock:
             sent = list(self._unconfirmed)
-        if sent:
-            await asyncio.gather(*(asyncio.wrap_future(f) for f in sent), return_exceptions=True)
+        if sent:  # asyncio.wait: a cancelled wait leaves the releases' futures to Ray (and raises nothing)
+            await asyncio.wait([asyncio.wrap_future(f) for f in sent])
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:

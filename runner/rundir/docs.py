@@ -269,10 +269,11 @@ class JobMetrics(_Doc):
         return sum_usage([self])
 
     def usage_total(self, key: str) -> int:
-        """One count of :meth:`total_usage` (summed alone: the live display asks for it every tick)."""
-        return sum(
-            int(getattr(part, key, 0)) for part in (self.usage, self.summarizer_usage, self.subagent_usage)
-        )
+        """One count of :meth:`total_usage` (summed alone: the live display asks for it every tick);
+        0 for a key that is not one of :data:`USAGE_KEYS`, as the sum has no other."""
+        if key not in USAGE_KEYS:
+            return 0
+        return sum(getattr(part, key) for part in (self.usage, self.summarizer_usage, self.subagent_usage))
 
     def _with_total(self, out: dict[str, Any]) -> dict[str, Any]:
         out[TOTAL_USAGE] = self.total_usage().to_json()
