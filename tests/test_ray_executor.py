@@ -25,7 +25,7 @@ from pathlib import Path
 import anyio
 import pytest
 from conftest import RAY_TESTS
-from scripted import ScriptedModel, answer_with, files_under, reads
+from scripted import ScriptedModel, answer_with, files_under, reads, scripted_api
 
 from runner.cli import main
 from runner.compaction.compactor import Compactor
@@ -36,7 +36,6 @@ from runner.execution.core import Batch
 from runner.execution.scheduler import run_batch
 from runner.jobs import JobSpec, find_task_files, load_jobs
 from runner.messages import tool_uses
-from runner.offline.model import OfflineModel
 from runner.pricing import PriceTable
 from runner.rundir.store import read_jsonl
 from runner.services import RunBudget
@@ -52,27 +51,11 @@ def settings_for(tmp_path: Path, text: str = ""):
     return load_settings(path)
 
 
-def offline_batch(run_dir: Path, jobs_dir: Path, settings) -> Batch:
-    files, _ = find_task_files([jobs_dir])
-    specs, errors = load_jobs(files, settings)
-    return Batch(
-        run_dir=run_dir,
-        specs=specs,
-        errors=errors,
-        model=OfflineModel(),
-        compactor=Compactor(Summarizer(None, "claude-haiku-5-5")),
-        summary_model="claude-haiku-5-5",
-        concurrency=4,
-        meta={"backend": "offline"},
-        handle_signals=False,
-    )
-
-
 def anthropic_batch(run_dir: Path, specs: list[JobSpec], settings) -> Batch:
     return Batch(
         run_dir=run_dir,
         specs=specs,
-        model=OfflineModel(),
+        model=ScriptedModel([], final="(unused: each Ray worker builds its own model)"),
         compactor=Compactor(Summarizer(None, "x")),
         summary_model=settings.summarizer.model,
         concurrency=settings.runner.concurrency,
@@ -152,6 +135,32 @@ def scripted_jobs(specs: list[JobSpec], ws: Path, notes: int = 0) -> ScriptedMod
     )
 
 
+SURVEY = "# Survey\n\nEvery module was read."
+
+
+def api_batch(run_dir: Path, jobs_dir: Path, settings) -> Batch:
+    """The jobs of ``jobs_dir`` as ``runner run`` batches them on the anthropic backend (its model and
+    summarizer, ANTHROPIC_BASE_URL's API): here that of a local run; Ray's workers build their own."""
+    from runner.execution.batch import make_backend
+
+    files, _ = find_task_files([jobs_dir])
+    specs, errors = load_jobs(files, settings)
+    backend = make_backend(settings, "anthropic", specs=specs)
+    return Batch(
+        run_dir=run_dir,
+        specs=specs,
+        errors=errors,
+        model=backend.model,
+        compactor=Compactor(backend.summarizer),
+        summary_model=settings.summarizer.model,
+        concurrency=4,
+        meta={"backend": "anthropic"},
+        handle_signals=False,
+        run_budget=RunBudget(None),
+        prices=PriceTable(),
+    )
+
+
 def test_a_ray_batch_writes_the_local_layout_and_statuses(cluster, tmp_path):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
@@ -161,8 +170,15 @@ def test_a_ray_batch_writes_the_local_layout_and_statuses(cluster, tmp_path):
     (jobs / "short.toml").write_text(f'prompt = "Survey."\nworkspace = "{ws}"\n[limits]\nmax_turns = 2\n')
     (jobs / "broken.toml").write_text("prompt = 3\n")
     settings = settings_for(tmp_path)
-    local = anyio.run(run_batch, offline_batch(tmp_path / "local", jobs, settings))
-    ray_run = on_ray(offline_batch(tmp_path / "ray", jobs, settings), settings)
+    # every job plays one script at the emulator: the 4 files read, one a turn, then SURVEY
+    model = ScriptedModel(reads(files_under(ws)), final=SURVEY)
+    with scripted_api(model) as api:
+        os.environ["ANTHROPIC_BASE_URL"] = api.emulator.base_url
+        try:
+            local = anyio.run(run_batch, api_batch(tmp_path / "local", jobs, settings))
+            ray_run = on_ray(api_batch(tmp_path / "ray", jobs, settings), settings)
+        finally:
+            os.environ.pop("ANTHROPIC_BASE_URL")
 
     statuses = {n: r.status for n, r in local.results.items()}
     assert statuses == {
@@ -183,7 +199,13 @@ def test_a_ray_batch_writes_the_local_layout_and_statuses(cluster, tmp_path):
         local_metrics = json.loads((tmp_path / "local" / name / "metrics.json").read_text())
         metrics = json.loads((tmp_path / "ray" / name / "metrics.json").read_text())
         assert metrics["worker"]["pid"] in worker_pids and local_metrics["worker"]["pid"] == os.getpid()
-        assert metrics["turns"] == local_metrics["turns"]  # the offline policy is deterministic
+        # the script's turns, alike on both: 4 reads and the report, or the 2 max_turns allows
+        assert metrics["turns"] == local_metrics["turns"] == (2 if name == "short" else 5), name
+        for run in ("local", "ray"):
+            transcript, _ = read_jsonl(tmp_path / run / name / "transcript.jsonl")
+            if name != "short":
+                assert (tmp_path / run / name / "final.md").read_text() == SURVEY, (run, name)
+            assert transcript == read_jsonl(tmp_path / "local" / name / "transcript.jsonl")[0], (run, name)
 
 
 def test_the_summary_gate_holds_across_workers(cluster, tmp_path):
@@ -490,22 +512,31 @@ def test_the_run_budget_is_one_for_the_whole_cluster(cluster, tmp_path):
     for i in range(8):
         (jobs / f"j{i}.toml").write_text(f'prompt = "Survey {i}."\nworkspace = "{ws}"\n')
     settings = settings_for(tmp_path, "[runner]\nmax_cost_usd = 0.08\n")
-    batch = offline_batch(tmp_path / "run", jobs, settings)
-    batch.run_budget = RunBudget(0.08)
-    result = on_ray(batch, settings)
+    # every job plays one script at the emulator (billed from each request, no prompt cache): the 4
+    # files read, one a turn, 300 characters of notes a reply, then SURVEY; so each job costs the same
+    model = ScriptedModel(reads(files_under(ws)), final=SURVEY, notes=300)
+    with scripted_api(model) as api:
+        os.environ["ANTHROPIC_BASE_URL"] = api.emulator.base_url
+        try:
+            batch = api_batch(tmp_path / "run", jobs, settings)
+            batch.run_budget = RunBudget(0.08)
+            result = on_ray(batch, settings)
+            # what one whole job costs, measured without Ray or a budget
+            alone = anyio.run(run_batch, api_batch(tmp_path / "alone", jobs, settings))  # no run budget
+        finally:
+            os.environ.pop("ANTHROPIC_BASE_URL")
     document = json.loads((tmp_path / "run" / "run.json").read_text())
     statuses = [r.status for r in result.results.values()]
     assert "budget_exceeded" in statuses
-    # what one whole job costs on the offline model (deterministic), measured without Ray or a budget
-    alone = anyio.run(run_batch, offline_batch(tmp_path / "alone", jobs, settings))  # no run budget set
     costs = {round(r.cost_usd, 6) for r in alone.results.values()}
     assert len(costs) == 1 and {r.status for r in alone.results.values()} == {"succeeded"}, alone.results
     one_job = costs.pop()
     # a budget per worker would let the two workers spend 2 x 0.08 = 0.16 (the 8 jobs want more:
     # 8 x one_job); one budget for the cluster stops the run past 0.08 by no more than the calls in
     # flight when it was crossed (a worker learns of the other's spending when it next charges):
-    # measured 0.091-0.107 on a quiet machine and 0.123 at a load of 7 on 2 cores (more calls in flight
-    # when the other worker's charge lands), so three quarters of the way to two limits tells them apart
+    # measured 0.102 (one_job 0.0255; the stand-in's jobs: 0.091-0.107 on a quiet machine and 0.123 at
+    # a load of 7 on 2 cores, more calls in flight when the other worker's charge lands), so three
+    # quarters of the way to two limits tells them apart
     assert one_job < 0.08 and 8 * one_job > 0.16, one_job
     assert 0.08 <= document["totals"]["cost_usd"] < 0.14, document["totals"]
     assert sum(s == "succeeded" for s in statuses) * one_job < 0.14
