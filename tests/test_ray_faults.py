@@ -248,8 +248,8 @@ def _holding(kind: str, without: str | None = None, after_starts: int = 0) -> Pi
 def test_a_worker_killed_while_it_holds_the_only_summary_slot(cluster, tmp_path):
     """The hang of issue 19: the killed worker's jobs moved to a replacement, whose summary and call
     slots had tokens numbered alike; the summary slot was never given back and every job waited."""
-    # the kill comes at the third summary, ~3.5 s in; with 6 files a job the batch runs ~5 s after it
-    # (measured; 12 files: ~10 s), time for every job of the dead worker to move and finish
+    # the kill comes at the third summary (of 12: 2 a job of 6 files, 7 turns); each job runs 3-4.5 s
+    # (measured), time for every job of the dead worker to move and finish
     seen = fault_run(cluster, tmp_path, "gate", _holding("gate", after_starts=3), files=6)
     assert seen["state"]["gate_held"] == 1  # max_concurrent = 1: the only one
     released = check_the_run_ended_whole(seen)
