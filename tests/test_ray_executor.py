@@ -25,6 +25,7 @@ from pathlib import Path
 import anyio
 import pytest
 from conftest import RAY_TESTS
+from scripted import ScriptedModel, answer_with, files_under, reads, scripted_api
 
 from runner.cli import main
 from runner.compaction.compactor import Compactor
@@ -34,7 +35,7 @@ from runner.emulator import EmulatorConfig, Latency, running_emulator
 from runner.execution.core import Batch
 from runner.execution.scheduler import run_batch
 from runner.jobs import JobSpec, find_task_files, load_jobs
-from runner.offline.model import OfflineModel
+from runner.messages import tool_uses
 from runner.pricing import PriceTable
 from runner.rundir.store import read_jsonl
 from runner.services import RunBudget
@@ -50,27 +51,11 @@ def settings_for(tmp_path: Path, text: str = ""):
     return load_settings(path)
 
 
-def offline_batch(run_dir: Path, jobs_dir: Path, settings) -> Batch:
-    files, _ = find_task_files([jobs_dir])
-    specs, errors = load_jobs(files, settings)
-    return Batch(
-        run_dir=run_dir,
-        specs=specs,
-        errors=errors,
-        model=OfflineModel(),
-        compactor=Compactor(Summarizer(None, "claude-haiku-5-5")),
-        summary_model="claude-haiku-5-5",
-        concurrency=4,
-        meta={"backend": "offline"},
-        handle_signals=False,
-    )
-
-
 def anthropic_batch(run_dir: Path, specs: list[JobSpec], settings) -> Batch:
     return Batch(
         run_dir=run_dir,
         specs=specs,
-        model=OfflineModel(),
+        model=ScriptedModel([], final="(unused: each Ray worker builds its own model)"),
         compactor=Compactor(Summarizer(None, "x")),
         summary_model=settings.summarizer.model,
         concurrency=settings.runner.concurrency,
@@ -86,10 +71,18 @@ def on_ray(batch: Batch, settings, **kwargs):
     return anyio.run(lambda: run_batch_ray(batch, settings, workers=2, **kwargs))
 
 
-def on_ray_beside(side: Callable[[], None], run_dir: Path, specs: list[JobSpec], settings, latency: float):
-    """An API batch on ray against the emulator (``latency`` s a call), with ``side`` running in a
-    thread meanwhile (it kills a worker, or interrupts the driver)."""
+def on_ray_beside(
+    side: Callable[[], None],
+    run_dir: Path,
+    specs: list[JobSpec],
+    settings,
+    latency: float,
+    model: ScriptedModel,
+):
+    """An API batch on ray against the emulator (``latency`` s a call) answering with ``model``, with
+    ``side`` running in a thread meanwhile (it kills a worker, or interrupts the driver)."""
     with running_emulator(EmulatorConfig(latency=Latency(seconds=latency))) as emu:
+        answer_with(emu, model)
         os.environ["ANTHROPIC_BASE_URL"] = emu.base_url
         thread = threading.Thread(target=side)
         thread.start()
@@ -125,6 +118,49 @@ def spec(name: str, ws: Path, **limits) -> JobSpec:
     )
 
 
+def report_of(name: str) -> str:
+    return f"# Report of {name}\n\nEvery module was read."
+
+
+def scripted_jobs(specs: list[JobSpec], ws: Path, notes: int = 0) -> ScriptedModel:
+    """The model of an API batch on Ray (it answers at the emulator, in this process): each job (told by
+    its prompt, as sent or quoted by a summary) reads every ``.py`` file of ``ws``, one a turn, in order,
+    then writes :func:`report_of` itself; ``notes`` characters of notes in each reply. A request of no
+    job is answered with no call, and a text no job's report is."""
+    turns = reads(files_under(ws))
+    return ScriptedModel(
+        [],
+        final="(a request of no job)",
+        subagents={s.prompt: ScriptedModel(turns, final=report_of(s.name), notes=notes) for s in specs},
+    )
+
+
+SURVEY = "# Survey\n\nEvery module was read."
+
+
+def api_batch(run_dir: Path, jobs_dir: Path, settings) -> Batch:
+    """The jobs of ``jobs_dir`` as ``runner run`` batches them on the anthropic backend (its model and
+    summarizer, ANTHROPIC_BASE_URL's API): here that of a local run; Ray's workers build their own."""
+    from runner.execution.batch import make_backend
+
+    files, _ = find_task_files([jobs_dir])
+    specs, errors = load_jobs(files, settings)
+    backend = make_backend(settings, "anthropic", specs=specs)
+    return Batch(
+        run_dir=run_dir,
+        specs=specs,
+        errors=errors,
+        model=backend.model,
+        compactor=Compactor(backend.summarizer),
+        summary_model=settings.summarizer.model,
+        concurrency=4,
+        meta={"backend": "anthropic"},
+        handle_signals=False,
+        run_budget=RunBudget(None),
+        prices=PriceTable(),
+    )
+
+
 def test_a_ray_batch_writes_the_local_layout_and_statuses(cluster, tmp_path):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
@@ -134,8 +170,15 @@ def test_a_ray_batch_writes_the_local_layout_and_statuses(cluster, tmp_path):
     (jobs / "short.toml").write_text(f'prompt = "Survey."\nworkspace = "{ws}"\n[limits]\nmax_turns = 2\n')
     (jobs / "broken.toml").write_text("prompt = 3\n")
     settings = settings_for(tmp_path)
-    local = anyio.run(run_batch, offline_batch(tmp_path / "local", jobs, settings))
-    ray_run = on_ray(offline_batch(tmp_path / "ray", jobs, settings), settings)
+    # every job plays one script at the emulator: the 4 files read, one a turn, then SURVEY
+    model = ScriptedModel(reads(files_under(ws)), final=SURVEY)
+    with scripted_api(model) as api:
+        os.environ["ANTHROPIC_BASE_URL"] = api.emulator.base_url
+        try:
+            local = anyio.run(run_batch, api_batch(tmp_path / "local", jobs, settings))
+            ray_run = on_ray(api_batch(tmp_path / "ray", jobs, settings), settings)
+        finally:
+            os.environ.pop("ANTHROPIC_BASE_URL")
 
     statuses = {n: r.status for n, r in local.results.items()}
     assert statuses == {
@@ -156,17 +199,27 @@ def test_a_ray_batch_writes_the_local_layout_and_statuses(cluster, tmp_path):
         local_metrics = json.loads((tmp_path / "local" / name / "metrics.json").read_text())
         metrics = json.loads((tmp_path / "ray" / name / "metrics.json").read_text())
         assert metrics["worker"]["pid"] in worker_pids and local_metrics["worker"]["pid"] == os.getpid()
-        assert metrics["turns"] == local_metrics["turns"]  # the offline policy is deterministic
+        # the script's turns, alike on both: 4 reads and the report, or the 2 max_turns allows
+        assert metrics["turns"] == local_metrics["turns"] == (2 if name == "short" else 5), name
+        for run in ("local", "ray"):
+            transcript, _ = read_jsonl(tmp_path / run / name / "transcript.jsonl")
+            if name != "short":
+                assert (tmp_path / run / name / "final.md").read_text() == SURVEY, (run, name)
+            assert transcript == read_jsonl(tmp_path / "local" / name / "transcript.jsonl")[0], (run, name)
 
 
 def test_the_summary_gate_holds_across_workers(cluster, tmp_path):
-    ws = workspace(tmp_path, files=5)  # 12 summary requests, every job summarized (12 files: 30, 17 s)
+    # each job reads the 5 files, one a turn, with 2500 characters of notes a reply: twice over the
+    # context limit, so every job is summarized twice (the compactor's choices follow from the history
+    # alone: measured once, the same every run), 12 summary requests in all
+    ws = workspace(tmp_path, files=5)
     settings = settings_for(
         tmp_path, "[runner]\nconcurrency = 8\n[summarizer]\nmax_concurrent = 1\nrequests_per_minute = 2\n"
     )
     specs = [spec(f"job{i}", ws, context_char_limit=8_000, compact_target_ratio=0.5) for i in range(6)]
     window_s = 1.0
     with running_emulator(EmulatorConfig(latency=Latency(seconds=0.2))) as emu:
+        model = answer_with(emu, scripted_jobs(specs, ws, notes=2_500))
         os.environ["ANTHROPIC_BASE_URL"] = emu.base_url
         try:
             result = on_ray(
@@ -183,8 +236,16 @@ def test_the_summary_gate_holds_across_workers(cluster, tmp_path):
         json.loads((tmp_path / "run" / s.name / "metrics.json").read_text())["worker"]["pid"] for s in specs
     }
     assert len(pids) == 2  # both workers ran jobs
-    summarized = [s.name for s in specs if (tmp_path / "run" / s.name / "summaries").is_dir()]
-    assert stats["summary_requests"] >= 4 and len(summarized) >= 3, stats["summary_requests"]
+    for s in specs:  # the whole script once (5 reads, the report), summarized twice
+        metrics = json.loads((tmp_path / "run" / s.name / "metrics.json").read_text())
+        assert metrics["turns"] == 6, (s.name, metrics["turns"])
+        assert sorted(p.name for p in (tmp_path / "run" / s.name / "summaries").iterdir()) == [
+            "0001.md",
+            "0002.md",
+        ], s.name
+        assert (tmp_path / "run" / s.name / "final.md").read_text() == report_of(s.name)
+    assert stats["summary_requests"] == 12, stats["summary_requests"]
+    assert len(model.requests) == 6 * 6 and stats["outcomes"] == {"ok": 6 * 6 + 12}, stats["outcomes"]
     assert stats["summary_peak_concurrent"] == 1  # max_concurrent = 1 for the whole cluster
     # requests_per_minute = 2 per 1 s window: any 3 summary requests arrive at least ~1 s apart
     gaps = [spans[i + 2][0] - spans[i][0] for i in range(len(spans) - 2)]
@@ -221,7 +282,9 @@ def test_a_killed_workers_jobs_finish_elsewhere_from_their_last_turn(cluster, tm
                 return
             time.sleep(0.05)
 
-    result = on_ray_beside(kill_one_worker, run_dir, specs, settings, latency=0.25)
+    model = scripted_jobs(specs, ws)
+    reads_each = len(files_under(ws))  # 10: a job's turns are its 10 reads and its report
+    result = on_ray_beside(kill_one_worker, run_dir, specs, settings, latency=0.25, model=model)
     assert "pid" in seen, "the batch ended before a worker could be killed"
     assert {n: r.status for n, r in result.results.items()} == {s.name: "succeeded" for s in specs}
     document = json.loads((run_dir / "run.json").read_text())
@@ -232,6 +295,11 @@ def test_a_killed_workers_jobs_finish_elsewhere_from_their_last_turn(cluster, tm
     for s in specs:
         metrics = json.loads((run_dir / s.name / "metrics.json").read_text())
         assert metrics["status"] == "succeeded" and metrics["worker"]["pid"] != seen["pid"]
+        # the whole script, once: no turn lost, none recorded twice, the report its own
+        assert metrics["turns"] == reads_each + 1, (s.name, metrics["turns"])
+        transcript, _ = read_jsonl(run_dir / s.name / "transcript.jsonl")
+        assert len(transcript) == 2 * reads_each + 2, (s.name, len(transcript))
+        assert (run_dir / s.name / "final.md").read_text() == report_of(s.name)
         lost = [
             e for e in read_jsonl(run_dir / s.name / "events.jsonl")[0] if e.get("stage") == "worker_lost"
         ]
@@ -261,20 +329,24 @@ def test_ctrl_c_cancels_every_job_on_every_worker(cluster, tmp_path):
                 return
             time.sleep(0.05)
 
-    result = on_ray_beside(interrupt, run_dir, specs, settings, latency=0.5)
+    model = scripted_jobs(specs, ws)  # 11 turns a job: the interrupt lands mid-run
+    result = on_ray_beside(interrupt, run_dir, specs, settings, latency=0.5, model=model)
     assert result.interrupted
     document = json.loads((run_dir / "run.json").read_text())
     assert document["state"] == "interrupted"
     statuses = {j["job"]: j["status"] for j in document["jobs"]}
     assert set(statuses.values()) == {"cancelled"}, statuses
     pids = set()
+    script = files_under(ws)
     for s in specs:
         metrics = json.loads((run_dir / s.name / "metrics.json").read_text())
-        assert (
-            metrics["status"] == "cancelled" and metrics["turns"] >= 1
-        )  # written by its worker when cancelled
+        # written by its worker when cancelled: mid-script, before its 11th turn (its report)
+        assert metrics["status"] == "cancelled" and 1 <= metrics["turns"] <= len(script), metrics["turns"]
         pids.add(metrics["worker"]["pid"])
-        assert read_jsonl(run_dir / s.name / "transcript.jsonl")[0][0]["content"] == s.prompt
+        transcript, _ = read_jsonl(run_dir / s.name / "transcript.jsonl")
+        assert transcript[0]["content"] == s.prompt
+        read = [u["input"]["file_path"] for m in transcript for u in tool_uses(m)]
+        assert read == script[: len(read)], read  # its own script's reads, in order, each once
     assert len(pids) == 2  # jobs on both workers were cancelled
 
 
@@ -440,22 +512,31 @@ def test_the_run_budget_is_one_for_the_whole_cluster(cluster, tmp_path):
     for i in range(8):
         (jobs / f"j{i}.toml").write_text(f'prompt = "Survey {i}."\nworkspace = "{ws}"\n')
     settings = settings_for(tmp_path, "[runner]\nmax_cost_usd = 0.08\n")
-    batch = offline_batch(tmp_path / "run", jobs, settings)
-    batch.run_budget = RunBudget(0.08)
-    result = on_ray(batch, settings)
+    # every job plays one script at the emulator (billed from each request, no prompt cache): the 4
+    # files read, one a turn, 300 characters of notes a reply, then SURVEY; so each job costs the same
+    model = ScriptedModel(reads(files_under(ws)), final=SURVEY, notes=300)
+    with scripted_api(model) as api:
+        os.environ["ANTHROPIC_BASE_URL"] = api.emulator.base_url
+        try:
+            batch = api_batch(tmp_path / "run", jobs, settings)
+            batch.run_budget = RunBudget(0.08)
+            result = on_ray(batch, settings)
+            # what one whole job costs, measured without Ray or a budget
+            alone = anyio.run(run_batch, api_batch(tmp_path / "alone", jobs, settings))  # no run budget
+        finally:
+            os.environ.pop("ANTHROPIC_BASE_URL")
     document = json.loads((tmp_path / "run" / "run.json").read_text())
     statuses = [r.status for r in result.results.values()]
     assert "budget_exceeded" in statuses
-    # what one whole job costs on the offline model (deterministic), measured without Ray or a budget
-    alone = anyio.run(run_batch, offline_batch(tmp_path / "alone", jobs, settings))  # no run budget set
     costs = {round(r.cost_usd, 6) for r in alone.results.values()}
     assert len(costs) == 1 and {r.status for r in alone.results.values()} == {"succeeded"}, alone.results
     one_job = costs.pop()
     # a budget per worker would let the two workers spend 2 x 0.08 = 0.16 (the 8 jobs want more:
     # 8 x one_job); one budget for the cluster stops the run past 0.08 by no more than the calls in
     # flight when it was crossed (a worker learns of the other's spending when it next charges):
-    # measured 0.091-0.107 on a quiet machine and 0.123 at a load of 7 on 2 cores (more calls in flight
-    # when the other worker's charge lands), so three quarters of the way to two limits tells them apart
+    # measured 0.102 (one_job 0.0255; the stand-in's jobs: 0.091-0.107 on a quiet machine and 0.123 at
+    # a load of 7 on 2 cores, more calls in flight when the other worker's charge lands), so three
+    # quarters of the way to two limits tells them apart
     assert one_job < 0.08 and 8 * one_job > 0.16, one_job
     assert 0.08 <= document["totals"]["cost_usd"] < 0.14, document["totals"]
     assert sum(s == "succeeded" for s in statuses) * one_job < 0.14

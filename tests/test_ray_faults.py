@@ -5,8 +5,11 @@ end, ``run.json``'s ``slots_at_end``), and each job it had moves once to another
 
 The batch is the one that hung (issue 19): the anthropic backend against the emulator (0.3 s a
 call), ``context_char_limit = 8000`` so that summaries are frequent, ``[summarizer] max_concurrent
-= 1``, 2 workers. A real local Ray instance; the services actor is read while the run goes on to
-pick the moment of the kill.
+= 1``, 2 workers. The emulator answers with a scripted model (tests/scripted.py): each job reads the
+workspace's files, one a turn, with ``NOTES`` characters of notes a reply (the history a summary
+takes out), then writes its own report; so every job's turns, transcript and report are known. A
+real local Ray instance; the services actor is read while the run goes on to pick the moment of the
+kill.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from typing import Any
 import anyio
 import pytest
 from conftest import RAY_TESTS
-from test_ray_executor import FINAL, anthropic_batch, settings_for, spec, workspace
+from scripted import answer_with, files_under
+from test_ray_executor import FINAL, anthropic_batch, report_of, scripted_jobs, settings_for, spec, workspace
 
 from runner.emulator import EmulatorConfig, Latency, running_emulator
 from runner.emulator import app as emulator_app
@@ -36,6 +40,7 @@ pytestmark = RAY_TESTS
 CONFIG = "[runner]\nconcurrency = 12\n[summarizer]\nmax_concurrent = 1\nrequests_per_minute = 1000\n"
 
 LATENCY_S = 0.3  # of every call at the emulator
+NOTES = 2000  # characters of notes a reply: 5 summaries a job of 12 files, 2 of 6 (as the stand-in made)
 # (services state, seconds since start, the emulator now: ``concurrent`` requests in it and the age of
 # the ``newest`` that arrived before the state was asked for, in seconds) -> the owner to kill
 Pick = Callable[[dict[str, Any], float, dict[str, float]], str | None]
@@ -75,10 +80,10 @@ def fault_run(
     from runner.execution.ray_driver import run_batch_ray
 
     ws = workspace(tmp_path, files=files)
+    seen: dict[str, Any] = {"reads": len(files_under(ws))}
     settings = settings_for(tmp_path, CONFIG)
     specs = [spec(f"job{i}", ws, context_char_limit=8000) for i in range(jobs)]
     run_dir = tmp_path / name
-    seen: dict[str, Any] = {}
     done = threading.Event()
 
     arrivals: list[float] = []
@@ -154,6 +159,7 @@ def fault_run(
             return
 
     with running_emulator(EmulatorConfig(latency=Latency(seconds=LATENCY_S))) as emu:
+        seen["model"] = answer_with(emu, scripted_jobs(specs, ws, notes=NOTES))
         begin = emu.state.begin
 
         def arrived() -> int:
@@ -210,9 +216,10 @@ def check_the_run_ended_whole(seen: dict[str, Any], because: str = "died") -> di
     assert lost[0]["lost_because"] == because
     moved = {n for n, events in seen["lost_events"].items() if events}
     assert moved, "no job was on the dead worker"
-    # every job makes the same number of turns on this policy: a moved job lost none and made none twice
+    # every job makes its script's turns, its reads and its report: a moved job lost none, made none twice
     turns = {j["job"]: j["turns"] for j in document["jobs"]}
-    assert len(set(turns.values())) == 1, (turns, moved)
+    assert turns == {s.name: seen["reads"] + 1 for s in seen["specs"]}, (turns, moved)
+    assert document["totals"]["turns"] == len(seen["specs"]) * (seen["reads"] + 1)
     for name, events in seen["lost_events"].items():
         assert len(events) <= 1, (name, events)  # continued once, after the one death
         metrics = json.loads((seen["run_dir"] / name / "metrics.json").read_text())
@@ -221,6 +228,8 @@ def check_the_run_ended_whole(seen: dict[str, Any], because: str = "died") -> di
             assert metrics["worker"]["pid"] != seen["pid"]
         transcript, _ = read_jsonl(seen["run_dir"] / name / "transcript.jsonl")
         assert transcript[0]["content"] == next(s.prompt for s in seen["specs"] if s.name == name)
+        assert len(transcript) == 2 * seen["reads"] + 2, (name, len(transcript))
+        assert (seen["run_dir"] / name / "final.md").read_text() == report_of(name)
     return lost[0]["released"]
 
 
@@ -239,8 +248,8 @@ def _holding(kind: str, without: str | None = None, after_starts: int = 0) -> Pi
 def test_a_worker_killed_while_it_holds_the_only_summary_slot(cluster, tmp_path):
     """The hang of issue 19: the killed worker's jobs moved to a replacement, whose summary and call
     slots had tokens numbered alike; the summary slot was never given back and every job waited."""
-    # the kill comes at the third summary, ~3.5 s in; with 6 files a job the batch runs ~5 s after it
-    # (measured; 12 files: ~10 s), time for every job of the dead worker to move and finish
+    # the kill comes at the third summary (of 12: 2 a job of 6 files, 7 turns); each job runs 3-4.5 s
+    # (measured), time for every job of the dead worker to move and finish
     seen = fault_run(cluster, tmp_path, "gate", _holding("gate", after_starts=3), files=6)
     assert seen["state"]["gate_held"] == 1  # max_concurrent = 1: the only one
     released = check_the_run_ended_whole(seen)
@@ -272,9 +281,9 @@ def test_a_worker_killed_while_its_calls_are_in_flight(cluster, tmp_path):
     # each was sent again once: the calls answered that no job recorded are at most the recorded turns
     # the continuation dropped and the calls the dead worker had in flight (answered, never written)
     dropped = sum(e["turns_rerun"] for events in seen["lost_events"].values() for e in events)
-    answered_twice = (
-        emulator["outcomes"]["ok"] - emulator["summary_requests"] - seen["document"]["totals"]["turns"]
-    )
+    answered = emulator["outcomes"]["ok"] - emulator["summary_requests"]  # the jobs' calls answered
+    assert len(seen["model"].requests) == answered, (len(seen["model"].requests), emulator["outcomes"])
+    answered_twice = answered - seen["document"]["totals"]["turns"]  # that total is exact: 6 x 13
     assert 0 <= answered_twice <= dropped + in_flight, (answered_twice, dropped, released)
 
 
@@ -390,6 +399,7 @@ def test_the_counts_at_the_end_wait_for_releases_still_on_their_way(cluster, tmp
     worker = None
     try:
         with running_emulator(EmulatorConfig()) as emu:
+            answer_with(emu, scripted_jobs([one], ws))
             os.environ["ANTHROPIC_BASE_URL"] = emu.base_url
             try:
                 worker = JobWorker.remote(
@@ -399,7 +409,7 @@ def test_the_counts_at_the_end_wait_for_releases_still_on_their_way(cluster, tmp
             finally:
                 os.environ.pop("ANTHROPIC_BASE_URL")
             assert result.status == "succeeded", result.error
-            assert result.turns >= 2
+            assert result.turns == 3  # the script's: 2 reads, the report
             assert leaked(ray.get(services.state.remote())) > 0  # the last release is still on its way
 
             dispatch = OnRay(batch, settings, workers=1, summary_window_s=60.0, stall_s=60.0)
