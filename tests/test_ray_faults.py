@@ -37,6 +37,7 @@ from runner.rundir.store import read_jsonl
 
 pytestmark = RAY_TESTS
 
+LEAVE_S = 1.0  # after a kill: how long the emulator holds a caught request for its client to leave
 CONFIG = "[runner]\nconcurrency = 12\n[summarizer]\nmax_concurrent = 1\nrequests_per_minute = 1000\n"
 
 LATENCY_S = 0.3  # of every call at the emulator
@@ -150,8 +151,11 @@ def fault_run(
                 deadline = time.monotonic() + 30
                 while not gone(pids[owner]) and time.monotonic() < deadline:
                     time.sleep(0.005)
-                # then until the emulator saw each caught request's client leave (its socket is closed)
-                while any(key in in_latency for key in caught) and time.monotonic() < deadline:
+                # then until the emulator saw each caught request's client leave (its socket is closed),
+                # for at most LEAVE_S: a caught request of a worker that lives (when the pick names no sole
+                # holder) never leaves, and is answered after that wait
+                left_by = min(deadline, time.monotonic() + LEAVE_S)
+                while any(key in in_latency for key in caught) and time.monotonic() < left_by:
                     time.sleep(0.005)
                 killing.clear()
                 seen["caught"] = len(caught)
