@@ -390,17 +390,23 @@ def test_a_task_result_header_parses():
 # --- through the runtime ----------------------------------------------------------------------------
 
 
-@pytest.mark.stand_in
-def test_runner_run_of_a_survey_with_the_task_tool_delegates_on_the_offline_model(
-    tree, tmp_path, small_threshold, run_cli: CliRunner
-):
+def run_task_job(tmp_path: Path, run_cli: CliRunner) -> tuple[Path, dict]:
+    """``runner run`` on the offline backend of one job over ``tmp_path/ws`` offered the task tool: its
+    directory and its metrics (the run exited 0)."""
     (tmp_path / "j.toml").write_text(
         'workspace = "ws"\nprompt = "Survey this workspace."\ntools = ["read", "glob", "grep", "task"]\n'
     )
     done = run_cli("run", "j.toml", "--backend", "offline", "--output-dir", "runs", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     job = next((tmp_path / "runs").glob("*/j"))
-    metrics = json.loads((job / "metrics.json").read_text())
+    return job, json.loads((job / "metrics.json").read_text())
+
+
+@pytest.mark.stand_in
+def test_runner_run_of_a_survey_with_the_task_tool_delegates_on_the_offline_model(
+    tree, tmp_path, small_threshold, run_cli: CliRunner
+):
+    job, metrics = run_task_job(tmp_path, run_cli)
     assert metrics["status"] == "succeeded"
     final = (job / "final.md").read_text()
     assert f"Every part is covered: all {len(PARTS)} subagents succeeded." in final
@@ -446,13 +452,7 @@ def test_runner_run_with_the_task_tool_gives_each_subagent_its_session_and_files
     (tree / "json").mkdir(parents=True)
     (tree / "setup.py").write_text('"""Setup."""\n')
     (tree / "json" / "__init__.py").write_text('"""JSON."""\n')
-    (tmp_path / "j.toml").write_text(
-        'workspace = "ws"\nprompt = "Survey this workspace."\ntools = ["read", "glob", "grep", "task"]\n'
-    )
-    done = run_cli("run", "j.toml", "--backend", "offline", "--output-dir", "runs", cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    job = next((tmp_path / "runs").glob("*/j"))
-    metrics = json.loads((job / "metrics.json").read_text())
+    job, metrics = run_task_job(tmp_path, run_cli)
     assert (metrics["status"], metrics["turns"]) == ("succeeded", 2)  # its own: the tasks, the report
     assert sorted(p.name for p in (job / "agents").iterdir()) == ["1-top-files", "2-json-part"]
     for n, (prompt, (what, path, report)) in enumerate(PARTS_BY_PROMPT.items(), 1):
