@@ -207,3 +207,17 @@ async def test_a_parts_todo_lines_are_every_one_when_its_directorys_search_would
     head = re.search(r"## TODO / FIXME / XXX \((\d+) lines in (\d+) files(.*)\)", report)
     assert head and int(head[1]) == len(truth) and int(head[2]) == 41 and "cut" not in head[3], head
     assert survey_todos(report, tmp_path / "job") == truth
+
+
+async def test_a_survey_stopped_before_it_read_its_todo_text_back_says_so(tmp_path):
+    """Stopped at ``max_turns`` in its read phase, the survey has found idlelib's TODO lines but not yet
+    read their text back: the partial report gives their count and where every place is, and says that
+    none is shown (never "(none)", which would say there are none)."""
+    result, report = await offline_survey(TREES["idlelib"], tmp_path / "job", {"max_turns": 30})
+    assert result.status == "max_turns"
+    section = report.split("## TODO / FIXME / XXX", 1)[1].split("\n## ", 1)[0]
+    hits = int(re.match(r" \((\d+) lines in \d+ files", section)[1])
+    assert hits > 0 and "(none)" not in section
+    none_shown = "- ... none is shown (the survey stopped before it read their text back); every line's place"
+    assert none_shown in section
+    assert len(survey_todos(report, tmp_path / "job")) == hits  # every place is in the todo files it names

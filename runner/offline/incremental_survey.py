@@ -118,7 +118,9 @@ _VIEW_FOOTER = re.compile(r"\[memory: lines (\d+)-(\d+) of (\d+) shown")
 _KIND = re.compile(r"^(" + "|".join((*CHANGE_KINDS, DEPENDENTS_KIND)) + r") \(\d+\):$", re.M)
 _TITLE = re.compile(r"^# Survey of `([^`\n]*)`$")
 _SHOWN = re.compile(r"^- `([^:`]*:\d+): (.*)`$")
-_WHERE = re.compile(r"^- \.\.\. the first \d+ are shown; every line's place is in .*?, its text in (.*)$")
+_WHERE = re.compile(
+    r"^- \.\.\. (?:the first \d+ are|none is) shown\b.*?; every line's place is in .*?, its text in (.*)$"
+)
 _NO_DEFS = re.compile(r"^(\d+) Python files show no count of top-level definitions")
 _TABLE_ROW = re.compile(r"^\| (.+?) \| (\d+) \| (\d+) \|$")
 

@@ -1363,16 +1363,18 @@ def report(
     todo = s.todo
     cut = TODO_CUT if todo["cut"] else ""
     out += ["", f"## TODO / FIXME / XXX ({todo['hits']} lines in {todo['files']} files{cut})", ""]
-    out += [f"- `{h}`" for h in todo["shown"]] or ["(none)"]
+    out += [f"- `{h}`" for h in todo["shown"]] or ([] if todo["hits"] else ["(none)"])
     if todo["hits"] > len(todo["shown"]):
         where = f"the job directory's `{todo['saved']}`" if todo["saved"] else "the transcript"
         if s.inc and not s.inc.get("fresh") and not todo["saved"]:
             where = s.inc.get("where") or INCREMENTAL_TODO_TEXT
         logs = ", ".join(f"`memories/survey/todo-{k:03d}.md`" for k in range(len(s.shards["todo"])))
-        out.append(
-            f"- ... the first {len(todo['shown'])} are shown; every line's place is in {logs}, "
-            f"its text in {where}"
+        shown = (
+            f"the first {len(todo['shown'])} are shown"
+            if todo["shown"]
+            else "none is shown (the survey stopped before it read their text back)"
         )
+        out.append(f"- ... {shown}; every line's place is in {logs}, its text in {where}")
     out += ["", "## Every file", ""]
     if rows:
         out += [
