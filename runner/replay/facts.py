@@ -12,7 +12,7 @@ agent could only have taken from what its tools returned.
 
 Guarantees: pure functions; each text is matched once per call (callers cache by message);
 :func:`facts_in` is ``set(FACT.findall(text))`` exactly, in time linear in the text (the regular
-expression alone takes time quadratic in a long run of ``[\w./-]`` characters, e.g. 100,000 digits).
+expression alone takes time quadratic in a long run of the characters a path may hold, e.g. 100,000 digits).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ..messages import Message
 IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]{5,}(?:\.[A-Za-z_][A-Za-z0-9_]+)*"
 FACT = re.compile(IDENTIFIER + r"|(?:[\w.-]+/)+[\w.-]+")
 LONG_RUN = 256  # a run of FACT's characters at least this long is matched by :func:`_run_facts`
-_LONG = re.compile(r"[\w./-]{%d,}" % LONG_RUN)
+_LONG = re.compile(r"[\w./-]{" + str(LONG_RUN) + ",}")
 _IDENTIFIER = re.compile(IDENTIFIER)
 
 
@@ -45,7 +45,7 @@ def facts_in(text: str) -> set[str]:
 
 
 def _run_facts(run: str) -> set[str]:
-    """``set(FACT.findall(run))`` of a run of ``[\w./-]`` characters, by its ``/``-separated parts.
+    """``set(FACT.findall(run))`` of a run of the characters a path may hold, by its ``/``-parts.
 
     findall tries the identifier first at each position, then the path, which there is the rest of
     the part, ``/`` and every following non-empty part (greedy); the path matches only when the next

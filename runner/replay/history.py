@@ -8,7 +8,9 @@ Guarantees:
   is neither a string nor a list, a block that is not an object, a text that is not a string, a tool
   call without an id, a name or an object input, a tool result without an id or whose content is
   neither a string, null, nor a list of blocks, a header whose ``system`` is neither a string, null,
-  nor a list of text blocks, a history that does not start with the user, an empty file); what can
+  nor a list of text blocks, a line nested deeper than :data:`MAX_DEPTH` arrays and objects (no agent
+  writes one, and every contestant copies and converts messages by recursion), a history that does
+  not start with the user, an empty file); what can
   be replayed without changing what was said is a counted skip (:attr:`History.skipped`): an unknown
   block type (thinking, image...), in a message or in a tool result's content, a text block without
   a word (the API takes none), a tool result answering no call of the assistant message before it, a
@@ -42,6 +44,7 @@ API_ID = re.compile(r"[A-Za-z0-9_-]+")
 API_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 NOT_API = re.compile(r"[^A-Za-z0-9_-]")
 BOM = "\ufeff"
+MAX_DEPTH = 100  # arrays and objects inside one another in a line (a message's own levels included)
 
 
 class HistoryError(ValueError):
@@ -82,13 +85,16 @@ def load_history(path: Path) -> History:
             raise HistoryError(f"{path}:{number}: not a JSON line ({str(e)[:80]})") from None
         if not isinstance(value, dict):
             raise HistoryError(f"{path}:{number}: expected a JSON object, got {type(value).__name__}")
+        if _deeper_than(value, MAX_DEPTH):
+            raise HistoryError(f"{path}:{number}: nested more than {MAX_DEPTH} arrays and objects deep")
         if not records and not has_header and "role" not in value:
             header, has_header, header_line = value, True, number
             continue
         records.append((number, value))
     if not records:
         raise HistoryError(f"{path}: no messages (a history is one JSON message a line)")
-    system = _header_system(f"{path}:{header_line}", header.get("system")) if has_header else _job_system(path)
+    where = f"{path}:{header_line}"
+    system = _header_system(where, header.get("system")) if has_header else _job_system(path)
     history = History(path=path, system=system, messages=[], header=header)
     for number, record in records:
         _add(history, number, record)
@@ -100,6 +106,20 @@ def load_history(path: Path) -> History:
         )
     _answer_every_call(history)
     return history
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` holds arrays and objects more than ``limit`` deep (without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack += [(v, depth + 1) for v in item.values() if isinstance(v, (dict, list))]
+        elif isinstance(item, list):
+            stack += [(v, depth + 1) for v in item if isinstance(v, (dict, list))]
+    return False
 
 
 def _header_system(where: str, system: Any) -> str:
