@@ -10,18 +10,18 @@ Guarantees:
   neither a string, null, nor a list of blocks, a header whose ``system`` is neither a string, null,
   nor a list of text blocks, a line nested deeper than :data:`MAX_DEPTH` arrays and objects (no agent
   writes one, and every contestant copies and converts messages by recursion), a history that does
-  not start with the user, an empty file); what can
-  be replayed without changing what was said is a counted skip (:attr:`History.skipped`): an unknown
+  not start with the user, an empty file or one whose every message is empty); what can be replayed
+  without changing what was said is a counted skip (:attr:`History.skipped`): an unknown
   block type (thinking, image...), in a message or in a tool result's content, a text block without
   a word (the API takes none), a tool result answering no call of the assistant message before it, a
   call left without a result (answered with an empty error result so every request stays valid),
   consecutive messages of one role (merged, as the API would need them), a tool call id that is not
   an API id or repeats an earlier call's (renamed, its result with it), a tool name that is not an
   API tool name (its characters outside ``[A-Za-z0-9_-]`` as ``_``, cut at 64).
-- Lines are split at ``\n`` only (a JSON string may hold U+2028, U+0085...), a ``\r`` before it and a
-  UTF-8 byte order mark at the start are dropped; a header without ``system`` (or with null) has
-  none (``""``), one of text blocks has their texts, one per line. The header's counts are not
-  checked against the body: the body is what is replayed.
+- Lines are split at line feeds only (a JSON string may hold U+2028, U+0085...), a carriage return
+  before one and a UTF-8 byte order mark at the start are dropped; a header without ``system`` (or
+  with null) has none (``""``), one of text blocks has their texts, one per line. The header's counts
+  are not checked against the body: the body is what is replayed.
 - The returned messages alternate roles, start with the user, every ``tool_use`` of an assistant
   message is answered in the next user message, the tool results first (the API wants them before
   any text), and tool call ids are unique across the history.
