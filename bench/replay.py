@@ -31,7 +31,11 @@ Contestants (each at its defaults, at the window):
   replaced by a placeholder), with the runner's ``clear`` strategy in front; its trigger at 80% of the
   window (the API's default, 100,000 tokens, is over every window here), its other settings the API's.
 
-    python bench/replay.py [--smoke] [--only NAME ...] [--render]
+    python bench/replay.py [--smoke | --files FILE...] [--only NAME ...] [--windows N ...] [--render]
+
+``--files`` replays those histories instead (any history of the shared format), prints the table and
+writes nothing, as ``--smoke`` does; a file that is not a history stops it before any row (its file
+and line on stderr, exit 2).
 """
 
 from __future__ import annotations
@@ -263,7 +267,9 @@ NOT_AT: dict[str, tuple[Callable[[int], bool], str]] = {
 }
 
 
-def peer_rows(windows: list[int], smoke: bool) -> tuple[list[dict[str, Any]], list[str]]:
+def peer_rows(
+    windows: list[int], smoke: bool, files: list[Path] | None = None
+) -> tuple[list[dict[str, Any]], list[str]]:
     """The peers' rows, each script run by its own interpreter; the notes say which were skipped."""
     rows, notes = [], []
     for variable, script in PEER_SCRIPTS.items():
@@ -274,7 +280,8 @@ def peer_rows(windows: list[int], smoke: bool) -> tuple[list[dict[str, Any]], li
         with tempfile.TemporaryDirectory() as scratch:
             out = Path(scratch) / "rows.json"
             command = [python, str(HERE / script), "--out", str(out), "--windows", *map(str, windows)]
-            done = subprocess.run([*command, *(["--smoke"] if smoke else [])], check=False)
+            chosen = ["--files", *map(str, files)] if files else (["--smoke"] if smoke else [])
+            done = subprocess.run([*command, *chosen], check=False)
             if done.returncode != 0 or not out.exists():
                 notes.append(f"{script}: failed (exit {done.returncode}); its saved rows are kept")
                 continue
@@ -329,8 +336,9 @@ def verdicts(rows: list[dict[str, Any]], window: int) -> list[str]:
     if others:
         cheapest = min(others, key=lambda r: r["totals"]["effective_cost_usd"])
         c = cheapest["totals"]["effective_cost_usd"]
+        times = f"{cost / c:.2f}x" if c else "-"
         out.append(
-            f"the cheapest peer at any loss: {cheapest['contestant']}, ${c:.2f} (ours costs {cost / c:.2f}x "
+            f"the cheapest peer at any loss: {cheapest['contestant']}, ${c:.2f} (ours costs {times} "
             f"that), losing {100 * lost_share(cheapest):.1f}% of the needed facts to ours' {100 * lost:.2f}%"
         )
     return out
@@ -391,6 +399,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--smoke", action="store_true", help="one history, nothing written")
+    parser.add_argument(
+        "--files", type=Path, nargs="+", metavar="FILE", help="these histories instead, nothing written"
+    )
     parser.add_argument("--only", action="append", help="one of our contestants (repeatable); no peers")
     parser.add_argument("--windows", type=int, nargs="+", default=list(WINDOWS))
     parser.add_argument("--render", action="store_true", help="re-render the saved results only")
@@ -403,8 +414,11 @@ def main() -> None:
             SECTION, render(saved), "python bench/replay.py", load=load_note(saved.get("load_1min"))
         )
         return
-    files = histories(args.smoke)
+    files = histories(args.smoke, args.files)
     names = args.only or list(CONTESTANTS)
+    unknown = [n for n in names if n not in CONTESTANTS]
+    if unknown:
+        parser.error(f"--only: unknown contestants {', '.join(unknown)} (known: {', '.join(CONTESTANTS)})")
     rows = [
         row(name, window, CONTESTANTS[name], files)
         for name in names
@@ -417,15 +431,15 @@ def main() -> None:
         if name in names and any(skip(w) for w in args.windows)
     ]
     if not args.only:
-        more, peer_notes = peer_rows(args.windows, args.smoke)
+        more, peer_notes = peer_rows(args.windows, args.smoke, args.files)
         rows += more
         notes += peer_notes
-        if saved_path.exists() and not args.smoke:  # a skipped peer keeps its saved rows
+        if saved_path.exists() and not (args.smoke or args.files):  # a skipped peer keeps its saved rows
             have = {r["contestant"] for r in rows}
             rows += [r for r in json.loads(saved_path.read_text())["rows"] if r["contestant"] not in have]
     result = {"files": [p.name for p in files], "rows": rows, "notes": notes}
     print(render(result))
-    if args.smoke:
+    if args.smoke or args.files:
         return
     if args.only and saved_path.exists():  # a partial run replaces its own rows (and notes) only
         saved = json.loads(saved_path.read_text())

@@ -7,7 +7,10 @@ file's report, ``last_turns_cost_usd`` the mean over the files of the cost per c
 of their turns. Every row is priced the same way: the job's model ``MODEL``, summaries by the runner's
 deterministic fallback summary billed at ``SUMMARY_MODEL``'s prices (:class:`DeterministicSummarizer`).
 
-    python bench/replay_<peer>.py --windows 16000 32000 64000 --out rows.json [--smoke]
+    python bench/replay_<peer>.py --windows 16000 32000 64000 --out rows.json [--smoke | --files FILE...]
+
+A file that is not a history stops the script before any row: one line naming the file and the line,
+exit 2 (:class:`runner.replay.HistoryError`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 import anyio
 
 from runner.pricing import PriceTable
-from runner.replay import Contestant, ReplayOptions, replay_files, totals
+from runner.replay import Contestant, HistoryError, ReplayOptions, load_history, replay_files, totals
 
 ROOT = Path(__file__).resolve().parent.parent
 TRAJECTORIES = ROOT.parent / "shared" / "trajectories"
@@ -42,13 +45,24 @@ SUMMARY_MODEL = "claude-haiku-5-5"
 Factory = Callable[[int], tuple[str, Callable[[Path], Contestant]]]
 
 
-def histories(smoke: bool) -> list[Path]:
-    if smoke:
-        return [SMOKE_FILE]
-    files = sorted(TRAJECTORIES.glob("*.jsonl"))
-    if not files:
-        raise SystemExit(f"no histories in {TRAJECTORIES}")
-    return files
+def histories(smoke: bool, files: list[Path] | None = None) -> list[Path]:
+    """The histories to replay: ``files`` when given, the smoke file, or every one of ``TRAJECTORIES``;
+    each checked first (a file that is not a history: its error on stderr, exit 2)."""
+    if files:
+        chosen = list(files)
+    elif smoke:
+        chosen = [SMOKE_FILE]
+    else:
+        chosen = sorted(TRAJECTORIES.glob("*.jsonl"))
+        if not chosen:
+            raise SystemExit(f"no histories in {TRAJECTORIES}")
+    for path in chosen:
+        try:
+            load_history(path)
+        except HistoryError as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+    return chosen
 
 
 def options(window: int) -> ReplayOptions:
@@ -81,9 +95,10 @@ def main(contestants: dict[str, Factory], argv: list[str] | None = None) -> None
     parser.add_argument("--windows", type=int, nargs="+", default=list(WINDOWS))
     parser.add_argument("--only", action="append", help="a contestant's name (repeatable)")
     parser.add_argument("--smoke", action="store_true", help="one history")
+    parser.add_argument("--files", type=Path, nargs="+", metavar="FILE", help="these histories instead")
     parser.add_argument("--out", type=Path, help="write the rows here (default: stdout)")
     args = parser.parse_args(argv)
-    files = histories(args.smoke)
+    files = histories(args.smoke, args.files)
     names = args.only or list(contestants)
     unknown = [n for n in names if n not in contestants]
     if unknown:

@@ -15,13 +15,14 @@ Guarantees:
 - A request over the window (``context_tokens``) is refused as the API would: the contestant makes
   room (:meth:`~.contestant.Contestant.reactive`) up to ``max_reactive_retries`` times; a request
   still over is counted in ``over_window`` and priced as sent (the open loop goes on).
+- The request's tools are the recorded agent's (one definition a name it called) and the contestant's
+  own (ours: recall) but one whose name the recorded agent's tools already have (names stay unique).
 - Tokens are the emulator's count (:mod:`runner.billing`: 4 characters of JSON text each), the same
   for every contestant; output tokens are the recorded assistant message's.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ from ..messages import Message
 from ..models.anthropic import request_params
 from ..models.base import Request
 from ..pricing import PriceTable, Usage
+from ..rundir.store import dumps
 from .contestant import Contestant
 from .facts import facts_in, message_facts, needed_facts, tool_input_text
 from .history import History
@@ -178,7 +180,8 @@ async def replay(history: History, contestant: Contestant, options: ReplayOption
     """``history`` through ``contestant`` (see the module's guarantees)."""
     report = FileReport(file=history.path.name, strategy=contestant.name, skipped=dict(history.skipped))
     needed = needed_facts(history.system, history.messages)
-    tools = recorded_tools(history.messages) + contestant.tools
+    tools = recorded_tools(history.messages)
+    tools += [t for t in contestant.tools if t["name"] not in {r["name"] for r in tools}]
     cache = PromptCache(clock=lambda: 0.0)
     rules = ApiCacheRules()
     facts = _FactCache()
@@ -273,7 +276,7 @@ def _judge(
 
 def _dump(directory: Path, turn: int, body: dict[str, Any]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"{turn}.json").write_text(json.dumps(body, ensure_ascii=False), encoding="utf-8")
+    (directory / f"{turn}.json").write_text(dumps(body), encoding="utf-8")  # a lone surrogate escaped
 
 
 __all__ = ["FileReport", "ReplayOptions", "recorded_tools", "replay", "tool_input_text"]

@@ -5,19 +5,32 @@ own ``transcript.jsonl`` (one message a line; the system prompt from ``job.json`
 Guarantees:
 - A history is data from anywhere. What cannot be replayed is a :class:`HistoryError` naming the file
   and the line (not JSON, not an object, no role, a role other than user and assistant, content that
-  is neither a string nor a list, a tool call without an id, a name or an object input, a history
-  that does not start with the user, an empty file); what can be replayed without changing what was
-  said is a counted skip (:attr:`History.skipped`): an unknown block type (thinking, image...), a
-  tool result answering no call of the message before it, a call left without a result (answered
-  with an empty error result so every request stays valid), consecutive messages of one role
-  (merged, as the API would need them).
-- The returned messages alternate roles, start with the user, and every ``tool_use`` of an assistant
-  message is answered in the next user message.
+  is neither a string nor a list, a block that is not an object, a text that is not a string, a tool
+  call without an id, a name or an object input, a tool result without an id or whose content is
+  neither a string, null, nor a list of blocks, a header whose ``system`` is neither a string, null,
+  nor a list of text blocks, a line nested deeper than :data:`MAX_DEPTH` arrays and objects (no agent
+  writes one, and every contestant copies and converts messages by recursion), a history that does
+  not start with the user, an empty file or one whose every message is empty); what can be replayed
+  without changing what was said is a counted skip (:attr:`History.skipped`): an unknown
+  block type (thinking, image...), in a message or in a tool result's content, a text block without
+  a word (the API takes none), a tool result answering no call of the assistant message before it, a
+  call left without a result (answered with an empty error result so every request stays valid),
+  consecutive messages of one role (merged, as the API would need them), a tool call id that is not
+  an API id or repeats an earlier call's (renamed, its result with it), a tool name that is not an
+  API tool name (its characters outside ``[A-Za-z0-9_-]`` as ``_``, cut at 64).
+- Lines are split at line feeds only (a JSON string may hold U+2028, U+0085...), a carriage return
+  before one and a UTF-8 byte order mark at the start are dropped; a header without ``system`` (or
+  with null) has none (``""``), one of text blocks has their texts, one per line. The header's counts
+  are not checked against the body: the body is what is replayed.
+- The returned messages alternate roles, start with the user, every ``tool_use`` of an assistant
+  message is answered in the next user message, the tool results first (the API wants them before
+  any text), and tool call ids are unique across the history.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +40,11 @@ from ..messages import Message
 
 KNOWN_BLOCKS = {"user": {"text", "tool_result"}, "assistant": {"text", "tool_use"}}
 MISSING_RESULT = "[no result was recorded for this call]"
+API_ID = re.compile(r"[A-Za-z0-9_-]+")
+API_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+NOT_API = re.compile(r"[^A-Za-z0-9_-]")
+BOM = "\ufeff"
+MAX_DEPTH = 100  # arrays and objects inside one another in a line (a message's own levels included)
 
 
 class HistoryError(ValueError):
@@ -40,6 +58,8 @@ class History:
     messages: list[Message]
     header: dict[str, Any] = field(default_factory=dict)
     skipped: Counter[str] = field(default_factory=Counter)
+    ids: set[str] = field(default_factory=set)  # every tool call id so far (as replayed)
+    renamed: dict[str, list[str]] = field(default_factory=dict)  # the last message's renamed calls
 
     @property
     def turns(self) -> int:
@@ -53,8 +73,10 @@ def load_history(path: Path) -> History:
     except OSError as e:
         raise HistoryError(f"{path}: cannot read it: {e.strerror or e}") from None
     header: dict[str, Any] = {}
+    has_header, header_line = False, 1
     records: list[tuple[int, dict[str, Any]]] = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.removeprefix(BOM).split("\n"), 1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:
@@ -63,24 +85,52 @@ def load_history(path: Path) -> History:
             raise HistoryError(f"{path}:{number}: not a JSON line ({str(e)[:80]})") from None
         if not isinstance(value, dict):
             raise HistoryError(f"{path}:{number}: expected a JSON object, got {type(value).__name__}")
-        if not records and not header and "role" not in value:
-            header = value
+        if _deeper_than(value, MAX_DEPTH):
+            raise HistoryError(f"{path}:{number}: nested more than {MAX_DEPTH} arrays and objects deep")
+        if not records and not has_header and "role" not in value:
+            header, has_header, header_line = value, True, number
             continue
         records.append((number, value))
     if not records:
         raise HistoryError(f"{path}: no messages (a history is one JSON message a line)")
-    system = header.get("system") if header else _job_system(path)
-    if not isinstance(system, str):
-        raise HistoryError(f"{path}:1: header field system: expected a string")
+    where = f"{path}:{header_line}"
+    system = _header_system(where, header.get("system")) if has_header else _job_system(path)
     history = History(path=path, system=system, messages=[], header=header)
     for number, record in records:
         _add(history, number, record)
+    if not history.messages:
+        raise HistoryError(f"{path}: no messages (every message was empty: {dict(history.skipped)})")
     if history.messages[0]["role"] != "user":
         raise HistoryError(
             f"{path}:{records[0][0]}: the first message is the assistant's; a history starts with the user"
         )
     _answer_every_call(history)
     return history
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` holds arrays and objects more than ``limit`` deep (without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            stack += [(v, depth + 1) for v in item.values() if isinstance(v, (dict, list))]
+        elif isinstance(item, list):
+            stack += [(v, depth + 1) for v in item if isinstance(v, (dict, list))]
+    return False
+
+
+def _header_system(where: str, system: Any) -> str:
+    """The header's ``system``: a string, nothing (``""``), or text blocks (their texts, a line each)."""
+    if system is None or isinstance(system, str):
+        return system or ""
+    if isinstance(system, list):
+        texts = [b.get("text") for b in system if isinstance(b, dict) and b.get("type") == "text"]
+        if len(texts) == len(system) and all(isinstance(t, str) for t in texts):
+            return "\n".join(str(t) for t in texts)
+    raise HistoryError(f"{where}: header field system: expected a string or a list of text blocks")
 
 
 def _job_system(path: Path) -> str:
@@ -111,9 +161,15 @@ def _add(history: History, number: int, record: dict[str, Any]) -> None:
         if kind not in KNOWN_BLOCKS[role]:
             history.skipped[f"{role} block {str(kind)[:30]}"] += 1
             continue
-        kept.append(_checked(block, f"{where}: content.{i}"))
+        checked = _checked(history, block, f"{where}: content.{i}")
+        if checked["type"] == "text" and not checked["text"].strip():
+            history.skipped["text block without a word"] += 1
+            continue
+        kept.append(checked)
     if role == "user":
         kept = _answers_only(history, kept)
+    else:
+        kept = _api_calls(history, kept)
     if not kept:
         history.skipped[f"empty {role} message"] += 1
         return
@@ -125,7 +181,7 @@ def _add(history: History, number: int, record: dict[str, Any]) -> None:
         messages.append({"role": role, "content": kept})
 
 
-def _checked(block: dict[str, Any], where: str) -> dict[str, Any]:
+def _checked(history: History, block: dict[str, Any], where: str) -> dict[str, Any]:
     kind = block["type"]
     if kind == "text":
         if not isinstance(block.get("text"), str):
@@ -140,12 +196,21 @@ def _checked(block: dict[str, Any], where: str) -> dict[str, Any]:
         return {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block["input"]}
     if not isinstance(block.get("tool_use_id"), str):
         raise HistoryError(f"{where}.tool_use_id: expected a string")
-    content = block.get("content", "")
+    content = block.get("content")
+    if content is None:
+        content = ""
     if isinstance(content, list):
-        parts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
-        if len(parts) != len(content) or not all(isinstance(p, str) for p in parts):
-            raise HistoryError(f"{where}.content: expected a string or a list of text blocks")
-        content = "\n".join(str(p) for p in parts)
+        parts = []
+        for i, inner in enumerate(content):
+            if not isinstance(inner, dict):
+                raise HistoryError(f"{where}.content.{i}: expected a block (an object)")
+            if inner.get("type") != "text":
+                history.skipped[f"tool_result block {str(inner.get('type'))[:30]}"] += 1
+                continue
+            if not isinstance(inner.get("text"), str):
+                raise HistoryError(f"{where}.content.{i}.text: expected a string")
+            parts.append(inner["text"])
+        content = "\n".join(parts)
     if not isinstance(content, str):
         raise HistoryError(f"{where}.content: expected a string or a list of text blocks")
     out: dict[str, Any] = {"type": "tool_result", "tool_use_id": block["tool_use_id"], "content": content}
@@ -154,20 +219,59 @@ def _checked(block: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+def _api_calls(history: History, blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An assistant message's blocks with each call's id unique and an API id, and its name an API
+    tool name (renamed and counted when not); ``history.renamed`` maps the message's renamed ids."""
+    if not history.messages or history.messages[-1]["role"] != "assistant":  # (else merged into it)
+        history.renamed = {}
+    assigned: dict[str, list[str]] = {}
+    out = []
+    for block in blocks:
+        if block["type"] != "tool_use":
+            out.append(block)
+            continue
+        name = block["name"]
+        if not API_NAME.fullmatch(name):
+            history.skipped["tool name renamed (not an API tool name)"] += 1
+            name = NOT_API.sub("_", name)[:64] or "_"
+        old = call_id = block["id"]
+        if not API_ID.fullmatch(call_id) or call_id in history.ids:
+            history.skipped["tool call id renamed (not an API id, or repeated)"] += 1
+            stem = call_id = NOT_API.sub("_", call_id) or "call"
+            n = 1
+            while call_id in history.ids:
+                n += 1
+                call_id = f"{stem}_{n}"
+        assigned.setdefault(old, []).append(call_id)
+        history.ids.add(call_id)
+        out.append({**block, "id": call_id, "name": name})
+    history.renamed |= {old: ids for old, ids in assigned.items() if ids != [old]}  # results in order
+    return out
+
+
 def _answers_only(history: History, blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``blocks`` without the tool results that answer no call of the assistant message before them."""
-    previous = history.messages[-1] if history.messages else None
+    """``blocks`` without the tool results that answer no call of the assistant message before them
+    (results spread over consecutive user messages are all answers: the messages are merged); a result
+    of a renamed call takes the call's new id."""
+    messages = history.messages
+    before = messages[-2] if len(messages) > 1 and messages[-1]["role"] == "user" else None
+    previous = messages[-1] if messages and messages[-1]["role"] == "assistant" else before
     calls = (
         {b["id"] for b in previous["content"] if b["type"] == "tool_use"}
         if previous and previous["role"] == "assistant"
         else set()
     )
+    if previous is before and before is not None:  # what the user message to merge into answered
+        calls -= {b["tool_use_id"] for b in messages[-1]["content"] if b["type"] == "tool_result"}
     kept = []
     for block in blocks:
-        if block["type"] == "tool_result" and block["tool_use_id"] not in calls:
-            history.skipped["tool result answering no call"] += 1
-            continue
         if block["type"] == "tool_result":
+            renamed = history.renamed.get(block["tool_use_id"])
+            if renamed:
+                block = {**block, "tool_use_id": renamed.pop(0)}
+            if block["tool_use_id"] not in calls:
+                history.skipped["tool result answering no call"] += 1
+                continue
             calls.discard(block["tool_use_id"])  # a second answer to one call is no answer either
         kept.append(block)
     return kept
@@ -178,25 +282,20 @@ def _answer_every_call(history: History) -> None:
     for a call without one), the results first, as the API wants them."""
     messages = history.messages
     for i, message in enumerate(messages):
-        if message["role"] != "assistant":
+        if message["role"] != "user":
             continue
-        calls = [b["id"] for b in message["content"] if b["type"] == "tool_use"]
-        if not calls:
-            continue
-        if i + 1 == len(messages):  # the history ends on a call: its last turn needs no results
-            return
-        nxt = messages[i + 1]["content"]
-        answered = {b["tool_use_id"] for b in nxt if b["type"] == "tool_result"}
+        content = message["content"]
+        results = [b for b in content if b["type"] == "tool_result"]
+        previous = messages[i - 1] if i else None
+        calls = [b["id"] for b in previous["content"] if b["type"] == "tool_use"] if previous else []
+        answered = {b["tool_use_id"] for b in results}
         missing = [c for c in calls if c not in answered]
-        if not missing:
-            continue
-        history.skipped["call without a recorded result"] += len(missing)
-        filled = [
-            {"type": "tool_result", "tool_use_id": c, "content": MISSING_RESULT, "is_error": True}
-            for c in missing
-        ]
-        results = [b for b in nxt if b["type"] == "tool_result"] + filled
-        messages[i + 1] = {
-            "role": "user",
-            "content": results + [b for b in nxt if b["type"] != "tool_result"],
-        }
+        if missing:
+            history.skipped["call without a recorded result"] += len(missing)
+            results += [
+                {"type": "tool_result", "tool_use_id": c, "content": MISSING_RESULT, "is_error": True}
+                for c in missing
+            ]
+        ordered = results + [b for b in content if b["type"] != "tool_result"]
+        if ordered != content:
+            messages[i] = {"role": "user", "content": ordered}
