@@ -90,8 +90,9 @@ def request_problems(messages: list[Message], active_request: str | None = None)
     """Every way ``messages`` breaks the API's rules (empty list: a valid request).
 
     Checks: the first message is from the user; roles alternate; every tool_result answers a
-    tool_use of the assistant message right before it; every tool_use is answered in the next user
-    message; tool_use ids are unique; with ``active_request``, that text appears exactly once.
+    tool_use of the assistant message right before it and comes before the message's other blocks;
+    every tool_use is answered in the next user message; tool_use ids are unique; with
+    ``active_request``, that text appears exactly once.
     """
     problems = list(_problems(messages))
     if active_request is not None:
@@ -124,6 +125,7 @@ def _problems(messages: list[Message]) -> Iterator[str]:
             yield f"messages.{i}: roles must alternate, two {role} messages in a row"
         if role == "user":
             yield from _unmatched_results(messages, i)
+            yield from _results_after_other_blocks(message, i)
         else:
             yield from _repeated_uses(message, i, seen_ids)
             seen_ids |= {str(b.get("id")) for b in tool_uses(message)}
@@ -139,6 +141,16 @@ def _unmatched_results(messages: list[Message], i: int) -> list[str]:
         for block in tool_results(messages[i])
         if str(block.get("tool_use_id")) not in previous_uses
     ]
+
+
+def _results_after_other_blocks(message: Message, i: int) -> list[str]:
+    """A tool_result of user ``message`` (number ``i``) after a block of another type: the API takes the
+    results first, then any text."""
+    kinds = [b.get("type") for b in blocks(message)]
+    first_other = next((j for j, kind in enumerate(kinds) if kind != "tool_result"), len(kinds))
+    late = [j for j, kind in enumerate(kinds) if kind == "tool_result" and j > first_other]
+    where = f"messages.{i}.content.{late[0] if late else 0}"
+    return [f"{where}: tool_result blocks must come first in the content"] if late else []
 
 
 def _repeated_uses(message: Message, i: int, seen_ids: set[str]) -> list[str]:

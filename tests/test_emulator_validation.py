@@ -221,6 +221,15 @@ def test_rules_across_messages_come_from_the_runners_own_invariants():
     assert problems(body(messages=[])) == ["messages: at least one message is required"]
 
 
+def test_a_user_messages_tool_results_come_before_its_text():
+    use = {"role": "assistant", "content": [USE]}
+    note = {"type": "text", "text": "Here is what it found."}
+    text_first = body(messages=[*HELLO, use, {"role": "user", "content": [note, RESULT]}], tools=[TOOL])
+    assert problems(text_first) == ["messages.2.content.1: tool_result blocks must come first in the content"]
+    results_first = body(messages=[*HELLO, use, {"role": "user", "content": [RESULT, note]}], tools=[TOOL])
+    assert problems(results_first) == []
+
+
 COMPACTED = {"role": "assistant", "content": [{"type": "compaction", "content": "notes"}]}
 
 

@@ -12,7 +12,8 @@ Two steps:
    first message is from the user (or is the assistant message holding a compaction block: the API
    reads from that block on, as a user turn, so a client may drop what came before it, as the API
    documents and inspect_ai does), roles alternate, every tool_result answers a tool_use of the
-   message before and every tool_use is answered (:func:`runner.messages.request_problems`), only
+   message before and comes before its message's other blocks, and every tool_use is answered
+   (:func:`runner.messages.request_problems`), only
    the last message may be an empty assistant message, each role sends only its own block types,
    text blocks are non-empty (except inside a tool_result), at most :data:`MAX_BREAKPOINTS`
    ``cache_control`` breakpoints. The API reports these with a coarser location (``messages:``,
