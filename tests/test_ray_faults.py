@@ -67,7 +67,7 @@ def fault_run(
     jobs: int = 6,
     stop: bool = False,
     stall_s: float = 60.0,
-    files: int = 12,
+    files: int = 6,
 ) -> dict[str, Any]:
     """Run the batch (each job surveys ``files`` files); once ``pick`` names an owner (from the services'
     state), SIGKILL (or SIGSTOP) that worker's process. Returns what was seen, with ``caught`` (after a
@@ -254,7 +254,7 @@ def test_a_worker_killed_while_it_holds_the_only_summary_slot(cluster, tmp_path)
     slots had tokens numbered alike; the summary slot was never given back and every job waited."""
     # the kill comes at the third summary (of 12: 2 a job of 6 files, 7 turns); each job runs 3-4.5 s
     # (measured), time for every job of the dead worker to move and finish
-    seen = fault_run(cluster, tmp_path, "gate", _holding("gate", after_starts=3), files=6)
+    seen = fault_run(cluster, tmp_path, "gate", _holding("gate", after_starts=3))
     assert seen["state"]["gate_held"] == 1  # max_concurrent = 1: the only one
     released = check_the_run_ended_whole(seen)
     assert released.get("gate_held") == 1, released  # given back when Ray reported the worker dead
@@ -272,7 +272,7 @@ def test_a_worker_killed_while_its_calls_are_in_flight(cluster, tmp_path):
         fresh = emulator["newest"] < LATENCY_S / 2
         return holders[0] if fresh and held == state["calls_held"] == emulator["concurrent"] else None
 
-    seen = fault_run(cluster, tmp_path, "calls", pick, files=6)
+    seen = fault_run(cluster, tmp_path, "calls", pick)
     released = check_the_run_ended_whole(seen)
     assert released.get("call_held", 0) >= 1, released
     emulator = seen["emulator"]
@@ -287,7 +287,7 @@ def test_a_worker_killed_while_its_calls_are_in_flight(cluster, tmp_path):
     dropped = sum(e["turns_rerun"] for events in seen["lost_events"].values() for e in events)
     answered = emulator["outcomes"]["ok"] - emulator["summary_requests"]  # the jobs' calls answered
     assert len(seen["model"].requests) == answered, (len(seen["model"].requests), emulator["outcomes"])
-    answered_twice = answered - seen["document"]["totals"]["turns"]  # that total is exact: 6 x 13
+    answered_twice = answered - seen["document"]["totals"]["turns"]  # that total is exact: 6 x 7
     assert 0 <= answered_twice <= dropped + in_flight, (answered_twice, dropped, released)
 
 
@@ -304,16 +304,14 @@ def test_a_worker_killed_at_a_random_moment(cluster, tmp_path, seed):
             began.append(since)
         return owners[0] if owners and since - began[0] >= moment else None
 
-    seen = fault_run(cluster, tmp_path, f"random{seed}", pick, files=6)
+    seen = fault_run(cluster, tmp_path, f"random{seed}", pick)
     check_the_run_ended_whole(seen)
 
 
 def test_a_worker_that_stops_answering_is_declared_dead(cluster, tmp_path):
     """SIGSTOP: Ray still thinks the worker alive; the driver notices it answered no poll for
     ``stall_s``, kills it and moves its jobs."""
-    seen = fault_run(
-        cluster, tmp_path, "stalled", _holding("call", after_starts=2), stop=True, stall_s=3.0, files=6
-    )
+    seen = fault_run(cluster, tmp_path, "stalled", _holding("call", after_starts=2), stop=True, stall_s=3.0)
     try:
         released = check_the_run_ended_whole(seen, because="stalled")
         assert sum(released.values()) >= 1, released
