@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import RAY_TESTS, runner_env
+from conftest import RAY_TESTS, runner_env, stop_shared_ray
 
 pytestmark = RAY_TESTS
 
@@ -171,6 +171,9 @@ def test_auto_joins_a_cluster_started_with_ray_start(head, tmp_path):
 def test_auto_without_a_cluster_is_one_error_line(tmp_path):
     if not RAY.exists():
         pytest.skip("Ray is not installed (the `ray` extra)")
+    # the Ray group's shared instance (tests/conftest.py), when an earlier test of the group started it, is
+    # this process's, no cluster for ``auto`` to find: stopped (the next test that asks for it starts it)
+    stop_shared_ray()
     deadline = time.monotonic() + 30  # a cluster an earlier test stopped takes a few seconds to go
     while (running := _gcs_servers()) and time.monotonic() < deadline:
         time.sleep(0.5)
