@@ -446,7 +446,9 @@ def verdict(value: float, target: float) -> str:
     return "met" if value <= target else f"MISSED by {value / target - 1:.0%}"
 
 
-def findings(rows: list[dict[str, Any]], startup: float, floor: dict[str, Any], peer_note: str) -> str:
+def findings(
+    rows: list[dict[str, Any]], startup: float, floor: dict[str, Any], peer_note: str, startups: int = 3
+) -> str:
     n = max(r["sessions"] for r in rows)
     at = {r["executor"]: r for r in rows if r["sessions"] == n}
     local, ray, sdk = at.get("local"), at.get("ray"), at.get(FLOOR)
@@ -582,7 +584,8 @@ def findings(rows: list[dict[str, Any]], startup: float, floor: dict[str, Any], 
             )
     parts.append(
         f"Each wall time includes at least {startup:.1f} s of process start-up (importing the SDK: the "
-        "fastest of 3 start-ups measured after the rounds); the ray rows "
+        + (f"fastest of {startups} start-ups" if startups > 1 else "one start-up")
+        + " measured after the rounds); the ray rows "
         "also include starting a local Ray instance and its workers."
     )
     return " ".join(parts)
@@ -707,7 +710,8 @@ def main() -> None:
             measured.setdefault((executor, n), []).append(row)
             print(row, flush=True)
     rows = [median_row(measured[run]) for run in runs if run in measured]
-    startup = min(startup_s() for _ in range(3))
+    startups = 1 if args.smoke else 3  # a smoke run prints the figure, it does not publish it
+    startup = min(startup_s() for _ in range(startups))
     floor = floors(measured)
     floor["new_file_us"] = median_range([new_file_us() for _ in range(3)])
     write = not args.smoke and not args.sizes and not args.executors
@@ -725,7 +729,7 @@ def main() -> None:
                 "command": " ".join(["python bench/concurrency.py", *sys.argv[1:]]),
             },
         )
-    render(rows, latency, args.repeat, startup, floor, peer_note, write=write)
+    render(rows, latency, args.repeat, startup, floor, peer_note, write=write, startups=startups)
 
 
 # where the local runner's time goes, by area: (label, file suffix, function) whose cumulative time counts
@@ -1007,6 +1011,7 @@ def render(
     peer_note: str,
     write: bool,
     command: str | None = None,
+    startups: int = 3,
 ) -> None:
     """Print the table; with ``write``, put it and the findings in BENCHMARKS.md."""
     net = floor.get("net_ms_per_call", {})
@@ -1028,7 +1033,7 @@ def render(
     if NOT_INSTALLED in peer_note and not any(r["executor"] == PEER for r in rows):
         lines.append(f"| {PEER} | {', '.join(map(str, PAIRED))} | {NOT_INSTALLED} |  |  |  |  |  |  |  |")
     print("\n".join(lines))
-    print(findings(rows, startup, floor, peer_note))
+    print(findings(rows, startup, floor, peer_note, startups))
     if write:
         replace_section(
             "concurrency",

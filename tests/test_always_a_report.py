@@ -110,16 +110,17 @@ def test_a_job_stopped_by_a_limit_reports_what_it_had(
 
 
 def test_a_timed_out_api_job_writes_its_report(tmp_path: Path) -> None:
-    # 0.5 s a call: the script (29 reads) cannot finish in 8 s; the report's call fits in the tenth of
-    # the timeout kept for it (0.8 s)
-    with scripted_api(_model(), latency=Latency(seconds=0.5)) as api:
+    # 0.2 s a call: the script (29 reads, 5.8 s of latency alone) cannot finish in the 4.5 s of work
+    # the 5 s timeout leaves; the report's call fits in the tenth of the timeout kept for it (0.5 s,
+    # 0.3 s over its latency; calls took up to 0.2 s over theirs on a loaded machine)
+    with scripted_api(_model(), latency=Latency(seconds=0.2)) as api:
         # a real process: the emulator in this one must not share its interpreter with the timed job
-        done, job = _run(run_cli_process, tmp_path, "timeout_s = 8.0", backend="anthropic", **api.env)
+        done, job = _run(run_cli_process, tmp_path, "timeout_s = 5.0", backend="anthropic", **api.env)
     assert done.returncode == 1, done.stderr
     metrics = json.loads((job / "metrics.json").read_text())
     assert metrics["status"] == "timeout"
     final = (job / "final.md").read_text()
-    assert final.startswith("> **Partial report** (status `timeout`: timed out after 8 s)")
+    assert final.startswith("> **Partial report** (status `timeout`: timed out after 5 s)")
     assert re.search(r"^- \S+$", final, re.M)  # the model's answer to the request without tools
 
 

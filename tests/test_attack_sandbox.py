@@ -86,14 +86,17 @@ async def test_the_command_is_never_root(workspace):
             rows = [line.split(None, 1) for line in done.stdout.splitlines()]
             seen.extend(row[0] for row in rows if len(row) == 2 and row[1].strip() == f"sleep {marker}")
             if seen:
+                (workspace / "stop").touch()  # the command may end: its sleep was seen
                 return
             await anyio.sleep(0.1)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(look)
+        # the command keeps its sleep running until the host has seen it (a file in the workspace,
+        # which the sandbox sees read-only), 5 s at most
         done = await sh(
             f"id -u; id -g; grep -E '^Cap(Eff|Prm|Bnd)|NoNewPrivs|^Seccomp:' /proc/self/status; "
-            f'sleep {marker} & sleep 0.1; while [ -z "$(ls /tmp/stop 2>/dev/null)" ]; do '
+            f"sleep {marker} & sleep 0.1; while [ ! -e stop ]; do "
             "sleep 0.1; [ $SECONDS -gt 5 ] && break; done; kill %1",
             workspace,
         )

@@ -156,10 +156,10 @@ def model_calls(job_dir: Path) -> list[dict]:
 
 async def ten_jobs(server, workspace: Path, tmp_path: Path, cache_ttl: Literal["1h", "5m"]):
     """Ten jobs live, then in batch delivery with ``cache_ttl``: (live, batched, live stats, batch stats)."""
-    server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.2)))
+    server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.05)))
     live = await run(server, tmp_path / "live", workspace, batch=False)
     live_stats = server.stats()
-    server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.2)))
+    server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.05)))
     batched = await run(server, tmp_path / "batch", workspace, batch=True, cache_ttl=cache_ttl)
     stats = server.stats()
 
@@ -231,7 +231,7 @@ async def test_ten_jobs_in_batch_delivery_by_default_write_their_cache_for_an_ho
 
 async def test_errored_expired_and_canceled_requests_are_sent_again(server, workspace, tmp_path):
     faults = Batches(
-        turnaround_s=0.2,
+        turnaround_s=0.05,
         errored=Fault(rate=0.15),
         expired=Fault(rate=0.1),
         canceling=Fault(schedule=[2]),
@@ -311,7 +311,9 @@ async def test_the_deadline_governor_sends_calls_live_in_time_for_every_job_to_s
     else:
         batches = Batches(turnaround_s=0.05, hostile=BatchHostile(kind="drip_results", interval_s=0.5))
     server.reconfigure(EmulatorConfig(batches=batches))
-    deadline = time.time() + 10.0  # each job's loop ends 1 s before it; 5 s kept for the live calls
+    # each job's loop ends 0.7 s before the deadline (its report's reserve), its calls' cut-off 5 s before
+    # that (1.3 s in: the first calls are batched, then go live), a stalled download ends 2.5 s before it
+    deadline = time.time() + 7.0
     result = await run(
         server,
         tmp_path / "run",
@@ -530,6 +532,9 @@ def test_kill_9_with_a_batch_in_flight_then_resume_pays_for_no_request_twice(ser
     # killed while the second batch is in flight
     assert kill_runner_when(_batches_recorded(killed, 2), "run", "jobs", cwd=killed, env=_env(server))
     run_dir = next((killed / "runs").glob("*/batches.jsonl")).parent
+    # the batches the resume creates end as fast as the intact run's (the two in the journal keep the
+    # 0.6 s they were created with); the stats go on counting: no reset
+    server.state.config = EmulatorConfig(batches=Batches(turnaround_s=0.05))
     resumed = subprocess.run(
         [sys.executable, "-m", "runner", "resume", str(run_dir)],
         cwd=killed,

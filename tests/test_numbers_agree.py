@@ -38,7 +38,8 @@ def test_the_viewer_counts_retries_and_compactions_as_metrics_json_does(
         "[limits]\ncontext_char_limit = 3000\nkeep_recent_results = 1\nmax_retries = 8\n"
     )
     faults = Faults(rate_limit=Fault(schedule=[2, 5, 9]), overloaded=Fault(schedule=[3, 7]))
-    with running_emulator(EmulatorConfig(faults=faults, retry_after_s=0.01)) as emu:
+    # retry-after-ms too: the SDK waits the 10 ms, not retry-after's whole second, before each 429's retry
+    with running_emulator(EmulatorConfig(faults=faults, retry_after_s=0.01, retry_after_ms=True)) as emu:
         env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": emu.base_url}
         done = run_cli("run", "j.toml", "--backend", "anthropic", "--output-dir", "runs", cwd=tmp_path, **env)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -12,12 +12,14 @@ import argparse
 
 from ..config import ConfigError
 from .config import EmulatorConfig
-from .server import base_url_of, build_server
-from .state import EmulatorState
 
 
 def serve(args: argparse.Namespace) -> int:
     config = EmulatorConfig.from_toml(args.config) if args.config else EmulatorConfig()
+    # the server (and with it the anthropic SDK) is imported only once the config is known good
+    from .server import base_url_of, build_server
+    from .state import EmulatorState
+
     try:
         server = build_server(EmulatorState(config), args.host, args.port, log_level="info")
     except ValueError as e:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from anthropic.types.beta import BetaClearToolUses20250919EditParam
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -377,6 +376,10 @@ class ClearToolUsesEdit(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _as_the_sdk_takes_it(cls, value: Any) -> Any:
+        # imported here: the config of ``runner emulate`` imports this module, and is checked
+        # before the SDK (~1.5 s of imports) is loaded; the server has it loaded by then
+        from anthropic.types.beta import BetaClearToolUses20250919EditParam
+
         found = problems(value, BetaClearToolUses20250919EditParam)
         if found:
             raise ValueError("; ".join(found))
