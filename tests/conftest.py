@@ -241,7 +241,8 @@ async def scripted_job(
     from runner.compaction.compactor import Compactor
     from runner.compaction.summarizer import Summarizer
     from runner.config import Limits
-    from runner.emulator import EmulatorConfig, running_emulator
+    from runner.emulator.config import EmulatorConfig
+    from runner.emulator.server import running_emulator
     from runner.jobs import JobSpec
     from runner.models.anthropic import AnthropicModel
     from runner.rundir.store import read_jsonl

@@ -44,7 +44,7 @@ from runner.protocol import subagent_result
 if TYPE_CHECKING:  # the emulator imports the SDK: a process that runs the runner offline does without
     import pytest
 
-    from runner.emulator import EmulatorHandle
+    from runner.emulator.server import EmulatorHandle
 
 Call = tuple[str, dict[str, Any]]  # a tool's name and its input
 Turn = Call | Sequence[Call] | Exception  # one call, several in one reply, or a call that fails
@@ -225,7 +225,8 @@ def answer_with(emulator: EmulatorHandle, model: ScriptedModel) -> ScriptedModel
 def scripted_api(model: ScriptedModel, **config: Any) -> Iterator[ScriptedApi]:
     """The emulator (``EmulatorConfig(**config)``, without a prompt cache unless ``min_cacheable_tokens``
     is given) answering with ``model``, for the duration of the ``with`` block."""
-    from runner.emulator import EmulatorConfig, running_emulator
+    from runner.emulator.config import EmulatorConfig
+    from runner.emulator.server import running_emulator
 
     with running_emulator(EmulatorConfig(**{"min_cacheable_tokens": NO_CACHE, **config})) as emu:
         answer_with(emu, model)

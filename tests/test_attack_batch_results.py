@@ -33,8 +33,8 @@ import pytest
 from conftest import runner_env
 from scripted import ScriptedModel, reads
 
-from runner.emulator import EmulatorConfig, running_emulator
-from runner.emulator.config import Batches, BatchHostile, Fault
+from runner.emulator.config import Batches, BatchHostile, EmulatorConfig, Fault
+from runner.emulator.server import running_emulator
 from runner.models.anthropic import AnthropicModel
 from runner.models.base import Request
 from runner.models.batches import Batcher, BatchModel, result_lines

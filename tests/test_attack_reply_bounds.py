@@ -31,8 +31,8 @@ from runner.agent.session import Session
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import ConfigError, Limits, load_settings
-from runner.emulator import EmulatorConfig, running_emulator
-from runner.emulator.config import ScriptedReply
+from runner.emulator.config import EmulatorConfig, ScriptedReply
+from runner.emulator.server import running_emulator
 from runner.jobs import JobSpec
 from runner.messages import request_problems
 from runner.models.base import Reply, Request

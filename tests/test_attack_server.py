@@ -32,8 +32,8 @@ from scripted import ScriptedModel, reads
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import ConfigError, Limits
-from runner.emulator import EmulatorConfig, running_emulator
-from runner.emulator.config import Fault, Faults
+from runner.emulator.config import EmulatorConfig, Fault, Faults
+from runner.emulator.server import running_emulator
 from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
 from runner.models.anthropic import AnthropicModel, ReplyTimedOut

@@ -23,8 +23,8 @@ from scripted import ScriptedModel, answered_reads, reads
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import ConfigError, Limits, deadline_at, load_settings
-from runner.emulator import EmulatorConfig, running_emulator
-from runner.emulator.config import Batches, BatchHostile, Fault
+from runner.emulator.config import Batches, BatchHostile, EmulatorConfig, Fault
+from runner.emulator.server import running_emulator
 from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
 from runner.models.anthropic import AnthropicModel

@@ -21,7 +21,8 @@ from runner.compaction.fallback import NOTES_HEADING, fallback_summary
 from runner.compaction.summarizer import Summarizer, cut_summary
 from runner.compaction.window import Entry
 from runner.config import Limits
-from runner.emulator import EmulatorConfig, running_emulator
+from runner.emulator.config import EmulatorConfig
+from runner.emulator.server import running_emulator
 from runner.models.anthropic import AnthropicModel
 from runner.protocol import SNIP_DIGEST_CHARS, archived_span
 from runner.rundir.store import JobStore

@@ -24,7 +24,8 @@ from test_api_runs import run, small_workspace, spec
 from runner.billing import input_tokens
 from runner.compaction.clearing import clear_tool_uses
 from runner.config import ConfigError, Limits, load_settings
-from runner.emulator import EmulatorConfig, running_emulator
+from runner.emulator.config import EmulatorConfig
+from runner.emulator.server import running_emulator
 from runner.jobs import JobSpec, load_job
 from runner.pricing import PriceTable
 from runner.protocol import CLEARED_TOOL_RESULT

@@ -25,11 +25,11 @@ from scripted import ScriptedModel, answer_with
 from runner.compaction.fallback import fallback_summary
 from runner.compaction.summarizer import Summarizer
 from runner.config import ConfigError
-from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.cli import serve
 from runner.emulator.compaction import SERVER_SUMMARY_CHARS, compacted_view, effective_view, summary_input
-from runner.emulator.config import Fault
+from runner.emulator.config import EmulatorConfig, Fault
 from runner.emulator.faults import fires
+from runner.emulator.server import running_emulator
 from runner.emulator.tokens import input_tokens
 from runner.messages import request_problems
 from runner.models.anthropic import AnthropicModel, is_prompt_too_long

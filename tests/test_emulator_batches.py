@@ -15,10 +15,10 @@ from scripted import ScriptedModel, answer_with
 
 from runner.compaction.summarizer import SYSTEM_PROMPT
 from runner.config import ConfigError
-from runner.emulator import EmulatorConfig, running_emulator
 from runner.emulator.batches import turnaround_of
-from runner.emulator.config import Batches
+from runner.emulator.config import Batches, EmulatorConfig
 from runner.emulator.faults import fires
+from runner.emulator.server import running_emulator
 from runner.emulator.tokens import input_tokens
 
 pytestmark = pytest.mark.anyio

@@ -363,7 +363,7 @@ def test_a_misspelled_key_in_a_scripted_block_is_one_line_naming_the_file_and_th
     tmp_path: Path,
 ) -> None:
     from runner.config import ConfigError
-    from runner.emulator import EmulatorConfig
+    from runner.emulator.config import EmulatorConfig
 
     config = tmp_path / "emu.toml"
     config.write_text(

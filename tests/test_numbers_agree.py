@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import CliRunner
 
-from runner.emulator import EmulatorConfig, running_emulator
-from runner.emulator.config import Fault, Faults
+from runner.emulator.config import EmulatorConfig, Fault, Faults
+from runner.emulator.server import running_emulator
 from runner.offline import delegation
 from runner.pricing import USAGE_KEYS
 

@@ -31,7 +31,8 @@ from runner.cli import main
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import Limits, load_settings
-from runner.emulator import EmulatorConfig, Latency, running_emulator
+from runner.emulator.config import EmulatorConfig, Latency
+from runner.emulator.server import running_emulator
 from runner.execution.core import Batch
 from runner.execution.scheduler import run_batch
 from runner.jobs import JobSpec, find_task_files, load_jobs

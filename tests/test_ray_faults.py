@@ -30,9 +30,10 @@ from conftest import RAY_TESTS
 from scripted import answer_with, files_under
 from test_ray_executor import FINAL, anthropic_batch, report_of, scripted_jobs, settings_for, spec, workspace
 
-from runner.emulator import EmulatorConfig, Latency, running_emulator
 from runner.emulator import app as emulator_app
+from runner.emulator.config import EmulatorConfig, Latency
 from runner.emulator.faults import sleep_unless_disconnected
+from runner.emulator.server import running_emulator
 from runner.rundir.store import read_jsonl
 
 pytestmark = RAY_TESTS

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.emulator import EmulatorConfig, running_emulator
-from runner.emulator.config import ScriptedReply
+from runner.emulator.config import EmulatorConfig, ScriptedReply
+from runner.emulator.server import running_emulator
 from runner.tools.sandbox import bwrap_problem
 
 MARKER = "4242.17"  # sleep's argument: a process with it in its command line is the blocked call

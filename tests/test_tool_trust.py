@@ -26,7 +26,8 @@ from scripted import ScriptedModel
 from runner.compaction.compactor import Compactor
 from runner.compaction.summarizer import Summarizer
 from runner.config import Limits
-from runner.emulator import EmulatorConfig, running_emulator
+from runner.emulator.config import EmulatorConfig
+from runner.emulator.server import running_emulator
 from runner.execution.scheduler import Batch, run_batch
 from runner.jobs import JobSpec
 from runner.messages import request_problems, tool_results, tool_uses
