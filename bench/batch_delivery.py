@@ -62,14 +62,8 @@ from runner.billing import LONG_TTL_FACTOR  # noqa: E402
 from runner.compaction.compactor import Compactor  # noqa: E402
 from runner.compaction.summarizer import Summarizer  # noqa: E402
 from runner.config import Limits  # noqa: E402
-from runner.emulator.config import (
-    Batches,  # noqa: E402
-    EmulatorConfig,  # noqa: E402
-)
-from runner.emulator.server import (
-    EmulatorHandle,  # noqa: E402
-    running_emulator,  # noqa: E402
-)
+from runner.emulator.config import Batches, EmulatorConfig  # noqa: E402
+from runner.emulator.server import EmulatorHandle, running_emulator  # noqa: E402
 from runner.execution.scheduler import Batch, run_batch  # noqa: E402
 from runner.jobs import JobSpec  # noqa: E402
 from runner.models.anthropic import AnthropicModel  # noqa: E402

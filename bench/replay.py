@@ -322,10 +322,11 @@ def verdicts(rows: list[dict[str, Any]], window: int) -> list[str]:
     peers = [r for r in at if r["contestant"] not in RUNNER_ROWS and lost_share(r) <= lost]
     if peers:
         cheapest = min(peers, key=lambda r: r["totals"]["effective_cost_usd"])
-        ratio = cheapest["totals"]["effective_cost_usd"] / cost if cost else float("inf")
+        theirs = cheapest["totals"]["effective_cost_usd"]
+        ratio = theirs / cost if cost else (1.0 if not theirs else float("inf"))  # both free: as cheap
         out.append(
             f"ours at least 1.5x cheaper (effective) than the cheapest peer losing no more "
-            f"({cheapest['contestant']}, ${cheapest['totals']['effective_cost_usd']:.2f}): "
+            f"({cheapest['contestant']}, ${theirs:.2f}): "
             f"{'met' if ratio >= 1.5 else '**missed**'} ({ratio:.2f}x)"
         )
     else:

@@ -35,10 +35,7 @@ from conftest import calls_and_gaps, expected_row, regular_files, survey_rows, t
 from runner.compaction.compactor import Compactor  # noqa: E402
 from runner.compaction.summarizer import Summarizer  # noqa: E402
 from runner.config import Limits  # noqa: E402
-from runner.emulator.config import (
-    EmulatorConfig,  # noqa: E402
-    Latency,  # noqa: E402
-)
+from runner.emulator.config import EmulatorConfig, Latency  # noqa: E402
 from runner.emulator.server import running_emulator  # noqa: E402
 from runner.execution.scheduler import Batch, run_batch  # noqa: E402
 from runner.jobs import JobSpec  # noqa: E402

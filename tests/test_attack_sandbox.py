@@ -60,16 +60,11 @@ async def sh(
     )
 
 
-def host_processes(marker: str, *, launcher: bool = True) -> list[str]:
-    """The host uid of every process whose command line holds ``marker``; without ``launcher``, not the
-    root launcher's (``sandbox_launch.py``, whose arguments carry the script until it drops every
-    privilege and becomes bwrap)."""
+def host_processes(marker: str) -> list[tuple[str, str]]:
+    """The host uid and command line of every process whose command line holds ``marker``."""
     done = subprocess.run(["ps", "-ww", "-eo", "uid=,args="], capture_output=True, text=True, check=True)
-    return [
-        line.split()[0]
-        for line in done.stdout.splitlines()
-        if marker in line and "ps -eo" not in line and (launcher or "sandbox_launch.py" not in line)
-    ]
+    rows = [line.strip().split(None, 1) for line in done.stdout.splitlines()]
+    return [(row[0], row[1]) for row in rows if len(row) == 2 and marker in row[1] and "ps -eo" not in row[1]]
 
 
 async def test_the_command_is_never_root(workspace):
@@ -165,8 +160,11 @@ async def test_a_fork_bomb_ends_at_its_limits_and_leaves_the_host_alone(workspac
     async def watch() -> None:
         nonlocal peak
         while True:
-            assert "0" not in host_processes(name, launcher=False)  # not one of them is root on the host
-            peak = max(peak, len(host_processes(name)))
+            found = host_processes(name)
+            # not one of them is root on the host (but the root launcher, whose arguments carry the
+            # script until it drops every privilege and becomes bwrap)
+            assert "0" not in [uid for uid, args in found if "sandbox_launch.py" not in args], found
+            peak = max(peak, len(found))
             await anyio.sleep(0.2)
 
     async with anyio.create_task_group() as tg:

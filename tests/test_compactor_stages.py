@@ -577,3 +577,15 @@ async def test_prepare_under_every_threshold_serializes_only_what_was_added(tmp_
         # the transcript append serializes each new message once, and nothing else
         assert len(serialized) == 2 and sum(serialized) < 2_000 + 1_000
     assert state.record.compactions == {}
+
+
+def test_neighbours_joined_into_one_user_message_keep_its_tool_results_first():
+    """A run ending in a user text joined to a run opening with that user's tool results: one
+    message, its results first and the text after them (the API refuses text before results)."""
+    use = {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"file_path": "a.py"}}
+    note = {"role": "user", "content": [{"type": "text", "text": "A note."}]}
+    results = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}]}
+    first = [Entry.of({"role": "user", "content": "Go."}), Entry.of({"role": "assistant", "content": [use]})]
+    joined = stages.join([*first, Entry.of(note, 2)], [Entry.of(results, 3)])
+    assert [b["type"] for b in joined[-1].message["content"]] == ["tool_result", "text"]
+    assert request_problems([e.message for e in joined]) == []

@@ -833,6 +833,21 @@ def test_runner_emulate_with_a_bad_config_is_one_line_and_exit_2(tmp_path):
     assert len(done.stderr.splitlines()) == 1
 
 
+def test_runner_emulate_checks_its_config_before_it_loads_the_sdk(tmp_path):
+    """A bad config is refused before the server and the anthropic SDK are imported (their import
+    costs about 1.5 s): the command's answer comes at once."""
+    bad = tmp_path / "emulator.toml"
+    bad.write_text("rpm = -1\n")
+    probe = (
+        "import sys\nfrom runner.cli import main\n"
+        "code = main(['emulate', '--port', '0', '--config', sys.argv[1]])\n"
+        "print(code, 'anthropic' in sys.modules, 'runner.emulator.server' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(bad)], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["2", "False", "False"], done.stderr
+    assert done.stderr.startswith(f"error: {bad}: rpm: ")
+
+
 def test_the_shipped_emulator_toml_and_the_readmes_example_load():
     """The README's ``runner emulate --config emulator.toml`` names a file that ships, and its TOML
     example is a valid config."""

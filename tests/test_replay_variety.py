@@ -406,6 +406,43 @@ def test_renamed_ids_keep_each_result_with_its_call(tmp_path):
     }
 
 
+def test_a_turn_split_over_lines_keeps_each_result_with_its_call(tmp_path):
+    """An agent that writes one block a line, with ids that repeat (within a turn, or a counter that
+    starts again each turn): each result goes to its own call, in order, none is dropped."""
+    ls = ("bash", {"command": "ls"})
+    within = [
+        user(text(TASK)),
+        assistant(use("a", *ls)),
+        assistant(use("a", *ls)),
+        user(result("a", "first"), result("a", "second")),
+        assistant(text("Done.")),
+    ]
+    counter = [
+        user(text(TASK)),
+        assistant(use("call_0", *ls)),
+        user(result("call_0", "r1")),
+        assistant(use("call_0", *ls)),
+        assistant(use("call_0", *ls)),
+        user(result("call_0", "r2")),
+        user(result("call_0", "r3")),
+        assistant(text("Done.")),
+    ]
+    for name, messages, expected in (
+        ("within", within, [("a", "first"), ("a_2", "second")]),
+        ("counter", counter, [("call_0", "r1"), ("call_0_2", "r2"), ("call_0_3", "r3")]),
+    ):
+        history = load_history(write(tmp_path / f"{name}.jsonl", messages, header(messages)))
+        pairs = [
+            (b["tool_use_id"], b["content"])
+            for m in history.messages
+            if m["role"] == "user"
+            for b in m["content"]
+            if b["type"] == "tool_result"
+        ]
+        assert pairs == expected, name
+        assert "tool result answering no call" not in history.skipped, name
+
+
 def test_a_recorded_tool_named_recall_leaves_the_tool_names_unique(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path = kind_file(tmp_path, "repeated_ids")
@@ -605,8 +642,11 @@ def test_bench_verdicts_with_a_peer_that_costs_nothing():
     """A history without turns costs nothing: the verdicts still render (no division by zero)."""
     totals = {"effective_cost_usd": 0.0, "lost": 0, "needed": 0}
     rows = [{"contestant": name, "window": 16_000, "totals": totals} for name in ("ours", "some peer")]
-    lines = bench_replay.verdicts(rows, 16_000)
-    assert lines[-1] == (
+    assert bench_replay.verdicts(rows, 16_000) == [
+        "no strategy has both a lower effective cost and a smaller lost share: met",
+        "ours loses at most 1% of needed facts: met (0.00%)",
+        "ours at least 1.5x cheaper (effective) than the cheapest peer losing no more (some peer, $0.00): "
+        "**missed** (1.00x)",
         "the cheapest peer at any loss: some peer, $0.00 (ours costs - that), losing 0.0% of the needed "
-        "facts to ours' 0.00%"
-    )
+        "facts to ours' 0.00%",
+    ]

@@ -230,7 +230,10 @@ def tool_result_budget(
 
 def _merge(a: Entry, b: Entry) -> Entry:
     """Two neighbours with one role as one entry (text after tool_results, as the API requires)."""
-    merged = with_content(a.message, blocks(a.message) + blocks(b.message))
+    both = blocks(a.message) + blocks(b.message)
+    results = [block for block in both if block.get("type") == "tool_result"]
+    others = [block for block in both if block.get("type") != "tool_result"]
+    merged = with_content(a.message, results + others)
     return Entry.of(merged, a.seq if a.seq is not None else b.seq, a.seen and b.seen)
 
 

@@ -25,7 +25,7 @@ from ..messages import Message
 
 IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]{5,}(?:\.[A-Za-z_][A-Za-z0-9_]+)*"
 FACT = re.compile(IDENTIFIER + r"|(?:[\w.-]+/)+[\w.-]+")
-LONG_RUN = 256  # a run of FACT's characters at least this long is matched by :func:`_run_facts`
+LONG_RUN = 32  # a run of FACT's characters at least this long is matched by :func:`_run_facts`
 _LONG = re.compile(r"[\w./-]{" + str(LONG_RUN) + ",}")
 _IDENTIFIER = re.compile(IDENTIFIER)
 

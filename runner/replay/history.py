@@ -245,7 +245,8 @@ def _api_calls(history: History, blocks: list[dict[str, Any]]) -> list[dict[str,
         assigned.setdefault(old, []).append(call_id)
         history.ids.add(call_id)
         out.append({**block, "id": call_id, "name": name})
-    history.renamed |= {old: ids for old, ids in assigned.items() if ids != [old]}  # results in order
+    for old, ids in assigned.items():  # results in order, over every piece of a turn split in lines
+        history.renamed.setdefault(old, []).extend(ids)
     return out
 
 
