@@ -58,8 +58,10 @@ class History:
     messages: list[Message]
     header: dict[str, Any] = field(default_factory=dict)
     skipped: Counter[str] = field(default_factory=Counter)
-    ids: set[str] = field(default_factory=set)  # every tool call id so far (as replayed)
-    renamed: dict[str, list[str]] = field(default_factory=dict)  # the last message's renamed calls
+    # the loader's bookkeeping, not part of the history: every call id so far (as replayed), and the
+    # ids the last assistant message's calls were given, by their recorded id, in order
+    _ids: set[str] = field(default_factory=set, repr=False, compare=False)
+    _renamed: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def turns(self) -> int:
@@ -221,9 +223,9 @@ def _checked(history: History, block: dict[str, Any], where: str) -> dict[str, A
 
 def _api_calls(history: History, blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """An assistant message's blocks with each call's id unique and an API id, and its name an API
-    tool name (renamed and counted when not); ``history.renamed`` maps the message's renamed ids."""
+    tool name (renamed and counted when not); ``history._renamed`` maps its recorded ids to them."""
     if not history.messages or history.messages[-1]["role"] != "assistant":  # (else merged into it)
-        history.renamed = {}
+        history._renamed = {}
     assigned: dict[str, list[str]] = {}
     out = []
     for block in blocks:
@@ -235,18 +237,18 @@ def _api_calls(history: History, blocks: list[dict[str, Any]]) -> list[dict[str,
             history.skipped["tool name renamed (not an API tool name)"] += 1
             name = NOT_API.sub("_", name)[:64] or "_"
         old = call_id = block["id"]
-        if not API_ID.fullmatch(call_id) or call_id in history.ids:
+        if not API_ID.fullmatch(call_id) or call_id in history._ids:
             history.skipped["tool call id renamed (not an API id, or repeated)"] += 1
             stem = call_id = NOT_API.sub("_", call_id) or "call"
             n = 1
-            while call_id in history.ids:
+            while call_id in history._ids:
                 n += 1
                 call_id = f"{stem}_{n}"
         assigned.setdefault(old, []).append(call_id)
-        history.ids.add(call_id)
+        history._ids.add(call_id)
         out.append({**block, "id": call_id, "name": name})
     for old, ids in assigned.items():  # results in order, over every piece of a turn split in lines
-        history.renamed.setdefault(old, []).extend(ids)
+        history._renamed.setdefault(old, []).extend(ids)
     return out
 
 
@@ -267,7 +269,7 @@ def _answers_only(history: History, blocks: list[dict[str, Any]]) -> list[dict[s
     kept = []
     for block in blocks:
         if block["type"] == "tool_result":
-            renamed = history.renamed.get(block["tool_use_id"])
+            renamed = history._renamed.get(block["tool_use_id"])
             if renamed:
                 block = {**block, "tool_use_id": renamed.pop(0)}
             if block["tool_use_id"] not in calls:
