@@ -650,3 +650,21 @@ def test_bench_verdicts_with_a_peer_that_costs_nothing():
         "the cheapest peer at any loss: some peer, $0.00 (ours costs - that), losing 0.0% of the needed "
         "facts to ours' 0.00%",
     ]
+
+
+def test_a_fifo_or_an_oversized_file_is_refused_in_one_line(tmp_path, monkeypatch):
+    """A history is read whole: a FIFO (whose read would wait for a writer) and a file over the cap
+    are each one error naming the file, never a hang or a read of everything."""
+    import os
+
+    from runner.replay import history as history_module
+
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(HistoryError, match=f"^{re.escape(str(fifo))}: not a regular file$"):
+        load_history(fifo)
+    big = write(tmp_path / "big.jsonl", [user(text(TASK)), assistant(text("x" * 2000))], None)
+    monkeypatch.setattr(history_module, "MAX_HISTORY_BYTES", 1000)
+    refused = f"^{re.escape(str(big))}: over 1,000 bytes; a history is read whole$"
+    with pytest.raises(HistoryError, match=refused):
+        load_history(big)

@@ -10,7 +10,8 @@ Guarantees:
   neither a string, null, nor a list of blocks, a header whose ``system`` is neither a string, null,
   nor a list of text blocks, a line nested deeper than :data:`MAX_DEPTH` arrays and objects (no agent
   writes one, and every contestant copies and converts messages by recursion), a history that does
-  not start with the user, an empty file or one whose every message is empty); what can be replayed
+  not start with the user, an empty file or one whose every message is empty, a file that is not a
+  regular file or is over :data:`MAX_HISTORY_BYTES`); what can be replayed
   without changing what was said is a counted skip (:attr:`History.skipped`): an unknown
   block type (thinking, image...), in a message or in a tool result's content, a text block without
   a word (the API takes none), a tool result answering no call of the assistant message before it, a
@@ -30,7 +31,9 @@ Guarantees:
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +47,7 @@ API_ID = re.compile(r"[A-Za-z0-9_-]+")
 API_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 NOT_API = re.compile(r"[^A-Za-z0-9_-]")
 BOM = "\ufeff"
+MAX_HISTORY_BYTES = 256 * 2**20  # a history is read whole (the 7 shared ones are 0.13-0.35 MB each)
 MAX_DEPTH = 100  # arrays and objects inside one another in a line (a message's own levels included)
 
 
@@ -71,9 +75,16 @@ class History:
 def load_history(path: Path) -> History:
     """The history in ``path`` (see the module's guarantees)."""
     try:
-        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO does not block the open
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise HistoryError(f"{path}: not a regular file")
+            data = f.read(MAX_HISTORY_BYTES + 1)
     except OSError as e:
         raise HistoryError(f"{path}: cannot read it: {e.strerror or e}") from None
+    if len(data) > MAX_HISTORY_BYTES:
+        raise HistoryError(f"{path}: over {MAX_HISTORY_BYTES:,} bytes; a history is read whole")
+    text = data.decode("utf-8", errors="surrogateescape")
     header: dict[str, Any] = {}
     has_header, header_line = False, 1
     records: list[tuple[int, dict[str, Any]]] = []
