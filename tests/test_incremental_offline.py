@@ -249,6 +249,38 @@ def test_unchanged_importers_of_a_changed_module_are_carried_over_not_read(
     assert 0 < doc["cost_usd"] <= 2 * plain["cost_usd"], (doc["cost_usd"], plain["cost_usd"])
 
 
+def test_the_change_lists_are_read_back_up_to_the_dependents_pairs_only(run_cli: Any, tmp_path: Path) -> None:
+    """300 unchanged files import a changed module: the saved changes end with 300 pairs (some 12 KB,
+    pages of them). The survey reads the lists of changes back (to look files up, then to queue its
+    reads) and stops at the pairs' heading: no recall of that file starts past it."""
+    root = tmp_path / "p"
+    ws = root / "ws"
+    (ws / "lib").mkdir(parents=True)
+    (ws / "lib" / "core.py").write_text('"""core."""\n\n\ndef core():\n    return 1\n')
+    for i in range(300):
+        (ws / f"app_{i // 30}").mkdir(exist_ok=True)
+        (ws / f"app_{i // 30}" / f"user_{i:03d}.py").write_text("from lib.core import core\n\nx = core()\n")
+    (root / "jobs").mkdir()
+    task = f'prompt = "{PROMPT}"\nworkspace = "../ws"\nincremental = true\n'
+    (root / "jobs" / "survey.toml").write_text(task)
+    (root / "config.toml").write_text('[runner]\noutput_dir = "runs"\nbackend = "offline"\n')
+    night(run_cli, root)
+    with (ws / "lib" / "core.py").open("a") as f:
+        f.write("\n\ndef more():\n    return 3\n")
+    for i in range(40):  # enough changes that the reads take the lists back page by page
+        (ws / "lib" / f"new_{i:02d}.py").write_text(f"def new_{i}():\n    return {i}\n")
+    second, doc = night(run_cli, root)
+    assert doc["status"] == "succeeded" and doc["incremental"]["files_dependent"] == 300
+    saved = (second / "tool-results" / "baseline-changes.txt").read_text()
+    pairs_at = saved.index("\ndependents (300):\n") + 1
+    recalls = calls(second, "recall")
+    starts = [c.get("offset", 0) for c in recalls if c["path"].endswith("baseline-changes.txt")]
+    assert starts and max(starts) < pairs_at, (starts, pairs_at)
+    assert sorted(c["file_path"] for c in calls(second, "read")) == sorted(
+        ["lib/core.py", *(f"lib/new_{i:02d}.py" for i in range(40))]
+    )
+
+
 def test_a_resumed_incremental_night_ends_with_the_report_of_an_uninterrupted_one(
     run_cli: Any, tmp_path: Path
 ) -> None:

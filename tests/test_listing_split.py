@@ -58,6 +58,27 @@ def test_without_a_common_beginning_the_split_is_by_name_classes() -> None:
     assert split("ab*") == ["ab" + c + "*" for c in NAME_CLASSES] + ["ab"]
 
 
+@pytest.mark.parametrize("template", ["user_{:03d}.py", "{:04d}_migration.py", "{}"])
+def test_a_directory_of_numbered_names_is_listed_in_a_few_levels(template: str) -> None:
+    """300 names that differ in their digits only: every cut answer (over 200, its first 200 shown)
+    splits into patterns that match fewer, so the listing ends; before digits had classes of their own,
+    ``user_[!a-zA-Z]*`` matched all 300 again at every level."""
+    pool = [template.format(i) for i in range(300)]
+    queue, answered, asked = ["*"], set(), 0
+    while queue:
+        pattern = queue.pop()
+        asked += 1
+        assert asked < 200, "the narrowing does not end"
+        got = matched(pattern, pool)
+        if len(got) <= 200:
+            answered |= got
+            continue
+        parts = split(pattern, sorted(got)[:200])
+        assert_partition(pattern, parts, pool)
+        queue += [p for p in parts if p != pattern]
+    assert answered == set(pool)
+
+
 def test_no_split_asks_for_a_name_no_entry_can_have() -> None:
     for shown in (["beta_a", "beta_b"], [".hidden_a", ".hidden_b"], ["..a", "..b"]):
         parts = split("*", shown)

@@ -538,6 +538,7 @@ def _learn_recall(turn: Turn, item: list[Any], text: str) -> None:
     body, last = _page(item, text)
     if item[1] in ("changes", "queue"):
         _learn_changes(s, body, first, queue=item[1] == "queue")
+        last = last or s.inc["kind"] == DEPENDENTS_KIND  # the pairs after the lists: no file to read
     elif item[1] == "shown":
         _learn_shown(s.inc, body)
         last = True

@@ -79,7 +79,8 @@ BINARY_EXTENSIONS = frozenset(
     }
 )
 FIRST = ("*", "**/*")  # the first queries, at the workspace root (``*`` first: it gives the root)
-NAME_CLASSES = ("[a-f]", "[g-m]", "[n-s]", "[t-z]", "[A-Z]", "[!a-zA-Z]")
+# digits in two halves: a directory of numbered names (``0001_initial.py``, ``user_123.py``) narrows too
+NAME_CLASSES = ("[a-f]", "[g-m]", "[n-s]", "[t-z]", "[A-Z]", "[0-4]", "[5-9]", "[!a-zA-Z0-9]")
 
 
 def rel(root: str | None, path: str) -> str:
