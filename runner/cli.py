@@ -249,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="FILE",
         help="a history: shared/trajectories' JSONL (a header line, then one message a line) or a job's "
-        "transcript.jsonl",
+        "transcript.jsonl; a directory: its *.jsonl files (a job's directory: its transcript.jsonl)",
     )
     replay.add_argument(
         "--context-tokens",

@@ -276,3 +276,29 @@ def test_a_runner_transcript_replays_with_its_job_system(tmp_path, capsys, monke
     assert history.system == "You survey code." and history.turns == 2
     document = _cli_json(capsys, str(job / "transcript.jsonl"))
     assert document["totals"]["needed"] == 1 and document["totals"]["in_context"] == 1
+
+
+def test_a_directory_stands_for_its_histories(tmp_path, capsys, monkeypatch):
+    """A directory of histories is its ``*.jsonl`` files in name order (the same document as naming
+    them); a job's directory is its transcript.jsonl alone (not events.jsonl, context.jsonl...); a
+    directory with no history is exit 2 naming it."""
+    monkeypatch.chdir(tmp_path)
+    histories = tmp_path / "histories"
+    histories.mkdir()
+    (histories / "README.md").write_text("not a history")
+    for name, padding in (("b.jsonl", 2), ("a.jsonl", 3)):
+        fact_history(tmp_path, padding_turns=padding).rename(histories / name)
+    by_dir = _cli_json(capsys, str(histories))
+    by_files = _cli_json(capsys, str(histories / "a.jsonl"), str(histories / "b.jsonl"))
+    assert [f["file"] for f in by_dir["files"]] == ["a.jsonl", "b.jsonl"]
+    assert by_dir == by_files
+    job = tmp_path / "run" / "job"
+    job.mkdir(parents=True)
+    messages = [{"role": "user", "content": "Survey."}, _call(1, "ls"), _result(1, "alpha_module.py")]
+    (job / "transcript.jsonl").write_text("".join(json.dumps(m) + "\n" for m in messages))
+    (job / "events.jsonl").write_text('{"event": "not a message"}\n')
+    assert [f["file"] for f in _cli_json(capsys, str(job))["files"]] == ["transcript.jsonl"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["replay", str(empty)]) == 2
+    assert f"{empty}: a directory without a history in it (no *.jsonl file)" in capsys.readouterr().err

@@ -22,7 +22,7 @@ from ..billing import input_tokens
 from ..config import Limits
 from .contestant import CompactorContestant, Contestant, DeterministicSummarizer
 from .engine import FileReport, ReplayOptions, replay
-from .history import History, HistoryError, load_history
+from .history import History, HistoryError, history_paths, load_history
 
 SUMMARIZER_NAME = (
     "the runner's deterministic fallback summary (runner.compaction.fallback), billed as a call of"
@@ -70,10 +70,10 @@ async def replay_files(
     *,
     progress: Callable[[FileReport, float], None] | None = None,
 ) -> list[FileReport]:
-    """Each history in ``paths`` replayed by a fresh contestant (``make(job_dir)``, on a scratch job
-    directory removed after). Raises :class:`HistoryError` before replaying anything when one file
-    is not a history."""
-    histories: list[History] = [load_history(p) for p in paths]
+    """Each history in ``paths`` (a directory: the histories in it) replayed by a fresh contestant
+    (``make(job_dir)``, on a scratch job directory removed after). Raises :class:`HistoryError` before
+    replaying anything when one file is not a history."""
+    histories: list[History] = [load_history(p) for p in history_paths(paths)]
     reports = []
     for history in histories:
         started = time.perf_counter()

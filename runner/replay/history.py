@@ -1,6 +1,7 @@
 """A recorded agent history, read from disk: the neutral Messages-API JSONL of ``shared/trajectories/``
 (line 1 a header with ``system``, ``task``, ``source``..., then one message a line) or a runner job's
-own ``transcript.jsonl`` (one message a line; the system prompt from ``job.json`` beside it).
+own ``transcript.jsonl`` (one message a line; the system prompt from ``job.json`` beside it). A directory
+stands for the histories in it (:func:`history_paths`).
 
 Guarantees:
 - A history is data from anywhere. What cannot be replayed is a :class:`HistoryError` naming the file
@@ -35,6 +36,7 @@ import os
 import re
 import stat
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,23 @@ class History:
     @property
     def turns(self) -> int:
         return sum(1 for m in self.messages if m["role"] == "assistant")
+
+
+def history_paths(paths: Iterable[Path]) -> list[Path]:
+    """The histories ``paths`` name: a file as it is; a directory, its ``*.jsonl`` files in name order,
+    or, for a job's directory, its ``transcript.jsonl`` alone. :class:`HistoryError` for a directory
+    that holds none."""
+    found: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            found.append(path)
+            continue
+        transcript = path / "transcript.jsonl"
+        inside = [transcript] if transcript.is_file() else sorted(path.glob("*.jsonl"))
+        if not inside:
+            raise HistoryError(f"{path}: a directory without a history in it (no *.jsonl file)")
+        found += inside
+    return found
 
 
 def load_history(path: Path) -> History:
