@@ -592,29 +592,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.json:
         print(json_printable(json.dumps(document, ensure_ascii=False, indent=1)))
         return 0
-    from rich import box
-    from rich.table import Table
-
-    table = Table(
-        box=box.SIMPLE, title=f"replay: {strategy}, window {limits.context_token_limit or '-'} tokens"
-    )
-    for column in ("file", "turns", "sent", "cost", "effective", "needed", "in ctx", "recov.", "lost"):
-        table.add_column(
-            column, justify="left" if column == "file" else "right", no_wrap=True, overflow="ellipsis"
-        )
-    for row in [*document["files"], {"file": "total", **document["totals"]}]:
-        table.add_row(
-            escape(printable(Path(str(row["file"])).stem)),
-            f"{row['turns']:,}",
-            f"{row['tokens_sent'] / 1e6:.2f}M",
-            f"${row['cost_usd']:.3f}",
-            f"${row['effective_cost_usd']:.3f}",
-            f"{row['needed']:,}",
-            f"{row['in_context']:,}",
-            f"{row['recoverable']:,}",
-            f"{row['lost']:,}",
-        )
-    out.print(table)
+    window = limits.context_token_limit or "-"
+    out.print(_replay_table(document, title=f"replay: {strategy}, window {window} tokens", width=out.width))
     done = document["totals"]
     out.print(
         escape(
@@ -626,6 +605,41 @@ def cmd_replay(args: argparse.Namespace) -> int:
         soft_wrap=True,
     )
     return 0
+
+
+REPLAY_HEADERS = ("file", "turns", "sent", "cost", "effective", "needed", "in ctx", "recov.", "lost")
+
+
+def _replay_table(document: dict[str, Any], *, title: str, width: int) -> Any:
+    """``runner replay``'s table of ``document``, ``width`` columns wide: every number whole, a file name
+    too long for the rest cut at its start (where histories' names differ least)."""
+    from rich import box
+    from rich.table import Table
+
+    rows = [
+        [
+            printable(Path(str(row["file"])).stem),
+            f"{row['turns']:,}",
+            f"{row['tokens_sent'] / 1e6:.2f}M",
+            f"${row['cost_usd']:.3f}",
+            f"${row['effective_cost_usd']:.3f}",
+            f"{row['needed']:,}",
+            f"{row['in_context']:,}",
+            f"{row['recoverable']:,}",
+            f"{row['lost']:,}",
+        ]
+        for row in [*document["files"], {"file": "total", **document["totals"]}]
+    ]
+    widths = [max(len(column), *(len(r[i]) for r in rows)) for i, column in enumerate(REPLAY_HEADERS)]
+    room = max(8, width - sum(widths[1:]) - 3 * (len(REPLAY_HEADERS) - 1))  # 3 between two columns
+    table = Table(box=box.SIMPLE, title=title, show_edge=False, pad_edge=False)
+    for i, column in enumerate(REPLAY_HEADERS):
+        table.add_column(
+            column, justify="right" if i else "left", no_wrap=True, min_width=widths[i] if i else None
+        )
+    for name, *numbers in rows:
+        table.add_row(escape(name if len(name) <= room else "…" + name[1 - room :]), *numbers)
+    return table
 
 
 if __name__ == "__main__":

@@ -302,3 +302,26 @@ def test_a_directory_stands_for_its_histories(tmp_path, capsys, monkeypatch):
     empty.mkdir()
     assert main(["replay", str(empty)]) == 2
     assert f"{empty}: a directory without a history in it (no *.jsonl file)" in capsys.readouterr().err
+
+
+def test_the_table_on_an_80_column_pipe_shows_every_number_whole(tmp_path, capsys, monkeypatch):
+    """Long history names on a pipe (80 columns): each name is cut at its start, its numbers whole
+    (rich cut them to '$1…' before)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "80")
+    names = [f"a_long_agent_and_model_and_benchmark_name_of_instance_{n}" for n in ("1111", "2222")]
+    for name, padding in zip(names, (2, 3), strict=True):
+        fact_history(tmp_path, padding_turns=padding).rename(tmp_path / f"{name}.jsonl")
+    paths = [str(tmp_path / f"{name}.jsonl") for name in names]
+    document = _cli_json(capsys, *paths)
+    assert main(["replay", *paths]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines[:-1]) <= 80  # the table's lines (not the compactions line)
+    for name, row in zip(names, document["files"], strict=True):
+        (line,) = [line for line in lines if line.startswith("…") and name[-4:] + " " in line]
+        cells = line.split()[1:]
+        assert cells[2:5] == [
+            f"${row['cost_usd']:.3f}",
+            f"${row['effective_cost_usd']:.3f}",
+            str(row["needed"]),
+        ]
