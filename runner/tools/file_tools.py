@@ -55,8 +55,6 @@ MAX_IMAGE_BASE64_BYTES = 5 * 1024 * 1024
 MAX_PDF_BYTES = 20 * 1024 * 1024
 GLOB_RESULT_LIMIT = 200
 WALK_MAX_ENTRIES = 50_000
-GREP_OUTPUT_LIMIT = 100 * 1024
-GREP_MAX_LINE_LENGTH = 2000
 BINARY_MEDIA_TYPES = {
     ".png": "image/png",
     ".jpg": "image/jpeg",
@@ -163,10 +161,9 @@ def encode(content: str) -> bytes:
 # --- read -----------------------------------------------------------------------------------------
 
 
-def _view_range(args: dict[str, Any]) -> tuple[int, int] | None:
-    """``(start, end)`` of a ``view_range``: start from 1 (0 taken as 1), end ``-1`` (or 0) for the end of
-    the file, as the SDK took them; anything else is an error."""
-    value = args.get("view_range")
+def _pair(args: dict[str, Any], key: str, unit: str) -> tuple[int, int] | None:
+    """The two integers of a ``view_range`` or ``byte_range`` (None when it is absent or empty)."""
+    value = args.get(key)
     if value is None or value == []:
         return None
     if (
@@ -174,8 +171,16 @@ def _view_range(args: dict[str, Any]) -> tuple[int, int] | None:
         or len(value) != 2
         or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     ):
-        raise ToolFailure("read: view_range must be [start_line, end_line] (two integers)")
-    start, end = value
+        raise ToolFailure(f"read: {key} must be [start_{unit}, end_{unit}] (two integers)")
+    return value[0], value[1]
+
+
+def _view_range(args: dict[str, Any]) -> tuple[int, int] | None:
+    """``(start, end)`` of a ``view_range``: start from 1 (0 taken as 1), end ``-1`` (or 0) for the end of
+    the file, as the SDK took them; anything else is an error."""
+    if (pair := _pair(args, "view_range", "line")) is None:
+        return None
+    start, end = pair
     if start < 0 or end < -1 or 0 < end < start:
         raise ToolFailure(
             f"read: view_range [{start}, {end}] is not a range of lines: start at 1 or later, "
@@ -260,13 +265,6 @@ def _past_the_end(path: str, start: int, end: int, *, lines: int) -> ToolFailure
     )
 
 
-def _decode(op: str, path: str, data: bytes, *, what: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ToolFailure(f"{op}: {path}: not valid UTF-8 text ({what})") from None
-
-
 def _chunks(f: Any, stop_at: float) -> Iterator[bytes]:
     while chunk := f.read(_CHUNK):
         if time.monotonic() > stop_at:
@@ -295,16 +293,9 @@ def _range(f: Any, path: str, start: int, *, end: int, limit: int, stop_at: floa
 
 
 def _byte_range(args: dict[str, Any]) -> tuple[int, int] | None:
-    value = args.get("byte_range")
-    if value is None or value == []:
+    if (pair := _pair(args, "byte_range", "byte")) is None:
         return None
-    if (
-        not isinstance(value, list)
-        or len(value) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-    ):
-        raise ToolFailure("read: byte_range must be [start_byte, end_byte] (two integers)")
-    start, end = value
+    start, end = pair
     if start < 0 or end <= start:
         raise ToolFailure(
             f"read: byte_range [{start}, {end}] is not a range of bytes: start at 0 or later, "
@@ -493,25 +484,19 @@ def _replace(op: str, path: str, dirfd: int, *, name: str, data: bytes) -> None:
         raise
 
 
-def _write_at(op: str, root: Root, rel: str, *, path: str, data: bytes, create: bool) -> None:
+def write_beneath(op: str, root: Root, rel: str, *, path: str, data: bytes, create: bool = True) -> None:
+    """``data`` put at ``rel`` beneath ``root`` (its directories made unless ``create`` is false), as
+    ``write`` does; raises :class:`ToolFailure` (``op`` and ``path`` name the call in its text)."""
     try:
         dirfd, name = parent_beneath(root, rel, create=create)
+        try:
+            _replace(op, path, dirfd, name=name, data=data)
+        finally:
+            os.close(dirfd)
     except Outside:
         raise ToolFailure(f"{op}: " + OUTSIDE.format(path=path)) from None
     except OSError as e:
         raise ToolFailure(f"{op}: {path}: {reason(e)}") from None
-    try:
-        _replace(op, path, dirfd, name=name, data=data)
-    except OSError as e:
-        raise ToolFailure(f"{op}: {path}: {reason(e)}") from None
-    finally:
-        os.close(dirfd)
-
-
-def write_beneath(op: str, root: Root, rel: str, *, path: str, data: bytes) -> None:
-    """``data`` put at ``rel`` beneath ``root`` (its directories made), as ``write`` does; raises
-    :class:`ToolFailure` (``op`` and ``path`` name the call in its text)."""
-    _write_at(op, root, rel, path=path, data=data, create=True)
 
 
 def write(workspace: str, args: dict[str, Any], stop_at: float) -> str:
@@ -520,14 +505,7 @@ def write(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     content = string_arg("write", args, "content")
     assert content is not None
     with Root.open_exact(workspace) as root:
-        _write_at(
-            "write",
-            root,
-            target("write", root, path, workspace),
-            path=path,
-            data=encode(content),
-            create=True,
-        )
+        write_beneath("write", root, target("write", root, path, workspace), path=path, data=encode(content))
     return f"wrote {len(content)} bytes to {path}"
 
 
@@ -552,14 +530,17 @@ def edit(workspace: str, args: dict[str, Any], stop_at: float) -> str:
                 data = f.read(DEFAULT_MAX_FILE_BYTES + 1)
             except OSError as e:
                 raise ToolFailure(f"edit: {path}: {reason(e)}") from None
-        text = _decode("edit", path, data, what="cannot edit binary files")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ToolFailure(f"edit: {path}: not valid UTF-8 text (cannot edit binary files)") from None
         count = text.count(old)
         if count == 0:
             raise ToolFailure(f"edit: old_string not found in {path}")
         if not replace_all and count > 1:
             raise ToolFailure(f"edit: old_string appears {count} times in {path} (must be unique)")
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-        _write_at("edit", root, rel, path=path, data=encode(updated), create=False)
+        write_beneath("edit", root, rel, path=path, data=encode(updated), create=False)
     return f"edited {path} ({count if replace_all else 1} replacement(s))"
 
 
