@@ -33,6 +33,7 @@ import os
 import platform
 import stat
 from collections import deque
+from contextlib import suppress
 from dataclasses import dataclass
 
 RESOLVE_NO_XDEV = 0x01
@@ -362,10 +363,8 @@ class _Walk:
         except FileNotFoundError:
             if not self.create or last:
                 raise
-        try:
+        with suppress(FileExistsError):
             os.mkdir(name, 0o777, dir_fd=top)
-        except FileExistsError:
-            pass
         self.todo.appendleft(name)
         return None
 

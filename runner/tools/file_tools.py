@@ -34,6 +34,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from typing import Any
 
 from .. import protocol
@@ -469,18 +470,14 @@ def _replace(op: str, path: str, dirfd: int, *, name: str, data: bytes) -> None:
                 view = view[os.write(fd, view) :]
             if old is not None:
                 os.fchmod(fd, stat.S_IMODE(old.st_mode))
-                try:
+                with suppress(OSError):
                     os.fchown(fd, old.st_uid, old.st_gid)
-                except OSError:
-                    pass
         finally:
             os.close(fd)
         os.rename(temp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
     except BaseException:
-        try:
+        with suppress(OSError):
             os.unlink(temp, dir_fd=dirfd)
-        except OSError:
-            pass
         raise
 
 

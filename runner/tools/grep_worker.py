@@ -42,6 +42,7 @@ import signal
 import stat
 import sys
 from collections.abc import Iterator
+from contextlib import suppress
 from typing import Any, BinaryIO
 
 from .beneath import (
@@ -244,11 +245,9 @@ def grep(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _die_with_parent() -> None:
-    try:
+    with suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
     if os.getppid() == 1:
         sys.exit(1)  # the runner is already gone
 
@@ -258,26 +257,22 @@ def _cpu_cap(cpu_s: float) -> None:
     limit moves: an unprivileged kept worker could not raise a hard one again for its next request."""
     used = resource.getrusage(resource.RUSAGE_SELF)
     soft = int(used.ru_utime + used.ru_stime) + max(1, int(cpu_s)) + 1
-    try:
+    with suppress(ValueError, OSError):
         _, hard = resource.getrlimit(resource.RLIMIT_CPU)
         resource.setrlimit(
             resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard)
         )
-    except (ValueError, OSError):
-        pass
 
 
 def _memory_cap(most: int = ADDRESS_SPACE) -> None:
     """At most ``most`` bytes of address space (``RLIMIT_AS``) when the worker has no limit of its own:
     past it an allocation fails (a MemoryError, answered as an error) instead of growing without end."""
-    try:
+    with suppress(ValueError, OSError):
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         if soft == resource.RLIM_INFINITY:
             resource.setrlimit(
                 resource.RLIMIT_AS, (most if hard == resource.RLIM_INFINITY else min(most, hard), hard)
             )
-    except (ValueError, OSError):
-        pass
 
 
 def answer(line: bytes) -> bytes:

@@ -64,6 +64,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -184,15 +185,13 @@ def fix_modes(workspace: str, since: float) -> int:
     except OSError:
         return 0
     with root:  # the workspace itself is the operator's: no call can chmod it
-        try:
+        with suppress(OSError):
             for found in walk_beneath(root.fd, paths=False, look=lambda st: st.st_ctime >= since):
                 st = found.st
                 if st is None or not st.st_mode & WORLD_WRITABLE or stat.S_ISLNK(st.st_mode):
                     continue
                 if st.st_ctime >= since:
                     fixed += _not_world_writable(found.dir_fd, found.name)
-        except OSError:
-            pass
     return fixed
 
 
@@ -224,10 +223,8 @@ def _stage() -> str:
 
 
 def _remove_stage(path: str) -> None:
-    try:
+    with suppress(OSError):
         os.rmdir(path)
-    except OSError:
-        pass
 
 
 def argv_for(
@@ -340,10 +337,8 @@ class Launch:
 
     def close(self) -> None:
         for fd in (*self.fds, *((self.info_read,) if self.info_read is not None else ())):
-            try:
+            with suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         self.fds, self.info_read = (), None
 
 
@@ -615,10 +610,8 @@ def _remove_stale_cgroups(parent: str) -> None:
         launcher = name.removeprefix(sandbox_launch.CGROUP_PREFIX)
         if not launcher.isdigit() or job_budget.pid_alive(int(launcher)):
             continue
-        try:
+        with suppress(OSError):
             os.rmdir(os.path.join(parent, name))
-        except OSError:
-            pass
 
 
 _WAITS = 256  # threads of one event loop waiting for bwrap's info at once (each a few milliseconds)
@@ -662,7 +655,5 @@ def _kill_tree(pid: int, init_pid: int | None) -> None:
     the call is left. Then bwrap's process group (and, without a sandbox, the shell's)."""
     for kill, target in ((os.kill, init_pid), (os.killpg, pid)):
         if target is not None:
-            try:
+            with suppress(ProcessLookupError):
                 kill(target, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
