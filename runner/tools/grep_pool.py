@@ -166,12 +166,6 @@ class _Pool:
     slots: _Slots
     holders: int = 0  # holders open on this loop (kept_while_open): finished workers are kept meanwhile
 
-    def keep(self, worker: _Worker) -> None:
-        self.idle.append(worker)
-
-    def take(self) -> _Worker:
-        return self.idle.pop()
-
 
 _pools: RunVar[_Pool] = RunVar("runner.tools.grep_pool")  # one per event loop, gone with it
 
@@ -244,7 +238,7 @@ async def _ask(pool: _Pool, request: dict[str, Any]) -> dict[str, Any]:
     is killed."""
     worker = None
     while pool.idle and worker is None:
-        worker = pool.take()
+        worker = pool.idle.pop()
         if worker.process.returncode is not None:  # it left on its own (idle too long)
             await _kill(worker)
             worker = None
@@ -282,7 +276,7 @@ async def _ask(pool: _Pool, request: dict[str, Any]) -> dict[str, Any]:
             and (not worker.niced or _renice(worker, os.getpriority(os.PRIO_PROCESS, 0)))
         )
         if kept:
-            pool.keep(worker)
+            pool.idle.append(worker)
         return answer
     finally:
         if not kept:

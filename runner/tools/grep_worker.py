@@ -157,10 +157,8 @@ class _Search:
             opened, _ = open_regular(root, rel, no_symlinks=True)
         except (OSError, ValueError):
             return
-        try:
+        with suppress(OSError):
             self.scan(opened, f"{root.real}/{rel}")
-        except OSError:
-            return
 
 
 def _listing(root: Root, here: str) -> tuple[list[str], list[str]]:
