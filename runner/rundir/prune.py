@@ -172,9 +172,7 @@ def prune(
 
 def human_bytes(n: int) -> str:
     """``812 bytes``, ``3.4 MB``, ``1.2 GB`` (powers of 1000)."""
-    if n < 1000:
-        return f"{n:,} bytes"
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= size:
             return f"{n / size:,.1f} {unit}"
-    raise AssertionError(n)  # unreachable: n >= 1000 meets KB
+    return f"{n:,} bytes"
