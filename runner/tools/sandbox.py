@@ -589,16 +589,8 @@ def _remove_call_cgroup(pid: int) -> None:
     found = sandbox_launch.call_cgroup(pid)
     if found is None or not os.path.isdir(found[0]):
         return
-    where = found[0]
-    for _ in range(50):
-        try:
-            os.rmdir(where)
-            break
-        except FileNotFoundError:
-            break
-        except OSError:
-            time.sleep(0.02)
-    _remove_stale_cgroups(os.path.dirname(where))
+    job_budget.remove_dir(found[0], tries=50)
+    _remove_stale_cgroups(os.path.dirname(found[0]))
 
 
 def _remove_stale_cgroups(parent: str) -> None:
@@ -608,10 +600,8 @@ def _remove_stale_cgroups(parent: str) -> None:
         return
     for name in names:
         launcher = name.removeprefix(sandbox_launch.CGROUP_PREFIX)
-        if not launcher.isdigit() or job_budget.pid_alive(int(launcher)):
-            continue
-        with suppress(OSError):
-            os.rmdir(os.path.join(parent, name))
+        if launcher.isdigit() and not job_budget.pid_alive(int(launcher)):
+            job_budget.remove_dir(os.path.join(parent, name), tries=1)
 
 
 _WAITS = 256  # threads of one event loop waiting for bwrap's info at once (each a few milliseconds)
