@@ -20,25 +20,21 @@ from dataclasses import dataclass
 from html import escape
 
 from ...compaction.stages import Stage
-from ...rundir.docs import Status
+from ..report import STATUS_STYLE
 
 OTHER_STAGE_COLOR = "#555"  # an event line of no known stage
 GROUP_STRIP = 26  # pixels under a line chart's plot for its groups of marks
 MOST_POINTS = 1_600  # points of one series drawn, at most (about two per pixel of a 760-pixel chart)
-STATUS_COLORS: dict[str, str] = {
-    Status.SUCCEEDED: "#2ca02c",
-    Status.FAILED: "#d62728",
-    Status.TIMEOUT: "#ff7f0e",
-    Status.MAX_TURNS: "#ff7f0e",
-    Status.BUDGET_EXCEEDED: "#ff7f0e",
-    Status.STUCK: "#ff7f0e",
-    Status.DISK_QUOTA: "#ff7f0e",
-    Status.CANCELLED: "#9467bd",
-    Status.RUNNING: "#1f77b4",
-    Status.QUEUED: "#aaaaaa",
-    Status.NOT_STARTED: "#aaaaaa",
-    Status.INTERRUPTED: "#d62728",
+# a status's chart colour: that of its style in the terminal's run table (report.STATUS_STYLE)
+STYLE_COLORS = {
+    "green": "#2ca02c",
+    "red": "#d62728",
+    "yellow": "#ff7f0e",
+    "magenta": "#9467bd",
+    "cyan": "#1f77b4",
+    "dim": "#aaaaaa",
 }
+STATUS_COLORS: dict[str, str] = {status: STYLE_COLORS[style] for status, style in STATUS_STYLE.items()}
 
 
 def stage_color(stage: str) -> str:
