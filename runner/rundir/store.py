@@ -505,8 +505,8 @@ class JobStore:
         self.bytes_used += delta
         self._sizes.update(sizes)
 
-    async def write_json(self, name: str, obj: Any, pretty: bool = True) -> None:
-        await self.write_text(name, json.dumps(obj, ensure_ascii=False, indent=2 if pretty else None) + "\n")
+    async def write_json(self, name: str, obj: Any) -> None:
+        await self.write_text(name, json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
 
     async def overwrite_json(self, name: str, obj: Any) -> None:
         """Rewrite an existing file over its own blocks (no temporary file, so no new space): only for
