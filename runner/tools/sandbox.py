@@ -388,66 +388,47 @@ async def run_command(
     whole process tree before this returns or raises. It runs in a sandbox of its job's budget
     (:mod:`runner.tools.job_budget`: its count of calls at once, and its cgroups where made)."""
     async with job_budget.sandbox_slot() as job_cgroups:
-        return await _run_command(
-            command,
-            workspace,
-            writable,
-            network=network,
-            sandbox=sandbox,
-            timeout_s=timeout_s,
-            job_cgroups=job_cgroups,
+        timeout_s = min(timeout_s, MAX_TIMEOUT_S)
+        # a writable call's floor: killed once the free space is under the reserve and under what it was
+        # at the start less disk_slack (so under the floor a call that takes no more space runs)
+        local, floor = False, None
+        started = time.time() - FIX_SLACK_S
+        if writable:
+            local, floor = await _disk_floor(workspace)
+        launch = _launch(
+            command, workspace, writable, network=network, sandbox=sandbox, job_cgroups=job_cgroups
         )
-
-
-async def _run_command(
-    command: str,
-    workspace: str,
-    writable: bool,
-    *,
-    network: bool,
-    sandbox: str,
-    timeout_s: float,
-    job_cgroups: tuple[str, ...],
-) -> CommandResult:
-    timeout_s = min(timeout_s, MAX_TIMEOUT_S)
-    # a writable call's floor: killed once the free space is under the reserve and under what it was
-    # at the start less disk_slack (so under the floor a call that takes no more space runs)
-    local, floor = False, None
-    started = time.time() - FIX_SLACK_S
-    if writable:
-        local, floor = await _disk_floor(workspace)
-    launch = _launch(command, workspace, writable, network=network, sandbox=sandbox, job_cgroups=job_cgroups)
-    try:
-        process = await anyio.open_process(
-            launch.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            cwd=workspace,
-            env=environment(),
-            start_new_session=True,
-            pass_fds=launch.fds,
-        )
-    except BaseException:
-        launch.close()
-        raise
-    info_read, launch.info_read = launch.info_read, None
-    launch.close()  # the child has its copies
-    init_pid = _child_pid(await _sandbox_info(info_read))
-    output = _Output()
-    try:
-        await output.pump(process, timeout_s, _Disk(workspace, local, floor))
-    finally:
-        await _ended(
-            process,
-            init_pid,
-            output.exit_code is None,
-            sandbox=sandbox,
-            writable=writable,
-            workspace=workspace,
-            started=started,
-        )
-    return output.result()
+        try:
+            process = await anyio.open_process(
+                launch.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=workspace,
+                env=environment(),
+                start_new_session=True,
+                pass_fds=launch.fds,
+            )
+        except BaseException:
+            launch.close()
+            raise
+        info_read, launch.info_read = launch.info_read, None
+        launch.close()  # the child has its copies
+        init_pid = _child_pid(await _sandbox_info(info_read))
+        output = _Output()
+        try:
+            await output.pump(process, timeout_s, _Disk(workspace, local, floor))
+        finally:
+            await _ended(
+                process,
+                init_pid,
+                output.exit_code is None,
+                sandbox=sandbox,
+                writable=writable,
+                workspace=workspace,
+                started=started,
+            )
+        return output.result()
 
 
 async def _disk_floor(workspace: str) -> tuple[bool, int | None]:
