@@ -590,7 +590,8 @@ def _is_dir(entry: os.DirEntry[str], root: Root, rel: str) -> bool:
             return entry.is_dir(follow_symlinks=False)
     except OSError:
         return False
-    return _kind(root, rel) == "dir"
+    found = _stat_beneath(root, rel)
+    return found is not None and stat.S_ISDIR(found.st_mode)
 
 
 def _stat_beneath(root: Root, rel: str) -> os.stat_result | None:
@@ -608,12 +609,6 @@ def _stat_beneath(root: Root, rel: str) -> os.stat_result | None:
         return None
     finally:
         os.close(fd)
-
-
-def _kind(root: Root, rel: str) -> str | None:
-    """``"dir"``, ``"other"``, or None when ``rel`` does not resolve beneath the root."""
-    found = _stat_beneath(root, rel)
-    return None if found is None else "dir" if stat.S_ISDIR(found.st_mode) else "other"
 
 
 class _Glob:
@@ -651,8 +646,8 @@ class _Glob:
                     yield from self.select(i + 1, child)
         else:
             child = _join(rel, pattern)
-            kind = _kind(self.root, child)
-            if kind is not None and (kind == "dir" or not dironly):
+            st = _stat_beneath(self.root, child)
+            if st is not None and (not dironly or stat.S_ISDIR(st.st_mode)):
                 yield from self.select(i + 1, child)
 
     def directories(self, rel: str) -> Iterator[str]:
@@ -669,12 +664,6 @@ class _Glob:
                 except OSError:
                     continue
             stack.extend(reversed(below))
-
-
-def _mtime(root: Root, rel: str) -> float | None:
-    """The match's modification time (through a symlink), or None when it does not resolve beneath."""
-    found = _stat_beneath(root, rel)
-    return None if found is None else found.st_mtime
 
 
 def glob_parts(pattern: str) -> list[str]:
@@ -717,19 +706,15 @@ def glob(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     with root:
         for found in _Glob(root, parts, clock).select(0, "."):
             clock.tick()
-            mtime = _mtime(root, found)
-            if mtime is not None:
-                matches.append((mtime, found))
+            st = _stat_beneath(root, found)  # the match's modification time, through a symlink
+            if st is not None:
+                matches.append((st.st_mtime, found))
                 if len(matches) >= cap:
                     break
     if not matches:
         return "no matches"
-    order = sorted(range(len(matches)), key=lambda k: matches[k][0], reverse=True)
-    shown = [
-        root.real if matches[k][1] == "." else f"{root.real}/{matches[k][1]}"
-        for k in order[:GLOB_RESULT_LIMIT]
-    ]
-    text = "\n".join(shown)
+    newest = sorted(matches, key=lambda match: match[0], reverse=True)[:GLOB_RESULT_LIMIT]
+    text = "\n".join(root.real if rel == "." else f"{root.real}/{rel}" for _, rel in newest)
     if len(matches) > GLOB_RESULT_LIMIT:
         walk = protocol.GLOB_WALK.format(cap=cap) if len(matches) >= cap else ""
         text += "\n" + protocol.GLOB_CUT.format(shown=GLOB_RESULT_LIMIT, total=len(matches), walk=walk)
