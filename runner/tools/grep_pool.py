@@ -51,6 +51,8 @@ from anyio.abc import Process
 from anyio.lowlevel import RunVar
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from .shares import per_loop
+
 MOST = 8  # workers at once per event loop: more calls wait their turn (within their deadline)
 RESERVE = 2  # workers only a job holding none may take (a job's second and later take from the rest)
 KEPT = MOST  # idle workers kept per event loop: as many as may run again (fewer would be killed and
@@ -171,11 +173,7 @@ _pools: RunVar[_Pool] = RunVar("runner.tools.grep_pool")  # one per event loop, 
 
 
 def _pool() -> _Pool:
-    pool = _pools.get(None)
-    if pool is None:
-        pool = _Pool([], _Slots(MOST))
-        _pools.set(pool)
-    return pool
+    return per_loop(_pools, lambda: _Pool([], _Slots(MOST)))
 
 
 @asynccontextmanager

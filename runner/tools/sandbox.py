@@ -79,6 +79,7 @@ from ..rundir.store import in_thread, local_disk
 from ..rundir.trees import walk_beneath
 from . import job_budget, sandbox_launch, seccomp
 from .beneath import Root
+from .shares import per_loop
 
 T = TypeVar("T")
 OUTPUT_LIMIT = 100 * 1024  # bytes of output a call returns
@@ -593,11 +594,7 @@ def _waits() -> anyio.CapacityLimiter:
     """The threads of this event loop's sandbox waits: theirs alone, never anyio's default limiter,
     which a job's flood of slow tool calls could hold (its tools have their own:
     :mod:`runner.tools.shares`)."""
-    limiter = _waiters.get(None)
-    if limiter is None:
-        limiter = anyio.CapacityLimiter(_WAITS)
-        _waiters.set(limiter)
-    return limiter
+    return per_loop(_waiters, lambda: anyio.CapacityLimiter(_WAITS))
 
 
 def _waiting(work: Callable[..., T]) -> Callable[..., Awaitable[T]]:
