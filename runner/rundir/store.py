@@ -477,8 +477,8 @@ class JobStore:
         bytes the directory already holds (they count against the quota)."""
         opened = await _open(self.dir)
         self._on_disk, self._summaries, self._root, (self.bytes_used, sizes) = opened
-        if self._root is not None:  # whole files are named below the resolved root, and below dir
-            sizes.update({self._root / p.relative_to(self.dir): n for p, n in sizes.items()})
+        # whole files are named below the resolved root, and below dir
+        sizes.update({self._root / p.relative_to(self.dir): n for p, n in sizes.items()})
         self._sizes = {str(p): n for p, n in sizes.items()}
         self._sizes.update(
             {str(p.relative_to(self.dir)): n for p, n in sizes.items() if p.is_relative_to(self.dir)}
