@@ -121,10 +121,10 @@ def string_arg(op: str, args: dict[str, Any], key: str, *, optional: bool = Fals
     return value
 
 
-def _path(op: str, args: dict[str, Any]) -> str:
-    path = string_arg(op, args, "file_path")
-    assert path is not None
-    return path
+def _required(op: str, args: dict[str, Any], key: str = "file_path") -> str:
+    value = string_arg(op, args, key)
+    assert value is not None
+    return value
 
 
 def target(op: str, root: Root, path: str, *also: str) -> str:
@@ -364,7 +364,7 @@ def first_page(f: Any, stop_at: float) -> tuple[int, int, int]:
 
 def read(workspace: str, args: dict[str, Any], stop_at: float) -> str | list[dict[str, Any]]:
     check_args("read", args)
-    path = _path("read", args)
+    path = _required("read", args)
     view = _view_range(args)
     byte_range = _byte_range(args)
     if view and byte_range:
@@ -498,9 +498,8 @@ def write_beneath(op: str, root: Root, rel: str, *, path: str, data: bytes, crea
 
 def write(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     check_args("write", args)
-    path = _path("write", args)
-    content = string_arg("write", args, "content")
-    assert content is not None
+    path = _required("write", args)
+    content = _required("write", args, "content")
     with Root.open_exact(workspace) as root:
         write_beneath("write", root, target("write", root, path, workspace), path=path, data=encode(content))
     return f"wrote {len(content)} bytes to {path}"
@@ -508,9 +507,8 @@ def write(workspace: str, args: dict[str, Any], stop_at: float) -> str:
 
 def edit(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     check_args("edit", args)
-    path = _path("edit", args)
-    old, new = string_arg("edit", args, "old_string"), string_arg("edit", args, "new_string")
-    assert old is not None and new is not None
+    path = _required("edit", args)
+    old, new = _required("edit", args, "old_string"), _required("edit", args, "new_string")
     replace_all = args.get("replace_all")
     if replace_all is not None and not isinstance(replace_all, bool):
         raise ToolFailure(f"edit: replace_all must be true or false, got {type(replace_all).__name__}")
@@ -688,9 +686,8 @@ def glob_parts(pattern: str) -> list[str]:
 
 def glob(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     check_args("glob", args)
-    pattern = string_arg("glob", args, "pattern")
+    pattern = _required("glob", args, "pattern")
     path = string_arg("glob", args, "path", optional=True)
-    assert pattern is not None
     parts = glob_parts(pattern)
     clock = _Clock(stop_at, "glob")
     with Root.open_exact(workspace) as top:
