@@ -48,7 +48,6 @@ from typing import Any, BinaryIO
 from .beneath import (
     PATH_MAX,
     BadPath,
-    NotRegular,
     Outside,
     Root,
     fd_path,
@@ -223,22 +222,13 @@ def grep(request: dict[str, Any]) -> dict[str, Any]:
             mode = os.fstat(probe).st_mode
         finally:
             os.close(probe)
-        try:
+        with suppress(_Full, OSError):  # a full output ends the search; a file that cannot be read is skipped
             if stat.S_ISDIR(mode):
                 with top.sub(rel) as root:
                     cut = search.walk(root, int(request["max_files"]))
             elif stat.S_ISREG(mode):
-                try:
-                    fd, _ = open_regular(top, rel)
-                except (OSError, NotRegular):
-                    pass
-                else:
-                    shown = fd_path(fd) or os.path.normpath(os.path.join(top.real, rel))
-                    search.scan(fd, shown)
-        except _Full:
-            pass
-        except OSError:
-            pass
+                fd, _ = open_regular(top, rel)
+                search.scan(fd, fd_path(fd) or os.path.normpath(os.path.join(top.real, rel)))
     return {"text": "\n".join(search.hits) if search.hits else "no matches", "cut": cut}
 
 
