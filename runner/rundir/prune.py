@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,10 +69,8 @@ class PruneResult:
 def _written(path: Path) -> float:
     times = []
     for p in (path, path / RUN_JSON):
-        try:
+        with suppress(OSError):
             times.append(p.stat().st_mtime)
-        except OSError:
-            continue
     return max(times, default=0.0)
 
 

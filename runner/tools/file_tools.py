@@ -656,11 +656,9 @@ class _Glob:
             yield here
             below = []
             for entry in listing(self.root, here, self.clock):
-                try:
+                with suppress(OSError):
                     if entry.is_dir(follow_symlinks=False):
                         below.append(_join(here, entry.name))
-                except OSError:
-                    continue
             stack.extend(reversed(below))
 
 

@@ -36,7 +36,7 @@ import itertools
 import os
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -178,11 +178,9 @@ def _writable(path: str) -> bool:
 def _delegated(path: str) -> bool:
     """Whether systemd handed the cgroup at ``path`` to its unit (``Delegate=yes`` marks it so)."""
     for name in ("trusted.delegate", "user.delegate"):
-        try:
+        with suppress(OSError, AttributeError):
             if os.getxattr(path, name) == b"1":
                 return True
-        except (OSError, AttributeError):
-            continue
     return False
 
 

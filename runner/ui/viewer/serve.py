@@ -20,6 +20,7 @@ Guarantees:
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from pathlib import Path
 from urllib.parse import quote
 
@@ -62,14 +63,12 @@ def served_files(where: Path) -> list[str]:
     """The runner's files in a job's (or a subagent's) directory, as paths relative to it."""
     found = [name for name in JOB_FILES if (where / name).is_file()]
     for folder in FILE_DIRS:
-        try:
+        with suppress(OSError):
             found += sorted(
                 f"{folder}/{p.name}"
                 for p in (where / folder).iterdir()
                 if runner_file([folder, p.name]) and p.is_file()
             )
-        except OSError:
-            continue
     return found
 
 
