@@ -116,9 +116,8 @@ def summary_path(number: int) -> str:
 MANIFEST = "manifest.jsonl"
 BASELINE_REPORT = output_path("baseline-report")  # an incremental job's copy of its baseline's final.md
 BASELINE_CHANGES = output_path("baseline-changes")  # the workspace's changes since the baseline, in full
-BASELINE_MEMORIES = (
-    "baseline-memories"  # the memory an incremental job started with (its baseline's), as it was
-)
+# the memory an incremental job started with (its baseline's), as it was
+BASELINE_MEMORIES = "baseline-memories"
 BASELINE_AGENTS = "baseline-agents"  # an incremental job's copies of its baseline's subagents that succeeded
 BASELINE_AGENTS_LIST = output_path("baseline-agents")  # those copies' directories and task prompts
 
@@ -149,7 +148,6 @@ class Status(StrEnum):
 
 
 LIVE_STATUSES = (Status.RUNNING, Status.QUEUED)
-FINAL_STATUSES = tuple(s for s in Status if s not in LIVE_STATUSES)
 LIMIT_STATUSES = (Status.BUDGET_EXCEEDED, Status.MAX_TURNS)  # kept by resume unless the limit was raised
 
 
@@ -299,16 +297,21 @@ class JobMetrics(_Doc):
         """One more compaction of ``stage``."""
         self.compactions[stage] = self.compactions.get(stage, 0) + 1
 
-    def document(self) -> dict[str, Any]:
-        """``metrics.json``: every field but the live ones (``worker`` and ``source`` when set), then
-        any extra ones; wall time and cost rounded, compactions sorted by stage."""
-        out = {
+    def _written(self) -> dict[str, Any]:
+        """Every field but the live ones, those of :data:`WHEN_SET`, :data:`SUBAGENT_FIELDS` and
+        :data:`BATCH_FIELDS` only when they apply, then any extra ones."""
+        return {
             k: v
             for k, v in self.model_dump(exclude=set(self.LIVE)).items()
             if (k not in WHEN_SET or v is not None)
             and (k not in SUBAGENT_FIELDS or self.subagents)
             and (k not in BATCH_FIELDS or self.batch_calls)
         }
+
+    def document(self) -> dict[str, Any]:
+        """``metrics.json``: every field but the live ones (``worker`` and ``source`` when set), then
+        any extra ones; wall time and cost rounded, compactions sorted by stage."""
+        out = self._written()
         out["wall_s"], out["cost_usd"] = round(self.wall_s, 3), round(self.cost_usd, 6)
         if out.get("own_cost_usd") is not None:
             out["own_cost_usd"] = round(out["own_cost_usd"], 6)
@@ -317,15 +320,7 @@ class JobMetrics(_Doc):
 
     def clean(self) -> dict[str, Any]:
         """Every field the table reads, in its type (a damaged value is back at its default)."""
-        return self._with_total(
-            {
-                k: v
-                for k, v in self.model_dump(exclude=set(self.LIVE)).items()
-                if (k not in WHEN_SET or v is not None)
-                and (k not in SUBAGENT_FIELDS or self.subagents)
-                and (k not in BATCH_FIELDS or self.batch_calls)
-            }
-        )
+        return self._with_total(self._written())
 
 
 class RunDocument(_Doc):
@@ -422,9 +417,8 @@ class ModelCallEvent(_Event):
     compactions: dict[str, int] | None = None
     persisted_bytes: int | None = None
     wall_s: float | None = None
-    batch: str | None = (
-        None  # the Message Batch that answered the call (delivery = "batch"); written when set
-    )
+    # the Message Batch that answered the call (delivery = "batch"); written when set
+    batch: str | None = None
 
     def line(self) -> dict[str, Any]:
         out = self.model_dump()

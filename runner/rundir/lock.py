@@ -11,7 +11,7 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from ..config import ConfigError
@@ -36,11 +36,10 @@ def hold_run_dir(run_dir: Path) -> Iterator[None]:
                     "wait for it to end, or stop it"
                 ]
             ) from None
-        try:  # the holder's pid, for the message above (a full disk must not stop the run here)
+        # the holder's pid, for the message above (a full disk must not stop the run here)
+        with suppress(OSError):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except OSError:
-            pass
         yield
     finally:
         os.close(fd)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,10 +69,8 @@ class PruneResult:
 def _written(path: Path) -> float:
     times = []
     for p in (path, path / RUN_JSON):
-        try:
+        with suppress(OSError):
             times.append(p.stat().st_mtime)
-        except OSError:
-            continue
     return max(times, default=0.0)
 
 
@@ -172,9 +171,7 @@ def prune(
 
 def human_bytes(n: int) -> str:
     """``812 bytes``, ``3.4 MB``, ``1.2 GB`` (powers of 1000)."""
-    if n < 1000:
-        return f"{n:,} bytes"
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= size:
             return f"{n / size:,.1f} {unit}"
-    raise AssertionError(n)  # unreachable: n >= 1000 meets KB
+    return f"{n:,} bytes"

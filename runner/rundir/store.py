@@ -47,6 +47,7 @@ import json
 import os
 import re
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -178,10 +179,7 @@ def write_atomic_sync(path: Path, text: str) -> None:
         _write_file(tmp, text.encode("utf-8", "surrogatepass"), os.O_TRUNC)
         os.replace(tmp, path)
     except BaseException:  # a full disk, say: no temporary file is left behind
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink_quietly(tmp)
         raise
 
 
@@ -250,9 +248,8 @@ def swap_in_sync(path: Path, text: str) -> None:
         fd = os.open(spare, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
         try:
             _write_all(fd, data)
-            os.ftruncate(
-                fd, len(data)
-            )  # after the write: a failed write leaves the old spare's tail, not a hole
+            # after the write: a failed write leaves the old spare's tail, not a hole
+            os.ftruncate(fd, len(data))
         finally:
             os.close(fd)
         if not _exchange(spare, path):
@@ -270,10 +267,8 @@ def retire_spare(path: Path, text: str) -> None:
 
 
 def _unlink_quietly(path: Path) -> None:
-    try:
+    with suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
 
 
 def _stale_spares(directory: Path) -> None:
@@ -331,11 +326,9 @@ def _open_sync(directory: Path) -> tuple[dict[str, str], int, Path, tuple[int, d
         for entry in entries:
             on_disk[f"{TOOL_RESULTS}/{entry.name}"] = ""  # taken, never the same: a link, a directory...
             if entry.is_file(follow_symlinks=False):
-                try:
+                with suppress(OSError, UnicodeDecodeError):
                     with open(entry.path, encoding="utf-8", errors="surrogatepass", newline="") as f:
                         on_disk[f"{TOOL_RESULTS}/{entry.name}"] = _digest(f.read())
-                except (OSError, UnicodeDecodeError):
-                    pass
     with os.scandir(directory / SUMMARIES) as entries:
         summaries = sum(1 for entry in entries if entry.name.endswith(SUMMARY_SUFFIX))
     # resolve() runs per persisted output; the root once
@@ -484,8 +477,8 @@ class JobStore:
         bytes the directory already holds (they count against the quota)."""
         opened = await _open(self.dir)
         self._on_disk, self._summaries, self._root, (self.bytes_used, sizes) = opened
-        if self._root is not None:  # whole files are named below the resolved root, and below dir
-            sizes.update({self._root / p.relative_to(self.dir): n for p, n in sizes.items()})
+        # whole files are named below the resolved root, and below dir
+        sizes.update({self._root / p.relative_to(self.dir): n for p, n in sizes.items()})
         self._sizes = {str(p): n for p, n in sizes.items()}
         self._sizes.update(
             {str(p.relative_to(self.dir)): n for p, n in sizes.items() if p.is_relative_to(self.dir)}
@@ -512,8 +505,8 @@ class JobStore:
         self.bytes_used += delta
         self._sizes.update(sizes)
 
-    async def write_json(self, name: str, obj: Any, pretty: bool = True) -> None:
-        await self.write_text(name, json.dumps(obj, ensure_ascii=False, indent=2 if pretty else None) + "\n")
+    async def write_json(self, name: str, obj: Any) -> None:
+        await self.write_text(name, json.dumps(obj, ensure_ascii=False, indent=2) + "\n")
 
     async def overwrite_json(self, name: str, obj: Any) -> None:
         """Rewrite an existing file over its own blocks (no temporary file, so no new space): only for
@@ -690,7 +683,4 @@ def link_latest(run_dir: Path) -> None:
         os.symlink(run_dir.name, tmp)
         os.replace(tmp, link)
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink_quietly(tmp)

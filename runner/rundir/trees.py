@@ -31,6 +31,7 @@ import itertools
 import os
 import stat
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def walk(top: Path) -> Iterator[tuple[Path, os.stat_result]]:
     stack = [top]
     while stack:
         here = stack.pop()
-        try:
+        with suppress(OSError):
             with os.scandir(here) as entries:
                 for entry in entries:
                     try:
@@ -56,8 +57,6 @@ def walk(top: Path) -> Iterator[tuple[Path, os.stat_result]]:
                         stack.append(Path(entry.path))
                     else:
                         yield Path(entry.path), st
-        except OSError:
-            continue
 
 
 def tree_bytes(top: Path) -> int:
@@ -89,7 +88,7 @@ def _empty(top: int) -> None:
     spare = itertools.count()
     while names := os.listdir(top):
         for name in names:
-            try:
+            with suppress(FileNotFoundError):  # gone meanwhile
                 mode = os.stat(name, dir_fd=top, follow_symlinks=False).st_mode
                 if not stat.S_ISDIR(mode):
                     os.unlink(name, dir_fd=top)
@@ -101,8 +100,6 @@ def _empty(top: int) -> None:
                 finally:
                     os.close(sub)
                 os.rmdir(name, dir_fd=top)
-            except FileNotFoundError:
-                continue  # gone meanwhile
 
 
 def _clear(sub: int, child: str, top: int, *, spare: Iterator[int]) -> None:

@@ -84,9 +84,8 @@ class Bash:
         wrong = bad_input(command, timeout_ms)
         if wrong is not None:
             return error_result(tool_use_id, wrong)
-        capped = (
-            isinstance(timeout_ms, int) and timeout_ms > MAX_TIMEOUT_S * 1000
-        )  # compared as integers: no overflow
+        # compared as integers: no overflow
+        capped = isinstance(timeout_ms, int) and timeout_ms > MAX_TIMEOUT_S * 1000
         timeout = MAX_TIMEOUT_S if capped else (timeout_ms / 1000 if timeout_ms else BASH_DEFAULT_TIMEOUT)
         note = (
             f"\n[bash: timeout_ms capped at {MAX_TIMEOUT_S:g} s, the longest a call may run]"

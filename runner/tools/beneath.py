@@ -33,6 +33,7 @@ import os
 import platform
 import stat
 from collections import deque
+from contextlib import suppress
 from dataclasses import dataclass
 
 RESOLVE_NO_XDEV = 0x01
@@ -209,7 +210,7 @@ def open_beneath(root: Root, rel: str, flags: int, *, no_symlinks: bool = False)
                 use_openat2 = False
             elif e.errno not in _ASK_THE_WALK or (no_symlinks and e.errno == errno.ELOOP):
                 raise
-    found = _walk(root, rel, flags, no_symlinks=no_symlinks)
+    found = _Walk(root, rel, flags, no_symlinks=no_symlinks, parent=False, create=False).run()
     assert isinstance(found, int)
     return found
 
@@ -237,7 +238,7 @@ def parent_beneath(root: Root, rel: str, *, create: bool = False) -> tuple[int, 
                 os.close(fd)
                 raise
             os.close(fd)  # a link at the name: the walk follows it
-    found = _walk(root, rel, _O_PATH, parent=True, create=create)
+    found = _Walk(root, rel, _O_PATH, no_symlinks=False, parent=True, create=create).run()
     assert isinstance(found, tuple)
     return found
 
@@ -266,15 +267,6 @@ def open_regular(root: Root, rel: str, *, no_symlinks: bool = False) -> tuple[in
     return fd, found
 
 
-def _walk(
-    root: Root, rel: str, flags: int, *, no_symlinks: bool = False, parent: bool = False, create: bool = False
-) -> int | tuple[int, str]:
-    """The lookup without openat2: one component at a time, each opened ``O_NOFOLLOW`` relative to
-    its parent's descriptor; a symlink is read and its target walked in its place (``..`` pops back
-    to a directory already held, so it cannot leave through a swapped link)."""
-    return _Walk(root, rel, flags, no_symlinks=no_symlinks, parent=parent, create=create).run()
-
-
 def _parts(path: str) -> list[str]:
     """The components of ``path`` that name something (no empty ones, no ``.``)."""
     return [p for p in path.split("/") if p not in ("", ".")]
@@ -285,10 +277,12 @@ def _not_a_directory() -> NotADirectoryError:
 
 
 class _Walk:
-    """One lookup of :func:`_walk`: the directories walked so far (``stack``: descriptors, the first the
-    caller's root, the others closed when the walk ends), the components left (``todo``) and the
-    symlinks followed (``hops``). Each step takes one component; a step that ends the walk returns
-    its answer, any other returns None."""
+    """The lookup without openat2 (:meth:`run`): one component at a time, each opened ``O_NOFOLLOW``
+    relative to its parent's descriptor; a symlink is read and its target walked in its place (``..``
+    pops back to a directory already held, so it cannot leave through a swapped link). It keeps the
+    directories walked so far (``stack``: descriptors, the first the caller's root, the others closed
+    when the walk ends), the components left (``todo``) and the symlinks followed (``hops``). Each step
+    takes one component; a step that ends the walk returns its answer, any other returns None."""
 
     def __init__(self, root: Root, rel: str, flags: int, *, no_symlinks: bool, parent: bool, create: bool):
         self.root, self.rel, self.flags = root, rel, flags
@@ -362,10 +356,8 @@ class _Walk:
         except FileNotFoundError:
             if not self.create or last:
                 raise
-        try:
+        with suppress(FileExistsError):
             os.mkdir(name, 0o777, dir_fd=top)
-        except FileExistsError:
-            pass
         self.todo.appendleft(name)
         return None
 

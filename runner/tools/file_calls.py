@@ -138,8 +138,7 @@ BYTE_RANGE_SCHEMA: dict[str, Any] = {
     "default": None,
     "title": "Byte Range",
     "description": "[start_byte, end_byte): part of a file by bytes (at most 64 KiB), for a line too long "
-    "for "
-    "view_range; a read of such a file says so and where to go on",
+    "for view_range; a read of such a file says so and where to go on",
 }
 
 

@@ -34,6 +34,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from typing import Any
 
 from .. import protocol
@@ -55,8 +56,6 @@ MAX_IMAGE_BASE64_BYTES = 5 * 1024 * 1024
 MAX_PDF_BYTES = 20 * 1024 * 1024
 GLOB_RESULT_LIMIT = 200
 WALK_MAX_ENTRIES = 50_000
-GREP_OUTPUT_LIMIT = 100 * 1024
-GREP_MAX_LINE_LENGTH = 2000
 BINARY_MEDIA_TYPES = {
     ".png": "image/png",
     ".jpg": "image/jpeg",
@@ -122,10 +121,10 @@ def string_arg(op: str, args: dict[str, Any], key: str, *, optional: bool = Fals
     return value
 
 
-def _path(op: str, args: dict[str, Any]) -> str:
-    path = string_arg(op, args, "file_path")
-    assert path is not None
-    return path
+def _required(op: str, args: dict[str, Any], key: str = "file_path") -> str:
+    value = string_arg(op, args, key)
+    assert value is not None
+    return value
 
 
 def target(op: str, root: Root, path: str, *also: str) -> str:
@@ -163,10 +162,9 @@ def encode(content: str) -> bytes:
 # --- read -----------------------------------------------------------------------------------------
 
 
-def _view_range(args: dict[str, Any]) -> tuple[int, int] | None:
-    """``(start, end)`` of a ``view_range``: start from 1 (0 taken as 1), end ``-1`` (or 0) for the end of
-    the file, as the SDK took them; anything else is an error."""
-    value = args.get("view_range")
+def _pair(args: dict[str, Any], key: str, unit: str) -> tuple[int, int] | None:
+    """The two integers of a ``view_range`` or ``byte_range`` (None when it is absent or empty)."""
+    value = args.get(key)
     if value is None or value == []:
         return None
     if (
@@ -174,8 +172,16 @@ def _view_range(args: dict[str, Any]) -> tuple[int, int] | None:
         or len(value) != 2
         or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     ):
-        raise ToolFailure("read: view_range must be [start_line, end_line] (two integers)")
-    start, end = value
+        raise ToolFailure(f"read: {key} must be [start_{unit}, end_{unit}] (two integers)")
+    return value[0], value[1]
+
+
+def _view_range(args: dict[str, Any]) -> tuple[int, int] | None:
+    """``(start, end)`` of a ``view_range``: start from 1 (0 taken as 1), end ``-1`` (or 0) for the end of
+    the file, as the SDK took them; anything else is an error."""
+    if (pair := _pair(args, "view_range", "line")) is None:
+        return None
+    start, end = pair
     if start < 0 or end < -1 or 0 < end < start:
         raise ToolFailure(
             f"read: view_range [{start}, {end}] is not a range of lines: start at 1 or later, "
@@ -260,13 +266,6 @@ def _past_the_end(path: str, start: int, end: int, *, lines: int) -> ToolFailure
     )
 
 
-def _decode(op: str, path: str, data: bytes, *, what: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ToolFailure(f"{op}: {path}: not valid UTF-8 text ({what})") from None
-
-
 def _chunks(f: Any, stop_at: float) -> Iterator[bytes]:
     while chunk := f.read(_CHUNK):
         if time.monotonic() > stop_at:
@@ -295,16 +294,9 @@ def _range(f: Any, path: str, start: int, *, end: int, limit: int, stop_at: floa
 
 
 def _byte_range(args: dict[str, Any]) -> tuple[int, int] | None:
-    value = args.get("byte_range")
-    if value is None or value == []:
+    if (pair := _pair(args, "byte_range", "byte")) is None:
         return None
-    if (
-        not isinstance(value, list)
-        or len(value) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-    ):
-        raise ToolFailure("read: byte_range must be [start_byte, end_byte] (two integers)")
-    start, end = value
+    start, end = pair
     if start < 0 or end <= start:
         raise ToolFailure(
             f"read: byte_range [{start}, {end}] is not a range of bytes: start at 0 or later, "
@@ -372,7 +364,7 @@ def first_page(f: Any, stop_at: float) -> tuple[int, int, int]:
 
 def read(workspace: str, args: dict[str, Any], stop_at: float) -> str | list[dict[str, Any]]:
     check_args("read", args)
-    path = _path("read", args)
+    path = _required("read", args)
     view = _view_range(args)
     byte_range = _byte_range(args)
     if view and byte_range:
@@ -478,64 +470,45 @@ def _replace(op: str, path: str, dirfd: int, *, name: str, data: bytes) -> None:
                 view = view[os.write(fd, view) :]
             if old is not None:
                 os.fchmod(fd, stat.S_IMODE(old.st_mode))
-                try:
+                with suppress(OSError):
                     os.fchown(fd, old.st_uid, old.st_gid)
-                except OSError:
-                    pass
         finally:
             os.close(fd)
         os.rename(temp, name, src_dir_fd=dirfd, dst_dir_fd=dirfd)
     except BaseException:
-        try:
+        with suppress(OSError):
             os.unlink(temp, dir_fd=dirfd)
-        except OSError:
-            pass
         raise
 
 
-def _write_at(op: str, root: Root, rel: str, *, path: str, data: bytes, create: bool) -> None:
+def write_beneath(op: str, root: Root, rel: str, *, path: str, data: bytes, create: bool = True) -> None:
+    """``data`` put at ``rel`` beneath ``root`` (its directories made unless ``create`` is false), as
+    ``write`` does; raises :class:`ToolFailure` (``op`` and ``path`` name the call in its text)."""
     try:
         dirfd, name = parent_beneath(root, rel, create=create)
+        try:
+            _replace(op, path, dirfd, name=name, data=data)
+        finally:
+            os.close(dirfd)
     except Outside:
         raise ToolFailure(f"{op}: " + OUTSIDE.format(path=path)) from None
     except OSError as e:
         raise ToolFailure(f"{op}: {path}: {reason(e)}") from None
-    try:
-        _replace(op, path, dirfd, name=name, data=data)
-    except OSError as e:
-        raise ToolFailure(f"{op}: {path}: {reason(e)}") from None
-    finally:
-        os.close(dirfd)
-
-
-def write_beneath(op: str, root: Root, rel: str, *, path: str, data: bytes) -> None:
-    """``data`` put at ``rel`` beneath ``root`` (its directories made), as ``write`` does; raises
-    :class:`ToolFailure` (``op`` and ``path`` name the call in its text)."""
-    _write_at(op, root, rel, path=path, data=data, create=True)
 
 
 def write(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     check_args("write", args)
-    path = _path("write", args)
-    content = string_arg("write", args, "content")
-    assert content is not None
+    path = _required("write", args)
+    content = _required("write", args, "content")
     with Root.open_exact(workspace) as root:
-        _write_at(
-            "write",
-            root,
-            target("write", root, path, workspace),
-            path=path,
-            data=encode(content),
-            create=True,
-        )
+        write_beneath("write", root, target("write", root, path, workspace), path=path, data=encode(content))
     return f"wrote {len(content)} bytes to {path}"
 
 
 def edit(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     check_args("edit", args)
-    path = _path("edit", args)
-    old, new = string_arg("edit", args, "old_string"), string_arg("edit", args, "new_string")
-    assert old is not None and new is not None
+    path = _required("edit", args)
+    old, new = _required("edit", args, "old_string"), _required("edit", args, "new_string")
     replace_all = args.get("replace_all")
     if replace_all is not None and not isinstance(replace_all, bool):
         raise ToolFailure(f"edit: replace_all must be true or false, got {type(replace_all).__name__}")
@@ -552,14 +525,17 @@ def edit(workspace: str, args: dict[str, Any], stop_at: float) -> str:
                 data = f.read(DEFAULT_MAX_FILE_BYTES + 1)
             except OSError as e:
                 raise ToolFailure(f"edit: {path}: {reason(e)}") from None
-        text = _decode("edit", path, data, what="cannot edit binary files")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ToolFailure(f"edit: {path}: not valid UTF-8 text (cannot edit binary files)") from None
         count = text.count(old)
         if count == 0:
             raise ToolFailure(f"edit: old_string not found in {path}")
         if not replace_all and count > 1:
             raise ToolFailure(f"edit: old_string appears {count} times in {path} (must be unique)")
         updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-        _write_at("edit", root, rel, path=path, data=encode(updated), create=False)
+        write_beneath("edit", root, rel, path=path, data=encode(updated), create=False)
     return f"edited {path} ({count if replace_all else 1} replacement(s))"
 
 
@@ -612,7 +588,8 @@ def _is_dir(entry: os.DirEntry[str], root: Root, rel: str) -> bool:
             return entry.is_dir(follow_symlinks=False)
     except OSError:
         return False
-    return _kind(root, rel) == "dir"
+    found = _stat_beneath(root, rel)
+    return found is not None and stat.S_ISDIR(found.st_mode)
 
 
 def _stat_beneath(root: Root, rel: str) -> os.stat_result | None:
@@ -630,12 +607,6 @@ def _stat_beneath(root: Root, rel: str) -> os.stat_result | None:
         return None
     finally:
         os.close(fd)
-
-
-def _kind(root: Root, rel: str) -> str | None:
-    """``"dir"``, ``"other"``, or None when ``rel`` does not resolve beneath the root."""
-    found = _stat_beneath(root, rel)
-    return None if found is None else "dir" if stat.S_ISDIR(found.st_mode) else "other"
 
 
 class _Glob:
@@ -673,8 +644,8 @@ class _Glob:
                     yield from self.select(i + 1, child)
         else:
             child = _join(rel, pattern)
-            kind = _kind(self.root, child)
-            if kind is not None and (kind == "dir" or not dironly):
+            st = _stat_beneath(self.root, child)
+            if st is not None and (not dironly or stat.S_ISDIR(st.st_mode)):
                 yield from self.select(i + 1, child)
 
     def directories(self, rel: str) -> Iterator[str]:
@@ -685,18 +656,10 @@ class _Glob:
             yield here
             below = []
             for entry in listing(self.root, here, self.clock):
-                try:
+                with suppress(OSError):
                     if entry.is_dir(follow_symlinks=False):
                         below.append(_join(here, entry.name))
-                except OSError:
-                    continue
             stack.extend(reversed(below))
-
-
-def _mtime(root: Root, rel: str) -> float | None:
-    """The match's modification time (through a symlink), or None when it does not resolve beneath."""
-    found = _stat_beneath(root, rel)
-    return None if found is None else found.st_mtime
 
 
 def glob_parts(pattern: str) -> list[str]:
@@ -721,9 +684,8 @@ def glob_parts(pattern: str) -> list[str]:
 
 def glob(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     check_args("glob", args)
-    pattern = string_arg("glob", args, "pattern")
+    pattern = _required("glob", args, "pattern")
     path = string_arg("glob", args, "path", optional=True)
-    assert pattern is not None
     parts = glob_parts(pattern)
     clock = _Clock(stop_at, "glob")
     with Root.open_exact(workspace) as top:
@@ -739,19 +701,15 @@ def glob(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     with root:
         for found in _Glob(root, parts, clock).select(0, "."):
             clock.tick()
-            mtime = _mtime(root, found)
-            if mtime is not None:
-                matches.append((mtime, found))
+            st = _stat_beneath(root, found)  # the match's modification time, through a symlink
+            if st is not None:
+                matches.append((st.st_mtime, found))
                 if len(matches) >= cap:
                     break
     if not matches:
         return "no matches"
-    order = sorted(range(len(matches)), key=lambda k: matches[k][0], reverse=True)
-    shown = [
-        root.real if matches[k][1] == "." else f"{root.real}/{matches[k][1]}"
-        for k in order[:GLOB_RESULT_LIMIT]
-    ]
-    text = "\n".join(shown)
+    newest = sorted(matches, key=lambda match: match[0], reverse=True)[:GLOB_RESULT_LIMIT]
+    text = "\n".join(root.real if rel == "." else f"{root.real}/{rel}" for _, rel in newest)
     if len(matches) > GLOB_RESULT_LIMIT:
         walk = protocol.GLOB_WALK.format(cap=cap) if len(matches) >= cap else ""
         text += "\n" + protocol.GLOB_CUT.format(shown=GLOB_RESULT_LIMIT, total=len(matches), walk=walk)

@@ -22,7 +22,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import functools
 import os
 import shlex
 from pathlib import Path
@@ -79,11 +78,6 @@ def parse(output: str, *, exit_code: int | None, whole: bool) -> dict[str, Any] 
     return {"commit": commit, "dirty": sorted(set(dirty)), "complete": complete}
 
 
-@functools.lru_cache(maxsize=1)
-def _no_sandbox() -> str | None:
-    return bwrap_problem()
-
-
 def repository_of(workspace: Path) -> Path | None:
     """The nearest directory at or above ``workspace`` (resolved) with a ``.git`` entry, or None."""
     here = workspace.resolve()
@@ -97,7 +91,7 @@ async def git_state(workspace: Path) -> dict[str, Any] | None:
     """The workspace's git record, read in the sandbox; None when there is no sandbox here, no git, or
     no repository with a commit."""
     repository = await in_thread(repository_of, abandon_on_cancel=False)(workspace)
-    if repository is None or await in_thread(_no_sandbox, abandon_on_cancel=False)() is not None:
+    if repository is None or await in_thread(bwrap_problem, abandon_on_cancel=False)() is not None:
         return None
     done = await run_command(
         git_command(str(workspace.resolve())),

@@ -51,6 +51,8 @@ from anyio.abc import Process
 from anyio.lowlevel import RunVar
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from .shares import per_loop
+
 MOST = 8  # workers at once per event loop: more calls wait their turn (within their deadline)
 RESERVE = 2  # workers only a job holding none may take (a job's second and later take from the rest)
 KEPT = MOST  # idle workers kept per event loop: as many as may run again (fewer would be killed and
@@ -166,22 +168,12 @@ class _Pool:
     slots: _Slots
     holders: int = 0  # holders open on this loop (kept_while_open): finished workers are kept meanwhile
 
-    def keep(self, worker: _Worker) -> None:
-        self.idle.append(worker)
-
-    def take(self) -> _Worker:
-        return self.idle.pop()
-
 
 _pools: RunVar[_Pool] = RunVar("runner.tools.grep_pool")  # one per event loop, gone with it
 
 
 def _pool() -> _Pool:
-    pool = _pools.get(None)
-    if pool is None:
-        pool = _Pool([], _Slots(MOST))
-        _pools.set(pool)
-    return pool
+    return per_loop(_pools, lambda: _Pool([], _Slots(MOST)))
 
 
 @asynccontextmanager
@@ -244,7 +236,7 @@ async def _ask(pool: _Pool, request: dict[str, Any]) -> dict[str, Any]:
     is killed."""
     worker = None
     while pool.idle and worker is None:
-        worker = pool.take()
+        worker = pool.idle.pop()
         if worker.process.returncode is not None:  # it left on its own (idle too long)
             await _kill(worker)
             worker = None
@@ -282,7 +274,7 @@ async def _ask(pool: _Pool, request: dict[str, Any]) -> dict[str, Any]:
             and (not worker.niced or _renice(worker, os.getpriority(os.PRIO_PROCESS, 0)))
         )
         if kept:
-            pool.keep(worker)
+            pool.idle.append(worker)
         return answer
     finally:
         if not kept:

@@ -42,12 +42,12 @@ import signal
 import stat
 import sys
 from collections.abc import Iterator
+from contextlib import suppress
 from typing import Any, BinaryIO
 
 from .beneath import (
     PATH_MAX,
     BadPath,
-    NotRegular,
     Outside,
     Root,
     fd_path,
@@ -156,10 +156,8 @@ class _Search:
             opened, _ = open_regular(root, rel, no_symlinks=True)
         except (OSError, ValueError):
             return
-        try:
+        with suppress(OSError):
             self.scan(opened, f"{root.real}/{rel}")
-        except OSError:
-            return
 
 
 def _listing(root: Root, here: str) -> tuple[list[str], list[str]]:
@@ -224,31 +222,20 @@ def grep(request: dict[str, Any]) -> dict[str, Any]:
             mode = os.fstat(probe).st_mode
         finally:
             os.close(probe)
-        try:
+        with suppress(_Full, OSError):  # a full output ends the search; a file that cannot be read is skipped
             if stat.S_ISDIR(mode):
                 with top.sub(rel) as root:
                     cut = search.walk(root, int(request["max_files"]))
             elif stat.S_ISREG(mode):
-                try:
-                    fd, _ = open_regular(top, rel)
-                except (OSError, NotRegular):
-                    pass
-                else:
-                    shown = fd_path(fd) or os.path.normpath(os.path.join(top.real, rel))
-                    search.scan(fd, shown)
-        except _Full:
-            pass
-        except OSError:
-            pass
+                fd, _ = open_regular(top, rel)
+                search.scan(fd, fd_path(fd) or os.path.normpath(os.path.join(top.real, rel)))
     return {"text": "\n".join(search.hits) if search.hits else "no matches", "cut": cut}
 
 
 def _die_with_parent() -> None:
-    try:
+    with suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
     if os.getppid() == 1:
         sys.exit(1)  # the runner is already gone
 
@@ -258,26 +245,22 @@ def _cpu_cap(cpu_s: float) -> None:
     limit moves: an unprivileged kept worker could not raise a hard one again for its next request."""
     used = resource.getrusage(resource.RUSAGE_SELF)
     soft = int(used.ru_utime + used.ru_stime) + max(1, int(cpu_s)) + 1
-    try:
+    with suppress(ValueError, OSError):
         _, hard = resource.getrlimit(resource.RLIMIT_CPU)
         resource.setrlimit(
             resource.RLIMIT_CPU, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard)
         )
-    except (ValueError, OSError):
-        pass
 
 
 def _memory_cap(most: int = ADDRESS_SPACE) -> None:
     """At most ``most`` bytes of address space (``RLIMIT_AS``) when the worker has no limit of its own:
     past it an allocation fails (a MemoryError, answered as an error) instead of growing without end."""
-    try:
+    with suppress(ValueError, OSError):
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         if soft == resource.RLIM_INFINITY:
             resource.setrlimit(
                 resource.RLIMIT_AS, (most if hard == resource.RLIM_INFINITY else min(most, hard), hard)
             )
-    except (ValueError, OSError):
-        pass
 
 
 def answer(line: bytes) -> bytes:

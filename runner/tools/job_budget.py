@@ -36,7 +36,7 @@ import itertools
 import os
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -178,11 +178,9 @@ def _writable(path: str) -> bool:
 def _delegated(path: str) -> bool:
     """Whether systemd handed the cgroup at ``path`` to its unit (``Delegate=yes`` marks it so)."""
     for name in ("trusted.delegate", "user.delegate"):
-        try:
+        with suppress(OSError, AttributeError):
             if os.getxattr(path, name) == b"1":
                 return True
-        except (OSError, AttributeError):
-            continue
     return False
 
 
@@ -256,12 +254,14 @@ def make_cgroups(parents: Sequence[Parent], memory: int, processes: int) -> tupl
                         raise
     except OSError:
         for where in made:
-            _rmdir(where, tries=1)
+            remove_dir(where, tries=1)
         return ()
     return tuple(made)
 
 
-def _rmdir(where: str, tries: int) -> bool:
+def remove_dir(where: str, tries: int) -> bool:
+    """Remove the (empty) directory ``where``, trying ``tries`` times 20 ms apart (a cgroup is empty only
+    once the kernel has let its processes go); whether it is gone."""
     for i in range(tries):
         try:
             os.rmdir(where)
@@ -277,9 +277,9 @@ def _rmdir(where: str, tries: int) -> bool:
 async def remove_cgroups(made: Sequence[str]) -> None:
     """Remove a job's cgroups once its calls have ended: at once when the kernel has let their
     processes go, else from a thread, trying for a second."""
-    left = [where for where in made if not _rmdir(where, tries=1)]
+    left = [where for where in made if not remove_dir(where, tries=1)]
     if left:
-        await in_thread(lambda: [_rmdir(where, tries=50) for where in left], abandon_on_cancel=False)()
+        await in_thread(lambda: [remove_dir(where, tries=50) for where in left], abandon_on_cancel=False)()
 
 
 def _remove_stale(parent: str) -> None:
@@ -291,7 +291,7 @@ def _remove_stale(parent: str) -> None:
     for name in names:
         pid = name.removeprefix(CGROUP_PREFIX).split("-", 1)[0]
         if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
-            _rmdir(os.path.join(parent, name), tries=1)
+            remove_dir(os.path.join(parent, name), tries=1)
 
 
 def pid_alive(pid: int) -> bool:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from contextlib import suppress
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -323,10 +324,8 @@ class MemoryTool:
         except FileNotFoundError:
             if not create:
                 raise
-        try:
+        with suppress(FileExistsError):
             os.mkdir(self._folder, 0o700)
-        except FileExistsError:
-            pass
         return os.open(self._folder, _FOLDER_FLAGS)
 
     def _read(self, root: Root, path: str, rel: str) -> str:
@@ -374,7 +373,10 @@ class MemoryTool:
         end = first + len(shown) - 1
         text = f"Here's the content of {path} with line numbers:\n{_numbered(shown, first)}"
         if end < last:
-            text += f"\n{page_footer(path, first, end, total=len(lines))}"
+            text += (
+                f"\n[memory: lines {first}-{end} of {len(lines)} shown; "
+                f"view the rest with view_range [{end + 1}, -1]]"
+            )
         return text
 
     def _listing(self, root: Root, path: str, rel: str) -> str:
@@ -488,10 +490,6 @@ def _error(tool_use_id: str, text: str) -> dict[str, Any]:
     return {"type": "tool_result", "tool_use_id": tool_use_id, "content": safe, "is_error": True}
 
 
-def page_footer(path: str, first: int, end: int, *, total: int) -> str:
-    return f"[memory: lines {first}-{end} of {total} shown; view the rest with view_range [{end + 1}, -1]]"
-
-
 def _remove(dirfd: int, name: str, path: str, *, gone: Tally) -> None:
     """``name`` in ``dirfd`` removed: a file or link itself, a directory with everything in it (by
     descriptor, never following a link); ``gone`` counts each entry removed (its ``lstat`` size)."""
@@ -500,7 +498,7 @@ def _remove(dirfd: int, name: str, path: str, *, gone: Tally) -> None:
     except FileNotFoundError:
         raise ToolError(f"the path {path} does not exist") from None
     if stat.S_ISDIR(st.st_mode):
-        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
+        fd = os.open(name, _FOLDER_FLAGS, dir_fd=dirfd)
         try:
             for entry in os.listdir(fd):
                 _remove(fd, entry, path, gone=gone)

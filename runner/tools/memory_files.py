@@ -7,9 +7,9 @@ Guarantees:
 - :func:`files` and :func:`memory_files` list only beneath ``memories/``: every directory is opened
   from a descriptor of its parent (:mod:`runner.tools.beneath`), links are never followed (a link is
   neither listed nor walked), hidden names are left out.
-- :func:`folder_bytes` and :func:`tally` count everything beneath the folder, hidden names and
-  directories included (what the memory tool's caps are checked against), without recursion; the tool
-  walks the folder once a job and keeps its :class:`Tally` up to date from what each write changed.
+- :func:`tally` counts everything beneath the folder, hidden names and directories included (what
+  the memory tool's caps are checked against), without recursion; the tool walks the folder once a
+  job and keeps its :class:`Tally` up to date from what each write changed.
 - :func:`chain` looks only at the directories on a path beneath the folder, never following a link.
 - :func:`memory_files` never raises for a job without memories (or whose ``memories`` is a link):
   it returns an empty list.
@@ -101,12 +101,6 @@ def entries(root: Root, rel: str = ".") -> Iterator[tuple[int, os.stat_result]]:
             os.close(fd)
 
 
-def folder_bytes(root: Root) -> int:
-    """The bytes of everything beneath ``root`` as the file system reports them (``lstat``): every entry,
-    hidden names and directories included, links not followed; the memory folder's cap is on this."""
-    return sum(st.st_size for _, st in entries(root))
-
-
 @dataclass
 class Tally:
     """What the folder holds: its bytes (``lstat`` sizes) and entries (files, directories, links),
@@ -172,22 +166,3 @@ def memory_files(job_dir: str) -> list[tuple[str, int]]:
                 return [(f"{PREFIX}/{p}", size) for p, size in files(root) if not p.endswith("/")]
     except OSError:
         return []
-
-
-__all__ = [
-    "MAX_DEPTH",
-    "MAX_FILE_BYTES",
-    "MAX_TOTAL_BYTES",
-    "MEMORY_DIR",
-    "PREFIX",
-    "WRITES",
-    "Tally",
-    "chain",
-    "files",
-    "entries",
-    "folder_bytes",
-    "levels",
-    "memory_files",
-    "split_lines",
-    "tally",
-]

@@ -64,6 +64,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -78,6 +79,7 @@ from ..rundir.store import in_thread, local_disk
 from ..rundir.trees import walk_beneath
 from . import job_budget, sandbox_launch, seccomp
 from .beneath import Root
+from .shares import per_loop
 
 T = TypeVar("T")
 OUTPUT_LIMIT = 100 * 1024  # bytes of output a call returns
@@ -184,15 +186,13 @@ def fix_modes(workspace: str, since: float) -> int:
     except OSError:
         return 0
     with root:  # the workspace itself is the operator's: no call can chmod it
-        try:
+        with suppress(OSError):
             for found in walk_beneath(root.fd, paths=False, look=lambda st: st.st_ctime >= since):
                 st = found.st
                 if st is None or not st.st_mode & WORLD_WRITABLE or stat.S_ISLNK(st.st_mode):
                     continue
                 if st.st_ctime >= since:
                     fixed += _not_world_writable(found.dir_fd, found.name)
-        except OSError:
-            pass
     return fixed
 
 
@@ -224,10 +224,8 @@ def _stage() -> str:
 
 
 def _remove_stage(path: str) -> None:
-    try:
+    with suppress(OSError):
         os.rmdir(path)
-    except OSError:
-        pass
 
 
 def argv_for(
@@ -340,10 +338,8 @@ class Launch:
 
     def close(self) -> None:
         for fd in (*self.fds, *((self.info_read,) if self.info_read is not None else ())):
-            try:
+            with suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         self.fds, self.info_read = (), None
 
 
@@ -393,66 +389,47 @@ async def run_command(
     whole process tree before this returns or raises. It runs in a sandbox of its job's budget
     (:mod:`runner.tools.job_budget`: its count of calls at once, and its cgroups where made)."""
     async with job_budget.sandbox_slot() as job_cgroups:
-        return await _run_command(
-            command,
-            workspace,
-            writable,
-            network=network,
-            sandbox=sandbox,
-            timeout_s=timeout_s,
-            job_cgroups=job_cgroups,
+        timeout_s = min(timeout_s, MAX_TIMEOUT_S)
+        # a writable call's floor: killed once the free space is under the reserve and under what it was
+        # at the start less disk_slack (so under the floor a call that takes no more space runs)
+        local, floor = False, None
+        started = time.time() - FIX_SLACK_S
+        if writable:
+            local, floor = await _disk_floor(workspace)
+        launch = _launch(
+            command, workspace, writable, network=network, sandbox=sandbox, job_cgroups=job_cgroups
         )
-
-
-async def _run_command(
-    command: str,
-    workspace: str,
-    writable: bool,
-    *,
-    network: bool,
-    sandbox: str,
-    timeout_s: float,
-    job_cgroups: tuple[str, ...],
-) -> CommandResult:
-    timeout_s = min(timeout_s, MAX_TIMEOUT_S)
-    # a writable call's floor: killed once the free space is under the reserve and under what it was
-    # at the start less disk_slack (so under the floor a call that takes no more space runs)
-    local, floor = False, None
-    started = time.time() - FIX_SLACK_S
-    if writable:
-        local, floor = await _disk_floor(workspace)
-    launch = _launch(command, workspace, writable, network=network, sandbox=sandbox, job_cgroups=job_cgroups)
-    try:
-        process = await anyio.open_process(
-            launch.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            cwd=workspace,
-            env=environment(),
-            start_new_session=True,
-            pass_fds=launch.fds,
-        )
-    except BaseException:
-        launch.close()
-        raise
-    info_read, launch.info_read = launch.info_read, None
-    launch.close()  # the child has its copies
-    init_pid = _child_pid(await _sandbox_info(info_read))
-    output = _Output()
-    try:
-        await output.pump(process, timeout_s, _Disk(workspace, local, floor))
-    finally:
-        await _ended(
-            process,
-            init_pid,
-            output.exit_code is None,
-            sandbox=sandbox,
-            writable=writable,
-            workspace=workspace,
-            started=started,
-        )
-    return output.result()
+        try:
+            process = await anyio.open_process(
+                launch.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=workspace,
+                env=environment(),
+                start_new_session=True,
+                pass_fds=launch.fds,
+            )
+        except BaseException:
+            launch.close()
+            raise
+        info_read, launch.info_read = launch.info_read, None
+        launch.close()  # the child has its copies
+        init_pid = _child_pid(await _sandbox_info(info_read))
+        output = _Output()
+        try:
+            await output.pump(process, timeout_s, _Disk(workspace, local, floor))
+        finally:
+            await _ended(
+                process,
+                init_pid,
+                output.exit_code is None,
+                sandbox=sandbox,
+                writable=writable,
+                workspace=workspace,
+                started=started,
+            )
+        return output.result()
 
 
 async def _disk_floor(workspace: str) -> tuple[bool, int | None]:
@@ -594,16 +571,8 @@ def _remove_call_cgroup(pid: int) -> None:
     found = sandbox_launch.call_cgroup(pid)
     if found is None or not os.path.isdir(found[0]):
         return
-    where = found[0]
-    for _ in range(50):
-        try:
-            os.rmdir(where)
-            break
-        except FileNotFoundError:
-            break
-        except OSError:
-            time.sleep(0.02)
-    _remove_stale_cgroups(os.path.dirname(where))
+    job_budget.remove_dir(found[0], tries=50)
+    _remove_stale_cgroups(os.path.dirname(found[0]))
 
 
 def _remove_stale_cgroups(parent: str) -> None:
@@ -613,12 +582,8 @@ def _remove_stale_cgroups(parent: str) -> None:
         return
     for name in names:
         launcher = name.removeprefix(sandbox_launch.CGROUP_PREFIX)
-        if not launcher.isdigit() or job_budget.pid_alive(int(launcher)):
-            continue
-        try:
-            os.rmdir(os.path.join(parent, name))
-        except OSError:
-            pass
+        if launcher.isdigit() and not job_budget.pid_alive(int(launcher)):
+            job_budget.remove_dir(os.path.join(parent, name), tries=1)
 
 
 _WAITS = 256  # threads of one event loop waiting for bwrap's info at once (each a few milliseconds)
@@ -629,11 +594,7 @@ def _waits() -> anyio.CapacityLimiter:
     """The threads of this event loop's sandbox waits: theirs alone, never anyio's default limiter,
     which a job's flood of slow tool calls could hold (its tools have their own:
     :mod:`runner.tools.shares`)."""
-    limiter = _waiters.get(None)
-    if limiter is None:
-        limiter = anyio.CapacityLimiter(_WAITS)
-        _waiters.set(limiter)
-    return limiter
+    return per_loop(_waiters, lambda: anyio.CapacityLimiter(_WAITS))
 
 
 def _waiting(work: Callable[..., T]) -> Callable[..., Awaitable[T]]:
@@ -662,7 +623,5 @@ def _kill_tree(pid: int, init_pid: int | None) -> None:
     the call is left. Then bwrap's process group (and, without a sandbox, the shell's)."""
     for kill, target in ((os.kill, init_pid), (os.killpg, pid)):
         if target is not None:
-            try:
+            with suppress(ProcessLookupError):
                 kill(target, signal.SIGKILL)
-            except ProcessLookupError:
-                pass

@@ -114,28 +114,26 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 CGROUP_PREFIX = "runner-sandbox-"
 
 
-def call_cgroup(
-    pid: int, cgroup_root: str = CGROUP_ROOT, *, started_in: str = "self"
-) -> tuple[str, bool] | None:
+def call_cgroup(pid: int) -> tuple[str, bool] | None:
     """Where the memory cgroup of the call whose launcher is ``pid`` lives, and whether it is cgroup
-    v2's: inside the memory cgroup the launcher started in (v1's memory hierarchy: ``started_in``, a
-    process in it, the runner's own), or at the top (v2, when the top hands out the memory
-    controller). None when neither can be made here."""
-    unified = os.path.join(cgroup_root, "cgroup.subtree_control")
+    v2's: inside the memory cgroup the launcher started in (v1's memory hierarchy: this process's,
+    the runner's own), or at the top (v2, when the top hands out the memory controller). None when
+    neither can be made here."""
+    unified = os.path.join(CGROUP_ROOT, "cgroup.subtree_control")
     try:
         if os.path.exists(unified):
             with open(unified) as f:
                 if "memory" not in f.read().split():
                     return None
-            return os.path.join(cgroup_root, f"{CGROUP_PREFIX}{pid}"), True
-        with open(f"/proc/{started_in}/cgroup") as f:
+            return os.path.join(CGROUP_ROOT, f"{CGROUP_PREFIX}{pid}"), True
+        with open("/proc/self/cgroup") as f:
             lines = f.read().splitlines()
     except OSError:
         return None
     for line in lines:
         _, controllers, path = line.split(":", 2)
         if "memory" in controllers.split(","):
-            base = os.path.join(cgroup_root, "memory", path.lstrip("/"))
+            base = os.path.join(CGROUP_ROOT, "memory", path.lstrip("/"))
             return (os.path.join(base, f"{CGROUP_PREFIX}{pid}"), False) if os.path.isdir(base) else None
     return None
 

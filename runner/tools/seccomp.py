@@ -225,6 +225,18 @@ def _fail(err: int) -> bytes:
     return _op(_RET, _ERRNO | err)
 
 
+def _refuse_bits(number: int, arg: int, bits: int) -> list[bytes]:
+    """Call ``number`` with any of ``bits`` set in its argument ``arg`` fails with EPERM; the call's
+    number is loaded again after."""
+    return [
+        _op(_JEQ, number, jf=3),
+        _op(_LD_W_ABS, _ARG0 + _ARG_SIZE * arg),
+        _op(_JSET, bits, jf=1),
+        _fail(errno.EPERM),
+        _op(_LD_W_ABS, _NR),
+    ]
+
+
 def program(*, allow_unix_sockets: bool, arch: str | None = None, network: bool | None = None) -> bytes:
     """The filter for ``arch`` (default: this machine's) as ``struct sock_filter`` records.
     ``allow_unix_sockets``: ``socket(AF_UNIX)`` allowed; ``network``: ``AF_INET`` and ``AF_INET6`` allowed
@@ -245,22 +257,8 @@ def program(*, allow_unix_sockets: bool, arch: str | None = None, network: bool 
     ops += [_op(_JEQ, OPENAT2[arch], jf=1), _fail(errno.ENOSYS)]
     ops += [_op(_JEQ, FALLOCATE[arch], jf=1), _fail(errno.EOPNOTSUPP)]
     for name, (number, mode_arg) in sorted(MODE_CALLS[arch].items(), key=lambda item: item[1]):
-        bits = SET_ID_BITS | (WORLD_WRITABLE if name in CHMOD_CALLS else 0)
-        ops += [
-            _op(_JEQ, number, jf=3),
-            _op(_LD_W_ABS, _ARG0 + _ARG_SIZE * mode_arg),
-            _op(_JSET, bits, jf=1),
-            _fail(errno.EPERM),
-            _op(_LD_W_ABS, _NR),
-        ]
-    # clone: flags are its first argument on both architectures
-    ops += [
-        _op(_JEQ, CLONE[arch], jf=3),
-        _op(_LD_W_ABS, _ARG0),
-        _op(_JSET, CLONE_NEWUSER, jf=1),
-        _fail(errno.EPERM),
-        _op(_LD_W_ABS, _NR),
-    ]
+        ops += _refuse_bits(number, mode_arg, SET_ID_BITS | (WORLD_WRITABLE if name in CHMOD_CALLS else 0))
+    ops += _refuse_bits(CLONE[arch], 0, CLONE_NEWUSER)  # clone: flags are its first argument on both arches
     # socketpair: AF_UNIX only (its first argument, the family)
     ops += [
         _op(_JEQ, SOCKETPAIR[arch], jf=4),

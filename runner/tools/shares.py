@@ -56,11 +56,12 @@ class _Loop:
 _loops: RunVar[_Loop] = RunVar("runner.tools.shares")  # one per event loop, gone with it
 
 
-def _loop() -> _Loop:
-    found = _loops.get(None)
+def per_loop(var: RunVar[T], make: Callable[[], T]) -> T:
+    """``var``'s value in the running event loop, made by ``make`` the first time it is asked for."""
+    found = var.get(None)
     if found is None:
-        found = _Loop()
-        _loops.set(found)
+        found = make()
+        var.set(found)
     return found
 
 
@@ -74,7 +75,7 @@ def job_of(job_dir: Path) -> str:
 def share_of(job_dir: Path) -> JobShare:
     """The share of the job of ``job_dir`` in the running event loop (the same object for every
     toolset of the job while one holds it)."""
-    jobs = _loop().jobs
+    jobs = per_loop(_loops, _Loop).jobs
     job = job_of(job_dir)
     share = jobs.get(job)
     if share is None:
@@ -89,6 +90,6 @@ async def in_thread(
     threads, never one of anyio's default limiter. Cancelled with ``abandon_on_cancel``, the call
     returns at once and gives its places back (the thread ends by itself)."""
     async with share.threads:
-        return await store.in_thread(work, limiter=_loop().threads, abandon_on_cancel=abandon_on_cancel)(
-            *args
-        )
+        return await store.in_thread(
+            work, limiter=per_loop(_loops, _Loop).threads, abandon_on_cancel=abandon_on_cancel
+        )(*args)

@@ -33,7 +33,7 @@ from typing import Any
 
 from ..rundir.docs import FINAL, JOB_JSON, JobData, RunState, load_run
 from ..tools.beneath import Root, open_beneath, open_regular
-from .rows import output_rows, refusal, table_rows
+from .rows import output_rows, refusal, table_rows, unique_key
 from .terminal import printable
 
 MAX_REPORT_BYTES = 16 * 1024 * 1024  # a larger final.md is compared by its first this many bytes
@@ -100,11 +100,7 @@ def sections(report: str) -> dict[str, str]:
     matches = list(_HEADING.finditer(report))
     for i, match in enumerate(matches):
         end = matches[i + 1].start() if i + 1 < len(matches) else len(report)
-        key, n = match[2], 1
-        while key in out:
-            n += 1
-            key = f"{match[2]} ({n})"
-        out[key] = report[match.end() : end].strip()
+        out[unique_key(out, match[2], "")] = report[match.end() : end].strip()
     return out
 
 

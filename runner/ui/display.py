@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -284,5 +283,5 @@ class LiveDisplay:
             self.live.stop()
 
 
-def make_display(console: Console, budget: Budget | None = None, **_: Any) -> PlainDisplay | LiveDisplay:
+def make_display(console: Console, budget: Budget | None = None) -> PlainDisplay | LiveDisplay:
     return LiveDisplay(console, budget) if console.is_terminal else PlainDisplay(console, budget)

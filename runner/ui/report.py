@@ -173,9 +173,9 @@ def _bytes(n: int) -> str:
     return str(size)
 
 
-def plural(n: int, noun: str, nouns: str | None = None) -> str:
+def plural(n: int, noun: str) -> str:
     """``1 job``, ``2 jobs``: a count with its noun in the right number."""
-    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
+    return f"{n:,} {noun if n == 1 else noun + 's'}"
 
 
 def totals_line(document: dict[str, Any]) -> str:

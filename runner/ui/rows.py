@@ -39,7 +39,7 @@ def _unescape(cell: str) -> str:
     return cell.replace("\\|", "|").replace("\\n", "\n")
 
 
-def _unique(rows: dict[str, str], key: str, where: str) -> str:
+def unique_key(rows: dict[str, str], key: str, where: str) -> str:
     """``key``, or when taken ``key (where)``, then numbered."""
     if key not in rows:
         return key
@@ -69,7 +69,7 @@ def table_rows(text: str) -> dict[str, str]:
             continue  # a header
         cell = _FIRST_CELL.match(line)
         if cell:
-            rows[_unique(rows, _unescape(cell[1]), heading)] = line
+            rows[unique_key(rows, _unescape(cell[1]), heading)] = line
     return rows
 
 
@@ -98,7 +98,7 @@ def line_rows(text: str, where: str = "", rows: dict[str, str] | None = None) ->
             continue
         if line.startswith("|") and i + 1 < len(lines) and _SEPARATOR.match(lines[i + 1]):
             continue
-        out[_unique(out, line_key(line), where)] = line
+        out[unique_key(out, line_key(line), where)] = line
     return out
 
 

@@ -48,31 +48,43 @@ def caption(estimated: bool) -> str:
     return "ok = succeeded, cmp = compactions, tok in: cache too" + (", * estimated" if estimated else "")
 
 
-def narrow_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
-    estimated = any(j.get("usage_estimated") for j in jobs)
-    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
-    table.add_column("job", no_wrap=True, overflow="ellipsis", min_width=8, max_width=22)
-    table.add_column("status", no_wrap=True, min_width=9)
-    for name, width in (
+def _number_columns(estimated: bool) -> list[tuple[str, int]]:
+    """The narrow layout's right-justified columns after job and status: (header, least width)."""
+    return [
         ("turns", 5),
         ("tok in/out", 13),
         ("cmp", 3),
         ("cost $" + ("*" if estimated else ""), 9),
         ("wall s", 6),
-    ):
+    ]
+
+
+def _number_cells(job: dict[str, Any]) -> list[str]:
+    """A job's cells of :func:`_number_columns`."""
+    usage, _ = job_usage(job)
+    comp = job.get("compactions") or {}
+    return [
+        str(job.get("turns", 0)),
+        f"{_tokens(usage.context_tokens)}/{_tokens(usage.output_tokens)}",
+        str(sum(v for v in comp.values() if isinstance(v, int))),
+        _short(job.get("cost_usd", 0.0), 4),
+        _short(job.get("wall_s", 0.0), 1),
+    ]
+
+
+def narrow_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
+    estimated = any(j.get("usage_estimated") for j in jobs)
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    table.add_column("job", no_wrap=True, overflow="ellipsis", min_width=8, max_width=22)
+    table.add_column("status", no_wrap=True, min_width=9)
+    for name, width in _number_columns(estimated):
         table.add_column(name, justify="right", no_wrap=True, min_width=width)
     for job in jobs:
-        usage, _ = job_usage(job)
         status = str(job.get("status", "?"))
-        comp = job.get("compactions") or {}
         table.add_row(
             job_cell(job),
             Text(printable(NARROW_STATUS.get(status, status)), style=STATUS_STYLE.get(status, "white")),
-            str(job.get("turns", 0)),
-            f"{_tokens(usage.context_tokens)}/{_tokens(usage.output_tokens)}",
-            str(sum(v for v in comp.values() if isinstance(v, int))),
-            _short(job.get("cost_usd", 0.0), 4),
-            _short(job.get("wall_s", 0.0), 1),
+            *_number_cells(job),
         )
     table.caption = caption(estimated)
     return table
@@ -88,34 +100,21 @@ class PlainTable:
 
     def __init__(self, jobs: list[dict[str, Any]], title: str | None = None):
         estimated = any(j.get("usage_estimated") for j in jobs)
-        headers = [
-            "job",
-            "status",
-            "turns",
-            "tok in/out",
-            "cmp",
-            "cost $" + ("*" if estimated else ""),
-            "wall s",
-        ]
+        numbers = _number_columns(estimated)
+        headers = ["job", "status", *(header for header, _ in numbers)]
         self.columns = [PlainColumn(h) for h in headers]
         rows: list[tuple[list[str], str]] = []
         for job in jobs:
-            usage, _ = job_usage(job)
             status = str(job.get("status", "?"))
-            comp = job.get("compactions") or {}
             name = printable(job.get("job", "?"))
             cells = [
                 name if len(name) <= 22 else name[:21] + "…",
                 printable(NARROW_STATUS.get(status, status))[:13],
-                str(job.get("turns", 0)),
-                f"{_tokens(usage.context_tokens)}/{_tokens(usage.output_tokens)}",
-                str(sum(v for v in comp.values() if isinstance(v, int))),
-                _short(job.get("cost_usd", 0.0), 4),
-                _short(job.get("wall_s", 0.0), 1),
+                *_number_cells(job),
             ]
             rows.append((cells, subagent_note(job.get("subagents"))))
         widths = [max([len(h), *(len(cells[i]) for cells, _ in rows)]) for i, h in enumerate(headers)]
-        widths = [max(w, m) for w, m in zip(widths, (8, 9, 5, 13, 3, 9, 6), strict=True)]
+        widths = [max(w, m) for w, m in zip(widths, (8, 9, *(m for _, m in numbers)), strict=True)]
 
         def line(cells: list[str]) -> str:
             out = [cells[0].ljust(widths[0]), cells[1].ljust(widths[1])]

@@ -15,30 +15,26 @@ Guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
 from ...compaction.stages import Stage
-from ...rundir.docs import Status
+from ..report import STATUS_STYLE
 
 OTHER_STAGE_COLOR = "#555"  # an event line of no known stage
 GROUP_STRIP = 26  # pixels under a line chart's plot for its groups of marks
 MOST_POINTS = 1_600  # points of one series drawn, at most (about two per pixel of a 760-pixel chart)
-STATUS_COLORS: dict[str, str] = {
-    Status.SUCCEEDED: "#2ca02c",
-    Status.FAILED: "#d62728",
-    Status.TIMEOUT: "#ff7f0e",
-    Status.MAX_TURNS: "#ff7f0e",
-    Status.BUDGET_EXCEEDED: "#ff7f0e",
-    Status.STUCK: "#ff7f0e",
-    Status.DISK_QUOTA: "#ff7f0e",
-    Status.CANCELLED: "#9467bd",
-    Status.RUNNING: "#1f77b4",
-    Status.QUEUED: "#aaaaaa",
-    Status.NOT_STARTED: "#aaaaaa",
-    Status.INTERRUPTED: "#d62728",
+# a status's chart colour: that of its style in the terminal's run table (report.STATUS_STYLE)
+STYLE_COLORS = {
+    "green": "#2ca02c",
+    "red": "#d62728",
+    "yellow": "#ff7f0e",
+    "magenta": "#9467bd",
+    "cyan": "#1f77b4",
+    "dim": "#aaaaaa",
 }
+STATUS_COLORS: dict[str, str] = {status: STYLE_COLORS[style] for status, style in STATUS_STYLE.items()}
 
 
 def stage_color(stage: str) -> str:
@@ -144,6 +140,38 @@ def _fmt(value: float) -> str:
     return f"{value:g}"
 
 
+def _head(title: str, width: int, height: int, left: int) -> list[str]:
+    """A chart's opening ``<svg>`` tag and its title."""
+    return [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
+        f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}">',
+        f'<text x="{left}" y="16" class="ct">{escape(title)}</text>',
+    ]
+
+
+def _value_axis(
+    ticks: list[float], y_of: Callable[[float], float], *, left: int, plot_w: int, money: bool
+) -> list[str]:
+    """The left axis: a grid line across the plot and a label (dollars when ``money``) per tick."""
+    out = []
+    for tick in ticks:
+        y = y_of(tick)
+        label = f"${tick:.2f}" if money else _fmt(tick)
+        out.append(
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
+            f'<text x="{left - 4}" y="{y + 4:.1f}" class="ax" text-anchor="end">{label}</text>'
+        )
+    return out
+
+
+def _axis_title(text: str, x: float, y: float, angle: int) -> str:
+    """An axis's title at ``(x, y)``, turned ``angle`` degrees about that point."""
+    return (
+        f'<text x="{x}" y="{y}" class="ax" text-anchor="middle" '
+        f'transform="rotate({angle} {x} {y})">{escape(text)}</text>'
+    )
+
+
 def line_chart(
     series: Sequence[Series],
     *,
@@ -184,18 +212,8 @@ def line_chart(
     def py(y: float, side: bool) -> float:
         return top + plot_h - plot_h * y / (ticks[side][-1] or 1)
 
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
-        f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}">',
-        f'<text x="{left}" y="16" class="ct">{escape(title)}</text>',
-    ]
-    for tick in ticks[False]:
-        y = py(tick, False)
-        label = f"${tick:.2f}" if money else _fmt(tick)
-        out.append(
-            f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
-            f'<text x="{left - 4}" y="{y + 4:.1f}" class="ax" text-anchor="end">{label}</text>'
-        )
+    out = _head(title, width, height, left)
+    out += _value_axis(ticks[False], lambda tick: py(tick, False), left=left, plot_w=plot_w, money=money)
     if right > 16:
         for tick in ticks[True]:
             out.append(
@@ -222,16 +240,9 @@ def line_chart(
         f'<text x="{left + plot_w / 2}" y="{height - 4}" class="ax" text-anchor="middle">'
         f"{escape(x_label)}</text>"
     )
-    out.append(
-        f'<text x="12" y="{top + plot_h / 2}" class="ax" text-anchor="middle" '
-        f'transform="rotate(-90 12 {top + plot_h / 2})">{escape(left_label)}</text>'
-    )
+    out.append(_axis_title(left_label, 12, top + plot_h / 2, -90))
     if right_label:
-        x: float = width - 6
-        out.append(
-            f'<text x="{x}" y="{top + plot_h / 2}" class="ax" text-anchor="middle" '
-            f'transform="rotate(90 {x} {top + plot_h / 2})">{escape(right_label)}</text>'
-        )
+        out.append(_axis_title(right_label, width - 6, top + plot_h / 2, 90))
     for mark in marks:
         x = px(mark.x)
         out.append(
@@ -309,22 +320,11 @@ def bar_chart(
     ticks = _ticks(max((v for _, v, _ in bars), default=0) * 1.05)
     scale = ticks[-1] or 1
     step = plot_w / max(len(bars), 1)
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" '
-        f'width="{width}" height="{height}" role="img" aria-label="{escape(title)}">',
-        f'<text x="{left}" y="16" class="ct">{escape(title)}</text>',
-    ]
-    for tick in ticks:
-        y = top + plot_h - plot_h * tick / scale
-        label = f"${tick:.2f}" if money else _fmt(tick)
-        out.append(
-            f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
-            f'<text x="{left - 4}" y="{y + 4:.1f}" class="ax" text-anchor="end">{label}</text>'
-        )
-    out.append(
-        f'<text x="12" y="{top + plot_h / 2}" class="ax" text-anchor="middle" '
-        f'transform="rotate(-90 12 {top + plot_h / 2})">{escape(y_label)}</text>'
+    out = _head(title, width, height, left)
+    out += _value_axis(
+        ticks, lambda tick: top + plot_h - plot_h * tick / scale, left=left, plot_w=plot_w, money=money
     )
+    out.append(_axis_title(y_label, 12, top + plot_h / 2, -90))
     for i, (label, value, status) in enumerate(bars):
         h = plot_h * value / scale
         shown = f"${value:.4f}" if money else f"{value:g}"

@@ -30,15 +30,9 @@ from ...rundir.docs import (
     is_run_dir,
     lenient,
     read_json,
-    totals_of,
 )
 from ...rundir.store import read_jsonl
 from ..diff import status_of
-
-
-def totals(jobs: list[JobData]) -> dict[str, Any]:
-    """Totals over ``jobs``, computed from the jobs themselves (never trusted from run.json)."""
-    return totals_of([j.metrics for j in jobs])
 
 
 def agent_order(name: str) -> tuple[int, str]:

@@ -263,6 +263,16 @@ def _compact_json(value: Any) -> str:
     return line if len(line) <= 100 else json.dumps(value, ensure_ascii=False, indent=1)
 
 
+def _text_block(text: str) -> dict[str, Any]:
+    return {
+        "kind": "text",
+        "text": text[:TEXT_SHOWN_CHARS],
+        "chars": len(text),
+        "cut": len(text) > TEXT_SHOWN_CHARS,
+        "marker": is_marker(text),
+    }
+
+
 def _block(
     block: Any, job: JobData, start: Path, *, saved: dict[str, str], agents: dict[str, str]
 ) -> dict[str, Any]:
@@ -270,14 +280,7 @@ def _block(
         return {"kind": "other", "text": json.dumps(block, ensure_ascii=False)}
     kind = block.get("type")
     if kind == "text":
-        text = str(block.get("text", ""))
-        return {
-            "kind": "text",
-            "text": text[:TEXT_SHOWN_CHARS],
-            "chars": len(text),
-            "cut": len(text) > TEXT_SHOWN_CHARS,
-            "marker": is_marker(text),
-        }
+        return _text_block(str(block.get("text", "")))
     if kind == "tool_use":
         shown = _compact_json(block.get("input"))
         return {
@@ -561,16 +564,7 @@ def _message_blocks(
     """A message's content as shown: each block of a list, or a string as one text block."""
     if isinstance(content, list):
         return [_block(b, job, start, saved=saved, agents=agents) for b in content]
-    text = str(content)
-    return [
-        {
-            "kind": "text",
-            "text": text[:TEXT_SHOWN_CHARS],
-            "chars": len(text),
-            "cut": len(text) > TEXT_SHOWN_CHARS,
-            "marker": is_marker(text),
-        }
-    ]
+    return [_text_block(str(content))]
 
 
 def fair_cap(lengths: list[int], budget: int, *, floor: int = 0) -> int | None:

@@ -16,6 +16,7 @@ import hashlib
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import repeat
 from pathlib import Path
@@ -128,11 +129,9 @@ def _stale(job: JobData, page: Path) -> bool:
     dirs = [job.dir, *(job.dir / AGENTS / name for name in subagent_names(job))]
     for name in JOB_FILES:
         for where in dirs:
-            try:
+            with suppress(OSError):
                 if (where / name).stat().st_mtime >= written:
                     return True
-            except OSError:
-                continue
     return False
 
 

@@ -20,6 +20,7 @@ Guarantees:
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from pathlib import Path
 from urllib.parse import quote
 
@@ -62,14 +63,12 @@ def served_files(where: Path) -> list[str]:
     """The runner's files in a job's (or a subagent's) directory, as paths relative to it."""
     found = [name for name in JOB_FILES if (where / name).is_file()]
     for folder in FILE_DIRS:
-        try:
+        with suppress(OSError):
             found += sorted(
                 f"{folder}/{p.name}"
                 for p in (where / folder).iterdir()
                 if runner_file([folder, p.name]) and p.is_file()
             )
-        except OSError:
-            continue
     return found
 
 
@@ -147,11 +146,9 @@ def _agent_page(run_dir: Path, pages: Path, index: Path, *, job_page: str, name:
             continue
         for agent in subagents_of(job, []):
             number = page_number(agent.name, name)
-            text = (
-                render_agent(job, agent, pages, index=index, refresh=REFRESH_S, page=number)
-                if number is not None
-                else None
-            )
+            if number is None:
+                continue
+            text = render_agent(job, agent, pages, index=index, refresh=REFRESH_S, page=number)
             if text is not None:
                 return text
     return None
@@ -195,6 +192,13 @@ def _job_file(run_dir: Path, job: str, rest: str) -> Response:
     return PlainTextResponse("not found", status_code=404)
 
 
+def _page(text: str | None) -> Response:
+    """A page rendered now, or a 404 when there is no such page."""
+    if text is None:
+        return PlainTextResponse("no such page", status_code=404)
+    return HTMLResponse(text, headers=PAGE_HEADERS)
+
+
 def create_app(run_dir: Path, port: int | None = None) -> ASGIApp:
     index = run_dir / INDEX
     pages = pages_dir_for(index)
@@ -203,17 +207,11 @@ def create_app(run_dir: Path, port: int | None = None) -> ASGIApp:
         return HTMLResponse(render_index(load_run(run_dir), index, refresh=REFRESH_S), headers=PAGE_HEADERS)
 
     async def show_job(request: Request) -> Response:
-        text = _job_page(run_dir, pages, index, name=request.path_params["page"])
-        if text is None:
-            return PlainTextResponse("no such page", status_code=404)
-        return HTMLResponse(text, headers=PAGE_HEADERS)
+        return _page(_job_page(run_dir, pages, index, name=request.path_params["page"]))
 
     async def show_agent(request: Request) -> Response:
         params = request.path_params
-        text = _agent_page(run_dir, pages, index, job_page=params["job"], name=params["page"])
-        if text is None:
-            return PlainTextResponse("no such page", status_code=404)
-        return HTMLResponse(text, headers=PAGE_HEADERS)
+        return _page(_agent_page(run_dir, pages, index, job_page=params["job"], name=params["page"]))
 
     async def to_index(request: Request) -> Response:
         return RedirectResponse("/")
