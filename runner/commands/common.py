@@ -10,16 +10,26 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.markup import escape
+
 from ..config import ConfigError, RunnerSection, Settings, load_settings
 from ..execution import RAY_MISSING, ray_available
 from ..jobs import JobError, JobSpec, find_task_files, load_jobs, lookalike_task_files
 from ..rundir.prune import PruneResult, human_bytes
 from ..tools.job_budget import host_problems
 from ..tools.sandbox import CALL_MEMORY_BYTES, MAX_PROCESSES, bwrap_problem
-from ..ui.console import print_error, shown_path
+from ..ui.console import out, print_error, shown_path
 from ..ui.report import plural
+from ..ui.terminal import printable
 
 DEFAULT_CONFIG = Path("config.toml")
+
+
+def show(line: str, console: Console = out) -> None:
+    """One line on ``console`` (stdout by default), as written: never markup nor terminal escapes, never
+    wrapped."""
+    console.print(escape(printable(line)), highlight=False, soft_wrap=True)
 
 
 def config_path(args: argparse.Namespace) -> Path | None:
