@@ -161,13 +161,6 @@ def ended(spec: JobSpec, status: str, error: str) -> JobMetrics:
     return record
 
 
-def never_started(record: JobMetrics, fatal: str | None) -> JobMetrics:
-    """``record``, of a job whose session never started, marked so: ``not_started`` with ``fatal`` (the
-    backend is unusable), else ``cancelled``."""
-    record.status, record.error = never_started_ending(fatal)
-    return record
-
-
 def never_started_ending(fatal: str | None) -> tuple[Status, str]:
     """The status and error of a job whose session never started: ``not_started`` with ``fatal`` (the
     backend is unusable), else ``cancelled``."""
@@ -304,7 +297,7 @@ async def end(batch: Batch, dispatch: Dispatch, out: BatchResult, *, run_json: R
         await quietly(dispatch.cancel(), "could not cancel the jobs")
     for spec in batch.specs:
         if spec.name not in out.results:
-            out.results[spec.name] = never_started(new_record(spec), out.fatal)
+            out.results[spec.name] = ended(spec, *never_started_ending(out.fatal))
             run_json.ended(spec.name, out.results[spec.name])
     run_json.finished = True
     run_json.interrupted = out.interrupted
