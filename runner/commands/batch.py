@@ -96,9 +96,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         claim(run_dir, len(specs))
         code = execute(batch, settings, as_json=args.json)
     say_incremental(run_dir)
-    if (
-        settings.runner.keep_runs is not None and code != 130
-    ):  # this run is `latest`: never among those removed
+    # this run is `latest`: never among those removed
+    if settings.runner.keep_runs is not None and code != 130:
         report_prune(
             prune(settings.runner.output_dir, keep=settings.runner.keep_runs),
             settings.runner.output_dir,
