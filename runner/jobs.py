@@ -520,8 +520,7 @@ def load_jobs(
             problems: tuple[str, ...] = (
                 (
                     f"{this}: name: job name {result.name!r}{how} is also the name of {first}; each job "
-                    "needs its own "
-                    'name (it names the job\'s directory): set name = "..." in one of them',
+                    'needs its own name (it names the job\'s directory): set name = "..." in one of them',
                 )
                 if claimed[result.name] != result.source
                 else (

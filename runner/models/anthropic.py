@@ -156,8 +156,7 @@ def reply_of(data: dict[str, Any], max_text_bytes: int = 32 * MIB) -> Reply:
             if size > MAX_TOOL_INPUT_BYTES:
                 refused[str(block.get("id", ""))] = (
                     f"not run: this call's input is {size:,} bytes, over the limit of "
-                    f"{MAX_TOOL_INPUT_BYTES:,} "
-                    "bytes for one tool call; send a smaller one"
+                    f"{MAX_TOOL_INPUT_BYTES:,} bytes for one tool call; send a smaller one"
                 )
                 block = {**block, "input": {}}
         content.append(block)
@@ -254,7 +253,6 @@ class AnthropicModel:
         base_url: str | None = None,
         max_retries: int = 4,
         timeout: float = 600.0,
-        http_client: Any = None,
         on_rate_limited: Callable[[], None] | None = None,
         shards: int = 1,
         max_reply_bytes: int = 32 * MIB,
@@ -265,8 +263,6 @@ class AnthropicModel:
             kwargs["api_key"] = api_key
         if base_url is not None:
             kwargs["base_url"] = base_url
-        if http_client is not None:
-            shards = 1
         self.clients = []
         self._connected = False  # a call has succeeded: later connection failures are retried as usual
         self.guard = Guard(
@@ -278,17 +274,12 @@ class AnthropicModel:
             if response.status_code in (429, 529) and on_rate_limited is not None:
                 on_rate_limited()
 
-        # one for every shard: each costs ~20 ms
-        tls = httpx2.create_ssl_context() if http_client is None else None
+        tls = httpx2.create_ssl_context()  # one for every shard: each costs ~20 ms
         for _ in range(max(1, shards)):
-            client = http_client
-            if client is None:
-                client = guarded_client(
-                    self.guard, event_hooks={"request": [on_request], "response": [watch]}, verify=tls
-                )
-            self.clients.append(
-                anthropic.AsyncAnthropic(**kwargs, **({"http_client": client} if client else {}))
+            client = guarded_client(
+                self.guard, event_hooks={"request": [on_request], "response": [watch]}, verify=tls
             )
+            self.clients.append(anthropic.AsyncAnthropic(**kwargs, http_client=client))
         self.client = self.clients[0]
         self._turn = itertools.count()
         self._with_retries: dict[tuple[int, int], Any] = {}
