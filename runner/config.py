@@ -450,13 +450,10 @@ def describe_errors(
     lines = []
     for err in error.errors():
         key = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif err["type"] == "missing":
-            msg = "required key is missing"
-        elif err["type"] == "value_error" and msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
+        # else as pydantic words it, a value error without its "Value error, "
+        msg = {"extra_forbidden": "unknown key", "missing": "required key is missing"}.get(
+            err["type"], err["msg"].removeprefix("Value error, ")
+        )
         got = err.get("input")
         # a whole table as "got" (a check across keys) says nothing the message does not
         hidden = err["type"] in ("missing", "extra_forbidden") or (isinstance(got, dict) and bool(got))

@@ -427,7 +427,7 @@ class RunJson:
         if name in self._sources:
             row.source = self._sources[name]
         if self._keys[i] is not None:
-            self._totals.remove(self._rows[i])
+            self._totals.add(self._rows[i], -1)
         self._totals.add(row)
         self._rows[i], self._keys[i] = row, key
         self._texts[i] = json.dumps(row.to_json(), ensure_ascii=False)
@@ -496,9 +496,6 @@ class _Totals:
         self.statuses[row.status] += sign
         for key in USAGE_KEYS:
             self.usage[key] += sign * row.usage_total(key)
-
-    def remove(self, row: JobMetrics) -> None:
-        self.add(row, -1)
 
     def document(self, jobs: int) -> dict[str, int | float]:
         statuses = {status: self.statuses[status] for status in Status}
