@@ -94,6 +94,17 @@ def build_parser() -> argparse.ArgumentParser:
         )
         common(p)
 
+    def run_dir_or_latest(p: argparse.ArgumentParser, latest: str) -> None:
+        common(p)
+        p.add_argument(
+            "run_dir",
+            type=Path,
+            metavar="RUN_DIR",
+            nargs="?",
+            default=None,
+            help=f"a run directory, runs/<run-id> (default: the latest run, {latest})",
+        )
+
     run_json = "print the run as one JSON document on stdout at the end (the table goes to stderr)"
     run = sub("run", help="run every task file in JOBS_DIR (default: jobs/)")
     task_files(run)
@@ -147,16 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
   1    a job did not (or has not yet)
   2    RUN_DIR is not a run directory""",
     )
-    common(report)
-    report.add_argument(
-        "run_dir",
-        type=Path,
-        metavar="RUN_DIR",
-        nargs="?",
-        default=None,
-        help="a run directory, runs/<run-id> (default: the latest run, <output_dir>/latest of the "
-        "config.toml `run` would use)",
-    )
+    run_dir_or_latest(report, "<output_dir>/latest of the config.toml `run` would use")
     report.add_argument(
         "--json",
         action="store_true",
@@ -176,15 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
 
     view = sub("view", help="write the run as HTML that opens from disk (no network)", epilog=EXIT_CODES_VIEW)
-    common(view)
-    view.add_argument(
-        "run_dir",
-        type=Path,
-        metavar="RUN_DIR",
-        nargs="?",
-        default=None,
-        help="a run directory, runs/<run-id> (default: the latest run, as for `runner report`)",
-    )
+    run_dir_or_latest(view, "as for `runner report`")
     view.add_argument(
         "--out",
         type=Path,
