@@ -69,16 +69,9 @@ def settings_from(args: argparse.Namespace, say: Any = None) -> Settings:
                 [f"--concurrency: expected a whole number from 1 to {top}, got {args.concurrency}"]
             )
         settings.runner.concurrency = args.concurrency
-    if getattr(args, "backend", None):
-        settings.runner.backend = args.backend
-    if getattr(args, "delivery", None):
-        settings.runner.delivery = args.delivery
-    if getattr(args, "output_dir", None):
-        settings.runner.output_dir = args.output_dir
-    if getattr(args, "executor", None):
-        settings.runner.executor = args.executor
-    if getattr(args, "ray_address", None):
-        settings.runner.ray_address = args.ray_address
+    for flag in ("backend", "delivery", "output_dir", "executor", "ray_address"):  # each over [runner]'s
+        if getattr(args, flag, None):
+            setattr(settings.runner, flag, getattr(args, flag))
     if settings.runner.executor == "ray" and args.command in ("run", "resume") and not ray_available():
         raise ConfigError([RAY_MISSING])
     return settings
