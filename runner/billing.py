@@ -84,17 +84,10 @@ def cache_segments(
         for block in blocks(message):
             content = block.get("content")
             nested = content if isinstance(content, list) else []
-            cc = block.get("cache_control") or next(
-                (
-                    item.get("cache_control")
-                    for item in nested
-                    if isinstance(item, dict) and item.get("cache_control")
-                ),
-                None,
-            )
-            out.append(
-                (json.dumps([i, message.get("role"), without_cache_control(block)], sort_keys=True), cc)
-            )
+            inner = [item.get("cache_control") for item in nested if isinstance(item, dict)]
+            cc = block.get("cache_control") or next(filter(None, inner), None)
+            text = json.dumps([i, message.get("role"), without_cache_control(block)], sort_keys=True)
+            out.append((text, cc))
     return out
 
 
