@@ -73,32 +73,21 @@ def cache_segments(
     """The request in cache order (tools, system, message blocks): (JSON text without
     cache_control, the block's cache_control or None)."""
     out: list[tuple[str, Any]] = []
-    for tool in tools:
-        out.append(
-            (json.dumps(["tool", without_cache_control(tool)], sort_keys=True), tool.get("cache_control"))
-        )
     system_blocks: list[dict[str, Any]] = (
         [{"type": "text", "text": system}] if isinstance(system, str) else system or []
     )
-    for block in system_blocks:
-        out.append(
-            (json.dumps(["system", without_cache_control(block)], sort_keys=True), block.get("cache_control"))
-        )
+    for kind, items in (("tool", tools), ("system", system_blocks)):
+        for block in items:
+            text = json.dumps([kind, without_cache_control(block)], sort_keys=True)
+            out.append((text, block.get("cache_control")))
     for i, message in enumerate(messages):
         for block in blocks(message):
             content = block.get("content")
             nested = content if isinstance(content, list) else []
-            cc = block.get("cache_control") or next(
-                (
-                    item.get("cache_control")
-                    for item in nested
-                    if isinstance(item, dict) and item.get("cache_control")
-                ),
-                None,
-            )
-            out.append(
-                (json.dumps([i, message.get("role"), without_cache_control(block)], sort_keys=True), cc)
-            )
+            inner = [item.get("cache_control") for item in nested if isinstance(item, dict)]
+            cc = block.get("cache_control") or next(filter(None, inner), None)
+            text = json.dumps([i, message.get("role"), without_cache_control(block)], sort_keys=True)
+            out.append((text, cc))
     return out
 
 

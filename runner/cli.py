@@ -19,6 +19,7 @@ from .commands.common import (
     config_path,
     report_prune,
     settings_from,
+    show,
     warn_host_fit,
     warn_unpriced,
     warn_unused_job_tables,
@@ -64,18 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"runner {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
 
-    class Sub:  # every subcommand lists its exit codes under its --help
-        @staticmethod
-        def add_parser(name: str, epilog: str = EXIT_CODES, **kwargs: Any) -> argparse.ArgumentParser:
-            return subparsers.add_parser(
-                name,
-                epilog=epilog,
-                formatter_class=argparse.RawDescriptionHelpFormatter,
-                description=kwargs.get("help"),
-                **kwargs,
-            )
-
-    sub = Sub()
+    def sub(name: str, epilog: str = EXIT_CODES, **kwargs: Any) -> argparse.ArgumentParser:
+        """A subcommand, listing its exit codes under its --help."""
+        return subparsers.add_parser(
+            name,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            description=kwargs.get("help"),
+            **kwargs,
+        )
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument(
@@ -86,15 +84,30 @@ def build_parser() -> argparse.ArgumentParser:
             "directory above it, else ./config.toml when it exists)",
         )
 
-    run = sub.add_parser("run", help="run every task file in JOBS_DIR (default: jobs/)")
-    run.add_argument(
-        "targets",
-        nargs="*",
-        type=Path,
-        metavar="JOBS_DIR_OR_FILE",
-        help="task files (*.toml) or directories of them (default: jobs)",
-    )
-    common(run)
+    def task_files(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "targets",
+            nargs="*",
+            type=Path,
+            metavar="JOBS_DIR_OR_FILE",
+            help="task files (*.toml) or directories of them (default: jobs)",
+        )
+        common(p)
+
+    def run_dir_or_latest(p: argparse.ArgumentParser, latest: str) -> None:
+        common(p)
+        p.add_argument(
+            "run_dir",
+            type=Path,
+            metavar="RUN_DIR",
+            nargs="?",
+            default=None,
+            help=f"a run directory, runs/<run-id> (default: the latest run, {latest})",
+        )
+
+    run_json = "print the run as one JSON document on stdout at the end (the table goes to stderr)"
+    run = sub("run", help="run every task file in JOBS_DIR (default: jobs/)")
+    task_files(run)
     run.add_argument("--concurrency", type=int, help="jobs at once (overrides [runner] concurrency)")
     run.add_argument("--backend", choices=["auto", "anthropic", "offline"], help="model backend")
     run.add_argument("--only", action="append", metavar="NAME", help="run only this job (repeatable)")
@@ -102,11 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--output-dir", type=Path, help="where runs/<run-id> goes (overrides [runner] output_dir)"
     )
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="same as `runner resume RUN_DIR`")
-    run.add_argument(
-        "--json",
-        action="store_true",
-        help="print the run as one JSON document on stdout at the end (the table goes to stderr)",
-    )
+    run.add_argument("--json", action="store_true", help=run_json)
     run.add_argument(
         "--fresh",
         action="store_true",
@@ -114,23 +123,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     executor_flags(run)
 
-    validate = sub.add_parser(
+    validate = sub(
         "validate",
         help="check config and task files; run nothing",
         epilog="""exit codes:
   0    every file is valid
   2    a problem was found (each is listed: file, field, expectation)""",
     )
-    validate.add_argument(
-        "targets",
-        nargs="*",
-        type=Path,
-        metavar="JOBS_DIR_OR_FILE",
-        help="task files (*.toml) or directories of them (default: jobs)",
-    )
-    common(validate)
+    task_files(validate)
 
-    resume = sub.add_parser("resume", help="rerun the jobs of RUN_DIR that did not succeed")
+    resume = sub("resume", help="rerun the jobs of RUN_DIR that did not succeed")
     resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="a run directory, runs/<run-id>")
     common(resume)
     resume.add_argument(
@@ -146,13 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="use the limits of today's config and task files (default: the run's own)",
     )
     resume.add_argument("--only", action="append", metavar="NAME", help="resume only this job (repeatable)")
-    resume.add_argument(
-        "--json",
-        action="store_true",
-        help="print the run as one JSON document on stdout at the end (the table goes to stderr)",
-    )
+    resume.add_argument("--json", action="store_true", help=run_json)
 
-    report = sub.add_parser(
+    report = sub(
         "report",
         help="print the table of a finished or running run",
         epilog="""exit codes:
@@ -160,23 +158,14 @@ def build_parser() -> argparse.ArgumentParser:
   1    a job did not (or has not yet)
   2    RUN_DIR is not a run directory""",
     )
-    common(report)
-    report.add_argument(
-        "run_dir",
-        type=Path,
-        metavar="RUN_DIR",
-        nargs="?",
-        default=None,
-        help="a run directory, runs/<run-id> (default: the latest run, <output_dir>/latest of the "
-        "config.toml `run` would use)",
-    )
+    run_dir_or_latest(report, "<output_dir>/latest of the config.toml `run` would use")
     report.add_argument(
         "--json",
         action="store_true",
         help="print the run as one JSON document: run.json's fields and each job's metrics",
     )
 
-    diff = sub.add_parser(
+    diff = sub(
         "diff",
         help="what changed in each job's report from RUN_A to RUN_B",
         epilog="""exit codes:
@@ -188,18 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("run_b", type=Path, metavar="RUN_B", help="the later run directory (runs/latest)")
     diff.add_argument("--json", action="store_true", help="print the comparison as one JSON document")
 
-    view = sub.add_parser(
-        "view", help="write the run as HTML that opens from disk (no network)", epilog=EXIT_CODES_VIEW
-    )
-    common(view)
-    view.add_argument(
-        "run_dir",
-        type=Path,
-        metavar="RUN_DIR",
-        nargs="?",
-        default=None,
-        help="a run directory, runs/<run-id> (default: the latest run, as for `runner report`)",
-    )
+    view = sub("view", help="write the run as HTML that opens from disk (no network)", epilog=EXIT_CODES_VIEW)
+    run_dir_or_latest(view, "as for `runner report`")
     view.add_argument(
         "--out",
         type=Path,
@@ -211,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     view.add_argument("--port", type=int, default=8000, help="port for --serve (default: 8000)")
 
-    prune = sub.add_parser(
+    prune = sub(
         "prune",
         help="remove old runs from the output directory (never one being written, "
         "nor the one `latest` points at)",
@@ -235,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
     prune.add_argument("--output-dir", type=Path, help="the runs directory (default: [runner] output_dir)")
 
-    replay = sub.add_parser(
+    replay = sub(
         "replay",
         help="feed recorded agent histories through the Compactor and judge what each request kept",
         epilog="""exit codes:
@@ -271,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write each prepared request body as DIR/<file stem>/<turn>.json",
     )
 
-    emulate = sub.add_parser(
+    emulate = sub(
         "emulate",
         help="serve the local Messages-API emulator",
         epilog="""exit codes:
@@ -332,12 +311,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    settings = parsed(
-        lambda: settings_from(
-            args, say=lambda line: out.print(escape(printable(line)), highlight=False, soft_wrap=True)
-        ),
-        config_path(args),
-    )
+    settings = parsed(lambda: settings_from(args, say=show), config_path(args))
     specs, errors, missing = collect(args.targets, settings)
     warn_unused_job_tables(args, settings, specs, errors=errors)
     warn_unpriced(settings, specs)
@@ -348,15 +322,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for line in error.problems:
             print_error(line)
     for spec in specs:
-        out.print(
-            escape(
-                printable(
-                    f"ok     {spec.name} ({shown_path(spec.source)}): workspace {spec.workspace}, "
-                    f"tools {', '.join(spec.tools)}"
-                )
-            ),
-            highlight=False,
-            soft_wrap=True,
+        show(
+            f"ok     {spec.name} ({shown_path(spec.source)}): workspace {spec.workspace}, "
+            f"tools {', '.join(spec.tools)}"
         )
     if not specs and not errors:
         print_error("no task files found")
@@ -376,10 +344,6 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if not output_dir.is_dir():
         raise ConfigError([f"{output_dir}: no such output directory (nothing to prune)"])
     result = prune(output_dir, keep=keep, older_than_s=older, dry_run=args.dry_run)
-
-    def show(line: str) -> None:
-        out.print(escape(printable(line)), highlight=False, soft_wrap=True)
-
     report_prune(result, output_dir, show)
     return 0
 
@@ -406,18 +370,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         return report_json(args.run_dir)
     document = load_report(args.run_dir)
-    out.print(escape(printable(f"run {args.run_dir} ({document['state']})")), highlight=False, soft_wrap=True)
+    show(f"run {args.run_dir} ({document['state']})")
     print_table(out, document["jobs"])
     totals = document["totals"]
     out.print(totals_line(document), highlight=False, soft_wrap=True)
     if document["state"] == RunState.INTERRUPTED:
-        out.print(
-            escape(
-                printable(f"interrupted: its runner is gone; `runner resume {args.run_dir}` continues it")
-            ),
-            highlight=False,
-            soft_wrap=True,
-        )
+        show(f"interrupted: its runner is gone; `runner resume {args.run_dir}` continues it")
     return 0 if totals["jobs"] and totals.get(Status.SUCCEEDED, 0) == totals["jobs"] else 1
 
 
@@ -462,31 +420,19 @@ def cmd_diff(args: argparse.Namespace) -> int:
             if job.added or job.removed or job.changed
             else ""
         )
-        out.print(escape(printable(f"job {job.job}: {what}{counts}")), highlight=False, soft_wrap=True)
+        show(f"job {job.job}: {what}{counts}")
         for kind, names in (("added", job.added), ("removed", job.removed), ("changed", job.changed)):
             for name in names[:DIFF_NAMES_SHOWN]:
-                out.print(escape(printable(f"  {kind}: {name}")), highlight=False, soft_wrap=True)
+                show(f"  {kind}: {name}")
             if len(names) > DIFF_NAMES_SHOWN:
-                out.print(
-                    escape(
-                        printable(
-                            f"  {kind}: ... and {len(names) - DIFF_NAMES_SHOWN} more (--json lists them all)"
-                        )
-                    ),
-                    highlight=False,
-                    soft_wrap=True,
-                )
+                show(f"  {kind}: ... and {len(names) - DIFF_NAMES_SHOWN} more (--json lists them all)")
         if job.diff:
             out.print(
                 escape(printable(job.diff.rstrip("\n"), one_line=False, tabs=True)),
                 highlight=False,
                 soft_wrap=True,
             )
-    out.print(
-        escape(printable(f"{plural(len(result.jobs), 'job')}, {len(result.changed)} with a changed report")),
-        highlight=False,
-        soft_wrap=True,
-    )
+    show(f"{plural(len(result.jobs), 'job')}, {len(result.changed)} with a changed report")
     return 1 if result.changed else 0
 
 
@@ -506,17 +452,8 @@ def cmd_view(args: argparse.Namespace) -> int:
     result = write_view(args.run_dir, args.out)
     for problem in result.problems:
         print_error(problem, label="warning")
-    out.print(
-        escape(
-            printable(
-                f"wrote {result.index} ({plural(result.pages_written, 'job page')} updated in "
-                f"{result.pages_dir})"
-            )
-        ),
-        highlight=False,
-        soft_wrap=True,
-    )
-    out.print(escape(printable(f"open: file://{result.index.resolve()}")), highlight=False, soft_wrap=True)
+    show(f"wrote {result.index} ({plural(result.pages_written, 'job page')} updated in {result.pages_dir})")
+    show(f"open: file://{result.index.resolve()}")
     return 0
 
 

@@ -140,55 +140,43 @@ class Limits(BaseModel):
     context editing `clear_tool_uses_20250919`: over its trigger the API replaces old tool results with a
     placeholder; the runner keeps the whole history, counts each clearing as `tool_use_clearing`; on the
     offline model, `client`), `off`"""
-    # 1. tool_result_budget
     batch_char_limit: Int = Field(200_000, ge=1_000)
     """1. tool_result_budget: newest batch of results over this..."""
     large_result_chars: Int = Field(30_000, ge=200)
     """...persists its results over this, largest first"""
     preview_chars: Int = Field(2_000, ge=0)
     """...keeping this much as a preview"""
-    # 2. snip
     snip_trigger: Int = Field(50, ge=8)
     """2. snip: over this many messages..."""
     snip_head: Int = Field(3, ge=1)
     """...keep the first messages..."""
     snip_target: Int = Field(30, ge=4)
     """...and the newest, this many in all"""
-    # 3. micro_compact and 4. fit_tool_results
     context_char_limit: Int = Field(50_000, ge=2_000)
     """3-5. over this, micro_compact, fit_tool_results, compact_history"""
     keep_recent_results: Int = Field(3, ge=0)
     """micro_compact never touches the newest seen results"""
-    # micro_compact and fit_tool_results bring the context down to this share of the limit
     compact_target_ratio: Float = Field(0.8, ge=0.1, le=0.95)
     """micro_compact and fit_tool_results bring the context down to this share of the limit; 0.5 rewrites the
     cached prefix half as often (cheaper with prompt caching, see BENCHMARKS.md)"""
     fit_preview_chars: Int = Field(1_000, ge=0)
     """preview kept by fit_tool_results"""
-    # a prompt-cache breakpoint after the newest message compaction will not rewrite (see README)
     cache_aware: Bool = True
     """prompt-cache breakpoints on the newest message compaction will not rewrite and on the longest prefix
     an earlier call cached that is still unchanged, besides those on the system prompt (which caches the
     tools) and the newest message"""
-    # token-aware trigger (off when unset): last real usage plus an estimate of what was added since
     context_token_limit: Int | None = Field(None, ge=1_000)
     """also trigger on tokens: last real `usage` plus an estimate since"""
-    # 6. reactive compact
     keep_recent_messages: Int = Field(5, ge=1)
     """6. reactive compact keeps the newest messages"""
     max_reactive_retries: Int = Field(1, ge=0, le=10)
     """retries after "prompt is too long"; then the job fails"""
-    # 8. circuit breaker
     max_summary_failures: Int = Field(3, ge=1)
     """8. circuit breaker: then the deterministic summary"""
-    # a summary (the model's or the fallback) takes at most this share of the context limit
     summary_share: Float = Field(0.2, gt=0, le=0.5)
     """a summary (the model's or the fallback's) takes at most this share of the context limit (0 < x <=
     0.5): the summary call's `max_tokens` is share x limit / 4 (at most `summarizer.max_output_tokens`), a
     longer one is cut at a line end, saying so"""
-    # thrashing: a history compaction within thrash_turns turns of the one before, or freeing less
-    # than thrash_freed_share of the limit, is a strike; thrash_strikes in a row escalate (a shorter
-    # summary, then notes only, then status stuck)
     thrash_turns: Int = Field(2, ge=0, le=100)
     """thrashing: a history compaction (`compact_history`, reactive) within this many turns of the one before
     is a strike..."""
@@ -197,12 +185,10 @@ class Limits(BaseModel):
     thrash_strikes: Int = Field(3, ge=1, le=100)
     """...this many in a row step up: summaries of half the share, then of the notes alone, then status
     `stuck` (reason `thrashing:` with the numbers) and a last call for the report"""
-    # server-side compaction (compaction = "server")
     server_trigger_tokens: Int = Field(150_000, ge=50_000)
     """server mode: compaction trigger (at least 50000)"""
     server_instructions: str | None = None
     """server mode: replaces the default summary prompt"""
-    # tools: where bash runs, whether it may reach the network, how often one call may repeat
     sandbox: Literal["bwrap", "none"] = "bwrap"
     """where `bash` runs: `bwrap` (the sandbox above) or `none` (no sandbox; explicit only)"""
     sandbox_network: Bool = False
@@ -210,42 +196,31 @@ class Limits(BaseModel):
     max_repeated_calls: Int = Field(3, ge=1, le=100)
     """runs of one identical call in the whole job (a `write` or `edit` starts afresh); then it is caught,
     and a job that keeps repeating ends `stuck`"""
-    # the bytes the job's store may write into its directory; then status disk_quota
     max_job_bytes: Int = Field(2 * 1024**3, gt=0, le=1024**5)
     """bytes the job's files may take in its directory (2 GiB; a resumed job's files count, and its
     subagents' in `agents/`, their `memories/` included); then status `disk_quota`, with `final.md`
     (saying why) and `metrics.json` still written"""
-    # subagents (the task tool): how many of a job's run at once, and how many it may start in all
-    # (its max_turns and max_job_bytes count its subagents' turns and files too)
     max_subagents: Int = Field(4, ge=1, le=64)
     """a job's subagents (the `task` tool) running at once"""
     max_subagents_total: Int = Field(16, ge=1, le=10_000)
     """a job's subagents in all; a `task` call past them is an error result"""
-    # sandboxed calls (bash) of one job, its subagents' included, running at once: their memory and
-    # processes together are the job's budget (runner.tools.job_budget)
     max_sandboxes: Int = Field(2, ge=1, le=64)
     """a job's `bash` calls running at once, its subagents' included; together one memory and process budget
     (that many calls' worth: 4 GiB and 256 processes each), in one cgroup under the runner's own where it
     may make one. `runner validate` and `run` warn when `concurrency` jobs' budgets pass 90% of the host's
     RAM or `pid_max`"""
-    # start from the newest earlier successful run of the same job (see README "Running it every night")
     incremental: Bool = False
     """start from the newest earlier run of the same job that succeeded (see "Running it every night");
     `--fresh` runs it in full"""
-    # one reply's work: the tool calls run from one reply (the rest are answered "not run"), and the
-    # entries (files and directories) the memory folder may hold
     max_tool_calls_per_reply: Int = Field(64, ge=1, le=100_000)
     """tool calls run from one reply (its first ones); each call past them is answered with an error result
     saying it was not run and why"""
     max_memory_entries: Int = Field(1_000, ge=1, le=100_000)
     """files and directories the memory tool's folder may hold (besides its 4 MiB); a write that would make
     more is refused with an error result"""
-    # snip: a marker's digest (what it archived, and the file that holds each saved output) takes this
-    # share of the context limit, from 1,500 to 8,000 characters
     snip_digest_share: Float = Field(0.05, ge=0, le=0.2)
     """the snip marker's digest (what it archived, and the saved file of each archived result) takes at most
     this share of the context limit, from 1,500 to 8,000 characters"""
-    # the API's context editing (compaction = "clear", edit clear_tool_uses_20250919; the API's defaults);
     # new fields go last: job.json keeps their order
     clear_trigger: Literal["input_tokens", "tool_uses"] = "input_tokens"
     """clear mode: what the trigger counts, `input_tokens` or `tool_uses`"""
@@ -305,12 +280,8 @@ class RunnerSection(BaseModel):
     """`local` (this process) or `ray` (Ray workers; see below); `--executor`"""
     ray_address: str | None = Field(None, min_length=1)  # None: start a local Ray; "auto" or host:port: join
     """none: start a local Ray instance; `auto` or `host:port`: join that cluster; `--ray-address`"""
-    keep_runs: Int | None = Field(
-        None, ge=1, le=1_000_000
-    )  # after a run, remove all but this many newest runs
+    keep_runs: Int | None = Field(None, ge=1, le=1_000_000)
     """after each `run`, remove all but this many newest runs (as `runner prune --keep N`)"""
-    # delivery = "batch": model calls go as Message Batches at the batch price (see models/batches.py);
-    # the default of every job whose limits do not set delivery
     delivery: Literal["live", "batch"] = "live"
     """`live`, or `batch`: model calls sent as Message Batches at the batch price (see "Half price
     overnight"); `--delivery`"""
@@ -326,7 +297,6 @@ class RunnerSection(BaseModel):
     """the prompt cache's TTL on a batch job's breakpoints (its calls the deadline sends live too): `1h`
     (written at 2x input, kept across batch turns of minutes), or `5m` (1.25x, as live jobs: the same
     requests as live, but a turn longer than 5 minutes writes the prefix again)"""
-    # the time kept before a job's end (the deadline's) for a call its batch cannot answer to go live
     batch_live_s: Float = Field(30.0, gt=0, le=3600)
     """kept before a job's end (the deadline's) for a call its batch cannot answer by then to go live"""
     deadline: str | None = Field(None, pattern=r"^([01]?[0-9]|2[0-3]):[0-5][0-9]$")  # "06:30", local time
@@ -480,13 +450,10 @@ def describe_errors(
     lines = []
     for err in error.errors():
         key = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif err["type"] == "missing":
-            msg = "required key is missing"
-        elif err["type"] == "value_error" and msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
+        # else as pydantic words it, a value error without its "Value error, "
+        msg = {"extra_forbidden": "unknown key", "missing": "required key is missing"}.get(
+            err["type"], err["msg"].removeprefix("Value error, ")
+        )
         got = err.get("input")
         # a whole table as "got" (a check across keys) says nothing the message does not
         hidden = err["type"] in ("missing", "extra_forbidden") or (isinstance(got, dict) and bool(got))

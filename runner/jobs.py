@@ -109,9 +109,8 @@ class JobSpec(BaseModel):
     # line, that ``runner diff`` compares by their first column beside the report
     outputs: tuple[str, ...] = ()
     limits: Limits
-    fresh: bool = Field(
-        False, exclude=True
-    )  # `runner run --fresh`: no baseline for this run (not in job.json)
+    # `runner run --fresh`: no baseline for this run (not in job.json)
+    fresh: bool = Field(False, exclude=True)
 
     def to_json(self) -> dict[str, Any]:
         """``job.json``'s content; a job without ``outputs`` leaves the key out, so a ``job.json``
@@ -130,9 +129,8 @@ class JobError:
     name: str
     source: Path
     problems: tuple[str, ...]
-    unsafe: bool = (
-        False  # its workspace would expose the system or the run's own files: `run` refuses to start
-    )
+    # its workspace would expose the system or the run's own files: `run` refuses to start
+    unsafe: bool = False
     duplicate: bool = False  # its name is another task file's: `run` refuses to start
 
     @property
@@ -140,15 +138,17 @@ class JobError:
         return "; ".join(self.problems)
 
 
+def _as_written(raw: str, task_file: Path) -> Path:
+    """The workspace path as written: ``{stdlib}`` replaced, ``~`` expanded, relative to the task file."""
+    path = Path(raw.replace("{stdlib}", sysconfig.get_paths()["stdlib"])).expanduser()
+    return path if path.is_absolute() else task_file.parent / path
+
+
 def expand_workspace(raw: str, task_file: Path) -> Path:
     """The workspace as an absolute path; OSError or ValueError for a path that cannot exist."""
-    text = raw.replace("{stdlib}", sysconfig.get_paths()["stdlib"])
-    if "\0" in text:
+    if "\0" in raw:
         raise ValueError("contains a NUL character")
-    path = Path(text).expanduser()
-    if not path.is_absolute():
-        path = task_file.parent / path
-    return path.resolve()
+    return _as_written(raw, task_file).resolve()
 
 
 def output_pattern_problem(pattern: str) -> str | None:
@@ -178,10 +178,7 @@ def repository_link(raw: str, task_file: Path) -> tuple[Path, Path, str] | None:
     """A symbolic link on the workspace's path, as written, below a directory that holds a ``.git``:
     ``(repository, link, its target)``, or None. Inside a repository a link is the repository's
     content, which whoever may commit there chooses; above it, the operator's own directories."""
-    text = raw.replace("{stdlib}", sysconfig.get_paths()["stdlib"])
-    path = Path(text).expanduser()
-    if not path.is_absolute():
-        path = task_file.parent / path
+    path = _as_written(raw, task_file)
     here = Path(path.anchor)
     repository: Path | None = None
     for part in path.parts[1:]:
@@ -523,8 +520,7 @@ def load_jobs(
             problems: tuple[str, ...] = (
                 (
                     f"{this}: name: job name {result.name!r}{how} is also the name of {first}; each job "
-                    "needs its own "
-                    'name (it names the job\'s directory): set name = "..." in one of them',
+                    'needs its own name (it names the job\'s directory): set name = "..." in one of them',
                 )
                 if claimed[result.name] != result.source
                 else (

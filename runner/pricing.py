@@ -178,8 +178,7 @@ class PriceTable:
         return (
             f"model {model!r} has no price in the price table; it is priced as {FALLBACK} "
             f"(${r.input:g} in / ${r.output:g} out per million tokens), so costs and max_cost_usd may be "
-            "off; "
-            f'set [prices."{model}"] input = ..., output = ... in config.toml'
+            f'off; set [prices."{model}"] input = ..., output = ... in config.toml'
         )
 
     def cost(self, model: str, usage: Usage) -> float:

@@ -97,15 +97,11 @@ class RunBudget:
 
     def __init__(self, limit: float | None = None):
         self.limit = limit
-        self._spent = 0.0
-
-    @property
-    def spent(self) -> float:
-        return self._spent
+        self.spent = 0.0
 
     @property
     def exceeded(self) -> bool:
-        return self.limit is not None and self._spent >= self.limit
+        return self.limit is not None and self.spent >= self.limit
 
     def charge(self, usd: float) -> None:
-        self._spent += usd
+        self.spent += usd

@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.markup import escape
 from rich.text import Text
 
 from ..config import ConfigError, Settings
@@ -29,6 +28,7 @@ from .common import (
     config_path,
     report_prune,
     settings_from,
+    show,
     warn_host_fit,
     warn_unpriced,
     warn_unused_job_tables,
@@ -96,9 +96,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         claim(run_dir, len(specs))
         code = execute(batch, settings, as_json=args.json)
     say_incremental(run_dir)
-    if (
-        settings.runner.keep_runs is not None and code != 130
-    ):  # this run is `latest`: never among those removed
+    # this run is `latest`: never among those removed
+    if settings.runner.keep_runs is not None and code != 130:
         report_prune(
             prune(settings.runner.output_dir, keep=settings.runner.keep_runs),
             settings.runner.output_dir,
@@ -197,28 +196,17 @@ def execute(batch: Batch, settings: Settings, *, as_json: bool = False) -> int:
     result = run_on_executor(batch, settings, make_display(err, batch.run_budget))
     shown = err if as_json else out
     rows = final_rows(batch.run_dir, result)
-    shown.print(escape(printable(f"run {batch.run_dir}")), highlight=False, soft_wrap=True)  # never folded
+    show(f"run {batch.run_dir}", shown)  # never folded
     print_table(shown, rows)
     shown.print(totals_line({"totals": totals_of(rows), "jobs": rows}), highlight=False, soft_wrap=True)
-    shown.print(
-        escape(printable(f"files: {os.path.abspath(batch.run_dir)}")), highlight=False, soft_wrap=True
-    )
+    show(f"files: {os.path.abspath(batch.run_dir)}", shown)
     if as_json:
         print(json_printable(json.dumps(json_document(batch.run_dir), ensure_ascii=False, indent=1)))
     if result.fatal:
         print_error(result.fatal)
         return 2
     if result.interrupted:
-        err.print(
-            escape(
-                printable(
-                    "interrupted: running jobs were cancelled; "
-                    f"`runner resume {batch.run_dir}` continues them"
-                )
-            ),
-            highlight=False,
-            soft_wrap=True,
-        )
+        say(f"interrupted: running jobs were cancelled; `runner resume {batch.run_dir}` continues them")
         return 130
     return 0 if result.ok else 1
 

@@ -10,16 +10,26 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.markup import escape
+
 from ..config import ConfigError, RunnerSection, Settings, load_settings
 from ..execution import RAY_MISSING, ray_available
 from ..jobs import JobError, JobSpec, find_task_files, load_jobs, lookalike_task_files
 from ..rundir.prune import PruneResult, human_bytes
 from ..tools.job_budget import host_problems
 from ..tools.sandbox import CALL_MEMORY_BYTES, MAX_PROCESSES, bwrap_problem
-from ..ui.console import print_error, shown_path
+from ..ui.console import out, print_error, shown_path
 from ..ui.report import plural
+from ..ui.terminal import printable
 
 DEFAULT_CONFIG = Path("config.toml")
+
+
+def show(line: str, console: Console = out) -> None:
+    """One line on ``console`` (stdout by default), as written: never markup nor terminal escapes, never
+    wrapped."""
+    console.print(escape(printable(line)), highlight=False, soft_wrap=True)
 
 
 def config_path(args: argparse.Namespace) -> Path | None:
@@ -59,16 +69,9 @@ def settings_from(args: argparse.Namespace, say: Any = None) -> Settings:
                 [f"--concurrency: expected a whole number from 1 to {top}, got {args.concurrency}"]
             )
         settings.runner.concurrency = args.concurrency
-    if getattr(args, "backend", None):
-        settings.runner.backend = args.backend
-    if getattr(args, "delivery", None):
-        settings.runner.delivery = args.delivery
-    if getattr(args, "output_dir", None):
-        settings.runner.output_dir = args.output_dir
-    if getattr(args, "executor", None):
-        settings.runner.executor = args.executor
-    if getattr(args, "ray_address", None):
-        settings.runner.ray_address = args.ray_address
+    for flag in ("backend", "delivery", "output_dir", "executor", "ray_address"):  # each over [runner]'s
+        if getattr(args, flag, None):
+            setattr(settings.runner, flag, getattr(args, flag))
     if settings.runner.executor == "ray" and args.command in ("run", "resume") and not ray_available():
         raise ConfigError([RAY_MISSING])
     return settings

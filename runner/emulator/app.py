@@ -42,7 +42,7 @@ from starlette.routing import Route
 
 from ..compaction.clearing import clear_edits
 from ..compaction.summarizer import SYSTEM_PROMPT
-from .batch_routes import BatchRoutes
+from .batch_routes import BatchRoutes, betas_of
 from .compaction import edited_view
 from .config import EmulatorConfig
 from .faults import (
@@ -72,10 +72,6 @@ def api_key_of(request: Request) -> str | None:
         return key
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     return token.strip() or None if scheme.lower() == "bearer" else None
-
-
-def betas_of(request: Request) -> set[str]:
-    return {b.strip() for b in request.headers.get("anthropic-beta", "").split(",") if b.strip()}
 
 
 async def frames(events: Iterator[Event]) -> AsyncIterator[bytes]:

@@ -44,6 +44,11 @@ Refusal = Callable[[Request], Response | None]
 Failure = Callable[[int, str], Response]
 
 
+def betas_of(request: Request) -> set[str]:
+    """The values of the request's ``anthropic-beta`` header."""
+    return {b.strip() for b in request.headers.get("anthropic-beta", "").split(",") if b.strip()}
+
+
 def batch_problems(body: Any, *, betas: Iterable[str], min_trigger: int, max_requests: int) -> list[str]:
     """Every problem of a create body (see the module's guarantees); an empty list: a valid one."""
     if not isinstance(body, dict):
@@ -147,10 +152,9 @@ class BatchRoutes:
             body = json.loads(raw)
         except ValueError as e:
             return self.fail(400, f"There was an error parsing the body: {e}")
-        betas = {b.strip() for b in request.headers.get("anthropic-beta", "").split(",") if b.strip()}
         problems = batch_problems(
             body,
-            betas=betas,
+            betas=betas_of(request),
             min_trigger=config.compaction_min_trigger,
             max_requests=config.batches.max_requests,
         )
@@ -194,27 +198,26 @@ class BatchRoutes:
         initiate_cancel(self.state, batch)
         return self.shown(request, batch)
 
-    async def results(self, request: Request) -> Response:
+    def ended(self, request: Request, otherwise: str) -> Batch | Response:
+        """The path's batch when it has ended, else the refusal (``otherwise`` ends the message)."""
         batch = self.found(request)
+        if isinstance(batch, Response) or batch.status == "ended":
+            return batch
+        return self.fail(
+            400,
+            f"Message batch {batch.id} has not finished processing (processing_status {batch.status}); "
+            f"{otherwise}",
+        )
+
+    async def results(self, request: Request) -> Response:
+        batch = self.ended(request, "its results are not available yet.")
         if isinstance(batch, Response):
             return batch
-        if batch.status != "ended":
-            return self.fail(
-                400,
-                f"Message batch {batch.id} has not finished processing "
-                f"(processing_status {batch.status}); its results are not available yet.",
-            )
         return results_response(request, batch, hostile_on(self.state.config, batch.number))
 
     async def delete(self, request: Request) -> Response:
-        batch = self.found(request)
+        batch = self.ended(request, "cancel it before deleting it.")
         if isinstance(batch, Response):
             return batch
-        if batch.status != "ended":
-            return self.fail(
-                400,
-                f"Message batch {batch.id} has not finished processing "
-                f"(processing_status {batch.status}); cancel it before deleting it.",
-            )
         del self.state.batches[batch.id]
         return JSONResponse({"id": batch.id, "type": "message_batch_deleted"})

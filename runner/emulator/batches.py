@@ -50,7 +50,7 @@ from starlette.responses import Response, StreamingResponse
 
 from .compaction import edited_view
 from .config import BatchHostile, EmulatorConfig
-from .faults import chance, fires, new_request_id
+from .faults import chance, drip, fires, new_request_id
 from .replies import build_message
 from .state import Batch, BatchRequest, EmulatorState
 from .streaming import error_event
@@ -213,7 +213,7 @@ def results_response(request: Request, batch: Batch, hostile: BatchHostile | Non
         return StreamingResponse(_padded(request, hostile, batch.results), media_type=RESULTS_TYPE)
     if hostile is not None and hostile.kind == "drip_results":
         return StreamingResponse(
-            _dripped(batch.results, hostile.interval_s),
+            drip(batch.results, hostile.interval_s),
             media_type=RESULTS_TYPE,
             headers={"content-length": str(len(batch.results))},
         )
@@ -243,12 +243,6 @@ async def _padded(request: Request, hostile: BatchHostile, results: bytes) -> As
         sent += len(line)
         yield line
     yield results
-
-
-async def _dripped(data: bytes, interval_s: float) -> AsyncIterator[bytes]:
-    for i in range(len(data)):
-        yield data[i : i + 1]
-        await asyncio.sleep(interval_s)
 
 
 def page(batches: list[Batch], *, limit: int, before_id: str | None, after_id: str | None) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Fault injection and enforced rate limits, and the API's error responses.
+"""Fault injection and enforced rate limits, and the API's error responses and message bodies.
 
 Guarantees:
 - Every decision is reproducible: a fault fires on request ``n`` when ``n`` is in its schedule or
@@ -32,6 +32,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import anyio
 from starlette.requests import Request
@@ -230,20 +231,26 @@ async def sleep_unless_disconnected(request: Request, seconds: float) -> bool:
 _PIECE = 1 << 20
 
 
+def message_body(
+    model: str, content: list[dict[str, Any]], stop_reason: str, usage: dict[str, Any]
+) -> dict[str, Any]:
+    """A ``message`` response body as the API shapes it."""
+    return {
+        "id": "msg_emu_" + uuid.uuid4().hex[:24],
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop_reason,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
 def _text_message(model: str, marker: str) -> tuple[bytes, bytes]:
     """The bytes of a one-text-block message before and after its text, which is ``marker``'s place."""
-    body = json.dumps(
-        {
-            "id": "msg_emu_" + uuid.uuid4().hex[:24],
-            "type": "message",
-            "role": "assistant",
-            "model": model,
-            "content": [{"type": "text", "text": marker}],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": {"input_tokens": 10, "output_tokens": 10},
-        }
-    ).encode()
+    usage = {"input_tokens": 10, "output_tokens": 10}
+    body = json.dumps(message_body(model, [{"type": "text", "text": marker}], "end_turn", usage)).encode()
     head, _, tail = body.partition(marker.encode())
     return head, tail
 
@@ -266,7 +273,8 @@ async def _gzipped(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     yield squeeze.flush()
 
 
-async def _drip(data: bytes, interval_s: float) -> AsyncIterator[bytes]:
+async def drip(data: bytes, interval_s: float) -> AsyncIterator[bytes]:
+    """``data`` one byte every ``interval_s`` seconds."""
     for i in range(len(data)):
         yield data[i : i + 1]
         await anyio.sleep(interval_s)
@@ -287,7 +295,7 @@ def hostile_response(request: Request, hostile: Hostile, model: str) -> Response
     head, tail = _text_message(model, "@@TEXT@@")
     if hostile.kind == "drip":
         return StreamingResponse(
-            _drip(head + b"dripped" + tail, hostile.interval_s),
+            drip(head + b"dripped" + tail, hostile.interval_s),
             media_type="application/json",
             headers={**headers, "content-length": str(len(head) + 7 + len(tail))},
         )

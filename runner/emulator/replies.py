@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import json
-import uuid
 from typing import Any
 
 from ..billing import without_cache_control
@@ -31,6 +30,7 @@ from ..messages import Message, blocks
 from ..models.base import Request
 from ..pricing import USAGE_KEYS
 from .compaction import server_compaction
+from .faults import message_body
 from .state import EmulatorState
 from .tokens import CHARS_PER_TOKEN, estimate, input_tokens
 
@@ -174,17 +174,3 @@ async def build_message(
         message["context_management"] = {"applied_edits": applied or []}
         state.clearings += bool(applied)
     return message, billed
-
-
-def message_body(model: str, content: Content, stop_reason: str, usage: dict[str, Any]) -> dict[str, Any]:
-    """A ``message`` response body as the API shapes it."""
-    return {
-        "id": "msg_emu_" + uuid.uuid4().hex[:24],
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": stop_reason,
-        "stop_sequence": None,
-        "usage": usage,
-    }

@@ -112,16 +112,6 @@ def block_events(index: int, block: dict[str, Any], chunk: int) -> list[Event]:
     ]
 
 
-def start_usage(usage: dict[str, Any]) -> dict[str, Any]:
-    """``message_start``'s usage: the message's, with ``output_tokens`` 1 (the first token)."""
-    return {**usage, "output_tokens": 1}
-
-
-def delta_usage(usage: dict[str, Any]) -> dict[str, Any]:
-    """``message_delta``'s usage: the cumulative counts (``service_tier`` is only in message_start)."""
-    return {k: v for k, v in usage.items() if k != "service_tier"}
-
-
 def message_events(message: dict[str, Any], chunk: int) -> Iterator[Event]:
     """Every event of ``message`` streamed, in the API's order (see the module's guarantees)."""
     usage = message.get("usage") or {}
@@ -130,7 +120,7 @@ def message_events(message: dict[str, Any], chunk: int) -> Iterator[Event]:
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": start_usage(usage),
+        "usage": {**usage, "output_tokens": 1},  # the first token
     }
     yield {"type": "message_start", "message": head}
     deltas = 0
@@ -148,7 +138,7 @@ def message_events(message: dict[str, Any], chunk: int) -> Iterator[Event]:
     yield {
         "type": "message_delta",
         "delta": {"stop_reason": message.get("stop_reason"), "stop_sequence": message.get("stop_sequence")},
-        "usage": delta_usage(usage),
+        "usage": {k: v for k, v in usage.items() if k != "service_tier"},  # service_tier: message_start's
         **({"context_management": message["context_management"]} if "context_management" in message else {}),
     }
     yield {"type": "message_stop"}

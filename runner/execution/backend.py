@@ -81,12 +81,9 @@ def keep_backend(run_dir: Path, meta: dict[str, Any], settings: Settings, *, ask
             ]
         )
     settings.runner.backend = "anthropic" if backend == "anthropic" else "offline"
-    for key, section, field_name in (
-        ("model", settings.runner, "model"),
-        ("summary_model", settings.summarizer, "model"),
-    ):
+    for key, section in (("model", settings.runner), ("summary_model", settings.summarizer)):
         if isinstance(meta.get(key), str) and meta[key]:
-            setattr(section, field_name, meta[key])
+            section.model = meta[key]
 
 
 def stand_in_warnings(settings: Settings, specs: Sequence[JobSpec]) -> list[str]:
@@ -117,7 +114,6 @@ def build_backend(
     from ..compaction.summarizer import Summarizer
 
     s = summarizer
-    raw: Model | None = None
     summaries: Model | None = None  # the summarizer's model: None, raw, or raw through batches
     if backend == "offline":
         model: Model = stand_in()

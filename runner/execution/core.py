@@ -161,13 +161,6 @@ def ended(spec: JobSpec, status: str, error: str) -> JobMetrics:
     return record
 
 
-def never_started(record: JobMetrics, fatal: str | None) -> JobMetrics:
-    """``record``, of a job whose session never started, marked so: ``not_started`` with ``fatal`` (the
-    backend is unusable), else ``cancelled``."""
-    record.status, record.error = never_started_ending(fatal)
-    return record
-
-
 def never_started_ending(fatal: str | None) -> tuple[Status, str]:
     """The status and error of a job whose session never started: ``not_started`` with ``fatal`` (the
     backend is unusable), else ``cancelled``."""
@@ -304,7 +297,7 @@ async def end(batch: Batch, dispatch: Dispatch, out: BatchResult, *, run_json: R
         await quietly(dispatch.cancel(), "could not cancel the jobs")
     for spec in batch.specs:
         if spec.name not in out.results:
-            out.results[spec.name] = never_started(new_record(spec), out.fatal)
+            out.results[spec.name] = ended(spec, *never_started_ending(out.fatal))
             run_json.ended(spec.name, out.results[spec.name])
     run_json.finished = True
     run_json.interrupted = out.interrupted
@@ -434,7 +427,7 @@ class RunJson:
         if name in self._sources:
             row.source = self._sources[name]
         if self._keys[i] is not None:
-            self._totals.remove(self._rows[i])
+            self._totals.add(self._rows[i], -1)
         self._totals.add(row)
         self._rows[i], self._keys[i] = row, key
         self._texts[i] = json.dumps(row.to_json(), ensure_ascii=False)
@@ -503,9 +496,6 @@ class _Totals:
         self.statuses[row.status] += sign
         for key in USAGE_KEYS:
             self.usage[key] += sign * row.usage_total(key)
-
-    def remove(self, row: JobMetrics) -> None:
-        self.add(row, -1)
 
     def document(self, jobs: int) -> dict[str, int | float]:
         statuses = {status: self.statuses[status] for status in Status}

@@ -74,7 +74,7 @@ os.environ.setdefault(LOCAL_ONLY, "0")
 import ray  # noqa: E402
 from ray.exceptions import RayActorError  # noqa: E402
 
-from .ray_services import RunServices, leaked  # noqa: E402
+from .ray_services import SLOT_KEYS, RunServices, leaked  # noqa: E402
 from .ray_worker import JobWorker, WorkerConfig  # noqa: E402
 
 MAX_REQUEUES = 3
@@ -396,20 +396,7 @@ class OnRay(Dispatch):
             if slots is not None:
                 self.batch.meta = {
                     **self.batch.meta,
-                    "slots_at_end": {
-                        "leaked": leaked(slots),
-                        **{
-                            k: slots[k]
-                            for k in (
-                                "gate_held",
-                                "gate_waiting",
-                                "calls_held",
-                                "calls_waiting",
-                                "held",
-                                "waiting",
-                            )
-                        },
-                    },
+                    "slots_at_end": {"leaked": leaked(slots), **{k: slots[k] for k in SLOT_KEYS}},
                 }
 
     async def close(self) -> None:

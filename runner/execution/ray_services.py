@@ -186,12 +186,13 @@ class RunServices:
         }
 
 
+SLOT_KEYS = ("gate_held", "gate_waiting", "calls_held", "calls_waiting", "held", "waiting")
+
+
 def leaked(state: dict[str, Any]) -> int:
-    """Slots still held or waited for in a :meth:`RunServices.state` taken after every job ended."""
-    return sum(
-        int(state.get(k, 0))
-        for k in ("gate_held", "gate_waiting", "calls_held", "calls_waiting", "held", "waiting")
-    )
+    """Slots still held or waited for (:data:`SLOT_KEYS`) in a :meth:`RunServices.state` taken after
+    every job ended."""
+    return sum(int(state.get(k, 0)) for k in SLOT_KEYS)
 
 
 class _Slots:

@@ -5,15 +5,13 @@ batch back off as well, instead of every job hammering on alone. It is additive-
 multiplicative-decrease (AIMD), as TCP and inspect_ai's adaptive connections do:
 
 - every rate-limit or overload answer seen on the wire halves the number of model calls allowed in
-  flight (at most once per ``cooldown_s``, never below ``minimum``);
+  flight (at most once per ``cooldown_s``, never below one);
 - every ``current`` successful calls in a row raise it by one again, up to ``maximum``.
 
 Calls already in flight are never cancelled; a lower limit only holds back new calls.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import anyio
 
@@ -22,19 +20,10 @@ from .base import Model, Reply, Request
 
 
 class AdaptiveLimit:
-    def __init__(
-        self,
-        maximum: int,
-        minimum: int = 1,
-        cooldown_s: float = 1.0,
-        *,
-        clock: Callable[[], float] | None = None,
-    ):
+    def __init__(self, maximum: int, cooldown_s: float = 1.0):
         self.maximum = maximum
-        self.minimum = max(1, min(minimum, maximum))
         self.cooldown_s = cooldown_s
         self.limiter = anyio.CapacityLimiter(maximum)
-        self._clock = clock or anyio.current_time
         self._last_decrease = float("-inf")
         self._successes = 0
         self.decreases = 0
@@ -47,14 +36,14 @@ class AdaptiveLimit:
     def rate_limited(self) -> None:
         """A 429/529 was seen: halve the limit (once per cooldown)."""
         try:
-            now = self._clock()
+            now = anyio.current_time()
         except RuntimeError:  # called outside an event loop (a sync transport hook)
             now = 0.0
         if now - self._last_decrease < self.cooldown_s:
             return
         self._last_decrease = now
         self._successes = 0
-        new = max(self.minimum, self.current // 2)
+        new = max(1, self.current // 2)
         if new < self.current:
             self.limiter.total_tokens = new
             self.decreases += 1

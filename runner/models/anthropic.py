@@ -59,6 +59,7 @@ from .wire import attach, count_response, counting, on_request
 
 EPHEMERAL = {"type": "ephemeral"}
 EPHEMERAL_1H = {"type": "ephemeral", "ttl": "1h"}  # a write costs 2x input instead of 1.25x
+CACHEABLE_TYPES = ("text", "tool_result", "tool_use", "image", "document", "compaction")
 # every stop_reason the Messages API documents; the session has a meaning for each (session.py)
 STOP_REASONS = frozenset(
     {
@@ -85,14 +86,8 @@ def is_prompt_too_long(error: Exception) -> bool:
 
 
 def _cacheable(block: dict[str, Any]) -> bool:
-    return block.get("type") in (
-        "text",
-        "tool_result",
-        "tool_use",
-        "image",
-        "document",
-        "compaction",
-    ) and not (block.get("type") == "text" and not block.get("text"))
+    kind = block.get("type")
+    return kind in CACHEABLE_TYPES and not (kind == "text" and not block.get("text"))
 
 
 def _with_breakpoint(message: dict[str, Any], marker: dict[str, Any] = EPHEMERAL) -> dict[str, Any]:
@@ -161,8 +156,7 @@ def reply_of(data: dict[str, Any], max_text_bytes: int = 32 * MIB) -> Reply:
             if size > MAX_TOOL_INPUT_BYTES:
                 refused[str(block.get("id", ""))] = (
                     f"not run: this call's input is {size:,} bytes, over the limit of "
-                    f"{MAX_TOOL_INPUT_BYTES:,} "
-                    "bytes for one tool call; send a smaller one"
+                    f"{MAX_TOOL_INPUT_BYTES:,} bytes for one tool call; send a smaller one"
                 )
                 block = {**block, "input": {}}
         content.append(block)
@@ -259,7 +253,6 @@ class AnthropicModel:
         base_url: str | None = None,
         max_retries: int = 4,
         timeout: float = 600.0,
-        http_client: Any = None,
         on_rate_limited: Callable[[], None] | None = None,
         shards: int = 1,
         max_reply_bytes: int = 32 * MIB,
@@ -270,8 +263,6 @@ class AnthropicModel:
             kwargs["api_key"] = api_key
         if base_url is not None:
             kwargs["base_url"] = base_url
-        if http_client is not None:
-            shards = 1
         self.clients = []
         self._connected = False  # a call has succeeded: later connection failures are retried as usual
         self.guard = Guard(
@@ -283,18 +274,12 @@ class AnthropicModel:
             if response.status_code in (429, 529) and on_rate_limited is not None:
                 on_rate_limited()
 
-        tls = (
-            httpx2.create_ssl_context() if http_client is None else None
-        )  # one for every shard: each costs ~20 ms
+        tls = httpx2.create_ssl_context()  # one for every shard: each costs ~20 ms
         for _ in range(max(1, shards)):
-            client = http_client
-            if client is None:
-                client = guarded_client(
-                    self.guard, event_hooks={"request": [on_request], "response": [watch]}, verify=tls
-                )
-            self.clients.append(
-                anthropic.AsyncAnthropic(**kwargs, **({"http_client": client} if client else {}))
+            client = guarded_client(
+                self.guard, event_hooks={"request": [on_request], "response": [watch]}, verify=tls
             )
+            self.clients.append(anthropic.AsyncAnthropic(**kwargs, http_client=client))
         self.client = self.clients[0]
         self._turn = itertools.count()
         self._with_retries: dict[tuple[int, int], Any] = {}
@@ -321,9 +306,8 @@ class AnthropicModel:
             client = self._with_retries[key]
         kwargs, betas = request_params(request)
         path, options = "/v1/messages", {}
-        if (
-            betas
-        ):  # the memory tool and server-side compaction are betas: the beta endpoint, with their header
+        # the memory tool and server-side compaction are betas: the beta endpoint, with their header
+        if betas:
             path, options = "/v1/messages?beta=true", {"headers": {"anthropic-beta": ",".join(betas)}}
         # the body serialized once by the C encoder: the SDK's retries, timeouts and error types, without
         # its per-request walk over the parameters, its deep copy of them, or its pydantic reply models

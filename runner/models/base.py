@@ -119,11 +119,6 @@ class Reply:
     wire: WireCounts = field(default_factory=WireCounts)
     batch: str | None = None  # the Message Batch that answered the call (delivery = "batch")
 
-    @property
-    def resends(self) -> int:
-        """How many times a Message Batch was asked again for this reply."""
-        return self.wire.resends
-
     def message(self) -> dict[str, Any]:
         return {"role": "assistant", "content": self.content}
 

@@ -262,33 +262,24 @@ class Batcher:
                 self.recorded[str(custom_id)] = (batch, betas)
                 self.journal_ids.setdefault(batch, set()).add(str(custom_id))
 
-    def _record(self, batch_id: str, group: Group) -> None:
+    def _append(self, entry: dict[str, Any], *, sync: bool = False) -> None:
+        """``entry`` as a line of the journal, if there is one (``sync``: on disk before this returns)."""
         if self.journal is None:
             return
-        line = (
-            json.dumps(
-                {
-                    "batch": batch_id,
-                    "betas": list(group.betas),
-                    "custom_ids": list(group.waiters),
-                    "created": round(time.time(), 3),
-                }
-            )
-            + "\n"
-        )
         with open(self.journal, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+            f.write(json.dumps(entry) + "\n")
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+
+    def _record(self, batch_id: str, group: Group) -> None:
+        entry = {"batch": batch_id, "betas": list(group.betas), "custom_ids": list(group.waiters)}
+        self._append({**entry, "created": round(time.time(), 3)}, sync=True)
 
     def _note(self, batch_id: str, problem: str) -> None:
         """A line of the journal saying why ``batch_id``'s results were not read whole (no ``custom_ids``:
         :meth:`open_journal` passes over it)."""
-        if self.journal is None:
-            return
-        line = json.dumps({"batch": batch_id, "results_problem": problem, "at": round(time.time(), 3)})
-        with open(self.journal, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        self._append({"batch": batch_id, "results_problem": problem, "at": round(time.time(), 3)})
 
     # --- what the deadline allows -----------------------------------------------------------------
 
@@ -317,9 +308,7 @@ class Batcher:
     def status_line(self) -> str | None:
         """The live display's part: the batch in flight, requests waiting, the last turnaround, the
         projected end; None before the first request."""
-        waiting = sum(len(g.waiters) for g in self.open.values()) + sum(
-            len(g.waiters) for g in self.in_flight.values()
-        )
+        waiting = sum(len(g.waiters) for g in [*self.open.values(), *self.in_flight.values()])
         if not self.batches_sent and not waiting:
             return None
         parts = [f"batch {shown(self.last_batch or '-', 80)}", f"{waiting} waiting"]

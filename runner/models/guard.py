@@ -103,11 +103,12 @@ def same_origin(url: httpx2.URL | str, base: httpx2.URL | str) -> bool:
     return httpx2.URL(url).origin == httpx2.URL(base).origin
 
 
-def _seconds(value: str) -> float | None:
+def _seconds(value: str, scale: float) -> float | None:
+    """``value`` as seconds: a number of ``1 / scale`` seconds, or (``scale`` 1) an HTTP date; else None."""
     try:
-        return float(value)
+        return float(value) / scale
     except ValueError:
-        parsed = email.utils.parsedate_tz(value)
+        parsed = email.utils.parsedate_tz(value) if scale == 1.0 else None
         return None if parsed is None else email.utils.mktime_tz(parsed) - time.time()
 
 
@@ -118,16 +119,9 @@ def capped_retry_headers(headers: httpx2.Headers, cap_s: float) -> None:
         value = headers.get(name)
         if value is None:
             continue
-        seconds = _seconds(value) if scale == 1.0 else _number(value, scale)
+        seconds = _seconds(value, scale)
         if seconds is not None and seconds > cap_s:
             headers[name] = f"{cap_s * scale:g}"
-
-
-def _number(value: str, scale: float) -> float | None:
-    try:
-        return float(value) / scale
-    except ValueError:
-        return None
 
 
 async def read_capped(response: httpx2.Response, cap: int) -> bytes:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -88,13 +89,12 @@ async def replay_files(
 def totals(reports: list[FileReport]) -> dict[str, Any]:
     """The reports' sums (compactions by stage too)."""
     out: dict[str, Any] = {key: 0 for key in TOTAL_KEYS}
-    compactions: dict[str, int] = {}
+    compactions: Counter[str] = Counter()
     for report in reports:
         data = report.to_json()
         for key in TOTAL_KEYS:
             out[key] += data[key]
-        for stage, n in report.compactions.items():
-            compactions[stage] = compactions.get(stage, 0) + n
+        compactions.update(report.compactions)
     out["cost_usd"] = round(out["cost_usd"], 6)
     out["effective_cost_usd"] = round(out["effective_cost_usd"], 6)
     out["compactions"] = dict(sorted(compactions.items()))

@@ -130,7 +130,7 @@ class CompactorContestant:
         self._lines: dict[int, str] = {}
         self._applied: list[dict[str, Any]] = []  # the API's context editing of the last view
         self._system: str | None = None
-        self._summary_usage = Usage()  # its summaries' (CompactionState.on_summary)
+        self.summary_usage = Usage()  # its summaries' (CompactionState.on_summary)
         self._tools: list[dict[str, Any]] = []
 
     async def start(self, system: str, tools: list[dict[str, Any]]) -> None:
@@ -138,12 +138,8 @@ class CompactorContestant:
         self._overhead = len(json.dumps([system, tools], ensure_ascii=False))
         self._system, self._tools = system or None, tools
 
-    @property
-    def summary_usage(self) -> Usage:
-        return self._summary_usage
-
     def _summarized(self, summary: Summary) -> None:
-        self._summary_usage.add(summary.usage)
+        self.summary_usage.add(summary.usage)
 
     @property
     def summaries(self) -> int:

@@ -191,22 +191,18 @@ async def replay(history: History, contestant: Contestant, options: ReplayOption
         if message["role"] != "assistant":
             continue
         report.turns += 1
-        view = await contestant.prepare(history.messages[:index])
-        body = _body(options, history.system, tools, view=view, points=contestant.cache_points())
-        total = input_tokens(body.get("system"), body["messages"], body.get("tools") or [])
         retries = 0
-        while (
-            options.context_tokens
-            and total > options.context_tokens
-            and retries < options.max_reactive_retries
-        ):
+        while True:  # refused over the window: the contestant makes room, and the request is prepared again
+            view = await contestant.prepare(history.messages[:index])
+            body = _body(options, history.system, tools, view=view, points=contestant.cache_points())
+            total = input_tokens(body.get("system"), body["messages"], body.get("tools") or [])
+            over = options.context_tokens and total > options.context_tokens
+            if not over or retries >= options.max_reactive_retries:
+                break
             retries += 1
             report.refused += 1
             if not await contestant.reactive():
                 break
-            view = await contestant.prepare(history.messages[:index])
-            body = _body(options, history.system, tools, view=view, points=contestant.cache_points())
-            total = input_tokens(body.get("system"), body["messages"], body.get("tools") or [])
         if options.context_tokens and total > options.context_tokens:
             report.over_window += 1
         read, creation, long = cache.account(

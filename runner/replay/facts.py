@@ -114,10 +114,7 @@ def result_texts(message: Message) -> list[str]:
 
 def message_facts(message: Message) -> set[str]:
     """Every fact a message holds: its texts, tool inputs and tool results."""
-    found: set[str] = set()
-    for text in said_texts(message) + result_texts(message):
-        found |= facts_in(text)
-    return found
+    return set[str]().union(*map(facts_in, said_texts(message) + result_texts(message)))
 
 
 def needed_facts(system: str, messages: list[Message]) -> dict[int, set[str]]:
@@ -126,13 +123,10 @@ def needed_facts(system: str, messages: list[Message]) -> dict[int, set[str]]:
     known = facts_in(system)  # held by the system prompt, a user's own text or the assistant before
     needed: dict[int, set[str]] = {}
     for index, message in enumerate(messages):
-        said: set[str] = set()
-        for text in said_texts(message):
-            said |= facts_in(text)
+        said = set[str]().union(*map(facts_in, said_texts(message)))
         if message.get("role") == "assistant":
             needed[index] = {f for f in said if f in from_results and f not in known}
         else:
-            for text in result_texts(message):
-                from_results |= facts_in(text)
+            from_results.update(*map(facts_in, result_texts(message)))
         known |= said
     return needed

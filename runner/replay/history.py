@@ -147,10 +147,8 @@ def _deeper_than(value: Any, limit: int) -> bool:
         item, depth = stack.pop()
         if depth > limit:
             return True
-        if isinstance(item, dict):
-            stack += [(v, depth + 1) for v in item.values() if isinstance(v, (dict, list))]
-        elif isinstance(item, list):
-            stack += [(v, depth + 1) for v in item if isinstance(v, (dict, list))]
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else []
+        stack += [(v, depth + 1) for v in children if isinstance(v, (dict, list))]
     return False
 
 
@@ -198,10 +196,7 @@ def _add(history: History, number: int, record: dict[str, Any]) -> None:
             history.skipped["text block without a word"] += 1
             continue
         kept.append(checked)
-    if role == "user":
-        kept = _answers_only(history, kept)
-    else:
-        kept = _api_calls(history, kept)
+    kept = _answers_only(history, kept) if role == "user" else _api_calls(history, kept)
     if not kept:
         history.skipped[f"empty {role} message"] += 1
         return
@@ -228,9 +223,7 @@ def _checked(history: History, block: dict[str, Any], where: str) -> dict[str, A
         return {"type": "tool_use", "id": block["id"], "name": block["name"], "input": block["input"]}
     if not isinstance(block.get("tool_use_id"), str):
         raise HistoryError(f"{where}.tool_use_id: expected a string")
-    content = block.get("content")
-    if content is None:
-        content = ""
+    content = "" if block.get("content") is None else block["content"]
     if isinstance(content, list):
         parts = []
         for i, inner in enumerate(content):
