@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from runner.billing import estimate, input_tokens
 from runner.messages import text_of, tool_results, tool_uses
 from runner.models.base import Reply, Request
@@ -71,7 +73,7 @@ class ScriptedModel:
     only a summary takes out). A request whose first message is the prompt of one of ``subagents``
     (a ``task`` call's), as a string or a text block, or a summary quoting it as the current request,
     is answered by that one's model. Every request it answered is in ``requests``
-    (a subagent's in its model's too)."""
+    (a subagent's in its model's too). ``delay``: seconds each call takes (a model's latency)."""
 
     name = "scripted"
     server_compaction = False
@@ -83,6 +85,7 @@ class ScriptedModel:
         *,
         notes: int = 0,
         subagents: dict[str, ScriptedModel] | None = None,
+        delay: float = 0.0,
     ):
         self.turns: list[list[Call] | Exception] = [
             turn if isinstance(turn, Exception) else [turn] if isinstance(turn, tuple) else list(turn)
@@ -91,13 +94,20 @@ class ScriptedModel:
         self.final = final
         self.notes = notes
         self.subagents = dict(subagents or {})
+        self.delay = delay
         self.requests: list[Request] = []
 
     def script(self) -> dict[str, Any]:
         if callable(self.final) or any(isinstance(t, Exception) for t in self.turns):
             raise TypeError("a saved script's turns are calls and its final text a string")
         subagents = {prompt: model.script() for prompt, model in self.subagents.items()}
-        return {"turns": self.turns, "final": self.final, "notes": self.notes, "subagents": subagents}
+        return {
+            "turns": self.turns,
+            "final": self.final,
+            "notes": self.notes,
+            "subagents": subagents,
+            "delay": self.delay,
+        }
 
     def save(self, path: Path) -> Path:
         """The script as JSON (for :func:`scripted_runner`); the final texts must be strings."""
@@ -108,7 +118,9 @@ class ScriptedModel:
     def from_script(cls, data: dict[str, Any]) -> ScriptedModel:
         subagents = {prompt: cls.from_script(s) for prompt, s in data.get("subagents", {}).items()}
         turns = [[tuple(c) for c in t] for t in data["turns"]]
-        return cls(turns, data["final"], notes=data["notes"], subagents=subagents)
+        return cls(
+            turns, data["final"], notes=data["notes"], subagents=subagents, delay=data.get("delay", 0.0)
+        )
 
     @classmethod
     def load(cls, path: Path | str) -> ScriptedModel:
@@ -134,6 +146,8 @@ class ScriptedModel:
 
     async def create(self, request: Request) -> Reply:
         self.requests.append(request)
+        if self.delay:
+            await anyio.sleep(self.delay)
         first = text_of(request.messages[0]) if request.messages else ""
         for prompt, model in self.subagents.items():  # as sent (a string or a text block), or summarized
             if first == prompt or f"Current user request:\n{prompt}\n" in first:

@@ -283,9 +283,10 @@ def test_ctrl_c_cancels_the_run_and_records_every_job(tmp_path, workspace):
             f'prompt = "Survey the package ({i})."\nworkspace = "../ws"\n'
         )
     (tmp_path / "config.toml").write_text('[runner]\nconcurrency = 2\nbackend = "offline"\n')
-    # each job reads README.txt a line a turn (20 turns): SIGINT finds most jobs not started
+    # each job reads README.txt a line a turn (20 turns of 10 ms at least: 0.2 s a job on 2 lanes), so
+    # SIGINT finds most jobs not started however fast the machine
     lines = [("read", {"file_path": "README.txt", "view_range": [k, k]}) for k in range(1, 21)]
-    script = ScriptedModel(lines, final="# Report\n")
+    script = ScriptedModel(lines, final="# Report\n", delay=0.01)
     proc = subprocess.Popen(
         scripted_runner(script.save(tmp_path / "script.json"), "run"),
         cwd=tmp_path,
