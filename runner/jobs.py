@@ -515,12 +515,12 @@ def load_jobs(
                 placed.add(result.name)
                 continue
             first = given.get(claimed[result.name], claimed[result.name])
-            how = "" if result.name != result.source.stem else " (the file stem; no name is set)"
             this = given.get(result.source, result.source)
             problems: tuple[str, ...] = (
                 (
-                    f"{this}: name: job name {result.name!r}{how} is also the name of {first}; each job "
-                    'needs its own name (it names the job\'s directory): set name = "..." in one of them',
+                    f"{this}: name: job name {result.name!r} is also the name of {first} (a job's name is "
+                    "its `name`, or its file stem when it sets none); each job needs its own name (it names "
+                    'the job\'s directory): set name = "..." in one of them',
                 )
                 if claimed[result.name] != result.source
                 else (
