@@ -93,40 +93,11 @@ def history_paths(paths: Iterable[Path]) -> list[Path]:
 
 def load_history(path: Path) -> History:
     """The history in ``path`` (see the module's guarantees)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO does not block the open
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise HistoryError(f"{path}: not a regular file")
-            data = f.read(MAX_HISTORY_BYTES + 1)
-    except OSError as e:
-        raise HistoryError(f"{path}: cannot read it: {e.strerror or e}") from None
-    if len(data) > MAX_HISTORY_BYTES:
-        raise HistoryError(f"{path}: over {MAX_HISTORY_BYTES:,} bytes; a history is read whole")
-    text = data.decode("utf-8", errors="surrogateescape")
-    header: dict[str, Any] = {}
-    has_header, header_line = False, 1
-    records: list[tuple[int, dict[str, Any]]] = []
-    for number, line in enumerate(text.removeprefix(BOM).split("\n"), 1):
-        line = line.removesuffix("\r")
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as e:
-            raise HistoryError(f"{path}:{number}: not a JSON line ({str(e)[:80]})") from None
-        if not isinstance(value, dict):
-            raise HistoryError(f"{path}:{number}: expected a JSON object, got {type(value).__name__}")
-        if _deeper_than(value, MAX_DEPTH):
-            raise HistoryError(f"{path}:{number}: nested more than {MAX_DEPTH} arrays and objects deep")
-        if not records and not has_header and "role" not in value:
-            header, has_header, header_line = value, True, number
-            continue
-        records.append((number, value))
+    header, header_line, records = _lines(path, _read_whole(path))
     if not records:
         raise HistoryError(f"{path}: no messages (a history is one JSON message a line)")
     where = f"{path}:{header_line}"
-    system = _header_system(where, header.get("system")) if has_header else _job_system(path)
+    system = _header_system(where, header.get("system")) if header_line else _job_system(path)
     history = History(path=path, system=system, messages=[], header=header)
     for number, record in records:
         _add(history, number, record)
@@ -138,6 +109,51 @@ def load_history(path: Path) -> History:
         )
     _answer_every_call(history)
     return history
+
+
+def _read_whole(path: Path) -> str:
+    """A regular file's text, at most :data:`MAX_HISTORY_BYTES` (a FIFO is refused, never waited on)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO does not block the open
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise HistoryError(f"{path}: not a regular file")
+            data = f.read(MAX_HISTORY_BYTES + 1)
+    except OSError as e:
+        raise HistoryError(f"{path}: cannot read it: {e.strerror or e}") from None
+    if len(data) > MAX_HISTORY_BYTES:
+        raise HistoryError(f"{path}: over {MAX_HISTORY_BYTES:,} bytes; a history is read whole")
+    return data.decode("utf-8", errors="surrogateescape")
+
+
+def _lines(path: Path, text: str) -> tuple[dict[str, Any], int, list[tuple[int, dict[str, Any]]]]:
+    """The header (its line number: 0 when there is none) and the message lines, each a checked JSON
+    object with its line number."""
+    header: dict[str, Any] = {}
+    header_line = 0
+    records: list[tuple[int, dict[str, Any]]] = []
+    for number, line in enumerate(text.removeprefix(BOM).split("\n"), 1):
+        line = line.removesuffix("\r")
+        if not line.strip():
+            continue
+        value = _json_object(f"{path}:{number}", line)
+        if not records and not header_line and "role" not in value:
+            header, header_line = value, number
+            continue
+        records.append((number, value))
+    return header, header_line, records
+
+
+def _json_object(where: str, line: str) -> dict[str, Any]:
+    try:
+        value = json.loads(line)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise HistoryError(f"{where}: not a JSON line ({str(e)[:80]})") from None
+    if not isinstance(value, dict):
+        raise HistoryError(f"{where}: expected a JSON object, got {type(value).__name__}")
+    if _deeper_than(value, MAX_DEPTH):
+        raise HistoryError(f"{where}: nested more than {MAX_DEPTH} arrays and objects deep")
+    return value
 
 
 def _deeper_than(value: Any, limit: int) -> bool:
@@ -225,23 +241,28 @@ def _checked(history: History, block: dict[str, Any], where: str) -> dict[str, A
         raise HistoryError(f"{where}.tool_use_id: expected a string")
     content = "" if block.get("content") is None else block["content"]
     if isinstance(content, list):
-        parts = []
-        for i, inner in enumerate(content):
-            if not isinstance(inner, dict):
-                raise HistoryError(f"{where}.content.{i}: expected a block (an object)")
-            if inner.get("type") != "text":
-                history.skipped[f"tool_result block {str(inner.get('type'))[:30]}"] += 1
-                continue
-            if not isinstance(inner.get("text"), str):
-                raise HistoryError(f"{where}.content.{i}.text: expected a string")
-            parts.append(inner["text"])
-        content = "\n".join(parts)
+        content = _result_text(history, content, where)
     if not isinstance(content, str):
         raise HistoryError(f"{where}.content: expected a string or a list of text blocks")
     out: dict[str, Any] = {"type": "tool_result", "tool_use_id": block["tool_use_id"], "content": content}
     if block.get("is_error") is True:
         out["is_error"] = True
     return out
+
+
+def _result_text(history: History, content: list[Any], where: str) -> str:
+    """A tool result's list of blocks as its text blocks' texts, a line apart (other blocks skipped)."""
+    parts = []
+    for i, inner in enumerate(content):
+        if not isinstance(inner, dict):
+            raise HistoryError(f"{where}.content.{i}: expected a block (an object)")
+        if inner.get("type") != "text":
+            history.skipped[f"tool_result block {str(inner.get('type'))[:30]}"] += 1
+            continue
+        if not isinstance(inner.get("text"), str):
+            raise HistoryError(f"{where}.content.{i}.text: expected a string")
+        parts.append(inner["text"])
+    return "\n".join(parts)
 
 
 def _api_calls(history: History, blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
