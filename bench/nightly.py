@@ -235,17 +235,20 @@ def render(data: dict) -> str:
         "same.",
     ]
     dependents = [
-        f"{row['share']}%: {row['rounds'][0]['record'].get('files_dependent', 0)}" for row in data["shares"]
+        f"{row['share']}%: {row['rounds'][0]['record']['files_dependent']}"
+        for row in data["shares"]
+        if "files_dependent" in row["rounds"][0]["record"]
     ]
-    out += [
-        "",
-        "The runtime's note also names the unchanged files that import a changed one (a line each for the "
-        "first changed files, every pair in the saved change lists; "
-        f"{', '.join(dependents)}). The stand-in reads none of them: its facts of a file (lines, size, "
-        "top-level definitions, TODO lines) do not change with what the file imports, and it reads the saved "
-        "lists back only up to the pairs. A model asked to judge the change would examine some of them, at "
-        "the price of a read each.",
-    ]
+    if dependents:
+        out += [
+            "",
+            "The runtime's note also names the unchanged files that import a changed one (a line each for "
+            "the first changed files, every pair in the saved change lists; "
+            f"{', '.join(dependents)}). The stand-in reads none of them: its facts of a file (lines, size, "
+            "top-level definitions, TODO lines) do not change with what the file imports, and it reads the "
+            "saved lists back only up to the pairs. A model asked to judge the change would examine some of "
+            "them, at the price of a read each.",
+        ]
     return "\n".join(out)
 
 

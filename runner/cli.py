@@ -530,7 +530,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(json_printable(json.dumps(document, ensure_ascii=False, indent=1)))
         return 0
     window = limits.context_token_limit or "-"
-    out.print(_replay_table(document, title=f"replay: {strategy}, window {window} tokens", width=out.width))
+    out.print(
+        _replay_table(document, title=f"replay: {strategy}, window {window} tokens", width=out.width),
+        crop=False,
+    )
     done = document["totals"]
     out.print(
         escape(
@@ -548,14 +551,16 @@ REPLAY_HEADERS = ("file", "turns", "sent", "cost", "effective", "needed", "in ct
 
 
 def _replay_table(document: dict[str, Any], *, title: str, width: int) -> Any:
-    """``runner replay``'s table of ``document``, ``width`` columns wide: every number whole, a file name
-    too long for the rest cut at its start (where histories' names differ least)."""
+    """``runner replay``'s table of ``document`` within ``width`` cells when it fits: every number whole,
+    a file name too long for the rest cut at its start (where histories' names differ); when even
+    the numbers do not fit, wider than ``width`` (print it uncropped), never a number cut."""
     from rich import box
+    from rich.cells import cell_len
     from rich.table import Table
 
     rows = [
         [
-            printable(Path(str(row["file"])).stem),
+            printable(str(row["file"]).removesuffix(".jsonl")),
             f"{row['turns']:,}",
             f"{row['tokens_sent'] / 1e6:.2f}M",
             f"${row['cost_usd']:.3f}",
@@ -567,16 +572,33 @@ def _replay_table(document: dict[str, Any], *, title: str, width: int) -> Any:
         ]
         for row in [*document["files"], {"file": "total", **document["totals"]}]
     ]
-    widths = [max(len(column), *(len(r[i]) for r in rows)) for i, column in enumerate(REPLAY_HEADERS)]
-    room = max(8, width - sum(widths[1:]) - 3 * (len(REPLAY_HEADERS) - 1))  # 3 between two columns
-    table = Table(box=box.SIMPLE, title=title, show_edge=False, pad_edge=False)
+    widths = [
+        max(cell_len(column), *(cell_len(r[i]) for r in rows)) for i, column in enumerate(REPLAY_HEADERS)
+    ]
+    numbers = sum(widths[1:]) + 3 * (len(REPLAY_HEADERS) - 1)  # 3 cells between two columns
+    widths[0] = min(widths[0], max(width - numbers, 8))
+    table = Table(
+        box=box.SIMPLE, title=title, show_edge=False, pad_edge=False, width=max(width, widths[0] + numbers)
+    )
     for i, column in enumerate(REPLAY_HEADERS):
-        table.add_column(
-            column, justify="right" if i else "left", no_wrap=True, min_width=widths[i] if i else None
-        )
-    for name, *numbers in rows:
-        table.add_row(escape(name if len(name) <= room else "…" + name[1 - room :]), *numbers)
+        table.add_column(column, justify="right" if i else "left", no_wrap=True, min_width=widths[i])
+    for name, *cells in rows:
+        table.add_row(escape(_cut_start(name, widths[0])), *cells)
     return table
+
+
+def _cut_start(text: str, cells: int) -> str:
+    """``text`` in at most ``cells`` terminal cells: whole, or ``…`` and as much of its end as fits."""
+    from rich.cells import cell_len
+
+    if cell_len(text) <= cells:
+        return text
+    kept = ""
+    for char in reversed(text):
+        if cell_len(char + kept) > cells - 1:
+            break
+        kept = char + kept
+    return "…" + kept
 
 
 if __name__ == "__main__":

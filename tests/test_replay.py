@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -297,11 +298,22 @@ def test_a_directory_stands_for_its_histories(tmp_path, capsys, monkeypatch):
     messages = [{"role": "user", "content": "Survey."}, _call(1, "ls"), _result(1, "alpha_module.py")]
     (job / "transcript.jsonl").write_text("".join(json.dumps(m) + "\n" for m in messages))
     (job / "events.jsonl").write_text('{"event": "not a message"}\n')
-    assert [f["file"] for f in _cli_json(capsys, str(job))["files"]] == ["transcript.jsonl"]
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    assert main(["replay", str(empty)]) == 2
-    assert f"{empty}: a directory without a history in it (no *.jsonl file)" in capsys.readouterr().err
+    other = tmp_path / "run" / "other"
+    shutil.copytree(job, other)
+    dump = tmp_path / "dump"
+    document = _cli_json(capsys, str(job), str(other), "--dump", str(dump))
+    assert [f["file"] for f in document["files"]] == ["job/transcript.jsonl", "other/transcript.jsonl"]
+    dumped = sorted(p.relative_to(dump).parts[0] for p in dump.rglob("*.json"))
+    assert dumped == [
+        "job",
+        "other",
+    ]  # a directory each (both were dump/transcript/, the second over the first)
+    for name in ("empty", "logs-only"):  # a job's own logs are no history
+        (tmp_path / name).mkdir()
+    (tmp_path / "logs-only" / "events.jsonl").write_text('{"event": "not a message"}\n')
+    for name in ("empty", "logs-only"):
+        assert main(["replay", str(tmp_path / name)]) == 2
+        assert f"{tmp_path / name}: a directory without a history" in capsys.readouterr().err
 
 
 def test_the_table_on_an_80_column_pipe_shows_every_number_whole(tmp_path, capsys, monkeypatch):
@@ -325,3 +337,26 @@ def test_the_table_on_an_80_column_pipe_shows_every_number_whole(tmp_path, capsy
             f"${row['effective_cost_usd']:.3f}",
             str(row["needed"]),
         ]
+    wide = tmp_path / "履歴ファイル_一二三四五六七八九十.jsonl"  # two cells a character
+    shutil.copy(paths[0], wide)
+    for columns in ("80", "40"):  # at 40 the numbers do not fit: the table is wider, never cut
+        monkeypatch.setenv("COLUMNS", columns)
+        assert main(["replay", str(wide)]) == 0
+        table = capsys.readouterr().out.splitlines()
+        header = next(line for line in table if line.startswith("file"))
+        assert header.split()[1:] == [
+            "turns",
+            "sent",
+            "cost",
+            "effective",
+            "needed",
+            "in",
+            "ctx",
+            "recov.",
+            "lost",
+        ]
+        (row,) = [line for line in table if "十" in line]
+        assert row.split()[-4:] == [
+            str(document["files"][0][k]) for k in ("needed", "in_context", "recoverable", "lost")
+        ]
+        assert f"${document['files'][0]['effective_cost_usd']:.3f}" in row.split()

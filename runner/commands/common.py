@@ -26,10 +26,10 @@ from ..ui.terminal import printable
 DEFAULT_CONFIG = Path("config.toml")
 
 
-def show(line: str, console: Console = out) -> None:
-    """One line on ``console`` (stdout by default), as written: never markup nor terminal escapes, never
-    wrapped."""
-    console.print(escape(printable(line)), highlight=False, soft_wrap=True)
+def show(line: str, console: Console | None = None) -> None:
+    """One line on ``console`` (by default this module's ``out``, read when called), as written: never
+    markup nor terminal escapes, never wrapped."""
+    (console or out).print(escape(printable(line)), highlight=False, soft_wrap=True)
 
 
 def config_path(args: argparse.Namespace) -> Path | None:

@@ -178,7 +178,7 @@ def _body(
 
 async def replay(history: History, contestant: Contestant, options: ReplayOptions) -> FileReport:
     """``history`` through ``contestant`` (see the module's guarantees)."""
-    report = FileReport(file=history.path.name, strategy=contestant.name, skipped=dict(history.skipped))
+    report = FileReport(file=history.name, strategy=contestant.name, skipped=dict(history.skipped))
     needed = needed_facts(history.system, history.messages)
     tools = recorded_tools(history.messages)
     tools += [t for t in contestant.tools if t["name"] not in {r["name"] for r in tools}]
@@ -220,7 +220,7 @@ async def replay(history: History, contestant: Contestant, options: ReplayOption
         report.usage.add(usage)
         report.turn_costs.append(prices.cost(options.model, usage))
         if options.dump_dir is not None:
-            _dump(options.dump_dir / history.path.stem, report.turns, body)
+            _dump(options.dump_dir / history.name.removesuffix(".jsonl"), report.turns, body)
         _judge(report, report.turns, needed.get(index, set()), view=view, contestant=contestant, facts=facts)
     report.summary_usage = contestant.summary_usage.model_copy()
     report.summaries = contestant.summaries

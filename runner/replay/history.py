@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ..messages import Message
+from ..rundir.docs import CONTEXT, EVENTS, MANIFEST, TRANSCRIPT
 
 KNOWN_BLOCKS = {"user": {"text", "tool_result"}, "assistant": {"text", "tool_use"}}
 MISSING_RESULT = "[no result was recorded for this call]"
@@ -49,6 +50,7 @@ API_ID = re.compile(r"[A-Za-z0-9_-]+")
 API_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 NOT_API = re.compile(r"[^A-Za-z0-9_-]")
 BOM = "\ufeff"
+NOT_HISTORIES = frozenset({EVENTS, CONTEXT, MANIFEST})  # a job's other logs, in its directory
 MAX_HISTORY_BYTES = 256 * 2**20  # a history is read whole (the 7 shared ones are 0.13-0.35 MB each)
 MAX_DEPTH = 100  # arrays and objects inside one another in a line (a message's own levels included)
 
@@ -73,18 +75,25 @@ class History:
     def turns(self) -> int:
         return sum(1 for m in self.messages if m["role"] == "assistant")
 
+    @property
+    def name(self) -> str:
+        """How reports name it: its file name; a job's transcript, ``<job>/transcript.jsonl``."""
+        return f"{self.path.parent.name}/{TRANSCRIPT}" if self.path.name == TRANSCRIPT else self.path.name
+
 
 def history_paths(paths: Iterable[Path]) -> list[Path]:
-    """The histories ``paths`` name: a file as it is; a directory, its ``*.jsonl`` files in name order,
-    or, for a job's directory, its ``transcript.jsonl`` alone. :class:`HistoryError` for a directory
-    that holds none."""
+    """The histories ``paths`` name: a file as it is; a directory, its ``*.jsonl`` regular files in name
+    order (the runner's own logs of a job left out), or, for a job's directory, its
+    ``transcript.jsonl`` alone. :class:`HistoryError` for a directory that holds none."""
     found: list[Path] = []
     for path in paths:
         if not path.is_dir():
             found.append(path)
             continue
-        transcript = path / "transcript.jsonl"
-        inside = [transcript] if transcript.is_file() else sorted(path.glob("*.jsonl"))
+        inside = sorted(p for p in path.glob("*.jsonl") if p.name not in NOT_HISTORIES and p.is_file())
+        transcript = path / TRANSCRIPT
+        if transcript in inside:
+            inside = [transcript]
         if not inside:
             raise HistoryError(f"{path}: a directory without a history in it (no *.jsonl file)")
         found += inside
