@@ -25,7 +25,6 @@ import argparse
 import json
 import random
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -35,8 +34,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from common import replace_section, write_result  # noqa: E402
+from conftest import CHROMIUM, headless_chromium  # noqa: E402
 
 from runner.compaction.stages import Stage  # noqa: E402
 from runner.rundir.docs import load_run  # noqa: E402
@@ -386,26 +387,11 @@ def measure_once(jobs: int, calls: int) -> dict:
         }
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 def _chromium_once(target: Path, profile: Path) -> float:
     """Wall seconds of one headless Chromium ``--dump-dom`` of ``target``."""
     started = time.perf_counter()
     subprocess.run(
-        [
-            str(CHROMIUM),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            f"--user-data-dir={profile}",
-            "--dump-dom",
-            target.resolve().as_uri(),
-        ],
+        headless_chromium(profile, "--dump-dom", target.resolve().as_uri()),
         capture_output=True,
         check=True,
         timeout=120,

@@ -17,6 +17,7 @@ import contextlib
 import importlib
 import io
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,6 +52,27 @@ async def store(tmp_path: Path) -> JobStore:
     s = JobStore(tmp_path / "run" / "job")
     await s.open()
     return s
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")  # None: the browser tests skip
+
+
+def headless_chromium(profile: Path, *flags: str) -> list[str]:
+    """The argv of a headless Chromium with a fresh ``profile`` and no network of its own (no update,
+    sync or background requests), then ``flags`` (a test's and the viewer benchmark's alike)."""
+    assert CHROMIUM is not None
+    return [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        *flags,
+    ]
 
 
 def inherited(name: str) -> bool:

@@ -14,6 +14,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from conftest import CHROMIUM, headless_chromium
 from markupsafe import escape
 from rich.console import Console
 from scripted import ScriptedModel, play_instead_of_the_stand_in, reads, scripted_runner
@@ -27,7 +28,6 @@ from runner.ui.viewer import write_view
 from runner.ui.viewer.pages import page_name
 
 REPO = Path(__file__).resolve().parent.parent
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def cli(*args: str, cwd: Path = REPO, script: Path | None = None) -> subprocess.CompletedProcess:
@@ -175,21 +175,13 @@ class _Collect(HTMLParser):
 def _chromium_dom(page: Path, tmp_path: Path) -> tuple[_Collect, str]:
     """The DOM after scripts ran, and chromium's log (page console messages included)."""
     proc = subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            f"--user-data-dir={tmp_path / 'profile'}",
+        headless_chromium(
+            tmp_path / "profile",
             "--enable-logging=stderr",
             "--log-level=0",
             "--dump-dom",
             page.resolve().as_uri(),
-        ],
+        ),
         capture_output=True,
         text=True,
         timeout=90,
