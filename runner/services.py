@@ -4,7 +4,9 @@ Protocols to :func:`runner.agent.runjob.run_job`; the session never knows which 
 
 - :class:`Gate`: a slot for one call, bounded in concurrency and in starts per window (the summary
   gate); the batch shares one.
-- :class:`Budget`: the run's ``max_cost_usd``; jobs charge what they spend and stop when it is spent.
+- :class:`Budget`: the run's ``max_cost_usd``; jobs charge what they spend and stop when it is spent;
+  a call holds its estimated cost while it is in flight, and starts only when the spend, the holds of
+  the calls in flight and its own stay under the limit.
 - :class:`CallLimit`: the adaptive number of model calls in flight (halved on 429/529).
 """
 
@@ -34,6 +36,13 @@ class Budget(Protocol):
 
     def charge(self, usd: float) -> None:
         """Add ``usd`` to what the run spent (never raises; ``exceeded`` says when it is over)."""
+
+    def hold(self, usd: float) -> bool:
+        """Hold ``usd`` for a call about to start; False, and nothing held, when what the run spent, what
+        the calls in flight hold and ``usd`` would reach the limit."""
+
+    def release(self, usd: float) -> None:
+        """Give back a call's hold (its cost is charged when it is answered)."""
 
 
 class CallLimit(Protocol):
@@ -98,6 +107,7 @@ class RunBudget:
     def __init__(self, limit: float | None = None):
         self.limit = limit
         self.spent = 0.0
+        self.held = 0.0  # the estimated costs of the calls in flight
 
     @property
     def exceeded(self) -> bool:
@@ -105,3 +115,15 @@ class RunBudget:
 
     def charge(self, usd: float) -> None:
         self.spent += usd
+
+    def hold(self, usd: float) -> bool:
+        if self.limit is None:
+            return True
+        if self.spent + self.held + usd >= self.limit:
+            return False
+        self.held += usd
+        return True
+
+    def release(self, usd: float) -> None:
+        if self.limit is not None:
+            self.held = max(0.0, self.held - usd)

@@ -59,12 +59,36 @@ def test_run_budget_stops_every_job(tmp_path: Path, scripted_cli: CliRunner) -> 
     statuses = [j["status"] for j in run["jobs"]]
     assert statuses == ["budget_exceeded"] * 3, run["jobs"]
     assert "the run spent" in run["jobs"][-1]["error"]
-    assert 0.05 <= run["totals"]["cost_usd"] < 0.2  # it stopped right after crossing the line
+    assert 0.03 <= run["totals"]["cost_usd"] <= 0.05  # it stopped at the line, not past it
     for job in run["jobs"]:  # what was paid for is on disk
         transcript = tmp_path / "runs" / run["run_id"] / job["job"] / "transcript.jsonl"
         if job["turns"]:
             lines = [json.loads(line) for line in transcript.read_text().splitlines()]
             assert sum(m["role"] == "assistant" for m in lines) == job["turns"]
+
+
+def test_jobs_at_once_stop_at_the_run_budget_not_a_call_each_past_it(
+    tmp_path: Path, run_cli: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four jobs at once under one run budget, each call 50 ms in flight: a call holds its estimated cost
+    while it is in flight, so the run ends at its limit, not with one call of every job past it."""
+    model = ScriptedModel(reads(files_under(STDLIB / "email")), final=REPORT, delay=0.05)
+    play_instead_of_the_stand_in(monkeypatch, model)
+    (tmp_path / "jobs").mkdir()
+    for i in range(4):
+        (tmp_path / "jobs" / f"j{i}.toml").write_text(
+            f'workspace = "{{stdlib}}/email"\nprompt = "Survey {i}."\n'
+        )
+    (tmp_path / "config.toml").write_text(
+        '[runner]\nbackend = "offline"\nconcurrency = 4\nmax_cost_usd = 0.05\n'
+    )
+    done = run_cli("run", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    run = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
+    assert [j["status"] for j in run["jobs"]] == ["budget_exceeded"] * 4, run["jobs"]
+    assert all("max_cost_usd is $0.05" in j["error"] for j in run["jobs"]), run["jobs"]
+    assert len(model.requests) >= 8  # the jobs worked before the line
+    assert 0.03 <= run["totals"]["cost_usd"] <= 0.05, run["totals"]
 
 
 def test_a_small_budget_works_until_near_its_cap_then_reports(

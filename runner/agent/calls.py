@@ -120,8 +120,9 @@ class JobCalls:
         state = history.state
         sent_chars = state.window.total
         request = self.request(messages, max_tokens=max_tokens, cache_points=cache_points, no_tools=no_tools)
-        reply = await self._create(request)
-        self.spend.charge(reply)
+        with self.spend.run_hold(state):  # charged inside its hold
+            reply = await self._create(request)
+            self.spend.charge(reply)
         self.spend.sent(sent_chars)
         record.context_chars = sent_chars
         record.wall_s = self.clock.wall()

@@ -24,13 +24,21 @@ Guarantees:
   call that would not is the job's last one, its report (``JobEnded(..., last_call=True)``); the
   report's ``max_tokens`` never takes the job over its budget. Estimates are taken
   ``ESTIMATE_MARGIN`` higher.
+- The run's ``max_cost_usd``: a call holds its estimate in the run's budget while it is in flight
+  (:meth:`Spend.run_hold`) and starts only when the run's spend, the other calls' holds and its own
+  stay under the limit; so concurrent jobs do not all cross the line at once. An estimate is not a
+  bound (a reply may write more than the largest so far; summaries hold nothing), so the run may end a
+  little over its limit, never by a call of every job in flight.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from ..billing import CHARS_PER_TOKEN
 from ..compaction.compactor import CompactionState
 from ..compaction.summarizer import Summary
 from ..config import Limits
@@ -239,6 +247,32 @@ class Spend:
         if room < need:
             raise JobEnded(Status.MAX_TURNS, f"{spent}; this call is its report", last_call=True)
 
+    @contextmanager
+    def run_hold(self, state: CompactionState) -> Iterator[None]:
+        """Around a call: its estimated cost held in the run's budget while it is in flight (charged
+        when it is answered, inside the hold); JobEnded when the run's ``max_cost_usd`` has no room for
+        it beside the run's spend and the other calls in flight."""
+        usd = ESTIMATE_MARGIN * self.call_estimate(state)
+        if not self.run_budget.hold(usd):
+            raise JobEnded(
+                Status.BUDGET_EXCEEDED,
+                f"the run spent ${self.run_budget.spent:.4f}, its max_cost_usd is "
+                f"${self.run_budget.limit:g}, and its calls in flight leave no room for this one "
+                f"(about ${usd:.4f})",
+            )
+        try:
+            yield
+        finally:
+            self.run_budget.release(usd)
+
+    def call_estimate(self, state: CompactionState) -> float:
+        """What the next call may cost: :meth:`next_call_cost`, or before any call measured the ratio of
+        tokens to characters, its input at ``CHARS_PER_TOKEN`` characters a token."""
+        if state.estimated_tokens() is not None:
+            return self.next_call_cost(state)
+        tokens = (state.window.total + state.overhead_chars) // CHARS_PER_TOKEN
+        return self.prices.cost(self.model, Usage(input_tokens=tokens, output_tokens=self.most_output))
+
     def _check_run_budget(self) -> None:
         if self.run_budget.exceeded:
             raise JobEnded(
@@ -323,6 +357,14 @@ class ShareBudget:
 
     def charge(self, usd: float) -> None:
         self.run.charge(usd)
+
+    def hold(self, usd: float) -> bool:
+        if self.limit is not None and self.parent.total() + usd >= self.limit:
+            return False
+        return self.run.hold(usd)
+
+    def release(self, usd: float) -> None:
+        self.run.release(usd)
 
 
 def mirror(shown: JobMetrics, report: JobMetrics) -> None:

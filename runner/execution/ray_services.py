@@ -277,6 +277,7 @@ class RayBudget:
         self.limit = limit
         self._cluster = 0.0  # the cluster's total as of the last confirmed charge
         self._pending = 0.0  # this worker's charges not confirmed yet
+        self._held = 0.0  # the estimated costs of this worker's calls in flight
         self._lock = threading.Lock()  # confirmations arrive on Ray's threads
 
     @property
@@ -287,6 +288,22 @@ class RayBudget:
     @property
     def exceeded(self) -> bool:
         return self.limit is not None and self.spent >= self.limit
+
+    def hold(self, usd: float) -> bool:
+        """As the local budget's, with this worker's holds only: another worker's calls in flight are
+        seen when they are charged."""
+        if self.limit is None:
+            return True
+        with self._lock:
+            if self._cluster + self._pending + self._held + usd >= self.limit:
+                return False
+            self._held += usd
+            return True
+
+    def release(self, usd: float) -> None:
+        if self.limit is not None:
+            with self._lock:
+                self._held = max(0.0, self._held - usd)
 
     def charge(self, usd: float) -> None:
         if not usd or self.limit is None:  # no limit: nothing to tell the cluster (metrics.json has the cost)
