@@ -191,3 +191,44 @@ def test_resume_only_one_job(tmp_path: Path, scripted_cli: CliRunner) -> None:
     assert statuses == {"j0": "max_turns", "j1": "succeeded"}
     unknown = scripted_cli("resume", str(run_dir), "--only", "nope", cwd=tmp_path)
     assert unknown.returncode == 2 and "--only: no job named 'nope'" in unknown.stderr
+
+
+def test_a_job_whose_workspace_is_gone_is_not_resumed_on_nothing(
+    tmp_path: Path, scripted_cli: CliRunner
+) -> None:
+    """Its workspace moved away since the run: resume fails the job naming the workspace (as run and
+    validate refuse it), never surveys the empty place and calls that a success."""
+    import shutil
+
+    shutil.copytree(EMAIL, tmp_path / "ws", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "jobs").mkdir()
+    task = tmp_path / "jobs" / "e.toml"
+    task.write_text('workspace = "../ws"\nprompt = "Survey it."\n[limits]\nmax_turns = 3\n')
+    (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\n')
+    assert scripted_cli("run", "jobs", cwd=tmp_path).returncode == 1
+    run_dir = next((tmp_path / "runs").iterdir())
+    transcript = (run_dir / "e" / "transcript.jsonl").read_bytes()
+    task.write_text('workspace = "../ws"\nprompt = "Survey it."\n')  # its max_turns raised
+    (tmp_path / "ws").rename(tmp_path / "ws.gone")
+    done = scripted_cli("resume", str(run_dir), "--limits-from-config", cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    metrics = json.loads((run_dir / "e" / "metrics.json").read_text())
+    assert metrics["status"] == "failed", metrics
+    assert f"'{tmp_path / 'ws'}' does not exist (it did when the job ran)" in metrics["error"], metrics
+    assert (run_dir / "e" / "transcript.jsonl").read_bytes() == transcript
+
+
+def test_limits_from_config_says_why_a_task_file_gives_none_today(
+    tmp_path: Path, scripted_cli: CliRunner
+) -> None:
+    """--limits-from-config with a task file that does not load today: resume says so, naming the file
+    and the field, before it says the limit was not raised (never silently the recorded limits)."""
+    run_dir = _ended_run(tmp_path, scripted_cli)
+    (tmp_path / "jobs" / "j0.toml").write_text(
+        'workspace = "{stdlib}/email"\nprompt = "Survey (0)."\n[limits]\nmax_turns = "many"\n'
+    )
+    done = scripted_cli("resume", str(run_dir), "--limits-from-config", cwd=tmp_path)
+    notes = [line for line in done.stderr.splitlines() if line.startswith("resume: j0:")]
+    assert "its recorded limits are kept" in notes[0] and "max_turns" in notes[0], done.stderr
+    assert str(tmp_path / "jobs" / "j0.toml") in notes[0], done.stderr
+    assert "its limit was not raised" in notes[1], done.stderr

@@ -213,18 +213,31 @@ def _recorded_spec(
         unsafe = writable_workspace_problem(spec.workspace, protected_paths(settings, spec.source), job_json)
     if unsafe:
         return JobError(name, job_json, (unsafe,), unsafe=True)
+    if not spec.workspace.is_dir():  # moved or removed since the run: nothing to continue on
+        what = "is not a directory" if spec.workspace.exists() else "does not exist"
+        return JobError(
+            name,
+            job_json,
+            (f"{job_json}: workspace: {str(spec.workspace)!r} {what} (it did when the job ran)",),
+        )
     return spec
 
 
 def _with_todays_limits(spec: JobSpec, settings: Settings) -> tuple[JobSpec, list[str]]:
     """``spec`` with the limits its task file gets today (``--limits-from-config``), and a note saying so;
-    ``spec`` as it is when its task file is gone or names another job now."""
-    fresh = load_job(spec.source, settings, sandbox_problem=bwrap_problem) if spec.source.is_file() else None
-    if isinstance(fresh, JobSpec) and fresh.name == spec.name:
-        return spec.model_copy(update={"limits": fresh.limits}), [
-            f"{spec.name}: limits from today's config and task file"
-        ]
-    return spec, []
+    ``spec`` as it is, and a note saying why, when its task file is gone, does not load or names another
+    job now."""
+    name, source = spec.name, spec.source
+    if not source.is_file():
+        return spec, [f"{name}: its task file {source} is gone; its recorded limits are kept"]
+    fresh = load_job(source, settings, sandbox_problem=bwrap_problem)
+    if isinstance(fresh, JobError):
+        return spec, [f"{name}: its recorded limits are kept: {fresh.message}"]
+    if fresh.name != name:
+        return spec, [f"{name}: {source} now names its job {fresh.name!r}; its recorded limits are kept"]
+    return spec.model_copy(update={"limits": fresh.limits}), [
+        f"{name}: limits from today's config and task file"
+    ]
 
 
 def _continued(spec: JobSpec, job_dir: Path, metrics: JobMetrics | None, *, notes: list[str]) -> JobPlan:
