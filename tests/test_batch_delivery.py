@@ -559,6 +559,37 @@ def test_kill_9_with_a_batch_in_flight_then_resume_pays_for_no_request_twice(ser
     )
 
 
+def test_a_resumed_batch_run_goes_on_by_batch_though_the_config_says_live_now(server, workspace, tmp_path):
+    """run.json records the run's delivery and resume keeps it, as it keeps the backend and models: a
+    night killed half way is finished at the batch price, not silently at the live one; --delivery
+    still chooses."""
+    import subprocess
+    import sys
+
+    server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.3)))
+    killed = _project(tmp_path / "killed", workspace)
+    assert kill_runner_when(_batches_recorded(killed, 2), "run", "jobs", cwd=killed, env=_env(server))
+    run_dir = next((killed / "runs").glob("*/batches.jsonl")).parent
+    assert json.loads((run_dir / "run.json").read_text())["delivery"] == "batch"
+    (killed / "config.toml").write_text(CONFIG.replace('delivery = "batch"\n', ""))  # live by default now
+    server.state.config = EmulatorConfig(batches=Batches(turnaround_s=0.05))
+    live_before = server.stats()["requests"]
+    resumed = subprocess.run(
+        [sys.executable, "-m", "runner", "resume", str(run_dir)],
+        cwd=killed,
+        env=_env(server),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert server.stats()["requests"] == live_before  # no call went live
+    for name in ("alpha", "beta"):
+        metrics = json.loads((run_dir / name / "metrics.json").read_text())
+        assert metrics["status"] == "succeeded" and metrics["batch_calls"] >= metrics["turns"], metrics
+    assert json.loads((run_dir / "run.json").read_text())["delivery"] == "batch"
+
+
 def test_ctrl_c_cancels_the_batches_in_flight_and_writes_every_job(server, workspace, tmp_path):
     import signal
     import subprocess

@@ -122,7 +122,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
         plan = plan_resume(
             run_dir, settings, getattr(args, "limits_from_config", False), only=getattr(args, "only", None)
         )
-        keep_backend(run_dir, plan.meta, settings, asked=getattr(args, "backend", None))
+        keep_backend(
+            run_dir,
+            plan.meta,
+            settings,
+            asked=getattr(args, "backend", None),
+            asked_delivery=getattr(args, "delivery", None),
+        )
         if unsafe := [line for e in plan.errors if e.unsafe for line in e.problems]:
             raise ConfigError(unsafe)  # as `run`: no job starts beside one that could rewrite the others
         for note in plan.notes:

@@ -56,9 +56,18 @@ def backend_name(settings: Settings) -> str:
     return backend
 
 
-def keep_backend(run_dir: Path, meta: dict[str, Any], settings: Settings, *, asked: str | None) -> None:
-    """A resumed run keeps the backend and models ``run.json`` names: it never switches to the offline
-    model because the key is missing, and never mixes real costs with estimates."""
+def keep_backend(
+    run_dir: Path,
+    meta: dict[str, Any],
+    settings: Settings,
+    *,
+    asked: str | None,
+    asked_delivery: str | None = None,
+) -> None:
+    """A resumed run keeps the backend, models and delivery ``run.json`` names: it never switches to the
+    offline model because the key is missing, never mixes real costs with estimates, and a run that
+    went by Message Batches goes on at their price unless ``--delivery`` (``asked_delivery``) says
+    otherwise."""
     where = run_dir / RUN_JSON
     backend = meta.get("backend")
     if backend not in ("anthropic", "offline"):
@@ -84,6 +93,8 @@ def keep_backend(run_dir: Path, meta: dict[str, Any], settings: Settings, *, ask
     for key, section in (("model", settings.runner), ("summary_model", settings.summarizer)):
         if isinstance(meta.get(key), str) and meta[key]:
             section.model = meta[key]
+    if meta.get("delivery") in ("live", "batch") and asked_delivery is None:
+        settings.runner.delivery = meta["delivery"]
 
 
 def stand_in_warnings(settings: Settings, specs: Sequence[JobSpec]) -> list[str]:

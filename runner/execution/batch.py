@@ -122,5 +122,6 @@ def run_meta(settings: Settings, backend: str) -> dict[str, Any]:
         "backend": backend,
         "model": settings.runner.model,
         "summary_model": settings.summarizer.model,
+        "delivery": settings.runner.delivery,
         "concurrency": settings.runner.concurrency,
     }

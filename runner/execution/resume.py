@@ -115,7 +115,7 @@ def plan_resume(
     unknown = [n for n in only or [] if n not in names]
     if unknown:
         raise ConfigError([f"--only: no job named {n!r} in {run_json}" for n in unknown])
-    plan = ResumePlan(meta={k: run[k] for k in ("backend", "model", "summary_model") if k in run})
+    plan = ResumePlan(meta={k: run[k] for k in ("backend", "model", "summary_model", "delivery") if k in run})
     for entry in entries:
         plan.add(plan_job(run_dir, entry, settings, limits_from_config=limits_from_config, only=only))
     return plan
