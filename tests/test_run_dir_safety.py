@@ -232,3 +232,19 @@ def test_limits_from_config_says_why_a_task_file_gives_none_today(
     assert "its recorded limits are kept" in notes[0] and "max_turns" in notes[0], done.stderr
     assert str(tmp_path / "jobs" / "j0.toml") in notes[0], done.stderr
     assert "its limit was not raised" in notes[1], done.stderr
+
+
+def test_a_latest_that_is_no_link_is_said_not_silently_left_stale(
+    tmp_path: Path, scripted_cli: CliRunner
+) -> None:
+    """runs/latest copied as a directory (a copy that followed the link): the run says it could not point
+    it at itself, since report, view and the nightly diff read latest."""
+    (tmp_path / "runs" / "latest").mkdir(parents=True)
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "j.toml").write_text('workspace = "{stdlib}/email"\nprompt = "Survey."\n')
+    (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\n')
+    done = scripted_cli("run", "jobs", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    [warning] = [line for line in done.stderr.splitlines() if "latest" in line]
+    assert warning.startswith("warning:") and "not pointed at this run" in warning, done.stderr
+    assert (tmp_path / "runs" / "latest").is_dir() and not (tmp_path / "runs" / "latest").is_symlink()

@@ -91,7 +91,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         meta=run_meta(settings, backend.name),
         **spending(settings),
     )
-    link_latest(run_dir)
+    if problem := link_latest(run_dir):
+        print_error(problem, label="warning")
     with hold_run_dir(run_dir):
         claim(run_dir, len(specs))
         code = execute(batch, settings, as_json=args.json)

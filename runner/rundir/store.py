@@ -674,13 +674,16 @@ class JobStore:
         return target
 
 
-def link_latest(run_dir: Path) -> None:
+def link_latest(run_dir: Path) -> str | None:
     """Point ``<output_dir>/latest`` at ``run_dir`` (a relative symlink, replaced atomically). Best effort:
-    a file system without symlinks leaves no link, and the run goes on."""
+    the run goes on without it; what stood in the way (a ``latest`` that is no link, a file system
+    without symlinks) is returned, to be said."""
     link = run_dir.parent / LATEST
     tmp = run_dir.parent / f".{LATEST}.{os.getpid()}.{next(_TMP_IDS)}"
     try:
         os.symlink(run_dir.name, tmp)
         os.replace(tmp, link)
-    except OSError:
+    except OSError as e:
         _unlink_quietly(tmp)
+        return f"{link}: not pointed at this run ({e.strerror or e}); it still names an earlier one or none"
+    return None
