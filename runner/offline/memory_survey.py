@@ -1388,8 +1388,9 @@ def report(
         names = ", ".join(f"`memories/survey/facts-{k:03d}.md`" for k in range(shards))
         out.append(
             f"Every entry's facts ({s.logs['facts']} lines, one JSON array a line: path, kind, lines, size, "
-            "top-level definitions, first docstring or comment line) are in the job directory's "
-            f"{names or '(none)'}."
+            f"top-level definitions, first docstring or comment line) are in the job directory's {names}."
+            if names
+            else "No entry's facts were saved to the job directory's memory before the job ended."
         )
         if pending:
             out += [
