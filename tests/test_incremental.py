@@ -797,3 +797,36 @@ def test_night_two_names_the_unchanged_importers_of_the_changed_module(
     # the runtime adds no call (what a model makes of the note, e.g. the stand-in's cost with it against
     # without, is its own: test_incremental_offline.py)
     assert second["jobs"][0]["turns"] == plain["jobs"][0]["turns"] == CALLS
+
+
+def test_a_slow_search_for_dependents_never_holds_a_night_past_its_timeout(
+    run_cli: Any, nightly: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The search for the unchanged importers (like the manifest and the baseline) runs on a thread the
+    job does not wait for once its time is up: a commit that makes it slow costs the job its timeout,
+    never the night (the job used to wait for the thread, past its timeout and past Ctrl-C)."""
+    import threading
+
+    from runner.rundir import dependents
+
+    root, ws, _ = nightly
+    night(run_cli, root)
+    change(ws)
+    release, finished = threading.Event(), threading.Event()
+
+    def slow_find(*args: Any) -> dependents.Dependents:
+        release.wait(60)
+        finished.set()
+        return dependents.Dependents()
+
+    monkeypatch.setattr(dependents, "find", slow_find)
+    task = root / "jobs" / "survey.toml"
+    task.write_text(task.read_text() + "[limits]\ntimeout_s = 3\n")
+    try:
+        done = run_cli("run", "jobs", "--json", cwd=root)
+        assert not finished.is_set()  # the run ended while the search was still going
+    finally:
+        release.set()
+    job = json.loads(done.stdout)["jobs"][0]
+    assert job["status"] == "timeout" and "Traceback" not in done.stderr, job
+    assert "AttributeError" not in (job["error"] or ""), job  # no last call before the tools were open

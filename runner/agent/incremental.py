@@ -39,8 +39,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import anyio
-
 from ..config import ConfigError
 from ..jobs import JobSpec
 from ..messages import Message
@@ -73,7 +71,7 @@ from ..rundir.docs import (
 )
 from ..rundir.manifest import Changes, Manifest, build, diff, read_manifest
 from ..rundir.prune import find_runs
-from ..rundir.store import JobStore
+from ..rundir.store import JobStore, in_thread
 from ..rundir.trees import TooDeep
 from ..tools.beneath import Root, open_regular
 from ..tools.git_state import git_state
@@ -276,7 +274,7 @@ async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Mess
         return []
     forced = spec.fresh or (record.incremental is not None and record.incremental.fresh == FRESH_FLAG)
     try:
-        manifest = await anyio.to_thread.run_sync(build, spec.workspace)
+        manifest = await in_thread(build)(spec.workspace)
     except TooDeep as e:
         record.incremental = Incremental(fresh=too_deep(e))
         return []
@@ -289,18 +287,16 @@ async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Mess
     baseline: Baseline | None = None
     reason: str | None = FRESH_FLAG
     if not forced:
-        baseline, reason = await anyio.to_thread.run_sync(
-            find_baseline, spec, store.dir.parent, manifest.created
-        )
+        baseline, reason = await in_thread(find_baseline)(spec, store.dir.parent, manifest.created)
     if baseline is None:
         record.incremental = Incremental(fresh=reason, manifest_entries=entries, manifest_s=took)
         return []
     changes = diff(baseline.manifest, manifest)
     lists = {"added": changes.added, "changed": changes.changed, "removed": changes.removed}
     found = await _dependents(spec.workspace, manifest, changes)
-    report = await anyio.to_thread.run_sync(
+    report = await in_thread(
         lambda: (baseline.job_dir / FINAL).read_text(encoding="utf-8", errors="replace")
-    )
+    )()
     await store.save(
         [
             (BASELINE_REPORT, report),
@@ -310,9 +306,9 @@ async def start(spec: JobSpec, store: JobStore, record: JobMetrics) -> list[Mess
             ),
         ]
     )
-    memories = await anyio.to_thread.run_sync(copy_memories, baseline.job_dir, store.dir)
+    memories = await in_thread(copy_memories, abandon_on_cancel=False)(baseline.job_dir, store.dir)
     memory = INCREMENTAL_MEMORY.format(files=len(memories), prefix=PREFIX) if memories else ""
-    agents = await anyio.to_thread.run_sync(copy_agents, baseline.job_dir, store.dir, report)
+    agents = await in_thread(copy_agents, abandon_on_cancel=False)(baseline.job_dir, store.dir, report)
     if agents:
         await store.save([(BASELINE_AGENTS_LIST, agents_text(agents))])
     copied = (
@@ -350,7 +346,7 @@ async def _dependents(workspace: Path, manifest: Manifest, changes: Changes) -> 
     """The unchanged files that import a changed one, found off the event loop; none (never an error)
     when the workspace cannot be opened again."""
     try:
-        return await anyio.to_thread.run_sync(dependents.find, workspace, manifest, changes)
+        return await in_thread(dependents.find)(workspace, manifest, changes)
     except OSError:
         return Dependents()
 

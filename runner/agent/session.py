@@ -261,6 +261,8 @@ class Session:
         has. Without it (no room in the budget, or a failure of its own) the job's ending stands and
         its report is built from the history."""
         record = self.record
+        if not hasattr(self, "calls"):  # it ended before its tools were open: nothing to call with
+            return
         try:
             reply = await self.calls.last(reason)
         except (JobEnded, BackendUnusable):

@@ -26,7 +26,8 @@ Guarantees:
 - Bounded: :func:`find` reads only the unchanged regular files the manifest lists whose suffix has a
   resolver, each at most :data:`MAX_FILE_BYTES` (a larger one is skipped, unread), at most
   :data:`MAX_FILES` files and :data:`MAX_TOTAL_BYTES` in all (the rest skipped), and says what it
-  skipped and why. A file whose text names no changed file's stem is not parsed.
+  skipped and why. A file whose text names no changed file's stem (its words, as whole words) is not
+  parsed; that test reads each text once, in time linear in it, however many files changed.
 - Beneath the workspace only: every directory on a file's path is opened ``O_NOFOLLOW`` relative to
   its parent's descriptor and the file ``O_NOFOLLOW | O_NONBLOCK`` relative to its directory's, then
   checked with ``fstat`` to be a regular file; no symlink is followed, no FIFO or device read.
@@ -246,15 +247,30 @@ def _stem(path: str) -> str:
     return posixpath.basename(posixpath.dirname(path)) if stem in ("__init__", "index") else stem
 
 
-def might_import(text: str, changed: Iterable[str]) -> bool:
-    """Whether ``text`` could name one of ``changed`` (its stem, or its package's name for an
-    ``__init__``/``index``; a relative import of a package's top needs no name: then always)."""
-    stems = {_stem(p) for p in changed}
-    if "" in stems or any(
-        posixpath.splitext(posixpath.basename(p))[0] in ("__init__", "index") for p in changed
-    ):
-        return True
-    return any(stem in text for stem in stems)
+_WORD = re.compile(r"\w+")
+
+
+class ImportFilter:
+    """Whether a text could import one of ``changed``: it holds, as whole words, every word of a changed
+    file's stem (or its package's name, for an ``__init__``/``index``); a relative import of a
+    package's top needs no name, so then every text could. Made once for all the texts of a night;
+    each text is read once (time linear in its length, whatever the number of changed files)."""
+
+    def __init__(self, changed: Iterable[str]) -> None:
+        self.always = False
+        self.by_first: dict[str, list[frozenset[str]]] = {}  # a stem's words, by one of them
+        for path in changed:
+            words = frozenset(_WORD.findall(_stem(path)))
+            if not words or posixpath.splitext(posixpath.basename(path))[0] in ("__init__", "index"):
+                self.always = True
+            else:
+                self.by_first.setdefault(min(words), []).append(words)
+
+    def might_import(self, text: str) -> bool:
+        if self.always:
+            return True
+        words = set(_WORD.findall(text))
+        return any(stem <= words for w in words & self.by_first.keys() for stem in self.by_first[w])
 
 
 def dependents_of(
@@ -263,9 +279,10 @@ def dependents_of(
     """Which of ``sources`` (``(path, text)`` of unchanged files) import one of ``changed``. Pure."""
     result = result if result is not None else Dependents()
     on: dict[str, set[str]] = {}
+    names = ImportFilter(changed)
     for path, text in sources:
         resolver = resolver_for(path)
-        if resolver is None or not might_import(text, changed):
+        if resolver is None or not names.might_import(text):
             continue
         try:
             imported = resolver(path, text, tree)
