@@ -9,9 +9,10 @@
   call alone (:mod:`.wire`) and goes with its reply (``Reply.wire``), or with its exception.
 - Every number and name of a reply is checked before the runner acts on it (see :mod:`.guard` for the
   HTTP side: a total deadline per attempt, a cap on the decoded body): usage counts in
-  :func:`~runner.models.base.usage_from_api`, the ``stop_reason`` against the API's list, a text block within
-  the reply cap, a tool call's input within :data:`MAX_TOOL_INPUT_BYTES` (else it is answered with an error
-  result, not run). A failed check is :class:`InvalidReply`: the call fails, nothing is billed. A reply
+  :func:`~runner.models.base.usage_from_api`, the ``stop_reason`` against the API's list, at most
+  :data:`~runner.models.base.MAX_REPLY_BLOCKS` content blocks, a text block within the reply cap, a
+  tool call's input within :data:`MAX_TOOL_INPUT_BYTES` (else it is answered with an error result, not
+  run). A failed check is :class:`InvalidReply`: the call fails, nothing is billed. A reply
   nested too deeply to parse or serialize (a ``RecursionError``) is a malformed reply of its call
   (:class:`~.guard.NotAMessage` from the guard, else :class:`InvalidReply`), never
   :class:`BackendUnusable`, even as a batch's first reply.
@@ -43,6 +44,7 @@ from .base import (
     COMPACT_EDIT,
     COMPACTION_BETA,
     CONTEXT_MANAGEMENT_BETA,
+    MAX_REPLY_BLOCKS,
     MAX_TOOL_INPUT_BYTES,
     MEMORY_BETA,
     MEMORY_TOOL_TYPE,
@@ -138,6 +140,11 @@ def reply_of(data: dict[str, Any], max_text_bytes: int = 32 * MIB) -> Reply:
         raise InvalidReply(
             f"stop_reason = {one_line(repr(stop_reason), 80)}: not one the Messages API "
             f"documents ({', '.join(sorted(STOP_REASONS))}); the reply is not acted on"
+        )
+    if len(data["content"]) > MAX_REPLY_BLOCKS:
+        raise InvalidReply(
+            f"content: {len(data['content']):,} blocks, over the {MAX_REPLY_BLOCKS:,} a reply may hold; "
+            "the reply is not acted on"
         )
     content, refused = [], {}
     text_bytes = 0
