@@ -351,13 +351,17 @@ def survey_todos(report: str, job: Path) -> set[str]:
 
 
 def regular_files(root: Path) -> dict[str, bytes]:
-    """Ground truth: every regular file under ``root`` (not a symlink), by relative path."""
+    """Ground truth: every regular file under ``root`` (not a symlink), by relative path as the tools
+    show it (:func:`runner.tools.beneath.shown`: a control character or a byte that is not text as
+    ``\\xNN``, a backslash as ``\\\\``)."""
+    from runner.tools.beneath import shown
+
     out = {}
     for dirpath, _, filenames in os.walk(root):
         for name in filenames:
             path = Path(dirpath) / name
             if path.is_file() and not path.is_symlink():
-                out[str(path.relative_to(root))] = path.read_bytes()
+                out[shown(str(path.relative_to(root)))] = path.read_bytes()
     return out
 
 

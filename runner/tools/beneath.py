@@ -21,6 +21,13 @@ Guarantees:
 - A model's path is checked as text first (:func:`relative`): a NUL byte or a character that is
   not text is a :class:`BadPath`; ``.``, ``..`` and a trailing ``/`` are collapsed in the text as the
   SDK did, so ``x/../f`` names ``f`` whatever ``x`` is.
+- A name a tool shows (:func:`shown`) names exactly one file, and given back (:func:`from_shown`) it
+  names that file: a byte that is not UTF-8 text is shown ``\\xNN`` (two lowercase hex digits, 80
+  to ff), a control character (00 to 1f, 7f) too, and a backslash as ``\\\\``; the reverse maps those
+  escapes back, byte for byte. No other escape is accepted: one of a printable ASCII character
+  (``\\x2e``, ``\\x2f``, ``\\x5c``) or of bytes that are UTF-8 text is a :class:`BadPath`, so an escape
+  never spells ``.``, ``..`` or ``/``, and the containment above holds for the decoded bytes. A
+  backslash that starts no escape stands for itself.
 
 Standard library only: the grep worker (:mod:`runner.tools.grep_worker`) imports it in a fresh ``python -I``.
 """
@@ -31,6 +38,7 @@ import ctypes
 import errno
 import os
 import platform
+import re
 import stat
 from collections import deque
 from contextlib import suppress
@@ -164,6 +172,55 @@ def fd_path(fd: int) -> str | None:
     except OSError:
         return None
     return path if path.startswith("/") else None
+
+
+_SHOWN_AS_ESCAPE = re.compile("[\\\\\x00-\x1f\x7f\udc80-\udcff]")
+_ESCAPE = re.compile(r"\\(\\|x[0-9a-fA-F]{2})")
+
+
+def shown(name: str) -> str:
+    """``name`` (a path as ``os`` decodes it: an undecodable byte carried as a surrogate) as the tools
+    show it, valid UTF-8 on one line: such a byte and a control character as ``\\xNN``, a backslash
+    as ``\\\\``; everything else as it is. :func:`from_shown` maps it back exactly."""
+    return _SHOWN_AS_ESCAPE.sub(_escape_one, name)
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    code = ord(match[0])
+    if code == 0x5C:
+        return "\\\\"
+    return f"\\x{code - 0xDC00 if code >= 0xDC80 else code:02x}"
+
+
+def from_shown(text: str) -> str:
+    """A model's path (or glob pattern) with the escapes of :func:`shown` mapped back to what they
+    stand for (a byte that is not text as its surrogate, as ``os`` decodes it). Raises
+    :class:`BadPath` for an escape :func:`shown` never makes: of a printable ASCII character (a
+    ``.`` or ``/`` is written as itself, never escaped), or of bytes that together are UTF-8 text."""
+    if "\\" not in text:
+        return text
+    decoded = _ESCAPE.sub(_unescape_one, text)
+    try:
+        again = os.fsdecode(os.fsencode(decoded))
+    except UnicodeError:
+        raise BadPath("is not valid text (a lone surrogate)") from None
+    if again != decoded:
+        raise BadPath(
+            "escapes bytes that are UTF-8 text (\\xNN is only for a byte that is not); write the text"
+        )
+    return decoded
+
+
+def _unescape_one(match: re.Match[str]) -> str:
+    if match[1] == "\\":
+        return "\\"
+    code = int(match[1][1:], 16)
+    if 0x20 <= code <= 0x7E:
+        raise BadPath(
+            f"escapes the character {chr(code)!r} (\\{match[1]}): only a byte that is not text or a control "
+            "character is escaped; write it as itself (a backslash as \\\\)"
+        )
+    return chr(0xDC00 + code) if code >= 0x80 else chr(code)
 
 
 def relative(path: str, root_real: str, *also: str) -> str:

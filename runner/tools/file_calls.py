@@ -39,6 +39,12 @@ Guarantees:
   (looked at with ``O_PATH``, opened non-blocking).
 - Every cut result says so and how to get the rest (texts in :mod:`runner.protocol`).
 - Every result is valid UTF-8: undecodable file names and bytes are escaped (``\\xNN``).
+- A path a tool shows names one file, and given back names that file: in the paths ``glob`` and
+  ``grep`` show, a byte that is not UTF-8 text and a control character are ``\\xNN`` and a backslash
+  is ``\\\\`` (:func:`runner.tools.beneath.shown`, one line per path), and the path of ``read``,
+  ``write``, ``edit``, ``glob`` and ``grep`` and ``glob``'s pattern map those escapes back
+  (:func:`runner.tools.beneath.from_shown`). An escape of a printable ASCII character (``\\x2e``,
+  ``\\x2f``) is refused, so no escape spells ``.``, ``..`` or ``/``.
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ Guarantees:
   loop, under a budget of a few milliseconds: see :mod:`runner.tools.file_calls`), and never runs a
   model-chosen regular expression (``fnmatch`` patterns compile to linear ones); a walk checks its
   deadline (``stop_at``) and stops soon after it, so an abandoned call frees its thread.
+- Every path the tools show is :func:`~runner.tools.beneath.shown` (one line, valid UTF-8: a byte
+  that is not text or a control character as ``\\xNN``, a backslash as ``\\\\``), and every path or
+  glob pattern a model gives is read back with :func:`~runner.tools.beneath.from_shown`: a name
+  ``glob`` or ``grep`` showed reads, greps and globs that very file, whatever bytes its name holds.
 - A directory walk skips, without failing, an entry it cannot open or list, and anything whose path
   beneath the root is longer than the kernel takes (``PATH_MAX``).
 """
@@ -44,10 +48,12 @@ from .beneath import (
     NotRegular,
     Outside,
     Root,
+    from_shown,
     open_beneath,
     open_regular,
     parent_beneath,
     relative,
+    shown,
 )
 
 # the SDK's limits (anthropic.lib.tools.agent_toolset), kept as they were
@@ -128,9 +134,10 @@ def _required(op: str, args: dict[str, Any], key: str = "file_path") -> str:
 
 
 def target(op: str, root: Root, path: str, *also: str) -> str:
-    """``path`` relative to ``root``, or the error result's text for a path outside or not a path."""
+    """``path`` (a model's, escapes as :func:`~runner.tools.beneath.shown` makes them mapped back)
+    relative to ``root``, or the error result's text for a path outside or not a path."""
     try:
-        return relative(path, root.real, *also)
+        return relative(from_shown(path), root.real, *also)
     except Outside:
         raise ToolFailure(f"{op}: " + OUTSIDE.format(path=path)) from None
     except BadPath as e:
@@ -670,6 +677,10 @@ def glob_parts(pattern: str) -> list[str]:
         raise ToolFailure(
             "glob: absolute pattern not permitted; pass a relative pattern (and optionally path)"
         )
+    try:
+        pattern = from_shown(pattern)
+    except BadPath as e:
+        raise ToolFailure(f"glob: the pattern {pattern!r} {e}") from None
     if "\x00" in pattern:
         raise ToolFailure("glob: the pattern contains a NUL byte")
     parts = [p for p in pattern.split("/") if p not in ("", ".")]
@@ -709,7 +720,7 @@ def glob(workspace: str, args: dict[str, Any], stop_at: float) -> str:
     if not matches:
         return "no matches"
     newest = sorted(matches, key=lambda match: match[0], reverse=True)[:GLOB_RESULT_LIMIT]
-    text = "\n".join(root.real if rel == "." else f"{root.real}/{rel}" for _, rel in newest)
+    text = "\n".join(shown(root.real if rel == "." else f"{root.real}/{rel}") for _, rel in newest)
     if len(matches) > GLOB_RESULT_LIMIT:
         walk = protocol.GLOB_WALK.format(cap=cap) if len(matches) >= cap else ""
         text += "\n" + protocol.GLOB_CUT.format(shown=GLOB_RESULT_LIMIT, total=len(matches), walk=walk)

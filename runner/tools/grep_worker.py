@@ -17,7 +17,10 @@ Guarantees:
   skips, is searched in its first :data:`LONG_LINE_SEARCH` bytes, and when it matches it is shown in
   its place cut to about :data:`EXCERPT_CHARS` characters around its first match, saying so
   (``<path>:<line number>:... excerpt ... [line of N bytes, cut around the match]``): a matching line
-  is never dropped without a word, and a line of 2,000 bytes or fewer is shown as before.
+  is never dropped without a word, and a line of 2,000 bytes or fewer is shown as before. The path
+  is shown as :func:`runner.tools.beneath.shown` makes it (a byte that is not text or a control
+  character as ``\\xNN``, a backslash as ``\\\\``), and a ``path`` given is read back with
+  :func:`runner.tools.beneath.from_shown`: a path a search showed searches that very file.
 - Its memory stays small whatever the files hold: a line is read at most ``LONG_LINE_SEARCH`` bytes at
   a time (the rest of an over-long one, even a 1 GiB sparse file with no newline, is read past in 1 MiB
   pieces), and a worker without an address-space limit gets one of 1 GiB (``RLIMIT_AS``, set by
@@ -51,9 +54,11 @@ from .beneath import (
     Outside,
     Root,
     fd_path,
+    from_shown,
     open_beneath,
     open_regular,
     relative,
+    shown,
 )
 
 OUTPUT_LIMIT = 100 * 1024
@@ -157,7 +162,7 @@ class _Search:
         except (OSError, ValueError):
             return
         with suppress(OSError):
-            self.scan(opened, f"{root.real}/{rel}")
+            self.scan(opened, shown(f"{root.real}/{rel}"))
 
 
 def _listing(root: Root, here: str) -> tuple[list[str], list[str]]:
@@ -208,7 +213,7 @@ def grep(request: dict[str, Any]) -> dict[str, Any]:
     cut = False
     with Root.open_exact(request["workspace"]) as top:
         try:
-            rel = relative(path, top.real, request["workspace"]) if path else "."
+            rel = relative(from_shown(path), top.real, request["workspace"]) if path else "."
             probe = open_beneath(top, rel, os.O_PATH)
         except Outside:
             return {"error": f"grep: path {path!r} is outside the session's working directory"}
@@ -228,7 +233,7 @@ def grep(request: dict[str, Any]) -> dict[str, Any]:
                     cut = search.walk(root, int(request["max_files"]))
             elif stat.S_ISREG(mode):
                 fd, _ = open_regular(top, rel)
-                search.scan(fd, fd_path(fd) or os.path.normpath(os.path.join(top.real, rel)))
+                search.scan(fd, shown(fd_path(fd) or os.path.normpath(os.path.join(top.real, rel))))
     return {"text": "\n".join(search.hits) if search.hits else "no matches", "cut": cut}
 
 
