@@ -260,3 +260,29 @@ def test_no_task_files_names_the_directory_in_run_and_validate(tmp_path):
         proc = run_cli_process(command, "empty", cwd=tmp_path)
         lines.append(one_error_line(proc, needle="empty: no task files found"))
     assert lines[0] == lines[1]
+
+
+# --- 5. the README's table of commands -------------------------------------------------------------------
+
+
+def test_the_readmes_table_names_every_command_and_flag():
+    """Each command has its row in the README's Commands table, naming every flag its --help lists (but
+    --config, which every command reading one takes), and RUN_DIR in brackets where it may be left out."""
+    import argparse
+
+    from runner.cli import build_parser
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    table = readme.split("## Commands", 1)[1].split("\n## ", 1)[0]
+    rows = {
+        line.split("`")[1].split()[1]: line for line in table.splitlines() if line.startswith("| `runner ")
+    }
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in commands.choices.items():
+        assert name in rows, f"no row for `runner {name}`"
+        flags = {f for a in parser._actions for f in a.option_strings if f.startswith("--")}
+        missing = sorted(f for f in flags - {"--help", "--config"} if f"{f}" not in rows[name])
+        assert not missing, f"runner {name}: {missing}"
+        for action in parser._actions:
+            if action.metavar == "RUN_DIR" and not action.option_strings and action.nargs == "?":
+                assert "[RUN_DIR]" in rows[name], name
