@@ -1,6 +1,12 @@
-"""``runner run / validate / resume / report / diff / view / prune / emulate``.
+"""``runner run / validate / resume / report / diff / view / prune / replay / emulate``.
 
 Exit codes: 0 every job succeeded, 1 a job did not, 2 bad configuration or usage, 130 interrupted.
+
+Guarantees:
+- A user's or the environment's error is one line naming the file, flag or address and what was
+  expected, exit 2; never a traceback.
+- A closed stdout is no error of the command (``runner report | head``): output stops, the command
+  goes on and exits with its own code (``ui/console.py``); a run goes on and writes all its files.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from .commands.batch import cmd_resume, cmd_run
 from .commands.common import (
     collect,
     config_path,
+    no_task_files,
     report_prune,
     settings_from,
     show,
@@ -24,12 +31,12 @@ from .commands.common import (
     warn_unpriced,
     warn_unused_job_tables,
 )
-from .config import ConfigError
+from .config import ConfigError, Settings
 from .execution.batch import json_document
 from .jobs import parsed
-from .rundir.docs import RUN_JSON, RunState, Status, is_run_dir
+from .rundir.docs import INDEX, RUN_JSON, RunState, Status, is_run_dir
 from .rundir.prune import parse_age, prune
-from .ui.console import err, out, print_error, print_table, say, shown_path
+from .ui.console import err, out, print_document, print_error, print_table, say, shown_path, stdout_gone
 from .ui.report import load_report, plural, totals_line
 from .ui.terminal import json_printable, printable
 
@@ -37,13 +44,29 @@ EXIT_CODES = """exit codes:
   0    every job succeeded
   1    a job did not succeed
   2    bad configuration or usage
-  130  interrupted (Ctrl-C)"""
+  130  interrupted (Ctrl-C or SIGTERM)
+
+A closed stdout (runner report | head) is not an error: output stops, the exit code is the command's."""
 # server: the API compacts, and a replay has none; clear: the API's context editing, replayed as the
 # emulator serves it (runner.compaction.clearing)
 REPLAY_STRATEGIES = ("client", "clear", "mask", "off")
 EXIT_CODES_VIEW = """exit codes:
   0    the pages were written (or the server stopped)
-  2    RUN_DIR is not a run directory, or bad usage"""
+  2    RUN_DIR is not a run directory, a page or directory cannot be written, the port cannot be
+       listened on, or bad usage"""
+
+
+def port_number(text: str) -> int:
+    """``--port``: a whole number from 0 (any free port) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"expected a port number from 0 (any free one) to 65535, got {text!r}"
+        )
+    return port
 
 
 def _version() -> str:
@@ -188,7 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument(
         "--serve", action="store_true", help="serve the pages live on loopback instead of writing them"
     )
-    view.add_argument("--port", type=int, default=8000, help="port for --serve (default: 8000)")
+    view.add_argument(
+        "--port", type=port_number, default=8000, help="port for --serve (default: 8000; 0: any free one)"
+    )
 
     prune = sub(
         "prune",
@@ -227,8 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         type=Path,
         metavar="FILE",
-        help="a history: shared/trajectories' JSONL (a header line, then one message a line) or a job's "
-        "transcript.jsonl; a directory: its *.jsonl files (a job's directory: its transcript.jsonl)",
+        help="a history: a JSONL file as in tests/recorded/trajectories/ (a header line, then one message a "
+        "line) or a job's transcript.jsonl; a directory: its *.jsonl files (a job's directory: its "
+        "transcript.jsonl)",
     )
     replay.add_argument(
         "--context-tokens",
@@ -255,10 +281,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve the local Messages-API emulator",
         epilog="""exit codes:
   0    the server stopped
-  2    bad emulator configuration""",
+  2    bad emulator configuration, a host that is not loopback, the port cannot be listened on
+       (in use, say), or bad usage
+  130  interrupted (Ctrl-C) before the server started""",
     )
-    emulate.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    emulate.add_argument("--port", type=int, default=8765, help="port to listen on (default: 8765)")
+    emulate.add_argument(
+        "--host", default="127.0.0.1", help="loopback address to listen on (default: 127.0.0.1)"
+    )
+    emulate.add_argument(
+        "--port", type=port_number, default=8765, help="port to listen on (default: 8765; 0: any free one)"
+    )
     emulate.add_argument("--config", type=Path, default=None, help="emulator settings (TOML)")
     return parser
 
@@ -282,41 +314,55 @@ def executor_flags(p: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "validate":
-            return cmd_validate(args)
-        if args.command == "report":
-            return cmd_report(args)
-        if args.command == "view":
-            return cmd_view(args)
-        if args.command == "diff":
-            return cmd_diff(args)
-        if args.command == "prune":
-            return cmd_prune(args)
-        if args.command == "replay":
-            return cmd_replay(args)
-        if args.command == "emulate":
-            from .emulator.cli import serve
-
-            return serve(args)
-        if args.command == "resume" or (args.command == "run" and args.resume):
-            return cmd_resume(args)
-        return cmd_run(args)
+        code = dispatch(args)
     except ConfigError as e:
         for line in e.problems:
             print_error(line)
-        return 2
+        code = 2
     except KeyboardInterrupt:
         err.print("interrupted")
-        return 130
+        code = 130
+    except BrokenPipeError:  # a write to stdout that no console caught: the reader has gone, no error
+        stdout_gone()
+        code = 0
+    try:
+        sys.stdout.flush()  # here, not at exit, where a broken pipe would be reported
+    except BrokenPipeError:
+        stdout_gone()
+    return code
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """The command ``args`` name, run; its exit code."""
+    if args.command == "validate":
+        return cmd_validate(args)
+    if args.command == "report":
+        return cmd_report(args)
+    if args.command == "view":
+        return cmd_view(args)
+    if args.command == "diff":
+        return cmd_diff(args)
+    if args.command == "prune":
+        return cmd_prune(args)
+    if args.command == "replay":
+        return cmd_replay(args)
+    if args.command == "emulate":
+        from .emulator.cli import serve
+
+        return serve(args)
+    if args.command == "resume" or (args.command == "run" and args.resume):
+        return cmd_resume(args)
+    return cmd_run(args)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    settings = parsed(lambda: settings_from(args, say=show), config_path(args))
+    settings, problems = validate_settings(args)
     specs, errors, missing = collect(args.targets, settings)
-    warn_unused_job_tables(args, settings, specs, errors=errors)
-    warn_unpriced(settings, specs)
-    warn_host_fit(settings, specs)
-    for line in missing:
+    if not problems:  # against a config that could not be read, these would be guesses
+        warn_unused_job_tables(args, settings, specs, errors=errors)
+        warn_unpriced(settings, specs)
+        warn_host_fit(settings, specs)
+    for line in [*problems, *missing]:
         print_error(line)
     for error in errors:
         for line in error.problems:
@@ -327,9 +373,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"tools {', '.join(spec.tools)}"
         )
     if not specs and not errors:
-        print_error("no task files found")
+        print_error(no_task_files(args.targets))
         return 2
-    return 2 if errors or missing else 0
+    return 2 if problems or errors or missing else 0
+
+
+def validate_settings(args: argparse.Namespace) -> tuple[Settings, list[str]]:
+    """The settings ``validate`` checks the task files against, and the config's problems: when the config
+    has any, the built-in defaults (so that the task files are checked too)."""
+    try:
+        return parsed(lambda: settings_from(args, say=show), config_path(args)), []
+    except ConfigError as e:
+        return Settings.model_construct(), e.problems
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -383,7 +438,7 @@ def report_json(run_dir: Path) -> int:
     if not is_run_dir(run_dir):
         raise ConfigError([f"{run_dir / RUN_JSON}: not found; is {run_dir} a run directory (runs/<run-id>)?"])
     document = json_document(run_dir)
-    print(json_printable(json.dumps(document, ensure_ascii=False, indent=1)))
+    print_document(json_printable(json.dumps(document, ensure_ascii=False, indent=1)))
     totals = document["totals"]
     return 0 if totals[Status.SUCCEEDED] == totals["jobs"] else 1
 
@@ -403,7 +458,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         raise ConfigError(bad)
     result = diff_runs(args.run_a, args.run_b)
     if args.json:
-        print(json_printable(json.dumps(result.document(), ensure_ascii=False, indent=1)))
+        print_document(json_printable(json.dumps(result.document(), ensure_ascii=False, indent=1)))
         return 1 if result.changed else 0
     for job in result.jobs:
         what = (
@@ -446,15 +501,43 @@ def cmd_view(args: argparse.Namespace) -> int:
             [f"{args.run_dir / RUN_JSON}: not found; is {args.run_dir} a run directory (runs/<run-id>)?"]
         )
     if args.serve:
-        from .ui.viewer.serve import serve
+        from .ui.viewer.serve import ListenError, serve
 
-        return serve(args.run_dir, args.port)
-    result = write_view(args.run_dir, args.out)
+        try:
+            return serve(args.run_dir, args.port)
+        except ListenError as e:
+            raise ConfigError([f"{e} (--port chooses another)"]) from None
+    check_view_out(args.out, args.run_dir)
+    try:
+        result = write_view(args.run_dir, args.out)
+    except OSError as e:
+        raise ConfigError(
+            [f"{e.filename2 or e.filename}: cannot write the view: {e.strerror or e}"]
+        ) from None
     for problem in result.problems:
         print_error(problem, label="warning")
     show(f"wrote {result.index} ({plural(result.pages_written, 'job page')} updated in {result.pages_dir})")
     show(f"open: file://{result.index.resolve()}")
     return 0
+
+
+def check_view_out(out_file: Path | None, run_dir: Path) -> None:
+    """Refuse, before anything is written, an index page ``view`` could not write: ``--out`` in a
+    directory that does not exist (never made), or an index that is a directory."""
+    from .ui.viewer.render import pages_dir_for
+
+    index = out_file or run_dir / INDEX
+    if out_file is not None and not out_file.parent.is_dir():
+        raise ConfigError(
+            [f"--out {out_file}: expected a file in an existing directory; {out_file.parent} is none"]
+        )
+    if index.is_dir():
+        if out_file is not None:
+            raise ConfigError([f"--out {out_file}: a directory; expected the index page's file (index.html)"])
+        raise ConfigError([f"{index}: a directory where the index page goes; --out FILE writes it elsewhere"])
+    pages = pages_dir_for(index)
+    if pages.exists() and not pages.is_dir():
+        raise ConfigError([f"{pages}: not a directory; the job pages go there"])
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -527,7 +610,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "totals": totals(reports),
     }
     if args.json:
-        print(json_printable(json.dumps(document, ensure_ascii=False, indent=1)))
+        print_document(json_printable(json.dumps(document, ensure_ascii=False, indent=1)))
         return 0
     window = limits.context_token_limit or "-"
     out.print(
@@ -552,8 +635,8 @@ REPLAY_HEADERS = ("file", "turns", "sent", "cost", "effective", "needed", "in ct
 
 def _replay_table(document: dict[str, Any], *, title: str, width: int) -> Any:
     """``runner replay``'s table of ``document`` within ``width`` cells when it fits: every number whole,
-    a file name too long for the rest cut at its start (where histories' names differ); when even
-    the numbers do not fit, wider than ``width`` (print it uncropped), never a number cut."""
+    a file name too long for the rest cut (:func:`_cut_names`: every row told apart); when even the
+    numbers do not fit, wider than ``width`` (print it uncropped), never a number cut."""
     from rich import box
     from rich.cells import cell_len
     from rich.table import Table
@@ -582,9 +665,46 @@ def _replay_table(document: dict[str, Any], *, title: str, width: int) -> Any:
     )
     for i, column in enumerate(REPLAY_HEADERS):
         table.add_column(column, justify="right" if i else "left", no_wrap=True, min_width=widths[i])
-    for name, *cells in rows:
-        table.add_row(escape(_cut_start(name, widths[0])), *cells)
+    names = _cut_names([row[0] for row in rows], widths[0])
+    for name, (_, *cells) in zip(names, rows, strict=True):
+        table.add_row(escape(name), *cells)
     return table
+
+
+def _cut_names(names: list[str], cells: int) -> list[str]:
+    """``names`` in at most ``cells`` terminal cells each, each told from the others: one too long is cut
+    at its start (where histories' names differ); when that cut reads as another's (two job directories'
+    ``<job>/transcript``), it shows the part where it differs from them instead."""
+    ends = [_cut_start(name, cells) for name in names]
+    shown = []
+    for i, name in enumerate(names):
+        twins = [other for j, other in enumerate(names) if j != i and ends[j] == ends[i] and other != name]
+        at = max((_common_prefix(name, other) for other in twins), default=None)
+        shown.append(ends[i] if at is None else _cut_around(name, at, cells))
+    return shown
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """How many characters ``a`` and ``b`` share at their start."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _cut_around(text: str, at: int, cells: int) -> str:
+    """``text`` in at most ``cells`` terminal cells, showing its character ``at`` and from a few before it:
+    ``…`` where it is cut."""
+    from rich.cells import cell_len
+
+    start = max(0, at - 3)
+    head = "…" if start else ""
+    kept = ""
+    for char in text[start:]:
+        if cell_len(head + kept + char) > cells - 1:
+            break
+        kept += char
+    return head + kept + ("…" if start + len(kept) < len(text) else "")
 
 
 def _cut_start(text: str, cells: int) -> str:

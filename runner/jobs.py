@@ -37,14 +37,16 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from .config import ConfigError, Limits, Settings, describe_errors, read_toml
-from .rundir.docs import RUN_JSON
+from .rundir.docs import BATCHES, INDEX, RUN_JSON, VIEW
 
 ToolName = Literal["read", "glob", "grep", "bash", "write", "edit", "task"]
 DEFAULT_TOOLS: tuple[ToolName, ...] = ("read", "glob", "grep")
 MAX_PROMPT_CHARS = 200_000
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 MAX_OUTPUTS = 16  # output patterns of one job
-RESERVED_NAMES = frozenset({RUN_JSON})  # the run directory's own files
+# the names the run directory's own files and folders take beside its jobs' directories (its dot files,
+# .lock and the like, are no job's name anyway): run.json, batches.jsonl, the viewer's index.html and view/
+RESERVED_NAMES = frozenset({RUN_JSON, BATCHES, INDEX, VIEW})
 T = TypeVar("T")
 SandboxProbe = Callable[[], str | None]  # why bash's sandbox cannot start here, or None
 

@@ -20,12 +20,13 @@ from ..rundir.docs import RUN_JSON
 from ..rundir.lock import hold_run_dir
 from ..rundir.prune import prune
 from ..rundir.reserve import claim
-from ..ui.console import err, out, print_error, print_table, say
+from ..ui.console import err, out, print_document, print_error, print_table, say
 from ..ui.report import totals_line, totals_of
 from ..ui.terminal import json_printable, printable
 from .common import (
     collect,
     config_path,
+    no_task_files,
     report_prune,
     settings_from,
     show,
@@ -61,7 +62,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         specs = [s for s in specs if s.name in args.only]
         errors = [e for e in errors if e.name in args.only]
     if not specs and not errors:
-        raise ConfigError(["no task files found (expected *.toml files in the jobs directory)"])
+        raise ConfigError([no_task_files(args.targets)])
     if errors:  # as `validate`: every problem of every bad task file (file, field), and nothing starts
         raise ConfigError([line for e in errors for line in e.problems])
     if args.fresh:
@@ -208,7 +209,8 @@ def execute(batch: Batch, settings: Settings, *, as_json: bool = False) -> int:
     shown.print(totals_line({"totals": totals_of(rows), "jobs": rows}), highlight=False, soft_wrap=True)
     show(f"files: {os.path.abspath(batch.run_dir)}", shown)
     if as_json:
-        print(json_printable(json.dumps(json_document(batch.run_dir), ensure_ascii=False, indent=1)))
+        document = json_document(batch.run_dir)
+        print_document(json_printable(json.dumps(document, ensure_ascii=False, indent=1)))
     if result.fatal:
         print_error(result.fatal)
         return 2

@@ -77,6 +77,12 @@ def settings_from(args: argparse.Namespace, say: Any = None) -> Settings:
     return settings
 
 
+def no_task_files(targets: list[Path]) -> str:
+    """The line ``run`` and ``validate`` say when ``targets`` hold no task file."""
+    where = ", ".join(str(t) for t in targets or [Path("jobs")])
+    return f"{where}: no task files found (expected *.toml files, one job a file)"
+
+
 def collect(targets: list[Path], settings: Settings) -> tuple[list[JobSpec], list[JobError], list[str]]:
     targets = targets or [Path("jobs")]
     files, missing = find_task_files(targets)

@@ -2,6 +2,8 @@
 
 Guarantees:
 - Binds only to a loopback host (127.0.0.1, ::1, localhost); anything else is a ``ValueError``.
+- ``runner emulate`` and ``running_emulator()`` bind their socket (:func:`listening_socket`) before the
+  server starts; ``runner emulate`` prints its URL only then.
 - ``running_emulator()`` binds its socket before the server starts (port 0: a free port, no race),
   returns once the server accepts connections, and on exit stops it within a few seconds (requests
   still sleeping in a latency or slow fault are cancelled).
@@ -62,6 +64,22 @@ def build_server(state: EmulatorState, host: str, port: int, log_level: str = "w
     return uvicorn.Server(config)
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (port 0: a free one) and listening; the ``OSError`` of a port
+    in use (or not allowed) is raised with the socket closed."""
+    check_host(host)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def base_url_of(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
@@ -102,13 +120,8 @@ def running_emulator(
     config: EmulatorConfig | None = None, *, host: str = "127.0.0.1", port: int = 0
 ) -> Iterator[EmulatorHandle]:
     """Serve the emulator in a daemon thread for the duration of the ``with`` block."""
-    check_host(host)
     state = EmulatorState(config or EmulatorConfig())
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
+    sock = listening_socket(host, port)
     bound_port = sock.getsockname()[1]
     server = build_server(state, host, bound_port)
     thread = threading.Thread(

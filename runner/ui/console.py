@@ -4,10 +4,18 @@ at the console's width; paths as the user would write them.
 
 A terminal gets its own width; a pipe $COLUMNS or 80 (rich's default), so the run table on a pipe is the
 narrow one unless $COLUMNS makes room (every one-line message is printed with soft_wrap: never cut).
+
+Guarantees:
+- A closed stdout (``runner report | head``) is never an error of the command: the first write that
+  meets the broken pipe points stdout at ``/dev/null`` (Python's advice for ``BrokenPipeError``), so
+  the command goes on to its end, prints nothing more there and exits with its own code; nothing raises
+  again when the interpreter flushes stdout at exit. A run goes on and writes all its files.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +26,37 @@ from .tables import fitting_table
 from .terminal import printable
 
 
+def stdout_gone() -> None:
+    """stdout's reader has gone: point stdout at ``/dev/null`` (what is left in its buffer included), so
+    later writes, and the flush at exit, go nowhere instead of raising ``BrokenPipeError``."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """Not rich's ``SystemExit(1)``: the command goes on; this console prints nothing more."""
+        self.quiet = True
+        if self.file is sys.stdout:
+            stdout_gone()
+
+
 def console(*, stderr: bool = False) -> Console:
     """A console for the CLI's output: emoji codes off, so a report's ``b.py:100:`` or ``:thumbs_up:``
     is printed as written (rich would turn them into emoji); markup is escaped where text is data."""
-    return Console(stderr=stderr, emoji=False)
+    return _Console(stderr=stderr, emoji=False)
+
+
+def print_document(text: str) -> None:
+    """A document (``--json``) on stdout, flushed; nothing when stdout's reader has gone."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_gone()
 
 
 out = console()

@@ -15,11 +15,14 @@ Guarantees:
   Any other file of the run directory (a page a job planted there) is a 404.
 - Every answer carries a Content-Security-Policy: a page runs only the index's own script (by
   hash), a job file runs nothing.
+- The socket is bound and listening before the URL is printed: a port that cannot be listened on (in
+  use, say) is one :class:`ListenError` line naming ``host:port``, and no URL is printed.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from contextlib import suppress
 from pathlib import Path
 from urllib.parse import quote
@@ -233,9 +236,33 @@ def create_app(run_dir: Path, port: int | None = None) -> ASGIApp:
     return LoopbackOnly(app, port)
 
 
+class ListenError(Exception):
+    """The server cannot listen where it was asked to: one line naming ``host:port`` and why."""
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` and listening (connections wait in its backlog until the server
+    takes them); a :class:`ListenError` when it cannot be."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        shown = f"[{host}]" if ":" in host else host
+        raise ListenError(f"{shown}:{port}: cannot listen there: {e.strerror or e}") from None
+    return sock
+
+
 def serve(run_dir: Path, port: int, host: str = "127.0.0.1") -> int:
     import uvicorn
 
-    print(printable(f"serving {run_dir} at http://{host}:{port}/ (Ctrl-C stops)"), flush=True)
-    uvicorn.run(create_app(run_dir, port), host=host, port=port, log_level="warning")
+    sock = listening_socket(host, port)
+    with sock:
+        port = sock.getsockname()[1]  # port 0: the free port it was given
+        config = uvicorn.Config(create_app(run_dir, port), host=host, port=port, log_level="warning")
+        print(printable(f"serving {run_dir} at http://{host}:{port}/ (Ctrl-C stops)"), flush=True)
+        uvicorn.Server(config).run(sockets=[sock])
     return 0
