@@ -275,7 +275,9 @@ class RunnerSection(BaseModel):
     max_retry_after_s: Float = Field(60.0, ge=0, le=3600)  # a longer retry-after is cut to this
     """a `retry-after` (or `retry-after-ms`) asking for a longer wait is cut to this"""
     max_cost_usd: Float | None = Field(None, gt=0, le=1_000_000)  # for the whole run
-    """spend of the whole run; then every job ends `budget_exceeded`"""
+    """spend of the whole run: a call starts only when the run's spend, the estimates the calls in flight
+    hold and its own stay under it; then every job ends `budget_exceeded` (estimates: a run may end a
+    little over, never by a call of every job in flight)"""
     executor: Literal["local", "ray"] = "local"
     """`local` (this process) or `ray` (Ray workers; see below); `--executor`"""
     ray_address: str | None = Field(None, min_length=1)  # None: start a local Ray; "auto" or host:port: join
