@@ -17,6 +17,13 @@ Guarantees:
   still over is counted in ``over_window`` and priced as sent (the open loop goes on).
 - The request's tools are the recorded agent's (one definition a name it called) and the contestant's
   own (ours: recall) but one whose name the recorded agent's tools already have (names stay unique).
+- ``--dump OUT`` writes turn t's request body to ``OUT/<name>/<t>.json``, ``<name>`` the history's
+  name less ``.jsonl``, one directory a ``/``-separated part (:func:`dump_parts`): a part that is empty
+  or starts with ``.`` (``.``, ``..``, ``.hidden``) has its leading dots as ``_`` (``..`` is ``__``), so
+  every directory is made inside OUT; each is made or opened without following a symbolic link, and
+  each body is written to a regular file of one link opened without following one (a planted link, a
+  FIFO, a hard link or a directory in the way is a :class:`DumpError`, one line, never a write
+  elsewhere). OUT itself is taken as named.
 - Tokens are the emulator's count (:mod:`runner.billing`: 4 characters of JSON text each), the same
   for every contestant; output tokens are the recorded assistant message's.
 """
@@ -24,6 +31,8 @@ Guarantees:
 from __future__ import annotations
 
 import math
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +45,7 @@ from ..pricing import PriceTable, Usage
 from ..rundir.store import dumps
 from .contestant import Contestant
 from .facts import facts_in, message_facts, needed_facts, tool_input_text
-from .history import History
+from .history import History, HistoryError
 
 RECALL_OUTPUT_TOKENS = 100
 LAST_SHARE = 0.1  # the growth column: the cost per turn over the last 10% of turns
@@ -220,7 +229,7 @@ async def replay(history: History, contestant: Contestant, options: ReplayOption
         report.usage.add(usage)
         report.turn_costs.append(prices.cost(options.model, usage))
         if options.dump_dir is not None:
-            _dump(options.dump_dir / history.name.removesuffix(".jsonl"), report.turns, body)
+            _dump(options.dump_dir, dump_parts(history.name), report.turns, body)
         _judge(report, report.turns, needed.get(index, set()), view=view, contestant=contestant, facts=facts)
     report.summary_usage = contestant.summary_usage.model_copy()
     report.summaries = contestant.summaries
@@ -270,9 +279,67 @@ def _judge(
             report.recall_tokens += math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
-def _dump(directory: Path, turn: int, body: dict[str, Any]) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"{turn}.json").write_text(dumps(body), encoding="utf-8")  # a lone surrogate escaped
+class DumpError(HistoryError):
+    """A request that cannot be dumped where ``--dump`` says (reported as a bad history is: one line)."""
 
 
-__all__ = ["FileReport", "ReplayOptions", "recorded_tools", "replay", "tool_input_text"]
+def dump_parts(name: str) -> list[str]:
+    """The directories, one inside the other, of a history's dumped requests inside ``--dump``'s: its
+    name less ``.jsonl`` split at separators, each part's leading dots as ``_`` (an empty part ``_``),
+    so none is ``.``, ``..`` or hidden."""
+    stem = name.removesuffix(".jsonl")
+    for sep in {os.sep, os.altsep or os.sep} - {"/"}:
+        stem = stem.replace(sep, "/")
+    parts = []
+    for part in stem.split("/"):
+        rest = part.lstrip(".")
+        parts.append("_" * (len(part) - len(rest)) + rest or "_")
+    return parts
+
+
+def _dump(out: Path, parts: list[str], turn: int, body: dict[str, Any]) -> None:
+    """``body`` to ``out/<parts...>/<turn>.json`` (see the module's guarantees)."""
+    out.mkdir(parents=True, exist_ok=True)
+    where = out
+    try:
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for part in parts:
+                where = where / part
+                try:
+                    os.mkdir(part, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+            where = where / f"{turn}.json"
+            _write_new(where, fd, dumps(body).encode("utf-8"))  # a lone surrogate escaped
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise DumpError(f"{where}: cannot dump a request there: {e.strerror or e}") from None
+
+
+def _write_new(path: Path, directory: int, data: bytes) -> None:
+    """``data`` as the whole of ``path.name`` in ``directory`` (a descriptor): a regular file of one
+    link, made or opened without following a symbolic link or waiting on a FIFO."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    fd = os.open(path.name, flags, 0o666, dir_fd=directory)
+    with os.fdopen(fd, "wb") as f:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:
+            raise DumpError(f"{path}: cannot dump a request there: not a regular file of one link")
+        f.truncate(0)
+        f.write(data)
+
+
+__all__ = [
+    "DumpError",
+    "FileReport",
+    "ReplayOptions",
+    "dump_parts",
+    "recorded_tools",
+    "replay",
+    "tool_input_text",
+]

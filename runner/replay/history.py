@@ -12,7 +12,10 @@ Guarantees:
   nor a list of text blocks, a line nested deeper than :data:`MAX_DEPTH` arrays and objects (no agent
   writes one, and every contestant copies and converts messages by recursion), a history that does
   not start with the user, an empty file or one whose every message is empty, a file that is not a
-  regular file or is over :data:`MAX_HISTORY_BYTES`); what can be replayed
+  regular file or is over :data:`MAX_HISTORY_BYTES`, a file of more than :data:`MAX_MESSAGES` message
+  lines (the error names the first line over, which is not parsed, nor any after it), a job's
+  ``job.json`` that is there but is not a regular file, is a symbolic link or is over
+  :data:`MAX_JOB_JSON_BYTES`); what can be replayed
   without changing what was said is a counted skip (:attr:`History.skipped`): an unknown
   block type (thinking, image...), in a message or in a tool result's content, a text block without
   a word (the API takes none), a tool result answering no call of the assistant message before it, a
@@ -20,6 +23,15 @@ Guarantees:
   consecutive messages of one role (merged, as the API would need them), a tool call id that is not
   an API id or repeats an earlier call's (renamed, its result with it), a tool name that is not an
   API tool name (its characters outside ``[A-Za-z0-9_-]`` as ``_``, cut at 64).
+- A runner transcript's system prompt is ``system`` of the ``job.json`` beside it, read as a history is
+  (opened without waiting on a FIFO, never through a symbolic link, a regular file only, at most
+  :data:`MAX_JOB_JSON_BYTES`, else the :class:`HistoryError` above); a missing one, one that is not
+  JSON, or one without a string ``system`` gives none (``""``).
+- Loading takes time and memory linear in the file: consecutive messages are merged in place, the
+  calls still unanswered are kept as they change, a repeated call id's new name is found from where
+  the last search for its stem ended, and lines are found and decoded one at a time (a history over
+  :data:`MAX_MESSAGES` stops there, whatever the rest of the file holds; one wide character widens
+  its own line's text only; a run of blank lines is passed over whole).
 - Lines are split at line feeds only (a JSON string may hold U+2028, U+0085...), a carriage return
   before one and a UTF-8 byte order mark at the start are dropped; a header without ``system`` (or
   with null) has none (``""``), one of text blocks has their texts, one per line. The header's counts
@@ -31,28 +43,35 @@ Guarantees:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import stat
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..messages import Message
-from ..rundir.docs import CONTEXT, EVENTS, MANIFEST, TRANSCRIPT
+from ..rundir.docs import CONTEXT, EVENTS, JOB_JSON, MANIFEST, TRANSCRIPT
 
 KNOWN_BLOCKS = {"user": {"text", "tool_result"}, "assistant": {"text", "tool_use"}}
 MISSING_RESULT = "[no result was recorded for this call]"
 API_ID = re.compile(r"[A-Za-z0-9_-]+")
 API_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 NOT_API = re.compile(r"[^A-Za-z0-9_-]")
-BOM = "\ufeff"
+BOM = "\ufeff".encode()
 NOT_HISTORIES = frozenset({EVENTS, CONTEXT, MANIFEST})  # a job's other logs, in its directory
 MAX_HISTORY_BYTES = 256 * 2**20  # a history is read whole (the 7 shared ones are 0.13-0.35 MB each)
 MAX_DEPTH = 100  # arrays and objects inside one another in a line (a message's own levels included)
+# message lines a history may hold: real ones hold hundreds (the 7 shared ones 170-290), long agent runs a
+# few thousand; a replay's work grows with the square of the turns, so 20,000 bounds it (about 10,000
+# turns) where a 256 MiB file of one-character messages would be 7.5 GB and hours
+MAX_MESSAGES = 20_000
+MAX_JOB_JSON_BYTES = 2**20  # a job's job.json (its spec: the system prompt, the task, settings)
+NOT_BLANK = re.compile(rb"\S[^\n]*")  # a line from its first byte not ASCII space (to its end)
 
 
 class HistoryError(ValueError):
@@ -66,10 +85,14 @@ class History:
     messages: list[Message]
     header: dict[str, Any] = field(default_factory=dict)
     skipped: Counter[str] = field(default_factory=Counter)
-    # the loader's bookkeeping, not part of the history: every call id so far (as replayed), and the
-    # ids the last assistant message's calls were given, by their recorded id, in order
+    # the loader's bookkeeping, not part of the history: every call id so far (as replayed), the ids
+    # the last assistant message's calls were given, by their recorded id, in order, the ids of its
+    # calls no result has answered yet, and, by stem, how many of a renamed id's candidates (the stem,
+    # then stem_2, stem_3...) are known taken
     _ids: set[str] = field(default_factory=set, repr=False, compare=False)
-    _renamed: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
+    _renamed: dict[str, deque[str]] = field(default_factory=dict, repr=False, compare=False)
+    _unanswered: set[str] = field(default_factory=set, repr=False, compare=False)
+    _taken: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def turns(self) -> int:
@@ -120,31 +143,53 @@ def load_history(path: Path) -> History:
     return history
 
 
-def _read_whole(path: Path) -> str:
-    """A regular file's text, at most :data:`MAX_HISTORY_BYTES` (a FIFO is refused, never waited on)."""
+def _read_whole(path: Path) -> bytes:
+    """A regular file's bytes, at most :data:`MAX_HISTORY_BYTES` (a FIFO is refused, never waited on)."""
+    return _read_regular(path, MAX_HISTORY_BYTES, "a history", follow=True)
+
+
+def _read_regular(path: Path, limit: int, what: str, *, follow: bool) -> bytes:
+    """A regular file's bytes, at most ``limit`` (a FIFO is refused, never waited on; without
+    ``follow``, a symbolic link is refused too). :class:`FileNotFoundError` when there is none."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)  # a FIFO does not block the open
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO does not block the open
+        fd = os.open(path, flags)
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise HistoryError(f"{path}: not a regular file")
-            data = f.read(MAX_HISTORY_BYTES + 1)
+            data = f.read(limit + 1)
     except OSError as e:
+        if isinstance(e, FileNotFoundError) and not follow:
+            raise
+        if e.errno == errno.ELOOP and not follow:
+            raise HistoryError(f"{path}: a symbolic link (not followed)") from None
         raise HistoryError(f"{path}: cannot read it: {e.strerror or e}") from None
-    if len(data) > MAX_HISTORY_BYTES:
-        raise HistoryError(f"{path}: over {MAX_HISTORY_BYTES:,} bytes; a history is read whole")
-    return data.decode("utf-8", errors="surrogateescape")
+    if len(data) > limit:
+        raise HistoryError(f"{path}: over {limit:,} bytes; {what} is read whole")
+    return data
 
 
-def _lines(path: Path, text: str) -> tuple[dict[str, Any], int, list[tuple[int, dict[str, Any]]]]:
+def _lines(path: Path, data: bytes) -> tuple[dict[str, Any], int, list[tuple[int, dict[str, Any]]]]:
     """The header (its line number: 0 when there is none) and the message lines, each a checked JSON
-    object with its line number."""
+    object with its line number. Each line is decoded alone (UTF-8, an undecodable byte kept as a lone
+    surrogate, as decoding the whole would: a line feed ends any sequence), so one wide character
+    widens its line's text only, and a run of blank lines is passed over without a string each."""
     header: dict[str, Any] = {}
     header_line = 0
     records: list[tuple[int, dict[str, Any]]] = []
-    for number, line in enumerate(text.removeprefix(BOM).split("\n"), 1):
-        line = line.removesuffix("\r")
-        if not line.strip():
+    start = len(BOM) if data.startswith(BOM) else 0
+    number, counted = 1, start  # the line number of the byte at ``counted``
+    for match in NOT_BLANK.finditer(data, start):  # lines not blank in ASCII, one at a time
+        begin = max(data.rfind(b"\n", start, match.start()) + 1, start)
+        number += data.count(b"\n", counted, begin)
+        counted = begin
+        line = data[begin : match.end()].decode("utf-8", errors="surrogateescape").removesuffix("\r")
+        if not line.strip():  # blank in Unicode (U+2028, U+00A0...)
             continue
+        if len(records) == MAX_MESSAGES:  # (a header comes before any message: this line is one)
+            raise HistoryError(
+                f"{path}:{number}: over {MAX_MESSAGES:,} messages, the most a history may hold"
+            )
         value = _json_object(f"{path}:{number}", line)
         if not records and not header_line and "role" not in value:
             header, header_line = value, number
@@ -189,10 +234,15 @@ def _header_system(where: str, system: Any) -> str:
 
 
 def _job_system(path: Path) -> str:
-    """A runner transcript's system prompt: ``system`` of the ``job.json`` beside it ("" when none)."""
+    """A runner transcript's system prompt: ``system`` of the ``job.json`` beside it ("" when none; a
+    :class:`HistoryError` when it is not a regular file, is a link, or is over :data:`MAX_JOB_JSON_BYTES`)."""
     try:
-        job = json.loads((path.parent / "job.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        data = _read_regular(path.parent / JOB_JSON, MAX_JOB_JSON_BYTES, f"a {JOB_JSON}", follow=False)
+    except FileNotFoundError:
+        return ""
+    try:
+        job = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError):
         return ""
     system = job.get("system") if isinstance(job, dict) else None
     return system if isinstance(system, str) else ""
@@ -226,11 +276,16 @@ def _add(history: History, number: int, record: dict[str, Any]) -> None:
         history.skipped[f"empty {role} message"] += 1
         return
     messages = history.messages
-    if messages and messages[-1]["role"] == role:
+    merged = bool(messages) and messages[-1]["role"] == role
+    if merged:
         history.skipped[f"consecutive {role} messages merged"] += 1
-        messages[-1] = {"role": role, "content": [*messages[-1]["content"], *kept]}
+        messages[-1]["content"].extend(kept)  # a list of the loader's own: extended in place
     else:
         messages.append({"role": role, "content": kept})
+    if role == "assistant":  # the calls the next user message may answer
+        if not merged:
+            history._unanswered = set()
+        history._unanswered.update(b["id"] for b in kept if b["type"] == "tool_use")
 
 
 def _checked(history: History, block: dict[str, Any], where: str) -> dict[str, Any]:
@@ -292,39 +347,40 @@ def _api_calls(history: History, blocks: list[dict[str, Any]]) -> list[dict[str,
         old = call_id = block["id"]
         if not API_ID.fullmatch(call_id) or call_id in history._ids:
             history.skipped["tool call id renamed (not an API id, or repeated)"] += 1
-            stem = call_id = NOT_API.sub("_", call_id) or "call"
-            n = 1
-            while call_id in history._ids:
-                n += 1
-                call_id = f"{stem}_{n}"
+            stem = NOT_API.sub("_", call_id) or "call"
+            call_id = _free_id(history, stem)
         assigned.setdefault(old, []).append(call_id)
         history._ids.add(call_id)
         out.append({**block, "id": call_id, "name": name})
     for old, ids in assigned.items():  # results in order, over every piece of a turn split in lines
-        history._renamed.setdefault(old, []).extend(ids)
+        history._renamed.setdefault(old, deque()).extend(ids)
     return out
+
+
+def _free_id(history: History, stem: str) -> str:
+    """The first of ``stem``, ``stem_2``, ``stem_3``... not yet a call's id: the search starts after
+    the candidates an earlier search found taken (ids are never freed), so each is tried once."""
+    n = history._taken.get(stem, 0) + 1
+    call_id = stem if n == 1 else f"{stem}_{n}"
+    while call_id in history._ids:
+        n += 1
+        call_id = f"{stem}_{n}"
+    history._taken[stem] = n  # taken once the caller adds it
+    return call_id
 
 
 def _answers_only(history: History, blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``blocks`` without the tool results that answer no call of the assistant message before them
     (results spread over consecutive user messages are all answers: the messages are merged); a result
-    of a renamed call takes the call's new id."""
-    messages = history.messages
-    before = messages[-2] if len(messages) > 1 and messages[-1]["role"] == "user" else None
-    previous = messages[-1] if messages and messages[-1]["role"] == "assistant" else before
-    calls = (
-        {b["id"] for b in previous["content"] if b["type"] == "tool_use"}
-        if previous and previous["role"] == "assistant"
-        else set()
-    )
-    if previous is before and before is not None:  # what the user message to merge into answered
-        calls -= {b["tool_use_id"] for b in messages[-1]["content"] if b["type"] == "tool_result"}
+    of a renamed call takes the call's new id. ``history._unanswered`` is the last assistant message's
+    calls less those answered since (a result kept here is kept in the history: :func:`_add`)."""
+    calls = history._unanswered
     kept = []
     for block in blocks:
         if block["type"] == "tool_result":
             renamed = history._renamed.get(block["tool_use_id"])
             if renamed:
-                block = {**block, "tool_use_id": renamed.pop(0)}
+                block = {**block, "tool_use_id": renamed.popleft()}
             if block["tool_use_id"] not in calls:
                 history.skipped["tool result answering no call"] += 1
                 continue
