@@ -37,12 +37,16 @@ class Budget(Protocol):
     def charge(self, usd: float) -> None:
         """Add ``usd`` to what the run spent (never raises; ``exceeded`` says when it is over)."""
 
-    def hold(self, usd: float) -> bool:
-        """Hold ``usd`` for a call about to start; False, and nothing held, when what the run spent, what
-        the calls in flight hold and ``usd`` would reach the limit."""
+    def hold(self, usd: float) -> bool | None:
+        """Hold ``usd`` for a call about to start: True when held; None (nothing held) when the holds of
+        the calls in flight take the room now (ask again after :meth:`released`); False when what was
+        spent and ``usd`` reach the limit (no room will come)."""
 
     def release(self, usd: float) -> None:
         """Give back a call's hold (its cost is charged when it is answered)."""
+
+    async def released(self) -> None:
+        """Wait until some hold is given back."""
 
 
 class CallLimit(Protocol):
@@ -108,6 +112,7 @@ class RunBudget:
         self.limit = limit
         self.spent = 0.0
         self.held = 0.0  # the estimated costs of the calls in flight
+        self._releases = Wakeup()
 
     @property
     def exceeded(self) -> bool:
@@ -116,14 +121,37 @@ class RunBudget:
     def charge(self, usd: float) -> None:
         self.spent += usd
 
-    def hold(self, usd: float) -> bool:
+    def hold(self, usd: float) -> bool | None:
         if self.limit is None:
             return True
-        if self.spent + self.held + usd >= self.limit:
+        if self.spent + usd >= self.limit:
             return False
+        if self.spent + self.held + usd >= self.limit:
+            return None
         self.held += usd
         return True
 
     def release(self, usd: float) -> None:
         if self.limit is not None:
             self.held = max(0.0, self.held - usd)
+            self._releases.wake()
+
+    async def released(self) -> None:
+        await self._releases.wait()
+
+
+class Wakeup:
+    """Wakes every task waiting in :meth:`wait` at each :meth:`wake` (in one event loop)."""
+
+    def __init__(self) -> None:
+        self._event: anyio.Event | None = None  # made by the first waiter: an event needs a running loop
+
+    def wake(self) -> None:
+        if self._event is not None:
+            self._event.set()
+            self._event = None
+
+    async def wait(self) -> None:
+        if self._event is None:
+            self._event = anyio.Event()
+        await self._event.wait()

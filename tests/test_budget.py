@@ -123,3 +123,41 @@ def test_a_small_budget_works_until_near_its_cap_then_reports(
     assert report["role"] == "assistant" and report["content"][0]["text"] == REPORT  # the model wrote it
     final = (job / "final.md").read_text()
     assert "budget_exceeded" in final and report["content"][0]["text"][:200] in final
+
+
+@pytest.mark.anyio
+async def test_a_call_waits_while_the_calls_in_flight_hold_the_room_and_ends_only_on_what_was_spent() -> None:
+    """The run's budget ($1): a call about to start holds its likely cost ($0.525 with the margin) while in
+    flight. A second call that does not fit beside the first one's hold waits for it to be given back
+    and then runs: its job is not ended while the run has spent next to nothing. A call that does not
+    fit beside what was spent ends its job, saying so."""
+    from types import SimpleNamespace
+
+    import anyio
+
+    from runner.agent.spend import JobEnded, Spend
+    from runner.services import RunBudget
+
+    budget = RunBudget(1.0)
+    job = SimpleNamespace(run_budget=budget, call_estimate=lambda state: 0.5)
+    job._run_spent = lambda: Spend._run_spent(job)  # type: ignore[arg-type]
+    order: list[str] = []
+
+    async def call(name: str) -> None:
+        async with Spend.run_hold(job, None):  # type: ignore[arg-type]
+            order.append(f"{name} in")
+            await anyio.sleep(0.05)
+            budget.charge(0.1)
+            order.append(f"{name} out")
+
+    async with anyio.create_task_group() as calls:
+        calls.start_soon(call, "a")
+        await anyio.sleep(0.01)
+        calls.start_soon(call, "b")
+    assert order == ["a in", "a out", "b in", "b out"]
+    assert budget.held == 0 and round(budget.spent, 6) == 0.2
+    budget.charge(0.3)  # spent $0.50: with $0.525 more the run reaches its $1
+    with pytest.raises(JobEnded, match=r"the run spent \$0\.5000, its max_cost_usd is \$1, and this call"):
+        async with Spend.run_hold(job, None):  # type: ignore[arg-type]
+            pass
+    assert budget.held == 0

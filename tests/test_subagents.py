@@ -196,6 +196,22 @@ async def test_subagents_are_stopped_at_the_parents_budget(tmp_path: Path) -> No
 
 
 @pytest.mark.anyio
+async def test_subagents_under_the_runs_budget_alone_end_budget_exceeded_saying_why(tmp_path: Path) -> None:
+    """Only the run has a max_cost_usd ($0.1; the parent none): subagents running at once stop at the
+    run's line with budget_exceeded and the run's numbers (a subagent's share of no parent limit could
+    not be formatted, and its ending was a TypeError); the ones that repeat a read end stuck."""
+    model = ByPrompt(tasks=8, child_turns=20, delay=0.01)
+    budget = RunBudget(0.1)
+    session = await run(job(tmp_path, max_turns=400), model, tmp_path / "parent", budget)
+    record = session.record
+    statuses = [r["status"] for r in record.subagents]
+    assert "budget_exceeded" in statuses and set(statuses) <= {"budget_exceeded", "stuck"}, record.subagents
+    errors = [r["error"] for r in record.subagents if r["status"] == "budget_exceeded"]
+    assert all("the run spent" in e and "max_cost_usd is $0.1" in e for e in errors), errors
+    assert budget.spent <= 0.1 + 1e-9 and budget.held < 1e-9, (budget.spent, budget.held)
+
+
+@pytest.mark.anyio
 async def test_bad_task_input_is_an_error_naming_the_field(tmp_path: Path) -> None:
     from runner.agent.subagents import Subagents
 

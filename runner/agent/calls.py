@@ -120,7 +120,7 @@ class JobCalls:
         state = history.state
         sent_chars = state.window.total
         request = self.request(messages, max_tokens=max_tokens, cache_points=cache_points, no_tools=no_tools)
-        with self.spend.run_hold(state):  # charged inside its hold
+        async with self.spend.run_hold(state):  # charged inside its hold
             reply = await self._create(request)
             self.spend.charge(reply)
         self.spend.sent(sent_chars)

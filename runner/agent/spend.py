@@ -24,18 +24,20 @@ Guarantees:
   call that would not is the job's last one, its report (``JobEnded(..., last_call=True)``); the
   report's ``max_tokens`` never takes the job over its budget. Estimates are taken
   ``ESTIMATE_MARGIN`` higher.
-- The run's ``max_cost_usd``: a call holds its estimate in the run's budget while it is in flight
-  (:meth:`Spend.run_hold`) and starts only when the run's spend, the other calls' holds and its own
-  stay under the limit; so concurrent jobs do not all cross the line at once. An estimate is not a
-  bound (a reply may write more than the largest so far; summaries hold nothing), so the run may end a
-  little over its limit, never by a call of every job in flight.
+- The run's ``max_cost_usd``: a call holds its likely cost (its job's last call's, at this call's
+  tokens) in the run's budget while it is in flight (:meth:`Spend.run_hold`) and starts only when the
+  run's spend, the other calls' holds and its own stay under the limit: it waits for a hold to be given
+  back while the calls in flight take the room, and its job ends ``budget_exceeded`` only when what was
+  spent and this call reach the limit. So concurrent jobs do not all cross the line at once. An
+  estimate is not a bound (a cache that misses, a longer reply; summaries hold nothing), so the run may
+  end a little over its limit, never by a call of every job in flight.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from ..billing import CHARS_PER_TOKEN
@@ -90,6 +92,8 @@ class Spend:
     children: dict[str, JobMetrics] = field(default_factory=dict)  # its subagents' records, by directory
     own_cost: float = 0.0  # its own calls' and summaries' cost (the record's cost adds its subagents')
     most_output: int = 0  # the largest reply so far (output tokens): what the next call may write
+    last_call_cost: float = 0.0  # the last own call's cost and its input tokens (cache reads and writes in)
+    last_call_tokens: int = 0
     growth: int = 0  # characters the window grew by from the call before to the last one
     last_sent: int = 0  # characters of messages the last call carried
     # a live subagent's turns counting the calls it was let make (by directory): it holds them now
@@ -107,6 +111,11 @@ class Spend:
             record.batch_calls += 1
         self.count(reply.wire)
         self.most_output = max(self.most_output, usage.output_tokens)
+        batch = usage if reply.batch is not None else Usage()
+        self.last_call_cost = self.prices.cost_with_batch(self.model, usage, batch)
+        self.last_call_tokens = (
+            usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
+        )
         self.settle()
 
     def charge_summary(self, summary: Summary) -> None:
@@ -247,38 +256,47 @@ class Spend:
         if room < need:
             raise JobEnded(Status.MAX_TURNS, f"{spent}; this call is its report", last_call=True)
 
-    @contextmanager
-    def run_hold(self, state: CompactionState) -> Iterator[None]:
+    @asynccontextmanager
+    async def run_hold(self, state: CompactionState) -> AsyncIterator[None]:
         """Around a call: its estimated cost held in the run's budget while it is in flight (charged
-        when it is answered, inside the hold); JobEnded when the run's ``max_cost_usd`` has no room for
-        it beside the run's spend and the other calls in flight."""
+        when it is answered, inside the hold). While the other calls' holds take the room it waits for
+        one to be given back; JobEnded when what was spent and this call reach the limit."""
+        budget = self.run_budget
         usd = ESTIMATE_MARGIN * self.call_estimate(state)
-        if not self.run_budget.hold(usd):
+        while (held := budget.hold(usd)) is None:
+            await budget.released()
+        if not held:
             raise JobEnded(
                 Status.BUDGET_EXCEEDED,
-                f"the run spent ${self.run_budget.spent:.4f}, its max_cost_usd is "
-                f"${self.run_budget.limit:g}, and its calls in flight leave no room for this one "
-                f"(about ${usd:.4f})",
+                f"{self._run_spent()}, and this call (about ${usd:.4f}) would reach it",
             )
         try:
             yield
         finally:
-            self.run_budget.release(usd)
+            budget.release(usd)
 
     def call_estimate(self, state: CompactionState) -> float:
-        """What the next call may cost: :meth:`next_call_cost`, or before any call measured the ratio of
-        tokens to characters, its input at ``CHARS_PER_TOKEN`` characters a token."""
-        if state.estimated_tokens() is not None:
-            return self.next_call_cost(state)
+        """What the next call will likely cost: the last call's cost for its tokens, at this call's
+        tokens (its cache reads and batch price as that one had them); before any call, its input at
+        ``CHARS_PER_TOKEN`` characters a token, uncached."""
+        tokens = state.estimated_tokens()
+        if tokens is not None and self.last_call_tokens:
+            return self.last_call_cost * tokens / self.last_call_tokens
         tokens = (state.window.total + state.overhead_chars) // CHARS_PER_TOKEN
         return self.prices.cost(self.model, Usage(input_tokens=tokens, output_tokens=self.most_output))
 
+    def _run_spent(self) -> str:
+        """What was spent against which limit: the run's, or a subagent's share of its job's budget."""
+        budget: Budget = self.run_budget
+        if isinstance(budget, ShareBudget) and budget.limit is None:  # no share of its own: the run's
+            budget = budget.run
+        whose = "its job" if isinstance(budget, ShareBudget) else "the run"
+        limit = "none" if budget.limit is None else f"${budget.limit:g}"
+        return f"{whose} spent ${budget.spent:.4f}, its max_cost_usd is {limit}"
+
     def _check_run_budget(self) -> None:
         if self.run_budget.exceeded:
-            raise JobEnded(
-                Status.BUDGET_EXCEEDED,
-                f"the run spent ${self.run_budget.spent:.4f}, its max_cost_usd is ${self.run_budget.limit:g}",
-            )
+            raise JobEnded(Status.BUDGET_EXCEEDED, self._run_spent())
 
     def check_reserve(self, state: CompactionState) -> None:
         """Before a call, on the window it carries: when this call (as much output as the largest reply
@@ -358,13 +376,16 @@ class ShareBudget:
     def charge(self, usd: float) -> None:
         self.run.charge(usd)
 
-    def hold(self, usd: float) -> bool:
+    def hold(self, usd: float) -> bool | None:
         if self.limit is not None and self.parent.total() + usd >= self.limit:
             return False
         return self.run.hold(usd)
 
     def release(self, usd: float) -> None:
         self.run.release(usd)
+
+    async def released(self) -> None:
+        await self.run.released()
 
 
 def mirror(shown: JobMetrics, report: JobMetrics) -> None:

@@ -40,7 +40,7 @@ import anyio
 import ray
 
 from ..models.adaptive import AdaptiveLimit
-from ..services import RateLimiter
+from ..services import RateLimiter, Wakeup
 
 KINDS = ("gate", "call")
 
@@ -278,6 +278,7 @@ class RayBudget:
         self._cluster = 0.0  # the cluster's total as of the last confirmed charge
         self._pending = 0.0  # this worker's charges not confirmed yet
         self._held = 0.0  # the estimated costs of this worker's calls in flight
+        self._releases = Wakeup()  # this worker's calls wait on this worker's releases
         self._lock = threading.Lock()  # confirmations arrive on Ray's threads
 
     @property
@@ -289,14 +290,17 @@ class RayBudget:
     def exceeded(self) -> bool:
         return self.limit is not None and self.spent >= self.limit
 
-    def hold(self, usd: float) -> bool:
+    def hold(self, usd: float) -> bool | None:
         """As the local budget's, with this worker's holds only: another worker's calls in flight are
         seen when they are charged."""
         if self.limit is None:
             return True
         with self._lock:
-            if self._cluster + self._pending + self._held + usd >= self.limit:
+            spent = self._cluster + self._pending
+            if spent + usd >= self.limit:
                 return False
+            if spent + self._held + usd >= self.limit:
+                return None
             self._held += usd
             return True
 
@@ -304,6 +308,10 @@ class RayBudget:
         if self.limit is not None:
             with self._lock:
                 self._held = max(0.0, self._held - usd)
+            self._releases.wake()
+
+    async def released(self) -> None:
+        await self._releases.wait()
 
     def charge(self, usd: float) -> None:
         if not usd or self.limit is None:  # no limit: nothing to tell the cluster (metrics.json has the cost)
