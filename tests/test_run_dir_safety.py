@@ -196,8 +196,8 @@ def test_resume_only_one_job(tmp_path: Path, scripted_cli: CliRunner) -> None:
 def test_a_job_whose_workspace_is_gone_is_not_resumed_on_nothing(
     tmp_path: Path, scripted_cli: CliRunner
 ) -> None:
-    """Its workspace moved away since the run: resume fails the job naming the workspace (as run and
-    validate refuse it), never surveys the empty place and calls that a success."""
+    """Its workspace moved away since the run: resume says so and keeps the job as it was recorded (its
+    status, turns and spend), never surveys the empty place and calls that a success."""
     import shutil
 
     shutil.copytree(EMAIL, tmp_path / "ws", ignore=shutil.ignore_patterns("__pycache__"))
@@ -206,15 +206,19 @@ def test_a_job_whose_workspace_is_gone_is_not_resumed_on_nothing(
     task.write_text('workspace = "../ws"\nprompt = "Survey it."\n[limits]\nmax_turns = 3\n')
     (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\n')
     assert scripted_cli("run", "jobs", cwd=tmp_path).returncode == 1
-    run_dir = next((tmp_path / "runs").iterdir())
+    run_dir = next(p for p in (tmp_path / "runs").iterdir() if not p.is_symlink())
     transcript = (run_dir / "e" / "transcript.jsonl").read_bytes()
-    task.write_text('workspace = "../ws"\nprompt = "Survey it."\n')  # its max_turns raised
+    before = json.loads((run_dir / "e" / "metrics.json").read_text())
+    before["status"] = "cancelled"  # as Ctrl-C leaves it: a job resume goes on with
+    (run_dir / "e" / "metrics.json").write_text(json.dumps(before))
     (tmp_path / "ws").rename(tmp_path / "ws.gone")
-    done = scripted_cli("resume", str(run_dir), "--limits-from-config", cwd=tmp_path)
+    done = scripted_cli("resume", str(run_dir), cwd=tmp_path)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    metrics = json.loads((run_dir / "e" / "metrics.json").read_text())
-    assert metrics["status"] == "failed", metrics
-    assert f"'{tmp_path / 'ws'}' does not exist (it did when the job ran)" in metrics["error"], metrics
+    said = f"e: not resumed: {run_dir / 'e' / 'job.json'}: workspace: '{tmp_path / 'ws'}' does not exist"
+    assert said in done.stderr, done.stderr
+    after = json.loads((run_dir / "e" / "metrics.json").read_text())
+    kept = ("status", "turns", "cost_usd")
+    assert [after[k] for k in kept] == [before[k] for k in kept], after
     assert (run_dir / "e" / "transcript.jsonl").read_bytes() == transcript
 
 

@@ -172,6 +172,10 @@ def plan_job(
                 f"(`--limits-from-config` with a higher limit in config.toml); kept as it is",
             ],
         )
+    if gone := _workspace_gone(spec, job_dir / JOB_JSON):  # nothing to go on with
+        if metrics:  # what it did and spent stays as it was recorded
+            return JobPlan(name, kept=metrics, notes=[*notes, f"{name}: not resumed: {gone}"])
+        return JobPlan(name, error=JobError(name, job_dir / JOB_JSON, (gone,)))
     return _continued(spec, job_dir, metrics, notes=notes)
 
 
@@ -213,14 +217,15 @@ def _recorded_spec(
         unsafe = writable_workspace_problem(spec.workspace, protected_paths(settings, spec.source), job_json)
     if unsafe:
         return JobError(name, job_json, (unsafe,), unsafe=True)
-    if not spec.workspace.is_dir():  # moved or removed since the run: nothing to continue on
-        what = "is not a directory" if spec.workspace.exists() else "does not exist"
-        return JobError(
-            name,
-            job_json,
-            (f"{job_json}: workspace: {str(spec.workspace)!r} {what} (it did when the job ran)",),
-        )
     return spec
+
+
+def _workspace_gone(spec: JobSpec, job_json: Path) -> str | None:
+    """Why a job cannot go on: its workspace moved or was removed since the run; None when it is there."""
+    if spec.workspace.is_dir():
+        return None
+    what = "is not a directory" if spec.workspace.exists() else "does not exist"
+    return f"{job_json}: workspace: {str(spec.workspace)!r} {what} (it did when the job ran)"
 
 
 def _with_todays_limits(spec: JobSpec, settings: Settings) -> tuple[JobSpec, list[str]]:
