@@ -36,7 +36,17 @@ from .execution.batch import json_document
 from .jobs import parsed
 from .rundir.docs import INDEX, RUN_JSON, RunState, Status, is_run_dir
 from .rundir.prune import parse_age, prune
-from .ui.console import err, out, print_document, print_error, print_table, say, shown_path, stdout_gone
+from .ui.console import (
+    err,
+    out,
+    print_document,
+    print_error,
+    print_table,
+    say,
+    shown_path,
+    stdout_closed,
+    stdout_gone,
+)
 from .ui.report import load_report, plural, totals_line
 from .ui.terminal import json_printable, printable
 
@@ -322,9 +332,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         code = 130
-    except BrokenPipeError:  # a write to stdout that no console caught: the reader has gone, no error
-        stdout_gone()
-        code = 0
+    except BrokenPipeError as e:  # a write to stdout that no console caught: the reader has gone, no error
+        if stdout_closed():
+            stdout_gone()
+            code = 0
+        else:  # another pipe broke (a worker's, a socket): the command failed
+            print_error(f"{type(e).__name__}: {e}")
+            code = 1
     try:
         sys.stdout.flush()  # here, not at exit, where a broken pipe would be reported
     except BrokenPipeError:
@@ -676,12 +690,20 @@ def _cut_names(names: list[str], cells: int) -> list[str]:
     at its start (where histories' names differ); when that cut reads as another's (two job directories'
     ``<job>/transcript``), it shows the part where it differs from them instead."""
     ends = [_cut_start(name, cells) for name in names]
-    shown = []
-    for i, name in enumerate(names):
-        twins = [other for j, other in enumerate(names) if j != i and ends[j] == ends[i] and other != name]
-        at = max((_common_prefix(name, other) for other in twins), default=None)
-        shown.append(ends[i] if at is None else _cut_around(name, at, cells))
-    return shown
+    alike: dict[str, set[str]] = {}
+    for name, end in zip(names, ends, strict=True):
+        alike.setdefault(end, set()).add(name)
+    differ: dict[str, int] = {}  # where a name parts from the nearest of those cut alike
+    for group in alike.values():
+        ordered = sorted(group)  # the longest common start with any other is with a neighbour
+        for i, name in enumerate(ordered):
+            near = ordered[max(0, i - 1) : i] + ordered[i + 1 : i + 2]
+            if near:
+                differ[name] = max(_common_prefix(name, other) for other in near)
+    return [
+        end if name not in differ else _cut_around(name, differ[name], cells)
+        for name, end in zip(names, ends, strict=True)
+    ]
 
 
 def _common_prefix(a: str, b: str) -> int:

@@ -164,7 +164,12 @@ def output_pattern_problem(pattern: str) -> str | None:
 
 
 def valid_name(name: str) -> bool:
-    return bool(re.match(NAME_PATTERN, name)) and name.lower() not in RESERVED_NAMES
+    return bool(re.match(NAME_PATTERN, name)) and not reserved_name(name)
+
+
+def reserved_name(name: str) -> bool:
+    """Whether ``name`` is one the run directory's own files take (whatever its case)."""
+    return name.lower() in RESERVED_NAMES
 
 
 def safe_job_name(raw: str) -> str:
@@ -360,7 +365,7 @@ def load_job(
         )
     name = task.name or task_file.stem
     problems: list[str] = []
-    if name.lower() in RESERVED_NAMES:
+    if reserved_name(name):
         problems.append(
             f"{task_file}: name: {name!r} is reserved (the run's own files use it); choose another"
         )

@@ -286,3 +286,16 @@ def test_the_readmes_table_names_every_command_and_flag():
         for action in parser._actions:
             if action.metavar == "RUN_DIR" and not action.option_strings and action.nargs == "?":
                 assert "[RUN_DIR]" in rows[name], name
+
+
+def test_a_broken_pipe_that_is_not_stdout_fails_the_command_in_one_line(monkeypatch, capsys):
+    """A BrokenPipeError from another pipe (a worker's, a socket) that reaches the top is the command's
+    failure, exit 1 and one line, not taken for a reader of stdout that has gone (exit 0, silent)."""
+    from runner import cli
+
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "dispatch", broken)
+    assert cli.main(["report"]) == 1
+    assert "error: BrokenPipeError: [Errno 32] Broken pipe" in capsys.readouterr().err

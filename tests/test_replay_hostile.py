@@ -356,3 +356,22 @@ def test_a_history_over_the_message_cap_is_one_error_line_at_the_first_line_over
     )
     path.write_text('{"system": "s"}\n' + "\n".join([line] * (MAX_MESSAGES // 2)) + "\n")
     assert len(load_history(path).messages) == MAX_MESSAGES
+
+
+def test_dump_into_a_file_is_one_error_line(tmp_path):
+    """--dump naming a file, not a directory: one line naming it, exit 2 (it was a FileExistsError
+    traceback)."""
+    job = _job(tmp_path)
+    (tmp_path / "taken").write_text("a file\n")
+    done = subprocess.run(
+        runner_argv("replay", str(job), "--dump", str(tmp_path / "taken")),
+        cwd=tmp_path,
+        env=runner_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    [line] = _errors(done.stderr)
+    assert line.startswith(f"error: {tmp_path / 'taken'}") and "cannot dump a request there" in line, line
+    assert (tmp_path / "taken").read_text() == "a file\n"

@@ -252,3 +252,22 @@ def test_a_latest_that_is_no_link_is_said_not_silently_left_stale(
     [warning] = [line for line in done.stderr.splitlines() if "latest" in line]
     assert warning.startswith("warning:") and "not pointed at this run" in warning, done.stderr
     assert (tmp_path / "runs" / "latest").is_dir() and not (tmp_path / "runs" / "latest").is_symlink()
+
+
+def test_a_job_of_an_older_run_named_as_the_run_directory_s_files_is_kept_not_dropped(
+    tmp_path: Path, scripted_cli: CliRunner
+) -> None:
+    """A run made before `view` was reserved: resume keeps that job's row as it was (a note says why)
+    and goes on with the others, never drops its row and its spend from run.json."""
+    run_dir = _ended_run(tmp_path, scripted_cli, jobs=2)
+    run = json.loads((run_dir / "run.json").read_text())
+    [row] = [r for r in run["jobs"] if r["job"] == "j0"]
+    row["job"] = "view"
+    (run_dir / "run.json").write_text(json.dumps(run))
+    (run_dir / "j0").rename(run_dir / "view")
+    done = scripted_cli("resume", str(run_dir), "--limits-from-config", cwd=tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "job 'view': the run directory's own files take that name now; kept" in done.stderr, done.stderr
+    rows = {r["job"]: r for r in json.loads((run_dir / "run.json").read_text())["jobs"]}
+    assert set(rows) == {"view", "j1"} and rows["view"]["cost_usd"] == row["cost_usd"], rows
+    assert rows["j1"]["status"] == "succeeded", rows

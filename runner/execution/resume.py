@@ -30,6 +30,7 @@ from ..jobs import (
     JobSpec,
     load_job,
     protected_paths,
+    reserved_name,
     valid_name,
     workspace_problem,
     writable_workspace_problem,
@@ -142,6 +143,12 @@ def plan_job(
     """What resume does with the job of ``entry`` (its row in ``run.json``)."""
     run_json = run_dir / RUN_JSON
     name = entry.get("job")
+    if isinstance(name, str) and reserved_name(name):  # a run made before the name was the run dir's own
+        return JobPlan(
+            name,
+            kept=metrics_of(entry, str(run_json)),
+            notes=[f"{run_json}: job {name!r}: the run directory's own files take that name now; kept"],
+        )
     if not isinstance(name, str) or not valid_name(name):
         return JobPlan(notes=[f"{run_json}: job name {name!r} is not a valid job name; skipped"])
     job_dir = run_dir / name

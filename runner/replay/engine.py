@@ -299,9 +299,9 @@ def dump_parts(name: str) -> list[str]:
 
 def _dump(out: Path, parts: list[str], turn: int, body: dict[str, Any]) -> None:
     """``body`` to ``out/<parts...>/<turn>.json`` (see the module's guarantees)."""
-    out.mkdir(parents=True, exist_ok=True)
     where = out
     try:
+        out.mkdir(parents=True, exist_ok=True)
         fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
         try:
             for part in parts:

@@ -15,6 +15,7 @@ Guarantees:
 from __future__ import annotations
 
 import os
+import select
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,16 @@ from rich.markup import escape
 
 from .tables import fitting_table
 from .terminal import printable
+
+
+def stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (``poll`` reports an error on it)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no file descriptor, or no poll here
+        return False
 
 
 def stdout_gone() -> None:
