@@ -515,7 +515,8 @@ def cmd_view(args: argparse.Namespace) -> int:
             [f"{args.run_dir / RUN_JSON}: not found; is {args.run_dir} a run directory (runs/<run-id>)?"]
         )
     if args.serve:
-        from .ui.viewer.serve import ListenError, serve
+        from .listen import ListenError
+        from .ui.viewer.serve import serve
 
         try:
             return serve(args.run_dir, args.port)

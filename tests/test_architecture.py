@@ -24,6 +24,7 @@ LAYERS = {
     "runner": 0,  # the empty package file
     "runner.messages": 0,
     "runner.services": 0,
+    "runner.listen": 0,
     "runner.pricing": 0,
     "runner.billing": 0,
     # 1. configuration and the run directory's files

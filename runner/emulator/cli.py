@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import ConfigError
+from ..listen import ListenError
 from .config import EmulatorConfig
 
 
@@ -27,11 +28,8 @@ def serve(args: argparse.Namespace) -> int:
         sock = listening_socket(args.host, args.port)
     except ValueError as e:
         raise ConfigError([f"--host: {e}"]) from None
-    except OSError as e:
-        where = f"{base_url_of(args.host, args.port).removeprefix('http://')}"
-        raise ConfigError(
-            [f"{where}: cannot listen there: {e.strerror or e} (--port chooses another)"]
-        ) from None
+    except ListenError as e:
+        raise ConfigError([f"{e} (--port chooses another)"]) from None
     with sock:
         port = sock.getsockname()[1]  # --port 0: the free port it was given
         server = build_server(EmulatorState(config), args.host, port, log_level="info")

@@ -25,6 +25,7 @@ from typing import Any
 
 import uvicorn
 
+from .. import listen
 from .app import create_app
 from .config import EmulatorConfig, ScriptedReply
 from .faults import DROP_LOG_MESSAGE
@@ -65,19 +66,10 @@ def build_server(state: EmulatorState, host: str, port: int, log_level: str = "w
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (port 0: a free one) and listening; the ``OSError`` of a port
-    in use (or not allowed) is raised with the socket closed."""
+    """A TCP socket on a host the emulator may serve on (:func:`check_host`), bound to ``host:port`` and
+    listening (:func:`runner.listen.listening_socket`)."""
     check_host(host)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
-    except OSError:
-        sock.close()
-        raise
-    return sock
+    return listen.listening_socket(host, port)
 
 
 def base_url_of(host: str, port: int) -> str:

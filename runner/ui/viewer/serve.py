@@ -16,13 +16,12 @@ Guarantees:
 - Every answer carries a Content-Security-Policy: a page runs only the index's own script (by
   hash), a job file runs nothing.
 - The socket is bound and listening before the URL is printed: a port that cannot be listened on (in
-  use, say) is one :class:`ListenError` line naming ``host:port``, and no URL is printed.
+  use, say) is one :class:`~runner.listen.ListenError` line naming ``host:port``, and no URL is printed.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 from contextlib import suppress
 from pathlib import Path
 from urllib.parse import quote
@@ -33,6 +32,7 @@ from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ...listen import listening_socket
 from ...rundir.docs import AGENTS, INDEX, JOB_FILES, SUMMARIES, TOOL_RESULTS, JobData, load_run
 from ...rundir.store import safe_name
 from ..terminal import printable
@@ -234,26 +234,6 @@ def create_app(run_dir: Path, port: int | None = None) -> ASGIApp:
     )
     app.router.redirect_slashes = False  # an unknown path is a 404, never a redirect to one a route takes
     return LoopbackOnly(app, port)
-
-
-class ListenError(Exception):
-    """The server cannot listen where it was asked to: one line naming ``host:port`` and why."""
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port`` and listening (connections wait in its backlog until the server
-    takes them); a :class:`ListenError` when it cannot be."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
-    except OSError as e:
-        sock.close()
-        shown = f"[{host}]" if ":" in host else host
-        raise ListenError(f"{shown}:{port}: cannot listen there: {e.strerror or e}") from None
-    return sock
 
 
 def serve(run_dir: Path, port: int, host: str = "127.0.0.1") -> int:
