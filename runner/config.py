@@ -42,6 +42,9 @@ from .pricing import BATCH_DISCOUNT_KEY
 Compaction = Literal["client", "server", "clear", "mask", "off"]
 
 
+MOST_TOOL_CALLS_PER_REPLY = 10_000  # the most limits.max_tool_calls_per_reply may be
+
+
 class FromEnv(str):
     """A value as a ``RUNNER_*`` variable gave it: text, which a number or boolean field parses (a file's
     values keep the types TOML gave them, and are taken only as such)."""
@@ -212,9 +215,10 @@ class Limits(BaseModel):
     incremental: Bool = False
     """start from the newest earlier run of the same job that succeeded (see "Running it every night");
     `--fresh` runs it in full"""
-    max_tool_calls_per_reply: Int = Field(64, ge=1, le=100_000)
+    max_tool_calls_per_reply: Int = Field(64, ge=1, le=MOST_TOOL_CALLS_PER_REPLY)
     """tool calls run from one reply (its first ones); each call past them is answered with an error result
-    saying it was not run and why"""
+    saying it was not run and why (a reply of over 1,024 blocks more than the most a job may set, 10,000,
+    fails its call)"""
     max_memory_entries: Int = Field(1_000, ge=1, le=100_000)
     """files and directories the memory tool's folder may hold (besides its 4 MiB); a write that would make
     more is refused with an error result"""

@@ -286,16 +286,16 @@ async def test_a_tool_input_over_1_mib_is_answered_with_an_error_and_not_run(tmp
 async def test_a_reply_of_thousands_of_tool_calls_fails_its_call_and_is_never_stored(
     tmp_path: Path, fresh
 ) -> None:
-    """5,000 tool calls in one reply (the audit's 250,000 took 1.2 GB and a 91 MB transcript): more
+    """12,000 tool calls in one reply (the audit's 250,000 took 1.2 GB and a 91 MB transcript): more
     blocks than a reply may hold; the call fails naming the count, nothing of it is kept or billed."""
     calls = [
         {"type": "tool_use", "id": f"toolu_{i:x}", "name": "glob", "input": {"pattern": "*"}}
-        for i in range(5000)
+        for i in range(12_000)
     ]
     fresh.set_script([{"content": calls, "stop_reason": "tool_use"}, {"content": "done"}])
     out = await _run(fresh, [_spec("many", _workspace(tmp_path))], tmp_path / "run")
     result = out.results["many"]
-    assert result.status == "failed" and "5,000 blocks, over the 1,024 a reply may hold" in result.error
+    assert result.status == "failed" and "12,000 blocks, over the 11,024 a reply may hold" in result.error
     assert result.turns == 0 and result.cost_usd == 0
     transcript = tmp_path / "run" / "many" / "transcript.jsonl"
     assert transcript.stat().st_size < 10_000 and "toolu_" not in transcript.read_text()

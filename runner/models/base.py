@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from ..config import MOST_TOOL_CALLS_PER_REPLY
 from ..pricing import USAGE_KEYS, Usage, api_count
 from .wire import WireCounts
 
@@ -19,9 +20,10 @@ MEMORY_TOOL_TYPE = "memory_20250818"
 
 MAX_USAGE_TOKENS = 10**8  # no single call bills this many tokens of one kind: a larger count is a lie
 MAX_TOOL_INPUT_BYTES = 1 << 20  # a tool call whose input serializes larger gets an error result, is not run
-# a reply with more content blocks fails its call: a model's turn holds a few (tool calls past the
-# limits.max_tool_calls_per_reply are answered "not run"); 250,000 of them took 1.2 GB and a 91 MB transcript
-MAX_REPLY_BLOCKS = 1024
+# a reply with more content blocks fails its call: 1,024 more than the most tool calls a job may run from
+# one reply (those past its limits.max_tool_calls_per_reply are answered "not run"); 250,000 of them took
+# 1.2 GB and a 91 MB transcript
+MAX_REPLY_BLOCKS = MOST_TOOL_CALLS_PER_REPLY + 1024
 
 
 class InvalidReply(ValueError):
