@@ -402,7 +402,7 @@ def validate_settings(args: argparse.Namespace) -> tuple[Settings, list[str]]:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    settings = parsed(lambda: settings_from(args), config_path(args))
+    settings = parsed(lambda: settings_from(args, say=say), config_path(args))  # it deletes: say whose
     keep = (
         args.keep
         if args.keep is not None

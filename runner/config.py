@@ -481,7 +481,8 @@ def _env_source(loc: tuple[Any, ...]) -> str | None:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    """A value as a config file writes it (``true``, not Python's ``True``), cut at 60 characters."""
+    text = ("true" if value else "false") if isinstance(value, bool) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 

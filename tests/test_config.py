@@ -136,6 +136,8 @@ def test_booleans_are_not_numbers(tmp_path, text, key):
     with pytest.raises(ConfigError) as info:
         load_settings(path)
     assert any(key in p for p in info.value.problems), info.value.problems
+    value = "true" if "true" in text else "false"  # as the file writes it, not Python's True
+    assert any(p.endswith(f"(got {value})") for p in info.value.problems), info.value.problems
 
 
 def test_task_limits_error_names_task_file_and_key(tmp_path):

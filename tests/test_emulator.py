@@ -774,7 +774,7 @@ def test_cli_refuses_bad_config_and_non_loopback_hosts(tmp_path):
     ("text", "expected"),
     [
         ('rpm = "50"\n', "rpm: Input should be a valid integer (got '50')"),
-        ("seed = true\n", "seed: Input should be a valid integer (got True)"),
+        ("seed = true\n", "seed: Input should be a valid integer (got true)"),
         ('enforce_max_tokens = "yes"\n', "enforce_max_tokens: Input should be a valid boolean (got 'yes')"),
         ('[latency]\nseconds = "2"\n', "latency.seconds: Input should be a valid number (got '2')"),
         (

@@ -187,6 +187,14 @@ def test_the_command_says_what_it_removed_and_what_it_freed(project: Path, capsy
     assert cli.main(["prune", "--older-than", "soon"]) == 2
 
 
+def test_prune_names_the_config_it_took_its_output_directory_from(project: Path, capsys: Any) -> None:
+    """It deletes, and it finds config.toml by walking up from where it runs: it says which one."""
+    (project / "sub").mkdir()
+    os.chdir(project / "sub")
+    assert cli.main(["prune", "--keep", "3", "--dry-run"]) == 0
+    assert f"config: {project / 'config.toml'}" in capsys.readouterr().err
+
+
 def test_keep_runs_prunes_after_a_run(project: Path, capsys: Any, monkeypatch: Any) -> None:
     play_instead_of_the_stand_in(monkeypatch, ScriptedModel([("read", {"file_path": "a.py"})], final="A."))
     ws = project / "ws"
