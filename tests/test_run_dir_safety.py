@@ -271,3 +271,21 @@ def test_a_job_of_an_older_run_named_as_the_run_directory_s_files_is_kept_not_dr
     rows = {r["job"]: r for r in json.loads((run_dir / "run.json").read_text())["jobs"]}
     assert set(rows) == {"view", "j1"} and rows["view"]["cost_usd"] == row["cost_usd"], rows
     assert rows["j1"]["status"] == "succeeded", rows
+
+
+def test_resuming_a_finished_api_run_without_the_key_has_nothing_to_refuse(
+    tmp_path: Path, scripted_cli: CliRunner
+) -> None:
+    """Every job of an API run succeeded: resume has nothing to run, so it needs no key (it refused,
+    exit 2, asking for ANTHROPIC_API_KEY)."""
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "j.toml").write_text('workspace = "{stdlib}/email"\nprompt = "Survey."\n')
+    (tmp_path / "config.toml").write_text('[runner]\nbackend = "offline"\n')
+    assert scripted_cli("run", "jobs", cwd=tmp_path).returncode == 0
+    run_dir = next(p for p in (tmp_path / "runs").iterdir() if not p.is_symlink())
+    run = json.loads((run_dir / "run.json").read_text())
+    run["backend"] = "anthropic"
+    (run_dir / "run.json").write_text(json.dumps(run))
+    done = scripted_cli("resume", str(run_dir), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "no job of" in done.stderr and "is left to run" in done.stderr, done.stderr

@@ -124,13 +124,6 @@ def cmd_resume(args: argparse.Namespace) -> int:
         plan = plan_resume(
             run_dir, settings, getattr(args, "limits_from_config", False), only=getattr(args, "only", None)
         )
-        keep_backend(
-            run_dir,
-            plan.meta,
-            settings,
-            asked=getattr(args, "backend", None),
-            asked_delivery=getattr(args, "delivery", None),
-        )
         if unsafe := [line for e in plan.errors if e.unsafe for line in e.problems]:
             raise ConfigError(unsafe)  # as `run`: no job starts beside one that could rewrite the others
         for note in plan.notes:
@@ -150,6 +143,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
                 handle_signals=False,
             )
             return execute(batch, settings, as_json=as_json)
+        keep_backend(  # only a run with jobs left needs its backend (and, for the API, the key)
+            run_dir,
+            plan.meta,
+            settings,
+            asked=getattr(args, "backend", None),
+            asked_delivery=getattr(args, "delivery", None),
+        )
         claim(run_dir, len(plan.specs) + len(plan.errors))
         backend = backend_for(settings, plan.specs)
         warn_fallbacks(plan.specs, backend.model)
