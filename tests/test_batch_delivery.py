@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -495,6 +497,18 @@ def _env(server) -> dict[str, str]:
     return runner_env(ANTHROPIC_BASE_URL=server.base_url, ANTHROPIC_API_KEY="emulator")
 
 
+def _resume(run_dir: Path, cwd: Path, server) -> subprocess.CompletedProcess[str]:
+    """``runner resume run_dir``, a real process against the emulator ``server``."""
+    return subprocess.run(
+        [sys.executable, "-m", "runner", "resume", str(run_dir)],
+        cwd=cwd,
+        env=_env(server),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def _batches_recorded(root: Path, lines: int) -> Callable[[], bool]:
     """Whether the run under ``root`` has recorded ``lines`` batches in its ``batches.jsonl``."""
 
@@ -506,9 +520,6 @@ def _batches_recorded(root: Path, lines: int) -> Callable[[], bool]:
 
 
 def test_kill_9_with_a_batch_in_flight_then_resume_pays_for_no_request_twice(server, workspace, tmp_path):
-    import subprocess
-    import sys
-
     server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.05)))
     whole = _project(tmp_path / "intact", workspace)  # paths as long as the killed run's: the same tokens
     done = subprocess.run(
@@ -535,14 +546,7 @@ def test_kill_9_with_a_batch_in_flight_then_resume_pays_for_no_request_twice(ser
     # the batches the resume creates end as fast as the intact run's (the two in the journal keep the
     # 0.6 s they were created with); the stats go on counting: no reset
     server.state.config = EmulatorConfig(batches=Batches(turnaround_s=0.05))
-    resumed = subprocess.run(
-        [sys.executable, "-m", "runner", "resume", str(run_dir)],
-        cwd=killed,
-        env=_env(server),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    resumed = _resume(run_dir, killed, server)
     assert resumed.returncode == 0, resumed.stderr
     stats = server.stats()
     for name in ("alpha", "beta"):
@@ -563,9 +567,6 @@ def test_a_resumed_batch_run_goes_on_by_batch_though_the_config_says_live_now(se
     """run.json records the run's delivery and resume keeps it, as it keeps the backend and models: a
     night killed half way is finished at the batch price, not silently at the live one; --delivery
     still chooses."""
-    import subprocess
-    import sys
-
     server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=0.3)))
     killed = _project(tmp_path / "killed", workspace)
     assert kill_runner_when(_batches_recorded(killed, 2), "run", "jobs", cwd=killed, env=_env(server))
@@ -574,14 +575,7 @@ def test_a_resumed_batch_run_goes_on_by_batch_though_the_config_says_live_now(se
     (killed / "config.toml").write_text(CONFIG.replace('delivery = "batch"\n', ""))  # live by default now
     server.state.config = EmulatorConfig(batches=Batches(turnaround_s=0.05))
     live_before = server.stats()["requests"]
-    resumed = subprocess.run(
-        [sys.executable, "-m", "runner", "resume", str(run_dir)],
-        cwd=killed,
-        env=_env(server),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    resumed = _resume(run_dir, killed, server)
     assert resumed.returncode == 0, resumed.stderr
     assert server.stats()["requests"] == live_before  # no call went live
     for name in ("alpha", "beta"):
@@ -592,8 +586,6 @@ def test_a_resumed_batch_run_goes_on_by_batch_though_the_config_says_live_now(se
 
 def test_ctrl_c_cancels_the_batches_in_flight_and_writes_every_job(server, workspace, tmp_path):
     import signal
-    import subprocess
-    import sys
 
     server.reconfigure(EmulatorConfig(batches=Batches(turnaround_s=60.0, cancel_s=0.05)))
     root = _project(tmp_path / "run", workspace)

@@ -92,8 +92,8 @@ class Spend:
     children: dict[str, JobMetrics] = field(default_factory=dict)  # its subagents' records, by directory
     own_cost: float = 0.0  # its own calls' and summaries' cost (the record's cost adds its subagents')
     most_output: int = 0  # the largest reply so far (output tokens): what the next call may write
-    last_call_cost: float = 0.0  # the last own call's cost and its input tokens (cache reads and writes in)
-    last_call_tokens: int = 0
+    last_usage: Usage | None = None  # the last own call's, and whether a Message Batch answered it
+    last_by_batch: bool = False
     growth: int = 0  # characters the window grew by from the call before to the last one
     last_sent: int = 0  # characters of messages the last call carried
     # a live subagent's turns counting the calls it was let make (by directory): it holds them now
@@ -111,11 +111,7 @@ class Spend:
             record.batch_calls += 1
         self.count(reply.wire)
         self.most_output = max(self.most_output, usage.output_tokens)
-        batch = usage if reply.batch is not None else Usage()
-        self.last_call_cost = self.prices.cost_with_batch(self.model, usage, batch)
-        self.last_call_tokens = (
-            usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
-        )
+        self.last_usage, self.last_by_batch = usage, reply.batch is not None
         self.settle()
 
     def charge_summary(self, summary: Summary) -> None:
@@ -262,6 +258,9 @@ class Spend:
         when it is answered, inside the hold). While the other calls' holds take the room it waits for
         one to be given back; JobEnded when what was spent and this call reach the limit."""
         budget = self.run_budget
+        if budget.limit is None and not (isinstance(budget, ShareBudget) and budget.run.limit is not None):
+            yield  # no limit to hold against: nothing to estimate on the way of every call
+            return
         usd = ESTIMATE_MARGIN * self.call_estimate(state)
         while (held := budget.hold(usd)) is None:
             await budget.released()
@@ -279,9 +278,10 @@ class Spend:
         """What the next call will likely cost: the last call's cost for its tokens, at this call's
         tokens (its cache reads and batch price as that one had them); before any call, its input at
         ``CHARS_PER_TOKEN`` characters a token, uncached."""
-        tokens = state.estimated_tokens()
-        if tokens is not None and self.last_call_tokens:
-            return self.last_call_cost * tokens / self.last_call_tokens
+        tokens, last = state.estimated_tokens(), self.last_usage
+        if tokens is not None and last is not None and last.context_tokens:
+            cost = self.prices.cost_with_batch(self.model, last, last if self.last_by_batch else Usage())
+            return cost * tokens / last.context_tokens
         tokens = (state.window.total + state.overhead_chars) // CHARS_PER_TOKEN
         return self.prices.cost(self.model, Usage(input_tokens=tokens, output_tokens=self.most_output))
 
