@@ -152,6 +152,7 @@ class PriceOverrides(Protocol):
 class PriceTable:
     def __init__(self, overrides: PriceOverrides | None = None):
         self.prices = dict(DEFAULT_PRICES)
+        self._keys: dict[str, str | None] = {}  # a model name not in prices -> the key that matched it
         self.batch_discount = BATCH_DISCOUNT
         for key, price in (overrides or {}).items():
             if key == BATCH_DISCOUNT_KEY:
@@ -164,8 +165,10 @@ class PriceTable:
         """The price table's key that prices ``model``, or None when none matches (then FALLBACK's)."""
         if model in self.prices:
             return model
-        matches = [key for key in self.prices if key.lower() in model.lower()]
-        return max(matches, key=len) if matches else None
+        if model not in self._keys:  # every call's cost asks: the match is made once per model
+            matches = [key for key in self.prices if key.lower() in model.lower()]
+            self._keys[model] = max(matches, key=len) if matches else None
+        return self._keys[model]
 
     def rates(self, model: str) -> Rates:
         return self.prices[self.key_for(model) or FALLBACK]

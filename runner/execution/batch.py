@@ -60,8 +60,10 @@ def run_on_executor(batch: Batch, settings: Settings, display: Display) -> Batch
     """Run ``batch`` on the executor ``settings`` names, ``display`` showing it."""
     import anyio
 
+    from .backend import settle_heap
     from .scheduler import run_batch
 
+    settle_heap()
     if (batcher := getattr(batch.model, "batcher", None)) is not None:  # delivery = "batch": crash-safe
         batcher.open_journal(batch.run_dir / BATCHES)
     if settings.runner.executor == "ray":

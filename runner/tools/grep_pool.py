@@ -141,17 +141,28 @@ class _Slots:
         """Free workers to the waiters that may take one: the job holding the fewest first, then the
         one waiting longest."""
         while self.free > 0:
-            best = min(
-                (w for w in self.waiting if self._may(w.job, w.cap)),
-                key=lambda w: self.held.get(w.job, 0),
-                default=None,
-            )
+            best = self._next_waiter()
             if best is None:
                 return
             self.waiting.remove(best)
             self._take(best.job)
             best.granted = True
             best.ready.set()
+
+    def _next_waiter(self) -> _Waiter | None:
+        """The first waiter, in arrival order, of those that may take a worker whose job holds the
+        fewest; the scan ends at the first whose job holds none (none can hold fewer), so a release
+        among many waiting jobs is not a walk over all of them."""
+        best, fewest = None, None
+        for waiter in self.waiting:
+            if not self._may(waiter.job, waiter.cap):
+                continue
+            held = self.held.get(waiter.job, 0)
+            if not held:
+                return waiter
+            if fewest is None or held < fewest:
+                best, fewest = waiter, held
+        return best
 
     @asynccontextmanager
     async def holding(self, job: object, cap: int) -> AsyncIterator[None]:
