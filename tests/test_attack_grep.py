@@ -197,3 +197,34 @@ async def test_a_victim_job_greps_within_2_s_while_four_hostile_jobs_grep_catast
     took = model.victim_answered - model.victim_asked
     assert took < 2.0, f"the victim's grep came back after {took:.2f} s: {model.victim_result[:200]}"
     assert all(records[f"hostile-{i}"].status == "cancelled" for i in range(4))
+
+
+@pytest.mark.anyio
+async def test_among_many_waiters_a_freed_worker_goes_to_the_first_whose_job_holds_none() -> None:
+    slots = _Slots(4)
+    busy, other, third = object(), object(), object()
+    for _ in range(2):
+        await slots.acquire(busy, 4)
+    await slots.acquire(other, 4)
+    await slots.acquire(third, 4)  # none free now: every acquire below waits, in this order
+    late_jobs = [object() for _ in range(50)]
+    order: list[object] = []
+
+    async def take(job: object) -> None:
+        await slots.acquire(job, 4)
+        order.append(job)
+
+    async with anyio.create_task_group() as tg:
+        for job in (busy, other, *late_jobs):  # the two holding jobs arrived first
+            tg.start_soon(take, job)
+            await anyio.sleep(0)
+        await anyio.sleep(0.01)
+        assert order == [] and len(slots.waiting) == 52
+        slots.release(third)  # busy holds 2, other 1: the first late job (holding none) goes first
+        await anyio.sleep(0.01)
+        assert order == [late_jobs[0]]
+        for job in late_jobs[:1]:
+            slots.release(job)
+        await anyio.sleep(0.01)
+        assert order == late_jobs[:2]
+        tg.cancel_scope.cancel()

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,13 +34,21 @@ JOBS_PER_SHARD = 25
 YOUNG_COLLECTION_EVERY = 10_000  # allocations between the cycle collector's young collections (Python: 700)
 
 
-def settle_heap() -> None:
-    """Before a process's jobs start (the SDK imported): what is alive now leaves the cycle collector's
+@contextmanager
+def settled_heap() -> Iterator[None]:
+    """While a batch's jobs run (the SDK imported): what was alive before leaves the cycle collector's
     sight (``gc.freeze``) and its young collections come less often, so many live sessions are not
-    walked again and again. At 500 jobs at once the collector took 1.4 of 11.6 s of CPU; 0.3 s after
-    (bench/concurrency.py's N = 500 survey)."""
+    walked again and again. At 500 jobs at once the collector took 1.4 of 11.6 s of CPU; 0.6 s after
+    (bench/concurrency.py's N = 500 survey). Closed, the collector is as it was and sees everything
+    again: a process that runs several batches keeps nothing frozen."""
+    threshold = gc.get_threshold()
     gc.freeze()
-    gc.set_threshold(YOUNG_COLLECTION_EVERY, *gc.get_threshold()[1:])
+    gc.set_threshold(YOUNG_COLLECTION_EVERY, *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
 
 
 def shards_for(concurrency: int) -> int:

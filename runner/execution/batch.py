@@ -60,17 +60,17 @@ def run_on_executor(batch: Batch, settings: Settings, display: Display) -> Batch
     """Run ``batch`` on the executor ``settings`` names, ``display`` showing it."""
     import anyio
 
-    from .backend import settle_heap
+    from .backend import settled_heap
     from .scheduler import run_batch
 
-    settle_heap()
     if (batcher := getattr(batch.model, "batcher", None)) is not None:  # delivery = "batch": crash-safe
         batcher.open_journal(batch.run_dir / BATCHES)
     if settings.runner.executor == "ray":
         from .ray_driver import run_on_ray
 
         return run_on_ray(batch, settings, display)
-    return anyio.run(run_batch, batch, display)
+    with settled_heap():
+        return anyio.run(run_batch, batch, display)
 
 
 def json_document(run_dir: Path) -> dict[str, Any]:

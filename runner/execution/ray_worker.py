@@ -25,7 +25,7 @@ from ..config import RunnerSection, SummarizerSection
 from ..jobs import JobSpec
 from ..pricing import PriceTable
 from ..rundir.docs import JobMetrics
-from .backend import build_backend, settle_heap
+from .backend import build_backend
 from .ray_services import RayBudget, RayCallLimit, RayGate
 
 
@@ -80,7 +80,6 @@ class JobWorker:
         )
         self.records: dict[str, JobMetrics] = {}
         self.scopes: dict[str, anyio.CancelScope] = {}
-        settle_heap()
 
     async def probe(self, path: str, token: str) -> dict[str, Any]:
         """Write ``token`` to ``path`` (a file in the run directory), so the driver can read it back;
