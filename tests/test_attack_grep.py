@@ -220,11 +220,38 @@ async def test_among_many_waiters_a_freed_worker_goes_to_the_first_whose_job_hol
             await anyio.sleep(0)
         await anyio.sleep(0.01)
         assert order == [] and len(slots.waiting) == 52
-        slots.release(third)  # busy holds 2, other 1: the first late job (holding none) goes first
+        slots.release(third)  # one free, not more than the reserve: only a job holding none may take it
         await anyio.sleep(0.01)
         assert order == [late_jobs[0]]
         for job in late_jobs[:1]:
             slots.release(job)
         await anyio.sleep(0.01)
         assert order == late_jobs[:2]
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_of_the_jobs_already_holding_the_one_holding_fewer_goes_first_though_it_came_later() -> None:
+    slots = _Slots(6)
+    first, second = object(), object()
+    await slots.acquire(first, 4)
+    await slots.acquire(first, 4)  # first holds 2
+    await slots.acquire(second, 4)  # second holds 1
+    others = [object() for _ in range(3)]
+    for job in others:
+        await slots.acquire(job, 4)  # none free
+    order: list[object] = []
+
+    async def take(job: object) -> None:
+        await slots.acquire(job, 4)
+        order.append(job)
+
+    async with anyio.create_task_group() as tg:
+        for job in (first, second):  # first waits longest
+            tg.start_soon(take, job)
+            await anyio.sleep(0)
+        for job in others:  # three free at last: more than the reserve, so a holding job may take one
+            slots.release(job)
+        await anyio.sleep(0.01)
+        assert order == [second]  # it holds fewer; then two are free, not more than the reserve
         tg.cancel_scope.cancel()

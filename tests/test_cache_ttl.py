@@ -193,15 +193,3 @@ def test_billing_prices_1h_writes_at_twice_the_input_price() -> None:
         "cache_read_input_tokens": 0,
     }
     assert hour.model_dump()["cache_creation_1h_input_tokens"] == 1_000_000
-
-
-def test_a_settled_heap_is_given_back_as_it_was_even_when_the_batch_fails() -> None:
-    import gc
-
-    from runner.execution.backend import YOUNG_COLLECTION_EVERY, settled_heap
-
-    before = gc.get_threshold()
-    with pytest.raises(RuntimeError), settled_heap():
-        assert gc.get_threshold()[0] == YOUNG_COLLECTION_EVERY and gc.get_freeze_count() > 0
-        raise RuntimeError("the batch failed")
-    assert gc.get_threshold() == before and gc.get_freeze_count() == 0  # nothing stays frozen

@@ -3,6 +3,7 @@ distinct call where the repeat guard's promise (a repeat is caught anywhere in t
 
 from __future__ import annotations
 
+import gc
 import tracemalloc
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from runner.compaction.context import Recorder
 from runner.compaction.window import Entry
+from runner.execution.backend import YOUNG_COLLECTION_EVERY, settled_heap
 from runner.protocol import placeholder
 from runner.rundir.store import JobStore
 from runner.tools.repeats import RepeatGuard, call_key
@@ -89,3 +91,24 @@ def test_the_repeat_guard_keeps_a_bounded_record_per_distinct_call_and_still_cat
     assert found is not None
     assert (found[0], found[1].turn, found[1].tool_use_id) == (3, 0, f"toolu_0_{0:020d}")
     assert guard.check(call_key("read", {"file_path": "/ws/new.py"}), 90_000) is None
+
+
+def test_a_settled_heap_is_given_back_as_it_was_even_when_the_batch_fails() -> None:
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError), settled_heap():
+        assert gc.get_threshold()[0] == YOUNG_COLLECTION_EVERY and gc.get_freeze_count() > 0
+        raise RuntimeError("the batch failed")
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0  # nothing stays frozen
+
+
+def test_a_settled_heap_leaves_what_its_host_froze_frozen() -> None:
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    try:
+        with settled_heap():
+            with settled_heap():  # nested: the inner one gives back only what it took
+                pass
+            assert gc.get_freeze_count() >= frozen and gc.get_threshold()[0] == YOUNG_COLLECTION_EVERY
+        assert gc.get_freeze_count() >= frozen  # the host's freeze is the host's to undo
+    finally:
+        gc.unfreeze()

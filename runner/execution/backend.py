@@ -36,19 +36,22 @@ YOUNG_COLLECTION_EVERY = 10_000  # allocations between the cycle collector's you
 
 @contextmanager
 def settled_heap() -> Iterator[None]:
-    """While a batch's jobs run (the SDK imported): what was alive before leaves the cycle collector's
-    sight (``gc.freeze``) and its young collections come less often, so many live sessions are not
-    walked again and again. At 500 jobs at once the collector took 1.4 of 11.6 s of CPU; 0.6 s after
-    (bench/concurrency.py's N = 500 survey). Closed, the collector is as it was and sees everything
-    again: a process that runs several batches keeps nothing frozen."""
-    threshold = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(YOUNG_COLLECTION_EVERY, *threshold[1:])
+    """While a batch's jobs run (local executor): what is alive when it starts (the SDK, the settings,
+    the specs, a resumed run's histories) leaves the cycle collector's sight (``gc.freeze``) and young
+    collections come less often, so many live sessions are not walked again and again. At 500 jobs at
+    once the collector took 1.4 of 11.6 s of CPU; 0.6 s after (bench/concurrency.py's N = 500 survey).
+    Closed, the collector is as it was: the threshold restored and, unless something was frozen
+    before, everything in sight again (a process that runs several batches keeps nothing frozen)."""
+    threshold, frozen_before = gc.get_threshold(), gc.get_freeze_count()
     try:
+        if not frozen_before:  # gc.unfreeze() gives back everything: only what this froze
+            gc.freeze()
+        gc.set_threshold(YOUNG_COLLECTION_EVERY, *threshold[1:])
         yield
     finally:
         gc.set_threshold(*threshold)
-        gc.unfreeze()
+        if not frozen_before:
+            gc.unfreeze()
 
 
 def shards_for(concurrency: int) -> int:
