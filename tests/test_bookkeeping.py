@@ -7,6 +7,7 @@ This holds with any model: no model is called here; the batches are given a scri
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -256,3 +257,42 @@ def test_a_long_jobs_page_lists_and_marks_a_bounded_number_of_compactions(tmp_pa
     assert page.count('class="mark"') == 0 and 0 < page.count('class="group"') <= pages.MARK_GROUPS
     assert f"count its {many:,} compactions per 50 model calls" in page  # 1,500 calls in 30 groups of 50
     assert "model call 51-100: 50 compactions (micro_compact 50)" in page
+
+
+def test_the_live_displays_refresh_thread_reads_the_tally_while_the_loop_starts_and_ends_jobs() -> None:
+    """rich refreshes the live display from a thread of its own; a tally that walked its running jobs
+    while the loop changed them raised (dictionary changed during iteration) and the display froze."""
+    n = 3000
+    progress = {f"j{i}": JobMetrics(job=f"j{i}", status="queued") for i in range(n)}
+    tally = Tally()
+    tally.start(progress)
+    for p in progress.values():
+        p.started = time.time() - 10
+        tally.job_started(p)
+    first = progress["j0"].model_copy(update={"status": "succeeded", "wall_s": 100.0})
+    tally.finished(first)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def refresh() -> None:  # as rich's refresh thread: the tally line, the running sums again each time
+        while not stop.is_set():
+            try:
+                tally.line()
+                tally.active()
+                tally._summed_at = None
+            except RuntimeError as e:
+                errors.append(e)
+                return
+
+    thread = threading.Thread(target=refresh)
+    thread.start()
+    names, i, end = list(progress)[1:], 0, time.monotonic() + 3
+    while time.monotonic() < end and not errors:
+        name = names[i % len(names)]
+        i += 1
+        tally.running.pop(name, None)  # a job ends, another starts: the loop's side
+        tally.running[name] = progress[name]
+        time.sleep(0.0005)
+    stop.set()
+    thread.join()
+    assert errors == []

@@ -122,7 +122,8 @@ class Tally:
         return Status.RUNNING if name in self.running else Status.QUEUED
 
     def active(self) -> list[JobMetrics]:
-        """The jobs running now (started, not ended), in the order they started."""
+        """The jobs running now (started, not ended), in the order they started: a copy made in one step,
+        so the live display's refresh thread reads it while the loop starts and ends jobs."""
         return list(self.running.values())
 
     def eta_s(self, now: float | None = None) -> float | None:
@@ -143,23 +144,22 @@ class Tally:
         total, count = self._durations
         typical = total / count if count else None
         wall_now = self.started_wall + (now - self.started)
-        for p in self.running.values():
-            if p.started is None:
-                continue
-            ran = max(wall_now - p.started, 0.0)
-            if typical is None or ran > typical:
-                return None
-            estimate = max(estimate, typical - ran)
-        return estimate
+        started = [p.started for p in self.active() if p.started is not None]
+        if not started:
+            return estimate
+        longest, shortest = max(wall_now - min(started), 0.0), max(wall_now - max(started), 0.0)
+        if typical is None or longest > typical:
+            return None
+        return max(estimate, typical - shortest)
 
     def _running(self, now: float | None) -> tuple[float, int, int]:
         """What the running jobs have spent: (cost, input tokens, output tokens), added up again when
         the last sum is :data:`RUNNING_SUM_S` old."""
         now = now if now is not None else time.monotonic()
         if self._summed_at is None or not 0 <= now - self._summed_at < RUNNING_SUM_S:
-            self._running_parts = {
+            self._running_parts = {  # over a copy: the refresh thread sums while the loop ends jobs
                 name: (p.cost_usd, p.usage_total("input_tokens"), p.usage_total("output_tokens"))
-                for name, p in self.running.items()
+                for name, p in list(self.running.items())
             }
             parts = self._running_parts.values()
             self._running_sum = [sum(column) for column in zip(*parts, strict=True)] or [0.0, 0, 0]
@@ -168,7 +168,7 @@ class Tally:
         return cost, int(tokens_in), int(tokens_out)
 
     def line(self, now: float | None = None) -> str:
-        counts: Counter[str] = Counter(self._ended)
+        counts: Counter[str] = Counter(dict(self._ended))  # copied in one step (see active)
         counts[Status.RUNNING] += len(self.running)
         counts[Status.QUEUED] += len(self.progress) - self._ended_here - len(self.running)
         parts = [f"{len(self.results)}/{len(self.progress)} done"]
