@@ -108,7 +108,8 @@ def test_a_settled_heap_leaves_what_its_host_froze_frozen() -> None:
         with settled_heap():
             with settled_heap():  # nested: the inner one gives back only what it took
                 pass
-            assert gc.get_freeze_count() >= frozen and gc.get_threshold()[0] == YOUNG_COLLECTION_EVERY
-        assert gc.get_freeze_count() >= frozen  # the host's freeze is the host's to undo
+            # (frozen objects can still be freed by their counts: the count may fall a little, not to 0)
+            assert gc.get_freeze_count() > frozen // 2 and gc.get_threshold()[0] == YOUNG_COLLECTION_EVERY
+        assert gc.get_freeze_count() > frozen // 2  # the host's freeze is the host's to undo
     finally:
         gc.unfreeze()
