@@ -348,25 +348,21 @@ def main(argv: list[str] | None = None) -> int:
 
 def dispatch(args: argparse.Namespace) -> int:
     """The command ``args`` name, run; its exit code."""
-    if args.command == "validate":
-        return cmd_validate(args)
-    if args.command == "report":
-        return cmd_report(args)
-    if args.command == "view":
-        return cmd_view(args)
-    if args.command == "diff":
-        return cmd_diff(args)
-    if args.command == "prune":
-        return cmd_prune(args)
-    if args.command == "replay":
-        return cmd_replay(args)
-    if args.command == "emulate":
+    if args.command == "emulate":  # imported only here: the emulator's server is its own
         from .emulator.cli import serve
 
         return serve(args)
     if args.command == "resume" or (args.command == "run" and args.resume):
         return cmd_resume(args)
-    return cmd_run(args)
+    commands = {
+        "validate": cmd_validate,
+        "report": cmd_report,
+        "view": cmd_view,
+        "diff": cmd_diff,
+        "prune": cmd_prune,
+        "replay": cmd_replay,
+    }
+    return commands.get(args.command, cmd_run)(args)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
